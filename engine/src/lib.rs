@@ -1,0 +1,7 @@
+//! rpcrdma: a userspace, polled-mode RPC-over-RDMA engine.
+//!
+//! - [`wire`]: XDR codecs for RPC-over-RDMA v1 (RFC 8166, RFC 5666), RFC 8797 private
+//!   data and the RFC 5666 Connection Configuration Protocol.
+#![warn(missing_docs)]
+
+pub mod wire;

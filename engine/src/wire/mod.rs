@@ -1,0 +1,6 @@
+//! Wire codecs: XDR primitives and every RPC-over-RDMA message the engine puts on the wire.
+//!
+//! Decoders return zero-copy views over the received bytes; encoders write into caller
+//! buffers. Nothing here allocates.
+
+pub mod xdr;

@@ -1,0 +1,388 @@
+//! Arenas: one large, pre-faulted memory mapping, on 2 MiB hugepages when the host has
+//! them, optionally backed by a file descriptor that another process can map.
+//!
+//! An arena is the unit a fabric registers: it carries the registration keys whoever
+//! registered it stored, so buffers carved from it can become scatter-gather entries
+//! without a lookup.
+
+use std::fmt;
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use memmap2::{MmapOptions, MmapRaw};
+
+/// Size of the hugepages arenas ask for.
+pub const HUGEPAGE_SIZE: usize = 2 << 20;
+/// Size of ordinary pages on the hosts we run on.
+pub const PAGE_SIZE: usize = 4096;
+
+/// Whether an arena should live on hugepages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HugePages {
+    /// Use 2 MiB hugepages when available, otherwise 4 KiB pages with a one-time warning.
+    #[default]
+    Auto,
+    /// Fail with [`ArenaError::NoHugePages`] when hugepages cannot be had.
+    Require,
+    /// Always use 4 KiB pages.
+    Never,
+}
+
+/// How to build an arena.
+#[derive(Debug, Clone)]
+pub struct ArenaOptions {
+    /// Requested length in bytes; rounded up to the page size actually used.
+    pub len: usize,
+    /// Hugepage policy.
+    pub hugepages: HugePages,
+    /// Back the arena with a memfd so it can be handed to another process.
+    pub shareable: bool,
+    /// Name shown in `/proc/PID/maps` for shareable arenas.
+    pub name: &'static str,
+}
+
+impl ArenaOptions {
+    /// Options for a private arena of `len` bytes with the default hugepage policy.
+    pub fn new(len: usize) -> Self {
+        ArenaOptions {
+            len,
+            hugepages: HugePages::Auto,
+            shareable: false,
+            name: "rpcrdma-arena",
+        }
+    }
+
+    /// Makes the arena shareable (memfd-backed).
+    pub fn shareable(mut self, yes: bool) -> Self {
+        self.shareable = yes;
+        self
+    }
+
+    /// Sets the hugepage policy.
+    pub fn hugepages(mut self, h: HugePages) -> Self {
+        self.hugepages = h;
+        self
+    }
+
+    /// Sets the memfd name.
+    pub fn name(mut self, name: &'static str) -> Self {
+        self.name = name;
+        self
+    }
+}
+
+/// Why an arena could not be created.
+#[derive(Debug)]
+pub enum ArenaError {
+    /// A zero-length arena was asked for.
+    ZeroLength,
+    /// Hugepages were required but none could be had.
+    NoHugePages(io::Error),
+    /// The operating system refused the mapping or memfd.
+    Os(io::Error),
+}
+
+impl fmt::Display for ArenaError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ArenaError::ZeroLength => write!(f, "an arena cannot be zero bytes long"),
+            ArenaError::NoHugePages(e) => write!(
+                f,
+                "hugepages required but unavailable ({e}); reserve some with \
+                 `sysctl -w vm.nr_hugepages=N`"
+            ),
+            ArenaError::Os(e) => write!(f, "arena mapping failed: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for ArenaError {}
+
+/// Registration keys a fabric stored on an arena.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RegKeys {
+    /// Local key (used in scatter-gather entries).
+    pub lkey: u32,
+    /// Remote key (advertised to peers), if the registration allows remote access.
+    pub rkey: u32,
+}
+
+const NO_KEYS: u64 = u64::MAX;
+
+static HUGEPAGE_WARNING: AtomicBool = AtomicBool::new(false);
+
+fn warn_no_hugepages(err: &io::Error) {
+    if !HUGEPAGE_WARNING.swap(true, Ordering::Relaxed) {
+        eprintln!(
+            "rpcrdma: no 2 MiB hugepages available ({err}); using 4 KiB pages. \
+             Reserve hugepages with `sysctl -w vm.nr_hugepages=N` for lower TLB pressure."
+        );
+    }
+}
+
+/// True when the one-time "no hugepages" warning has been printed by this process.
+pub fn hugepage_warning_issued() -> bool {
+    HUGEPAGE_WARNING.load(Ordering::Relaxed)
+}
+
+/// One large pre-faulted mapping.
+pub struct Arena {
+    map: MmapRaw,
+    fd: Option<OwnedFd>,
+    huge: bool,
+    keys: AtomicU64,
+}
+
+// SAFETY: the arena only hands out raw pointers; what is done with them is the caller's
+// contract (pools hand each slot to exactly one owner).
+unsafe impl Send for Arena {}
+unsafe impl Sync for Arena {}
+
+impl fmt::Debug for Arena {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Arena")
+            .field("base", &self.base())
+            .field("len", &self.len())
+            .field("hugepages", &self.huge)
+            .field("shareable", &self.fd.is_some())
+            .field("keys", &self.keys())
+            .finish()
+    }
+}
+
+fn round_up(len: usize, to: usize) -> usize {
+    len.div_ceil(to) * to
+}
+
+fn memfd(name: &str, huge: bool) -> io::Result<OwnedFd> {
+    let cname = std::ffi::CString::new(name).unwrap_or_default();
+    let mut flags = libc::MFD_CLOEXEC;
+    if huge {
+        // MFD_HUGE_2MB = 21 << MFD_HUGE_SHIFT(26)
+        flags |= libc::MFD_HUGETLB | (21 << 26);
+    }
+    // SAFETY: cname is a valid NUL-terminated string; memfd_create has no other inputs.
+    let fd = unsafe { libc::memfd_create(cname.as_ptr(), flags) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd was just returned by memfd_create and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn map_fd(fd: &OwnedFd, len: usize, populate: bool) -> io::Result<MmapRaw> {
+    let file = File::from(fd.try_clone()?);
+    let mut o = MmapOptions::new();
+    o.len(len);
+    if populate {
+        o.populate();
+    }
+    o.map_raw(&file)
+}
+
+impl Arena {
+    /// Creates an arena as `opts` says. The memory is zeroed and pre-faulted.
+    pub fn new(opts: &ArenaOptions) -> Result<Arena, ArenaError> {
+        if opts.len == 0 {
+            return Err(ArenaError::ZeroLength);
+        }
+        if opts.hugepages != HugePages::Never {
+            match Self::try_new(opts, true) {
+                Ok(a) => return Ok(a),
+                Err(e) if opts.hugepages == HugePages::Require => {
+                    return Err(ArenaError::NoHugePages(e))
+                }
+                Err(e) => warn_no_hugepages(&e),
+            }
+        }
+        Self::try_new(opts, false).map_err(ArenaError::Os)
+    }
+
+    fn try_new(opts: &ArenaOptions, huge: bool) -> io::Result<Arena> {
+        let len = round_up(opts.len, if huge { HUGEPAGE_SIZE } else { PAGE_SIZE });
+        let (map, fd) = if opts.shareable {
+            let fd = memfd(opts.name, huge)?;
+            let flen = libc::off_t::try_from(len).map_err(|_| io::ErrorKind::InvalidInput)?;
+            // SAFETY: fd is a valid memfd we own.
+            if unsafe { libc::ftruncate(fd.as_raw_fd(), flen) } != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            (map_fd(&fd, len, true)?, Some(fd))
+        } else {
+            let mut o = MmapOptions::new();
+            o.len(len).populate();
+            if huge {
+                o.huge(Some(21));
+            }
+            (MmapRaw::from(o.map_anon()?), None)
+        };
+        if huge {
+            // With MAP_POPULATE a hugetlb mapping without reserved pages can still
+            // succeed lazily on some kernels; touching it would SIGBUS. Check that the
+            // pages really are there.
+            // SAFETY: map is a fresh mapping of len bytes.
+            let r = unsafe { libc::mlock(map.as_ptr() as *const libc::c_void, len) };
+            if r != 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        Ok(Arena {
+            map,
+            fd,
+            huge,
+            keys: AtomicU64::new(NO_KEYS),
+        })
+    }
+
+    /// Maps an arena another process created and passed as `fd` (e.g. over a Unix socket).
+    ///
+    /// `len` must be the length the creator reported; it is checked against the file size.
+    pub fn from_fd(fd: OwnedFd, len: usize) -> Result<Arena, ArenaError> {
+        if len == 0 {
+            return Err(ArenaError::ZeroLength);
+        }
+        let file = File::from(fd.try_clone().map_err(ArenaError::Os)?);
+        let size = file.metadata().map_err(ArenaError::Os)?.len();
+        if (size as u128) < len as u128 {
+            return Err(ArenaError::Os(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("shared arena file holds {size} bytes, {len} expected"),
+            )));
+        }
+        let map = map_fd(&fd, len, true).map_err(ArenaError::Os)?;
+        Ok(Arena {
+            map,
+            fd: Some(fd),
+            huge: false,
+            keys: AtomicU64::new(NO_KEYS),
+        })
+    }
+
+    /// First byte of the arena.
+    #[inline]
+    pub fn base(&self) -> *mut u8 {
+        self.map.as_mut_ptr()
+    }
+
+    /// Length in bytes (a multiple of the page size in use).
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Arenas are never empty; provided for API symmetry.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.map.len() == 0
+    }
+
+    /// True when backed by hugepages.
+    #[inline]
+    pub fn is_hugepage(&self) -> bool {
+        self.huge
+    }
+
+    /// The backing file descriptor of a shareable arena.
+    #[inline]
+    pub fn fd(&self) -> Option<BorrowedFd<'_>> {
+        self.fd.as_ref().map(|f| f.as_fd())
+    }
+
+    /// True when `[ptr, ptr+len)` lies inside the arena.
+    #[inline]
+    pub fn contains(&self, ptr: *const u8, len: usize) -> bool {
+        let base = self.base() as usize;
+        let p = ptr as usize;
+        p >= base
+            && p.checked_add(len)
+                .is_some_and(|end| end <= base + self.len())
+    }
+
+    /// Offset of `ptr` from the base, if it lies inside the arena.
+    #[inline]
+    pub fn offset_of(&self, ptr: *const u8) -> Option<usize> {
+        let base = self.base() as usize;
+        let p = ptr as usize;
+        (p >= base && p < base + self.len()).then(|| p - base)
+    }
+
+    /// Stores the keys a fabric registration produced.
+    pub fn set_keys(&self, keys: RegKeys) {
+        let v = (u64::from(keys.lkey) << 32) | u64::from(keys.rkey);
+        self.keys.store(v, Ordering::Release);
+    }
+
+    /// Forgets the stored keys (after deregistration).
+    pub fn clear_keys(&self) {
+        self.keys.store(NO_KEYS, Ordering::Release);
+    }
+
+    /// The stored registration keys, if any.
+    #[inline]
+    pub fn keys(&self) -> Option<RegKeys> {
+        let v = self.keys.load(Ordering::Acquire);
+        (v != NO_KEYS).then_some(RegKeys {
+            lkey: (v >> 32) as u32,
+            rkey: v as u32,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn private_arena_is_zeroed_and_writable() {
+        let a = Arena::new(&ArenaOptions::new(10_000)).unwrap();
+        assert!(a.len() >= 10_000);
+        assert_eq!(a.len() % PAGE_SIZE, 0);
+        // SAFETY: the arena is len bytes and owned by this test.
+        let s = unsafe { std::slice::from_raw_parts_mut(a.base(), a.len()) };
+        assert!(s.iter().all(|&b| b == 0));
+        s[a.len() - 1] = 7;
+        assert!(a.contains(a.base(), a.len()));
+        assert!(!a.contains(a.base(), a.len() + 1));
+        assert_eq!(a.offset_of(a.base().wrapping_add(5)), Some(5));
+    }
+
+    #[test]
+    fn shared_arena_maps_twice() {
+        let a = Arena::new(&ArenaOptions::new(PAGE_SIZE).shareable(true)).unwrap();
+        let fd = a.fd().unwrap().try_clone_to_owned().unwrap();
+        let b = Arena::from_fd(fd, a.len()).unwrap();
+        // SAFETY: both mappings are at least one page.
+        unsafe {
+            *a.base().add(100) = 0x5a;
+            assert_eq!(*b.base().add(100), 0x5a);
+        }
+        assert!(
+            Arena::from_fd(a.fd().unwrap().try_clone_to_owned().unwrap(), a.len() * 2).is_err()
+        );
+    }
+
+    #[test]
+    fn keys_round_trip() {
+        let a = Arena::new(&ArenaOptions::new(1)).unwrap();
+        assert_eq!(a.keys(), None);
+        let k = RegKeys {
+            lkey: 0x1234,
+            rkey: 0xabcd_ef01,
+        };
+        a.set_keys(k);
+        assert_eq!(a.keys(), Some(k));
+        a.clear_keys();
+        assert_eq!(a.keys(), None);
+    }
+
+    #[test]
+    fn required_hugepages_fail_cleanly_or_work() {
+        match Arena::new(&ArenaOptions::new(1).hugepages(HugePages::Require)) {
+            Ok(a) => assert!(a.is_hugepage()),
+            Err(ArenaError::NoHugePages(_)) => {}
+            Err(e) => panic!("unexpected error {e}"),
+        }
+    }
+}
