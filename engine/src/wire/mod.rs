@@ -4,3 +4,5 @@
 //! buffers. Nothing here allocates.
 
 pub mod xdr;
+pub mod private_data;
+pub mod ccp;

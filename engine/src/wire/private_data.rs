@@ -1,0 +1,496 @@
+//! RFC 8797 RDMA-CM private data for RPC-over-RDMA version 1.
+//!
+//! Each peer puts an eight-octet message into the connection manager's private data
+//! when it connects (client) or accepts (server), advertising its send and receive
+//! buffer sizes and whether it tolerates remote invalidation. This module encodes and
+//! decodes that message, finds it inside a received private-data buffer that other
+//! layers may also have written into (RFC 8797 §5.2), and turns the two advertisements
+//! into the connection's inline thresholds (§4.2, §5.1).
+//!
+//! The message is deliberately not XDR (RFC 8797 §1): after the 32-bit format
+//! identifier come four single octets, so it is parsed octet by octet here.
+//!
+//! ```text
+//!  0                   1                   2                   3
+//!  0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1
+//! |                       Format Identifier                       |
+//! |    Version    |  Reserved   |R|   Send Size   | Receive Size  |
+//! ```
+//!
+//! Nothing here allocates or panics on received bytes.
+
+use core::fmt;
+
+use super::xdr::BufferTooSmall;
+
+/// The format identifier that opens an RPC-over-RDMA version 1 private-data message
+/// (RFC 8797 §4, IANA "RDMA-CM Private Data Identifiers").
+pub const FORMAT_IDENTIFIER: u32 = 0xf6ab_0e18;
+
+/// The only message format version this module understands (RFC 8797 §4).
+pub const VERSION_1: u8 = 1;
+
+/// Octets in a version 1 message.
+pub const ENCODED_LEN: usize = 8;
+
+/// The smallest inline threshold RPC-over-RDMA version 1 allows, which is also the
+/// default for both directions when nothing was exchanged (RFC 8166 §3.3.3).
+pub const MIN_INLINE_SIZE: u32 = 1024;
+
+/// The largest size a Send Size or Receive Size octet can express: (255 + 1) * 1024.
+pub const MAX_INLINE_SIZE: u32 = 262_144;
+
+const IDENTIFIER_BYTES: [u8; 4] = FORMAT_IDENTIFIER.to_be_bytes();
+
+// Offsets within the message.
+const VERSION_OFFSET: usize = 4;
+const FLAGS_OFFSET: usize = 5;
+const SEND_SIZE_OFFSET: usize = 6;
+const RECV_SIZE_OFFSET: usize = 7;
+
+/// R is bit 15 of the second word, i.e. the low bit of the flags octet; the other seven
+/// bits are reserved: written as zero, ignored on receipt (RFC 8797 §4).
+const REMOTE_INVALIDATE_BIT: u8 = 0x01;
+
+/// A buffer size that the Send Size / Receive Size encoding cannot express.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SizeError {
+    /// Below [`MIN_INLINE_SIZE`]: RPC-over-RDMA version 1 cannot run with buffers this
+    /// small, so there is nothing safe to advertise.
+    BelowMinimum {
+        /// The size asked for, in octets.
+        bytes: u32,
+    },
+    /// Above [`MAX_INLINE_SIZE`]. Use [`encode_size_saturating`] (or
+    /// [`PrivateData::from_buffer_sizes`]) to advertise the maximum instead.
+    AboveMaximum {
+        /// The size asked for, in octets.
+        bytes: u32,
+    },
+}
+
+impl fmt::Display for SizeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            SizeError::BelowMinimum { bytes } => write!(
+                f,
+                "inline size {bytes} is below the RPC-over-RDMA minimum of {MIN_INLINE_SIZE} octets"
+            ),
+            SizeError::AboveMaximum { bytes } => write!(
+                f,
+                "inline size {bytes} exceeds the largest encodable size of {MAX_INLINE_SIZE} octets"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for SizeError {}
+
+/// Encodes a buffer size as a Send Size / Receive Size octet: `bytes / 1024 - 1`
+/// (RFC 8797 §4.2).
+///
+/// Sizes that are not a multiple of 1024 round *down*: a peer trusts the advertised
+/// value, so advertising more than we can actually send or receive could make its
+/// Receive fail and tear the connection down, whereas advertising less only costs an
+/// occasional explicit RDMA transfer.
+///
+/// # Errors
+/// [`SizeError::BelowMinimum`] below 1024 octets, [`SizeError::AboveMaximum`] above
+/// 262144 octets.
+pub const fn encode_size(bytes: u32) -> Result<u8, SizeError> {
+    if bytes < MIN_INLINE_SIZE {
+        return Err(SizeError::BelowMinimum { bytes });
+    }
+    if bytes > MAX_INLINE_SIZE {
+        return Err(SizeError::AboveMaximum { bytes });
+    }
+    // In range, so the quotient is 1..=256 and the code 0..=255.
+    Ok((bytes / 1024 - 1) as u8)
+}
+
+/// Like [`encode_size`], but a size above [`MAX_INLINE_SIZE`] advertises the maximum.
+///
+/// That is always safe (we can certainly handle the smaller size), which makes this the
+/// right choice when advertising real buffer sizes.
+///
+/// # Errors
+/// [`SizeError::BelowMinimum`] below 1024 octets.
+pub const fn encode_size_saturating(bytes: u32) -> Result<u8, SizeError> {
+    if bytes > MAX_INLINE_SIZE {
+        return Ok(u8::MAX);
+    }
+    encode_size(bytes)
+}
+
+/// Decodes a Send Size / Receive Size octet into octets: `(code + 1) * 1024`
+/// (RFC 8797 §4.2). Every code is valid.
+pub const fn decode_size(code: u8) -> u32 {
+    (code as u32 + 1) * 1024
+}
+
+/// Why received private data is not a usable RFC 8797 version 1 message.
+///
+/// Per RFC 8797 §5.1 every one of these means the same thing to the connection: behave
+/// as if the peer sent nothing and use the RFC 8166 defaults (see
+/// [`InlineThresholds::negotiate`]). The detail is for logging.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PrivateDataError {
+    /// [`PrivateData::decode`] did not find the format identifier at offset 0.
+    NotPrivateData {
+        /// The first word of the buffer.
+        found: u32,
+    },
+    /// The format identifier is followed by a version other than [`VERSION_1`], so the
+    /// layout of what follows is unknown (RFC 8797 §5.2, §6).
+    UnsupportedVersion {
+        /// Offset of the format identifier in the buffer.
+        offset: usize,
+        /// The version octet found.
+        version: u8,
+    },
+    /// The message would run past the end of the buffer (RFC 8797 §5.2).
+    Overrun {
+        /// Offset of the message (its format identifier) in the buffer.
+        offset: usize,
+        /// Octets the message needs from `offset`.
+        needed: usize,
+        /// Octets the buffer has from `offset`.
+        available: usize,
+    },
+}
+
+impl fmt::Display for PrivateDataError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            PrivateDataError::NotPrivateData { found } => write!(
+                f,
+                "private data starts with {found:#010x}, not the RPC-over-RDMA identifier {FORMAT_IDENTIFIER:#010x}"
+            ),
+            PrivateDataError::UnsupportedVersion { offset, version } => write!(
+                f,
+                "RPC-over-RDMA private data at offset {offset} has unsupported version {version}"
+            ),
+            PrivateDataError::Overrun {
+                offset,
+                needed,
+                available,
+            } => write!(
+                f,
+                "RPC-over-RDMA private data at offset {offset} needs {needed} octets, buffer has {available}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for PrivateDataError {}
+
+/// Why a [`PrivateData`] could not be encoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PrivateDataEncodeError {
+    /// Only [`VERSION_1`] has a known layout.
+    UnsupportedVersion(u8),
+    /// `send_size` cannot be expressed.
+    SendSize(SizeError),
+    /// `recv_size` cannot be expressed.
+    RecvSize(SizeError),
+    /// The output buffer is shorter than [`ENCODED_LEN`].
+    BufferTooSmall(BufferTooSmall),
+}
+
+impl fmt::Display for PrivateDataEncodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PrivateDataEncodeError::UnsupportedVersion(v) => {
+                write!(f, "cannot encode private data version {v}; only version 1 is defined")
+            }
+            PrivateDataEncodeError::SendSize(e) => write!(f, "send size: {e}"),
+            PrivateDataEncodeError::RecvSize(e) => write!(f, "receive size: {e}"),
+            PrivateDataEncodeError::BufferTooSmall(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for PrivateDataEncodeError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            PrivateDataEncodeError::UnsupportedVersion(_) => None,
+            PrivateDataEncodeError::SendSize(e) | PrivateDataEncodeError::RecvSize(e) => Some(e),
+            PrivateDataEncodeError::BufferTooSmall(e) => Some(e),
+        }
+    }
+}
+
+/// One peer's RFC 8797 advertisement.
+///
+/// Sizes are in octets. A decoded value always has `version == 1` and sizes that are
+/// multiples of 1024 in `1024..=262144`; a value built by hand may hold anything, and
+/// [`PrivateData::encode`] checks it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct PrivateData {
+    /// Message format version; only [`VERSION_1`] is defined.
+    pub version: u8,
+    /// The R flag: this peer can cope with its peer invalidating its STags remotely
+    /// (RFC 8797 §3.2, §4.1).
+    pub remote_invalidate: bool,
+    /// The most this peer will transmit in one RDMA Send.
+    pub send_size: u32,
+    /// The most this peer can take in one RDMA Receive.
+    pub recv_size: u32,
+}
+
+impl PrivateData {
+    /// What RFC 8797 §5.1 says to assume about a peer that sent no valid message: R clear
+    /// and both size codes zero, i.e. the RFC 8166 default of 1024 octets.
+    pub const DEFAULT: PrivateData = PrivateData {
+        version: VERSION_1,
+        remote_invalidate: false,
+        send_size: MIN_INLINE_SIZE,
+        recv_size: MIN_INLINE_SIZE,
+    };
+
+    /// A version 1 advertisement with the given sizes, unchecked until encoding.
+    pub const fn new(send_size: u32, recv_size: u32, remote_invalidate: bool) -> Self {
+        PrivateData {
+            version: VERSION_1,
+            remote_invalidate,
+            send_size,
+            recv_size,
+        }
+    }
+
+    /// The advertisement to send for real buffer sizes: each is rounded down to a
+    /// multiple of 1024 and capped at [`MAX_INLINE_SIZE`], both of which are safe (see
+    /// [`encode_size`]). The result encodes without error and decodes to itself.
+    ///
+    /// # Errors
+    /// [`SizeError::BelowMinimum`] if either buffer is smaller than 1024 octets.
+    pub const fn from_buffer_sizes(
+        send_bytes: u32,
+        recv_bytes: u32,
+        remote_invalidate: bool,
+    ) -> Result<Self, SizeError> {
+        let send = match encode_size_saturating(send_bytes) {
+            Ok(c) => c,
+            Err(e) => return Err(e),
+        };
+        let recv = match encode_size_saturating(recv_bytes) {
+            Ok(c) => c,
+            Err(e) => return Err(e),
+        };
+        Ok(PrivateData::new(
+            decode_size(send),
+            decode_size(recv),
+            remote_invalidate,
+        ))
+    }
+
+    /// Encodes the message into the first [`ENCODED_LEN`] octets of `out` and returns
+    /// that length. Reserved bits are written as zero. Sizes that are not multiples of
+    /// 1024 round down (see [`encode_size`]).
+    ///
+    /// # Errors
+    /// A version other than 1, a size outside `1024..=262144`, or a short buffer.
+    pub fn encode(&self, out: &mut [u8]) -> Result<usize, PrivateDataEncodeError> {
+        let bytes = self.to_bytes()?;
+        let available = out.len();
+        let dst = out
+            .get_mut(..ENCODED_LEN)
+            .ok_or(PrivateDataEncodeError::BufferTooSmall(BufferTooSmall {
+                needed: ENCODED_LEN,
+                available,
+            }))?;
+        dst.copy_from_slice(&bytes);
+        Ok(ENCODED_LEN)
+    }
+
+    /// The encoded message as an array, for private-data buffers assembled by value.
+    ///
+    /// # Errors
+    /// As [`PrivateData::encode`], except that there is no buffer to be too small.
+    pub const fn to_bytes(&self) -> Result<[u8; ENCODED_LEN], PrivateDataEncodeError> {
+        if self.version != VERSION_1 {
+            return Err(PrivateDataEncodeError::UnsupportedVersion(self.version));
+        }
+        let send = match encode_size(self.send_size) {
+            Ok(c) => c,
+            Err(e) => return Err(PrivateDataEncodeError::SendSize(e)),
+        };
+        let recv = match encode_size(self.recv_size) {
+            Ok(c) => c,
+            Err(e) => return Err(PrivateDataEncodeError::RecvSize(e)),
+        };
+        let flags = if self.remote_invalidate {
+            REMOTE_INVALIDATE_BIT
+        } else {
+            0
+        };
+        let id = IDENTIFIER_BYTES;
+        Ok([id[0], id[1], id[2], id[3], VERSION_1, flags, send, recv])
+    }
+
+    /// Decodes a message that starts at offset 0 of `buf`. Octets after the eighth are
+    /// ignored (private-data fields are fixed-size and usually zero-padded); reserved
+    /// flag bits are ignored (RFC 8797 §4).
+    ///
+    /// To look for the message anywhere in a received buffer, use
+    /// [`find_private_data`].
+    ///
+    /// # Errors
+    /// [`PrivateDataError::NotPrivateData`] if the buffer does not start with
+    /// [`FORMAT_IDENTIFIER`]; otherwise as for a candidate in [`find_private_data`].
+    pub fn decode(buf: &[u8]) -> Result<Self, PrivateDataError> {
+        match buf.get(..4) {
+            Some(id) if id == IDENTIFIER_BYTES => parse_after_identifier(buf, 0),
+            Some(id) => Err(PrivateDataError::NotPrivateData {
+                found: u32::from_be_bytes([id[0], id[1], id[2], id[3]]),
+            }),
+            None => Err(PrivateDataError::Overrun {
+                offset: 0,
+                needed: ENCODED_LEN,
+                available: buf.len(),
+            }),
+        }
+    }
+
+    /// This value as the peer will see it: what [`PrivateData::decode`] returns for
+    /// [`PrivateData::to_bytes`], or `None` if it cannot be encoded (so it cannot have
+    /// been sent).
+    pub fn as_advertised(&self) -> Option<PrivateData> {
+        let bytes = self.to_bytes().ok()?;
+        PrivateData::decode(&bytes).ok()
+    }
+}
+
+impl Default for PrivateData {
+    fn default() -> Self {
+        PrivateData::DEFAULT
+    }
+}
+
+/// Parses the octets after a format identifier found at `offset`. The version is checked
+/// before the length because the version defines the length (RFC 8797 §4: version 1
+/// means exactly eight octets); a version octet that is itself missing is an overrun.
+fn parse_after_identifier(buf: &[u8], offset: usize) -> Result<PrivateData, PrivateDataError> {
+    let rest = buf.get(offset..).unwrap_or(&[]);
+    let overrun = PrivateDataError::Overrun {
+        offset,
+        needed: ENCODED_LEN,
+        available: rest.len(),
+    };
+    let version = *rest.get(VERSION_OFFSET).ok_or(overrun)?;
+    if version != VERSION_1 {
+        return Err(PrivateDataError::UnsupportedVersion { offset, version });
+    }
+    let msg = rest.get(..ENCODED_LEN).ok_or(overrun)?;
+    Ok(PrivateData {
+        version,
+        remote_invalidate: msg[FLAGS_OFFSET] & REMOTE_INVALIDATE_BIT != 0,
+        send_size: decode_size(msg[SEND_SIZE_OFFSET]),
+        recv_size: decode_size(msg[RECV_SIZE_OFFSET]),
+    })
+}
+
+/// Searches a received private-data buffer for an RFC 8797 message at any octet offset
+/// (RFC 8797 §5.2: other layers, e.g. MPA's IRD/ORD words, may come first, and no
+/// alignment is promised).
+///
+/// Returns the offset and contents of the first occurrence of [`FORMAT_IDENTIFIER`] that
+/// is followed by a valid version 1 message, or `Ok(None)` if the identifier does not
+/// occur at all.
+///
+/// An occurrence whose version is not 1, or whose message would overrun the buffer, is
+/// not RFC 8797 private data we can use: RFC 8797 §7 warns that other layers' data can
+/// contain the identifier by accident, and the §5.2 checks exist to reject such false
+/// matches. The search therefore carries on past it, so that a coincidental match in,
+/// say, an MPA header cannot hide a genuine message behind it. If no occurrence is
+/// valid, the error for the *first* one is returned so that it can be logged.
+///
+/// # Errors
+/// Only when the identifier occurs but no occurrence is valid. Per RFC 8797 §5.1 the
+/// caller must then behave exactly as for `Ok(None)`: assume [`PrivateData::DEFAULT`]
+/// for the peer. [`InlineThresholds::from_received`] does this.
+pub fn find_private_data(buf: &[u8]) -> Result<Option<(usize, PrivateData)>, PrivateDataError> {
+    let mut first_rejected = None;
+    for (offset, window) in buf.windows(IDENTIFIER_BYTES.len()).enumerate() {
+        if window != IDENTIFIER_BYTES {
+            continue;
+        }
+        match parse_after_identifier(buf, offset) {
+            Ok(pd) => return Ok(Some((offset, pd))),
+            Err(e) => {
+                first_rejected.get_or_insert(e);
+            }
+        }
+    }
+    match first_rejected {
+        Some(e) => Err(e),
+        None => Ok(None),
+    }
+}
+
+/// The inline thresholds of one end of a connection, in octets, and whether remote
+/// invalidation may be used (RFC 8797 §4.1, §4.2).
+///
+/// Both ends compute matching values: one end's `send` is the other's `recv`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct InlineThresholds {
+    /// The largest message we may transmit with one RDMA Send.
+    pub send: u32,
+    /// The largest message the peer may transmit to us with one RDMA Send, so the size
+    /// our posted Receive buffers must be able to hold.
+    pub recv: u32,
+    /// Both peers set R: when this end is the responder it may reply with RDMA Send with
+    /// Invalidate (invalidating only STags of that reply's XID); when it is the requester
+    /// it must expect its STags to be invalidated that way.
+    pub remote_invalidate: bool,
+}
+
+impl InlineThresholds {
+    /// The RFC 8166 defaults: 1024 octets each way, no remote invalidation.
+    pub const DEFAULT: InlineThresholds = InlineThresholds {
+        send: MIN_INLINE_SIZE,
+        recv: MIN_INLINE_SIZE,
+        remote_invalidate: false,
+    };
+
+    /// Combines what we advertised with what the peer advertised (RFC 8797 §4.2): our
+    /// send threshold is the smaller of our send size and the peer's receive size, our
+    /// receive threshold the smaller of the peer's send size and our receive size, and
+    /// remote invalidation needs R from both (§4.1).
+    ///
+    /// `None` on either side means that side sent no valid message; RFC 8797 §5.1 says to
+    /// treat it as [`PrivateData::DEFAULT`]. Each side is taken *as the other end saw
+    /// it* (see [`PrivateData::as_advertised`]): sizes round down to a multiple of 1024,
+    /// and a value that cannot be encoded (wrong version, size out of range) counts as
+    /// not sent. That keeps both ends' results consistent.
+    pub fn negotiate(local: Option<&PrivateData>, peer: Option<&PrivateData>) -> Self {
+        let seen = |pd: Option<&PrivateData>| {
+            pd.and_then(PrivateData::as_advertised)
+                .unwrap_or(PrivateData::DEFAULT)
+        };
+        let local = seen(local);
+        let peer = seen(peer);
+        InlineThresholds {
+            send: local.send_size.min(peer.recv_size),
+            recv: peer.send_size.min(local.recv_size),
+            remote_invalidate: local.remote_invalidate && peer.remote_invalidate,
+        }
+    }
+
+    /// [`InlineThresholds::negotiate`] with the peer's message searched for in the
+    /// private-data buffer it sent; anything but a valid message means defaults
+    /// (RFC 8797 §5.1). Use [`find_private_data`] directly to log why a message was
+    /// rejected.
+    pub fn from_received(local: Option<&PrivateData>, received: &[u8]) -> Self {
+        let peer = find_private_data(received).ok().flatten().map(|(_, pd)| pd);
+        InlineThresholds::negotiate(local, peer.as_ref())
+    }
+}
+
+impl Default for InlineThresholds {
+    fn default() -> Self {
+        InlineThresholds::DEFAULT
+    }
+}
