@@ -1,3 +1,4 @@
 //! rpcrdma-ulp: ONC RPC version 2 (RFC 5531), the upper-layer interface, the NFS binding
 //! (RFC 8267) and built-in programs.
 #![warn(missing_docs)]
+pub mod rpc;
