@@ -3,6 +3,6 @@
 //! Decoders return zero-copy views over the received bytes; encoders write into caller
 //! buffers. Nothing here allocates.
 
-pub mod xdr;
-pub mod private_data;
 pub mod ccp;
+pub mod private_data;
+pub mod xdr;

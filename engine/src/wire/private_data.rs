@@ -201,7 +201,10 @@ impl fmt::Display for PrivateDataEncodeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             PrivateDataEncodeError::UnsupportedVersion(v) => {
-                write!(f, "cannot encode private data version {v}; only version 1 is defined")
+                write!(
+                    f,
+                    "cannot encode private data version {v}; only version 1 is defined"
+                )
             }
             PrivateDataEncodeError::SendSize(e) => write!(f, "send size: {e}"),
             PrivateDataEncodeError::RecvSize(e) => write!(f, "receive size: {e}"),

@@ -1,0 +1,598 @@
+//! RFC 8797 private data: hand-derived byte vectors, the §5.2 search, size encoding
+//! boundaries, §4.2 threshold negotiation and §5.1 fallback, plus property tests.
+//!
+//! Expected bytes are written out from the RFC 8797 §4 diagram: format identifier
+//! f6 ab 0e 18, then version, then the flags octet (R is its low bit), then the send and
+//! receive size codes ((octets / 1024) - 1, §4.2).
+
+use proptest::prelude::*;
+use rpcrdma::wire::private_data::{
+    decode_size, encode_size, encode_size_saturating, find_private_data, InlineThresholds,
+    PrivateData, PrivateDataEncodeError, PrivateDataError, SizeError, ENCODED_LEN,
+    FORMAT_IDENTIFIER, MAX_INLINE_SIZE, MIN_INLINE_SIZE,
+};
+use rpcrdma::wire::xdr::BufferTooSmall;
+
+/// R set, send 4 KiB (code 3), receive 8 KiB (code 7).
+const MSG_R_4K_8K: [u8; 8] = [0xf6, 0xab, 0x0e, 0x18, 0x01, 0x01, 0x03, 0x07];
+const PD_R_4K_8K: PrivateData = PrivateData {
+    version: 1,
+    remote_invalidate: true,
+    send_size: 4096,
+    recv_size: 8192,
+};
+
+// ---- §4 message layout -------------------------------------------------------------
+
+#[test]
+fn identifier_constant_matches_rfc_text() {
+    // §4: "the value of this field is always 0xf6ab0e18, in network byte order".
+    assert_eq!(FORMAT_IDENTIFIER, 0xf6ab_0e18);
+    assert_eq!(ENCODED_LEN, 8);
+}
+
+#[test]
+fn encode_r_set_4k_8k() {
+    let mut out = [0xaau8; 12];
+    assert_eq!(PD_R_4K_8K.encode(&mut out), Ok(8));
+    assert_eq!(out[..8], MSG_R_4K_8K);
+    assert_eq!(
+        out[8..],
+        [0xaa; 4],
+        "octets after the message are untouched"
+    );
+    assert_eq!(PD_R_4K_8K.to_bytes(), Ok(MSG_R_4K_8K));
+}
+
+#[test]
+fn encode_defaults_is_all_zero_codes() {
+    // §5.1: the assumed message has R clear and both Size fields zero.
+    assert_eq!(
+        PrivateData::DEFAULT.to_bytes(),
+        Ok([0xf6, 0xab, 0x0e, 0x18, 0x01, 0x00, 0x00, 0x00])
+    );
+    assert_eq!(PrivateData::default(), PrivateData::new(1024, 1024, false));
+}
+
+#[test]
+fn encode_maximum_sizes() {
+    let pd = PrivateData::new(262_144, 262_144, false);
+    assert_eq!(
+        pd.to_bytes(),
+        Ok([0xf6, 0xab, 0x0e, 0x18, 0x01, 0x00, 0xff, 0xff])
+    );
+}
+
+#[test]
+fn encode_asymmetric_sizes_keep_field_order() {
+    // Send Size precedes Receive Size (§4): 1 KiB send (0x00), 256 KiB receive (0xff).
+    let pd = PrivateData::new(1024, 262_144, true);
+    assert_eq!(
+        pd.to_bytes(),
+        Ok([0xf6, 0xab, 0x0e, 0x18, 0x01, 0x01, 0x00, 0xff])
+    );
+}
+
+#[test]
+fn decode_r_set_4k_8k() {
+    assert_eq!(PrivateData::decode(&MSG_R_4K_8K), Ok(PD_R_4K_8K));
+}
+
+#[test]
+fn decode_ignores_reserved_bits() {
+    // §4: receivers MUST ignore the seven reserved bits.
+    let mut m = MSG_R_4K_8K;
+    m[5] = 0xfe; // all reserved bits set, R clear
+    let pd = PrivateData::decode(&m).unwrap();
+    assert!(!pd.remote_invalidate);
+    m[5] = 0xff; // all reserved bits set, R set
+    assert_eq!(PrivateData::decode(&m), Ok(PD_R_4K_8K));
+    // The encoder always writes them as zero.
+    assert_eq!(
+        PrivateData::decode(&m).unwrap().to_bytes().unwrap()[5],
+        0x01
+    );
+}
+
+#[test]
+fn decode_ignores_trailing_octets() {
+    let mut buf = [0u8; 56];
+    buf[..8].copy_from_slice(&MSG_R_4K_8K);
+    buf[8..].fill(0x5a);
+    assert_eq!(PrivateData::decode(&buf), Ok(PD_R_4K_8K));
+}
+
+#[test]
+fn decode_rejects_other_identifier() {
+    let m = [0xf6, 0xab, 0x0e, 0x19, 0x01, 0x00, 0x00, 0x00];
+    assert_eq!(
+        PrivateData::decode(&m),
+        Err(PrivateDataError::NotPrivateData { found: 0xf6ab_0e19 })
+    );
+}
+
+#[test]
+fn decode_rejects_short_buffers() {
+    for len in 0..8 {
+        assert_eq!(
+            PrivateData::decode(&MSG_R_4K_8K[..len]),
+            Err(PrivateDataError::Overrun {
+                offset: 0,
+                needed: 8,
+                available: len
+            }),
+            "length {len}"
+        );
+    }
+}
+
+#[test]
+fn decode_rejects_wrong_versions() {
+    for version in [0u8, 2, 0xff] {
+        let mut m = MSG_R_4K_8K;
+        m[4] = version;
+        assert_eq!(
+            PrivateData::decode(&m),
+            Err(PrivateDataError::UnsupportedVersion { offset: 0, version })
+        );
+    }
+}
+
+#[test]
+fn encode_errors() {
+    let mut out = [0u8; 7];
+    assert_eq!(
+        PD_R_4K_8K.encode(&mut out),
+        Err(PrivateDataEncodeError::BufferTooSmall(BufferTooSmall {
+            needed: 8,
+            available: 7
+        }))
+    );
+    assert_eq!(out, [0; 7], "nothing written on failure");
+    let mut out = [0u8; 8];
+    let v2 = PrivateData {
+        version: 2,
+        ..PD_R_4K_8K
+    };
+    assert_eq!(
+        v2.encode(&mut out),
+        Err(PrivateDataEncodeError::UnsupportedVersion(2))
+    );
+    assert_eq!(
+        PrivateData::new(1023, 4096, false).encode(&mut out),
+        Err(PrivateDataEncodeError::SendSize(SizeError::BelowMinimum {
+            bytes: 1023
+        }))
+    );
+    assert_eq!(
+        PrivateData::new(4096, 262_145, false).encode(&mut out),
+        Err(PrivateDataEncodeError::RecvSize(SizeError::AboveMaximum {
+            bytes: 262_145
+        }))
+    );
+    assert_eq!(out, [0; 8], "nothing written on failure");
+}
+
+#[test]
+fn errors_display_their_details() {
+    let e = PrivateDataError::UnsupportedVersion {
+        offset: 7,
+        version: 2,
+    };
+    let s = e.to_string();
+    assert!(s.contains("offset 7") && s.contains("version 2"), "{s}");
+    let s = PrivateDataEncodeError::SendSize(SizeError::BelowMinimum { bytes: 0 }).to_string();
+    assert!(s.contains("send size") && s.contains("1024"), "{s}");
+}
+
+// ---- §4.2 size encoding -------------------------------------------------------------
+
+#[test]
+fn size_boundaries() {
+    assert_eq!(MIN_INLINE_SIZE, 1024);
+    assert_eq!(MAX_INLINE_SIZE, 262_144);
+    assert_eq!(encode_size(1024), Ok(0));
+    assert_eq!(encode_size(262_144), Ok(255));
+    assert_eq!(
+        encode_size(1023),
+        Err(SizeError::BelowMinimum { bytes: 1023 })
+    );
+    assert_eq!(encode_size(0), Err(SizeError::BelowMinimum { bytes: 0 }));
+    assert_eq!(
+        encode_size(262_145),
+        Err(SizeError::AboveMaximum { bytes: 262_145 })
+    );
+    assert_eq!(
+        encode_size(u32::MAX),
+        Err(SizeError::AboveMaximum { bytes: u32::MAX })
+    );
+    assert_eq!(decode_size(0), 1024);
+    assert_eq!(decode_size(255), 262_144);
+    assert_eq!(decode_size(3), 4096);
+}
+
+#[test]
+fn size_rounds_down_between_multiples() {
+    // Never advertise more than the buffer really holds.
+    assert_eq!(encode_size(2047), Ok(0));
+    assert_eq!(encode_size(2048), Ok(1));
+    assert_eq!(encode_size(262_143), Ok(254));
+    assert_eq!(
+        PrivateData::new(5000, 9000, false).to_bytes(),
+        Ok([0xf6, 0xab, 0x0e, 0x18, 0x01, 0x00, 0x03, 0x07])
+    );
+}
+
+#[test]
+fn saturating_size_caps_at_maximum() {
+    assert_eq!(encode_size_saturating(262_145), Ok(255));
+    assert_eq!(encode_size_saturating(u32::MAX), Ok(255));
+    assert_eq!(encode_size_saturating(4096), Ok(3));
+    assert_eq!(
+        encode_size_saturating(1023),
+        Err(SizeError::BelowMinimum { bytes: 1023 })
+    );
+    assert_eq!(
+        PrivateData::from_buffer_sizes(1 << 20, 9000, true),
+        Ok(PrivateData::new(262_144, 8192, true))
+    );
+    assert_eq!(
+        PrivateData::from_buffer_sizes(4096, 0, true),
+        Err(SizeError::BelowMinimum { bytes: 0 })
+    );
+}
+
+// ---- §5.2 searching a received buffer ------------------------------------------------
+
+#[test]
+fn find_at_offset_0() {
+    let mut buf = [0u8; 56];
+    buf[..8].copy_from_slice(&MSG_R_4K_8K);
+    assert_eq!(find_private_data(&buf), Ok(Some((0, PD_R_4K_8K))));
+}
+
+#[test]
+fn find_after_mpa_ird_ord_word() {
+    // An MPA v2 (RFC 6581) enhanced-connection word comes first: IRD 16, ORD 16.
+    let buf = [
+        0x00, 0x10, 0x00, 0x10, // IRD / ORD
+        0xf6, 0xab, 0x0e, 0x18, 0x01, 0x01, 0x03, 0x07, // RFC 8797 message
+    ];
+    assert_eq!(find_private_data(&buf), Ok(Some((4, PD_R_4K_8K))));
+}
+
+#[test]
+fn find_at_unaligned_offset_7() {
+    let buf = [
+        0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, // another layer's seven octets
+        0xf6, 0xab, 0x0e, 0x18, 0x01, 0x00, 0x1f, 0x3f, // send 32 KiB, receive 64 KiB
+        0x00, 0x00,
+    ];
+    assert_eq!(
+        find_private_data(&buf),
+        Ok(Some((7, PrivateData::new(32_768, 65_536, false))))
+    );
+}
+
+#[test]
+fn find_message_ending_exactly_at_buffer_end() {
+    let buf = [0x00, 0x00, 0xf6, 0xab, 0x0e, 0x18, 0x01, 0x01, 0x03, 0x07];
+    assert_eq!(find_private_data(&buf), Ok(Some((2, PD_R_4K_8K))));
+}
+
+#[test]
+fn find_near_end_is_overrun() {
+    // Identifier and version present, the size octets cut off.
+    let buf = [0x00, 0x00, 0x00, 0xf6, 0xab, 0x0e, 0x18, 0x01, 0x01];
+    assert_eq!(
+        find_private_data(&buf),
+        Err(PrivateDataError::Overrun {
+            offset: 3,
+            needed: 8,
+            available: 6
+        })
+    );
+    // Identifier is the last word: not even the version is there.
+    let buf = [0x00, 0x00, 0xf6, 0xab, 0x0e, 0x18];
+    assert_eq!(
+        find_private_data(&buf),
+        Err(PrivateDataError::Overrun {
+            offset: 2,
+            needed: 8,
+            available: 4
+        })
+    );
+}
+
+#[test]
+fn find_reports_version_before_length() {
+    // The version decides the length, so a bad version wins over a short buffer.
+    let buf = [0x00, 0xf6, 0xab, 0x0e, 0x18, 0x02];
+    assert_eq!(
+        find_private_data(&buf),
+        Err(PrivateDataError::UnsupportedVersion {
+            offset: 1,
+            version: 2
+        })
+    );
+}
+
+#[test]
+fn find_wrong_version_is_an_error() {
+    let buf = [
+        0x00, 0x10, 0x00, 0x10, //
+        0xf6, 0xab, 0x0e, 0x18, 0x02, 0x01, 0x03, 0x07, 0x00, 0x00, 0x00, 0x00,
+    ];
+    assert_eq!(
+        find_private_data(&buf),
+        Err(PrivateDataError::UnsupportedVersion {
+            offset: 4,
+            version: 2
+        })
+    );
+}
+
+#[test]
+fn find_skips_false_match_before_genuine_message() {
+    // A coincidental identifier (e.g. in an MPA word) followed by the real message: the
+    // false match reads the real identifier's first octet, 0xf6, as its version.
+    let buf = [
+        0xf6, 0xab, 0x0e, 0x18, //
+        0xf6, 0xab, 0x0e, 0x18, 0x01, 0x01, 0x03, 0x07,
+    ];
+    assert_eq!(find_private_data(&buf), Ok(Some((4, PD_R_4K_8K))));
+}
+
+#[test]
+fn find_without_identifier_is_none() {
+    assert_eq!(find_private_data(&[]), Ok(None));
+    assert_eq!(find_private_data(&[0xf6, 0xab, 0x0e]), Ok(None));
+    // Identifier octets in the wrong order, and a near miss.
+    let buf = [
+        0x18, 0x0e, 0xab, 0xf6, 0x01, 0x00, 0xf6, 0xab, 0x0e, 0x17, 0x01, 0x00, 0x00, 0x00,
+    ];
+    assert_eq!(find_private_data(&buf), Ok(None));
+    assert_eq!(find_private_data(&[0u8; 196]), Ok(None));
+}
+
+// ---- §4.1 / §4.2 / §5.1 negotiation ---------------------------------------------------
+
+#[test]
+fn negotiate_peer_absent_falls_back_to_defaults() {
+    let local = PrivateData::new(65_536, 65_536, true);
+    let t = InlineThresholds::negotiate(Some(&local), None);
+    assert_eq!(
+        t,
+        InlineThresholds {
+            send: 1024,
+            recv: 1024,
+            remote_invalidate: false
+        }
+    );
+    assert_eq!(t, InlineThresholds::DEFAULT);
+}
+
+#[test]
+fn negotiate_local_absent_falls_back_to_defaults() {
+    let peer = PrivateData::new(65_536, 65_536, true);
+    assert_eq!(
+        InlineThresholds::negotiate(None, Some(&peer)),
+        InlineThresholds::DEFAULT
+    );
+    assert_eq!(
+        InlineThresholds::negotiate(None, None),
+        InlineThresholds::default()
+    );
+}
+
+#[test]
+fn negotiate_remote_invalidate_needs_both() {
+    let with_r = PrivateData::new(4096, 4096, true);
+    let without_r = PrivateData::new(4096, 4096, false);
+    let t = |a: &PrivateData, b: &PrivateData| {
+        InlineThresholds::negotiate(Some(a), Some(b)).remote_invalidate
+    };
+    assert!(!t(&with_r, &without_r), "only local R");
+    assert!(!t(&without_r, &with_r), "only peer R");
+    assert!(!t(&without_r, &without_r));
+    assert!(t(&with_r, &with_r), "both R");
+}
+
+#[test]
+fn negotiate_asymmetric_sizes() {
+    // §4.2: client-to-server = min(client send, server receive);
+    // server-to-client = min(server send, client receive).
+    let client = PrivateData::new(4096, 65_536, false);
+    let server = PrivateData::new(32_768, 8192, false);
+    let at_client = InlineThresholds::negotiate(Some(&client), Some(&server));
+    assert_eq!(
+        at_client,
+        InlineThresholds {
+            send: 4096,
+            recv: 32_768,
+            remote_invalidate: false
+        }
+    );
+    let at_server = InlineThresholds::negotiate(Some(&server), Some(&client));
+    assert_eq!(
+        at_server,
+        InlineThresholds {
+            send: 32_768,
+            recv: 4096,
+            remote_invalidate: false
+        }
+    );
+}
+
+#[test]
+fn negotiate_uses_local_values_as_advertised() {
+    // 5000 octets were advertised as 4 KiB; the peer limits itself to that.
+    let local = PrivateData::new(5000, 5000, false);
+    let peer = PrivateData::new(65_536, 65_536, false);
+    let t = InlineThresholds::negotiate(Some(&local), Some(&peer));
+    assert_eq!((t.send, t.recv), (4096, 4096));
+    // A local value that cannot be encoded was never sent: defaults.
+    let bad = PrivateData::new(512, 65_536, true);
+    assert_eq!(
+        InlineThresholds::negotiate(Some(&bad), Some(&peer)),
+        InlineThresholds::DEFAULT
+    );
+    let v2 = PrivateData { version: 2, ..peer };
+    assert_eq!(
+        InlineThresholds::negotiate(Some(&peer), Some(&v2)),
+        InlineThresholds::DEFAULT
+    );
+}
+
+#[test]
+fn from_received_applies_section_5_1() {
+    let local = PrivateData::new(16_384, 16_384, true);
+    // A valid message after an MPA word.
+    let good = [
+        0x00, 0x10, 0x00, 0x10, 0xf6, 0xab, 0x0e, 0x18, 0x01, 0x01, 0x03, 0x07,
+    ];
+    assert_eq!(
+        InlineThresholds::from_received(Some(&local), &good),
+        InlineThresholds {
+            send: 8192,
+            recv: 4096,
+            remote_invalidate: true
+        }
+    );
+    // Wrong version, overrun, and nothing at all: all mean defaults.
+    let bad_version = [0xf6, 0xab, 0x0e, 0x18, 0x02, 0x01, 0x03, 0x07];
+    let overrun = [0xf6, 0xab, 0x0e, 0x18, 0x01, 0x01, 0x03];
+    for received in [&bad_version[..], &overrun[..], &[0u8; 56][..], &[][..]] {
+        assert_eq!(
+            InlineThresholds::from_received(Some(&local), received),
+            InlineThresholds::DEFAULT,
+            "{received:02x?}"
+        );
+    }
+}
+
+#[cfg(feature = "serde")]
+#[test]
+fn serde_json_round_trip() {
+    let json = serde_json::to_string(&PD_R_4K_8K).unwrap();
+    assert_eq!(
+        json,
+        r#"{"version":1,"remote_invalidate":true,"send_size":4096,"recv_size":8192}"#
+    );
+    assert_eq!(
+        serde_json::from_str::<PrivateData>(&json).unwrap(),
+        PD_R_4K_8K
+    );
+    let peer = PrivateData::new(16_384, 16_384, true);
+    let t = InlineThresholds::negotiate(Some(&PD_R_4K_8K), Some(&peer));
+    let json = serde_json::to_string(&t).unwrap();
+    assert_eq!(
+        json,
+        r#"{"send":4096,"recv":8192,"remote_invalidate":true}"#
+    );
+    assert_eq!(serde_json::from_str::<InlineThresholds>(&json).unwrap(), t);
+}
+
+// ---- properties ---------------------------------------------------------------------
+
+fn valid_private_data() -> impl Strategy<Value = PrivateData> {
+    (any::<u8>(), any::<u8>(), any::<bool>())
+        .prop_map(|(s, r, ri)| PrivateData::new(decode_size(s), decode_size(r), ri))
+}
+
+fn buffer_without_identifier(max: usize) -> impl Strategy<Value = Vec<u8>> {
+    proptest::collection::vec(any::<u8>(), 0..max).prop_map(|mut v| {
+        // Break every accidental identifier so that only the one we plant is found.
+        for i in 0..v.len().saturating_sub(3) {
+            if v[i..i + 4] == FORMAT_IDENTIFIER.to_be_bytes() {
+                v[i] = 0;
+            }
+        }
+        v
+    })
+}
+
+proptest! {
+    #[test]
+    fn prop_encode_decode_round_trip(pd in valid_private_data()) {
+        let mut out = [0u8; 8];
+        prop_assert_eq!(pd.encode(&mut out), Ok(8));
+        prop_assert_eq!(PrivateData::decode(&out), Ok(pd));
+        prop_assert_eq!(pd.as_advertised(), Some(pd));
+    }
+
+    #[test]
+    fn prop_size_code_round_trip(code in any::<u8>()) {
+        prop_assert_eq!(encode_size(decode_size(code)), Ok(code));
+    }
+
+    #[test]
+    fn prop_size_never_rounds_up(bytes in any::<u32>()) {
+        match encode_size_saturating(bytes) {
+            Ok(code) => {
+                prop_assert!(decode_size(code) <= bytes);
+                prop_assert!(bytes < MAX_INLINE_SIZE || code == 255);
+                // Rounding loses less than one kilo-octet.
+                prop_assert!(bytes > MAX_INLINE_SIZE || bytes - decode_size(code) < 1024);
+            }
+            Err(e) => {
+                prop_assert!(bytes < 1024);
+                prop_assert_eq!(e, SizeError::BelowMinimum { bytes });
+            }
+        }
+    }
+
+    #[test]
+    fn prop_find_planted_message(
+        prefix in buffer_without_identifier(64),
+        suffix in proptest::collection::vec(any::<u8>(), 0..64),
+        pd in valid_private_data(),
+    ) {
+        let mut buf = prefix.clone();
+        buf.extend_from_slice(&pd.to_bytes().unwrap());
+        buf.extend_from_slice(&suffix);
+        prop_assert_eq!(find_private_data(&buf), Ok(Some((prefix.len(), pd))));
+    }
+
+    #[test]
+    fn prop_arbitrary_bytes_never_panic(buf in proptest::collection::vec(any::<u8>(), 0..256)) {
+        let _ = PrivateData::decode(&buf);
+        let id = FORMAT_IDENTIFIER.to_be_bytes();
+        match find_private_data(&buf) {
+            Ok(Some((off, pd))) => {
+                prop_assert_eq!(&buf[off..off + 4], &id[..]);
+                prop_assert_eq!(PrivateData::decode(&buf[off..]), Ok(pd));
+            }
+            Ok(None) => prop_assert!(!buf.windows(4).any(|w| w == id)),
+            Err(_) => prop_assert!(buf.windows(4).any(|w| w == id)),
+        }
+        let _ = InlineThresholds::from_received(None, &buf);
+    }
+
+    #[test]
+    fn prop_identifier_dense_buffers_never_panic(
+        words in proptest::collection::vec((any::<bool>(), any::<u8>()), 0..40),
+    ) {
+        // Mostly identifiers and versions, to hit candidates at every offset and length.
+        let mut buf = Vec::new();
+        for (id, b) in words {
+            if id { buf.extend_from_slice(&FORMAT_IDENTIFIER.to_be_bytes()); } else { buf.push(b % 3); }
+        }
+        if let Ok(Some((off, pd))) = find_private_data(&buf) {
+            prop_assert_eq!(PrivateData::decode(&buf[off..]), Ok(pd));
+        }
+    }
+
+    #[test]
+    fn prop_both_ends_agree(a in valid_private_data(), b in valid_private_data(),
+                            a_sent in any::<bool>(), b_sent in any::<bool>()) {
+        let a = a_sent.then_some(a);
+        let b = b_sent.then_some(b);
+        let at_a = InlineThresholds::negotiate(a.as_ref(), b.as_ref());
+        let at_b = InlineThresholds::negotiate(b.as_ref(), a.as_ref());
+        prop_assert_eq!(at_a.send, at_b.recv);
+        prop_assert_eq!(at_a.recv, at_b.send);
+        prop_assert_eq!(at_a.remote_invalidate, at_b.remote_invalidate);
+        prop_assert!(at_a.send >= 1024 && at_a.recv >= 1024);
+    }
+}
