@@ -2,8 +2,28 @@
 //!
 //! Knows nothing of RDMA: a fabric registers an [`Arena`] and stores its keys on it; the
 //! pools carve fixed-size slots from arenas and hand them out in bulk, DPDK-mempool style.
+//!
+//! - [`Pool`]: `count` buffers of one size, cache-line aligned, in an arena of its own
+//!   or at an offset in a shared one; a lock-free ring of free slot indices.
+//! - [`PoolCache`]: one per polling thread; get/put (single and bulk) touch only the
+//!   cache, which refills from and flushes to the ring in bulk.
+//! - [`Buf`]: a move-only handle to one buffer that knows its address, length, arena
+//!   offset and registration keys.
+//!
+//! Debug builds track each slot's state and panic on a double free or use after free.
+//! Those can only arise through the unsafe [`Pool::from_raw`]; they are programming
+//! errors, not bad input, so a loud panic is the right report.
 #![warn(missing_docs)]
 
 pub mod arena;
+pub mod buf;
+pub mod cache;
+pub mod error;
+pub mod pool;
+mod ring;
 
 pub use arena::{Arena, ArenaError, ArenaOptions, HugePages, RegKeys};
+pub use buf::{Buf, BufToken, SgEntry};
+pub use cache::PoolCache;
+pub use error::{ForeignBuf, PoolError};
+pub use pool::{Pool, PoolConfig, PoolStats, CACHE_LINE};
