@@ -1,0 +1,311 @@
+//! [`HeaderView::parse`]: one pass over a received header that checks everything the
+//! accessors later rely on.
+
+use super::consts::{
+    Procedure, ERR_CHUNK, ERR_VERS, READ_LIST_ENTRY_LEN, RPCRDMA_VERSION, SEGMENT_LEN, WORD_LEN,
+};
+use super::error::{Field, HeaderError, HeaderErrorKind};
+use super::limits::Limits;
+use super::repr::RdmaError;
+use super::segment::Segment;
+use super::view::{BodyView, ChunkListsView, HeaderView};
+use crate::wire::xdr::{XdrCursor, XdrError};
+
+/// Turns an XDR primitive's failure into the header error for `field`.
+fn xdr_kind(field: Field, e: XdrError) -> HeaderErrorKind {
+    match e {
+        XdrError::Truncated {
+            offset,
+            needed,
+            available,
+        } => HeaderErrorKind::Truncated {
+            field,
+            offset,
+            needed,
+            available,
+        },
+        XdrError::BadDiscriminant { offset, value } => HeaderErrorKind::BadDiscriminant {
+            field,
+            offset,
+            value,
+        },
+        XdrError::TooLong { offset, len, max } => HeaderErrorKind::TooManySegments {
+            field,
+            offset,
+            count: len,
+            max,
+        },
+        // The header has no opaque data, so padding cannot be wrong; the arm exists because
+        // the primitive's error type is shared.
+        other => HeaderErrorKind::Xdr {
+            field,
+            error: other,
+        },
+    }
+}
+
+/// Parsing state once the XID is known: every error from here on carries it.
+struct Parser<'a, 'l> {
+    c: XdrCursor<'a>,
+    xid: u32,
+    limits: &'l Limits,
+}
+
+impl<'a> Parser<'a, '_> {
+    #[inline]
+    fn fail<T>(&self, kind: HeaderErrorKind) -> Result<T, HeaderError> {
+        Err(HeaderError::new(Some(self.xid), kind))
+    }
+
+    #[inline]
+    fn u32(&mut self, field: Field) -> Result<u32, HeaderError> {
+        let xid = self.xid;
+        self.c
+            .u32()
+            .map_err(|e| HeaderError::new(Some(xid), xdr_kind(field, e)))
+    }
+
+    #[inline]
+    fn more(&mut self, field: Field) -> Result<bool, HeaderError> {
+        let xid = self.xid;
+        self.c
+            .optional()
+            .map_err(|e| HeaderError::new(Some(xid), xdr_kind(field, e)))
+    }
+
+    /// Bytes `start..end` of the input; the parser only asks for ranges it walked.
+    #[inline]
+    fn span(&self, start: usize, end: usize) -> &'a [u8] {
+        self.c.input().get(start..end).unwrap_or(&[])
+    }
+
+    fn check_segment(
+        &self,
+        field: Field,
+        offset: usize,
+        segment: Segment,
+    ) -> Result<(), HeaderError> {
+        match segment.end() {
+            Some(_) => Ok(()),
+            None => self.fail(HeaderErrorKind::SegmentWraps {
+                field,
+                offset,
+                segment,
+            }),
+        }
+    }
+
+    /// The Read list: a linked list of (position, segment) entries.
+    fn read_list(&mut self) -> Result<(&'a [u8], u32), HeaderError> {
+        let start = self.c.position();
+        let mut entries = 0u32;
+        let mut chunks = 0u32;
+        let mut run: Option<(u32, u32)> = None;
+        loop {
+            let offset = self.c.position();
+            if !self.more(Field::ReadList)? {
+                return Ok((self.span(start, offset), chunks));
+            }
+            if entries >= self.limits.max_read_segments {
+                return self.fail(HeaderErrorKind::TooManyReadSegments {
+                    offset,
+                    max: self.limits.max_read_segments,
+                });
+            }
+            // One bounds check for the whole entry rather than one per word.
+            let body = offset + WORD_LEN;
+            let rest = self.c.rest();
+            let Some(entry) = rest.first_chunk::<{ READ_LIST_ENTRY_LEN - WORD_LEN }>() else {
+                return self.fail(HeaderErrorKind::Truncated {
+                    field: Field::ReadList,
+                    offset: body,
+                    needed: READ_LIST_ENTRY_LEN - WORD_LEN,
+                    available: rest.len(),
+                });
+            };
+            let read = super::segment::ReadSegment::from_wire(entry);
+            self.check_segment(Field::ReadList, body + WORD_LEN, read.segment)?;
+            run = match run {
+                Some((position, len)) if position == read.position => {
+                    if len >= self.limits.max_segments_per_chunk {
+                        return self.fail(HeaderErrorKind::ReadChunkTooLong {
+                            position,
+                            max: self.limits.max_segments_per_chunk,
+                        });
+                    }
+                    Some((position, len + 1))
+                }
+                _ => {
+                    if self.limits.max_segments_per_chunk == 0 {
+                        return self.fail(HeaderErrorKind::ReadChunkTooLong {
+                            position: read.position,
+                            max: 0,
+                        });
+                    }
+                    chunks += 1;
+                    Some((read.position, 1))
+                }
+            };
+            entries += 1;
+            self.skip(READ_LIST_ENTRY_LEN - WORD_LEN, Field::ReadList)?;
+        }
+    }
+
+    #[inline]
+    fn skip(&mut self, len: usize, field: Field) -> Result<(), HeaderError> {
+        let xid = self.xid;
+        self.c
+            .skip(len)
+            .map_err(|e| HeaderError::new(Some(xid), xdr_kind(field, e)))
+    }
+
+    /// A counted segment array (`xdr_write_chunk`). The count is checked against the
+    /// limit and against the bytes left before any segment is looked at.
+    fn chunk(&mut self, field: Field) -> Result<(&'a [u8], u32), HeaderError> {
+        let xid = self.xid;
+        let count = self
+            .c
+            .count(self.limits.max_segments_per_chunk)
+            .map_err(|e| HeaderError::new(Some(xid), xdr_kind(field, e)))?;
+        let start = self.c.position();
+        let available = self.c.remaining();
+        let len = (count as usize).checked_mul(SEGMENT_LEN);
+        let Some(bytes) = len.and_then(|len| self.c.rest().get(..len)) else {
+            return self.fail(HeaderErrorKind::Truncated {
+                field,
+                offset: start,
+                needed: len.unwrap_or(usize::MAX),
+                available,
+            });
+        };
+        for (i, seg) in super::iter::Segments::new(bytes).enumerate() {
+            self.check_segment(field, start + i * SEGMENT_LEN, seg)?;
+        }
+        self.skip(bytes.len(), field)?;
+        Ok((bytes, count))
+    }
+
+    /// The Write list: a linked list of counted segment arrays.
+    fn write_list(&mut self) -> Result<(&'a [u8], u32, u32), HeaderError> {
+        let start = self.c.position();
+        let mut chunks = 0u32;
+        let mut segments = 0u32;
+        loop {
+            let offset = self.c.position();
+            if !self.more(Field::WriteList)? {
+                return Ok((self.span(start, offset), chunks, segments));
+            }
+            if chunks >= self.limits.max_write_chunks {
+                return self.fail(HeaderErrorKind::TooManyWriteChunks {
+                    offset,
+                    max: self.limits.max_write_chunks,
+                });
+            }
+            let (_, count) = self.chunk(Field::WriteList)?;
+            chunks += 1;
+            // Each count fits the bytes of the input, so the sum stays far below u32::MAX
+            // for any input that fits in memory; saturate rather than trust that.
+            segments = segments.saturating_add(count);
+        }
+    }
+
+    fn lists(&mut self) -> Result<ChunkListsView<'a>, HeaderError> {
+        let (reads, read_chunks) = self.read_list()?;
+        let (writes, write_chunks, write_segments) = self.write_list()?;
+        let reply = if self.more(Field::ReplyChunk)? {
+            Some(self.chunk(Field::ReplyChunk)?.0)
+        } else {
+            None
+        };
+        Ok(ChunkListsView {
+            reads,
+            read_chunks,
+            writes,
+            write_chunks,
+            write_segments,
+            reply,
+        })
+    }
+
+    fn error_body(&mut self) -> Result<RdmaError, HeaderError> {
+        match self.u32(Field::ErrorCode)? {
+            ERR_VERS => {
+                let low = self.u32(Field::VersionRange)?;
+                let high = self.u32(Field::VersionRange)?;
+                Ok(RdmaError::Vers { low, high })
+            }
+            ERR_CHUNK => Ok(RdmaError::Chunk),
+            code => self.fail(HeaderErrorKind::UnknownErrorCode { code }),
+        }
+    }
+}
+
+impl<'a> HeaderView<'a> {
+    /// Parses and validates the transport header at the start of `buf`.
+    ///
+    /// `buf` is the whole received message: for RDMA_MSG and RDMA_MSGP the RPC message
+    /// follows the header and, when [`Limits::require_rpc_xid`] is set, its XID is checked
+    /// against the header's. Bytes after the header are otherwise not examined.
+    ///
+    /// Does not allocate. On failure, [`HeaderError::responder_reply`] says what to send.
+    pub fn parse(buf: &'a [u8], limits: &Limits) -> Result<HeaderView<'a>, HeaderError> {
+        let mut c = XdrCursor::new(buf);
+        let xid = c
+            .u32()
+            .map_err(|e| HeaderError::new(None, xdr_kind(Field::Xid, e)))?;
+        let mut p = Parser { c, xid, limits };
+        let version = p.u32(Field::Version)?;
+        if version != RPCRDMA_VERSION {
+            // Stop here: the rest of the header is laid out by rules of a version we do
+            // not know (RFC 8166 §4.5.1).
+            return p.fail(HeaderErrorKind::VersionMismatch { version });
+        }
+        let credit = p.u32(Field::Credit)?;
+        let proc = p.u32(Field::Procedure)?;
+        let Some(procedure) = Procedure::from_u32(proc) else {
+            return p.fail(HeaderErrorKind::UnknownProcedure { proc });
+        };
+        let body = match procedure {
+            Procedure::Msg => BodyView::Msg(p.lists()?),
+            Procedure::Nomsg => {
+                let lists = p.lists()?;
+                if lists.is_empty() {
+                    return p.fail(HeaderErrorKind::NomsgWithoutChunks);
+                }
+                BodyView::Nomsg(lists)
+            }
+            Procedure::Msgp => {
+                // RFC 5666 §4.3 `rpc_rdma_header_padded`: align and thresh come first.
+                let align = p.u32(Field::Padding)?;
+                let thresh = p.u32(Field::Padding)?;
+                BodyView::Msgp {
+                    align,
+                    thresh,
+                    lists: p.lists()?,
+                }
+            }
+            Procedure::Done => BodyView::Done,
+            Procedure::Error => BodyView::Error(p.error_body()?),
+        };
+        let header_len = p.c.position();
+        if procedure.has_inline_message() && limits.require_rpc_xid {
+            let rest = p.c.rest();
+            let Some(rpc_xid) = rest.first_chunk::<WORD_LEN>() else {
+                return p.fail(HeaderErrorKind::MissingRpcMessage {
+                    available: rest.len(),
+                });
+            };
+            let rpc_xid = u32::from_be_bytes(*rpc_xid);
+            if rpc_xid != xid {
+                return p.fail(HeaderErrorKind::RpcXidMismatch { rpc_xid });
+            }
+        }
+        Ok(HeaderView {
+            buf,
+            xid,
+            credit,
+            header_len,
+            body,
+        })
+    }
+}
