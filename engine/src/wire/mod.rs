@@ -4,5 +4,6 @@
 //! buffers. Nothing here allocates.
 
 pub mod ccp;
+pub mod header;
 pub mod private_data;
 pub mod xdr;
