@@ -131,7 +131,8 @@ pub enum HeaderErrorKind {
         /// The limit.
         max: u32,
     },
-    /// A segment's offset plus length does not fit in 64 bits.
+    /// A segment runs past the end of the 64-bit address space: its last octet's offset,
+    /// `offset + length - 1`, overflows.
     SegmentWraps {
         /// The list it belongs to.
         field: Field,

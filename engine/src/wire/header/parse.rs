@@ -85,14 +85,14 @@ impl<'a> Parser<'a, '_> {
         offset: usize,
         segment: Segment,
     ) -> Result<(), HeaderError> {
-        match segment.end() {
-            Some(_) => Ok(()),
-            None => self.fail(HeaderErrorKind::SegmentWraps {
+        if segment.wraps() {
+            return self.fail(HeaderErrorKind::SegmentWraps {
                 field,
                 offset,
                 segment,
-            }),
+            });
         }
+        Ok(())
     }
 
     /// The Read list: a linked list of (position, segment) entries.

@@ -24,11 +24,19 @@ impl Segment {
         }
     }
 
-    /// The offset one past the region's last octet, or `None` when it does not fit in
-    /// 64 bits (such a segment is rejected by the decoder).
+    /// The offset one past the region's last octet, or `None` when that is not
+    /// representable in 64 bits (including a region that ends exactly at the top of the
+    /// address space; see [`wraps`](Self::wraps) for validity).
     #[inline]
     pub const fn end(&self) -> Option<u64> {
         self.offset.checked_add(self.length as u64)
+    }
+
+    /// Whether the region runs past the end of the 64-bit address space, i.e. its last
+    /// octet's offset overflows. The decoder rejects such segments.
+    #[inline]
+    pub const fn wraps(&self) -> bool {
+        self.length != 0 && self.offset.checked_add(self.length as u64 - 1).is_none()
     }
 
     /// Decodes the 16 wire octets of a segment. Infallible: the caller proved the length.
@@ -80,10 +88,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn segment_end_detects_wrap() {
+    fn segment_end_and_wrap() {
         assert_eq!(Segment::new(1, 16, 0x1000).end(), Some(0x1010));
         assert_eq!(Segment::new(1, 1, u64::MAX).end(), None);
         assert_eq!(Segment::new(1, 0, u64::MAX).end(), Some(u64::MAX));
+        assert!(!Segment::new(1, 16, 0x1000).wraps());
+        // Last octet at u64::MAX: the region fits exactly.
+        assert!(!Segment::new(1, 1, u64::MAX).wraps());
+        assert!(!Segment::new(1, 0x10, u64::MAX - 0xf).wraps());
+        assert!(Segment::new(1, 0x11, u64::MAX - 0xf).wraps());
+        assert!(Segment::new(1, 2, u64::MAX).wraps());
+        assert!(!Segment::new(1, 0, u64::MAX).wraps());
+        assert!(Segment::new(1, u32::MAX, u64::MAX - 0x1000).wraps());
     }
 
     #[test]
