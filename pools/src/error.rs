@@ -70,12 +70,18 @@ impl fmt::Display for PoolError {
             ),
             PoolError::Arena(e) => write!(f, "pool arena: {e}"),
             PoolError::ForeignBuffers { count } => {
-                write!(f, "{count} buffers belong to another pool and were not taken")
+                write!(
+                    f,
+                    "{count} buffers belong to another pool and were not taken"
+                )
             }
             PoolError::BadToken(t) => write!(f, "buffer token {t:#x} is not redeemable here"),
             PoolError::NotRegistered => write!(f, "the pool's arena has no registration keys"),
             PoolError::TooLong { requested, len } => {
-                write!(f, "segment of {requested} bytes exceeds the {len}-byte buffer")
+                write!(
+                    f,
+                    "segment of {requested} bytes exceeds the {len}-byte buffer"
+                )
             }
         }
     }

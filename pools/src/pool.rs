@@ -7,7 +7,7 @@
 use std::fmt;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU8, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::arena::{Arena, ArenaOptions, HugePages, RegKeys};
 use crate::buf::{Buf, BufToken};
@@ -138,7 +138,7 @@ impl PoolConfig {
 }
 
 /// A snapshot of a pool's counters. Under concurrent use the fields are each
-/// momentarily right but need not add up exactly.
+/// momentarily right but need not add up exactly. Reading it takes a lock (cold path).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PoolStats {
     /// Buffers in the pool.
@@ -154,13 +154,9 @@ pub struct PoolStats {
     pub high_water: usize,
 }
 
-/// Counters updated once per bulk transfer between a cache and the ring, never per
-/// buffer, so they stay off the per-buffer hot path.
-#[derive(Debug, Default)]
-pub(crate) struct BulkCounters {
-    pub(crate) cached: AtomicUsize,
-    pub(crate) high_water: AtomicUsize,
-}
+/// How many buffers one cache holds, written only by the cache's own thread (a plain
+/// store to a line no other core writes) and summed by [`Pool::stats`].
+pub(crate) type CacheCount = Arc<CachePadded<AtomicUsize>>;
 
 /// State shared by every handle, cache and buffer of one pool.
 pub(crate) struct PoolShared {
@@ -176,7 +172,11 @@ pub(crate) struct PoolShared {
     pub(crate) cache_size: usize,
     pub(crate) ring: IndexRing,
     states: Box<[AtomicU8]>,
-    pub(crate) counters: CachePadded<BulkCounters>,
+    /// Updated only when buffers leave the ring in bulk, never per buffer.
+    high_water: CachePadded<AtomicUsize>,
+    /// One counter per live cache; locked only to add or remove a cache and to read
+    /// stats, never on get/put.
+    caches: Mutex<Vec<CacheCount>>,
     /// Live `Pool` handles (caches hold one each). Tracked separately from the `Arc`
     /// count so exactly one dropper learns it was last and can decide to leak.
     handles: AtomicUsize,
@@ -191,7 +191,9 @@ impl PoolShared {
     #[inline]
     pub(crate) fn slot_ptr(&self, index: u32) -> *mut u8 {
         // index < count and count * stride lies inside the arena (checked at creation).
-        self.slots.as_ptr().wrapping_add(index as usize * self.stride)
+        self.slots
+            .as_ptr()
+            .wrapping_add(index as usize * self.stride)
     }
 
     #[inline]
@@ -268,11 +270,33 @@ impl PoolShared {
         self.states[index as usize].store(SLOT_TOKEN, Ordering::Release);
     }
 
+    fn cache_list(&self) -> MutexGuard<'_, Vec<CacheCount>> {
+        // A panic elsewhere while holding this lock leaves the list itself intact.
+        self.caches.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn register_cache(&self) -> CacheCount {
+        let c: CacheCount = Arc::new(CachePadded(AtomicUsize::new(0)));
+        self.cache_list().push(Arc::clone(&c));
+        c
+    }
+
+    pub(crate) fn unregister_cache(&self, c: &CacheCount) {
+        self.cache_list().retain(|x| !Arc::ptr_eq(x, c));
+    }
+
+    fn cached_total(&self) -> usize {
+        self.cache_list()
+            .iter()
+            .map(|c| c.load(Ordering::Relaxed))
+            .sum()
+    }
+
     /// Samples how many buffers are out of the ring after some left it.
     #[inline]
     pub(crate) fn note_drained(&self) {
         let out = (self.count as usize).saturating_sub(self.ring.len());
-        let hw = &self.counters.high_water;
+        let hw = &self.high_water;
         if out > hw.load(Ordering::Relaxed) {
             hw.fetch_max(out, Ordering::Relaxed);
         }
@@ -354,7 +378,7 @@ impl Pool {
             });
         }
         let first = arena.base().wrapping_add(offset);
-        if (first as usize) % cfg.effective_align() != 0 {
+        if (first as usize) & (cfg.effective_align() - 1) != 0 {
             return Err(PoolError::InvalidConfig(
                 "arena offset does not give aligned buffers",
             ));
@@ -381,7 +405,8 @@ impl Pool {
             cache_size: cfg.cache_size,
             ring,
             states,
-            counters: CachePadded(BulkCounters::default()),
+            high_water: CachePadded(AtomicUsize::new(0)),
+            caches: Mutex::new(Vec::new()),
             handles: AtomicUsize::new(1),
         };
         Ok(Pool {
@@ -516,13 +541,13 @@ impl Pool {
     pub fn stats(&self) -> PoolStats {
         let count = self.shared.count as usize;
         let available = self.shared.ring.len().min(count);
-        let cached = self.shared.counters.cached.load(Ordering::Relaxed);
+        let cached = self.shared.cached_total();
         PoolStats {
             count,
             available,
             cached,
             in_use: count.saturating_sub(available).saturating_sub(cached),
-            high_water: self.shared.counters.high_water.load(Ordering::Relaxed),
+            high_water: self.shared.high_water.load(Ordering::Relaxed),
         }
     }
 }

@@ -185,8 +185,10 @@ impl IndexRing {
                 // these cells may change them, and that was this thread.
                 for j in 0..k as u64 {
                     let pos = head + j;
-                    self.cell(pos)
-                        .store(pack(pos.wrapping_add(self.cap) as u32, 0), Ordering::Release);
+                    self.cell(pos).store(
+                        pack(pos.wrapping_add(self.cap) as u32, 0),
+                        Ordering::Release,
+                    );
                 }
                 return k;
             }
