@@ -2,6 +2,8 @@
 //!
 //! - [`wire`]: XDR codecs for RPC-over-RDMA v1 (RFC 8166, RFC 5666), RFC 8797 private
 //!   data and the RFC 5666 Connection Configuration Protocol.
+//! - [`fabric`]: the verbs-shaped fabric interface and its providers (`shm`).
 #![warn(missing_docs)]
 
+pub mod fabric;
 pub mod wire;

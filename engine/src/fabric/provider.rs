@@ -1,0 +1,196 @@
+//! The provider traits. Everything is monomorphized: the engine and the conformance
+//! suite are generic over a [`Provider`], so the data path has no dynamic dispatch.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use rpcrdma_pools::{Arena, RegKeys};
+
+use super::cm::{CmEvent, ConnId};
+use super::error::{FabricError, PostError};
+use super::mr::Access;
+use super::types::{Completion, DeviceCaps, QpCaps, QpConfig, QpState, RecvWr, SendWr};
+
+/// A fabric provider: the family of object types one transport implements.
+pub trait Provider: Sized + 'static {
+    /// Short name for logs ("shm", "siw", "verbs").
+    const NAME: &'static str;
+    /// An opened device (verbs context).
+    type Device: Device<P = Self> + Send + Sync;
+    /// A protection domain.
+    type Pd: ProtectionDomain<P = Self> + Send + Sync;
+    /// A memory registration or fast-registration slot.
+    type Mr: MemoryRegion + Send;
+    /// A completion queue.
+    type Cq: CompletionQueue + Send;
+    /// A reliable-connected queue pair.
+    type Qp: QueuePair + Send;
+    /// A connection manager (RDMA-CM event channel plus its ids).
+    type Cm: ConnectionManager<P = Self> + Send;
+    /// A connect request waiting for `accept` or `reject`.
+    type ConnRequest: Debug + Send;
+    /// Where listeners listen and connects go.
+    type Addr: Clone + Debug + Send;
+}
+
+/// An opened device: the factory for everything else.
+pub trait Device {
+    /// The provider.
+    type P: Provider;
+
+    /// The device's limits.
+    fn caps(&self) -> DeviceCaps;
+
+    /// Allocates a protection domain.
+    fn alloc_pd(&self) -> Result<<Self::P as Provider>::Pd, FabricError>;
+
+    /// Creates a completion queue that can hold `depth` completions. Queue pairs whose
+    /// queues could together produce more than `depth` outstanding completions are
+    /// refused, because on hardware that overrun kills the connection.
+    fn create_cq(&self, depth: u32) -> Result<<Self::P as Provider>::Cq, FabricError>;
+
+    /// Creates a connection manager (event channel).
+    fn create_cm(&self) -> Result<<Self::P as Provider>::Cm, FabricError>;
+}
+
+/// A protection domain: registrations and queue pairs of one domain only work together.
+pub trait ProtectionDomain {
+    /// The provider.
+    type P: Provider;
+
+    /// Registers `len` bytes at `offset` in `arena` with `access`. The registration keeps
+    /// the arena alive. Providers may restrict which arenas they accept (shm: only
+    /// shareable ones; verbs: any).
+    fn reg_mr(
+        &self,
+        arena: &Arc<Arena>,
+        offset: usize,
+        len: usize,
+        access: Access,
+    ) -> Result<<Self::P as Provider>::Mr, FabricError>;
+
+    /// Registers the whole arena and stores the keys on it, so buffers carved from it
+    /// can become scatter-gather entries without a lookup.
+    fn reg_arena(
+        &self,
+        arena: &Arc<Arena>,
+        access: Access,
+    ) -> Result<<Self::P as Provider>::Mr, FabricError> {
+        let mr = self.reg_mr(arena, 0, arena.len(), access)?;
+        arena.set_keys(RegKeys {
+            lkey: mr.lkey(),
+            rkey: mr.rkey(),
+        });
+        Ok(mr)
+    }
+
+    /// Allocates a fast-registration slot able to cover up to `max_len` bytes (verbs
+    /// `ib_alloc_mr`). It starts invalid; a [`SendOp::FastReg`](super::SendOp::FastReg)
+    /// work request maps it.
+    fn alloc_fast_mr(&self, max_len: usize) -> Result<<Self::P as Provider>::Mr, FabricError>;
+}
+
+/// A registration handle. Dropping it deregisters.
+pub trait MemoryRegion {
+    /// The local key (for scatter-gather entries).
+    fn lkey(&self) -> u32;
+    /// The remote key (for peers).
+    fn rkey(&self) -> u32;
+    /// First byte covered (0 for a fast-registration slot).
+    fn addr(&self) -> u64;
+    /// Bytes covered (the maximum for a fast-registration slot).
+    fn len(&self) -> usize;
+    /// True when [`MemoryRegion::len`] is zero.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Fast-registration slots: moves the handle to the slot's next key (same index,
+    /// next generation byte, as `ib_update_fast_reg_key`) and returns it; the next
+    /// FastReg work request must carry it. Other registrations keep their key.
+    fn rekey(&mut self) -> u32;
+}
+
+/// A completion queue, polled by its owner.
+pub trait CompletionQueue {
+    /// Moves up to `out.len()` completions into `out` and returns how many. Never
+    /// blocks. Providers without hardware (shm, siw) make progress only in here.
+    fn poll(&mut self, out: &mut [Completion]) -> usize;
+    /// The depth the queue was created with.
+    fn depth(&self) -> u32;
+}
+
+/// A reliable-connected queue pair.
+pub trait QueuePair {
+    /// Posts a chain of send-queue requests with one doorbell.
+    fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<(), PostError>;
+    /// Posts a chain of receives.
+    fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostError>;
+    /// The queue-pair number reported in completions.
+    fn qp_num(&self) -> u32;
+    /// The connection the queue pair was created for.
+    fn conn_id(&self) -> ConnId;
+    /// The current state.
+    fn state(&self) -> QpState;
+    /// The queue sizes.
+    fn caps(&self) -> QpCaps;
+}
+
+/// What a queue pair is created with: the objects it uses and its configuration.
+pub struct QpInit<'a, P: Provider> {
+    /// Protection domain of the queue pair.
+    pub pd: &'a P::Pd,
+    /// Completion queue for send-queue completions.
+    pub send_cq: &'a P::Cq,
+    /// Completion queue for receive completions (may be the same as `send_cq`).
+    pub recv_cq: &'a P::Cq,
+    /// Sizes and retry behaviour.
+    pub config: QpConfig,
+}
+
+/// A connection manager: listens, connects, accepts, and reports events when polled.
+///
+/// As in RDMA-CM, the queue pair is created together with the connection (on `connect`
+/// for the active side, on `accept` for the passive side), so receives can be posted
+/// before the connection is established.
+pub trait ConnectionManager {
+    /// The provider.
+    type P: Provider;
+
+    /// Starts listening on `addr`; connect requests arrive as
+    /// [`CmEvent::ConnectRequest`].
+    fn listen(&mut self, addr: &<Self::P as Provider>::Addr) -> Result<(), FabricError>;
+
+    /// Starts connecting to `addr` with a new queue pair (state `Init`), offering
+    /// `private_data`. The outcome arrives as `Established`, `Rejected` or `Unreachable`.
+    fn connect(
+        &mut self,
+        addr: &<Self::P as Provider>::Addr,
+        init: QpInit<'_, Self::P>,
+        private_data: &[u8],
+    ) -> Result<<Self::P as Provider>::Qp, FabricError>;
+
+    /// Accepts a connect request with a new queue pair (state `ReadyToReceive`; it may
+    /// send once `Established` is reported).
+    fn accept(
+        &mut self,
+        request: <Self::P as Provider>::ConnRequest,
+        init: QpInit<'_, Self::P>,
+        private_data: &[u8],
+    ) -> Result<<Self::P as Provider>::Qp, FabricError>;
+
+    /// Rejects a connect request, telling the peer `private_data`.
+    fn reject(
+        &mut self,
+        request: <Self::P as Provider>::ConnRequest,
+        private_data: &[u8],
+    ) -> Result<(), FabricError>;
+
+    /// Disconnects: the queue pair flushes, and both sides get
+    /// [`CmEvent::Disconnected`].
+    fn disconnect(&mut self, conn: ConnId) -> Result<(), FabricError>;
+
+    /// Returns the next event, if any. Never blocks.
+    fn poll_event(
+        &mut self,
+    ) -> Result<Option<CmEvent<<Self::P as Provider>::ConnRequest>>, FabricError>;
+}

@@ -1,0 +1,412 @@
+//! Plain data crossing the fabric interface: scatter-gather entries, work requests,
+//! completions, queue sizes and queue-pair states.
+//!
+//! The shapes follow verbs (`ibv_sge`, `ibv_send_wr`, `ibv_recv_wr`, `ibv_wc`,
+//! `ibv_qp_cap`) so an rdma-core provider converts them field by field. Work requests
+//! borrow their scatter-gather lists, so posting never allocates.
+
+use core::fmt;
+use core::time::Duration;
+
+use super::mr::Access;
+
+/// One scatter-gather entry: `length` bytes at virtual address `addr`, inside the memory
+/// registration whose local key is `lkey` (`ibv_sge`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Sge {
+    /// Virtual address of the first byte, in the registering process.
+    pub addr: u64,
+    /// Number of bytes.
+    pub length: u32,
+    /// Local key of a registration covering `[addr, addr + length)`.
+    pub lkey: u32,
+}
+
+impl Sge {
+    /// An entry covering `length` bytes at `addr` under `lkey`.
+    #[inline]
+    pub const fn new(addr: u64, length: u32, lkey: u32) -> Self {
+        Sge { addr, length, lkey }
+    }
+}
+
+/// Remote memory named by a peer: a virtual address in the peer's registration and its
+/// remote key, as advertised in an RPC-over-RDMA chunk (RFC 8166 §3.4.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RemoteAddr {
+    /// Virtual address of the first byte, in the peer's address space.
+    pub addr: u64,
+    /// The peer's remote key.
+    pub rkey: u32,
+}
+
+/// Flags on a send-queue work request (`ibv_send_flags`).
+#[derive(Clone, Copy, PartialEq, Eq, Default)]
+pub struct SendFlags(u8);
+
+impl SendFlags {
+    /// No flags: an unsignaled request.
+    pub const NONE: SendFlags = SendFlags(0);
+    /// Report a completion on success. Unsignaled requests are only reported if they
+    /// fail; their queue slots are released when a later signaled request completes.
+    pub const SIGNALED: SendFlags = SendFlags(1);
+    /// Do not start this request until earlier RDMA Reads have completed. Providers that
+    /// always execute in order (shm) accept it and need do nothing.
+    pub const FENCE: SendFlags = SendFlags(2);
+
+    /// True when every flag in `other` is set in `self`.
+    #[inline]
+    pub const fn contains(self, other: SendFlags) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    /// The raw bits.
+    #[inline]
+    pub const fn bits(self) -> u8 {
+        self.0
+    }
+}
+
+impl core::ops::BitOr for SendFlags {
+    type Output = SendFlags;
+    #[inline]
+    fn bitor(self, rhs: SendFlags) -> SendFlags {
+        SendFlags(self.0 | rhs.0)
+    }
+}
+
+impl fmt::Debug for SendFlags {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut l = f.debug_set();
+        if self.contains(SendFlags::SIGNALED) {
+            l.entry(&"SIGNALED");
+        }
+        if self.contains(SendFlags::FENCE) {
+            l.entry(&"FENCE");
+        }
+        l.finish()
+    }
+}
+
+/// What a send-queue work request does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SendOp {
+    /// Send the gathered bytes into the peer's next posted receive.
+    Send,
+    /// Send, and have the peer invalidate its registration `rkey` before it reports the
+    /// receive (RFC 8166 §3.4.6 Remote Invalidation).
+    SendWithInvalidate {
+        /// The peer's key to invalidate.
+        rkey: u32,
+    },
+    /// Write the gathered bytes to the peer's memory at `remote`.
+    RdmaWrite {
+        /// Where the bytes go.
+        remote: RemoteAddr,
+    },
+    /// Read from the peer's memory at `remote` into the scatter list (which needs
+    /// [`Access::LOCAL_WRITE`]).
+    RdmaRead {
+        /// Where the bytes come from.
+        remote: RemoteAddr,
+    },
+    /// Fast registration (verbs `IB_WR_REG_MR`, or a type-2 memory-window bind): make the
+    /// fast-registration slot named by `key` cover `region` with `access`, under `key`.
+    ///
+    /// `key` must carry the slot's index and a generation byte different from the slot's
+    /// previous key (see [`crate::fabric::mr::next_key`]); `region` must lie inside a
+    /// live registration of the same protection domain. The scatter list must be empty.
+    FastReg {
+        /// The new key (index of the slot, fresh generation byte).
+        key: u32,
+        /// The memory to cover, named through an existing local registration.
+        region: Sge,
+        /// Access rights the new key grants.
+        access: Access,
+    },
+    /// Local invalidation (verbs `IB_WR_LOCAL_INV`) of fast-registration key `key`. The
+    /// scatter list must be empty.
+    LocalInvalidate {
+        /// The key to invalidate.
+        key: u32,
+    },
+}
+
+/// A send-queue work request (`ibv_send_wr`). Chains are slices of these, posted with
+/// one doorbell.
+#[derive(Debug, Clone, Copy)]
+pub struct SendWr<'a> {
+    /// Caller's identifier, returned in the completion.
+    pub wr_id: u64,
+    /// The operation.
+    pub op: SendOp,
+    /// Gather list (Send, Write) or scatter list (Read); empty for FastReg and
+    /// LocalInvalidate.
+    pub sgl: &'a [Sge],
+    /// Signaling and fencing.
+    pub flags: SendFlags,
+}
+
+impl<'a> SendWr<'a> {
+    /// A signaled Send of `sgl`.
+    pub const fn send(wr_id: u64, sgl: &'a [Sge]) -> Self {
+        SendWr {
+            wr_id,
+            op: SendOp::Send,
+            sgl,
+            flags: SendFlags::SIGNALED,
+        }
+    }
+
+    /// A signaled RDMA Write of `sgl` to `remote`.
+    pub const fn write(wr_id: u64, sgl: &'a [Sge], remote: RemoteAddr) -> Self {
+        SendWr {
+            wr_id,
+            op: SendOp::RdmaWrite { remote },
+            sgl,
+            flags: SendFlags::SIGNALED,
+        }
+    }
+
+    /// A signaled RDMA Read from `remote` into `sgl`.
+    pub const fn read(wr_id: u64, sgl: &'a [Sge], remote: RemoteAddr) -> Self {
+        SendWr {
+            wr_id,
+            op: SendOp::RdmaRead { remote },
+            sgl,
+            flags: SendFlags::SIGNALED,
+        }
+    }
+
+    /// The same request with `flags` instead.
+    pub const fn with_flags(mut self, flags: SendFlags) -> Self {
+        self.flags = flags;
+        self
+    }
+}
+
+/// A receive-queue work request (`ibv_recv_wr`).
+#[derive(Debug, Clone, Copy)]
+pub struct RecvWr<'a> {
+    /// Caller's identifier, returned in the completion.
+    pub wr_id: u64,
+    /// Scatter list; every entry needs [`Access::LOCAL_WRITE`].
+    pub sgl: &'a [Sge],
+}
+
+/// Which operation a completion reports (`ibv_wc_opcode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WcOpcode {
+    /// A Send or Send With Invalidate left this side.
+    Send,
+    /// An RDMA Write.
+    RdmaWrite,
+    /// An RDMA Read.
+    RdmaRead,
+    /// A fast registration.
+    FastReg,
+    /// A local invalidation.
+    LocalInvalidate,
+    /// A receive was consumed by an incoming Send.
+    Recv,
+}
+
+/// Outcome of a work request (`ibv_wc_status`). Any status but `Success` moves the
+/// queue pair to the error state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WcStatus {
+    /// The request completed.
+    Success,
+    /// An incoming Send was longer than the receive's scatter list (receiver side).
+    LocalLengthError,
+    /// An internal consistency error in the local queue pair.
+    LocalQpOperationError,
+    /// A local scatter-gather entry named an invalid key, lacked access rights, or fell
+    /// outside its registration.
+    LocalProtectionError,
+    /// The queue pair was in the error state: the request was not (fully) executed.
+    WrFlushed,
+    /// A fast registration failed (bad slot, stale generation, bad region).
+    MemoryBindError,
+    /// The peer's response could not be understood.
+    BadResponse,
+    /// A remote request hit a local protection fault (receiver of a Send With Invalidate
+    /// naming a key it cannot invalidate).
+    LocalAccessError,
+    /// The peer rejected the request as invalid (e.g. the Send was longer than its
+    /// receive buffer).
+    RemoteInvalidRequest,
+    /// The peer's key check failed: unknown, invalidated, wrong protection domain,
+    /// insufficient access, or out of bounds.
+    RemoteAccessError,
+    /// The peer could not complete the request for a reason of its own.
+    RemoteOperationError,
+    /// The transport gave up retrying (no response from the peer).
+    RetryExceeded,
+    /// The peer had no receive posted for a Send, for longer than the retry budget.
+    RnrRetryExceeded,
+    /// The device failed.
+    FatalError,
+    /// An error no other status describes.
+    GeneralError,
+}
+
+impl WcStatus {
+    /// True for [`WcStatus::Success`].
+    #[inline]
+    pub const fn is_success(self) -> bool {
+        matches!(self, WcStatus::Success)
+    }
+}
+
+impl fmt::Display for WcStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = match self {
+            WcStatus::Success => "success",
+            WcStatus::LocalLengthError => "local length error",
+            WcStatus::LocalQpOperationError => "local QP operation error",
+            WcStatus::LocalProtectionError => "local protection error",
+            WcStatus::WrFlushed => "work request flushed",
+            WcStatus::MemoryBindError => "memory bind error",
+            WcStatus::BadResponse => "bad response",
+            WcStatus::LocalAccessError => "local access error",
+            WcStatus::RemoteInvalidRequest => "remote invalid request",
+            WcStatus::RemoteAccessError => "remote access error",
+            WcStatus::RemoteOperationError => "remote operation error",
+            WcStatus::RetryExceeded => "transport retry counter exceeded",
+            WcStatus::RnrRetryExceeded => "RNR retry counter exceeded",
+            WcStatus::FatalError => "fatal error",
+            WcStatus::GeneralError => "general error",
+        };
+        f.write_str(s)
+    }
+}
+
+/// One completion (`ibv_wc`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Completion {
+    /// The work request's `wr_id`.
+    pub wr_id: u64,
+    /// What completed.
+    pub opcode: WcOpcode,
+    /// How it ended.
+    pub status: WcStatus,
+    /// Bytes received (receives), or the request's total length (send queue).
+    pub byte_len: u32,
+    /// The queue pair the request belonged to (CQs may be shared).
+    pub qp_num: u32,
+    /// The local key the peer invalidated with Send With Invalidate (receives only).
+    pub invalidated_rkey: Option<u32>,
+}
+
+impl Completion {
+    /// A placeholder for initialising completion arrays.
+    pub const EMPTY: Completion = Completion {
+        wr_id: 0,
+        opcode: WcOpcode::Send,
+        status: WcStatus::GeneralError,
+        byte_len: 0,
+        qp_num: 0,
+        invalidated_rkey: None,
+    };
+}
+
+impl Default for Completion {
+    fn default() -> Self {
+        Completion::EMPTY
+    }
+}
+
+/// Queue-pair states (verbs `ibv_qp_state`, plus the connection manager's end state).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum QpState {
+    /// Created; receives may be posted, sends may not.
+    Init,
+    /// Accepted: the peer's requests are executed, but this side may not send until the
+    /// connection is established.
+    ReadyToReceive,
+    /// Connected: both directions work.
+    ReadyToSend,
+    /// A fatal error happened: every outstanding and every newly posted request
+    /// completes as [`WcStatus::WrFlushed`].
+    Error,
+    /// The connection is gone; as `Error`, for good.
+    Disconnected,
+}
+
+impl QpState {
+    /// True in `Error` and `Disconnected`.
+    #[inline]
+    pub const fn is_error(self) -> bool {
+        matches!(self, QpState::Error | QpState::Disconnected)
+    }
+}
+
+/// Queue sizes of a queue pair (`ibv_qp_cap`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpCaps {
+    /// Send-queue depth: work requests outstanding (posted, completion not yet reported
+    /// or slot not yet released by a later signaled completion).
+    pub max_send_wr: u32,
+    /// Receive-queue depth.
+    pub max_recv_wr: u32,
+    /// Most scatter-gather entries in one send-queue request.
+    pub max_send_sge: u32,
+    /// Most scatter-gather entries in one receive.
+    pub max_recv_sge: u32,
+}
+
+impl Default for QpCaps {
+    fn default() -> Self {
+        QpCaps {
+            max_send_wr: 64,
+            max_recv_wr: 64,
+            max_send_sge: 4,
+            max_recv_sge: 4,
+        }
+    }
+}
+
+/// RNR retry count meaning "retry for ever" (as in verbs).
+pub const RNR_RETRY_INFINITE: u8 = 7;
+
+/// Everything a queue pair is created with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpConfig {
+    /// Queue sizes.
+    pub caps: QpCaps,
+    /// How many times a Send from this side is retried after the peer answered
+    /// "receiver not ready" (0..=7; [`RNR_RETRY_INFINITE`] retries for ever). RPC-over-RDMA
+    /// uses credits so that an RNR never happens; the default is 0, so one is fatal.
+    pub rnr_retry: u8,
+    /// How long this side tells a sender to wait before retrying a Send that found no
+    /// receive posted (verbs `min_rnr_timer`; providers round to what they support).
+    pub min_rnr_timer: Duration,
+}
+
+impl Default for QpConfig {
+    fn default() -> Self {
+        QpConfig {
+            caps: QpCaps::default(),
+            rnr_retry: 0,
+            min_rnr_timer: Duration::from_millis(1),
+        }
+    }
+}
+
+/// Limits of a device (`ibv_device_attr`, abridged).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceCaps {
+    /// Largest queue depth.
+    pub max_qp_wr: u32,
+    /// Most scatter-gather entries per request.
+    pub max_sge: u32,
+    /// Most memory registrations (including fast-registration slots).
+    pub max_mr: u32,
+    /// Largest completion-queue depth.
+    pub max_cq_depth: u32,
+    /// Largest single message or RDMA transfer in bytes.
+    pub max_msg_size: u32,
+    /// Most private-data bytes in a connection message.
+    pub max_private_data: usize,
+}
