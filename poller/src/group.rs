@@ -172,7 +172,7 @@ impl<M: Send + 'static> PollerGroup<M> {
                 .name(format!("{}-{index}", config.thread_name))
                 .spawn(move || {
                     let _guard = ExitGuard(thread_shared.clone());
-                    let pinned = core_affinity::set_for_current(core_affinity::CoreId { id: core });
+                    let pinned = pin_current_thread(core);
                     let poller = Poller::new(thread_shared, &thread_config);
                     let _ = tx.send((index, pinned));
                     drop(tx);
@@ -335,6 +335,14 @@ impl<M: Send + 'static> Drop for PollerGroup<M> {
             m.handle.shared.mailbox.close();
         }
     }
+}
+
+/// Pins the calling thread to `core`; false if that is impossible. core_affinity indexes a
+/// fixed-size `cpu_set_t` without a bounds check (it panics for ids >= CPU_SETSIZE), so
+/// out-of-range ids, which come straight from the user, are refused here first.
+fn pin_current_thread(core: usize) -> bool {
+    let limit = usize::try_from(libc::CPU_SETSIZE).unwrap_or(0);
+    core < limit && core_affinity::set_for_current(core_affinity::CoreId { id: core })
 }
 
 fn wait_finished<T>(thread: &JoinHandle<T>, deadline: Instant) -> bool {
