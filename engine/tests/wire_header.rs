@@ -8,7 +8,7 @@ use rpcrdma::wire::xdr::BufferTooSmall;
 /// Hex digits with any whitespace in between.
 fn hex(s: &str) -> Vec<u8> {
     let digits: Vec<u8> = s.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
-    assert!(digits.len() % 2 == 0, "odd number of hex digits");
+    assert!(digits.len() & 1 == 0, "odd number of hex digits");
     digits
         .chunks(2)
         .map(|p| u8::from_str_radix(std::str::from_utf8(p).unwrap(), 16).unwrap())
@@ -150,7 +150,7 @@ fn msg_with_read_segments_at_different_positions() {
     };
     let v = check_round_trip(&wire, 100, &repr);
     assert_eq!(v.read_list().collect::<Vec<_>>(), reads);
-    assert_eq!(v.read_list().rev().next(), Some(reads[2]));
+    assert_eq!(v.read_list().next_back(), Some(reads[2]));
     assert_eq!(v.read_segment_count(), 3);
     assert_eq!(v.read_chunk_count(), 2);
     let chunks: Vec<_> = v.read_chunks().collect();

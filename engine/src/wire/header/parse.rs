@@ -5,9 +5,10 @@ use super::consts::{
     Procedure, ERR_CHUNK, ERR_VERS, READ_LIST_ENTRY_LEN, RPCRDMA_VERSION, SEGMENT_LEN, WORD_LEN,
 };
 use super::error::{Field, HeaderError, HeaderErrorKind};
+use super::iter::Segments;
 use super::limits::Limits;
 use super::repr::RdmaError;
-use super::segment::Segment;
+use super::segment::{ReadSegment, Segment};
 use super::view::{BodyView, ChunkListsView, HeaderView};
 use crate::wire::xdr::{XdrCursor, XdrError};
 
@@ -123,29 +124,22 @@ impl<'a> Parser<'a, '_> {
                     available: rest.len(),
                 });
             };
-            let read = super::segment::ReadSegment::from_wire(entry);
+            let read = ReadSegment::from_wire(entry);
             self.check_segment(Field::ReadList, body + WORD_LEN, read.segment)?;
-            run = match run {
-                Some((position, len)) if position == read.position => {
-                    if len >= self.limits.max_segments_per_chunk {
-                        return self.fail(HeaderErrorKind::ReadChunkTooLong {
-                            position,
-                            max: self.limits.max_segments_per_chunk,
-                        });
-                    }
-                    Some((position, len + 1))
-                }
+            let run_len = match run {
+                Some((position, len)) if position == read.position => len.saturating_add(1),
                 _ => {
-                    if self.limits.max_segments_per_chunk == 0 {
-                        return self.fail(HeaderErrorKind::ReadChunkTooLong {
-                            position: read.position,
-                            max: 0,
-                        });
-                    }
                     chunks += 1;
-                    Some((read.position, 1))
+                    1
                 }
             };
+            if run_len > self.limits.max_segments_per_chunk {
+                return self.fail(HeaderErrorKind::ReadChunkTooLong {
+                    position: read.position,
+                    max: self.limits.max_segments_per_chunk,
+                });
+            }
+            run = Some((read.position, run_len));
             entries += 1;
             self.skip(READ_LIST_ENTRY_LEN - WORD_LEN, Field::ReadList)?;
         }
@@ -178,7 +172,7 @@ impl<'a> Parser<'a, '_> {
                 available,
             });
         };
-        for (i, seg) in super::iter::Segments::new(bytes).enumerate() {
+        for (i, seg) in Segments::new(bytes).enumerate() {
             self.check_segment(field, start + i * SEGMENT_LEN, seg)?;
         }
         self.skip(bytes.len(), field)?;
