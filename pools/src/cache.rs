@@ -19,6 +19,15 @@ use crate::pool::{CacheCount, Pool, PoolShared};
 /// It refills to the pool's cache size when empty and, once it holds twice that,
 /// flushes the oldest half back to the shared ring. Dropping it flushes everything.
 /// It is `Send` (build it, then move it to its thread) but not `Sync`.
+///
+/// Free buffers parked in one thread's cache are invisible to the others, so a pool
+/// can report [`PoolError::Exhausted`] while caches elsewhere still hold some. Size
+/// pools for peak demand plus `2 * cache_size` per cache, or call
+/// [`PoolCache::flush`] on threads that go idle.
+///
+/// Bulk operations take slices of `Option<Buf>`: a `Buf` is move-only, so an empty
+/// entry is `None` rather than an uninitialised handle. `Option<Buf>` is the same size
+/// as `Buf`.
 pub struct PoolCache {
     pool: Pool,
     /// Cached here so ownership checks and handle creation skip the Arc indirection.

@@ -10,6 +10,31 @@
 //! - [`Buf`]: a move-only handle to one buffer that knows its address, length, arena
 //!   offset and registration keys.
 //!
+//! ```
+//! use rpcrdma_pools::{HugePages, Pool, PoolConfig, PoolError, RegKeys};
+//!
+//! # fn main() -> Result<(), PoolError> {
+//! let pool = Pool::new(&PoolConfig::new("inline", 4096, 256).hugepages(HugePages::Never))?;
+//! // A fabric registers the arena once, up front, and stores its keys on it.
+//! pool.arena().set_keys(RegKeys { lkey: 0x10, rkey: 0x20 });
+//!
+//! let mut cache = pool.cache(); // one per polling thread
+//! let mut buf = cache.get()?;
+//! buf.as_mut_slice()[..5].copy_from_slice(b"hello");
+//! let sge = buf.sge(5)?; // address, length and lkey, ready to post
+//! assert_eq!(sge.lkey, 0x10);
+//! cache.put(buf).map_err(|_| PoolError::ForeignBuffers { count: 1 })?;
+//!
+//! let mut burst: [Option<rpcrdma_pools::Buf>; 32] = Default::default();
+//! cache.get_bulk(&mut burst)?;
+//! cache.put_bulk(&mut burst)?;
+//!
+//! drop(cache); // flushes the cache back to the shared ring
+//! assert!(pool.is_full());
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! Debug builds track each slot's state and panic on a double free or use after free.
 //! Those can only arise through the unsafe [`Pool::from_raw`]; they are programming
 //! errors, not bad input, so a loud panic is the right report.

@@ -356,3 +356,10 @@ mod debug_checks {
         let _b = unsafe { pool.from_raw(raw) };
     }
 }
+
+#[test]
+fn handles_are_small_and_option_is_free() {
+    use rpcrdma_pools::Buf;
+    assert_eq!(std::mem::size_of::<Buf>(), 16);
+    assert_eq!(std::mem::size_of::<Option<Buf>>(), 16);
+}
