@@ -1,0 +1,42 @@
+# Shared settings for the lab's host-side scripts; sourced, never executed.
+#
+# LAB (default /var/tmp/rpcrdma-lab) holds everything the lab builds or downloads: it sits
+# outside any checkout so a clean CI clone reuses a machine's earlier setup, and /var/tmp
+# survives reboots where /tmp may not.
+LAB=${LAB:-/var/tmp/rpcrdma-lab}
+LAB_TOOLS=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+
+lab_die() { echo "lab: $*" >&2; exit 4; }
+
+# Per-kernel artefacts live under $LAB/k/$KV so a newer Debian kernel ABI never mixes with an
+# older build; $LAB/kernel.env names the one setup.sh finished last.
+lab_load_kernel() {
+  [ -f "$LAB/kernel.env" ] || lab_die "no $LAB/kernel.env: run tools/lab/setup.sh first (LAB=$LAB)"
+  # shellcheck disable=SC1091
+  . "$LAB/kernel.env"
+  KDIR=$LAB/k/$KV
+  KROOT=$KDIR/root
+  [ -f "$KDIR/initramfs.cpio.gz" ] || lab_die "$KDIR/initramfs.cpio.gz missing: run tools/lab/setup.sh"
+}
+
+# Fills QEMU_ARGS for a boot whose /out share is $1 and whose kernel command line gets $2.
+# env: LAB_ACCEL=tcg|kvm (KVM does not work on our machines: kvm_pvm without VMX, the
+#      kernel hangs in its decompressor), LAB_MEM (2G), LAB_SMP (2),
+#      LAB_HOSTFWD (comma-separated qemu hostfwd rules, e.g.
+#      "hostfwd=tcp:127.0.0.1:15555-:5555"), LAB_KAPPEND (more kernel arguments),
+#      LAB_QEMU_EXTRA (more qemu arguments, word-split).
+lab_qemu_args() {
+  local out=$1 append=$2 accel kernel net
+  if [ "${LAB_ACCEL:-tcg}" = kvm ]; then accel=(-enable-kvm -cpu host); else accel=(-accel tcg -cpu max); fi
+  kernel=$KDIR/vmlinux; [ -f "$kernel" ] || kernel=$KROOT/boot/vmlinuz-$KV
+  net=user,id=n0${LAB_HOSTFWD:+,$LAB_HOSTFWD}
+  # shellcheck disable=SC2206
+  QEMU_ARGS=("${accel[@]}" -m "${LAB_MEM:-2G}" -smp "${LAB_SMP:-2}" -no-reboot
+    -display none -serial mon:stdio
+    -kernel "$kernel" -initrd "$KDIR/initramfs.cpio.gz"
+    -append "console=ttyS0 panic=-1 loglevel=4 lab.init=$LAB_TOOLS/guest-init.sh $append ${LAB_KAPPEND:-}"
+    -virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap
+    -virtfs "local,path=$out,mount_tag=out,security_model=none,multidevs=remap"
+    -netdev "$net" -device virtio-net-pci,netdev=n0,mac=52:54:00:12:34:56
+    ${LAB_QEMU_EXTRA:-})
+}
