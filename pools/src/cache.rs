@@ -117,19 +117,25 @@ impl PoolCache {
     /// `out` is unchanged. At most [`PoolCache::capacity`] entries can be filled at once.
     #[inline]
     pub fn get_bulk(&mut self, out: &mut [Option<Buf>]) -> Result<(), PoolError> {
-        let need = out.iter().filter(|b| b.is_none()).count();
-        if need > self.stack.len() {
-            return Err(PoolError::BulkTooLarge {
-                requested: need,
-                max: self.stack.len(),
-            });
+        // Common case: enough cached for every entry, no need to count the holes.
+        if self.len < out.len() {
+            let need = out.iter().filter(|b| b.is_none()).count();
+            if need > self.stack.len() {
+                return Err(PoolError::BulkTooLarge {
+                    requested: need,
+                    max: self.stack.len(),
+                });
+            }
+            if self.len < need {
+                self.refill(need)?;
+            }
         }
-        if self.len < need {
-            self.refill(need)?;
-        }
-        for slot in out.iter_mut().filter(|b| b.is_none()) {
-            self.len -= 1;
-            *slot = Some(self.shared().hand_out(self.stack[self.len]));
+        let shared = self.pool.shared();
+        for slot in out.iter_mut() {
+            if slot.is_none() {
+                self.len -= 1;
+                *slot = Some(shared.hand_out(self.stack[self.len]));
+            }
         }
         self.publish();
         Ok(())
@@ -154,12 +160,13 @@ impl PoolCache {
     pub fn put_bulk(&mut self, bufs: &mut [Option<Buf>]) -> Result<(), PoolError> {
         let mut foreign = 0;
         for slot in bufs.iter_mut() {
-            match slot.take() {
-                Some(b) if b.pool_ptr() == self.me => self.push(b),
-                Some(b) => {
-                    *slot = Some(b);
-                    foreign += 1;
+            match slot {
+                Some(b) if b.pool_ptr() == self.me => {
+                    if let Some(b) = slot.take() {
+                        self.push(b);
+                    }
                 }
+                Some(_) => foreign += 1,
                 None => {}
             }
         }

@@ -127,6 +127,7 @@ impl IndexRing {
 
     /// Claims and publishes up to `values.len()` consecutive empty cells. Returns how
     /// many values were enqueued (0 when the ring looks full).
+    #[inline]
     fn enqueue_burst(&self, values: &[u32]) -> usize {
         loop {
             // Relaxed is enough for the positions: the compare-and-swap below always
@@ -160,6 +161,7 @@ impl IndexRing {
 
     /// Claims up to `out.len()` consecutive published cells and copies their values to
     /// the front of `out`. Returns how many were taken (0 when none are ready).
+    #[inline]
     fn dequeue_burst(&self, out: &mut [u32]) -> usize {
         loop {
             let head = self.head.load(Ordering::Relaxed);
@@ -196,6 +198,7 @@ impl IndexRing {
     }
 
     /// Takes up to `out.len()` indices. Returns 0 only when the ring holds none.
+    #[inline]
     pub(crate) fn dequeue(&self, out: &mut [u32]) -> usize {
         if out.is_empty() {
             return 0;
@@ -224,6 +227,7 @@ impl IndexRing {
     /// When the ring already holds `capacity` indices: more indices were returned than
     /// exist, which only an unsafe double free (see `Pool::from_raw`) can cause.
     /// Waiting would spin forever, so this reports the corruption instead.
+    #[inline]
     pub(crate) fn enqueue_all(&self, values: &[u32]) {
         let mut done = 0;
         let mut backoff = Backoff(0);
