@@ -38,6 +38,11 @@ pub struct SgEntry {
 
 /// A buffer parked as a plain number (e.g. a work-request id) while a fabric owns it;
 /// [`Pool::redeem`](crate::Pool::redeem) turns it back into the buffer exactly once.
+///
+/// Redemption is checked, so a forged, foreign or repeated token can never yield a
+/// second handle to a buffer. Tokens carry no generation, though: keeping a redeemed
+/// token and presenting it after the same slot was parked again by someone else takes
+/// that buffer from them. That is a logic error, not a memory-safety one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct BufToken(u64);
 
