@@ -1,0 +1,257 @@
+//! Incremental FPDU parser for an inbound byte stream.
+//!
+//! TCP hands over bytes in arbitrary pieces; an FPDU may span reads and a read may hold
+//! many FPDUs. [`FpduReader`] takes whatever arrived and reports, one step at a time:
+//!
+//! 1. [`FpduEvent::Header`] once the length field and the DDP/RDMAP header are complete
+//!    (these few octets are the only ones it copies, into a fixed array);
+//! 2. zero or more [`FpduEvent::Payload`] slices of the caller's input, each with its
+//!    offset inside the segment, so data can be placed straight into the target buffer
+//!    (tagged: STag/TO, untagged: the posted buffer at MO), as DDP intends;
+//! 3. [`FpduEvent::End`] once pad and CRC have been read and the CRC checked.
+//!
+//! Because payload is handed out before the CRC arrives, a CRC failure is only known at
+//! the end of the segment: the caller must then treat the connection as broken (RFC 5044
+//! §8: send a Terminate and close), which also makes whatever was placed irrelevant.
+//!
+//! After any error the reader stays failed and returns the same error; the stream has
+//! lost framing and cannot be resynchronised without markers.
+
+use super::crc32c::Crc32c;
+use super::ddp::DdpControl;
+use super::fpdu::{
+    check_ulpdu_len, crc_from_wire, pad_len, FpduError, CRC_LEN, LENGTH_FIELD_LEN, MAX_HEAD_LEN,
+    MAX_TRAILER_LEN, MAX_ULPDU_LEN,
+};
+use super::octets::be16;
+use super::rdmap::{SegmentError, SegmentHeader};
+
+/// What one [`FpduReader::step`] produced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FpduEvent<'a> {
+    /// A segment's header is complete.
+    Header {
+        /// The DDP/RDMAP header.
+        header: SegmentHeader,
+        /// Payload octets this segment carries.
+        payload_len: usize,
+    },
+    /// Payload octets, in order.
+    Payload {
+        /// Offset of `data[0]` within this segment's payload.
+        offset: usize,
+        /// The octets (a slice of the input passed to `step`).
+        data: &'a [u8],
+    },
+    /// The segment is complete and its CRC (if enabled) is correct.
+    End,
+}
+
+/// Result of one [`FpduReader::step`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Step<'a> {
+    /// Input octets used; pass the rest to the next call.
+    pub consumed: usize,
+    /// What happened, or `None` when all input was used up without completing anything
+    /// (then `consumed` equals the input length).
+    pub event: Option<FpduEvent<'a>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Collecting length field and header into `head`.
+    Head,
+    /// Handing out payload.
+    Payload,
+    /// Collecting pad and CRC into `trailer`.
+    Trailer,
+}
+
+/// Sans-IO FPDU stream parser. Holds no allocation; about 60 bytes of state.
+#[derive(Debug, Clone)]
+pub struct FpduReader {
+    crc_enabled: bool,
+    max_ulpdu: usize,
+    phase: Phase,
+    head: [u8; MAX_HEAD_LEN],
+    head_have: usize,
+    /// Length field plus header once known; 0 until the control octet arrives.
+    head_need: usize,
+    ulpdu_len: usize,
+    payload_len: usize,
+    payload_done: usize,
+    trailer: [u8; MAX_TRAILER_LEN],
+    trailer_have: usize,
+    crc: Crc32c,
+    failed: Option<FpduError>,
+}
+
+impl FpduReader {
+    /// A reader for a stream on which CRCs were (`crc`) or were not negotiated, accepting
+    /// any ULPDU length the field can express.
+    pub fn new(crc: bool) -> Self {
+        Self::with_max_ulpdu(crc, MAX_ULPDU_LEN)
+    }
+
+    /// As [`FpduReader::new`], rejecting ULPDUs longer than `max_ulpdu`.
+    pub fn with_max_ulpdu(crc: bool, max_ulpdu: usize) -> Self {
+        FpduReader {
+            crc_enabled: crc,
+            max_ulpdu: max_ulpdu.min(MAX_ULPDU_LEN),
+            phase: Phase::Head,
+            head: [0; MAX_HEAD_LEN],
+            head_have: 0,
+            head_need: 0,
+            ulpdu_len: 0,
+            payload_len: 0,
+            payload_done: 0,
+            trailer: [0; MAX_TRAILER_LEN],
+            trailer_have: 0,
+            crc: Crc32c::new(),
+            failed: None,
+        }
+    }
+
+    /// Whether the reader sits exactly between FPDUs (no partial FPDU buffered).
+    #[inline]
+    pub fn at_boundary(&self) -> bool {
+        self.failed.is_none() && self.phase == Phase::Head && self.head_have == 0
+    }
+
+    /// Consumes input up to the next event.
+    pub fn step<'a>(&mut self, input: &'a [u8]) -> Result<Step<'a>, FpduError> {
+        if let Some(e) = self.failed {
+            return Err(e);
+        }
+        let r = match self.phase {
+            Phase::Head => self.step_head(input),
+            Phase::Payload => Ok(self.step_payload(input)),
+            Phase::Trailer => self.step_trailer(input),
+        };
+        if let Err(e) = r {
+            self.failed = Some(e);
+        }
+        r
+    }
+
+    fn step_head<'a>(&mut self, input: &'a [u8]) -> Result<Step<'a>, FpduError> {
+        let mut used = 0;
+        loop {
+            let want = if self.head_need != 0 {
+                self.head_need
+            } else if self.head_have < LENGTH_FIELD_LEN {
+                LENGTH_FIELD_LEN
+            } else {
+                LENGTH_FIELD_LEN + 1
+            };
+            let n = (want - self.head_have).min(input.len() - used);
+            self.head[self.head_have..self.head_have + n].copy_from_slice(&input[used..used + n]);
+            self.head_have += n;
+            used += n;
+            if self.head_have < want {
+                return Ok(Step {
+                    consumed: used,
+                    event: None,
+                });
+            }
+            if self.head_need == 0 {
+                if self.head_have == LENGTH_FIELD_LEN {
+                    self.ulpdu_len = usize::from(be16(&self.head, 0));
+                    check_ulpdu_len(self.ulpdu_len, self.max_ulpdu)?;
+                    continue;
+                }
+                let hlen = DdpControl::from_octet(self.head[LENGTH_FIELD_LEN]).header_len();
+                if self.ulpdu_len < hlen {
+                    return Err(FpduError::UlpduTooShort {
+                        len: self.ulpdu_len,
+                        min: hlen,
+                    });
+                }
+                self.head_need = LENGTH_FIELD_LEN + hlen;
+                continue;
+            }
+            // Header complete.
+            let (header, hlen) =
+                SegmentHeader::decode(&self.head[LENGTH_FIELD_LEN..self.head_need])
+                    .map_err(|e: SegmentError| FpduError::Segment(e))?;
+            self.crc = Crc32c::new();
+            if self.crc_enabled {
+                self.crc.update(&self.head[..self.head_need]);
+            }
+            self.payload_len = self.ulpdu_len - hlen;
+            self.payload_done = 0;
+            self.phase = if self.payload_len == 0 {
+                Phase::Trailer
+            } else {
+                Phase::Payload
+            };
+            return Ok(Step {
+                consumed: used,
+                event: Some(FpduEvent::Header {
+                    header,
+                    payload_len: self.payload_len,
+                }),
+            });
+        }
+    }
+
+    fn step_payload<'a>(&mut self, input: &'a [u8]) -> Step<'a> {
+        let n = (self.payload_len - self.payload_done).min(input.len());
+        if n == 0 {
+            return Step {
+                consumed: 0,
+                event: None,
+            };
+        }
+        let data = &input[..n];
+        if self.crc_enabled {
+            self.crc.update(data);
+        }
+        let offset = self.payload_done;
+        self.payload_done += n;
+        if self.payload_done == self.payload_len {
+            self.phase = Phase::Trailer;
+        }
+        Step {
+            consumed: n,
+            event: Some(FpduEvent::Payload { offset, data }),
+        }
+    }
+
+    fn step_trailer<'a>(&mut self, input: &'a [u8]) -> Result<Step<'a>, FpduError> {
+        let pad = pad_len(self.ulpdu_len);
+        let want = pad + CRC_LEN;
+        let n = (want - self.trailer_have).min(input.len());
+        self.trailer[self.trailer_have..self.trailer_have + n].copy_from_slice(&input[..n]);
+        self.trailer_have += n;
+        if self.trailer_have < want {
+            return Ok(Step {
+                consumed: n,
+                event: None,
+            });
+        }
+        if self.crc_enabled {
+            self.crc.update(&self.trailer[..pad]);
+            let received = crc_from_wire([
+                self.trailer[pad],
+                self.trailer[pad + 1],
+                self.trailer[pad + 2],
+                self.trailer[pad + 3],
+            ]);
+            if self.crc.value() != received {
+                return Err(FpduError::CrcMismatch {
+                    computed: self.crc.value(),
+                    received,
+                });
+            }
+        }
+        self.phase = Phase::Head;
+        self.head_have = 0;
+        self.head_need = 0;
+        self.trailer_have = 0;
+        Ok(Step {
+            consumed: n,
+            event: Some(FpduEvent::End),
+        })
+    }
+}
