@@ -248,7 +248,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn cross_core_return() {
-    const N: u64 = 1_000_000;
+    const N: u64 = 500_000;
     let ids = core_affinity::get_core_ids().unwrap_or_default();
     let cores = if ids.len() >= 2 {
         (Some(ids[0]), Some(ids[1]))
