@@ -5,7 +5,9 @@
 //! 2. Mailbox hop: a ping-pong between tasks on two pinned busy-polling pollers, each hop a
 //!    mailbox send plus the receiving poller's loop picking it up; printed beside (1) as a
 //!    ratio.
-//! 3. Per-iteration cost of an empty poller loop (no task, and one no-op task).
+//! 3. The same ping-pong with pollers that park whenever idle: each hop pays an eventfd
+//!    wake-up.
+//! 4. Per-iteration cost of an empty poller loop (no task, no-op tasks, an armed timer).
 //!
 //! Each measurement is repeated and reported as min / median; every sample is capped in
 //! time so a descheduled thread (the machine is shared) cannot stall the run. Whole run:
@@ -209,9 +211,12 @@ fn busy_config() -> PollerConfig {
 }
 
 /// Mailbox ping-pong samples (ns per round trip) and the pollers' busy fractions.
-fn mailbox_samples(cores: (usize, usize)) -> Result<(Vec<f64>, Vec<f64>), String> {
+fn mailbox_samples(
+    cores: (usize, usize),
+    config: PollerConfig,
+) -> Result<(Vec<f64>, Vec<f64>), String> {
     let group =
-        PollerGroup::<Msg>::start(&[cores.0, cores.1], busy_config()).map_err(|e| e.to_string())?;
+        PollerGroup::<Msg>::start(&[cores.0, cores.1], config).map_err(|e| e.to_string())?;
     for r in group.pin_reports() {
         if !r.pinned {
             println!("  note: poller {} not pinned to core {}", r.index, r.core);
@@ -283,12 +288,29 @@ impl Task<()> for Nop {
     }
 }
 
-/// ns per loop iteration of a busy-polling poller with `tasks` no-op tasks.
-fn loop_cost(core: usize, tasks: usize) -> Result<f64, String> {
+/// Arms one timer an hour out on its first poll: the loop then reads the clock every
+/// iteration to compare against it, which is what this variant measures.
+struct FarTimer {
+    armed: bool,
+}
+
+impl Task<()> for FarTimer {
+    fn poll(&mut self, ctx: &mut PollCtx<'_>) -> usize {
+        if !self.armed {
+            self.armed = ctx.arm_timer_after(Duration::from_secs(3600), 0).is_ok();
+        }
+        0
+    }
+}
+
+type TaskList = Vec<Box<dyn Task<()>>>;
+
+/// ns per loop iteration of a busy-polling poller running `tasks`.
+fn loop_cost(core: usize, tasks: TaskList) -> Result<f64, String> {
     let group = PollerGroup::<()>::start(&[core], busy_config()).map_err(|e| e.to_string())?;
     let h = group.handle(0).ok_or("no poller")?.clone();
-    for _ in 0..tasks {
-        h.add_task(Box::new(Nop)).map_err(|e| e.to_string())?;
+    for task in tasks {
+        h.add_task(task).map_err(|e| e.to_string())?;
     }
     thread::sleep(Duration::from_millis(50));
     let (i0, t0) = (h.stats().iterations, Instant::now());
@@ -337,7 +359,7 @@ fn main() {
         None => println!("baseline  cache-line ping-pong: no completed samples"),
     }
 
-    match mailbox_samples(cores) {
+    match mailbox_samples(cores, busy_config()) {
         Ok((samples, busy)) => match summarize(samples) {
             Some(s) => {
                 println!(
@@ -358,12 +380,49 @@ fn main() {
         Err(e) => println!("mailbox   poller ping-pong failed: {e}"),
     }
 
-    for tasks in [0, 1, 8] {
+    // Same ping-pong, but every poller parks as soon as it is idle, so each hop pays an
+    // eventfd write and a wake-up: the price of an idle policy that parks eagerly.
+    let parked = PollerConfig {
+        idle: IdlePolicy {
+            spin_iters: 0,
+            pause_iters: 0,
+            yield_iters: 0,
+            park: Some(Duration::from_secs(1)),
+        },
+        ..busy_config()
+    };
+    match mailbox_samples(cores, parked) {
+        Ok((samples, _)) => match (summarize(samples), &base) {
+            (Some(s), Some(b)) => println!(
+                "parked    poller ping-pong       RTT  min {:8.1} ns  median {:8.1} ns  ({:.0} x baseline median)",
+                s.min,
+                s.median,
+                s.median / b.median
+            ),
+            (Some(s), None) => println!(
+                "parked    poller ping-pong       RTT  min {:8.1} ns  median {:8.1} ns",
+                s.min, s.median
+            ),
+            (None, _) => println!("parked    poller ping-pong: no completed samples"),
+        },
+        Err(e) => println!("parked    poller ping-pong failed: {e}"),
+    }
+
+    let nops =
+        |n: usize| -> TaskList { (0..n).map(|_| Box::new(Nop) as Box<dyn Task<()>>).collect() };
+    let variants: [(&str, TaskList); 4] = [
+        ("no task", nops(0)),
+        ("1 no-op task", nops(1)),
+        ("8 no-op tasks", nops(8)),
+        (
+            "1 task + 1 armed timer",
+            vec![Box::new(FarTimer { armed: false })],
+        ),
+    ];
+    for (label, tasks) in variants {
         match loop_cost(cores.0, tasks) {
-            Ok(ns) => {
-                println!("loop      empty iteration, {tasks} no-op task(s): {ns:7.1} ns/iteration")
-            }
-            Err(e) => println!("loop      {tasks} task(s) failed: {e}"),
+            Ok(ns) => println!("loop      empty iteration, {label:<24} {ns:7.1} ns/iteration"),
+            Err(e) => println!("loop      {label} failed: {e}"),
         }
     }
     println!("total bench time {:.1?}", run_start.elapsed());

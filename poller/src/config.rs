@@ -23,6 +23,11 @@ pub struct PollerConfig {
     pub mailbox_batch: usize,
     /// Publish counters every this many iterations (rounded up to a power of two).
     pub stats_interval: u32,
+    /// While timers are armed, compare the clock against the next deadline every this many
+    /// iterations (rounded up to a power of two). Reading the clock costs about as much as
+    /// several empty loop iterations, so 1 (every iteration) is the most precise and the
+    /// default of 8 makes a timer at most 7 iterations late, microseconds at worst.
+    pub timer_check_interval: u32,
     /// Thread name prefix; poller `i` is named `{prefix}-{i}`.
     pub thread_name: String,
     /// How long [`PollerGroup::start`](crate::PollerGroup::start) waits for each thread to
@@ -39,6 +44,7 @@ impl Default for PollerConfig {
             max_timers: 4096,
             mailbox_batch: 64,
             stats_interval: 1024,
+            timer_check_interval: 8,
             thread_name: "rpcrdma-poll".to_string(),
             startup_timeout: Duration::from_secs(10),
         }
@@ -62,6 +68,8 @@ pub enum ConfigError {
     },
     /// `idle.park` was `Some(Duration::ZERO)`, which would spin through syscalls.
     ZeroPark,
+    /// `thread_name` contains a NUL byte, which no OS thread name can hold.
+    ThreadName,
 }
 
 impl fmt::Display for ConfigError {
@@ -76,6 +84,9 @@ impl fmt::Display for ConfigError {
                     f,
                     "poller config: idle.park must be None or a non-zero duration"
                 )
+            }
+            ConfigError::ThreadName => {
+                f.write_str("poller config: thread_name contains a NUL byte")
             }
         }
     }
@@ -95,6 +106,7 @@ impl PollerConfig {
             ("max_timers", self.max_timers),
             ("mailbox_batch", self.mailbox_batch),
             ("stats_interval", self.stats_interval as usize),
+            ("timer_check_interval", self.timer_check_interval as usize),
         ] {
             if value == 0 {
                 return Err(ConfigError::Zero { field });
@@ -108,6 +120,10 @@ impl PollerConfig {
         }
         if self.idle.park == Some(Duration::ZERO) {
             return Err(ConfigError::ZeroPark);
+        }
+        // std's thread builder panics on a NUL in the name; refuse it here instead.
+        if self.thread_name.contains('\0') {
+            return Err(ConfigError::ThreadName);
         }
         Ok(())
     }
@@ -142,5 +158,10 @@ mod tests {
         };
         assert_eq!(c.validate(), Err(ConfigError::ZeroPark));
         assert!(c.validate().unwrap_err().to_string().contains("idle.park"));
+        let c = PollerConfig {
+            thread_name: "poll\0er".into(),
+            ..PollerConfig::default()
+        };
+        assert_eq!(c.validate(), Err(ConfigError::ThreadName));
     }
 }

@@ -213,7 +213,8 @@ impl<M: Send + 'static> PollerGroup<M> {
         self.members.len()
     }
 
-    /// True for a group with no pollers (only after a shutdown moved them out).
+    /// Always false for a started group (start needs at least one core); here because
+    /// [`len`](Self::len) is.
     pub fn is_empty(&self) -> bool {
         self.members.is_empty()
     }
@@ -326,6 +327,14 @@ impl<M: Send + 'static> PollerGroup<M> {
                 panicked,
             })
         }
+    }
+}
+
+impl<M: Send + 'static> fmt::Debug for PollerGroup<M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PollerGroup")
+            .field("pins", &self.pins)
+            .finish_non_exhaustive()
     }
 }
 

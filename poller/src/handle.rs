@@ -59,6 +59,15 @@ impl<M> Clone for PollerHandle<M> {
     }
 }
 
+impl<M> std::fmt::Debug for PollerHandle<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PollerHandle")
+            .field("index", &self.shared.index)
+            .field("core", &self.shared.core)
+            .finish_non_exhaustive()
+    }
+}
+
 impl<M: Send + 'static> PollerHandle<M> {
     /// This poller's index in its group.
     pub fn index(&self) -> usize {

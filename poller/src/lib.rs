@@ -14,8 +14,9 @@
 //! in a [`SendError`] instead of blocking, and nothing on that path allocates.
 //!
 //! Tasks arm and cancel timers through their [`PollCtx`]. Timers sit in a preallocated
-//! heap whose earliest deadline is cached, so a poller with no timer due pays one integer
-//! comparison per iteration and reads the clock at most once per iteration.
+//! heap whose earliest deadline is cached: a poller with no timer armed pays one integer
+//! comparison per iteration, and one with timers armed reads the clock once every
+//! `PollerConfig::timer_check_interval` iterations (never more than once per iteration).
 //!
 //! ```
 //! use std::time::{Duration, Instant};

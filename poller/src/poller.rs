@@ -1,9 +1,10 @@
 //! The poll loop run by each poller thread.
 //!
-//! One iteration: handle up to `mailbox_batch` mailbox commands, fire due timers, poll every
-//! task once; then, if nothing did work, take one step of the idle policy. Everything the
-//! loop touches is preallocated; the only shared-memory writes are the mailbox head (one
-//! per command) and the counters (every `stats_interval` iterations).
+//! One iteration: handle up to `mailbox_batch` mailbox commands, fire due timers (checked
+//! every `timer_check_interval` iterations while any is armed), poll every task once; then,
+//! if nothing did work, take one step of the idle policy. Everything the loop touches is
+//! preallocated; the only shared-memory writes are the mailbox head (one per command) and
+//! the counters (every `stats_interval` iterations).
 
 use std::os::fd::RawFd;
 use std::sync::Arc;
@@ -84,6 +85,7 @@ pub(crate) struct Poller<M> {
     idle: IdlePolicy,
     batch: usize,
     stats_mask: u64,
+    timer_mask: u64,
     /// Doorbell eventfd first, then every task wake fd; rebuilt only when tasks change.
     pollfds: Vec<libc::pollfd>,
     pollfds_dirty: bool,
@@ -122,6 +124,7 @@ impl<M: Send + 'static> Poller<M> {
             idle: config.idle,
             batch: config.mailbox_batch,
             stats_mask: u64::from(config.stats_interval.next_power_of_two()) - 1,
+            timer_mask: u64::from(config.timer_check_interval.next_power_of_two()) - 1,
             pollfds,
             pollfds_dirty: false,
             stats: PollerStats::default(),
@@ -136,7 +139,10 @@ impl<M: Send + 'static> Poller<M> {
         loop {
             self.env.now = NEVER;
             let mut busy = self.drain_mailbox(self.batch) > 0;
-            if self.env.timers.next_deadline() != NEVER {
+            // `iterations` is bumped below, so the first iteration checks too.
+            if self.env.timers.next_deadline() != NEVER
+                && self.stats.iterations & self.timer_mask == 0
+            {
                 busy |= self.fire_timers() > 0;
             }
             busy |= self.poll_tasks() > 0;
@@ -326,7 +332,8 @@ impl<M: Send + 'static> Poller<M> {
         let mut timeout = max;
         let next = self.env.timers.next_deadline();
         if next != NEVER {
-            let now = self.env.clock.now_ns();
+            // Reuses this iteration's reading if the timer check already took one.
+            let now = self.env.now_ns();
             if next <= now {
                 return;
             }
