@@ -9,7 +9,7 @@ use std::thread;
 use std::time::Instant;
 
 use common::{parking_config, recv, stop, wait_until, PATIENCE};
-use rpcrdma_poller::{PollCtx, PollerConfig, PollerGroup, SendErrorKind, Task};
+use rpcrdma_poller::{PollCtx, PollerConfig, PollerGroup, SendErrorKind, Task, TaskId};
 
 /// Checks that each sender's sequence numbers arrive strictly in order.
 struct OrderChecker {
@@ -222,4 +222,80 @@ fn start_rejects_no_cores_and_bad_config() {
     };
     let err = PollerGroup::<u32>::start(&[0], bad).err().unwrap();
     assert!(err.to_string().contains("mailbox_batch"), "{err}");
+}
+
+enum Hop {
+    Start {
+        rounds: u32,
+        peer: TaskId,
+        done: Sender<u32>,
+    },
+    Ball {
+        from: TaskId,
+        n: u32,
+    },
+}
+
+/// Bounces a counter with a peer task on another poller through the peer's mailbox.
+struct Bouncer {
+    peers: Vec<rpcrdma_poller::PollerHandle<Hop>>,
+    target: u32,
+    done: Option<Sender<u32>>,
+}
+
+impl Task<Hop> for Bouncer {
+    fn poll(&mut self, _: &mut PollCtx<'_>) -> usize {
+        0
+    }
+
+    fn on_message(&mut self, msg: Hop, ctx: &mut PollCtx<'_>) {
+        let (to, n) = match msg {
+            Hop::Start { rounds, peer, done } => {
+                self.target = rounds;
+                self.done = Some(done);
+                (peer, 0)
+            }
+            Hop::Ball { from, n } => (from, n + 1),
+        };
+        if self.done.is_some() && n >= self.target {
+            if let Some(done) = self.done.take() {
+                let _ = done.send(n);
+            }
+            return;
+        }
+        let me = ctx.task_id();
+        // One ball in flight: the peer's mailbox always has room.
+        assert!(self.peers[to.poller()]
+            .send(to, Hop::Ball { from: me, n })
+            .is_ok());
+    }
+}
+
+#[test]
+fn tasks_on_different_pollers_hand_work_to_each_other() {
+    let group = PollerGroup::<Hop>::start(&[0, 1], parking_config()).unwrap();
+    let peers: Vec<_> = group.handles().cloned().collect();
+    let mut ids = Vec::new();
+    for poller in 0..2 {
+        let task = Box::new(Bouncer {
+            peers: peers.clone(),
+            target: 0,
+            done: None,
+        });
+        ids.push(group.add_task(poller, task).unwrap());
+    }
+    assert_eq!((ids[0].poller(), ids[1].poller()), (0, 1));
+    let (done_tx, done_rx) = mpsc::channel();
+    let start = Hop::Start {
+        rounds: 2_000,
+        peer: ids[1],
+        done: done_tx,
+    };
+    group.send(ids[0], start).unwrap();
+    // Every other increment happens on the starting task, so it sees the target first.
+    assert_eq!(recv(&done_rx, "ball bounced 2000 times"), 2_000);
+    let stats = stop(group);
+    // Poller 0 took the start, its add and 1000 balls; poller 1 its add and 1000 balls.
+    assert_eq!(stats.pollers[0].messages, 1 + 1 + 1_000);
+    assert_eq!(stats.pollers[1].messages, 1 + 1_000);
 }
