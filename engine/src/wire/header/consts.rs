@@ -12,7 +12,7 @@ pub const RDMA_MSG: u32 = 0;
 pub const RDMA_NOMSG: u32 = 1;
 /// `rdma_proc` value of RDMA_MSGP: alignment, threshold, chunk lists, padded RPC message.
 pub const RDMA_MSGP: u32 = 2;
-/// `rdma_proc` value of RDMA_DONE: signals the end of an RDMA Read of a reply chunk.
+/// `rdma_proc` value of RDMA_DONE: signals completion of a chunk transfer via RDMA Read.
 pub const RDMA_DONE: u32 = 3;
 /// `rdma_proc` value of RDMA_ERROR: reports a transport header the peer could not use.
 pub const RDMA_ERROR: u32 = 4;
