@@ -10,8 +10,13 @@ use crate::timer::{Nanos, TimerError, TimerHeap, TimerId, NEVER};
 /// Something a poller polls run-to-completion on its thread: a completion queue, a
 /// connection, a CM event source, a protocol timer owner.
 ///
+/// `M` is the message type of the [`PollerGroup`](crate::PollerGroup) it runs in: what
+/// application threads and other tasks send it (an RPC to submit, a connection event).
+///
 /// Every method runs on the poller's thread and must not block: a task that blocks stalls
-/// every other task on that poller (and makes shutdown miss its deadline).
+/// every other task on that poller (and makes shutdown miss its deadline). A panic in a
+/// task ends its poller thread; the poller's mailbox then refuses sends and shutdown
+/// reports it.
 pub trait Task<M>: Send {
     /// Do whatever work is ready and return how many units were done (completions reaped,
     /// requests handled). Zero means "nothing to do", and a poller whose tasks all return
