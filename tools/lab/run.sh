@@ -57,6 +57,7 @@ rm -f "$RUN"/{lab-run.sh,booted,rc,console.log,guest.log,dmesg.log}
 lab_qemu_args "$RUN" "lab.batch"
 echo "lab: running $NAME (timeout ${TIMEOUT}s, kernel $KV, run dir $RUN)"
 START=$SECONDS
+: > "$RUN/console.log"
 timeout -k 15 "$TIMEOUT" qemu-system-x86_64 "${QEMU_ARGS[@]}" </dev/null >"$RUN/console.log" 2>&1 &
 QPID=$!
 TPID=
