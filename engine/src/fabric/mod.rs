@@ -35,6 +35,7 @@ pub mod cm;
 pub mod error;
 pub mod mr;
 pub mod provider;
+pub mod shm;
 pub mod types;
 
 pub use cm::{CmEvent, ConnId, PrivateData, MAX_PRIVATE_DATA};

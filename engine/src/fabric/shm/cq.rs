@@ -1,0 +1,169 @@
+//! Completion queues of the shm provider. There is no hardware, so polling is where
+//! everything happens: for each attached queue pair, the receive side executes the
+//! peer's requests and the send side retires acknowledged requests. Completions are
+//! produced straight into the caller's array, so nothing is buffered and the queue
+//! cannot overrun; its depth is still enforced when queue pairs attach, as on hardware.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crossbeam_queue::ArrayQueue;
+
+use super::device::DeviceShared;
+use super::qp::QpShared;
+use crate::fabric::error::FabricError;
+use crate::fabric::provider::CompletionQueue;
+use crate::fabric::types::Completion;
+
+/// Most queue pairs one completion queue serves.
+const MAX_ATTACHED: usize = 1024;
+
+struct Attached {
+    qp: Arc<QpShared>,
+    send: bool,
+    recv: bool,
+}
+
+/// The part of a completion queue that queue pairs hold.
+pub(crate) struct CqShared {
+    pub(crate) dev_id: u64,
+    depth: u32,
+    reserved: AtomicU64,
+    /// Queue pairs attached since the last poll (lock-free hand-over to the poller).
+    incoming: ArrayQueue<Attached>,
+}
+
+impl CqShared {
+    /// Reserves room for `n` more outstanding completions.
+    pub(crate) fn reserve(&self, n: u64) -> Result<(), FabricError> {
+        let mut cur = self.reserved.load(Ordering::Relaxed);
+        loop {
+            let want = cur + n;
+            if want > u64::from(self.depth) {
+                return Err(FabricError::CqTooSmall {
+                    needed: want,
+                    depth: self.depth,
+                });
+            }
+            match self.reserved.compare_exchange_weak(
+                cur,
+                want,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return Ok(()),
+                Err(c) => cur = c,
+            }
+        }
+    }
+
+    /// Gives back a reservation.
+    pub(crate) fn unreserve(&self, n: u64) {
+        self.reserved.fetch_sub(n, Ordering::AcqRel);
+    }
+
+    /// Attaches a queue pair in the given roles.
+    pub(crate) fn attach(
+        &self,
+        qp: &Arc<QpShared>,
+        send: bool,
+        recv: bool,
+    ) -> Result<(), FabricError> {
+        self.incoming
+            .push(Attached {
+                qp: qp.clone(),
+                send,
+                recv,
+            })
+            .map_err(|_| FabricError::Exhausted {
+                what: "queue pairs waiting to attach to a completion queue",
+                max: MAX_ATTACHED,
+            })
+    }
+}
+
+/// A shm completion queue.
+pub struct ShmCq {
+    pub(crate) shared: Arc<CqShared>,
+    qps: Vec<Attached>,
+    cursor: usize,
+}
+
+impl std::fmt::Debug for ShmCq {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShmCq")
+            .field("depth", &self.shared.depth)
+            .field("qps", &self.qps.len())
+            .finish()
+    }
+}
+
+impl ShmCq {
+    pub(crate) fn new(dev: Arc<DeviceShared>, depth: u32) -> Result<ShmCq, FabricError> {
+        if depth == 0 || depth > dev.cfg.max_cq_depth {
+            return Err(FabricError::InvalidCaps {
+                what: "cq depth",
+                requested: depth,
+                max: dev.cfg.max_cq_depth,
+            });
+        }
+        Ok(ShmCq {
+            shared: Arc::new(CqShared {
+                dev_id: dev.id,
+                depth,
+                reserved: AtomicU64::new(0),
+                incoming: ArrayQueue::new(MAX_ATTACHED),
+            }),
+            qps: Vec::new(),
+            cursor: 0,
+        })
+    }
+
+    fn adopt(&mut self) {
+        while let Some(a) = self.shared.incoming.pop() {
+            // Attach time, not the data path: the vector grows only here.
+            self.qps.push(a);
+        }
+        self.qps.retain(|a| !a.qp.destroyed.load(Ordering::Acquire));
+    }
+}
+
+impl CompletionQueue for ShmCq {
+    fn poll(&mut self, out: &mut [Completion]) -> usize {
+        if !self.shared.incoming.is_empty()
+            || self
+                .qps
+                .iter()
+                .any(|a| a.qp.destroyed.load(Ordering::Relaxed))
+        {
+            self.adopt();
+        }
+        let count = self.qps.len();
+        if count == 0 {
+            return 0;
+        }
+        let mut n = 0;
+        for i in 0..count {
+            if n == out.len() {
+                break;
+            }
+            let a = &self.qps[(self.cursor + i) % count];
+            if a.recv {
+                // SAFETY: a queue pair attaches to exactly one receive CQ (this one, in
+                // this role), and `poll(&mut self)` runs on one thread at a time.
+                n += unsafe { a.qp.recv_step(&mut out[n..]) };
+            }
+            if a.send {
+                // SAFETY: as above, for the one send CQ.
+                n += unsafe { a.qp.send_step(&mut out[n..]) };
+            }
+        }
+        // Rotate the starting queue pair so a busy one cannot starve the others.
+        self.cursor = (self.cursor + 1) % count;
+        n
+    }
+
+    fn depth(&self) -> u32 {
+        self.shared.depth
+    }
+}

@@ -1,0 +1,425 @@
+//! The executor: "the NIC lives at the target". The receive CQ's poll consumes the
+//! peer's request ring in posting order, checks every key against this device's table,
+//! copies between the peer's memory (mapped here) and ours, reports receive completions
+//! and answers each request with an ack or a NAK on the peer's ack ring.
+//!
+//! Nothing is copied until every check of a request has passed, so a failing request
+//! touches no byte, and a NAK moves both queue pairs to the error state.
+
+use std::os::fd::OwnedFd;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use rpcrdma_pools::Arena;
+
+use super::device::ANNOUNCE_LEN;
+use super::qp::QpShared;
+use super::ring::{Consumer, Producer};
+use super::segment::{ack, op, AckSlot, ReqSlot, Segment, MAX_SGE};
+use super::sock::{self, Recv};
+use crate::fabric::mr::Access;
+use crate::fabric::types::{Completion, WcOpcode, WcStatus, RNR_RETRY_INFINITE};
+
+/// Requests executed per poll before yielding to the caller.
+const BUDGET: usize = 64;
+
+struct RnrWait {
+    since: Instant,
+    retries_left: u8,
+}
+
+/// What executing one request produced.
+enum Outcome {
+    /// No receive posted yet: try again on a later poll.
+    Wait,
+    /// Finished: the ack status, the byte count, and whether a receive completion was
+    /// written.
+    Done {
+        status: u32,
+        byte_len: u32,
+        completed: bool,
+    },
+}
+
+impl Outcome {
+    fn nak(status: u32) -> Outcome {
+        Outcome::Done {
+            status,
+            byte_len: 0,
+            completed: false,
+        }
+    }
+}
+
+/// A contiguous run of bytes resolved from scatter-gather entries.
+#[derive(Clone, Copy)]
+struct Run {
+    ptr: *mut u8,
+    len: usize,
+}
+
+const NO_RUN: Run = Run {
+    ptr: std::ptr::null_mut(),
+    len: 0,
+};
+
+/// Copies `total` bytes from the gather list `src` to the scatter list `dst`.
+///
+/// # Safety
+/// Every run must be valid for its length (reads for `src`, writes for `dst`), the
+/// runs must not overlap, and both lists must hold at least `total` bytes.
+unsafe fn scatter_gather(src: &[Run], dst: &[Run], total: usize) {
+    let (mut si, mut so, mut di, mut dof) = (0, 0, 0, 0);
+    let mut left = total;
+    while left > 0 && si < src.len() && di < dst.len() {
+        let n = (src[si].len - so).min(dst[di].len - dof).min(left);
+        // SAFETY: so + n <= src[si].len and dof + n <= dst[di].len, per the contract.
+        unsafe { std::ptr::copy_nonoverlapping(src[si].ptr.add(so), dst[di].ptr.add(dof), n) };
+        left -= n;
+        so += n;
+        dof += n;
+        if so == src[si].len {
+            si += 1;
+            so = 0;
+        }
+        if dof == dst[di].len {
+            di += 1;
+            dof = 0;
+        }
+    }
+}
+
+/// The receive side of one connected queue pair.
+pub(crate) struct Executor {
+    peer: Segment,
+    req: Consumer<ReqSlot>,
+    ack: Producer<AckSlot>,
+    announce_rx: OwnedFd,
+    /// The peer's arenas, mapped here as it announces them (grows on announcement only).
+    peer_arenas: Vec<Arena>,
+    peer_rnr_retry: u8,
+    rnr: Option<RnrWait>,
+}
+
+impl Executor {
+    /// An executor for the peer whose segment is `peer`, announcing arenas on
+    /// `announce_rx`, retrying Sends `peer_rnr_retry` times.
+    pub(crate) fn new(peer: Segment, announce_rx: OwnedFd, peer_rnr_retry: u8) -> Executor {
+        Executor {
+            req: peer.req_consumer(),
+            ack: peer.ack_producer(),
+            peer,
+            announce_rx,
+            peer_arenas: Vec::new(),
+            peer_rnr_retry,
+            rnr: None,
+        }
+    }
+
+    /// Executes what the peer posted, writing receive completions into `out`.
+    pub(crate) fn step(&mut self, qp: &QpShared, out: &mut [Completion]) -> usize {
+        if !qp.is_error() && self.peer.has_failed() {
+            qp.set_error();
+        }
+        if qp.is_error() {
+            return qp.flush_recvs(out);
+        }
+        let mut n = 0;
+        for _ in 0..BUDGET {
+            let slot = match self.req.peek() {
+                Ok(Some(s)) => s,
+                Ok(None) => break,
+                Err(_) => {
+                    // The peer scribbled over its counters: the connection is unusable.
+                    self.fail(qp);
+                    return n + qp.flush_recvs(&mut out[n..]);
+                }
+            };
+            let is_send = slot.op == op::SEND || slot.op == op::SEND_INV;
+            if is_send && n == out.len() {
+                break;
+            }
+            let outcome = match slot.op {
+                op::SEND | op::SEND_INV => self.exec_send(qp, &slot, &mut out[n]),
+                op::WRITE => self.exec_write(qp, &slot),
+                op::READ => self.exec_read(qp, &slot),
+                _ => Outcome::nak(ack::REMOTE_INVALID),
+            };
+            let Outcome::Done {
+                status,
+                byte_len,
+                completed,
+            } = outcome
+            else {
+                break;
+            };
+            if completed {
+                n += 1;
+            }
+            if !matches!(self.ack.room(), Ok(r) if r > 0) {
+                self.fail(qp);
+                return n + qp.flush_recvs(&mut out[n..]);
+            }
+            self.ack.push(AckSlot {
+                ssn: slot.ssn,
+                status,
+                byte_len,
+            });
+            self.req.advance();
+            if status != ack::OK {
+                // The NAK must be visible before our failed flag, so the peer reports
+                // the NAK's status rather than a flush for this request.
+                self.fail(qp);
+                return n + qp.flush_recvs(&mut out[n..]);
+            }
+        }
+        self.ack.publish();
+        self.req.release();
+        n
+    }
+
+    fn fail(&mut self, qp: &QpShared) {
+        self.ack.publish();
+        self.req.release();
+        qp.set_error();
+    }
+
+    /// Maps the peer's arena `idx`, reading announcements until it has arrived.
+    fn peer_arena(&mut self, idx: u32) -> Option<&Arena> {
+        let idx = idx as usize;
+        while self.peer_arenas.len() <= idx {
+            let announced = self.peer.arenas_announced().load(Ordering::Acquire) as usize;
+            if idx >= announced {
+                return None;
+            }
+            let mut buf = [0u8; ANNOUNCE_LEN];
+            let Ok(Recv::Msg(ANNOUNCE_LEN, mut fds)) = sock::recv(&self.announce_rx, &mut buf)
+            else {
+                return None;
+            };
+            let index = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
+            let mut lenb = [0u8; 8];
+            lenb.copy_from_slice(&buf[8..16]);
+            let len = usize::try_from(u64::from_le_bytes(lenb)).ok()?;
+            if index != self.peer_arenas.len() {
+                return None;
+            }
+            let arena = Arena::from_fd(fds.take(0)?, len).ok()?;
+            self.peer_arenas.push(arena);
+        }
+        self.peer_arenas.get(idx)
+    }
+
+    /// Resolves the peer's translated entries of `slot` to runs in our mapping of its
+    /// arenas. `None` means the peer broke the protocol.
+    fn peer_runs(&mut self, slot: &ReqSlot, runs: &mut [Run; MAX_SGE]) -> Option<usize> {
+        let n = slot.num_sge as usize;
+        if n > MAX_SGE {
+            return None;
+        }
+        let mut total: u64 = 0;
+        for (run, sge) in runs.iter_mut().zip(&slot.sge[..n]) {
+            let arena = self.peer_arena(sge.arena)?;
+            let end = sge.offset.checked_add(u64::from(sge.len))?;
+            if end > arena.len() as u64 {
+                return None;
+            }
+            *run = Run {
+                ptr: arena.base().wrapping_add(sge.offset as usize),
+                len: sge.len as usize,
+            };
+            total += u64::from(sge.len);
+        }
+        (total == u64::from(slot.total_len)).then_some(n)
+    }
+
+    /// Resolves our own `[addr, addr+len)` under `rkey` with `need`.
+    fn target_run(qp: &QpShared, rkey: u32, need: Access, addr: u64, len: u32) -> Option<Run> {
+        let len64 = u64::from(len);
+        let place = qp.dev.table.lookup(rkey, qp.pd, need, addr, len64).ok()?;
+        let ptr = qp.dev.local_ptr(place, len64)?;
+        Some(Run {
+            ptr,
+            len: len as usize,
+        })
+    }
+
+    fn exec_write(&mut self, qp: &QpShared, slot: &ReqSlot) -> Outcome {
+        let mut src = [NO_RUN; MAX_SGE];
+        let Some(ns) = self.peer_runs(slot, &mut src) else {
+            return Outcome::nak(ack::REMOTE_OP);
+        };
+        if slot.total_len > 0 {
+            let Some(dst) = Self::target_run(
+                qp,
+                slot.key,
+                Access::REMOTE_WRITE,
+                slot.remote_addr,
+                slot.total_len,
+            ) else {
+                return Outcome::nak(ack::REMOTE_ACCESS);
+            };
+            // SAFETY: src runs lie inside the peer's arenas as mapped here, dst inside
+            // one of our registered arenas (bounds checked above); separate mappings.
+            unsafe { scatter_gather(&src[..ns], &[dst], slot.total_len as usize) };
+        }
+        Outcome::Done {
+            status: ack::OK,
+            byte_len: slot.total_len,
+            completed: false,
+        }
+    }
+
+    fn exec_read(&mut self, qp: &QpShared, slot: &ReqSlot) -> Outcome {
+        let mut dst = [NO_RUN; MAX_SGE];
+        let Some(nd) = self.peer_runs(slot, &mut dst) else {
+            return Outcome::nak(ack::REMOTE_OP);
+        };
+        if slot.total_len > 0 {
+            let Some(src) = Self::target_run(
+                qp,
+                slot.key,
+                Access::REMOTE_READ,
+                slot.remote_addr,
+                slot.total_len,
+            ) else {
+                return Outcome::nak(ack::REMOTE_ACCESS);
+            };
+            // SAFETY: as in exec_write, with the directions swapped.
+            unsafe { scatter_gather(&[src], &dst[..nd], slot.total_len as usize) };
+        }
+        Outcome::Done {
+            status: ack::OK,
+            byte_len: slot.total_len,
+            completed: false,
+        }
+    }
+
+    /// No receive posted: wait for one within the peer's RNR retry budget.
+    fn receiver_not_ready(&mut self, qp: &QpShared) -> Outcome {
+        match &mut self.rnr {
+            None => {
+                if self.peer_rnr_retry == 0 {
+                    return Outcome::nak(ack::RNR_EXCEEDED);
+                }
+                self.rnr = Some(RnrWait {
+                    since: Instant::now(),
+                    retries_left: self.peer_rnr_retry,
+                });
+                Outcome::Wait
+            }
+            Some(w) => {
+                let now = Instant::now();
+                if now.duration_since(w.since) < qp.min_rnr_timer {
+                    return Outcome::Wait;
+                }
+                // One retry found no receive either.
+                w.since = now;
+                if w.retries_left != RNR_RETRY_INFINITE {
+                    w.retries_left -= 1;
+                    if w.retries_left == 0 {
+                        self.rnr = None;
+                        return Outcome::nak(ack::RNR_EXCEEDED);
+                    }
+                }
+                Outcome::Wait
+            }
+        }
+    }
+
+    fn exec_send(&mut self, qp: &QpShared, slot: &ReqSlot, out: &mut Completion) -> Outcome {
+        let posted = qp.rq_posted.load(Ordering::Acquire);
+        let consumed = qp.rq_consumed.load(Ordering::Relaxed);
+        if consumed == posted {
+            return self.receiver_not_ready(qp);
+        }
+        self.rnr = None;
+        // SAFETY: consumed < posted: the poster published this entry; we are the
+        // receive queue's only consumer.
+        let recv = unsafe { qp.rq.read(consumed) };
+        qp.rq_consumed.store(consumed + 1, Ordering::Release);
+        let mut done = |status: WcStatus, byte_len: u32, inv: Option<u32>, ack_status: u32| {
+            *out = Completion {
+                wr_id: recv.wr_id,
+                opcode: WcOpcode::Recv,
+                status,
+                byte_len,
+                qp_num: qp.qp_num,
+                invalidated_rkey: inv,
+            };
+            Outcome::Done {
+                status: ack_status,
+                byte_len,
+                completed: true,
+            }
+        };
+        // Our receive buffers, checked now (a NIC checks at placement, not at post).
+        let mut dst = [NO_RUN; MAX_SGE];
+        let nd = (recv.num_sge as usize).min(MAX_SGE);
+        let mut cap: u64 = 0;
+        for (run, sge) in dst.iter_mut().zip(&recv.sge[..nd]) {
+            match Self::target_run(qp, sge.lkey, Access::LOCAL_WRITE, sge.addr, sge.length) {
+                Some(r) => *run = r,
+                None => return done(WcStatus::LocalProtectionError, 0, None, ack::REMOTE_OP),
+            }
+            cap += u64::from(sge.length);
+        }
+        if u64::from(slot.total_len) > cap {
+            return done(WcStatus::LocalLengthError, 0, None, ack::REMOTE_INVALID);
+        }
+        let mut src = [NO_RUN; MAX_SGE];
+        let Some(ns) = self.peer_runs(slot, &mut src) else {
+            return done(WcStatus::GeneralError, 0, None, ack::REMOTE_OP);
+        };
+        let mut inv = None;
+        if slot.op == op::SEND_INV {
+            if qp.dev.table.invalidate(slot.key, qp.pd).is_err() {
+                return done(WcStatus::LocalAccessError, 0, None, ack::REMOTE_ACCESS);
+            }
+            inv = Some(slot.key);
+        }
+        // SAFETY: src runs lie in the peer's arenas as mapped here, dst runs in our
+        // registered arenas (bounds checked); cap >= total_len was checked above.
+        unsafe { scatter_gather(&src[..ns], &dst[..nd], slot.total_len as usize) };
+        done(WcStatus::Success, slot.total_len, inv, ack::OK)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scatter_gather_crosses_uneven_boundaries() {
+        let mut src_buf: Vec<u8> = (0..100u8).collect();
+        let mut dst_buf = vec![0u8; 100];
+        let s = src_buf.as_mut_ptr();
+        let d = dst_buf.as_mut_ptr();
+        let src = [
+            Run { ptr: s, len: 3 },
+            Run {
+                ptr: s.wrapping_add(3),
+                len: 50,
+            },
+            Run {
+                ptr: s.wrapping_add(53),
+                len: 47,
+            },
+        ];
+        let dst = [
+            Run { ptr: d, len: 10 },
+            Run {
+                ptr: d.wrapping_add(10),
+                len: 1,
+            },
+            Run {
+                ptr: d.wrapping_add(11),
+                len: 89,
+            },
+        ];
+        // SAFETY: all runs are inside the two live vectors.
+        unsafe { scatter_gather(&src, &dst, 99) };
+        assert_eq!(&dst_buf[..99], &src_buf[..99]);
+        assert_eq!(dst_buf[99], 0);
+    }
+}

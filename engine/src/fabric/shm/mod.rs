@@ -1,0 +1,79 @@
+//! `shm`: the shared-memory provider. Two endpoints on one host (two threads, or two
+//! processes) exchange work through lock-free rings in shared memory, with verbs'
+//! reliable-connected semantics.
+//!
+//! # Design: the NIC lives at the target
+//!
+//! Every Send, RDMA Write and RDMA Read request goes, in posting order, through a
+//! single-producer/single-consumer ring in the initiator's connection segment and is
+//! executed by the *target's* completion-queue poll: it checks keys against its own
+//! key table, copies out of the initiator's memory (mapped at the target) for Sends and
+//! Writes, copies into the initiator's sink for Reads, and answers each request on the
+//! reverse ring with an ack or a NAK (RNR exceeded, remote access error, invalid
+//! request, operational error). The initiator reports send completions when it polls
+//! those acks, like an RC requester. This gives posting-order placement, RNR handling
+//! and both-sides-to-error without further machinery.
+//!
+//! Consequently a shm endpoint makes progress only while it polls: the target must poll
+//! its receive CQ for its peer's Writes and Reads to execute (as with software iWARP).
+//!
+//! # Memory
+//!
+//! Registered memory must live in shareable arenas ([`rpcrdma_pools::Arena`] created
+//! with `shareable(true)`; hugepage memfds when the host has them), because the peer
+//! maps it: registering anything else fails with [`FabricError::NotShareable`]. The
+//! arenas' descriptors travel over a per-connection announcement socket; an arena
+//! registered after connecting is announced too, and the peer reads its socket only when
+//! a request names an arena it has not mapped yet, after checking a counter in shared
+//! memory. Peers can therefore read and write each other's registered arenas at will:
+//! shm peers trust each other like threads of one program.
+//!
+//! # Cost
+//!
+//! Posting and polling make no system call, take no lock and allocate nothing; a chain
+//! of requests is published with one release store. The connection manager (a Unix
+//! seqpacket socket per connection, passing descriptors with `SCM_RIGHTS`) is used at
+//! setup and teardown only.
+//!
+//! [`FabricError::NotShareable`]: crate::fabric::FabricError::NotShareable
+
+mod cm;
+mod completer;
+mod cq;
+mod device;
+mod exec;
+mod msg;
+mod pd;
+mod qp;
+mod ring;
+mod segment;
+mod sock;
+mod table;
+
+pub use cm::{ShmCm, ShmConnRequest};
+pub use cq::ShmCq;
+pub use device::{ShmConfig, ShmDevice};
+pub use pd::{ShmMr, ShmPd};
+pub use qp::ShmQp;
+pub use sock::ShmAddr;
+
+use crate::fabric::provider::Provider;
+
+/// Most scatter-gather entries per work request on shm.
+pub const SHM_MAX_SGE: u32 = segment::MAX_SGE as u32;
+
+/// The shm provider's type family.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ShmProvider;
+
+impl Provider for ShmProvider {
+    const NAME: &'static str = "shm";
+    type Device = ShmDevice;
+    type Pd = ShmPd;
+    type Mr = ShmMr;
+    type Cq = ShmCq;
+    type Qp = ShmQp;
+    type Cm = ShmCm;
+    type ConnRequest = ShmConnRequest;
+    type Addr = ShmAddr;
+}

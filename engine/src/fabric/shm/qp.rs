@@ -1,0 +1,667 @@
+//! Queue pairs of the shm provider: the state shared by the queue-pair handle (which
+//! posts), the send completion queue (which retires send-queue requests) and the
+//! receive completion queue (which executes the peer's requests), and the posting side.
+//!
+//! Each part has exactly one owner at a time, which is what makes the `UnsafeCell`s
+//! sound: the handle is the only producer of the send and receive queues, the send CQ's
+//! `poll(&mut self)` the only user of the completer, the receive CQ's the only user of
+//! the executor. They meet through atomic counters (release on publish, acquire on read).
+
+use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use super::completer::Completer;
+use super::cq::CqShared;
+use super::device::{DeviceShared, MAX_MSG_SIZE};
+use super::exec::Executor;
+use super::ring::Producer;
+use super::segment::{op, ReqSlot, Segment, WireSge, MAX_SGE};
+use super::table::Mapping;
+use crate::fabric::cm::ConnId;
+use crate::fabric::error::{FabricError, PostError, PostErrorKind};
+use crate::fabric::mr::Access;
+use crate::fabric::provider::QueuePair;
+use crate::fabric::types::{
+    Completion, QpCaps, QpState, RecvWr, SendFlags, SendOp, SendWr, Sge, WcOpcode, WcStatus,
+};
+
+const ST_INIT: u8 = 0;
+const ST_RTR: u8 = 1;
+const ST_RTS: u8 = 2;
+const ST_ERR: u8 = 3;
+const ST_DISC: u8 = 4;
+
+/// A send-queue request as the completer needs it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SqEntry {
+    pub wr_id: u64,
+    pub opcode: WcOpcode,
+    pub signaled: bool,
+    pub byte_len: u32,
+    /// Executed by the peer: its ack carries the status.
+    pub remote: bool,
+    pub ssn: u64,
+    /// Status of a request finished at post time (local operations, local errors,
+    /// requests posted in the error state).
+    pub local: WcStatus,
+}
+
+impl SqEntry {
+    const EMPTY: SqEntry = SqEntry {
+        wr_id: 0,
+        opcode: WcOpcode::Send,
+        signaled: false,
+        byte_len: 0,
+        remote: false,
+        ssn: 0,
+        local: WcStatus::Success,
+    };
+}
+
+/// A posted receive.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RqEntry {
+    pub wr_id: u64,
+    pub num_sge: u32,
+    pub sge: [Sge; MAX_SGE],
+}
+
+impl RqEntry {
+    const EMPTY: RqEntry = RqEntry {
+        wr_id: 0,
+        num_sge: 0,
+        sge: [Sge::new(0, 0, 0); MAX_SGE],
+    };
+}
+
+/// A fixed array of entries passed from one producer to one consumer by sequence number.
+pub(crate) struct Slots<T> {
+    cells: Box<[UnsafeCell<T>]>,
+    mask: u64,
+}
+
+impl<T: Copy> Slots<T> {
+    fn new(depth: u32, empty: T) -> Slots<T> {
+        let n = depth.next_power_of_two();
+        Slots {
+            cells: (0..n).map(|_| UnsafeCell::new(empty)).collect(),
+            mask: u64::from(n - 1),
+        }
+    }
+
+    /// # Safety
+    /// Only the producer calls this, for a sequence number the consumer has released.
+    #[inline]
+    unsafe fn write(&self, seq: u64, v: T) {
+        // SAFETY: per the contract nobody else touches this cell now.
+        unsafe { *self.cells[(seq & self.mask) as usize].get() = v }
+    }
+
+    /// # Safety
+    /// Only the consumer calls this, for a sequence number the producer has published.
+    #[inline]
+    pub(crate) unsafe fn read(&self, seq: u64) -> T {
+        // SAFETY: per the contract the producer finished writing this cell.
+        unsafe { *self.cells[(seq & self.mask) as usize].get() }
+    }
+}
+
+/// Everything about one queue pair that more than one owner touches.
+pub(crate) struct QpShared {
+    pub(crate) qp_num: u32,
+    pub(crate) conn: ConnId,
+    pub(crate) dev: Arc<DeviceShared>,
+    pub(crate) pd: u16,
+    pub(crate) caps: QpCaps,
+    /// Our RNR retry count, told to the peer (it executes our Sends).
+    pub(crate) rnr_retry: u8,
+    /// How long the peer's Sends wait for a receive between retries.
+    pub(crate) min_rnr_timer: Duration,
+    state: AtomicU8,
+    /// Our segment: our request ring, the acks for it, our failed flag.
+    pub(crate) own: Segment,
+    pub(crate) sq: Slots<SqEntry>,
+    pub(crate) sq_posted: AtomicU64,
+    pub(crate) sq_freed: AtomicU64,
+    pub(crate) rq: Slots<RqEntry>,
+    pub(crate) rq_posted: AtomicU64,
+    pub(crate) rq_consumed: AtomicU64,
+    completer: UnsafeCell<Completer>,
+    exec: UnsafeCell<Option<Executor>>,
+    link_claimed: AtomicBool,
+    linked: AtomicBool,
+    /// The peer's segment, once connected (for its failed flag).
+    pub(crate) peer: OnceLock<Segment>,
+    pub(crate) destroyed: AtomicBool,
+}
+
+// SAFETY: the UnsafeCells are each used by one owner at a time as described in the
+// module documentation; everything else is atomics, immutable data or Send + Sync.
+unsafe impl Send for QpShared {}
+// SAFETY: as above.
+unsafe impl Sync for QpShared {}
+
+impl std::fmt::Debug for QpShared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QpShared")
+            .field("qp_num", &self.qp_num)
+            .field("conn", &self.conn)
+            .field("state", &self.state())
+            .finish()
+    }
+}
+
+impl QpShared {
+    /// The current state.
+    #[inline]
+    pub(crate) fn state(&self) -> QpState {
+        match self.state.load(Ordering::Acquire) {
+            ST_INIT => QpState::Init,
+            ST_RTR => QpState::ReadyToReceive,
+            ST_RTS => QpState::ReadyToSend,
+            ST_ERR => QpState::Error,
+            _ => QpState::Disconnected,
+        }
+    }
+
+    /// True in the error and disconnected states.
+    #[inline]
+    pub(crate) fn is_error(&self) -> bool {
+        self.state.load(Ordering::Acquire) >= ST_ERR
+    }
+
+    /// Moves to the error state (if not there already) and tells the peer.
+    pub(crate) fn set_error(&self) {
+        let mut cur = self.state.load(Ordering::Acquire);
+        while cur < ST_ERR {
+            match self
+                .state
+                .compare_exchange_weak(cur, ST_ERR, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => break,
+                Err(s) => cur = s,
+            }
+        }
+        self.own.set_failed();
+    }
+
+    /// Moves to the disconnected state for good.
+    pub(crate) fn set_disconnected(&self) {
+        self.state.store(ST_DISC, Ordering::Release);
+        self.own.set_failed();
+    }
+
+    fn advance(&self, from_max: u8, to: u8) -> bool {
+        let mut cur = self.state.load(Ordering::Acquire);
+        while cur <= from_max && cur < to {
+            match self
+                .state
+                .compare_exchange_weak(cur, to, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return true,
+                Err(s) => cur = s,
+            }
+        }
+        false
+    }
+
+    /// Init → ReadyToReceive (accepted).
+    pub(crate) fn set_rtr(&self) -> bool {
+        self.advance(ST_INIT, ST_RTR)
+    }
+
+    /// Init/ReadyToReceive → ReadyToSend (established).
+    pub(crate) fn set_rts(&self) -> bool {
+        self.advance(ST_RTR, ST_RTS)
+    }
+
+    /// Hands the executor (and the peer's segment) to the receive side. Once only.
+    pub(crate) fn link(&self, exec: Executor, peer: Segment) -> Result<(), FabricError> {
+        if self
+            .link_claimed
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return Err(FabricError::Protocol("queue pair connected twice"));
+        }
+        // SAFETY: we won the claim, and the receive CQ does not touch `exec` until
+        // `linked` is set below.
+        unsafe { *self.exec.get() = Some(exec) };
+        let _ = self.peer.set(peer);
+        self.linked.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Executes the peer's requests and reports receive completions (or flushes).
+    ///
+    /// # Safety
+    /// Only the poll of this queue pair's one receive CQ may call this.
+    pub(crate) unsafe fn recv_step(&self, out: &mut [Completion]) -> usize {
+        if self.linked.load(Ordering::Acquire) {
+            // SAFETY: linked, so `exec` is initialised and no longer written by `link`;
+            // the caller is its only user.
+            if let Some(ex) = unsafe { (*self.exec.get()).as_mut() } {
+                return ex.step(self, out);
+            }
+        }
+        if self.is_error() {
+            return self.flush_recvs(out);
+        }
+        0
+    }
+
+    /// Retires send-queue requests and reports their completions.
+    ///
+    /// # Safety
+    /// Only the poll of this queue pair's one send CQ may call this.
+    pub(crate) unsafe fn send_step(&self, out: &mut [Completion]) -> usize {
+        // SAFETY: the caller is the completer's only user.
+        unsafe { (*self.completer.get()).step(self, out) }
+    }
+
+    /// Completes every posted receive as flushed (receive side only).
+    pub(crate) fn flush_recvs(&self, out: &mut [Completion]) -> usize {
+        let posted = self.rq_posted.load(Ordering::Acquire);
+        let mut c = self.rq_consumed.load(Ordering::Relaxed);
+        let mut n = 0;
+        while c < posted && n < out.len() {
+            // SAFETY: c < posted, published by the poster; we are the consumer.
+            let e = unsafe { self.rq.read(c) };
+            out[n] = Completion {
+                wr_id: e.wr_id,
+                opcode: WcOpcode::Recv,
+                status: WcStatus::WrFlushed,
+                byte_len: 0,
+                qp_num: self.qp_num,
+                invalidated_rkey: None,
+            };
+            n += 1;
+            c += 1;
+        }
+        self.rq_consumed.store(c, Ordering::Release);
+        n
+    }
+}
+
+/// A shm reliable-connected queue pair. Dropping it destroys the queue pair: the peer
+/// sees it fail, and the connection manager disconnects.
+pub struct ShmQp {
+    pub(crate) shared: Arc<QpShared>,
+    req: Producer<ReqSlot>,
+    sq_head: u64,
+    sq_freed_seen: u64,
+    next_ssn: u64,
+    rq_head: u64,
+    rq_consumed_seen: u64,
+    cq_reservations: [Option<(Arc<CqShared>, u64)>; 2],
+}
+
+impl std::fmt::Debug for ShmQp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.shared.fmt(f)
+    }
+}
+
+/// Everything [`ShmQp::create`] needs.
+pub(crate) struct QpParts {
+    pub dev: Arc<DeviceShared>,
+    pub pd: u16,
+    pub conn: ConnId,
+    pub caps: QpCaps,
+    pub rnr_retry: u8,
+    pub min_rnr_timer: Duration,
+    pub send_cq: Arc<CqShared>,
+    pub recv_cq: Arc<CqShared>,
+}
+
+fn check_cap(what: &'static str, v: u32, min: u32, max: u32) -> Result<(), FabricError> {
+    if v < min || v > max {
+        return Err(FabricError::InvalidCaps {
+            what,
+            requested: v,
+            max,
+        });
+    }
+    Ok(())
+}
+
+impl ShmQp {
+    /// Creates a queue pair with its own segment, attached to its completion queues.
+    pub(crate) fn create(p: QpParts) -> Result<ShmQp, FabricError> {
+        let max_wr = p.dev.cfg.max_qp_wr;
+        check_cap("max_send_wr", p.caps.max_send_wr, 1, max_wr)?;
+        check_cap("max_recv_wr", p.caps.max_recv_wr, 1, max_wr)?;
+        check_cap("max_send_sge", p.caps.max_send_sge, 0, MAX_SGE as u32)?;
+        check_cap("max_recv_sge", p.caps.max_recv_sge, 0, MAX_SGE as u32)?;
+        if p.rnr_retry > 7 {
+            return Err(FabricError::InvalidCaps {
+                what: "rnr_retry",
+                requested: u32::from(p.rnr_retry),
+                max: 7,
+            });
+        }
+        let mut reservations: [Option<(Arc<CqShared>, u64)>; 2] = [None, None];
+        let send_n = u64::from(p.caps.max_send_wr);
+        p.send_cq.reserve(send_n)?;
+        reservations[0] = Some((p.send_cq.clone(), send_n));
+        let recv_n = u64::from(p.caps.max_recv_wr);
+        if let Err(e) = p.recv_cq.reserve(recv_n) {
+            p.send_cq.unreserve(send_n);
+            return Err(e);
+        }
+        reservations[1] = Some((p.recv_cq.clone(), recv_n));
+        let release = |r: &[Option<(Arc<CqShared>, u64)>; 2]| {
+            for (cq, n) in r.iter().flatten() {
+                cq.unreserve(*n);
+            }
+        };
+        let own = match Segment::create(p.caps.max_send_wr.next_power_of_two()) {
+            Ok(s) => s,
+            Err(e) => {
+                release(&reservations);
+                return Err(e);
+            }
+        };
+        let shared = Arc::new(QpShared {
+            qp_num: p.dev.alloc_qp_num(),
+            conn: p.conn,
+            pd: p.pd,
+            caps: p.caps,
+            rnr_retry: p.rnr_retry,
+            min_rnr_timer: p.min_rnr_timer,
+            state: AtomicU8::new(ST_INIT),
+            sq: Slots::new(p.caps.max_send_wr, SqEntry::EMPTY),
+            sq_posted: AtomicU64::new(0),
+            sq_freed: AtomicU64::new(0),
+            rq: Slots::new(p.caps.max_recv_wr, RqEntry::EMPTY),
+            rq_posted: AtomicU64::new(0),
+            rq_consumed: AtomicU64::new(0),
+            completer: UnsafeCell::new(Completer::new(own.ack_consumer())),
+            exec: UnsafeCell::new(None),
+            link_claimed: AtomicBool::new(false),
+            linked: AtomicBool::new(false),
+            peer: OnceLock::new(),
+            destroyed: AtomicBool::new(false),
+            dev: p.dev,
+            own,
+        });
+        let same = Arc::ptr_eq(&p.send_cq, &p.recv_cq);
+        let attached = if same {
+            p.send_cq.attach(&shared, true, true)
+        } else {
+            p.send_cq
+                .attach(&shared, true, false)
+                .and_then(|()| p.recv_cq.attach(&shared, false, true))
+        };
+        if let Err(e) = attached {
+            // A half-attached queue pair is detached by its CQ once it sees `destroyed`.
+            shared.destroyed.store(true, Ordering::Release);
+            release(&reservations);
+            return Err(e);
+        }
+        Ok(ShmQp {
+            req: shared.own.req_producer(),
+            shared,
+            sq_head: 0,
+            sq_freed_seen: 0,
+            next_ssn: 0,
+            rq_head: 0,
+            rq_consumed_seen: 0,
+            cq_reservations: reservations,
+        })
+    }
+
+    /// Builds the slot for a Send, Write or Read, translating the local entries.
+    fn remote_slot(&mut self, wr: &SendWr<'_>, total: u32) -> Result<ReqSlot, WcStatus> {
+        let (opc, key, raddr, need) = match wr.op {
+            SendOp::Send => (op::SEND, 0, 0, Access::NONE),
+            SendOp::SendWithInvalidate { rkey } => (op::SEND_INV, rkey, 0, Access::NONE),
+            SendOp::RdmaWrite { remote } => (op::WRITE, remote.rkey, remote.addr, Access::NONE),
+            SendOp::RdmaRead { remote } => {
+                (op::READ, remote.rkey, remote.addr, Access::LOCAL_WRITE)
+            }
+            SendOp::FastReg { .. } | SendOp::LocalInvalidate { .. } => {
+                return Err(WcStatus::LocalQpOperationError)
+            }
+        };
+        let mut slot = ReqSlot {
+            op: opc,
+            num_sge: wr.sgl.len() as u32,
+            ssn: self.next_ssn,
+            remote_addr: raddr,
+            total_len: total,
+            key,
+            ..ReqSlot::default()
+        };
+        let sh = &*self.shared;
+        for (dst, sge) in slot.sge.iter_mut().zip(wr.sgl) {
+            let place = sh
+                .dev
+                .table
+                .lookup(sge.lkey, sh.pd, need, sge.addr, u64::from(sge.length))
+                .map_err(|_| WcStatus::LocalProtectionError)?;
+            *dst = WireSge {
+                arena: place.arena,
+                len: sge.length,
+                offset: place.offset,
+            };
+        }
+        Ok(slot)
+    }
+
+    /// Runs a FastReg or LocalInvalidate now: they touch only our key table.
+    fn local_op(&self, wr: &SendWr<'_>) -> WcStatus {
+        let sh = &*self.shared;
+        match wr.op {
+            SendOp::FastReg {
+                key,
+                region,
+                access,
+            } => {
+                let len = u64::from(region.length);
+                let place =
+                    match sh
+                        .dev
+                        .table
+                        .lookup(region.lkey, sh.pd, Access::NONE, region.addr, len)
+                    {
+                        Ok(p) => p,
+                        Err(_) => return WcStatus::MemoryBindError,
+                    };
+                let m = Mapping {
+                    arena: place.arena,
+                    offset: place.offset,
+                    iova: region.addr,
+                    len,
+                };
+                match sh.dev.table.fast_reg(key, sh.pd, access, &m) {
+                    Ok(()) => WcStatus::Success,
+                    Err(_) => WcStatus::MemoryBindError,
+                }
+            }
+            SendOp::LocalInvalidate { key } => match sh.dev.table.invalidate(key, sh.pd) {
+                Ok(()) => WcStatus::Success,
+                Err(_) => WcStatus::LocalProtectionError,
+            },
+            _ => WcStatus::LocalQpOperationError,
+        }
+    }
+
+    fn publish_send(&mut self) {
+        self.req.publish();
+        self.shared.sq_posted.store(self.sq_head, Ordering::Release);
+    }
+}
+
+fn opcode_of(op: &SendOp) -> WcOpcode {
+    match op {
+        SendOp::Send | SendOp::SendWithInvalidate { .. } => WcOpcode::Send,
+        SendOp::RdmaWrite { .. } => WcOpcode::RdmaWrite,
+        SendOp::RdmaRead { .. } => WcOpcode::RdmaRead,
+        SendOp::FastReg { .. } => WcOpcode::FastReg,
+        SendOp::LocalInvalidate { .. } => WcOpcode::LocalInvalidate,
+    }
+}
+
+impl QueuePair for ShmQp {
+    fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<(), PostError> {
+        let st = self.shared.state();
+        let mut flushing = st.is_error();
+        if !flushing && st != QpState::ReadyToSend {
+            return Err(PostError {
+                posted: 0,
+                kind: PostErrorKind::InvalidState(st),
+            });
+        }
+        let depth = u64::from(self.shared.caps.max_send_wr);
+        let max_sge = self.shared.caps.max_send_sge;
+        for (i, wr) in wrs.iter().enumerate() {
+            let refuse = |kind| PostError { posted: i, kind };
+            if self.sq_head - self.sq_freed_seen >= depth {
+                self.sq_freed_seen = self.shared.sq_freed.load(Ordering::Acquire);
+                if self.sq_head - self.sq_freed_seen >= depth {
+                    self.publish_send();
+                    return Err(refuse(PostErrorKind::QueueFull {
+                        depth: depth as u32,
+                    }));
+                }
+            }
+            let local = matches!(
+                wr.op,
+                SendOp::FastReg { .. } | SendOp::LocalInvalidate { .. }
+            );
+            if local && !wr.sgl.is_empty() {
+                self.publish_send();
+                return Err(refuse(PostErrorKind::Malformed(
+                    "FastReg and LocalInvalidate take no scatter-gather list",
+                )));
+            }
+            if wr.sgl.len() > max_sge as usize {
+                self.publish_send();
+                return Err(refuse(PostErrorKind::TooManySge {
+                    given: wr.sgl.len(),
+                    max: max_sge,
+                }));
+            }
+            let total: u64 = wr.sgl.iter().map(|s| u64::from(s.length)).sum();
+            if total > u64::from(MAX_MSG_SIZE) {
+                self.publish_send();
+                return Err(refuse(PostErrorKind::TooLong {
+                    len: total,
+                    max: MAX_MSG_SIZE,
+                }));
+            }
+            let mut entry = SqEntry {
+                wr_id: wr.wr_id,
+                opcode: opcode_of(&wr.op),
+                signaled: wr.flags.contains(SendFlags::SIGNALED),
+                byte_len: total as u32,
+                remote: false,
+                ssn: 0,
+                local: WcStatus::WrFlushed,
+            };
+            if !flushing {
+                if local {
+                    entry.local = self.local_op(wr);
+                } else {
+                    // SQ accounting keeps ring occupancy below the depth, so room is
+                    // only missing if the peer corrupted the counters.
+                    let status = match self.req.room() {
+                        Ok(r) if r > 0 => match self.remote_slot(wr, total as u32) {
+                            Ok(slot) => {
+                                self.req.push(slot);
+                                entry.remote = true;
+                                entry.ssn = self.next_ssn;
+                                self.next_ssn += 1;
+                                WcStatus::Success
+                            }
+                            Err(s) => s,
+                        },
+                        _ => WcStatus::LocalQpOperationError,
+                    };
+                    entry.local = status;
+                }
+                if !entry.local.is_success() {
+                    // Accepted, but it fails: the QP goes to error and the rest flush.
+                    self.shared.set_error();
+                    flushing = true;
+                }
+            }
+            // SAFETY: sq_head - freed < depth, so the completer is done with this slot;
+            // we are the only producer.
+            unsafe { self.shared.sq.write(self.sq_head, entry) };
+            self.sq_head += 1;
+        }
+        self.publish_send();
+        Ok(())
+    }
+
+    fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
+        let depth = u64::from(self.shared.caps.max_recv_wr);
+        let max_sge = self.shared.caps.max_recv_sge;
+        let mut result = Ok(());
+        for (i, wr) in wrs.iter().enumerate() {
+            if self.rq_head - self.rq_consumed_seen >= depth {
+                self.rq_consumed_seen = self.shared.rq_consumed.load(Ordering::Acquire);
+                if self.rq_head - self.rq_consumed_seen >= depth {
+                    result = Err(PostError {
+                        posted: i,
+                        kind: PostErrorKind::QueueFull {
+                            depth: depth as u32,
+                        },
+                    });
+                    break;
+                }
+            }
+            if wr.sgl.len() > max_sge as usize {
+                result = Err(PostError {
+                    posted: i,
+                    kind: PostErrorKind::TooManySge {
+                        given: wr.sgl.len(),
+                        max: max_sge,
+                    },
+                });
+                break;
+            }
+            let mut e = RqEntry {
+                wr_id: wr.wr_id,
+                num_sge: wr.sgl.len() as u32,
+                ..RqEntry::EMPTY
+            };
+            e.sge[..wr.sgl.len()].copy_from_slice(wr.sgl);
+            // SAFETY: rq_head - consumed < depth, so the slot is free; one producer.
+            unsafe { self.shared.rq.write(self.rq_head, e) };
+            self.rq_head += 1;
+        }
+        self.shared.rq_posted.store(self.rq_head, Ordering::Release);
+        result
+    }
+
+    fn qp_num(&self) -> u32 {
+        self.shared.qp_num
+    }
+
+    fn conn_id(&self) -> ConnId {
+        self.shared.conn
+    }
+
+    fn state(&self) -> QpState {
+        self.shared.state()
+    }
+
+    fn caps(&self) -> QpCaps {
+        self.shared.caps
+    }
+}
+
+impl Drop for ShmQp {
+    fn drop(&mut self) {
+        self.shared.set_error();
+        self.shared.destroyed.store(true, Ordering::Release);
+        for (cq, n) in self.cq_reservations.iter().flatten() {
+            cq.unreserve(*n);
+        }
+    }
+}

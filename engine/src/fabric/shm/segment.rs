@@ -1,0 +1,339 @@
+//! The per-direction connection segment: a small shareable mapping created by the side
+//! whose send queue feeds it, mapped by its peer.
+//!
+//! It holds the request ring (initiator → target, in posting order), the ack ring
+//! (target → initiator, one ack or NAK per request), the initiator's "failed" flag and
+//! its count of announced arenas. Every shared counter sits on its own 128-byte block so
+//! that the two sides never write the same cache line (or adjacent-line prefetch pair).
+
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use rpcrdma_pools::{Arena, ArenaOptions, HugePages};
+
+use super::ring::{Consumer, Pod, Producer, RingMem};
+use crate::fabric::error::FabricError;
+
+/// Most scatter-gather entries one request carries.
+pub(crate) const MAX_SGE: usize = 8;
+/// Most slots in a ring (bounds what a peer can make us trust).
+pub(crate) const MAX_SLOTS: u32 = 1 << 16;
+
+const MAGIC: u64 = u64::from_le_bytes(*b"RRSHMSEG");
+const VERSION: u32 = 1;
+const LINE: usize = 128;
+const OFF_FLAGS: usize = LINE;
+const OFF_REQ_HEAD: usize = 2 * LINE;
+const OFF_REQ_TAIL: usize = 3 * LINE;
+const OFF_ACK_HEAD: usize = 4 * LINE;
+const OFF_ACK_TAIL: usize = 5 * LINE;
+const OFF_REQ_SLOTS: usize = 6 * LINE;
+
+/// Request opcodes in [`ReqSlot::op`].
+pub(crate) mod op {
+    pub const SEND: u32 = 1;
+    pub const SEND_INV: u32 = 2;
+    pub const WRITE: u32 = 3;
+    pub const READ: u32 = 4;
+}
+
+/// Ack statuses in [`AckSlot::status`].
+pub(crate) mod ack {
+    pub const OK: u32 = 0;
+    pub const RNR_EXCEEDED: u32 = 1;
+    pub const REMOTE_ACCESS: u32 = 2;
+    pub const REMOTE_INVALID: u32 = 3;
+    pub const REMOTE_OP: u32 = 4;
+}
+
+/// A scatter-gather entry translated by the initiator: bytes at `offset` in the
+/// initiator's arena number `arena`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct WireSge {
+    pub arena: u32,
+    pub len: u32,
+    pub offset: u64,
+}
+
+/// One request (192 bytes: three cache lines).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct ReqSlot {
+    pub op: u32,
+    pub num_sge: u32,
+    /// Send sequence number, echoed by the ack.
+    pub ssn: u64,
+    /// Target address (Write, Read).
+    pub remote_addr: u64,
+    /// Sum of the entries' lengths.
+    pub total_len: u32,
+    /// rkey (Write, Read) or key to invalidate (Send With Invalidate).
+    pub key: u32,
+    pub _pad: [u64; 4],
+    pub sge: [WireSge; MAX_SGE],
+}
+
+/// One ack or NAK.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct AckSlot {
+    pub ssn: u64,
+    pub status: u32,
+    pub byte_len: u32,
+}
+
+// SAFETY: both are repr(C) structs of integers and arrays of integers.
+unsafe impl Pod for ReqSlot {}
+// SAFETY: as above.
+unsafe impl Pod for AckSlot {}
+
+const _: () = assert!(std::mem::size_of::<ReqSlot>() == 192);
+const _: () = assert!(std::mem::size_of::<AckSlot>() == 16);
+
+#[repr(C)]
+struct Header {
+    magic: u64,
+    version: u32,
+    req_slots: u32,
+    ack_slots: u32,
+    req_slot_size: u32,
+    ack_slot_size: u32,
+}
+
+/// A mapped connection segment.
+#[derive(Clone)]
+pub(crate) struct Segment {
+    map: Arc<Arena>,
+    slots: u32,
+}
+
+impl std::fmt::Debug for Segment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Segment")
+            .field("len", &self.map.len())
+            .field("slots", &self.slots)
+            .finish()
+    }
+}
+
+fn layout_len(slots: u32) -> usize {
+    let s = slots as usize;
+    OFF_REQ_SLOTS + s * std::mem::size_of::<ReqSlot>() + s * std::mem::size_of::<AckSlot>()
+}
+
+impl Segment {
+    /// Creates a segment whose rings have `slots` slots (a power of two).
+    pub(crate) fn create(slots: u32) -> Result<Segment, FabricError> {
+        if !slots.is_power_of_two() || slots > MAX_SLOTS {
+            return Err(FabricError::InvalidCaps {
+                what: "ring slots",
+                requested: slots,
+                max: MAX_SLOTS,
+            });
+        }
+        let opts = ArenaOptions::new(layout_len(slots))
+            .shareable(true)
+            .hugepages(HugePages::Never)
+            .name("rpcrdma-shm-seg");
+        let map = Arena::new(&opts).map_err(|e| FabricError::Os {
+            op: "create connection segment",
+            err: std::io::Error::other(e.to_string()),
+        })?;
+        let h = Header {
+            magic: MAGIC,
+            version: VERSION,
+            req_slots: slots,
+            ack_slots: slots,
+            req_slot_size: std::mem::size_of::<ReqSlot>() as u32,
+            ack_slot_size: std::mem::size_of::<AckSlot>() as u32,
+        };
+        // SAFETY: the fresh mapping is at least layout_len bytes, page aligned, and not
+        // yet visible to anyone else.
+        unsafe { map.base().cast::<Header>().write(h) };
+        Ok(Segment {
+            map: Arc::new(map),
+            slots,
+        })
+    }
+
+    /// Maps a segment the peer created and checks its header.
+    pub(crate) fn open(fd: OwnedFd, len: u64) -> Result<Segment, FabricError> {
+        let len = usize::try_from(len).map_err(|_| FabricError::Protocol("segment length"))?;
+        if len < OFF_REQ_SLOTS {
+            return Err(FabricError::Protocol("segment too short"));
+        }
+        let map = Arena::from_fd(fd, len).map_err(|e| FabricError::Os {
+            op: "map peer segment",
+            err: std::io::Error::other(e.to_string()),
+        })?;
+        // SAFETY: the mapping is at least OFF_REQ_SLOTS bytes and page aligned; Header
+        // is plain integers, valid for any bytes.
+        let h = unsafe { map.base().cast::<Header>().read_volatile() };
+        if h.magic != MAGIC || h.version != VERSION {
+            return Err(FabricError::Protocol("bad segment magic or version"));
+        }
+        if h.req_slot_size as usize != std::mem::size_of::<ReqSlot>()
+            || h.ack_slot_size as usize != std::mem::size_of::<AckSlot>()
+        {
+            return Err(FabricError::Protocol("segment slot sizes differ"));
+        }
+        if h.req_slots != h.ack_slots
+            || !h.req_slots.is_power_of_two()
+            || h.req_slots > MAX_SLOTS
+            || layout_len(h.req_slots) > map.len()
+        {
+            return Err(FabricError::Protocol("bad segment ring sizes"));
+        }
+        Ok(Segment {
+            map: Arc::new(map),
+            slots: h.req_slots,
+        })
+    }
+
+    /// Descriptor to pass to the peer.
+    pub(crate) fn fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.map.fd()
+    }
+
+    /// Mapping length to tell the peer.
+    pub(crate) fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    fn at<T>(&self, off: usize) -> *mut T {
+        // Every offset used is inside layout_len(slots) <= map.len().
+        self.map.base().wrapping_add(off).cast()
+    }
+
+    /// The initiator's "my queue pair failed" flag.
+    pub(crate) fn failed(&self) -> &AtomicU32 {
+        // SAFETY: OFF_FLAGS is inside the mapping, 128-byte aligned, and lives as long as
+        // `self.map`; atomics in shared memory are how both sides talk.
+        unsafe { &*self.at::<AtomicU32>(OFF_FLAGS) }
+    }
+
+    /// How many arenas the initiator has announced on its announcement socket.
+    pub(crate) fn arenas_announced(&self) -> &AtomicU32 {
+        // SAFETY: as for `failed`, four bytes further.
+        unsafe { &*self.at::<AtomicU32>(OFF_FLAGS + 4) }
+    }
+
+    /// True when the initiator flagged its queue pair as failed.
+    #[inline]
+    pub(crate) fn has_failed(&self) -> bool {
+        self.failed().load(Ordering::Acquire) != 0
+    }
+
+    /// Flags the initiator's queue pair as failed.
+    pub(crate) fn set_failed(&self) {
+        self.failed().store(1, Ordering::Release);
+    }
+
+    fn req_mem(&self) -> RingMem {
+        RingMem {
+            head: self.at::<AtomicU64>(OFF_REQ_HEAD),
+            tail: self.at::<AtomicU64>(OFF_REQ_TAIL),
+            slots: self.at::<u8>(OFF_REQ_SLOTS),
+            cap: u64::from(self.slots),
+        }
+    }
+
+    fn ack_mem(&self) -> RingMem {
+        let off = OFF_REQ_SLOTS + self.slots as usize * std::mem::size_of::<ReqSlot>();
+        RingMem {
+            head: self.at::<AtomicU64>(OFF_ACK_HEAD),
+            tail: self.at::<AtomicU64>(OFF_ACK_TAIL),
+            slots: self.at::<u8>(off),
+            cap: u64::from(self.slots),
+        }
+    }
+
+    /// The request ring's producer (the initiator's poster).
+    pub(crate) fn req_producer(&self) -> Producer<ReqSlot> {
+        // SAFETY: the layout was checked against the mapping length; one producer.
+        unsafe { Producer::new(self.map.clone(), self.req_mem()) }
+    }
+
+    /// The request ring's consumer (the target's executor).
+    pub(crate) fn req_consumer(&self) -> Consumer<ReqSlot> {
+        // SAFETY: as above; one consumer.
+        unsafe { Consumer::new(self.map.clone(), self.req_mem()) }
+    }
+
+    /// The ack ring's producer (the target's executor).
+    pub(crate) fn ack_producer(&self) -> Producer<AckSlot> {
+        // SAFETY: as above; one producer.
+        unsafe { Producer::new(self.map.clone(), self.ack_mem()) }
+    }
+
+    /// The ack ring's consumer (the initiator's completer).
+    pub(crate) fn ack_consumer(&self) -> Consumer<AckSlot> {
+        // SAFETY: as above; one consumer.
+        unsafe { Consumer::new(self.map.clone(), self.ack_mem()) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rings_pass_slots_between_two_mappings() {
+        let a = Segment::create(4).unwrap();
+        let fd = a.fd().unwrap().try_clone_to_owned().unwrap();
+        let b = Segment::open(fd, a.len() as u64).unwrap();
+        let mut p = a.req_producer();
+        let mut c = b.req_consumer();
+        assert!(c.peek().unwrap().is_none());
+        assert_eq!(p.room(), Ok(4));
+        for i in 0..4 {
+            p.push(ReqSlot {
+                ssn: i,
+                ..ReqSlot::default()
+            });
+        }
+        assert_eq!(p.room(), Ok(0));
+        assert!(
+            c.peek().unwrap().is_none(),
+            "nothing visible before publish"
+        );
+        p.publish();
+        for i in 0..4 {
+            assert_eq!(c.peek().unwrap().map(|s| s.ssn), Some(i));
+            c.advance();
+        }
+        assert!(c.peek().unwrap().is_none());
+        assert_eq!(p.room(), Ok(0), "slots come back only on release");
+        c.release();
+        assert_eq!(p.room(), Ok(4));
+        b.set_failed();
+        assert!(a.has_failed());
+    }
+
+    #[test]
+    fn corrupt_counters_are_detected() {
+        let a = Segment::create(2).unwrap();
+        let mut c = a.ack_consumer();
+        // A hostile producer claims ten slots in flight in a two-slot ring.
+        // SAFETY: test-only poke at the shared head counter.
+        unsafe { (*a.ack_mem().head).store(10, Ordering::Release) };
+        assert!(c.peek().is_err());
+    }
+
+    #[test]
+    fn bad_segments_are_refused() {
+        let a = Segment::create(2).unwrap();
+        let fd = a.fd().unwrap().try_clone_to_owned().unwrap();
+        assert!(Segment::open(fd, 64).is_err());
+        // SAFETY: test-only corruption of the header magic.
+        unsafe { a.map.base().write(0) };
+        let fd = a.fd().unwrap().try_clone_to_owned().unwrap();
+        assert!(matches!(
+            Segment::open(fd, a.len() as u64),
+            Err(FabricError::Protocol(_))
+        ));
+        assert!(Segment::create(3).is_err());
+    }
+}
