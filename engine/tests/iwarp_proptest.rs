@@ -142,10 +142,7 @@ proptest! {
         rdma in prop::option::of(prop::collection::vec(any::<u8>(), 0..=28)),
     ) {
         let mut ddp_buf = [0u8; 18];
-        let ddp_bytes = ddp.map(|h| {
-            let n = h.encode(&mut ddp_buf).expect("valid");
-            n
-        });
+        let ddp_bytes = ddp.map(|h| h.encode(&mut ddp_buf).expect("valid"));
         let t = Terminate {
             code: TerminateCode::from_parts(layer, etype, code),
             segment_length: if ddp_bytes.is_some() && m { Some(seg_len) } else { None },
