@@ -123,7 +123,7 @@ fn rev1_initiator_gets_rev1_reply_without_ird_ord() {
     assert_eq!(ini.request()[16], 0x40);
     assert_eq!(ini.request()[17], 1);
     let mut resp = Responder::new(ResponderConfig::default());
-    let (req, _) = feed_responder(&mut resp, &ini.request().to_vec(), 64);
+    let (req, _) = feed_responder(&mut resp, ini.request(), 64);
     assert_eq!((req.revision, req.peer), (Revision::V1, None));
     let (reply, est) = resp.accept(b"").expect("fits");
     assert_eq!(reply[17], 1);
@@ -308,7 +308,7 @@ fn reply_requiring_markers_fails_the_initiator() {
 fn responder_rejects_on_request_after_looking_at_private_data() {
     let ini = Initiator::new(InitiatorConfig::default(), b"version 9").expect("fits");
     let mut resp = Responder::new(ResponderConfig::default());
-    let (req, _) = feed_responder(&mut resp, &ini.request().to_vec(), 64);
+    let (req, _) = feed_responder(&mut resp, ini.request(), 64);
     assert!(req.peer.is_some());
     let reply = resp.reject(b"unsupported").expect("fits").to_vec();
     // Rev 2 with S, IRD/ORD still present, then the reason.
@@ -393,7 +393,7 @@ fn private_data_limits() {
     // Accepting with too much private data fails without changing state.
     let ini = Initiator::new(InitiatorConfig::default(), b"").expect("fits");
     let mut resp = Responder::new(ResponderConfig::default());
-    feed_responder(&mut resp, &ini.request().to_vec(), 64);
+    feed_responder(&mut resp, ini.request(), 64);
     assert_eq!(
         resp.accept(&[0u8; 509]).map(|(r, _)| r.len()),
         Err(MpaError::PrivateDataTooLong { len: 513, max: 512 })
@@ -405,7 +405,7 @@ fn private_data_limits() {
 fn established_machines_take_no_more_input() {
     let mut ini = Initiator::new(InitiatorConfig::default(), b"").expect("fits");
     let mut resp = Responder::new(ResponderConfig::default());
-    feed_responder(&mut resp, &ini.request().to_vec(), 64);
+    feed_responder(&mut resp, ini.request(), 64);
     let reply = resp.accept(b"").expect("fits").0.to_vec();
     feed_initiator(&mut ini, &reply, 64);
     assert_eq!(ini.feed(b"x"), Err(MpaError::InvalidState));
