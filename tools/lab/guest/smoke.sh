@@ -37,26 +37,34 @@ rping_over() {
   wait "$spid" || { cat "/tmp/rping-s-$dev.log"; fail "rping server over $dev exited non-zero"; }
 }
 
-# send_lat DEV PORT [perftest flags]: prints the latencies as LAB_METRIC lines (for
-# orientation only: TCG on a shared 2-core machine makes them noisy).
+# send_lat DEV PORT [perftest flags]: 1000 send/recv ping-pongs; prints the latencies as
+# LAB_METRIC lines (for orientation only: TCG on a shared 2-core machine makes them noisy).
+# perftest converts TSC cycles with a frequency it measures against gettimeofday; under a
+# loaded TCG that regression sometimes fails and every figure comes out "inf". The traffic
+# itself still completed, so a few more runs are tried for numbers, and if none comes the
+# step passes with the metric marked unavailable.
 send_lat() {
-  local dev=$1 port=$2 out; shift 2
+  local dev=$1 port=$2 out line try; shift 2
   step "ib_send_lat over $dev"
-  timeout 180 ib_send_lat -d "$dev" -p "$port" -n 1000 -F "$@" > "/tmp/lat-s-$dev.log" 2>&1 &
-  local spid=$!
-  if [ "${1:-}" = -R ]; then
-    wait_for 30 "ib_send_lat server on $dev" cm_listening "$dev" "$port"
-  else
-    wait_for 30 "ib_send_lat server on $dev" tcp_listening "$port"
-  fi
-  out=$(timeout 180 ib_send_lat -d "$dev" -p "$port" -n 1000 -F "$@" "$IP" 2>&1) || { echo "$out"; fail "ib_send_lat client over $dev"; }
-  echo "$out"
-  wait "$spid" || { cat "/tmp/lat-s-$dev.log"; fail "ib_send_lat server over $dev exited non-zero"; }
-  echo "$out" | grep -q "Device *: $dev" || fail "ib_send_lat did not use $dev"
-  local line
-  line=$(echo "$out" | awk '$1 ~ /^[0-9]+$/ && NF >= 9 {print; exit}')
-  [ -n "$line" ] || fail "no latency line in ib_send_lat output"
-  echo "$line" | awk -v d="$dev" '{printf "LAB_METRIC send_lat dev=%s bytes=%s iters=%s t_min_us=%s t_typical_us=%s t_avg_us=%s p99_us=%s\n", d, $1, $2, $3, $5, $6, $8}'
+  for try in 1 2 3; do
+    timeout 180 ib_send_lat -d "$dev" -p "$port" -n 1000 -F "$@" > "/tmp/lat-s-$dev.log" 2>&1 &
+    local spid=$!
+    if [ "${1:-}" = -R ]; then
+      wait_for 30 "ib_send_lat server on $dev" cm_listening "$dev" "$port"
+    else
+      wait_for 30 "ib_send_lat server on $dev" tcp_listening "$port"
+    fi
+    out=$(timeout 180 ib_send_lat -d "$dev" -p "$port" -n 1000 -F "$@" "$IP" 2>&1) || { echo "$out"; fail "ib_send_lat client over $dev"; }
+    echo "$out"
+    wait "$spid" || { cat "/tmp/lat-s-$dev.log"; fail "ib_send_lat server over $dev exited non-zero"; }
+    echo "$out" | grep -q "Device *: $dev" || fail "ib_send_lat did not use $dev"
+    line=$(echo "$out" | awk '$1 ~ /^[0-9]+$/ && NF >= 9 {print; exit}')
+    [ -n "$line" ] || fail "no latency line in ib_send_lat output"
+    case $line in *inf*|*nan*) port=$((port + 100)); continue ;; esac
+    echo "$line" | awk -v d="$dev" '{printf "LAB_METRIC send_lat dev=%s bytes=%s iters=%s t_min_us=%s t_typical_us=%s t_avg_us=%s p99_us=%s\n", d, $1, $2, $3, $5, $6, $8}'
+    return 0
+  done
+  echo "LAB_METRIC send_lat dev=$dev unavailable (perftest could not calibrate its clock under TCG in 3 runs)"
 }
 
 step "rxe0 alone on eth0"

@@ -1,0 +1,64 @@
+#!/bin/bash
+# What .ci/run calls: lab setup (idempotent) and the lab's checks, each step named, timed,
+# and reported by name when it fails. Needs root on Debian 12 (setup installs packages).
+#
+# Steps: setup, selftest (host-built binary inside the guest, status plumbing), smoke (rxe0 +
+# siw0: ibv_devices, rping, ib_send_lat), mpa (host TCP -> guest siw MPA Request/Reply),
+# nfs (kernel NFSv3/v4.2 over RDMA on siw0 and rxe0; LAB_NFS=0 skips it).
+# env: LAB, LAB_CI_BUDGET (seconds, default 900: printed, and exceeded is reported loudly),
+#      LAB_VERBOSE=1 streams the guest consoles.
+set -uo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+. "$HERE/lib.sh"
+export LAB
+BUDGET=${LAB_CI_BUDGET:-900}
+Q=-q; [ -n "${LAB_VERBOSE:-}" ] && Q=
+FAILED=() TIMES=()
+SECONDS=0
+
+# run_step NAME CMD...: runs one step and records its outcome and duration.
+run_step() {
+  local name=$1 t0=$SECONDS rc; shift
+  printf '\n---- lab step: %s\n' "$name"
+  "$@"; rc=$?
+  TIMES+=("$name=$((SECONDS - t0))s")
+  if [ "$rc" = 0 ]; then
+    echo "---- lab step $name: ok in $((SECONDS - t0))s"
+  else
+    echo "---- lab step $name: FAILED (exit $rc) after $((SECONDS - t0))s"
+    FAILED+=("$name")
+  fi
+  return "$rc"
+}
+
+# guest_step NAME SCRIPT TIMEOUT: one run.sh boot; shows the script's step markers and
+# metrics on success and its whole log on failure.
+guest_step() {
+  local name=$1 script=$2 timeout=$3 run rc
+  run=$LAB/runs/ci-$name-$(date +%Y%m%d-%H%M%S)-$$
+  "$HERE/run.sh" $Q -t "$timeout" -o "$run" "$HERE/guest/$script"; rc=$?
+  if [ "$rc" = 0 ]; then
+    grep -E '^==> |LAB_METRIC' "$run/guest.log"
+  elif [ -f "$run/guest.log" ]; then
+    echo "---- guest log of $name ($run/guest.log), last 80 lines:"; tail -n 80 "$run/guest.log"
+  fi
+  return "$rc"
+}
+
+finish() {
+  echo
+  echo "---- lab step times: ${TIMES[*]}"
+  echo "---- lab total ${SECONDS}s (budget ${BUDGET}s)"
+  [ "$SECONDS" -le "$BUDGET" ] || echo "---- lab WARNING: over the ${BUDGET}s budget"
+  if [ "${#FAILED[@]}" -gt 0 ]; then echo "---- lab FAILED steps: ${FAILED[*]}"; exit 1; fi
+  echo "---- lab all steps passed"
+  exit 0
+}
+
+run_step setup "$HERE/setup.sh" || finish
+# A guest that cannot boot fails every later step the same way; stop at the first one.
+run_step selftest "$HERE/selftest.sh"; [ $? = 2 ] && finish
+run_step smoke guest_step smoke smoke.sh 600; [ $? = 2 ] && finish
+run_step mpa "$HERE/mpa-check.sh"; [ $? = 2 ] && finish
+[ "${LAB_NFS:-1}" = 0 ] || run_step nfs guest_step nfs nfs-rdma.sh 900
+finish
