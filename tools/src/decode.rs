@@ -1,0 +1,157 @@
+//! `rpcrdma decode`: a transport header (or RFC 8797 private data) as JSON.
+//!
+//! The JSON of a transport header is an object whose `"header"` member is the engine's
+//! owned [`Header`] in its serde form (`xid`, `credit`, `proc`, the body's members, and
+//! `payload`: every octet after the transport header as lower-case hex, omitted when
+//! there are none). The other members describe the input and are ignored by `encode`:
+//! `version`, `header_len`, `rpc_message` (offset and length of the inline RPC message
+//! of RDMA_MSG and RDMA_MSGP, else null) and `rpc` (a summary of that message's ONC RPC
+//! header, when there is one).
+
+use rpcrdma::wire::header::{Header, HeaderView, Limits, Procedure, RPCRDMA_VERSION};
+use rpcrdma::wire::private_data::{find_private_data, InlineThresholds, PrivateData};
+use serde::Serialize;
+
+use crate::error::CliError;
+use crate::rpc_summary::{summarize, RpcSummary};
+
+/// Where the inline RPC message sits in the input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Span {
+    /// Offset of its first octet.
+    pub offset: usize,
+    /// Octets from there to the end of the input.
+    pub length: usize,
+}
+
+/// A decoded transport header and what follows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Decoded {
+    /// The header, exactly as `encode` takes it back.
+    pub header: Header,
+    /// `rdma_vers` (always 1: other versions are rejected).
+    pub version: u32,
+    /// Octets of the transport header.
+    pub header_len: usize,
+    /// The inline RPC message of RDMA_MSG and RDMA_MSGP.
+    pub rpc_message: Option<Span>,
+    /// Its ONC RPC header, if it has octets to look at.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rpc: Option<RpcSummary>,
+    /// Remarks a reader should know, e.g. that RDMA_MSGP is obsolete.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+/// Decodes one transport header under `limits`.
+pub fn decode_header(buf: &[u8], limits: &Limits) -> Result<Decoded, CliError> {
+    let view = HeaderView::parse(buf, limits)?;
+    let header = Header::from_view(&view);
+    let rpc_message = view.rpc_msg_offset().map(|offset| Span {
+        offset,
+        length: buf.len().saturating_sub(offset),
+    });
+    let rpc = view
+        .rpc_message()
+        .filter(|m| !m.is_empty())
+        .map(|m| summarize(m, view.header_len()));
+    let mut notes = Vec::new();
+    match view.procedure() {
+        Procedure::Msgp => notes.push(
+            "RDMA_MSGP is not used by RPC-over-RDMA version 1 (RFC 8166 §4.6.1); \
+             an RFC 8166 responder answers it with ERR_CHUNK"
+                .to_owned(),
+        ),
+        Procedure::Done => notes.push(
+            "RDMA_DONE is not used by RPC-over-RDMA version 1; \
+             RFC 8166 §4.6.2 says receivers ignore it"
+                .to_owned(),
+        ),
+        Procedure::Nomsg if !view.after_header().is_empty() => notes.push(format!(
+            "{} octets follow an RDMA_NOMSG header, which carries its RPC message in a chunk",
+            view.after_header().len()
+        )),
+        _ => {}
+    }
+    Ok(Decoded {
+        header,
+        version: RPCRDMA_VERSION,
+        header_len: view.header_len(),
+        rpc_message,
+        rpc,
+        notes,
+    })
+}
+
+/// One side's advertisement, as shown in JSON.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Advertised {
+    /// Message format version.
+    pub version: u8,
+    /// Largest RDMA Send this side transmits, in octets.
+    pub send_size: u32,
+    /// Largest RDMA Receive this side accepts, in octets.
+    pub recv_size: u32,
+    /// The R flag: this side tolerates Send With Invalidate.
+    pub remote_invalidate: bool,
+}
+
+impl From<PrivateData> for Advertised {
+    fn from(p: PrivateData) -> Self {
+        Advertised {
+            version: p.version,
+            send_size: p.send_size,
+            recv_size: p.recv_size,
+            remote_invalidate: p.remote_invalidate,
+        }
+    }
+}
+
+/// A decoded RFC 8797 message, with what it means for a connection.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DecodedPrivateData {
+    /// Offset of the format identifier in the input.
+    pub offset: usize,
+    /// What the peer advertised.
+    pub peer: Advertised,
+    /// The advertisement assumed for this end when computing `negotiated`.
+    pub local: Advertised,
+    /// Inline thresholds from this end's point of view (RFC 8797 §4.2).
+    pub negotiated: InlineThresholds,
+    /// The same in words.
+    pub meaning: String,
+}
+
+/// Finds and decodes an RFC 8797 message anywhere in `buf`, negotiating against `local`.
+pub fn decode_private_data(buf: &[u8], local: PrivateData) -> Result<DecodedPrivateData, CliError> {
+    let (offset, peer) = find_private_data(buf)
+        .map_err(CliError::PrivateData)?
+        .ok_or(CliError::NoPrivateData { len: buf.len() })?;
+    let negotiated = InlineThresholds::negotiate(Some(&local), Some(&peer));
+    let meaning = format!(
+        "the peer sends at most {} octets per RDMA Send and receives up to {}; {}. \
+         Against the local side shown, this end may send {} octets inline and must post \
+         receives of {} octets; remote invalidation is {}",
+        peer.send_size,
+        peer.recv_size,
+        if peer.remote_invalidate {
+            "it accepts Send With Invalidate"
+        } else {
+            "it does not accept Send With Invalidate"
+        },
+        negotiated.send,
+        negotiated.recv,
+        if negotiated.remote_invalidate {
+            "usable"
+        } else {
+            "not usable"
+        },
+    );
+    Ok(DecodedPrivateData {
+        offset,
+        peer: peer.into(),
+        local: local.into(),
+        negotiated,
+        meaning,
+    })
+}

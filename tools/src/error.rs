@@ -1,0 +1,130 @@
+//! Everything that can make a subcommand fail, each printed as one plain line that says
+//! what went wrong and, where there is one, what to do about it.
+
+use core::fmt;
+use std::io;
+use std::path::PathBuf;
+
+use rpcrdma::wire::header::{HeaderError, ResponderAction, RPCRDMA_VERSION};
+use rpcrdma::wire::private_data::{PrivateDataError, FORMAT_IDENTIFIER, MIN_INLINE_SIZE};
+
+use crate::hex::HexError;
+
+/// A failed subcommand. `main` prints it on one line and exits with status 1.
+#[derive(Debug)]
+pub enum CliError {
+    /// Reading an input file or standard input failed.
+    Read {
+        /// The file, or `None` for standard input.
+        path: Option<PathBuf>,
+        /// Why.
+        source: io::Error,
+    },
+    /// Writing the result failed (e.g. a closed pipe).
+    Write(io::Error),
+    /// `--hex` text that is not hex.
+    Hex(HexError),
+    /// The transport header was rejected.
+    Header(HeaderError),
+    /// `--private-data`: the format identifier does not occur in the input.
+    NoPrivateData {
+        /// Octets searched.
+        len: usize,
+    },
+    /// `--private-data`: the identifier occurs but no occurrence is a usable message.
+    PrivateData(PrivateDataError),
+    /// `encode`: the input is not a header in the JSON form `decode` prints.
+    Json(serde_json::Error),
+    /// `encode`: binary output would go to a terminal.
+    BinaryToTerminal,
+    /// A command-line value that clap could not check by itself.
+    BadArgument {
+        /// The option.
+        option: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
+impl fmt::Display for CliError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CliError::Read { path: Some(p), source } => {
+                write!(f, "cannot read {}: {source}", p.display())
+            }
+            CliError::Read { path: None, source } => {
+                write!(f, "cannot read standard input: {source}")
+            }
+            CliError::Write(e) => write!(f, "cannot write the output: {e}"),
+            CliError::Hex(e) => e.fmt(f),
+            CliError::Header(e) => write!(f, "{e}; {}", responder_says(e)),
+            CliError::NoPrivateData { len } => write!(
+                f,
+                "no RFC 8797 private data in {len} octets (format identifier {FORMAT_IDENTIFIER:08x} \
+                 not found); the peer counts as having sent none and both ends use the RFC 8166 \
+                 defaults: {MIN_INLINE_SIZE}-octet inline thresholds, no remote invalidation"
+            ),
+            CliError::PrivateData(e) => write!(
+                f,
+                "unusable RFC 8797 private data: {e}; per RFC 8797 §5.1 the peer counts as having \
+                 sent none: {MIN_INLINE_SIZE}-octet inline thresholds, no remote invalidation"
+            ),
+            CliError::Json(e) => write!(
+                f,
+                "not a transport header in rpcrdma JSON form: {e} (expected what `rpcrdma decode` \
+                 prints, or its \"header\" object)"
+            ),
+            CliError::BinaryToTerminal => f.write_str(
+                "refusing to write binary octets to a terminal; add --hex or redirect the output",
+            ),
+            CliError::BadArgument { option, reason } => write!(f, "{option}: {reason}"),
+        }
+    }
+}
+
+impl std::error::Error for CliError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            CliError::Read { source, .. } => Some(source),
+            CliError::Write(e) => Some(e),
+            CliError::Hex(e) => Some(e),
+            CliError::Header(e) => Some(e),
+            CliError::PrivateData(e) => Some(e),
+            CliError::Json(e) => Some(e),
+            CliError::NoPrivateData { .. }
+            | CliError::BinaryToTerminal
+            | CliError::BadArgument { .. } => None,
+        }
+    }
+}
+
+impl From<HexError> for CliError {
+    fn from(e: HexError) -> Self {
+        CliError::Hex(e)
+    }
+}
+
+impl From<HeaderError> for CliError {
+    fn from(e: HeaderError) -> Self {
+        CliError::Header(e)
+    }
+}
+
+/// The responder's side of a rejected header (RFC 8166 §4.5), in words.
+pub fn responder_says(e: &HeaderError) -> String {
+    match e.responder_reply() {
+        ResponderAction::ErrVers { xid } => format!(
+            "a responder would answer RDMA_ERROR ERR_VERS (versions {RPCRDMA_VERSION} to \
+             {RPCRDMA_VERSION}) for xid {xid:#010x}"
+        ),
+        ResponderAction::ErrChunk { xid } => {
+            format!("a responder would answer RDMA_ERROR ERR_CHUNK for xid {xid:#010x}")
+        }
+        ResponderAction::Drop if e.xid().is_none() => {
+            "no reply possible: the xid is unreadable, so a responder drops it".to_owned()
+        }
+        ResponderAction::Drop => {
+            "no reply possible: the version is unreadable, so a responder drops it".to_owned()
+        }
+    }
+}
