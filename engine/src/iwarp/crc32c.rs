@@ -85,6 +85,13 @@ pub fn crc32c(data: &[u8]) -> u32 {
     c.value()
 }
 
+/// CRC32c of `data` by the portable slicing-by-8 path alone, whatever the CPU offers:
+/// for cross-checks and benchmarks.
+#[inline]
+pub fn crc32c_portable(data: &[u8]) -> u32 {
+    !update_table(!0, data)
+}
+
 /// Whether the hardware path is in use on this machine (reported by tests and benches).
 #[inline]
 pub fn hardware_accelerated() -> bool {
