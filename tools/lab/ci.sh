@@ -12,7 +12,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/lib.sh"
 export LAB
 BUDGET=${LAB_CI_BUDGET:-900}
-Q=-q; [ -n "${LAB_VERBOSE:-}" ] && Q=
+QOPT=(-q); [ -n "${LAB_VERBOSE:-}" ] && QOPT=()
 FAILED=() TIMES=()
 SECONDS=0
 
@@ -31,12 +31,13 @@ run_step() {
   return "$rc"
 }
 
+# shellcheck disable=SC2317  # called through run_step
 # guest_step NAME SCRIPT TIMEOUT: one run.sh boot; shows the script's step markers and
 # metrics on success and its whole log on failure.
 guest_step() {
   local name=$1 script=$2 timeout=$3 run rc
   run=$LAB/runs/ci-$name-$(date +%Y%m%d-%H%M%S)-$$
-  "$HERE/run.sh" $Q -t "$timeout" -o "$run" "$HERE/guest/$script"; rc=$?
+  "$HERE/run.sh" "${QOPT[@]}" -t "$timeout" -o "$run" "$HERE/guest/$script"; rc=$?
   if [ "$rc" = 0 ]; then
     grep -E '^==> |LAB_METRIC' "$run/guest.log"
   elif [ -f "$run/guest.log" ]; then

@@ -25,6 +25,7 @@ lab_load_kernel() {
 #      LAB_HOSTFWD (comma-separated qemu hostfwd rules, e.g.
 #      "hostfwd=tcp:127.0.0.1:15555-:5555"), LAB_KAPPEND (more kernel arguments),
 #      LAB_QEMU_EXTRA (more qemu arguments, word-split).
+# shellcheck disable=SC2034,SC2054  # QEMU_ARGS is the output; commas are qemu syntax
 lab_qemu_args() {
   local out=$1 append=$2 accel kernel net
   if [ "${LAB_ACCEL:-tcg}" = kvm ]; then accel=(-enable-kvm -cpu host); else accel=(-accel tcg -cpu max); fi

@@ -20,7 +20,7 @@
 set -uo pipefail
 . "$(dirname "$0")/lib.sh"
 
-TIMEOUT=600 BOOT_TIMEOUT=${LAB_BOOT_TIMEOUT:-240} RUN= QUIET= CWD=$PWD ENVS=()
+TIMEOUT=600 BOOT_TIMEOUT=${LAB_BOOT_TIMEOUT:-240} RUN='' QUIET='' CWD=$PWD ENVS=()
 while getopts "t:e:C:o:qh" opt; do
   case $opt in
     t) TIMEOUT=$OPTARG ;;

@@ -1,4 +1,5 @@
 #!/bin/bash
+# shellcheck disable=SC2016  # single-quoted $HOME must reach the guest literally
 # Lab harness self-test: compiles selftest/lab_hello.rs on the host into $LAB/bin, runs it
 # inside the guest through guest/exec.sh with arguments and environment, and checks from
 # the host that (1) it ran on the lab kernel, (2) arguments and an environment variable with spaces
@@ -18,6 +19,7 @@ if [ ! -x "$BIN" ] || [ "$HERE/selftest/lab_hello.rs" -nt "$BIN" ]; then
   mv "$BIN.tmp" "$BIN"
 fi
 
+# the single-quoted $HOME must reach the guest literally
 TOKEN="tok-$$-$RANDOM  spaced *"
 RUN=$LAB/runs/selftest-$(date +%Y%m%d-%H%M%S)-$$
 "$HERE/run.sh" -q -t 300 -o "$RUN" -e LAB_HELLO_TOKEN="$TOKEN" \

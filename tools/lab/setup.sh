@@ -13,7 +13,9 @@ export DEBIAN_FRONTEND=noninteractive
 mkdir -p "$LAB/dl" "$LAB/logs" "$LAB/k"
 
 STEP=start
-trap 'rc=$?; echo "setup.sh: FAILED in step \"$STEP\" (exit $rc); logs in $LAB/logs" >&2; exit $rc' ERR
+# shellcheck disable=SC2154  # rc is assigned inside the trap
+# set -E hands the trap to command substitutions too; report once, from the top shell.
+trap 'rc=$?; [ "$BASH_SUBSHELL" = 0 ] && echo "setup.sh: FAILED in step \"$STEP\" (exit $rc); logs in $LAB/logs" >&2; exit $rc' ERR
 step() { STEP=$1; printf '[setup %3ss] %s\n' "$SECONDS" "$1"; }
 
 # Quiet on success, the log's tail on failure: the full apt/make chatter lives in $LAB/logs.
@@ -47,7 +49,7 @@ if [ -z "$KV" ] && [ -z "${LAB_FORCE:-}" ] && [ -f "$LAB/kernel.env" ]; then
 fi
 if [ -z "$KV" ]; then
   apt_update_once
-  KV=$(apt-cache depends linux-image-amd64 | sed -n 's/^ *Depends: linux-image-\([0-9].*-amd64\)$/\1/p' | head -n1)
+  KV=$( (apt-cache depends linux-image-amd64 2>/dev/null || true) | sed -n 's/^ *Depends: linux-image-\([0-9].*-amd64\)$/\1/p' | head -n1)
   [ -n "$KV" ] || { echo "cannot resolve the kernel behind linux-image-amd64" >&2; false; }
 fi
 KDIR=$LAB/k/$KV; KROOT=$KDIR/root
@@ -55,7 +57,7 @@ if [ -f "$KDIR/kernel.env" ]; then
   KPKGVER=$(. "$KDIR/kernel.env"; echo "$KPKGVER")
 else
   apt_update_once
-  KPKGVER=$(apt-cache show --no-all-versions "linux-image-$KV" | sed -n 's/^Version: //p' | head -n1)
+  KPKGVER=$( (apt-cache show --no-all-versions "linux-image-$KV" 2>/dev/null || true) | sed -n 's/^Version: //p' | head -n1)
   [ -n "$KPKGVER" ] || { echo "linux-image-$KV is not in the apt lists" >&2; false; }
 fi
 echo "  kernel $KV (package $KPKGVER) in $KDIR"
@@ -138,5 +140,5 @@ fi
 
 touch "$KDIR/.complete"
 printf 'KV=%s\nKPKGVER=%s\n' "$KV" "$KPKGVER" > "$LAB/kernel.env.tmp"; mv "$LAB/kernel.env.tmp" "$LAB/kernel.env"
-STEP=done
+STEP=finished
 echo "[setup ${SECONDS}s] lab ready in $LAB (kernel $KV)"

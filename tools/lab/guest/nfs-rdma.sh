@@ -39,7 +39,7 @@ nfs_over() {
   echo 3 > /proc/sys/vm/drop_caches
   timeout 300 cmp /tmp/blob /mnt/nfs/blob || fail "read-back differs over NFSv3/$dev"
   echo "LAB_METRIC nfs3_rdma dev=$dev mib=$MB write_read_cmp_s=$((SECONDS - t0))"
-  cat /mnt/nfs/server.txt | grep -q hello-from-server || fail "server file not readable"
+  grep -q hello-from-server /mnt/nfs/server.txt || fail "server file not readable"
   umount /mnt/nfs || fail "umount NFSv3"
   rm -f /export/blob
 

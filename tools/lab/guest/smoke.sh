@@ -44,9 +44,9 @@ rping_over() {
 # itself still completed, so a few more runs are tried for numbers, and if none comes the
 # step passes with the metric marked unavailable.
 send_lat() {
-  local dev=$1 port=$2 out line try; shift 2
+  local dev=$1 port=$2 out line; shift 2
   step "ib_send_lat over $dev"
-  for try in 1 2 3; do
+  for _ in 1 2 3; do
     timeout 180 ib_send_lat -d "$dev" -p "$port" -n 1000 -F "$@" > "/tmp/lat-s-$dev.log" 2>&1 &
     local spid=$!
     if [ "${1:-}" = -R ]; then
