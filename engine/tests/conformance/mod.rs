@@ -1,0 +1,1398 @@
+//! The fabric conformance suite, written once and generic over the provider.
+//!
+//! A provider's test file implements [`Fixture`] and invokes
+//! `conformance_tests!(ItsFixture);`, which expands to one `#[test]` per rule. Every
+//! wait polls with a deadline and fails the test when it passes; nothing depends on
+//! timing luck (RNR windows are either infinite or expected to expire).
+#![allow(dead_code)]
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rpcrdma::fabric::mr::{key_generation, key_index, next_key};
+use rpcrdma::fabric::{
+    Access, CmEvent, Completion, CompletionQueue, ConnectionManager, Device, FabricError,
+    MemoryRegion, PostErrorKind, PrivateData, ProtectionDomain, Provider, QpCaps, QpConfig, QpInit,
+    QpState, QueuePair, RecvWr, RemoteAddr, SendFlags, SendOp, SendWr, Sge, WcOpcode, WcStatus,
+    MAX_PRIVATE_DATA, RNR_RETRY_INFINITE,
+};
+use rpcrdma_pools::{Arena, ArenaOptions, HugePages};
+
+/// How long any single wait may take before the test fails.
+pub const DEADLINE: Duration = Duration::from_secs(5);
+
+/// What a provider supplies to run the suite.
+pub trait Fixture: 'static {
+    /// The provider under test.
+    type P: Provider;
+    /// Opens a fresh device (one per simulated host).
+    fn open_device() -> <Self::P as Provider>::Device;
+    /// An address nobody listens on yet; distinct on every call (tests run in parallel).
+    fn unique_addr() -> <Self::P as Provider>::Addr;
+    /// Memory the provider can register.
+    fn arena(len: usize) -> Arc<Arena> {
+        let opts = ArenaOptions::new(len)
+            .shareable(true)
+            .hugepages(HugePages::Never)
+            .name("rpcrdma-conformance");
+        Arc::new(Arena::new(&opts).expect("test arena"))
+    }
+}
+
+type Ev<P> = CmEvent<<P as Provider>::ConnRequest>;
+
+/// How a pair is built.
+#[derive(Clone, Copy)]
+pub struct Opts {
+    pub server: QpConfig,
+    pub client: QpConfig,
+    pub separate_cqs: bool,
+    pub arena_len: usize,
+}
+
+impl Default for Opts {
+    fn default() -> Self {
+        Opts {
+            server: QpConfig::default(),
+            client: QpConfig::default(),
+            separate_cqs: false,
+            arena_len: 1 << 20,
+        }
+    }
+}
+
+/// Everything one side owns except its queue pair.
+pub struct Host<P: Provider> {
+    pub arena: Arc<Arena>,
+    pub mr: P::Mr,
+    pub cq: P::Cq,
+    pub rcq: Option<P::Cq>,
+    pub cm: P::Cm,
+    pub pd: P::Pd,
+    pub dev: P::Device,
+    pub events: VecDeque<Ev<P>>,
+    pub done: Vec<Completion>,
+}
+
+impl<P: Provider> Host<P> {
+    fn new<F: Fixture<P = P>>(o: &Opts, cfg: &QpConfig) -> Host<P> {
+        let dev = F::open_device();
+        let pd = dev.alloc_pd().expect("alloc_pd");
+        let depth = cfg.caps.max_send_wr + cfg.caps.max_recv_wr;
+        let cq = dev.create_cq(depth).expect("create_cq");
+        let rcq = o
+            .separate_cqs
+            .then(|| dev.create_cq(cfg.caps.max_recv_wr).expect("create recv cq"));
+        let cm = dev.create_cm().expect("create_cm");
+        let arena = F::arena(o.arena_len);
+        let mr = pd.reg_arena(&arena, Access::ALL).expect("register arena");
+        Host {
+            arena,
+            mr,
+            cq,
+            rcq,
+            cm,
+            pd,
+            dev,
+            events: VecDeque::new(),
+            done: Vec::new(),
+        }
+    }
+
+    /// Connects to `addr` with a new queue pair configured by `config`.
+    pub fn connect(
+        &mut self,
+        addr: &P::Addr,
+        config: QpConfig,
+        private_data: &[u8],
+    ) -> Result<P::Qp, FabricError> {
+        let init = QpInit {
+            pd: &self.pd,
+            send_cq: &self.cq,
+            recv_cq: self.rcq.as_ref().unwrap_or(&self.cq),
+            config,
+        };
+        self.cm.connect(addr, init, private_data)
+    }
+
+    /// Accepts `request` with a new queue pair configured by `config`.
+    pub fn accept(
+        &mut self,
+        request: P::ConnRequest,
+        config: QpConfig,
+        private_data: &[u8],
+    ) -> Result<P::Qp, FabricError> {
+        let init = QpInit {
+            pd: &self.pd,
+            send_cq: &self.cq,
+            recv_cq: self.rcq.as_ref().unwrap_or(&self.cq),
+            config,
+        };
+        self.cm.accept(request, init, private_data)
+    }
+
+    /// Polls the CQs and the CM once, collecting what they report.
+    pub fn pump(&mut self) {
+        let mut buf = [Completion::EMPTY; 16];
+        let n = self.cq.poll(&mut buf);
+        self.done.extend_from_slice(&buf[..n]);
+        if let Some(r) = self.rcq.as_mut() {
+            let n = r.poll(&mut buf);
+            self.done.extend_from_slice(&buf[..n]);
+        }
+        if let Some(e) = self.cm.poll_event().expect("poll_event") {
+            self.events.push_back(e);
+        }
+    }
+
+    /// Address of byte `off` of the arena.
+    pub fn addr(&self, off: usize) -> u64 {
+        self.arena.base() as u64 + off as u64
+    }
+
+    /// A scatter-gather entry for `len` bytes at `off` under the arena registration.
+    pub fn sge(&self, off: usize, len: usize) -> Sge {
+        Sge::new(self.addr(off), len as u32, self.mr.lkey())
+    }
+
+    /// A remote address for byte `off` under the arena registration.
+    pub fn remote(&self, off: usize) -> RemoteAddr {
+        RemoteAddr {
+            addr: self.addr(off),
+            rkey: self.mr.rkey(),
+        }
+    }
+
+    /// Writes `data` at `off`.
+    pub fn fill(&self, off: usize, data: &[u8]) {
+        assert!(off + data.len() <= self.arena.len());
+        // SAFETY: in bounds (checked above); test memory is only read/written by the
+        // provider while the test waits for it.
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), self.arena.base().add(off), data.len())
+        }
+    }
+
+    /// Reads `len` bytes at `off`.
+    pub fn read(&self, off: usize, len: usize) -> Vec<u8> {
+        assert!(off + len <= self.arena.len());
+        let mut v = vec![0u8; len];
+        // SAFETY: as in `fill`.
+        unsafe { std::ptr::copy_nonoverlapping(self.arena.base().add(off), v.as_mut_ptr(), len) }
+        v
+    }
+
+    /// A copy of the whole arena.
+    pub fn snapshot(&self) -> Vec<u8> {
+        self.read(0, self.arena.len())
+    }
+}
+
+/// One connected side.
+pub struct Side<P: Provider> {
+    pub qp: P::Qp,
+    pub h: Host<P>,
+}
+
+impl<P: Provider> std::ops::Deref for Side<P> {
+    type Target = Host<P>;
+    fn deref(&self) -> &Host<P> {
+        &self.h
+    }
+}
+
+impl<P: Provider> std::ops::DerefMut for Side<P> {
+    fn deref_mut(&mut self) -> &mut Host<P> {
+        &mut self.h
+    }
+}
+
+/// A connected pair: `s` accepted (server), `c` connected (client).
+pub struct Pair<P: Provider> {
+    pub s: Side<P>,
+    pub c: Side<P>,
+}
+
+/// Polls both hosts until `cond` holds, failing the test after [`DEADLINE`].
+pub fn wait_hosts<P: Provider>(
+    a: &mut Host<P>,
+    b: &mut Host<P>,
+    what: &str,
+    mut cond: impl FnMut(&Host<P>, &Host<P>) -> bool,
+) {
+    let end = Instant::now() + DEADLINE;
+    loop {
+        a.pump();
+        b.pump();
+        if cond(a, b) {
+            return;
+        }
+        assert!(Instant::now() < end, "timed out waiting for {what}");
+        std::thread::yield_now();
+    }
+}
+
+impl<P: Provider> Pair<P> {
+    /// Polls both sides once.
+    pub fn pump(&mut self) {
+        self.s.h.pump();
+        self.c.h.pump();
+    }
+
+    /// Polls until `cond` holds (or fails the test after the deadline).
+    pub fn wait(&mut self, what: &str, mut cond: impl FnMut(&Pair<P>) -> bool) {
+        let end = Instant::now() + DEADLINE;
+        loop {
+            self.pump();
+            if cond(self) {
+                return;
+            }
+            assert!(Instant::now() < end, "timed out waiting for {what}");
+            std::thread::yield_now();
+        }
+    }
+
+    /// Waits for `n` completions on the server and `m` on the client, and takes them.
+    pub fn completions(&mut self, n: usize, m: usize) -> (Vec<Completion>, Vec<Completion>) {
+        self.wait("completions", |p| {
+            p.s.done.len() >= n && p.c.done.len() >= m
+        });
+        let s: Vec<_> = self.s.done.drain(..).collect();
+        let c: Vec<_> = self.c.done.drain(..).collect();
+        assert_eq!(s.len(), n, "server completions: {s:?}");
+        assert_eq!(c.len(), m, "client completions: {c:?}");
+        (s, c)
+    }
+
+    /// Waits until both queue pairs are in the error state.
+    pub fn wait_both_failed(&mut self) {
+        self.wait("both queue pairs in error", |p| {
+            p.s.qp.state().is_error() && p.c.qp.state().is_error()
+        });
+    }
+}
+
+/// Polls the two hosts until `which` (0 = a, 1 = b) has an event, and returns it.
+fn next_event<P: Provider>(a: &mut Host<P>, b: &mut Host<P>, which: usize) -> Ev<P> {
+    wait_hosts(a, b, "a connection event", |a, b| {
+        [a, b][which].events.front().is_some()
+    });
+    [a, b][which].events.pop_front().expect("event present")
+}
+
+/// Builds two hosts, connects them with the given private data, and checks the CM
+/// reports along the way. Returns the pair and the private data each side received.
+pub fn connect_with<F: Fixture>(
+    o: &Opts,
+    client_pd: &[u8],
+    server_pd: &[u8],
+) -> (Pair<F::P>, PrivateData, PrivateData) {
+    let addr = F::unique_addr();
+    let mut s = Host::<F::P>::new::<F>(o, &o.server);
+    let mut c = Host::<F::P>::new::<F>(o, &o.client);
+    s.cm.listen(&addr).expect("listen");
+    let cqp = c.connect(&addr, o.client, client_pd).expect("connect");
+    assert_eq!(cqp.state(), QpState::Init);
+    let (request, seen_by_server) = match next_event(&mut s, &mut c, 0) {
+        CmEvent::ConnectRequest {
+            request,
+            private_data,
+        } => (request, private_data),
+        e => panic!("expected a connect request, got {e:?}"),
+    };
+    let sqp = s.accept(request, o.server, server_pd).expect("accept");
+    let seen_by_client = match next_event(&mut s, &mut c, 1) {
+        CmEvent::Established { conn, private_data } => {
+            assert_eq!(conn, cqp.conn_id());
+            private_data
+        }
+        e => panic!("expected Established at the client, got {e:?}"),
+    };
+    match next_event(&mut s, &mut c, 0) {
+        CmEvent::Established { conn, .. } => assert_eq!(conn, sqp.conn_id()),
+        e => panic!("expected Established at the server, got {e:?}"),
+    }
+    assert_eq!(cqp.state(), QpState::ReadyToSend);
+    assert_eq!(sqp.state(), QpState::ReadyToSend);
+    let pair = Pair {
+        s: Side { qp: sqp, h: s },
+        c: Side { qp: cqp, h: c },
+    };
+    (pair, seen_by_server, seen_by_client)
+}
+
+/// A connected pair built with `o`.
+pub fn connect<F: Fixture>(o: &Opts) -> Pair<F::P> {
+    connect_with::<F>(o, b"client", b"server").0
+}
+
+/// A connected pair with default options.
+pub fn pair<F: Fixture>() -> Pair<F::P> {
+    connect::<F>(&Opts::default())
+}
+
+/// Deterministic test bytes.
+pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
+
+/// Splits `[off, off+len)` into three entries at uneven places (some may be empty).
+fn three_sges<P: Provider>(h: &Host<P>, off: usize, len: usize) -> Vec<Sge> {
+    let a = len / 3;
+    let b = (len - a) / 2 + 1;
+    let b = b.min(len - a);
+    vec![
+        h.sge(off, a),
+        h.sge(off + a, b),
+        h.sge(off + a + b, len - a - b),
+    ]
+}
+
+const ODD_SIZES: [usize; 6] = [1, 3, 64, 4095, 4097, 65537];
+const CANARY: u8 = 0xc5;
+
+fn expect(c: &Completion, wr_id: u64, opcode: WcOpcode, status: WcStatus) {
+    assert_eq!(
+        (c.wr_id, c.opcode, c.status),
+        (wr_id, opcode, status),
+        "completion {c:?}"
+    );
+}
+
+static ADDR_SEQ: AtomicU64 = AtomicU64::new(0);
+
+/// A process-unique number for fixtures building addresses.
+pub fn unique_number() -> u64 {
+    ADDR_SEQ.fetch_add(1, Ordering::Relaxed)
+}
+
+// ---------------------------------------------------------------------------------
+// Connection management
+// ---------------------------------------------------------------------------------
+
+/// Private data travels with the request and the acceptance, up to the limit; sends
+/// are refused before the connection is established.
+pub fn cm_exchanges_private_data<F: Fixture>() {
+    let big_c = pattern(1, MAX_PRIVATE_DATA);
+    let big_s = pattern(2, MAX_PRIVATE_DATA);
+    let (p, at_server, at_client) = connect_with::<F>(&Opts::default(), &big_c, &big_s);
+    assert_eq!(at_server.as_bytes(), &big_c[..]);
+    assert_eq!(at_client.as_bytes(), &big_s[..]);
+    drop(p);
+
+    let o = Opts::default();
+    let mut c = Host::<F::P>::new::<F>(&o, &o.client);
+    let too_long = vec![0u8; MAX_PRIVATE_DATA + 1];
+    let addr = F::unique_addr();
+    match c.connect(&addr, o.client, &too_long) {
+        Err(FabricError::PrivateDataTooLong { len, max }) => {
+            assert_eq!((len, max), (MAX_PRIVATE_DATA + 1, MAX_PRIVATE_DATA))
+        }
+        Err(e) => panic!("unexpected error {e}"),
+        Ok(_) => panic!("197 bytes of private data were accepted"),
+    }
+
+    // A queue pair that is not connected yet cannot send.
+    let mut s = Host::<F::P>::new::<F>(&o, &o.server);
+    s.cm.listen(&addr).expect("listen");
+    let mut qp = c.connect(&addr, o.client, b"").expect("connect");
+    let buf = [c.sge(0, 8)];
+    let err = qp.post_send(&[SendWr::send(1, &buf)]).unwrap_err();
+    assert_eq!(err.posted, 0);
+    assert_eq!(err.kind, PostErrorKind::InvalidState(QpState::Init));
+}
+
+/// A rejection carries the server's private data; the client's queue pair fails and
+/// flushes its receives.
+pub fn cm_reject_delivers_private_data<F: Fixture>() {
+    let o = Opts::default();
+    let addr = F::unique_addr();
+    let mut s = Host::<F::P>::new::<F>(&o, &o.server);
+    let mut c = Host::<F::P>::new::<F>(&o, &o.client);
+    s.cm.listen(&addr).expect("listen");
+    let mut qp = c.connect(&addr, o.client, b"hi").expect("connect");
+    let rb = [c.sge(0, 64)];
+    qp.post_recv(&[RecvWr { wr_id: 9, sgl: &rb }])
+        .expect("post_recv before the connection is up");
+    let request = match next_event(&mut s, &mut c, 0) {
+        CmEvent::ConnectRequest { request, .. } => request,
+        e => panic!("expected a connect request, got {e:?}"),
+    };
+    s.cm.reject(request, b"go away").expect("reject");
+    match next_event(&mut s, &mut c, 1) {
+        CmEvent::Rejected { conn, private_data } => {
+            assert_eq!(conn, qp.conn_id());
+            assert_eq!(private_data.as_bytes(), b"go away");
+        }
+        e => panic!("expected Rejected, got {e:?}"),
+    }
+    assert!(qp.state().is_error());
+    wait_hosts(&mut s, &mut c, "flushed receive", |_, c| !c.done.is_empty());
+    expect(&c.done[0], 9, WcOpcode::Recv, WcStatus::WrFlushed);
+}
+
+/// Connecting where nobody listens is reported as Unreachable.
+pub fn cm_unreachable<F: Fixture>() {
+    let o = Opts::default();
+    let mut s = Host::<F::P>::new::<F>(&o, &o.server);
+    let mut c = Host::<F::P>::new::<F>(&o, &o.client);
+    let qp = c
+        .connect(&F::unique_addr(), o.client, b"")
+        .expect("connect starts");
+    match next_event(&mut s, &mut c, 1) {
+        CmEvent::Unreachable { conn } => assert_eq!(conn, qp.conn_id()),
+        CmEvent::Rejected { conn, .. } => assert_eq!(conn, qp.conn_id()),
+        e => panic!("expected Unreachable, got {e:?}"),
+    }
+    assert!(qp.state().is_error());
+}
+
+/// Disconnecting reports Disconnected on both sides and flushes both queue pairs,
+/// including requests posted afterwards.
+pub fn cm_disconnect_flushes_both_sides<F: Fixture>() {
+    let mut p = pair::<F>();
+    let sb = [p.s.sge(0, 64)];
+    let cb = [p.c.sge(0, 64)];
+    p.s.qp.post_recv(&[RecvWr { wr_id: 1, sgl: &sb }]).unwrap();
+    p.c.qp.post_recv(&[RecvWr { wr_id: 2, sgl: &cb }]).unwrap();
+    let conn = p.c.qp.conn_id();
+    p.c.cm.disconnect(conn).expect("disconnect");
+    p.wait("Disconnected on both sides", |p| {
+        let has = |h: &Host<F::P>| {
+            h.events
+                .iter()
+                .any(|e| matches!(e, CmEvent::Disconnected { .. }))
+        };
+        has(&p.s) && has(&p.c)
+    });
+    assert!(p.s.qp.state().is_error() && p.c.qp.state().is_error());
+    assert!(matches!(
+        p.c.cm.disconnect(conn),
+        Err(FabricError::UnknownConn(_))
+    ));
+    p.c.qp.post_send(&[SendWr::send(3, &cb)]).unwrap();
+    let (s, c) = p.completions(1, 2);
+    expect(&s[0], 1, WcOpcode::Recv, WcStatus::WrFlushed);
+    expect(&c[0], 2, WcOpcode::Recv, WcStatus::WrFlushed);
+    expect(&c[1], 3, WcOpcode::Send, WcStatus::WrFlushed);
+}
+
+// ---------------------------------------------------------------------------------
+// Data integrity
+// ---------------------------------------------------------------------------------
+
+/// Sends of odd sizes, gathered from three entries and scattered into three, arrive
+/// byte for byte, and nothing past the message is touched.
+pub fn send_recv_integrity<F: Fixture>() {
+    let o = Opts {
+        client: QpConfig {
+            caps: QpCaps {
+                max_send_sge: 3,
+                max_recv_sge: 3,
+                ..QpCaps::default()
+            },
+            ..QpConfig::default()
+        },
+        server: QpConfig {
+            caps: QpCaps {
+                max_send_sge: 3,
+                max_recv_sge: 3,
+                ..QpCaps::default()
+            },
+            ..QpConfig::default()
+        },
+        ..Opts::default()
+    };
+    let mut p = connect::<F>(&o);
+    for (i, &len) in ODD_SIZES.iter().enumerate() {
+        for dir in 0..2 {
+            let (tx, rx) = if dir == 0 {
+                (&mut p.c, &mut p.s)
+            } else {
+                (&mut p.s, &mut p.c)
+            };
+            let data = pattern(i as u64 * 2 + dir, len);
+            tx.fill(0, &data);
+            let room = len + 100;
+            rx.fill(200_000, &vec![CANARY; room + 64]);
+            let rsg = three_sges(rx, 200_000, room);
+            rx.qp
+                .post_recv(&[RecvWr {
+                    wr_id: 100 + i as u64,
+                    sgl: &rsg,
+                }])
+                .unwrap();
+            let ssg = three_sges(tx, 0, len);
+            tx.qp.post_send(&[SendWr::send(i as u64, &ssg)]).unwrap();
+            let (s, c) = p.completions(1, 1);
+            let (rxc, txc) = if dir == 0 {
+                (&s[0], &c[0])
+            } else {
+                (&c[0], &s[0])
+            };
+            expect(txc, i as u64, WcOpcode::Send, WcStatus::Success);
+            expect(rxc, 100 + i as u64, WcOpcode::Recv, WcStatus::Success);
+            assert_eq!(rxc.byte_len as usize, len);
+            assert_eq!(rxc.invalidated_rkey, None);
+            let rx = if dir == 0 { &p.s } else { &p.c };
+            assert!(
+                rx.read(200_000, len) == data,
+                "payload of {len} bytes differs"
+            );
+            assert!(
+                rx.read(200_000 + len, room + 64 - len)
+                    .iter()
+                    .all(|&b| b == CANARY),
+                "bytes past a {len}-byte message were written"
+            );
+        }
+    }
+}
+
+/// RDMA Writes gathered from three entries land exactly at the target address.
+pub fn rdma_write_integrity<F: Fixture>() {
+    let mut p = pair::<F>();
+    for (i, &len) in ODD_SIZES.iter().enumerate() {
+        let data = pattern(10 + i as u64, len);
+        p.c.fill(0, &data);
+        let at = 300_000 + i;
+        p.s.fill(at - 16, &vec![CANARY; len + 32]);
+        let sg = three_sges(&p.c, 0, len);
+        let remote = p.s.remote(at);
+        p.c.qp
+            .post_send(&[SendWr::write(i as u64, &sg, remote)])
+            .unwrap();
+        let (_, c) = p.completions(0, 1);
+        expect(&c[0], i as u64, WcOpcode::RdmaWrite, WcStatus::Success);
+        assert!(p.s.read(at, len) == data, "{len}-byte write differs");
+        assert!(p.s.read(at - 16, 16).iter().all(|&b| b == CANARY));
+        assert!(p.s.read(at + len, 16).iter().all(|&b| b == CANARY));
+    }
+}
+
+/// RDMA Reads scattered into three entries bring back exactly the remote bytes.
+pub fn rdma_read_integrity<F: Fixture>() {
+    let mut p = pair::<F>();
+    for (i, &len) in ODD_SIZES.iter().enumerate() {
+        let data = pattern(20 + i as u64, len);
+        let at = 400_000 + 3 * i;
+        p.s.fill(at, &data);
+        p.c.fill(100_000 - 16, &vec![CANARY; len + 32]);
+        let sg = three_sges(&p.c, 100_000, len);
+        let remote = p.s.remote(at);
+        p.c.qp
+            .post_send(&[SendWr::read(i as u64, &sg, remote)])
+            .unwrap();
+        let (_, c) = p.completions(0, 1);
+        expect(&c[0], i as u64, WcOpcode::RdmaRead, WcStatus::Success);
+        assert_eq!(c[0].byte_len as usize, len);
+        assert!(p.c.read(100_000, len) == data, "{len}-byte read differs");
+        assert!(p.c.read(100_000 - 16, 16).iter().all(|&b| b == CANARY));
+        assert!(p.c.read(100_000 + len, 16).iter().all(|&b| b == CANARY));
+    }
+}
+
+/// A chain posted with one call completes in posting order.
+pub fn chain_completes_in_order<F: Fixture>() {
+    let mut p = pair::<F>();
+    p.c.fill(0, &pattern(30, 300));
+    p.s.fill(500_000, &pattern(31, 100));
+    let rb = [p.s.sge(600_000, 100)];
+    p.s.qp
+        .post_recv(&[RecvWr {
+            wr_id: 50,
+            sgl: &rb,
+        }])
+        .unwrap();
+    let w1 = [p.c.sge(0, 100)];
+    let w2 = [p.c.sge(100, 100)];
+    let rd = [p.c.sge(1000, 100)];
+    let sd = [p.c.sge(200, 100)];
+    let chain = [
+        SendWr::write(1, &w1, p.s.remote(700_000)),
+        SendWr::write(2, &w2, p.s.remote(700_100)),
+        SendWr::read(3, &rd, p.s.remote(500_000)),
+        SendWr::send(4, &sd),
+    ];
+    p.c.qp.post_send(&chain).unwrap();
+    let (s, c) = p.completions(1, 4);
+    let ids: Vec<u64> = c.iter().map(|c| c.wr_id).collect();
+    assert_eq!(ids, vec![1, 2, 3, 4]);
+    assert!(c.iter().all(|c| c.status == WcStatus::Success));
+    expect(&s[0], 50, WcOpcode::Recv, WcStatus::Success);
+    assert_eq!(p.s.read(700_000, 200), p.c.read(0, 200));
+    assert_eq!(p.c.read(1000, 100), p.s.read(500_000, 100));
+    assert_eq!(p.s.read(600_000, 100), p.c.read(200, 100));
+}
+
+/// Data written before a Send is visible when the receiver sees the Send's completion
+/// (checked with each side on its own thread, many times over).
+pub fn writes_are_visible_before_the_following_send<F: Fixture>() {
+    const ROUNDS: u64 = 200;
+    const LEN: usize = 4096;
+    let Pair {
+        s: mut srv,
+        c: mut cli,
+    } = pair::<F>();
+    let target = srv.remote(4096);
+    let server = move || {
+        let rb = [srv.sge(0, 64)];
+        let end = Instant::now() + DEADLINE * 2;
+        for _ in 0..4 {
+            srv.qp.post_recv(&[RecvWr { wr_id: 0, sgl: &rb }]).unwrap();
+        }
+        let (mut seen, mut stale) = (0, 0);
+        while seen < ROUNDS {
+            assert!(Instant::now() < end, "server timed out at round {seen}");
+            srv.pump();
+            for c in std::mem::take(&mut srv.h.done) {
+                assert_eq!((c.opcode, c.status), (WcOpcode::Recv, WcStatus::Success));
+                let round = u64::from_le_bytes(srv.read(0, 8).try_into().unwrap());
+                assert_eq!(round, seen, "Sends arrive in order");
+                if srv.read(4096, LEN) != pattern(1000 + round, LEN) {
+                    stale += 1;
+                }
+                seen += 1;
+                srv.qp.post_recv(&[RecvWr { wr_id: 0, sgl: &rb }]).unwrap();
+            }
+            std::thread::yield_now();
+        }
+        (stale, srv)
+    };
+    let client = move || {
+        let end = Instant::now() + DEADLINE * 2;
+        for round in 0..ROUNDS {
+            cli.fill(8192, &pattern(1000 + round, LEN));
+            cli.fill(0, &round.to_le_bytes());
+            let w = [cli.sge(8192, LEN)];
+            let s = [cli.sge(0, 8)];
+            let chain = [
+                SendWr::write(round, &w, target).with_flags(SendFlags::NONE),
+                SendWr::send(round, &s),
+            ];
+            cli.qp.post_send(&chain).unwrap();
+            loop {
+                assert!(Instant::now() < end, "client timed out at round {round}");
+                cli.pump();
+                if let Some(c) = cli.h.done.pop() {
+                    assert_eq!((c.wr_id, c.status), (round, WcStatus::Success));
+                    break;
+                }
+                std::thread::yield_now();
+            }
+        }
+        cli
+    };
+    let (stale, _srv, _cli) = std::thread::scope(|sc| {
+        let s = sc.spawn(server);
+        let c = sc.spawn(client);
+        let cli = c.join().expect("client thread");
+        let (stale, srv) = s.join().expect("server thread");
+        (stale, srv, cli)
+    });
+    assert_eq!(stale, 0, "Sends overtook the Writes posted before them");
+}
+
+// ---------------------------------------------------------------------------------
+// Queues
+// ---------------------------------------------------------------------------------
+
+fn small_queues(depth: u32) -> Opts {
+    let cfg = QpConfig {
+        caps: QpCaps {
+            max_send_wr: depth,
+            max_recv_wr: depth,
+            max_send_sge: 2,
+            max_recv_sge: 2,
+        },
+        ..QpConfig::default()
+    };
+    Opts {
+        server: cfg,
+        client: cfg,
+        ..Opts::default()
+    }
+}
+
+/// Posting past the queue depth is refused with the count of what was posted; the
+/// posted part still completes.
+pub fn post_beyond_depth_is_refused<F: Fixture>() {
+    let mut p = connect::<F>(&small_queues(4));
+    let b = [p.c.sge(0, 8)];
+    let remote = p.s.remote(0);
+    let chain: Vec<SendWr<'_>> = (0..6).map(|i| SendWr::write(i, &b, remote)).collect();
+    let err = p.c.qp.post_send(&chain).unwrap_err();
+    assert_eq!(err.posted, 4);
+    assert_eq!(err.kind, PostErrorKind::QueueFull { depth: 4 });
+    let (_, c) = p.completions(0, 4);
+    assert_eq!(
+        c.iter().map(|c| c.wr_id).collect::<Vec<_>>(),
+        vec![0, 1, 2, 3]
+    );
+    p.c.qp.post_send(&chain[..4]).expect("slots are free again");
+    p.completions(0, 4);
+
+    let three = [p.c.sge(0, 1), p.c.sge(1, 1), p.c.sge(2, 1)];
+    let err = p.c.qp.post_send(&[SendWr::send(9, &three)]).unwrap_err();
+    assert_eq!(
+        (err.posted, err.kind),
+        (0, PostErrorKind::TooManySge { given: 3, max: 2 })
+    );
+    let err =
+        p.s.qp
+            .post_recv(&[RecvWr {
+                wr_id: 9,
+                sgl: &three,
+            }])
+            .unwrap_err();
+    assert_eq!(err.kind, PostErrorKind::TooManySge { given: 3, max: 2 });
+
+    let rb = [p.s.sge(0, 8)];
+    let recvs: Vec<RecvWr<'_>> = (0..5).map(|i| RecvWr { wr_id: i, sgl: &rb }).collect();
+    let err = p.s.qp.post_recv(&recvs).unwrap_err();
+    assert_eq!(
+        (err.posted, err.kind),
+        (4, PostErrorKind::QueueFull { depth: 4 })
+    );
+    let fr = SendWr {
+        wr_id: 9,
+        op: SendOp::LocalInvalidate { key: 0 },
+        sgl: &b,
+        flags: SendFlags::SIGNALED,
+    };
+    assert!(matches!(
+        p.c.qp.post_send(&[fr]).unwrap_err().kind,
+        PostErrorKind::Malformed(_)
+    ));
+    assert_eq!(
+        p.c.qp.state(),
+        QpState::ReadyToSend,
+        "refused posts do no harm"
+    );
+}
+
+/// Unsignaled requests report nothing and keep their slots until a later signaled
+/// request completes; a queue of only unsignaled requests stays full, as on a NIC.
+pub fn unsignaled_requests_hold_their_slots<F: Fixture>() {
+    let mut p = connect::<F>(&small_queues(4));
+    let b = [p.c.sge(0, 8)];
+    p.c.fill(0, &[1, 2, 3, 4, 5, 6, 7, 8]);
+    let chain: Vec<SendWr<'_>> = (0..4)
+        .map(|i| {
+            let w = SendWr::write(i, &b, p.s.remote(64 * i as usize));
+            if i == 3 {
+                w
+            } else {
+                w.with_flags(SendFlags::NONE)
+            }
+        })
+        .collect();
+    p.c.qp.post_send(&chain).unwrap();
+    let (_, c) = p.completions(0, 1);
+    expect(&c[0], 3, WcOpcode::RdmaWrite, WcStatus::Success);
+    for i in 0..4 {
+        assert_eq!(p.s.read(64 * i, 8), vec![1, 2, 3, 4, 5, 6, 7, 8]);
+    }
+
+    // Four unsignaled writes, each from its own source to its own destination, so the
+    // last destination changing proves all four executed (they execute in order).
+    let srcs: Vec<[Sge; 1]> = (0..4).map(|i| [p.c.sge(4096 + 64 * i, 8)]).collect();
+    for i in 0..4 {
+        p.c.fill(4096 + 64 * i, &[20 + i as u8; 8]);
+    }
+    let unsignaled: Vec<SendWr<'_>> = (0..4)
+        .map(|i| {
+            SendWr::write(10 + i as u64, &srcs[i], p.s.remote(8192 + 64 * i))
+                .with_flags(SendFlags::NONE)
+        })
+        .collect();
+    p.c.qp
+        .post_send(&unsignaled)
+        .expect("the signaled completion freed all four");
+    p.wait("unsignaled writes executed", |p| {
+        p.s.read(8192 + 64 * 3, 8) == vec![23; 8]
+    });
+    for _ in 0..100 {
+        p.pump();
+    }
+    assert!(p.c.done.is_empty(), "unsignaled successes are not reported");
+    let err = p.c.qp.post_send(&unsignaled[..1]).unwrap_err();
+    assert_eq!(
+        (err.posted, err.kind),
+        (0, PostErrorKind::QueueFull { depth: 4 })
+    );
+}
+
+// ---------------------------------------------------------------------------------
+// Receiver not ready, length errors, error state
+// ---------------------------------------------------------------------------------
+
+/// A Send finding no receive is retried `rnr_retry` times, then fails with
+/// RnrRetryExceeded at the sender, and both queue pairs go to error; a receive posted
+/// afterwards is flushed.
+pub fn send_without_receive_exceeds_rnr_retries<F: Fixture>() {
+    let o = Opts {
+        client: QpConfig {
+            rnr_retry: 2,
+            ..QpConfig::default()
+        },
+        server: QpConfig {
+            min_rnr_timer: Duration::from_millis(1),
+            ..QpConfig::default()
+        },
+        ..Opts::default()
+    };
+    let mut p = connect::<F>(&o);
+    let b = [p.c.sge(0, 16)];
+    p.c.qp.post_send(&[SendWr::send(7, &b)]).unwrap();
+    let (_, c) = p.completions(0, 1);
+    expect(&c[0], 7, WcOpcode::Send, WcStatus::RnrRetryExceeded);
+    p.wait_both_failed();
+    let rb = [p.s.sge(0, 16)];
+    p.s.qp.post_recv(&[RecvWr { wr_id: 8, sgl: &rb }]).unwrap();
+    p.c.qp.post_send(&[SendWr::send(9, &b)]).unwrap();
+    let (s, c) = p.completions(1, 1);
+    expect(&s[0], 8, WcOpcode::Recv, WcStatus::WrFlushed);
+    expect(&c[0], 9, WcOpcode::Send, WcStatus::WrFlushed);
+}
+
+/// With retries left (here: infinite), a Send waits for the receive and then succeeds.
+pub fn send_waits_for_a_late_receive<F: Fixture>() {
+    let o = Opts {
+        client: QpConfig {
+            rnr_retry: RNR_RETRY_INFINITE,
+            ..QpConfig::default()
+        },
+        ..Opts::default()
+    };
+    let mut p = connect::<F>(&o);
+    p.c.fill(0, &pattern(40, 100));
+    let b = [p.c.sge(0, 100)];
+    p.c.qp.post_send(&[SendWr::send(1, &b)]).unwrap();
+    for _ in 0..200 {
+        p.pump();
+    }
+    assert!(
+        p.c.done.is_empty() && p.s.done.is_empty(),
+        "nothing can complete yet"
+    );
+    assert_eq!(p.c.qp.state(), QpState::ReadyToSend);
+    let rb = [p.s.sge(0, 100)];
+    p.s.qp.post_recv(&[RecvWr { wr_id: 2, sgl: &rb }]).unwrap();
+    let (s, c) = p.completions(1, 1);
+    expect(&s[0], 2, WcOpcode::Recv, WcStatus::Success);
+    expect(&c[0], 1, WcOpcode::Send, WcStatus::Success);
+    assert_eq!(p.s.read(0, 100), pattern(40, 100));
+}
+
+/// A Send longer than the receive fails at the receiver with LocalLengthError and at
+/// the sender with RemoteInvalidRequest; both queue pairs go to error and flush.
+pub fn send_longer_than_receive_fails_both_sides<F: Fixture>() {
+    let mut p = pair::<F>();
+    let rb = [p.s.sge(0, 100)];
+    p.s.qp
+        .post_recv(&[RecvWr { wr_id: 1, sgl: &rb }, RecvWr { wr_id: 2, sgl: &rb }])
+        .unwrap();
+    let b = [p.c.sge(0, 101)];
+    let ok = [p.c.sge(0, 10)];
+    p.c.qp
+        .post_send(&[SendWr::send(3, &b), SendWr::send(4, &ok)])
+        .unwrap();
+    let (s, c) = p.completions(2, 2);
+    expect(&s[0], 1, WcOpcode::Recv, WcStatus::LocalLengthError);
+    expect(&s[1], 2, WcOpcode::Recv, WcStatus::WrFlushed);
+    expect(&c[0], 3, WcOpcode::Send, WcStatus::RemoteInvalidRequest);
+    expect(&c[1], 4, WcOpcode::Send, WcStatus::WrFlushed);
+    p.wait_both_failed();
+}
+
+// ---------------------------------------------------------------------------------
+// Remote access
+// ---------------------------------------------------------------------------------
+
+/// The ways a remote key can be wrong.
+#[derive(Debug, Clone, Copy)]
+pub enum BadKey {
+    /// A key that was never issued (the arena's key with another generation).
+    Unknown,
+    /// A fast-registration key after local invalidation.
+    Invalidated,
+    /// A key registered in another protection domain of the target.
+    WrongPd,
+    /// A key without the access right the operation needs.
+    NoAccess,
+    /// Runs past the end of the registration.
+    PastEnd,
+    /// Starts before the registration.
+    BeforeStart,
+    /// Longer than the registration.
+    TooLong,
+}
+
+const REGION: usize = 4096;
+const REGION_AT: usize = 65536;
+
+/// Sets up the bad remote range on the server and returns it with its length.
+fn bad_remote<F: Fixture>(
+    p: &mut Pair<F::P>,
+    bad: BadKey,
+    write: bool,
+    keep: &mut Vec<<F::P as Provider>::Mr>,
+) -> (RemoteAddr, usize) {
+    let right = if write {
+        Access::LOCAL_WRITE | Access::REMOTE_WRITE
+    } else {
+        Access::REMOTE_READ
+    };
+    let wrong = if write {
+        Access::REMOTE_READ
+    } else {
+        Access::LOCAL_WRITE | Access::REMOTE_WRITE
+    };
+    let reg = |p: &Pair<F::P>, access| {
+        p.s.pd
+            .reg_mr(&p.s.arena, REGION_AT, REGION, access)
+            .expect("reg_mr")
+    };
+    let at = |mr: &<F::P as Provider>::Mr, off: i64| RemoteAddr {
+        addr: (mr.addr() as i64 + off) as u64,
+        rkey: mr.rkey(),
+    };
+    match bad {
+        BadKey::Unknown => {
+            let mr = reg(p, right);
+            let mut r = at(&mr, 0);
+            r.rkey = next_key(r.rkey);
+            keep.push(mr);
+            (r, 8)
+        }
+        BadKey::Invalidated => {
+            let mut fmr = p.s.pd.alloc_fast_mr(REGION).expect("alloc_fast_mr");
+            let key = fmr.rekey();
+            let region = p.s.sge(REGION_AT, REGION);
+            let wrs = [
+                SendWr {
+                    wr_id: 90,
+                    op: SendOp::FastReg {
+                        key,
+                        region,
+                        access: right,
+                    },
+                    sgl: &[],
+                    flags: SendFlags::SIGNALED,
+                },
+                SendWr {
+                    wr_id: 91,
+                    op: SendOp::LocalInvalidate { key },
+                    sgl: &[],
+                    flags: SendFlags::SIGNALED,
+                },
+            ];
+            p.s.qp.post_send(&wrs).unwrap();
+            let (s, _) = p.completions(2, 0);
+            expect(&s[0], 90, WcOpcode::FastReg, WcStatus::Success);
+            expect(&s[1], 91, WcOpcode::LocalInvalidate, WcStatus::Success);
+            keep.push(fmr);
+            (
+                RemoteAddr {
+                    addr: p.s.addr(REGION_AT),
+                    rkey: key,
+                },
+                8,
+            )
+        }
+        BadKey::WrongPd => {
+            let pd2 = p.s.dev.alloc_pd().expect("second pd");
+            let mr = pd2
+                .reg_mr(&p.s.arena, REGION_AT, REGION, Access::ALL)
+                .expect("reg_mr in the second pd");
+            let r = at(&mr, 0);
+            keep.push(mr);
+            (r, 8)
+        }
+        BadKey::NoAccess => {
+            let mr = reg(p, wrong);
+            let r = at(&mr, 0);
+            keep.push(mr);
+            (r, 8)
+        }
+        BadKey::PastEnd => {
+            let mr = reg(p, right);
+            let r = at(&mr, REGION as i64 - 4);
+            keep.push(mr);
+            (r, 8)
+        }
+        BadKey::BeforeStart => {
+            let mr = reg(p, right);
+            let r = at(&mr, -1);
+            keep.push(mr);
+            (r, 8)
+        }
+        BadKey::TooLong => {
+            let mr = reg(p, right);
+            let r = at(&mr, 0);
+            keep.push(mr);
+            (r, REGION + 1)
+        }
+    }
+}
+
+const BAD_KEYS: [BadKey; 7] = [
+    BadKey::Unknown,
+    BadKey::Invalidated,
+    BadKey::WrongPd,
+    BadKey::NoAccess,
+    BadKey::PastEnd,
+    BadKey::BeforeStart,
+    BadKey::TooLong,
+];
+
+/// Runs one bad RDMA operation and checks: RemoteAccessError, not a byte touched on
+/// either side, both queue pairs in error, everything else flushed.
+fn remote_access_fails<F: Fixture>(bad: BadKey, write: bool) {
+    let mut p = pair::<F>();
+    p.s.fill(0, &pattern(50, p.s.arena.len()));
+    p.c.fill(0, &pattern(51, p.c.arena.len()));
+    let mut keep = Vec::new();
+    let (remote, len) = bad_remote::<F>(&mut p, bad, write, &mut keep);
+    let before_s = p.s.snapshot();
+    let before_c = p.c.snapshot();
+    let rb = [p.s.sge(0, 64)];
+    p.s.qp.post_recv(&[RecvWr { wr_id: 1, sgl: &rb }]).unwrap();
+    let b = [p.c.sge(1000, len)];
+    let wr = if write {
+        SendWr::write(2, &b, remote)
+    } else {
+        SendWr::read(2, &b, remote)
+    };
+    let after = [p.c.sge(0, 8)];
+    p.c.qp
+        .post_send(&[wr.with_flags(SendFlags::NONE), SendWr::send(3, &after)])
+        .unwrap();
+    let (s, c) = p.completions(1, 2);
+    let op = if write {
+        WcOpcode::RdmaWrite
+    } else {
+        WcOpcode::RdmaRead
+    };
+    expect(&c[0], 2, op, WcStatus::RemoteAccessError);
+    expect(&c[1], 3, WcOpcode::Send, WcStatus::WrFlushed);
+    expect(&s[0], 1, WcOpcode::Recv, WcStatus::WrFlushed);
+    p.wait_both_failed();
+    assert!(p.s.snapshot() == before_s, "{bad:?}: target memory changed");
+    assert!(
+        p.c.snapshot() == before_c,
+        "{bad:?}: initiator memory changed"
+    );
+}
+
+/// Every kind of bad key fails an RDMA Write without writing a byte.
+pub fn rdma_write_with_bad_key_fails<F: Fixture>() {
+    for bad in BAD_KEYS {
+        remote_access_fails::<F>(bad, true);
+    }
+}
+
+/// Every kind of bad key fails an RDMA Read without reading a byte into the sink.
+pub fn rdma_read_with_bad_key_fails<F: Fixture>() {
+    for bad in BAD_KEYS {
+        remote_access_fails::<F>(bad, false);
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Fast registration and invalidation
+// ---------------------------------------------------------------------------------
+
+fn fast_reg(wr_id: u64, key: u32, region: Sge, access: Access) -> SendWr<'static> {
+    SendWr {
+        wr_id,
+        op: SendOp::FastReg {
+            key,
+            region,
+            access,
+        },
+        sgl: &[],
+        flags: SendFlags::SIGNALED,
+    }
+}
+
+/// The client registers a buffer per "RPC" with a fresh key (new low byte, same index)
+/// in the same chain as the Send advertising it; the server writes through it and
+/// answers with Send With Invalidate; the client's receive names the key, and the key is
+/// dead afterwards.
+pub fn send_with_invalidate_kills_the_key<F: Fixture>() {
+    let mut p = pair::<F>();
+    let mut fmr = p.c.pd.alloc_fast_mr(REGION).expect("alloc_fast_mr");
+    let mut prev = fmr.rkey();
+    let rb = [p.c.sge(0, 64)];
+    let srb = [p.s.sge(0, 64)];
+    for round in 0..5u64 {
+        let key = fmr.rekey();
+        assert_eq!(key_index(key), key_index(prev));
+        assert_ne!(key_generation(key), key_generation(prev));
+        prev = key;
+        let at = REGION_AT + round as usize * REGION;
+        // The advertisement: the key and address, as a chunk list would carry them.
+        p.c.fill(100, &key.to_le_bytes());
+        p.c.fill(104, &p.c.addr(at).to_le_bytes());
+        let adv = [p.c.sge(100, 12)];
+        p.c.qp
+            .post_recv(&[RecvWr {
+                wr_id: 10,
+                sgl: &rb,
+            }])
+            .unwrap();
+        p.s.qp
+            .post_recv(&[RecvWr {
+                wr_id: 20,
+                sgl: &srb,
+            }])
+            .unwrap();
+        let chain = [
+            fast_reg(
+                1,
+                key,
+                p.c.sge(at, REGION),
+                Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+            )
+            .with_flags(SendFlags::NONE),
+            SendWr::send(2, &adv),
+        ];
+        p.c.qp.post_send(&chain).unwrap();
+        let (s, c) = p.completions(1, 1);
+        expect(&s[0], 20, WcOpcode::Recv, WcStatus::Success);
+        expect(&c[0], 2, WcOpcode::Send, WcStatus::Success);
+        let rkey = u32::from_le_bytes(p.s.read(0, 4).try_into().unwrap());
+        let addr = u64::from_le_bytes(p.s.read(4, 8).try_into().unwrap());
+        let data = pattern(60 + round, REGION);
+        p.s.fill(200_000, &data);
+        let w = [p.s.sge(200_000, REGION)];
+        let reply = [p.s.sge(0, 4)];
+        let answer = [
+            SendWr::write(3, &w, RemoteAddr { addr, rkey }).with_flags(SendFlags::NONE),
+            SendWr {
+                wr_id: 4,
+                op: SendOp::SendWithInvalidate { rkey },
+                sgl: &reply,
+                flags: SendFlags::SIGNALED,
+            },
+        ];
+        p.s.qp.post_send(&answer).unwrap();
+        let (s, c) = p.completions(1, 1);
+        expect(&s[0], 4, WcOpcode::Send, WcStatus::Success);
+        expect(&c[0], 10, WcOpcode::Recv, WcStatus::Success);
+        assert_eq!(c[0].invalidated_rkey, Some(key));
+        assert!(p.c.read(at, REGION) == data, "write through the fast key");
+    }
+    // The last key is dead: a write with it fails and touches nothing.
+    let before = p.c.snapshot();
+    let w = [p.s.sge(200_000, 8)];
+    let remote = RemoteAddr {
+        addr: p.c.addr(REGION_AT + 4 * REGION),
+        rkey: prev,
+    };
+    p.s.qp.post_send(&[SendWr::write(5, &w, remote)]).unwrap();
+    let (s, _) = p.completions(1, 0);
+    expect(&s[0], 5, WcOpcode::RdmaWrite, WcStatus::RemoteAccessError);
+    assert!(p.c.snapshot() == before);
+    p.wait_both_failed();
+}
+
+/// A Send With Invalidate naming a key the receiver cannot invalidate fails at the
+/// receiver (LocalAccessError) and the sender (RemoteAccessError).
+pub fn send_with_invalidate_of_a_bad_key_fails<F: Fixture>() {
+    let mut p = pair::<F>();
+    let rb = [p.c.sge(0, 64)];
+    p.c.qp.post_recv(&[RecvWr { wr_id: 1, sgl: &rb }]).unwrap();
+    let b = [p.s.sge(0, 4)];
+    // The arena registration is not a fast-registration slot: not invalidatable.
+    let rkey = p.c.mr.rkey();
+    p.s.qp
+        .post_send(&[SendWr {
+            wr_id: 2,
+            op: SendOp::SendWithInvalidate { rkey },
+            sgl: &b,
+            flags: SendFlags::SIGNALED,
+        }])
+        .unwrap();
+    let (s, c) = p.completions(1, 1);
+    expect(&s[0], 2, WcOpcode::Send, WcStatus::RemoteAccessError);
+    expect(&c[0], 1, WcOpcode::Recv, WcStatus::LocalAccessError);
+    p.wait_both_failed();
+}
+
+/// Re-registering a slot with its current key (generation not advanced) fails with
+/// MemoryBindError; so does a region outside any registration.
+pub fn fast_reg_requires_a_fresh_key<F: Fixture>() {
+    let mut p = pair::<F>();
+    let mut fmr = p.c.pd.alloc_fast_mr(REGION).expect("alloc_fast_mr");
+    let key = fmr.rekey();
+    let region = p.c.sge(0, REGION);
+    p.c.qp
+        .post_send(&[fast_reg(1, key, region, Access::REMOTE_READ)])
+        .unwrap();
+    let (_, c) = p.completions(0, 1);
+    expect(&c[0], 1, WcOpcode::FastReg, WcStatus::Success);
+    p.c.qp
+        .post_send(&[fast_reg(2, key, region, Access::REMOTE_READ)])
+        .unwrap();
+    let (_, c) = p.completions(0, 1);
+    expect(&c[0], 2, WcOpcode::FastReg, WcStatus::MemoryBindError);
+    p.wait_both_failed();
+
+    let mut p = pair::<F>();
+    let mut fmr = p.c.pd.alloc_fast_mr(REGION).expect("alloc_fast_mr");
+    let key = fmr.rekey();
+    let region = p.c.sge(p.c.arena.len() - 8, 16);
+    p.c.qp
+        .post_send(&[fast_reg(3, key, region, Access::REMOTE_READ)])
+        .unwrap();
+    let (_, c) = p.completions(0, 1);
+    expect(&c[0], 3, WcOpcode::FastReg, WcStatus::MemoryBindError);
+    p.wait_both_failed();
+}
+
+// ---------------------------------------------------------------------------------
+// Local protection, completion queues, registration
+// ---------------------------------------------------------------------------------
+
+/// A Send gathering from an unregistered key fails locally with LocalProtectionError;
+/// a receive into memory without local write fails at the receiver.
+pub fn local_protection_errors<F: Fixture>() {
+    let mut p = pair::<F>();
+    let mut b = p.c.sge(0, 8);
+    b.lkey = next_key(b.lkey);
+    p.c.qp.post_send(&[SendWr::send(1, &[b])]).unwrap();
+    let (_, c) = p.completions(0, 1);
+    expect(&c[0], 1, WcOpcode::Send, WcStatus::LocalProtectionError);
+    p.wait_both_failed();
+
+    let mut p = pair::<F>();
+    let ro =
+        p.s.pd
+            .reg_mr(&p.s.arena, 0, 4096, Access::REMOTE_READ)
+            .expect("read-only registration");
+    let rb = [Sge::new(p.s.addr(0), 64, ro.lkey())];
+    p.s.qp.post_recv(&[RecvWr { wr_id: 2, sgl: &rb }]).unwrap();
+    let before = p.s.snapshot();
+    let sb = [p.c.sge(0, 8)];
+    p.c.qp.post_send(&[SendWr::send(3, &sb)]).unwrap();
+    let (s, c) = p.completions(1, 1);
+    expect(&s[0], 2, WcOpcode::Recv, WcStatus::LocalProtectionError);
+    assert_ne!(c[0].status, WcStatus::Success);
+    assert!(p.s.snapshot() == before);
+    p.wait_both_failed();
+}
+
+/// With separate send and receive CQs, each completion lands in its own CQ and names
+/// the queue pair.
+pub fn separate_send_and_recv_cqs<F: Fixture>() {
+    let o = Opts {
+        separate_cqs: true,
+        ..Opts::default()
+    };
+    let mut p = connect::<F>(&o);
+    let rb = [p.s.sge(0, 8)];
+    p.s.qp.post_recv(&[RecvWr { wr_id: 1, sgl: &rb }]).unwrap();
+    let sb = [p.c.sge(0, 8)];
+    p.c.qp.post_send(&[SendWr::send(2, &sb)]).unwrap();
+    let mut sbuf = [Completion::EMPTY; 4];
+    let mut rbuf = [Completion::EMPTY; 4];
+    let (mut got_s, mut got_r) = (Vec::new(), Vec::new());
+    let end = Instant::now() + DEADLINE;
+    while got_s.is_empty() || got_r.is_empty() {
+        assert!(Instant::now() < end, "timed out");
+        let n = p.c.h.cq.poll(&mut sbuf);
+        got_s.extend_from_slice(&sbuf[..n]);
+        let r = p.c.h.rcq.as_mut().expect("recv cq");
+        assert_eq!(r.poll(&mut rbuf), 0, "nothing arrives at the client");
+        let n = p.s.h.rcq.as_mut().expect("recv cq").poll(&mut rbuf);
+        got_r.extend_from_slice(&rbuf[..n]);
+        assert_eq!(p.s.h.cq.poll(&mut sbuf), 0, "the server sent nothing");
+        std::thread::yield_now();
+    }
+    expect(&got_s[0], 2, WcOpcode::Send, WcStatus::Success);
+    assert_eq!(got_s[0].qp_num, p.c.qp.qp_num());
+    expect(&got_r[0], 1, WcOpcode::Recv, WcStatus::Success);
+    assert_eq!(got_r[0].qp_num, p.s.qp.qp_num());
+}
+
+/// Registration refuses invalid access combinations and ranges.
+pub fn registration_checks<F: Fixture>() {
+    let dev = F::open_device();
+    let pd = dev.alloc_pd().expect("pd");
+    let arena = F::arena(8192);
+    assert!(matches!(
+        pd.reg_mr(&arena, 0, 4096, Access::REMOTE_WRITE),
+        Err(FabricError::InvalidAccess(_))
+    ));
+    assert!(matches!(
+        pd.reg_mr(&arena, 4096, arena.len(), Access::ALL),
+        Err(FabricError::OutOfRange { .. })
+    ));
+    assert!(matches!(
+        pd.reg_mr(&arena, usize::MAX, 2, Access::ALL),
+        Err(FabricError::OutOfRange { .. })
+    ));
+    assert!(pd.reg_mr(&arena, 0, 0, Access::ALL).is_err());
+    let mr = pd.reg_arena(&arena, Access::ALL).expect("reg_arena");
+    let keys = arena.keys().expect("keys stored on the arena");
+    assert_eq!((keys.lkey, keys.rkey), (mr.lkey(), mr.rkey()));
+    assert_eq!(mr.addr(), arena.base() as u64);
+    assert_eq!(mr.len(), arena.len());
+    let mr2 = pd
+        .reg_mr(&arena, 0, 4096, Access::NONE)
+        .expect("second registration");
+    assert_ne!(mr2.lkey(), mr.lkey(), "each registration has its own key");
+}
+
+/// Expands to one `#[test]` per conformance rule for `$fixture`. The invoking test crate
+/// must declare `mod conformance;` at its root.
+#[macro_export]
+macro_rules! conformance_tests {
+    ($fixture:ty) => {
+        $crate::conformance_tests!(@each $fixture;
+            cm_exchanges_private_data,
+            cm_reject_delivers_private_data,
+            cm_unreachable,
+            cm_disconnect_flushes_both_sides,
+            send_recv_integrity,
+            rdma_write_integrity,
+            rdma_read_integrity,
+            chain_completes_in_order,
+            writes_are_visible_before_the_following_send,
+            post_beyond_depth_is_refused,
+            unsignaled_requests_hold_their_slots,
+            send_without_receive_exceeds_rnr_retries,
+            send_waits_for_a_late_receive,
+            send_longer_than_receive_fails_both_sides,
+            rdma_write_with_bad_key_fails,
+            rdma_read_with_bad_key_fails,
+            send_with_invalidate_kills_the_key,
+            send_with_invalidate_of_a_bad_key_fails,
+            fast_reg_requires_a_fresh_key,
+            local_protection_errors,
+            separate_send_and_recv_cqs,
+            registration_checks,
+        );
+    };
+    (@each $fixture:ty; $($name:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $name() {
+                $crate::conformance::$name::<$fixture>();
+            }
+        )*
+    };
+}

@@ -1,0 +1,29 @@
+//! The generic fabric conformance suite (tests/conformance/) run against the `shm`
+//! provider. Other providers add their own fixture and one `conformance_tests!` line.
+
+mod conformance;
+
+use conformance::Fixture;
+use rpcrdma::fabric::shm::{ShmAddr, ShmDevice, ShmProvider};
+
+/// shm: one device per simulated host, abstract-namespace socket names unique per
+/// process and call.
+pub struct ShmFixture;
+
+impl Fixture for ShmFixture {
+    type P = ShmProvider;
+
+    fn open_device() -> ShmDevice {
+        ShmDevice::new()
+    }
+
+    fn unique_addr() -> ShmAddr {
+        ShmAddr::abstract_name(format!(
+            "rpcrdma-conformance-{}-{}",
+            std::process::id(),
+            conformance::unique_number()
+        ))
+    }
+}
+
+conformance_tests!(ShmFixture);
