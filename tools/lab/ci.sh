@@ -57,6 +57,8 @@ finish() {
 }
 
 run_step setup "$HERE/setup.sh" || finish
+# Run directories are for post-mortems; a week is plenty.
+find "$LAB/runs" -mindepth 1 -maxdepth 1 -mtime +7 -exec rm -rf {} + 2>/dev/null
 # A guest that cannot boot fails every later step the same way; stop at the first one.
 run_step selftest "$HERE/selftest.sh"; [ $? = 2 ] && finish
 run_step smoke guest_step smoke smoke.sh 600; [ $? = 2 ] && finish
