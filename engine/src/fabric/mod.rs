@@ -36,6 +36,7 @@ pub mod error;
 pub mod mr;
 pub mod provider;
 pub mod shm;
+pub mod sim;
 pub mod types;
 
 pub use cm::{CmEvent, ConnId, PrivateData, MAX_PRIVATE_DATA};
