@@ -1,0 +1,499 @@
+//! Raw-fabric baselines, generic over any [`Provider`]: what the provider gives with no
+//! RPC layer on top, modelled on perftest.
+//!
+//! - `send/recv` (lat, like `ib_send_lat`): the client Sends `size` octets, the server's
+//!   Receive completes and it Sends `size` octets back; one round trip per operation.
+//! - `write` (bw, like `ib_write_bw`): the client keeps `depth` RDMA Writes of `size`
+//!   octets in flight per connection into the server's registered memory.
+//! - `send` (rate): the client keeps `depth` Sends in flight per connection; the server
+//!   reposts each Receive as it completes.
+//!
+//! The server side runs on its own pinned thread and only polls its completion queue
+//! (software providers execute the peer's requests there). Connection set-up exchanges
+//! the server's buffer address and remote key in the accept private data.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use rpcrdma::fabric::shm::{ShmAddr, ShmDevice, ShmProvider};
+use rpcrdma::fabric::{
+    Access, CmEvent, Completion, CompletionQueue, ConnectionManager, Device, MemoryRegion,
+    ProtectionDomain, Provider, QpCaps, QpConfig, QpInit, QueuePair, RecvWr, RemoteAddr, SendWr,
+    Sge, WcOpcode, RNR_RETRY_INFINITE,
+};
+use rpcrdma_pools::{Arena, ArenaOptions, HugePages};
+
+use crate::measure::{Measurement, Meter};
+use crate::spec::{pin, BenchError, Mode, RowSpec};
+
+/// How a provider is opened and addressed; everything else goes through the
+/// [`Provider`] traits.
+pub trait FabricKind {
+    /// The provider.
+    type P: Provider;
+    /// Opens one device (one per simulated host).
+    fn open() -> Result<<Self::P as Provider>::Device, BenchError>;
+    /// A listening address nobody else uses.
+    fn unique_addr() -> <Self::P as Provider>::Addr;
+}
+
+/// The shared-memory provider.
+pub struct Shm;
+
+impl FabricKind for Shm {
+    type P = ShmProvider;
+
+    fn open() -> Result<ShmDevice, BenchError> {
+        Ok(ShmDevice::new())
+    }
+
+    fn unique_addr() -> ShmAddr {
+        use std::sync::atomic::AtomicU64;
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        ShmAddr::abstract_name(format!(
+            "rpcrdma-perf-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ))
+    }
+}
+
+/// How long connection set-up may take.
+const SETUP_TIMEOUT: Duration = Duration::from_secs(10);
+/// Completions taken per poll.
+const POLL_BATCH: usize = 32;
+/// Bytes of the accept private data: buffer address (8) and remote key (4).
+const RDV_LEN: usize = 12;
+
+/// One side's objects. Field order is drop order: queue pairs before the CM, the
+/// registration before the arena.
+struct Host<P: Provider> {
+    qps: Vec<P::Qp>,
+    cm: P::Cm,
+    cq: P::Cq,
+    mr: P::Mr,
+    pd: P::Pd,
+    _dev: P::Device,
+    arena: Arc<Arena>,
+}
+
+impl<P: Provider> Host<P> {
+    fn new(dev: P::Device, arena_len: usize, cq_depth: u32) -> Result<Host<P>, BenchError> {
+        let opts = ArenaOptions::new(arena_len)
+            .shareable(true)
+            .hugepages(HugePages::Auto)
+            .name("rpcrdma-perf");
+        let arena = Arc::new(Arena::new(&opts).map_err(|e| BenchError::Memory(e.to_string()))?);
+        let pd = dev.alloc_pd()?;
+        let mr = pd.reg_arena(&arena, Access::ALL)?;
+        let cq = dev.create_cq(cq_depth)?;
+        let cm = dev.create_cm()?;
+        Ok(Host {
+            qps: Vec::new(),
+            cm,
+            cq,
+            mr,
+            pd,
+            _dev: dev,
+            arena,
+        })
+    }
+
+    fn sge(&self, off: usize, len: usize) -> Sge {
+        Sge::new(
+            self.arena.base() as u64 + off as u64,
+            len as u32,
+            self.mr.lkey(),
+        )
+    }
+
+    /// Connects (`request` None) or accepts one connection; the queue pair joins `qps`.
+    fn open_qp(
+        &mut self,
+        addr: &P::Addr,
+        request: Option<P::ConnRequest>,
+        config: QpConfig,
+        private_data: &[u8],
+    ) -> Result<(), BenchError> {
+        let init = QpInit {
+            pd: &self.pd,
+            send_cq: &self.cq,
+            recv_cq: &self.cq,
+            config,
+        };
+        let qp = match request {
+            Some(r) => self.cm.accept(r, init, private_data)?,
+            None => self.cm.connect(addr, init, private_data)?,
+        };
+        self.qps.push(qp);
+        Ok(())
+    }
+}
+
+/// Receives each server connection keeps posted, and sends each side may have queued.
+fn queue_depth(spec: &RowSpec) -> u32 {
+    match spec.mode {
+        Mode::Lat => 4,
+        Mode::Bw | Mode::Rate => spec.depth.max(1) + 1,
+    }
+}
+
+fn qp_config(spec: &RowSpec) -> QpConfig {
+    let d = queue_depth(spec);
+    QpConfig {
+        caps: QpCaps {
+            max_send_wr: d,
+            max_recv_wr: d,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+        },
+        // A late repost must slow a sender down, not kill the connection.
+        rnr_retry: RNR_RETRY_INFINITE,
+        ..QpConfig::default()
+    }
+}
+
+/// Connects `spec.connections` queue pairs between two fresh hosts. Returns (client,
+/// server, server buffer as the client must address it).
+#[allow(clippy::type_complexity)]
+fn connect<F: FabricKind>(
+    spec: &RowSpec,
+) -> Result<(Host<F::P>, Host<F::P>, RemoteAddr), BenchError> {
+    let conns = spec.connections.max(1) as usize;
+    let d = queue_depth(spec) as usize;
+    // Receive (or target) buffers per connection and slot, then one buffer for sends.
+    let arena_len = (conns + 1) * d * spec.size + 4096;
+    let cq_depth = u32::try_from(conns * d * 2)
+        .map_err(|_| BenchError::Setup("too many connections for one completion queue".into()))?;
+    let mut server = Host::<F::P>::new(F::open()?, arena_len, cq_depth)?;
+    let mut client = Host::<F::P>::new(F::open()?, arena_len, cq_depth)?;
+    let addr = F::unique_addr();
+    server.cm.listen(&addr)?;
+    let cfg = qp_config(spec);
+    let remote = RemoteAddr {
+        addr: server.arena.base() as u64,
+        rkey: server.mr.rkey(),
+    };
+    let mut rdv = [0u8; RDV_LEN];
+    rdv[..8].copy_from_slice(&remote.addr.to_be_bytes());
+    rdv[8..].copy_from_slice(&remote.rkey.to_be_bytes());
+    for _ in 0..conns {
+        client.open_qp(&addr, None, cfg, b"rpcrdma-perf")?;
+    }
+    let end = Instant::now() + SETUP_TIMEOUT;
+    let (mut accepted, mut client_up, mut server_up) = (0, 0, 0);
+    let mut seen_remote = None;
+    while client_up < conns || server_up < conns {
+        if Instant::now() >= end {
+            return Err(BenchError::Setup(format!(
+                "{} of {conns} connections up after {}s",
+                client_up.min(server_up),
+                SETUP_TIMEOUT.as_secs()
+            )));
+        }
+        if let Some(ev) = server.cm.poll_event()? {
+            match ev {
+                CmEvent::ConnectRequest { request, .. } => {
+                    server.open_qp(&addr, Some(request), cfg, &rdv)?;
+                    accepted += 1;
+                }
+                CmEvent::Established { .. } => server_up += 1,
+                other => {
+                    return Err(BenchError::Setup(format!("server saw {other:?}")));
+                }
+            }
+        }
+        if let Some(ev) = client.cm.poll_event()? {
+            match ev {
+                CmEvent::Established { private_data, .. } => {
+                    let b = private_data.as_bytes();
+                    if b.len() < RDV_LEN {
+                        return Err(BenchError::Setup(format!(
+                            "accept private data has {} octets, expected {RDV_LEN}",
+                            b.len()
+                        )));
+                    }
+                    let mut a = [0u8; 8];
+                    a.copy_from_slice(&b[..8]);
+                    let mut k = [0u8; 4];
+                    k.copy_from_slice(&b[8..RDV_LEN]);
+                    seen_remote = Some(RemoteAddr {
+                        addr: u64::from_be_bytes(a),
+                        rkey: u32::from_be_bytes(k),
+                    });
+                    client_up += 1;
+                }
+                other => return Err(BenchError::Setup(format!("client saw {other:?}"))),
+            }
+        }
+        if accepted < conns || client_up < conns {
+            thread::yield_now();
+        }
+    }
+    let remote = seen_remote.ok_or_else(|| BenchError::Setup("no accept private data".into()))?;
+    Ok((client, server, remote))
+}
+
+fn wr_id(conn: usize, slot: usize) -> u64 {
+    (conn as u64) << 32 | slot as u64
+}
+
+fn split_wr_id(id: u64) -> (usize, usize) {
+    ((id >> 32) as usize, (id & 0xffff_ffff) as usize)
+}
+
+fn check(c: &Completion) -> Result<(), BenchError> {
+    if c.status.is_success() {
+        Ok(())
+    } else {
+        Err(BenchError::Completion {
+            opcode: c.opcode,
+            status: c.status,
+        })
+    }
+}
+
+/// Offset of receive buffer `slot` of connection `conn`.
+fn slot_off(spec: &RowSpec, conn: usize, slot: usize) -> usize {
+    (conn * queue_depth(spec) as usize + slot) * spec.size
+}
+
+fn post_recv<P: Provider>(
+    h: &mut Host<P>,
+    spec: &RowSpec,
+    conn: usize,
+    slot: usize,
+) -> Result<(), BenchError> {
+    let sge = [h.sge(slot_off(spec, conn, slot), spec.size)];
+    let wr = [RecvWr {
+        wr_id: wr_id(conn, slot),
+        sgl: &sge,
+    }];
+    h.qps[conn].post_recv(&wr)?;
+    Ok(())
+}
+
+/// The server thread: reposts receives and, for latency, answers each with a Send.
+fn serve<P: Provider>(
+    mut h: Host<P>,
+    spec: RowSpec,
+    stop: Arc<AtomicBool>,
+    deadline: Instant,
+) -> Result<(), BenchError> {
+    pin(spec.server_core);
+    let reply = spec.mode == Mode::Lat;
+    let mut sends_out = vec![0u32; h.qps.len()];
+    let max_send = queue_depth(&spec);
+    let mut wc = [Completion::EMPTY; POLL_BATCH];
+    let mut idle = 0u32;
+    while !stop.load(Ordering::Relaxed) {
+        let n = h.cq.poll(&mut wc);
+        if n == 0 {
+            idle = idle.wrapping_add(1);
+            if idle & 1023 == 0 && Instant::now() >= deadline {
+                break;
+            }
+            std::hint::spin_loop();
+            continue;
+        }
+        idle = 0;
+        for c in &wc[..n] {
+            check(c)?;
+            let (conn, slot) = split_wr_id(c.wr_id);
+            match c.opcode {
+                WcOpcode::Recv => {
+                    post_recv(&mut h, &spec, conn, slot)?;
+                    if reply {
+                        if sends_out[conn] >= max_send {
+                            return Err(BenchError::Setup(
+                                "server send queue full: the client sent without waiting".into(),
+                            ));
+                        }
+                        // Replies come from the area after the receive buffers.
+                        let off = slot_off(&spec, h.qps.len(), 0);
+                        let sge = [h.sge(off, spec.size)];
+                        h.qps[conn].post_send(&[SendWr::send(wr_id(conn, 0), &sge)])?;
+                        sends_out[conn] += 1;
+                    }
+                }
+                _ => sends_out[conn] = sends_out[conn].saturating_sub(1),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Runs one raw-fabric row on provider `F`.
+pub fn run<F: FabricKind>(spec: &RowSpec, mut meter: Meter) -> Result<Measurement, BenchError> {
+    let (mut client, mut server, remote) = connect::<F>(spec)?;
+    let conns = client.qps.len();
+    let recv_slots = queue_depth(spec) as usize;
+    if spec.mode != Mode::Bw {
+        for conn in 0..conns {
+            for slot in 0..recv_slots {
+                post_recv(&mut server, spec, conn, slot)?;
+                if spec.mode == Mode::Lat {
+                    post_recv(&mut client, spec, conn, slot)?;
+                }
+            }
+        }
+    }
+    meter.restart();
+    let stop = Arc::new(AtomicBool::new(false));
+    let server_thread = {
+        let (stop, spec, deadline) = (stop.clone(), *spec, meter.deadline());
+        thread::spawn(move || serve(server, spec, stop, deadline))
+    };
+    pin(spec.client_core);
+    let result = match spec.mode {
+        Mode::Lat => client_lat(&mut client, spec, &mut meter),
+        Mode::Bw | Mode::Rate => client_stream(&mut client, spec, remote, &mut meter),
+    };
+    stop.store(true, Ordering::Relaxed);
+    let served = server_thread
+        .join()
+        .unwrap_or_else(|_| Err(BenchError::Setup("server thread panicked".into())));
+    result?;
+    served?;
+    Ok(meter.finish())
+}
+
+fn client_lat<P: Provider>(
+    h: &mut Host<P>,
+    spec: &RowSpec,
+    meter: &mut Meter,
+) -> Result<(), BenchError> {
+    let conns = h.qps.len();
+    let send_off = slot_off(spec, conns, 0);
+    let max_send = queue_depth(spec);
+    let mut sends_out = vec![0u32; conns];
+    let mut wc = [Completion::EMPTY; POLL_BATCH];
+    let mut t = Instant::now();
+    'run: loop {
+        for conn in 0..conns {
+            while sends_out[conn] >= max_send {
+                let n = h.cq.poll(&mut wc);
+                for c in &wc[..n] {
+                    check(c)?;
+                    let (cn, slot) = split_wr_id(c.wr_id);
+                    if c.opcode == WcOpcode::Recv {
+                        return Err(BenchError::Setup(format!(
+                            "unexpected reply on connection {cn} slot {slot}"
+                        )));
+                    }
+                    sends_out[cn] = sends_out[cn].saturating_sub(1);
+                }
+                if meter.expired(Instant::now()) {
+                    break 'run;
+                }
+            }
+            let sge = [h.sge(send_off, spec.size)];
+            h.qps[conn].post_send(&[SendWr::send(wr_id(conn, 0), &sge)])?;
+            sends_out[conn] += 1;
+            let mut polls = 0u32;
+            let replied = loop {
+                let n = h.cq.poll(&mut wc);
+                let mut got = false;
+                for c in &wc[..n] {
+                    check(c)?;
+                    let (cn, slot) = split_wr_id(c.wr_id);
+                    if c.opcode == WcOpcode::Recv {
+                        post_recv(h, spec, cn, slot)?;
+                        got = true;
+                    } else {
+                        sends_out[cn] = sends_out[cn].saturating_sub(1);
+                    }
+                }
+                if got {
+                    break true;
+                }
+                polls = polls.wrapping_add(1);
+                if polls & 1023 == 0 && meter.expired(Instant::now()) {
+                    break false;
+                }
+                std::hint::spin_loop();
+            };
+            if !replied {
+                break 'run;
+            }
+            let now = Instant::now();
+            let lat = (now - t).as_nanos() as u64;
+            t = now;
+            if !meter.tick(now, lat) {
+                break 'run;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn client_stream<P: Provider>(
+    h: &mut Host<P>,
+    spec: &RowSpec,
+    remote: RemoteAddr,
+    meter: &mut Meter,
+) -> Result<(), BenchError> {
+    let conns = h.qps.len();
+    let depth = spec.depth.max(1) as usize;
+    let write = spec.mode == Mode::Bw;
+    let mut outstanding = vec![0usize; conns];
+    let mut next_slot = vec![0usize; conns];
+    let mut posted_at = vec![Instant::now(); conns * depth];
+    let mut wc = [Completion::EMPTY; POLL_BATCH];
+    let mut idle = 0u32;
+    loop {
+        let now = Instant::now();
+        for conn in 0..conns {
+            while outstanding[conn] < depth {
+                let slot = next_slot[conn];
+                next_slot[conn] = (slot + 1) % depth;
+                let off = slot_off(spec, conn, slot);
+                let sge = [h.sge(off, spec.size)];
+                let id = wr_id(conn, slot);
+                let wr = if write {
+                    let dst = RemoteAddr {
+                        addr: remote.addr + off as u64,
+                        rkey: remote.rkey,
+                    };
+                    SendWr::write(id, &sge, dst)
+                } else {
+                    SendWr::send(id, &sge)
+                };
+                h.qps[conn].post_send(&[wr])?;
+                posted_at[conn * depth + slot] = now;
+                outstanding[conn] += 1;
+            }
+        }
+        let n = h.cq.poll(&mut wc);
+        if n == 0 {
+            idle = idle.wrapping_add(1);
+            if idle & 1023 == 0 && meter.expired(Instant::now()) {
+                return Ok(());
+            }
+            std::hint::spin_loop();
+            continue;
+        }
+        idle = 0;
+        let done_at = Instant::now();
+        for c in &wc[..n] {
+            check(c)?;
+            let (conn, slot) = split_wr_id(c.wr_id);
+            let (Some(out), Some(at)) = (
+                outstanding.get_mut(conn),
+                posted_at.get(conn * depth + slot),
+            ) else {
+                return Err(BenchError::Setup(format!(
+                    "unknown work request id {:#x}",
+                    c.wr_id
+                )));
+            };
+            *out = out.saturating_sub(1);
+            let lat = (done_at - *at).as_nanos() as u64;
+            if !meter.tick(done_at, lat) {
+                return Ok(());
+            }
+        }
+    }
+}

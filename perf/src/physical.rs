@@ -1,0 +1,326 @@
+//! Physical baselines: what two pinned threads sharing memory can do with no fabric and
+//! no RPC layer in between. They are the floor every fabric figure is compared with.
+//!
+//! - `pingpong` (lat): the client copies `size` octets into a shared buffer and bumps a
+//!   sequence word; the responder sees it, copies the request out and a reply of `size`
+//!   octets in, and bumps its own word. One cache-line hand-off each way plus two copies
+//!   per side: what a shared-memory transport cannot beat.
+//! - `ring` (bw, rate): a single-producer/single-consumer ring of `depth` slots of `size`
+//!   octets per connection; the producer copies in, the consumer copies out and releases
+//!   the slot. Latency is post-to-release, like a fabric completion.
+//! - `memcpy` (bw): one thread copying `size` octets between two buffers: the memory
+//!   system's copy bandwidth at that size.
+
+use std::cell::UnsafeCell;
+use std::hint::spin_loop;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::Instant;
+
+use crate::measure::{Measurement, Meter};
+use crate::spec::{pin, BenchError, RowSpec};
+
+/// Spins before a waiting thread starts yielding: on a machine with fewer free cores than
+/// busy threads, yielding lets the peer run instead of burning its time slice.
+const SPINS_BEFORE_YIELD: u32 = 1 << 14;
+
+#[repr(align(128))]
+struct Padded(AtomicU64);
+
+/// A byte buffer written by one thread and read by another, with the hand-off ordered
+/// by the sequence words of the structure that holds it.
+struct Shared(UnsafeCell<Box<[u8]>>);
+
+// SAFETY: access is serialized by the protocols below: a buffer is written only by the
+// side that owns it at that point in the exchange and read only after the owner has
+// published it with a release store that the reader observed with an acquire load.
+unsafe impl Sync for Shared {}
+
+impl Shared {
+    fn new(len: usize) -> Shared {
+        Shared(UnsafeCell::new(vec![0u8; len].into_boxed_slice()))
+    }
+
+    /// Copies `src` in.
+    ///
+    /// # Safety
+    /// The caller owns the buffer at this point of the protocol.
+    unsafe fn put(&self, src: &[u8]) {
+        let buf = &mut *self.0.get();
+        let n = src.len().min(buf.len());
+        buf[..n].copy_from_slice(&src[..n]);
+    }
+
+    /// Copies out into `dst`.
+    ///
+    /// # Safety
+    /// The buffer has been published to the caller and nobody writes it meanwhile.
+    unsafe fn get(&self, dst: &mut [u8]) {
+        let buf = &*self.0.get();
+        let n = dst.len().min(buf.len());
+        dst[..n].copy_from_slice(&buf[..n]);
+    }
+}
+
+/// Waits with spinning, then yielding, until `done` or the stop flag or `deadline`.
+/// Returns whether `done` became true.
+#[inline]
+fn wait_until(mut done: impl FnMut() -> bool, stop: &AtomicBool, deadline: Instant) -> bool {
+    let mut spins = 0u32;
+    loop {
+        if done() {
+            return true;
+        }
+        spins = spins.wrapping_add(1);
+        if spins & 1023 == 0 {
+            if stop.load(Ordering::Relaxed) || Instant::now() >= deadline {
+                return false;
+            }
+            if spins >= SPINS_BEFORE_YIELD {
+                thread::yield_now();
+            }
+        }
+        spin_loop();
+    }
+}
+
+struct PingSlot {
+    req_seq: Padded,
+    resp_seq: Padded,
+    req: Shared,
+    resp: Shared,
+}
+
+/// Runs the `pingpong` latency baseline.
+pub fn pingpong(spec: &RowSpec, mut meter: Meter) -> Result<Measurement, BenchError> {
+    let size = spec.size;
+    let conns = spec.connections.max(1) as usize;
+    let slots: Arc<Vec<PingSlot>> = Arc::new(
+        (0..conns)
+            .map(|_| PingSlot {
+                req_seq: Padded(AtomicU64::new(0)),
+                resp_seq: Padded(AtomicU64::new(0)),
+                req: Shared::new(size),
+                resp: Shared::new(size),
+            })
+            .collect(),
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let deadline = meter.deadline();
+    let responder = {
+        let (slots, stop, core) = (slots.clone(), stop.clone(), spec.server_core);
+        thread::spawn(move || {
+            pin(core);
+            let mut scratch = vec![0u8; size];
+            let reply = vec![0x5au8; size];
+            let mut seen = vec![0u64; slots.len()];
+            let mut idle = 0u32;
+            while !stop.load(Ordering::Relaxed) {
+                let mut worked = false;
+                for (i, s) in slots.iter().enumerate() {
+                    let seq = s.req_seq.0.load(Ordering::Acquire);
+                    if seq != seen[i] {
+                        seen[i] = seq;
+                        // SAFETY: the request was published by the acquire load above and
+                        // the client does not touch it until we answer; the response
+                        // buffer is ours until we publish it.
+                        unsafe {
+                            s.req.get(&mut scratch);
+                            s.resp.put(&reply);
+                        }
+                        s.resp_seq.0.store(seq, Ordering::Release);
+                        worked = true;
+                    }
+                }
+                if worked {
+                    idle = 0;
+                    continue;
+                }
+                idle = idle.wrapping_add(1);
+                if idle & 1023 == 0 {
+                    if Instant::now() >= deadline {
+                        return;
+                    }
+                    if idle >= SPINS_BEFORE_YIELD {
+                        thread::yield_now();
+                    }
+                }
+                spin_loop();
+            }
+        })
+    };
+    pin(spec.client_core);
+    let request = vec![0xa5u8; size];
+    let mut sink = vec![0u8; size];
+    let mut seq = 0u64;
+    meter.restart();
+    let mut t = Instant::now();
+    'run: loop {
+        seq += 1;
+        for s in slots.iter() {
+            // SAFETY: the responder answered our previous request on this slot, so it
+            // no longer reads the request buffer; we publish it with the store below.
+            unsafe { s.req.put(&request) };
+            s.req_seq.0.store(seq, Ordering::Release);
+            let answered = wait_until(
+                || s.resp_seq.0.load(Ordering::Acquire) == seq,
+                &stop,
+                meter.deadline(),
+            );
+            if !answered {
+                meter.expired(Instant::now());
+                break 'run;
+            }
+            // SAFETY: published by the responder's release store we just observed.
+            unsafe { s.resp.get(&mut sink) };
+            let now = Instant::now();
+            let lat = (now - t).as_nanos() as u64;
+            t = now;
+            if !meter.tick(now, lat) {
+                break 'run;
+            }
+        }
+    }
+    std::hint::black_box(&sink);
+    stop.store(true, Ordering::Relaxed);
+    let _ = responder.join();
+    Ok(meter.finish())
+}
+
+struct Ring {
+    head: Padded,
+    tail: Padded,
+    slots: Vec<Shared>,
+}
+
+/// Runs the `ring` bandwidth / message-rate baseline.
+pub fn ring(spec: &RowSpec, mut meter: Meter) -> Result<Measurement, BenchError> {
+    let size = spec.size;
+    let depth = spec.depth.max(1) as usize;
+    let conns = spec.connections.max(1) as usize;
+    let rings: Arc<Vec<Ring>> = Arc::new(
+        (0..conns)
+            .map(|_| Ring {
+                head: Padded(AtomicU64::new(0)),
+                tail: Padded(AtomicU64::new(0)),
+                slots: (0..depth).map(|_| Shared::new(size)).collect(),
+            })
+            .collect(),
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let deadline = meter.deadline();
+    let consumer = {
+        let (rings, stop, core) = (rings.clone(), stop.clone(), spec.server_core);
+        thread::spawn(move || {
+            pin(core);
+            let mut sink = vec![0u8; size];
+            let mut idle = 0u32;
+            while !stop.load(Ordering::Relaxed) {
+                let mut worked = false;
+                for r in rings.iter() {
+                    let tail = r.tail.0.load(Ordering::Relaxed);
+                    let head = r.head.0.load(Ordering::Acquire);
+                    let mut t = tail;
+                    while t < head {
+                        // SAFETY: slot t was published by the producer's release store
+                        // of head, and it will not reuse the slot until tail passes it.
+                        unsafe { r.slots[(t % depth as u64) as usize].get(&mut sink) };
+                        t += 1;
+                    }
+                    if t != tail {
+                        r.tail.0.store(t, Ordering::Release);
+                        worked = true;
+                    }
+                }
+                if worked {
+                    idle = 0;
+                    continue;
+                }
+                idle = idle.wrapping_add(1);
+                if idle & 1023 == 0 {
+                    if Instant::now() >= deadline {
+                        return;
+                    }
+                    if idle >= SPINS_BEFORE_YIELD {
+                        thread::yield_now();
+                    }
+                }
+                spin_loop();
+            }
+        })
+    };
+    pin(spec.client_core);
+    let payload = vec![0xa5u8; size];
+    // Post times per connection and slot, preallocated.
+    let mut posted_at = vec![Instant::now(); conns * depth];
+    let mut heads = vec![0u64; conns];
+    let mut tails = vec![0u64; conns];
+    meter.restart();
+    let mut idle = 0u32;
+    'run: loop {
+        let now = Instant::now();
+        let mut progressed = false;
+        for (c, r) in rings.iter().enumerate() {
+            while heads[c] - tails[c] < depth as u64 {
+                let slot = (heads[c] % depth as u64) as usize;
+                // SAFETY: the consumer released this slot (tail passed it), so we own it
+                // until the release store of head below.
+                unsafe { r.slots[slot].put(&payload) };
+                posted_at[c * depth + slot] = now;
+                heads[c] += 1;
+                r.head.0.store(heads[c], Ordering::Release);
+            }
+            let tail = r.tail.0.load(Ordering::Acquire);
+            if tail != tails[c] {
+                let done_at = Instant::now();
+                while tails[c] < tail {
+                    let slot = (tails[c] % depth as u64) as usize;
+                    let lat = (done_at - posted_at[c * depth + slot]).as_nanos() as u64;
+                    tails[c] += 1;
+                    if !meter.tick(done_at, lat) {
+                        break 'run;
+                    }
+                }
+                progressed = true;
+            }
+        }
+        if progressed {
+            idle = 0;
+        } else {
+            idle = idle.wrapping_add(1);
+            if idle & 1023 == 0 {
+                if meter.expired(Instant::now()) {
+                    break;
+                }
+                if idle >= SPINS_BEFORE_YIELD {
+                    thread::yield_now();
+                }
+            }
+            spin_loop();
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let _ = consumer.join();
+    Ok(meter.finish())
+}
+
+/// Runs the single-thread `memcpy` baseline.
+pub fn memcpy(spec: &RowSpec, mut meter: Meter) -> Result<Measurement, BenchError> {
+    pin(spec.client_core);
+    let src = vec![0xa5u8; spec.size];
+    let mut dst = vec![0u8; spec.size];
+    meter.restart();
+    let mut t = Instant::now();
+    loop {
+        dst.copy_from_slice(std::hint::black_box(&src));
+        std::hint::black_box(&mut dst);
+        let now = Instant::now();
+        let lat = (now - t).as_nanos() as u64;
+        t = now;
+        if !meter.tick(now, lat) {
+            break;
+        }
+    }
+    Ok(meter.finish())
+}

@@ -1,0 +1,358 @@
+//! Results: one [`Row`] per measurement, the ratio of each row to the matching row of the
+//! layer below, the printed table and the JSON document.
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use crate::histogram::Histogram;
+use crate::measure::Measurement;
+use crate::spec::{Layer, Mode, RowSpec};
+use crate::units::fmt_size;
+
+/// The figures of a completed row.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Figures {
+    /// Median latency, ns.
+    pub p50_ns: u64,
+    /// 90th percentile, ns.
+    pub p90_ns: u64,
+    /// 99th percentile, ns.
+    pub p99_ns: u64,
+    /// 99.9th percentile, ns.
+    pub p999_ns: u64,
+    /// Largest latency, exact, ns.
+    pub max_ns: u64,
+    /// Smallest latency, exact, ns.
+    pub min_ns: u64,
+    /// Mean latency, ns.
+    pub mean_ns: f64,
+    /// Operations measured.
+    pub ops: u64,
+    /// Seconds measured.
+    pub elapsed_s: f64,
+    /// Operations per second.
+    pub ops_per_s: f64,
+    /// Payload gigabytes (1e9 octets) per second: `size` octets per operation.
+    pub gb_per_s: f64,
+    /// The row hit its hard deadline before its iterations or time were done.
+    pub truncated: bool,
+}
+
+impl Figures {
+    /// Figures of a measurement of `size`-octet operations.
+    pub fn from_measurement(m: &Measurement, size: usize) -> Figures {
+        let secs = m.elapsed.as_secs_f64();
+        let ops_per_s = if secs > 0.0 { m.ops as f64 / secs } else { 0.0 };
+        Figures {
+            p50_ns: m.hist.percentile(50.0),
+            p90_ns: m.hist.percentile(90.0),
+            p99_ns: m.hist.percentile(99.0),
+            p999_ns: m.hist.percentile(99.9),
+            max_ns: m.hist.max(),
+            min_ns: m.hist.min(),
+            mean_ns: m.hist.mean(),
+            ops: m.ops,
+            elapsed_s: secs,
+            ops_per_s,
+            gb_per_s: ops_per_s * size as f64 / 1e9,
+            truncated: m.truncated,
+        }
+    }
+}
+
+/// This row's figures divided by those of the row it is compared with.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Ratio {
+    /// The row compared with, e.g. "physical pingpong".
+    pub against: String,
+    /// p50 ratio (above 1: slower).
+    pub p50: f64,
+    /// p90 ratio.
+    pub p90: f64,
+    /// p99 ratio.
+    pub p99: f64,
+    /// p99.9 ratio.
+    pub p999: f64,
+    /// Max ratio.
+    pub max: f64,
+    /// Operations-per-second ratio (below 1: slower).
+    pub ops_per_s: f64,
+    /// Bandwidth ratio.
+    pub gb_per_s: f64,
+}
+
+fn div(a: f64, b: f64) -> f64 {
+    if b > 0.0 {
+        a / b
+    } else {
+        f64::NAN
+    }
+}
+
+impl Ratio {
+    fn of(this: &Figures, base: &Figures, against: String) -> Ratio {
+        Ratio {
+            against,
+            p50: div(this.p50_ns as f64, base.p50_ns as f64),
+            p90: div(this.p90_ns as f64, base.p90_ns as f64),
+            p99: div(this.p99_ns as f64, base.p99_ns as f64),
+            p999: div(this.p999_ns as f64, base.p999_ns as f64),
+            max: div(this.max_ns as f64, base.max_ns as f64),
+            ops_per_s: div(this.ops_per_s, base.ops_per_s),
+            gb_per_s: div(this.gb_per_s, base.gb_per_s),
+        }
+    }
+}
+
+/// One line of results.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    /// Layer measured.
+    pub layer: Layer,
+    /// Benchmark name within the layer.
+    pub bench: &'static str,
+    /// Benchmark shape.
+    pub mode: Mode,
+    /// Octets per operation.
+    pub size: usize,
+    /// Operations in flight per connection.
+    pub depth: u32,
+    /// Connections.
+    pub connections: u32,
+    /// The figures, when the row ran.
+    pub figures: Option<Figures>,
+    /// Why the row has no figures.
+    pub error: Option<String>,
+    /// Comparison with the layer below.
+    pub ratio: Option<Ratio>,
+    /// Latency distribution, for plots.
+    #[serde(skip)]
+    pub hist: Option<Histogram>,
+}
+
+impl Row {
+    /// A row that ran.
+    pub fn measured(layer: Layer, bench: &'static str, spec: &RowSpec, m: Measurement) -> Row {
+        let figures = Figures::from_measurement(&m, spec.size);
+        Row {
+            hist: Some(m.hist),
+            figures: Some(figures),
+            error: None,
+            ..Row::empty(layer, bench, spec)
+        }
+    }
+
+    /// A row that failed.
+    pub fn failed(layer: Layer, bench: &'static str, spec: &RowSpec, error: String) -> Row {
+        Row {
+            error: Some(error),
+            ..Row::empty(layer, bench, spec)
+        }
+    }
+
+    fn empty(layer: Layer, bench: &'static str, spec: &RowSpec) -> Row {
+        Row {
+            layer,
+            bench,
+            mode: spec.mode,
+            size: spec.size,
+            depth: spec.depth,
+            connections: spec.connections,
+            figures: None,
+            error: None,
+            ratio: None,
+            hist: None,
+        }
+    }
+
+    /// "fabric send/recv 4k", for legends and progress lines.
+    pub fn label(&self) -> String {
+        format!(
+            "{} {} {} {}",
+            self.mode,
+            self.layer,
+            self.bench,
+            fmt_size(self.size as u64)
+        )
+    }
+}
+
+/// Fills in every row's ratio to the first row of the layer below with the same mode,
+/// size, depth and connections.
+pub fn compute_ratios(rows: &mut [Row]) {
+    for i in 0..rows.len() {
+        let Some(want) = rows[i].layer.reference() else {
+            continue;
+        };
+        let base = rows.iter().find(|r| {
+            r.layer == want
+                && r.mode == rows[i].mode
+                && r.size == rows[i].size
+                && r.depth == rows[i].depth
+                && r.connections == rows[i].connections
+                && r.figures.is_some()
+        });
+        let ratio = match (base, &rows[i].figures) {
+            (Some(b), Some(f)) => b
+                .figures
+                .as_ref()
+                .map(|bf| Ratio::of(f, bf, format!("{} {}", b.layer, b.bench))),
+            _ => None,
+        };
+        rows[i].ratio = ratio;
+    }
+}
+
+fn us(ns: u64) -> String {
+    format!("{:.3}", ns as f64 / 1e3)
+}
+
+fn rate(v: f64) -> String {
+    if v >= 1e6 {
+        format!("{:.3}M", v / 1e6)
+    } else if v >= 1e3 {
+        format!("{:.2}k", v / 1e3)
+    } else {
+        format!("{v:.0}")
+    }
+}
+
+fn x(v: f64) -> String {
+    if v.is_finite() {
+        format!("x{v:.2}")
+    } else {
+        "-".to_owned()
+    }
+}
+
+/// The column header line of [`table`].
+pub const TABLE_HEADER: &str = "mode layer    bench        size depth conn   p50 us   p90 us   p99 us p99.9 us   max us      ops/s    GB/s";
+
+/// The results as a fixed-width table, ratios on an indented line under each row that
+/// has one.
+pub fn table(rows: &[Row]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "{TABLE_HEADER}");
+    for r in rows {
+        let _ = write!(
+            s,
+            "{:<4} {:<8} {:<10} {:>6} {:>5} {:>4}",
+            r.mode.to_string(),
+            r.layer.to_string(),
+            r.bench,
+            fmt_size(r.size as u64),
+            r.depth,
+            r.connections
+        );
+        match (&r.figures, &r.error) {
+            (Some(f), _) => {
+                let _ = writeln!(
+                    s,
+                    " {:>8} {:>8} {:>8} {:>8} {:>8} {:>10} {:>7.3}{}",
+                    us(f.p50_ns),
+                    us(f.p90_ns),
+                    us(f.p99_ns),
+                    us(f.p999_ns),
+                    us(f.max_ns),
+                    rate(f.ops_per_s),
+                    f.gb_per_s,
+                    if f.truncated {
+                        "  (cut short at deadline)"
+                    } else {
+                        ""
+                    }
+                );
+            }
+            (None, Some(e)) => {
+                let _ = writeln!(s, "  failed: {e}");
+            }
+            (None, None) => {
+                let _ = writeln!(s, "  not run");
+            }
+        }
+        if let Some(q) = &r.ratio {
+            let label = format!("  vs {}", q.against);
+            let _ = writeln!(
+                s,
+                "{label:<43} {:>8} {:>8} {:>8} {:>8} {:>8} {:>10} {:>7}",
+                x(q.p50),
+                x(q.p90),
+                x(q.p99),
+                x(q.p999),
+                x(q.max),
+                x(q.ops_per_s),
+                x(q.gb_per_s)
+            );
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn spec(mode: Mode, size: usize) -> RowSpec {
+        RowSpec {
+            mode,
+            size,
+            depth: 1,
+            connections: 1,
+            client_core: 0,
+            server_core: 1,
+        }
+    }
+
+    fn measured(layer: Layer, values: &[u64], secs: f64) -> Row {
+        let mut hist = Histogram::new();
+        for &v in values {
+            hist.record(v);
+        }
+        let m = Measurement {
+            ops: values.len() as u64,
+            elapsed: Duration::from_secs_f64(secs),
+            truncated: false,
+            hist,
+        };
+        Row::measured(layer, "b", &spec(Mode::Lat, 64), m)
+    }
+
+    #[test]
+    fn ratios_compare_with_the_layer_below() {
+        let mut rows = vec![
+            measured(Layer::Physical, &[100; 10], 1.0),
+            measured(Layer::Fabric, &[300; 10], 2.0),
+            measured(Layer::Rpc, &[600; 10], 4.0),
+        ];
+        compute_ratios(&mut rows);
+        assert!(rows[0].ratio.is_none());
+        let f = rows[1].ratio.as_ref().unwrap();
+        assert_eq!(f.against, "physical b");
+        assert!((f.p50 - 3.0).abs() < 1e-9);
+        assert!((f.ops_per_s - 0.5).abs() < 1e-9);
+        let r = rows[2].ratio.as_ref().unwrap();
+        assert_eq!(r.against, "fabric b");
+        assert!((r.max - 2.0).abs() < 1e-9);
+        let t = table(&rows);
+        assert!(t.contains("vs physical b"), "{t}");
+        assert!(t.contains("x3.00"), "{t}");
+        assert_eq!(
+            rows[0].figures.as_ref().unwrap().gb_per_s,
+            10.0 * 64.0 / 1e9
+        );
+    }
+
+    #[test]
+    fn failed_rows_say_why() {
+        let rows = vec![Row::failed(
+            Layer::Fabric,
+            "write",
+            &spec(Mode::Bw, 4096),
+            "fabric: boom".into(),
+        )];
+        let t = table(&rows);
+        assert!(t.contains("failed: fabric: boom"), "{t}");
+    }
+}
