@@ -1,4 +1,8 @@
 //! rpcrdma-ulp: ONC RPC version 2 (RFC 5531), the upper-layer interface, the NFS binding
 //! (RFC 8267) and built-in programs.
 #![warn(missing_docs)]
+pub mod binding;
+pub mod builtin;
+pub mod ddp;
+pub mod program;
 pub mod rpc;

@@ -1,0 +1,72 @@
+//! [`ProcInfo`]: what an upper-layer binding declares about one procedure.
+
+use super::reply_size::ReplySize;
+
+/// A DDP-eligible XDR data item (RFC 8166 §6.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct DdpItem {
+    /// Where the item sits in the XDR definition, e.g. `"WRITE3args.data"`.
+    pub name: &'static str,
+    /// Most octets the item may hold (`u32::MAX` when the XDR leaves it unbounded).
+    pub max_len: u32,
+}
+
+/// The per-procedure declarations of an upper-layer binding.
+///
+/// DDP-eligible items are listed in XDR order. Arguments are matched to Read chunks by
+/// position, so any subset of them may be sent in chunks; results are paired with Write
+/// chunks in the order listed (RFC 8267 §6.4.1), so the `n`th Write chunk a requester
+/// offers serves `ddp_results[n]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+pub struct ProcInfo {
+    /// Procedure number.
+    pub procedure: u32,
+    /// Procedure name as its specification spells it.
+    pub name: &'static str,
+    /// DDP-eligible argument items.
+    pub ddp_args: &'static [DdpItem],
+    /// DDP-eligible result items.
+    pub ddp_results: &'static [DdpItem],
+    /// How large the results can be.
+    pub reply: ReplySize,
+    /// Whether the binding allows short Reply chunk retry for this procedure (RFC 8267
+    /// §3.1): resending with a larger Reply chunk, under a new XID, after a transport
+    /// error. Elsewhere an undersized estimate is an implementation bug.
+    pub short_reply_retry: bool,
+}
+
+impl ProcInfo {
+    /// Procedure 0 of every program: no arguments, no results (RFC 5531 §12.1 shows the
+    /// convention in its examples; every program this crate serves follows it).
+    pub const NULL: ProcInfo = ProcInfo::plain(0, "NULL", ReplySize::fixed(0));
+
+    /// A procedure without DDP-eligible items or short Reply chunk retry.
+    pub const fn plain(procedure: u32, name: &'static str, reply: ReplySize) -> ProcInfo {
+        ProcInfo {
+            procedure,
+            name,
+            ddp_args: &[],
+            ddp_results: &[],
+            reply,
+            short_reply_retry: false,
+        }
+    }
+
+    /// Whether any argument is DDP-eligible.
+    pub const fn has_ddp_args(&self) -> bool {
+        !self.ddp_args.is_empty()
+    }
+
+    /// Whether any result is DDP-eligible, i.e. whether Write chunks are useful.
+    pub const fn has_ddp_results(&self) -> bool {
+        !self.ddp_results.is_empty()
+    }
+
+    /// Largest RPC reply message for a call asking for `requested` octets of variable
+    /// data; see [`ReplySize::max_reply_len`].
+    pub const fn max_reply_len(&self, requested: u32, write_chunk: bool, verf_body: u32) -> u64 {
+        self.reply.max_reply_len(requested, write_chunk, verf_body)
+    }
+}

@@ -1,0 +1,186 @@
+//! [`EchoProgram`]: payload procedures with DDP-eligible arguments and results.
+
+use rpcrdma::iwarp::crc32c::crc32c;
+
+use super::echo_codec::{Echo2, EchoData, SinkRes, SourceArgs};
+use super::pattern::fill_source_pattern;
+use super::{echo_proc, ECHO_MAX_DATA, ECHO_PROGRAM, ECHO_VERSION};
+use crate::binding::{DataBound, DdpItem, ProcInfo, ReplySize};
+use crate::ddp::{DdpCursor, DdpEncoder, XdrCodec};
+use crate::program::{ProcError, Program};
+use crate::rpc::CallHeader;
+
+/// SOURCE's default limit: the size of the pattern buffer an [`EchoProgram`] keeps.
+pub const DEFAULT_SOURCE_MAX: usize = 1 << 20;
+
+const DATA: DdpItem = DdpItem {
+    name: "echo_data.data",
+    max_len: ECHO_MAX_DATA,
+};
+const A: DdpItem = DdpItem {
+    name: "echo2.a",
+    max_len: ECHO_MAX_DATA,
+};
+const B: DdpItem = DdpItem {
+    name: "echo2.b",
+    max_len: ECHO_MAX_DATA,
+};
+
+/// ECHO: the reply is the payload plus its length word; the requested size is the
+/// payload length.
+static ECHO: ProcInfo = ProcInfo {
+    procedure: echo_proc::ECHO,
+    name: "ECHO",
+    ddp_args: &[DATA],
+    ddp_results: &[DATA],
+    reply: ReplySize::with_data(4, DataBound::Requested, true, 0),
+    short_reply_retry: false,
+};
+
+static SINK: ProcInfo = ProcInfo {
+    procedure: echo_proc::SINK,
+    name: "SINK",
+    ddp_args: &[DATA],
+    ddp_results: &[],
+    reply: ReplySize::fixed(8),
+    short_reply_retry: false,
+};
+
+static SOURCE: ProcInfo = ProcInfo {
+    procedure: echo_proc::SOURCE,
+    name: "SOURCE",
+    ddp_args: &[],
+    ddp_results: &[DATA],
+    reply: ReplySize::with_data(4, DataBound::Requested, true, 0),
+    short_reply_retry: false,
+};
+
+/// ECHO2: two length words and the tag, plus both payloads; the requested size is the
+/// sum of the payload lengths. Each payload is rounded up on its own, which can add up
+/// to four octets over rounding up the sum, hence 16 rather than 12.
+static ECHO2: ProcInfo = ProcInfo {
+    procedure: echo_proc::ECHO2,
+    name: "ECHO2",
+    ddp_args: &[A, B],
+    ddp_results: &[A, B],
+    reply: ReplySize::with_data(16, DataBound::Requested, true, 0),
+    short_reply_retry: false,
+};
+
+/// The echo program ([`ECHO_PROGRAM`], version [`ECHO_VERSION`]):
+///
+/// ```text
+/// program ECHO_PROG {
+///     version ECHO_VERS {
+///         void        NULL(void)              = 0;
+///         echo_data   ECHO(echo_data)         = 1;
+///         sink_res    SINK(echo_data)         = 2;
+///         echo_data   SOURCE(source_args)     = 3;
+///         echo2       ECHO2(echo2)            = 4;
+///     } = 1;
+/// } = 0x2f000001;
+/// ```
+///
+/// (types in [`EchoData`], [`SinkRes`], [`SourceArgs`], [`Echo2`]). ECHO and ECHO2 return
+/// their arguments without copying them: the results reference the call's own data,
+/// whether it arrived inline or in Read chunks. SOURCE returns the first `len` octets of
+/// the [source pattern](super::source_byte) from a buffer filled once at construction;
+/// asking for more than that buffer holds is SYSTEM_ERR (a server resource limit, not
+/// malformed arguments).
+#[derive(Debug, Clone)]
+pub struct EchoProgram {
+    pattern: Box<[u8]>,
+}
+
+impl Default for EchoProgram {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl EchoProgram {
+    /// An echo program whose SOURCE returns up to [`DEFAULT_SOURCE_MAX`] octets.
+    pub fn new() -> Self {
+        Self::with_source_max(DEFAULT_SOURCE_MAX)
+    }
+
+    /// An echo program whose SOURCE returns up to `max` octets (capped at
+    /// [`ECHO_MAX_DATA`]).
+    pub fn with_source_max(max: usize) -> Self {
+        let mut pattern = vec![0u8; max.min(ECHO_MAX_DATA as usize)].into_boxed_slice();
+        fill_source_pattern(&mut pattern);
+        EchoProgram { pattern }
+    }
+
+    /// Most octets SOURCE returns.
+    pub fn source_max(&self) -> usize {
+        self.pattern.len()
+    }
+
+    /// The declarations of an echo procedure.
+    pub fn info(procedure: u32) -> Option<&'static ProcInfo> {
+        match procedure {
+            echo_proc::NULL => Some(&ProcInfo::NULL),
+            echo_proc::ECHO => Some(&ECHO),
+            echo_proc::SINK => Some(&SINK),
+            echo_proc::SOURCE => Some(&SOURCE),
+            echo_proc::ECHO2 => Some(&ECHO2),
+            _ => None,
+        }
+    }
+}
+
+impl Program for EchoProgram {
+    fn prog(&self) -> u32 {
+        ECHO_PROGRAM
+    }
+
+    fn versions(&self) -> (u32, u32) {
+        (ECHO_VERSION, ECHO_VERSION)
+    }
+
+    fn proc_info(&self, _vers: u32, procedure: u32) -> Option<&'static ProcInfo> {
+        Self::info(procedure)
+    }
+
+    fn call<'d>(
+        &'d mut self,
+        call: &CallHeader<'d>,
+        args: &mut DdpCursor<'d>,
+        results: &mut DdpEncoder<'_, 'd>,
+    ) -> Result<(), ProcError> {
+        match call.procedure {
+            echo_proc::ECHO => {
+                let a = EchoData::decode(args)?;
+                args.finish()?;
+                a.encode(results)?;
+            }
+            echo_proc::SINK => {
+                let a = EchoData::decode(args)?;
+                args.finish()?;
+                SinkRes {
+                    // Bounded by ECHO_MAX_DATA when decoded.
+                    len: a.data.len() as u32,
+                    crc32c: crc32c(a.data),
+                }
+                .encode(results)?;
+            }
+            echo_proc::SOURCE => {
+                let a = SourceArgs::decode(args)?;
+                args.finish()?;
+                let data = self
+                    .pattern
+                    .get(..a.len as usize)
+                    .ok_or(ProcError::SystemErr)?;
+                EchoData { data }.encode(results)?;
+            }
+            echo_proc::ECHO2 => {
+                let a = Echo2::decode(args)?;
+                args.finish()?;
+                a.encode(results)?;
+            }
+            _ => return Err(ProcError::ProcUnavail),
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,365 @@
+//! [`DdpEncoder`]: encoding procedure arguments or results, moving DDP-eligible items
+//! into chunks instead of copying them inline.
+
+use core::fmt;
+
+use rpcrdma::wire::xdr::{pad4, BufferTooSmall, XdrEncoder};
+
+use super::list::{DdpList, ListFull, ReadItem, WriteItem, MAX_DDP_ITEMS};
+use crate::rpc::EncodeError;
+
+/// Why arguments or results could not be encoded. Nothing of the failing item was
+/// written or recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DdpEncodeError {
+    /// The caller's buffer is too small; offsets count from the start of the message.
+    BufferTooSmall {
+        /// Octets needed up to and including the failing item.
+        needed: usize,
+        /// Octets available for the message.
+        available: usize,
+    },
+    /// More DDP items than [`MAX_DDP_ITEMS`], or more Write chunks offered than that.
+    TooManyChunks {
+        /// The limit.
+        capacity: usize,
+    },
+    /// A DDP-eligible result is longer than the Write chunk the requester offered for it.
+    /// RFC 8267 §6.4.1 requires the result to use a matching non-empty chunk, so it cannot
+    /// fall back to inline; the responder reports the overrun instead (RFC 8267 §3.1).
+    WriteChunkTooSmall {
+        /// Index of the chunk in the Write list.
+        chunk: u32,
+        /// Octets the chunk can take.
+        capacity: u64,
+        /// Octets of the result.
+        len: usize,
+    },
+    /// An item is longer than an XDR length word can say, or a Read chunk would sit
+    /// beyond the 32-bit XDR position range.
+    TooLong {
+        /// The length or position that does not fit.
+        value: usize,
+    },
+    /// The RPC header could not be encoded.
+    Header(EncodeError),
+}
+
+impl fmt::Display for DdpEncodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            DdpEncodeError::BufferTooSmall { needed, available } => write!(
+                f,
+                "message needs {needed} octets inline, buffer holds {available}"
+            ),
+            DdpEncodeError::TooManyChunks { capacity } => {
+                write!(f, "more than {capacity} chunks in one message")
+            }
+            DdpEncodeError::WriteChunkTooSmall {
+                chunk,
+                capacity,
+                len,
+            } => write!(
+                f,
+                "result of {len} octets does not fit write chunk {chunk} of {capacity} octets"
+            ),
+            DdpEncodeError::TooLong { value } => {
+                write!(f, "{value} does not fit a 32-bit XDR length or position")
+            }
+            DdpEncodeError::Header(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for DdpEncodeError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            DdpEncodeError::Header(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<ListFull> for DdpEncodeError {
+    fn from(e: ListFull) -> Self {
+        DdpEncodeError::TooManyChunks {
+            capacity: e.capacity,
+        }
+    }
+}
+
+impl From<EncodeError> for DdpEncodeError {
+    fn from(e: EncodeError) -> Self {
+        match e {
+            EncodeError::BufferTooSmall { needed, available } => {
+                DdpEncodeError::BufferTooSmall { needed, available }
+            }
+            e => DdpEncodeError::Header(e),
+        }
+    }
+}
+
+/// What happens to DDP-eligible items.
+#[derive(Debug, Clone, Copy)]
+enum Mode {
+    /// Everything inline.
+    Inline,
+    /// Requester encoding a call: items of at least `min_len` octets become Read chunks.
+    Read { min_len: usize },
+    /// Responder encoding a reply: item `n` goes to Write chunk `n` when the requester
+    /// offered it non-empty.
+    Write {
+        capacities: [u64; MAX_DDP_ITEMS],
+        offered: usize,
+        next: usize,
+    },
+}
+
+/// An XDR encoder for an RPC message body that knows which items are DDP-eligible.
+///
+/// Non-DDP items are written inline as [`XdrEncoder`] writes them. For a DDP-eligible
+/// item moved to a chunk ([`opaque_ddp`](Self::opaque_ddp)) only the length word is
+/// written inline; the data is recorded, by reference, in a fixed-capacity list, and its
+/// XDR roundup is written nowhere (RFC 8166 §3.4.5). Positions count from the first octet
+/// of the RPC message (the XID), and count the roundup of earlier chunked items, because
+/// they are offsets in the XDR stream the receiver reconstructs.
+///
+/// Encoding never allocates.
+#[derive(Debug)]
+pub struct DdpEncoder<'b, 'd> {
+    xdr: XdrEncoder<'b>,
+    /// Offset of the encoder's buffer in the message (the header before it).
+    base: usize,
+    /// Octets available for the whole message.
+    available: usize,
+    gap: usize,
+    mode: Mode,
+    reads: DdpList<ReadItem<'d>>,
+    writes: DdpList<WriteItem<'d>>,
+}
+
+impl<'b, 'd> DdpEncoder<'b, 'd> {
+    fn with_mode(buf: &'b mut [u8], base: usize, mode: Mode) -> Self {
+        let available = base.saturating_add(buf.len());
+        DdpEncoder {
+            xdr: XdrEncoder::new(buf),
+            base,
+            available,
+            gap: 0,
+            mode,
+            reads: DdpList::new(),
+            writes: DdpList::new(),
+        }
+    }
+
+    /// Encodes into `buf`, which starts `base` octets into the message (after the RPC
+    /// header), with every item inline.
+    pub fn inline(buf: &'b mut [u8], base: usize) -> Self {
+        Self::with_mode(buf, base, Mode::Inline)
+    }
+
+    /// Encodes call arguments into `buf` (starting `base` octets into the message):
+    /// DDP-eligible items of at least `min_len` octets become Read chunks; shorter ones
+    /// stay inline, where they cost less than a chunk.
+    pub fn read_chunks(buf: &'b mut [u8], base: usize, min_len: usize) -> Self {
+        Self::with_mode(buf, base, Mode::Read { min_len })
+    }
+
+    /// Encodes results into `buf` (starting `base` octets into the message) for a
+    /// requester that offered Write chunks of `capacities` octets, in Write list order
+    /// (zero for an empty chunk).
+    pub fn write_chunks(
+        buf: &'b mut [u8],
+        base: usize,
+        capacities: &[u64],
+    ) -> Result<Self, DdpEncodeError> {
+        let mut caps = [0u64; MAX_DDP_ITEMS];
+        caps.get_mut(..capacities.len())
+            .ok_or(DdpEncodeError::TooManyChunks {
+                capacity: MAX_DDP_ITEMS,
+            })?
+            .copy_from_slice(capacities);
+        Ok(Self::with_mode(
+            buf,
+            base,
+            Mode::Write {
+                capacities: caps,
+                offered: capacities.len(),
+                next: 0,
+            },
+        ))
+    }
+
+    /// Offset of the next inline octet from the start of the message.
+    pub const fn position(&self) -> usize {
+        self.base + self.xdr.position()
+    }
+
+    /// Offset of the next item in the reconstructed XDR stream.
+    pub const fn xdr_position(&self) -> usize {
+        self.position() + self.gap
+    }
+
+    /// The Read chunks recorded so far.
+    pub fn read_items(&self) -> &[ReadItem<'d>] {
+        self.reads.as_slice()
+    }
+
+    /// The Write chunks filled so far.
+    pub fn write_items(&self) -> &[WriteItem<'d>] {
+        self.writes.as_slice()
+    }
+
+    /// Ends encoding, returning the inline length of the message, the Read chunks
+    /// (requester) and the filled Write chunks (responder).
+    pub fn finish(self) -> Encoded<'d> {
+        Encoded {
+            len: self.position(),
+            xdr_len: self.xdr_position(),
+            reads: self.reads,
+            writes: self.writes,
+        }
+    }
+
+    fn map(&self, e: BufferTooSmall) -> DdpEncodeError {
+        DdpEncodeError::BufferTooSmall {
+            needed: self.base.saturating_add(e.needed),
+            available: self.available,
+        }
+    }
+
+    /// Encodes an unsigned 32-bit integer.
+    #[inline]
+    pub fn u32(&mut self, v: u32) -> Result<(), DdpEncodeError> {
+        self.xdr.u32(v).map_err(|e| self.map(e))
+    }
+
+    /// Encodes a signed 32-bit integer.
+    #[inline]
+    pub fn i32(&mut self, v: i32) -> Result<(), DdpEncodeError> {
+        self.xdr.i32(v).map_err(|e| self.map(e))
+    }
+
+    /// Encodes an unsigned hyper integer.
+    #[inline]
+    pub fn u64(&mut self, v: u64) -> Result<(), DdpEncodeError> {
+        self.xdr.u64(v).map_err(|e| self.map(e))
+    }
+
+    /// Encodes a boolean.
+    #[inline]
+    pub fn bool(&mut self, v: bool) -> Result<(), DdpEncodeError> {
+        self.xdr.bool(v).map_err(|e| self.map(e))
+    }
+
+    /// Encodes an optional-data discriminant.
+    #[inline]
+    pub fn optional(&mut self, present: bool) -> Result<(), DdpEncodeError> {
+        self.xdr.optional(present).map_err(|e| self.map(e))
+    }
+
+    /// Encodes fixed-length opaque data inline.
+    #[inline]
+    pub fn opaque_fixed(&mut self, data: &[u8]) -> Result<(), DdpEncodeError> {
+        self.xdr.opaque_fixed(data).map_err(|e| self.map(e))
+    }
+
+    /// Encodes inline `opaque<>` (an item that is not DDP-eligible).
+    #[inline]
+    pub fn opaque(&mut self, data: &[u8]) -> Result<(), DdpEncodeError> {
+        self.xdr.opaque(data).map_err(|e| self.map(e))
+    }
+
+    /// Encodes inline `string<>` (an item that is not DDP-eligible).
+    #[inline]
+    pub fn string(&mut self, s: &[u8]) -> Result<(), DdpEncodeError> {
+        self.opaque(s)
+    }
+
+    /// Encodes a DDP-eligible `opaque<>`.
+    ///
+    /// - Call arguments: an item of at least the encoder's threshold becomes a Read chunk
+    ///   at the XDR position just after its length word.
+    /// - Results: the item takes the next Write chunk; if the requester offered it
+    ///   non-empty the data goes there (and must fit), otherwise, or when no chunk is
+    ///   left, the data goes inline (RFC 8267 §6.4.1).
+    pub fn opaque_ddp(&mut self, data: &'d [u8]) -> Result<(), DdpEncodeError> {
+        let len =
+            u32::try_from(data.len()).map_err(|_| DdpEncodeError::TooLong { value: data.len() })?;
+        match self.mode {
+            Mode::Inline => self.opaque(data),
+            Mode::Read { min_len } => {
+                if data.len() < min_len || data.is_empty() {
+                    return self.opaque(data);
+                }
+                let at = self.xdr_position() + 4;
+                let position =
+                    u32::try_from(at).map_err(|_| DdpEncodeError::TooLong { value: at })?;
+                if self.reads.len() == MAX_DDP_ITEMS {
+                    return Err(DdpEncodeError::TooManyChunks {
+                        capacity: MAX_DDP_ITEMS,
+                    });
+                }
+                self.u32(len)?;
+                self.reads.push(ReadItem { position, data })?;
+                self.gap += pad4(data.len());
+                Ok(())
+            }
+            Mode::Write {
+                capacities,
+                offered,
+                next,
+            } => {
+                let capacity = if next < offered { capacities[next] } else { 0 };
+                if capacity == 0 {
+                    self.opaque(data)?;
+                } else if data.len() as u64 > capacity {
+                    return Err(DdpEncodeError::WriteChunkTooSmall {
+                        chunk: next as u32,
+                        capacity,
+                        len: data.len(),
+                    });
+                } else {
+                    // The list holds MAX_DDP_ITEMS and at most that many chunks are
+                    // offered, so the push cannot fail after the length word went out.
+                    self.u32(len)?;
+                    self.writes.push(WriteItem {
+                        chunk: next as u32,
+                        data,
+                    })?;
+                    self.gap += pad4(data.len());
+                }
+                self.skip_ddp();
+                Ok(())
+            }
+        }
+    }
+
+    /// Encodes a DDP-eligible `string<>`; same rules as [`opaque_ddp`](Self::opaque_ddp).
+    #[inline]
+    pub fn string_ddp(&mut self, s: &'d [u8]) -> Result<(), DdpEncodeError> {
+        self.opaque_ddp(s)
+    }
+
+    /// Marks a place where a DDP-eligible result could have been but is not (a union arm
+    /// without it): the next Write chunk stays unused, and the engine returns it empty
+    /// (RFC 8267 §6.4.1). Does nothing for call arguments.
+    pub fn skip_ddp(&mut self) {
+        if let Mode::Write { next, .. } = &mut self.mode {
+            *next += 1;
+        }
+    }
+}
+
+/// What a [`DdpEncoder`] produced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Encoded<'d> {
+    /// Octets of the message written inline (header included).
+    pub len: usize,
+    /// Length of the reconstructed XDR stream: inline octets plus chunk data with roundup.
+    pub xdr_len: usize,
+    /// Read chunks of a call, in XDR order.
+    pub reads: DdpList<ReadItem<'d>>,
+    /// Filled Write chunks of a reply, in Write list order.
+    pub writes: DdpList<WriteItem<'d>>,
+}

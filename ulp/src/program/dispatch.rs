@@ -1,0 +1,331 @@
+//! [`Dispatcher`]: from a received call message to a complete reply in the caller's
+//! buffer.
+
+use core::fmt;
+
+use super::auth::AuthPolicy;
+use super::error::ProcError;
+use super::Program;
+use crate::binding::ProcInfo;
+use crate::ddp::{DdpCursor, DdpEncodeError, DdpEncoder, DdpList, ReadItem, WriteItem};
+use crate::rpc::{CallHeader, EncodeError, ReplyHeader, RpcError, ServerReply};
+use rpcrdma::service::Padding;
+
+/// A received call as the transport delivers it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct InboundCall<'d> {
+    /// The RPC call message: inline, or reassembled from a Position-Zero Read chunk,
+    /// without the data of DDP-eligible items sent in other Read chunks.
+    pub msg: &'d [u8],
+    /// The data of the other Read chunks, with their XDR positions.
+    pub reads: &'d [ReadItem<'d>],
+    /// Capacities of the Write chunks the requester offered, in Write list order (0 for
+    /// an empty chunk).
+    pub write_chunks: &'d [u64],
+    /// RDMA_MSGP padding to skip while decoding (RFC 5666 §3.9), if the call came so.
+    pub padding: Option<Padding>,
+}
+
+impl<'d> InboundCall<'d> {
+    /// A call that arrived entirely inline, with no Write chunks offered.
+    pub const fn inline(msg: &'d [u8]) -> Self {
+        InboundCall {
+            msg,
+            reads: &[],
+            write_chunks: &[],
+            padding: None,
+        }
+    }
+}
+
+/// What to do with a received call.
+// Returned by value: boxing the common case would put an allocation on every call.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dispatched<'d> {
+    /// Send this reply.
+    Reply(Reply<'d>),
+    /// Send nothing: the message is not a call that can be answered (no XID, a bad
+    /// `msg_type`, or a reply). The decoding error says why.
+    Drop(RpcError),
+}
+
+/// A reply written into the caller's buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reply<'d> {
+    /// Transaction id of the call.
+    pub xid: u32,
+    /// The reply header at the start of the buffer (for logs and counters).
+    pub header: ReplyHeader<'static>,
+    /// Octets of the reply message in the buffer (header and inline results).
+    pub len: usize,
+    /// Results to RDMA Write into the requester's Write chunks. Chunks not named here go
+    /// back empty.
+    pub write_chunks: DdpList<WriteItem<'d>>,
+}
+
+/// The dispatcher could not produce a reply message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DispatchError {
+    /// The reply buffer cannot hold even a header-only reply.
+    ReplyBufferTooSmall {
+        /// Transaction id of the call.
+        xid: u32,
+        /// Octets the header needs.
+        needed: usize,
+        /// Size of the buffer.
+        available: usize,
+    },
+    /// The results do not fit the resources the requester provided (the reply buffer,
+    /// a Write chunk, or the chunk count): a reply resource overrun (RFC 8267 §3), which
+    /// the transport reports with RDMA_ERROR / ERR_CHUNK rather than an RPC reply.
+    ReplyOverrun {
+        /// Transaction id of the call.
+        xid: u32,
+        /// What did not fit.
+        error: DdpEncodeError,
+    },
+}
+
+impl DispatchError {
+    /// Transaction id of the call that could not be answered.
+    pub const fn xid(&self) -> u32 {
+        match *self {
+            DispatchError::ReplyBufferTooSmall { xid, .. }
+            | DispatchError::ReplyOverrun { xid, .. } => xid,
+        }
+    }
+}
+
+impl fmt::Display for DispatchError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DispatchError::ReplyBufferTooSmall {
+                xid,
+                needed,
+                available,
+            } => write!(
+                f,
+                "xid {xid:#010x}: reply header needs {needed} octets, buffer holds {available}"
+            ),
+            DispatchError::ReplyOverrun { xid, error } => {
+                write!(f, "xid {xid:#010x}: reply overrun: {error}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for DispatchError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            DispatchError::ReplyOverrun { error, .. } => Some(error),
+            DispatchError::ReplyBufferTooSmall { .. } => None,
+        }
+    }
+}
+
+/// Two programs with the same number were registered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RegisterError {
+    /// The program number.
+    pub prog: u32,
+}
+
+impl fmt::Display for RegisterError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "program {} is already registered", self.prog)
+    }
+}
+
+impl std::error::Error for RegisterError {}
+
+/// Routes calls to a fixed set of [`Program`]s and writes complete RPC replies.
+///
+/// Programs are registered at setup; dispatching a call allocates nothing. Each call is
+/// checked in the order RFC 5531 §9 lays out the possible answers:
+///
+/// 1. the header decodes (else the error's [`server_reply`](RpcError::server_reply):
+///    RPC_MISMATCH, AUTH_BADCRED/AUTH_BADVERF, GARBAGE_ARGS, or nothing for non-calls);
+/// 2. the credential flavor passes the [`AuthPolicy`] (else AUTH_ERROR);
+/// 3. the program is registered (else PROG_UNAVAIL);
+/// 4. the version is in its range (else PROG_MISMATCH with the range);
+/// 5. the procedure exists (else PROC_UNAVAIL); procedure 0 is NULL for every program
+///    and is answered here;
+/// 6. the program runs: SUCCESS with its results, or GARBAGE_ARGS, SYSTEM_ERR,
+///    PROC_UNAVAIL or AUTH_ERROR as it reports.
+pub struct Dispatcher {
+    programs: Vec<Box<dyn Program>>,
+    auth: AuthPolicy,
+}
+
+impl Default for Dispatcher {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Debug for Dispatcher {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Dispatcher")
+            .field(
+                "programs",
+                &self.programs.iter().map(|p| p.prog()).collect::<Vec<_>>(),
+            )
+            .field("auth", &self.auth)
+            .finish()
+    }
+}
+
+impl Dispatcher {
+    /// A dispatcher with no programs and the default [`AuthPolicy`].
+    pub fn new() -> Self {
+        Dispatcher {
+            programs: Vec::new(),
+            auth: AuthPolicy::DEFAULT,
+        }
+    }
+
+    /// Replaces the credential policy.
+    pub fn set_auth_policy(&mut self, policy: AuthPolicy) {
+        self.auth = policy;
+    }
+
+    /// Adds a program; its number must not be registered yet.
+    pub fn register(&mut self, program: Box<dyn Program>) -> Result<(), RegisterError> {
+        let prog = program.prog();
+        if self.find(prog).is_some() {
+            return Err(RegisterError { prog });
+        }
+        self.programs.push(program);
+        Ok(())
+    }
+
+    /// The registered programs' numbers and version ranges, in registration order.
+    pub fn programs(&self) -> impl Iterator<Item = (u32, (u32, u32))> + '_ {
+        self.programs.iter().map(|p| (p.prog(), p.versions()))
+    }
+
+    /// The declarations of a procedure of a registered program, for requesters that
+    /// share the table (procedure 0 is always [`ProcInfo::NULL`]).
+    pub fn proc_info(&self, prog: u32, vers: u32, procedure: u32) -> Option<&'static ProcInfo> {
+        let p = &self.programs[self.find(prog)?];
+        let (low, high) = p.versions();
+        if vers < low || vers > high {
+            return None;
+        }
+        if procedure == 0 {
+            return Some(&ProcInfo::NULL);
+        }
+        p.proc_info(vers, procedure)
+    }
+
+    fn find(&self, prog: u32) -> Option<usize> {
+        self.programs.iter().position(|p| p.prog() == prog)
+    }
+
+    /// Answers one call.
+    ///
+    /// The reply is written at the start of `reply`; DDP-eligible results the requester
+    /// offered Write chunks for are returned by reference in [`Reply::write_chunks`], for
+    /// the transport to RDMA Write.
+    pub fn dispatch<'d>(
+        &'d mut self,
+        call: &InboundCall<'d>,
+        reply: &mut [u8],
+    ) -> Result<Dispatched<'d>, DispatchError> {
+        let InboundCall {
+            msg,
+            reads,
+            write_chunks,
+            padding,
+        } = *call;
+        let (call, args_at) = match CallHeader::decode(msg) {
+            Ok(decoded) => decoded,
+            Err(e) => {
+                return match e.server_reply() {
+                    ServerReply::Drop => Ok(Dispatched::Drop(e)),
+                    ServerReply::Send(h) => header_only(h, reply),
+                }
+            }
+        };
+        let xid = call.xid;
+        if let Err(stat) = self.auth.check(&call.cred, &call.verf) {
+            return header_only(ReplyHeader::auth_error(xid, stat), reply);
+        }
+        let Some(index) = self.find(call.prog) else {
+            return header_only(ReplyHeader::prog_unavail(xid), reply);
+        };
+        let program = &mut self.programs[index];
+        let (low, high) = program.versions();
+        if call.vers < low || call.vers > high {
+            return header_only(ReplyHeader::prog_mismatch(xid, low, high), reply);
+        }
+        let mut args = match DdpCursor::with_read_chunks(msg, args_at, reads) {
+            Ok(args) => args.with_padding(padding),
+            Err(_) => return header_only(ReplyHeader::garbage_args(xid), reply),
+        };
+        if call.procedure == 0 {
+            // NULL takes no arguments; anything else is garbage.
+            return match args.finish() {
+                Ok(()) => header_only(ReplyHeader::success(xid), reply),
+                Err(_) => header_only(ReplyHeader::garbage_args(xid), reply),
+            };
+        }
+        if program.proc_info(call.vers, call.procedure).is_none() {
+            return header_only(ReplyHeader::proc_unavail(xid), reply);
+        }
+        let success = ReplyHeader::success(xid);
+        let results_at = success.encode(reply).map_err(|e| too_small(xid, e))?;
+        let outcome = {
+            let (_, rest) = reply.split_at_mut(results_at);
+            let mut results = DdpEncoder::write_chunks(rest, results_at, write_chunks)
+                .map_err(|error| DispatchError::ReplyOverrun { xid, error })?;
+            program
+                .call(&call, &mut args, &mut results)
+                .and_then(|()| args.finish().map_err(ProcError::GarbageArgs))
+                .map(|()| results.finish())
+        };
+        match outcome {
+            Ok(done) => Ok(Dispatched::Reply(Reply {
+                xid,
+                header: success,
+                len: done.len,
+                write_chunks: done.writes,
+            })),
+            Err(ProcError::GarbageArgs(_)) => header_only(ReplyHeader::garbage_args(xid), reply),
+            Err(ProcError::ProcUnavail) => header_only(ReplyHeader::proc_unavail(xid), reply),
+            Err(ProcError::SystemErr) => header_only(ReplyHeader::system_err(xid), reply),
+            Err(ProcError::Auth(stat)) => header_only(ReplyHeader::auth_error(xid, stat), reply),
+            Err(ProcError::Results(error)) => Err(DispatchError::ReplyOverrun { xid, error }),
+        }
+    }
+}
+
+fn too_small(xid: u32, e: EncodeError) -> DispatchError {
+    match e {
+        EncodeError::BufferTooSmall { needed, available } => DispatchError::ReplyBufferTooSmall {
+            xid,
+            needed,
+            available,
+        },
+        // Dispatcher headers carry AUTH_NONE verifiers, which always encode.
+        _ => DispatchError::ReplyBufferTooSmall {
+            xid,
+            needed: 0,
+            available: 0,
+        },
+    }
+}
+
+fn header_only<'d>(
+    h: ReplyHeader<'static>,
+    reply: &mut [u8],
+) -> Result<Dispatched<'d>, DispatchError> {
+    let len = h.encode(reply).map_err(|e| too_small(h.xid, e))?;
+    Ok(Dispatched::Reply(Reply {
+        xid: h.xid,
+        header: h,
+        len,
+        write_chunks: DdpList::new(),
+    }))
+}

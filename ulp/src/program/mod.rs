@@ -1,0 +1,48 @@
+//! ONC RPC program dispatch: the [`Program`] trait upper layers implement, and the
+//! [`Dispatcher`] that decodes a call, routes it by program, version and procedure, and
+//! writes the complete reply.
+
+mod auth;
+mod dispatch;
+mod error;
+
+pub use auth::AuthPolicy;
+pub use dispatch::{DispatchError, Dispatched, Dispatcher, InboundCall, RegisterError, Reply};
+pub use error::ProcError;
+
+use crate::binding::ProcInfo;
+use crate::ddp::{DdpCursor, DdpEncoder};
+use crate::rpc::CallHeader;
+
+/// An RPC program served through a [`Dispatcher`].
+///
+/// Procedure 0 (NULL) of every version is answered by the dispatcher itself, so
+/// implementations only handle their other procedures.
+pub trait Program: Send {
+    /// Program number.
+    fn prog(&self) -> u32;
+
+    /// Lowest and highest supported version; a call outside the range gets
+    /// PROG_MISMATCH with them (RFC 5531 §9).
+    fn versions(&self) -> (u32, u32);
+
+    /// The declarations of procedure `procedure` of version `vers` (within
+    /// [`versions`](Self::versions)), or `None` if it does not exist (PROC_UNAVAIL).
+    fn proc_info(&self, vers: u32, procedure: u32) -> Option<&'static ProcInfo>;
+
+    /// Runs a procedure that [`proc_info`](Self::proc_info) declared.
+    ///
+    /// Decode the arguments from `args` (and call [`DdpCursor::finish`] before acting on
+    /// them: the dispatcher answers GARBAGE_ARGS for leftovers either way, but only a
+    /// procedure knows whether it already did something), then encode the results into
+    /// `results`, whose DDP-eligible items go to the requester's Write chunks. The
+    /// dispatcher has already written the SUCCESS header; on error it replaces the reply
+    /// with the one the error names. `'d` is the lifetime of the call's data and of the
+    /// borrow of `self`, so results may reference either without copying.
+    fn call<'d>(
+        &'d mut self,
+        call: &CallHeader<'d>,
+        args: &mut DdpCursor<'d>,
+        results: &mut DdpEncoder<'_, 'd>,
+    ) -> Result<(), ProcError>;
+}
