@@ -1,17 +1,21 @@
 //! Physical baselines: what two pinned threads sharing memory can do with no fabric and
 //! no RPC layer in between. They are the floor every fabric figure is compared with.
 //!
-//! - `pingpong` (lat): the client copies `size` octets into a shared buffer and bumps a
-//!   sequence word; the responder sees it, copies the request out and a reply of `size`
-//!   octets in, and bumps its own word. One cache-line hand-off each way plus two copies
-//!   per side: what a shared-memory transport cannot beat.
+//! Each moves the payload across cores with exactly one copy per message, made by the
+//! receiving side out of the sender's buffer, as the shm provider's target-side executor
+//! does for a Send; so a fabric row's ratio to its physical row is the provider's own
+//! overhead.
+//!
+//! - `pingpong` (lat): the client bumps a sequence word; the responder sees it, copies
+//!   the client's `size`-octet request into its own buffer and bumps its word; the client
+//!   copies the `size`-octet reply out of the responder's buffer. One cache-line hand-off
+//!   and one copy each way: what a shared-memory transport cannot beat.
 //! - `ring` (bw, rate): a single-producer/single-consumer ring of `depth` slots of `size`
-//!   octets per connection; the producer copies in, the consumer copies out and releases
-//!   the slot. Latency is post-to-release, like a fabric completion.
+//!   octets per connection; the producer publishes slots, the consumer copies each out
+//!   and releases it. Latency is post-to-release, like a fabric completion.
 //! - `memcpy` (bw): one thread copying `size` octets between two buffers: the memory
-//!   system's copy bandwidth at that size.
+//!   system's copy bandwidth at that size, the floor of an RDMA Write on shm.
 
-use std::cell::UnsafeCell;
 use std::hint::spin_loop;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -27,41 +31,6 @@ const SPINS_BEFORE_YIELD: u32 = 1 << 14;
 
 #[repr(align(128))]
 struct Padded(AtomicU64);
-
-/// A byte buffer written by one thread and read by another, with the hand-off ordered
-/// by the sequence words of the structure that holds it.
-struct Shared(UnsafeCell<Box<[u8]>>);
-
-// SAFETY: access is serialized by the protocols below: a buffer is written only by the
-// side that owns it at that point in the exchange and read only after the owner has
-// published it with a release store that the reader observed with an acquire load.
-unsafe impl Sync for Shared {}
-
-impl Shared {
-    fn new(len: usize) -> Shared {
-        Shared(UnsafeCell::new(vec![0u8; len].into_boxed_slice()))
-    }
-
-    /// Copies `src` in.
-    ///
-    /// # Safety
-    /// The caller owns the buffer at this point of the protocol.
-    unsafe fn put(&self, src: &[u8]) {
-        let buf = &mut *self.0.get();
-        let n = src.len().min(buf.len());
-        buf[..n].copy_from_slice(&src[..n]);
-    }
-
-    /// Copies out into `dst`.
-    ///
-    /// # Safety
-    /// The buffer has been published to the caller and nobody writes it meanwhile.
-    unsafe fn get(&self, dst: &mut [u8]) {
-        let buf = &*self.0.get();
-        let n = dst.len().min(buf.len());
-        dst[..n].copy_from_slice(&buf[..n]);
-    }
-}
 
 /// Waits with spinning, then yielding, until `done` or the stop flag or `deadline`.
 /// Returns whether `done` became true.
@@ -88,8 +57,10 @@ fn wait_until(mut done: impl FnMut() -> bool, stop: &AtomicBool, deadline: Insta
 struct PingSlot {
     req_seq: Padded,
     resp_seq: Padded,
-    req: Shared,
-    resp: Shared,
+    /// The client's request, written once before the responder starts.
+    req: Box<[u8]>,
+    /// The responder's reply, written once before the responder starts.
+    resp: Box<[u8]>,
 }
 
 /// Runs the `pingpong` latency baseline.
@@ -101,8 +72,8 @@ pub fn pingpong(spec: &RowSpec, mut meter: Meter) -> Result<Measurement, BenchEr
             .map(|_| PingSlot {
                 req_seq: Padded(AtomicU64::new(0)),
                 resp_seq: Padded(AtomicU64::new(0)),
-                req: Shared::new(size),
-                resp: Shared::new(size),
+                req: vec![0xa5u8; size].into_boxed_slice(),
+                resp: vec![0x5au8; size].into_boxed_slice(),
             })
             .collect(),
     );
@@ -113,7 +84,6 @@ pub fn pingpong(spec: &RowSpec, mut meter: Meter) -> Result<Measurement, BenchEr
         thread::spawn(move || {
             pin(core);
             let mut scratch = vec![0u8; size];
-            let reply = vec![0x5au8; size];
             let mut seen = vec![0u64; slots.len()];
             let mut idle = 0u32;
             while !stop.load(Ordering::Relaxed) {
@@ -122,13 +92,7 @@ pub fn pingpong(spec: &RowSpec, mut meter: Meter) -> Result<Measurement, BenchEr
                     let seq = s.req_seq.0.load(Ordering::Acquire);
                     if seq != seen[i] {
                         seen[i] = seq;
-                        // SAFETY: the request was published by the acquire load above and
-                        // the client does not touch it until we answer; the response
-                        // buffer is ours until we publish it.
-                        unsafe {
-                            s.req.get(&mut scratch);
-                            s.resp.put(&reply);
-                        }
+                        scratch.copy_from_slice(&s.req);
                         s.resp_seq.0.store(seq, Ordering::Release);
                         worked = true;
                     }
@@ -151,7 +115,6 @@ pub fn pingpong(spec: &RowSpec, mut meter: Meter) -> Result<Measurement, BenchEr
         })
     };
     pin(spec.client_core);
-    let request = vec![0xa5u8; size];
     let mut sink = vec![0u8; size];
     let mut seq = 0u64;
     meter.restart();
@@ -159,9 +122,6 @@ pub fn pingpong(spec: &RowSpec, mut meter: Meter) -> Result<Measurement, BenchEr
     'run: loop {
         seq += 1;
         for s in slots.iter() {
-            // SAFETY: the responder answered our previous request on this slot, so it
-            // no longer reads the request buffer; we publish it with the store below.
-            unsafe { s.req.put(&request) };
             s.req_seq.0.store(seq, Ordering::Release);
             let answered = wait_until(
                 || s.resp_seq.0.load(Ordering::Acquire) == seq,
@@ -172,8 +132,7 @@ pub fn pingpong(spec: &RowSpec, mut meter: Meter) -> Result<Measurement, BenchEr
                 meter.expired(Instant::now());
                 break 'run;
             }
-            // SAFETY: published by the responder's release store we just observed.
-            unsafe { s.resp.get(&mut sink) };
+            sink.copy_from_slice(&s.resp);
             let now = Instant::now();
             let lat = (now - t).as_nanos() as u64;
             t = now;
@@ -191,7 +150,8 @@ pub fn pingpong(spec: &RowSpec, mut meter: Meter) -> Result<Measurement, BenchEr
 struct Ring {
     head: Padded,
     tail: Padded,
-    slots: Vec<Shared>,
+    /// Slot payloads, written once before the consumer starts.
+    slots: Vec<Box<[u8]>>,
 }
 
 /// Runs the `ring` bandwidth / message-rate baseline.
@@ -204,7 +164,9 @@ pub fn ring(spec: &RowSpec, mut meter: Meter) -> Result<Measurement, BenchError>
             .map(|_| Ring {
                 head: Padded(AtomicU64::new(0)),
                 tail: Padded(AtomicU64::new(0)),
-                slots: (0..depth).map(|_| Shared::new(size)).collect(),
+                slots: (0..depth)
+                    .map(|_| vec![0xa5u8; size].into_boxed_slice())
+                    .collect(),
             })
             .collect(),
     );
@@ -223,9 +185,7 @@ pub fn ring(spec: &RowSpec, mut meter: Meter) -> Result<Measurement, BenchError>
                     let head = r.head.0.load(Ordering::Acquire);
                     let mut t = tail;
                     while t < head {
-                        // SAFETY: slot t was published by the producer's release store
-                        // of head, and it will not reuse the slot until tail passes it.
-                        unsafe { r.slots[(t % depth as u64) as usize].get(&mut sink) };
+                        sink.copy_from_slice(&r.slots[(t % depth as u64) as usize]);
                         t += 1;
                     }
                     if t != tail {
@@ -251,7 +211,6 @@ pub fn ring(spec: &RowSpec, mut meter: Meter) -> Result<Measurement, BenchError>
         })
     };
     pin(spec.client_core);
-    let payload = vec![0xa5u8; size];
     // Post times per connection and slot, preallocated.
     let mut posted_at = vec![Instant::now(); conns * depth];
     let mut heads = vec![0u64; conns];
@@ -264,9 +223,6 @@ pub fn ring(spec: &RowSpec, mut meter: Meter) -> Result<Measurement, BenchError>
         for (c, r) in rings.iter().enumerate() {
             while heads[c] - tails[c] < depth as u64 {
                 let slot = (heads[c] % depth as u64) as usize;
-                // SAFETY: the consumer released this slot (tail passed it), so we own it
-                // until the release store of head below.
-                unsafe { r.slots[slot].put(&payload) };
                 posted_at[c * depth + slot] = now;
                 heads[c] += 1;
                 r.head.0.store(heads[c], Ordering::Release);
