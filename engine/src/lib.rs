@@ -5,8 +5,15 @@
 //! - [`fabric`]: the verbs-shaped fabric interface and its providers (`shm`).
 //! - [`iwarp`]: sans-IO iWARP codecs (MPA, DDP, RDMAP, CRC32c, Terminate) for the `siw`
 //!   provider.
+//! - [`core`]: the sans-IO RPC-over-RDMA protocol core (requester and responder);
+//!   [`credits`], [`service`] (the responder's ULP interface) and [`requester`] (calls
+//!   and outcomes) are its public faces.
 #![warn(missing_docs)]
 
+pub mod core;
+pub mod credits;
 pub mod fabric;
 pub mod iwarp;
+pub mod requester;
+pub mod service;
 pub mod wire;

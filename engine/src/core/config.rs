@@ -1,0 +1,289 @@
+//! Connection configuration and the sizes derived from it. Everything a connection
+//! needs is sized here once, at setup; nothing on the data path grows.
+
+use core::time::Duration;
+
+use crate::fabric::{QpCaps, QpConfig};
+use crate::requester::{MAX_DDP_ARGS, MAX_WRITE_SINKS};
+use crate::wire::header::Limits;
+use crate::wire::private_data::{PrivateData, SizeError, MIN_INLINE_SIZE};
+
+/// Memory registrations one call may need: a Position-Zero Read chunk, its DDP
+/// arguments, its write sinks and a Reply chunk.
+pub const MAX_MRS_PER_CALL: usize = 1 + MAX_DDP_ARGS + MAX_WRITE_SINKS + 1;
+
+/// Per-thread cache size of the connection's pools: small, so buffers parked in a
+/// cache are a small share of a pool.
+pub const POOL_CACHE: usize = 16;
+
+/// How one connection is set up. The defaults suit a 4 KiB-inline NFS-like workload.
+#[derive(Debug, Clone)]
+pub struct ConnConfig {
+    /// Largest Send this side makes, advertised as the RFC 8797 Send Size (rounded down
+    /// to a multiple of 1024, at least 1024).
+    pub inline_send: u32,
+    /// Size of each posted receive buffer, advertised as the RFC 8797 Receive Size.
+    pub inline_recv: u32,
+    /// Advertise (and, as a responder, use) remote invalidation (RFC 8797 §4.1).
+    pub remote_invalidate: bool,
+    /// Requester: call slots, the most calls ever outstanding, and the credits asked
+    /// for. Responder: the most credits granted, and the receives kept posted.
+    pub credits: u32,
+    /// What the responder's header parser accepts.
+    pub limits: Limits,
+    /// Size of the large buffers used for long calls, Reply chunks, and DDP data the
+    /// responder pulls: the largest chunk either side handles.
+    pub large_buf_size: u32,
+    /// Number of large buffers.
+    pub large_bufs: u32,
+    /// Number of inline-sized send buffers (call messages, headers).
+    pub send_bufs: u32,
+    /// Send-queue depth; 0 derives one from `credits`.
+    pub sq_depth: u32,
+    /// Requester: fast-registration slots; 0 gives `credits * 4`.
+    pub mr_slots: u32,
+    /// Requester: calls that may wait for a credit or resources.
+    pub queue_len: usize,
+    /// Requester: default call timeout.
+    pub call_timeout: Duration,
+    /// Requester: keep one credit back for a health probe, and probe after this much
+    /// silence (RFC 8267 §6.7.2). `None` disables the automatic probe (an explicit
+    /// health check still works when a credit is free).
+    pub keepalive: Option<Duration>,
+    /// How long a probe waits for its reply before the peer is declared dead.
+    pub probe_timeout: Duration,
+    /// Program and version the probe's NULL call names. Any RPC reply, even
+    /// PROG_UNAVAIL, proves the peer alive.
+    pub probe_program: (u32, u32),
+}
+
+impl Default for ConnConfig {
+    fn default() -> Self {
+        ConnConfig {
+            inline_send: 4096,
+            inline_recv: 4096,
+            remote_invalidate: true,
+            credits: 32,
+            limits: Limits::DEFAULT,
+            large_buf_size: 256 * 1024,
+            large_bufs: 64,
+            send_bufs: 256,
+            sq_depth: 0,
+            mr_slots: 0,
+            queue_len: 1024,
+            call_timeout: Duration::from_secs(30),
+            keepalive: None,
+            probe_timeout: Duration::from_secs(5),
+            probe_program: (0x2000_0001, 1),
+        }
+    }
+}
+
+/// A configuration that cannot work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfigError {
+    /// An inline size below the RFC 8166 minimum of 1024.
+    InlineSize(SizeError),
+    /// `credits` is zero or above 65535.
+    Credits(u32),
+    /// The large buffers are smaller than the inline buffers.
+    LargeBufTooSmall,
+    /// A count that must be positive is zero.
+    Zero(&'static str),
+}
+
+impl core::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            ConfigError::InlineSize(e) => write!(f, "inline size: {e}"),
+            ConfigError::Credits(c) => write!(f, "credits = {c} is outside 1..=65535"),
+            ConfigError::LargeBufTooSmall => {
+                write!(
+                    f,
+                    "large buffers must be at least as large as inline buffers"
+                )
+            }
+            ConfigError::Zero(what) => write!(f, "{what} must be positive"),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Which end of the connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Sends calls, receives replies.
+    Requester,
+    /// Receives calls, sends replies.
+    Responder,
+}
+
+/// Queue and pool sizes derived from a [`ConnConfig`] for one role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sizes {
+    /// Send-queue depth.
+    pub sq_depth: u32,
+    /// Receives kept posted.
+    pub rq_depth: u32,
+    /// Completion-queue depth (send and receive share one CQ).
+    pub cq_depth: u32,
+    /// Requester: call slots (plus one for the probe). Responder: reply contexts.
+    pub slots: u32,
+    /// Receive-pool buffers.
+    pub recv_bufs: u32,
+    /// Send-pool buffers.
+    pub send_bufs: u32,
+    /// Large-pool buffers.
+    pub large_bufs: u32,
+    /// Fast-registration slots (requester).
+    pub mr_slots: u32,
+    /// Most gather entries in one send-queue request.
+    pub max_send_sge: u32,
+}
+
+impl Sizes {
+    /// The queue-pair configuration these sizes need.
+    pub fn qp_config(&self) -> QpConfig {
+        QpConfig {
+            caps: QpCaps {
+                max_send_wr: self.sq_depth,
+                max_recv_wr: self.rq_depth,
+                max_send_sge: self.max_send_sge,
+                max_recv_sge: 1,
+            },
+            ..QpConfig::default()
+        }
+    }
+}
+
+impl ConnConfig {
+    /// Checks the configuration.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.private_data().map_err(ConfigError::InlineSize)?;
+        if self.credits == 0 || self.credits > 65535 {
+            return Err(ConfigError::Credits(self.credits));
+        }
+        if self.large_buf_size < self.inline_send.max(self.inline_recv) {
+            return Err(ConfigError::LargeBufTooSmall);
+        }
+        if self.large_bufs == 0 {
+            return Err(ConfigError::Zero("large_bufs"));
+        }
+        if self.send_bufs == 0 {
+            return Err(ConfigError::Zero("send_bufs"));
+        }
+        Ok(())
+    }
+
+    /// The RFC 8797 private data this side advertises.
+    pub fn private_data(&self) -> Result<PrivateData, SizeError> {
+        PrivateData::from_buffer_sizes(self.inline_send, self.inline_recv, self.remote_invalidate)
+    }
+
+    /// The inline send size actually advertised (rounded down to 1 KiB).
+    pub fn advertised_send(&self) -> u32 {
+        self.private_data().map_or(MIN_INLINE_SIZE, |p| p.send_size)
+    }
+
+    /// The receive size actually advertised (rounded down to 1 KiB).
+    pub fn advertised_recv(&self) -> u32 {
+        self.private_data().map_or(MIN_INLINE_SIZE, |p| p.recv_size)
+    }
+
+    /// Sizes for `role`.
+    pub fn sizes(&self, role: Role) -> Sizes {
+        let c = self.credits.max(1);
+        let slack = 2 * POOL_CACHE as u32;
+        match role {
+            Role::Requester => {
+                let slots = c + 1;
+                // Room for replies to every slot, plus strays (RDMA_ERROR for a garbled
+                // call, duplicates) that must not find the queue empty.
+                let rq = c + 4;
+                let mrs = if self.mr_slots == 0 {
+                    c * 4
+                } else {
+                    self.mr_slots
+                }
+                .max(MAX_MRS_PER_CALL as u32);
+                let sq = if self.sq_depth == 0 {
+                    (c * 8).max(2 * MAX_MRS_PER_CALL as u32 + 2)
+                } else {
+                    self.sq_depth
+                };
+                Sizes {
+                    sq_depth: sq,
+                    rq_depth: rq,
+                    cq_depth: sq + rq,
+                    slots,
+                    // Posted, plus replies the application holds, plus caches.
+                    recv_bufs: rq + slots + slack,
+                    send_bufs: self.send_bufs.max(slots + slack),
+                    large_bufs: self.large_bufs,
+                    mr_slots: mrs,
+                    max_send_sge: 2,
+                }
+            }
+            Role::Responder => {
+                // A context lives from the call's arrival to its reply's Send completion,
+                // which can trail the requester's next call: two per credit.
+                let contexts = 2 * c;
+                let sq = if self.sq_depth == 0 {
+                    (c * 8).max(256)
+                } else {
+                    self.sq_depth
+                };
+                Sizes {
+                    sq_depth: sq,
+                    rq_depth: c,
+                    cq_depth: sq + c,
+                    slots: contexts,
+                    recv_bufs: c + contexts + slack,
+                    send_bufs: self.send_bufs.max(contexts + slack),
+                    large_bufs: self.large_bufs,
+                    mr_slots: 0,
+                    max_send_sge: 2,
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_validate_and_advertise_4k() {
+        let c = ConnConfig::default();
+        assert_eq!(c.validate(), Ok(()));
+        assert_eq!(c.advertised_send(), 4096);
+        let s = c.sizes(Role::Requester);
+        assert_eq!(s.slots, 33);
+        assert!(s.sq_depth >= 2 * MAX_MRS_PER_CALL as u32 + 2);
+        assert_eq!(s.cq_depth, s.sq_depth + s.rq_depth);
+        let r = c.sizes(Role::Responder);
+        assert_eq!(r.rq_depth, 32);
+        assert_eq!(r.slots, 64);
+    }
+
+    #[test]
+    fn bad_configs_are_refused() {
+        let c = ConnConfig {
+            inline_recv: 512,
+            ..ConnConfig::default()
+        };
+        assert!(matches!(c.validate(), Err(ConfigError::InlineSize(_))));
+        let c = ConnConfig {
+            credits: 0,
+            ..ConnConfig::default()
+        };
+        assert_eq!(c.validate(), Err(ConfigError::Credits(0)));
+        let c = ConnConfig {
+            large_buf_size: 1024,
+            ..ConnConfig::default()
+        };
+        assert_eq!(c.validate(), Err(ConfigError::LargeBufTooSmall));
+    }
+}

@@ -1,0 +1,73 @@
+//! The RPC-over-RDMA Version 1 protocol core (RFC 8166, with RFC 5666's optional parts):
+//! sans-IO state machines for the requester and the responder.
+//!
+//! A core never calls the fabric. Its inputs are completions ([`Completion`]), CM
+//! outcomes (established with the peer's private data, disconnected), submitted calls
+//! and the clock; its outputs are work requests staged in its [`Outbox`] (one send
+//! chain and one receive chain per poll), outcomes for the requester's application and
+//! upcalls to the responder's [`Service`](crate::service::Service). Everything a
+//! connection uses — call slots, reply contexts, registration slots, the outbox,
+//! receive buffers — is allocated when the core is built; the steady state allocates
+//! nothing. See `engine/DESIGN.md` for the state machines and buffer ownership.
+//!
+//! [`Completion`]: crate::fabric::Completion
+
+pub mod config;
+pub mod event;
+pub mod fixed;
+mod mrs;
+pub mod outbox;
+pub mod regbuf;
+pub mod requester;
+pub mod responder;
+pub mod rpcmsg;
+pub mod transport;
+pub mod wrid;
+
+use core::fmt;
+
+use rpcrdma_pools::Pool;
+
+pub use config::{ConfigError, ConnConfig, Role, Sizes};
+pub use event::ConnEvent;
+pub use outbox::{Outbox, OutboxFull, PartialPost};
+pub use regbuf::{RegBuf, RegBufError};
+pub use requester::{ProbeError, RequesterCore, RequesterStats};
+pub use responder::{ResponderCore, ResponderStats};
+pub use transport::{CloseReason, ConnState};
+pub use wrid::{WrId, WrKind};
+
+/// The registered pools a core draws from. All three must live in arenas registered
+/// with the connection's protection domain.
+#[derive(Debug, Clone)]
+pub struct CorePools {
+    /// Receive buffers, each at least the advertised receive size.
+    pub recv: Pool,
+    /// Inline-sized send buffers: transport headers, inline replies, call messages.
+    pub send: Pool,
+    /// Large buffers: long calls, Reply chunks, DDP data pulled by the responder.
+    pub large: Pool,
+}
+
+/// Why a core could not be built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CoreError {
+    /// The configuration is unusable.
+    Config(ConfigError),
+    /// A pool could not supply the buffers every slot keeps, or is not registered.
+    Buffers(RegBufError),
+    /// A requester needs fast-registration slots.
+    NoMemoryRegions,
+}
+
+impl fmt::Display for CoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CoreError::Config(e) => write!(f, "configuration: {e}"),
+            CoreError::Buffers(e) => write!(f, "connection buffers: {e}"),
+            CoreError::NoMemoryRegions => write!(f, "no fast-registration slots"),
+        }
+    }
+}
+
+impl std::error::Error for CoreError {}

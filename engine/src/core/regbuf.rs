@@ -1,0 +1,245 @@
+//! [`RegBuf`]: an owned buffer of a registered pool that goes back to its pool when
+//! dropped, on whatever thread drops it.
+//!
+//! It is the one currency of the engine's data path: call messages, DDP arguments,
+//! write sinks, replies handed to the application, DDP results handed to the engine.
+//! A pool [`Buf`] leaks its slot if dropped, so everything that can outlive a code path
+//! (an outcome the application drops, a reply a handler returns early from) holds a
+//! `RegBuf` instead.
+
+use core::fmt;
+use core::mem::ManuallyDrop;
+
+use rpcrdma_pools::{Buf, Pool, PoolCache, PoolError};
+
+use crate::fabric::Sge;
+
+/// Why a [`RegBuf`] could not be made or used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RegBufError {
+    /// The pool had no free buffer.
+    Exhausted,
+    /// The buffer's arena has not been registered with a fabric, so it has no keys.
+    NotRegistered,
+    /// The buffer does not belong to the pool it was paired with.
+    ForeignBuf,
+    /// A length beyond the buffer's capacity.
+    TooLong {
+        /// Length asked for.
+        len: usize,
+        /// Capacity of the buffer.
+        capacity: usize,
+    },
+}
+
+impl fmt::Display for RegBufError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RegBufError::Exhausted => write!(f, "buffer pool exhausted"),
+            RegBufError::NotRegistered => {
+                write!(f, "buffer's arena is not registered with the fabric")
+            }
+            RegBufError::ForeignBuf => write!(f, "buffer does not belong to the given pool"),
+            RegBufError::TooLong { len, capacity } => {
+                write!(f, "length {len} exceeds the buffer capacity {capacity}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for RegBufError {}
+
+fn from_pool_error(e: PoolError) -> RegBufError {
+    match e {
+        PoolError::NotRegistered => RegBufError::NotRegistered,
+        _ => RegBufError::Exhausted,
+    }
+}
+
+/// A pool buffer with a length: `len` valid bytes out of `capacity`. Returns itself to
+/// its pool on drop (one lock-free ring operation, no allocation).
+pub struct RegBuf {
+    buf: ManuallyDrop<Buf>,
+    pool: Pool,
+    len: u32,
+}
+
+impl RegBuf {
+    /// Pairs `buf` with the pool it came from. The length starts at zero.
+    pub fn new(buf: Buf, pool: &Pool) -> Result<RegBuf, (RegBufError, Buf)> {
+        if !pool.owns(&buf) {
+            return Err((RegBufError::ForeignBuf, buf));
+        }
+        Ok(RegBuf {
+            buf: ManuallyDrop::new(buf),
+            pool: pool.clone(),
+            len: 0,
+        })
+    }
+
+    /// Takes a buffer straight from `pool` (cold paths; pollers use
+    /// [`from_cache`](Self::from_cache)).
+    pub fn from_pool(pool: &Pool) -> Result<RegBuf, RegBufError> {
+        let buf = pool.get().map_err(from_pool_error)?;
+        Ok(RegBuf {
+            buf: ManuallyDrop::new(buf),
+            pool: pool.clone(),
+            len: 0,
+        })
+    }
+
+    /// Takes a buffer from a per-thread cache.
+    pub fn from_cache(cache: &mut PoolCache) -> Result<RegBuf, RegBufError> {
+        let buf = cache.get().map_err(from_pool_error)?;
+        Ok(RegBuf {
+            buf: ManuallyDrop::new(buf),
+            pool: cache.pool().clone(),
+            len: 0,
+        })
+    }
+
+    /// Valid bytes.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.len as usize
+    }
+
+    /// True when no byte is valid.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Bytes the buffer can hold.
+    #[inline]
+    pub fn capacity(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Sets the number of valid bytes.
+    pub fn set_len(&mut self, len: usize) -> Result<(), RegBufError> {
+        if len > self.capacity() {
+            return Err(RegBufError::TooLong {
+                len,
+                capacity: self.capacity(),
+            });
+        }
+        // Pool buffers are at most 4 GiB (the pool checks), so this fits.
+        self.len = len as u32;
+        Ok(())
+    }
+
+    /// Copies `data` to the start of the buffer and makes it the valid bytes.
+    pub fn fill(&mut self, data: &[u8]) -> Result<(), RegBufError> {
+        let capacity = self.buf.len();
+        let dst = self
+            .buf
+            .as_mut_slice()
+            .get_mut(..data.len())
+            .ok_or(RegBufError::TooLong {
+                len: data.len(),
+                capacity,
+            })?;
+        dst.copy_from_slice(data);
+        self.len = data.len() as u32;
+        Ok(())
+    }
+
+    /// The valid bytes.
+    #[inline]
+    pub fn as_slice(&self) -> &[u8] {
+        self.buf.as_slice().get(..self.len()).unwrap_or(&[])
+    }
+
+    /// The valid bytes, writable.
+    #[inline]
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        let len = self.len();
+        let all = self.buf.as_mut_slice();
+        let n = len.min(all.len());
+        &mut all[..n]
+    }
+
+    /// The whole buffer, writable, whatever the length (to write a message, then
+    /// [`set_len`](Self::set_len)).
+    #[inline]
+    pub fn storage_mut(&mut self) -> &mut [u8] {
+        self.buf.as_mut_slice()
+    }
+
+    /// The whole buffer, whatever the length.
+    #[inline]
+    pub fn storage(&self) -> &[u8] {
+        self.buf.as_slice()
+    }
+
+    /// Address of the first byte.
+    #[inline]
+    pub fn addr(&self) -> u64 {
+        self.buf.addr()
+    }
+
+    /// Local key of the buffer's registration.
+    #[inline]
+    pub fn lkey(&self) -> Result<u32, RegBufError> {
+        self.buf.lkey().ok_or(RegBufError::NotRegistered)
+    }
+
+    /// A gather or scatter entry for `len` bytes from `offset`.
+    pub fn sge(&self, offset: usize, len: usize) -> Result<Sge, RegBufError> {
+        let end = offset.checked_add(len).ok_or(RegBufError::TooLong {
+            len: usize::MAX,
+            capacity: self.capacity(),
+        })?;
+        if end > self.capacity() {
+            return Err(RegBufError::TooLong {
+                len: end,
+                capacity: self.capacity(),
+            });
+        }
+        Ok(Sge::new(
+            self.addr() + offset as u64,
+            len as u32,
+            self.lkey()?,
+        ))
+    }
+
+    /// The pool the buffer returns to.
+    #[inline]
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// Gives the buffer back through `cache` when it serves the same pool (cheaper than
+    /// the shared ring); otherwise it goes to its own pool as on drop.
+    pub fn release_into(self, cache: &mut PoolCache) {
+        let mut this = ManuallyDrop::new(self);
+        // SAFETY: `this` is never used again and its destructor does not run, so the
+        // buffer and the pool handle are each moved out exactly once.
+        let buf = unsafe { ManuallyDrop::take(&mut this.buf) };
+        let pool = unsafe { core::ptr::read(&this.pool) };
+        if let Err(foreign) = cache.put(buf) {
+            let _ = pool.put(foreign.0);
+        }
+    }
+}
+
+impl Drop for RegBuf {
+    fn drop(&mut self) {
+        // SAFETY: drop runs once; the field is not touched afterwards.
+        let buf = unsafe { ManuallyDrop::take(&mut self.buf) };
+        // Ownership was checked when the RegBuf was made, so this cannot be refused.
+        let _ = self.pool.put(buf);
+    }
+}
+
+impl fmt::Debug for RegBuf {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RegBuf")
+            .field("pool", &self.pool.name())
+            .field("index", &self.buf.index())
+            .field("len", &self.len)
+            .field("capacity", &self.capacity())
+            .finish()
+    }
+}

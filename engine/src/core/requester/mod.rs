@@ -1,0 +1,1038 @@
+//! The requester (client) protocol core: call slots, credits, chunk registration,
+//! reply matching and invalidation, as a sans-IO state machine.
+//!
+//! Life of a call:
+//!
+//! 1. [`submit`](RequesterCore::submit) validates it and starts it at once, or queues it
+//!    (in order) until a credit, a slot, registration slots and send-queue room are all
+//!    available.
+//! 2. Starting stages FastReg work requests for its chunks (fresh keys), then the Send
+//!    of its transport header (and its message, when inline) — one chain, no waiting:
+//!    the send queue executes them in order.
+//! 3. The reply's receive completion is matched by XID (the low bits of every XID are
+//!    its slot). The grant it carries updates the credit table and frees the call's
+//!    credit. Keys the responder invalidated (Send With Invalidate) are dead; the
+//!    others get a LocalInvalidate.
+//! 4. When every key is dead the outcome is delivered (buffers and all); when every work
+//!    request is back the slot is free again.
+
+mod reply;
+mod slot;
+mod start;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use rpcrdma_pools::{Pool, PoolCache};
+
+use self::reply::{interpret, status_of, Body, Interpreted};
+use self::slot::{Answer, CallSlot, MrState, Phase};
+use super::config::{ConnConfig, Role, Sizes};
+use super::event::ConnEvent;
+use super::fixed::{FixedQueue, IndexStack};
+use super::mrs::MrTable;
+use super::outbox::Outbox;
+use super::regbuf::RegBuf;
+use super::rpcmsg::{encode_null_call, NULL_CALL_LEN};
+use super::transport::{CloseReason, ConnState, Transport};
+use super::wrid::{WrId, WrKind};
+use super::{CoreError, CorePools};
+use crate::credits::CreditTable;
+use crate::fabric::{
+    Completion, MemoryRegion, PostError, RecvWr, SendFlags, SendOp, SendWr, WcOpcode, WcStatus,
+};
+use crate::requester::{
+    CallRequest, CallStatus, Outcome, Reply, SubmitError, SubmitRefusal, TransportError,
+    WriteSinks, MAX_WRITE_SINKS,
+};
+use crate::wire::header::{HeaderView, Limits};
+use crate::wire::private_data::{InlineThresholds, PrivateData};
+
+/// Counters of one requester connection.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RequesterStats {
+    /// Calls sent.
+    pub calls_sent: u64,
+    /// Of those, sent as long calls (Position-Zero Read chunk).
+    pub long_calls: u64,
+    /// Calls that offered a Reply chunk.
+    pub reply_chunks: u64,
+    /// Outcomes delivered.
+    pub outcomes: u64,
+    /// Calls that had to wait in the queue.
+    pub queued: u64,
+    /// Receives whose transport header did not parse (dropped, RFC 8166 §4.5.2).
+    pub bad_headers: u64,
+    /// Replies for no outstanding call (dropped).
+    pub unmatched: u64,
+    /// Late replies to calls that had timed out.
+    pub late_replies: u64,
+    /// Keys invalidated by the responder's Send With Invalidate.
+    pub remote_invalidations: u64,
+    /// Local invalidations posted.
+    pub local_invalidations: u64,
+    /// Send With Invalidate naming a key of another call, or no key of ours.
+    pub foreign_invalidations: u64,
+    /// RDMA_DONE messages received (ignored by a requester).
+    pub done_received: u64,
+    /// Completions whose `wr_id` named nothing outstanding (provider bugs).
+    pub stray_completions: u64,
+    /// Refills that found the receive pool empty.
+    pub recv_starved: u64,
+}
+
+/// A call waiting for resources.
+struct Queued {
+    req: CallRequest,
+    tag: u64,
+    deadline: Option<Instant>,
+}
+
+/// Why a health check could not start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProbeError {
+    /// The connection is not established.
+    NotConnected,
+    /// A probe is already out.
+    InFlight,
+    /// No credit is free for it (the grant is one and a call holds it).
+    NoCredit,
+    /// The send queue is full.
+    Busy,
+}
+
+impl core::fmt::Display for ProbeError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(match self {
+            ProbeError::NotConnected => "connection is not established",
+            ProbeError::InFlight => "a probe is already in flight",
+            ProbeError::NoCredit => "no credit is free for a probe",
+            ProbeError::Busy => "send queue is full",
+        })
+    }
+}
+
+impl std::error::Error for ProbeError {}
+
+/// Fixed settings copied out of the [`ConnConfig`].
+struct Params {
+    credits_requested: u32,
+    call_timeout: core::time::Duration,
+    keepalive: Option<core::time::Duration>,
+    probe_timeout: core::time::Duration,
+    probe_program: (u32, u32),
+    limits: Limits,
+}
+
+/// The requester side of one connection. `M` is the fabric's memory-region handle; the
+/// core re-keys its fast-registration slots itself and stages every fabric operation in
+/// its [`Outbox`].
+pub struct RequesterCore<M> {
+    t: Transport,
+    params: Params,
+    local_pd: PrivateData,
+    credits: Arc<CreditTable>,
+    slots: Box<[CallSlot]>,
+    free_slots: IndexStack,
+    probe_slot: u32,
+    slot_bits: u32,
+    next_seq: u32,
+    mrs: MrTable<M>,
+    large: PoolCache,
+    send_pool: Pool,
+    queue: FixedQueue<Queued>,
+    outcomes: FixedQueue<Outcome>,
+    events: FixedQueue<ConnEvent>,
+    next_deadline: Option<Instant>,
+    last_rx: Option<Instant>,
+    stats: RequesterStats,
+}
+
+impl<M: MemoryRegion> RequesterCore<M> {
+    /// A requester for `cfg` over registered `pools`, with fast-registration slots
+    /// `mrs` (each covering at least `cfg.large_buf_size` bytes) and a credit table
+    /// shared with application threads. Receives are staged at once; nothing is sent
+    /// before [`on_established`](Self::on_established).
+    pub fn new(
+        cfg: &ConnConfig,
+        pools: &CorePools,
+        mrs: Vec<M>,
+        credits: Arc<CreditTable>,
+    ) -> Result<Self, CoreError> {
+        cfg.validate().map_err(CoreError::Config)?;
+        let local_pd = cfg
+            .private_data()
+            .map_err(|e| CoreError::Config(crate::core::config::ConfigError::InlineSize(e)))?;
+        let sizes: Sizes = cfg.sizes(Role::Requester);
+        if mrs.is_empty() {
+            return Err(CoreError::NoMemoryRegions);
+        }
+        let mut slots = Vec::with_capacity(sizes.slots as usize);
+        for i in 0..sizes.slots {
+            let header = RegBuf::from_pool(&pools.send).map_err(CoreError::Buffers)?;
+            header.lkey().map_err(CoreError::Buffers)?;
+            slots.push(CallSlot::new(header, i == sizes.slots - 1));
+        }
+        let probe_slot = sizes.slots - 1;
+        let slot_bits = 32 - (sizes.slots.max(2) - 1).leading_zeros();
+        let t = Transport::new(
+            sizes.sq_depth,
+            sizes.rq_depth,
+            sizes.max_send_sge,
+            &pools.recv,
+        );
+        credits.reset();
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.subsec_nanos() ^ d.as_secs() as u32);
+        Ok(RequesterCore {
+            t,
+            params: Params {
+                credits_requested: cfg.credits,
+                call_timeout: cfg.call_timeout,
+                keepalive: cfg.keepalive,
+                probe_timeout: cfg.probe_timeout,
+                probe_program: cfg.probe_program,
+                limits: cfg.limits,
+            },
+            local_pd,
+            credits,
+            free_slots: IndexStack::full(probe_slot),
+            slots: slots.into_boxed_slice(),
+            probe_slot,
+            slot_bits,
+            next_seq: seed,
+            mrs: MrTable::new(mrs),
+            large: pools.large.cache(),
+            send_pool: pools.send.clone(),
+            queue: FixedQueue::with_capacity(cfg.queue_len),
+            outcomes: FixedQueue::with_capacity(sizes.slots as usize + cfg.queue_len),
+            events: FixedQueue::with_capacity(16),
+            next_deadline: None,
+            last_rx: None,
+            stats: RequesterStats::default(),
+        })
+    }
+
+    /// The RFC 8797 private data to offer when connecting.
+    pub fn local_private_data(&self) -> [u8; 8] {
+        self.local_pd.to_bytes().unwrap_or([0; 8])
+    }
+
+    /// The connection state.
+    pub fn state(&self) -> ConnState {
+        self.t.state
+    }
+
+    /// The negotiated inline thresholds (RFC 8166 defaults until established).
+    pub fn thresholds(&self) -> InlineThresholds {
+        self.t.thresholds
+    }
+
+    /// The credit table.
+    pub fn credits(&self) -> &Arc<CreditTable> {
+        &self.credits
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> RequesterStats {
+        let mut s = self.stats;
+        s.recv_starved = self.t.recvs.starved;
+        s
+    }
+
+    /// Calls queued for resources.
+    pub fn queued(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Calls started whose outcome is not yet delivered, plus timed-out calls still
+    /// holding a credit.
+    pub fn active(&self) -> usize {
+        self.slots
+            .iter()
+            .filter(|s| s.phase == Phase::Active)
+            .count()
+    }
+
+    /// The staged work requests (for drivers that post them themselves, and tests).
+    pub fn outbox_mut(&mut self) -> &mut Outbox {
+        &mut self.t.outbox
+    }
+
+    /// The connection manager reported the connection established; `peer_private_data`
+    /// is what the responder sent with its accept (RFC 8797 §5: absent or foreign data
+    /// means RFC 8166 defaults).
+    pub fn on_established(&mut self, peer_private_data: &[u8], now: Instant) {
+        if self.t.state != ConnState::Connecting {
+            return;
+        }
+        self.t.thresholds =
+            InlineThresholds::from_received(Some(&self.local_pd), peer_private_data);
+        self.t.state = ConnState::Established;
+        self.last_rx = Some(now);
+        let _ = self
+            .events
+            .push_back(ConnEvent::Established(self.t.thresholds));
+    }
+
+    /// The connection ended (CM disconnect, reject, unreachable).
+    pub fn on_disconnected(&mut self) {
+        self.fail(CloseReason::Disconnected);
+    }
+
+    /// Starts an orderly local close: queued calls fail now, calls in flight fail once
+    /// the driver's disconnect flushes them.
+    pub fn close(&mut self) {
+        if self.t.is_open() || self.t.state == ConnState::Connecting {
+            let _ = self
+                .events
+                .push_back(ConnEvent::DisconnectRequested(CloseReason::Local));
+        }
+        self.fail(CloseReason::Local);
+    }
+
+    /// Submits a call tagged `tag` (returned in its outcome). It starts at once if
+    /// resources allow, else waits in order.
+    pub fn submit(
+        &mut self,
+        mut req: CallRequest,
+        tag: u64,
+        now: Instant,
+    ) -> Result<(), SubmitError> {
+        if !self.t.is_open() {
+            return Err(refuse(SubmitRefusal::NotConnected, req));
+        }
+        if let Err(r) = self.validate(&req) {
+            return Err(refuse(r, req));
+        }
+        let timeout = req.timeout.unwrap_or(self.params.call_timeout);
+        let deadline = now.checked_add(timeout);
+        if self.queue.is_empty() {
+            req = match self.try_start(req, tag, deadline, now) {
+                Ok(()) => return Ok(()),
+                Err(Err(r)) => return Err(r),
+                Err(Ok(req)) => req,
+            };
+        }
+        self.queue
+            .push_back(Queued { req, tag, deadline })
+            .map_err(|q| refuse(SubmitRefusal::QueueFull, q.req))?;
+        self.stats.queued += 1;
+        self.credits.set_waiting(self.queue.len() as u32);
+        self.note_deadline(deadline);
+        Ok(())
+    }
+
+    fn validate(&self, req: &CallRequest) -> Result<(), SubmitRefusal> {
+        if req.msg.len() < 4 {
+            return Err(SubmitRefusal::MessageTooShort);
+        }
+        let max = self.mrs.max_len();
+        if req.msg.lkey().is_err() {
+            return Err(SubmitRefusal::NotRegistered);
+        }
+        if req.msg.len() > max {
+            return Err(SubmitRefusal::ChunkTooLarge);
+        }
+        let mut moved = 0usize;
+        let mut last_off = 0usize;
+        for a in req.ddp_args.iter() {
+            if a.data.lkey().is_err() {
+                return Err(SubmitRefusal::NotRegistered);
+            }
+            if a.data.len() > max {
+                return Err(SubmitRefusal::ChunkTooLarge);
+            }
+            let pos = a.position as usize;
+            if pos == 0 || pos & 3 != 0 || pos < moved {
+                return Err(SubmitRefusal::BadPosition);
+            }
+            let off = pos - moved;
+            if off < last_off || off > req.msg.len() {
+                return Err(SubmitRefusal::BadPosition);
+            }
+            last_off = off;
+            moved += crate::wire::xdr::pad4(a.data.len());
+        }
+        for s in req.write_sinks.iter() {
+            if s.lkey().is_err() {
+                return Err(SubmitRefusal::NotRegistered);
+            }
+            if s.capacity() > max {
+                return Err(SubmitRefusal::ChunkTooLarge);
+            }
+        }
+        if req.max_reply_len as usize > self.large.pool().buf_size().min(max) {
+            return Err(SubmitRefusal::ReplyTooLarge);
+        }
+        Ok(())
+    }
+
+    /// Starts the health check (RFC 8267 §6.7.2): an RPC NULL on the reserved credit.
+    /// Its result arrives as [`ConnEvent::ProbeAnswered`] or [`ConnEvent::PeerDead`].
+    pub fn health_check(&mut self, now: Instant) -> Result<(), ProbeError> {
+        if !self.t.is_open() {
+            return Err(ProbeError::NotConnected);
+        }
+        let slot = self.probe_slot;
+        if self.slots[slot as usize].phase != Phase::Free {
+            return Err(ProbeError::InFlight);
+        }
+        if self.t.sq.free() < 1 {
+            return Err(ProbeError::Busy);
+        }
+        let Ok(mut msg) = RegBuf::from_pool(&self.send_pool) else {
+            return Err(ProbeError::Busy);
+        };
+        if !self.credits.try_acquire_probe() {
+            return Err(ProbeError::NoCredit);
+        }
+        let xid = self.make_xid(slot);
+        let (prog, vers) = self.params.probe_program;
+        let n = encode_null_call(xid, prog, vers, msg.storage_mut()).unwrap_or(0);
+        if n != NULL_CALL_LEN || msg.set_len(n).is_err() {
+            self.credits.release_probe();
+            return Err(ProbeError::Busy);
+        }
+        let req = CallRequest::new(msg, 1024);
+        let deadline = now.checked_add(self.params.probe_timeout);
+        match self.stage_call(slot, xid, req, u64::MAX, deadline, now) {
+            Ok(()) => {
+                self.slots[slot as usize].holds_credit = true;
+                self.note_deadline(deadline);
+                Ok(())
+            }
+            Err(_) => {
+                self.credits.release_probe();
+                Err(ProbeError::Busy)
+            }
+        }
+    }
+
+    fn make_xid(&mut self, slot: u32) -> u32 {
+        self.next_seq = self.next_seq.wrapping_add(1);
+        (self.next_seq << self.slot_bits) | slot
+    }
+
+    fn slot_of(&self, xid: u32) -> u32 {
+        xid & ((1u32 << self.slot_bits) - 1)
+    }
+
+    /// Tries to start `req` now. `Err(Ok(req))`: not now, resources are short;
+    /// `Err(Err(e))`: never (the request comes back in `e`).
+    #[allow(clippy::result_large_err)]
+    fn try_start(
+        &mut self,
+        req: CallRequest,
+        tag: u64,
+        deadline: Option<Instant>,
+        now: Instant,
+    ) -> Result<(), Result<CallRequest, SubmitError>> {
+        let plan = match start::plan(&req, &self.t.thresholds, self.params.credits_requested) {
+            Ok(p) => p,
+            Err(r) => return Err(Err(refuse(r, req))),
+        };
+        let needs_reply_buf = plan.reply_chunk;
+        if self.free_slots.is_empty()
+            || self.mrs.available() < plan.mrs as usize
+            || self.t.sq.free() < 2 * plan.mrs + 1
+            || (needs_reply_buf && self.large.is_empty() && self.large.pool().available() == 0)
+        {
+            return Err(Ok(req));
+        }
+        if !self.credits.try_acquire() {
+            return Err(Ok(req));
+        }
+        let Some(slot) = self.free_slots.pop() else {
+            self.credits.release();
+            return Err(Ok(req));
+        };
+        let xid = self.make_xid(slot);
+        match self.stage_call(slot, xid, req, tag, deadline, now) {
+            Ok(()) => {
+                self.slots[slot as usize].holds_credit = true;
+                self.note_deadline(deadline);
+                Ok(())
+            }
+            Err(req) => {
+                let _ = self.free_slots.push(slot);
+                self.credits.release();
+                Err(Ok(req))
+            }
+        }
+    }
+
+    fn note_deadline(&mut self, d: Option<Instant>) {
+        if let Some(d) = d {
+            self.next_deadline = Some(self.next_deadline.map_or(d, |n| n.min(d)));
+        }
+    }
+
+    /// Starts calls that were waiting, in order, as far as resources allow.
+    fn admit_queued(&mut self, now: Instant) {
+        while self.t.is_open() {
+            let Some(q) = self.queue.pop_front() else {
+                break;
+            };
+            match self.try_start(q.req, q.tag, q.deadline, now) {
+                Ok(()) => {}
+                Err(Ok(req)) => {
+                    let _ = self.queue.push_front(Queued {
+                        req,
+                        tag: q.tag,
+                        deadline: q.deadline,
+                    });
+                    break;
+                }
+                Err(Err(e)) => {
+                    // Thresholds are fixed once established, so a request that fit at
+                    // submission still fits; should it not, it fails alone.
+                    self.push_outcome(Outcome {
+                        tag: q.tag,
+                        xid: 0,
+                        status: CallStatus::Transport(TransportError::BadReply(
+                            "call no longer fits the connection",
+                        )),
+                        reply: None,
+                        msg: Some(e.request.msg),
+                        ddp_args: e.request.ddp_args,
+                        write_sinks: e.request.write_sinks,
+                    });
+                }
+            }
+        }
+        self.credits.set_waiting(self.queue.len() as u32);
+    }
+
+    fn push_outcome(&mut self, o: Outcome) {
+        self.stats.outcomes += 1;
+        // Capacity is slots plus queue length, and each call has one outcome in it at
+        // most until the driver drains it, so this cannot be full.
+        let _ = self.outcomes.push_back(o);
+    }
+
+    /// The next finished call.
+    pub fn poll_outcome(&mut self) -> Option<Outcome> {
+        self.outcomes.pop_front()
+    }
+
+    /// The next connection event.
+    pub fn poll_event(&mut self) -> Option<ConnEvent> {
+        self.events.pop_front()
+    }
+
+    /// When [`handle_timeout`](Self::handle_timeout) next has something to do.
+    pub fn next_timeout(&self) -> Option<Instant> {
+        let keepalive = match (self.params.keepalive, self.last_rx) {
+            (Some(k), Some(at)) if self.t.is_open() => at.checked_add(k),
+            _ => None,
+        };
+        match (self.next_deadline, keepalive) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Fails calls whose deadline passed, and starts the keepalive probe when due.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if let (Some(k), Some(at)) = (self.params.keepalive, self.last_rx) {
+            if self.t.is_open() && now.saturating_duration_since(at) >= k {
+                if self.health_check(now).is_ok() {
+                    // Silence until the probe answers does not call for another.
+                }
+                self.last_rx = Some(now);
+            }
+        }
+        if self.next_deadline.is_none_or(|d| d > now) {
+            return;
+        }
+        self.next_deadline = None;
+        // Queued calls never touched the wire: they time out directly.
+        for _ in 0..self.queue.len() {
+            let Some(q) = self.queue.pop_front() else {
+                break;
+            };
+            if q.deadline.is_some_and(|d| d <= now) {
+                self.push_outcome(Outcome {
+                    tag: q.tag,
+                    xid: 0,
+                    status: CallStatus::Timeout,
+                    reply: None,
+                    msg: Some(q.req.msg),
+                    ddp_args: q.req.ddp_args,
+                    write_sinks: q.req.write_sinks,
+                });
+            } else {
+                self.note_deadline(q.deadline);
+                let _ = self.queue.push_back(q);
+            }
+        }
+        self.credits.set_waiting(self.queue.len() as u32);
+        for i in 0..self.slots.len() {
+            let s = &self.slots[i];
+            if s.phase != Phase::Active || s.answer.is_some() {
+                continue;
+            }
+            match s.deadline {
+                Some(d) if d <= now => {
+                    if s.is_probe {
+                        let _ = self.events.push_back(ConnEvent::PeerDead);
+                        let _ = self
+                            .events
+                            .push_back(ConnEvent::DisconnectRequested(CloseReason::PeerDead));
+                        self.fail(CloseReason::PeerDead);
+                        return;
+                    }
+                    self.answer(
+                        i as u32,
+                        CallStatus::Timeout,
+                        None,
+                        [0; MAX_WRITE_SINKS],
+                        None,
+                    );
+                }
+                d => self.note_deadline(d),
+            }
+        }
+    }
+
+    /// Feeds one completion.
+    pub fn handle_completion(&mut self, wc: &Completion, now: Instant) {
+        let Ok(id) = WrId::decode(wc.wr_id) else {
+            self.stats.stray_completions += 1;
+            return;
+        };
+        if !wc.status.is_success() {
+            self.fail(CloseReason::WorkRequestFailed(wc.status));
+        }
+        match id.kind {
+            WrKind::Recv => {
+                let Some(buf) = self.t.recvs.complete(id.slot, wc.byte_len) else {
+                    self.stats.stray_completions += 1;
+                    return;
+                };
+                if wc.status.is_success() && self.t.is_open() {
+                    self.on_receive(buf, wc.invalidated_rkey, now);
+                } else {
+                    self.t.recvs.recycle(buf);
+                }
+            }
+            WrKind::CallSend | WrKind::FastReg | WrKind::LocalInv => {
+                let Some(s) = self.slots.get_mut(id.slot as usize) else {
+                    self.stats.stray_completions += 1;
+                    return;
+                };
+                if s.phase == Phase::Free || s.wrs == 0 {
+                    self.stats.stray_completions += 1;
+                    return;
+                }
+                s.wrs -= 1;
+                self.t.sq.give(1);
+                if id.kind == WrKind::LocalInv && wc.status.is_success() {
+                    if let Some(m) = s.mrs.get_mut(id.aux as usize) {
+                        if m.state == MrState::Invalidating {
+                            m.state = MrState::Invalid;
+                            self.mrs.give(m.mr);
+                        }
+                    }
+                }
+                self.progress(id.slot);
+            }
+            _ => self.stats.stray_completions += 1,
+        }
+        self.maybe_close();
+    }
+
+    fn on_receive(&mut self, buf: RegBuf, swi: Option<u32>, now: Instant) {
+        self.last_rx = Some(now);
+        let hdr = match HeaderView::parse(buf.as_slice(), &self.params.limits) {
+            Ok(h) => h,
+            Err(_) => {
+                // RFC 8166 §4.5.2: a requester drops what it cannot parse.
+                self.stats.bad_headers += 1;
+                self.note_foreign_swi(swi, None);
+                self.t.recvs.recycle(buf);
+                return;
+            }
+        };
+        let xid = hdr.xid();
+        let slot = self.slot_of(xid);
+        let matched = self
+            .slots
+            .get(slot as usize)
+            .is_some_and(|s| s.phase == Phase::Active && s.xid == xid && s.holds_credit);
+        if !matched {
+            self.stats.unmatched += 1;
+            self.note_foreign_swi(swi, None);
+            self.t.recvs.recycle(buf);
+            return;
+        }
+        self.credits.set_granted(hdr.credit());
+        let s = &self.slots[slot as usize];
+        let offered = &s.sink_caps[..s.sinks.len()];
+        let interp = interpret(&hdr, offered, s.reply_cap);
+        if interp == Interpreted::Done {
+            self.stats.done_received += 1;
+            self.t.recvs.recycle(buf);
+            return;
+        }
+        // The responder is finished with the call: its credit comes back whatever the
+        // call's fate.
+        self.release_credit(slot);
+        if self.slots[slot as usize].answer.is_some() {
+            // A late reply to a call that timed out: its outcome is already delivered.
+            self.stats.late_replies += 1;
+            self.note_foreign_swi(swi, None);
+            self.t.recvs.recycle(buf);
+            self.progress(slot);
+            return;
+        }
+        if self.slots[slot as usize].is_probe {
+            let rtt = self.slots[slot as usize].age(now);
+            let _ = self.events.push_back(ConnEvent::ProbeAnswered(rtt));
+        }
+        match interp {
+            Interpreted::Reply { body, sink_lens } => {
+                let reply = match body {
+                    Body::Inline {
+                        start,
+                        len,
+                        padding,
+                    } => Reply {
+                        buf,
+                        start,
+                        len,
+                        padding,
+                    },
+                    Body::InChunk { len } => {
+                        self.t.recvs.recycle(buf);
+                        match self.slots[slot as usize].reply_buf.take() {
+                            Some(rb) => Reply {
+                                buf: rb,
+                                start: 0,
+                                len,
+                                padding: None,
+                            },
+                            None => {
+                                let st = CallStatus::Transport(TransportError::BadReply(
+                                    "reply chunk buffer missing",
+                                ));
+                                self.answer(slot, st, None, [0; MAX_WRITE_SINKS], swi);
+                                return;
+                            }
+                        }
+                    }
+                };
+                let status = status_of(reply.bytes());
+                self.answer(slot, status, Some(reply), sink_lens, swi);
+            }
+            Interpreted::Failed(e) => {
+                self.t.recvs.recycle(buf);
+                self.answer(
+                    slot,
+                    CallStatus::Transport(e),
+                    None,
+                    [0; MAX_WRITE_SINKS],
+                    swi,
+                );
+            }
+            Interpreted::Done => self.t.recvs.recycle(buf),
+        }
+    }
+
+    fn release_credit(&mut self, slot: u32) {
+        let s = &mut self.slots[slot as usize];
+        if s.holds_credit {
+            s.holds_credit = false;
+            if s.is_probe {
+                self.credits.release_probe();
+            } else {
+                self.credits.release();
+            }
+        }
+    }
+
+    /// Marks a key the responder invalidated with Send With Invalidate on a message
+    /// that was not the reply of the key's call (RFC 8797 §4.1 forbids that; the key is
+    /// dead all the same, so stop tracking it as live).
+    fn note_foreign_swi(&mut self, swi: Option<u32>, except: Option<u32>) {
+        let Some(key) = swi else {
+            return;
+        };
+        self.stats.foreign_invalidations += 1;
+        for (i, s) in self.slots.iter_mut().enumerate() {
+            if Some(i as u32) == except || s.phase == Phase::Free {
+                continue;
+            }
+            for m in s.mrs.iter_mut() {
+                if m.key == key && m.state == MrState::Registered {
+                    m.state = MrState::Invalid;
+                    self.mrs.give(m.mr);
+                    if s.reserved > 0 {
+                        s.reserved -= 1;
+                        self.t.sq.give(1);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Records how call `slot` ended and starts invalidating its keys; `swi` is the key
+    /// the reply's Send With Invalidate already killed.
+    fn answer(
+        &mut self,
+        slot: u32,
+        status: CallStatus,
+        reply: Option<Reply>,
+        sink_lens: [u32; MAX_WRITE_SINKS],
+        swi: Option<u32>,
+    ) {
+        let open = self.t.is_open();
+        let mut swi_used = swi.is_none();
+        {
+            let s = &mut self.slots[slot as usize];
+            s.answer = Some(Answer {
+                status,
+                reply,
+                sink_lens,
+            });
+            for (i, m) in s.mrs.iter_mut().enumerate() {
+                if m.state != MrState::Registered {
+                    continue;
+                }
+                if Some(m.key) == swi {
+                    m.state = MrState::Invalid;
+                    self.mrs.give(m.mr);
+                    s.reserved = s.reserved.saturating_sub(1);
+                    self.t.sq.give(1);
+                    self.stats.remote_invalidations += 1;
+                    swi_used = true;
+                } else if open {
+                    let wr_id = WrId::new(WrKind::LocalInv, slot)
+                        .with_aux(i as u32)
+                        .encode();
+                    let staged = self.t.outbox.push_send(
+                        wr_id,
+                        SendOp::LocalInvalidate { key: m.key },
+                        &[],
+                        SendFlags::SIGNALED,
+                    );
+                    if staged.is_ok() {
+                        m.state = MrState::Invalidating;
+                        s.reserved = s.reserved.saturating_sub(1);
+                        s.wrs += 1;
+                        self.stats.local_invalidations += 1;
+                    }
+                }
+            }
+        }
+        if !swi_used {
+            self.note_foreign_swi(swi, Some(slot));
+        }
+        self.progress(slot);
+    }
+
+    /// Delivers the outcome once every key is dead, and frees the slot once nothing is
+    /// outstanding.
+    fn progress(&mut self, slot: u32) {
+        let s = &mut self.slots[slot as usize];
+        if s.phase != Phase::Active {
+            return;
+        }
+        if !s.delivered && s.answer.is_some() && s.all_invalid() {
+            if let Some(a) = s.answer.take() {
+                s.delivered = true;
+                let mut sinks = WriteSinks::new();
+                for (i, mut sink) in s.sinks.drain().enumerate() {
+                    let _ = sink.set_len(a.sink_lens.get(i).copied().unwrap_or(0) as usize);
+                    let _ = sinks.push(sink);
+                }
+                // A delivered call keeps a marker answer so a late reply is recognised.
+                s.answer = Some(Answer {
+                    status: a.status,
+                    reply: None,
+                    sink_lens: [0; MAX_WRITE_SINKS],
+                });
+                if let Some(rb) = s.reply_buf.take() {
+                    rb.release_into(&mut self.large);
+                }
+                let outcome = Outcome {
+                    tag: s.tag,
+                    xid: s.xid,
+                    status: a.status,
+                    reply: a.reply,
+                    msg: s.msg.take(),
+                    ddp_args: core::mem::take(&mut s.ddp_args),
+                    write_sinks: sinks,
+                };
+                if s.is_probe {
+                    // The probe's buffers go back to their pools here.
+                    drop(outcome);
+                } else {
+                    self.push_outcome(outcome);
+                }
+            }
+        }
+        let s = &mut self.slots[slot as usize];
+        if s.retirable() {
+            s.phase = Phase::Free;
+            s.answer = None;
+            s.delivered = false;
+            s.mrs.clear();
+            if !s.is_probe {
+                let _ = self.free_slots.push(slot);
+            }
+        }
+    }
+
+    /// Stops new work and starts draining for `reason`.
+    fn fail(&mut self, reason: CloseReason) {
+        if matches!(self.t.state, ConnState::Draining | ConnState::Closed) {
+            return;
+        }
+        self.t.fail(reason);
+        // Calls that never touched the wire fail now.
+        while let Some(q) = self.queue.pop_front() {
+            self.push_outcome(Outcome {
+                tag: q.tag,
+                xid: 0,
+                status: CallStatus::Transport(TransportError::Disconnected),
+                reply: None,
+                msg: Some(q.req.msg),
+                ddp_args: q.req.ddp_args,
+                write_sinks: q.req.write_sinks,
+            });
+        }
+        self.credits.set_waiting(0);
+        // Invalidations not yet staged never will be: give their send-queue room back.
+        for s in self.slots.iter_mut() {
+            if s.reserved > 0 {
+                self.t.sq.give(s.reserved);
+                s.reserved = 0;
+            }
+        }
+    }
+
+    /// Once draining has nothing outstanding: kill every key by deregistering the
+    /// fast-registration slots, then fail what is left and release every buffer.
+    fn maybe_close(&mut self) {
+        if !self.t.drained() {
+            return;
+        }
+        self.mrs.destroy();
+        for i in 0..self.slots.len() {
+            let slot = i as u32;
+            if self.slots[i].phase == Phase::Free {
+                continue;
+            }
+            self.release_credit(slot);
+            let s = &mut self.slots[i];
+            for m in s.mrs.iter_mut() {
+                m.state = MrState::Invalid;
+            }
+            s.wrs = 0;
+            if s.answer.is_none() {
+                s.answer = Some(Answer {
+                    status: CallStatus::Transport(TransportError::Disconnected),
+                    reply: None,
+                    sink_lens: [0; MAX_WRITE_SINKS],
+                });
+            }
+            self.progress(slot);
+        }
+        self.credits.reset();
+        self.t.recvs.flush_cache();
+        self.large.flush();
+        self.t.state = ConnState::Closed;
+        let reason = self.t.close_reason.unwrap_or(CloseReason::Disconnected);
+        let _ = self.events.push_back(ConnEvent::Closed(reason));
+    }
+
+    /// Per-poll work before posting: start queued calls and restock receives; finish
+    /// closing once drained.
+    pub fn prepare(&mut self, now: Instant) {
+        match self.t.state {
+            ConnState::Established => {
+                if !self.queue.is_empty() {
+                    self.admit_queued(now);
+                }
+                self.t.recvs.refill(&mut self.t.outbox);
+            }
+            ConnState::Connecting => self.t.recvs.refill(&mut self.t.outbox),
+            ConnState::Draining => self.maybe_close(),
+            ConnState::Closed => {}
+        }
+    }
+
+    /// Posts the staged receives, then the staged sends, through the given queue-pair
+    /// calls. Refused posts fail the connection; what did not go out is accounted as
+    /// flushed, so every call still gets exactly one outcome.
+    pub fn post<FS, FR>(&mut self, post_send: FS, post_recv: FR, now: Instant)
+    where
+        FS: FnMut(&[SendWr<'_>]) -> Result<(), PostError>,
+        FR: FnMut(&[RecvWr<'_>]) -> Result<(), PostError>,
+    {
+        post_staged(self, post_send, post_recv, now);
+    }
+}
+
+/// What [`post_staged`] needs from a core.
+pub(crate) trait Staged {
+    fn transport(&mut self) -> &mut Transport;
+    fn flushed(&mut self, wr_id: u64, now: Instant);
+    fn post_refused(&mut self);
+}
+
+impl<M: MemoryRegion> Staged for RequesterCore<M> {
+    fn transport(&mut self) -> &mut Transport {
+        &mut self.t
+    }
+    fn flushed(&mut self, wr_id: u64, now: Instant) {
+        self.handle_completion(&flush_of(wr_id), now);
+    }
+    fn post_refused(&mut self) {
+        self.fail(CloseReason::PostRefused);
+    }
+}
+
+/// A synthetic flush completion for a request that never reached the queue pair.
+pub(crate) fn flush_of(wr_id: u64) -> Completion {
+    Completion {
+        wr_id,
+        opcode: WcOpcode::Send,
+        status: WcStatus::WrFlushed,
+        byte_len: 0,
+        qp_num: 0,
+        invalidated_rkey: None,
+    }
+}
+
+/// Posts a core's outbox: receives first (so replies to what we are about to send find
+/// them), then the send chain. What a refused post left behind is fed back as flushed.
+pub(crate) fn post_staged<C, FS, FR>(core: &mut C, post_send: FS, post_recv: FR, now: Instant)
+where
+    C: Staged,
+    FS: FnMut(&[SendWr<'_>]) -> Result<(), PostError>,
+    FR: FnMut(&[RecvWr<'_>]) -> Result<(), PostError>,
+{
+    if core.transport().outbox.post_recvs(post_recv).is_err() {
+        core.post_refused();
+        while let Some(id) = core.transport().outbox.next_unposted_recv() {
+            core.flushed(id, now);
+        }
+    }
+    if core.transport().outbox.post_sends(post_send).is_err() {
+        core.post_refused();
+        while let Some(id) = core.transport().outbox.next_unposted_send() {
+            core.flushed(id, now);
+        }
+    }
+}
+
+fn refuse(reason: SubmitRefusal, req: CallRequest) -> SubmitError {
+    SubmitError {
+        reason,
+        request: Box::new(req),
+    }
+}

@@ -1,0 +1,116 @@
+//! One call slot: everything a call in flight holds, preallocated per connection.
+
+use core::time::Duration;
+use std::time::Instant;
+
+use crate::core::config::MAX_MRS_PER_CALL;
+use crate::core::fixed::FixedVec;
+use crate::core::regbuf::RegBuf;
+use crate::requester::{CallStatus, DdpArgs, Reply, WriteSinks, MAX_WRITE_SINKS};
+
+/// Where a slot is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Phase {
+    /// Unused.
+    Free,
+    /// A call was sent and its outcome is not yet delivered (or its work requests are
+    /// not all back).
+    Active,
+}
+
+/// The state of one fast registration a call made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum MrState {
+    /// The key is live: the peer may use it.
+    Registered,
+    /// A LocalInvalidate is posted for it.
+    Invalidating,
+    /// The key is dead (invalidated locally or by the peer's Send With Invalidate); the
+    /// MR slot is back in the table.
+    Invalid,
+}
+
+/// One registration of a call.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct MrUse {
+    pub(super) mr: u32,
+    pub(super) key: u32,
+    pub(super) state: MrState,
+}
+
+/// How the call ended, decided before its registrations are all dead.
+pub(super) struct Answer {
+    pub(super) status: CallStatus,
+    pub(super) reply: Option<Reply>,
+    pub(super) sink_lens: [u32; MAX_WRITE_SINKS],
+}
+
+pub(super) struct CallSlot {
+    pub(super) phase: Phase,
+    pub(super) xid: u32,
+    pub(super) tag: u64,
+    /// Holds this slot's transport headers; owned for the connection's life.
+    pub(super) header: RegBuf,
+    pub(super) msg: Option<RegBuf>,
+    pub(super) ddp_args: DdpArgs,
+    pub(super) sinks: WriteSinks,
+    /// What each write sink was offered as (octets), for checking the returned lengths.
+    pub(super) sink_caps: [u32; MAX_WRITE_SINKS],
+    pub(super) reply_buf: Option<RegBuf>,
+    /// Capacity of the offered Reply chunk; 0 when none was offered.
+    pub(super) reply_cap: u32,
+    pub(super) mrs: FixedVec<MrUse, MAX_MRS_PER_CALL>,
+    /// Work requests posted for this slot and not yet completed.
+    pub(super) wrs: u32,
+    /// Send-queue slots reserved for invalidations not yet staged.
+    pub(super) reserved: u32,
+    /// Whether the slot holds a credit (an ordinary one, or the probe's).
+    pub(super) holds_credit: bool,
+    pub(super) answer: Option<Answer>,
+    pub(super) delivered: bool,
+    pub(super) deadline: Option<Instant>,
+    pub(super) started: Option<Instant>,
+    pub(super) is_probe: bool,
+}
+
+impl CallSlot {
+    pub(super) fn new(header: RegBuf, is_probe: bool) -> Self {
+        CallSlot {
+            phase: Phase::Free,
+            xid: 0,
+            tag: 0,
+            header,
+            msg: None,
+            ddp_args: DdpArgs::new(),
+            sinks: WriteSinks::new(),
+            sink_caps: [0; MAX_WRITE_SINKS],
+            reply_buf: None,
+            reply_cap: 0,
+            mrs: FixedVec::new(),
+            wrs: 0,
+            reserved: 0,
+            holds_credit: false,
+            answer: None,
+            delivered: false,
+            deadline: None,
+            started: None,
+            is_probe,
+        }
+    }
+
+    /// True when every registration of the call is dead.
+    pub(super) fn all_invalid(&self) -> bool {
+        self.mrs.iter().all(|m| m.state == MrState::Invalid)
+    }
+
+    /// True when nothing of the slot is outstanding any more.
+    pub(super) fn retirable(&self) -> bool {
+        self.delivered && self.wrs == 0 && self.reserved == 0 && !self.holds_credit
+    }
+
+    /// How long the call has been out.
+    pub(super) fn age(&self, now: Instant) -> Duration {
+        self.started
+            .map_or(Duration::ZERO, |s| now.saturating_duration_since(s))
+    }
+}

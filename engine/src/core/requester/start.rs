@@ -1,0 +1,295 @@
+//! Starting a call: choosing its shape (RFC 8166 §3.5), registering its chunks and
+//! staging its work requests.
+
+use std::time::Instant;
+
+use super::slot::{MrState, MrUse, Phase};
+use super::RequesterCore;
+use crate::core::config::MAX_MRS_PER_CALL;
+use crate::core::fixed::FixedVec;
+use crate::core::regbuf::RegBuf;
+use crate::core::wrid::{WrId, WrKind};
+use crate::fabric::{Access, MemoryRegion, SendFlags, SendOp, Sge};
+use crate::requester::{CallRequest, SubmitRefusal, MAX_DDP_ARGS, MAX_WRITE_SINKS};
+use crate::wire::header::{
+    BodyRepr, ChunkListsRepr, HeaderRepr, ReadSegment, Segment, FIXED_HEADER_LEN,
+    READ_LIST_ENTRY_LEN, SEGMENT_LEN, WORD_LEN,
+};
+use crate::wire::private_data::InlineThresholds;
+use crate::wire::xdr::pad4;
+
+/// The shape of a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Plan {
+    /// The message goes in a Position-Zero Read chunk (RDMA_NOMSG).
+    pub(super) long: bool,
+    /// A Reply chunk is offered.
+    pub(super) reply_chunk: bool,
+    /// Memory registrations needed.
+    pub(super) mrs: u32,
+}
+
+/// Octets of a Write list of `sinks` one-segment chunks.
+fn write_list_len(sinks: usize) -> usize {
+    WORD_LEN + sinks * (WORD_LEN + WORD_LEN + SEGMENT_LEN)
+}
+
+/// Chooses the call's shape against the negotiated thresholds.
+///
+/// - A Reply chunk is offered when the largest reply plus its largest inline transport
+///   header (the Write list echoed back, no Reply chunk) exceeds what we can receive
+///   inline (RFC 8166 §3.5.4).
+/// - The message goes in a Position-Zero Read chunk when header plus message exceed
+///   what the responder receives inline (RFC 8166 §3.5.3).
+pub(super) fn plan(
+    req: &CallRequest,
+    th: &InlineThresholds,
+    _credits: u32,
+) -> Result<Plan, SubmitRefusal> {
+    let args = req.ddp_args.iter().filter(|a| !a.data.is_empty()).count();
+    let sinks = req.write_sinks.len();
+    let writes = write_list_len(sinks);
+    let max_reply_header = FIXED_HEADER_LEN + WORD_LEN + writes + WORD_LEN;
+    let reply_chunk = req.max_reply_len as usize + max_reply_header > th.recv as usize;
+    let reply = if reply_chunk {
+        2 * WORD_LEN + SEGMENT_LEN
+    } else {
+        WORD_LEN
+    };
+    let header =
+        |reads: usize| FIXED_HEADER_LEN + reads * READ_LIST_ENTRY_LEN + WORD_LEN + writes + reply;
+    let long = header(args) + req.msg.len() > th.send as usize;
+    if long && header(args + 1) > th.send as usize {
+        return Err(SubmitRefusal::HeaderTooLarge);
+    }
+    Ok(Plan {
+        long,
+        reply_chunk,
+        mrs: u32::from(long) + args as u32 + sinks as u32 + u32::from(reply_chunk),
+    })
+}
+
+/// A registration to make: the region and what the peer may do with it.
+#[derive(Clone, Copy)]
+struct Reg {
+    region: Sge,
+    access: Access,
+}
+
+impl<M: MemoryRegion> RequesterCore<M> {
+    /// Registers the chunks of `req` and stages its work requests on `slot`. On any
+    /// shortage nothing is staged and the request comes back (by value: this is the
+    /// data path, and the request must not be boxed to be returned).
+    #[allow(clippy::result_large_err)]
+    pub(super) fn stage_call(
+        &mut self,
+        slot: u32,
+        xid: u32,
+        mut req: CallRequest,
+        tag: u64,
+        deadline: Option<Instant>,
+        now: Instant,
+    ) -> Result<(), CallRequest> {
+        let Ok(plan) = plan(&req, &self.t.thresholds, self.params.credits_requested) else {
+            return Err(req);
+        };
+        if self.mrs.available() < plan.mrs as usize || self.t.sq.free() < 2 * plan.mrs + 1 {
+            return Err(req);
+        }
+        let mut reply_buf = None;
+        if plan.reply_chunk {
+            match RegBuf::from_cache(&mut self.large) {
+                Ok(b) => reply_buf = Some(b),
+                Err(_) => return Err(req),
+            }
+        }
+        if let Some(x) = req.msg.storage_mut().get_mut(..4) {
+            x.copy_from_slice(&xid.to_be_bytes());
+        }
+
+        // What to register, in the order the chunks appear in the header.
+        let mut regs: FixedVec<Reg, MAX_MRS_PER_CALL> = FixedVec::new();
+        let mut reads = [ReadSegment::default(); 1 + MAX_DDP_ARGS];
+        let mut n_reads = 0;
+        let read_access = Access::REMOTE_READ;
+        let write_access = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
+        let sge_of = |b: &RegBuf, len: usize| b.sge(0, len).ok();
+        let mut all_registered = true;
+        if plan.long {
+            let Some(region) = sge_of(&req.msg, req.msg.len()) else {
+                return Err(req);
+            };
+            let _ = regs.push(Reg {
+                region,
+                access: read_access,
+            });
+            reads[n_reads].position = 0;
+            n_reads += 1;
+        }
+        for a in req.ddp_args.iter() {
+            if a.data.is_empty() {
+                continue;
+            }
+            let Some(region) = sge_of(&a.data, a.data.len()) else {
+                all_registered = false;
+                break;
+            };
+            let _ = regs.push(Reg {
+                region,
+                access: read_access,
+            });
+            reads[n_reads].position = a.position;
+            n_reads += 1;
+        }
+        let mut sink_caps = [0u32; MAX_WRITE_SINKS];
+        for (i, s) in req.write_sinks.iter().enumerate() {
+            let Some(region) = sge_of(s, s.capacity()) else {
+                all_registered = false;
+                break;
+            };
+            sink_caps[i] = region.length;
+            let _ = regs.push(Reg {
+                region,
+                access: write_access,
+            });
+        }
+        if !all_registered {
+            return Err(req);
+        }
+        let mut reply_cap = 0u32;
+        if let Some(rb) = &reply_buf {
+            let len = pad4(req.max_reply_len as usize).min(rb.capacity());
+            let Some(region) = sge_of(rb, len) else {
+                return Err(req);
+            };
+            reply_cap = region.length;
+            let _ = regs.push(Reg {
+                region,
+                access: write_access,
+            });
+        }
+
+        // Fresh keys, then the header that advertises them.
+        let mut uses: FixedVec<MrUse, MAX_MRS_PER_CALL> = FixedVec::new();
+        for _ in regs.iter() {
+            let Some((mr, key)) = self.mrs.take() else {
+                for u in uses.drain() {
+                    self.mrs.give(u.mr);
+                }
+                return Err(req);
+            };
+            let _ = uses.push(MrUse {
+                mr,
+                key,
+                state: MrState::Registered,
+            });
+        }
+        let seg = |i: usize| {
+            let (r, u) = (regs.get(i), uses.get(i));
+            match (r, u) {
+                (Some(r), Some(u)) => Segment::new(u.key, r.region.length, r.region.addr),
+                _ => Segment::default(),
+            }
+        };
+        for (i, r) in reads[..n_reads].iter_mut().enumerate() {
+            r.segment = seg(i);
+        }
+        let mut write_segs = [[Segment::default(); 1]; MAX_WRITE_SINKS];
+        for (i, w) in write_segs
+            .iter_mut()
+            .take(req.write_sinks.len())
+            .enumerate()
+        {
+            w[0] = seg(n_reads + i);
+        }
+        let write_refs: [&[Segment]; MAX_WRITE_SINKS] =
+            core::array::from_fn(|i| &write_segs[i][..]);
+        let reply_seg = [seg(n_reads + req.write_sinks.len())];
+        let lists = ChunkListsRepr {
+            reads: &reads[..n_reads],
+            writes: &write_refs[..req.write_sinks.len()],
+            reply: reply_buf.as_ref().map(|_| &reply_seg[..]),
+        };
+        let repr = HeaderRepr {
+            xid,
+            credit: self.params.credits_requested,
+            body: if plan.long {
+                BodyRepr::Nomsg(lists)
+            } else {
+                BodyRepr::Msg(lists)
+            },
+        };
+        let s = &mut self.slots[slot as usize];
+        let encoded = repr.encode(s.header.storage_mut());
+        let (Ok(hlen), Ok(hdr_sge)) = (
+            encoded,
+            s.header.sge(0, repr.encoded_len().min(s.header.capacity())),
+        ) else {
+            for u in uses.drain() {
+                self.mrs.give(u.mr);
+            }
+            return Err(req);
+        };
+        let _ = hlen;
+        let mut sgl = [hdr_sge, Sge::default()];
+        let mut n_sge = 1;
+        if !plan.long {
+            match req.msg.sge(0, req.msg.len()) {
+                Ok(m) => {
+                    sgl[1] = m;
+                    n_sge = 2;
+                }
+                Err(_) => {
+                    for u in uses.drain() {
+                        self.mrs.give(u.mr);
+                    }
+                    return Err(req);
+                }
+            }
+        }
+        if !self.t.sq.take(2 * plan.mrs + 1) {
+            for u in uses.drain() {
+                self.mrs.give(u.mr);
+            }
+            return Err(req);
+        }
+
+        // One chain: the registrations, then the Send that advertises them.
+        for (i, (r, u)) in regs.iter().zip(uses.iter()).enumerate() {
+            let wr_id = WrId::new(WrKind::FastReg, slot).with_aux(i as u32).encode();
+            let op = SendOp::FastReg {
+                key: u.key,
+                region: r.region,
+                access: r.access,
+            };
+            // The send queue has room (taken above) and the outbox is as deep as it.
+            let _ = self.t.outbox.push_send(wr_id, op, &[], SendFlags::SIGNALED);
+        }
+        let wr_id = WrId::new(WrKind::CallSend, slot).encode();
+        let _ = self
+            .t
+            .outbox
+            .push_send(wr_id, SendOp::Send, &sgl[..n_sge], SendFlags::SIGNALED);
+
+        s.phase = Phase::Active;
+        s.xid = xid;
+        s.tag = tag;
+        s.mrs = uses;
+        s.wrs = plan.mrs + 1;
+        s.reserved = plan.mrs;
+        s.sink_caps = sink_caps;
+        s.reply_cap = reply_cap;
+        s.reply_buf = reply_buf;
+        s.answer = None;
+        s.delivered = false;
+        s.deadline = deadline;
+        s.started = Some(now);
+        s.msg = Some(req.msg);
+        s.ddp_args = req.ddp_args;
+        s.sinks = req.write_sinks;
+        self.stats.calls_sent += 1;
+        self.stats.long_calls += u64::from(plan.long);
+        self.stats.reply_chunks += u64::from(plan.reply_chunk);
+        Ok(())
+    }
+}

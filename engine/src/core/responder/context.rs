@@ -1,0 +1,74 @@
+//! A reply context: what one call holds at the responder, from its arrival to the
+//! completion of its reply's Send. Preallocated; two per credit.
+
+use crate::core::fixed::FixedVec;
+use crate::core::regbuf::RegBuf;
+use crate::service::{DdpResults, MAX_DDP_ITEMS};
+use crate::wire::header::RdmaError;
+
+/// What a context waits for or does next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Step {
+    /// Unused.
+    Free,
+    /// Needs large buffers and send-queue room to pull its Read chunks.
+    StartReads,
+    /// RDMA Reads are outstanding.
+    Reading,
+    /// Ready for the service (needs a large buffer first when a Reply chunk is offered).
+    Dispatch,
+    /// The service has answered; the reply needs send-queue room.
+    Reply,
+    /// An RDMA_ERROR needs send-queue room.
+    Error(RdmaError),
+    /// The reply (or error) is posted; waiting for its completions.
+    Sent,
+}
+
+/// How the reply body is to be delivered, decided after the service ran.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Delivery {
+    /// An RPC reply of `len` octets (inline or through the Reply chunk, whichever fits).
+    Body { len: usize },
+    /// The reply fits nothing the requester offered: RDMA_ERROR/ERR_CHUNK.
+    TooLarge,
+}
+
+pub(super) struct Context {
+    pub(super) step: Step,
+    pub(super) xid: u32,
+    /// The call's receive buffer: its transport header (re-parsed when needed: it was
+    /// validated on arrival) and, for RDMA_MSG, the message.
+    pub(super) recv: Option<RegBuf>,
+    /// Owned for the connection's life: the reply's transport header, and the inline
+    /// body after it.
+    pub(super) send: RegBuf,
+    /// Where the inline body starts in `send`: the largest header the reply can have.
+    pub(super) body_off: usize,
+    /// Pulled Read chunks, in Read list order.
+    pub(super) sinks: FixedVec<RegBuf, { 1 + MAX_DDP_ITEMS }>,
+    /// The body, when the requester offered a Reply chunk.
+    pub(super) body: Option<RegBuf>,
+    /// DDP results for the Write chunks.
+    pub(super) results: DdpResults,
+    pub(super) delivery: Delivery,
+    /// Work requests posted and not yet completed.
+    pub(super) wrs: u32,
+}
+
+impl Context {
+    pub(super) fn new(send: RegBuf) -> Self {
+        Context {
+            step: Step::Free,
+            xid: 0,
+            recv: None,
+            send,
+            body_off: 0,
+            sinks: FixedVec::new(),
+            body: None,
+            results: DdpResults::new(),
+            delivery: Delivery::TooLarge,
+            wrs: 0,
+        }
+    }
+}

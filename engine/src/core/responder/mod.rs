@@ -1,0 +1,740 @@
+//! The responder (server) protocol core: receives calls, pulls their Read chunks,
+//! hands them to the [`Service`], and sends replies inline, through the Reply chunk, or
+//! as RDMA_ERROR — as a sans-IO state machine.
+//!
+//! Life of a call (one reply context each):
+//!
+//! 1. The receive completes; the receive is restocked at once, so the credits granted
+//!    stay backed by posted receives. The header is parsed: a bad one is answered with
+//!    ERR_VERS or ERR_CHUNK (RFC 8166 §4.5) and goes no further.
+//! 2. Read chunks (a long call's Position-Zero chunk, DDP-eligible arguments) are
+//!    pulled with RDMA Reads into large registered buffers.
+//! 3. The [`Service`] handles the call and writes its reply into a registered buffer:
+//!    right behind the room reserved for the reply's header in the context's send
+//!    buffer, or in a large buffer when the requester offered a Reply chunk.
+//! 4. The reply goes out as one chain: RDMA Writes of DDP results into the Write chunks,
+//!    RDMA Writes of the body into the Reply chunk when it does not fit inline, then the
+//!    Send (with Invalidate, when both peers allow it: RFC 8797 §4.1) of the header and
+//!    the inline body. When the Send completes the context's buffers go back.
+
+mod context;
+mod inspect;
+mod reply;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use rpcrdma_pools::PoolCache;
+
+use self::context::{Context, Delivery, Step};
+use self::inspect::inspect;
+use super::config::{ConnConfig, Role};
+use super::event::ConnEvent;
+use super::fixed::{FixedQueue, IndexStack};
+use super::outbox::Outbox;
+use super::regbuf::RegBuf;
+use super::requester::{flush_of, post_staged, Staged};
+use super::rpcmsg::encode_accepted_error;
+use super::transport::{CloseReason, ConnState, Transport};
+use super::wrid::{WrId, WrKind};
+use super::{CoreError, CorePools};
+use crate::credits::GrantPolicy;
+use crate::fabric::{Completion, PostError, RecvWr, RemoteAddr, SendFlags, SendOp, SendWr};
+use crate::service::{
+    CallView, DdpItem, Padding, ReplyWriter, Service, MAX_DDP_ITEMS, MAX_WRITE_CHUNKS,
+};
+use crate::wire::header::{
+    BodyView, HeaderView, Limits, Procedure, RdmaError, ResponderAction, FIXED_HEADER_LEN,
+    SEGMENT_LEN, WORD_LEN,
+};
+use crate::wire::private_data::{InlineThresholds, PrivateData};
+use crate::wire::xdr::pad4;
+
+/// Counters of one responder connection.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ResponderStats {
+    /// Calls handed to the service.
+    pub calls: u64,
+    /// Of those, long calls (Position-Zero Read chunk).
+    pub long_calls: u64,
+    /// DDP-eligible arguments pulled from Read chunks.
+    pub ddp_args: u64,
+    /// DDP results written into Write chunks.
+    pub ddp_results: u64,
+    /// Replies sent inline.
+    pub inline_replies: u64,
+    /// Replies written into the Reply chunk.
+    pub chunk_replies: u64,
+    /// Calls the service declined (answered with an RPC error reply).
+    pub service_errors: u64,
+    /// RDMA_ERROR / ERR_VERS sent.
+    pub err_vers: u64,
+    /// RDMA_ERROR / ERR_CHUNK sent (bad headers, unusable chunks, replies too large).
+    pub err_chunk: u64,
+    /// Messages dropped without an answer (no XID, or RDMA_ERROR from a requester).
+    pub dropped: u64,
+    /// Calls beyond the credits granted, found with no context free (dropped).
+    pub overruns: u64,
+    /// RDMA_DONE messages received.
+    pub done_received: u64,
+    /// Replies sent with Send With Invalidate.
+    pub remote_invalidations: u64,
+    /// Times a context waited for buffers or send-queue room.
+    pub stalls: u64,
+    /// Completions whose `wr_id` named nothing outstanding (provider bugs).
+    pub stray_completions: u64,
+    /// Refills that found the receive pool empty.
+    pub recv_starved: u64,
+}
+
+/// The responder side of one connection, serving calls with `S`.
+pub struct ResponderCore<S> {
+    t: Transport,
+    service: S,
+    policy: Arc<GrantPolicy>,
+    limits: Limits,
+    local_pd: PrivateData,
+    ctxs: Box<[Context]>,
+    free: IndexStack,
+    stalled: FixedQueue<u32>,
+    large: PoolCache,
+    max_chunk: u64,
+    sq_depth: u32,
+    events: FixedQueue<ConnEvent>,
+    stats: ResponderStats,
+}
+
+impl<S: Service> ResponderCore<S> {
+    /// A responder for `cfg` over registered `pools`, serving calls with `service` and
+    /// granting credits by `policy`. Receives are staged at once.
+    pub fn new(
+        cfg: &ConnConfig,
+        pools: &CorePools,
+        service: S,
+        policy: Arc<GrantPolicy>,
+    ) -> Result<Self, CoreError> {
+        cfg.validate().map_err(CoreError::Config)?;
+        let local_pd = cfg
+            .private_data()
+            .map_err(|e| CoreError::Config(crate::core::config::ConfigError::InlineSize(e)))?;
+        let sizes = cfg.sizes(Role::Responder);
+        let mut ctxs = Vec::with_capacity(sizes.slots as usize);
+        for _ in 0..sizes.slots {
+            let send = RegBuf::from_pool(&pools.send).map_err(CoreError::Buffers)?;
+            send.lkey().map_err(CoreError::Buffers)?;
+            ctxs.push(Context::new(send));
+        }
+        let t = Transport::new(
+            sizes.sq_depth,
+            sizes.rq_depth,
+            sizes.max_send_sge,
+            &pools.recv,
+        );
+        Ok(ResponderCore {
+            t,
+            service,
+            policy,
+            limits: cfg.limits,
+            local_pd,
+            free: IndexStack::full(sizes.slots),
+            stalled: FixedQueue::with_capacity(sizes.slots as usize),
+            ctxs: ctxs.into_boxed_slice(),
+            max_chunk: pools.large.buf_size() as u64,
+            large: pools.large.cache(),
+            sq_depth: sizes.sq_depth,
+            events: FixedQueue::with_capacity(16),
+            stats: ResponderStats::default(),
+        })
+    }
+
+    /// The RFC 8797 private data to offer when accepting.
+    pub fn local_private_data(&self) -> [u8; 8] {
+        self.local_pd.to_bytes().unwrap_or([0; 8])
+    }
+
+    /// The connection state.
+    pub fn state(&self) -> ConnState {
+        self.t.state
+    }
+
+    /// The negotiated inline thresholds.
+    pub fn thresholds(&self) -> InlineThresholds {
+        self.t.thresholds
+    }
+
+    /// The grant policy.
+    pub fn policy(&self) -> &Arc<GrantPolicy> {
+        &self.policy
+    }
+
+    /// The service.
+    pub fn service(&self) -> &S {
+        &self.service
+    }
+
+    /// The service, writable.
+    pub fn service_mut(&mut self) -> &mut S {
+        &mut self.service
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> ResponderStats {
+        let mut s = self.stats;
+        s.recv_starved = self.t.recvs.starved;
+        s
+    }
+
+    /// Calls received and not yet fully answered.
+    pub fn active(&self) -> usize {
+        self.ctxs.iter().filter(|c| c.step != Step::Free).count()
+    }
+
+    /// The staged work requests.
+    pub fn outbox_mut(&mut self) -> &mut Outbox {
+        &mut self.t.outbox
+    }
+
+    /// The connection is established; `peer_private_data` is what the requester sent
+    /// with its connect request.
+    pub fn on_established(&mut self, peer_private_data: &[u8], _now: Instant) {
+        if self.t.state != ConnState::Connecting {
+            return;
+        }
+        self.t.thresholds =
+            InlineThresholds::from_received(Some(&self.local_pd), peer_private_data);
+        self.t.state = ConnState::Established;
+        let _ = self
+            .events
+            .push_back(ConnEvent::Established(self.t.thresholds));
+    }
+
+    /// The connection ended.
+    pub fn on_disconnected(&mut self) {
+        self.fail(CloseReason::Disconnected);
+    }
+
+    /// Starts a local close.
+    pub fn close(&mut self) {
+        if matches!(self.t.state, ConnState::Established | ConnState::Connecting) {
+            let _ = self
+                .events
+                .push_back(ConnEvent::DisconnectRequested(CloseReason::Local));
+        }
+        self.fail(CloseReason::Local);
+    }
+
+    /// The next connection event.
+    pub fn poll_event(&mut self) -> Option<ConnEvent> {
+        self.events.pop_front()
+    }
+
+    /// A responder has no timers.
+    pub fn next_timeout(&self) -> Option<Instant> {
+        None
+    }
+
+    /// A responder has no timers.
+    pub fn handle_timeout(&mut self, _now: Instant) {}
+
+    /// Feeds one completion.
+    pub fn handle_completion(&mut self, wc: &Completion, _now: Instant) {
+        let Ok(id) = WrId::decode(wc.wr_id) else {
+            self.stats.stray_completions += 1;
+            return;
+        };
+        if !wc.status.is_success() {
+            self.fail(CloseReason::WorkRequestFailed(wc.status));
+        }
+        match id.kind {
+            WrKind::Recv => {
+                let Some(buf) = self.t.recvs.complete(id.slot, wc.byte_len) else {
+                    self.stats.stray_completions += 1;
+                    return;
+                };
+                if wc.status.is_success() && self.t.is_open() {
+                    self.on_receive(buf);
+                } else {
+                    self.t.recvs.recycle(buf);
+                }
+            }
+            WrKind::ChunkRead | WrKind::ChunkWrite | WrKind::ReplySend => {
+                let i = id.slot as usize;
+                let Some(c) = self.ctxs.get_mut(i) else {
+                    self.stats.stray_completions += 1;
+                    return;
+                };
+                if c.step == Step::Free || c.wrs == 0 {
+                    self.stats.stray_completions += 1;
+                    return;
+                }
+                c.wrs -= 1;
+                self.t.sq.give(1);
+                if c.wrs == 0 {
+                    if !self.t.is_open() || c.step == Step::Sent {
+                        self.release(i as u32);
+                    } else if c.step == Step::Reading {
+                        c.step = Step::Dispatch;
+                        self.run(i as u32);
+                    }
+                }
+            }
+            _ => self.stats.stray_completions += 1,
+        }
+        self.maybe_close();
+    }
+
+    fn on_receive(&mut self, buf: RegBuf) {
+        // Restock first: the grant in the reply this call gets counts posted receives.
+        self.t.recvs.refill(&mut self.t.outbox);
+        let Some(i) = self.free.pop() else {
+            // More calls than credits granted (RFC 8166 §3.3.1 lets us drop them).
+            self.stats.overruns += 1;
+            self.t.recvs.recycle(buf);
+            return;
+        };
+        enum Next {
+            Drop,
+            Done(u32),
+            Error(u32, RdmaError),
+            Call(u32, bool),
+        }
+        let next = match HeaderView::parse(buf.as_slice(), &self.limits) {
+            Err(e) => match e.responder_reply() {
+                ResponderAction::Drop => Next::Drop,
+                ResponderAction::ErrVers { xid } => Next::Error(
+                    xid,
+                    RdmaError::Vers {
+                        low: crate::wire::header::RPCRDMA_VERSION,
+                        high: crate::wire::header::RPCRDMA_VERSION,
+                    },
+                ),
+                ResponderAction::ErrChunk { xid } => Next::Error(xid, RdmaError::Chunk),
+            },
+            Ok(h) => match h.procedure() {
+                Procedure::Done => Next::Done(h.xid()),
+                Procedure::Error => Next::Drop,
+                Procedure::Msg | Procedure::Nomsg | Procedure::Msgp => {
+                    match inspect(&h, self.max_chunk, self.sq_depth) {
+                        Ok(info) => Next::Call(h.xid(), info.read_chunks > 0),
+                        Err(_) => Next::Error(h.xid(), RdmaError::Chunk),
+                    }
+                }
+            },
+        };
+        let c = &mut self.ctxs[i as usize];
+        match next {
+            Next::Drop => {
+                self.stats.dropped += 1;
+                self.t.recvs.recycle(buf);
+                let _ = self.free.push(i);
+                return;
+            }
+            Next::Done(xid) => {
+                self.stats.done_received += 1;
+                self.t.recvs.recycle(buf);
+                let _ = self.free.push(i);
+                self.service.on_done(xid);
+                return;
+            }
+            Next::Error(xid, e) => {
+                self.t.recvs.recycle(buf);
+                c.xid = xid;
+                c.step = Step::Error(e);
+            }
+            Next::Call(xid, reads) => {
+                c.xid = xid;
+                c.recv = Some(buf);
+                c.step = if reads {
+                    Step::StartReads
+                } else {
+                    Step::Dispatch
+                };
+            }
+        }
+        if self.stalled.is_empty() {
+            self.run(i);
+        } else {
+            // Keep arrival order behind contexts already waiting for resources.
+            let _ = self.stalled.push_back(i);
+        }
+    }
+
+    /// Advances context `i` as far as resources allow; queues it when they do not.
+    fn run(&mut self, i: u32) {
+        if !self.advance(i) {
+            self.stats.stalls += 1;
+            let _ = self.stalled.push_back(i);
+        }
+    }
+
+    /// Advances context `i`; false when it must wait for resources.
+    fn advance(&mut self, i: u32) -> bool {
+        loop {
+            if !self.t.is_open() {
+                if self.ctxs[i as usize].wrs == 0 {
+                    self.release(i);
+                }
+                return true;
+            }
+            let progressed = match self.ctxs[i as usize].step {
+                Step::StartReads => self.start_reads(i),
+                Step::Dispatch => self.dispatch(i),
+                Step::Reply => self.stage_reply(i),
+                Step::Error(e) => self.stage_error(i, e),
+                Step::Free | Step::Reading | Step::Sent => return true,
+            };
+            if !progressed {
+                return false;
+            }
+        }
+    }
+
+    /// Takes large buffers and send-queue room, and stages the RDMA Reads of every
+    /// Read chunk.
+    fn start_reads(&mut self, i: u32) -> bool {
+        let c = &mut self.ctxs[i as usize];
+        let Some(recv) = c.recv.as_ref() else {
+            c.step = Step::Error(RdmaError::Chunk);
+            return true;
+        };
+        let Ok(h) = HeaderView::parse(recv.as_slice(), &self.limits) else {
+            c.step = Step::Error(RdmaError::Chunk);
+            return true;
+        };
+        let Ok(info) = inspect(&h, self.max_chunk, self.sq_depth) else {
+            c.step = Step::Error(RdmaError::Chunk);
+            return true;
+        };
+        if self.t.sq.free() < info.reads {
+            return false;
+        }
+        while c.sinks.len() < info.read_chunks {
+            match RegBuf::from_cache(&mut self.large) {
+                Ok(b) => {
+                    let _ = c.sinks.push(b);
+                }
+                Err(_) => {
+                    for b in c.sinks.drain() {
+                        b.release_into(&mut self.large);
+                    }
+                    return false;
+                }
+            }
+        }
+        self.t.sq.take(info.reads);
+        let mut n = 0u32;
+        for (k, chunk) in h.read_chunks().enumerate() {
+            let Some(sink) = c.sinks.get_mut(k) else {
+                break;
+            };
+            let mut off = 0usize;
+            for seg in chunk.segments() {
+                if seg.length == 0 {
+                    continue;
+                }
+                let Ok(sge) = sink.sge(off, seg.length as usize) else {
+                    break;
+                };
+                let wr_id = WrId::new(WrKind::ChunkRead, i).with_aux(n).encode();
+                let op = SendOp::RdmaRead {
+                    remote: RemoteAddr {
+                        addr: seg.offset,
+                        rkey: seg.handle,
+                    },
+                };
+                if self
+                    .t
+                    .outbox
+                    .push_send(wr_id, op, &[sge], SendFlags::SIGNALED)
+                    .is_ok()
+                {
+                    n += 1;
+                }
+                off += seg.length as usize;
+            }
+            let _ = sink.set_len(off);
+        }
+        // Room was taken for every Read; give back what was not staged.
+        self.t.sq.give(info.reads - n);
+        c.wrs += n;
+        self.stats.long_calls += u64::from(info.long);
+        self.stats.ddp_args += (info.read_chunks - usize::from(info.long)) as u64;
+        c.step = if n == 0 {
+            Step::Dispatch
+        } else {
+            Step::Reading
+        };
+        true
+    }
+
+    /// Runs the service on a call whose chunks are all pulled.
+    fn dispatch(&mut self, i: u32) -> bool {
+        let th = self.t.thresholds;
+        let c = &mut self.ctxs[i as usize];
+        let Context {
+            recv,
+            send,
+            body_off,
+            sinks,
+            body,
+            results,
+            delivery,
+            step,
+            xid,
+            ..
+        } = c;
+        let Some(recv) = recv.as_ref() else {
+            *step = Step::Error(RdmaError::Chunk);
+            return true;
+        };
+        let Ok(h) = HeaderView::parse(recv.as_slice(), &self.limits) else {
+            *step = Step::Error(RdmaError::Chunk);
+            return true;
+        };
+        let Some(lists) = h.chunk_lists() else {
+            *step = Step::Error(RdmaError::Chunk);
+            return true;
+        };
+        let mut write_caps = [0u64; MAX_WRITE_CHUNKS];
+        let mut n_writes = 0;
+        let mut write_list_len = WORD_LEN;
+        for (k, w) in lists.write_list().enumerate().take(MAX_WRITE_CHUNKS) {
+            write_caps[k] = w.total_length();
+            n_writes = k + 1;
+            write_list_len += 2 * WORD_LEN + w.len() * SEGMENT_LEN;
+        }
+        // The largest header an inline reply can have: the Write list echoed with every
+        // segment, no Read list, no Reply chunk.
+        let inline_hdr_max = FIXED_HEADER_LEN + WORD_LEN + write_list_len + WORD_LEN;
+        let send_limit = (th.send as usize).min(send.capacity());
+        let inline_cap = send_limit.saturating_sub(inline_hdr_max);
+        let reply_cap = lists.reply_chunk().map(|r| r.total_length());
+        if reply_cap.is_some() && body.is_none() {
+            match RegBuf::from_cache(&mut self.large) {
+                Ok(b) => *body = Some(b),
+                Err(_) => return false,
+            }
+        }
+        let long = matches!(h.body(), BodyView::Nomsg(_));
+        let padding = match h.body() {
+            BodyView::Msgp { align, thresh, .. } => Some(Padding {
+                align: *align,
+                thresh: *thresh,
+                base: h.header_len(),
+            }),
+            _ => None,
+        };
+        let msg: &[u8] = if long {
+            sinks.get(0).map_or(&[], |s| s.as_slice())
+        } else {
+            h.after_header()
+        };
+        let mut items = [DdpItem {
+            position: 0,
+            msg_offset: 0,
+            data: &[],
+        }; MAX_DDP_ITEMS];
+        let mut n_items = 0;
+        let mut moved = 0usize;
+        for (k, chunk) in h.read_chunks().enumerate() {
+            if long && k == 0 {
+                continue;
+            }
+            let Some(sink) = sinks.get(k) else {
+                break;
+            };
+            let Some(item) = items.get_mut(n_items) else {
+                break;
+            };
+            let position = chunk.position();
+            *item = DdpItem {
+                position,
+                msg_offset: (position as usize).saturating_sub(moved),
+                data: sink.as_slice(),
+            };
+            moved += pad4(sink.len());
+            n_items += 1;
+        }
+        let view = CallView {
+            xid: h.xid(),
+            credit: h.credit(),
+            msg,
+            ddp: &items[..n_items],
+            write_chunks: &write_caps[..n_writes],
+            reply_chunk: reply_cap,
+            padding,
+            long,
+        };
+        let body_slice: &mut [u8] = match body.as_mut() {
+            Some(b) => {
+                let cap = inline_cap.max(reply_cap.unwrap_or(0) as usize);
+                let all = b.storage_mut();
+                let n = cap.min(all.len());
+                &mut all[..n]
+            }
+            None => {
+                *body_off = inline_hdr_max;
+                send.storage_mut()
+                    .get_mut(inline_hdr_max..send_limit)
+                    .unwrap_or(&mut [])
+            }
+        };
+        let mut writer = ReplyWriter::new(body_slice, &write_caps[..n_writes], results);
+        let result = self.service.handle_call(&view, &mut writer);
+        let len = writer.len();
+        let overflow = writer.overflow();
+        self.stats.calls += 1;
+        *delivery = match result {
+            Ok(()) if overflow.is_none() => Delivery::Body { len },
+            Ok(()) => {
+                results.clear();
+                Delivery::TooLarge
+            }
+            Err(e) => {
+                self.stats.service_errors += 1;
+                results.clear();
+                let out: &mut [u8] = match body.as_mut() {
+                    Some(b) => b.storage_mut(),
+                    None => send
+                        .storage_mut()
+                        .get_mut(inline_hdr_max..send_limit)
+                        .unwrap_or(&mut []),
+                };
+                match encode_accepted_error(*xid, e, out) {
+                    Ok(n) => Delivery::Body { len: n },
+                    Err(_) => Delivery::TooLarge,
+                }
+            }
+        };
+        *step = Step::Reply;
+        true
+    }
+
+    /// Stages RDMA_ERROR for context `i`.
+    fn stage_error(&mut self, i: u32, e: RdmaError) -> bool {
+        if self.t.sq.free() < 1 {
+            return false;
+        }
+        let credit = self.policy.grant(self.t.recvs.posted());
+        let c = &mut self.ctxs[i as usize];
+        let repr = crate::wire::header::HeaderRepr {
+            xid: c.xid,
+            credit,
+            body: crate::wire::header::BodyRepr::Error(e),
+        };
+        let Ok(n) = repr.encode(c.send.storage_mut()) else {
+            self.release(i);
+            return true;
+        };
+        let Ok(sge) = c.send.sge(0, n) else {
+            self.release(i);
+            return true;
+        };
+        // The call's chunks and results are moot now.
+        for b in c.sinks.drain() {
+            b.release_into(&mut self.large);
+        }
+        c.results.clear();
+        self.t.sq.take(1);
+        let wr_id = WrId::new(WrKind::ReplySend, i).encode();
+        let _ = self
+            .t
+            .outbox
+            .push_send(wr_id, SendOp::Send, &[sge], SendFlags::SIGNALED);
+        c.wrs += 1;
+        c.step = Step::Sent;
+        match e {
+            RdmaError::Vers { .. } => self.stats.err_vers += 1,
+            RdmaError::Chunk => self.stats.err_chunk += 1,
+        }
+        true
+    }
+
+    /// Returns context `i`'s buffers and frees it.
+    fn release(&mut self, i: u32) {
+        let c = &mut self.ctxs[i as usize];
+        if c.step == Step::Free {
+            return;
+        }
+        if let Some(b) = c.recv.take() {
+            self.t.recvs.recycle(b);
+        }
+        for b in c.sinks.drain() {
+            b.release_into(&mut self.large);
+        }
+        if let Some(b) = c.body.take() {
+            b.release_into(&mut self.large);
+        }
+        c.results.clear();
+        c.wrs = 0;
+        c.step = Step::Free;
+        let _ = self.free.push(i);
+    }
+
+    fn fail(&mut self, reason: CloseReason) {
+        if matches!(self.t.state, ConnState::Draining | ConnState::Closed) {
+            return;
+        }
+        self.t.fail(reason);
+        while self.stalled.pop_front().is_some() {}
+        for i in 0..self.ctxs.len() {
+            if self.ctxs[i].step != Step::Free && self.ctxs[i].wrs == 0 {
+                self.release(i as u32);
+            }
+        }
+    }
+
+    fn maybe_close(&mut self) {
+        if !self.t.drained() {
+            return;
+        }
+        for i in 0..self.ctxs.len() {
+            self.release(i as u32);
+        }
+        self.t.recvs.flush_cache();
+        self.large.flush();
+        self.t.state = ConnState::Closed;
+        let reason = self.t.close_reason.unwrap_or(CloseReason::Disconnected);
+        let _ = self.events.push_back(ConnEvent::Closed(reason));
+    }
+
+    /// Per-poll work before posting: resume contexts that waited for resources and
+    /// restock receives; finish closing once drained.
+    pub fn prepare(&mut self, _now: Instant) {
+        match self.t.state {
+            ConnState::Established => {
+                while let Some(&i) = self.stalled.front() {
+                    if !self.advance(i) {
+                        break;
+                    }
+                    let _ = self.stalled.pop_front();
+                }
+                self.t.recvs.refill(&mut self.t.outbox);
+            }
+            ConnState::Connecting => self.t.recvs.refill(&mut self.t.outbox),
+            ConnState::Draining => self.maybe_close(),
+            ConnState::Closed => {}
+        }
+    }
+
+    /// Posts the staged receives, then the staged sends.
+    pub fn post<FS, FR>(&mut self, post_send: FS, post_recv: FR, now: Instant)
+    where
+        FS: FnMut(&[SendWr<'_>]) -> Result<(), PostError>,
+        FR: FnMut(&[RecvWr<'_>]) -> Result<(), PostError>,
+    {
+        post_staged(self, post_send, post_recv, now);
+    }
+}
+
+impl<S: Service> Staged for ResponderCore<S> {
+    fn transport(&mut self) -> &mut Transport {
+        &mut self.t
+    }
+    fn flushed(&mut self, wr_id: u64, now: Instant) {
+        self.handle_completion(&flush_of(wr_id), now);
+    }
+    fn post_refused(&mut self) {
+        self.fail(CloseReason::PostRefused);
+    }
+}

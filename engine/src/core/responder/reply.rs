@@ -1,0 +1,232 @@
+//! Staging a reply: DDP results into Write chunks, the body inline or into the Reply
+//! chunk, and the Send — or ERR_CHUNK when nothing the requester offered can take it
+//! (RFC 8166 §3.4.6, §3.5.4).
+
+use super::context::{Context, Delivery, Step};
+use super::inspect::MAX_CHUNK_SEGMENTS;
+use super::ResponderCore;
+use crate::core::wrid::{WrId, WrKind};
+use crate::fabric::{RemoteAddr, SendFlags, SendOp, Sge};
+use crate::service::{Service, MAX_WRITE_CHUNKS};
+use crate::wire::header::{BodyRepr, ChunkListsRepr, HeaderRepr, HeaderView, RdmaError, Segment};
+
+/// Splits `len` octets over `segs` in order, filling `echo` with each segment's
+/// written length (the segments after the data come back with length zero, RFC 8166
+/// §3.4.6); returns the segments echoed and how many carry data. A responder never
+/// writes past a segment: the caller checked `len` against the chunk's total.
+fn split(
+    len: u64,
+    segs: impl Iterator<Item = Segment>,
+    echo: &mut [Segment; MAX_CHUNK_SEGMENTS],
+) -> (usize, u32) {
+    let mut rem = len;
+    let mut n = 0;
+    let mut pieces = 0;
+    for (slot, seg) in echo.iter_mut().zip(segs) {
+        let piece = rem.min(u64::from(seg.length));
+        *slot = Segment::new(seg.handle, piece as u32, seg.offset);
+        rem -= piece;
+        pieces += u32::from(piece > 0);
+        n += 1;
+    }
+    (n, pieces)
+}
+
+impl<S: Service> ResponderCore<S> {
+    /// Stages the reply of context `i`; false when the send queue lacks room.
+    pub(super) fn stage_reply(&mut self, i: u32) -> bool {
+        let th = self.t.thresholds;
+        let credit = self.policy.grant(self.t.recvs.posted());
+        let c = &mut self.ctxs[i as usize];
+        let Context {
+            recv,
+            send,
+            body_off,
+            body,
+            results,
+            delivery,
+            wrs,
+            step,
+            xid,
+            ..
+        } = c;
+        let parsed = recv
+            .as_ref()
+            .and_then(|r| HeaderView::parse(r.as_slice(), &self.limits).ok());
+        let Some(h) = parsed else {
+            *step = Step::Error(RdmaError::Chunk);
+            return true;
+        };
+        let Some(lists) = h.chunk_lists() else {
+            *step = Step::Error(RdmaError::Chunk);
+            return true;
+        };
+        let Delivery::Body { len } = *delivery else {
+            results.clear();
+            *step = Step::Error(RdmaError::Chunk);
+            return true;
+        };
+
+        // The Write list comes back with the octets written; unused chunks come back
+        // empty (RFC 8166 §3.4.6).
+        let mut echo = [[Segment::default(); MAX_CHUNK_SEGMENTS]; MAX_WRITE_CHUNKS];
+        let mut echo_n = [0usize; MAX_WRITE_CHUNKS];
+        let mut n_chunks = 0;
+        let mut ddp_writes = 0u32;
+        for (k, chunk) in lists.write_list().enumerate().take(MAX_WRITE_CHUNKS) {
+            n_chunks = k + 1;
+            if let Some(Some(data)) = results.get(k) {
+                let (n, pieces) = split(data.len() as u64, chunk, &mut echo[k]);
+                echo_n[k] = n;
+                ddp_writes += pieces;
+            }
+        }
+        let refs: [&[Segment]; MAX_WRITE_CHUNKS] = core::array::from_fn(|k| &echo[k][..echo_n[k]]);
+        let writes = &refs[..n_chunks];
+        let inline_repr = HeaderRepr {
+            xid: *xid,
+            credit,
+            body: BodyRepr::Msg(ChunkListsRepr {
+                reads: &[],
+                writes,
+                reply: None,
+            }),
+        };
+        let inline_hlen = inline_repr.encoded_len();
+        let reply_chunk = lists.reply_chunk();
+        let inline =
+            inline_hlen + len <= th.send as usize && (body.is_some() || inline_hlen <= *body_off);
+        let mut reply_echo = [Segment::default(); MAX_CHUNK_SEGMENTS];
+        let mut reply_n = 0;
+        let mut reply_writes = 0;
+        if !inline {
+            match (&reply_chunk, body.as_ref()) {
+                (Some(r), Some(_)) if len as u64 <= r.total_length() => {
+                    let (n, pieces) = split(len as u64, r.clone(), &mut reply_echo);
+                    reply_n = n;
+                    reply_writes = pieces;
+                }
+                _ => {
+                    results.clear();
+                    *step = Step::Error(RdmaError::Chunk);
+                    return true;
+                }
+            }
+        }
+        let need = ddp_writes + reply_writes + 1;
+        if !self.t.sq.take(need) {
+            return false;
+        }
+
+        let mut staged = 0u32;
+        let mut seq = 0u32;
+        let mut write = |outbox: &mut crate::core::outbox::Outbox, sge: Sge, seg: &Segment| {
+            let wr_id = WrId::new(WrKind::ChunkWrite, i).with_aux(seq).encode();
+            seq += 1;
+            let op = SendOp::RdmaWrite {
+                remote: RemoteAddr {
+                    addr: seg.offset,
+                    rkey: seg.handle,
+                },
+            };
+            if outbox
+                .push_send(wr_id, op, &[sge], SendFlags::SIGNALED)
+                .is_ok()
+            {
+                staged += 1;
+            }
+        };
+        for k in 0..n_chunks {
+            let Some(Some(data)) = results.get(k) else {
+                continue;
+            };
+            let mut off = 0usize;
+            for seg in echo[k][..echo_n[k]].iter().filter(|s| s.length > 0) {
+                if let Ok(sge) = data.sge(off, seg.length as usize) {
+                    write(&mut self.t.outbox, sge, seg);
+                }
+                off += seg.length as usize;
+            }
+            self.stats.ddp_results += 1;
+        }
+        if let (false, Some(b)) = (inline, body.as_ref()) {
+            let mut off = 0usize;
+            for seg in reply_echo[..reply_n].iter().filter(|s| s.length > 0) {
+                if let Ok(sge) = b.sge(off, seg.length as usize) {
+                    write(&mut self.t.outbox, sge, seg);
+                }
+                off += seg.length as usize;
+            }
+        }
+
+        // The Send: header (and inline body) last, so the writes are placed first.
+        let mut sgl = [Sge::default(); 2];
+        let n_sge;
+        if inline {
+            match body.as_ref() {
+                Some(b) => {
+                    let hlen = inline_repr.encode(send.storage_mut()).unwrap_or(0);
+                    sgl[0] = send.sge(0, hlen).unwrap_or_default();
+                    sgl[1] = b.sge(0, len).unwrap_or_default();
+                    n_sge = 2;
+                }
+                None => {
+                    // Right-aligned against the body, so header and body are one
+                    // contiguous gather entry.
+                    let start = *body_off - inline_hlen;
+                    let dst = send
+                        .storage_mut()
+                        .get_mut(start..*body_off)
+                        .unwrap_or(&mut []);
+                    let hlen = inline_repr.encode(dst).unwrap_or(0);
+                    sgl[0] = send.sge(start, hlen + len).unwrap_or_default();
+                    n_sge = 1;
+                }
+            }
+            self.stats.inline_replies += 1;
+        } else {
+            let repr = HeaderRepr {
+                xid: *xid,
+                credit,
+                body: BodyRepr::Nomsg(ChunkListsRepr {
+                    reads: &[],
+                    writes,
+                    reply: Some(&reply_echo[..reply_n]),
+                }),
+            };
+            let hlen = repr.encode(send.storage_mut()).unwrap_or(0);
+            sgl[0] = send.sge(0, hlen).unwrap_or_default();
+            n_sge = 1;
+            self.stats.chunk_replies += 1;
+        }
+        let swi = if th.remote_invalidate {
+            reply_chunk
+                .and_then(|mut r| r.next())
+                .or_else(|| lists.write_list().find_map(|mut w| w.next()))
+                .map(|s| s.handle)
+                .or_else(|| lists.read_list().next().map(|r| r.segment.handle))
+        } else {
+            None
+        };
+        let op = match swi {
+            Some(rkey) => {
+                self.stats.remote_invalidations += 1;
+                SendOp::SendWithInvalidate { rkey }
+            }
+            None => SendOp::Send,
+        };
+        let wr_id = WrId::new(WrKind::ReplySend, i).encode();
+        if self
+            .t
+            .outbox
+            .push_send(wr_id, op, &sgl[..n_sge], SendFlags::SIGNALED)
+            .is_ok()
+        {
+            staged += 1;
+        }
+        self.t.sq.give(need - staged);
+        *wrs += staged;
+        *step = Step::Sent;
+        true
+    }
+}

@@ -1,0 +1,122 @@
+//! The little ONC RPC (RFC 5531) the transport itself needs: the NULL call of the
+//! keepalive probe, accepted error replies for handlers that decline a call, and a peek
+//! at a reply's status to sort outcomes. Everything else about RPC belongs to the ULP.
+
+use crate::requester::RpcReplyError;
+use crate::service::ServiceError;
+use crate::wire::xdr::{BufferTooSmall, XdrCursor, XdrEncoder};
+
+const CALL: u32 = 0;
+const REPLY: u32 = 1;
+const RPC_VERSION: u32 = 2;
+const MSG_ACCEPTED: u32 = 0;
+const MSG_DENIED: u32 = 1;
+const AUTH_NONE: u32 = 0;
+const SUCCESS: u32 = 0;
+/// Largest `opaque_auth` body (RFC 5531 §8.2).
+const MAX_AUTH_BYTES: u32 = 400;
+
+/// Octets of [`encode_null_call`]'s output.
+pub const NULL_CALL_LEN: usize = 40;
+
+/// Octets of an accepted error reply (more for PROG_MISMATCH).
+pub const ACCEPTED_ERROR_LEN: usize = 24;
+
+/// Writes a NULL call (procedure 0, AUTH_NONE) of `prog`/`vers` and returns its length.
+pub fn encode_null_call(
+    xid: u32,
+    prog: u32,
+    vers: u32,
+    buf: &mut [u8],
+) -> Result<usize, BufferTooSmall> {
+    let mut e = XdrEncoder::new(buf);
+    for w in [
+        xid,
+        CALL,
+        RPC_VERSION,
+        prog,
+        vers,
+        0,
+        AUTH_NONE,
+        0,
+        AUTH_NONE,
+        0,
+    ] {
+        e.u32(w)?;
+    }
+    Ok(e.finish())
+}
+
+/// Writes the accepted reply that reports `err` for `xid`, with an AUTH_NONE verifier.
+pub fn encode_accepted_error(
+    xid: u32,
+    err: ServiceError,
+    buf: &mut [u8],
+) -> Result<usize, BufferTooSmall> {
+    let mut e = XdrEncoder::new(buf);
+    for w in [xid, REPLY, MSG_ACCEPTED, AUTH_NONE, 0, err.accept_stat()] {
+        e.u32(w)?;
+    }
+    if let ServiceError::ProgMismatch { low, high } = err {
+        e.u32(low)?;
+        e.u32(high)?;
+    }
+    Ok(e.finish())
+}
+
+/// Sorts an RPC reply: `Ok` for MSG_ACCEPTED/SUCCESS, otherwise what it is.
+pub fn classify_reply(msg: &[u8]) -> Result<(), RpcReplyError> {
+    let mut c = XdrCursor::new(msg);
+    let mut word = || c.u32().map_err(|_| RpcReplyError::Malformed);
+    let _xid = word()?;
+    if word()? != REPLY {
+        return Err(RpcReplyError::Malformed);
+    }
+    match word()? {
+        MSG_ACCEPTED => {}
+        MSG_DENIED => return Err(RpcReplyError::Denied),
+        _ => return Err(RpcReplyError::Malformed),
+    }
+    let _flavor = c.u32().map_err(|_| RpcReplyError::Malformed)?;
+    c.opaque(MAX_AUTH_BYTES)
+        .map_err(|_| RpcReplyError::Malformed)?;
+    match c.u32().map_err(|_| RpcReplyError::Malformed)? {
+        SUCCESS => Ok(()),
+        stat => Err(RpcReplyError::Accepted(stat)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn null_call_layout() {
+        let mut b = [0u8; NULL_CALL_LEN];
+        assert_eq!(encode_null_call(0x11223344, 100_003, 3, &mut b), Ok(40));
+        assert_eq!(&b[..4], &[0x11, 0x22, 0x33, 0x44]);
+        assert_eq!(&b[12..16], &100_003u32.to_be_bytes());
+        assert!(encode_null_call(1, 1, 1, &mut [0u8; 39]).is_err());
+    }
+
+    #[test]
+    fn accepted_errors_classify_back() {
+        let mut b = [0u8; 32];
+        let n = encode_accepted_error(5, ServiceError::GarbageArgs, &mut b).unwrap();
+        assert_eq!(n, ACCEPTED_ERROR_LEN);
+        assert_eq!(classify_reply(&b[..n]), Err(RpcReplyError::Accepted(4)));
+        let n = encode_accepted_error(5, ServiceError::ProgMismatch { low: 2, high: 3 }, &mut b)
+            .unwrap();
+        assert_eq!(n, 32);
+        assert_eq!(classify_reply(&b[..n]), Err(RpcReplyError::Accepted(2)));
+        let ok = [
+            0, 0, 0, 5, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        ];
+        assert_eq!(classify_reply(&ok), Ok(()));
+        assert_eq!(classify_reply(&ok[..20]), Err(RpcReplyError::Malformed));
+        let denied = [0, 0, 0, 5, 0, 0, 0, 1, 0, 0, 0, 1];
+        assert_eq!(classify_reply(&denied), Err(RpcReplyError::Denied));
+        let call = [0, 0, 0, 5, 0, 0, 0, 0, 0, 0, 0, 0];
+        assert_eq!(classify_reply(&call), Err(RpcReplyError::Malformed));
+    }
+}

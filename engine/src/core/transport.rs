@@ -1,0 +1,225 @@
+//! What both roles share: connection state, negotiated inline thresholds, the outbox,
+//! the send-queue budget and the table of posted receives.
+
+use core::fmt;
+
+use rpcrdma_pools::{Pool, PoolCache};
+
+use super::fixed::IndexStack;
+use super::outbox::Outbox;
+use super::regbuf::RegBuf;
+use super::wrid::{WrId, WrKind};
+use crate::wire::private_data::InlineThresholds;
+
+/// Where a connection is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnState {
+    /// Created: receives are staged, nothing may be sent until the CM reports the
+    /// connection established.
+    Connecting,
+    /// Both directions work.
+    Established,
+    /// The connection failed or ended: nothing new is posted, and the core waits for
+    /// every posted work request to come back (flushed) before releasing their memory.
+    Draining,
+    /// Everything came back; every call has its outcome and every buffer is released.
+    Closed,
+}
+
+/// Why a connection stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CloseReason {
+    /// The connection manager reported a disconnect (either side).
+    Disconnected,
+    /// A work request failed with this status, which puts the queue pair in error.
+    WorkRequestFailed(crate::fabric::WcStatus),
+    /// The provider refused a post.
+    PostRefused,
+    /// The keepalive probe got no reply in time.
+    PeerDead,
+    /// The application closed the connection.
+    Local,
+}
+
+impl fmt::Display for CloseReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CloseReason::Disconnected => write!(f, "disconnected"),
+            CloseReason::WorkRequestFailed(s) => write!(f, "work request failed: {s}"),
+            CloseReason::PostRefused => write!(f, "provider refused a post"),
+            CloseReason::PeerDead => write!(f, "peer did not answer the keepalive probe"),
+            CloseReason::Local => write!(f, "closed locally"),
+        }
+    }
+}
+
+/// Counts of send-queue slots: each staged request holds one until its completion
+/// (every request is signaled), and calls reserve slots for work they will stage later
+/// (local invalidations) so that it can never find the queue full.
+#[derive(Debug)]
+pub(crate) struct SqBudget {
+    depth: u32,
+    held: u32,
+}
+
+impl SqBudget {
+    pub(crate) fn new(depth: u32) -> Self {
+        SqBudget { depth, held: 0 }
+    }
+
+    #[inline]
+    pub(crate) fn free(&self) -> u32 {
+        self.depth - self.held
+    }
+
+    #[inline]
+    pub(crate) fn take(&mut self, n: u32) -> bool {
+        if self.free() < n {
+            return false;
+        }
+        self.held += n;
+        true
+    }
+
+    #[inline]
+    pub(crate) fn give(&mut self, n: u32) {
+        self.held = self.held.saturating_sub(n);
+    }
+
+    #[inline]
+    pub(crate) fn held(&self) -> u32 {
+        self.held
+    }
+}
+
+/// The table of receive buffers, posted and reposted in one chain per poll.
+pub(crate) struct RecvTable {
+    bufs: Box<[Option<RegBuf>]>,
+    free: IndexStack,
+    cache: PoolCache,
+    /// Receives staged or posted and not yet completed.
+    posted: u32,
+    /// Refills that found the pool empty.
+    pub(crate) starved: u64,
+}
+
+impl RecvTable {
+    pub(crate) fn new(depth: u32, pool: &Pool) -> Self {
+        RecvTable {
+            bufs: (0..depth).map(|_| None).collect(),
+            free: IndexStack::full(depth),
+            cache: pool.cache(),
+            posted: 0,
+            starved: 0,
+        }
+    }
+
+    /// Receives staged or posted and not yet completed.
+    #[inline]
+    pub(crate) fn posted(&self) -> u32 {
+        self.posted
+    }
+
+    /// Stages a receive for every free slot, as far as the pool allows.
+    pub(crate) fn refill(&mut self, outbox: &mut Outbox) {
+        while !self.free.is_empty() {
+            let mut buf = match RegBuf::from_cache(&mut self.cache) {
+                Ok(b) => b,
+                Err(_) => {
+                    self.starved += 1;
+                    return;
+                }
+            };
+            let cap = buf.capacity();
+            let Ok(sge) = buf.sge(0, cap) else {
+                // An unregistered receive pool is a setup bug; stop rather than spin.
+                self.starved += 1;
+                return;
+            };
+            let Some(slot) = self.free.pop() else {
+                return;
+            };
+            let wr_id = WrId::new(WrKind::Recv, slot).encode();
+            if outbox.push_recv(wr_id, sge).is_err() {
+                let _ = self.free.push(slot);
+                buf.set_len(0).ok();
+                buf.release_into(&mut self.cache);
+                return;
+            }
+            self.bufs[slot as usize] = Some(buf);
+            self.posted += 1;
+        }
+    }
+
+    /// Takes the buffer of a completed receive, `byte_len` of it valid.
+    pub(crate) fn complete(&mut self, slot: u32, byte_len: u32) -> Option<RegBuf> {
+        let mut buf = self.bufs.get_mut(slot as usize)?.take()?;
+        let _ = self.free.push(slot);
+        self.posted = self.posted.saturating_sub(1);
+        let len = (byte_len as usize).min(buf.capacity());
+        let _ = buf.set_len(len);
+        Some(buf)
+    }
+
+    /// Gives a buffer back to the pool through this table's cache.
+    pub(crate) fn recycle(&mut self, buf: RegBuf) {
+        buf.release_into(&mut self.cache);
+    }
+
+    /// Returns cached buffers to the pool, so it reads as full once everything is back.
+    pub(crate) fn flush_cache(&mut self) {
+        self.cache.flush();
+    }
+}
+
+/// State and resources every connection has, whatever its role.
+pub(crate) struct Transport {
+    pub(crate) state: ConnState,
+    pub(crate) close_reason: Option<CloseReason>,
+    pub(crate) thresholds: InlineThresholds,
+    pub(crate) outbox: Outbox,
+    pub(crate) sq: SqBudget,
+    pub(crate) recvs: RecvTable,
+}
+
+impl Transport {
+    pub(crate) fn new(sq_depth: u32, rq_depth: u32, max_send_sge: u32, recv_pool: &Pool) -> Self {
+        let mut t = Transport {
+            state: ConnState::Connecting,
+            close_reason: None,
+            thresholds: InlineThresholds::DEFAULT,
+            outbox: Outbox::with_capacity(
+                sq_depth as usize,
+                (sq_depth * max_send_sge.max(1)) as usize,
+                rq_depth as usize,
+            ),
+            sq: SqBudget::new(sq_depth),
+            recvs: RecvTable::new(rq_depth, recv_pool),
+        };
+        t.recvs.refill(&mut t.outbox);
+        t
+    }
+
+    /// Starts draining for `reason` (the first reason sticks).
+    pub(crate) fn fail(&mut self, reason: CloseReason) {
+        if matches!(self.state, ConnState::Draining | ConnState::Closed) {
+            return;
+        }
+        self.state = ConnState::Draining;
+        self.close_reason = Some(reason);
+    }
+
+    /// True while new work may be staged.
+    #[inline]
+    pub(crate) fn is_open(&self) -> bool {
+        self.state == ConnState::Established
+    }
+
+    /// True once draining has nothing left outstanding.
+    pub(crate) fn drained(&self) -> bool {
+        self.state == ConnState::Draining
+            && self.sq.held() == 0
+            && self.recvs.posted() == 0
+            && self.outbox.is_empty()
+    }
+}

@@ -1,0 +1,292 @@
+//! The requester's embedding API: what a call declares, and what comes back.
+//!
+//! A call is an RPC message the application wrote into a registered buffer obtained
+//! from the engine ([`CallRequest::msg`]), plus per-procedure declarations: which XDR
+//! items are DDP-eligible (moved to Read chunks at their positions instead of being
+//! sent inline), which registered buffers receive DDP-eligible results (Write chunks),
+//! and the largest reply the procedure can produce (which decides whether a Reply chunk
+//! is offered). The engine chooses the message shape: inline RDMA_MSG, or a
+//! Position-Zero Read chunk with RDMA_NOMSG when the message exceeds the responder's
+//! inline threshold (RFC 8166 §3.5).
+//!
+//! Every call gets exactly one [`Outcome`]. It gives back every buffer the call took
+//! (message, DDP arguments, write sinks) and, for a reply, a zero-copy [`Reply`]: a view
+//! into the receive buffer or the Reply chunk buffer that returns to its pool when
+//! dropped. Write-sink results are in place: each sink comes back with its length set
+//! to the octets the responder wrote.
+
+use core::fmt;
+use core::time::Duration;
+
+use crate::core::fixed::FixedVec;
+use crate::core::regbuf::RegBuf;
+use crate::service::Padding;
+use crate::wire::header::RdmaError;
+
+/// Most DDP-eligible arguments one call can move to Read chunks.
+pub const MAX_DDP_ARGS: usize = 4;
+
+/// Most Write chunks one call can offer.
+pub const MAX_WRITE_SINKS: usize = 4;
+
+/// A DDP-eligible argument: its data in a registered buffer and its XDR position.
+#[derive(Debug)]
+pub struct DdpArg {
+    /// Octet offset of the item in the full XDR stream of the call (a multiple of four):
+    /// where its data would start had it been inlined. Earlier DDP items count with
+    /// their padded length (RFC 8166 §3.4.5).
+    pub position: u32,
+    /// The item's bytes (the buffer's valid bytes), without roundup.
+    pub data: RegBuf,
+}
+
+/// The DDP arguments of a call.
+pub type DdpArgs = FixedVec<DdpArg, MAX_DDP_ARGS>;
+
+/// The write sinks of a call.
+pub type WriteSinks = FixedVec<RegBuf, MAX_WRITE_SINKS>;
+
+/// One RPC call to send.
+#[derive(Debug)]
+pub struct CallRequest {
+    /// The RPC call message (header and arguments, without the DDP arguments' bytes),
+    /// in a registered buffer; its valid bytes are sent. The first four octets are the
+    /// XID slot: the engine assigns the XID and writes it there.
+    pub msg: RegBuf,
+    /// DDP-eligible arguments, in position order.
+    pub ddp_args: DdpArgs,
+    /// Registered buffers for DDP-eligible results, in the order the results appear in
+    /// the reply; each becomes one Write chunk of its whole capacity.
+    pub write_sinks: WriteSinks,
+    /// The largest RPC reply the procedure can produce, without the bytes that go to
+    /// write sinks.
+    pub max_reply_len: u32,
+    /// How long to wait for the reply; `None` uses the connection's default.
+    pub timeout: Option<Duration>,
+}
+
+impl CallRequest {
+    /// A call sending `msg`, expecting a reply of at most `max_reply_len` octets.
+    pub fn new(msg: RegBuf, max_reply_len: u32) -> CallRequest {
+        CallRequest {
+            msg,
+            ddp_args: DdpArgs::new(),
+            write_sinks: WriteSinks::new(),
+            max_reply_len,
+            timeout: None,
+        }
+    }
+
+    /// Adds a DDP-eligible argument at XDR `position`; the data comes back when all
+    /// [`MAX_DDP_ARGS`] places are taken.
+    pub fn push_ddp_arg(&mut self, position: u32, data: RegBuf) -> Result<(), RegBuf> {
+        self.ddp_args
+            .push(DdpArg { position, data })
+            .map_err(|a| a.data)
+    }
+
+    /// Adds a write sink; it comes back when all [`MAX_WRITE_SINKS`] places are taken.
+    pub fn push_write_sink(&mut self, sink: RegBuf) -> Result<(), RegBuf> {
+        self.write_sinks.push(sink)
+    }
+
+    /// Sets the timeout.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+}
+
+/// Why a call failed below the RPC layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransportError {
+    /// The connection ended before the reply arrived. The responder may or may not have
+    /// executed the call.
+    Disconnected,
+    /// The responder answered this XID with RDMA_ERROR (ERR_VERS or ERR_CHUNK).
+    Rdma(RdmaError),
+    /// The reply for this XID broke the protocol (e.g. it claims more bytes in a chunk
+    /// than the chunk holds, or came in a Reply chunk we never offered).
+    BadReply(&'static str),
+}
+
+impl fmt::Display for TransportError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TransportError::Disconnected => write!(f, "connection lost before the reply"),
+            TransportError::Rdma(RdmaError::Vers { low, high }) => write!(
+                f,
+                "responder refused the transport version (supports {low}..={high})"
+            ),
+            TransportError::Rdma(RdmaError::Chunk) => {
+                write!(
+                    f,
+                    "responder could not process the call's chunks (ERR_CHUNK)"
+                )
+            }
+            TransportError::BadReply(why) => write!(f, "malformed reply: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for TransportError {}
+
+/// What an RPC reply that is not a success says (RFC 5531 §9).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RpcReplyError {
+    /// MSG_ACCEPTED with this `accept_stat` (not SUCCESS).
+    Accepted(u32),
+    /// MSG_DENIED (RPC_MISMATCH or AUTH_ERROR; the reply bytes tell which).
+    Denied,
+    /// The reply header does not decode as an RPC reply.
+    Malformed,
+}
+
+/// The result of a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallStatus {
+    /// An accepted RPC reply with SUCCESS; [`Outcome::reply`] holds it.
+    Success,
+    /// An RPC reply that is not a success; [`Outcome::reply`] holds its bytes.
+    RpcError(RpcReplyError),
+    /// The call failed in the transport.
+    Transport(TransportError),
+    /// No reply within the timeout. The call's memory registrations were invalidated
+    /// before this was reported, so a late reply cannot touch the returned buffers; the
+    /// call's credit stays consumed until a late reply or the connection's end.
+    Timeout,
+}
+
+/// A received RPC reply: a zero-copy view into a registered buffer (the receive buffer,
+/// or the Reply chunk buffer), returned to its pool when dropped.
+pub struct Reply {
+    pub(crate) buf: RegBuf,
+    pub(crate) start: u32,
+    pub(crate) len: u32,
+    pub(crate) padding: Option<Padding>,
+}
+
+impl Reply {
+    /// The RPC reply message (starting with the XID), without the bytes that went to
+    /// write sinks.
+    #[inline]
+    pub fn bytes(&self) -> &[u8] {
+        let start = self.start as usize;
+        self.buf
+            .storage()
+            .get(start..start + self.len as usize)
+            .unwrap_or(&[])
+    }
+
+    /// RDMA_MSGP padding the responder applied, if it sent RDMA_MSGP.
+    #[inline]
+    pub fn padding(&self) -> Option<Padding> {
+        self.padding
+    }
+
+    /// Length of the reply message.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.len as usize
+    }
+
+    /// True for an empty message (never for a valid reply).
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl fmt::Debug for Reply {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Reply")
+            .field("len", &self.len)
+            .field("padding", &self.padding)
+            .finish()
+    }
+}
+
+/// Everything a finished call hands back.
+#[derive(Debug)]
+pub struct Outcome {
+    /// The tag the call was submitted with.
+    pub tag: u64,
+    /// The XID the engine assigned.
+    pub xid: u32,
+    /// How the call ended.
+    pub status: CallStatus,
+    /// The reply, for [`CallStatus::Success`] and [`CallStatus::RpcError`].
+    pub reply: Option<Reply>,
+    /// The call message buffer.
+    pub msg: Option<RegBuf>,
+    /// The DDP arguments, as submitted.
+    pub ddp_args: DdpArgs,
+    /// The write sinks, each with its length set to the octets the responder wrote
+    /// (zero when it left the chunk empty or the call failed).
+    pub write_sinks: WriteSinks,
+}
+
+impl Outcome {
+    /// The result bytes the responder wrote into write sink `index`.
+    pub fn write_result(&self, index: usize) -> Option<&[u8]> {
+        self.write_sinks.get(index).map(RegBuf::as_slice)
+    }
+
+    /// True for [`CallStatus::Success`].
+    pub fn is_success(&self) -> bool {
+        self.status == CallStatus::Success
+    }
+}
+
+/// Why a call was not accepted for sending. The request comes back whole.
+#[derive(Debug)]
+pub struct SubmitError {
+    /// Why.
+    pub reason: SubmitRefusal,
+    /// The request, untouched (except for the XID slot).
+    pub request: Box<CallRequest>,
+}
+
+/// Reasons for [`SubmitError`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SubmitRefusal {
+    /// The connection is not established, or is closing.
+    NotConnected,
+    /// The queue of calls waiting for a credit is full.
+    QueueFull,
+    /// The message is shorter than an XID.
+    MessageTooShort,
+    /// A buffer is not in a registered arena.
+    NotRegistered,
+    /// DDP positions are not multiples of four in increasing order inside the message.
+    BadPosition,
+    /// The transport header alone exceeds the inline threshold (too many chunks).
+    HeaderTooLarge,
+    /// The message or a chunk exceeds what one memory registration covers.
+    ChunkTooLarge,
+    /// `max_reply_len` exceeds the largest Reply chunk buffer.
+    ReplyTooLarge,
+}
+
+impl fmt::Display for SubmitRefusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            SubmitRefusal::NotConnected => "connection is not established",
+            SubmitRefusal::QueueFull => "call queue is full",
+            SubmitRefusal::MessageTooShort => "RPC message shorter than an XID",
+            SubmitRefusal::NotRegistered => "buffer is not registered",
+            SubmitRefusal::BadPosition => "DDP positions are not aligned, ordered and in range",
+            SubmitRefusal::HeaderTooLarge => "transport header exceeds the inline threshold",
+            SubmitRefusal::ChunkTooLarge => "chunk exceeds the largest registration",
+            SubmitRefusal::ReplyTooLarge => "maximum reply exceeds the largest reply buffer",
+        })
+    }
+}
+
+impl fmt::Display for SubmitError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "call not submitted: {}", self.reason)
+    }
+}
+
+impl std::error::Error for SubmitError {}

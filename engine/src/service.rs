@@ -1,0 +1,519 @@
+//! The responder's upper-layer interface: what a [`Service`] sees of a call and how it
+//! writes the reply.
+//!
+//! The engine works at the transport level: an RPC message is bytes plus an XID, and
+//! ONC RPC program dispatch (prog/vers/proc) belongs to `rpcrdma-ulp`, which implements
+//! [`Service`]. Handlers run on the poller thread, run to completion, and never copy a
+//! payload they do not want to:
+//!
+//! - [`CallView`] borrows the received RPC call: the inline bytes (straight from the
+//!   receive buffer), or, for a long call, the Position-Zero Read chunk pulled into a
+//!   registered buffer; plus every DDP-eligible argument the requester moved into a Read
+//!   chunk, already pulled into registered memory, with its XDR position. It also says
+//!   what the requester offered for the reply: Write chunks and a Reply chunk.
+//! - [`ReplyWriter`] writes the RPC reply straight into a registered send buffer. A
+//!   DDP-eligible result goes to the next Write chunk with
+//!   [`ReplyWriter::ddp_result`] instead of being inlined.
+//!
+//! # XDR positions and roundup (RFC 8166 §3.4.5–§3.4.7)
+//!
+//! A DDP-eligible item moved to a chunk leaves the inline payload stream together with
+//! its XDR roundup: the chunk holds exactly the item's bytes, no padding. Positions
+//! count in the full XDR stream, where every earlier moved item still occupies its
+//! padded length. [`DdpItem::msg_offset`] translates: it is where in
+//! [`CallView::msg`] the item would be inserted to rebuild the full stream. Results
+//! handed to [`ReplyWriter::ddp_result`] follow the same rule: the reply body carries
+//! the length word, the Write chunk carries the bytes, and no roundup is written.
+
+use core::fmt;
+
+use crate::core::fixed::FixedVec;
+use crate::core::regbuf::RegBuf;
+
+/// Most Write chunks a responder accepts in one call (the decoder's default limit).
+pub const MAX_WRITE_CHUNKS: usize = 8;
+
+/// Most Read chunks at non-zero positions a responder accepts in one call.
+pub const MAX_DDP_ITEMS: usize = 8;
+
+/// One DDP-eligible call argument, pulled from its Read chunk into registered memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DdpItem<'a> {
+    /// The chunk's XDR position: octet offset in the full XDR stream of the RPC message.
+    pub position: u32,
+    /// Offset in [`CallView::msg`] where the item belongs (the position less the padded
+    /// lengths of the items before it).
+    pub msg_offset: usize,
+    /// The item's bytes, without XDR roundup.
+    pub data: &'a [u8],
+}
+
+/// RDMA_MSGP padding parameters (RFC 5666 §3.9): opaque items of at least `thresh`
+/// octets were preceded by padding so that their data starts `align`-aligned in the
+/// receive buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Padding {
+    /// `rdma_align`: a power of two.
+    pub align: u32,
+    /// `rdma_thresh`: opaque data at least this long was padded.
+    pub thresh: u32,
+    /// Offset of the RPC message in the receive buffer: alignment is of buffer
+    /// addresses, not of message offsets.
+    pub base: usize,
+}
+
+impl Padding {
+    /// Padding octets that precede the data of an opaque item of `opaque_len` octets
+    /// whose data would start at `msg_offset` in the message (just after its length
+    /// word). Zero when the item is shorter than the threshold.
+    pub fn pad_before(&self, msg_offset: usize, opaque_len: u32) -> usize {
+        if opaque_len < self.thresh || self.align <= 1 {
+            return 0;
+        }
+        let align = self.align as usize;
+        let at = self.base.wrapping_add(msg_offset);
+        (align - at % align) % align
+    }
+}
+
+/// A received RPC call, borrowed for the duration of [`Service::handle_call`].
+#[derive(Debug, Clone, Copy)]
+pub struct CallView<'a> {
+    pub(crate) xid: u32,
+    pub(crate) credit: u32,
+    pub(crate) msg: &'a [u8],
+    pub(crate) ddp: &'a [DdpItem<'a>],
+    pub(crate) write_chunks: &'a [u64],
+    pub(crate) reply_chunk: Option<u64>,
+    pub(crate) padding: Option<Padding>,
+    pub(crate) long: bool,
+}
+
+impl<'a> CallView<'a> {
+    /// The RPC XID (also the transport header's).
+    #[inline]
+    pub fn xid(&self) -> u32 {
+        self.xid
+    }
+
+    /// Credits the requester asked for in this call's header.
+    #[inline]
+    pub fn credits_requested(&self) -> u32 {
+        self.credit
+    }
+
+    /// The RPC call message (header and arguments) without the DDP items' bytes. It
+    /// starts with the XID.
+    #[inline]
+    pub fn msg(&self) -> &'a [u8] {
+        self.msg
+    }
+
+    /// DDP-eligible arguments in position order.
+    #[inline]
+    pub fn ddp_items(&self) -> &'a [DdpItem<'a>] {
+        self.ddp
+    }
+
+    /// Capacity in octets of each Write chunk the requester offered, in order.
+    #[inline]
+    pub fn write_chunks(&self) -> &'a [u64] {
+        self.write_chunks
+    }
+
+    /// Capacity of the Reply chunk, if the requester offered one.
+    #[inline]
+    pub fn reply_chunk(&self) -> Option<u64> {
+        self.reply_chunk
+    }
+
+    /// RDMA_MSGP padding to honour while decoding, if the call came as RDMA_MSGP.
+    #[inline]
+    pub fn padding(&self) -> Option<Padding> {
+        self.padding
+    }
+
+    /// True when the message came in a Position-Zero Read chunk (a long call).
+    #[inline]
+    pub fn is_long(&self) -> bool {
+        self.long
+    }
+}
+
+/// How a handler declines a call. The engine answers with an accepted RPC reply
+/// carrying the matching `accept_stat` (RFC 5531 §9) and an AUTH_NONE verifier, so the
+/// requester gets an RPC error for exactly this XID; the connection is unaffected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServiceError {
+    /// The arguments did not decode: GARBAGE_ARGS (4).
+    GarbageArgs,
+    /// The server failed internally: SYSTEM_ERR (5).
+    SystemErr,
+    /// No such procedure: PROC_UNAVAIL (3).
+    ProcUnavail,
+    /// No such program: PROG_UNAVAIL (1).
+    ProgUnavail,
+    /// Program version outside `low..=high`: PROG_MISMATCH (2).
+    ProgMismatch {
+        /// Lowest supported version.
+        low: u32,
+        /// Highest supported version.
+        high: u32,
+    },
+}
+
+impl ServiceError {
+    /// The RFC 5531 `accept_stat` value.
+    pub const fn accept_stat(&self) -> u32 {
+        match self {
+            ServiceError::ProgUnavail => 1,
+            ServiceError::ProgMismatch { .. } => 2,
+            ServiceError::ProcUnavail => 3,
+            ServiceError::GarbageArgs => 4,
+            ServiceError::SystemErr => 5,
+        }
+    }
+}
+
+impl fmt::Display for ServiceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ServiceError::GarbageArgs => write!(f, "garbage arguments"),
+            ServiceError::SystemErr => write!(f, "system error"),
+            ServiceError::ProcUnavail => write!(f, "procedure unavailable"),
+            ServiceError::ProgUnavail => write!(f, "program unavailable"),
+            ServiceError::ProgMismatch { low, high } => {
+                write!(f, "program version mismatch (supported {low}..={high})")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ServiceError {}
+
+/// The upper layer of a responder: called once per received call, on the poller thread.
+pub trait Service {
+    /// Handles one call: decode `call`, write the RPC reply (starting with the XID) into
+    /// `reply`. Returning an error makes the engine send the matching RPC error reply
+    /// instead of whatever was written. A reply that does not fit what the requester
+    /// can receive is answered with RDMA_ERROR/ERR_CHUNK (RFC 8166 §3.5.4).
+    fn handle_call(
+        &mut self,
+        call: &CallView<'_>,
+        reply: &mut ReplyWriter<'_>,
+    ) -> Result<(), ServiceError>;
+
+    /// An RDMA_DONE arrived for `xid` (RFC 5666 §3.8). This engine never sends Read
+    /// chunks in replies, so the default ignores it.
+    fn on_done(&mut self, xid: u32) {
+        let _ = xid;
+    }
+}
+
+/// The reply body did not fit the buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplyOverflow {
+    /// Octets the body would need.
+    pub needed: usize,
+    /// Octets the buffer holds.
+    pub capacity: usize,
+}
+
+impl fmt::Display for ReplyOverflow {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "reply needs {} octets, the requester can take {}",
+            self.needed, self.capacity
+        )
+    }
+}
+
+impl std::error::Error for ReplyOverflow {}
+
+/// Why [`ReplyWriter::ddp_result`] did not take a result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DdpRefusal {
+    /// The requester offered no (further) Write chunk: inline the data instead.
+    NoWriteChunk,
+    /// The next Write chunk is smaller than the data.
+    TooLarge {
+        /// The chunk's capacity.
+        capacity: u64,
+    },
+    /// The buffer's arena is not registered, so the data cannot be RDMA-written.
+    NotRegistered,
+}
+
+impl fmt::Display for DdpRefusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DdpRefusal::NoWriteChunk => write!(f, "no Write chunk left for the result"),
+            DdpRefusal::TooLarge { capacity } => {
+                write!(f, "result exceeds the {capacity}-octet Write chunk")
+            }
+            DdpRefusal::NotRegistered => write!(f, "result buffer is not registered"),
+        }
+    }
+}
+
+/// A refused DDP result, with the data handed back so the handler can inline it.
+#[derive(Debug)]
+pub struct DdpRefused {
+    /// Why.
+    pub reason: DdpRefusal,
+    /// The data, untouched.
+    pub data: RegBuf,
+}
+
+impl fmt::Display for DdpRefused {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.reason.fmt(f)
+    }
+}
+
+impl std::error::Error for DdpRefused {}
+
+/// Results a reply sends through Write chunks: `None` for a chunk left empty.
+pub(crate) type DdpResults = FixedVec<Option<RegBuf>, MAX_WRITE_CHUNKS>;
+
+/// Writes one RPC reply into a registered buffer.
+///
+/// The body is what goes inline or into the Reply chunk: it starts with the XID. The
+/// capacity already accounts for the transport header and for what the requester can
+/// receive, so a body that fits here can be delivered; writing past it fails with
+/// [`ReplyOverflow`], and a handler that returns `Ok` after an overflow gets
+/// RDMA_ERROR/ERR_CHUNK sent for it.
+pub struct ReplyWriter<'a> {
+    body: &'a mut [u8],
+    len: usize,
+    overflow: Option<ReplyOverflow>,
+    write_chunks: &'a [u64],
+    results: &'a mut DdpResults,
+}
+
+impl fmt::Debug for ReplyWriter<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReplyWriter")
+            .field("len", &self.len)
+            .field("capacity", &self.body.len())
+            .field("overflow", &self.overflow)
+            .field("write_chunks", &self.write_chunks)
+            .field("results", &self.results.len())
+            .finish()
+    }
+}
+
+impl<'a> ReplyWriter<'a> {
+    pub(crate) fn new(
+        body: &'a mut [u8],
+        write_chunks: &'a [u64],
+        results: &'a mut DdpResults,
+    ) -> Self {
+        results.clear();
+        ReplyWriter {
+            body,
+            len: 0,
+            overflow: None,
+            write_chunks,
+            results,
+        }
+    }
+
+    /// Octets written so far.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when nothing has been written.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Most octets the body can hold.
+    #[inline]
+    pub fn capacity(&self) -> usize {
+        self.body.len()
+    }
+
+    /// The body written so far.
+    #[inline]
+    pub fn as_slice(&self) -> &[u8] {
+        &self.body[..self.len]
+    }
+
+    /// The first overflow, if the handler wrote past the capacity.
+    #[inline]
+    pub fn overflow(&self) -> Option<ReplyOverflow> {
+        self.overflow
+    }
+
+    fn overflowed(&mut self, extra: usize) -> ReplyOverflow {
+        let o = ReplyOverflow {
+            needed: self.len.saturating_add(extra),
+            capacity: self.body.len(),
+        };
+        self.overflow.get_or_insert(o);
+        o
+    }
+
+    /// Appends `bytes`.
+    pub fn put(&mut self, bytes: &[u8]) -> Result<(), ReplyOverflow> {
+        let end = self.len.saturating_add(bytes.len());
+        match self.body.get_mut(self.len..end) {
+            Some(dst) => {
+                dst.copy_from_slice(bytes);
+                self.len = end;
+                Ok(())
+            }
+            None => Err(self.overflowed(bytes.len())),
+        }
+    }
+
+    /// Appends a big-endian XDR unsigned int.
+    pub fn put_u32(&mut self, v: u32) -> Result<(), ReplyOverflow> {
+        self.put(&v.to_be_bytes())
+    }
+
+    /// Appends `n` zero octets (XDR roundup).
+    pub fn put_zeros(&mut self, n: usize) -> Result<(), ReplyOverflow> {
+        let end = self.len.saturating_add(n);
+        match self.body.get_mut(self.len..end) {
+            Some(dst) => {
+                dst.fill(0);
+                self.len = end;
+                Ok(())
+            }
+            None => Err(self.overflowed(n)),
+        }
+    }
+
+    /// The unwritten rest of the buffer, to encode into directly; follow with
+    /// [`advance`](Self::advance).
+    #[inline]
+    pub fn spare_mut(&mut self) -> &mut [u8] {
+        &mut self.body[self.len..]
+    }
+
+    /// Marks `n` more octets of [`spare_mut`](Self::spare_mut) as written.
+    pub fn advance(&mut self, n: usize) -> Result<(), ReplyOverflow> {
+        if n > self.body.len() - self.len {
+            return Err(self.overflowed(n));
+        }
+        self.len += n;
+        Ok(())
+    }
+
+    /// Discards everything written after the first `len` octets.
+    pub fn truncate(&mut self, len: usize) {
+        self.len = self.len.min(len);
+    }
+
+    /// Write chunks not yet used or skipped.
+    pub fn write_chunks_left(&self) -> usize {
+        self.write_chunks.len().saturating_sub(self.results.len())
+    }
+
+    /// Capacity of the Write chunk the next DDP result would go to.
+    pub fn next_write_chunk(&self) -> Option<u64> {
+        self.write_chunks.get(self.results.len()).copied()
+    }
+
+    /// Sends `data` (its valid bytes) through the next Write chunk instead of inlining
+    /// it. The handler writes the item's length word into the body itself and neither
+    /// the bytes nor their roundup (RFC 8166 §3.4.6). The engine RDMA-Writes the data
+    /// before the reply and drops the buffer (returning it to its pool) once the write
+    /// completes. Refused data comes back in [`DdpRefused`].
+    pub fn ddp_result(&mut self, data: RegBuf) -> Result<(), DdpRefused> {
+        let Some(capacity) = self.next_write_chunk() else {
+            return Err(DdpRefused {
+                reason: DdpRefusal::NoWriteChunk,
+                data,
+            });
+        };
+        if data.len() as u64 > capacity {
+            return Err(DdpRefused {
+                reason: DdpRefusal::TooLarge { capacity },
+                data,
+            });
+        }
+        if data.lkey().is_err() {
+            return Err(DdpRefused {
+                reason: DdpRefusal::NotRegistered,
+                data,
+            });
+        }
+        match self.results.push(Some(data)) {
+            Ok(()) => Ok(()),
+            Err(Some(data)) => Err(DdpRefused {
+                reason: DdpRefusal::NoWriteChunk,
+                data,
+            }),
+            // Unreachable: we pushed Some. Without data there is nothing to hand back,
+            // so treat it as accepted-empty.
+            Err(None) => Ok(()),
+        }
+    }
+
+    /// Leaves the next Write chunk empty (its result was not DDP-eligible this time, or
+    /// was inlined), so a later result goes to the chunk after it. False when no chunk
+    /// is left.
+    pub fn skip_write_chunk(&mut self) -> bool {
+        if self.write_chunks_left() == 0 {
+            return false;
+        }
+        self.results.push(None).is_ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writer_refuses_overflow_and_remembers_it() {
+        let mut buf = [0u8; 8];
+        let mut results = DdpResults::new();
+        let mut w = ReplyWriter::new(&mut buf, &[], &mut results);
+        w.put_u32(7).unwrap();
+        assert!(w.put(&[1, 2, 3, 4, 5]).is_err());
+        assert_eq!(
+            w.overflow(),
+            Some(ReplyOverflow {
+                needed: 9,
+                capacity: 8
+            })
+        );
+        w.put_zeros(4).unwrap();
+        assert_eq!(w.as_slice(), &[0, 0, 0, 7, 0, 0, 0, 0]);
+        assert!(w.advance(1).is_err());
+        assert!(!w.skip_write_chunk());
+    }
+
+    #[test]
+    fn msgp_padding_aligns_buffer_addresses() {
+        let p = Padding {
+            align: 64,
+            thresh: 100,
+            base: 36,
+        };
+        assert_eq!(p.pad_before(8, 99), 0);
+        // 36 + 8 = 44: 20 octets to the next 64-octet boundary.
+        assert_eq!(p.pad_before(8, 100), 20);
+        assert_eq!(p.pad_before(28, 4096), 0);
+    }
+
+    #[test]
+    fn service_errors_map_to_rfc5531_accept_stat() {
+        assert_eq!(ServiceError::GarbageArgs.accept_stat(), 4);
+        assert_eq!(ServiceError::SystemErr.accept_stat(), 5);
+        assert_eq!(ServiceError::ProcUnavail.accept_stat(), 3);
+        assert_eq!(ServiceError::ProgUnavail.accept_stat(), 1);
+        assert_eq!(
+            ServiceError::ProgMismatch { low: 1, high: 2 }.accept_stat(),
+            2
+        );
+    }
+}
