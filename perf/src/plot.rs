@@ -78,8 +78,8 @@ pub fn svg(title: &str, rows: &[Row]) -> String {
     let _ = writeln!(s, r#"<rect width="{W}" height="{H}" fill="white"/>"#);
     let _ = writeln!(
         s,
-        r#"<text x="{}" y="22" font-size="15" text-anchor="middle">{}</text>"#,
-        LEFT + pw / 2.0,
+        r#"<text x="{}" y="22" font-size="13" text-anchor="middle">{}</text>"#,
+        W / 2.0,
         escape(title)
     );
     // Grid and axis labels.
