@@ -135,12 +135,30 @@ impl End {
         }
     }
 
-    fn completion(&mut self, what: &str) -> Res<Completion> {
-        let c = self.wait(what, |e| (!e.done.is_empty()).then(|| e.done.remove(0)))?;
+    /// Takes the first completion for which `want` holds. Send-queue and receive-queue
+    /// completions sharing a CQ are not ordered with respect to each other.
+    fn completion(&mut self, what: &str, want: impl Fn(&Completion) -> bool) -> Res<Completion> {
+        let c = self.wait(what, |e| {
+            let i = e.done.iter().position(&want)?;
+            Some(e.done.remove(i))
+        })?;
         if c.status != WcStatus::Success {
             return Err(format!("{what}: {c:?}"));
         }
         Ok(c)
+    }
+
+    /// Fails if any completion left over is an error or matches `unexpected`.
+    fn no_other(&mut self, unexpected: impl Fn(&Completion) -> bool) -> Res<()> {
+        self.pump()?;
+        match self
+            .done
+            .iter()
+            .find(|c| c.status != WcStatus::Success || unexpected(c))
+        {
+            Some(c) => Err(format!("unexpected completion {c:?}")),
+            None => Ok(()),
+        }
     }
 
     fn config() -> QpConfig {
@@ -228,12 +246,13 @@ fn child(addr: &str) -> Res<()> {
         SendWr::send(11, &advs),
     ];
     me.qp()?.post_send(&chain).map_err(|e| e.to_string())?;
-    let c = me.completion("advertisement sent")?;
-    check(c.wr_id == 11, "only the signaled request completes")?;
+    me.completion("advertisement sent", |c| c.opcode == WcOpcode::Send)
+        .and_then(|c| check(c.wr_id == 11, &format!("the signaled request: {c:?}")))?;
 
     // 3. The parent wrote, read, and invalidated the fast key.
-    let c = me.completion("parent's Send With Invalidate")?;
-    check(c.opcode == WcOpcode::Recv, "a receive")?;
+    let c = me.completion("parent's Send With Invalidate", |c| {
+        c.opcode == WcOpcode::Recv
+    })?;
     check(
         c.invalidated_rkey == Some(fkey),
         "the fast key was invalidated",
@@ -265,7 +284,8 @@ fn child(addr: &str) -> Res<()> {
     me.qp()?
         .post_send(&[SendWr::send(12, &sg)])
         .map_err(|e| e.to_string())?;
-    me.completion("two-arena Send")?;
+    me.completion("two-arena Send", |c| c.wr_id == 12)?;
+    me.no_other(|c| c.wr_id == 10)?;
 
     // 4. The parent disconnects.
     me.wait("Disconnected", |e| {
@@ -330,7 +350,7 @@ fn parent(child: &mut std::process::Child, mut me: End) -> Res<()> {
     })?;
 
     // 1. The advertisement.
-    let c = me.completion("advertisement")?;
+    let c = me.completion("advertisement", |c| c.wr_id == 1)?;
     check(c.wr_id == 1 && c.byte_len == 16, "advertisement size")?;
     let adv = me.read(0, 16);
     let base = u64::from_le_bytes(adv[..8].try_into().map_err(|_| "adv")?);
@@ -380,18 +400,18 @@ fn parent(child: &mut std::process::Child, mut me: End) -> Res<()> {
         },
     ];
     me.qp()?.post_send(&chain).map_err(|e| e.to_string())?;
-    let c = me.completion("read")?;
+    let c = me.completion("read", |c| c.wr_id == 22)?;
     check(
         c.wr_id == 22 && c.byte_len as usize == BLOCK,
         "read completion",
     )?;
     check(me.read(400_000, BLOCK) == pattern(2, BLOCK), "read data")?;
-    let c = me.completion("send with invalidate")?;
-    check(c.wr_id == 23, "send completion")?;
+    me.completion("send with invalidate", |c| c.wr_id == 23)?;
 
     // 3. The two-arena Send.
-    let c = me.completion("two-arena Send")?;
-    check(c.wr_id == 2 && c.byte_len == 70_100, "two-arena Send size")?;
+    let c = me.completion("two-arena Send", |c| c.wr_id == 2)?;
+    check(c.byte_len == 70_100, "two-arena Send size")?;
+    me.no_other(|c| c.wr_id == 20 || c.wr_id == 21)?;
     let mut expect = pattern(5, 100);
     expect.extend_from_slice(&pattern(3, 70_000));
     check(me.read(4096, 70_100) == expect, "two-arena Send data")?;

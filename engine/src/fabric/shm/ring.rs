@@ -22,7 +22,28 @@ use rpcrdma_pools::Arena;
 /// # Safety
 /// Implementors must be `Copy`, contain no padding-sensitive invariants, pointers,
 /// `bool`s or enums: reading arbitrary bytes as `Self` must be sound.
-pub(crate) unsafe trait Pod: Copy {}
+pub(crate) unsafe trait Pod: Copy {
+    /// Writes `v` into the shared slot `dst`. Types may write only the part that means
+    /// something, to move fewer cache lines.
+    ///
+    /// # Safety
+    /// `dst` must be valid for writes of `Self`.
+    #[inline]
+    unsafe fn store(dst: *mut Self, v: &Self) {
+        // SAFETY: per the contract.
+        unsafe { ptr::write_volatile(dst, *v) }
+    }
+
+    /// Reads the shared slot `src` (see [`Pod::store`]).
+    ///
+    /// # Safety
+    /// `src` must be valid for reads of `Self`.
+    #[inline]
+    unsafe fn load(src: *const Self) -> Self {
+        // SAFETY: per the contract; any bytes are a valid Self.
+        unsafe { ptr::read_volatile(src) }
+    }
+}
 
 /// The shared counters of one ring moved outside their valid range.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -104,7 +125,7 @@ impl<T: Pod> Producer<T> {
         let i = (self.next & (self.cap - 1)) as usize;
         // SAFETY: i < cap, and the slot is free: the caller checked room() and we are
         // the only producer.
-        unsafe { ptr::write_volatile(self.slots.add(i), v) };
+        unsafe { T::store(self.slots.add(i), &v) };
         self.next += 1;
     }
 
@@ -175,7 +196,7 @@ impl<T: Pod> Consumer<T> {
         let i = (self.next & (self.cap - 1)) as usize;
         // SAFETY: i < cap; T is Pod, so whatever bytes the producer left are a valid T;
         // the acquire load of `head` made the slot's contents visible.
-        Ok(Some(unsafe { ptr::read_volatile(self.slots.add(i)) }))
+        Ok(Some(unsafe { T::load(self.slots.add(i)) }))
     }
 
     /// Consumes the slot [`peek`] returned.

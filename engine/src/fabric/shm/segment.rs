@@ -84,13 +84,47 @@ pub(crate) struct AckSlot {
     pub byte_len: u32,
 }
 
-// SAFETY: both are repr(C) structs of integers and arrays of integers.
-unsafe impl Pod for ReqSlot {}
+/// Bytes of a request before its scatter-gather entries.
+const REQ_HEADER: usize = std::mem::offset_of!(ReqSlot, sge);
+
+// SAFETY: a repr(C) struct of integers and arrays of integers.
+unsafe impl Pod for ReqSlot {
+    /// Copies the header and the entries in use only: a one-entry request moves two
+    /// cache lines instead of three.
+    #[inline]
+    unsafe fn store(dst: *mut Self, v: &Self) {
+        let n = (v.num_sge as usize).min(MAX_SGE);
+        let len = REQ_HEADER + n * std::mem::size_of::<WireSge>();
+        // SAFETY: len <= size_of::<ReqSlot>(); dst is valid for a whole slot.
+        unsafe {
+            std::ptr::copy_nonoverlapping((v as *const Self).cast::<u8>(), dst.cast::<u8>(), len)
+        }
+    }
+
+    #[inline]
+    unsafe fn load(src: *const Self) -> Self {
+        let mut v = ReqSlot::default();
+        let dst = (&mut v as *mut Self).cast::<u8>();
+        // SAFETY: src is valid for a whole slot; the header is copied first and the
+        // entry count it holds is clamped before it sizes the second copy.
+        unsafe {
+            std::ptr::copy_nonoverlapping(src.cast::<u8>(), dst, REQ_HEADER);
+            let n = (v.num_sge as usize).min(MAX_SGE);
+            std::ptr::copy_nonoverlapping(
+                src.cast::<u8>().add(REQ_HEADER),
+                dst.add(REQ_HEADER),
+                n * std::mem::size_of::<WireSge>(),
+            );
+        }
+        v
+    }
+}
 // SAFETY: as above.
 unsafe impl Pod for AckSlot {}
 
 const _: () = assert!(std::mem::size_of::<ReqSlot>() == 192);
 const _: () = assert!(std::mem::size_of::<AckSlot>() == 16);
+const _: () = assert!(REQ_HEADER == 64);
 
 #[repr(C)]
 struct Header {
