@@ -1,7 +1,7 @@
 //! Executing send-queue requests when they fall due: the data movement, every check a
 //! real RC queue pair makes, and the verdict that is reported in queue order later.
 
-use super::memory::{copy_segments, KeyOpError};
+use super::memory::copy_segments;
 use super::slab::Idx;
 use super::state::{opcode_of, CqEntry, Done, SqEntry};
 use super::trace::{FaultTrace, TraceKind};
@@ -138,7 +138,7 @@ impl WorldState {
             },
             SendOp::LocalInvalidate { key } => match self.mrs.invalidate(pd, key) {
                 Ok(()) => fail(WcStatus::Success),
-                Err(KeyOpError::NoSuchKey) | Err(_) => fail(WcStatus::LocalProtectionError),
+                Err(_) => fail(WcStatus::LocalProtectionError),
             },
         }
     }

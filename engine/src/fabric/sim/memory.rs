@@ -229,9 +229,15 @@ impl MrTable {
             return None;
         }
         let arena = s.arena.as_ref()?;
-        let ptr = addr as usize as *mut u8;
+        // Derive the pointer from the arena's, not from the integer, so it keeps the
+        // mapping's provenance.
+        let off = usize::try_from(addr.checked_sub(arena.base() as u64)?).ok()?;
         let len = usize::try_from(len).ok()?;
-        arena.contains(ptr, len).then_some(ptr)
+        if off.checked_add(len)? > arena.len() {
+            return None;
+        }
+        // SAFETY: `off + len` lies within the arena (checked just above).
+        Some(unsafe { arena.base().add(off) })
     }
 
     /// Resolves a scatter-gather list.

@@ -56,8 +56,7 @@ impl MemoryRegion for SimMr {
 impl Drop for SimMr {
     fn drop(&mut self) {
         let key = self.key;
-        // From a foreign thread the slot stays registered (and unusable by anyone but
-        // the owning thread anyway): leaking beats touching the world unsynchronised.
+        // Refused only if dropped from inside the world, which handles never are.
         let _ = self.world.with(|w| w.mrs.release(key));
     }
 }

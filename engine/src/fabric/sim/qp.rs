@@ -55,7 +55,6 @@ impl QueuePair for SimQp {
         self.conn
     }
 
-    /// From a foreign thread this reports `Error` (the queue pair is unusable there).
     fn state(&self) -> QpState {
         let idx = self.idx;
         self.world
