@@ -249,6 +249,7 @@ impl Executor {
         let Some(ns) = self.peer_runs(slot, &mut src) else {
             return Outcome::nak(ack::REMOTE_OP);
         };
+        // As in InfiniBand, a zero-length RDMA operation checks no key.
         if slot.total_len > 0 {
             let Some(dst) = Self::target_run(
                 qp,
