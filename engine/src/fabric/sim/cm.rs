@@ -3,7 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use super::cmproto::QpSpec;
+use super::lifecycle::QpSpec;
 use super::qp::SimQp;
 use super::slab::Idx;
 use super::state::PendingEvent;

@@ -1,168 +1,20 @@
-//! The connection manager's protocol inside the world: queue-pair creation and
-//! teardown, connect/accept/reject/disconnect, the messages between the sides (request,
-//! reply, ready-to-use, reject, disconnect) and connection-killing faults.
+//! The connection manager's protocol inside the world: listen, connect, accept,
+//! reject, disconnect, the messages between the sides (request, reply, ready-to-use,
+//! reject, disconnect) and connection-killing faults.
 
+use super::lifecycle::QpSpec;
 use super::slab::Idx;
-use super::state::{CmMsg, CmMsgKind, CmSlot, ConnSide, PendingEvent, Phase, QpSlot};
+use super::state::{CmMsg, CmMsgKind, CmSlot, ConnSide, PendingEvent, Phase};
 use super::trace::{CmTrace, FaultTrace, TraceKind};
 use super::world::WorldState;
 use super::SimAddr;
 use crate::fabric::cm::{ConnId, PrivateData};
 use crate::fabric::error::FabricError;
-use crate::fabric::types::{QpConfig, QpState, RNR_RETRY_INFINITE};
+use crate::fabric::types::QpState;
 
 use std::collections::VecDeque;
 
-/// The objects a new queue pair is made of, resolved from the caller's handles.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct QpSpec {
-    pub(super) device: u32,
-    pub(super) pd: u32,
-    pub(super) pd_device: u32,
-    pub(super) send_cq: Idx,
-    pub(super) recv_cq: Idx,
-    pub(super) config: QpConfig,
-}
-
-fn check_cap(what: &'static str, requested: u32, max: u32) -> Result<(), FabricError> {
-    if requested == 0 || requested > max {
-        return Err(FabricError::InvalidCaps {
-            what,
-            requested,
-            max,
-        });
-    }
-    Ok(())
-}
-
 impl WorldState {
-    pub(super) fn max_sge(&self) -> u32 {
-        self.cfg.caps.max_sge.min(super::config::SIM_MAX_SGE as u32)
-    }
-
-    fn create_qp(
-        &mut self,
-        spec: QpSpec,
-        state: QpState,
-        conn: ConnId,
-    ) -> Result<Idx, FabricError> {
-        if spec.pd_device != spec.device {
-            return Err(FabricError::WrongDevice);
-        }
-        let caps = spec.config.caps;
-        let max_wr = self.cfg.caps.max_qp_wr;
-        let max_sge = self.max_sge();
-        check_cap("max_send_wr", caps.max_send_wr, max_wr)?;
-        check_cap("max_recv_wr", caps.max_recv_wr, max_wr)?;
-        check_cap("max_send_sge", caps.max_send_sge, max_sge)?;
-        check_cap("max_recv_sge", caps.max_recv_sge, max_sge)?;
-        if spec.config.rnr_retry > RNR_RETRY_INFINITE {
-            return Err(FabricError::InvalidCaps {
-                what: "rnr_retry",
-                requested: u32::from(spec.config.rnr_retry),
-                max: u32::from(RNR_RETRY_INFINITE),
-            });
-        }
-        let send = u64::from(caps.max_send_wr);
-        let recv = u64::from(caps.max_recv_wr);
-        let cq_need = |w: &WorldState, cq: Idx, add: u64| -> Result<(), FabricError> {
-            let c = w.cqs.get(cq).ok_or(FabricError::WrongDevice)?;
-            if c.device != spec.device {
-                return Err(FabricError::WrongDevice);
-            }
-            let needed = c.reserved + add;
-            if needed > u64::from(c.depth) {
-                return Err(FabricError::CqTooSmall {
-                    needed,
-                    depth: c.depth,
-                });
-            }
-            Ok(())
-        };
-        if spec.send_cq == spec.recv_cq {
-            cq_need(self, spec.send_cq, send + recv)?;
-        } else {
-            cq_need(self, spec.send_cq, send)?;
-            cq_need(self, spec.recv_cq, recv)?;
-        }
-        for (cq, n) in [(spec.send_cq, send), (spec.recv_cq, recv)] {
-            if let Some(c) = self.cqs.get_mut(cq) {
-                c.reserved += n;
-                c.attached += 1;
-            }
-        }
-        let num = self.new_qp_num();
-        let rnr_timer_ns = super::world::dur_ns(spec.config.min_rnr_timer).max(1);
-        Ok(self.qps.insert(QpSlot {
-            num,
-            device: spec.device,
-            pd: spec.pd,
-            send_cq: spec.send_cq,
-            recv_cq: spec.recv_cq,
-            config: spec.config,
-            state,
-            conn,
-            peer: None,
-            sq: VecDeque::with_capacity(caps.max_send_wr as usize),
-            next_exec: 0,
-            last_exec_at: 0,
-            last_done_at: 0,
-            sq_unsignaled: 0,
-            sq_unpolled: 0,
-            rq: VecDeque::with_capacity(caps.max_recv_wr as usize),
-            rq_unpolled: 0,
-            rnr_timer_ns,
-        }))
-    }
-
-    /// The queue pair's handle was dropped: it leaves its connection (the peer sees a
-    /// disconnect) and its completion queues.
-    pub(super) fn destroy_qp(&mut self, q: Idx) {
-        let Some(qp) = self.qps.get(q) else {
-            return;
-        };
-        let conn = qp.conn;
-        if self.conns.get(&conn.0).is_some_and(|s| s.qp == Some(q)) {
-            self.close_side(conn, false);
-            if let Some(s) = self.conns.get_mut(&conn.0) {
-                s.qp = None;
-            }
-        }
-        let Some(qp) = self.qps.remove(q) else {
-            return;
-        };
-        let caps = qp.config.caps;
-        for (cq, n) in [
-            (qp.send_cq, u64::from(caps.max_send_wr)),
-            (qp.recv_cq, u64::from(caps.max_recv_wr)),
-        ] {
-            let gone = match self.cqs.get_mut(cq) {
-                Some(c) => {
-                    c.reserved = c.reserved.saturating_sub(n);
-                    c.attached = c.attached.saturating_sub(1);
-                    c.attached == 0 && !c.handle_alive
-                }
-                None => false,
-            };
-            if gone {
-                self.cqs.remove(cq);
-            }
-        }
-    }
-
-    pub(super) fn destroy_cq(&mut self, cq: Idx) {
-        let gone = match self.cqs.get_mut(cq) {
-            Some(c) => {
-                c.handle_alive = false;
-                c.attached == 0
-            }
-            None => false,
-        };
-        if gone {
-            self.cqs.remove(cq);
-        }
-    }
-
     pub(super) fn create_cm(&mut self, device: u32) -> Idx {
         self.cms.insert(CmSlot {
             device,
@@ -303,7 +155,7 @@ impl WorldState {
 
     /// Ends this side now (its queue pair flushes and becomes disconnected) and tells
     /// the peer.
-    fn close_side(&mut self, conn: ConnId, report: bool) {
+    pub(super) fn close_side(&mut self, conn: ConnId, report: bool) {
         let Some(s) = self.conns.get_mut(&conn.0) else {
             return;
         };

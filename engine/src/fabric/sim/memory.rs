@@ -355,3 +355,162 @@ pub(super) fn copy_segments(src: &Segments, dst: &Segments) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fabric::mr::key_index;
+    use rpcrdma_pools::{ArenaOptions, HugePages};
+
+    fn arena() -> Arc<Arena> {
+        let opts = ArenaOptions::new(8192).hugepages(HugePages::Never);
+        Arc::new(Arena::new(&opts).unwrap())
+    }
+
+    #[test]
+    fn keys_resolve_only_within_bounds_domain_and_rights() {
+        let a = arena();
+        let base = a.base() as u64;
+        let mut t = MrTable::new(16);
+        let k = t.register(1, &a, 100, 200, Access::LOCAL_WRITE).unwrap();
+        let ok =
+            |t: &MrTable, key, pd, addr, len, need| t.resolve(key, pd, addr, len, need).is_some();
+        assert!(ok(&t, k, 1, base + 100, 200, Access::LOCAL_WRITE));
+        assert!(
+            !ok(&t, k, 1, base + 99, 1, Access::NONE),
+            "before the start"
+        );
+        assert!(!ok(&t, k, 1, base + 300, 1, Access::NONE), "past the end");
+        assert!(!ok(&t, k, 1, base + 100, 201, Access::NONE), "too long");
+        assert!(!ok(&t, k, 2, base + 100, 1, Access::NONE), "other domain");
+        assert!(
+            !ok(&t, k, 1, base + 100, 1, Access::REMOTE_READ),
+            "no right"
+        );
+        assert!(
+            !ok(&t, next_key(k), 1, base + 100, 1, Access::NONE),
+            "other generation"
+        );
+        assert!(!ok(&t, k, 1, u64::MAX, 2, Access::NONE), "wrapping range");
+        assert!(
+            !ok(&t, 0, 1, base, 1, Access::NONE),
+            "slot 0 is never valid"
+        );
+    }
+
+    #[test]
+    fn a_reused_slot_moves_to_a_new_generation() {
+        let a = arena();
+        let base = a.base() as u64;
+        let mut t = MrTable::new(1);
+        let k1 = t.register(1, &a, 0, 64, Access::ALL).unwrap();
+        assert!(matches!(
+            t.register(1, &a, 0, 64, Access::ALL),
+            Err(FabricError::Exhausted { max: 1, .. })
+        ));
+        t.release(k1);
+        let k2 = t.register(1, &a, 0, 64, Access::ALL).unwrap();
+        assert_eq!(key_index(k1), key_index(k2));
+        assert_ne!(k1, k2);
+        assert!(t.resolve(k1, 1, base, 1, Access::NONE).is_none());
+        assert!(t.resolve(k2, 1, base, 1, Access::NONE).is_some());
+        assert!(matches!(
+            t.register(1, &a, 0, 0, Access::ALL),
+            Err(FabricError::BadLength(0))
+        ));
+    }
+
+    #[test]
+    fn fast_slot_maps_invalidates_and_needs_fresh_keys() {
+        let a = arena();
+        let base = a.base() as u64;
+        let mut t = MrTable::new(16);
+        let plain = t.register(1, &a, 0, 4096, Access::LOCAL_WRITE).unwrap();
+        let k0 = t.alloc_fast(1, 1024).unwrap();
+        assert!(
+            t.resolve(k0, 1, base, 1, Access::NONE).is_none(),
+            "starts unmapped"
+        );
+        let region = Sge::new(base + 512, 1024, plain);
+        assert_eq!(
+            t.fast_reg(1, k0, region, Access::REMOTE_READ),
+            Err(KeyOpError::StaleGeneration)
+        );
+        let k1 = next_key(k0);
+        let too_long = Sge::new(base + 512, 1025, plain);
+        assert_eq!(
+            t.fast_reg(1, k1, too_long, Access::REMOTE_READ),
+            Err(KeyOpError::BadRegion)
+        );
+        let outside = Sge::new(base + 4000, 200, plain);
+        assert_eq!(
+            t.fast_reg(1, k1, outside, Access::REMOTE_READ),
+            Err(KeyOpError::BadRegion)
+        );
+        assert_eq!(
+            t.fast_reg(2, k1, region, Access::REMOTE_READ),
+            Err(KeyOpError::NoSuchKey)
+        );
+        assert_eq!(
+            t.fast_reg(1, k1, region, Access::REMOTE_WRITE),
+            Err(KeyOpError::BadAccess)
+        );
+        assert_eq!(
+            t.fast_reg(1, next_key(plain), region, Access::NONE),
+            Err(KeyOpError::NoSuchKey)
+        );
+        t.fast_reg(1, k1, region, Access::REMOTE_READ).unwrap();
+        assert!(t
+            .resolve(k1, 1, base + 512, 1024, Access::REMOTE_READ)
+            .is_some());
+        assert!(t
+            .resolve(k1, 1, base + 511, 2, Access::REMOTE_READ)
+            .is_none());
+        assert!(t
+            .resolve(k1, 1, base + 512, 1, Access::REMOTE_WRITE)
+            .is_none());
+        assert_eq!(
+            t.invalidate(1, plain),
+            Err(KeyOpError::NoSuchKey),
+            "plain keys stay"
+        );
+        assert_eq!(
+            t.invalidate(1, k0),
+            Err(KeyOpError::NoSuchKey),
+            "old generation"
+        );
+        t.invalidate(1, k1).unwrap();
+        assert!(t
+            .resolve(k1, 1, base + 512, 1, Access::REMOTE_READ)
+            .is_none());
+    }
+
+    #[test]
+    fn copies_cross_uneven_segment_boundaries() {
+        let a = arena();
+        let base = a.base() as u64;
+        let mut t = MrTable::new(4);
+        let k = t.register(1, &a, 0, 8192, Access::LOCAL_WRITE).unwrap();
+        for i in 0..100u8 {
+            // SAFETY: inside the 8 KiB arena.
+            unsafe { *a.base().add(usize::from(i)) = i };
+        }
+        let src = [
+            Sge::new(base, 7, k),
+            Sge::new(base + 7, 0, k),
+            Sge::new(base + 7, 93, k),
+        ];
+        let dst = [Sge::new(base + 4096, 50, k), Sge::new(base + 5000, 60, k)];
+        let s = t.resolve_sgl(&src, 1, Access::NONE).unwrap();
+        let d = t.resolve_sgl(&dst, 1, Access::LOCAL_WRITE).unwrap();
+        assert_eq!((s.total(), d.total()), (100, 110));
+        copy_segments(&s, &d);
+        // SAFETY: inside the arena; nothing else touches it.
+        let got = |off: usize, n: usize| unsafe {
+            std::slice::from_raw_parts(a.base().add(off), n).to_vec()
+        };
+        assert_eq!(got(4096, 50), (0..50).collect::<Vec<u8>>());
+        assert_eq!(got(5000, 50), (50..100).collect::<Vec<u8>>());
+        assert_eq!(got(5050, 10), vec![0; 10], "nothing past the message");
+    }
+}

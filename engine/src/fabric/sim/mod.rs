@@ -119,6 +119,7 @@ mod config;
 mod cq;
 mod device;
 mod exec;
+mod lifecycle;
 mod memory;
 mod mr;
 mod net;
