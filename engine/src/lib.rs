@@ -8,8 +8,10 @@
 //! - [`core`]: the sans-IO RPC-over-RDMA protocol core (requester and responder);
 //!   [`credits`], [`service`] (the responder's ULP interface) and [`requester`] (calls
 //!   and outcomes) are its public faces.
+//! - [`conn`]: the driver binding a core to a fabric provider, its pools and its CM.
 #![warn(missing_docs)]
 
+pub mod conn;
 pub mod core;
 pub mod credits;
 pub mod fabric;

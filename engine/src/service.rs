@@ -27,8 +27,10 @@
 
 use core::fmt;
 
+use rpcrdma_pools::PoolCache;
+
 use crate::core::fixed::FixedVec;
-use crate::core::regbuf::RegBuf;
+use crate::core::regbuf::{RegBuf, RegBufError};
 
 /// Most Write chunks a responder accepts in one call (the decoder's default limit).
 pub const MAX_WRITE_CHUNKS: usize = 8;
@@ -290,6 +292,7 @@ pub struct ReplyWriter<'a> {
     overflow: Option<ReplyOverflow>,
     write_chunks: &'a [u64],
     results: &'a mut DdpResults,
+    large: Option<&'a mut PoolCache>,
 }
 
 impl fmt::Debug for ReplyWriter<'_> {
@@ -309,6 +312,7 @@ impl<'a> ReplyWriter<'a> {
         body: &'a mut [u8],
         write_chunks: &'a [u64],
         results: &'a mut DdpResults,
+        large: Option<&'a mut PoolCache>,
     ) -> Self {
         results.clear();
         ReplyWriter {
@@ -317,6 +321,17 @@ impl<'a> ReplyWriter<'a> {
             overflow: None,
             write_chunks,
             results,
+            large,
+        }
+    }
+
+    /// A registered buffer from the connection's large pool, to fill with result data
+    /// and hand to [`ddp_result`](Self::ddp_result) (for results that do not already
+    /// live in registered memory of the service's own).
+    pub fn alloc_buf(&mut self) -> Result<RegBuf, RegBufError> {
+        match self.large.as_deref_mut() {
+            Some(cache) => RegBuf::from_cache(cache),
+            None => Err(RegBufError::Exhausted),
         }
     }
 
@@ -476,7 +491,7 @@ mod tests {
     fn writer_refuses_overflow_and_remembers_it() {
         let mut buf = [0u8; 8];
         let mut results = DdpResults::new();
-        let mut w = ReplyWriter::new(&mut buf, &[], &mut results);
+        let mut w = ReplyWriter::new(&mut buf, &[], &mut results, None);
         w.put_u32(7).unwrap();
         assert!(w.put(&[1, 2, 3, 4, 5]).is_err());
         assert_eq!(

@@ -3,6 +3,8 @@
 
 use core::time::Duration;
 
+use rpcrdma_pools::HugePages;
+
 use crate::fabric::{QpCaps, QpConfig};
 use crate::requester::{MAX_DDP_ARGS, MAX_WRITE_SINKS};
 use crate::wire::header::Limits;
@@ -55,6 +57,8 @@ pub struct ConnConfig {
     /// Program and version the probe's NULL call names. Any RPC reply, even
     /// PROG_UNAVAIL, proves the peer alive.
     pub probe_program: (u32, u32),
+    /// Hugepage policy of the pools a driver creates for the connection.
+    pub hugepages: HugePages,
 }
 
 impl Default for ConnConfig {
@@ -75,6 +79,7 @@ impl Default for ConnConfig {
             keepalive: None,
             probe_timeout: Duration::from_secs(5),
             probe_program: (0x2000_0001, 1),
+            hugepages: HugePages::Auto,
         }
     }
 }

@@ -38,9 +38,7 @@ use super::transport::{CloseReason, ConnState, Transport};
 use super::wrid::{WrId, WrKind};
 use super::{CoreError, CorePools};
 use crate::credits::CreditTable;
-use crate::fabric::{
-    Completion, MemoryRegion, PostError, RecvWr, SendFlags, SendOp, SendWr, WcOpcode, WcStatus,
-};
+use crate::fabric::{Completion, MemoryRegion, QueuePair, SendFlags, SendOp, WcOpcode, WcStatus};
 use crate::requester::{
     CallRequest, CallStatus, Outcome, Reply, SubmitError, SubmitRefusal, TransportError,
     WriteSinks, MAX_WRITE_SINKS,
@@ -965,15 +963,10 @@ impl<M: MemoryRegion> RequesterCore<M> {
         }
     }
 
-    /// Posts the staged receives, then the staged sends, through the given queue-pair
-    /// calls. Refused posts fail the connection; what did not go out is accounted as
+    /// Posts the staged receives, then the staged sends, on `qp`. Refused posts fail the connection; what did not go out is accounted as
     /// flushed, so every call still gets exactly one outcome.
-    pub fn post<FS, FR>(&mut self, post_send: FS, post_recv: FR, now: Instant)
-    where
-        FS: FnMut(&[SendWr<'_>]) -> Result<(), PostError>,
-        FR: FnMut(&[RecvWr<'_>]) -> Result<(), PostError>,
-    {
-        post_staged(self, post_send, post_recv, now);
+    pub fn post<Q: QueuePair>(&mut self, qp: &mut Q, now: Instant) {
+        post_staged(self, qp, now);
     }
 }
 
@@ -1010,19 +1003,24 @@ pub(crate) fn flush_of(wr_id: u64) -> Completion {
 
 /// Posts a core's outbox: receives first (so replies to what we are about to send find
 /// them), then the send chain. What a refused post left behind is fed back as flushed.
-pub(crate) fn post_staged<C, FS, FR>(core: &mut C, post_send: FS, post_recv: FR, now: Instant)
-where
-    C: Staged,
-    FS: FnMut(&[SendWr<'_>]) -> Result<(), PostError>,
-    FR: FnMut(&[RecvWr<'_>]) -> Result<(), PostError>,
-{
-    if core.transport().outbox.post_recvs(post_recv).is_err() {
+pub(crate) fn post_staged<C: Staged, Q: QueuePair>(core: &mut C, qp: &mut Q, now: Instant) {
+    if core
+        .transport()
+        .outbox
+        .post_recvs(|r| qp.post_recv(r))
+        .is_err()
+    {
         core.post_refused();
         while let Some(id) = core.transport().outbox.next_unposted_recv() {
             core.flushed(id, now);
         }
     }
-    if core.transport().outbox.post_sends(post_send).is_err() {
+    if core
+        .transport()
+        .outbox
+        .post_sends(|w| qp.post_send(w))
+        .is_err()
+    {
         core.post_refused();
         while let Some(id) = core.transport().outbox.next_unposted_send() {
             core.flushed(id, now);

@@ -39,7 +39,7 @@ use super::transport::{CloseReason, ConnState, Transport};
 use super::wrid::{WrId, WrKind};
 use super::{CoreError, CorePools};
 use crate::credits::GrantPolicy;
-use crate::fabric::{Completion, PostError, RecvWr, RemoteAddr, SendFlags, SendOp, SendWr};
+use crate::fabric::{Completion, QueuePair, RemoteAddr, SendFlags, SendOp};
 use crate::service::{
     CallView, DdpItem, Padding, ReplyWriter, Service, MAX_DDP_ITEMS, MAX_WRITE_CHUNKS,
 };
@@ -195,7 +195,7 @@ impl<S: Service> ResponderCore<S> {
     }
 
     /// The connection is established; `peer_private_data` is what the requester sent
-    /// with its connect request.
+    /// with its connect request. Calls that arrived before this wait for it.
     pub fn on_established(&mut self, peer_private_data: &[u8], _now: Instant) {
         if self.t.state != ConnState::Connecting {
             return;
@@ -251,7 +251,8 @@ impl<S: Service> ResponderCore<S> {
                     self.stats.stray_completions += 1;
                     return;
                 };
-                if wc.status.is_success() && self.t.is_open() {
+                let live = matches!(self.t.state, ConnState::Established | ConnState::Connecting);
+                if wc.status.is_success() && live {
                     self.on_receive(buf);
                 } else {
                     self.t.recvs.recycle(buf);
@@ -270,7 +271,9 @@ impl<S: Service> ResponderCore<S> {
                 c.wrs -= 1;
                 self.t.sq.give(1);
                 if c.wrs == 0 {
-                    if !self.t.is_open() || c.step == Step::Sent {
+                    if matches!(self.t.state, ConnState::Draining | ConnState::Closed)
+                        || c.step == Step::Sent
+                    {
                         self.release(i as u32);
                     } else if c.step == Step::Reading {
                         c.step = Step::Dispatch;
@@ -370,11 +373,17 @@ impl<S: Service> ResponderCore<S> {
     /// Advances context `i`; false when it must wait for resources.
     fn advance(&mut self, i: u32) -> bool {
         loop {
-            if !self.t.is_open() {
-                if self.ctxs[i as usize].wrs == 0 {
-                    self.release(i);
+            match self.t.state {
+                ConnState::Established => {}
+                // Calls can arrive before the passive side hears that the connection is
+                // established; their work waits (nothing may be sent yet).
+                ConnState::Connecting => return false,
+                ConnState::Draining | ConnState::Closed => {
+                    if self.ctxs[i as usize].wrs == 0 {
+                        self.release(i);
+                    }
+                    return true;
                 }
-                return true;
             }
             let progressed = match self.ctxs[i as usize].step {
                 Step::StartReads => self.start_reads(i),
@@ -579,7 +588,12 @@ impl<S: Service> ResponderCore<S> {
                     .unwrap_or(&mut [])
             }
         };
-        let mut writer = ReplyWriter::new(body_slice, &write_caps[..n_writes], results);
+        let mut writer = ReplyWriter::new(
+            body_slice,
+            &write_caps[..n_writes],
+            results,
+            Some(&mut self.large),
+        );
         let result = self.service.handle_call(&view, &mut writer);
         let len = writer.len();
         let overflow = writer.overflow();
@@ -718,12 +732,8 @@ impl<S: Service> ResponderCore<S> {
     }
 
     /// Posts the staged receives, then the staged sends.
-    pub fn post<FS, FR>(&mut self, post_send: FS, post_recv: FR, now: Instant)
-    where
-        FS: FnMut(&[SendWr<'_>]) -> Result<(), PostError>,
-        FR: FnMut(&[RecvWr<'_>]) -> Result<(), PostError>,
-    {
-        post_staged(self, post_send, post_recv, now);
+    pub fn post<Q: QueuePair>(&mut self, qp: &mut Q, now: Instant) {
+        post_staged(self, qp, now);
     }
 }
 

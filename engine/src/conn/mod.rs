@@ -1,0 +1,80 @@
+//! The I/O driver: binds a protocol core to a fabric [`Provider`], its pools and its
+//! connection manager.
+//!
+//! A driver owns the queue pair, the completion queue and the registered pools of one
+//! connection. Each [`poll`](RequesterConn::poll) reaps up to [`CQ_BATCH`] completions,
+//! feeds them to the core, lets the core restock receives and start queued work, and
+//! posts what the core staged: the receive chain, then the send chain, one doorbell
+//! each.
+//!
+//! - [`RequesterConn`]: the active side; connects, submits calls, yields outcomes.
+//! - [`Listener`] and [`ResponderConn`]: the passive side; [`Server`] bundles a listener
+//!   with the connections it accepts.
+//! - [`Pair`]: a requester and a responder connected over one provider and driven from
+//!   one thread, for tests and benchmarks.
+//!
+//! [`Provider`]: crate::fabric::Provider
+
+mod pair;
+mod requester;
+mod resources;
+mod responder;
+
+use core::fmt;
+
+pub use pair::{Pair, PairError};
+pub use requester::RequesterConn;
+pub use resources::ConnResources;
+pub use responder::{Listener, ResponderConn, Server};
+
+use crate::core::{ConfigError, CoreError};
+use crate::fabric::{Completion, CompletionQueue, FabricError};
+use rpcrdma_pools::PoolError;
+
+/// Completions reaped per poll.
+pub const CQ_BATCH: usize = 32;
+
+/// Why a connection could not be set up.
+#[derive(Debug)]
+pub enum ConnError {
+    /// The configuration is unusable.
+    Config(ConfigError),
+    /// The fabric refused a setup call.
+    Fabric(FabricError),
+    /// A pool could not be created.
+    Pool(PoolError),
+    /// The core could not be built.
+    Core(CoreError),
+}
+
+impl fmt::Display for ConnError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConnError::Config(e) => write!(f, "configuration: {e}"),
+            ConnError::Fabric(e) => write!(f, "fabric: {e}"),
+            ConnError::Pool(e) => write!(f, "pool: {e}"),
+            ConnError::Core(e) => write!(f, "core: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for ConnError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ConnError::Config(e) => Some(e),
+            ConnError::Fabric(e) => Some(e),
+            ConnError::Pool(e) => Some(e),
+            ConnError::Core(e) => Some(e),
+        }
+    }
+}
+
+/// Reaps one batch of completions from `cq` into `f`; returns how many.
+pub(crate) fn poll_cq<C: CompletionQueue, F: FnMut(&Completion)>(cq: &mut C, mut f: F) -> usize {
+    let mut wcs = [Completion::EMPTY; CQ_BATCH];
+    let n = cq.poll(&mut wcs);
+    for wc in &wcs[..n] {
+        f(wc);
+    }
+    n
+}

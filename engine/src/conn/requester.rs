@@ -1,0 +1,206 @@
+//! The active side of a connection: a requester core over a provider.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::resources::ConnResources;
+use super::{poll_cq, ConnError};
+use crate::core::config::{ConnConfig, Role};
+use crate::core::fixed::FixedQueue;
+use crate::core::{
+    ConnEvent, ConnState, ProbeError, RegBuf, RegBufError, RequesterCore, RequesterStats,
+};
+use crate::credits::CreditTable;
+use crate::fabric::{
+    CmEvent, ConnId, ConnectionManager, Device, Provider, QpInit, QueuePair, RNR_RETRY_INFINITE,
+};
+use crate::requester::{CallRequest, Outcome, SubmitError};
+use crate::wire::private_data::InlineThresholds;
+
+/// A requester connection: submit calls, poll, collect outcomes.
+pub struct RequesterConn<P: Provider> {
+    core: RequesterCore<P::Mr>,
+    qp: P::Qp,
+    cm: P::Cm,
+    conn: ConnId,
+    events: FixedQueue<ConnEvent>,
+    res: ConnResources<P>,
+}
+
+impl<P: Provider> RequesterConn<P> {
+    /// Creates the connection's resources on `dev` and starts connecting to `addr`,
+    /// offering RFC 8797 private data. Receives are posted at once; calls can be
+    /// submitted once [`state`](Self::state) is `Established`.
+    pub fn connect(dev: &P::Device, addr: &P::Addr, cfg: &ConnConfig) -> Result<Self, ConnError> {
+        let res = ConnResources::<P>::new(dev, cfg, Role::Requester)?;
+        let mrs = res.fast_mrs(res.sizes.mr_slots, cfg.large_buf_size as usize)?;
+        let credits = Arc::new(CreditTable::new(cfg.credits, cfg.keepalive.is_some()));
+        let mut core =
+            RequesterCore::new(cfg, &res.pools, mrs, credits).map_err(ConnError::Core)?;
+        let mut cm = dev.create_cm().map_err(ConnError::Fabric)?;
+        let mut config = res.sizes.qp_config();
+        // Credits make RNR impossible once both sides run; retrying covers a responder
+        // whose receives are posted a moment after it accepts.
+        config.rnr_retry = RNR_RETRY_INFINITE;
+        let init = QpInit {
+            pd: &res.pd,
+            send_cq: &res.cq,
+            recv_cq: &res.cq,
+            config,
+        };
+        let mut qp = cm
+            .connect(addr, init, &core.local_private_data())
+            .map_err(ConnError::Fabric)?;
+        let now = Instant::now();
+        core.prepare(now);
+        core.post(&mut qp, now);
+        let conn = qp.conn_id();
+        Ok(RequesterConn {
+            core,
+            qp,
+            cm,
+            conn,
+            events: FixedQueue::with_capacity(32),
+            res,
+        })
+    }
+
+    /// One round: connection events, a batch of completions, timers, queued calls,
+    /// posting. Returns the work done (events and completions handled).
+    pub fn poll(&mut self, now: Instant) -> usize {
+        let mut work = 0;
+        loop {
+            match self.cm.poll_event() {
+                Ok(Some(ev)) => {
+                    work += 1;
+                    match ev {
+                        CmEvent::Established { conn, private_data } if conn == self.conn => {
+                            self.core.on_established(private_data.as_bytes(), now);
+                        }
+                        CmEvent::Rejected { conn, .. }
+                        | CmEvent::Unreachable { conn }
+                        | CmEvent::Disconnected { conn }
+                            if conn == self.conn =>
+                        {
+                            self.core.on_disconnected();
+                        }
+                        // Not a listener: a stray request is refused by dropping it.
+                        _ => {}
+                    }
+                }
+                Ok(None) => break,
+                Err(_) => {
+                    self.core.on_disconnected();
+                    break;
+                }
+            }
+        }
+        let core = &mut self.core;
+        work += poll_cq(&mut self.res.cq, |wc| core.handle_completion(wc, now));
+        if core.next_timeout().is_some_and(|t| t <= now) {
+            core.handle_timeout(now);
+        }
+        core.prepare(now);
+        core.post(&mut self.qp, now);
+        while let Some(ev) = self.core.poll_event() {
+            if let ConnEvent::DisconnectRequested(_) = ev {
+                let _ = self.cm.disconnect(self.conn);
+            }
+            let _ = self.events.push_back(ev);
+        }
+        work
+    }
+
+    /// Submits a call; its outcome comes from [`poll_outcome`](Self::poll_outcome)
+    /// with `tag`.
+    pub fn submit(&mut self, req: CallRequest, tag: u64) -> Result<(), SubmitError> {
+        self.core.submit(req, tag, Instant::now())
+    }
+
+    /// The next finished call.
+    pub fn poll_outcome(&mut self) -> Option<Outcome> {
+        self.core.poll_outcome()
+    }
+
+    /// The next connection event.
+    pub fn poll_event(&mut self) -> Option<ConnEvent> {
+        self.events.pop_front()
+    }
+
+    /// Starts a health check (RFC 8267 §6.7.2); see [`ConnEvent::ProbeAnswered`] and
+    /// [`ConnEvent::PeerDead`].
+    pub fn health_check(&mut self) -> Result<(), ProbeError> {
+        self.core.health_check(Instant::now())
+    }
+
+    /// A send buffer for a call message (inline-sized; see
+    /// [`alloc_large`](Self::alloc_large) for long calls).
+    pub fn alloc_msg(&self) -> Result<RegBuf, RegBufError> {
+        RegBuf::from_pool(&self.res.pools.send)
+    }
+
+    /// A large buffer (long call messages, DDP arguments, write sinks).
+    pub fn alloc_large(&self) -> Result<RegBuf, RegBufError> {
+        RegBuf::from_pool(&self.res.pools.large)
+    }
+
+    /// Starts an orderly close: the CM disconnects, every call gets its outcome.
+    pub fn close(&mut self) {
+        self.core.close();
+    }
+
+    /// The connection state.
+    pub fn state(&self) -> ConnState {
+        self.core.state()
+    }
+
+    /// The negotiated thresholds.
+    pub fn thresholds(&self) -> InlineThresholds {
+        self.core.thresholds()
+    }
+
+    /// The credit table (shareable with other threads).
+    pub fn credits(&self) -> &Arc<CreditTable> {
+        self.core.credits()
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> RequesterStats {
+        self.core.stats()
+    }
+
+    /// Calls queued for credits or resources.
+    pub fn queued(&self) -> usize {
+        self.core.queued()
+    }
+
+    /// The core, for inspection.
+    pub fn core(&self) -> &RequesterCore<P::Mr> {
+        &self.core
+    }
+
+    /// The connection's resources (pools, protection domain).
+    pub fn resources(&self) -> &ConnResources<P> {
+        &self.res
+    }
+
+    /// The connection's resources, writable (to register application arenas).
+    pub fn resources_mut(&mut self) -> &mut ConnResources<P> {
+        &mut self.res
+    }
+
+    /// The connection id.
+    pub fn conn_id(&self) -> ConnId {
+        self.conn
+    }
+
+    /// The connection manager, to poll or disconnect directly.
+    pub fn cm_mut(&mut self) -> &mut P::Cm {
+        &mut self.cm
+    }
+
+    /// The queue pair.
+    pub fn qp(&self) -> &P::Qp {
+        &self.qp
+    }
+}

@@ -1,0 +1,94 @@
+//! Per-connection fabric resources: protection domain, completion queue, and the three
+//! registered pools a core draws from, all created (and registered) up front.
+
+use std::sync::Arc;
+
+use rpcrdma_pools::{Arena, Pool, PoolConfig};
+
+use super::ConnError;
+use crate::core::config::{ConnConfig, Role, Sizes, POOL_CACHE};
+use crate::core::CorePools;
+use crate::fabric::{Access, Device, ProtectionDomain, Provider};
+
+/// What one connection allocates from its device.
+pub struct ConnResources<P: Provider> {
+    pub(crate) pools: CorePools,
+    /// Arena registrations, kept for the connection's life.
+    regs: Vec<P::Mr>,
+    pub(crate) cq: P::Cq,
+    pub(crate) pd: P::Pd,
+    pub(crate) sizes: Sizes,
+}
+
+impl<P: Provider> ConnResources<P> {
+    /// Creates the protection domain, the completion queue (sized for both queues) and
+    /// the pools of `cfg` for `role`, and registers the pools. Pools live in shareable
+    /// arenas, which every provider accepts.
+    pub fn new(dev: &P::Device, cfg: &ConnConfig, role: Role) -> Result<Self, ConnError> {
+        cfg.validate().map_err(ConnError::Config)?;
+        let sizes = cfg.sizes(role);
+        let pd = dev.alloc_pd().map_err(ConnError::Fabric)?;
+        let cq = dev.create_cq(sizes.cq_depth).map_err(ConnError::Fabric)?;
+        let mk = |name: &'static str, size: u32, count: u32| {
+            let pc = PoolConfig::new(name, size as usize, count)
+                .cache_size(POOL_CACHE)
+                .shareable(true)
+                .hugepages(cfg.hugepages);
+            Pool::new(&pc).map_err(ConnError::Pool)
+        };
+        let pools = CorePools {
+            recv: mk("rpcrdma-recv", cfg.inline_recv, sizes.recv_bufs)?,
+            send: mk("rpcrdma-send", cfg.inline_send, sizes.send_bufs)?,
+            large: mk("rpcrdma-large", cfg.large_buf_size, sizes.large_bufs)?,
+        };
+        let mut res = ConnResources {
+            pools,
+            regs: Vec::with_capacity(4),
+            cq,
+            pd,
+            sizes,
+        };
+        for arena in [
+            res.pools.recv.arena().clone(),
+            res.pools.send.arena().clone(),
+            res.pools.large.arena().clone(),
+        ] {
+            res.register_arena(&arena)?;
+        }
+        Ok(res)
+    }
+
+    /// Registers another arena (e.g. an application pool holding DDP data) with this
+    /// connection's protection domain, for local access: chunks over it get their
+    /// remote keys per RPC from fast registration.
+    pub fn register_arena(&mut self, arena: &Arc<Arena>) -> Result<(), ConnError> {
+        let mr = self
+            .pd
+            .reg_arena(arena, Access::LOCAL_WRITE)
+            .map_err(ConnError::Fabric)?;
+        self.regs.push(mr);
+        Ok(())
+    }
+
+    /// Allocates `n` fast-registration slots of `max_len` bytes each.
+    pub fn fast_mrs(&self, n: u32, max_len: usize) -> Result<Vec<P::Mr>, ConnError> {
+        (0..n)
+            .map(|_| self.pd.alloc_fast_mr(max_len).map_err(ConnError::Fabric))
+            .collect()
+    }
+
+    /// The pools.
+    pub fn pools(&self) -> &CorePools {
+        &self.pools
+    }
+
+    /// The derived sizes.
+    pub fn sizes(&self) -> &Sizes {
+        &self.sizes
+    }
+
+    /// The protection domain.
+    pub fn pd(&self) -> &P::Pd {
+        &self.pd
+    }
+}

@@ -1,0 +1,304 @@
+//! The passive side: a listener, the responder connections it accepts, and a server
+//! bundling both.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::resources::ConnResources;
+use super::{poll_cq, ConnError};
+use crate::core::config::{ConnConfig, Role};
+use crate::core::fixed::FixedQueue;
+use crate::core::{ConnEvent, ConnState, ResponderCore, ResponderStats};
+use crate::credits::GrantPolicy;
+use crate::fabric::{
+    CmEvent, ConnId, ConnectionManager, Device, PrivateData, Provider, QpInit, QueuePair,
+    RNR_RETRY_INFINITE,
+};
+use crate::service::Service;
+
+/// A connection manager listening for requesters.
+pub struct Listener<P: Provider> {
+    cm: P::Cm,
+}
+
+impl<P: Provider> Listener<P> {
+    /// Listens on `addr`.
+    pub fn bind(dev: &P::Device, addr: &P::Addr) -> Result<Self, ConnError> {
+        let mut cm = dev.create_cm().map_err(ConnError::Fabric)?;
+        cm.listen(addr).map_err(ConnError::Fabric)?;
+        Ok(Listener { cm })
+    }
+
+    /// The next connection-manager event.
+    pub fn poll_event(&mut self) -> Result<Option<CmEvent<P::ConnRequest>>, ConnError> {
+        self.cm.poll_event().map_err(ConnError::Fabric)
+    }
+
+    /// The connection manager.
+    pub fn cm_mut(&mut self) -> &mut P::Cm {
+        &mut self.cm
+    }
+}
+
+/// A responder connection serving calls with `S`.
+pub struct ResponderConn<P: Provider, S> {
+    core: ResponderCore<S>,
+    qp: P::Qp,
+    conn: ConnId,
+    peer_pd: PrivateData,
+    wants_disconnect: bool,
+    events: FixedQueue<ConnEvent>,
+    res: ConnResources<P>,
+}
+
+impl<P: Provider, S: Service> ResponderConn<P, S> {
+    /// Accepts `request` (whose private data was `peer_private_data`) on `listener`,
+    /// with resources from `dev`, serving with `service`. Receives are posted before
+    /// the first poll, so the requester's first call finds one.
+    pub fn accept(
+        listener: &mut Listener<P>,
+        dev: &P::Device,
+        request: P::ConnRequest,
+        peer_private_data: &PrivateData,
+        cfg: &ConnConfig,
+        service: S,
+    ) -> Result<Self, ConnError> {
+        let res = ConnResources::<P>::new(dev, cfg, Role::Responder)?;
+        let policy = Arc::new(GrantPolicy::new(cfg.credits, res.sizes.rq_depth));
+        let mut core =
+            ResponderCore::new(cfg, &res.pools, service, policy).map_err(ConnError::Core)?;
+        let mut config = res.sizes.qp_config();
+        config.rnr_retry = RNR_RETRY_INFINITE;
+        let init = QpInit {
+            pd: &res.pd,
+            send_cq: &res.cq,
+            recv_cq: &res.cq,
+            config,
+        };
+        let mut qp = listener
+            .cm
+            .accept(request, init, &core.local_private_data())
+            .map_err(ConnError::Fabric)?;
+        let now = Instant::now();
+        core.prepare(now);
+        core.post(&mut qp, now);
+        let conn = qp.conn_id();
+        Ok(ResponderConn {
+            core,
+            qp,
+            conn,
+            peer_pd: *peer_private_data,
+            wants_disconnect: false,
+            events: FixedQueue::with_capacity(32),
+            res,
+        })
+    }
+
+    /// Hands the connection a CM event that names it.
+    pub fn on_cm_event<R>(&mut self, ev: &CmEvent<R>, now: Instant) {
+        match ev {
+            CmEvent::Established { conn, .. } if *conn == self.conn => {
+                self.core.on_established(self.peer_pd.as_bytes(), now);
+            }
+            CmEvent::Disconnected { conn } if *conn == self.conn => self.core.on_disconnected(),
+            _ => {}
+        }
+    }
+
+    /// One round: a batch of completions (running the service on calls), stalled work,
+    /// posting. Returns the completions handled.
+    pub fn poll(&mut self, now: Instant) -> usize {
+        let core = &mut self.core;
+        let work = poll_cq(&mut self.res.cq, |wc| core.handle_completion(wc, now));
+        core.prepare(now);
+        core.post(&mut self.qp, now);
+        while let Some(ev) = self.core.poll_event() {
+            if let ConnEvent::DisconnectRequested(_) = ev {
+                self.wants_disconnect = true;
+            }
+            let _ = self.events.push_back(ev);
+        }
+        work
+    }
+
+    /// True (once) when the core asked for a disconnect the listener's CM must carry
+    /// out.
+    pub fn take_disconnect_request(&mut self) -> bool {
+        core::mem::take(&mut self.wants_disconnect)
+    }
+
+    /// The next connection event.
+    pub fn poll_event(&mut self) -> Option<ConnEvent> {
+        self.events.pop_front()
+    }
+
+    /// Starts a local close.
+    pub fn close(&mut self) {
+        self.core.close();
+    }
+
+    /// The connection state.
+    pub fn state(&self) -> ConnState {
+        self.core.state()
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> ResponderStats {
+        self.core.stats()
+    }
+
+    /// The grant policy (adjustable from any thread).
+    pub fn policy(&self) -> &Arc<GrantPolicy> {
+        self.core.policy()
+    }
+
+    /// The service.
+    pub fn service(&self) -> &S {
+        self.core.service()
+    }
+
+    /// The service, writable.
+    pub fn service_mut(&mut self) -> &mut S {
+        self.core.service_mut()
+    }
+
+    /// The core, for inspection.
+    pub fn core(&self) -> &ResponderCore<S> {
+        &self.core
+    }
+
+    /// The connection's resources.
+    pub fn resources(&self) -> &ConnResources<P> {
+        &self.res
+    }
+
+    /// The connection id.
+    pub fn conn_id(&self) -> ConnId {
+        self.conn
+    }
+
+    /// The queue pair.
+    pub fn qp(&self) -> &P::Qp {
+        &self.qp
+    }
+}
+
+/// A listener and the responder connections it accepted, each served by a service
+/// from `factory` (which may refuse a connection by returning `None`).
+pub struct Server<P: Provider, S, F> {
+    listener: Listener<P>,
+    dev: P::Device,
+    cfg: ConnConfig,
+    factory: F,
+    conns: Vec<ResponderConn<P, S>>,
+    keep_closed: bool,
+    refused: u64,
+}
+
+impl<P, S, F> Server<P, S, F>
+where
+    P: Provider,
+    S: Service,
+    F: FnMut() -> Option<S>,
+{
+    /// Listens on `addr` with `dev`; accepted connections use `cfg`.
+    pub fn bind(
+        dev: P::Device,
+        addr: &P::Addr,
+        cfg: ConnConfig,
+        factory: F,
+    ) -> Result<Self, ConnError> {
+        cfg.validate().map_err(ConnError::Config)?;
+        let listener = Listener::bind(&dev, addr)?;
+        Ok(Server {
+            listener,
+            dev,
+            cfg,
+            factory,
+            conns: Vec::new(),
+            keep_closed: false,
+            refused: 0,
+        })
+    }
+
+    /// Keep closed connections (for inspection) instead of dropping them at the next
+    /// poll.
+    pub fn keep_closed(&mut self, yes: bool) {
+        self.keep_closed = yes;
+    }
+
+    /// One round: CM events (accepting requests, routing the rest), then every
+    /// connection. Returns the work done.
+    pub fn poll(&mut self, now: Instant) -> usize {
+        let mut work = 0;
+        loop {
+            let ev = match self.listener.poll_event() {
+                Ok(Some(ev)) => ev,
+                Ok(None) | Err(_) => break,
+            };
+            work += 1;
+            match ev {
+                CmEvent::ConnectRequest {
+                    request,
+                    private_data,
+                } => match (self.factory)() {
+                    Some(service) => match ResponderConn::accept(
+                        &mut self.listener,
+                        &self.dev,
+                        request,
+                        &private_data,
+                        &self.cfg,
+                        service,
+                    ) {
+                        Ok(c) => self.conns.push(c),
+                        Err(_) => self.refused += 1,
+                    },
+                    None => {
+                        self.refused += 1;
+                        let _ = self.listener.cm.reject(request, &[]);
+                    }
+                },
+                other => {
+                    for c in &mut self.conns {
+                        c.on_cm_event(&other, now);
+                    }
+                }
+            }
+        }
+        for c in &mut self.conns {
+            work += c.poll(now);
+            if c.take_disconnect_request() {
+                let _ = self.listener.cm.disconnect(c.conn);
+            }
+        }
+        if !self.keep_closed {
+            self.conns.retain(|c| c.state() != ConnState::Closed);
+        }
+        work
+    }
+
+    /// The accepted connections.
+    pub fn connections(&self) -> &[ResponderConn<P, S>] {
+        &self.conns
+    }
+
+    /// The accepted connections, writable.
+    pub fn connections_mut(&mut self) -> &mut [ResponderConn<P, S>] {
+        &mut self.conns
+    }
+
+    /// Removes and returns the accepted connections.
+    pub fn take_connections(&mut self) -> Vec<ResponderConn<P, S>> {
+        core::mem::take(&mut self.conns)
+    }
+
+    /// Disconnects connection `conn`.
+    pub fn disconnect(&mut self, conn: ConnId) -> Result<(), ConnError> {
+        self.listener.cm.disconnect(conn).map_err(ConnError::Fabric)
+    }
+
+    /// Connect requests refused (factory said no, or setup failed).
+    pub fn refused(&self) -> u64 {
+        self.refused
+    }
+}
