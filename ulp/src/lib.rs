@@ -4,5 +4,6 @@
 pub mod binding;
 pub mod builtin;
 pub mod ddp;
+pub mod nfs;
 pub mod program;
 pub mod rpc;

@@ -15,9 +15,12 @@ pub struct DdpItem {
 /// The per-procedure declarations of an upper-layer binding.
 ///
 /// DDP-eligible items are listed in XDR order. Arguments are matched to Read chunks by
-/// position, so any subset of them may be sent in chunks; results are paired with Write
-/// chunks in the order listed (RFC 8267 §6.4.1), so the `n`th Write chunk a requester
-/// offers serves `ddp_results[n]`.
+/// position, so any subset of them may be sent in chunks. Results are paired with Write
+/// chunks in the order they occur in the results: for procedures with a fixed layout the
+/// `n`th Write chunk a requester offers serves `ddp_results[n]`; for NFSv4 COMPOUND,
+/// whose results are a sequence of operations, the list names the kinds of item and
+/// [`nfs::v4::WriteChunkPairing`](crate::nfs::v4::WriteChunkPairing) does the pairing
+/// (RFC 8267 §6.4.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct ProcInfo {
