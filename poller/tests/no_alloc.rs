@@ -69,7 +69,7 @@ impl Task<u64> for Probe {
         if self.seen == WARMUP {
             self.start = allocs_here();
         }
-        if msg % 64 == 0 {
+        if msg.is_multiple_of(64) {
             // Left alone, so it fires on a later loop iteration.
             let _ = ctx.arm_timer_after(Duration::ZERO, msg);
         } else {
