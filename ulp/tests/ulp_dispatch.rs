@@ -324,7 +324,8 @@ fn credential_problems_are_auth_errors() {
 fn non_calls_are_dropped() {
     let mut d = dispatcher();
     let mut out = [0u8; 64];
-    let cases: [(Vec<u8>, fn(&RpcErrorKind) -> bool); 3] = [
+    type KindCheck = fn(&RpcErrorKind) -> bool;
+    let cases: [(Vec<u8>, KindCheck); 3] = [
         (vec![1, 2], |k| matches!(k, RpcErrorKind::Xdr(_))),
         (words(&[XID, 2, 2]), |k| {
             matches!(k, RpcErrorKind::BadMsgType { value: 2 })

@@ -164,7 +164,7 @@ fn nfs4_chunk_complexity_defaults() {
     assert!(!c.admits(true, 2, 1, 16));
     assert!(!c.admits(false, 1, 2, 16));
     assert!(!c.admits(false, 1, 1, 17));
-    assert!(!v4::RETRANSMIT_AFTER_COMPLEXITY_ERROR);
+    const { assert!(!v4::RETRANSMIT_AFTER_COMPLEXITY_ERROR) };
 }
 
 // RFC 8267 §6.2.1: a 4.0 client "can use short Reply chunk retry when an NFS COMPOUND
