@@ -197,8 +197,9 @@ impl std::error::Error for ServiceError {}
 pub trait Service {
     /// Handles one call: decode `call`, write the RPC reply (starting with the XID) into
     /// `reply`. Returning an error makes the engine send the matching RPC error reply
-    /// instead of whatever was written. A reply that does not fit what the requester
-    /// can receive is answered with RDMA_ERROR/ERR_CHUNK (RFC 8166 §3.5.4).
+    /// instead of whatever was written. A reply that overflowed the writer (it does not
+    /// fit what the requester can receive) is answered with RDMA_ERROR/ERR_CHUNK
+    /// (RFC 8166 §3.5.4), whatever the handler returns.
     fn handle_call(
         &mut self,
         call: &CallView<'_>,
@@ -284,8 +285,8 @@ pub(crate) type DdpResults = FixedVec<Option<RegBuf>, MAX_WRITE_CHUNKS>;
 /// The body is what goes inline or into the Reply chunk: it starts with the XID. The
 /// capacity already accounts for the transport header and for what the requester can
 /// receive, so a body that fits here can be delivered; writing past it fails with
-/// [`ReplyOverflow`], and a handler that returns `Ok` after an overflow gets
-/// RDMA_ERROR/ERR_CHUNK sent for it.
+/// [`ReplyOverflow`], and a call whose writer overflowed is answered with
+/// RDMA_ERROR/ERR_CHUNK.
 pub struct ReplyWriter<'a> {
     body: &'a mut [u8],
     len: usize,

@@ -599,11 +599,13 @@ impl<S: Service> ResponderCore<S> {
         let overflow = writer.overflow();
         self.stats.calls += 1;
         *delivery = match result {
-            Ok(()) if overflow.is_none() => Delivery::Body { len },
-            Ok(()) => {
+            // An overflow means the reply fits nothing the requester offered, whatever
+            // the handler made of it (RFC 8166 §3.5.4: ERR_CHUNK).
+            _ if overflow.is_some() => {
                 results.clear();
                 Delivery::TooLarge
             }
+            Ok(()) => Delivery::Body { len },
             Err(e) => {
                 self.stats.service_errors += 1;
                 results.clear();

@@ -1,0 +1,477 @@
+//! The protocol cores driven by hand: synthetic completions in, staged work requests
+//! out, no fabric at all. Checks wire formats byte by byte (headers the requester
+//! sends, RDMA_ERROR the responder sends), how a requester treats RDMA_ERROR and
+//! unparseable replies, the initial credit of one, and stray completions.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rpcrdma::core::{ConnConfig, CorePools, RegBuf, RequesterCore, ResponderCore};
+use rpcrdma::credits::{CreditTable, GrantPolicy};
+use rpcrdma::fabric::mr::{make_key, next_key};
+use rpcrdma::fabric::{
+    Completion, ConnId, MemoryRegion, PostError, QpCaps, QpState, QueuePair, RecvWr, SendOp,
+    SendWr, WcOpcode, WcStatus,
+};
+use rpcrdma::requester::{CallRequest, CallStatus, TransportError};
+use rpcrdma::service::{CallView, ReplyWriter, Service, ServiceError};
+use rpcrdma::wire::header::{encode_err_chunk, encode_err_vers, RdmaError};
+use rpcrdma::wire::private_data::PrivateData;
+use rpcrdma_pools::{HugePages, Pool, PoolConfig, RegKeys};
+
+/// A fast-registration slot that only tracks its key.
+struct FakeMr {
+    key: u32,
+}
+
+impl MemoryRegion for FakeMr {
+    fn lkey(&self) -> u32 {
+        self.key
+    }
+    fn rkey(&self) -> u32 {
+        self.key
+    }
+    fn addr(&self) -> u64 {
+        0
+    }
+    fn len(&self) -> usize {
+        1 << 20
+    }
+    fn rekey(&mut self) -> u32 {
+        self.key = next_key(self.key);
+        self.key
+    }
+}
+
+/// What a [`FakeQp`] saw posted.
+#[derive(Debug, Clone)]
+struct Posted {
+    wr_id: u64,
+    op: SendOp,
+    /// The gathered bytes (Send, Write) or the scatter list's addresses (Read).
+    bytes: Vec<u8>,
+}
+
+/// A queue pair that records what is posted and copies the gather lists.
+#[derive(Default)]
+struct FakeQp {
+    sends: Vec<Posted>,
+    recvs: Vec<(u64, u64, u32)>,
+}
+
+impl QueuePair for FakeQp {
+    fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<(), PostError> {
+        for w in wrs {
+            let mut bytes = Vec::new();
+            if matches!(w.op, SendOp::Send | SendOp::SendWithInvalidate { .. }) {
+                for s in w.sgl {
+                    // SAFETY: the cores only post entries inside live pool buffers.
+                    let b = unsafe {
+                        std::slice::from_raw_parts(s.addr as *const u8, s.length as usize)
+                    };
+                    bytes.extend_from_slice(b);
+                }
+            }
+            self.sends.push(Posted {
+                wr_id: w.wr_id,
+                op: w.op,
+                bytes,
+            });
+        }
+        Ok(())
+    }
+    fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
+        for w in wrs {
+            self.recvs.push((w.wr_id, w.sgl[0].addr, w.sgl[0].length));
+        }
+        Ok(())
+    }
+    fn qp_num(&self) -> u32 {
+        1
+    }
+    fn conn_id(&self) -> ConnId {
+        ConnId(1)
+    }
+    fn state(&self) -> QpState {
+        QpState::ReadyToSend
+    }
+    fn caps(&self) -> QpCaps {
+        QpCaps::default()
+    }
+}
+
+impl FakeQp {
+    /// Delivers `msg` into the oldest posted receive and returns its completion.
+    fn deliver(&mut self, msg: &[u8]) -> Completion {
+        let (wr_id, addr, len) = self.recvs.remove(0);
+        assert!(msg.len() <= len as usize);
+        // SAFETY: the receive buffer is a live pool buffer of `len` bytes.
+        unsafe { std::ptr::copy_nonoverlapping(msg.as_ptr(), addr as *mut u8, msg.len()) };
+        Completion {
+            wr_id,
+            opcode: WcOpcode::Recv,
+            status: WcStatus::Success,
+            byte_len: msg.len() as u32,
+            qp_num: 1,
+            invalidated_rkey: None,
+        }
+    }
+
+    /// Completions for every send-queue request posted so far, successful.
+    fn complete_sends(&mut self) -> Vec<Completion> {
+        self.sends
+            .drain(..)
+            .map(|p| Completion {
+                wr_id: p.wr_id,
+                opcode: WcOpcode::Send,
+                status: WcStatus::Success,
+                byte_len: p.bytes.len() as u32,
+                qp_num: 1,
+                invalidated_rkey: None,
+            })
+            .collect()
+    }
+}
+
+fn pools() -> CorePools {
+    let mk = |name, size, count, key| {
+        let p = Pool::new(
+            &PoolConfig::new(name, size, count)
+                .cache_size(4)
+                .hugepages(HugePages::Never),
+        )
+        .expect("pool");
+        p.arena().set_keys(RegKeys {
+            lkey: key,
+            rkey: key,
+        });
+        p
+    };
+    CorePools {
+        recv: mk("t-recv", 4096, 128, 0x11),
+        send: mk("t-send", 4096, 128, 0x22),
+        large: mk("t-large", 65536, 8, 0x33),
+    }
+}
+
+fn cfg() -> ConnConfig {
+    ConnConfig {
+        credits: 8,
+        large_buf_size: 65536,
+        large_bufs: 8,
+        send_bufs: 128,
+        queue_len: 8,
+        hugepages: HugePages::Never,
+        ..ConnConfig::default()
+    }
+}
+
+fn peer_pd() -> [u8; 8] {
+    PrivateData::new(4096, 4096, true)
+        .to_bytes()
+        .expect("encodes")
+}
+
+fn requester() -> (RequesterCore<FakeMr>, CorePools, FakeQp, Instant) {
+    let pools = pools();
+    let mrs = (1..=40)
+        .map(|i| FakeMr {
+            key: make_key(i, 0),
+        })
+        .collect();
+    let credits = Arc::new(CreditTable::new(8, false));
+    let mut core = RequesterCore::new(&cfg(), &pools, mrs, credits).expect("core");
+    let now = Instant::now();
+    let mut qp = FakeQp::default();
+    core.on_established(&peer_pd(), now);
+    core.prepare(now);
+    core.post(&mut qp, now);
+    (core, pools, qp, now)
+}
+
+fn null_call(pools: &CorePools) -> CallRequest {
+    let mut m = RegBuf::from_pool(&pools.send).expect("buffer");
+    let mut v = Vec::new();
+    for w in [0u32, 0, 2, 7, 1, 0, 0, 0, 0, 0] {
+        v.extend_from_slice(&w.to_be_bytes());
+    }
+    m.fill(&v).expect("fits");
+    CallRequest::new(m, 256)
+}
+
+fn be(b: &[u8], i: usize) -> u32 {
+    u32::from_be_bytes(b[4 * i..4 * i + 4].try_into().expect("word"))
+}
+
+#[test]
+fn requester_sends_rdma_msg_with_empty_lists_and_the_xid_in_both_headers() {
+    let (mut core, pools, mut qp, now) = requester();
+    assert_eq!(qp.recvs.len(), 12, "credits + 4 receives posted up front");
+    core.submit(null_call(&pools), 7, now).expect("submitted");
+    core.prepare(now);
+    core.post(&mut qp, now);
+    assert_eq!(qp.sends.len(), 1);
+    let b = &qp.sends[0].bytes;
+    assert_eq!(qp.sends[0].op, SendOp::Send);
+    assert_eq!(
+        b.len(),
+        28 + 40,
+        "header, then the message as a second entry"
+    );
+    let xid = be(b, 0);
+    assert_eq!(
+        [be(b, 1), be(b, 2), be(b, 3), be(b, 4), be(b, 5), be(b, 6)],
+        [1, 8, 0, 0, 0, 0],
+        "version 1, 8 credits asked, RDMA_MSG, three empty lists"
+    );
+    assert_eq!(
+        be(b, 7),
+        xid,
+        "the engine wrote the XID into the RPC header"
+    );
+}
+
+#[test]
+fn rdma_error_fails_exactly_its_xid() {
+    let (mut core, pools, mut qp, now) = requester();
+    core.submit(null_call(&pools), 1, now).expect("submitted");
+    core.prepare(now);
+    core.post(&mut qp, now);
+    let xid1 = be(&qp.sends[0].bytes, 0);
+    for wc in qp.complete_sends() {
+        core.handle_completion(&wc, now);
+    }
+    // ERR_VERS for the first call, granting 2 credits.
+    let mut err = [0u8; 64];
+    let n = encode_err_vers(xid1, 2, &mut err).expect("encodes");
+    let wc = qp.deliver(&err[..n]);
+    core.handle_completion(&wc, now);
+    let o = core.poll_outcome().expect("outcome");
+    assert_eq!((o.tag, o.xid), (1, xid1));
+    assert_eq!(
+        o.status,
+        CallStatus::Transport(TransportError::Rdma(RdmaError::Vers { low: 1, high: 1 }))
+    );
+    assert_eq!(
+        core.credits().granted(),
+        2,
+        "an RDMA_ERROR still carries a grant"
+    );
+    // Two more calls; ERR_CHUNK for the second only.
+    core.submit(null_call(&pools), 2, now).expect("submitted");
+    core.submit(null_call(&pools), 3, now).expect("submitted");
+    core.prepare(now);
+    core.post(&mut qp, now);
+    assert_eq!(qp.sends.len(), 2, "the grant of 2 lets both go");
+    let xid2 = be(&qp.sends[0].bytes, 0);
+    let xid3 = be(&qp.sends[1].bytes, 0);
+    for wc in qp.complete_sends() {
+        core.handle_completion(&wc, now);
+    }
+    let n = encode_err_chunk(xid3, 2, &mut err).expect("encodes");
+    let wc = qp.deliver(&err[..n]);
+    core.handle_completion(&wc, now);
+    let o = core.poll_outcome().expect("outcome");
+    assert_eq!((o.tag, o.xid), (3, xid3));
+    assert_eq!(
+        o.status,
+        CallStatus::Transport(TransportError::Rdma(RdmaError::Chunk))
+    );
+    assert!(core.poll_outcome().is_none(), "call 2 is still waiting");
+    assert_eq!(core.active(), 1);
+    let _ = xid2;
+}
+
+#[test]
+fn unparseable_and_unmatched_replies_are_dropped() {
+    let (mut core, pools, mut qp, now) = requester();
+    core.submit(null_call(&pools), 1, now).expect("submitted");
+    core.prepare(now);
+    core.post(&mut qp, now);
+    let xid = be(&qp.sends[0].bytes, 0);
+    let wc = qp.deliver(&[1, 2, 3]);
+    core.handle_completion(&wc, now);
+    let mut err = [0u8; 64];
+    let n = encode_err_chunk(xid ^ 0x100, 1, &mut err).expect("encodes");
+    let wc = qp.deliver(&err[..n]);
+    core.handle_completion(&wc, now);
+    let st = core.stats();
+    assert_eq!((st.bad_headers, st.unmatched), (1, 1));
+    assert!(core.poll_outcome().is_none());
+    assert_eq!(core.active(), 1);
+}
+
+#[test]
+fn one_credit_until_the_first_reply() {
+    let (mut core, pools, mut qp, now) = requester();
+    for tag in 0..3 {
+        core.submit(null_call(&pools), tag, now).expect("submitted");
+    }
+    core.prepare(now);
+    core.post(&mut qp, now);
+    assert_eq!(qp.sends.len(), 1, "one call goes, two wait");
+    assert_eq!(core.queued(), 2);
+    let xid = be(&qp.sends[0].bytes, 0);
+    for wc in qp.complete_sends() {
+        core.handle_completion(&wc, now);
+    }
+    // A reply granting 8.
+    let mut reply = Vec::new();
+    for w in [xid, 1, 8, 0, 0, 0, 0, xid, 1, 0, 0, 0, 0] {
+        reply.extend_from_slice(&u32::to_be_bytes(w));
+    }
+    let wc = qp.deliver(&reply);
+    core.handle_completion(&wc, now);
+    let o = core.poll_outcome().expect("outcome");
+    assert_eq!(o.status, CallStatus::Success);
+    core.prepare(now);
+    core.post(&mut qp, now);
+    assert_eq!(qp.sends.len(), 2, "both waiting calls went");
+    assert_eq!(core.queued(), 0);
+}
+
+#[test]
+fn queued_calls_time_out_without_touching_the_wire() {
+    let (mut core, pools, mut qp, now) = requester();
+    core.submit(null_call(&pools), 1, now).expect("submitted");
+    let req = null_call(&pools).with_timeout(Duration::from_millis(5));
+    core.submit(req, 2, now).expect("submitted");
+    core.prepare(now);
+    core.post(&mut qp, now);
+    let later = now + Duration::from_millis(10);
+    assert!(core.next_timeout().is_some_and(|t| t <= later));
+    core.handle_timeout(later);
+    let o = core.poll_outcome().expect("outcome");
+    assert_eq!((o.tag, o.status), (2, CallStatus::Timeout));
+    assert!(o.msg.is_some(), "the message buffer comes back");
+}
+
+#[test]
+fn stray_completions_are_counted_not_trusted() {
+    let (mut core, _pools, _qp, now) = requester();
+    let wc = Completion {
+        wr_id: 0xdead_beef,
+        opcode: WcOpcode::Send,
+        status: WcStatus::Success,
+        byte_len: 0,
+        qp_num: 1,
+        invalidated_rkey: None,
+    };
+    core.handle_completion(&wc, now);
+    // A CallSend completion for a free slot.
+    let wc = Completion {
+        wr_id: rpcrdma::core::WrId::new(rpcrdma::core::WrKind::CallSend, 3).encode(),
+        ..wc
+    };
+    core.handle_completion(&wc, now);
+    assert_eq!(core.stats().stray_completions, 2);
+}
+
+/// Answers every call with a success header.
+struct Ok0;
+
+impl Service for Ok0 {
+    fn handle_call(
+        &mut self,
+        call: &CallView<'_>,
+        w: &mut ReplyWriter<'_>,
+    ) -> Result<(), ServiceError> {
+        for v in [call.xid(), 1, 0, 0, 0, 0] {
+            w.put_u32(v).map_err(|_| ServiceError::SystemErr)?;
+        }
+        Ok(())
+    }
+}
+
+fn responder() -> (ResponderCore<Ok0>, Arc<GrantPolicy>, FakeQp, Instant) {
+    let pools = pools();
+    let policy = Arc::new(GrantPolicy::new(8, 8));
+    let mut core = ResponderCore::new(&cfg(), &pools, Ok0, policy.clone()).expect("core");
+    let now = Instant::now();
+    let mut qp = FakeQp::default();
+    core.on_established(&peer_pd(), now);
+    core.prepare(now);
+    core.post(&mut qp, now);
+    (core, policy, qp, now)
+}
+
+fn words(ws: &[u32]) -> Vec<u8> {
+    ws.iter().flat_map(|w| w.to_be_bytes()).collect()
+}
+
+/// Feeds `msg` to the responder and returns what it sent back.
+fn exchange(
+    core: &mut ResponderCore<Ok0>,
+    qp: &mut FakeQp,
+    msg: &[u8],
+    now: Instant,
+) -> Vec<Posted> {
+    let wc = qp.deliver(msg);
+    core.handle_completion(&wc, now);
+    core.prepare(now);
+    core.post(qp, now);
+    let sent = qp.sends.clone();
+    for wc in qp.complete_sends() {
+        core.handle_completion(&wc, now);
+    }
+    sent
+}
+
+#[test]
+fn bad_version_gets_err_vers_one_to_one() {
+    let (mut core, _p, mut qp, now) = responder();
+    let sent = exchange(&mut core, &mut qp, &words(&[0xabcd, 2, 1, 0, 0, 0, 0]), now);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(
+        sent[0].bytes,
+        words(&[0xabcd, 1, 8, 4, 1, 1, 1]),
+        "RDMA_ERROR / ERR_VERS, versions 1..=1, echoing the XID"
+    );
+    assert_eq!(core.stats().err_vers, 1);
+}
+
+#[test]
+fn malformed_headers_get_err_chunk_and_the_connection_lives_on() {
+    let (mut core, _p, mut qp, now) = responder();
+    let cases: [&[u32]; 4] = [
+        // Unknown procedure.
+        &[7, 1, 1, 9],
+        // RDMA_NOMSG with no chunks.
+        &[7, 1, 1, 1, 0, 0, 0],
+        // RDMA_MSG whose list is cut off.
+        &[7, 1, 1, 0, 1],
+        // RDMA_MSG with a Position-Zero Read chunk (the message cannot be both).
+        &[7, 1, 1, 0, 1, 0, 0x100, 8, 0, 0x1000, 0, 0, 0, 7, 0],
+    ];
+    for c in cases {
+        let sent = exchange(&mut core, &mut qp, &words(c), now);
+        assert_eq!(sent.len(), 1, "{c:?}");
+        assert_eq!(sent[0].bytes, words(&[7, 1, 8, 4, 2]), "{c:?}");
+    }
+    assert_eq!(core.stats().err_chunk, 4);
+    // Too short to carry an XID: nothing to answer.
+    let sent = exchange(&mut core, &mut qp, &[1, 2], now);
+    assert!(sent.is_empty());
+    assert_eq!(core.stats().dropped, 1);
+    // And a good call still works.
+    let call = words(&[9, 1, 1, 0, 0, 0, 0, 9, 0, 2, 7, 1, 0, 0, 0, 0, 0]);
+    let sent = exchange(&mut core, &mut qp, &call, now);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(&sent[0].bytes[..28], &words(&[9, 1, 8, 0, 0, 0, 0])[..]);
+    assert_eq!(&sent[0].bytes[28..], &words(&[9, 1, 0, 0, 0, 0])[..]);
+}
+
+#[test]
+fn grant_follows_the_policy_and_is_never_zero() {
+    let (mut core, policy, mut qp, now) = responder();
+    let call = |xid| words(&[xid, 1, 1, 0, 0, 0, 0, xid, 0, 2, 7, 1, 0, 0, 0, 0, 0]);
+    policy.set_target(3);
+    let sent = exchange(&mut core, &mut qp, &call(1), now);
+    assert_eq!(be(&sent[0].bytes, 2), 3);
+    policy.set_target(0);
+    let sent = exchange(&mut core, &mut qp, &call(2), now);
+    assert_eq!(be(&sent[0].bytes, 2), 1, "clamped to one");
+    policy.set_target(100);
+    let sent = exchange(&mut core, &mut qp, &call(3), now);
+    assert_eq!(be(&sent[0].bytes, 2), 8, "bounded by the receives posted");
+}
