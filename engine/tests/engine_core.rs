@@ -347,6 +347,47 @@ fn queued_calls_time_out_without_touching_the_wire() {
 }
 
 #[test]
+fn timed_out_call_keeps_its_credit_until_the_late_reply() {
+    let (mut core, pools, mut qp, now) = requester();
+    let req = null_call(&pools).with_timeout(Duration::from_millis(5));
+    core.submit(req, 1, now).expect("submitted");
+    core.prepare(now);
+    core.post(&mut qp, now);
+    let xid = be(&qp.sends[0].bytes, 0);
+    for wc in qp.complete_sends() {
+        core.handle_completion(&wc, now);
+    }
+    core.handle_timeout(now + Duration::from_millis(10));
+    let o = core.poll_outcome().expect("outcome");
+    assert_eq!((o.tag, o.status), (1, CallStatus::Timeout));
+    assert_eq!(core.credits().in_flight(), 1);
+    // A second call waits: the only credit is still taken.
+    core.submit(null_call(&pools), 2, now).expect("submitted");
+    core.prepare(now);
+    core.post(&mut qp, now);
+    assert!(qp.sends.is_empty());
+    let mut reply = Vec::new();
+    for w in [xid, 1, 4, 0, 0, 0, 0, xid, 1, 0, 0, 0, 0] {
+        reply.extend_from_slice(&u32::to_be_bytes(w));
+    }
+    let wc = qp.deliver(&reply);
+    core.handle_completion(&wc, now);
+    assert!(
+        core.poll_outcome().is_none(),
+        "no second outcome for call 1"
+    );
+    assert_eq!(core.stats().late_replies, 1);
+    assert_eq!(core.credits().in_flight(), 0);
+    core.prepare(now);
+    core.post(&mut qp, now);
+    assert_eq!(
+        qp.sends.len(),
+        1,
+        "call 2 goes once the late reply freed the credit"
+    );
+}
+
+#[test]
 fn stray_completions_are_counted_not_trusted() {
     let (mut core, _pools, _qp, now) = requester();
     let wc = Completion {

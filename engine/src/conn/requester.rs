@@ -203,4 +203,10 @@ impl<P: Provider> RequesterConn<P> {
     pub fn qp(&self) -> &P::Qp {
         &self.qp
     }
+
+    /// The queue pair, writable: for tests that inject raw messages. Work requests
+    /// posted here bypass the core (their completions count as stray).
+    pub fn qp_mut(&mut self) -> &mut P::Qp {
+        &mut self.qp
+    }
 }
