@@ -3,6 +3,7 @@
 #![warn(missing_docs)]
 pub mod binding;
 pub mod builtin;
+pub mod client;
 pub mod ddp;
 pub mod nfs;
 pub mod program;

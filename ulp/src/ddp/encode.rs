@@ -282,7 +282,7 @@ impl<'b, 'd> DdpEncoder<'b, 'd> {
     ///   at the XDR position just after its length word.
     /// - Results: the item takes the next Write chunk; if the requester offered it
     ///   non-empty the data goes there (and must fit), otherwise, or when no chunk is
-    ///   left, the data goes inline (RFC 8267 §6.4.1).
+    ///   left, the data goes inline (RFC 8267 §6.4.1). Empty data is never placed.
     pub fn opaque_ddp(&mut self, data: &'d [u8]) -> Result<(), DdpEncodeError> {
         let len =
             u32::try_from(data.len()).map_err(|_| DdpEncodeError::TooLong { value: data.len() })?;
@@ -311,7 +311,9 @@ impl<'b, 'd> DdpEncoder<'b, 'd> {
                 next,
             } => {
                 let capacity = if next < offered { capacities[next] } else { 0 };
-                if capacity == 0 {
+                // An empty item has nothing to place: its length word goes inline and its
+                // chunk comes back empty, which the requester reads as inline.
+                if capacity == 0 || data.is_empty() {
                     self.opaque(data)?;
                 } else if data.len() as u64 > capacity {
                     return Err(DdpEncodeError::WriteChunkTooSmall {

@@ -5,6 +5,7 @@
 mod auth;
 mod dispatch;
 mod error;
+mod service;
 
 pub use auth::AuthPolicy;
 pub use dispatch::{DispatchError, Dispatched, Dispatcher, InboundCall, RegisterError, Reply};

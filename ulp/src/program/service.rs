@@ -1,0 +1,82 @@
+//! The engine's responder upcall: [`Dispatcher`] as an `rpcrdma::service::Service`.
+
+use rpcrdma::service::{CallView, ReplyWriter, Service, ServiceError};
+
+use super::dispatch::{DispatchError, Dispatched, Dispatcher, InboundCall};
+use crate::ddp::{ReadItem, MAX_DDP_ITEMS};
+
+impl Service for Dispatcher {
+    /// Dispatches the call and writes the complete RPC reply into the engine's send
+    /// buffer.
+    ///
+    /// - DDP-eligible arguments are read where the engine pulled them; the dispatcher
+    ///   never copies them.
+    /// - DDP-eligible results go to the requester's Write chunks. The engine takes them
+    ///   as owned registered buffers, so each is copied once into a buffer from
+    ///   [`ReplyWriter::alloc_buf`]; Write chunks before a placed result that got nothing
+    ///   are skipped (returned empty).
+    /// - A reply overrun (results larger than the reply buffer or a Write chunk) marks
+    ///   the writer overflowed, so the engine answers RDMA_ERROR / ERR_CHUNK (RFC 8166
+    ///   §3.5.4, RFC 8267 §3).
+    /// - A message that is not an answerable call (a REPLY, a bad `msg_type`) has no RPC
+    ///   answer; the engine has no way to stay silent, so it gets GARBAGE_ARGS for its
+    ///   XID, which at least frees the requester's credit without a timeout.
+    fn handle_call(
+        &mut self,
+        call: &CallView<'_>,
+        reply: &mut ReplyWriter<'_>,
+    ) -> Result<(), ServiceError> {
+        let items = call.ddp_items();
+        let mut reads = [ReadItem::default(); MAX_DDP_ITEMS];
+        if items.len() > reads.len() {
+            return Err(ServiceError::GarbageArgs);
+        }
+        for (r, i) in reads.iter_mut().zip(items) {
+            *r = ReadItem {
+                position: i.position,
+                data: i.data,
+            };
+        }
+        let inbound = InboundCall {
+            msg: call.msg(),
+            reads: &reads[..items.len()],
+            write_chunks: call.write_chunks(),
+            padding: call.padding(),
+        };
+        let done = match self.dispatch(&inbound, reply.spare_mut()) {
+            Ok(Dispatched::Reply(r)) => r,
+            Ok(Dispatched::Drop(_)) => return Err(ServiceError::GarbageArgs),
+            Err(DispatchError::ReplyOverrun { .. } | DispatchError::ReplyBufferTooSmall { .. }) => {
+                overflow(reply);
+                return Ok(());
+            }
+        };
+        reply
+            .advance(done.len)
+            .map_err(|_| ServiceError::SystemErr)?;
+        let mut next = 0;
+        for item in done.write_chunks.iter() {
+            while next < item.chunk {
+                reply.skip_write_chunk();
+                next += 1;
+            }
+            let mut buf = reply.alloc_buf().map_err(|_| ServiceError::SystemErr)?;
+            if buf.fill(item.data).is_err() {
+                // Larger than the engine's DDP buffers: the result cannot be sent as the
+                // requester asked, which is an overrun like any other.
+                overflow(reply);
+                return Ok(());
+            }
+            reply.ddp_result(buf).map_err(|_| ServiceError::SystemErr)?;
+            next += 1;
+        }
+        Ok(())
+    }
+}
+
+/// Marks the writer overflowed: the engine then answers with ERR_CHUNK.
+fn overflow(reply: &mut ReplyWriter<'_>) {
+    let past_end = reply.capacity() - reply.len() + 1;
+    // The error is the point: it records the overflow in the writer.
+    let _ = reply.advance(past_end);
+}
