@@ -1,0 +1,189 @@
+//! Heap allocations per RPC in steady state, counted by a global allocator in this
+//! binary of its own: an inline call, a long call with a Reply chunk, and a call with
+//! a DDP argument and a write sink, over shm. The goal (and the assertion) is zero.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use rpcrdma::conn::Pair;
+use rpcrdma::core::{ConnConfig, RegBuf};
+use rpcrdma::fabric::shm::{ShmAddr, ShmDevice, ShmProvider};
+use rpcrdma::requester::{CallRequest, CallStatus};
+use rpcrdma::service::{CallView, ReplyWriter, Service, ServiceError};
+use rpcrdma_pools::HugePages;
+
+struct Counting;
+
+static COUNTING: AtomicBool = AtomicBool::new(false);
+static ALLOCS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: forwards to the system allocator; only counts.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if COUNTING.load(Ordering::Relaxed) {
+            ALLOCS.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: same contract as ours.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: same contract as ours.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if COUNTING.load(Ordering::Relaxed) {
+            ALLOCS.fetch_add(1, Ordering::Relaxed);
+        }
+        // SAFETY: same contract as ours.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+const DEADLINE: Duration = Duration::from_secs(10);
+
+/// Echoes its opaque argument (inline, or from its Read chunk), through the Write chunk
+/// when one is offered. Allocates nothing.
+struct Echo;
+
+impl Service for Echo {
+    fn handle_call(
+        &mut self,
+        call: &CallView<'_>,
+        w: &mut ReplyWriter<'_>,
+    ) -> Result<(), ServiceError> {
+        let msg = call.msg();
+        let len = msg
+            .get(40..44)
+            .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize)
+            .ok_or(ServiceError::GarbageArgs)?;
+        let data = match call.ddp_items().first() {
+            Some(item) => item.data,
+            None => msg.get(44..44 + len).ok_or(ServiceError::GarbageArgs)?,
+        };
+        let e = |_| ServiceError::SystemErr;
+        for v in [call.xid(), 1, 0, 0, 0, 0, len as u32] {
+            w.put_u32(v).map_err(e)?;
+        }
+        if w.next_write_chunk().is_some() {
+            let mut b = w.alloc_buf().map_err(|_| ServiceError::SystemErr)?;
+            b.fill(data).map_err(|_| ServiceError::SystemErr)?;
+            if w.ddp_result(b).is_ok() {
+                return Ok(());
+            }
+        }
+        w.put(data).map_err(e)?;
+        w.put_zeros(len.next_multiple_of(4) - len).map_err(e)
+    }
+}
+
+/// Writes a call header and an opaque length (and, if `inline`, the data) into `buf`
+/// without allocating.
+fn write_call(buf: &mut RegBuf, data: &[u8], inline: bool) {
+    let s = buf.storage_mut();
+    for (i, w) in [0u32, 0, 2, 0x2000_0099, 1, 2, 0, 0, 0, 0, data.len() as u32]
+        .iter()
+        .enumerate()
+    {
+        s[4 * i..4 * i + 4].copy_from_slice(&w.to_be_bytes());
+    }
+    let mut len = 44;
+    if inline {
+        s[44..44 + data.len()].copy_from_slice(data);
+        len += data.len().next_multiple_of(4);
+    }
+    buf.set_len(len).expect("fits");
+}
+
+#[derive(Clone, Copy)]
+enum Shape {
+    Inline,
+    LongWithReplyChunk,
+    DdpReadAndWrite,
+}
+
+fn one_call(p: &mut Pair<ShmProvider, Echo>, shape: Shape, data: &[u8]) {
+    let req = match shape {
+        Shape::Inline => {
+            let mut m = p.requester.alloc_msg().expect("msg");
+            write_call(&mut m, data, true);
+            CallRequest::new(m, 1024)
+        }
+        Shape::LongWithReplyChunk => {
+            let mut m = p.requester.alloc_large().expect("msg");
+            write_call(&mut m, data, true);
+            CallRequest::new(m, 16 * 1024)
+        }
+        Shape::DdpReadAndWrite => {
+            let mut m = p.requester.alloc_msg().expect("msg");
+            write_call(&mut m, data, false);
+            let mut arg = p.requester.alloc_large().expect("arg");
+            arg.fill(data).expect("fits");
+            let mut r = CallRequest::new(m, 1024);
+            r.push_ddp_arg(44, arg).expect("room");
+            r.push_write_sink(p.requester.alloc_large().expect("sink"))
+                .expect("room");
+            r
+        }
+    };
+    let o = p.call(req, DEADLINE).expect("outcome");
+    assert_eq!(o.status, CallStatus::Success);
+    match shape {
+        Shape::DdpReadAndWrite => assert_eq!(o.write_result(0), Some(data)),
+        _ => {
+            let r = o.reply.as_ref().expect("reply");
+            assert_eq!(&r.bytes()[28..28 + data.len()], data);
+        }
+    }
+}
+
+#[test]
+fn steady_state_rpcs_do_not_allocate() {
+    let cfg = ConnConfig {
+        credits: 8,
+        large_buf_size: 64 * 1024,
+        large_bufs: 32,
+        send_bufs: 64,
+        queue_len: 64,
+        hugepages: HugePages::Never,
+        ..ConnConfig::default()
+    };
+    let addr = ShmAddr::abstract_name(format!("rpcrdma-engine-alloc-{}", std::process::id()));
+    let cdev = ShmDevice::new();
+    let mut p =
+        Pair::connect(&cdev, ShmDevice::new(), &addr, &cfg, &cfg, Echo, DEADLINE).expect("pair");
+    let small = [7u8; 100];
+    let big: Vec<u8> = (0..10_000).map(|i| i as u8).collect();
+    let cases = [
+        (Shape::Inline, &small[..], "inline"),
+        (
+            Shape::LongWithReplyChunk,
+            &big[..],
+            "long call + reply chunk",
+        ),
+        (Shape::DdpReadAndWrite, &big[..], "DDP read + write chunk"),
+    ];
+    let mut report = Vec::new();
+    for (shape, data, name) in cases {
+        for _ in 0..200 {
+            one_call(&mut p, shape, data);
+        }
+        const N: u64 = 500;
+        ALLOCS.store(0, Ordering::Relaxed);
+        COUNTING.store(true, Ordering::Relaxed);
+        for _ in 0..N {
+            one_call(&mut p, shape, data);
+        }
+        COUNTING.store(false, Ordering::Relaxed);
+        let n = ALLOCS.load(Ordering::Relaxed);
+        report.push(format!("{name}: {n} allocations in {N} RPCs"));
+        assert_eq!(
+            n, 0,
+            "{name}: {n} heap allocations in {N} steady-state RPCs"
+        );
+    }
+    eprintln!("{}", report.join("; "));
+}
