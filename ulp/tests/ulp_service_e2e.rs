@@ -18,7 +18,7 @@ use rpcrdma_ulp::builtin::{
     echo_proc, is_source_pattern, Echo2, EchoData, EchoProgram, NullProgram, SinkRes, SourceArgs,
     ECHO_PROGRAM, NULL_PROGRAM,
 };
-use rpcrdma_ulp::client::{inline_call, CallPlan, DdpBufs, OutcomeResults};
+use rpcrdma_ulp::client::{inline_call, BuildError, CallPlan, DdpBufs, OutcomeResults};
 use rpcrdma_ulp::ddp::{encode_call, ReplyError, XdrCodec};
 use rpcrdma_ulp::program::Dispatcher;
 use rpcrdma_ulp::rpc::{AcceptStatus, CallHeader, OpaqueAuth};
@@ -401,6 +401,56 @@ fn errors<N: Net>(net: N) {
     assert_eq!(call(&mut p, req).status, CallStatus::Success);
 }
 
+/// CallPlan accepts only Read chunks that are whole registered buffers, each once; an
+/// item below the threshold stays inline and its buffer is released.
+fn call_plan_checks_buffers<N: Net>(net: N) {
+    let mut p = pair(&net);
+    let payload = data(3000, 6);
+    let mut bufs = DdpBufs::new();
+    bufs.push(large_with(&p, &payload)).unwrap();
+    let mut msg = p.requester.alloc_msg().unwrap();
+    let h = header(ECHO_PROGRAM, echo_proc::ECHO);
+    let part = {
+        let d = &bufs.get(0).unwrap().as_slice()[1..];
+        let call = encode_call(msg.storage_mut(), &h, &EchoData { data: d }, 1).unwrap();
+        CallPlan::new(&call, &bufs)
+    };
+    assert_eq!(part, Err(BuildError::NotWholeBuffer { position: 44 }));
+    let outside = {
+        let call = encode_call(msg.storage_mut(), &h, &EchoData { data: &payload }, 1).unwrap();
+        CallPlan::new(&call, &bufs)
+    };
+    assert_eq!(outside, Err(BuildError::NotWholeBuffer { position: 44 }));
+    let twice = {
+        let d = bufs.get(0).unwrap().as_slice();
+        let args = Echo2 { a: d, tag: 0, b: d };
+        let h2 = header(ECHO_PROGRAM, echo_proc::ECHO2);
+        let call = encode_call(msg.storage_mut(), &h2, &args, 1).unwrap();
+        CallPlan::new(&call, &bufs)
+    };
+    assert_eq!(
+        twice,
+        Err(BuildError::NotWholeBuffer {
+            position: 44 + 3000 + 8
+        })
+    );
+    let plan = {
+        let d = bufs.get(0).unwrap().as_slice();
+        let call = encode_call(msg.storage_mut(), &h, &EchoData { data: d }, 4096).unwrap();
+        CallPlan::new(&call, &bufs).unwrap()
+    };
+    assert_eq!(plan.positions().count(), 0);
+    let req = plan
+        .into_request(msg, bufs, max_reply(echo_proc::ECHO, payload.len(), false))
+        .unwrap();
+    assert!(req.ddp_args.is_empty());
+    assert_eq!(req.msg.len(), 44 + 3000);
+    let o = call(&mut p, req);
+    let r = OutcomeResults::new(&o);
+    let (_, mut c) = r.cursor().unwrap();
+    assert_eq!(EchoData::decode(&mut c).unwrap().data, &payload[..]);
+}
+
 macro_rules! per_provider {
     ($($name:ident),* $(,)?) => {
         mod shm {
@@ -429,4 +479,5 @@ per_provider!(
     echo2_two_positions,
     sink_and_source,
     errors,
+    call_plan_checks_buffers,
 );
