@@ -36,8 +36,11 @@ pub mod error;
 pub mod mr;
 pub mod provider;
 pub mod shm;
+pub mod siw;
 pub mod sim;
 pub mod types;
+#[cfg(feature = "verbs")]
+pub mod verbs;
 
 pub use cm::{CmEvent, ConnId, PrivateData, MAX_PRIVATE_DATA};
 pub use error::{FabricError, PostError, PostErrorKind};

@@ -1,0 +1,247 @@
+//! Completion queues: verbs completions polled in batches and translated through the
+//! owning queue pair's request records.
+
+use std::mem::MaybeUninit;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crossbeam_queue::ArrayQueue;
+use rdma_sys::{ibv_cq, ibv_create_cq, ibv_destroy_cq, ibv_poll_cq, ibv_wc, ibv_wc_flags};
+
+use crate::fabric::provider::CompletionQueue;
+use crate::fabric::{Completion, FabricError, WcOpcode, WcStatus};
+
+use super::device::DeviceShared;
+use super::qp::QpShared;
+use super::ring::RECV_TAG;
+use super::status::wc_status;
+
+/// Most completions taken from the device per `ibv_poll_cq`.
+pub const POLL_BATCH: usize = 32;
+
+/// How many device completion entries back one fabric entry: an RDMA Read split for a
+/// device with few read scatter entries can fail piece by piece.
+const DEVICE_ENTRIES_PER_ENTRY: u32 = 4;
+
+/// The state a completion queue shares with the queue pairs reporting to it.
+pub(crate) struct CqShared {
+    pub(crate) dev: Arc<DeviceShared>,
+    pub(crate) cq: *mut ibv_cq,
+    depth: u32,
+    /// Entries the attached queues may need, against `depth`.
+    committed: Mutex<u64>,
+    /// Queue pairs reporting here; changes bump `generation`.
+    registry: Mutex<Vec<Arc<QpShared>>>,
+    generation: AtomicU64,
+    /// Flushes of requests posted to a queue pair already in error, which never reach
+    /// the device.
+    pub(crate) synthetic: ArrayQueue<Completion>,
+}
+
+// SAFETY: a verbs CQ may be used from any thread; only the VerbsCq owner polls it.
+unsafe impl Send for CqShared {}
+// SAFETY: as above; the other fields are thread-safe.
+unsafe impl Sync for CqShared {}
+
+impl Drop for CqShared {
+    fn drop(&mut self) {
+        // SAFETY: every queue pair using the CQ holds an Arc to this and destroys its QP
+        // first; destroyed once.
+        unsafe { ibv_destroy_cq(self.cq) };
+    }
+}
+
+impl CqShared {
+    /// Reserves room for `n` entries; false when they would not fit.
+    pub(crate) fn commit(&self, n: u64) -> Result<(), FabricError> {
+        let mut c = self.committed.lock().unwrap_or_else(|p| p.into_inner());
+        if *c + n > u64::from(self.depth) {
+            return Err(FabricError::CqTooSmall {
+                needed: *c + n,
+                depth: self.depth,
+            });
+        }
+        *c += n;
+        Ok(())
+    }
+
+    /// Returns room reserved with [`CqShared::commit`].
+    pub(crate) fn release(&self, n: u64) {
+        let mut c = self.committed.lock().unwrap_or_else(|p| p.into_inner());
+        *c = c.saturating_sub(n);
+    }
+
+    pub(crate) fn register(&self, qp: &Arc<QpShared>) {
+        let mut r = self.registry.lock().unwrap_or_else(|p| p.into_inner());
+        r.push(qp.clone());
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    pub(crate) fn unregister(&self, qp: &QpShared) {
+        let mut r = self.registry.lock().unwrap_or_else(|p| p.into_inner());
+        r.retain(|q| !std::ptr::eq(Arc::as_ptr(q), qp));
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+}
+
+/// A completion queue.
+pub struct VerbsCq {
+    pub(crate) shared: Arc<CqShared>,
+    /// The registry as of `seen`, so polling takes no lock.
+    cache: Vec<Arc<QpShared>>,
+    seen: u64,
+}
+
+impl std::fmt::Debug for VerbsCq {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VerbsCq")
+            .field("depth", &self.shared.depth)
+            .finish_non_exhaustive()
+    }
+}
+
+impl VerbsCq {
+    pub(crate) fn new(dev: &Arc<DeviceShared>, depth: u32) -> Result<VerbsCq, FabricError> {
+        let max = dev.attr.max_cqe.max(1) as u32;
+        if depth == 0 || depth > max {
+            return Err(FabricError::InvalidCaps {
+                what: "completion queue depth",
+                requested: depth,
+                max,
+            });
+        }
+        let entries = depth.saturating_mul(DEVICE_ENTRIES_PER_ENTRY).min(max);
+        // SAFETY: the context is live while `dev` is; no channel, no vector.
+        let cq = unsafe {
+            ibv_create_cq(
+                dev.ctx,
+                entries as i32,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                0,
+            )
+        };
+        if cq.is_null() {
+            return Err(FabricError::last_os("ibv_create_cq"));
+        }
+        Ok(VerbsCq {
+            shared: Arc::new(CqShared {
+                dev: dev.clone(),
+                cq,
+                depth,
+                committed: Mutex::new(0),
+                registry: Mutex::new(Vec::new()),
+                generation: AtomicU64::new(0),
+                synthetic: ArrayQueue::new(depth as usize),
+            }),
+            cache: Vec::new(),
+            seen: u64::MAX,
+        })
+    }
+
+    fn refresh(&mut self) {
+        let r = self
+            .shared
+            .registry
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        self.seen = self.shared.generation.load(Ordering::Acquire);
+        self.cache.clear();
+        self.cache.extend(r.iter().cloned());
+    }
+
+    /// The fabric completion for `wc`, if it reports one (`None` for a second report
+    /// of a split request, or a queue pair that is gone).
+    fn translate(&mut self, wc: &ibv_wc) -> Option<Completion> {
+        let found = self.cache.iter().position(|q| q.qp_num == wc.qp_num);
+        let at = match found {
+            Some(i) => i,
+            None => {
+                // A queue pair registered while this poll was under way.
+                self.refresh();
+                self.cache.iter().position(|q| q.qp_num == wc.qp_num)?
+            }
+        };
+        let qp = &self.cache[at];
+        let recv = wc.wr_id & RECV_TAG != 0;
+        let seq = wc.wr_id & !RECV_TAG;
+        let entry = if recv {
+            qp.rq.retire(seq)?
+        } else {
+            qp.sq.retire(seq)?
+        };
+        let status = wc_status(wc.status);
+        if !status.is_success() {
+            qp.fail();
+        }
+        let (opcode, byte_len, invalidated_rkey) = if recv {
+            let inv = (status.is_success()
+                && wc.wc_flags & ibv_wc_flags::IBV_WC_WITH_INV.0 != 0)
+                // SAFETY: the union holds the invalidated key when IBV_WC_WITH_INV is set.
+                .then(|| unsafe { wc.imm_data_invalidated_rkey_union.invalidated_rkey });
+            let len = if status.is_success() { wc.byte_len } else { 0 };
+            (WcOpcode::Recv, len, inv)
+        } else {
+            (entry.opcode, entry.len, None)
+        };
+        Some(Completion {
+            wr_id: entry.wr_id,
+            opcode,
+            status,
+            byte_len,
+            qp_num: wc.qp_num,
+            invalidated_rkey,
+        })
+    }
+}
+
+impl CompletionQueue for VerbsCq {
+    fn poll(&mut self, out: &mut [Completion]) -> usize {
+        if self.shared.generation.load(Ordering::Acquire) != self.seen {
+            self.refresh();
+        }
+        let mut produced = 0;
+        let want = out.len().min(POLL_BATCH);
+        if want > 0 {
+            let mut wcs: [MaybeUninit<ibv_wc>; POLL_BATCH] =
+                [const { MaybeUninit::uninit() }; POLL_BATCH];
+            // SAFETY: the CQ is live; wcs has room for `want` entries, which is what
+            // the device may write.
+            let n = unsafe { ibv_poll_cq(self.shared.cq, want as i32, wcs.as_mut_ptr().cast()) };
+            for wc in wcs.iter().take(n.max(0) as usize) {
+                // SAFETY: ibv_poll_cq initialised the first n entries.
+                let wc = unsafe { wc.assume_init_ref() };
+                if let Some(c) = self.translate(wc) {
+                    out[produced] = c;
+                    produced += 1;
+                }
+            }
+        }
+        while produced < out.len() {
+            match self.shared.synthetic.pop() {
+                Some(c) => {
+                    out[produced] = c;
+                    produced += 1;
+                }
+                None => break,
+            }
+        }
+        produced
+    }
+
+    fn depth(&self) -> u32 {
+        self.shared.depth
+    }
+}
+
+/// A flushed completion for a request that never reached the device.
+pub(crate) fn flushed(wr_id: u64, opcode: WcOpcode, qp_num: u32) -> Completion {
+    Completion {
+        wr_id,
+        opcode,
+        status: WcStatus::WrFlushed,
+        byte_len: 0,
+        qp_num,
+        invalidated_rkey: None,
+    }
+}

@@ -1,0 +1,312 @@
+//! Device discovery and opening.
+//!
+//! Devices come from `rdma_get_devices`, not `ibv_open_device`: RDMA-CM binds its
+//! connection ids to its own verbs contexts, and a queue pair must live in the context
+//! of the id it is connected through, so the provider uses those contexts for everything.
+
+use std::ffi::CStr;
+use std::io;
+use std::mem::MaybeUninit;
+use std::sync::Arc;
+
+use rdma_sys::{
+    ___ibv_query_port, ibv_context, ibv_device_attr, ibv_device_cap_flags, ibv_get_device_name,
+    ibv_port_attr, ibv_port_state, ibv_query_device, ibv_transport_type, rdma_free_devices,
+    rdma_get_devices,
+};
+
+use crate::fabric::provider::Device;
+use crate::fabric::{DeviceCaps, FabricError, MAX_PRIVATE_DATA};
+
+use super::cm::VerbsCm;
+use super::cq::VerbsCq;
+use super::pd::VerbsPd;
+use super::VerbsProvider;
+
+/// RDMA-CM private-data limits on InfiniBand and RoCE: a connect request carries 56
+/// bytes after RDMA-CM's own header, a reply 196, a reject 148 (IBTA CM REQ/REP/REJ).
+pub(crate) const IB_CONNECT_PRIVATE_DATA: usize = 56;
+/// See [`IB_CONNECT_PRIVATE_DATA`].
+pub(crate) const IB_REJECT_PRIVATE_DATA: usize = 148;
+
+/// The transport a device speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// InfiniBand or RoCE (rxe).
+    InfiniBand,
+    /// iWARP (siw).
+    Iwarp,
+    /// Anything else libibverbs reports.
+    Other,
+}
+
+/// What [`list_devices`] reports about one device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceInfo {
+    /// Device name (`rxe0`, `siw0`, `mlx5_0`).
+    pub name: String,
+    /// Its transport.
+    pub transport: Transport,
+    /// Memory windows it supports (0: no fast registration from userspace).
+    pub max_mw: u32,
+    /// Whether it binds type-2 memory windows, which the provider's fast registration uses.
+    pub mw_type2: bool,
+    /// Most scatter-gather entries of an RDMA Read sink.
+    pub max_sge_rd: u32,
+    /// Largest message or RDMA transfer (port 1).
+    pub max_msg_size: u32,
+    /// Whether port 1 is active.
+    pub port_active: bool,
+}
+
+/// Everything the provider's objects share about their device; freed last.
+pub(crate) struct DeviceShared {
+    list: *mut *mut ibv_context,
+    pub(crate) ctx: *mut ibv_context,
+    pub(crate) attr: ibv_device_attr,
+    pub(crate) info: DeviceInfo,
+}
+
+// SAFETY: libibverbs contexts may be used from any thread (every verbs call is
+// thread-safe); the list and attribute copy are only read after construction.
+unsafe impl Send for DeviceShared {}
+// SAFETY: as above.
+unsafe impl Sync for DeviceShared {}
+
+impl Drop for DeviceShared {
+    fn drop(&mut self) {
+        // SAFETY: `list` came from rdma_get_devices and is freed once; every object
+        // using the context holds an Arc to this, so none is left.
+        unsafe { rdma_free_devices(self.list) }
+    }
+}
+
+impl DeviceShared {
+    /// Whether the device is iWARP (no RNR retry, no connectionless QP exchange).
+    pub(crate) fn is_iwarp(&self) -> bool {
+        self.info.transport == Transport::Iwarp
+    }
+
+    /// Largest private data for a connect, accept or reject on this transport.
+    pub(crate) fn private_data_limit(&self, kind: PrivateDataKind) -> usize {
+        if self.is_iwarp() {
+            return MAX_PRIVATE_DATA;
+        }
+        match kind {
+            PrivateDataKind::Connect => IB_CONNECT_PRIVATE_DATA,
+            PrivateDataKind::Accept => MAX_PRIVATE_DATA,
+            PrivateDataKind::Reject => IB_REJECT_PRIVATE_DATA,
+        }
+    }
+
+    pub(crate) fn max_sge_rd(&self) -> u32 {
+        self.info.max_sge_rd.max(1)
+    }
+}
+
+/// Which connection message private data rides in.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum PrivateDataKind {
+    Connect,
+    Accept,
+    Reject,
+}
+
+fn no_devices() -> FabricError {
+    FabricError::Os {
+        op: "rdma_get_devices",
+        err: io::Error::new(
+            io::ErrorKind::NotFound,
+            "no RDMA device: load a driver (e.g. rdma_rxe or siw and `rdma link add`) or \
+             use another provider",
+        ),
+    }
+}
+
+/// The device list and its length; the list must be freed with rdma_free_devices.
+fn device_list() -> Result<(*mut *mut ibv_context, usize), FabricError> {
+    let mut n = 0;
+    // SAFETY: rdma_get_devices writes the count and returns a NULL-terminated array it
+    // allocated (or NULL).
+    let list = unsafe { rdma_get_devices(&mut n) };
+    if list.is_null() {
+        return Err(no_devices());
+    }
+    let n = usize::try_from(n).unwrap_or(0);
+    if n == 0 {
+        // SAFETY: non-null list from rdma_get_devices, freed once.
+        unsafe { rdma_free_devices(list) };
+        return Err(no_devices());
+    }
+    Ok((list, n))
+}
+
+/// Queries one context.
+///
+/// # Safety
+/// `ctx` must be a live context from rdma_get_devices.
+unsafe fn describe(ctx: *mut ibv_context) -> Result<(ibv_device_attr, DeviceInfo), FabricError> {
+    let mut attr = MaybeUninit::<ibv_device_attr>::zeroed();
+    // SAFETY: ctx is live (caller); attr is writable memory of the right type.
+    if unsafe { ibv_query_device(ctx, attr.as_mut_ptr()) } != 0 {
+        return Err(FabricError::last_os("ibv_query_device"));
+    }
+    // SAFETY: ibv_query_device filled it; the all-zero pattern was valid already.
+    let attr = unsafe { attr.assume_init() };
+    // SAFETY: a live context's device pointer and its name (a NUL-terminated string
+    // owned by libibverbs for the device's lifetime).
+    let name = unsafe { CStr::from_ptr(ibv_get_device_name((*ctx).device)) }
+        .to_string_lossy()
+        .into_owned();
+    // SAFETY: as above.
+    let transport = match unsafe { (*(*ctx).device).transport_type } {
+        ibv_transport_type::IBV_TRANSPORT_IB => Transport::InfiniBand,
+        ibv_transport_type::IBV_TRANSPORT_IWARP => Transport::Iwarp,
+        _ => Transport::Other,
+    };
+    let mut port = MaybeUninit::<ibv_port_attr>::zeroed();
+    // SAFETY: ctx is live; port is writable memory of the right type and size.
+    if unsafe { ___ibv_query_port(ctx, 1, port.as_mut_ptr()) } != 0 {
+        return Err(FabricError::last_os("ibv_query_port"));
+    }
+    // SAFETY: filled by the query; all-zero was valid already.
+    let port = unsafe { port.assume_init() };
+    let flags = ibv_device_cap_flags(attr.device_cap_flags);
+    let mw_type2 = attr.max_mw > 0
+        && flags.0 & ibv_device_cap_flags::IBV_DEVICE_MEM_WINDOW_TYPE_2B.0 != 0;
+    let info = DeviceInfo {
+        name,
+        transport,
+        max_mw: attr.max_mw.max(0) as u32,
+        mw_type2,
+        max_sge_rd: attr.max_sge_rd.max(0) as u32,
+        max_msg_size: port.max_msg_sz,
+        port_active: port.state == ibv_port_state::IBV_PORT_ACTIVE,
+    };
+    Ok((attr, info))
+}
+
+/// Every RDMA device RDMA-CM can use. Fails with a clear error when there is none (no
+/// driver loaded, or the process cannot reach `/dev/infiniband`).
+pub fn list_devices() -> Result<Vec<DeviceInfo>, FabricError> {
+    let (list, n) = device_list()?;
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        // SAFETY: i < n entries of the array rdma_get_devices returned.
+        let ctx = unsafe { *list.add(i) };
+        // SAFETY: a context from that array, alive until the list is freed below.
+        match unsafe { describe(ctx) } {
+            Ok((_, info)) => out.push(info),
+            Err(e) => {
+                // SAFETY: freed once, nothing refers to it any more.
+                unsafe { rdma_free_devices(list) };
+                return Err(e);
+            }
+        }
+    }
+    // SAFETY: freed once, nothing refers to it any more.
+    unsafe { rdma_free_devices(list) };
+    Ok(out)
+}
+
+/// True when at least one RDMA device is usable (the provider was built in, since this
+/// function exists only with the `verbs` feature).
+pub fn available() -> bool {
+    list_devices().map(|l| !l.is_empty()).unwrap_or(false)
+}
+
+/// An opened verbs device.
+pub struct VerbsDevice {
+    pub(crate) shared: Arc<DeviceShared>,
+}
+
+impl std::fmt::Debug for VerbsDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VerbsDevice")
+            .field("info", &self.shared.info)
+            .finish()
+    }
+}
+
+impl VerbsDevice {
+    /// Opens the device called `name` (as `ibv_devices` lists it).
+    pub fn open(name: &str) -> Result<VerbsDevice, FabricError> {
+        let (list, n) = device_list()?;
+        let mut names = Vec::new();
+        for i in 0..n {
+            // SAFETY: i < n entries of the array rdma_get_devices returned.
+            let ctx = unsafe { *list.add(i) };
+            // SAFETY: a context from that array, alive until the list is freed.
+            let described = unsafe { describe(ctx) };
+            match described {
+                Ok((attr, info)) if info.name == name => {
+                    return Ok(VerbsDevice {
+                        shared: Arc::new(DeviceShared {
+                            list,
+                            ctx,
+                            attr,
+                            info,
+                        }),
+                    })
+                }
+                Ok((_, info)) => names.push(info.name),
+                Err(_) => {}
+            }
+        }
+        // SAFETY: freed once; no context of it was handed out.
+        unsafe { rdma_free_devices(list) };
+        Err(FabricError::Os {
+            op: "open RDMA device",
+            err: io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("no RDMA device named {name:?}; present: {}", names.join(", ")),
+            ),
+        })
+    }
+
+    /// Opens the first device.
+    pub fn open_first() -> Result<VerbsDevice, FabricError> {
+        let first = list_devices()?
+            .into_iter()
+            .next()
+            .ok_or_else(no_devices)?;
+        VerbsDevice::open(&first.name)
+    }
+
+    /// What the device is.
+    pub fn info(&self) -> &DeviceInfo {
+        &self.shared.info
+    }
+}
+
+fn clamp(v: i32) -> u32 {
+    v.max(0) as u32
+}
+
+impl Device for VerbsDevice {
+    type P = VerbsProvider;
+
+    fn caps(&self) -> DeviceCaps {
+        let a = &self.shared.attr;
+        DeviceCaps {
+            max_qp_wr: clamp(a.max_qp_wr),
+            max_sge: clamp(a.max_sge),
+            max_mr: clamp(a.max_mr),
+            max_cq_depth: clamp(a.max_cqe),
+            max_msg_size: self.shared.info.max_msg_size,
+            max_private_data: self.shared.private_data_limit(PrivateDataKind::Connect),
+        }
+    }
+
+    fn alloc_pd(&self) -> Result<VerbsPd, FabricError> {
+        VerbsPd::new(&self.shared)
+    }
+
+    fn create_cq(&self, depth: u32) -> Result<VerbsCq, FabricError> {
+        VerbsCq::new(&self.shared, depth)
+    }
+
+    fn create_cm(&self) -> Result<VerbsCm, FabricError> {
+        VerbsCm::new(&self.shared)
+    }
+}

@@ -1,0 +1,40 @@
+# guest: runs the fabric conformance suite's verbs instantiation (a test binary built on
+# the host) once per device, each while it is the only RDMA device on eth0 (rdma_cm
+# would route every connection over the first device owning the address otherwise).
+#   usage: verbs-conformance.sh BINARY [DEVICE...]   (devices: rxe0, siw0; default both)
+# Extra arguments for the test binary go in VERBS_TEST_ARGS (word-split). Each device's
+# output lands in $LAB_OUT/verbs-DEVICE.log; the script fails if any device fails.
+set -uo pipefail
+. "$(dirname "$0")/common.sh"
+BIN=${1:?usage: verbs-conformance.sh BINARY [DEVICE...]}; shift
+DEVICES=("$@"); [ ${#DEVICES[@]} -gt 0 ] || DEVICES=(rxe0 siw0)
+[ -x "$BIN" ] || fail "test binary $BIN missing (build it on the host first)"
+
+step "load rdma_rxe, siw, rdma_ucm"
+load_rdma_modules
+
+port_active() { ibv_devinfo -d "$1" 2>/dev/null | grep -q 'state:.*PORT_ACTIVE'; }
+
+FAILED=()
+for dev in "${DEVICES[@]}"; do
+  case $dev in
+    rxe*) type=rxe ;;
+    siw*) type=siw ;;
+    *) fail "unknown device $dev (want rxeN or siwN)" ;;
+  esac
+  step "conformance on $dev alone on eth0"
+  rdma link add "$dev" type "$type" netdev eth0 || fail "rdma link add $dev"
+  wait_for 30 "$dev port active" port_active "$dev"
+  log=${LAB_OUT:-/tmp}/verbs-$dev.log
+  # shellcheck disable=SC2086  # VERBS_TEST_ARGS is a word list on purpose
+  RPCRDMA_VERBS_DEV=$dev RPCRDMA_VERBS_IP=$LAB_GUEST_IP timeout "${VERBS_TIMEOUT:-400}" \
+    "$BIN" ${VERBS_TEST_ARGS:-} > "$log" 2>&1
+  rc=$?
+  cat "$log"
+  summary=$(grep -E '^test result:' "$log" | tail -n 1)
+  echo "LAB_METRIC verbs_conformance dev=$dev rc=$rc ${summary:-no summary}"
+  [ "$rc" = 0 ] || FAILED+=("$dev")
+  rdma link delete "$dev" || fail "rdma link delete $dev"
+done
+[ ${#FAILED[@]} = 0 ] || fail "conformance failed on: ${FAILED[*]}"
+step "verbs conformance passed on ${DEVICES[*]}"
