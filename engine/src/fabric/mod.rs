@@ -41,6 +41,8 @@ pub mod sim;
 pub mod types;
 #[cfg(feature = "verbs")]
 pub mod verbs;
+#[cfg(feature = "verbs")]
+pub mod verbs;
 
 pub use cm::{CmEvent, ConnId, PrivateData, MAX_PRIVATE_DATA};
 pub use error::{FabricError, PostError, PostErrorKind};
