@@ -36,11 +36,8 @@ pub mod error;
 pub mod mr;
 pub mod provider;
 pub mod shm;
-pub mod siw;
 pub mod sim;
 pub mod types;
-#[cfg(feature = "verbs")]
-pub mod verbs;
 #[cfg(feature = "verbs")]
 pub mod verbs;
 
