@@ -1,0 +1,214 @@
+//! Instruction count of one 32-byte shm Send/Recv round trip, for callgrind.
+//!
+//! One thread drives both endpoints alternately (post a Send on one side, poll the other
+//! side's CQ until its receive completes, repost the receive, answer), so the count is
+//! the provider's software cost alone: stable under load, unlike wall-clock numbers on
+//! a shared machine. Every wait is bounded by a poll count, never by time, so the
+//! measured code is deterministic. Signals one Send in 16, like `fabric_shm`.
+//!
+//! ```text
+//! cargo bench -p rpcrdma-perf --bench fabric_shm_insns --no-run   # prints the binary
+//! valgrind --tool=callgrind --toggle-collect='*measured_round_trips*' \
+//!     --callgrind-out-file=/tmp/shm.cg target/release/deps/fabric_shm_insns-<hash>
+//! callgrind_annotate /tmp/shm.cg | head -30    # total Ir / ROUNDS = instructions per RTT
+//! ```
+//!
+//! Without valgrind it just runs and prints ns per round trip as a sanity check.
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rpcrdma::fabric::shm::{ShmAddr, ShmCm, ShmCq, ShmDevice, ShmMr, ShmPd, ShmProvider, ShmQp};
+use rpcrdma::fabric::{
+    Access, CmEvent, Completion, CompletionQueue, ConnectionManager, Device, MemoryRegion,
+    ProtectionDomain, QpCaps, QpConfig, QpInit, QueuePair, RecvWr, SendFlags, SendWr, Sge,
+    WcOpcode, WcStatus,
+};
+use rpcrdma_pools::{Arena, ArenaOptions, HugePages};
+
+/// Round trips inside the measured function.
+const ROUNDS: u64 = 10_000;
+/// Round trips before it (first-touch page faults, lazy mappings).
+const WARMUP: u64 = 1_000;
+/// Polls a hop may take before the run is declared broken (one poll suffices).
+const MAX_POLLS: u32 = 1_000;
+const MSG: usize = 32;
+const ARENA: usize = 1 << 20;
+const SETUP_LIMIT: Duration = Duration::from_secs(5);
+
+struct End {
+    qp: ShmQp,
+    cq: ShmCq,
+    mr: ShmMr,
+    arena: Arc<Arena>,
+    _cm: ShmCm,
+    _pd: ShmPd,
+    _dev: ShmDevice,
+    buf: [Completion; 32],
+}
+
+impl End {
+    fn sge(&self, off: usize, len: usize) -> Sge {
+        Sge::new(
+            self.arena.base() as u64 + off as u64,
+            len as u32,
+            self.mr.lkey(),
+        )
+    }
+}
+
+fn config() -> QpConfig {
+    QpConfig {
+        caps: QpCaps {
+            max_send_wr: 256,
+            max_recv_wr: 256,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+        },
+        ..QpConfig::default()
+    }
+}
+
+type Half = (ShmDevice, ShmPd, ShmCq, ShmCm, Arc<Arena>, ShmMr);
+
+fn half() -> Half {
+    let dev = ShmDevice::new();
+    let pd = dev.alloc_pd().expect("pd");
+    let cq = dev.create_cq(1024).expect("cq");
+    let cm = dev.create_cm().expect("cm");
+    let opts = ArenaOptions::new(ARENA)
+        .shareable(true)
+        .hugepages(HugePages::Never);
+    let arena = Arc::new(Arena::new(&opts).expect("shareable arena"));
+    let mr = pd.reg_arena(&arena, Access::ALL).expect("register");
+    (dev, pd, cq, cm, arena, mr)
+}
+
+fn connected_pair() -> (End, End) {
+    let addr = ShmAddr::abstract_name(format!("rpcrdma-insns-{}", std::process::id()));
+    let mut s = half();
+    let mut c = half();
+    s.3.listen(&addr).expect("listen");
+    let init = QpInit::<ShmProvider> {
+        pd: &c.1,
+        send_cq: &c.2,
+        recv_cq: &c.2,
+        config: config(),
+    };
+    let cqp = c.3.connect(&addr, init, b"").expect("connect");
+    let end = Instant::now() + SETUP_LIMIT;
+    let mut sqp = None;
+    let (mut s_up, mut c_up) = (false, false);
+    while !(s_up && c_up) {
+        assert!(Instant::now() < end, "connection setup timed out");
+        match s.3.poll_event().expect("server cm") {
+            Some(CmEvent::ConnectRequest { request, .. }) => {
+                let init = QpInit::<ShmProvider> {
+                    pd: &s.1,
+                    send_cq: &s.2,
+                    recv_cq: &s.2,
+                    config: config(),
+                };
+                sqp = Some(s.3.accept(request, init, b"").expect("accept"));
+            }
+            Some(CmEvent::Established { .. }) => s_up = true,
+            Some(e) => panic!("server: unexpected {e:?}"),
+            None => {}
+        }
+        match c.3.poll_event().expect("client cm") {
+            Some(CmEvent::Established { .. }) => c_up = true,
+            Some(e) => panic!("client: unexpected {e:?}"),
+            None => {}
+        }
+    }
+    let mk = |h: Half, qp: ShmQp| End {
+        qp,
+        cq: h.2,
+        mr: h.5,
+        arena: h.4,
+        _cm: h.3,
+        _pd: h.1,
+        _dev: h.0,
+        buf: [Completion::EMPTY; 32],
+    };
+    (mk(c, cqp), mk(s, sqp.expect("server queue pair")))
+}
+
+fn flags(i: u64) -> SendFlags {
+    if i % 16 == 15 {
+        SendFlags::SIGNALED
+    } else {
+        SendFlags::NONE
+    }
+}
+
+/// One message from `from` to `to`: false if anything failed or never arrived.
+#[inline(always)]
+fn hop(from: &mut End, to: &mut End, i: u64) -> bool {
+    let sb = [from.sge(4096, MSG)];
+    let rb = [to.sge(0, MSG)];
+    if from
+        .qp
+        .post_send(&[SendWr::send(i, &sb).with_flags(flags(i))])
+        .is_err()
+    {
+        return false;
+    }
+    let mut polls = 0;
+    loop {
+        let n = to.cq.poll(&mut to.buf);
+        let mut got = false;
+        for c in &to.buf[..n] {
+            if c.status != WcStatus::Success {
+                return false;
+            }
+            got |= c.opcode == WcOpcode::Recv;
+        }
+        if got {
+            break;
+        }
+        // The sender's poll retires its send queue.
+        from.cq.poll(&mut from.buf);
+        polls += 1;
+        if polls == MAX_POLLS {
+            return false;
+        }
+    }
+    to.qp.post_recv(&[RecvWr { wr_id: i, sgl: &rb }]).is_ok()
+}
+
+/// The region callgrind counts (`--toggle-collect='*measured_round_trips*'`).
+#[inline(never)]
+fn measured_round_trips(a: &mut End, b: &mut End, first: u64, n: u64) -> bool {
+    for i in first..first + n {
+        if !hop(a, b, i) || !hop(b, a, i) {
+            return false;
+        }
+    }
+    true
+}
+
+fn main() {
+    let (mut a, mut b) = connected_pair();
+    for e in [&mut a, &mut b] {
+        let rb = [e.sge(0, MSG)];
+        for _ in 0..64 {
+            e.qp.post_recv(&[RecvWr { wr_id: 0, sgl: &rb }])
+                .expect("recv");
+        }
+    }
+    assert!(warm_up(&mut a, &mut b), "warm-up round trips failed");
+    let start = Instant::now();
+    let ok = measured_round_trips(black_box(&mut a), black_box(&mut b), WARMUP, ROUNDS);
+    let ns = start.elapsed().as_nanos() as f64 / ROUNDS as f64;
+    assert!(ok, "measured round trips failed");
+    println!("fabric_shm_insns: {ROUNDS} round trips, {ns:.0} ns each (one thread)");
+}
+
+/// Warm-up through a separate copy of the loop, so callgrind's toggle sees only the
+/// measured call.
+#[inline(never)]
+fn warm_up(a: &mut End, b: &mut End) -> bool {
+    (0..WARMUP).all(|i| hop(a, b, i) && hop(b, a, i))
+}
