@@ -151,6 +151,10 @@ pub enum CallStatus {
     RpcError(RpcReplyError),
     /// The call failed in the transport.
     Transport(TransportError),
+    /// The call was never sent: the requester refused it (see [`SubmitRefusal`]). Only
+    /// calls submitted through a mailbox, whose refusal cannot be returned directly,
+    /// end this way.
+    Refused(SubmitRefusal),
     /// No reply within the timeout. The call's memory registrations were invalidated
     /// before this was reported, so a late reply cannot touch the returned buffers; the
     /// call's credit stays consumed until a late reply or the connection's end.

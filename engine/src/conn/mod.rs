@@ -12,6 +12,8 @@
 //!   with the connections it accepts.
 //! - [`Pair`]: a requester and a responder connected over one provider and driven from
 //!   one thread, for tests and benchmarks.
+//! - [`task`]: the same drivers as poller tasks, and [`Client`](task::Client), the
+//!   application-thread face of a requester.
 //!
 //! [`Provider`]: crate::fabric::Provider
 
@@ -19,6 +21,7 @@ mod pair;
 mod requester;
 mod resources;
 mod responder;
+pub mod task;
 
 use core::fmt;
 
