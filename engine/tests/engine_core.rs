@@ -9,12 +9,13 @@ use std::time::{Duration, Instant};
 use rpcrdma::core::{ConnConfig, CorePools, RegBuf, RequesterCore, ResponderCore};
 use rpcrdma::credits::{CreditTable, GrantPolicy};
 use rpcrdma::fabric::mr::{make_key, next_key};
+use rpcrdma::fabric::RemoteAddr;
 use rpcrdma::fabric::{
     Completion, ConnId, MemoryRegion, PostError, QpCaps, QpState, QueuePair, RecvWr, SendOp,
     SendWr, WcOpcode, WcStatus,
 };
 use rpcrdma::requester::{CallRequest, CallStatus, TransportError};
-use rpcrdma::service::{CallView, ReplyWriter, Service, ServiceError};
+use rpcrdma::service::{CallView, Padding, ReplyWriter, Service, ServiceError};
 use rpcrdma::wire::header::{encode_err_chunk, encode_err_vers, RdmaError};
 use rpcrdma::wire::private_data::PrivateData;
 use rpcrdma_pools::{HugePages, Pool, PoolConfig, RegKeys};
@@ -63,7 +64,10 @@ impl QueuePair for FakeQp {
     fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<(), PostError> {
         for w in wrs {
             let mut bytes = Vec::new();
-            if matches!(w.op, SendOp::Send | SendOp::SendWithInvalidate { .. }) {
+            if matches!(
+                w.op,
+                SendOp::Send | SendOp::SendWithInvalidate { .. } | SendOp::RdmaWrite { .. }
+            ) {
                 for s in w.sgl {
                     // SAFETY: the cores only post entries inside live pool buffers.
                     let b = unsafe {
@@ -515,4 +519,203 @@ fn grant_follows_the_policy_and_is_never_zero() {
     policy.set_target(100);
     let sent = exchange(&mut core, &mut qp, &call(3), now);
     assert_eq!(be(&sent[0].bytes, 2), 8, "bounded by the receives posted");
+}
+
+#[test]
+fn requester_accepts_rdma_msgp_replies_with_their_padding() {
+    let (mut core, pools, mut qp, now) = requester();
+    core.submit(null_call(&pools), 1, now).expect("submitted");
+    core.prepare(now);
+    core.post(&mut qp, now);
+    let xid = be(&qp.sends[0].bytes, 0);
+    for wc in qp.complete_sends() {
+        core.handle_completion(&wc, now);
+    }
+    let reply = words(&[xid, 1, 8, 2, 16, 512, 0, 0, 0, xid, 1, 0, 0, 0, 0]);
+    let wc = qp.deliver(&reply);
+    core.handle_completion(&wc, now);
+    let o = core.poll_outcome().expect("outcome");
+    assert_eq!(o.status, CallStatus::Success);
+    let r = o.reply.as_ref().expect("reply");
+    assert_eq!(
+        r.padding(),
+        Some(Padding {
+            align: 16,
+            thresh: 512,
+            base: 36
+        })
+    );
+    assert_eq!(r.bytes(), &words(&[xid, 1, 0, 0, 0, 0])[..]);
+}
+
+/// Records what it saw; replies with a `body`-octet RPC reply and, when asked, a DDP
+/// result of `ddp` octets into the first Write chunk.
+#[derive(Default)]
+struct Scripted {
+    ddp: usize,
+    body: usize,
+    padding: Option<Padding>,
+    done: Vec<u32>,
+    calls: u32,
+}
+
+impl Service for Scripted {
+    fn handle_call(
+        &mut self,
+        call: &CallView<'_>,
+        w: &mut ReplyWriter<'_>,
+    ) -> Result<(), ServiceError> {
+        self.calls += 1;
+        self.padding = call.padding();
+        let e = |_| ServiceError::SystemErr;
+        for v in [call.xid(), 1, 0, 0, 0, 0] {
+            w.put_u32(v).map_err(e)?;
+        }
+        if self.ddp > 0 {
+            let mut b = w.alloc_buf().map_err(|_| ServiceError::SystemErr)?;
+            let data: Vec<u8> = (0..self.ddp).map(|i| i as u8).collect();
+            b.fill(&data).map_err(|_| ServiceError::SystemErr)?;
+            w.ddp_result(b).map_err(|_| ServiceError::SystemErr)?;
+        }
+        w.put_zeros(self.body.saturating_sub(24)).map_err(e)
+    }
+
+    fn on_done(&mut self, xid: u32) {
+        self.done.push(xid);
+    }
+}
+
+fn scripted(s: Scripted) -> (ResponderCore<Scripted>, FakeQp, Instant) {
+    let pools = pools();
+    let policy = Arc::new(GrantPolicy::new(8, 8));
+    let mut core = ResponderCore::new(&cfg(), &pools, s, policy).expect("core");
+    let now = Instant::now();
+    let mut qp = FakeQp::default();
+    core.on_established(&peer_pd(), now);
+    core.prepare(now);
+    core.post(&mut qp, now);
+    (core, qp, now)
+}
+
+fn run(
+    core: &mut ResponderCore<Scripted>,
+    qp: &mut FakeQp,
+    msg: &[u8],
+    now: Instant,
+) -> Vec<Posted> {
+    let wc = qp.deliver(msg);
+    core.handle_completion(&wc, now);
+    core.prepare(now);
+    core.post(qp, now);
+    let sent = qp.sends.clone();
+    for wc in qp.complete_sends() {
+        core.handle_completion(&wc, now);
+    }
+    sent
+}
+
+/// A segment's wire words: handle, length, 64-bit offset.
+fn seg(h: u32, len: u32, off: u32) -> [u32; 4] {
+    [h, len, 0, off]
+}
+
+#[test]
+fn results_are_split_over_segments_and_lists_echo_what_was_written() {
+    let (mut core, mut qp, now) = scripted(Scripted {
+        ddp: 250,
+        body: 5000,
+        ..Scripted::default()
+    });
+    let mut m = vec![0x77, 1, 4, 0, 0];
+    // Write list: a 3-segment chunk of 300 octets, then a 2-segment chunk.
+    m.extend([1, 3]);
+    m.extend(seg(0x1001, 100, 0x1000));
+    m.extend(seg(0x1002, 100, 0x2000));
+    m.extend(seg(0x1003, 100, 0x3000));
+    m.extend([1, 2]);
+    m.extend(seg(0x1101, 64, 0x4000));
+    m.extend(seg(0x1102, 64, 0x5000));
+    m.push(0);
+    // A Reply chunk of two 3000-octet segments.
+    m.extend([1, 2]);
+    m.extend(seg(0x2001, 3000, 0x8000));
+    m.extend(seg(0x2002, 3000, 0x9000));
+    m.extend([0x77, 0, 2, 7, 1, 0, 0, 0, 0, 0]);
+    let sent = run(&mut core, &mut qp, &words(&m), now);
+    let writes: Vec<(RemoteAddr, usize)> = sent
+        .iter()
+        .filter_map(|p| match p.op {
+            SendOp::RdmaWrite { remote } => Some((remote, p.bytes.len())),
+            _ => None,
+        })
+        .collect();
+    let ra = |rkey, addr| RemoteAddr { addr, rkey };
+    assert_eq!(
+        writes,
+        vec![
+            (ra(0x1001, 0x1000), 100),
+            (ra(0x1002, 0x2000), 100),
+            (ra(0x1003, 0x3000), 50),
+            (ra(0x2001, 0x8000), 3000),
+            (ra(0x2002, 0x9000), 2000),
+        ],
+        "the 250-octet result fills segments in order; the 5000-octet body too"
+    );
+    assert_eq!(
+        sent[0].bytes[..100],
+        (0..100).map(|i| i as u8).collect::<Vec<_>>()[..]
+    );
+    assert_eq!(
+        sent[2].bytes[..],
+        (200..250).map(|i| i as u8).collect::<Vec<_>>()[..]
+    );
+    let reply = sent.last().expect("the Send comes last");
+    assert_eq!(
+        reply.op,
+        SendOp::SendWithInvalidate { rkey: 0x2001 },
+        "both sides allow remote invalidation: a key of this call"
+    );
+    let mut want = vec![0x77, 1, 8, 1, 0, 1, 3];
+    want.extend(seg(0x1001, 100, 0x1000));
+    want.extend(seg(0x1002, 100, 0x2000));
+    want.extend(seg(0x1003, 50, 0x3000));
+    // The unused chunk comes back empty; then the Reply chunk with what was written.
+    want.extend([1, 0, 0, 1, 2]);
+    want.extend(seg(0x2001, 3000, 0x8000));
+    want.extend(seg(0x2002, 2000, 0x9000));
+    assert_eq!(reply.bytes, words(&want), "RDMA_NOMSG echoing the chunks");
+    assert_eq!(core.stats().chunk_replies, 1);
+}
+
+#[test]
+fn rdma_msgp_calls_are_served_with_their_padding() {
+    let (mut core, mut qp, now) = scripted(Scripted {
+        body: 24,
+        ..Scripted::default()
+    });
+    let call = words(&[5, 1, 1, 2, 64, 1024, 0, 0, 0, 5, 0, 2, 7, 1, 0, 0, 0, 0, 0]);
+    let sent = run(&mut core, &mut qp, &call, now);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(
+        core.service().padding,
+        Some(Padding {
+            align: 64,
+            thresh: 1024,
+            base: 36
+        })
+    );
+    // An alignment that is not a power of two cannot be honoured: ERR_CHUNK.
+    let call = words(&[6, 1, 1, 2, 3, 1024, 0, 0, 0, 6, 0, 2, 7, 1, 0, 0, 0, 0, 0]);
+    let sent = run(&mut core, &mut qp, &call, now);
+    assert_eq!(sent[0].bytes, words(&[6, 1, 8, 4, 2]));
+    assert_eq!(core.service().calls, 1);
+}
+
+#[test]
+fn rdma_done_is_routed_to_the_service_and_not_answered() {
+    let (mut core, mut qp, now) = scripted(Scripted::default());
+    let sent = run(&mut core, &mut qp, &words(&[0x99, 1, 1, 3]), now);
+    assert!(sent.is_empty());
+    assert_eq!(core.service().done, vec![0x99]);
+    assert_eq!(core.stats().done_received, 1);
 }
