@@ -2,6 +2,7 @@
 //! the send-queue budget and the table of posted receives.
 
 use core::fmt;
+use std::time::Instant;
 
 use rpcrdma_pools::{Pool, PoolCache};
 
@@ -9,6 +10,7 @@ use super::fixed::IndexStack;
 use super::outbox::Outbox;
 use super::regbuf::RegBuf;
 use super::wrid::{WrId, WrKind};
+use crate::fabric::{Completion, QueuePair, SendFlags, SendOp, Sge, WcOpcode, WcStatus};
 use crate::wire::private_data::InlineThresholds;
 
 /// Where a connection is in its life.
@@ -180,6 +182,8 @@ pub(crate) struct Transport {
     pub(crate) outbox: Outbox,
     pub(crate) sq: SqBudget,
     pub(crate) recvs: RecvTable,
+    /// Requests the outbox refused (never, while its sizing invariant holds).
+    pub(crate) outbox_overflows: u64,
 }
 
 impl Transport {
@@ -195,6 +199,7 @@ impl Transport {
             ),
             sq: SqBudget::new(sq_depth),
             recvs: RecvTable::new(rq_depth, recv_pool),
+            outbox_overflows: 0,
         };
         t.recvs.refill(&mut t.outbox);
         t
@@ -209,6 +214,22 @@ impl Transport {
         self.close_reason = Some(reason);
     }
 
+    /// Stages a signaled send-queue request. The outbox holds as many requests as the
+    /// send queue, and every staged request holds a send-queue slot (taken or reserved
+    /// before staging), so this cannot find it full; should that invariant ever break,
+    /// the request is counted in `outbox_overflows` instead of being lost silently.
+    pub(crate) fn stage(&mut self, wr_id: u64, op: SendOp, sgl: &[Sge]) -> bool {
+        let ok = self
+            .outbox
+            .push_send(wr_id, op, sgl, SendFlags::SIGNALED)
+            .is_ok();
+        debug_assert!(ok, "outbox smaller than the send queue");
+        if !ok {
+            self.outbox_overflows += 1;
+        }
+        ok
+    }
+
     /// True while new work may be staged.
     #[inline]
     pub(crate) fn is_open(&self) -> bool {
@@ -221,5 +242,54 @@ impl Transport {
             && self.sq.held() == 0
             && self.recvs.posted() == 0
             && self.outbox.is_empty()
+    }
+}
+
+/// What [`post_staged`] needs from a core.
+pub(crate) trait Staged {
+    /// The shared transport state.
+    fn transport(&mut self) -> &mut Transport;
+    /// Accounts a request that never reached the queue pair as flushed.
+    fn flushed(&mut self, wr_id: u64, now: Instant);
+    /// The provider refused a post: the connection fails.
+    fn post_refused(&mut self);
+}
+
+/// A synthetic flush completion for a request that never reached the queue pair.
+pub(crate) fn flush_of(wr_id: u64) -> Completion {
+    Completion {
+        wr_id,
+        opcode: WcOpcode::Send,
+        status: WcStatus::WrFlushed,
+        byte_len: 0,
+        qp_num: 0,
+        invalidated_rkey: None,
+    }
+}
+
+/// Posts a core's outbox: receives first (so replies to what we are about to send find
+/// them), then the send chain. What a refused post left behind is fed back as flushed.
+pub(crate) fn post_staged<C: Staged, Q: QueuePair>(core: &mut C, qp: &mut Q, now: Instant) {
+    if core
+        .transport()
+        .outbox
+        .post_recvs(|r| qp.post_recv(r))
+        .is_err()
+    {
+        core.post_refused();
+        while let Some(id) = core.transport().outbox.next_unposted_recv() {
+            core.flushed(id, now);
+        }
+    }
+    if core
+        .transport()
+        .outbox
+        .post_sends(|w| qp.post_send(w))
+        .is_err()
+    {
+        core.post_refused();
+        while let Some(id) = core.transport().outbox.next_unposted_send() {
+            core.flushed(id, now);
+        }
     }
 }

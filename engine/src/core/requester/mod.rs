@@ -34,11 +34,11 @@ use super::mrs::MrTable;
 use super::outbox::Outbox;
 use super::regbuf::RegBuf;
 use super::rpcmsg::{encode_null_call, NULL_CALL_LEN};
-use super::transport::{CloseReason, ConnState, Transport};
+use super::transport::{flush_of, post_staged, CloseReason, ConnState, Staged, Transport};
 use super::wrid::{WrId, WrKind};
 use super::{CoreError, CorePools};
 use crate::credits::CreditTable;
-use crate::fabric::{Completion, MemoryRegion, QueuePair, SendFlags, SendOp, WcOpcode, WcStatus};
+use crate::fabric::{Completion, MemoryRegion, QueuePair, SendOp};
 use crate::requester::{
     CallRequest, CallStatus, Outcome, Reply, SubmitError, SubmitRefusal, TransportError,
     WriteSinks, MAX_WRITE_SINKS,
@@ -77,6 +77,8 @@ pub struct RequesterStats {
     pub stray_completions: u64,
     /// Refills that found the receive pool empty.
     pub recv_starved: u64,
+    /// Work requests the outbox refused (zero unless its sizing invariant broke).
+    pub outbox_overflows: u64,
 }
 
 /// A call waiting for resources.
@@ -236,6 +238,7 @@ impl<M: MemoryRegion> RequesterCore<M> {
     pub fn stats(&self) -> RequesterStats {
         let mut s = self.stats;
         s.recv_starved = self.t.recvs.starved;
+        s.outbox_overflows = self.t.outbox_overflows;
         s
     }
 
@@ -810,13 +813,10 @@ impl<M: MemoryRegion> RequesterCore<M> {
                     let wr_id = WrId::new(WrKind::LocalInv, slot)
                         .with_aux(i as u32)
                         .encode();
-                    let staged = self.t.outbox.push_send(
-                        wr_id,
-                        SendOp::LocalInvalidate { key: m.key },
-                        &[],
-                        SendFlags::SIGNALED,
-                    );
-                    if staged.is_ok() {
+                    if self
+                        .t
+                        .stage(wr_id, SendOp::LocalInvalidate { key: m.key }, &[])
+                    {
                         m.state = MrState::Invalidating;
                         s.reserved = s.reserved.saturating_sub(1);
                         s.wrs += 1;
@@ -970,13 +970,6 @@ impl<M: MemoryRegion> RequesterCore<M> {
     }
 }
 
-/// What [`post_staged`] needs from a core.
-pub(crate) trait Staged {
-    fn transport(&mut self) -> &mut Transport;
-    fn flushed(&mut self, wr_id: u64, now: Instant);
-    fn post_refused(&mut self);
-}
-
 impl<M: MemoryRegion> Staged for RequesterCore<M> {
     fn transport(&mut self) -> &mut Transport {
         &mut self.t
@@ -986,45 +979,6 @@ impl<M: MemoryRegion> Staged for RequesterCore<M> {
     }
     fn post_refused(&mut self) {
         self.fail(CloseReason::PostRefused);
-    }
-}
-
-/// A synthetic flush completion for a request that never reached the queue pair.
-pub(crate) fn flush_of(wr_id: u64) -> Completion {
-    Completion {
-        wr_id,
-        opcode: WcOpcode::Send,
-        status: WcStatus::WrFlushed,
-        byte_len: 0,
-        qp_num: 0,
-        invalidated_rkey: None,
-    }
-}
-
-/// Posts a core's outbox: receives first (so replies to what we are about to send find
-/// them), then the send chain. What a refused post left behind is fed back as flushed.
-pub(crate) fn post_staged<C: Staged, Q: QueuePair>(core: &mut C, qp: &mut Q, now: Instant) {
-    if core
-        .transport()
-        .outbox
-        .post_recvs(|r| qp.post_recv(r))
-        .is_err()
-    {
-        core.post_refused();
-        while let Some(id) = core.transport().outbox.next_unposted_recv() {
-            core.flushed(id, now);
-        }
-    }
-    if core
-        .transport()
-        .outbox
-        .post_sends(|w| qp.post_send(w))
-        .is_err()
-    {
-        core.post_refused();
-        while let Some(id) = core.transport().outbox.next_unposted_send() {
-            core.flushed(id, now);
-        }
     }
 }
 

@@ -9,7 +9,7 @@ use crate::core::config::MAX_MRS_PER_CALL;
 use crate::core::fixed::FixedVec;
 use crate::core::regbuf::RegBuf;
 use crate::core::wrid::{WrId, WrKind};
-use crate::fabric::{Access, MemoryRegion, SendFlags, SendOp, Sge};
+use crate::fabric::{Access, MemoryRegion, SendOp, Sge};
 use crate::requester::{CallRequest, SubmitRefusal, MAX_DDP_ARGS, MAX_WRITE_SINKS};
 use crate::wire::header::{
     BodyRepr, ChunkListsRepr, HeaderRepr, ReadSegment, Segment, FIXED_HEADER_LEN,
@@ -255,6 +255,7 @@ impl<M: MemoryRegion> RequesterCore<M> {
         }
 
         // One chain: the registrations, then the Send that advertises them.
+        let mut staged = 0u32;
         for (i, (r, u)) in regs.iter().zip(uses.iter()).enumerate() {
             let wr_id = WrId::new(WrKind::FastReg, slot).with_aux(i as u32).encode();
             let op = SendOp::FastReg {
@@ -262,20 +263,18 @@ impl<M: MemoryRegion> RequesterCore<M> {
                 region: r.region,
                 access: r.access,
             };
-            // The send queue has room (taken above) and the outbox is as deep as it.
-            let _ = self.t.outbox.push_send(wr_id, op, &[], SendFlags::SIGNALED);
+            staged += u32::from(self.t.stage(wr_id, op, &[]));
         }
         let wr_id = WrId::new(WrKind::CallSend, slot).encode();
-        let _ = self
-            .t
-            .outbox
-            .push_send(wr_id, SendOp::Send, &sgl[..n_sge], SendFlags::SIGNALED);
+        staged += u32::from(self.t.stage(wr_id, SendOp::Send, &sgl[..n_sge]));
+        // Room for what was not staged (never, see `Transport::stage`) goes back.
+        self.t.sq.give(plan.mrs + 1 - staged);
 
         s.phase = Phase::Active;
         s.xid = xid;
         s.tag = tag;
         s.mrs = uses;
-        s.wrs = plan.mrs + 1;
+        s.wrs = staged;
         s.reserved = plan.mrs;
         s.sink_caps = sink_caps;
         s.reply_cap = reply_cap;

@@ -33,13 +33,12 @@ use super::event::ConnEvent;
 use super::fixed::{FixedQueue, IndexStack};
 use super::outbox::Outbox;
 use super::regbuf::RegBuf;
-use super::requester::{flush_of, post_staged, Staged};
 use super::rpcmsg::encode_accepted_error;
-use super::transport::{CloseReason, ConnState, Transport};
+use super::transport::{flush_of, post_staged, CloseReason, ConnState, Staged, Transport};
 use super::wrid::{WrId, WrKind};
 use super::{CoreError, CorePools};
 use crate::credits::GrantPolicy;
-use crate::fabric::{Completion, QueuePair, RemoteAddr, SendFlags, SendOp};
+use crate::fabric::{Completion, QueuePair, RemoteAddr, SendOp};
 use crate::service::{
     CallView, DdpItem, Padding, ReplyWriter, Service, MAX_DDP_ITEMS, MAX_WRITE_CHUNKS,
 };
@@ -85,6 +84,8 @@ pub struct ResponderStats {
     pub stray_completions: u64,
     /// Refills that found the receive pool empty.
     pub recv_starved: u64,
+    /// Work requests the outbox refused (zero unless its sizing invariant broke).
+    pub outbox_overflows: u64,
 }
 
 /// The responder side of one connection, serving calls with `S`.
@@ -181,6 +182,7 @@ impl<S: Service> ResponderCore<S> {
     pub fn stats(&self) -> ResponderStats {
         let mut s = self.stats;
         s.recv_starved = self.t.recvs.starved;
+        s.outbox_overflows = self.t.outbox_overflows;
         s
     }
 
@@ -451,14 +453,7 @@ impl<S: Service> ResponderCore<S> {
                         rkey: seg.handle,
                     },
                 };
-                if self
-                    .t
-                    .outbox
-                    .push_send(wr_id, op, &[sge], SendFlags::SIGNALED)
-                    .is_ok()
-                {
-                    n += 1;
-                }
+                n += u32::from(self.t.stage(wr_id, op, &[sge]));
                 off += seg.length as usize;
             }
             let _ = sink.set_len(off);
@@ -653,11 +648,11 @@ impl<S: Service> ResponderCore<S> {
         c.results.clear();
         self.t.sq.take(1);
         let wr_id = WrId::new(WrKind::ReplySend, i).encode();
-        let _ = self
-            .t
-            .outbox
-            .push_send(wr_id, SendOp::Send, &[sge], SendFlags::SIGNALED);
-        c.wrs += 1;
+        if self.t.stage(wr_id, SendOp::Send, &[sge]) {
+            c.wrs += 1;
+        } else {
+            self.t.sq.give(1);
+        }
         c.step = Step::Sent;
         match e {
             RdmaError::Vers { .. } => self.stats.err_vers += 1,

@@ -6,7 +6,7 @@ use super::context::{Context, Delivery, Step};
 use super::inspect::MAX_CHUNK_SEGMENTS;
 use super::ResponderCore;
 use crate::core::wrid::{WrId, WrKind};
-use crate::fabric::{RemoteAddr, SendFlags, SendOp, Sge};
+use crate::fabric::{RemoteAddr, SendOp, Sge};
 use crate::service::{Service, MAX_WRITE_CHUNKS};
 use crate::wire::header::{BodyRepr, ChunkListsRepr, HeaderRepr, HeaderView, RdmaError, Segment};
 
@@ -120,7 +120,7 @@ impl<S: Service> ResponderCore<S> {
 
         let mut staged = 0u32;
         let mut seq = 0u32;
-        let mut write = |outbox: &mut crate::core::outbox::Outbox, sge: Sge, seg: &Segment| {
+        let mut write = |t: &mut crate::core::transport::Transport, sge: Sge, seg: &Segment| {
             let wr_id = WrId::new(WrKind::ChunkWrite, i).with_aux(seq).encode();
             seq += 1;
             let op = SendOp::RdmaWrite {
@@ -129,12 +129,7 @@ impl<S: Service> ResponderCore<S> {
                     rkey: seg.handle,
                 },
             };
-            if outbox
-                .push_send(wr_id, op, &[sge], SendFlags::SIGNALED)
-                .is_ok()
-            {
-                staged += 1;
-            }
+            staged += u32::from(t.stage(wr_id, op, &[sge]));
         };
         for k in 0..n_chunks {
             let Some(Some(data)) = results.get(k) else {
@@ -143,7 +138,7 @@ impl<S: Service> ResponderCore<S> {
             let mut off = 0usize;
             for seg in echo[k][..echo_n[k]].iter().filter(|s| s.length > 0) {
                 if let Ok(sge) = data.sge(off, seg.length as usize) {
-                    write(&mut self.t.outbox, sge, seg);
+                    write(&mut self.t, sge, seg);
                 }
                 off += seg.length as usize;
             }
@@ -153,7 +148,7 @@ impl<S: Service> ResponderCore<S> {
             let mut off = 0usize;
             for seg in reply_echo[..reply_n].iter().filter(|s| s.length > 0) {
                 if let Ok(sge) = b.sge(off, seg.length as usize) {
-                    write(&mut self.t.outbox, sge, seg);
+                    write(&mut self.t, sge, seg);
                 }
                 off += seg.length as usize;
             }
@@ -216,14 +211,7 @@ impl<S: Service> ResponderCore<S> {
             None => SendOp::Send,
         };
         let wr_id = WrId::new(WrKind::ReplySend, i).encode();
-        if self
-            .t
-            .outbox
-            .push_send(wr_id, op, &sgl[..n_sge], SendFlags::SIGNALED)
-            .is_ok()
-        {
-            staged += 1;
-        }
+        staged += u32::from(self.t.stage(wr_id, op, &sgl[..n_sge]));
         self.t.sq.give(need - staged);
         *wrs += staged;
         *step = Step::Sent;
