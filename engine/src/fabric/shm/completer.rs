@@ -9,13 +9,15 @@
 use std::sync::atomic::Ordering;
 
 use super::qp::QpShared;
-use super::ring::Consumer;
-use super::segment::{ack, AckSlot};
-use crate::fabric::types::{Completion, WcOpcode, WcStatus};
+use super::segment::{ack, AckState, Acks};
+use crate::fabric::types::{Completion, WcStatus};
 
 /// Retires one queue pair's send queue.
 pub(crate) struct Completer {
-    acks: Consumer<AckSlot>,
+    acks: Acks,
+    /// What the target had acknowledged when last read; reread only when the oldest
+    /// outstanding request is not covered yet.
+    seen: AckState,
     /// Requests retired so far.
     retired: u64,
     /// After an error, acks still missing are never waited for again.
@@ -34,12 +36,38 @@ fn status_of(code: u32) -> WcStatus {
 }
 
 impl Completer {
-    /// A completer reading acks from `acks`.
-    pub(crate) fn new(acks: Consumer<AckSlot>) -> Completer {
+    /// A completer reading the coalesced acks `acks`.
+    pub(crate) fn new(acks: Acks) -> Completer {
         Completer {
             acks,
+            seen: AckState {
+                done: 0,
+                nak_ssn1: 0,
+                nak_status: 0,
+            },
             retired: 0,
             abandoned: false,
+        }
+    }
+
+    /// The status the target gave request `ssn`: `Ok(None)` while it is not finished,
+    /// `Err` if the target's counters make no sense.
+    #[inline]
+    fn acked(&mut self, ssn: u64) -> Result<Option<WcStatus>, ()> {
+        if ssn >= self.seen.done {
+            let now = self.acks.read().ok_or(())?;
+            if now.done < self.seen.done {
+                return Err(());
+            }
+            self.seen = now;
+            if ssn >= now.done {
+                return Ok(None);
+            }
+        }
+        if ssn + 1 == self.seen.nak_ssn1 {
+            Ok(Some(status_of(self.seen.nak_status)))
+        } else {
+            Ok(Some(WcStatus::Success))
         }
     }
 
@@ -49,36 +77,30 @@ impl Completer {
             qp.set_error();
         }
         let posted = qp.sq_posted.load(Ordering::Acquire);
+        if self.retired == posted {
+            return 0;
+        }
         let mut failed = qp.is_error();
         let mut n = 0;
         while n < out.len() && self.retired < posted {
             // SAFETY: retired < posted: published by the poster; we are the consumer.
             let e = unsafe { qp.sq.read(self.retired) };
-            let (status, byte_len) = if !e.remote {
-                (e.local, e.byte_len)
+            let status = if !e.remote {
+                e.local
             } else if self.abandoned {
-                (WcStatus::WrFlushed, e.byte_len)
+                WcStatus::WrFlushed
             } else {
-                match self.acks.peek() {
-                    Ok(Some(a)) if a.ssn == e.ssn => {
-                        self.acks.advance();
-                        let st = status_of(a.status);
-                        let len = if e.opcode == WcOpcode::RdmaRead && st.is_success() {
-                            a.byte_len
-                        } else {
-                            e.byte_len
-                        };
-                        (st, len)
-                    }
+                match self.acked(e.ssn) {
+                    Ok(Some(st)) => st,
                     Ok(None) if !failed => break,
                     Ok(None) => {
                         // In error, and the peer will not answer: flush the rest.
                         self.abandoned = true;
-                        (WcStatus::WrFlushed, e.byte_len)
+                        WcStatus::WrFlushed
                     }
-                    Ok(Some(_)) | Err(_) => {
+                    Err(()) => {
                         self.abandoned = true;
-                        (WcStatus::BadResponse, e.byte_len)
+                        WcStatus::BadResponse
                     }
                 }
             };
@@ -92,7 +114,7 @@ impl Completer {
                     wr_id: e.wr_id,
                     opcode: e.opcode,
                     status,
-                    byte_len,
+                    byte_len: e.byte_len,
                     qp_num: qp.qp_num,
                     invalidated_rkey: None,
                 };
@@ -100,7 +122,6 @@ impl Completer {
                 qp.sq_freed.store(self.retired, Ordering::Release);
             }
         }
-        self.acks.release();
         n
     }
 }

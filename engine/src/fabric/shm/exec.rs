@@ -1,7 +1,8 @@
 //! The executor: "the NIC lives at the target". The receive CQ's poll consumes the
 //! peer's request ring in posting order, checks every key against this device's table,
 //! copies between the peer's memory (mapped here) and ours, reports receive completions
-//! and answers each request with an ack or a NAK on the peer's ack ring.
+//! and acknowledges what it finished by moving the ring's tail (once per poll), naming a
+//! failed request in the segment's NAK record first.
 //!
 //! Nothing is copied until every check of a request has passed, so a failing request
 //! touches no byte, and a NAK moves both queue pairs to the error state.
@@ -14,8 +15,8 @@ use rpcrdma_pools::Arena;
 
 use super::device::ANNOUNCE_LEN;
 use super::qp::QpShared;
-use super::ring::{Consumer, Producer};
-use super::segment::{ack, op, AckSlot, ReqSlot, Segment, MAX_SGE};
+use super::ring::Consumer;
+use super::segment::{ack, op, ReqSlot, Segment, MAX_SGE};
 use super::sock::{self, Recv};
 use crate::fabric::mr::Access;
 use crate::fabric::types::{Completion, WcOpcode, WcStatus, RNR_RETRY_INFINITE};
@@ -32,23 +33,22 @@ struct RnrWait {
 enum Outcome {
     /// No receive posted yet: try again on a later poll.
     Wait,
-    /// Finished: the ack status, the byte count, and whether a receive completion was
-    /// written.
-    Done {
-        status: u32,
-        byte_len: u32,
-        completed: bool,
-    },
+    /// Finished: the ack status and whether a receive completion was written.
+    Done { status: u32, completed: bool },
 }
 
 impl Outcome {
     fn nak(status: u32) -> Outcome {
         Outcome::Done {
             status,
-            byte_len: 0,
             completed: false,
         }
     }
+
+    const ACK: Outcome = Outcome::Done {
+        status: ack::OK,
+        completed: false,
+    };
 }
 
 /// A contiguous run of bytes resolved from scatter-gather entries.
@@ -93,7 +93,6 @@ unsafe fn scatter_gather(src: &[Run], dst: &[Run], total: usize) {
 pub(crate) struct Executor {
     peer: Segment,
     req: Consumer<ReqSlot>,
-    ack: Producer<AckSlot>,
     announce_rx: OwnedFd,
     /// The peer's arenas, mapped here as it announces them (grows on announcement only).
     peer_arenas: Vec<Arena>,
@@ -107,7 +106,6 @@ impl Executor {
     pub(crate) fn new(peer: Segment, announce_rx: OwnedFd, peer_rnr_retry: u8) -> Executor {
         Executor {
             req: peer.req_consumer(),
-            ack: peer.ack_producer(),
             peer,
             announce_rx,
             peer_arenas: Vec::new(),
@@ -145,41 +143,28 @@ impl Executor {
                 op::READ => self.exec_read(qp, &slot),
                 _ => Outcome::nak(ack::REMOTE_INVALID),
             };
-            let Outcome::Done {
-                status,
-                byte_len,
-                completed,
-            } = outcome
-            else {
+            let Outcome::Done { status, completed } = outcome else {
                 break;
             };
             if completed {
                 n += 1;
             }
-            if !matches!(self.ack.room(), Ok(r) if r > 0) {
-                self.fail(qp);
-                return n + qp.flush_recvs(&mut out[n..]);
-            }
-            self.ack.push(AckSlot {
-                ssn: slot.ssn,
-                status,
-                byte_len,
-            });
-            self.req.advance();
             if status != ack::OK {
+                self.peer.post_nak(self.req.position(), status);
+                self.req.advance();
                 // The NAK must be visible before our failed flag, so the peer reports
                 // the NAK's status rather than a flush for this request.
                 self.fail(qp);
                 return n + qp.flush_recvs(&mut out[n..]);
             }
+            self.req.advance();
         }
-        self.ack.publish();
+        // One release store acknowledges everything executed in this poll.
         self.req.release();
         n
     }
 
     fn fail(&mut self, qp: &QpShared) {
-        self.ack.publish();
         self.req.release();
         qp.set_error();
     }
@@ -264,11 +249,7 @@ impl Executor {
             // one of our registered arenas (bounds checked above); separate mappings.
             unsafe { scatter_gather(&src[..ns], &[dst], slot.total_len as usize) };
         }
-        Outcome::Done {
-            status: ack::OK,
-            byte_len: slot.total_len,
-            completed: false,
-        }
+        Outcome::ACK
     }
 
     fn exec_read(&mut self, qp: &QpShared, slot: &ReqSlot) -> Outcome {
@@ -289,11 +270,7 @@ impl Executor {
             // SAFETY: as in exec_write, with the directions swapped.
             unsafe { scatter_gather(&[src], &dst[..nd], slot.total_len as usize) };
         }
-        Outcome::Done {
-            status: ack::OK,
-            byte_len: slot.total_len,
-            completed: false,
-        }
+        Outcome::ACK
     }
 
     /// No receive posted: wait for one within the peer's RNR retry budget.
@@ -350,7 +327,6 @@ impl Executor {
             };
             Outcome::Done {
                 status: ack_status,
-                byte_len,
                 completed: true,
             }
         };

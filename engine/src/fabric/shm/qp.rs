@@ -378,7 +378,7 @@ impl ShmQp {
             rq: Slots::new(p.caps.max_recv_wr, RqEntry::EMPTY),
             rq_posted: AtomicU64::new(0),
             rq_consumed: AtomicU64::new(0),
-            completer: UnsafeCell::new(Completer::new(own.ack_consumer())),
+            completer: UnsafeCell::new(Completer::new(own.acks())),
             exec: UnsafeCell::new(None),
             link_claimed: AtomicBool::new(false),
             linked: AtomicBool::new(false),

@@ -199,6 +199,14 @@ impl<T: Pod> Consumer<T> {
         Ok(Some(unsafe { T::load(self.slots.add(i)) }))
     }
 
+    /// Sequence number of the slot [`peek`] returns next.
+    ///
+    /// [`peek`]: Consumer::peek
+    #[inline]
+    pub(crate) fn position(&self) -> u64 {
+        self.next
+    }
+
     /// Consumes the slot [`peek`] returned.
     ///
     /// [`peek`]: Consumer::peek

@@ -1,10 +1,13 @@
 //! The per-direction connection segment: a small shareable mapping created by the side
 //! whose send queue feeds it, mapped by its peer.
 //!
-//! It holds the request ring (initiator → target, in posting order), the ack ring
-//! (target → initiator, one ack or NAK per request), the initiator's "failed" flag and
-//! its count of announced arenas. Every shared counter sits on its own 128-byte block so
-//! that the two sides never write the same cache line (or adjacent-line prefetch pair).
+//! It holds the request ring (initiator → target, in posting order), the initiator's
+//! "failed" flag and its count of announced arenas. Acks are coalesced: the ring's tail,
+//! which the target advances past every request it has finished, acknowledges them all
+//! at once; the one request that can fail (a NAK moves both sides to the error state, so
+//! nothing after it executes) is named in a NAK record beside the tail, written before
+//! the tail moves past it. Every shared counter sits on its own 128-byte block so that
+//! the two sides never write the same cache line (or adjacent-line prefetch pair).
 
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -21,14 +24,15 @@ pub(crate) const MAX_SGE: usize = 8;
 pub(crate) const MAX_SLOTS: u32 = 1 << 16;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"RRSHMSEG");
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 const LINE: usize = 128;
 const OFF_FLAGS: usize = LINE;
 const OFF_REQ_HEAD: usize = 2 * LINE;
+/// The tail, then the NAK record (both written by the target only).
 const OFF_REQ_TAIL: usize = 3 * LINE;
-const OFF_ACK_HEAD: usize = 4 * LINE;
-const OFF_ACK_TAIL: usize = 5 * LINE;
-const OFF_REQ_SLOTS: usize = 6 * LINE;
+const OFF_NAK_SSN: usize = OFF_REQ_TAIL + 8;
+const OFF_NAK_STATUS: usize = OFF_REQ_TAIL + 16;
+const OFF_REQ_SLOTS: usize = 4 * LINE;
 
 /// Request opcodes in [`ReqSlot::op`].
 pub(crate) mod op {
@@ -38,7 +42,7 @@ pub(crate) mod op {
     pub const READ: u32 = 4;
 }
 
-/// Ack statuses in [`AckSlot::status`].
+/// NAK statuses in the NAK record.
 pub(crate) mod ack {
     pub const OK: u32 = 0;
     pub const RNR_EXCEEDED: u32 = 1;
@@ -73,15 +77,6 @@ pub(crate) struct ReqSlot {
     pub key: u32,
     pub _pad: [u64; 4],
     pub sge: [WireSge; MAX_SGE],
-}
-
-/// One ack or NAK.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct AckSlot {
-    pub ssn: u64,
-    pub status: u32,
-    pub byte_len: u32,
 }
 
 /// Bytes of a request before its scatter-gather entries.
@@ -119,11 +114,7 @@ unsafe impl Pod for ReqSlot {
         v
     }
 }
-// SAFETY: as above.
-unsafe impl Pod for AckSlot {}
-
 const _: () = assert!(std::mem::size_of::<ReqSlot>() == 192);
-const _: () = assert!(std::mem::size_of::<AckSlot>() == 16);
 const _: () = assert!(REQ_HEADER == 64);
 
 #[repr(C)]
@@ -131,9 +122,7 @@ struct Header {
     magic: u64,
     version: u32,
     req_slots: u32,
-    ack_slots: u32,
     req_slot_size: u32,
-    ack_slot_size: u32,
 }
 
 /// A mapped connection segment.
@@ -154,7 +143,7 @@ impl std::fmt::Debug for Segment {
 
 fn layout_len(slots: u32) -> usize {
     let s = slots as usize;
-    OFF_REQ_SLOTS + s * std::mem::size_of::<ReqSlot>() + s * std::mem::size_of::<AckSlot>()
+    OFF_REQ_SLOTS + s * std::mem::size_of::<ReqSlot>()
 }
 
 impl Segment {
@@ -179,9 +168,7 @@ impl Segment {
             magic: MAGIC,
             version: VERSION,
             req_slots: slots,
-            ack_slots: slots,
             req_slot_size: std::mem::size_of::<ReqSlot>() as u32,
-            ack_slot_size: std::mem::size_of::<AckSlot>() as u32,
         };
         // SAFETY: the fresh mapping is at least layout_len bytes, page aligned, and not
         // yet visible to anyone else.
@@ -208,13 +195,10 @@ impl Segment {
         if h.magic != MAGIC || h.version != VERSION {
             return Err(FabricError::Protocol("bad segment magic or version"));
         }
-        if h.req_slot_size as usize != std::mem::size_of::<ReqSlot>()
-            || h.ack_slot_size as usize != std::mem::size_of::<AckSlot>()
-        {
+        if h.req_slot_size as usize != std::mem::size_of::<ReqSlot>() {
             return Err(FabricError::Protocol("segment slot sizes differ"));
         }
-        if h.req_slots != h.ack_slots
-            || !h.req_slots.is_power_of_two()
+        if !h.req_slots.is_power_of_two()
             || h.req_slots > MAX_SLOTS
             || layout_len(h.req_slots) > map.len()
         {
@@ -274,16 +258,6 @@ impl Segment {
         }
     }
 
-    fn ack_mem(&self) -> RingMem {
-        let off = OFF_REQ_SLOTS + self.slots as usize * std::mem::size_of::<ReqSlot>();
-        RingMem {
-            head: self.at::<AtomicU64>(OFF_ACK_HEAD),
-            tail: self.at::<AtomicU64>(OFF_ACK_TAIL),
-            slots: self.at::<u8>(off),
-            cap: u64::from(self.slots),
-        }
-    }
-
     /// The request ring's producer (the initiator's poster).
     pub(crate) fn req_producer(&self) -> Producer<ReqSlot> {
         // SAFETY: the layout was checked against the mapping length; one producer.
@@ -296,16 +270,69 @@ impl Segment {
         unsafe { Consumer::new(self.map.clone(), self.req_mem()) }
     }
 
-    /// The ack ring's producer (the target's executor).
-    pub(crate) fn ack_producer(&self) -> Producer<AckSlot> {
-        // SAFETY: as above; one producer.
-        unsafe { Producer::new(self.map.clone(), self.ack_mem()) }
+    /// The initiator's view of what the target has finished.
+    pub(crate) fn acks(&self) -> Acks {
+        Acks {
+            tail: self.at::<AtomicU64>(OFF_REQ_TAIL),
+            head: self.at::<AtomicU64>(OFF_REQ_HEAD),
+            nak_ssn: self.at::<AtomicU64>(OFF_NAK_SSN),
+            nak_status: self.at::<AtomicU32>(OFF_NAK_STATUS),
+            _map: self.map.clone(),
+        }
     }
 
-    /// The ack ring's consumer (the initiator's completer).
-    pub(crate) fn ack_consumer(&self) -> Consumer<AckSlot> {
-        // SAFETY: as above; one consumer.
-        unsafe { Consumer::new(self.map.clone(), self.ack_mem()) }
+    /// Records that request `ssn` failed with `status` (target side). The caller then
+    /// moves the tail past it, which publishes the record.
+    pub(crate) fn post_nak(&self, ssn: u64, status: u32) {
+        // SAFETY: both fields are inside the mapping, aligned, and live as long as it.
+        unsafe {
+            (*self.at::<AtomicU32>(OFF_NAK_STATUS)).store(status, Ordering::Relaxed);
+            (*self.at::<AtomicU64>(OFF_NAK_SSN)).store(ssn + 1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The request ring's tail and NAK record as the initiator reads them: coalesced acks.
+pub(crate) struct Acks {
+    _map: Arc<Arena>,
+    tail: *const AtomicU64,
+    head: *const AtomicU64,
+    nak_ssn: *const AtomicU64,
+    nak_status: *const AtomicU32,
+}
+
+// SAFETY: the pointers target the mapping `_map` keeps alive; only loads go through them.
+unsafe impl Send for Acks {}
+
+/// What the target has acknowledged so far.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct AckState {
+    /// Requests finished (acked or NAKed): every ssn below this.
+    pub done: u64,
+    /// The NAKed request's ssn plus one, or zero.
+    pub nak_ssn1: u64,
+    /// Its NAK status.
+    pub nak_status: u32,
+}
+
+impl Acks {
+    /// Reads the tail, then the NAK record it publishes. `None` if the target claims to
+    /// have finished requests never published.
+    #[inline]
+    pub(crate) fn read(&self) -> Option<AckState> {
+        // SAFETY: the counters live in the mapping kept alive by `_map`.
+        unsafe {
+            let done = (*self.tail).load(Ordering::Acquire);
+            // The head is ours: only this process writes it.
+            if done > (*self.head).load(Ordering::Relaxed) {
+                return None;
+            }
+            Some(AckState {
+                done,
+                nak_ssn1: (*self.nak_ssn).load(Ordering::Relaxed),
+                nak_status: (*self.nak_status).load(Ordering::Relaxed),
+            })
+        }
     }
 }
 
@@ -349,11 +376,55 @@ mod tests {
     #[test]
     fn corrupt_counters_are_detected() {
         let a = Segment::create(2).unwrap();
-        let mut c = a.ack_consumer();
+        let mut c = a.req_consumer();
         // A hostile producer claims ten slots in flight in a two-slot ring.
         // SAFETY: test-only poke at the shared head counter.
-        unsafe { (*a.ack_mem().head).store(10, Ordering::Release) };
+        unsafe { (*a.req_mem().head).store(10, Ordering::Release) };
         assert!(c.peek().is_err());
+        // A hostile target acknowledges requests never published.
+        // SAFETY: as above, on the head (nothing published) and the tail.
+        unsafe {
+            (*a.req_mem().head).store(0, Ordering::Release);
+            (*a.req_mem().tail).store(1, Ordering::Release);
+        }
+        assert_eq!(a.acks().read(), None);
+    }
+
+    #[test]
+    fn tail_acknowledges_and_the_nak_record_names_the_failure() {
+        let a = Segment::create(4).unwrap();
+        let fd = a.fd().unwrap().try_clone_to_owned().unwrap();
+        let b = Segment::open(fd, a.len() as u64).unwrap();
+        let mut p = a.req_producer();
+        let mut c = b.req_consumer();
+        let acks = a.acks();
+        let none = AckState {
+            done: 0,
+            nak_ssn1: 0,
+            nak_status: 0,
+        };
+        assert_eq!(acks.read(), Some(none));
+        for _ in 0..3 {
+            p.push(ReqSlot::default());
+        }
+        p.publish();
+        for _ in 0..2 {
+            c.peek().unwrap().unwrap();
+            c.advance();
+        }
+        c.release();
+        assert_eq!(acks.read(), Some(AckState { done: 2, ..none }));
+        b.post_nak(2, ack::REMOTE_ACCESS);
+        c.advance();
+        c.release();
+        assert_eq!(
+            acks.read(),
+            Some(AckState {
+                done: 3,
+                nak_ssn1: 3,
+                nak_status: ack::REMOTE_ACCESS
+            })
+        );
     }
 
     #[test]
