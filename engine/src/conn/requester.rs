@@ -139,9 +139,13 @@ impl<P: Provider> RequesterConn<P> {
         RegBuf::from_pool(&self.res.pools.send)
     }
 
-    /// A large buffer (long call messages, DDP arguments, write sinks).
+    /// A large buffer (long call messages, DDP arguments, write sinks), from the
+    /// application's pool.
     pub fn alloc_large(&self) -> Result<RegBuf, RegBufError> {
-        RegBuf::from_pool(&self.res.pools.large)
+        match &self.res.app {
+            Some(app) => RegBuf::from_pool(app),
+            None => Err(RegBufError::Exhausted),
+        }
     }
 
     /// Starts an orderly close: the CM disconnects, every call gets its outcome.

@@ -13,6 +13,8 @@ use crate::fabric::{Access, Device, ProtectionDomain, Provider};
 /// What one connection allocates from its device.
 pub struct ConnResources<P: Provider> {
     pub(crate) pools: CorePools,
+    /// The application's large buffers (requester), registered like the others.
+    pub(crate) app: Option<Pool>,
     /// Arena registrations, kept for the connection's life.
     regs: Vec<P::Mr>,
     pub(crate) cq: P::Cq,
@@ -41,18 +43,28 @@ impl<P: Provider> ConnResources<P> {
             send: mk("rpcrdma-send", cfg.inline_send, sizes.send_bufs)?,
             large: mk("rpcrdma-large", cfg.large_buf_size, sizes.large_bufs)?,
         };
+        let app = if sizes.app_bufs > 0 {
+            Some(mk("rpcrdma-app", cfg.large_buf_size, sizes.app_bufs)?)
+        } else {
+            None
+        };
         let mut res = ConnResources {
             pools,
+            app,
             regs: Vec::with_capacity(4),
             cq,
             pd,
             sizes,
         };
-        for arena in [
+        let mut arenas = vec![
             res.pools.recv.arena().clone(),
             res.pools.send.arena().clone(),
             res.pools.large.arena().clone(),
-        ] {
+        ];
+        if let Some(app) = &res.app {
+            arenas.push(app.arena().clone());
+        }
+        for arena in arenas {
             res.register_arena(&arena)?;
         }
         Ok(res)
@@ -77,9 +89,14 @@ impl<P: Provider> ConnResources<P> {
             .collect()
     }
 
-    /// The pools.
+    /// The pools the core draws from.
     pub fn pools(&self) -> &CorePools {
         &self.pools
+    }
+
+    /// The application's large-buffer pool (requester connections only).
+    pub fn app_pool(&self) -> Option<&Pool> {
+        self.app.as_ref()
     }
 
     /// The derived sizes.

@@ -20,10 +20,11 @@ use std::time::Instant;
 
 use crossbeam_queue::ArrayQueue;
 use rpcrdma_poller::{PollCtx, PollerHandle, SendErrorKind, Task, TaskId, TimerId};
+use rpcrdma_pools::Pool;
 
 use super::requester::RequesterConn;
 use super::responder::Server;
-use crate::core::{ConnState, CorePools, RegBuf, RegBufError};
+use crate::core::{ConnState, RegBuf, RegBufError};
 use crate::credits::CreditTable;
 use crate::fabric::Provider;
 use crate::requester::{CallRequest, CallStatus, Outcome, SubmitError};
@@ -74,7 +75,8 @@ unsafe impl Send for Ticket {}
 pub struct CallTable {
     tickets: Box<[Ticket]>,
     free: ArrayQueue<u32>,
-    pools: CorePools,
+    send: Pool,
+    app: Option<Pool>,
     credits: Arc<CreditTable>,
 }
 
@@ -88,7 +90,7 @@ impl fmt::Debug for CallTable {
 }
 
 impl CallTable {
-    fn new(n: usize, pools: CorePools, credits: Arc<CreditTable>) -> Self {
+    fn new(n: usize, send: Pool, app: Option<Pool>, credits: Arc<CreditTable>) -> Self {
         let n = n.max(1);
         let free = ArrayQueue::new(n);
         for i in 0..n as u32 {
@@ -103,7 +105,8 @@ impl CallTable {
                 })
                 .collect(),
             free,
-            pools,
+            send,
+            app,
             credits,
         }
     }
@@ -310,12 +313,15 @@ impl Client {
 
     /// An inline-sized registered buffer for a call message.
     pub fn alloc_msg(&self) -> Result<RegBuf, RegBufError> {
-        RegBuf::from_pool(&self.table.pools.send)
+        RegBuf::from_pool(&self.table.send)
     }
 
-    /// A large registered buffer.
+    /// A large registered buffer from the application's pool.
     pub fn alloc_large(&self) -> Result<RegBuf, RegBufError> {
-        RegBuf::from_pool(&self.table.pools.large)
+        match &self.table.app {
+            Some(app) => RegBuf::from_pool(app),
+            None => Err(RegBufError::Exhausted),
+        }
     }
 
     /// The connection's credit table.
@@ -343,7 +349,8 @@ impl<P: Provider> RequesterTask<P> {
     pub fn new(conn: RequesterConn<P>, tickets: usize) -> (Self, Arc<CallTable>) {
         let table = Arc::new(CallTable::new(
             tickets,
-            conn.resources().pools().clone(),
+            conn.resources().pools().send.clone(),
+            conn.resources().app_pool().cloned(),
             conn.credits().clone(),
         ));
         (

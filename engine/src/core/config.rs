@@ -36,7 +36,11 @@ pub struct ConnConfig {
     /// Size of the large buffers used for long calls, Reply chunks, and DDP data the
     /// responder pulls: the largest chunk either side handles.
     pub large_buf_size: u32,
-    /// Number of large buffers.
+    /// Requester: large buffers for the application (long call messages, DDP
+    /// arguments, write sinks); the engine keeps one more per call slot for Reply
+    /// chunks, apart, so application buffers held by waiting calls can never starve
+    /// the calls ahead of them. Responder: large buffers for pulled Read chunks, Reply
+    /// chunk bodies and the service's DDP results.
     pub large_bufs: u32,
     /// Number of inline-sized send buffers (call messages, headers).
     pub send_bufs: u32,
@@ -139,8 +143,10 @@ pub struct Sizes {
     pub recv_bufs: u32,
     /// Send-pool buffers.
     pub send_bufs: u32,
-    /// Large-pool buffers.
+    /// Large-pool buffers (the engine's own).
     pub large_bufs: u32,
+    /// Large buffers for the application (requester only; 0 for a responder).
+    pub app_bufs: u32,
     /// Fast-registration slots (requester).
     pub mr_slots: u32,
     /// Most gather entries in one send-queue request.
@@ -225,7 +231,10 @@ impl ConnConfig {
                     // Posted, plus replies the application holds, plus caches.
                     recv_bufs: rq + slots + slack,
                     send_bufs: self.send_bufs.max(slots + slack),
-                    large_bufs: self.large_bufs,
+                    // Reply chunk buffers: one per slot, and as many again for replies
+                    // the application still holds.
+                    large_bufs: 2 * slots,
+                    app_bufs: self.large_bufs,
                     mr_slots: mrs,
                     max_send_sge: 2,
                 }
@@ -247,6 +256,7 @@ impl ConnConfig {
                     recv_bufs: c + contexts + slack,
                     send_bufs: self.send_bufs.max(contexts + slack),
                     large_bufs: self.large_bufs,
+                    app_bufs: 0,
                     mr_slots: 0,
                     max_send_sge: 2,
                 }

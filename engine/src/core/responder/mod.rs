@@ -419,13 +419,20 @@ impl<S: Service> ResponderCore<S> {
         if self.t.sq.free() < info.reads {
             return false;
         }
-        while c.sinks.len() < info.read_chunks {
+        // All or nothing: the Read sinks and, when a Reply chunk is offered, the body
+        // buffer too, so no context ever holds buffers while waiting for more.
+        let needs_body = h.reply_chunk().is_some() && c.body.is_none();
+        while c.sinks.len() < info.read_chunks || (needs_body && c.body.is_none()) {
             match RegBuf::from_cache(&mut self.large) {
-                Ok(b) => {
+                Ok(b) if c.sinks.len() < info.read_chunks => {
                     let _ = c.sinks.push(b);
                 }
+                Ok(b) => c.body = Some(b),
                 Err(_) => {
                     for b in c.sinks.drain() {
+                        b.release_into(&mut self.large);
+                    }
+                    if let Some(b) = c.body.take() {
                         b.release_into(&mut self.large);
                     }
                     return false;
