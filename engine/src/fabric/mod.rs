@@ -37,6 +37,7 @@ pub mod mr;
 pub mod provider;
 pub mod shm;
 pub mod sim;
+pub mod siw;
 pub mod types;
 #[cfg(feature = "verbs")]
 pub mod verbs;

@@ -1,0 +1,100 @@
+//! Device settings, and the optional tap that shows a test what went on the wire.
+
+use core::fmt;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use crate::iwarp::mpa::Revision;
+
+/// Sees every MPA frame and FPDU a device writes, for tests that compare the wire with
+/// a packet capture. Called on the poller thread, inside `poll`, when the frame is
+/// built (before it is written); an implementation may allocate (the device does not
+/// when no tap is set).
+pub trait WireTap: Send + Sync {
+    /// An MPA Request or Reply frame, whole.
+    fn mpa_frame(&self, local: SocketAddr, peer: SocketAddr, frame: &[u8]);
+    /// One FPDU: `head` is the MPA length field and DDP/RDMAP header, `payload` the
+    /// segment payload in pieces (their concatenation), `trailer` the pad and CRC.
+    fn fpdu(
+        &self,
+        local: SocketAddr,
+        peer: SocketAddr,
+        head: &[u8],
+        payload: &[&[u8]],
+        trailer: &[u8],
+    );
+}
+
+/// Settings of a siw device.
+#[derive(Clone)]
+pub struct SiwConfig {
+    /// Ask for MPA CRCs. CRCs are used when either side asks (RFC 5044 §7.1), so with
+    /// `false` they are still used towards a peer that wants them.
+    pub crc: bool,
+    /// MPA revision to initiate with; revision 2 (RFC 6581) exchanges IRD/ORD.
+    /// Both revisions are accepted as responder.
+    pub revision: Revision,
+    /// Inbound RDMA Read Requests we accept outstanding per connection (our IRD).
+    pub ird: u16,
+    /// Outbound RDMA Reads we want outstanding per connection (our ORD); the peer's IRD
+    /// caps it.
+    pub ord: u16,
+    /// Clamp the TCP maximum segment size of our sockets (`TCP_MAXSEG`, set before
+    /// connecting or listening), which also shrinks the MULPDU. `None` keeps the route's.
+    pub mss: Option<u32>,
+    /// Report Send and RDMA Write completions only once the peer has provably executed
+    /// them, as RC hardware does, so that a remote failure (a bad STag, no receive, a
+    /// receive too short) reaches the request it belongs to. iWARP has no
+    /// acknowledgements, so after signaled Sends and Writes the device issues a
+    /// zero-length RDMA Read (legal per RFC 5040; RFC 6581 uses one as its RTR message):
+    /// its response proves that everything before it was executed. With `false`, as Linux
+    /// siw, a Send or Write completes once written to the socket, and a remote failure
+    /// only moves the queue pair to the error state.
+    pub confirm_completions: bool,
+    /// Registrations plus fast-registration slots.
+    pub max_mr: u32,
+    /// Largest queue depth.
+    pub max_qp_wr: u32,
+    /// Largest completion-queue depth.
+    pub max_cq_depth: u32,
+    /// Bytes of the per-connection receive buffer (one `read` at most).
+    pub rx_buffer: usize,
+    /// Sees every frame on the wire (tests).
+    pub tap: Option<Arc<dyn WireTap>>,
+}
+
+impl Default for SiwConfig {
+    fn default() -> Self {
+        SiwConfig {
+            crc: true,
+            revision: Revision::V2,
+            ird: 16,
+            ord: 16,
+            mss: None,
+            confirm_completions: true,
+            max_mr: 16 * 1024,
+            max_qp_wr: 4096,
+            max_cq_depth: 1 << 20,
+            rx_buffer: 64 * 1024,
+            tap: None,
+        }
+    }
+}
+
+impl fmt::Debug for SiwConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SiwConfig")
+            .field("crc", &self.crc)
+            .field("revision", &self.revision)
+            .field("ird", &self.ird)
+            .field("ord", &self.ord)
+            .field("mss", &self.mss)
+            .field("confirm_completions", &self.confirm_completions)
+            .field("max_mr", &self.max_mr)
+            .field("max_qp_wr", &self.max_qp_wr)
+            .field("max_cq_depth", &self.max_cq_depth)
+            .field("rx_buffer", &self.rx_buffer)
+            .field("tap", &self.tap.is_some())
+            .finish()
+    }
+}

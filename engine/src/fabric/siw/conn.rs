@@ -1,0 +1,566 @@
+//! One TCP connection: the MPA start-up exchange, then the FPDU stream of its queue
+//! pair, then the close.
+
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, SocketAddr};
+use std::os::fd::AsRawFd;
+use std::sync::Weak;
+
+use mio::net::TcpStream;
+
+use super::cm::{CmTable, SiwConnRequest};
+use super::config::SiwConfig;
+use super::cq::CqTable;
+use super::device::DeviceShared;
+use super::engine::{Engine, Link};
+use super::keys::KeyTable;
+use super::sock;
+use super::tx::{TermState, Wire};
+use crate::fabric::cm::{CmEvent, ConnId, PrivateData};
+use crate::fabric::types::QpState;
+use crate::iwarp::fpdu::mulpdu;
+use crate::iwarp::handshake::{Established, Initiator, Responder};
+use crate::iwarp::mpa::MpaError;
+
+/// Reads per connection per poll before moving on, so one busy peer cannot starve the
+/// others.
+const READ_BUDGET: usize = 8;
+
+/// Smallest MULPDU we work with, whatever the MSS says.
+const MIN_MULPDU: usize = 128;
+
+/// Where a connection stands.
+pub(crate) enum Phase {
+    /// TCP connect in progress (active side).
+    Connecting(Box<Initiator>),
+    /// MPA Request written or being written; waiting for the Reply.
+    AwaitReply(Box<Initiator>),
+    /// Passive side: reading the MPA Request.
+    AwaitRequest(Box<Responder>),
+    /// The Request was reported; waiting for `accept` or `reject`.
+    Deciding(Box<Responder>),
+    /// Writing the Reply; then running (accept) or closing (reject).
+    Replying { accept: bool },
+    /// FPDUs flow.
+    Running,
+    /// Our write side is shut; reading until the peer closes too.
+    Draining,
+    /// The socket is gone; the queue pair only reports completions.
+    Closed,
+}
+
+/// What the driver does with a connection after a step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Keep {
+    Yes,
+    /// Nothing refers to it any more.
+    Remove,
+}
+
+/// The driver's tables a connection step may touch.
+pub(crate) struct Ctx<'a> {
+    pub(crate) keys: &'a KeyTable,
+    pub(crate) cqs: &'a mut CqTable,
+    pub(crate) cms: &'a mut CmTable,
+    pub(crate) cfg: &'a SiwConfig,
+    pub(crate) dev: &'a Weak<DeviceShared>,
+    pub(crate) slot: usize,
+}
+
+pub(crate) struct Conn {
+    pub(crate) id: ConnId,
+    pub(crate) cm: usize,
+    pub(crate) sock: Option<TcpStream>,
+    pub(crate) local: SocketAddr,
+    pub(crate) peer: SocketAddr,
+    pub(crate) phase: Phase,
+    pub(crate) readable: bool,
+    pub(crate) writable: bool,
+    /// MPA frame being written.
+    pub(crate) out: Vec<u8>,
+    out_at: usize,
+    rxbuf: Box<[u8]>,
+    rx_start: usize,
+    rx_end: usize,
+    pub(crate) engine: Option<Engine>,
+    /// `disconnect` still applies and Disconnected is not yet reported.
+    pub(crate) cm_open: bool,
+}
+
+fn unspecified() -> SocketAddr {
+    SocketAddr::from(([0, 0, 0, 0], 0))
+}
+
+impl Conn {
+    pub(crate) fn new(
+        id: ConnId,
+        cm: usize,
+        sock: Option<TcpStream>,
+        phase: Phase,
+        cfg: &SiwConfig,
+    ) -> Conn {
+        let (local, peer) = sock.as_ref().map_or((unspecified(), unspecified()), |s| {
+            (
+                s.local_addr().unwrap_or_else(|_| unspecified()),
+                s.peer_addr().unwrap_or_else(|_| unspecified()),
+            )
+        });
+        Conn {
+            id,
+            cm,
+            sock,
+            local,
+            peer,
+            phase,
+            readable: false,
+            writable: false,
+            out: Vec::new(),
+            out_at: 0,
+            rxbuf: vec![0u8; cfg.rx_buffer].into_boxed_slice(),
+            rx_start: 0,
+            rx_end: 0,
+            engine: None,
+            cm_open: true,
+        }
+    }
+
+    /// The negotiated link for this socket.
+    pub(crate) fn link(&self, est: &Established, cfg: &SiwConfig) -> Link {
+        let mss = self
+            .sock
+            .as_ref()
+            .and_then(|s| sock::mss(s.as_raw_fd()))
+            .unwrap_or(1460);
+        let m = mulpdu(mss).map_or(MIN_MULPDU, usize::from).max(MIN_MULPDU);
+        let peer_ird = est.peer.map_or(cfg.ord, |p| p.ird);
+        Link {
+            crc: est.crc,
+            mulpdu: m,
+            ord: usize::from(cfg.ord.min(peer_ird)),
+            ird: usize::from(cfg.ird),
+        }
+    }
+
+    /// Queues an MPA frame for writing.
+    pub(crate) fn send_frame(&mut self, frame: &[u8], cfg: &SiwConfig) {
+        self.out.clear();
+        self.out.extend_from_slice(frame);
+        self.out_at = 0;
+        if let Some(tap) = &cfg.tap {
+            tap.mpa_frame(self.local, self.peer, frame);
+        }
+    }
+
+    /// Writes the pending MPA frame. `Ok(true)` when all of it is out.
+    fn flush_frame(&mut self) -> io::Result<bool> {
+        let Some(s) = self.sock.as_mut() else {
+            return Err(io::ErrorKind::NotConnected.into());
+        };
+        while self.out_at < self.out.len() {
+            match s.write(&self.out[self.out_at..]) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => self.out_at += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.writable = false;
+                    return Ok(false);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(true)
+    }
+
+    /// Reads more into the receive buffer (when it is used up). `Ok(0)` is end of
+    /// stream; `WouldBlock` clears the readable flag.
+    fn fill(&mut self) -> io::Result<usize> {
+        if self.rx_start < self.rx_end {
+            return Ok(self.rx_end - self.rx_start);
+        }
+        self.rx_start = 0;
+        self.rx_end = 0;
+        let Some(s) = self.sock.as_mut() else {
+            return Ok(0);
+        };
+        loop {
+            match s.read(&mut self.rxbuf) {
+                Ok(n) => {
+                    self.rx_end = n;
+                    return Ok(n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    if e.kind() == io::ErrorKind::WouldBlock {
+                        self.readable = false;
+                    }
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    fn report(&mut self, ctx: &mut Ctx<'_>, e: CmEvent<SiwConnRequest>) {
+        ctx.cms.push(self.cm, e);
+    }
+
+    /// Reports Disconnected once, and ends `disconnect`'s claim on the id.
+    pub(crate) fn report_down(&mut self, cms: &mut CmTable) {
+        if self.cm_open {
+            self.cm_open = false;
+            cms.push(self.cm, CmEvent::Disconnected { conn: self.id });
+        }
+    }
+
+    /// Drops the socket.
+    pub(crate) fn close(&mut self) {
+        self.sock = None;
+        self.phase = Phase::Closed;
+        self.readable = false;
+        self.writable = false;
+    }
+
+    /// Shuts our write side and waits for the peer to close.
+    pub(crate) fn shut_write(&mut self) {
+        if let Some(s) = &self.sock {
+            let _ = s.shutdown(Shutdown::Write);
+            self.phase = Phase::Draining;
+        } else {
+            self.phase = Phase::Closed;
+        }
+    }
+
+    /// The connection attempt failed before MPA started.
+    fn unreachable(&mut self, ctx: &mut Ctx<'_>) {
+        if let Some(e) = self.engine.as_mut() {
+            e.fail();
+        }
+        self.close();
+        self.cm_open = false;
+        let conn = self.id;
+        self.report(ctx, CmEvent::Unreachable { conn });
+    }
+
+    /// The active side's attempt ended without a connection.
+    fn rejected(&mut self, ctx: &mut Ctx<'_>, private_data: PrivateData) {
+        if let Some(e) = self.engine.as_mut() {
+            e.fail();
+        }
+        self.close();
+        self.cm_open = false;
+        let conn = self.id;
+        self.report(ctx, CmEvent::Rejected { conn, private_data });
+    }
+
+    /// The stream ended (end of file, reset, or a write error).
+    fn lost(&mut self, ctx: &mut Ctx<'_>) {
+        if let Some(e) = self.engine.as_mut() {
+            e.qp.set_disconnected();
+            e.fail();
+        }
+        self.close();
+        self.report_down(ctx.cms);
+    }
+
+    /// Advances the connection as far as it goes without waiting.
+    pub(crate) fn step(&mut self, ctx: &mut Ctx<'_>) -> Keep {
+        match &self.phase {
+            Phase::Connecting(_) => self.step_connecting(ctx),
+            Phase::AwaitReply(_) => self.step_await_reply(ctx),
+            Phase::AwaitRequest(_) => {
+                if self.step_await_request(ctx) == Keep::Remove {
+                    return Keep::Remove;
+                }
+            }
+            Phase::Deciding(_) => {}
+            Phase::Replying { .. } => {
+                if self.step_replying(ctx) == Keep::Remove {
+                    return Keep::Remove;
+                }
+            }
+            Phase::Running => self.step_running(ctx),
+            Phase::Draining => self.step_draining(ctx),
+            Phase::Closed => {}
+        }
+        match self.engine.as_mut() {
+            Some(e) => {
+                e.emit(ctx.cqs);
+                Keep::Yes
+            }
+            None if matches!(self.phase, Phase::Closed) => Keep::Remove,
+            None => Keep::Yes,
+        }
+    }
+
+    fn step_connecting(&mut self, ctx: &mut Ctx<'_>) {
+        if !(self.readable || self.writable) {
+            return;
+        }
+        let Some(s) = self.sock.as_ref() else {
+            return self.unreachable(ctx);
+        };
+        match s.take_error() {
+            Ok(None) => {}
+            Ok(Some(_)) | Err(_) => return self.unreachable(ctx),
+        }
+        match s.peer_addr() {
+            Ok(peer) => {
+                self.peer = peer;
+                self.local = s.local_addr().unwrap_or_else(|_| unspecified());
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotConnected => {
+                // Not yet: the next readiness event tells.
+                self.readable = false;
+                self.writable = false;
+                return;
+            }
+            Err(_) => return self.unreachable(ctx),
+        }
+        let _ = s.set_nodelay(true);
+        let Phase::Connecting(ini) = std::mem::replace(&mut self.phase, Phase::Closed) else {
+            return;
+        };
+        let request = ini.request().to_vec();
+        self.send_frame(&request, ctx.cfg);
+        self.phase = Phase::AwaitReply(ini);
+        self.step_await_reply(ctx);
+    }
+
+    fn step_await_reply(&mut self, ctx: &mut Ctx<'_>) {
+        match self.flush_frame() {
+            Ok(_) => {}
+            Err(_) => return self.rejected(ctx, PrivateData::EMPTY),
+        }
+        while self.readable || self.rx_start < self.rx_end {
+            match self.fill() {
+                Ok(0) => return self.rejected(ctx, PrivateData::EMPTY),
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(_) => return self.rejected(ctx, PrivateData::EMPTY),
+            }
+            let Phase::AwaitReply(ini) = &mut self.phase else {
+                return;
+            };
+            let r = ini.feed(&self.rxbuf[self.rx_start..self.rx_end]);
+            match r {
+                Ok(p) => {
+                    self.rx_start += p.consumed;
+                    if let Some(est) = p.done {
+                        let pd = PrivateData::new(ini.peer_private_data());
+                        return self.active_established(ctx, est, pd.ok());
+                    }
+                }
+                Err(MpaError::Rejected) => {
+                    let pd = PrivateData::new(ini.peer_private_data()).unwrap_or_default();
+                    return self.rejected(ctx, pd);
+                }
+                Err(_) => return self.rejected(ctx, PrivateData::EMPTY),
+            }
+        }
+    }
+
+    fn active_established(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        est: Established,
+        private_data: Option<PrivateData>,
+    ) {
+        // A reply whose private data we cannot hand over is treated as a refusal.
+        let Some(private_data) = private_data else {
+            return self.rejected(ctx, PrivateData::EMPTY);
+        };
+        let link = self.link(&est, ctx.cfg);
+        let Some(e) = self.engine.as_mut() else {
+            return self.rejected(ctx, PrivateData::EMPTY);
+        };
+        e.establish(link);
+        e.qp.advance(QpState::ReadyToSend);
+        self.phase = Phase::Running;
+        let conn = self.id;
+        self.report(ctx, CmEvent::Established { conn, private_data });
+        self.step_running(ctx);
+    }
+
+    fn step_await_request(&mut self, ctx: &mut Ctx<'_>) -> Keep {
+        while self.readable || self.rx_start < self.rx_end {
+            match self.fill() {
+                Ok(0) => {
+                    self.close();
+                    return Keep::Remove;
+                }
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Keep::Yes,
+                Err(_) => {
+                    self.close();
+                    return Keep::Remove;
+                }
+            }
+            let Phase::AwaitRequest(resp) = &mut self.phase else {
+                return Keep::Yes;
+            };
+            match resp.feed(&self.rxbuf[self.rx_start..self.rx_end]) {
+                Ok(p) => {
+                    self.rx_start += p.consumed;
+                    if p.done.is_none() {
+                        continue;
+                    }
+                    match PrivateData::new(resp.peer_private_data()) {
+                        Ok(private_data) => {
+                            let Phase::AwaitRequest(resp) =
+                                std::mem::replace(&mut self.phase, Phase::Closed)
+                            else {
+                                return Keep::Yes;
+                            };
+                            self.phase = Phase::Deciding(resp);
+                            let request =
+                                SiwConnRequest::new(ctx.dev.clone(), ctx.slot, self.id, self.peer);
+                            self.report(
+                                ctx,
+                                CmEvent::ConnectRequest {
+                                    request,
+                                    private_data,
+                                },
+                            );
+                        }
+                        // More than the fabric interface carries: refuse.
+                        Err(_) => self.reject_now(ctx.cfg, &[]),
+                    }
+                    return Keep::Yes;
+                }
+                Err(MpaError::MarkersRequired) => {
+                    self.reject_now(ctx.cfg, &[]);
+                    return self.step_replying(ctx);
+                }
+                Err(_) => {
+                    self.close();
+                    return Keep::Remove;
+                }
+            }
+        }
+        Keep::Yes
+    }
+
+    /// Answers the pending Request with a rejecting Reply, then closes.
+    pub(crate) fn reject_now(&mut self, cfg: &SiwConfig, private_data: &[u8]) {
+        let resp = match std::mem::replace(&mut self.phase, Phase::Closed) {
+            Phase::AwaitRequest(r) | Phase::Deciding(r) => r,
+            other => {
+                self.phase = other;
+                return;
+            }
+        };
+        let mut resp = resp;
+        match resp.reject(private_data) {
+            Ok(reply) => {
+                let reply = reply.to_vec();
+                self.send_frame(&reply, cfg);
+                self.phase = Phase::Replying { accept: false };
+            }
+            Err(_) => self.close(),
+        }
+    }
+
+    fn step_replying(&mut self, ctx: &mut Ctx<'_>) -> Keep {
+        let Phase::Replying { accept } = self.phase else {
+            return Keep::Yes;
+        };
+        match self.flush_frame() {
+            Ok(true) => {}
+            Ok(false) => return Keep::Yes,
+            Err(_) => {
+                if accept {
+                    self.lost(ctx);
+                    return Keep::Yes;
+                }
+                self.close();
+                return Keep::Remove;
+            }
+        }
+        if !accept {
+            if let Some(s) = &self.sock {
+                let _ = s.shutdown(Shutdown::Write);
+            }
+            self.close();
+            return if self.engine.is_some() {
+                Keep::Yes
+            } else {
+                Keep::Remove
+            };
+        }
+        let Some(e) = self.engine.as_mut() else {
+            self.close();
+            return Keep::Remove;
+        };
+        e.qp.advance(QpState::ReadyToSend);
+        self.phase = Phase::Running;
+        let conn = self.id;
+        self.report(
+            ctx,
+            CmEvent::Established {
+                conn,
+                private_data: PrivateData::EMPTY,
+            },
+        );
+        self.step_running(ctx);
+        Keep::Yes
+    }
+
+    fn step_running(&mut self, ctx: &mut Ctx<'_>) {
+        let Some(sock) = self.sock.as_ref() else {
+            return;
+        };
+        let wire = Wire {
+            fd: sock.as_raw_fd(),
+            local: self.local,
+            peer: self.peer,
+            tap: ctx.cfg.tap.as_deref(),
+        };
+        let Some(e) = self.engine.as_mut() else {
+            return;
+        };
+        // Bytes that followed the MPA frame in the same read.
+        if self.rx_start < self.rx_end {
+            e.receive(ctx.keys, &self.rxbuf[self.rx_start..self.rx_end]);
+            self.rx_start = self.rx_end;
+        }
+        let mut reads = 0;
+        while self.readable && reads < READ_BUDGET {
+            reads += 1;
+            match self.fill() {
+                Ok(0) => return self.lost(ctx),
+                Ok(_) => {
+                    let Some(e) = self.engine.as_mut() else {
+                        return;
+                    };
+                    e.receive(ctx.keys, &self.rxbuf[self.rx_start..self.rx_end]);
+                    self.rx_start = self.rx_end;
+                }
+                Err(err) if err.kind() == io::ErrorKind::WouldBlock => break,
+                Err(_) => return self.lost(ctx),
+            }
+        }
+        let Some(e) = self.engine.as_mut() else {
+            return;
+        };
+        if e.transmit(ctx.keys, &wire).is_err() {
+            return self.lost(ctx);
+        }
+        if e.failed && matches!(e.tx.term_state, TermState::None | TermState::Sent) {
+            // Terminate out (or none to send): close our half; the peer closes its.
+            self.shut_write();
+        }
+    }
+
+    fn step_draining(&mut self, ctx: &mut Ctx<'_>) {
+        let mut reads = 0;
+        while self.readable && reads < READ_BUDGET {
+            reads += 1;
+            match self.fill() {
+                Ok(0) => return self.lost(ctx),
+                // Whatever the peer still sends is discarded.
+                Ok(_) => self.rx_start = self.rx_end,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(_) => return self.lost(ctx),
+            }
+        }
+    }
+}

@@ -1,0 +1,208 @@
+//! The siw device: the key table, the arenas registered memory lives in, and the
+//! progress engine every object of the device drives.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crossbeam_queue::SegQueue;
+use rpcrdma_pools::Arena;
+
+use super::claim::Claim;
+use super::cm::SiwCm;
+use super::config::SiwConfig;
+use super::cq::SiwCq;
+use super::driver::Driver;
+use super::keys::KeyTable;
+use super::mr::SiwPd;
+use super::qp::MAX_MSG_SIZE;
+use super::{SiwProvider, MAX_SGE};
+use crate::fabric::cm::{ConnId, MAX_PRIVATE_DATA};
+use crate::fabric::error::FabricError;
+use crate::fabric::mr::MAX_KEY_INDEX;
+use crate::fabric::provider::Device;
+use crate::fabric::types::DeviceCaps;
+use crate::iwarp::mpa::MAX_IRD_ORD;
+
+static NEXT_DEVICE: AtomicU64 = AtomicU64::new(1);
+
+/// Most distinct arenas one device registers memory in.
+const MAX_ARENAS: usize = 1024;
+
+/// An object whose handle was dropped; the engine forgets it at its next progress (a
+/// handle cannot wait for the claim in `drop`).
+#[derive(Debug)]
+pub(crate) enum Retire {
+    /// A queue pair: its connection is closed and its queues' reservations returned.
+    Qp(ConnId),
+    /// A completion queue.
+    Cq(usize),
+    /// A connection manager: its listeners close, its pending requests are rejected.
+    Cm(usize),
+    /// A connect request dropped without an answer: it is rejected.
+    Request(usize, ConnId),
+}
+
+/// State shared by everything created from one device.
+pub(crate) struct DeviceShared {
+    pub(crate) id: u64,
+    pub(crate) cfg: SiwConfig,
+    pub(crate) keys: KeyTable,
+    /// Every arena memory was registered in, kept mapped for the device's life so that
+    /// an address that passed a key check stays valid while a transfer uses it.
+    arenas: Mutex<Vec<Arc<Arena>>>,
+    next_pd: AtomicU32,
+    next_qp: AtomicU32,
+    pub(crate) driver: Claim<Driver>,
+    retired: SegQueue<Retire>,
+}
+
+impl std::fmt::Debug for DeviceShared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SiwDevice")
+            .field("id", &self.id)
+            .field("cfg", &self.cfg)
+            .finish()
+    }
+}
+
+impl DeviceShared {
+    /// Keeps `arena` mapped for the device's life.
+    pub(crate) fn keep_arena(&self, arena: &Arc<Arena>) -> Result<(), FabricError> {
+        let mut list = self.arenas.lock().unwrap_or_else(|e| e.into_inner());
+        if list.iter().any(|a| Arc::ptr_eq(a, arena)) {
+            return Ok(());
+        }
+        if list.len() >= MAX_ARENAS {
+            return Err(FabricError::Exhausted {
+                what: "registered arenas",
+                max: MAX_ARENAS,
+            });
+        }
+        list.push(arena.clone());
+        Ok(())
+    }
+
+    pub(crate) fn alloc_pd_id(&self) -> u32 {
+        self.next_pd.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub(crate) fn alloc_qp_num(&self) -> u32 {
+        self.next_qp.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Hands a dropped object to the engine.
+    pub(crate) fn retire(&self, r: Retire) {
+        self.retired.push(r);
+    }
+
+    /// Takes the next dropped object, if any.
+    pub(crate) fn next_retired(&self) -> Option<Retire> {
+        self.retired.pop()
+    }
+
+    /// Runs the engine once (`data`: also the running FPDU streams), then `f` on it;
+    /// `None` when another thread is running it (it makes the same progress).
+    #[inline]
+    pub(crate) fn progress_then<R>(
+        &self,
+        data: bool,
+        f: impl FnOnce(&mut Driver) -> R,
+    ) -> Option<R> {
+        self.driver.try_with(|d| {
+            d.progress(self, data);
+            f(d)
+        })
+    }
+}
+
+/// An opened siw device. Cheap to clone; every clone is the same device. Meant to be
+/// used by one poller thread (see the module documentation).
+#[derive(Debug, Clone)]
+pub struct SiwDevice {
+    pub(crate) shared: Arc<DeviceShared>,
+}
+
+impl SiwDevice {
+    /// Opens a device with the default settings.
+    pub fn new() -> Result<SiwDevice, FabricError> {
+        SiwDevice::with_config(SiwConfig::default())
+    }
+
+    /// Opens a device with `cfg`.
+    pub fn with_config(cfg: SiwConfig) -> Result<SiwDevice, FabricError> {
+        let checks: [(&'static str, u32, u32); 5] = [
+            ("max_mr", cfg.max_mr, MAX_KEY_INDEX + 1),
+            ("max_qp_wr", cfg.max_qp_wr, 1 << 20),
+            ("max_cq_depth", cfg.max_cq_depth, 1 << 24),
+            ("ird", u32::from(cfg.ird), u32::from(MAX_IRD_ORD)),
+            ("ord", u32::from(cfg.ord), u32::from(MAX_IRD_ORD)),
+        ];
+        for (what, requested, max) in checks {
+            if requested == 0 || requested > max {
+                return Err(FabricError::InvalidCaps {
+                    what,
+                    requested,
+                    max,
+                });
+            }
+        }
+        if cfg.rx_buffer < 1024 {
+            return Err(FabricError::InvalidCaps {
+                what: "rx_buffer",
+                requested: cfg.rx_buffer as u32,
+                max: u32::MAX,
+            });
+        }
+        let poll = mio::Poll::new().map_err(|err| FabricError::Os {
+            op: "create the event poll",
+            err,
+        })?;
+        Ok(SiwDevice {
+            shared: Arc::new_cyclic(|weak| DeviceShared {
+                id: NEXT_DEVICE.fetch_add(1, Ordering::Relaxed),
+                keys: KeyTable::new(cfg.max_mr),
+                driver: Claim::new(Driver::new(poll, &cfg, weak.clone())),
+                cfg,
+                arenas: Mutex::new(Vec::new()),
+                next_pd: AtomicU32::new(1),
+                next_qp: AtomicU32::new(1),
+                retired: SegQueue::new(),
+            }),
+        })
+    }
+
+    /// The settings the device was opened with.
+    pub fn config(&self) -> &SiwConfig {
+        &self.shared.cfg
+    }
+}
+
+impl Device for SiwDevice {
+    type P = SiwProvider;
+
+    fn caps(&self) -> DeviceCaps {
+        DeviceCaps {
+            max_qp_wr: self.shared.cfg.max_qp_wr,
+            max_sge: MAX_SGE as u32,
+            max_mr: self.shared.keys.capacity() as u32,
+            max_cq_depth: self.shared.cfg.max_cq_depth,
+            max_msg_size: MAX_MSG_SIZE,
+            max_private_data: MAX_PRIVATE_DATA,
+        }
+    }
+
+    fn alloc_pd(&self) -> Result<SiwPd, FabricError> {
+        Ok(SiwPd {
+            dev: self.shared.clone(),
+            id: self.shared.alloc_pd_id(),
+        })
+    }
+
+    fn create_cq(&self, depth: u32) -> Result<SiwCq, FabricError> {
+        SiwCq::new(self.shared.clone(), depth)
+    }
+
+    fn create_cm(&self) -> Result<SiwCm, FabricError> {
+        SiwCm::new(self.shared.clone())
+    }
+}

@@ -1,0 +1,376 @@
+//! Queue pairs: the part shared between the handle that posts and the device engine
+//! that executes, and the handle itself.
+//!
+//! Posting is a doorbell, as on hardware: the handle copies each work request into a
+//! preallocated slot and publishes the new tail with one release store; the engine
+//! (inside `poll`) reads slots up to the tail and, when it has finished with a request,
+//! publishes how far it has retired them, which frees the slots. Nothing is locked or
+//! allocated, and posting never touches the socket: progress happens in `poll`.
+
+use core::cell::UnsafeCell;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
+
+use super::device::DeviceShared;
+use super::MAX_SGE;
+use crate::fabric::cm::ConnId;
+use crate::fabric::error::{PostError, PostErrorKind};
+use crate::fabric::provider::QueuePair;
+use crate::fabric::types::{QpCaps, QpState, RecvWr, SendFlags, SendOp, SendWr, Sge, WcOpcode};
+
+/// Largest single message or RDMA transfer (verbs' usual 2 GiB; DDP's 32-bit message
+/// offsets allow 4 GiB).
+pub(crate) const MAX_MSG_SIZE: u32 = 1 << 31;
+
+const ST_INIT: u8 = 0;
+const ST_RTR: u8 = 1;
+const ST_RTS: u8 = 2;
+const ST_ERR: u8 = 3;
+const ST_DISC: u8 = 4;
+
+/// A send-queue work request as the engine keeps it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SqWqe {
+    pub wr_id: u64,
+    pub op: SendOp,
+    pub signaled: bool,
+    pub fence: bool,
+    pub num_sge: u8,
+    pub sge: [Sge; MAX_SGE],
+    /// Sum of the entries' lengths.
+    pub len: u64,
+}
+
+impl SqWqe {
+    const EMPTY: SqWqe = SqWqe {
+        wr_id: 0,
+        op: SendOp::Send,
+        signaled: false,
+        fence: false,
+        num_sge: 0,
+        sge: [Sge::new(0, 0, 0); MAX_SGE],
+        len: 0,
+    };
+
+    #[inline]
+    pub(crate) fn sgl(&self) -> &[Sge] {
+        &self.sge[..usize::from(self.num_sge)]
+    }
+
+    /// The completion opcode of this request.
+    pub(crate) fn wc_opcode(&self) -> WcOpcode {
+        match self.op {
+            SendOp::Send | SendOp::SendWithInvalidate { .. } => WcOpcode::Send,
+            SendOp::RdmaWrite { .. } => WcOpcode::RdmaWrite,
+            SendOp::RdmaRead { .. } => WcOpcode::RdmaRead,
+            SendOp::FastReg { .. } => WcOpcode::FastReg,
+            SendOp::LocalInvalidate { .. } => WcOpcode::LocalInvalidate,
+        }
+    }
+}
+
+/// A posted receive.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RqWqe {
+    pub wr_id: u64,
+    pub num_sge: u8,
+    pub sge: [Sge; MAX_SGE],
+    pub len: u64,
+}
+
+impl RqWqe {
+    pub(crate) const EMPTY: RqWqe = RqWqe {
+        wr_id: 0,
+        num_sge: 0,
+        sge: [Sge::new(0, 0, 0); MAX_SGE],
+        len: 0,
+    };
+
+    #[inline]
+    pub(crate) fn sgl(&self) -> &[Sge] {
+        &self.sge[..usize::from(self.num_sge)]
+    }
+}
+
+/// Fixed slots handed from one producer (the handle) to one consumer (the engine) by
+/// sequence number.
+pub(crate) struct Slots<T> {
+    cells: Box<[UnsafeCell<T>]>,
+    mask: u64,
+}
+
+impl<T: Copy> Slots<T> {
+    fn new(depth: u32, empty: T) -> Slots<T> {
+        let n = depth.next_power_of_two();
+        Slots {
+            cells: (0..n).map(|_| UnsafeCell::new(empty)).collect(),
+            mask: u64::from(n - 1),
+        }
+    }
+
+    /// # Safety
+    /// Producer only, for a sequence number the consumer has retired (or never used).
+    #[inline]
+    unsafe fn write(&self, seq: u64, v: T) {
+        // SAFETY: per the contract nobody reads this cell until it is published.
+        unsafe { *self.cells[(seq & self.mask) as usize].get() = v }
+    }
+
+    /// # Safety
+    /// Consumer only, for a sequence number published and not yet retired.
+    #[inline]
+    pub(crate) unsafe fn read(&self, seq: u64) -> T {
+        // SAFETY: per the contract the producer finished writing this cell and will not
+        // touch it before it is retired.
+        unsafe { *self.cells[(seq & self.mask) as usize].get() }
+    }
+}
+
+/// Everything about a queue pair that its handle and the engine both touch.
+pub(crate) struct QpShared {
+    pub(crate) qp_num: u32,
+    pub(crate) conn: ConnId,
+    pub(crate) pd: u32,
+    pub(crate) caps: QpCaps,
+    state: AtomicU8,
+    pub(crate) sq: Slots<SqWqe>,
+    /// Requests published by the handle.
+    pub(crate) sq_posted: AtomicU64,
+    /// Requests the engine is done with (their slots are free).
+    pub(crate) sq_retired: AtomicU64,
+    pub(crate) rq: Slots<RqWqe>,
+    pub(crate) rq_posted: AtomicU64,
+    pub(crate) rq_retired: AtomicU64,
+}
+
+// SAFETY: the slot cells are written only by the handle (`&mut self` posting) for
+// sequence numbers below `retired + depth`, and read only by the engine (which runs
+// under the device claim) for sequence numbers below `posted`; the counters are
+// published with release and read with acquire. Everything else is atomics or
+// immutable.
+unsafe impl Send for QpShared {}
+// SAFETY: as above.
+unsafe impl Sync for QpShared {}
+
+impl std::fmt::Debug for QpShared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QpShared")
+            .field("qp_num", &self.qp_num)
+            .field("conn", &self.conn)
+            .field("state", &self.state())
+            .finish()
+    }
+}
+
+impl QpShared {
+    pub(crate) fn new(qp_num: u32, conn: ConnId, pd: u32, caps: QpCaps, state: QpState) -> Self {
+        QpShared {
+            qp_num,
+            conn,
+            pd,
+            caps,
+            state: AtomicU8::new(match state {
+                QpState::Init => ST_INIT,
+                QpState::ReadyToReceive => ST_RTR,
+                QpState::ReadyToSend => ST_RTS,
+                QpState::Error => ST_ERR,
+                QpState::Disconnected => ST_DISC,
+            }),
+            sq: Slots::new(caps.max_send_wr, SqWqe::EMPTY),
+            sq_posted: AtomicU64::new(0),
+            sq_retired: AtomicU64::new(0),
+            rq: Slots::new(caps.max_recv_wr, RqWqe::EMPTY),
+            rq_posted: AtomicU64::new(0),
+            rq_retired: AtomicU64::new(0),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn state(&self) -> QpState {
+        match self.state.load(Ordering::Acquire) {
+            ST_INIT => QpState::Init,
+            ST_RTR => QpState::ReadyToReceive,
+            ST_RTS => QpState::ReadyToSend,
+            ST_ERR => QpState::Error,
+            _ => QpState::Disconnected,
+        }
+    }
+
+    /// Moves forward to `to` (ready-to-receive or ready-to-send) unless already there or
+    /// failed.
+    pub(crate) fn advance(&self, to: QpState) {
+        let to = match to {
+            QpState::ReadyToReceive => ST_RTR,
+            _ => ST_RTS,
+        };
+        let _ = self
+            .state
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
+                (s < to).then_some(to)
+            });
+    }
+
+    /// Moves to the error state (a disconnected queue pair stays disconnected).
+    pub(crate) fn set_error(&self) {
+        let _ = self
+            .state
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
+                (s < ST_ERR).then_some(ST_ERR)
+            });
+    }
+
+    /// Moves to the disconnected state, unless an error came first.
+    pub(crate) fn set_disconnected(&self) {
+        let _ = self
+            .state
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
+                (s < ST_ERR).then_some(ST_DISC)
+            });
+    }
+}
+
+/// A siw queue pair (reliable connected, over one TCP connection).
+pub struct SiwQp {
+    pub(crate) shared: Arc<QpShared>,
+    pub(crate) dev: Arc<DeviceShared>,
+}
+
+impl std::fmt::Debug for SiwQp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.shared.fmt(f)
+    }
+}
+
+fn gather_len(sgl: &[Sge]) -> u64 {
+    sgl.iter().map(|s| u64::from(s.length)).sum()
+}
+
+impl QueuePair for SiwQp {
+    fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<(), PostError> {
+        let sh = &*self.shared;
+        if let s @ (QpState::Init | QpState::ReadyToReceive) = sh.state() {
+            return Err(PostError {
+                posted: 0,
+                kind: PostErrorKind::InvalidState(s),
+            });
+        }
+        let depth = u64::from(sh.caps.max_send_wr);
+        let retired = sh.sq_retired.load(Ordering::Acquire);
+        let start = sh.sq_posted.load(Ordering::Relaxed);
+        let mut tail = start;
+        let mut refused = None;
+        for (i, wr) in wrs.iter().enumerate() {
+            let kind = if matches!(
+                wr.op,
+                SendOp::FastReg { .. } | SendOp::LocalInvalidate { .. }
+            ) && !wr.sgl.is_empty()
+            {
+                Some(PostErrorKind::Malformed(
+                    "FastReg and LocalInvalidate take no scatter-gather list",
+                ))
+            } else if wr.sgl.len() > sh.caps.max_send_sge as usize {
+                Some(PostErrorKind::TooManySge {
+                    given: wr.sgl.len(),
+                    max: sh.caps.max_send_sge,
+                })
+            } else if gather_len(wr.sgl) > u64::from(MAX_MSG_SIZE) {
+                Some(PostErrorKind::TooLong {
+                    len: gather_len(wr.sgl),
+                    max: MAX_MSG_SIZE,
+                })
+            } else if tail - retired >= depth {
+                Some(PostErrorKind::QueueFull {
+                    depth: sh.caps.max_send_wr,
+                })
+            } else {
+                None
+            };
+            if let Some(kind) = kind {
+                refused = Some(PostError { posted: i, kind });
+                break;
+            }
+            let mut w = SqWqe {
+                wr_id: wr.wr_id,
+                op: wr.op,
+                signaled: wr.flags.contains(SendFlags::SIGNALED),
+                fence: wr.flags.contains(SendFlags::FENCE),
+                num_sge: wr.sgl.len() as u8,
+                sge: [Sge::default(); MAX_SGE],
+                len: gather_len(wr.sgl),
+            };
+            w.sge[..wr.sgl.len()].copy_from_slice(wr.sgl);
+            // SAFETY: `tail - retired < depth`, so the engine is done with this slot;
+            // we are the only producer (`&mut self`).
+            unsafe { sh.sq.write(tail, w) };
+            tail += 1;
+        }
+        if tail != start {
+            // The doorbell: one release store publishes the whole chain.
+            sh.sq_posted.store(tail, Ordering::Release);
+        }
+        refused.map_or(Ok(()), Err)
+    }
+
+    fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
+        let sh = &*self.shared;
+        let depth = u64::from(sh.caps.max_recv_wr);
+        let retired = sh.rq_retired.load(Ordering::Acquire);
+        let start = sh.rq_posted.load(Ordering::Relaxed);
+        let mut tail = start;
+        let mut refused = None;
+        for (i, wr) in wrs.iter().enumerate() {
+            let kind = if wr.sgl.len() > sh.caps.max_recv_sge as usize {
+                Some(PostErrorKind::TooManySge {
+                    given: wr.sgl.len(),
+                    max: sh.caps.max_recv_sge,
+                })
+            } else if tail - retired >= depth {
+                Some(PostErrorKind::QueueFull {
+                    depth: sh.caps.max_recv_wr,
+                })
+            } else {
+                None
+            };
+            if let Some(kind) = kind {
+                refused = Some(PostError { posted: i, kind });
+                break;
+            }
+            let mut w = RqWqe {
+                wr_id: wr.wr_id,
+                num_sge: wr.sgl.len() as u8,
+                sge: [Sge::default(); MAX_SGE],
+                len: gather_len(wr.sgl),
+            };
+            w.sge[..wr.sgl.len()].copy_from_slice(wr.sgl);
+            // SAFETY: as in `post_send`.
+            unsafe { sh.rq.write(tail, w) };
+            tail += 1;
+        }
+        if tail != start {
+            sh.rq_posted.store(tail, Ordering::Release);
+        }
+        refused.map_or(Ok(()), Err)
+    }
+
+    fn qp_num(&self) -> u32 {
+        self.shared.qp_num
+    }
+
+    fn conn_id(&self) -> ConnId {
+        self.shared.conn
+    }
+
+    fn state(&self) -> QpState {
+        self.shared.state()
+    }
+
+    fn caps(&self) -> QpCaps {
+        self.shared.caps
+    }
+}
+
+impl Drop for SiwQp {
+    fn drop(&mut self) {
+        self.dev.retire(super::device::Retire::Qp(self.shared.conn));
+    }
+}

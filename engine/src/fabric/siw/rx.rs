@@ -1,0 +1,517 @@
+//! Reception: the inbound FPDU stream, parsed by [`FpduReader`], executed against the
+//! queue pair. Every placement is checked before its first byte is written: tagged
+//! segments against the key table (STag, protection domain, access, bounds), untagged
+//! ones against the posted receive (MSN, MO, room, local write access); a Read Request
+//! is checked before its response reads a byte. A failed check sends a Terminate naming
+//! the segment and fails the queue pair.
+
+use super::engine::{Engine, InboundRead, SqState};
+use super::keys::{Fault, KeyTable};
+use super::qp::RqWqe;
+use super::term::TermOut;
+use super::MAX_SGE;
+use crate::fabric::mr::Access;
+use crate::fabric::types::{Sge, WcStatus};
+use crate::iwarp::ddp::QueueNumber;
+use crate::iwarp::fpdu::FpduError;
+use crate::iwarp::rdmap::{Opcode, Placement, ReadRequest, SegmentHeader, READ_REQUEST_LEN};
+use crate::iwarp::reader::{FpduEvent, FpduReader};
+use crate::iwarp::terminate::{
+    DdpTaggedError, DdpUntaggedError, RdmapOperationError, RdmapProtectionError, Terminate,
+    TerminateCode, MAX_TERMINATE_LEN,
+};
+
+/// Largest untagged control message body we collect (Terminate; Read Requests are 28).
+const SMALL: usize = MAX_TERMINATE_LEN;
+
+/// What the current segment's payload is for.
+#[derive(Debug, Clone, Copy)]
+enum Dest {
+    /// Nothing (errors, zero-length segments).
+    Skip,
+    /// RDMA Write: contiguous target memory, already checked.
+    Write { addr: u64 },
+    /// Send: the receive's scatter list at this message offset.
+    Recv { mo: u64 },
+    /// Read Response: the Read's scatter list at this offset.
+    ReadResponse { offset: u64 },
+    /// Read Request or Terminate body, collected whole.
+    Small,
+}
+
+/// A Send being received (it may span segments).
+#[derive(Debug, Clone, Copy)]
+struct InSend {
+    rq_seq: u64,
+    wqe: RqWqe,
+    msn: u32,
+    next_mo: u64,
+    inval: Option<u32>,
+}
+
+/// Reception state of one connection.
+pub(crate) struct RxState {
+    reader: FpduReader,
+    header: SegmentHeader,
+    payload_len: usize,
+    dest: Dest,
+    send: Option<InSend>,
+    small: [u8; SMALL],
+    small_len: usize,
+    /// Scatter list of the Read whose response is arriving.
+    sink: [Sge; MAX_SGE],
+    sink_len: usize,
+    /// Stop parsing: the queue pair failed.
+    dead: bool,
+}
+
+impl RxState {
+    pub(crate) fn new(crc: bool) -> RxState {
+        RxState {
+            reader: FpduReader::new(crc),
+            header: SegmentHeader::tagged(Opcode::RdmaWrite, false, 0, 0),
+            payload_len: 0,
+            dest: Dest::Skip,
+            send: None,
+            small: [0; SMALL],
+            small_len: 0,
+            sink: [Sge::default(); MAX_SGE],
+            sink_len: 0,
+            dead: false,
+        }
+    }
+
+    pub(crate) fn abandon(&mut self) {
+        self.dead = true;
+        self.send = None;
+        self.dest = Dest::Skip;
+    }
+}
+
+/// Copies `data` into the scatter list at message offset `off`.
+///
+/// # Safety
+/// Every entry of `sgl` covering `[off, off + data.len())` must have passed a key check
+/// for local write: it then lies in an arena the device keeps mapped.
+unsafe fn scatter(sgl: &[Sge], mut off: u64, mut data: &[u8]) {
+    for s in sgl {
+        if data.is_empty() {
+            return;
+        }
+        let len = u64::from(s.length);
+        if off >= len {
+            off -= len;
+            continue;
+        }
+        let n = ((len - off) as usize).min(data.len());
+        // SAFETY: the caller's contract; `off + n <= len`.
+        unsafe {
+            core::ptr::copy_nonoverlapping(data.as_ptr(), (s.addr + off) as *mut u8, n);
+        }
+        data = &data[n..];
+        off = 0;
+    }
+}
+
+/// Checks the entries of `sgl` covering `[off, off + len)` for local write.
+fn check_sink(keys: &KeyTable, pd: u32, sgl: &[Sge], mut off: u64, mut len: u64) -> bool {
+    for s in sgl {
+        if len == 0 {
+            break;
+        }
+        let sl = u64::from(s.length);
+        if off >= sl {
+            off -= sl;
+            continue;
+        }
+        let n = (sl - off).min(len);
+        if keys
+            .check(s.lkey, pd, Access::LOCAL_WRITE, s.addr + off, n)
+            .is_err()
+        {
+            return false;
+        }
+        len -= n;
+        off = 0;
+    }
+    len == 0
+}
+
+impl Engine {
+    /// Executes received bytes; returns how many were used (all of them, unless the
+    /// stream is dead, when they are discarded just the same).
+    pub(crate) fn receive(&mut self, keys: &KeyTable, mut data: &[u8]) {
+        while !data.is_empty() && !self.rx.dead {
+            let step = match self.rx.reader.step(data) {
+                Ok(s) => s,
+                Err(e) => {
+                    self.stream_error(e);
+                    return;
+                }
+            };
+            data = &data[step.consumed..];
+            match step.event {
+                None => {}
+                Some(FpduEvent::Header {
+                    header,
+                    payload_len,
+                }) => self.on_header(keys, header, payload_len),
+                Some(FpduEvent::Payload { offset, data }) => self.on_payload(offset as u64, data),
+                Some(FpduEvent::End) => self.on_end(keys),
+            }
+        }
+    }
+
+    fn stream_error(&mut self, e: FpduError) {
+        self.terminate(TermOut::new(e.terminate_code(), None, None));
+    }
+
+    /// A Terminate about the current segment.
+    fn reject_segment(&mut self, code: TerminateCode, rdma: Option<&[u8]>) {
+        let len = (self.rx.header.encoded_len() + self.rx.payload_len) as u16;
+        let header = self.rx.header;
+        self.terminate(TermOut::new(code, Some((len, &header)), rdma));
+    }
+
+    fn on_header(&mut self, keys: &KeyTable, h: SegmentHeader, payload_len: usize) {
+        self.rx.header = h;
+        self.rx.payload_len = payload_len;
+        self.rx.dest = Dest::Skip;
+        let plen = payload_len as u64;
+        let pd = self.qp.pd;
+        match (h.opcode, h.placement) {
+            (Opcode::RdmaWrite, Placement::Tagged { stag, to }) => {
+                if to.checked_add(plen).is_none() {
+                    return self.reject_segment(
+                        TerminateCode::RdmapProtection(RdmapProtectionError::ToWrap),
+                        None,
+                    );
+                }
+                match keys.check(stag, pd, Access::REMOTE_WRITE, to, plen) {
+                    Ok(()) => self.rx.dest = Dest::Write { addr: to },
+                    Err(f) => self
+                        .reject_segment(TerminateCode::RdmapProtection(f.protection_code()), None),
+                }
+            }
+            (Opcode::ReadResponse, Placement::Tagged { stag, to }) => {
+                self.read_response_header(keys, stag, to, plen)
+            }
+            (Opcode::ReadRequest, Placement::Untagged { mo, .. }) => {
+                if payload_len != READ_REQUEST_LEN || !h.last || mo != 0 {
+                    return self.reject_segment(
+                        TerminateCode::DdpUntagged(DdpUntaggedError::MessageTooLong),
+                        None,
+                    );
+                }
+                self.rx.small_len = 0;
+                self.rx.dest = Dest::Small;
+            }
+            (Opcode::Terminate, Placement::Untagged { mo, .. }) => {
+                if payload_len > SMALL || !h.last || mo != 0 {
+                    return self.reject_segment(
+                        TerminateCode::DdpUntagged(DdpUntaggedError::MessageTooLong),
+                        None,
+                    );
+                }
+                self.rx.small_len = 0;
+                self.rx.dest = Dest::Small;
+            }
+            (
+                Opcode::Send
+                | Opcode::SendInvalidate
+                | Opcode::SendSolicitedEvent
+                | Opcode::SendSolicitedEventInvalidate,
+                Placement::Untagged {
+                    inval_stag,
+                    msn,
+                    mo,
+                    ..
+                },
+            ) => self.send_header(keys, h.opcode, inval_stag, msn, u64::from(mo), plen),
+            _ => self.reject_segment(
+                TerminateCode::RdmapOperation(RdmapOperationError::UnexpectedOpcode),
+                None,
+            ),
+        }
+    }
+
+    fn read_response_header(&mut self, keys: &KeyTable, stag: u32, to: u64, plen: u64) {
+        let Some(o) = self.orq.front().copied() else {
+            return self.reject_segment(
+                TerminateCode::RdmapOperation(RdmapOperationError::UnexpectedOpcode),
+                None,
+            );
+        };
+        if stag != o.sink_stag {
+            return self
+                .reject_segment(TerminateCode::DdpTagged(DdpTaggedError::InvalidStag), None);
+        }
+        let offset = to.wrapping_sub(o.sink_to);
+        if to < o.sink_to || offset != o.placed || offset + plen > o.size {
+            return self
+                .reject_segment(TerminateCode::DdpTagged(DdpTaggedError::BaseOrBounds), None);
+        }
+        if let Some(seq) = o.seq {
+            // SAFETY: an outstanding Read is started and not retired.
+            let w = unsafe { self.qp.sq.read(seq) };
+            let n = usize::from(w.num_sge);
+            self.rx.sink[..n].copy_from_slice(w.sgl());
+            self.rx.sink_len = n;
+            // Checked when the Read was started; checked again because a registration
+            // may have died since.
+            if !check_sink(keys, self.qp.pd, w.sgl(), offset, plen) {
+                self.sq.entry(seq).state = SqState::Done(WcStatus::LocalProtectionError);
+                return self.reject_segment(
+                    TerminateCode::RdmapOperation(RdmapOperationError::CatastrophicStream),
+                    None,
+                );
+            }
+        } else {
+            self.rx.sink_len = 0;
+        }
+        self.rx.dest = Dest::ReadResponse { offset };
+    }
+
+    fn send_header(
+        &mut self,
+        keys: &KeyTable,
+        opcode: Opcode,
+        inval_stag: u32,
+        msn: u32,
+        mo: u64,
+        plen: u64,
+    ) {
+        let s = match self.rx.send {
+            Some(s) => {
+                if msn != s.msn {
+                    return self.reject_segment(
+                        TerminateCode::DdpUntagged(DdpUntaggedError::MsnRange),
+                        None,
+                    );
+                }
+                if mo != s.next_mo {
+                    return self.reject_segment(
+                        TerminateCode::DdpUntagged(DdpUntaggedError::InvalidMo),
+                        None,
+                    );
+                }
+                s
+            }
+            None => {
+                if msn != self.msn_in.peek(QueueNumber::Send) {
+                    return self.reject_segment(
+                        TerminateCode::DdpUntagged(DdpUntaggedError::MsnRange),
+                        None,
+                    );
+                }
+                if mo != 0 {
+                    return self.reject_segment(
+                        TerminateCode::DdpUntagged(DdpUntaggedError::InvalidMo),
+                        None,
+                    );
+                }
+                // iWARP has no receiver-not-ready retry: no receive is fatal.
+                let Some((rq_seq, wqe)) = self.take_receive() else {
+                    return self.reject_segment(
+                        TerminateCode::DdpUntagged(DdpUntaggedError::NoBufferAvailable),
+                        None,
+                    );
+                };
+                if !check_sink(keys, self.qp.pd, wqe.sgl(), 0, wqe.len) {
+                    self.finish_receive(rq_seq, WcStatus::LocalProtectionError, 0, None);
+                    return self.reject_segment(
+                        TerminateCode::RdmapOperation(RdmapOperationError::CatastrophicStream),
+                        None,
+                    );
+                }
+                let inval = if opcode.carries_invalidate_stag() {
+                    if let Err(f) = keys.can_invalidate(inval_stag, self.qp.pd) {
+                        return self.invalidate_failed(rq_seq, f);
+                    }
+                    Some(inval_stag)
+                } else {
+                    None
+                };
+                let s = InSend {
+                    rq_seq,
+                    wqe,
+                    msn,
+                    next_mo: 0,
+                    inval,
+                };
+                self.rx.send = Some(s);
+                s
+            }
+        };
+        if mo + plen > s.wqe.len {
+            self.rx.send = None;
+            self.finish_receive(s.rq_seq, WcStatus::LocalLengthError, 0, None);
+            return self.reject_segment(
+                TerminateCode::DdpUntagged(DdpUntaggedError::MessageTooLong),
+                None,
+            );
+        }
+        self.rx.dest = Dest::Recv { mo };
+    }
+
+    fn invalidate_failed(&mut self, rq_seq: u64, f: Fault) {
+        self.rx.send = None;
+        self.finish_receive(rq_seq, WcStatus::LocalAccessError, 0, None);
+        let code = match f {
+            Fault::NotFast => RdmapProtectionError::CannotInvalidate,
+            other => other.protection_code(),
+        };
+        self.reject_segment(TerminateCode::RdmapProtection(code), None);
+    }
+
+    fn on_payload(&mut self, offset: u64, data: &[u8]) {
+        match self.rx.dest {
+            Dest::Skip => {}
+            Dest::Write { addr } => {
+                // SAFETY: the whole segment range passed the key check in `on_header`,
+                // so it lies in an arena the device keeps mapped.
+                unsafe {
+                    core::ptr::copy_nonoverlapping(
+                        data.as_ptr(),
+                        (addr + offset) as *mut u8,
+                        data.len(),
+                    )
+                };
+            }
+            Dest::Recv { mo } => {
+                if let Some(s) = &self.rx.send {
+                    // SAFETY: the receive's scatter list passed the local-write check
+                    // and `mo + payload` fits in it (`send_header`).
+                    unsafe { scatter(s.wqe.sgl(), mo + offset, data) };
+                }
+            }
+            Dest::ReadResponse { offset: base } => {
+                let sink = &self.rx.sink[..self.rx.sink_len];
+                // SAFETY: the part of the scatter list this segment covers passed the
+                // local-write check in `read_response_header`.
+                unsafe { scatter(sink, base + offset, data) };
+            }
+            Dest::Small => {
+                let at = self.rx.small_len;
+                let n = data.len().min(SMALL - at);
+                self.rx.small[at..at + n].copy_from_slice(&data[..n]);
+                self.rx.small_len += n;
+            }
+        }
+    }
+
+    fn on_end(&mut self, keys: &KeyTable) {
+        let h = self.rx.header;
+        let plen = self.rx.payload_len as u64;
+        let dest = self.rx.dest;
+        self.rx.dest = Dest::Skip;
+        match (h.opcode, dest) {
+            (_, Dest::Recv { .. }) => {
+                let Some(mut s) = self.rx.send else {
+                    return;
+                };
+                s.next_mo += plen;
+                self.rx.send = Some(s);
+                if h.last {
+                    self.rx.send = None;
+                    self.msn_in.take(QueueNumber::Send);
+                    if let Some(stag) = s.inval {
+                        if let Err(f) = keys.invalidate(stag, self.qp.pd) {
+                            return self.invalidate_failed(s.rq_seq, f);
+                        }
+                    }
+                    let len = u32::try_from(s.next_mo).unwrap_or(u32::MAX);
+                    self.finish_receive(s.rq_seq, WcStatus::Success, len, s.inval);
+                }
+            }
+            (Opcode::ReadResponse, Dest::ReadResponse { .. }) => {
+                let Some(o) = self.orq.front_mut() else {
+                    return;
+                };
+                o.placed += plen;
+                let o = *o;
+                if h.last {
+                    if o.placed != o.size {
+                        return self.reject_segment(
+                            TerminateCode::DdpTagged(DdpTaggedError::BaseOrBounds),
+                            None,
+                        );
+                    }
+                    self.orq.pop();
+                    self.read_answered(o);
+                }
+            }
+            (Opcode::ReadRequest, Dest::Small) => self.read_request(keys),
+            (Opcode::Terminate, Dest::Small) => {
+                let mut body = [0u8; SMALL];
+                let n = self.rx.small_len;
+                body[..n].copy_from_slice(&self.rx.small[..n]);
+                match Terminate::decode(&body[..n]) {
+                    Ok(t) => self.on_peer_terminate(&t),
+                    // An undecodable Terminate still ends the stream.
+                    Err(_) => self.on_peer_terminate(&Terminate::bare(TerminateCode::Unknown {
+                        layer: 0x0F,
+                        etype: 0x0F,
+                        code: 0xFF,
+                    })),
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn read_request(&mut self, keys: &KeyTable) {
+        let mut body = [0u8; READ_REQUEST_LEN];
+        body.copy_from_slice(&self.rx.small[..READ_REQUEST_LEN]);
+        let msn = match self.rx.header.placement {
+            Placement::Untagged { msn, .. } => msn,
+            Placement::Tagged { .. } => 0,
+        };
+        if msn != self.msn_in.peek(QueueNumber::ReadRequest) {
+            return self.reject_segment(
+                TerminateCode::DdpUntagged(DdpUntaggedError::MsnRange),
+                Some(&body),
+            );
+        }
+        self.msn_in.take(QueueNumber::ReadRequest);
+        let rr = match ReadRequest::decode(&body) {
+            Ok(rr) => rr,
+            Err(e) => return self.reject_segment(e.terminate_code(), Some(&body)),
+        };
+        if self.irq.len() >= self.link.ird {
+            return self.reject_segment(
+                TerminateCode::DdpUntagged(DdpUntaggedError::NoBufferAvailable),
+                Some(&body),
+            );
+        }
+        let size = u64::from(rr.size);
+        // A zero-length Read reads nothing, so its source is not checked (verbs does
+        // not check zero-length entries either): it serves as a barrier.
+        if size > 0 {
+            if rr.source_to.checked_add(size).is_none() {
+                return self.reject_segment(
+                    TerminateCode::RdmapProtection(RdmapProtectionError::ToWrap),
+                    Some(&body),
+                );
+            }
+            if let Err(f) = keys.check(
+                rr.source_stag,
+                self.qp.pd,
+                Access::REMOTE_READ,
+                rr.source_to,
+                size,
+            ) {
+                return self.reject_segment(
+                    TerminateCode::RdmapProtection(f.protection_code()),
+                    Some(&body),
+                );
+            }
+        }
+        self.irq.push(InboundRead {
+            sink_stag: rr.sink_stag,
+            sink_to: rr.sink_to,
+            size,
+            source: rr.source_to,
+        });
+    }
+}

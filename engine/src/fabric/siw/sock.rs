@@ -1,0 +1,149 @@
+//! TCP sockets with the options siw needs set before connecting or listening
+//! (`TCP_MAXSEG`), which std and mio do not expose.
+
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+use mio::net::{TcpListener, TcpStream};
+
+fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+fn set_int(fd: RawFd, level: libc::c_int, name: libc::c_int, v: libc::c_int) -> io::Result<()> {
+    // SAFETY: `v` is a valid c_int for the duration of the call.
+    cvt(unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            (&v as *const libc::c_int).cast(),
+            core::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    })
+    .map(drop)
+}
+
+/// The socket address in C form, and its length.
+fn raw_addr(addr: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: all-zero is a valid sockaddr_storage.
+    let mut st: libc::sockaddr_storage = unsafe { core::mem::zeroed() };
+    let len = match addr {
+        SocketAddr::V4(a) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: a.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from_ne_bytes(a.ip().octets()),
+                },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: sockaddr_storage is large and aligned enough for any sockaddr.
+            unsafe { core::ptr::write((&mut st as *mut libc::sockaddr_storage).cast(), sin) };
+            core::mem::size_of::<libc::sockaddr_in>()
+        }
+        SocketAddr::V6(a) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: a.port().to_be(),
+                sin6_flowinfo: a.flowinfo(),
+                sin6_addr: libc::in6_addr {
+                    s6_addr: a.ip().octets(),
+                },
+                sin6_scope_id: a.scope_id(),
+            };
+            // SAFETY: as above.
+            unsafe { core::ptr::write((&mut st as *mut libc::sockaddr_storage).cast(), sin6) };
+            core::mem::size_of::<libc::sockaddr_in6>()
+        }
+    };
+    (st, len as libc::socklen_t)
+}
+
+fn socket_for(addr: &SocketAddr, mss: Option<u32>) -> io::Result<OwnedFd> {
+    let family = match addr {
+        SocketAddr::V4(_) => libc::AF_INET,
+        SocketAddr::V6(_) => libc::AF_INET6,
+    };
+    // SAFETY: plain system call.
+    let fd = cvt(unsafe {
+        libc::socket(
+            family,
+            libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            0,
+        )
+    })?;
+    // SAFETY: `fd` was just created and is owned by nobody else.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    if let Some(m) = mss {
+        set_int(
+            fd.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_MAXSEG,
+            m.min(i32::MAX as u32) as libc::c_int,
+        )?;
+    }
+    Ok(fd)
+}
+
+/// Starts a non-blocking connect. `Ok` also while it is in progress; refusal may show up
+/// here or later as the socket's error.
+pub(crate) fn connect(addr: &SocketAddr, mss: Option<u32>) -> io::Result<TcpStream> {
+    let fd = socket_for(addr, mss)?;
+    let (st, len) = raw_addr(addr);
+    // SAFETY: `st` holds a valid sockaddr of length `len`.
+    let r = unsafe {
+        libc::connect(
+            fd.as_raw_fd(),
+            (&st as *const libc::sockaddr_storage).cast(),
+            len,
+        )
+    };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EINPROGRESS) {
+            return Err(e);
+        }
+    }
+    Ok(TcpStream::from_std(std::net::TcpStream::from(fd)))
+}
+
+/// A non-blocking listener with address reuse.
+pub(crate) fn listen(addr: &SocketAddr, mss: Option<u32>) -> io::Result<TcpListener> {
+    let fd = socket_for(addr, mss)?;
+    set_int(fd.as_raw_fd(), libc::SOL_SOCKET, libc::SO_REUSEADDR, 1)?;
+    let (st, len) = raw_addr(addr);
+    // SAFETY: `st` holds a valid sockaddr of length `len`.
+    cvt(unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            (&st as *const libc::sockaddr_storage).cast(),
+            len,
+        )
+    })?;
+    // SAFETY: plain system call on our socket.
+    cvt(unsafe { libc::listen(fd.as_raw_fd(), 128) })?;
+    Ok(TcpListener::from_std(std::net::TcpListener::from(fd)))
+}
+
+/// The connection's maximum segment size (`TCP_MAXSEG`), the EMSS that sizes FPDUs.
+pub(crate) fn mss(fd: RawFd) -> Option<u32> {
+    let mut v: libc::c_int = 0;
+    let mut len = core::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `v` and `len` are valid for writes of their sizes.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_MAXSEG,
+            (&mut v as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    (r == 0 && v > 0).then_some(v as u32)
+}

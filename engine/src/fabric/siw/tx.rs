@@ -1,0 +1,692 @@
+//! Transmission: send-queue requests, Read Responses and Terminates become FPDUs, each
+//! written with its own `sendmsg` (head, payload pieces straight from registered
+//! memory, pad and CRC), so a capture shows one FPDU per TCP segment. A partial write
+//! resumes where it stopped at the next poll.
+//!
+//! Between messages the order is: a queued Terminate, then Read Responses we owe (the
+//! peer's Reads are answered before our own new work, as RDMAP orders them on the
+//! stream), then the send queue, then a zero-length confirmation Read if a completion
+//! waits for one.
+
+use std::io;
+use std::os::fd::RawFd;
+
+use super::config::WireTap;
+use super::engine::{Engine, Outstanding, SqState};
+use super::keys::KeyTable;
+use super::term::TermOut;
+use super::MAX_SGE;
+use crate::fabric::mr::Access;
+use crate::fabric::types::{SendOp, Sge, WcStatus};
+use crate::iwarp::crc32c::Crc32c;
+use crate::iwarp::ddp::QueueNumber;
+use crate::iwarp::fpdu::{
+    crc_to_wire, encode_fpdu, pad_len, CRC_LEN, LENGTH_FIELD_LEN, MAX_HEAD_LEN, MAX_TRAILER_LEN,
+};
+use crate::iwarp::rdmap::{Opcode, ReadRequest, SegmentHeader, READ_REQUEST_LEN};
+use crate::iwarp::segmenter::MessageTarget;
+use crate::iwarp::terminate::{TerminateCode, MAX_TERMINATE_LEN};
+
+/// Inline payloads: Read Request and Terminate bodies.
+const INLINE: usize = MAX_TERMINATE_LEN;
+
+/// A zero-length Read Request FPDU: length field, 18-octet header, 28-octet body, CRC.
+const TAIL: usize = 64;
+
+/// Where a message's payload comes from.
+#[derive(Debug, Clone, Copy)]
+enum Source {
+    /// A gather list in registered memory (checked when the message started).
+    Gather { sge: [Sge; MAX_SGE], n: u8 },
+    /// Contiguous registered memory (a Read Response; checked at the Read Request).
+    Contiguous(u64),
+    /// Bytes held by the transmitter.
+    Inline { bytes: [u8; INLINE] },
+}
+
+/// What finishing a message means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// Send-queue request `seq`.
+    Request(u64),
+    /// A zero-length confirmation Read.
+    Confirmation,
+    ReadResponse,
+    Terminate,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Message {
+    kind: Kind,
+    opcode: Opcode,
+    target: MessageTarget,
+    source: Source,
+    len: u64,
+    /// Payload octets already put into FPDUs.
+    framed: u64,
+    /// Largest payload per FPDU.
+    max_payload: u64,
+    /// The FPDU with the Last flag has been framed.
+    last_framed: bool,
+    /// A confirmation Read went out in the same write as the last FPDU.
+    confirmed_inline: bool,
+}
+
+/// One FPDU being written.
+struct Fpdu {
+    head: [u8; MAX_HEAD_LEN],
+    head_len: usize,
+    inline: [u8; INLINE],
+    inline_len: usize,
+    /// Payload pieces in registered memory: address and length.
+    pieces: [(u64, usize); MAX_SGE],
+    npieces: usize,
+    trailer: [u8; MAX_TRAILER_LEN],
+    trailer_len: usize,
+    /// A whole second FPDU written with this one (a confirmation Read).
+    tail: [u8; TAIL],
+    tail_len: usize,
+    total: usize,
+    written: usize,
+}
+
+/// Whether the Terminate went out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TermState {
+    None,
+    Queued,
+    Sending,
+    /// Written: the connection's write side can close.
+    Sent,
+}
+
+/// Transmission state of one connection.
+pub(crate) struct TxState {
+    fpdu: Fpdu,
+    /// `fpdu` holds octets not yet written.
+    busy: bool,
+    msg: Option<Message>,
+    term: Option<TermOut>,
+    pub(crate) term_state: TermState,
+}
+
+impl TxState {
+    pub(crate) fn new() -> TxState {
+        TxState {
+            fpdu: Fpdu {
+                head: [0; MAX_HEAD_LEN],
+                head_len: 0,
+                inline: [0; INLINE],
+                inline_len: 0,
+                pieces: [(0, 0); MAX_SGE],
+                npieces: 0,
+                trailer: [0; MAX_TRAILER_LEN],
+                trailer_len: 0,
+                tail: [0; TAIL],
+                tail_len: 0,
+                total: 0,
+                written: 0,
+            },
+            busy: false,
+            msg: None,
+            term: None,
+            term_state: TermState::None,
+        }
+    }
+
+    /// Stops the current message; an FPDU half written is still completed, since the
+    /// stream cannot end inside one.
+    pub(crate) fn abandon(&mut self) {
+        self.msg = None;
+    }
+
+    pub(crate) fn queue_terminate(&mut self, t: TermOut) {
+        if self.term_state == TermState::None {
+            self.term = Some(t);
+            self.term_state = TermState::Queued;
+        }
+    }
+}
+
+/// Where FPDUs go.
+pub(crate) struct Wire<'a> {
+    pub(crate) fd: RawFd,
+    pub(crate) local: std::net::SocketAddr,
+    pub(crate) peer: std::net::SocketAddr,
+    pub(crate) tap: Option<&'a dyn WireTap>,
+}
+
+/// Appends `len` octets of `sgl` starting at message offset `off` to `pieces`.
+fn gather(sgl: &[Sge], mut off: u64, mut len: u64, pieces: &mut [(u64, usize); MAX_SGE]) -> usize {
+    let mut n = 0;
+    for s in sgl {
+        if len == 0 || n == MAX_SGE {
+            break;
+        }
+        let sl = u64::from(s.length);
+        if off >= sl {
+            off -= sl;
+            continue;
+        }
+        let take = (sl - off).min(len);
+        pieces[n] = (s.addr + off, take as usize);
+        n += 1;
+        len -= take;
+        off = 0;
+    }
+    n
+}
+
+/// The octets at `addr`.
+///
+/// # Safety
+/// `[addr, addr + len)` passed a key check: it lies in an arena the device keeps
+/// mapped. Its content may be changed by the application only if it breaks the verbs
+/// rule that posted memory is left alone until the completion; then the wire carries
+/// whatever was there.
+unsafe fn registered<'a>(addr: u64, len: usize) -> &'a [u8] {
+    // SAFETY: the caller's contract.
+    unsafe { core::slice::from_raw_parts(addr as *const u8, len) }
+}
+
+impl Engine {
+    /// Writes as much as the socket takes. `Err` means the connection is lost.
+    pub(crate) fn transmit(&mut self, keys: &KeyTable, wire: &Wire<'_>) -> io::Result<()> {
+        loop {
+            if self.tx.busy {
+                if !write_fpdu(&mut self.tx.fpdu, wire.fd)? {
+                    return Ok(());
+                }
+                self.tx.busy = false;
+                self.fpdu_written();
+                continue;
+            }
+            if let Some(m) = self.tx.msg {
+                if !m.last_framed {
+                    self.frame_next(wire);
+                    continue;
+                }
+            }
+            if !self.next_message(keys) {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Builds the current message's next FPDU.
+    fn frame_next(&mut self, wire: &Wire<'_>) {
+        let Some(mut m) = self.tx.msg else {
+            return;
+        };
+        let chunk = (m.len - m.framed).min(m.max_payload);
+        let last = m.framed + chunk == m.len;
+        let header = match m.target {
+            MessageTarget::Untagged { msn, inval_stag } => {
+                SegmentHeader::untagged(m.opcode, last, inval_stag, msn, m.framed as u32)
+            }
+            MessageTarget::Tagged { stag, to } => {
+                SegmentHeader::tagged(m.opcode, last, stag, to.wrapping_add(m.framed))
+            }
+        };
+        let f = &mut self.tx.fpdu;
+        let hlen = header.encoded_len();
+        // The header is valid by construction (opcode and target agree).
+        let _ = header.encode(&mut f.head[LENGTH_FIELD_LEN..]);
+        let ulpdu = hlen + chunk as usize;
+        f.head[..LENGTH_FIELD_LEN].copy_from_slice(&(ulpdu as u16).to_be_bytes());
+        f.head_len = LENGTH_FIELD_LEN + hlen;
+        f.inline_len = 0;
+        f.npieces = 0;
+        match &m.source {
+            Source::Gather { sge, n } => {
+                f.npieces = gather(&sge[..usize::from(*n)], m.framed, chunk, &mut f.pieces);
+            }
+            Source::Contiguous(addr) => {
+                if chunk > 0 {
+                    f.pieces[0] = (addr + m.framed, chunk as usize);
+                    f.npieces = 1;
+                }
+            }
+            Source::Inline { bytes, .. } => {
+                let from = m.framed as usize;
+                let n = chunk as usize;
+                f.inline[..n].copy_from_slice(&bytes[from..from + n]);
+                f.inline_len = n;
+            }
+        }
+        let pad = pad_len(ulpdu);
+        f.trailer = [0; MAX_TRAILER_LEN];
+        if self.link.crc {
+            let mut c = Crc32c::new();
+            c.update(&f.head[..f.head_len]);
+            c.update(&f.inline[..f.inline_len]);
+            for &(addr, len) in &f.pieces[..f.npieces] {
+                // SAFETY: pieces come from checked gather lists or a checked Read source.
+                c.update(unsafe { registered(addr, len) });
+            }
+            c.update(&f.trailer[..pad]);
+            f.trailer[pad..pad + CRC_LEN].copy_from_slice(&crc_to_wire(c.value()));
+        }
+        f.trailer_len = pad + CRC_LEN;
+        f.tail_len = 0;
+        f.total = f.head_len
+            + f.inline_len
+            + f.pieces[..f.npieces].iter().map(|p| p.1).sum::<usize>()
+            + f.trailer_len;
+        f.written = 0;
+        if let Some(tap) = wire.tap {
+            let mut parts: [&[u8]; MAX_SGE + 1] = [&[]; MAX_SGE + 1];
+            parts[0] = &f.inline[..f.inline_len];
+            for (i, &(addr, len)) in f.pieces[..f.npieces].iter().enumerate() {
+                // SAFETY: as above.
+                parts[i + 1] = unsafe { registered(addr, len) };
+            }
+            tap.fpdu(
+                wire.local,
+                wire.peer,
+                &f.head[..f.head_len],
+                &parts[..=f.npieces],
+                &f.trailer[..f.trailer_len],
+            );
+        }
+        m.framed += chunk;
+        m.last_framed = last;
+        if last && self.confirmation_follows(&m) {
+            self.attach_confirmation(wire);
+            m.confirmed_inline = true;
+        }
+        self.tx.msg = Some(m);
+        self.tx.busy = true;
+    }
+
+    /// Whether the message about to be finished will need a confirmation Read right
+    /// after it (see [`Engine::needs_confirmation`]).
+    fn confirmation_follows(&self, m: &Message) -> bool {
+        let Kind::Request(seq) = m.kind else {
+            return false;
+        };
+        if !self.confirm
+            || self.failed
+            || m.opcode == Opcode::ReadRequest
+            || self.orq.len() >= self.link.ord
+        {
+            return false;
+        }
+        let posted = self.qp.sq_posted.load(std::sync::atomic::Ordering::Acquire);
+        let oldest = self.sq.uncovered.unwrap_or(seq);
+        self.sq.signaled.is_some_and(|s| s >= oldest) && self.sq.next == posted
+    }
+
+    /// Appends a zero-length Read Request to the FPDU being written, so both go out in
+    /// one write: a peer that stops polling once it has seen the message has also
+    /// received, and answered in the same poll, the Read that confirms it.
+    fn attach_confirmation(&mut self, wire: &Wire<'_>) {
+        let msn = self.msn_out.take(QueueNumber::ReadRequest);
+        let header = SegmentHeader::untagged(Opcode::ReadRequest, true, 0, msn, 0);
+        let body = ReadRequest {
+            sink_stag: 0,
+            sink_to: 0,
+            size: 0,
+            source_stag: 0,
+            source_to: 0,
+        }
+        .to_bytes();
+        let f = &mut self.tx.fpdu;
+        let Ok(n) = encode_fpdu(&mut f.tail, &header, &body, self.link.crc) else {
+            return;
+        };
+        f.tail_len = n;
+        f.total += n;
+        self.orq.push(Outstanding {
+            seq: None,
+            covers: self.sq.next,
+            msn,
+            ..Outstanding::EMPTY
+        });
+        if let Some(tap) = wire.tap {
+            let hl = LENGTH_FIELD_LEN + header.encoded_len();
+            let tl = n - hl - READ_REQUEST_LEN;
+            tap.fpdu(
+                wire.local,
+                wire.peer,
+                &f.tail[..hl],
+                &[&f.tail[hl..hl + READ_REQUEST_LEN]],
+                &f.tail[n - tl..n],
+            );
+        }
+    }
+
+    /// An FPDU is fully written; finishing the message if it was the last.
+    fn fpdu_written(&mut self) {
+        let Some(m) = self.tx.msg else {
+            return;
+        };
+        if !m.last_framed {
+            return;
+        }
+        self.tx.msg = None;
+        match m.kind {
+            Kind::Request(seq) => {
+                if m.opcode != Opcode::ReadRequest {
+                    if self.confirm {
+                        self.sq.entry(seq).state = SqState::Sent;
+                        if m.confirmed_inline {
+                            self.sq.uncovered = None;
+                        } else if self.sq.uncovered.is_none() {
+                            self.sq.uncovered = Some(seq);
+                        }
+                    } else {
+                        self.sq.entry(seq).state = SqState::Done(WcStatus::Success);
+                    }
+                }
+            }
+            Kind::Confirmation => {}
+            Kind::ReadResponse => {
+                self.irq.pop();
+            }
+            Kind::Terminate => self.tx.term_state = TermState::Sent,
+        }
+    }
+
+    fn start(
+        &mut self,
+        kind: Kind,
+        opcode: Opcode,
+        target: MessageTarget,
+        source: Source,
+        len: u64,
+    ) {
+        let hlen = if opcode.is_tagged() { 14 } else { 18 };
+        let max_payload = ((self.link.mulpdu - hlen) & !3) as u64;
+        self.tx.msg = Some(Message {
+            kind,
+            opcode,
+            target,
+            source,
+            len,
+            framed: 0,
+            max_payload,
+            last_framed: false,
+            confirmed_inline: false,
+        });
+    }
+
+    fn inline(bytes: &[u8]) -> Source {
+        let mut b = [0u8; INLINE];
+        let n = bytes.len().min(INLINE);
+        b[..n].copy_from_slice(&bytes[..n]);
+        Source::Inline { bytes: b }
+    }
+
+    /// Picks the next message; `false` when there is nothing to send now.
+    fn next_message(&mut self, keys: &KeyTable) -> bool {
+        if self.tx.term_state == TermState::Queued {
+            if let Some(t) = self.tx.term {
+                self.tx.term_state = TermState::Sending;
+                let msn = self.msn_out.take(QueueNumber::Terminate);
+                self.start(
+                    Kind::Terminate,
+                    Opcode::Terminate,
+                    MessageTarget::Untagged { msn, inval_stag: 0 },
+                    Self::inline(t.bytes()),
+                    t.len as u64,
+                );
+                return true;
+            }
+        }
+        if self.failed {
+            return false;
+        }
+        if let Some(r) = self.irq.front().copied() {
+            self.start(
+                Kind::ReadResponse,
+                Opcode::ReadResponse,
+                MessageTarget::Tagged {
+                    stag: r.sink_stag,
+                    to: r.sink_to,
+                },
+                Source::Contiguous(r.source),
+                r.size,
+            );
+            return true;
+        }
+        loop {
+            match self.start_request(keys) {
+                Started::Message => return true,
+                Started::Local => continue,
+                Started::Nothing => break,
+            }
+        }
+        if self.needs_confirmation() {
+            let msn = self.msn_out.take(QueueNumber::ReadRequest);
+            let body = ReadRequest {
+                sink_stag: 0,
+                sink_to: 0,
+                size: 0,
+                source_stag: 0,
+                source_to: 0,
+            }
+            .to_bytes();
+            self.orq.push(Outstanding {
+                seq: None,
+                covers: self.sq.next,
+                msn,
+                ..Outstanding::EMPTY
+            });
+            self.sq.uncovered = None;
+            self.start(
+                Kind::Confirmation,
+                Opcode::ReadRequest,
+                MessageTarget::Untagged { msn, inval_stag: 0 },
+                Self::inline(&body),
+                READ_REQUEST_LEN as u64,
+            );
+            return true;
+        }
+        false
+    }
+
+    /// A local failure of request `seq`: it completes with `status`, the peer is told
+    /// (a catastrophic error local to this stream), and the queue pair fails.
+    fn local_failure(&mut self, seq: u64, status: WcStatus) {
+        self.sq.entry(seq).state = SqState::Done(status);
+        self.sq.next = seq + 1;
+        self.terminate(TermOut::new(TerminateCode::RdmapCatastrophic, None, None));
+    }
+
+    /// Starts the next posted request.
+    fn start_request(&mut self, keys: &KeyTable) -> Started {
+        let posted = self.qp.sq_posted.load(std::sync::atomic::Ordering::Acquire);
+        if self.failed || self.sq.next >= posted {
+            return Started::Nothing;
+        }
+        let seq = self.sq.next;
+        // SAFETY: published (below `posted`) and not retired (at or past `head`).
+        let w = unsafe { self.qp.sq.read(seq) };
+        if w.fence && !self.orq.is_empty() {
+            return Started::Nothing;
+        }
+        if matches!(w.op, SendOp::RdmaRead { .. }) && self.orq.len() >= self.link.ord {
+            return Started::Nothing;
+        }
+        let pd = self.qp.pd;
+        *self.sq.entry(seq) = super::engine::SqEntry {
+            state: SqState::Busy,
+            msn: 0,
+        };
+        if w.signaled {
+            self.sq.signaled = Some(seq);
+        }
+        match w.op {
+            SendOp::FastReg {
+                key,
+                region,
+                access,
+            } => {
+                let ok = keys
+                    .check(
+                        region.lkey,
+                        pd,
+                        Access::NONE,
+                        region.addr,
+                        u64::from(region.length),
+                    )
+                    .and_then(|()| {
+                        keys.fast_reg(key, pd, access, region.addr, u64::from(region.length))
+                    });
+                self.sq.next = seq + 1;
+                match ok {
+                    Ok(()) => self.sq.entry(seq).state = SqState::Done(WcStatus::Success),
+                    Err(_) => self.local_failure(seq, WcStatus::MemoryBindError),
+                }
+                return Started::Local;
+            }
+            SendOp::LocalInvalidate { key } => {
+                self.sq.next = seq + 1;
+                match keys.invalidate(key, pd) {
+                    Ok(()) => self.sq.entry(seq).state = SqState::Done(WcStatus::Success),
+                    Err(_) => self.local_failure(seq, WcStatus::LocalProtectionError),
+                }
+                return Started::Local;
+            }
+            _ => {}
+        }
+        let need = if matches!(w.op, SendOp::RdmaRead { .. }) {
+            Access::LOCAL_WRITE
+        } else {
+            Access::NONE
+        };
+        let bad = w.sgl().iter().any(|s| {
+            s.length > 0
+                && keys
+                    .check(s.lkey, pd, need, s.addr, u64::from(s.length))
+                    .is_err()
+        });
+        if bad {
+            self.local_failure(seq, WcStatus::LocalProtectionError);
+            return Started::Local;
+        }
+        self.sq.next = seq + 1;
+        let gather = Source::Gather {
+            sge: w.sge,
+            n: w.num_sge,
+        };
+        match w.op {
+            SendOp::Send | SendOp::SendWithInvalidate { .. } => {
+                let (opcode, inval_stag) = match w.op {
+                    SendOp::SendWithInvalidate { rkey } => (Opcode::SendInvalidate, rkey),
+                    _ => (Opcode::Send, 0),
+                };
+                let msn = self.msn_out.take(QueueNumber::Send);
+                self.sq.entry(seq).msn = msn;
+                self.start(
+                    Kind::Request(seq),
+                    opcode,
+                    MessageTarget::Untagged { msn, inval_stag },
+                    gather,
+                    w.len,
+                );
+            }
+            SendOp::RdmaWrite { remote } => self.start(
+                Kind::Request(seq),
+                Opcode::RdmaWrite,
+                MessageTarget::Tagged {
+                    stag: remote.rkey,
+                    to: remote.addr,
+                },
+                gather,
+                w.len,
+            ),
+            SendOp::RdmaRead { remote } => {
+                let msn = self.msn_out.take(QueueNumber::ReadRequest);
+                self.sq.entry(seq).msn = msn;
+                let (sink_stag, sink_to) = w.sgl().first().map_or((0, 0), |s| (s.lkey, s.addr));
+                let body = ReadRequest {
+                    sink_stag,
+                    sink_to,
+                    size: w.len as u32,
+                    source_stag: remote.rkey,
+                    source_to: remote.addr,
+                }
+                .to_bytes();
+                self.orq.push(Outstanding {
+                    seq: Some(seq),
+                    covers: seq,
+                    sink_stag,
+                    sink_to,
+                    size: w.len,
+                    placed: 0,
+                    msn,
+                });
+                // The Read confirms everything sent before it.
+                self.sq.uncovered = None;
+                self.start(
+                    Kind::Request(seq),
+                    Opcode::ReadRequest,
+                    MessageTarget::Untagged { msn, inval_stag: 0 },
+                    Self::inline(&body),
+                    READ_REQUEST_LEN as u64,
+                );
+            }
+            SendOp::FastReg { .. } | SendOp::LocalInvalidate { .. } => {}
+        }
+        Started::Message
+    }
+}
+
+enum Started {
+    Message,
+    Local,
+    Nothing,
+}
+
+/// Writes (the rest of) one FPDU with one `sendmsg`. `Ok(true)` when complete,
+/// `Ok(false)` when the socket is full.
+fn write_fpdu(f: &mut Fpdu, fd: RawFd) -> io::Result<bool> {
+    loop {
+        let mut iov = [libc::iovec {
+            iov_base: core::ptr::null_mut(),
+            iov_len: 0,
+        }; MAX_SGE + 4];
+        let mut n = 0;
+        let mut skip = f.written;
+        let mut add = |base: *const u8, len: usize| {
+            if skip >= len {
+                skip -= len;
+                return;
+            }
+            iov[n] = libc::iovec {
+                iov_base: base.wrapping_add(skip) as *mut libc::c_void,
+                iov_len: len - skip,
+            };
+            skip = 0;
+            n += 1;
+        };
+        add(f.head.as_ptr(), f.head_len);
+        add(f.inline.as_ptr(), f.inline_len);
+        for &(addr, len) in &f.pieces[..f.npieces] {
+            add(addr as *const u8, len);
+        }
+        add(f.trailer.as_ptr(), f.trailer_len);
+        add(f.tail.as_ptr(), f.tail_len);
+        // SAFETY: a zeroed msghdr is valid; we set the iovec array only.
+        let mut mh: libc::msghdr = unsafe { core::mem::zeroed() };
+        mh.msg_iov = iov.as_mut_ptr();
+        mh.msg_iovlen = n as _;
+        // SAFETY: every iovec points into our buffers or registered memory (checked,
+        // kept mapped by the device) for its length; the kernel only reads them.
+        let r = unsafe { libc::sendmsg(fd, &mh, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            match e.kind() {
+                io::ErrorKind::Interrupted => continue,
+                io::ErrorKind::WouldBlock => return Ok(false),
+                _ => return Err(e),
+            }
+        }
+        f.written += r as usize;
+        if f.written >= f.total {
+            return Ok(true);
+        }
+    }
+}
