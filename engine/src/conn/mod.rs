@@ -37,6 +37,11 @@ use rpcrdma_pools::PoolError;
 /// Completions reaped per poll.
 pub const CQ_BATCH: usize = 32;
 
+/// Once a connection is up, its connection manager is polled every this many polls:
+/// CM progress can cost a system call (shm reads a socket), and a disconnect shows up
+/// on the data path anyway (every posted request is flushed).
+pub const CM_POLL_INTERVAL: u32 = 64;
+
 /// Why a connection could not be set up.
 #[derive(Debug)]
 pub enum ConnError {

@@ -24,6 +24,7 @@ pub struct RequesterConn<P: Provider> {
     cm: P::Cm,
     conn: ConnId,
     events: FixedQueue<ConnEvent>,
+    polls: u32,
     res: ConnResources<P>,
 }
 
@@ -61,6 +62,7 @@ impl<P: Provider> RequesterConn<P> {
             cm,
             conn,
             events: FixedQueue::with_capacity(32),
+            polls: 0,
             res,
         })
     }
@@ -69,7 +71,10 @@ impl<P: Provider> RequesterConn<P> {
     /// posting. Returns the work done (events and completions handled).
     pub fn poll(&mut self, now: Instant) -> usize {
         let mut work = 0;
-        loop {
+        self.polls = self.polls.wrapping_add(1);
+        let cm_due = self.core.state() != ConnState::Established
+            || self.polls % super::CM_POLL_INTERVAL == 0;
+        while cm_due {
             match self.cm.poll_event() {
                 Ok(Some(ev)) => {
                     work += 1;

@@ -193,6 +193,7 @@ pub struct Server<P: Provider, S, F> {
     conns: Vec<ResponderConn<P, S>>,
     keep_closed: bool,
     refused: u64,
+    polls: u32,
 }
 
 impl<P, S, F> Server<P, S, F>
@@ -218,6 +219,7 @@ where
             conns: Vec::new(),
             keep_closed: false,
             refused: 0,
+            polls: 0,
         })
     }
 
@@ -231,7 +233,14 @@ where
     /// connection. Returns the work done.
     pub fn poll(&mut self, now: Instant) -> usize {
         let mut work = 0;
-        loop {
+        self.polls = self.polls.wrapping_add(1);
+        let cm_due = self.polls % super::CM_POLL_INTERVAL == 0
+            || self.conns.is_empty()
+            || self
+                .conns
+                .iter()
+                .any(|c| c.state() == ConnState::Connecting);
+        while cm_due {
             let ev = match self.listener.poll_event() {
                 Ok(Some(ev)) => ev,
                 Ok(None) | Err(_) => break,
