@@ -208,6 +208,47 @@ fn be(b: &[u8], i: usize) -> u32 {
 }
 
 #[test]
+fn missing_or_foreign_private_data_means_rfc8166_defaults() {
+    for peer in [&[][..], &[1, 2, 3, 4, 5, 6, 7, 8][..]] {
+        let pools = pools();
+        let mrs = (1..=40)
+            .map(|i| FakeMr {
+                key: make_key(i, 0),
+            })
+            .collect();
+        let credits = Arc::new(CreditTable::new(8, false));
+        let mut core = RequesterCore::new(&cfg(), &pools, mrs, credits).expect("core");
+        core.on_established(peer, Instant::now());
+        let th = core.thresholds();
+        assert_eq!(
+            (th.send, th.recv, th.remote_invalidate),
+            (1024, 1024, false)
+        );
+    }
+    // Found after other layers' data (RFC 8797 §5.2).
+    let (core, _pools, _qp, _now) = requester();
+    let th = core.thresholds();
+    assert_eq!((th.send, th.recv, th.remote_invalidate), (4096, 4096, true));
+    let pools = pools();
+    let mrs = (1..=40)
+        .map(|i| FakeMr {
+            key: make_key(i, 0),
+        })
+        .collect();
+    let credits = Arc::new(CreditTable::new(8, false));
+    let mut core = RequesterCore::new(&cfg(), &pools, mrs, credits).expect("core");
+    let mut wrapped = b"other layer".to_vec();
+    wrapped.extend_from_slice(
+        &PrivateData::new(2048, 8192, true)
+            .to_bytes()
+            .expect("encodes"),
+    );
+    core.on_established(&wrapped, Instant::now());
+    let th = core.thresholds();
+    assert_eq!((th.send, th.recv, th.remote_invalidate), (4096, 2048, true));
+}
+
+#[test]
 fn requester_sends_rdma_msg_with_empty_lists_and_the_xid_in_both_headers() {
     let (mut core, pools, mut qp, now) = requester();
     assert_eq!(qp.recvs.len(), 12, "credits + 4 receives posted up front");

@@ -123,13 +123,17 @@ impl CallTable {
         };
         // SAFETY: the state is PENDING or ABANDONED: the poller owns the cell.
         unsafe { *t.outcome.get() = Some(outcome) };
+        // Taken before DONE is published: from then on the caller may reuse the ticket
+        // and its waiter cell. (A Thread clone is a reference-count increment.)
+        // SAFETY: written by the caller before the ticket was sent; not written again
+        // until the caller has seen DONE.
+        let waiter = unsafe { (*t.waiter.get()).clone() };
         match t
             .state
             .compare_exchange(PENDING, DONE, Ordering::AcqRel, Ordering::Acquire)
         {
             Ok(_) => {
-                // SAFETY: written before the ticket was sent; read-only from here.
-                if let Some(w) = unsafe { (*t.waiter.get()).as_ref() } {
+                if let Some(w) = waiter {
                     w.unpark();
                 }
             }
@@ -437,8 +441,15 @@ where
     }
 
     fn on_remove(&mut self) {
-        // Tickets still pending get a final outcome: the connection is gone.
+        // Give calls in flight their outcome: close, and poll (briefly: removal must
+        // not stall the poller) until the flushes are back. Calls still pending after
+        // that are reported to their callers by their own deadlines.
         self.conn.close();
+        let end = Instant::now() + Duration::from_millis(50);
+        while self.conn.state() != ConnState::Closed && Instant::now() < end {
+            self.conn.poll(Instant::now());
+            self.route();
+        }
         self.route();
     }
 }
