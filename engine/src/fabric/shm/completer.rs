@@ -53,10 +53,13 @@ impl Completer {
     /// The status the target gave request `ssn`: `Ok(None)` while it is not finished,
     /// `Err` if the target's counters make no sense.
     #[inline]
-    fn acked(&mut self, ssn: u64) -> Result<Option<WcStatus>, ()> {
+    fn acked(&mut self, qp: &QpShared, ssn: u64) -> Result<Option<WcStatus>, ()> {
         if ssn >= self.seen.done {
-            let now = self.acks.read().ok_or(())?;
-            if now.done < self.seen.done {
+            let now = self.acks.read();
+            // Loaded after the tail, so it covers every request the target can have
+            // seen: the poster stores it before publishing each slot.
+            let pushed = qp.req_pushed.load(Ordering::Relaxed);
+            if now.done < self.seen.done || now.done > pushed {
                 return Err(());
             }
             self.seen = now;
@@ -90,7 +93,7 @@ impl Completer {
             } else if self.abandoned {
                 WcStatus::WrFlushed
             } else {
-                match self.acked(e.ssn) {
+                match self.acked(qp, e.ssn) {
                     Ok(Some(st)) => st,
                     Ok(None) if !failed => break,
                     Ok(None) => {

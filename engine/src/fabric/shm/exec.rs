@@ -16,7 +16,7 @@ use rpcrdma_pools::Arena;
 use super::device::ANNOUNCE_LEN;
 use super::qp::QpShared;
 use super::ring::Consumer;
-use super::segment::{ack, op, ReqSlot, Segment, MAX_SGE};
+use super::segment::{ack, op, ReqHeader, ReqSlot, Segment, MAX_SGE};
 use super::sock::{self, Recv};
 use crate::fabric::mr::Access;
 use crate::fabric::types::{Completion, WcOpcode, WcStatus, RNR_RETRY_INFINITE};
@@ -124,23 +124,19 @@ impl Executor {
         }
         let mut n = 0;
         for _ in 0..BUDGET {
-            let slot = match self.req.peek() {
-                Ok(Some(s)) => s,
-                Ok(None) => break,
-                Err(_) => {
-                    // The peer scribbled over its counters: the connection is unusable.
-                    self.fail(qp);
-                    return n + qp.flush_recvs(&mut out[n..]);
-                }
+            let Some(slot) = self.req.peek() else {
+                break;
             };
-            let is_send = slot.op == op::SEND || slot.op == op::SEND_INV;
+            // SAFETY: a published slot of the peer's live ring.
+            let h = unsafe { ReqSlot::header(slot) };
+            let is_send = h.op == op::SEND || h.op == op::SEND_INV;
             if is_send && n == out.len() {
                 break;
             }
-            let outcome = match slot.op {
-                op::SEND | op::SEND_INV => self.exec_send(qp, &slot, &mut out[n]),
-                op::WRITE => self.exec_write(qp, &slot),
-                op::READ => self.exec_read(qp, &slot),
+            let outcome = match h.op {
+                op::SEND | op::SEND_INV => self.exec_send(qp, &h, slot, &mut out[n]),
+                op::WRITE => self.exec_write(qp, &h, slot),
+                op::READ => self.exec_read(qp, &h, slot),
                 _ => Outcome::nak(ack::REMOTE_INVALID),
             };
             let Outcome::Done { status, completed } = outcome else {
@@ -197,13 +193,20 @@ impl Executor {
 
     /// Resolves the peer's translated entries of `slot` to runs in our mapping of its
     /// arenas. `None` means the peer broke the protocol.
-    fn peer_runs(&mut self, slot: &ReqSlot, runs: &mut [Run; MAX_SGE]) -> Option<usize> {
-        let n = slot.num_sge as usize;
+    fn peer_runs(
+        &mut self,
+        h: &ReqHeader,
+        slot: *const ReqSlot,
+        runs: &mut [Run; MAX_SGE],
+    ) -> Option<usize> {
+        let n = h.num_sge as usize;
         if n > MAX_SGE {
             return None;
         }
         let mut total: u64 = 0;
-        for (run, sge) in runs.iter_mut().zip(&slot.sge[..n]) {
+        for (i, run) in runs.iter_mut().enumerate().take(n) {
+            // SAFETY: a published slot of the peer's live ring; i < n <= MAX_SGE.
+            let sge = unsafe { ReqSlot::sge(slot, i) };
             let arena = self.peer_arena(sge.arena)?;
             let end = sge.offset.checked_add(u64::from(sge.len))?;
             if end > arena.len() as u64 {
@@ -215,7 +218,7 @@ impl Executor {
             };
             total += u64::from(sge.len);
         }
-        (total == u64::from(slot.total_len)).then_some(n)
+        (total == u64::from(h.total_len)).then_some(n)
     }
 
     /// Resolves our own `[addr, addr+len)` under `rkey` with `need`.
@@ -229,46 +232,38 @@ impl Executor {
         })
     }
 
-    fn exec_write(&mut self, qp: &QpShared, slot: &ReqSlot) -> Outcome {
+    fn exec_write(&mut self, qp: &QpShared, h: &ReqHeader, slot: *const ReqSlot) -> Outcome {
         let mut src = [NO_RUN; MAX_SGE];
-        let Some(ns) = self.peer_runs(slot, &mut src) else {
+        let Some(ns) = self.peer_runs(h, slot, &mut src) else {
             return Outcome::nak(ack::REMOTE_OP);
         };
         // As in InfiniBand, a zero-length RDMA operation checks no key.
-        if slot.total_len > 0 {
-            let Some(dst) = Self::target_run(
-                qp,
-                slot.key,
-                Access::REMOTE_WRITE,
-                slot.remote_addr,
-                slot.total_len,
-            ) else {
+        if h.total_len > 0 {
+            let Some(dst) =
+                Self::target_run(qp, h.key, Access::REMOTE_WRITE, h.remote_addr, h.total_len)
+            else {
                 return Outcome::nak(ack::REMOTE_ACCESS);
             };
             // SAFETY: src runs lie inside the peer's arenas as mapped here, dst inside
             // one of our registered arenas (bounds checked above); separate mappings.
-            unsafe { scatter_gather(&src[..ns], &[dst], slot.total_len as usize) };
+            unsafe { scatter_gather(&src[..ns], &[dst], h.total_len as usize) };
         }
         Outcome::ACK
     }
 
-    fn exec_read(&mut self, qp: &QpShared, slot: &ReqSlot) -> Outcome {
+    fn exec_read(&mut self, qp: &QpShared, h: &ReqHeader, slot: *const ReqSlot) -> Outcome {
         let mut dst = [NO_RUN; MAX_SGE];
-        let Some(nd) = self.peer_runs(slot, &mut dst) else {
+        let Some(nd) = self.peer_runs(h, slot, &mut dst) else {
             return Outcome::nak(ack::REMOTE_OP);
         };
-        if slot.total_len > 0 {
-            let Some(src) = Self::target_run(
-                qp,
-                slot.key,
-                Access::REMOTE_READ,
-                slot.remote_addr,
-                slot.total_len,
-            ) else {
+        if h.total_len > 0 {
+            let Some(src) =
+                Self::target_run(qp, h.key, Access::REMOTE_READ, h.remote_addr, h.total_len)
+            else {
                 return Outcome::nak(ack::REMOTE_ACCESS);
             };
             // SAFETY: as in exec_write, with the directions swapped.
-            unsafe { scatter_gather(&[src], &dst[..nd], slot.total_len as usize) };
+            unsafe { scatter_gather(&[src], &dst[..nd], h.total_len as usize) };
         }
         Outcome::ACK
     }
@@ -305,7 +300,13 @@ impl Executor {
         }
     }
 
-    fn exec_send(&mut self, qp: &QpShared, slot: &ReqSlot, out: &mut Completion) -> Outcome {
+    fn exec_send(
+        &mut self,
+        qp: &QpShared,
+        h: &ReqHeader,
+        slot: *const ReqSlot,
+        out: &mut Completion,
+    ) -> Outcome {
         let posted = qp.rq_posted.load(Ordering::Acquire);
         let consumed = qp.rq_consumed.load(Ordering::Relaxed);
         if consumed == posted {
@@ -341,24 +342,24 @@ impl Executor {
             }
             cap += u64::from(sge.length);
         }
-        if u64::from(slot.total_len) > cap {
+        if u64::from(h.total_len) > cap {
             return done(WcStatus::LocalLengthError, 0, None, ack::REMOTE_INVALID);
         }
         let mut src = [NO_RUN; MAX_SGE];
-        let Some(ns) = self.peer_runs(slot, &mut src) else {
+        let Some(ns) = self.peer_runs(h, slot, &mut src) else {
             return done(WcStatus::GeneralError, 0, None, ack::REMOTE_OP);
         };
         let mut inv = None;
-        if slot.op == op::SEND_INV {
-            if qp.dev.table.invalidate(slot.key, qp.pd).is_err() {
+        if h.op == op::SEND_INV {
+            if qp.dev.table.invalidate(h.key, qp.pd).is_err() {
                 return done(WcStatus::LocalAccessError, 0, None, ack::REMOTE_ACCESS);
             }
-            inv = Some(slot.key);
+            inv = Some(h.key);
         }
         // SAFETY: src runs lie in the peer's arenas as mapped here, dst runs in our
         // registered arenas (bounds checked); cap >= total_len was checked above.
-        unsafe { scatter_gather(&src[..ns], &dst[..nd], slot.total_len as usize) };
-        done(WcStatus::Success, slot.total_len, inv, ack::OK)
+        unsafe { scatter_gather(&src[..ns], &dst[..nd], h.total_len as usize) };
+        done(WcStatus::Success, h.total_len, inv, ack::OK)
     }
 }
 

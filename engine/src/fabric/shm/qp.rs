@@ -17,7 +17,7 @@ use super::cq::CqShared;
 use super::device::{DeviceShared, MAX_MSG_SIZE};
 use super::exec::Executor;
 use super::ring::Producer;
-use super::segment::{op, ReqSlot, Segment, WireSge, MAX_SGE};
+use super::segment::{op, ReqHeader, ReqSlot, Segment, WireSge, MAX_SGE};
 use super::table::Mapping;
 use crate::fabric::cm::ConnId;
 use crate::fabric::error::{FabricError, PostError, PostErrorKind};
@@ -125,6 +125,8 @@ pub(crate) struct QpShared {
     pub(crate) sq: Slots<SqEntry>,
     pub(crate) sq_posted: AtomicU64,
     pub(crate) sq_freed: AtomicU64,
+    /// Requests published on our ring: what the peer's acks may cover at most.
+    pub(crate) req_pushed: AtomicU64,
     pub(crate) rq: Slots<RqEntry>,
     pub(crate) rq_posted: AtomicU64,
     pub(crate) rq_consumed: AtomicU64,
@@ -292,7 +294,6 @@ pub struct ShmQp {
     req: Producer<ReqSlot>,
     sq_head: u64,
     sq_freed_seen: u64,
-    next_ssn: u64,
     rq_head: u64,
     rq_consumed_seen: u64,
     cq_reservations: [Option<(Arc<CqShared>, u64)>; 2],
@@ -375,6 +376,7 @@ impl ShmQp {
             sq: Slots::new(p.caps.max_send_wr, SqEntry::EMPTY),
             sq_posted: AtomicU64::new(0),
             sq_freed: AtomicU64::new(0),
+            req_pushed: AtomicU64::new(0),
             rq: Slots::new(p.caps.max_recv_wr, RqEntry::EMPTY),
             rq_posted: AtomicU64::new(0),
             rq_consumed: AtomicU64::new(0),
@@ -406,15 +408,16 @@ impl ShmQp {
             shared,
             sq_head: 0,
             sq_freed_seen: 0,
-            next_ssn: 0,
             rq_head: 0,
             rq_consumed_seen: 0,
             cq_reservations: reservations,
         })
     }
 
-    /// Builds the slot for a Send, Write or Read, translating the local entries.
-    fn remote_slot(&mut self, wr: &SendWr<'_>, total: u32) -> Result<ReqSlot, WcStatus> {
+    /// Fills the next ring slot for a Send, Write or Read, translating the local
+    /// entries, and publishes it; returns its sequence number. Nothing is published on
+    /// error.
+    fn push_remote(&mut self, wr: &SendWr<'_>, total: u32) -> Result<u64, WcStatus> {
         let (opc, key, raddr, need) = match wr.op {
             SendOp::Send => (op::SEND, 0, 0, Access::NONE),
             SendOp::SendWithInvalidate { rkey } => (op::SEND_INV, rkey, 0, Access::NONE),
@@ -426,29 +429,37 @@ impl ShmQp {
                 return Err(WcStatus::LocalQpOperationError)
             }
         };
-        let mut slot = ReqSlot {
-            op: opc,
-            num_sge: wr.sgl.len() as u32,
-            ssn: self.next_ssn,
-            remote_addr: raddr,
-            total_len: total,
-            key,
-            ..ReqSlot::default()
-        };
+        let slot = self.req.slot();
         let sh = &*self.shared;
-        for (dst, sge) in slot.sge.iter_mut().zip(wr.sgl) {
+        // post_send checked the entry count against max_send_sge <= MAX_SGE.
+        for (i, sge) in wr.sgl.iter().enumerate().take(MAX_SGE) {
             let place = sh
                 .dev
                 .table
                 .lookup(sge.lkey, sh.pd, need, sge.addr, u64::from(sge.length))
                 .map_err(|_| WcStatus::LocalProtectionError)?;
-            *dst = WireSge {
+            let e = WireSge {
                 arena: place.arena,
                 len: sge.length,
                 offset: place.offset,
             };
+            // SAFETY: the caller checked room, so the slot is free and unpublished; we
+            // are the ring's only producer; i < MAX_SGE.
+            unsafe { ReqSlot::set_sge(slot, i, e) };
         }
-        Ok(slot)
+        let h = ReqHeader {
+            op: opc,
+            num_sge: wr.sgl.len().min(MAX_SGE) as u32,
+            remote_addr: raddr,
+            total_len: total,
+            key,
+        };
+        // SAFETY: as above.
+        unsafe { ReqSlot::set_header(slot, h) };
+        let ssn = self.req.position();
+        sh.req_pushed.store(ssn + 1, Ordering::Relaxed);
+        self.req.commit();
+        Ok(ssn)
     }
 
     /// Runs a FastReg or LocalInvalidate now: they touch only our key table.
@@ -490,7 +501,6 @@ impl ShmQp {
     }
 
     fn publish_send(&mut self) {
-        self.req.publish();
         self.shared.sq_posted.store(self.sq_head, Ordering::Release);
     }
 }
@@ -569,12 +579,10 @@ impl QueuePair for ShmQp {
                     // SQ accounting keeps ring occupancy below the depth, so room is
                     // only missing if the peer corrupted the counters.
                     let status = match self.req.room() {
-                        Ok(r) if r > 0 => match self.remote_slot(wr, total as u32) {
-                            Ok(slot) => {
-                                self.req.push(slot);
+                        Ok(r) if r > 0 => match self.push_remote(wr, total as u32) {
+                            Ok(ssn) => {
                                 entry.remote = true;
-                                entry.ssn = self.next_ssn;
-                                self.next_ssn += 1;
+                                entry.ssn = ssn;
                                 WcStatus::Success
                             }
                             Err(s) => s,

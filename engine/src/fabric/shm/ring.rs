@@ -1,202 +1,175 @@
 //! Lock-free single-producer/single-consumer rings over shared memory.
 //!
-//! Head and tail are monotonically increasing 64-bit counters on their own cache lines,
-//! so they never wrap and full/empty are unambiguous. Each side keeps a private copy of
-//! the other side's counter and rereads the shared one only when its copy says full or
-//! empty. A producer writes any number of slots and then publishes them with one release
-//! store of the head: one doorbell per chain.
+//! Every slot carries its own sequence word (the FastForward trick): the producer fills
+//! a slot in place and then release-stores `n + 1` into it, where `n` is the slot's
+//! position, counting from zero and never wrapping. The consumer polls the next slot's
+//! word rather than a shared head counter, so an idle poll touches one line and a busy
+//! one finds the request in the line it has just read: one cache-line transfer per
+//! request instead of two dependent ones. A stale word from the previous lap differs
+//! by the capacity, so it never looks new.
 //!
-//! The peer may be another process, so nothing read from the ring is trusted: counters
-//! that would put more than the capacity in flight are reported as corruption, and slot
-//! types are plain integers valid for every bit pattern.
+//! The consumer's tail (a monotonically increasing count of slots it has finished) is on
+//! its own cache line; it is both the producer's flow control and, for the request ring,
+//! the target's acknowledgement. The producer keeps a private copy and rereads the
+//! shared one only when its copy says full.
+//!
+//! The peer may be another process, so nothing read from the ring is trusted: a tail
+//! claiming more than was produced is reported as corruption, a slot word that is not
+//! exactly the expected one means "not yet", and slot contents are read once into
+//! locals before they are checked and used.
 
-use std::marker::PhantomData;
-use std::ptr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use rpcrdma_pools::Arena;
 
-/// Slot types: `repr(C)` structs of integers, valid for any bit pattern.
+/// Slot types: `repr(C)` structs whose first field is the `AtomicU64` sequence word and
+/// whose other fields are plain integers, valid for any bit pattern.
 ///
 /// # Safety
-/// Implementors must be `Copy`, contain no padding-sensitive invariants, pointers,
-/// `bool`s or enums: reading arbitrary bytes as `Self` must be sound.
-pub(crate) unsafe trait Pod: Copy {
-    /// Writes `v` into the shared slot `dst`. Types may write only the part that means
-    /// something, to move fewer cache lines.
-    ///
-    /// # Safety
-    /// `dst` must be valid for writes of `Self`.
-    #[inline]
-    unsafe fn store(dst: *mut Self, v: &Self) {
-        // SAFETY: per the contract.
-        unsafe { ptr::write_volatile(dst, *v) }
-    }
+/// Implementors must be `repr(C)` with an `AtomicU64` at offset 0 and no field for
+/// which some bit pattern is invalid (no references, `bool`s or enums).
+pub(crate) unsafe trait Slot {}
 
-    /// Reads the shared slot `src` (see [`Pod::store`]).
-    ///
-    /// # Safety
-    /// `src` must be valid for reads of `Self`.
-    #[inline]
-    unsafe fn load(src: *const Self) -> Self {
-        // SAFETY: per the contract; any bytes are a valid Self.
-        unsafe { ptr::read_volatile(src) }
-    }
-}
-
-/// The shared counters of one ring moved outside their valid range.
+/// The consumer's tail claims more slots than were ever produced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Corrupt;
 
 /// Where a ring lives inside a mapping.
 pub(crate) struct RingMem {
-    pub head: *const AtomicU64,
     pub tail: *const AtomicU64,
     pub slots: *mut u8,
     /// Number of slots; a power of two.
     pub cap: u64,
 }
 
+#[inline]
+fn seq_word<T: Slot>(slot: *const T) -> *const AtomicU64 {
+    // Offset 0 holds the sequence word, per the `Slot` contract.
+    slot.cast()
+}
+
 /// The producing end of a ring.
-pub(crate) struct Producer<T: Pod> {
+pub(crate) struct Producer<T: Slot> {
     _map: Arc<Arena>,
-    head: *const AtomicU64,
     tail: *const AtomicU64,
     slots: *mut T,
-    cap: u64,
+    mask: u64,
     next: u64,
-    published: u64,
     tail_seen: u64,
-    _t: PhantomData<T>,
 }
 
 // SAFETY: the pointers target the mapping `_map` keeps alive; the producer is the only
-// writer of `head` and of unpublished slots, whichever thread it moves to.
-unsafe impl<T: Pod> Send for Producer<T> {}
+// writer of unpublished slots, whichever thread it moves to.
+unsafe impl<T: Slot> Send for Producer<T> {}
 
-impl<T: Pod> Producer<T> {
+impl<T: Slot> Producer<T> {
     /// A producer over `mem`, which must lie inside `map`, be aligned for `T` and for the
-    /// counters, and have exactly one producer.
+    /// tail, start zeroed, and have exactly one producer.
     ///
     /// # Safety
     /// `mem` must describe memory inside `map` as stated.
     pub(crate) unsafe fn new(map: Arc<Arena>, mem: RingMem) -> Self {
-        // SAFETY: the caller guarantees head/tail point at live counters.
-        let (next, tail) = unsafe {
-            (
-                (*mem.head).load(Ordering::Acquire),
-                (*mem.tail).load(Ordering::Acquire),
-            )
-        };
         Producer {
             _map: map,
-            head: mem.head,
             tail: mem.tail,
             slots: mem.slots.cast(),
-            cap: mem.cap,
-            next,
-            published: next,
-            tail_seen: tail,
-            _t: PhantomData,
+            mask: mem.cap - 1,
+            next: 0,
+            tail_seen: 0,
         }
     }
 
     /// Free slots, rereading the consumer's counter only when the cached one says full.
     #[inline]
     pub(crate) fn room(&mut self) -> Result<u64, Corrupt> {
+        let cap = self.mask + 1;
         let mut used = self.next.wrapping_sub(self.tail_seen);
-        if used >= self.cap {
+        if used >= cap {
             // SAFETY: `tail` points into the mapping kept alive by `_map`.
             self.tail_seen = unsafe { (*self.tail).load(Ordering::Acquire) };
             used = self.next.wrapping_sub(self.tail_seen);
         }
-        if used > self.cap {
+        if used > cap {
             return Err(Corrupt);
         }
-        Ok(self.cap - used)
+        Ok(cap - used)
     }
 
-    /// Writes `v` into the next slot (not yet visible). The caller checked [`room`].
+    /// Position of the slot [`slot`] returns (the request's sequence number).
     ///
+    /// [`slot`]: Producer::slot
+    #[inline]
+    pub(crate) fn position(&self) -> u64 {
+        self.next
+    }
+
+    /// The next slot, to fill in place before [`commit`]. The caller checked [`room`];
+    /// until it commits, the consumer ignores the slot, so a slot filled halfway and
+    /// abandoned is simply overwritten by the next request.
+    ///
+    /// [`commit`]: Producer::commit
     /// [`room`]: Producer::room
     #[inline]
-    pub(crate) fn push(&mut self, v: T) {
-        let i = (self.next & (self.cap - 1)) as usize;
-        // SAFETY: i < cap, and the slot is free: the caller checked room() and we are
-        // the only producer.
-        unsafe { T::store(self.slots.add(i), &v) };
-        self.next += 1;
+    pub(crate) fn slot(&mut self) -> *mut T {
+        // The index is masked below the capacity, so the pointer stays in the ring.
+        self.slots.wrapping_add((self.next & self.mask) as usize)
     }
 
-    /// Makes every pushed slot visible with one release store.
+    /// Publishes the slot [`slot`] returned: one release store of its sequence word.
+    ///
+    /// [`slot`]: Producer::slot
     #[inline]
-    pub(crate) fn publish(&mut self) {
-        if self.next != self.published {
-            // SAFETY: `head` points into the mapping kept alive by `_map`.
-            unsafe { (*self.head).store(self.next, Ordering::Release) };
-            self.published = self.next;
-        }
+    pub(crate) fn commit(&mut self) {
+        let slot = self.slot();
+        self.next += 1;
+        // SAFETY: the slot is inside the ring (see `slot`), its word is an aligned
+        // AtomicU64 per the `Slot` contract, and the mapping is alive.
+        unsafe { (*seq_word(slot)).store(self.next, Ordering::Release) };
     }
 }
 
 /// The consuming end of a ring.
-pub(crate) struct Consumer<T: Pod> {
+pub(crate) struct Consumer<T: Slot> {
     _map: Arc<Arena>,
-    head: *const AtomicU64,
     tail: *const AtomicU64,
     slots: *const T,
-    cap: u64,
+    mask: u64,
     next: u64,
     released: u64,
-    head_seen: u64,
 }
 
 // SAFETY: as for Producer: the mapping is kept alive and this is the only consumer.
-unsafe impl<T: Pod> Send for Consumer<T> {}
+unsafe impl<T: Slot> Send for Consumer<T> {}
 
-impl<T: Pod> Consumer<T> {
+impl<T: Slot> Consumer<T> {
     /// A consumer over `mem` (see [`Producer::new`]).
     ///
     /// # Safety
     /// `mem` must describe memory inside `map`, suitably aligned, with one consumer.
     pub(crate) unsafe fn new(map: Arc<Arena>, mem: RingMem) -> Self {
-        // SAFETY: the caller guarantees head/tail point at live counters.
-        let (head, next) = unsafe {
-            (
-                (*mem.head).load(Ordering::Acquire),
-                (*mem.tail).load(Ordering::Acquire),
-            )
-        };
         Consumer {
             _map: map,
-            head: mem.head,
             tail: mem.tail,
             slots: mem.slots.cast(),
-            cap: mem.cap,
-            next,
-            released: next,
-            head_seen: head,
+            mask: mem.cap - 1,
+            next: 0,
+            released: 0,
         }
     }
 
-    /// The next published slot, if any, without consuming it.
+    /// The next published slot, if any, without consuming it. Its contents are the
+    /// producer's until [`advance`]; read each field once.
+    ///
+    /// [`advance`]: Consumer::advance
     #[inline]
-    pub(crate) fn peek(&mut self) -> Result<Option<T>, Corrupt> {
-        if self.next == self.head_seen {
-            // SAFETY: `head` points into the mapping kept alive by `_map`.
-            self.head_seen = unsafe { (*self.head).load(Ordering::Acquire) };
-            if self.head_seen.wrapping_sub(self.next) > self.cap {
-                return Err(Corrupt);
-            }
-            if self.next == self.head_seen {
-                return Ok(None);
-            }
-        }
-        let i = (self.next & (self.cap - 1)) as usize;
-        // SAFETY: i < cap; T is Pod, so whatever bytes the producer left are a valid T;
-        // the acquire load of `head` made the slot's contents visible.
-        Ok(Some(unsafe { T::load(self.slots.add(i)) }))
+    pub(crate) fn peek(&self) -> Option<*const T> {
+        let slot = self.slots.wrapping_add((self.next & self.mask) as usize);
+        // SAFETY: the slot is inside the ring and the mapping is alive; the word is an
+        // aligned AtomicU64 per the `Slot` contract. The acquire makes the producer's
+        // writes to the slot visible.
+        let word = unsafe { (*seq_word(slot)).load(Ordering::Acquire) };
+        (word == self.next + 1).then_some(slot)
     }
 
     /// Sequence number of the slot [`peek`] returns next.

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use rpcrdma_pools::{Arena, ArenaOptions, HugePages};
 
-use super::ring::{Consumer, Pod, Producer, RingMem};
+use super::ring::{Consumer, Producer, RingMem, Slot};
 use crate::fabric::error::FabricError;
 
 /// Most scatter-gather entries one request carries.
@@ -24,17 +24,16 @@ pub(crate) const MAX_SGE: usize = 8;
 pub(crate) const MAX_SLOTS: u32 = 1 << 16;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"RRSHMSEG");
-const VERSION: u32 = 2;
+const VERSION: u32 = 3;
 const LINE: usize = 128;
 const OFF_FLAGS: usize = LINE;
-const OFF_REQ_HEAD: usize = 2 * LINE;
 /// The tail, then the NAK record (both written by the target only).
-const OFF_REQ_TAIL: usize = 3 * LINE;
+const OFF_REQ_TAIL: usize = 2 * LINE;
 const OFF_NAK_SSN: usize = OFF_REQ_TAIL + 8;
 const OFF_NAK_STATUS: usize = OFF_REQ_TAIL + 16;
-const OFF_REQ_SLOTS: usize = 4 * LINE;
+const OFF_REQ_SLOTS: usize = 3 * LINE;
 
-/// Request opcodes in [`ReqSlot::op`].
+/// Request opcodes in [`ReqHeader::op`].
 pub(crate) mod op {
     pub const SEND: u32 = 1;
     pub const SEND_INV: u32 = 2;
@@ -61,61 +60,96 @@ pub(crate) struct WireSge {
     pub offset: u64,
 }
 
-/// One request (192 bytes: three cache lines).
+/// What a request asks for; the target reads it once, then checks it.
 #[repr(C)]
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct ReqSlot {
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct ReqHeader {
     pub op: u32,
+    /// Scatter-gather entries in the body.
     pub num_sge: u32,
-    /// Send sequence number, echoed by the ack.
-    pub ssn: u64,
     /// Target address (Write, Read).
     pub remote_addr: u64,
     /// Sum of the entries' lengths.
     pub total_len: u32,
     /// rkey (Write, Read) or key to invalidate (Send With Invalidate).
     pub key: u32,
-    pub _pad: [u64; 4],
-    pub sge: [WireSge; MAX_SGE],
 }
 
-/// Bytes of a request before its scatter-gather entries.
-const REQ_HEADER: usize = std::mem::offset_of!(ReqSlot, sge);
+/// Bytes of a slot after its sequence word and header.
+const BODY_LEN: usize = 160;
 
-// SAFETY: a repr(C) struct of integers and arrays of integers.
-unsafe impl Pod for ReqSlot {
-    /// Copies the header and the entries in use only: a one-entry request moves two
-    /// cache lines instead of three.
-    #[inline]
-    unsafe fn store(dst: *mut Self, v: &Self) {
-        let n = (v.num_sge as usize).min(MAX_SGE);
-        let len = REQ_HEADER + n * std::mem::size_of::<WireSge>();
-        // SAFETY: len <= size_of::<ReqSlot>(); dst is valid for a whole slot.
-        unsafe {
-            std::ptr::copy_nonoverlapping((v as *const Self).cast::<u8>(), dst.cast::<u8>(), len)
-        }
-    }
-
-    #[inline]
-    unsafe fn load(src: *const Self) -> Self {
-        let mut v = ReqSlot::default();
-        let dst = (&mut v as *mut Self).cast::<u8>();
-        // SAFETY: src is valid for a whole slot; the header is copied first and the
-        // entry count it holds is clamped before it sizes the second copy.
-        unsafe {
-            std::ptr::copy_nonoverlapping(src.cast::<u8>(), dst, REQ_HEADER);
-            let n = (v.num_sge as usize).min(MAX_SGE);
-            std::ptr::copy_nonoverlapping(
-                src.cast::<u8>().add(REQ_HEADER),
-                dst.add(REQ_HEADER),
-                n * std::mem::size_of::<WireSge>(),
-            );
-        }
-        v
-    }
+/// One request slot (192 bytes: three cache lines): the ring's sequence word, the
+/// header, and a body of translated scatter-gather entries. A request with one entry
+/// touches the first two lines only.
+#[repr(C)]
+pub(crate) struct ReqSlot {
+    seq: AtomicU64,
+    hdr: ReqHeader,
+    body: [u64; BODY_LEN / 8],
 }
+
+// SAFETY: repr(C), the AtomicU64 sequence word first, then integers only.
+unsafe impl Slot for ReqSlot {}
+
 const _: () = assert!(std::mem::size_of::<ReqSlot>() == 192);
-const _: () = assert!(REQ_HEADER == 64);
+const _: () = assert!(std::mem::offset_of!(ReqSlot, body) == 32);
+const _: () = assert!(MAX_SGE * std::mem::size_of::<WireSge>() <= BODY_LEN);
+
+impl ReqSlot {
+    /// Writes the header of an unpublished slot.
+    ///
+    /// # Safety
+    /// `slot` must be a slot of a live ring that only the caller writes now.
+    #[inline]
+    pub(crate) unsafe fn set_header(slot: *mut ReqSlot, h: ReqHeader) {
+        // SAFETY: per the contract.
+        unsafe { std::ptr::addr_of_mut!((*slot).hdr).write(h) }
+    }
+
+    /// Writes entry `i` (< MAX_SGE) of an unpublished slot.
+    ///
+    /// # Safety
+    /// As for [`ReqSlot::set_header`].
+    #[inline]
+    pub(crate) unsafe fn set_sge(slot: *mut ReqSlot, i: usize, e: WireSge) {
+        debug_assert!(i < MAX_SGE);
+        // SAFETY: per the contract; i < MAX_SGE keeps the entry inside the body, which
+        // is 8-byte aligned like WireSge.
+        unsafe {
+            std::ptr::addr_of_mut!((*slot).body)
+                .cast::<WireSge>()
+                .add(i)
+                .write(e)
+        }
+    }
+
+    /// Reads the header of a published slot, once.
+    ///
+    /// # Safety
+    /// `slot` must be a slot of a live ring.
+    #[inline]
+    pub(crate) unsafe fn header(slot: *const ReqSlot) -> ReqHeader {
+        // SAFETY: per the contract; any bytes are a valid ReqHeader. Volatile: the peer
+        // could rewrite the slot, and a value checked must be the value used.
+        unsafe { std::ptr::addr_of!((*slot).hdr).read_volatile() }
+    }
+
+    /// Reads entry `i` (< MAX_SGE) of a published slot, once.
+    ///
+    /// # Safety
+    /// As for [`ReqSlot::header`].
+    #[inline]
+    pub(crate) unsafe fn sge(slot: *const ReqSlot, i: usize) -> WireSge {
+        debug_assert!(i < MAX_SGE);
+        // SAFETY: as in `set_sge` and `header`.
+        unsafe {
+            std::ptr::addr_of!((*slot).body)
+                .cast::<WireSge>()
+                .add(i)
+                .read_volatile()
+        }
+    }
+}
 
 #[repr(C)]
 struct Header {
@@ -251,7 +285,6 @@ impl Segment {
 
     fn req_mem(&self) -> RingMem {
         RingMem {
-            head: self.at::<AtomicU64>(OFF_REQ_HEAD),
             tail: self.at::<AtomicU64>(OFF_REQ_TAIL),
             slots: self.at::<u8>(OFF_REQ_SLOTS),
             cap: u64::from(self.slots),
@@ -274,7 +307,6 @@ impl Segment {
     pub(crate) fn acks(&self) -> Acks {
         Acks {
             tail: self.at::<AtomicU64>(OFF_REQ_TAIL),
-            head: self.at::<AtomicU64>(OFF_REQ_HEAD),
             nak_ssn: self.at::<AtomicU64>(OFF_NAK_SSN),
             nak_status: self.at::<AtomicU32>(OFF_NAK_STATUS),
             _map: self.map.clone(),
@@ -296,7 +328,6 @@ impl Segment {
 pub(crate) struct Acks {
     _map: Arc<Arena>,
     tail: *const AtomicU64,
-    head: *const AtomicU64,
     nak_ssn: *const AtomicU64,
     nak_status: *const AtomicU32,
 }
@@ -316,22 +347,18 @@ pub(crate) struct AckState {
 }
 
 impl Acks {
-    /// Reads the tail, then the NAK record it publishes. `None` if the target claims to
-    /// have finished requests never published.
+    /// Reads the tail, then the NAK record it publishes. The caller checks the tail
+    /// against what it has published: the target is not trusted.
     #[inline]
-    pub(crate) fn read(&self) -> Option<AckState> {
+    pub(crate) fn read(&self) -> AckState {
         // SAFETY: the counters live in the mapping kept alive by `_map`.
         unsafe {
             let done = (*self.tail).load(Ordering::Acquire);
-            // The head is ours: only this process writes it.
-            if done > (*self.head).load(Ordering::Relaxed) {
-                return None;
-            }
-            Some(AckState {
+            AckState {
                 done,
                 nak_ssn1: (*self.nak_ssn).load(Ordering::Relaxed),
                 nak_status: (*self.nak_status).load(Ordering::Relaxed),
-            })
+            }
         }
     }
 }
@@ -340,6 +367,40 @@ impl Acks {
 mod tests {
     use super::*;
 
+    fn publish(p: &mut Producer<ReqSlot>, key: u32) {
+        assert!(p.room().unwrap() > 0);
+        let s = p.slot();
+        // SAFETY: an unpublished slot of a live ring; this test is its only writer.
+        unsafe {
+            ReqSlot::set_header(
+                s,
+                ReqHeader {
+                    key,
+                    num_sge: 1,
+                    ..ReqHeader::default()
+                },
+            );
+            ReqSlot::set_sge(
+                s,
+                0,
+                WireSge {
+                    arena: 1,
+                    len: 2,
+                    offset: u64::from(key),
+                },
+            );
+        }
+        p.commit();
+    }
+
+    fn take(c: &mut Consumer<ReqSlot>) -> Option<(ReqHeader, WireSge)> {
+        let s = c.peek()?;
+        // SAFETY: a published slot of a live ring.
+        let got = unsafe { (ReqSlot::header(s), ReqSlot::sge(s, 0)) };
+        c.advance();
+        Some(got)
+    }
+
     #[test]
     fn rings_pass_slots_between_two_mappings() {
         let a = Segment::create(4).unwrap();
@@ -347,28 +408,29 @@ mod tests {
         let b = Segment::open(fd, a.len() as u64).unwrap();
         let mut p = a.req_producer();
         let mut c = b.req_consumer();
-        assert!(c.peek().unwrap().is_none());
+        assert!(c.peek().is_none());
         assert_eq!(p.room(), Ok(4));
-        for i in 0..4 {
-            p.push(ReqSlot {
-                ssn: i,
-                ..ReqSlot::default()
-            });
+        // Two laps: stale sequence words from the first never look new.
+        for lap in 0..2u32 {
+            for i in 0..4 {
+                publish(&mut p, lap * 10 + i);
+            }
+            assert_eq!(p.room(), Ok(0));
+            for i in 0..4 {
+                let (h, e) = take(&mut c).expect("published slot");
+                assert_eq!(h.key, lap * 10 + i);
+                assert_eq!(e.offset, u64::from(lap * 10 + i));
+            }
+            assert!(c.peek().is_none());
+            assert_eq!(p.room(), Ok(0), "slots come back only on release");
+            c.release();
+            assert_eq!(p.room(), Ok(4));
         }
-        assert_eq!(p.room(), Ok(0));
-        assert!(
-            c.peek().unwrap().is_none(),
-            "nothing visible before publish"
-        );
-        p.publish();
-        for i in 0..4 {
-            assert_eq!(c.peek().unwrap().map(|s| s.ssn), Some(i));
-            c.advance();
-        }
-        assert!(c.peek().unwrap().is_none());
-        assert_eq!(p.room(), Ok(0), "slots come back only on release");
-        c.release();
-        assert_eq!(p.room(), Ok(4));
+        // A slot filled but not committed is invisible.
+        let s = p.slot();
+        // SAFETY: unpublished slot, only writer.
+        unsafe { ReqSlot::set_header(s, ReqHeader::default()) };
+        assert!(c.peek().is_none());
         b.set_failed();
         assert!(a.has_failed());
     }
@@ -376,18 +438,20 @@ mod tests {
     #[test]
     fn corrupt_counters_are_detected() {
         let a = Segment::create(2).unwrap();
-        let mut c = a.req_consumer();
-        // A hostile producer claims ten slots in flight in a two-slot ring.
-        // SAFETY: test-only poke at the shared head counter.
-        unsafe { (*a.req_mem().head).store(10, Ordering::Release) };
-        assert!(c.peek().is_err());
-        // A hostile target acknowledges requests never published.
-        // SAFETY: as above, on the head (nothing published) and the tail.
-        unsafe {
-            (*a.req_mem().head).store(0, Ordering::Release);
-            (*a.req_mem().tail).store(1, Ordering::Release);
-        }
-        assert_eq!(a.acks().read(), None);
+        let mut p = a.req_producer();
+        publish(&mut p, 1);
+        publish(&mut p, 2);
+        // A hostile consumer claims to have consumed slots never produced; the full
+        // ring makes the producer reread the tail.
+        // SAFETY: test-only poke at the shared tail counter.
+        unsafe { (*a.req_mem().tail).store(10, Ordering::Release) };
+        assert!(p.room().is_err());
+        // A hostile producer's sequence words other than the expected one are ignored.
+        let c = a.req_consumer();
+        assert!(c.peek().is_some());
+        // SAFETY: test-only poke at slot 0's sequence word.
+        unsafe { (*a.req_mem().slots.cast::<AtomicU64>()).store(7, Ordering::Release) };
+        assert!(c.peek().is_none());
     }
 
     #[test]
@@ -403,27 +467,24 @@ mod tests {
             nak_ssn1: 0,
             nak_status: 0,
         };
-        assert_eq!(acks.read(), Some(none));
-        for _ in 0..3 {
-            p.push(ReqSlot::default());
+        assert_eq!(acks.read(), none);
+        for i in 0..3 {
+            publish(&mut p, i);
         }
-        p.publish();
-        for _ in 0..2 {
-            c.peek().unwrap().unwrap();
-            c.advance();
-        }
+        take(&mut c).unwrap();
+        take(&mut c).unwrap();
         c.release();
-        assert_eq!(acks.read(), Some(AckState { done: 2, ..none }));
-        b.post_nak(2, ack::REMOTE_ACCESS);
-        c.advance();
+        assert_eq!(acks.read(), AckState { done: 2, ..none });
+        b.post_nak(c.position(), ack::REMOTE_ACCESS);
+        take(&mut c).unwrap();
         c.release();
         assert_eq!(
             acks.read(),
-            Some(AckState {
+            AckState {
                 done: 3,
                 nak_ssn1: 3,
                 nak_status: ack::REMOTE_ACCESS
-            })
+            }
         );
     }
 
