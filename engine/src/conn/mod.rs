@@ -42,6 +42,8 @@ pub const CQ_BATCH: usize = 32;
 /// on the data path anyway (every posted request is flushed).
 pub const CM_POLL_INTERVAL: u32 = 64;
 
+const _: () = assert!(CM_POLL_INTERVAL.is_power_of_two());
+
 /// Why a connection could not be set up.
 #[derive(Debug)]
 pub enum ConnError {

@@ -73,32 +73,9 @@ impl<P: Provider> RequesterConn<P> {
         let mut work = 0;
         self.polls = self.polls.wrapping_add(1);
         let cm_due = self.core.state() != ConnState::Established
-            || self.polls % super::CM_POLL_INTERVAL == 0;
-        while cm_due {
-            match self.cm.poll_event() {
-                Ok(Some(ev)) => {
-                    work += 1;
-                    match ev {
-                        CmEvent::Established { conn, private_data } if conn == self.conn => {
-                            self.core.on_established(private_data.as_bytes(), now);
-                        }
-                        CmEvent::Rejected { conn, .. }
-                        | CmEvent::Unreachable { conn }
-                        | CmEvent::Disconnected { conn }
-                            if conn == self.conn =>
-                        {
-                            self.core.on_disconnected();
-                        }
-                        // Not a listener: a stray request is refused by dropping it.
-                        _ => {}
-                    }
-                }
-                Ok(None) => break,
-                Err(_) => {
-                    self.core.on_disconnected();
-                    break;
-                }
-            }
+            || self.polls & (super::CM_POLL_INTERVAL - 1) == 0;
+        if cm_due {
+            work += self.poll_cm(now);
         }
         let core = &mut self.core;
         work += poll_cq(&mut self.res.cq, |wc| core.handle_completion(wc, now));
@@ -114,6 +91,36 @@ impl<P: Provider> RequesterConn<P> {
             let _ = self.events.push_back(ev);
         }
         work
+    }
+
+    /// Handles every pending connection-manager event.
+    fn poll_cm(&mut self, now: Instant) -> usize {
+        let mut work = 0;
+        loop {
+            let ev = match self.cm.poll_event() {
+                Ok(Some(ev)) => ev,
+                Ok(None) => return work,
+                Err(_) => {
+                    self.core.on_disconnected();
+                    return work;
+                }
+            };
+            work += 1;
+            match ev {
+                CmEvent::Established { conn, private_data } if conn == self.conn => {
+                    self.core.on_established(private_data.as_bytes(), now);
+                }
+                CmEvent::Rejected { conn, .. }
+                | CmEvent::Unreachable { conn }
+                | CmEvent::Disconnected { conn }
+                    if conn == self.conn =>
+                {
+                    self.core.on_disconnected();
+                }
+                // Not a listener: a stray request is refused by dropping it.
+                _ => {}
+            }
+        }
     }
 
     /// Submits a call; its outcome comes from [`poll_outcome`](Self::poll_outcome)

@@ -234,45 +234,14 @@ where
     pub fn poll(&mut self, now: Instant) -> usize {
         let mut work = 0;
         self.polls = self.polls.wrapping_add(1);
-        let cm_due = self.polls % super::CM_POLL_INTERVAL == 0
+        let cm_due = self.polls & (super::CM_POLL_INTERVAL - 1) == 0
             || self.conns.is_empty()
             || self
                 .conns
                 .iter()
                 .any(|c| c.state() == ConnState::Connecting);
-        while cm_due {
-            let ev = match self.listener.poll_event() {
-                Ok(Some(ev)) => ev,
-                Ok(None) | Err(_) => break,
-            };
-            work += 1;
-            match ev {
-                CmEvent::ConnectRequest {
-                    request,
-                    private_data,
-                } => match (self.factory)() {
-                    Some(service) => match ResponderConn::accept(
-                        &mut self.listener,
-                        &self.dev,
-                        request,
-                        &private_data,
-                        &self.cfg,
-                        service,
-                    ) {
-                        Ok(c) => self.conns.push(c),
-                        Err(_) => self.refused += 1,
-                    },
-                    None => {
-                        self.refused += 1;
-                        let _ = self.listener.cm.reject(request, &[]);
-                    }
-                },
-                other => {
-                    for c in &mut self.conns {
-                        c.on_cm_event(&other, now);
-                    }
-                }
-            }
+        if cm_due {
+            work += self.poll_cm(now);
         }
         for c in &mut self.conns {
             work += c.poll(now);
@@ -284,6 +253,49 @@ where
             self.conns.retain(|c| c.state() != ConnState::Closed);
         }
         work
+    }
+
+    /// Handles every pending connection-manager event: accepts requests, routes the
+    /// rest to the connections they name.
+    fn poll_cm(&mut self, now: Instant) -> usize {
+        let mut work = 0;
+        loop {
+            let ev = match self.listener.poll_event() {
+                Ok(Some(ev)) => ev,
+                Ok(None) | Err(_) => return work,
+            };
+            work += 1;
+            match ev {
+                CmEvent::ConnectRequest {
+                    request,
+                    private_data,
+                } => self.on_request(request, &private_data),
+                other => {
+                    for c in &mut self.conns {
+                        c.on_cm_event(&other, now);
+                    }
+                }
+            }
+        }
+    }
+
+    fn on_request(&mut self, request: P::ConnRequest, private_data: &PrivateData) {
+        let Some(service) = (self.factory)() else {
+            self.refused += 1;
+            let _ = self.listener.cm.reject(request, &[]);
+            return;
+        };
+        match ResponderConn::accept(
+            &mut self.listener,
+            &self.dev,
+            request,
+            private_data,
+            &self.cfg,
+            service,
+        ) {
+            Ok(c) => self.conns.push(c),
+            Err(_) => self.refused += 1,
+        }
     }
 
     /// The accepted connections.
