@@ -12,9 +12,8 @@ use crate::measure::Budget;
 use crate::spec::Mode;
 use crate::units::{Amount, ParseError};
 
-/// Whether RPC benchmark rows exist in this build. They plug in when the RPC engine
-/// lands; until then only the baselines run and the output says so.
-pub const RPC_AVAILABLE: bool = false;
+/// Whether RPC benchmark rows exist in this build (they do: [`crate::rpc`]).
+pub const RPC_AVAILABLE: bool = true;
 
 /// One mode to run and its sizes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -179,13 +178,25 @@ impl Config {
             ));
         }
         match o.provider {
-            ProviderName::Shm => {}
+            ProviderName::Shm | ProviderName::Siw => {}
             other => {
                 return Err(bad(
                     other.name(),
-                    "this provider is not built into rpcrdma-perf; use --provider shm",
+                    "this provider is not built into rpcrdma-perf; use --provider shm or siw",
                 ))
             }
+        }
+        if o.credits == 0 {
+            return Err(bad("0", "--credits must be at least 1"));
+        }
+        let inline = u32::try_from(o.inline).unwrap_or(u32::MAX);
+        let probe = rpcrdma::core::ConnConfig {
+            inline_send: inline,
+            inline_recv: inline,
+            ..rpcrdma::core::ConnConfig::default()
+        };
+        if let Err(e) = probe.validate() {
+            return Err(bad(&o.inline.to_string(), format!("--inline: {e}")));
         }
         let stop = match (o.iters, o.duration) {
             (Some(0), _) => return Err(bad("0", "--iters must be at least 1")),

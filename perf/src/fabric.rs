@@ -5,6 +5,7 @@
 //!   Receive completes and it Sends `size` octets back; one round trip per operation.
 //! - `write` (bw, like `ib_write_bw`): the client keeps `depth` RDMA Writes of `size`
 //!   octets in flight per connection into the server's registered memory.
+//! - `read` (bw, like `ib_read_bw`): the same with RDMA Reads of the server's memory.
 //! - `send` (rate): the client keeps `depth` Sends in flight per connection; the server
 //!   reposts each Receive as it completes.
 //!
@@ -17,7 +18,10 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use std::net::{Ipv4Addr, SocketAddr};
+
 use rpcrdma::fabric::shm::{ShmAddr, ShmDevice, ShmProvider};
+use rpcrdma::fabric::siw::{SiwDevice, SiwProvider};
 use rpcrdma::fabric::{
     Access, CmEvent, Completion, CompletionQueue, ConnectionManager, Device, MemoryRegion,
     ProtectionDomain, Provider, QpCaps, QpConfig, QpInit, QueuePair, RecvWr, RemoteAddr, SendWr,
@@ -58,6 +62,35 @@ impl FabricKind for Shm {
             NEXT.fetch_add(1, Ordering::Relaxed)
         ))
     }
+}
+
+/// Software iWARP over loopback TCP.
+pub struct Siw;
+
+impl FabricKind for Siw {
+    type P = SiwProvider;
+
+    fn open() -> Result<SiwDevice, BenchError> {
+        Ok(SiwDevice::new()?)
+    }
+
+    fn unique_addr() -> SocketAddr {
+        // A port the kernel just handed out and nobody holds: the listener binds it a
+        // moment later (another process taking it in between fails set-up, not the run).
+        let port = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+            .and_then(|l| l.local_addr())
+            .map_or(0, |a| a.port());
+        SocketAddr::from((Ipv4Addr::LOCALHOST, port))
+    }
+}
+
+/// What a bandwidth row's client posts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BwOp {
+    /// RDMA Write into the server's memory.
+    Write,
+    /// RDMA Read from the server's memory.
+    Read,
 }
 
 /// How long connection set-up may take.
@@ -325,8 +358,17 @@ fn serve<P: Provider>(
     Ok(())
 }
 
-/// Runs one raw-fabric row on provider `F`.
-pub fn run<F: FabricKind>(spec: &RowSpec, mut meter: Meter) -> Result<Measurement, BenchError> {
+/// Runs one raw-fabric row on provider `F` (bandwidth rows with RDMA Write).
+pub fn run<F: FabricKind>(spec: &RowSpec, meter: Meter) -> Result<Measurement, BenchError> {
+    run_op::<F>(spec, BwOp::Write, meter)
+}
+
+/// Runs one raw-fabric row on provider `F`; bandwidth rows post `op`.
+pub fn run_op<F: FabricKind>(
+    spec: &RowSpec,
+    op: BwOp,
+    mut meter: Meter,
+) -> Result<Measurement, BenchError> {
     let (mut client, mut server, remote) = connect::<F>(spec)?;
     let conns = client.qps.len();
     let recv_slots = queue_depth(spec) as usize;
@@ -349,7 +391,7 @@ pub fn run<F: FabricKind>(spec: &RowSpec, mut meter: Meter) -> Result<Measuremen
     pin(spec.client_core);
     let result = match spec.mode {
         Mode::Lat => client_lat(&mut client, spec, &mut meter),
-        Mode::Bw | Mode::Rate => client_stream(&mut client, spec, remote, &mut meter),
+        Mode::Bw | Mode::Rate => client_stream(&mut client, spec, op, remote, &mut meter),
     };
     stop.store(true, Ordering::Relaxed);
     let served = server_thread
@@ -432,12 +474,13 @@ fn client_lat<P: Provider>(
 fn client_stream<P: Provider>(
     h: &mut Host<P>,
     spec: &RowSpec,
+    op: BwOp,
     remote: RemoteAddr,
     meter: &mut Meter,
 ) -> Result<(), BenchError> {
     let conns = h.qps.len();
     let depth = spec.depth.max(1) as usize;
-    let write = spec.mode == Mode::Bw;
+    let rdma = spec.mode == Mode::Bw;
     let mut outstanding = vec![0usize; conns];
     let mut next_slot = vec![0usize; conns];
     let mut posted_at = vec![Instant::now(); conns * depth];
@@ -452,12 +495,15 @@ fn client_stream<P: Provider>(
                 let off = slot_off(spec, conn, slot);
                 let sge = [h.sge(off, spec.size)];
                 let id = wr_id(conn, slot);
-                let wr = if write {
-                    let dst = RemoteAddr {
+                let wr = if rdma {
+                    let peer = RemoteAddr {
                         addr: remote.addr + off as u64,
                         rkey: remote.rkey,
                     };
-                    SendWr::write(id, &sge, dst)
+                    match op {
+                        BwOp::Write => SendWr::write(id, &sge, peer),
+                        BwOp::Read => SendWr::read(id, &sge, peer),
+                    }
                 } else {
                     SendWr::send(id, &sge)
                 };

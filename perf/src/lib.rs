@@ -8,7 +8,7 @@
 //! - physical: two threads and shared memory ([`physical`]), the machine's floor;
 //! - fabric: the raw provider, Send/Recv and RDMA Write ([`fabric`], generic over
 //!   [`rpcrdma::fabric::Provider`]);
-//! - rpc: the engine (plugs in when it lands; see [`config::RPC_AVAILABLE`]).
+//! - rpc: the engine serving the built-in echo program ([`rpc`]).
 //!
 //! Latencies go into a preallocated log-linear [`histogram::Histogram`] (no allocation
 //! in the measured loop); results print as a table ([`report`]), JSON, or an SVG plot
@@ -23,6 +23,7 @@ pub mod measure;
 pub mod physical;
 pub mod plot;
 pub mod report;
+pub mod rpc;
 pub mod run;
 pub mod spec;
 pub mod units;

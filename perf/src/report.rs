@@ -129,6 +129,10 @@ pub struct Row {
     /// Latency distribution, for plots.
     #[serde(skip)]
     pub hist: Option<Histogram>,
+    /// The bench of the layer below this row is compared with; `None` takes the first
+    /// row of that layer.
+    #[serde(skip)]
+    pub against: Option<&'static str>,
 }
 
 impl Row {
@@ -163,7 +167,14 @@ impl Row {
             error: None,
             ratio: None,
             hist: None,
+            against: None,
         }
+    }
+
+    /// The same row, compared with bench `against` of the layer below (if given).
+    pub fn compared_with(mut self, against: Option<&'static str>) -> Row {
+        self.against = against;
+        self
     }
 
     /// "fabric send/recv 4k", for legends and progress lines.
@@ -191,6 +202,7 @@ pub fn compute_ratios(rows: &mut [Row]) {
                 && r.size == rows[i].size
                 && r.depth == rows[i].depth
                 && r.connections == rows[i].connections
+                && rows[i].against.is_none_or(|b| b == r.bench)
                 && r.figures.is_some()
         });
         let ratio = match (base, &rows[i].figures) {

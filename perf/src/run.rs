@@ -4,11 +4,13 @@
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
+use crate::cli::ProviderName;
 use crate::config::Config;
-use crate::fabric::{self, Shm};
+use crate::fabric::{self, BwOp, FabricKind, Shm, Siw};
 use crate::measure::{Meter, Progress};
 use crate::physical;
 use crate::report::{compute_ratios, Row};
+use crate::rpc::{self, RpcBench, RpcParams};
 use crate::spec::{Layer, Mode, RowSpec};
 
 /// Which code measures a row.
@@ -20,8 +22,10 @@ pub enum Bench {
     PhysRing,
     /// [`physical::memcpy`].
     PhysMemcpy,
-    /// [`fabric::run`] on shm.
-    FabricShm,
+    /// [`fabric::run_op`] on the configured provider (`op` for bandwidth rows).
+    Fabric(BwOp),
+    /// [`rpc::run`] on the configured provider.
+    Rpc(RpcBench),
 }
 
 /// A row to run.
@@ -35,15 +39,15 @@ pub struct Planned {
     pub bench: Bench,
     /// Its parameters.
     pub spec: RowSpec,
+    /// The bench of the layer below it is compared with, when not the first one.
+    pub against: Option<&'static str>,
 }
 
 /// The rows `cfg` asks for, in run order: per mode and size, each layer from the bottom.
+/// Baselines come with `cfg.baseline`; RPC rows whenever the build has them.
 pub fn plan(cfg: &Config) -> Vec<Planned> {
     let mut out = Vec::new();
-    if !cfg.baseline {
-        // RPC rows are the only other kind, and they are not in this build yet.
-        return out;
-    }
+    let (base, rpc) = (cfg.baseline, cfg.rpc_available);
     for m in &cfg.modes {
         for &size in &m.sizes {
             let spec = RowSpec {
@@ -54,32 +58,84 @@ pub fn plan(cfg: &Config) -> Vec<Planned> {
                 client_core: cfg.client_core(),
                 server_core: cfg.server_core(),
             };
-            let row = |layer, name, bench| Planned {
-                layer,
-                name,
-                bench,
-                spec,
+            let mut push = |want: bool, layer, name, bench, against| {
+                if want {
+                    out.push(Planned {
+                        layer,
+                        name,
+                        bench,
+                        spec,
+                        against,
+                    });
+                }
             };
+            let echo = Bench::Rpc(RpcBench::Echo);
             match m.mode {
                 Mode::Lat => {
-                    out.push(row(Layer::Physical, "pingpong", Bench::PhysPingpong));
-                    out.push(row(Layer::Fabric, "send/recv", Bench::FabricShm));
+                    push(base, Layer::Physical, "pingpong", Bench::PhysPingpong, None);
+                    push(
+                        base,
+                        Layer::Fabric,
+                        "send/recv",
+                        Bench::Fabric(BwOp::Write),
+                        None,
+                    );
+                    push(rpc, Layer::Rpc, RpcBench::Echo.name(), echo, None);
                 }
                 Mode::Rate => {
-                    out.push(row(Layer::Physical, "ring", Bench::PhysRing));
-                    out.push(row(Layer::Fabric, "send", Bench::FabricShm));
+                    push(base, Layer::Physical, "ring", Bench::PhysRing, None);
+                    push(
+                        base,
+                        Layer::Fabric,
+                        "send",
+                        Bench::Fabric(BwOp::Write),
+                        None,
+                    );
+                    push(rpc, Layer::Rpc, RpcBench::Echo.name(), echo, None);
                 }
                 Mode::Bw => {
-                    // memcpy first: an RDMA Write on shm is one copy, so that is the
-                    // floor the fabric row is compared with.
-                    out.push(row(Layer::Physical, "memcpy", Bench::PhysMemcpy));
-                    out.push(row(Layer::Physical, "ring", Bench::PhysRing));
-                    out.push(row(Layer::Fabric, "write", Bench::FabricShm));
+                    // memcpy first: an RDMA Write or Read on shm is one copy, so that is
+                    // the floor the fabric rows are compared with.
+                    push(base, Layer::Physical, "memcpy", Bench::PhysMemcpy, None);
+                    push(base, Layer::Physical, "ring", Bench::PhysRing, None);
+                    push(
+                        base,
+                        Layer::Fabric,
+                        "write",
+                        Bench::Fabric(BwOp::Write),
+                        None,
+                    );
+                    push(base, Layer::Fabric, "read", Bench::Fabric(BwOp::Read), None);
+                    // A Read chunk is pulled with RDMA Reads, a Write chunk pushed with
+                    // RDMA Writes: each is compared with that raw operation.
+                    let (rd, wr) = (RpcBench::ReadChunk, RpcBench::WriteChunk);
+                    push(rpc, Layer::Rpc, rd.name(), Bench::Rpc(rd), Some("read"));
+                    push(rpc, Layer::Rpc, wr.name(), Bench::Rpc(wr), Some("write"));
                 }
             }
         }
     }
     out
+}
+
+fn run_on<F: FabricKind>(
+    cfg: &Config,
+    p: &Planned,
+    meter: Meter,
+) -> Result<crate::measure::Measurement, crate::spec::BenchError> {
+    match p.bench {
+        Bench::PhysPingpong => physical::pingpong(&p.spec, meter),
+        Bench::PhysRing => physical::ring(&p.spec, meter),
+        Bench::PhysMemcpy => physical::memcpy(&p.spec, meter),
+        Bench::Fabric(op) => fabric::run_op::<F>(&p.spec, op, meter),
+        Bench::Rpc(b) => {
+            let params = RpcParams {
+                inline: u32::try_from(cfg.inline_threshold).unwrap_or(u32::MAX),
+                credits: cfg.credits,
+            };
+            rpc::run::<F>(&p.spec, b, params, meter)
+        }
+    }
 }
 
 /// Runs one planned row.
@@ -95,16 +151,16 @@ pub fn run_one(cfg: &Config, p: &Planned, index: usize, total: usize) -> Row {
     );
     let _progress = Progress::start(cfg.progress, label, counter.clone());
     let meter = Meter::new(cfg.budget, counter);
-    let result = match p.bench {
-        Bench::PhysPingpong => physical::pingpong(&p.spec, meter),
-        Bench::PhysRing => physical::ring(&p.spec, meter),
-        Bench::PhysMemcpy => physical::memcpy(&p.spec, meter),
-        Bench::FabricShm => fabric::run::<Shm>(&p.spec, meter),
+    let result = match cfg.provider {
+        ProviderName::Siw => run_on::<Siw>(cfg, p, meter),
+        // Config refuses providers this build cannot run, so anything else is shm.
+        _ => run_on::<Shm>(cfg, p, meter),
     };
-    match result {
+    let row = match result {
         Ok(m) => Row::measured(p.layer, p.name, &p.spec, m),
         Err(e) => Row::failed(p.layer, p.name, &p.spec, e.to_string()),
-    }
+    };
+    row.compared_with(p.against)
 }
 
 /// Runs every planned row and computes the ratios.
@@ -121,15 +177,21 @@ pub fn run_all(cfg: &Config, planned: &[Planned]) -> Vec<Row> {
 /// What the reader should know about this run beyond the figures.
 pub fn notes(cfg: &Config) -> Vec<String> {
     let mut n = Vec::new();
-    if !cfg.rpc_available {
+    if cfg.rpc_available {
+        n.push(format!(
+            "rpc rows: the engine serving the built-in echo program over {}, responder \
+             busy-polling the server core, requester(s) on the measuring thread. echo = ECHO \
+             of SIZE octets, inline when it fits the {} octet inline threshold, else Read \
+             chunk in and Write chunk out; read chunk = SINK with a Read chunk (compared \
+             with fabric read); write chunk = SOURCE into a Write chunk (compared with \
+             fabric write).",
+            cfg.provider.name(),
+            cfg.inline_threshold
+        ));
+    } else {
         n.push(
-            "RPC rows are not available yet: the RPC engine has not landed, so only the \
-             raw-fabric and physical baselines are measured (no RPC figures are shown)."
-                .to_owned(),
-        );
-        n.push(
-            "--inline and --credits apply to RPC rows only and are recorded in the JSON \
-             configuration."
+            "RPC rows are not available in this build: only the raw-fabric and physical \
+             baselines are measured."
                 .to_owned(),
         );
     }

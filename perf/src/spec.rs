@@ -95,6 +95,8 @@ pub enum BenchError {
     Memory(String),
     /// Connection set-up did not finish.
     Setup(String),
+    /// An RPC could not be built or submitted, or did not succeed.
+    Rpc(String),
 }
 
 impl fmt::Display for BenchError {
@@ -107,6 +109,7 @@ impl fmt::Display for BenchError {
             }
             BenchError::Memory(e) => write!(f, "memory: {e}"),
             BenchError::Setup(e) => write!(f, "set-up: {e}"),
+            BenchError::Rpc(e) => write!(f, "rpc: {e}"),
         }
     }
 }

@@ -33,7 +33,7 @@ fn no_arguments_is_the_suite_with_baselines() {
     assert_eq!(modes, vec![Mode::Lat, Mode::Rate, Mode::Bw]);
     assert_eq!(c.measure, AmountJson::Seconds(1.0));
     assert_eq!(c.budget.warmup, Amount::Time(Duration::from_millis(100)));
-    assert!(!c.rpc_available);
+    assert!(c.rpc_available);
 }
 
 #[test]
@@ -92,7 +92,9 @@ fn bad_options_are_refused_with_a_reason() {
         (&["rate", "--iters", "0"], "at least 1"),
         (&["rate", "--connections", "0"], "between 1 and 256"),
         (&["lat", "--cores", "100000"], "not available"),
-        (&["lat", "--provider", "siw"], "not built"),
+        (&["lat", "--provider", "verbs"], "not built"),
+        (&["lat", "--credits", "0"], "at least 1"),
+        (&["lat", "--inline", "100"], "--inline"),
         (
             &["lat", "--iters", "10", "--duration", "1s"],
             "cannot be used with",
@@ -115,10 +117,8 @@ fn tiny(mode: &str, extra: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(stdout.contains("p99.9 us"), "{stdout}");
-    assert!(
-        stdout.contains("RPC rows are not available yet"),
-        "{stdout}"
-    );
+    assert!(stdout.contains("note: rpc rows:"), "{stdout}");
+    assert!(!stdout.contains("failed"), "{stdout}");
     stdout
 }
 
@@ -128,6 +128,8 @@ fn tiny_lat_run_prints_the_table() {
     assert!(t.contains("lat  physical pingpong"), "{t}");
     assert!(t.contains("lat  fabric   send/recv"), "{t}");
     assert!(t.contains("vs physical pingpong"), "{t}");
+    assert!(t.contains("lat  rpc      echo"), "{t}");
+    assert!(t.contains("vs fabric send/recv"), "{t}");
 }
 
 #[test]
@@ -137,7 +139,12 @@ fn tiny_bw_run_prints_the_table() {
         "physical memcpy",
         "physical ring",
         "fabric   write",
+        "fabric   read",
         "vs physical memcpy",
+        "rpc      read chunk",
+        "vs fabric read",
+        "rpc      write chunk",
+        "vs fabric write",
     ] {
         assert!(t.contains(want), "{want}: {t}");
     }
@@ -147,6 +154,7 @@ fn tiny_bw_run_prints_the_table() {
 fn tiny_rate_run_prints_the_table() {
     let t = tiny("rate", &["--depth", "8"]);
     assert!(t.contains("fabric   send"), "{t}");
+    assert!(t.contains("rate rpc      echo"), "{t}");
 }
 
 #[test]
@@ -190,7 +198,7 @@ fn json_has_figures_and_the_full_configuration() {
     }
     assert_eq!(v["config"]["measure"]["iters"], 200);
     let rows = v["rows"].as_array().unwrap();
-    assert_eq!(rows.len(), 2);
+    assert_eq!(rows.len(), 3);
     for r in rows {
         for key in [
             "layer",
@@ -225,20 +233,95 @@ fn json_has_figures_and_the_full_configuration() {
         assert!(f["p99_ns"].as_u64().unwrap() <= f["max_ns"].as_u64().unwrap());
     }
     assert_eq!(rows[1]["ratio"]["against"], "physical pingpong");
-    assert!(v["notes"][0].as_str().unwrap().contains("RPC rows"));
+    assert_eq!(rows[2]["layer"], "rpc");
+    assert_eq!(rows[2]["bench"], "echo");
+    assert_eq!(rows[2]["ratio"]["against"], "fabric send/recv");
+    assert!(v["config"]["rpc_available"].as_bool().unwrap());
+    assert!(v["notes"][0].as_str().unwrap().contains("rpc rows"));
     let svg = std::fs::read_to_string(&plot).expect("plot written");
     std::fs::remove_file(&plot).unwrap();
     assert!(svg.starts_with("<svg"), "{svg}");
-    assert_eq!(svg.matches("<polyline").count(), 2, "one curve per row");
+    assert_eq!(svg.matches("<polyline").count(), 3, "one curve per row");
     assert!(svg.trim_end().ends_with("</svg>"));
 }
 
 #[test]
-fn nothing_to_measure_without_baselines_is_an_error() {
-    let out = perf(&["lat", "--iters", "10"]);
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8(out.stderr).unwrap();
-    assert!(err.contains("--baseline"), "{err}");
+fn without_baselines_only_rpc_rows_run() {
+    let out = perf(&["lat", "--iters", "200", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).expect("stdout is one JSON document");
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0]["layer"], "rpc");
+    assert_eq!(rows[0]["figures"]["ops"], 200);
+    assert!(rows[0]["ratio"].is_null(), "no baseline to compare with");
     let out = perf(&["lat", "--provider", "verbs"]);
     assert_eq!(out.status.code(), Some(2));
+}
+
+/// The RPC rows of every mode in one JSON document each: tiny runs, with large payloads
+/// taking the chunk paths (echo above the inline threshold, read and write chunks).
+#[test]
+fn rpc_rows_of_every_mode_are_in_the_json() {
+    for (mode, extra, want) in [
+        ("lat", &["--size", "64,8k"][..], &["echo", "echo"][..]),
+        ("rate", &["--depth", "4", "--connections", "2"], &["echo"]),
+        (
+            "bw",
+            &["--size", "64k", "--depth", "2"],
+            &["read chunk", "write chunk"],
+        ),
+    ] {
+        let mut args = vec![mode, "--iters", "200", "--json"];
+        args.extend_from_slice(extra);
+        let out = perf(&args);
+        assert!(
+            out.status.success(),
+            "{mode}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+        let rows = v["rows"].as_array().unwrap();
+        let names: Vec<&str> = rows.iter().map(|r| r["bench"].as_str().unwrap()).collect();
+        assert_eq!(names, want, "{mode}");
+        for r in rows {
+            assert_eq!(r["layer"], "rpc", "{mode}: {r}");
+            assert!(r["error"].is_null(), "{mode}: {r}");
+            assert_eq!(r["figures"]["ops"], 200, "{mode}: {r}");
+            assert!(
+                r["figures"]["gb_per_s"].as_f64().unwrap() > 0.0,
+                "{mode}: {r}"
+            );
+        }
+    }
+}
+
+#[test]
+fn siw_runs_rpc_and_fabric_rows_over_loopback() {
+    let out = perf(&[
+        "lat",
+        "--provider",
+        "siw",
+        "--iters",
+        "200",
+        "--baseline",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+    assert_eq!(v["config"]["provider"], "siw");
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 3);
+    assert_eq!(rows[2]["ratio"]["against"], "fabric send/recv");
+    for r in rows {
+        assert_eq!(r["figures"]["ops"], 200, "{r}");
+    }
 }

@@ -1,0 +1,541 @@
+//! RPC rows: the engine's requester and responder drivers over a fabric provider,
+//! serving the built-in programs of `rpcrdma-ulp` through its `Dispatcher`.
+//!
+//! - `echo` (lat, rate): ECHO of `size` octets; inline when the call and the reply fit
+//!   the inline threshold, else the argument in a Read chunk and the result in a Write
+//!   chunk (the engine's shape for large payloads).
+//! - `read chunk` (bw): SINK with its `size`-octet argument in a Read chunk, so the
+//!   responder pulls it with RDMA Reads; the reply is inline.
+//! - `write chunk` (bw): SOURCE of `size` octets into a Write chunk, so the responder
+//!   pushes the result with RDMA Writes.
+//!
+//! The responder (a [`Server`]) busy-polls on the server core; the measuring thread
+//! owns every requester connection and busy-polls them round-robin on the client core.
+//! Every buffer a call needs is taken before the measured loop starts and comes back in
+//! the call's outcome, so the loop allocates nothing: the message buffer comes from the
+//! engine's pool, DDP argument and sink buffers are recycled from outcome to call, and
+//! call tags index a preallocated table of send times. One call per connection is
+//! checked for content before measuring; in the loop a call must succeed.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use rpcrdma::conn::{RequesterConn, Server};
+use rpcrdma::core::{ConnConfig, ConnState, RegBuf};
+use rpcrdma::fabric::Provider;
+use rpcrdma::requester::{CallStatus, Outcome};
+use rpcrdma_pools::HugePages;
+use rpcrdma_ulp::builtin::{
+    echo_proc, is_source_pattern, EchoData, EchoProgram, NullProgram, SinkRes, SourceArgs,
+    ECHO_PROGRAM, ECHO_VERSION,
+};
+use rpcrdma_ulp::client::{inline_call, CallPlan, DdpBufs, OutcomeResults};
+use rpcrdma_ulp::ddp::{encode_call, XdrCodec};
+use rpcrdma_ulp::program::Dispatcher;
+use rpcrdma_ulp::rpc::{CallHeader, OpaqueAuth};
+
+use crate::fabric::FabricKind;
+use crate::measure::{Measurement, Meter};
+use crate::spec::{pin, BenchError, Mode, RowSpec};
+
+/// How long connection set-up may take.
+const SETUP_TIMEOUT: Duration = Duration::from_secs(10);
+/// Octets an inline call or reply needs beyond its payload: the RPC header (40), the
+/// length word, the transport header and room to spare. Payloads that do not fit move
+/// to chunks.
+const INLINE_OVERHEAD: usize = 128;
+/// Smallest large-buffer size the rows configure (the engine needs room for long
+/// messages and Reply chunks even when payloads are small).
+const MIN_LARGE_BUF: usize = 64 << 10;
+
+/// Which RPC a row makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RpcBench {
+    /// ECHO: inline when it fits, else Read chunk in and Write chunk out.
+    Echo,
+    /// SINK with the argument in a Read chunk.
+    ReadChunk,
+    /// SOURCE into a Write chunk.
+    WriteChunk,
+}
+
+impl RpcBench {
+    /// The row's name in the table.
+    pub fn name(self) -> &'static str {
+        match self {
+            RpcBench::Echo => "echo",
+            RpcBench::ReadChunk => "read chunk",
+            RpcBench::WriteChunk => "write chunk",
+        }
+    }
+}
+
+/// RPC settings from the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RpcParams {
+    /// Inline threshold (both directions), octets.
+    pub inline: u32,
+    /// Credits the requester asks for (capped at what the row keeps in flight).
+    pub credits: u32,
+}
+
+/// The concrete shape of one row's calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Shape {
+    procedure: u32,
+    /// The payload travels in a Read chunk.
+    read_chunk: bool,
+    /// The result comes back in a Write chunk.
+    write_chunk: bool,
+}
+
+impl Shape {
+    fn of(bench: RpcBench, size: usize, inline: u32) -> Shape {
+        match bench {
+            RpcBench::Echo => {
+                let chunks = size + INLINE_OVERHEAD > inline as usize;
+                Shape {
+                    procedure: echo_proc::ECHO,
+                    read_chunk: chunks,
+                    write_chunk: chunks,
+                }
+            }
+            RpcBench::ReadChunk => Shape {
+                procedure: echo_proc::SINK,
+                read_chunk: true,
+                write_chunk: false,
+            },
+            RpcBench::WriteChunk => Shape {
+                procedure: echo_proc::SOURCE,
+                read_chunk: false,
+                write_chunk: true,
+            },
+        }
+    }
+
+    fn max_reply(self, size: usize) -> Result<u32, BenchError> {
+        let info = EchoProgram::info(self.procedure)
+            .ok_or_else(|| BenchError::Rpc("echo procedure not declared".into()))?;
+        u32::try_from(info.max_reply_len(size as u32, self.write_chunk, 0))
+            .map_err(|_| BenchError::Rpc("reply bound exceeds 4 GiB".into()))
+    }
+}
+
+fn header(procedure: u32) -> CallHeader<'static> {
+    CallHeader {
+        xid: 0,
+        prog: ECHO_PROGRAM,
+        vers: ECHO_VERSION,
+        procedure,
+        cred: OpaqueAuth::None,
+        verf: OpaqueAuth::None,
+    }
+}
+
+/// The built-in programs, as `rpcrdma serve` offers them: NULL and echo, SOURCE up to
+/// `source_max` octets.
+pub fn dispatcher(source_max: usize) -> Dispatcher {
+    let mut d = Dispatcher::new();
+    // Registering two distinct program numbers into a fresh dispatcher cannot clash;
+    // a failure would only drop that program, which the check call then reports.
+    let _ = d.register(Box::new(EchoProgram::with_source_max(source_max)));
+    let _ = d.register(Box::new(NullProgram::default()));
+    d
+}
+
+/// The connection configuration of a row (both sides).
+fn conn_config(spec: &RowSpec, p: RpcParams) -> ConnConfig {
+    let depth = spec.depth.max(1);
+    let large = spec.size.max(MIN_LARGE_BUF).next_multiple_of(4096);
+    ConnConfig {
+        inline_send: p.inline,
+        inline_recv: p.inline,
+        credits: p.credits.min(depth + 1).max(1),
+        large_buf_size: u32::try_from(large).unwrap_or(u32::MAX),
+        // Requester: one argument and one sink per call in flight. Responder: a Read
+        // sink and a DDP result per call in flight; both with slack for pool caches.
+        large_bufs: 4 * (depth + 1) + 8,
+        hugepages: HugePages::Auto,
+        ..ConnConfig::default()
+    }
+}
+
+/// A deterministic payload, so a check call can tell it from garbage.
+fn payload_byte(i: usize) -> u8 {
+    (i as u8).wrapping_mul(31).wrapping_add(7)
+}
+
+/// One requester connection and the buffers its calls cycle through.
+struct Conn<P: Provider> {
+    conn: RequesterConn<P>,
+    /// Free call tags (indices into `posted_at`).
+    tags: Vec<u32>,
+    posted_at: Vec<Instant>,
+    /// DDP argument buffers, filled with the payload once.
+    args: Vec<RegBuf>,
+    /// Write sink buffers.
+    sinks: Vec<RegBuf>,
+    in_flight: usize,
+}
+
+/// Everything a row's calls share.
+struct Caller<'a> {
+    shape: Shape,
+    size: usize,
+    max_reply: u32,
+    payload: &'a [u8],
+}
+
+impl Caller<'_> {
+    /// Builds and submits one call on `c`. Allocates nothing: the message buffer is
+    /// the engine's, the others were set aside before the loop.
+    fn submit<P: Provider>(&self, c: &mut Conn<P>, now: Instant) -> Result<(), BenchError> {
+        let tag = c
+            .tags
+            .pop()
+            .ok_or_else(|| BenchError::Rpc("no free call tag".into()))?;
+        let mut msg = c
+            .conn
+            .alloc_msg()
+            .map_err(|e| BenchError::Rpc(format!("message buffer: {e}")))?;
+        let h = header(self.shape.procedure);
+        let build = |e: rpcrdma_ulp::client::BuildError| BenchError::Rpc(format!("encode: {e}"));
+        let mut req = match self.shape.procedure {
+            echo_proc::SOURCE => inline_call(
+                msg,
+                &h,
+                &SourceArgs {
+                    len: self.size as u32,
+                },
+                self.max_reply,
+            )
+            .map_err(build)?,
+            _ if self.shape.read_chunk => {
+                let mut bufs = DdpBufs::new();
+                let arg = c
+                    .args
+                    .pop()
+                    .ok_or_else(|| BenchError::Rpc("no free argument buffer".into()))?;
+                if let Err(back) = bufs.push(arg) {
+                    c.args.push(back);
+                    return Err(BenchError::Rpc("argument list full".into()));
+                }
+                let plan = {
+                    let data = bufs.get(0).map_or(&[][..], |b| b.as_slice());
+                    let call = encode_call(msg.storage_mut(), &h, &EchoData { data }, 1)
+                        .map_err(|e| BenchError::Rpc(format!("encode: {e}")))?;
+                    CallPlan::new(&call, &bufs).map_err(build)?
+                };
+                plan.into_request(msg, bufs, self.max_reply)
+                    .map_err(build)?
+            }
+            _ => {
+                // Inline ECHO: the payload is copied into the message, as an
+                // application would.
+                inline_call(msg, &h, &EchoData { data: self.payload }, self.max_reply)
+                    .map_err(build)?
+            }
+        };
+        if self.shape.write_chunk {
+            let sink = c
+                .sinks
+                .pop()
+                .ok_or_else(|| BenchError::Rpc("no free sink buffer".into()))?;
+            if let Err(back) = req.push_write_sink(sink) {
+                c.sinks.push(back);
+                return Err(BenchError::Rpc("sink list full".into()));
+            }
+        }
+        c.posted_at[tag as usize] = now;
+        match c.conn.submit(req, u64::from(tag)) {
+            Ok(()) => {
+                c.in_flight += 1;
+                Ok(())
+            }
+            Err(e) => Err(BenchError::Rpc(e.to_string())),
+        }
+    }
+
+    /// Takes an outcome's buffers back into the connection's lists and returns its tag
+    /// and status.
+    fn recycle<P: Provider>(c: &mut Conn<P>, mut o: Outcome) -> (usize, CallStatus) {
+        for a in o.ddp_args.drain() {
+            c.args.push(a.data);
+        }
+        for s in o.write_sinks.drain() {
+            c.sinks.push(s);
+        }
+        let tag = o.tag as usize;
+        c.tags.push(o.tag as u32);
+        c.in_flight = c.in_flight.saturating_sub(1);
+        (tag, o.status)
+    }
+
+    /// Whether the outcome carries exactly what the procedure should return.
+    fn verify(&self, o: &Outcome) -> Result<(), String> {
+        if o.status != CallStatus::Success {
+            return Err(format!("call ended with {:?}", o.status));
+        }
+        let r = OutcomeResults::new(o);
+        let (_, mut cur) = r.cursor().map_err(|e| format!("reply: {e}"))?;
+        match self.shape.procedure {
+            echo_proc::SINK => {
+                let res = SinkRes::decode(&mut cur).map_err(|e| e.to_string())?;
+                if res.len as usize != self.size
+                    || res.crc32c != rpcrdma::iwarp::crc32c::crc32c(self.payload)
+                {
+                    return Err(format!(
+                        "SINK saw {} octets (crc {:#x}), sent {}",
+                        res.len, res.crc32c, self.size
+                    ));
+                }
+            }
+            echo_proc::SOURCE => {
+                let d = EchoData::decode(&mut cur).map_err(|e| e.to_string())?;
+                if d.data.len() != self.size || !is_source_pattern(d.data) {
+                    return Err(format!(
+                        "SOURCE returned {} octets not matching the pattern",
+                        d.data.len()
+                    ));
+                }
+            }
+            _ => {
+                let d = EchoData::decode(&mut cur).map_err(|e| e.to_string())?;
+                if d.data != self.payload {
+                    return Err(format!(
+                        "ECHO returned {} octets that differ from the {} sent",
+                        d.data.len(),
+                        self.size
+                    ));
+                }
+            }
+        }
+        cur.finish().map_err(|e| e.to_string())
+    }
+}
+
+/// Polls `conns` until every one is established, the deadline passes, or one fails.
+fn establish<P: Provider>(conns: &mut [Conn<P>], end: Instant) -> Result<(), BenchError> {
+    loop {
+        let mut up = 0;
+        for c in conns.iter_mut() {
+            c.conn.poll(Instant::now());
+            match c.conn.state() {
+                ConnState::Established => up += 1,
+                ConnState::Connecting => {}
+                other => {
+                    return Err(BenchError::Setup(format!(
+                        "RPC connection ended during set-up ({other:?})"
+                    )))
+                }
+            }
+        }
+        if up == conns.len() {
+            return Ok(());
+        }
+        if Instant::now() >= end {
+            return Err(BenchError::Setup(format!(
+                "{up} of {} RPC connections up after {}s",
+                conns.len(),
+                SETUP_TIMEOUT.as_secs()
+            )));
+        }
+        thread::yield_now();
+    }
+}
+
+/// Runs one RPC row on provider `F`.
+pub fn run<F: FabricKind>(
+    spec: &RowSpec,
+    bench: RpcBench,
+    params: RpcParams,
+    mut meter: Meter,
+) -> Result<Measurement, BenchError> {
+    let cfg = conn_config(spec, params);
+    cfg.validate()
+        .map_err(|e| BenchError::Setup(format!("connection configuration: {e}")))?;
+    let shape = Shape::of(bench, spec.size, params.inline);
+    let addr = F::unique_addr();
+    let source_max = spec.size.max(1);
+    let mut server =
+        Server::<F::P, Dispatcher, _>::bind(F::open()?, &addr, cfg.clone(), move || {
+            Some(dispatcher(source_max))
+        })
+        .map_err(|e| BenchError::Setup(format!("server: {e}")))?;
+    let stop = Arc::new(AtomicBool::new(false));
+    // The server outlives set-up and the row; it stops by itself at the row's hard
+    // deadline if the measuring thread never tells it to.
+    let server_deadline = meter.deadline() + SETUP_TIMEOUT;
+    let server_core = spec.server_core;
+    let server_thread = {
+        let stop = stop.clone();
+        thread::spawn(move || {
+            pin(server_core);
+            let mut idle = 0u32;
+            while !stop.load(Ordering::Relaxed) {
+                if server.poll(Instant::now()) == 0 {
+                    idle = idle.wrapping_add(1);
+                    if idle & 1023 == 0 && Instant::now() >= server_deadline {
+                        break;
+                    }
+                    std::hint::spin_loop();
+                } else {
+                    idle = 0;
+                }
+            }
+        })
+    };
+    let result = client::<F>(spec, &cfg, shape, &addr, &mut meter);
+    stop.store(true, Ordering::Relaxed);
+    if server_thread.join().is_err() {
+        return Err(BenchError::Setup("RPC server thread panicked".into()));
+    }
+    result?;
+    Ok(meter.finish())
+}
+
+fn client<F: FabricKind>(
+    spec: &RowSpec,
+    cfg: &ConnConfig,
+    shape: Shape,
+    addr: &<F::P as Provider>::Addr,
+    meter: &mut Meter,
+) -> Result<(), BenchError> {
+    pin(spec.client_core);
+    let depth = if spec.mode == Mode::Lat {
+        1
+    } else {
+        spec.depth.max(1) as usize
+    };
+    let payload: Vec<u8> = (0..spec.size).map(payload_byte).collect();
+    let max_reply = shape.max_reply(spec.size)?;
+    let caller = Caller {
+        shape,
+        size: spec.size,
+        max_reply,
+        payload: &payload,
+    };
+    let dev = F::open()?;
+    let mut conns = Vec::with_capacity(spec.connections.max(1) as usize);
+    for _ in 0..spec.connections.max(1) {
+        let conn = RequesterConn::<F::P>::connect(&dev, addr, cfg)
+            .map_err(|e| BenchError::Setup(format!("connect: {e}")))?;
+        conns.push(Conn {
+            conn,
+            tags: (0..depth as u32).rev().collect(),
+            posted_at: vec![Instant::now(); depth],
+            args: Vec::with_capacity(depth),
+            sinks: Vec::with_capacity(depth),
+            in_flight: 0,
+        });
+    }
+    establish(&mut conns, Instant::now() + SETUP_TIMEOUT)?;
+    for c in &mut conns {
+        for _ in 0..depth {
+            if shape.read_chunk {
+                let mut b = c
+                    .conn
+                    .alloc_large()
+                    .map_err(|e| BenchError::Memory(format!("argument buffer: {e}")))?;
+                b.fill(&payload)
+                    .map_err(|e| BenchError::Memory(format!("argument buffer: {e}")))?;
+                c.args.push(b);
+            }
+            if shape.write_chunk {
+                let b = c
+                    .conn
+                    .alloc_large()
+                    .map_err(|e| BenchError::Memory(format!("sink buffer: {e}")))?;
+                c.sinks.push(b);
+            }
+        }
+        // One checked call per connection: the rows measure calls that work.
+        caller.submit(c, Instant::now())?;
+        let end = Instant::now() + SETUP_TIMEOUT;
+        let o = loop {
+            c.conn.poll(Instant::now());
+            if let Some(o) = c.conn.poll_outcome() {
+                break o;
+            }
+            if Instant::now() >= end {
+                return Err(BenchError::Rpc("no reply to the check call".into()));
+            }
+        };
+        caller.verify(&o).map_err(BenchError::Rpc)?;
+        Caller::recycle(c, o);
+    }
+    meter.restart();
+    let result = measure(&mut conns, &caller, depth, spec.mode == Mode::Lat, meter);
+    // Let what is still in flight finish, so buffers go home before the connections
+    // close (bounded: the server is still polling).
+    let end = Instant::now() + SETUP_TIMEOUT;
+    while conns.iter().any(|c| c.in_flight > 0) && Instant::now() < end {
+        for c in &mut conns {
+            c.conn.poll(Instant::now());
+            while let Some(o) = c.conn.poll_outcome() {
+                Caller::recycle(c, o);
+            }
+        }
+    }
+    result
+}
+
+/// The measured loop. Latency mode keeps one call in flight overall, taking the
+/// connections in turn; otherwise each connection keeps `depth` in flight.
+fn measure<P: Provider>(
+    conns: &mut [Conn<P>],
+    caller: &Caller<'_>,
+    depth: usize,
+    lat: bool,
+    meter: &mut Meter,
+) -> Result<(), BenchError> {
+    let mut next = 0usize;
+    let mut total_in_flight = 0usize;
+    let mut idle = 0u32;
+    loop {
+        let now = Instant::now();
+        if lat {
+            if total_in_flight == 0 {
+                let n = conns.len();
+                caller.submit(&mut conns[next], now)?;
+                next = (next + 1) % n;
+                total_in_flight += 1;
+            }
+        } else {
+            for c in conns.iter_mut() {
+                while c.in_flight < depth {
+                    caller.submit(c, now)?;
+                    total_in_flight += 1;
+                }
+            }
+        }
+        let mut got = 0;
+        for c in conns.iter_mut() {
+            c.conn.poll(Instant::now());
+            while let Some(o) = c.conn.poll_outcome() {
+                let done = Instant::now();
+                got += 1;
+                total_in_flight = total_in_flight.saturating_sub(1);
+                let (tag, status) = Caller::recycle(c, o);
+                if status != CallStatus::Success {
+                    return Err(BenchError::Rpc(format!("call ended with {status:?}")));
+                }
+                let at = c.posted_at.get(tag).copied().unwrap_or(done);
+                if !meter.tick(done, (done - at).as_nanos() as u64) {
+                    return Ok(());
+                }
+            }
+        }
+        if got == 0 {
+            idle = idle.wrapping_add(1);
+            if idle & 1023 == 0 && meter.expired(Instant::now()) {
+                return Ok(());
+            }
+            std::hint::spin_loop();
+        } else {
+            idle = 0;
+        }
+    }
+}
