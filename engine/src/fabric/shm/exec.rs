@@ -16,7 +16,7 @@ use rpcrdma_pools::Arena;
 use super::device::ANNOUNCE_LEN;
 use super::qp::QpShared;
 use super::ring::Consumer;
-use super::segment::{ack, op, ReqHeader, ReqSlot, Segment, MAX_SGE};
+use super::segment::{ack, op, ReqHeader, ReqSlot, Segment, INLINE_MAX, MAX_SGE};
 use super::sock::{self, Recv};
 use crate::fabric::mr::Access;
 use crate::fabric::types::{Completion, WcOpcode, WcStatus, RNR_RETRY_INFINITE};
@@ -129,12 +129,12 @@ impl Executor {
             };
             // SAFETY: a published slot of the peer's live ring.
             let h = unsafe { ReqSlot::header(slot) };
-            let is_send = h.op == op::SEND || h.op == op::SEND_INV;
+            let is_send = matches!(h.op & !op::INLINE, op::SEND | op::SEND_INV);
             if is_send && n == out.len() {
                 break;
             }
             let outcome = match h.op {
-                op::SEND | op::SEND_INV => self.exec_send(qp, &h, slot, &mut out[n]),
+                _ if is_send => self.exec_send(qp, &h, slot, &mut out[n]),
                 op::WRITE => self.exec_write(qp, &h, slot),
                 op::READ => self.exec_read(qp, &h, slot),
                 _ => Outcome::nak(ack::REMOTE_INVALID),
@@ -346,18 +346,32 @@ impl Executor {
             return done(WcStatus::LocalLengthError, 0, None, ack::REMOTE_INVALID);
         }
         let mut src = [NO_RUN; MAX_SGE];
-        let Some(ns) = self.peer_runs(h, slot, &mut src) else {
-            return done(WcStatus::GeneralError, 0, None, ack::REMOTE_OP);
+        let ns = if h.op & op::INLINE != 0 {
+            if h.total_len > INLINE_MAX {
+                return done(WcStatus::GeneralError, 0, None, ack::REMOTE_OP);
+            }
+            src[0] = Run {
+                // SAFETY: a published slot of the peer's live ring. Only read through.
+                ptr: unsafe { ReqSlot::body(slot.cast_mut()) },
+                len: h.total_len as usize,
+            };
+            1
+        } else {
+            match self.peer_runs(h, slot, &mut src) {
+                Some(ns) => ns,
+                None => return done(WcStatus::GeneralError, 0, None, ack::REMOTE_OP),
+            }
         };
         let mut inv = None;
-        if h.op == op::SEND_INV {
+        if h.op & !op::INLINE == op::SEND_INV {
             if qp.dev.table.invalidate(h.key, qp.pd).is_err() {
                 return done(WcStatus::LocalAccessError, 0, None, ack::REMOTE_ACCESS);
             }
             inv = Some(h.key);
         }
-        // SAFETY: src runs lie in the peer's arenas as mapped here, dst runs in our
-        // registered arenas (bounds checked); cap >= total_len was checked above.
+        // SAFETY: src runs lie in the peer's arenas as mapped here or in its slot's body
+        // (total_len <= INLINE_MAX), dst runs in our registered arenas (bounds checked);
+        // cap >= total_len was checked above.
         unsafe { scatter_gather(&src[..ns], &dst[..nd], h.total_len as usize) };
         done(WcStatus::Success, h.total_len, inv, ack::OK)
     }

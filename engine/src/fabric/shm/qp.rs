@@ -17,7 +17,7 @@ use super::cq::CqShared;
 use super::device::{DeviceShared, MAX_MSG_SIZE};
 use super::exec::Executor;
 use super::ring::Producer;
-use super::segment::{op, ReqHeader, ReqSlot, Segment, WireSge, MAX_SGE};
+use super::segment::{op, ReqHeader, ReqSlot, Segment, WireSge, INLINE_MAX, MAX_SGE};
 use super::table::Mapping;
 use crate::fabric::cm::ConnId;
 use crate::fabric::error::{FabricError, PostError, PostErrorKind};
@@ -292,6 +292,9 @@ impl QpShared {
 pub struct ShmQp {
     pub(crate) shared: Arc<QpShared>,
     req: Producer<ReqSlot>,
+    /// Sequence number after our latest RDMA Read: a Send posted before the target
+    /// has finished it must not capture its payload early (see `push_remote`).
+    reads_until: u64,
     sq_head: u64,
     sq_freed_seen: u64,
     rq_head: u64,
@@ -406,6 +409,7 @@ impl ShmQp {
         Ok(ShmQp {
             req: shared.own.req_producer(),
             shared,
+            reads_until: 0,
             sq_head: 0,
             sq_freed_seen: 0,
             rq_head: 0,
@@ -430,6 +434,20 @@ impl ShmQp {
             }
         };
         let slot = self.req.slot();
+        if opc != op::READ && opc != op::WRITE && total <= INLINE_MAX && self.reads_done() {
+            self.fill_inline(slot, wr)?;
+            let h = ReqHeader {
+                op: opc | op::INLINE,
+                num_sge: 0,
+                remote_addr: 0,
+                total_len: total,
+                key,
+            };
+            // SAFETY: the caller checked room, so the slot is free and unpublished; we
+            // are the ring's only producer.
+            unsafe { ReqSlot::set_header(slot, h) };
+            return Ok(self.commit());
+        }
         let sh = &*self.shared;
         // post_send checked the entry count against max_send_sge <= MAX_SGE.
         for (i, sge) in wr.sgl.iter().enumerate().take(MAX_SGE) {
@@ -456,10 +474,58 @@ impl ShmQp {
         };
         // SAFETY: as above.
         unsafe { ReqSlot::set_header(slot, h) };
-        let ssn = self.req.position();
-        sh.req_pushed.store(ssn + 1, Ordering::Relaxed);
-        self.req.commit();
+        let ssn = self.commit();
+        if opc == op::READ {
+            self.reads_until = ssn + 1;
+        }
         Ok(ssn)
+    }
+
+    /// Publishes the filled slot; returns its sequence number.
+    #[inline]
+    fn commit(&mut self) -> u64 {
+        let ssn = self.req.position();
+        self.shared.req_pushed.store(ssn + 1, Ordering::Relaxed);
+        self.req.commit();
+        ssn
+    }
+
+    /// True when every RDMA Read posted so far has finished. An inline Send captures
+    /// its payload now, while a Send by reference is read by the target after every
+    /// earlier request has executed; so that a Send sourced from an earlier Read's sink
+    /// carries the Read's data either way, a Send goes inline only when no Read is
+    /// still in flight.
+    #[inline]
+    fn reads_done(&mut self) -> bool {
+        self.reads_until == 0
+            || self.req.consumed() >= self.reads_until && {
+                self.reads_until = 0;
+                true
+            }
+    }
+
+    /// Copies a Send's payload into the body of `slot`, checking every entry's key.
+    fn fill_inline(&self, slot: *mut ReqSlot, wr: &SendWr<'_>) -> Result<(), WcStatus> {
+        let sh = &*self.shared;
+        // SAFETY: the slot is free and unpublished (see push_remote).
+        let body = unsafe { ReqSlot::body(slot) };
+        let mut at = 0usize;
+        for sge in wr.sgl {
+            let len = u64::from(sge.length);
+            let src = sh
+                .dev
+                .table
+                .lookup(sge.lkey, sh.pd, Access::NONE, sge.addr, len)
+                .ok()
+                .and_then(|place| sh.dev.local_ptr(place, len))
+                .ok_or(WcStatus::LocalProtectionError)?;
+            // SAFETY: src is inside one of our registered arenas for len bytes (checked
+            // by local_ptr); the entries sum to total <= INLINE_MAX, the body's size,
+            // so at + len stays inside the body; arena and ring are separate mappings.
+            unsafe { std::ptr::copy_nonoverlapping(src, body.add(at), sge.length as usize) };
+            at += sge.length as usize;
+        }
+        Ok(())
     }
 
     /// Runs a FastReg or LocalInvalidate now: they touch only our key table.

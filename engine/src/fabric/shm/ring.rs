@@ -96,6 +96,18 @@ impl<T: Slot> Producer<T> {
         Ok(cap - used)
     }
 
+    /// How many slots the consumer has finished, read now (acquire: whatever the
+    /// consumer did before releasing them is visible).
+    #[inline]
+    pub(crate) fn consumed(&mut self) -> u64 {
+        // SAFETY: `tail` points into the mapping kept alive by `_map`.
+        let tail = unsafe { (*self.tail).load(Ordering::Acquire) };
+        if tail.wrapping_sub(self.tail_seen) <= self.mask + 1 {
+            self.tail_seen = tail;
+        }
+        tail
+    }
+
     /// Position of the slot [`slot`] returns (the request's sequence number).
     ///
     /// [`slot`]: Producer::slot

@@ -39,6 +39,9 @@ pub(crate) mod op {
     pub const SEND_INV: u32 = 2;
     pub const WRITE: u32 = 3;
     pub const READ: u32 = 4;
+    /// Flag on SEND and SEND_INV: the payload itself is in the slot's body (up to
+    /// [`INLINE_MAX`](super::INLINE_MAX) bytes), not entries pointing at it.
+    pub const INLINE: u32 = 1 << 8;
 }
 
 /// NAK statuses in the NAK record.
@@ -78,9 +81,13 @@ pub(crate) struct ReqHeader {
 /// Bytes of a slot after its sequence word and header.
 const BODY_LEN: usize = 160;
 
+/// Largest Send whose payload travels in its slot.
+pub(crate) const INLINE_MAX: u32 = BODY_LEN as u32;
+
 /// One request slot (192 bytes: three cache lines): the ring's sequence word, the
-/// header, and a body of translated scatter-gather entries. A request with one entry
-/// touches the first two lines only.
+/// header, and a body holding translated scatter-gather entries or, for a small Send,
+/// the payload itself. A Send of up to 32 bytes fits in the slot's first line; a
+/// request with one entry touches the first two lines only.
 #[repr(C)]
 pub(crate) struct ReqSlot {
     seq: AtomicU64,
@@ -121,6 +128,16 @@ impl ReqSlot {
                 .add(i)
                 .write(e)
         }
+    }
+
+    /// The body of a slot, as bytes: [`INLINE_MAX`] of them.
+    ///
+    /// # Safety
+    /// `slot` must be a slot of a live ring.
+    #[inline]
+    pub(crate) unsafe fn body(slot: *mut ReqSlot) -> *mut u8 {
+        // SAFETY: per the contract; no reference is made, only a pointer.
+        unsafe { std::ptr::addr_of_mut!((*slot).body).cast() }
     }
 
     /// Reads the header of a published slot, once.
