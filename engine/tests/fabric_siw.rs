@@ -1,0 +1,854 @@
+//! siw-specific rules. Most talk to the provider from a raw TCP peer built from the
+//! sans-IO iWARP codecs, so the exact octets it answers with (MPA Replies, Terminates,
+//! Read Responses) are checked, not just the resulting states; the rest connect two siw
+//! devices with settings the conformance suite does not use (small MSS, CRC on one side
+//! only, revision 1, completions at transmit, no receive with infinite RNR retry).
+
+mod conformance;
+
+use std::collections::VecDeque;
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use conformance::{connect, pattern, Fixture, Opts, Pair, DEADLINE};
+use rpcrdma::fabric::siw::{SiwConfig, SiwConnRequest, SiwDevice, SiwProvider, WireTap};
+use rpcrdma::fabric::{
+    Access, CmEvent, Completion, CompletionQueue, ConnectionManager, Device, MemoryRegion,
+    PrivateData, ProtectionDomain, QpConfig, QpInit, QpState, QueuePair, RecvWr, RemoteAddr,
+    SendWr, Sge, WcOpcode, WcStatus, RNR_RETRY_INFINITE,
+};
+use rpcrdma::iwarp::ddp::{MsnCounters, QueueNumber};
+use rpcrdma::iwarp::fpdu::{decode_fpdu, encode_fpdu, fpdu_len, FpduError, MAX_ULPDU_LEN};
+use rpcrdma::iwarp::mpa::{
+    decode_frame, encode_frame, EnhancedData, FrameKind, FrameParams, MpaError, Revision,
+};
+use rpcrdma::iwarp::rdmap::{Opcode, Placement, ReadRequest, SegmentHeader};
+use rpcrdma::iwarp::terminate::{
+    DdpUntaggedError, MpaLlpError, RdmapProtectionError, Terminate, TerminateCode,
+};
+use rpcrdma_pools::{Arena, ArenaOptions, HugePages};
+
+// ---------------------------------------------------------------------------------------
+// A siw server polled by the test.
+
+struct Server {
+    qp: Option<rpcrdma::fabric::siw::SiwQp>,
+    mr: rpcrdma::fabric::siw::SiwMr,
+    arena: Arc<Arena>,
+    cq: rpcrdma::fabric::siw::SiwCq,
+    cm: rpcrdma::fabric::siw::SiwCm,
+    pd: rpcrdma::fabric::siw::SiwPd,
+    _dev: SiwDevice,
+    addr: SocketAddr,
+    events: VecDeque<CmEvent<SiwConnRequest>>,
+    done: Vec<Completion>,
+}
+
+impl Server {
+    fn new(cfg: SiwConfig) -> Server {
+        let dev = SiwDevice::with_config(cfg).expect("device");
+        let pd = dev.alloc_pd().expect("pd");
+        let cq = dev.create_cq(256).expect("cq");
+        let mut cm = dev.create_cm().expect("cm");
+        cm.listen(&SocketAddr::from(([127, 0, 0, 1], 0)))
+            .expect("listen");
+        let addr = cm.listen_addr().expect("bound address");
+        let arena = Arc::new(
+            Arena::new(
+                &ArenaOptions::new(1 << 20)
+                    .hugepages(HugePages::Never)
+                    .name("siw-test"),
+            )
+            .expect("arena"),
+        );
+        let mr = pd.reg_arena(&arena, Access::ALL).expect("register");
+        Server {
+            qp: None,
+            mr,
+            arena,
+            cq,
+            cm,
+            pd,
+            _dev: dev,
+            addr,
+            events: VecDeque::new(),
+            done: Vec::new(),
+        }
+    }
+
+    fn pump(&mut self) {
+        let mut buf = [Completion::EMPTY; 16];
+        let n = self.cq.poll(&mut buf);
+        self.done.extend_from_slice(&buf[..n]);
+        if let Some(e) = self.cm.poll_event().expect("poll_event") {
+            self.events.push_back(e);
+        }
+    }
+
+    fn addr_of(&self, off: usize) -> u64 {
+        self.arena.base() as u64 + off as u64
+    }
+
+    fn sge(&self, off: usize, len: usize) -> Sge {
+        Sge::new(self.addr_of(off), len as u32, self.mr.lkey())
+    }
+
+    fn fill(&self, off: usize, data: &[u8]) {
+        assert!(off + data.len() <= self.arena.len());
+        // SAFETY: in bounds; the provider touches this memory only while we poll.
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), self.arena.base().add(off), data.len())
+        }
+    }
+
+    fn read(&self, off: usize, len: usize) -> Vec<u8> {
+        assert!(off + len <= self.arena.len());
+        let mut v = vec![0u8; len];
+        // SAFETY: as in `fill`.
+        unsafe { std::ptr::copy_nonoverlapping(self.arena.base().add(off), v.as_mut_ptr(), len) }
+        v
+    }
+
+    /// Waits for the connect request and accepts it.
+    fn accept(&mut self, raw: &mut Raw, private_data: &[u8]) -> PrivateData {
+        let end = Instant::now() + DEADLINE;
+        let (request, pd) = loop {
+            self.pump();
+            if let Some(e) = self.events.pop_front() {
+                match e {
+                    CmEvent::ConnectRequest {
+                        request,
+                        private_data,
+                    } => break (request, private_data),
+                    other => panic!("expected a connect request, got {other:?}"),
+                }
+            }
+            assert!(Instant::now() < end, "no connect request");
+            std::thread::yield_now();
+        };
+        let init = QpInit {
+            pd: &self.pd,
+            send_cq: &self.cq,
+            recv_cq: &self.cq,
+            config: QpConfig::default(),
+        };
+        self.qp = Some(self.cm.accept(request, init, private_data).expect("accept"));
+        self.wait(raw, "Established", |s, _| {
+            s.events
+                .iter()
+                .any(|e| matches!(e, CmEvent::Established { .. }))
+        });
+        pd
+    }
+
+    /// Polls the server (and buffers what the raw peer receives) until `cond`.
+    fn wait(&mut self, raw: &mut Raw, what: &str, mut cond: impl FnMut(&Server, &Raw) -> bool) {
+        let end = Instant::now() + DEADLINE;
+        loop {
+            self.pump();
+            raw.fill();
+            if cond(self, raw) {
+                return;
+            }
+            assert!(Instant::now() < end, "timed out waiting for {what}");
+            std::thread::yield_now();
+        }
+    }
+
+    fn qp(&mut self) -> &mut rpcrdma::fabric::siw::SiwQp {
+        self.qp.as_mut().expect("accepted")
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// A raw iWARP peer: a TCP socket and the codecs.
+
+struct Raw {
+    sock: TcpStream,
+    inbox: Vec<u8>,
+    eof: bool,
+    crc: bool,
+    msn: MsnCounters,
+}
+
+impl Raw {
+    fn connect(addr: SocketAddr) -> Raw {
+        let sock = TcpStream::connect(addr).expect("connect");
+        sock.set_nodelay(true).expect("nodelay");
+        sock.set_nonblocking(true).expect("non-blocking");
+        Raw {
+            sock,
+            inbox: Vec::new(),
+            eof: false,
+            crc: false,
+            msn: MsnCounters::new(),
+        }
+    }
+
+    fn write_all(&mut self, mut b: &[u8]) {
+        let end = Instant::now() + DEADLINE;
+        while !b.is_empty() {
+            match self.sock.write(b) {
+                Ok(n) => b = &b[n..],
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    assert!(Instant::now() < end, "raw peer cannot write");
+                    std::thread::yield_now();
+                }
+                Err(e) => panic!("raw peer write: {e}"),
+            }
+        }
+    }
+
+    /// Reads what has arrived, without waiting.
+    fn fill(&mut self) {
+        let mut buf = [0u8; 65536];
+        loop {
+            match self.sock.read(&mut buf) {
+                Ok(0) => {
+                    self.eof = true;
+                    return;
+                }
+                Ok(n) => self.inbox.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                Err(_) => {
+                    self.eof = true;
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Sends an MPA Request.
+    fn request(&mut self, rev: Revision, crc: bool, markers: bool, pd: &[u8]) {
+        let mut f = vec![0u8; 600];
+        let enhanced = (rev == Revision::V2).then(|| EnhancedData::client_server(8, 8));
+        let n = encode_frame(
+            &mut f,
+            &FrameParams {
+                kind: FrameKind::Request,
+                crc,
+                reject: false,
+                revision: rev,
+                enhanced,
+            },
+            pd,
+        )
+        .expect("frame");
+        if markers {
+            f[16] |= 0x80;
+        }
+        self.write_all(&f[..n]);
+    }
+
+    /// Takes the MPA Reply once it is complete.
+    fn take_reply(&mut self) -> Option<Vec<u8>> {
+        match decode_frame(&self.inbox) {
+            Ok(fr) => {
+                let v = self.inbox[..fr.len].to_vec();
+                self.crc = fr.header.crc;
+                self.inbox.drain(..fr.len);
+                Some(v)
+            }
+            Err(MpaError::Incomplete { .. }) => None,
+            Err(e) => panic!("bad MPA reply: {e}"),
+        }
+    }
+
+    fn send(&mut self, h: SegmentHeader, payload: &[u8]) {
+        let mut b = vec![0u8; fpdu_len(h.encoded_len() + payload.len())];
+        let n = encode_fpdu(&mut b, &h, payload, self.crc).expect("fpdu");
+        self.write_all(&b[..n]);
+    }
+
+    /// Takes the next complete FPDU.
+    fn take_fpdu(&mut self) -> Option<(SegmentHeader, Vec<u8>)> {
+        match decode_fpdu(&self.inbox, self.crc, MAX_ULPDU_LEN) {
+            Ok(f) => {
+                let out = (f.header, f.payload.to_vec());
+                let len = f.len;
+                self.inbox.drain(..len);
+                Some(out)
+            }
+            Err(FpduError::Incomplete { .. }) => None,
+            Err(e) => panic!("bad FPDU from siw: {e}"),
+        }
+    }
+}
+
+/// A connected raw client and siw server (revision 2, CRCs as `crc`).
+fn raw_pair(cfg: SiwConfig, crc: bool) -> (Server, Raw) {
+    let mut s = Server::new(cfg);
+    let mut raw = Raw::connect(s.addr);
+    raw.request(Revision::V2, crc, false, b"raw");
+    let pd = s.accept(&mut raw, b"ok");
+    assert_eq!(pd.as_bytes(), b"raw");
+    s.wait(&mut raw, "the MPA Reply", |_, r| {
+        decode_frame(&r.inbox).is_ok()
+    });
+    let reply = raw.take_reply().expect("reply");
+    let fr = decode_frame(&reply).expect("reply decodes");
+    assert_eq!(fr.ulp_private_data, b"ok");
+    (s, raw)
+}
+
+/// Waits for the next FPDU the raw peer gets.
+fn next_fpdu(s: &mut Server, raw: &mut Raw) -> (SegmentHeader, Vec<u8>) {
+    let end = Instant::now() + DEADLINE;
+    loop {
+        if let Some(f) = raw.take_fpdu() {
+            return f;
+        }
+        assert!(!raw.eof, "connection closed before the expected FPDU");
+        assert!(Instant::now() < end, "no FPDU from siw");
+        s.pump();
+        raw.fill();
+        std::thread::yield_now();
+    }
+}
+
+/// Waits for a Terminate and checks it names `sent` (header and ULPDU length).
+fn expect_terminate(
+    s: &mut Server,
+    raw: &mut Raw,
+    code: TerminateCode,
+    sent: &SegmentHeader,
+    sent_payload_len: usize,
+    rdma_header: Option<&[u8]>,
+) {
+    let (h, body) = next_fpdu(s, raw);
+    assert_eq!(h.opcode, Opcode::Terminate);
+    assert!(h.last);
+    match h.placement {
+        Placement::Untagged { qn, msn, mo, .. } => {
+            assert_eq!((qn, msn, mo), (QueueNumber::Terminate.qn(), 1, 0))
+        }
+        Placement::Tagged { .. } => panic!("a tagged Terminate"),
+    }
+    let t = Terminate::decode(&body).expect("Terminate decodes");
+    assert_eq!(t.code, code);
+    let mut copied = [0u8; 18];
+    let n = sent.encode(&mut copied).expect("encodes");
+    assert_eq!(
+        t.ddp_header,
+        Some(&copied[..n]),
+        "the offending header is copied"
+    );
+    assert_eq!(
+        t.segment_length,
+        Some((n + sent_payload_len) as u16),
+        "segment length is the offending ULPDU length"
+    );
+    assert_eq!(t.rdma_header, rdma_header);
+    s.wait(
+        raw,
+        "the queue pair to fail and the stream to close",
+        |s, r| s.qp.as_ref().is_some_and(|q| q.state().is_error()) && r.eof,
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Raw peer tests.
+
+#[test]
+fn write_to_an_unknown_stag_is_terminated_with_the_segment_copied() {
+    let (mut s, mut raw) = raw_pair(SiwConfig::default(), true);
+    s.fill(0, &[0xAA; 64]);
+    let h = SegmentHeader::tagged(Opcode::RdmaWrite, true, s.mr.rkey() ^ 0x100, s.addr_of(0));
+    raw.send(h, &[1, 2, 3, 4, 5, 6, 7, 8]);
+    expect_terminate(
+        &mut s,
+        &mut raw,
+        TerminateCode::RdmapProtection(RdmapProtectionError::InvalidStag),
+        &h,
+        8,
+        None,
+    );
+    assert_eq!(s.read(0, 64), vec![0xAA; 64], "nothing was placed");
+}
+
+#[test]
+fn write_past_the_registration_is_a_bounds_violation() {
+    let (mut s, mut raw) = raw_pair(SiwConfig::default(), false);
+    let end = s.addr_of(s.arena.len() - 4);
+    let h = SegmentHeader::tagged(Opcode::RdmaWrite, true, s.mr.rkey(), end);
+    raw.send(h, &[9; 8]);
+    expect_terminate(
+        &mut s,
+        &mut raw,
+        TerminateCode::RdmapProtection(RdmapProtectionError::BaseOrBounds),
+        &h,
+        8,
+        None,
+    );
+    assert_eq!(s.read(s.arena.len() - 4, 4), vec![0; 4]);
+}
+
+#[test]
+fn send_without_a_receive_is_a_no_buffer_terminate() {
+    let (mut s, mut raw) = raw_pair(SiwConfig::default(), true);
+    let h = SegmentHeader::untagged(Opcode::Send, true, 0, raw.msn.take(QueueNumber::Send), 0);
+    raw.send(h, b"nobody listens");
+    expect_terminate(
+        &mut s,
+        &mut raw,
+        TerminateCode::DdpUntagged(DdpUntaggedError::NoBufferAvailable),
+        &h,
+        14,
+        None,
+    );
+}
+
+#[test]
+fn read_request_out_of_bounds_copies_the_request() {
+    let (mut s, mut raw) = raw_pair(SiwConfig::default(), true);
+    let rr = ReadRequest {
+        sink_stag: 0x4242,
+        sink_to: 0x1000,
+        size: 64,
+        source_stag: s.mr.rkey(),
+        source_to: s.addr_of(s.arena.len() - 32),
+    };
+    let h = SegmentHeader::untagged(
+        Opcode::ReadRequest,
+        true,
+        0,
+        raw.msn.take(QueueNumber::ReadRequest),
+        0,
+    );
+    raw.send(h, &rr.to_bytes());
+    expect_terminate(
+        &mut s,
+        &mut raw,
+        TerminateCode::RdmapProtection(RdmapProtectionError::BaseOrBounds),
+        &h,
+        28,
+        Some(&rr.to_bytes()),
+    );
+}
+
+#[test]
+fn read_requests_are_answered_in_fpdus_of_the_mulpdu() {
+    let cfg = SiwConfig {
+        mss: Some(536),
+        ..SiwConfig::default()
+    };
+    let (mut s, mut raw) = raw_pair(cfg, true);
+    let data = pattern(7, 5000);
+    s.fill(4096, &data);
+    // A zero-length Read is answered without looking at its STags.
+    let zero = ReadRequest {
+        sink_stag: 0x77,
+        sink_to: 0x5000,
+        size: 0,
+        source_stag: 0xdead_beef,
+        source_to: 0,
+    };
+    let rr = ReadRequest {
+        sink_stag: 0x99,
+        sink_to: 0x1_0000,
+        size: data.len() as u32,
+        source_stag: s.mr.rkey(),
+        source_to: s.addr_of(4096),
+    };
+    for r in [zero, rr] {
+        let h = SegmentHeader::untagged(
+            Opcode::ReadRequest,
+            true,
+            0,
+            raw.msn.take(QueueNumber::ReadRequest),
+            0,
+        );
+        raw.send(h, &r.to_bytes());
+    }
+    let (h, p) = next_fpdu(&mut s, &mut raw);
+    assert_eq!(
+        h,
+        SegmentHeader::tagged(Opcode::ReadResponse, true, 0x77, 0x5000)
+    );
+    assert!(p.is_empty());
+    let mut got = Vec::new();
+    let mut fpdus = 0;
+    loop {
+        let (h, p) = next_fpdu(&mut s, &mut raw);
+        fpdus += 1;
+        assert_eq!(h.opcode, Opcode::ReadResponse);
+        assert_eq!(
+            h.placement,
+            Placement::Tagged {
+                stag: 0x99,
+                to: 0x1_0000 + got.len() as u64
+            }
+        );
+        // Every FPDU fits a 536-octet segment (MSS 536 less TCP options).
+        assert!(p.len() + 14 + 6 <= 536, "{} octets", p.len());
+        got.extend_from_slice(&p);
+        if h.last {
+            break;
+        }
+    }
+    assert_eq!(got, data);
+    assert!(fpdus >= 10, "5000 octets took only {fpdus} FPDUs");
+}
+
+#[test]
+fn a_bad_crc_is_an_mpa_terminate() {
+    let (mut s, mut raw) = raw_pair(SiwConfig::default(), true);
+    // A receive is posted, so the header passes and only the CRC is wrong (payload is
+    // placed as it arrives; the CRC is checked at the end of the FPDU).
+    let rb = [s.sge(0, 64)];
+    s.qp()
+        .post_recv(&[RecvWr { wr_id: 1, sgl: &rb }])
+        .expect("post");
+    let h = SegmentHeader::untagged(Opcode::Send, true, 0, 1, 0);
+    let mut b = vec![0u8; fpdu_len(18 + 4)];
+    let n = encode_fpdu(&mut b, &h, b"oops", true).expect("fpdu");
+    b[n - 1] ^= 0xff;
+    raw.write_all(&b[..n]);
+    let (th, body) = next_fpdu(&mut s, &mut raw);
+    assert_eq!(th.opcode, Opcode::Terminate);
+    let t = Terminate::decode(&body).expect("decodes");
+    assert_eq!(t.code, TerminateCode::Mpa(MpaLlpError::CrcError));
+    s.wait(&mut raw, "error and close", |s, r| {
+        s.qp.as_ref().is_some_and(|q| q.state().is_error()) && r.eof
+    });
+    s.wait(&mut raw, "the receive flushed", |s, _| !s.done.is_empty());
+    assert_eq!(
+        s.done[0].status,
+        WcStatus::WrFlushed,
+        "a corrupt Send is not delivered"
+    );
+}
+
+#[test]
+fn crcs_are_used_when_only_the_peer_asks() {
+    let cfg = SiwConfig {
+        crc: false,
+        ..SiwConfig::default()
+    };
+    let (mut s, mut raw) = raw_pair(cfg, true);
+    assert!(raw.crc, "the reply sets C because the initiator asked");
+    s.fill(0, b"checked");
+    let b = [s.sge(0, 7)];
+    s.qp()
+        .post_send(&[SendWr::write(
+            1,
+            &b,
+            RemoteAddr {
+                addr: 0x10,
+                rkey: 5,
+            },
+        )])
+        .expect("post");
+    // `decode_fpdu` verifies the CRC.
+    let (h, p) = next_fpdu(&mut s, &mut raw);
+    assert_eq!(
+        (h.opcode, p.as_slice()),
+        (Opcode::RdmaWrite, &b"checked"[..])
+    );
+}
+
+#[test]
+fn revision_1_initiators_are_answered_in_revision_1() {
+    let mut s = Server::new(SiwConfig::default());
+    let mut raw = Raw::connect(s.addr);
+    raw.request(Revision::V1, false, false, b"v1 peer");
+    let pd = s.accept(&mut raw, b"v1 ok");
+    assert_eq!(
+        pd.as_bytes(),
+        b"v1 peer",
+        "all private data is the ULP's in revision 1"
+    );
+    s.wait(&mut raw, "reply", |_, r| decode_frame(&r.inbox).is_ok());
+    let reply = raw.take_reply().expect("reply");
+    let fr = decode_frame(&reply).expect("decodes");
+    assert_eq!(fr.revision, Revision::V1);
+    assert_eq!(fr.enhanced, None);
+    assert_eq!(fr.ulp_private_data, b"v1 ok");
+    assert!(raw.crc, "our side asks for CRCs");
+    let rb = [s.sge(0, 64)];
+    s.qp()
+        .post_recv(&[RecvWr { wr_id: 3, sgl: &rb }])
+        .expect("post");
+    let h = SegmentHeader::untagged(Opcode::Send, true, 0, 1, 0);
+    raw.send(h, b"hello");
+    s.wait(&mut raw, "the receive", |s, _| !s.done.is_empty());
+    assert_eq!(
+        (s.done[0].wr_id, s.done[0].status, s.done[0].byte_len),
+        (3, WcStatus::Success, 5)
+    );
+    assert_eq!(s.read(0, 5), b"hello");
+}
+
+#[test]
+fn the_rfc8797_message_follows_the_ird_ord_words() {
+    let mut s = Server::new(SiwConfig::default());
+    let mut raw = Raw::connect(s.addr);
+    let rfc8797 = [0xf6, 0xab, 0x0e, 0x18, 0x01, 0x01, 0x03, 0x03];
+    raw.request(Revision::V2, false, false, &rfc8797);
+    let pd = s.accept(&mut raw, &rfc8797);
+    assert_eq!(pd.as_bytes(), &rfc8797);
+    s.wait(&mut raw, "reply", |_, r| decode_frame(&r.inbox).is_ok());
+    let reply = raw.take_reply().expect("reply");
+    // Key, flags (C and S), revision 2, PD_Length 12, IRD 16, ORD 16, then the message.
+    assert_eq!(&reply[..16], b"MPA ID Rep Frame");
+    assert_eq!(&reply[16..20], &[0x50, 2, 0, 12]);
+    assert_eq!(&reply[20..24], &[0, 16, 0, 16]);
+    assert_eq!(&reply[24..], &rfc8797);
+}
+
+#[test]
+fn peers_requiring_markers_are_rejected() {
+    let mut s = Server::new(SiwConfig::default());
+    let mut raw = Raw::connect(s.addr);
+    raw.request(Revision::V2, false, true, b"markers please");
+    s.wait(&mut raw, "a rejecting reply and close", |_, r| r.eof);
+    let fr = decode_frame(&raw.inbox).expect("a reply");
+    assert!(fr.header.reject, "R is set");
+    assert!(!fr.header.markers);
+    for _ in 0..50 {
+        s.pump();
+    }
+    assert!(
+        s.events.is_empty(),
+        "no connect request reached the application"
+    );
+}
+
+#[test]
+fn private_data_beyond_the_fabric_limit_is_rejected() {
+    let mut s = Server::new(SiwConfig::default());
+    let mut raw = Raw::connect(s.addr);
+    raw.request(Revision::V2, false, false, &[7u8; 300]);
+    s.wait(&mut raw, "a rejecting reply and close", |_, r| r.eof);
+    let fr = decode_frame(&raw.inbox).expect("a reply");
+    assert!(fr.header.reject);
+    assert!(s.events.is_empty());
+}
+
+#[test]
+fn dropping_a_connect_request_rejects_it() {
+    let mut s = Server::new(SiwConfig::default());
+    let mut raw = Raw::connect(s.addr);
+    raw.request(Revision::V2, false, false, b"hi");
+    s.wait(&mut raw, "the request", |s, _| !s.events.is_empty());
+    s.events.clear();
+    s.wait(&mut raw, "a rejecting reply and close", |_, r| r.eof);
+    let fr = decode_frame(&raw.inbox).expect("a reply");
+    assert!(fr.header.reject);
+    assert!(fr.ulp_private_data.is_empty());
+}
+
+// ---------------------------------------------------------------------------------------
+// siw to siw, with settings of our own.
+
+thread_local! {
+    /// Settings for devices `Custom` opens on this thread (each test has its own).
+    static CUSTOM_CFG: std::cell::RefCell<SiwConfig> =
+        std::cell::RefCell::new(SiwConfig::default());
+}
+
+/// Devices take the settings the test put in `CUSTOM_CFG`.
+struct Custom;
+
+impl Fixture for Custom {
+    type P = SiwProvider;
+
+    fn open_device() -> SiwDevice {
+        CUSTOM_CFG.with(|c| SiwDevice::with_config(c.borrow().clone()).expect("device"))
+    }
+
+    fn unique_addr() -> SocketAddr {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        l.local_addr().expect("addr")
+    }
+}
+
+fn custom_pair(cfg: SiwConfig, o: &Opts) -> Pair<SiwProvider> {
+    CUSTOM_CFG.with(|c| *c.borrow_mut() = cfg);
+    connect::<Custom>(o)
+}
+
+#[test]
+fn send_without_receive_fails_at_once_even_with_infinite_rnr_retry() {
+    let o = Opts {
+        client: QpConfig {
+            rnr_retry: RNR_RETRY_INFINITE,
+            ..QpConfig::default()
+        },
+        ..Opts::default()
+    };
+    let mut p = custom_pair(SiwConfig::default(), &o);
+    let b = [p.c.sge(0, 100)];
+    p.c.qp.post_send(&[SendWr::send(1, &b)]).expect("post");
+    let (_, c) = p.completions(0, 1);
+    assert_eq!(
+        (c[0].wr_id, c[0].opcode, c[0].status),
+        (1, WcOpcode::Send, WcStatus::RnrRetryExceeded),
+        "iWARP has no RNR retry: no receive is fatal at once"
+    );
+    p.wait_both_failed();
+}
+
+#[test]
+fn small_mss_segments_large_messages_without_losing_a_byte() {
+    let cfg = SiwConfig {
+        mss: Some(600),
+        ..SiwConfig::default()
+    };
+    let mut p = custom_pair(
+        cfg,
+        &Opts {
+            arena_len: 4 << 20,
+            ..Opts::default()
+        },
+    );
+    let len = 1 << 20;
+    // Write 1 MiB.
+    let data = pattern(90, len);
+    p.c.fill(0, &data);
+    let w = [p.c.sge(0, len / 3), p.c.sge(len / 3, len - len / 3)];
+    p.c.qp
+        .post_send(&[SendWr::write(1, &w, p.s.remote(2 << 20))])
+        .expect("post");
+    let (_, c) = p.completions(0, 1);
+    assert_eq!(c[0].status, WcStatus::Success);
+    assert!(p.s.read(2 << 20, len) == data, "1 MiB write differs");
+    // Read it back into the client.
+    let r = [p.c.sge(1 << 20, len)];
+    p.c.qp
+        .post_send(&[SendWr::read(2, &r, p.s.remote(2 << 20))])
+        .expect("post");
+    let (_, c) = p.completions(0, 1);
+    assert_eq!(
+        (c[0].status, c[0].byte_len as usize),
+        (WcStatus::Success, len)
+    );
+    assert!(p.c.read(1 << 20, len) == data, "1 MiB read differs");
+    // A 200 KiB Send into three entries.
+    let n = 200 << 10;
+    let sdata = pattern(91, n);
+    p.c.fill(3 << 20, &sdata);
+    let rb = [
+        p.s.sge(0, 1000),
+        p.s.sge(10_000, 100_000),
+        p.s.sge(200_000, 200_000),
+    ];
+    p.s.qp
+        .post_recv(&[RecvWr { wr_id: 3, sgl: &rb }])
+        .expect("post");
+    let sb = [p.c.sge(3 << 20, n)];
+    p.c.qp.post_send(&[SendWr::send(4, &sb)]).expect("post");
+    let (s, c) = p.completions(1, 1);
+    assert_eq!(
+        (s[0].status, s[0].byte_len as usize),
+        (WcStatus::Success, n)
+    );
+    assert_eq!(c[0].status, WcStatus::Success);
+    let mut got = p.s.read(0, 1000);
+    got.extend(p.s.read(10_000, 100_000));
+    got.extend(p.s.read(200_000, n - 101_000));
+    assert!(got == sdata, "scattered Send differs");
+}
+
+#[test]
+fn crc_off_on_both_sides_still_works_and_revision_1_initiators_connect() {
+    for (crc, revision) in [
+        (false, Revision::V2),
+        (true, Revision::V1),
+        (false, Revision::V1),
+    ] {
+        let cfg = SiwConfig {
+            crc,
+            revision,
+            ..SiwConfig::default()
+        };
+        let mut p = custom_pair(cfg, &Opts::default());
+        let rb = [p.s.sge(0, 64)];
+        p.s.qp
+            .post_recv(&[RecvWr { wr_id: 1, sgl: &rb }])
+            .expect("post");
+        p.c.fill(0, b"either way");
+        let sb = [p.c.sge(0, 10)];
+        p.c.qp.post_send(&[SendWr::send(2, &sb)]).expect("post");
+        let (s, c) = p.completions(1, 1);
+        assert_eq!(
+            (s[0].status, c[0].status),
+            (WcStatus::Success, WcStatus::Success)
+        );
+        assert_eq!(p.s.read(0, 10), b"either way");
+        // Reads need IRD/ORD: revision 1 falls back to our own ORD.
+        p.s.fill(500, b"readback");
+        let r = [p.c.sge(100, 8)];
+        p.c.qp
+            .post_send(&[SendWr::read(3, &r, p.s.remote(500))])
+            .expect("post");
+        let (_, c) = p.completions(0, 1);
+        assert_eq!(c[0].status, WcStatus::Success, "crc {crc} rev {revision:?}");
+        assert_eq!(p.c.read(100, 8), b"readback");
+    }
+}
+
+/// Counts what a device wrote.
+#[derive(Default)]
+struct CountTap {
+    read_requests: Mutex<usize>,
+}
+
+impl WireTap for CountTap {
+    fn mpa_frame(&self, _: SocketAddr, _: SocketAddr, _: &[u8]) {}
+    fn fpdu(&self, _: SocketAddr, _: SocketAddr, head: &[u8], _: &[&[u8]], _: &[u8]) {
+        if let Ok((h, _)) = SegmentHeader::decode(&head[2..]) {
+            if h.opcode == Opcode::ReadRequest {
+                *self.read_requests.lock().unwrap() += 1;
+            }
+        }
+    }
+}
+
+#[test]
+fn without_confirmation_sends_complete_at_transmit_like_linux_siw() {
+    let tap = Arc::new(CountTap::default());
+    let dyn_tap: Arc<dyn WireTap> = tap.clone();
+    let cfg = SiwConfig {
+        confirm_completions: false,
+        tap: Some(dyn_tap),
+        ..SiwConfig::default()
+    };
+    let mut p = custom_pair(cfg, &Opts::default());
+    let rb = [p.s.sge(0, 64)];
+    p.s.qp
+        .post_recv(&[RecvWr { wr_id: 1, sgl: &rb }])
+        .expect("post");
+    let sb = [p.c.sge(0, 8)];
+    p.c.qp.post_send(&[SendWr::send(2, &sb)]).expect("post");
+    let (s, c) = p.completions(1, 1);
+    assert_eq!(
+        (s[0].status, c[0].status),
+        (WcStatus::Success, WcStatus::Success)
+    );
+    assert_eq!(
+        *tap.read_requests.lock().unwrap(),
+        0,
+        "no confirmation Reads"
+    );
+    // A Write through a dead key completes at transmit; the Terminate then fails both
+    // queue pairs.
+    let bad = RemoteAddr {
+        addr: p.s.addr(0),
+        rkey: p.s.mr.rkey() ^ 0x100,
+    };
+    p.c.qp
+        .post_send(&[SendWr::write(3, &sb, bad)])
+        .expect("post");
+    p.wait_both_failed();
+    assert!(
+        p.c.done
+            .iter()
+            .all(|c| c.wr_id != 3 || c.status == WcStatus::Success),
+        "{:?}",
+        p.c.done
+    );
+    assert_eq!(p.c.qp.state(), QpState::Error);
+}
