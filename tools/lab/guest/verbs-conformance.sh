@@ -3,7 +3,9 @@
 # would route every connection over the first device owning the address otherwise).
 #   usage: verbs-conformance.sh BINARY [DEVICE...]   (devices: rxe0, siw0; default both)
 # Extra arguments for the test binary go in VERBS_TEST_ARGS (word-split). Each device's
-# output lands in $LAB_OUT/verbs-DEVICE.log; the script fails if any device fails.
+# output lands in $LAB_OUT/verbs-DEVICE.log, which the host (tools/lab/verbs.sh) judges
+# test by test. This script fails only when a device cannot be set up or the binary did
+# not finish (crash, timeout): exit 0 or 101 (some tests failed) is a finished run.
 set -uo pipefail
 . "$(dirname "$0")/common.sh"
 BIN=${1:?usage: verbs-conformance.sh BINARY [DEVICE...]}; shift
@@ -33,8 +35,8 @@ for dev in "${DEVICES[@]}"; do
   cat "$log"
   summary=$(grep -E '^test result:' "$log" | tail -n 1)
   echo "LAB_METRIC verbs_conformance dev=$dev rc=$rc ${summary:-no summary}"
-  [ "$rc" = 0 ] || FAILED+=("$dev")
+  [ "$rc" = 0 ] || [ "$rc" = 101 ] || FAILED+=("$dev")
   rdma link delete "$dev" || fail "rdma link delete $dev"
 done
-[ ${#FAILED[@]} = 0 ] || fail "conformance failed on: ${FAILED[*]}"
-step "verbs conformance passed on ${DEVICES[*]}"
+[ ${#FAILED[@]} = 0 ] || fail "the suite did not finish on: ${FAILED[*]}"
+step "verbs conformance ran on ${DEVICES[*]}"

@@ -59,7 +59,8 @@ mod tests {
         let v4 = VerbsAddr("10.0.2.15:20049".parse().expect("v4"));
         let ss = v4.to_sockaddr();
         // SAFETY: to_sockaddr wrote a sockaddr_in for a V4 address.
-        let sin: libc::sockaddr_in = unsafe { std::ptr::read((&ss as *const libc::sockaddr_storage).cast()) };
+        let sin: libc::sockaddr_in =
+            unsafe { std::ptr::read((&ss as *const libc::sockaddr_storage).cast()) };
         assert_eq!(i32::from(sin.sin_family), libc::AF_INET);
         assert_eq!(u16::from_be(sin.sin_port), 20049);
         assert_eq!(sin.sin_addr.s_addr.to_ne_bytes(), [10, 0, 2, 15]);
@@ -67,7 +68,8 @@ mod tests {
         let v6 = VerbsAddr("[fe80::1%2]:7".parse().expect("v6"));
         let ss = v6.to_sockaddr();
         // SAFETY: to_sockaddr wrote a sockaddr_in6 for a V6 address.
-        let sin6: libc::sockaddr_in6 = unsafe { std::ptr::read((&ss as *const libc::sockaddr_storage).cast()) };
+        let sin6: libc::sockaddr_in6 =
+            unsafe { std::ptr::read((&ss as *const libc::sockaddr_storage).cast()) };
         assert_eq!(i32::from(sin6.sin6_family), libc::AF_INET6);
         assert_eq!(u16::from_be(sin6.sin6_port), 7);
         assert_eq!(sin6.sin6_scope_id, 2);

@@ -170,7 +170,11 @@ fn private_data_from(ev: &rdma_cm_event) -> PrivateData {
     PrivateData::new(bytes).unwrap_or(PrivateData::EMPTY)
 }
 
-fn check_private(dev: &DeviceShared, data: &[u8], kind: PrivateDataKind) -> Result<(), FabricError> {
+fn check_private(
+    dev: &DeviceShared,
+    data: &[u8],
+    kind: PrivateDataKind,
+) -> Result<(), FabricError> {
     let max = dev.private_data_limit(kind);
     if data.len() > max {
         return Err(FabricError::PrivateDataTooLong {
@@ -199,7 +203,9 @@ impl VerbsCm {
         let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
         // SAFETY: as above.
         if flags < 0 || unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
-            return Err(FabricError::last_os("fcntl(O_NONBLOCK) on the RDMA-CM channel"));
+            return Err(FabricError::last_os(
+                "fcntl(O_NONBLOCK) on the RDMA-CM channel",
+            ));
         }
         Ok(VerbsCm {
             dev: dev.clone(),
@@ -267,8 +273,8 @@ impl VerbsCm {
             } else {
                 attr.rnr_retry = qp.config.rnr_retry.min(7);
                 attr.retry_cnt = RETRY_COUNT;
-                mask |= (ibv_qp_attr_mask::IBV_QP_RNR_RETRY.0 | ibv_qp_attr_mask::IBV_QP_RETRY_CNT.0)
-                    as i32;
+                mask |= (ibv_qp_attr_mask::IBV_QP_RNR_RETRY.0
+                    | ibv_qp_attr_mask::IBV_QP_RETRY_CNT.0) as i32;
             }
             qp.modify(&mut attr, mask, op)?;
         }
@@ -367,7 +373,8 @@ impl VerbsCm {
                 // SAFETY: live id, now bound to a device.
                 let bound = unsafe { (*id).verbs };
                 // SAFETY: live id.
-                if bound != self.dev.ctx || unsafe { rdma_resolve_route(id, RESOLVE_TIMEOUT_MS) } != 0
+                if bound != self.dev.ctx
+                    || unsafe { rdma_resolve_route(id, RESOLVE_TIMEOUT_MS) } != 0
                 {
                     self.drop_conn(key);
                     return Some(CmEvent::Unreachable { conn });
@@ -461,36 +468,27 @@ impl ConnectionManager for VerbsCm {
 
     fn listen(&mut self, addr: &VerbsAddr) -> Result<(), FabricError> {
         let id = self.create_id(0)?;
+        let fail = |e: FabricError| {
+            // SAFETY: live id, never shared; destroyed once.
+            unsafe { rdma_destroy_id(id) };
+            Err(e)
+        };
         let mut sa = addr.to_sockaddr();
         // SAFETY: id is live; sa is a valid socket address for the call.
-        let rc = unsafe { rdma_bind_addr(id, (&mut sa as *mut libc::sockaddr_storage).cast()) };
-        let result = if rc != 0 {
-            Err(FabricError::last_os("rdma_bind_addr"))
-        } else if {
-            // SAFETY: live id; a specific address binds it to the device owning it.
-            let bound = unsafe { (*id).verbs };
-            !bound.is_null() && bound != self.dev.ctx
-        } {
-            Err(FabricError::WrongDevice)
-        } else {
-            // SAFETY: id is live and bound.
-            if unsafe { rdma_listen(id, 64) } != 0 {
-                Err(FabricError::last_os("rdma_listen"))
-            } else {
-                Ok(())
-            }
-        };
-        match result {
-            Ok(()) => {
-                self.listeners.push(id);
-                Ok(())
-            }
-            Err(e) => {
-                // SAFETY: live id, never shared; destroyed once.
-                unsafe { rdma_destroy_id(id) };
-                Err(e)
-            }
+        if unsafe { rdma_bind_addr(id, (&mut sa as *mut libc::sockaddr_storage).cast()) } != 0 {
+            return fail(FabricError::last_os("rdma_bind_addr"));
         }
+        // SAFETY: live id; a specific address binds it to the device owning it.
+        let bound = unsafe { (*id).verbs };
+        if !bound.is_null() && bound != self.dev.ctx {
+            return fail(FabricError::WrongDevice);
+        }
+        // SAFETY: id is live and bound.
+        if unsafe { rdma_listen(id, 64) } != 0 {
+            return fail(FabricError::last_os("rdma_listen"));
+        }
+        self.listeners.push(id);
+        Ok(())
     }
 
     fn connect(

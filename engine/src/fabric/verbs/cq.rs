@@ -6,14 +6,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crossbeam_queue::ArrayQueue;
-use rdma_sys::{ibv_cq, ibv_create_cq, ibv_destroy_cq, ibv_poll_cq, ibv_wc, ibv_wc_flags};
+use rdma_sys::{ibv_cq, ibv_create_cq, ibv_destroy_cq, ibv_poll_cq, ibv_wc};
 
 use crate::fabric::provider::CompletionQueue;
 use crate::fabric::{Completion, FabricError, WcOpcode, WcStatus};
 
 use super::device::DeviceShared;
 use super::qp::QpShared;
-use super::ring::RECV_TAG;
+use super::ring::{Entry, RECV_TAG};
 use super::status::wc_status;
 
 /// Most completions taken from the device per `ibv_poll_cq`.
@@ -150,8 +150,8 @@ impl VerbsCq {
         self.cache.extend(r.iter().cloned());
     }
 
-    /// The fabric completion for `wc`, if it reports one (`None` for a second report
-    /// of a split request, or a queue pair that is gone).
+    /// Records `wc` with its queue pair and returns the completion it releases, if any
+    /// (send completions reported early stay parked until the earlier ones are in).
     fn translate(&mut self, wc: &ibv_wc) -> Option<Completion> {
         let found = self.cache.iter().position(|q| q.qp_num == wc.qp_num);
         let at = match found {
@@ -165,33 +165,58 @@ impl VerbsCq {
         let qp = &self.cache[at];
         let recv = wc.wr_id & RECV_TAG != 0;
         let seq = wc.wr_id & !RECV_TAG;
-        let entry = if recv {
-            qp.rq.retire(seq)?
-        } else {
-            qp.sq.retire(seq)?
-        };
         let status = wc_status(wc.status);
         if !status.is_success() {
             qp.fail();
         }
-        let (opcode, byte_len, invalidated_rkey) = if recv {
-            let inv = (status.is_success()
-                && wc.wc_flags & ibv_wc_flags::IBV_WC_WITH_INV.0 != 0)
-                // SAFETY: the union holds the invalidated key when IBV_WC_WITH_INV is set.
-                .then(|| unsafe { wc.imm_data_invalidated_rkey_union.invalidated_rkey });
-            let len = if status.is_success() { wc.byte_len } else { 0 };
-            (WcOpcode::Recv, len, inv)
-        } else {
-            (entry.opcode, entry.len, None)
-        };
-        Some(Completion {
-            wr_id: entry.wr_id,
-            opcode,
-            status,
-            byte_len,
-            qp_num: wc.qp_num,
-            invalidated_rkey,
-        })
+        if recv {
+            // Receives of one queue pair complete in order, so this is `seq` itself.
+            if !qp.rq.record(seq, status) {
+                return None;
+            }
+            let (entry, status) = qp.rq.pop()?;
+            let ok = status.is_success();
+            let inv = (ok && wc.wc_flags & qp.pd.dev.with_inv_flags != 0)
+                // SAFETY: every member of the union is a plain u32; it holds the
+                // invalidated key when the flag is set (and is only used then).
+                .then_some(unsafe { wc.imm_data_invalidated_rkey_union.invalidated_rkey });
+            return Some(Completion {
+                wr_id: entry.wr_id,
+                opcode: WcOpcode::Recv,
+                status,
+                byte_len: if ok { wc.byte_len } else { 0 },
+                qp_num: wc.qp_num,
+                invalidated_rkey: inv,
+            });
+        }
+        qp.sq.record(seq, status);
+        qp.sq.pop().map(|(e, st)| send_completion(e, st, qp.qp_num))
+    }
+
+    /// Moves send completions that became deliverable into `out[*produced..]`.
+    fn drain_parked(&self, out: &mut [Completion], produced: &mut usize) {
+        for qp in &self.cache {
+            while *produced < out.len() {
+                match qp.sq.pop() {
+                    Some((e, st)) => {
+                        out[*produced] = send_completion(e, st, qp.qp_num);
+                        *produced += 1;
+                    }
+                    None => break,
+                }
+            }
+        }
+    }
+}
+
+fn send_completion(e: Entry, status: WcStatus, qp_num: u32) -> Completion {
+    Completion {
+        wr_id: e.wr_id,
+        opcode: e.opcode,
+        status,
+        byte_len: e.len,
+        qp_num,
+        invalidated_rkey: None,
     }
 }
 
@@ -201,7 +226,9 @@ impl CompletionQueue for VerbsCq {
             self.refresh();
         }
         let mut produced = 0;
-        let want = out.len().min(POLL_BATCH);
+        self.drain_parked(out, &mut produced);
+        // Each device completion releases at most one fabric completion here.
+        let want = (out.len() - produced).min(POLL_BATCH);
         if want > 0 {
             let mut wcs: [MaybeUninit<ibv_wc>; POLL_BATCH] =
                 [const { MaybeUninit::uninit() }; POLL_BATCH];
@@ -216,6 +243,7 @@ impl CompletionQueue for VerbsCq {
                     produced += 1;
                 }
             }
+            self.drain_parked(out, &mut produced);
         }
         while produced < out.len() {
             match self.shared.synthetic.pop() {

@@ -11,8 +11,8 @@ use std::sync::Arc;
 
 use rdma_sys::{
     ___ibv_query_port, ibv_context, ibv_device_attr, ibv_device_cap_flags, ibv_get_device_name,
-    ibv_port_attr, ibv_port_state, ibv_query_device, ibv_transport_type, rdma_free_devices,
-    rdma_get_devices,
+    ibv_port_attr, ibv_port_state, ibv_query_device, ibv_transport_type, ibv_wc_flags,
+    rdma_free_devices, rdma_get_devices,
 };
 
 use crate::fabric::provider::Device;
@@ -65,6 +65,24 @@ pub(crate) struct DeviceShared {
     pub(crate) ctx: *mut ibv_context,
     pub(crate) attr: ibv_device_attr,
     pub(crate) info: DeviceInfo,
+    /// `wc_flags` bits meaning "the peer invalidated a key" in receive completions.
+    pub(crate) with_inv_flags: u32,
+}
+
+/// rxe's vendor id (`RXE_VENDOR_ID`).
+const RXE_VENDOR_ID: u32 = 0xff_ffff;
+/// The kernel's internal `IB_WC_WITH_INVALIDATE` (bit 2), which rxe (through at least
+/// Linux 6.1) copies into userspace completions where `IBV_WC_WITH_INV` (bit 3) belongs;
+/// userspace would read it as `IBV_WC_IP_CSUM_OK`, which no RC receive carries.
+const RXE_KERNEL_WITH_INVALIDATE: u32 = 1 << 2;
+
+/// Flags that report a remote invalidation on this device.
+fn with_inv_flags(attr: &ibv_device_attr, transport: Transport) -> u32 {
+    let mut f = ibv_wc_flags::IBV_WC_WITH_INV.0;
+    if attr.vendor_id == RXE_VENDOR_ID && transport == Transport::InfiniBand {
+        f |= RXE_KERNEL_WITH_INVALIDATE;
+    }
+    f
 }
 
 // SAFETY: libibverbs contexts may be used from any thread (every verbs call is
@@ -172,8 +190,8 @@ unsafe fn describe(ctx: *mut ibv_context) -> Result<(ibv_device_attr, DeviceInfo
     // SAFETY: filled by the query; all-zero was valid already.
     let port = unsafe { port.assume_init() };
     let flags = ibv_device_cap_flags(attr.device_cap_flags);
-    let mw_type2 = attr.max_mw > 0
-        && flags.0 & ibv_device_cap_flags::IBV_DEVICE_MEM_WINDOW_TYPE_2B.0 != 0;
+    let mw_type2 =
+        attr.max_mw > 0 && flags.0 & ibv_device_cap_flags::IBV_DEVICE_MEM_WINDOW_TYPE_2B.0 != 0;
     let info = DeviceInfo {
         name,
         transport,
@@ -244,6 +262,7 @@ impl VerbsDevice {
                         shared: Arc::new(DeviceShared {
                             list,
                             ctx,
+                            with_inv_flags: with_inv_flags(&attr, info.transport),
                             attr,
                             info,
                         }),
@@ -259,17 +278,17 @@ impl VerbsDevice {
             op: "open RDMA device",
             err: io::Error::new(
                 io::ErrorKind::NotFound,
-                format!("no RDMA device named {name:?}; present: {}", names.join(", ")),
+                format!(
+                    "no RDMA device named {name:?}; present: {}",
+                    names.join(", ")
+                ),
             ),
         })
     }
 
     /// Opens the first device.
     pub fn open_first() -> Result<VerbsDevice, FabricError> {
-        let first = list_devices()?
-            .into_iter()
-            .next()
-            .ok_or_else(no_devices)?;
+        let first = list_devices()?.into_iter().next().ok_or_else(no_devices)?;
         VerbsDevice::open(&first.name)
     }
 

@@ -164,7 +164,10 @@ mod tests {
         assert!(!t.insert(0xffff_ff00, p(99), 0), "full at three quarters");
         let g = t.read();
         for k in 0..6u32 {
-            assert_eq!(t.get(&g, k << 8 | 0x11), Some((p(k as usize + 1), u64::from(k) * 10)));
+            assert_eq!(
+                t.get(&g, k << 8 | 0x11),
+                Some((p(k as usize + 1), u64::from(k) * 10))
+            );
         }
         assert_eq!(t.get(&g, 3 << 8 | 0x12), None, "other generation");
         drop(g);
@@ -173,7 +176,11 @@ mod tests {
         let g = t.read();
         assert_eq!(t.get(&g, 2 << 8 | 0x11), None);
         assert_eq!(t.get(&g, 0xffff_ff00), Some((p(99), 7)));
-        assert_eq!(t.get(&g, 5 << 8 | 0x11), Some((p(6), 50)), "found past a tombstone");
+        assert_eq!(
+            t.get(&g, 5 << 8 | 0x11),
+            Some((p(6), 50)),
+            "found past a tombstone"
+        );
     }
 
     #[test]

@@ -281,7 +281,11 @@ impl ProtectionDomain for VerbsPd {
         };
         // SAFETY: ibv_alloc_mw returned a live window.
         let key = unsafe { (*mw).rkey };
-        if !self.shared.mws.insert(key_index(key), mw.cast(), max_len as u64) {
+        if !self
+            .shared
+            .mws
+            .insert(key_index(key), mw.cast(), max_len as u64)
+        {
             // SAFETY: just allocated, never shared.
             unsafe { ibv_dealloc_mw(mw) };
             return Err(FabricError::Exhausted {

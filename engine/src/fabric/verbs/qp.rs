@@ -140,13 +140,7 @@ impl QpShared {
         let mut attr: ibv_qp_attr = unsafe { MaybeUninit::zeroed().assume_init() };
         attr.qp_state = ibv_qp_state::IBV_QPS_ERR;
         // SAFETY: the QP is live while self is; attr is valid for the mask.
-        unsafe {
-            ibv_modify_qp(
-                self.qp,
-                &mut attr,
-                ibv_qp_attr_mask::IBV_QP_STATE.0 as i32,
-            )
-        };
+        unsafe { ibv_modify_qp(self.qp, &mut attr, ibv_qp_attr_mask::IBV_QP_STATE.0 as i32) };
     }
 
     /// Applies `attr` with `mask` to the verbs QP.
@@ -216,7 +210,9 @@ impl Drop for VerbsQp {
 fn zeroed_array<T>(n: usize) -> Box<[T]> {
     // SAFETY: only instantiated with verbs request and SGE structs, for which all-zero
     // bytes (null pointers, zero counts) are valid values.
-    (0..n).map(|_| unsafe { MaybeUninit::<T>::zeroed().assume_init() }).collect()
+    (0..n)
+        .map(|_| unsafe { MaybeUninit::<T>::zeroed().assume_init() })
+        .collect()
 }
 
 impl VerbsQp {
@@ -241,12 +237,13 @@ impl VerbsQp {
         check_cap("max_recv_sge", caps.max_recv_sge, a.max_sge)?;
         let expansion = caps.max_send_sge.div_ceil(dev.max_sge_rd());
         let device_send_wr = caps.max_send_wr.saturating_mul(expansion);
-        check_cap("max_send_wr (RDMA Reads split for the device)", device_send_wr, a.max_qp_wr)?;
+        check_cap(
+            "max_send_wr (RDMA Reads split for the device)",
+            device_send_wr,
+            a.max_qp_wr,
+        )?;
 
-        let (s, r) = (
-            u64::from(caps.max_send_wr),
-            u64::from(caps.max_recv_wr),
-        );
+        let (s, r) = (u64::from(caps.max_send_wr), u64::from(caps.max_recv_wr));
         if Arc::ptr_eq(send_cq, recv_cq) {
             send_cq.commit(s + r)?;
         } else {
@@ -415,8 +412,9 @@ fn send_opcode(op: &SendOp) -> WcOpcode {
     }
 }
 
-fn post_errno_kind(errno: i32, depth: u32) -> PostErrorKind {
-    if errno == libc::ENOMEM {
+/// Providers return a positive errno (rxe) or its negation (siw).
+fn post_errno_kind(rc: i32, depth: u32) -> PostErrorKind {
+    if rc.abs() == libc::ENOMEM {
         PostErrorKind::QueueFull { depth }
     } else {
         PostErrorKind::Malformed("the device refused the work request")
@@ -520,9 +518,7 @@ impl QueuePair for VerbsQp {
                     access,
                 } => {
                     if !wr.sgl.is_empty() {
-                        refused = Some(PostErrorKind::Malformed(
-                            "FastReg takes no scatter list",
-                        ));
+                        refused = Some(PostErrorKind::Malformed("FastReg takes no scatter list"));
                         break;
                     }
                     let Some((mw, max_len)) = sh.pd.mws.get(&mw_guard, key_index(key)) else {
@@ -566,10 +562,12 @@ impl QueuePair for VerbsQp {
                     v.imm_data_invalidated_rkey_union.invalidated_rkey = key;
                 }
             }
-            let inline_ok = matches!(
-                wr.op,
-                SendOp::Send | SendOp::SendWithInvalidate { .. } | SendOp::RdmaWrite { .. }
-            ) && total > 0
+            let inline_ok = match wr.op {
+                SendOp::Send | SendOp::RdmaWrite { .. } => true,
+                // siw (through Linux 6.1) refuses inline Sends With Invalidate.
+                SendOp::SendWithInvalidate { .. } => !sh.pd.dev.is_iwarp(),
+                _ => false,
+            } && total > 0
                 && total <= u64::from(sh.max_inline);
             if inline_ok && self.sges_registered(wr.sgl) {
                 self.send_wrs[nv].send_flags |= ibv_send_flags::IBV_SEND_INLINE.0;
@@ -578,16 +576,28 @@ impl QueuePair for VerbsQp {
             nv += 1;
             // A Read sink with more entries than the device takes (iWARP allows one)
             // becomes several Reads of consecutive remote ranges; only the last reports
-            // success, all carry the same sequence number.
+            // success, all carry the same sequence number. Empty entries are dropped:
+            // a zero-length iWARP Read still gets a response, which siw mismatches.
             if let SendOp::RdmaRead { remote } = wr.op {
                 if wr.sgl.len() > max_sge_rd {
-                    let pieces = wr.sgl.len().div_ceil(max_sge_rd);
+                    let mut kept = sge_at;
+                    for k in sge_at..ns {
+                        if self.send_sges[k].length > 0 {
+                            self.send_sges[kept] = self.send_sges[k];
+                            kept += 1;
+                        }
+                    }
+                    // All empty: one empty Read, as the caller asked.
+                    let used = (kept - sge_at).max(1);
+                    let pieces = used.div_ceil(max_sge_rd);
                     let mut offset = 0u64;
                     for p in 0..pieces {
-                        let lo = p * max_sge_rd;
-                        let hi = (lo + max_sge_rd).min(wr.sgl.len());
-                        let piece_len: u64 =
-                            wr.sgl[lo..hi].iter().map(|s| u64::from(s.length)).sum();
+                        let lo = sge_at + p * max_sge_rd;
+                        let hi = (lo + max_sge_rd).min(sge_at + used);
+                        let piece_len: u64 = self.send_sges[lo..hi]
+                            .iter()
+                            .map(|s| u64::from(s.length))
+                            .sum();
                         let idx = first + p;
                         if p > 0 {
                             self.owner[idx] = i as u32;
@@ -596,7 +606,7 @@ impl QueuePair for VerbsQp {
                         let v = &mut self.send_wrs[idx];
                         v.wr_id = seq;
                         v.opcode = ibv_wr_opcode::IBV_WR_RDMA_READ;
-                        v.sg_list = self.send_sges[sge_at + lo..].as_mut_ptr();
+                        v.sg_list = self.send_sges[lo..].as_mut_ptr();
                         v.num_sge = (hi - lo) as i32;
                         v.wr.rdma = rdma_sys::rdma_t {
                             remote_addr: remote.addr + offset,
@@ -617,6 +627,7 @@ impl QueuePair for VerbsQp {
                     wr_id: wr.wr_id,
                     opcode: send_opcode(&wr.op),
                     len: total.min(u64::from(u32::MAX)) as u32,
+                    signaled: wr.flags.contains(SendFlags::SIGNALED),
                 },
             );
             built += 1;
@@ -732,6 +743,7 @@ impl QueuePair for VerbsQp {
                     wr_id: wr.wr_id,
                     opcode: WcOpcode::Recv,
                     len: total.min(u64::from(u32::MAX)) as u32,
+                    signaled: true,
                 },
             );
             built += 1;

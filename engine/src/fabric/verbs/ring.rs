@@ -2,17 +2,22 @@
 //!
 //! Verbs numbers nothing for us and leaves a completion's opcode undefined when it
 //! failed, so every posted request gets a sequence number (its verbs `wr_id`) and an
-//! entry here holding the caller's `wr_id`, the operation and the length. The queue
-//! pair is the only producer, the completion queue its queues report to the only
-//! consumer. A completion for sequence `n` retires every entry up to `n`: reliable
-//! connections complete in order, and unsignaled requests release their slots when a
-//! later signaled one completes, exactly as the send queue of a NIC does. The ring is
-//! as deep as the queue pair was created, so "full" here is the fabric's `QueueFull`
-//! whatever depth the device rounded its own queue up to.
+//! entry here holding the caller's `wr_id`, the operation, the length and whether it was
+//! signaled. The queue pair is the only producer, the completion queue its queue reports
+//! to the only consumer. The ring is as deep as the queue pair was created, so "full"
+//! here is the fabric's `QueueFull` whatever depth the device rounded its queue up to.
+//!
+//! Send-queue completions are handed out in posting order even when the device reports
+//! them out of order (siw completes a Send when it leaves, before the response to an
+//! earlier RDMA Read arrives): a completion is recorded in its slot and released once
+//! everything before it is. Unsignaled requests report nothing on success and release
+//! their slots when a later request completes, as on a NIC.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 
-use crate::fabric::WcOpcode;
+use crate::fabric::{WcOpcode, WcStatus};
+
+use super::status::{code_status, status_code};
 
 /// Tag bit of receive sequence numbers, so one CQ can tell the two queues apart even on
 /// failed completions.
@@ -27,12 +32,16 @@ pub struct Entry {
     pub opcode: WcOpcode,
     /// Total bytes of the request.
     pub len: u32,
+    /// Whether success is reported.
+    pub signaled: bool,
 }
 
 struct Slot {
     wr_id: AtomicU64,
-    // opcode in the low byte, length above.
+    /// Opcode in bits 0..8, signaled in bit 8, length in bits 32..64.
     meta: AtomicU64,
+    /// 0 while outstanding; 1 + status code once the device reported it.
+    done: AtomicU8,
 }
 
 /// A single-producer, single-consumer record of posted requests.
@@ -40,8 +49,10 @@ pub struct WrRing {
     slots: Box<[Slot]>,
     /// Next sequence number to hand out; written by the producer only.
     head: AtomicU64,
-    /// First sequence number not retired; written by the consumer only.
+    /// First sequence number not released; written by the consumer only.
     tail: AtomicU64,
+    /// One past the highest sequence number the device reported; consumer only.
+    reported: AtomicU64,
 }
 
 fn opcode_code(op: WcOpcode) -> u64 {
@@ -76,11 +87,17 @@ impl WrRing {
                 .map(|_| Slot {
                     wr_id: AtomicU64::new(0),
                     meta: AtomicU64::new(0),
+                    done: AtomicU8::new(0),
                 })
                 .collect(),
             head: AtomicU64::new(base),
             tail: AtomicU64::new(base),
+            reported: AtomicU64::new(base),
         }
+    }
+
+    fn slot(&self, seq: u64) -> &Slot {
+        &self.slots[(seq % self.slots.len() as u64) as usize]
     }
 
     /// The depth.
@@ -102,10 +119,12 @@ impl WrRing {
 
     /// Producer: records request `seq` (which must be below `head() + room()`).
     pub fn write(&self, seq: u64, e: Entry) {
-        let s = &self.slots[(seq % self.slots.len() as u64) as usize];
+        let s = self.slot(seq);
         s.wr_id.store(e.wr_id, Ordering::Relaxed);
-        s.meta
-            .store(opcode_code(e.opcode) | u64::from(e.len) << 8, Ordering::Relaxed);
+        s.meta.store(
+            opcode_code(e.opcode) | u64::from(e.signaled) << 8 | u64::from(e.len) << 32,
+            Ordering::Relaxed,
+        );
     }
 
     /// Producer: makes every entry below `head` visible to the consumer. Called before
@@ -114,23 +133,64 @@ impl WrRing {
         self.head.store(head, Ordering::Release);
     }
 
-    /// Consumer: retires every entry up to `seq` and returns `seq`'s, or `None` when
-    /// `seq` was already retired (a second completion for one split request) or was
-    /// never published.
-    pub fn retire(&self, seq: u64) -> Option<Entry> {
-        let tail = self.tail.load(Ordering::Relaxed);
-        if seq < tail || seq >= self.head.load(Ordering::Acquire) {
-            return None;
-        }
-        let s = &self.slots[(seq % self.slots.len() as u64) as usize];
+    fn entry(&self, seq: u64) -> Entry {
+        let s = self.slot(seq);
         let meta = s.meta.load(Ordering::Relaxed);
-        let e = Entry {
+        Entry {
             wr_id: s.wr_id.load(Ordering::Relaxed),
             opcode: code_opcode(meta & 0xff),
-            len: (meta >> 8) as u32,
-        };
-        self.tail.store(seq + 1, Ordering::Release);
-        Some(e)
+            len: (meta >> 32) as u32,
+            signaled: meta & 1 << 8 != 0,
+        }
+    }
+
+    /// Consumer: the device reported `seq` with `status`. False when `seq` is outside
+    /// the outstanding window or was reported already (a second report for one split
+    /// request keeps the first).
+    pub fn record(&self, seq: u64, status: WcStatus) -> bool {
+        let tail = self.tail.load(Ordering::Relaxed);
+        if seq < tail || seq >= self.head.load(Ordering::Acquire) {
+            return false;
+        }
+        let s = self.slot(seq);
+        if s.done.load(Ordering::Relaxed) != 0 {
+            return false;
+        }
+        s.done.store(1 + status_code(status), Ordering::Relaxed);
+        if seq >= self.reported.load(Ordering::Relaxed) {
+            self.reported.store(seq + 1, Ordering::Relaxed);
+        }
+        true
+    }
+
+    /// Consumer: the next completion to hand out in posting order, releasing slots on
+    /// the way; `None` when the oldest outstanding request has not been reported.
+    pub fn pop(&self) -> Option<(Entry, WcStatus)> {
+        let head = self.head.load(Ordering::Acquire);
+        let reported = self.reported.load(Ordering::Relaxed);
+        let mut t = self.tail.load(Ordering::Relaxed);
+        let mut out = None;
+        while t < head {
+            let s = self.slot(t);
+            let done = s.done.load(Ordering::Relaxed);
+            let e = self.entry(t);
+            if done != 0 {
+                s.done.store(0, Ordering::Relaxed);
+                t += 1;
+                let status = code_status(done - 1);
+                if e.signaled || !status.is_success() {
+                    out = Some((e, status));
+                    break;
+                }
+            } else if !e.signaled && t < reported {
+                // Released by a later request's completion.
+                t += 1;
+            } else {
+                break;
+            }
+        }
+        self.tail.store(t, Ordering::Release);
+        out
     }
 }
 
@@ -138,53 +198,79 @@ impl WrRing {
 mod tests {
     use super::*;
 
-    fn e(wr_id: u64) -> Entry {
+    fn e(wr_id: u64, signaled: bool) -> Entry {
         Entry {
             wr_id,
             opcode: WcOpcode::RdmaWrite,
             len: 4097,
+            signaled,
         }
     }
 
     #[test]
-    fn a_completion_retires_everything_before_it() {
+    fn a_completion_releases_the_unsignaled_requests_before_it() {
         let r = WrRing::new(4, 0);
         assert_eq!(r.room(), 4);
         for seq in 0..4 {
-            r.write(seq, e(100 + seq));
+            r.write(seq, e(100 + seq, seq == 2 || seq == 3));
         }
         r.publish(4);
         assert_eq!(r.room(), 0);
-        assert_eq!(r.retire(2), Some(e(102)));
+        assert!(r.record(2, WcStatus::Success));
+        assert_eq!(r.pop(), Some((e(102, true), WcStatus::Success)));
         assert_eq!(r.room(), 3, "the unsignaled 0 and 1 left with 2");
-        assert_eq!(r.retire(1), None, "already retired");
-        assert_eq!(r.retire(4), None, "never published");
-        assert_eq!(r.retire(3), Some(e(103)));
+        assert!(!r.record(1, WcStatus::Success), "already released");
+        assert!(!r.record(4, WcStatus::Success), "never published");
+        assert_eq!(r.pop(), None, "3 is outstanding");
+        assert!(r.record(3, WcStatus::WrFlushed));
+        assert!(
+            !r.record(3, WcStatus::Success),
+            "a second report keeps the first"
+        );
+        assert_eq!(r.pop(), Some((e(103, true), WcStatus::WrFlushed)));
         assert_eq!(r.room(), 4);
     }
 
     #[test]
-    fn entries_wrap_around_and_keep_their_fields() {
-        let r = WrRing::new(3, 1 << 40);
-        for seq in (1 << 40)..(1 << 40) + 10u64 {
-            let op = if seq % 2 == 0 {
-                WcOpcode::FastReg
-            } else {
-                WcOpcode::Recv
-            };
-            r.write(
-                seq,
-                Entry {
-                    wr_id: seq * 7,
-                    opcode: op,
-                    len: u32::MAX - (seq as u32 & 0xff),
+    fn out_of_order_reports_come_out_in_posting_order() {
+        let r = WrRing::new(8, 1 << 40);
+        let b = 1 << 40;
+        for i in 0..4 {
+            r.write(b + i, e(i, true));
+        }
+        r.publish(b + 4);
+        // The Send (3) is reported before the Read (2) it follows.
+        for i in [0, 1, 3] {
+            assert!(r.record(b + i, WcStatus::Success));
+        }
+        assert_eq!(r.pop().map(|x| x.0.wr_id), Some(0));
+        assert_eq!(r.pop().map(|x| x.0.wr_id), Some(1));
+        assert_eq!(r.pop(), None, "3 waits for 2");
+        assert!(r.record(b + 2, WcStatus::Success));
+        assert_eq!(r.pop().map(|x| x.0.wr_id), Some(2));
+        assert_eq!(r.pop().map(|x| x.0.wr_id), Some(3));
+        assert_eq!(r.pop(), None);
+        assert_eq!(r.room(), 8);
+    }
+
+    #[test]
+    fn unsignaled_failures_are_reported_and_fields_survive_wrapping() {
+        let r = WrRing::new(3, 0);
+        for seq in 0..10u64 {
+            let ent = Entry {
+                wr_id: seq * 7,
+                opcode: if seq % 2 == 0 {
+                    WcOpcode::FastReg
+                } else {
+                    WcOpcode::Recv
                 },
-            );
+                len: u32::MAX - seq as u32,
+                signaled: false,
+            };
+            r.write(seq, ent);
             r.publish(seq + 1);
-            let got = r.retire(seq).expect("published");
-            assert_eq!(got.wr_id, seq * 7);
-            assert_eq!(got.opcode, op);
-            assert_eq!(got.len, u32::MAX - (seq as u32 & 0xff));
+            assert!(r.record(seq, WcStatus::RemoteAccessError));
+            assert_eq!(r.pop(), Some((ent, WcStatus::RemoteAccessError)));
         }
     }
 }

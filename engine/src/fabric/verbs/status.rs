@@ -47,8 +47,52 @@ pub fn wc_opcode(opcode: ibv_wc_opcode::Type) -> Option<WcOpcode> {
     })
 }
 
+/// Every fabric status, indexed by [`status_code`].
+const STATUSES: [WcStatus; 15] = [
+    WcStatus::Success,
+    WcStatus::LocalLengthError,
+    WcStatus::LocalQpOperationError,
+    WcStatus::LocalProtectionError,
+    WcStatus::WrFlushed,
+    WcStatus::MemoryBindError,
+    WcStatus::BadResponse,
+    WcStatus::LocalAccessError,
+    WcStatus::RemoteInvalidRequest,
+    WcStatus::RemoteAccessError,
+    WcStatus::RemoteOperationError,
+    WcStatus::RetryExceeded,
+    WcStatus::RnrRetryExceeded,
+    WcStatus::FatalError,
+    WcStatus::GeneralError,
+];
+
+/// A byte for `s`, so a status fits in an atomic slot.
+pub(crate) fn status_code(s: WcStatus) -> u8 {
+    // Every status is in the table.
+    STATUSES
+        .iter()
+        .position(|&x| x == s)
+        .unwrap_or(STATUSES.len() - 1) as u8
+}
+
+/// The status of a [`status_code`] byte.
+pub(crate) fn code_status(c: u8) -> WcStatus {
+    STATUSES
+        .get(usize::from(c))
+        .copied()
+        .unwrap_or(WcStatus::GeneralError)
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn status_codes_round_trip() {
+        for s in super::STATUSES {
+            assert_eq!(super::code_status(super::status_code(s)), s);
+        }
+        assert_eq!(super::code_status(200), super::WcStatus::GeneralError);
+    }
+
     use super::*;
 
     #[test]
