@@ -1,4 +1,4 @@
-//! End to end over shm and sim: every chunk shape. Long calls (Position-Zero Read chunk,
+//! End to end over shm, sim and siw: every chunk shape. Long calls (Position-Zero Read chunk,
 //! RDMA_NOMSG), Reply chunks (used only when the reply does not fit inline), Read chunks
 //! for DDP arguments at several positions with odd lengths (no roundup in the chunk,
 //! positions counting it), and Write chunks filled, partly filled and left empty.

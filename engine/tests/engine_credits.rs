@@ -1,4 +1,4 @@
-//! End to end over shm and sim: credits. A requester never has more calls out than
+//! End to end over shm, sim and siw: credits. A requester never has more calls out than
 //! granted (one until the first reply), extra calls wait in order and none is lost;
 //! the responder's grant moves with its policy.
 

@@ -1,4 +1,4 @@
-//! End to end over shm and sim: connections that end with calls in flight, timeouts,
+//! End to end over shm, sim and siw: connections that end with calls in flight, timeouts,
 //! and the keepalive probe. Every call gets exactly one outcome, and every pool is full
 //! again once the outcomes are dropped.
 

@@ -1,4 +1,4 @@
-//! End to end over shm and sim: RDMA_ERROR both ways, and Send With Invalidate on and
+//! End to end over shm, sim and siw: RDMA_ERROR both ways, and Send With Invalidate on and
 //! off. Raw headers are injected on the requester's queue pair, bypassing its core.
 
 mod engine_support;

@@ -1,4 +1,4 @@
-//! End to end over shm and sim: short calls and replies sent inline (RDMA_MSG both
+//! End to end over shm, sim and siw: short calls and replies sent inline (RDMA_MSG both
 //! ways), RPC-level errors, and the private-data negotiation.
 
 mod engine_support;

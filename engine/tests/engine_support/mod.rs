@@ -1,7 +1,8 @@
-//! Shared pieces of the engine's end-to-end tests: provider fixtures (shm, sim), a
+//! Shared pieces of the engine's end-to-end tests: provider fixtures (shm, sim, siw), a
 //! small test service, and helpers to build RPC calls and check replies.
 #![allow(dead_code)]
 
+use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -9,6 +10,7 @@ use rpcrdma::conn::Pair;
 use rpcrdma::core::{ConnConfig, RegBuf};
 use rpcrdma::fabric::shm::{ShmAddr, ShmDevice, ShmProvider};
 use rpcrdma::fabric::sim::{Sim, SimAddr, SimConfig, SimNet};
+use rpcrdma::fabric::siw::{SiwConfig, SiwDevice, SiwProvider};
 use rpcrdma::fabric::Provider;
 use rpcrdma::requester::{CallRequest, Outcome};
 use rpcrdma::service::{CallView, ReplyWriter, Service, ServiceError};
@@ -88,6 +90,31 @@ impl Net for SimNetFixture {
     }
     fn addr(&self) -> SimAddr {
         SimAddr(unique())
+    }
+}
+
+/// siw: software iWARP over loopback TCP, one device per side. Addresses are ports the
+/// kernel just handed out (and that nobody listens on any more).
+pub struct SiwNet {
+    /// `SiwConfig::confirm_completions`: `true` completes Sends and Writes only once the
+    /// peer provably executed them (as RC hardware); `false` completes them when written
+    /// to the socket, as Linux siw does, so the engine is also run the way it would be
+    /// against a kernel peer.
+    pub confirm_completions: bool,
+}
+
+impl Net for SiwNet {
+    type P = SiwProvider;
+    fn device(&self) -> SiwDevice {
+        SiwDevice::with_config(SiwConfig {
+            confirm_completions: self.confirm_completions,
+            ..SiwConfig::default()
+        })
+        .expect("open siw device")
+    }
+    fn addr(&self) -> SocketAddr {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
+        l.local_addr().expect("local address")
     }
 }
 
@@ -336,7 +363,8 @@ impl Service for TestService {
     }
 }
 
-/// Instantiates a test body once per provider: `fn $name<N: Net>(net: N)`.
+/// Instantiates a test body once per provider (siw twice: with and without confirmed
+/// completions): `fn $name<N: Net>(net: N)`.
 #[macro_export]
 macro_rules! per_provider {
     ($($name:ident),* $(,)?) => {
@@ -353,6 +381,26 @@ macro_rules! per_provider {
                 #[test]
                 fn $name() {
                     super::$name(super::engine_support::SimNetFixture::seeded(0x5eed));
+                }
+            )*
+        }
+        mod siw {
+            $(
+                #[test]
+                fn $name() {
+                    super::$name(super::engine_support::SiwNet {
+                        confirm_completions: true,
+                    });
+                }
+            )*
+        }
+        mod siw_unconfirmed {
+            $(
+                #[test]
+                fn $name() {
+                    super::$name(super::engine_support::SiwNet {
+                        confirm_completions: false,
+                    });
                 }
             )*
         }
