@@ -1,5 +1,5 @@
 //! End to end: the Dispatcher serving the built-in programs as the engine's `Service`,
-//! over the shm and sim providers, with calls built through `client::CallPlan` from the
+//! over the shm, sim and siw providers, with calls built through `client::CallPlan` from the
 //! same codecs and ProcInfo bounds. Covers NULL, inline ECHO, Read chunks at one and two
 //! positions (odd lengths), Write chunks, a Reply chunk, and the RPC and transport errors
 //! the ULP produces.
@@ -10,6 +10,7 @@ use rpcrdma::conn::Pair;
 use rpcrdma::core::{ConnConfig, RegBuf};
 use rpcrdma::fabric::shm::{ShmAddr, ShmDevice, ShmProvider};
 use rpcrdma::fabric::sim::{Sim, SimAddr, SimConfig, SimNet};
+use rpcrdma::fabric::siw::{SiwDevice, SiwProvider};
 use rpcrdma::fabric::Provider;
 use rpcrdma::requester::{CallRequest, CallStatus, Outcome, RpcReplyError, TransportError};
 use rpcrdma::wire::header::RdmaError;
@@ -54,6 +55,21 @@ impl Net for SimNetFixture {
     }
     fn addr(&self) -> SimAddr {
         SimAddr(1)
+    }
+}
+
+/// siw: software iWARP over loopback TCP; addresses are ports the kernel just handed out
+/// (and that nobody listens on any more).
+struct SiwNet;
+
+impl Net for SiwNet {
+    type P = SiwProvider;
+    fn device(&self) -> SiwDevice {
+        SiwDevice::new().expect("open siw device")
+    }
+    fn addr(&self) -> std::net::SocketAddr {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
+        l.local_addr().expect("local address")
     }
 }
 
@@ -466,6 +482,14 @@ macro_rules! per_provider {
                 #[test]
                 fn $name() {
                     super::$name(super::SimNetFixture(super::SimNet::new(super::SimConfig::seeded(0x0e3))));
+                }
+            )*
+        }
+        mod siw {
+            $(
+                #[test]
+                fn $name() {
+                    super::$name(super::SiwNet);
                 }
             )*
         }
