@@ -37,6 +37,19 @@ pub enum CliError {
     Json(serde_json::Error),
     /// `encode`: binary output would go to a terminal.
     BinaryToTerminal,
+    /// `call`: no server answered at the address.
+    Unreachable {
+        /// Provider name.
+        provider: &'static str,
+        /// The address as given.
+        addr: String,
+        /// What happened.
+        reason: String,
+    },
+    /// `serve`: the server could not start.
+    Serve(String),
+    /// `call`: the call could not be made, failed, or its reply did not check out.
+    Call(String),
     /// A command-line value that clap could not check by itself.
     BadArgument {
         /// The option.
@@ -78,6 +91,17 @@ impl fmt::Display for CliError {
                 "refusing to write binary octets to a terminal; add --hex or redirect the output",
             ),
             CliError::BadArgument { option, reason } => write!(f, "{option}: {reason}"),
+            CliError::Unreachable {
+                provider,
+                addr,
+                reason,
+            } => write!(
+                f,
+                "cannot reach an rpcrdma server at {addr} over {provider}: {reason}; start one \
+                 with `rpcrdma serve --provider {provider} --addr {addr}`"
+            ),
+            CliError::Serve(e) => write!(f, "serve: {e}"),
+            CliError::Call(e) => write!(f, "call failed: {e}"),
         }
     }
 }
@@ -93,7 +117,10 @@ impl std::error::Error for CliError {
             CliError::Json(e) => Some(e),
             CliError::NoPrivateData { .. }
             | CliError::BinaryToTerminal
-            | CliError::BadArgument { .. } => None,
+            | CliError::BadArgument { .. }
+            | CliError::Unreachable { .. }
+            | CliError::Serve(_)
+            | CliError::Call(_) => None,
         }
     }
 }

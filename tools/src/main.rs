@@ -1,27 +1,37 @@
 //! The `rpcrdma` command-line tool: decode and encode RPC-over-RDMA transport headers and
-//! RFC 8797 private data, and report what this build and machine offer the engine.
+//! RFC 8797 private data, report what this build and machine offer the engine, serve the
+//! built-in programs (`serve`) and make one call to a server (`call`).
 //!
 //! Exit status: 0 on success, 1 when the input or the environment is at fault (one line
 //! on standard error says what and, where possible, how to fix it), 2 for usage errors.
 #![warn(missing_docs)]
 
+mod call;
 mod decode;
 mod encode;
+mod endpoint;
 mod error;
 mod hex;
 mod info;
 mod input;
 mod rpc_summary;
+mod serve;
+mod signal;
 
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{ArgGroup, Args, Parser, Subcommand};
+use rpcrdma::core::ConnConfig;
 use rpcrdma::wire::header::Limits;
 use rpcrdma::wire::private_data::{PrivateData, MAX_INLINE_SIZE};
+use rpcrdma_ulp::builtin::echo_proc;
 use serde::Serialize;
 
+use crate::call::{Choice, Target};
+use crate::endpoint::{Endpoint, ProviderArg};
 use crate::error::CliError;
 
 /// Inspect RPC-over-RDMA traffic and this machine's RDMA setup.
@@ -40,6 +50,115 @@ enum Command {
     Encode(EncodeArgs),
     /// Show built-in providers, RDMA devices, hugepages and CPUs.
     Info(InfoArgs),
+    /// Serve the built-in programs (NULL; ECHO/SINK/SOURCE with DDP payloads) until Ctrl-C.
+    Serve(ServeArgs),
+    /// Make one RPC to a server and print the reply, the message shape and the timing.
+    Call(CallArgs),
+}
+
+/// Connection settings shared by serve and call.
+#[derive(Debug, Args)]
+struct ConnArgs {
+    /// Fabric provider.
+    #[arg(long, value_enum, default_value = "shm")]
+    provider: ProviderArg,
+    /// Address: a Unix socket path (or @name) for shm, IP:PORT for siw.
+    #[arg(long)]
+    addr: String,
+    /// Inline threshold in octets, both directions (a multiple of 1024).
+    #[arg(long = "inline", default_value_t = 4096)]
+    inline: u32,
+    /// Credits (requester: asked for; server: most granted).
+    #[arg(long, default_value_t = 32)]
+    credits: u32,
+}
+
+#[derive(Debug, Args)]
+struct ServeArgs {
+    #[command(flatten)]
+    conn: ConnArgs,
+    /// Stop after this many seconds (fractions allowed) instead of waiting for Ctrl-C.
+    #[arg(long, value_name = "SECONDS")]
+    duration: Option<f64>,
+    /// Largest SOURCE reply and chunk, in octets.
+    #[arg(long, default_value_t = 1 << 20)]
+    max_size: u32,
+}
+
+#[derive(Debug, Args)]
+#[command(group(ArgGroup::new("what").args(["null", "echo", "sink", "source", "prog"])))]
+struct CallArgs {
+    #[command(flatten)]
+    conn: ConnArgs,
+    /// NULL of the echo program.
+    #[arg(long)]
+    null: bool,
+    /// ECHO: the payload comes back (the default).
+    #[arg(long)]
+    echo: bool,
+    /// SINK: the server returns the payload's length and CRC32c.
+    #[arg(long)]
+    sink: bool,
+    /// SOURCE: the server returns --size octets of its pattern.
+    #[arg(long)]
+    source: bool,
+    /// Any program number (with --vers and --proc); the payload is one opaque argument.
+    #[arg(long, value_parser = parse_u32)]
+    prog: Option<u32>,
+    /// Version, with --prog.
+    #[arg(long, requires = "prog", default_value = "1", value_parser = parse_u32)]
+    vers: u32,
+    /// Procedure: with --prog any number; alone, an echo procedure number.
+    #[arg(long = "proc", value_parser = parse_u32)]
+    procedure: Option<u32>,
+    /// Payload octets (ECHO, SINK, --prog) or octets asked for (SOURCE).
+    #[arg(long, default_value_t = 1024)]
+    size: usize,
+    /// Send the payload in a Read chunk (default: only when it does not fit inline).
+    #[arg(long)]
+    read_chunk: bool,
+    /// Take the result in a Write chunk (default: only when it does not fit inline).
+    #[arg(long)]
+    write_chunk: bool,
+    /// Offer a Reply chunk for the whole reply (default: when the reply may not fit).
+    #[arg(long)]
+    reply_chunk: bool,
+    /// Give up connecting, and waiting for the reply, after this many seconds.
+    #[arg(long, default_value_t = 5.0, value_name = "SECONDS")]
+    timeout: f64,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_u32(s: &str) -> Result<u32, String> {
+    let r = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(h) => u32::from_str_radix(h, 16),
+        None => s.parse(),
+    };
+    r.map_err(|_| format!("{s:?} is not a 32-bit number (decimal or 0x hex)"))
+}
+
+fn seconds(option: &'static str, v: f64) -> Result<Duration, CliError> {
+    Duration::try_from_secs_f64(v)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| CliError::BadArgument {
+            option,
+            reason: format!("{v} is not a positive number of seconds"),
+        })
+}
+
+fn conn_config(a: &ConnArgs, largest: usize) -> ConnConfig {
+    // Chunk buffers hold the largest payload plus room for a reply's headers.
+    let large = (largest + 64 * 1024).next_multiple_of(4096).max(256 * 1024);
+    ConnConfig {
+        inline_send: a.inline,
+        inline_recv: a.inline,
+        credits: a.credits,
+        large_buf_size: u32::try_from(large).unwrap_or(u32::MAX),
+        ..ConnConfig::default()
+    }
 }
 
 #[derive(Debug, Args)]
@@ -97,6 +216,8 @@ fn main() -> ExitCode {
         Command::Decode(a) => run_decode(&a),
         Command::Encode(a) => run_encode(&a),
         Command::Info(a) => run_info(&a),
+        Command::Serve(a) => run_serve(&a),
+        Command::Call(a) => run_call(&a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -170,6 +291,62 @@ fn run_info(a: &InfoArgs) -> Result<(), CliError> {
         print_json(&info, false)
     } else {
         write_stdout(info::render(&info).as_bytes())
+    }
+}
+
+fn run_serve(a: &ServeArgs) -> Result<(), CliError> {
+    let ep = Endpoint::parse(a.conn.provider, &a.conn.addr)?;
+    let duration = a.duration.map(|d| seconds("--duration", d)).transpose()?;
+    let opts = serve::ServeOpts {
+        duration,
+        conn: conn_config(&a.conn, a.max_size as usize),
+        source_max: a.max_size as usize,
+    };
+    serve::run(&ep, &opts)
+}
+
+fn run_call(a: &CallArgs) -> Result<(), CliError> {
+    let ep = Endpoint::parse(a.conn.provider, &a.conn.addr)?;
+    let target = if let Some(prog) = a.prog {
+        Target::Raw {
+            prog,
+            vers: a.vers,
+            procedure: a.procedure.unwrap_or(0),
+        }
+    } else if a.null {
+        Target::Echo(echo_proc::NULL)
+    } else if a.sink {
+        Target::Echo(echo_proc::SINK)
+    } else if a.source {
+        Target::Echo(echo_proc::SOURCE)
+    } else if let (false, Some(p)) = (a.echo, a.procedure) {
+        Target::Echo(p)
+    } else {
+        Target::Echo(echo_proc::ECHO)
+    };
+    let on = |b: bool| if b { Choice::On } else { Choice::Auto };
+    let opts = call::CallOpts {
+        target,
+        size: if target == Target::Echo(echo_proc::NULL) {
+            0
+        } else {
+            a.size
+        },
+        read_chunk: on(a.read_chunk),
+        write_chunk: on(a.write_chunk),
+        reply_chunk: on(a.reply_chunk),
+        // One call gains nothing from hugepages, and should not warn about them.
+        conn: ConnConfig {
+            hugepages: rpcrdma_pools::HugePages::Never,
+            ..conn_config(&a.conn, a.size)
+        },
+        timeout: seconds("--timeout", a.timeout)?,
+    };
+    let summary = call::run(&ep, &opts)?;
+    if a.json {
+        print_json(&summary, false)
+    } else {
+        write_stdout(call::render(&summary).as_bytes())
     }
 }
 

@@ -1,0 +1,487 @@
+//! `rpcrdma call`: one RPC to a server (normally `rpcrdma serve`), with the payload
+//! inline or in chunks as asked, and a summary of the reply, the message shape and the
+//! timing.
+
+use std::time::{Duration, Instant};
+
+use rpcrdma::conn::RequesterConn;
+use rpcrdma::core::{ConnConfig, ConnState, RegBuf};
+use rpcrdma::fabric::shm::{ShmDevice, ShmProvider};
+use rpcrdma::fabric::siw::{SiwDevice, SiwProvider};
+use rpcrdma::fabric::Provider;
+use rpcrdma::iwarp::crc32c::crc32c;
+use rpcrdma::requester::{CallRequest, CallStatus, Outcome};
+use rpcrdma_ulp::builtin::{
+    echo_proc, is_source_pattern, EchoData, EchoProgram, SinkRes, SourceArgs, ECHO_PROGRAM,
+};
+use rpcrdma_ulp::client::{inline_call, CallPlan, DdpBufs, OutcomeResults};
+use rpcrdma_ulp::ddp::{encode_call, XdrCodec};
+use rpcrdma_ulp::rpc::{CallHeader, OpaqueAuth};
+use serde::Serialize;
+
+use crate::endpoint::Endpoint;
+use crate::error::CliError;
+
+/// Octets an inline message needs beyond its payload (RPC and transport headers, length
+/// word, slack): a payload that does not fit goes to a chunk in `auto` mode.
+const INLINE_OVERHEAD: usize = 128;
+
+/// What to call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// A built-in echo procedure (`echo_proc::*`) of [`ECHO_PROGRAM`] v1.
+    Echo(u32),
+    /// Any program: `size` octets as one opaque argument (none when zero).
+    Raw {
+        /// Program.
+        prog: u32,
+        /// Version.
+        vers: u32,
+        /// Procedure.
+        procedure: u32,
+    },
+}
+
+/// A chunk choice: forced on, forced off, or the tool decides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Choice {
+    /// Decide by size.
+    Auto,
+    /// Use the chunk.
+    On,
+}
+
+/// `call` settings.
+#[derive(Debug, Clone)]
+pub struct CallOpts {
+    /// What to call.
+    pub target: Target,
+    /// Payload octets (ECHO, SINK, raw), or octets asked for (SOURCE).
+    pub size: usize,
+    /// Argument in a Read chunk.
+    pub read_chunk: Choice,
+    /// Result in a Write chunk.
+    pub write_chunk: Choice,
+    /// Offer a Reply chunk.
+    pub reply_chunk: Choice,
+    /// Connection settings.
+    pub conn: ConnConfig,
+    /// Connect and call deadline, each.
+    pub timeout: Duration,
+}
+
+/// The message shape the call used.
+#[derive(Debug, Clone, Serialize)]
+pub struct Shape {
+    /// RDMA_MSG (inline) or RDMA_NOMSG (the message went in a Position-Zero Read chunk).
+    pub call: &'static str,
+    /// Read chunks (DDP arguments, and the Position-Zero chunk of a long call).
+    pub read_chunks: usize,
+    /// Write chunks offered.
+    pub write_chunks: usize,
+    /// Reply chunks offered (0 or 1).
+    pub reply_chunks: u64,
+}
+
+/// The JSON (and text) summary.
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    /// Provider.
+    pub provider: &'static str,
+    /// Server address.
+    pub addr: String,
+    /// Procedure name.
+    pub name: String,
+    /// Program, version, procedure.
+    pub prog: u32,
+    /// Version.
+    pub vers: u32,
+    /// Procedure.
+    pub procedure: u32,
+    /// Payload size asked for.
+    pub size: usize,
+    /// The XID the engine assigned.
+    pub xid: u32,
+    /// "SUCCESS" or the failure.
+    pub status: String,
+    /// Reply message octets (inline or through the Reply chunk; without Write chunk
+    /// data).
+    pub reply_len: usize,
+    /// Octets received through Write chunks.
+    pub write_chunk_octets: usize,
+    /// What the reply was checked against, e.g. "echoed 4096 octets match".
+    pub check: String,
+    /// Message shape.
+    pub shape: Shape,
+    /// Connection set-up time, microseconds.
+    pub connect_us: f64,
+    /// Submit-to-outcome time, microseconds.
+    pub call_us: f64,
+}
+
+fn call_err(reason: impl Into<String>) -> CliError {
+    CliError::Call(reason.into())
+}
+
+/// Makes the call and returns its summary (an error when it fails or does not check).
+pub fn run(ep: &Endpoint, opts: &CallOpts) -> Result<Summary, CliError> {
+    opts.conn
+        .validate()
+        .map_err(|e| call_err(format!("connection settings: {e}")))?;
+    check_options(opts)?;
+    match ep {
+        Endpoint::Shm(a) => call::<ShmProvider>(&ShmDevice::new(), a, ep, opts),
+        Endpoint::Siw(a) => {
+            let dev = SiwDevice::new().map_err(|e| call_err(format!("siw: {e}")))?;
+            call::<SiwProvider>(&dev, a, ep, opts)
+        }
+    }
+}
+
+fn names(t: Target) -> (u32, u32, u32, String) {
+    match t {
+        Target::Echo(p) => {
+            let name = EchoProgram::info(p).map_or("?", |i| i.name);
+            (ECHO_PROGRAM, 1, p, name.to_owned())
+        }
+        Target::Raw {
+            prog,
+            vers,
+            procedure,
+        } => (
+            prog,
+            vers,
+            procedure,
+            format!("prog {prog:#x} vers {vers} proc {procedure}"),
+        ),
+    }
+}
+
+fn has_arg(t: Target) -> bool {
+    match t {
+        Target::Echo(p) => matches!(p, echo_proc::ECHO | echo_proc::SINK),
+        Target::Raw { .. } => true,
+    }
+}
+
+fn has_result(t: Target) -> bool {
+    matches!(t, Target::Echo(echo_proc::ECHO | echo_proc::SOURCE))
+}
+
+fn check_options(o: &CallOpts) -> Result<(), CliError> {
+    let bad = |option, reason: &str| CliError::BadArgument {
+        option,
+        reason: reason.to_owned(),
+    };
+    if let Target::Echo(p) = o.target {
+        if EchoProgram::info(p).is_none() || p == echo_proc::ECHO2 {
+            return Err(bad(
+                "--proc",
+                "echo procedures here: NULL, ECHO, SINK, SOURCE",
+            ));
+        }
+    }
+    if o.read_chunk == Choice::On && (!has_arg(o.target) || o.size == 0) {
+        return Err(bad(
+            "--read-chunk",
+            "needs a procedure with a payload argument (--echo, --sink or --prog) and --size > 0",
+        ));
+    }
+    if o.write_chunk == Choice::On && !has_result(o.target) {
+        return Err(bad(
+            "--write-chunk",
+            "needs a procedure with a payload result (--echo or --source)",
+        ));
+    }
+    if o.size > o.conn.large_buf_size as usize {
+        return Err(bad("--size", "larger than the largest chunk buffer"));
+    }
+    Ok(())
+}
+
+fn pattern(n: usize) -> Vec<u8> {
+    (0..n)
+        .map(|i| (i as u8).wrapping_mul(29).wrapping_add(3))
+        .collect()
+}
+
+fn call<P: Provider>(
+    dev: &P::Device,
+    addr: &P::Addr,
+    ep: &Endpoint,
+    o: &CallOpts,
+) -> Result<Summary, CliError> {
+    let unreachable = |reason: String| CliError::Unreachable {
+        provider: ep.provider(),
+        addr: ep.to_string(),
+        reason,
+    };
+    let t0 = Instant::now();
+    let mut conn =
+        RequesterConn::<P>::connect(dev, addr, &o.conn).map_err(|e| unreachable(e.to_string()))?;
+    let end = t0 + o.timeout;
+    loop {
+        conn.poll(Instant::now());
+        match conn.state() {
+            ConnState::Established => break,
+            ConnState::Connecting if Instant::now() < end => std::thread::yield_now(),
+            ConnState::Connecting => {
+                return Err(unreachable(format!(
+                    "no answer within {:.1}s",
+                    o.timeout.as_secs_f64()
+                )))
+            }
+            _ => return Err(unreachable("connection refused or closed".into())),
+        }
+    }
+    let connect_us = t0.elapsed().as_secs_f64() * 1e6;
+    let (prog, vers, procedure, name) = names(o.target);
+    let payload = pattern(o.size);
+    let inline_room = (o.conn.inline_send as usize).saturating_sub(INLINE_OVERHEAD);
+    let read_chunk =
+        has_arg(o.target) && o.size > 0 && (o.read_chunk == Choice::On || o.size > inline_room);
+    let write_chunk = has_result(o.target)
+        && (o.write_chunk == Choice::On
+            || (o.write_chunk == Choice::Auto
+                && o.reply_chunk == Choice::Auto
+                && o.size > inline_room));
+    let mut max_reply = match o.target {
+        Target::Echo(p) => EchoProgram::info(p)
+            .map_or(0, |i| i.max_reply_len(o.size as u32, write_chunk, 0))
+            .min(u64::from(u32::MAX)) as u32,
+        // Unknown procedure: room for whatever fits a Reply chunk buffer.
+        Target::Raw { .. } => o.conn.large_buf_size,
+    };
+    if o.reply_chunk == Choice::On {
+        // A bound above the receive threshold is what makes the engine offer one.
+        max_reply = max_reply.max(o.conn.inline_recv);
+    }
+    let header = CallHeader {
+        xid: 0,
+        prog,
+        vers,
+        procedure,
+        cred: OpaqueAuth::None,
+        verf: OpaqueAuth::None,
+    };
+    let msg = conn
+        .alloc_msg()
+        .map_err(|e| call_err(format!("message buffer: {e}")))?;
+    let build =
+        |e: rpcrdma_ulp::client::BuildError| call_err(format!("cannot encode the call: {e}"));
+    let mut req: CallRequest = if read_chunk {
+        let mut arg = conn
+            .alloc_large()
+            .map_err(|e| call_err(format!("argument buffer: {e}")))?;
+        arg.fill(&payload)
+            .map_err(|e| call_err(format!("argument buffer: {e}")))?;
+        let mut bufs = DdpBufs::new();
+        bufs.push(arg).map_err(|_| call_err("argument list full"))?;
+        let mut msg = msg;
+        let plan = {
+            let data = bufs.get(0).map_or(&[][..], RegBuf::as_slice);
+            let enc = encode_call(msg.storage_mut(), &header, &EchoData { data }, 1)
+                .map_err(|e| call_err(format!("cannot encode the call: {e}")))?;
+            CallPlan::new(&enc, &bufs).map_err(build)?
+        };
+        plan.into_request(msg, bufs, max_reply).map_err(build)?
+    } else {
+        match o.target {
+            Target::Echo(echo_proc::SOURCE) => {
+                inline_call(msg, &header, &SourceArgs { len: o.size as u32 }, max_reply)
+            }
+            Target::Echo(echo_proc::NULL) => inline_call(msg, &header, &Nothing, max_reply),
+            Target::Raw { .. } if o.size == 0 => inline_call(msg, &header, &Nothing, max_reply),
+            _ => inline_call(msg, &header, &EchoData { data: &payload }, max_reply),
+        }
+        .map_err(build)?
+    };
+    if write_chunk {
+        let sink = conn
+            .alloc_large()
+            .map_err(|e| call_err(format!("sink buffer: {e}")))?;
+        req.push_write_sink(sink)
+            .map_err(|_| call_err("sink list full"))?;
+    }
+    let (ddp_args, sinks) = (req.ddp_args.len(), req.write_sinks.len());
+    let before = conn.stats();
+    let t1 = Instant::now();
+    conn.submit(req, 1).map_err(|e| call_err(e.to_string()))?;
+    let end = t1 + o.timeout;
+    let outcome = loop {
+        conn.poll(Instant::now());
+        if let Some(out) = conn.poll_outcome() {
+            break out;
+        }
+        if Instant::now() >= end {
+            return Err(call_err(format!(
+                "no reply within {:.1}s",
+                o.timeout.as_secs_f64()
+            )));
+        }
+    };
+    let call_us = t1.elapsed().as_secs_f64() * 1e6;
+    let after = conn.stats();
+    let long = after.long_calls > before.long_calls;
+    let shape = Shape {
+        call: if long { "RDMA_NOMSG" } else { "RDMA_MSG" },
+        read_chunks: ddp_args + usize::from(long),
+        write_chunks: sinks,
+        reply_chunks: after.reply_chunks - before.reply_chunks,
+    };
+    let check = check_reply(o, &outcome, &payload);
+    conn.close();
+    let summary = Summary {
+        provider: ep.provider(),
+        addr: ep.to_string(),
+        name,
+        prog,
+        vers,
+        procedure,
+        size: o.size,
+        xid: outcome.xid,
+        status: status_words(outcome.status),
+        reply_len: outcome.reply.as_ref().map_or(0, |r| r.len()),
+        write_chunk_octets: outcome.write_sinks.iter().map(RegBuf::len).sum(),
+        check: match &check {
+            Ok(s) | Err(s) => s.clone(),
+        },
+        shape,
+        connect_us,
+        call_us,
+    };
+    match check {
+        Ok(_) => Ok(summary),
+        Err(why) => Err(call_err(format!(
+            "{} {}: {why}",
+            summary.name, summary.status
+        ))),
+    }
+}
+
+/// No arguments.
+struct Nothing;
+
+impl<'d> XdrCodec<'d> for Nothing {
+    fn encode(
+        &self,
+        _: &mut rpcrdma_ulp::ddp::DdpEncoder<'_, 'd>,
+    ) -> Result<(), rpcrdma_ulp::ddp::DdpEncodeError> {
+        Ok(())
+    }
+
+    fn decode(
+        _: &mut rpcrdma_ulp::ddp::DdpCursor<'d>,
+    ) -> Result<Self, rpcrdma_ulp::ddp::DdpDecodeError> {
+        Ok(Nothing)
+    }
+}
+
+fn status_words(s: CallStatus) -> String {
+    match s {
+        CallStatus::Success => "SUCCESS".to_owned(),
+        CallStatus::RpcError(e) => format!("RPC error {e:?}"),
+        CallStatus::Transport(e) => format!("transport error: {e}"),
+        CallStatus::Refused(r) => format!("refused: {r}"),
+        CallStatus::Timeout => "timed out".to_owned(),
+    }
+}
+
+/// Whether the reply is what the procedure promises for what was sent.
+fn check_reply(o: &CallOpts, out: &Outcome, payload: &[u8]) -> Result<String, String> {
+    if out.status != CallStatus::Success {
+        return Err(format!(
+            "the call did not succeed ({})",
+            status_words(out.status)
+        ));
+    }
+    let results = OutcomeResults::new(out);
+    let (_, mut cur) = results
+        .cursor()
+        .map_err(|e| format!("reply does not decode: {e}"))?;
+    let msg = match o.target {
+        Target::Echo(echo_proc::NULL) => "NULL reply with no results".to_owned(),
+        Target::Echo(echo_proc::ECHO) => {
+            let d = EchoData::decode(&mut cur).map_err(|e| e.to_string())?;
+            if d.data != payload {
+                return Err(format!(
+                    "echoed {} octets differ from the {} sent",
+                    d.data.len(),
+                    payload.len()
+                ));
+            }
+            format!("echoed {} octets match", d.data.len())
+        }
+        Target::Echo(echo_proc::SINK) => {
+            let r = SinkRes::decode(&mut cur).map_err(|e| e.to_string())?;
+            if r.len as usize != payload.len() || r.crc32c != crc32c(payload) {
+                return Err(format!(
+                    "server saw {} octets with crc32c {:#010x}; sent {} with {:#010x}",
+                    r.len,
+                    r.crc32c,
+                    payload.len(),
+                    crc32c(payload)
+                ));
+            }
+            format!(
+                "server saw {} octets, crc32c {:#010x} matches",
+                r.len, r.crc32c
+            )
+        }
+        Target::Echo(_) => {
+            let d = EchoData::decode(&mut cur).map_err(|e| e.to_string())?;
+            if d.data.len() != o.size || !is_source_pattern(d.data) {
+                return Err(format!(
+                    "{} octets back, expected {} of the source pattern",
+                    d.data.len(),
+                    o.size
+                ));
+            }
+            format!("{} octets of the source pattern", d.data.len())
+        }
+        Target::Raw { .. } => {
+            // The accepted-reply header with an empty verifier is 24 octets.
+            let n = out.reply.as_ref().map_or(0, |r| r.len()).saturating_sub(24);
+            return Ok(format!("{n} octets of results (not checked)"));
+        }
+    };
+    cur.finish().map_err(|e| format!("trailing results: {e}"))?;
+    Ok(msg)
+}
+
+/// The summary as text lines.
+pub fn render(s: &Summary) -> String {
+    let chunks = |n: usize, what: &str| match n {
+        0 => format!("no {what} chunk"),
+        1 => format!("1 {what} chunk"),
+        n => format!("{n} {what} chunks"),
+    };
+    format!(
+        "call {} (prog {:#010x} vers {} proc {}) size {} to {} {}\n\
+         shape: {}, {}, {}, {}\n\
+         reply: {} xid {:#010x}, {} octet message{}; {}\n\
+         time: connect {:.1} us, call {:.1} us\n",
+        s.name,
+        s.prog,
+        s.vers,
+        s.procedure,
+        s.size,
+        s.provider,
+        s.addr,
+        s.shape.call,
+        chunks(s.shape.read_chunks, "read"),
+        chunks(s.shape.write_chunks, "write"),
+        chunks(s.shape.reply_chunks as usize, "reply"),
+        s.status,
+        s.xid,
+        s.reply_len,
+        if s.write_chunk_octets > 0 {
+            format!(" + {} octets by Write chunk", s.write_chunk_octets)
+        } else {
+            String::new()
+        },
+        s.check,
+        s.connect_us,
+        s.call_us,
+    )
+}
