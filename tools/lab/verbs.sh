@@ -27,6 +27,29 @@ if [ -z "$BIN" ] || [ ! -x "$BIN" ]; then
 fi
 echo "verbs: test binary $BIN"
 
+# Where a device genuinely cannot do what a rule demands, the rule stays as it is and the
+# failure is listed here, with the reason, so CI shows it on every run and fails on any
+# other failure. "must" entries must fail (one that starts passing fails the step, so the
+# list stays true); "may" entries depend on the peer's timing and may go either way.
+KNOWN=(
+  "rxe0 must cm_exchanges_private_data IB/RoCE CM: a connect request carries at most 56 bytes of private data (the rule sends 196)"
+  "rxe0 must cm_reject_delivers_private_data IB/RoCE CM: a reject's private data arrives as the whole 148-byte field, zero padded (no length on the wire)"
+  "rxe0 must local_protection_errors rxe reports a bad local key as LOC_QP_OP_ERR, not LOC_PROT_ERR"
+  "rxe0 must send_longer_than_receive_fails_both_sides rxe: receiver LOC_QP_OP_ERR (not LOC_LEN_ERR), sender REM_OP_ERR (not REM_INV_REQ_ERR)"
+  "rxe0 must send_with_invalidate_of_a_bad_key_fails rxe: sender Success, receiver REM_INV_REQ_ERR (rxe refuses to invalidate a user MR but NAKs nothing)"
+  "rxe0 may writes_are_visible_before_the_following_send suite race on real hardware: its 4 receives share one buffer and rnr_retry is 0, so a client ahead of the server thread overwrites or RNR-fails"
+  "siw0 must fast_reg_requires_a_fresh_key siw has no memory windows (max_mw 0): no userspace fast registration"
+  "siw0 must send_with_invalidate_kills_the_key siw has no memory windows (max_mw 0): no userspace fast registration"
+  "siw0 must local_protection_errors siw reports a bad local key as LOC_QP_OP_ERR, not LOC_PROT_ERR"
+  "siw0 must rdma_write_with_bad_key_fails iWARP: an RDMA Write completes when sent; a bad remote key terminates the connection without an error completion at the writer"
+  "siw0 must rdma_read_with_bad_key_fails iWARP/siw: a Read with a bad remote key completes WR_FLUSH_ERR after the peer's Terminate, not REM_ACCESS_ERR"
+  "siw0 must send_longer_than_receive_fails_both_sides iWARP: a Send completes when sent; the receiver's length error terminates the connection"
+  "siw0 must send_waits_for_a_late_receive iWARP has no RNR retry: a Send completes when sent, and a missing receive is fatal at the receiver"
+  "siw0 must send_without_receive_exceeds_rnr_retries iWARP has no RNR retry: the sender sees Success, the receiver terminates"
+  "siw0 must send_with_invalidate_of_a_bad_key_fails iWARP: the sender sees Success; the receiver reports REM_INV_REQ_ERR"
+  "siw0 may writes_are_visible_before_the_following_send iWARP Sends complete when sent, so the client may run ahead of the receives the rule posts (shared buffer, no RNR)"
+)
+
 RUN=$LAB/runs/verbs-$(date +%Y%m%d-%H%M%S)-$$
 QOPT=(-q); [ -n "${LAB_VERBOSE:-}" ] && QOPT=()
 "$HERE/run.sh" "${QOPT[@]}" -t 900 -o "$RUN" \
@@ -34,11 +57,42 @@ QOPT=(-q); [ -n "${LAB_VERBOSE:-}" ] && QOPT=()
   -e VERBS_TIMEOUT="${VERBS_TIMEOUT:-400}" \
   "$HERE/guest/verbs-conformance.sh" "$BIN" "$@"
 RC=$?
-if [ -f "$RUN/guest.log" ]; then
-  grep -E '^==> |LAB_METRIC' "$RUN/guest.log"
-  if [ "$RC" != 0 ]; then
-    echo "---- failing tests:"
-    grep -hE '^test .* FAILED$|panicked at|^  left|^ right|completion Completion' "$RUN"/verbs-*.log | head -n 80
+[ -f "$RUN/guest.log" ] && grep -E '^==> |LAB_METRIC' "$RUN/guest.log"
+[ "$RC" = 0 ] || { echo "verbs: the lab run failed (run.sh exit $RC, $RUN)"; exit "$RC"; }
+
+# judge DEVICE: compares the device's per-test outcomes with KNOWN.
+BAD=0
+judge() {
+  local dev=$1 log=$RUN/verbs-$1.log name outcome entry mode reason
+  if ! grep -q '^test result:' "$log" 2>/dev/null; then
+    echo "verbs: $dev: no test summary in $log"; BAD=1; return
   fi
+  declare -A want=() why=()
+  for entry in "${KNOWN[@]}"; do
+    read -r d mode name reason <<< "$entry"
+    [ "$d" = "$dev" ] || continue
+    want[$name]=$mode; why[$name]=$reason
+  done
+  while read -r name outcome; do
+    mode=${want[$name]:-}
+    case "$outcome:$mode" in
+      ok:) ;;
+      ok:may) echo "verbs: $dev: $name passed this time (known timing-dependent: ${why[$name]})" ;;
+      ok:must) echo "verbs: $dev: $name PASSED but is listed as a device limitation; update KNOWN in $0"; BAD=1 ;;
+      FAILED:) echo "verbs: $dev: $name FAILED (not a known device limitation)"; BAD=1 ;;
+      FAILED:*) echo "verbs: $dev: known device limitation, $name: ${why[$name]}" ;;
+    esac
+  done < <(sed -n 's/^test \([a-z_0-9]*\) \.\.\. \(ok\|FAILED\)$/\1 \2/p' "$log")
+  grep -E '^test result:' "$log" | tail -n 1 |
+    sed -E "s/.* ([0-9]+) passed; ([0-9]+) failed.*/verbs: $dev: \1 rules passed, \2 failed (listed above)/"
+}
+DEVS=("$@"); [ ${#DEVS[@]} -gt 0 ] || DEVS=(rxe0 siw0)
+for d in "${DEVS[@]}"; do judge "$d"; done
+if [ "$BAD" != 0 ]; then
+  echo "---- failing tests' messages:"
+  grep -hE 'panicked at|^  left|^ right|completion Completion|timed out' "$RUN"/verbs-*.log | head -n 60
+  echo "verbs: FAILED (logs: $RUN/verbs-*.log)"
+  exit 1
 fi
-exit "$RC"
+echo "verbs: conformance suite ran on ${DEVS[*]}; every failure is a listed device limitation"
+exit 0
