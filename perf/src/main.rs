@@ -53,9 +53,8 @@ fn main() -> ExitCode {
     let planned = plan(&cfg);
     if planned.is_empty() {
         eprintln!(
-            "rpcrdma-perf: nothing to measure: RPC rows are not available yet (the RPC engine \
-             has not landed) and baselines are off; add --baseline to measure the raw-fabric \
-             and physical baselines"
+            "rpcrdma-perf: nothing to measure: this build has no RPC rows and baselines are \
+             off; add --baseline to measure the raw-fabric and physical baselines"
         );
         return ExitCode::FAILURE;
     }

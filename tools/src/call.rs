@@ -12,7 +12,8 @@ use rpcrdma::fabric::Provider;
 use rpcrdma::iwarp::crc32c::crc32c;
 use rpcrdma::requester::{CallRequest, CallStatus, Outcome};
 use rpcrdma_ulp::builtin::{
-    echo_proc, is_source_pattern, EchoData, EchoProgram, SinkRes, SourceArgs, ECHO_PROGRAM,
+    echo_proc, is_source_pattern, EchoData, EchoProgram, SinkRes, SourceArgs, ECHO_MAX_DATA,
+    ECHO_PROGRAM,
 };
 use rpcrdma_ulp::client::{inline_call, CallPlan, DdpBufs, OutcomeResults};
 use rpcrdma_ulp::ddp::{encode_call, XdrCodec};
@@ -191,6 +192,12 @@ fn check_options(o: &CallOpts) -> Result<(), CliError> {
         return Err(bad(
             "--write-chunk",
             "needs a procedure with a payload result (--echo or --source)",
+        ));
+    }
+    if o.size > ECHO_MAX_DATA as usize {
+        return Err(bad(
+            "--size",
+            "at most 16 MiB (the echo program's ECHO_MAX_DATA)",
         ));
     }
     if o.size > o.conn.large_buf_size as usize {

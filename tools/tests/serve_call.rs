@@ -1,0 +1,293 @@
+//! `rpcrdma serve` and `rpcrdma call` end to end, as separate processes over shm: a
+//! server on a temporary socket path, calls of every shape against it, an unreachable
+//! address, and a clean shutdown on SIGINT. Every wait has a deadline and the server is
+//! killed if a test fails before it stops.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// Longest any child may run before the test gives up on it.
+const DEADLINE: Duration = Duration::from_secs(60);
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_rpcrdma"))
+}
+
+/// The server child; killed when dropped unless it already exited.
+struct ServerGuard {
+    child: Child,
+    socket: PathBuf,
+}
+
+impl Drop for ServerGuard {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        let _ = std::fs::remove_file(&self.socket);
+    }
+}
+
+fn socket_path(tag: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("rpcrdma-cli-{tag}-{}.sock", std::process::id()))
+}
+
+fn start_server(socket: &Path) -> ServerGuard {
+    let _ = std::fs::remove_file(socket);
+    let child = bin()
+        .args(["serve", "--provider", "shm", "--addr"])
+        .arg(socket)
+        .args(["--duration", "120", "--max-size", "262144"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn rpcrdma serve");
+    let mut guard = ServerGuard {
+        child,
+        socket: socket.to_owned(),
+    };
+    let end = Instant::now() + DEADLINE;
+    while !socket.exists() {
+        if let Ok(Some(st)) = guard.child.try_wait() {
+            panic!("server exited early with {st}");
+        }
+        assert!(Instant::now() < end, "server socket never appeared");
+        thread::sleep(Duration::from_millis(20));
+    }
+    guard
+}
+
+/// Waits for `child` with the deadline, killing it when it passes.
+fn wait_output(mut child: Child) -> Output {
+    let end = Instant::now() + DEADLINE;
+    let status: ExitStatus = loop {
+        if let Some(st) = child.try_wait().expect("try_wait") {
+            break st;
+        }
+        if Instant::now() >= end {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("child did not finish within {DEADLINE:?}");
+        }
+        thread::sleep(Duration::from_millis(10));
+    };
+    let mut stdout = Vec::new();
+    let mut stderr = Vec::new();
+    if let Some(mut s) = child.stdout.take() {
+        s.read_to_end(&mut stdout).expect("stdout");
+    }
+    if let Some(mut s) = child.stderr.take() {
+        s.read_to_end(&mut stderr).expect("stderr");
+    }
+    Output {
+        status,
+        stdout,
+        stderr,
+    }
+}
+
+fn call(socket: &Path, args: &[&str]) -> Output {
+    let child = bin()
+        .args(["call", "--provider", "shm", "--addr"])
+        .arg(socket)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn rpcrdma call");
+    wait_output(child)
+}
+
+fn call_json(socket: &Path, args: &[&str]) -> Value {
+    let mut a = args.to_vec();
+    a.push("--json");
+    let out = call(socket, &a);
+    assert!(
+        out.status.success(),
+        "{args:?}: {:?}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("call prints one JSON document")
+}
+
+fn shape(v: &Value) -> (String, u64, u64, u64) {
+    let s = &v["shape"];
+    (
+        s["call"].as_str().unwrap().to_owned(),
+        s["read_chunks"].as_u64().unwrap(),
+        s["write_chunks"].as_u64().unwrap(),
+        s["reply_chunks"].as_u64().unwrap(),
+    )
+}
+
+#[test]
+fn serve_answers_every_shape_and_stops_on_sigint() {
+    let socket = socket_path("shapes");
+    let mut server = start_server(&socket);
+
+    let v = call_json(&socket, &["--null"]);
+    assert_eq!(v["status"], "SUCCESS");
+    assert_eq!(v["name"], "NULL");
+    assert_eq!(v["reply_len"], 24, "accepted reply, no results");
+    assert_eq!(shape(&v), ("RDMA_MSG".into(), 0, 0, 0));
+
+    let v = call_json(&socket, &["--echo", "--size", "1000"]);
+    assert_eq!(v["status"], "SUCCESS");
+    assert_eq!(v["check"], "echoed 1000 octets match");
+    assert_eq!(v["reply_len"], 24 + 4 + 1000);
+    assert_eq!(shape(&v), ("RDMA_MSG".into(), 0, 0, 0));
+
+    let v = call_json(
+        &socket,
+        &["--echo", "--size", "40001", "--read-chunk", "--write-chunk"],
+    );
+    assert_eq!(v["check"], "echoed 40001 octets match");
+    assert_eq!(v["write_chunk_octets"], 40001);
+    assert_eq!(v["reply_len"], 28, "only the length word inline");
+    assert_eq!(shape(&v), ("RDMA_MSG".into(), 1, 1, 0));
+
+    let v = call_json(&socket, &["--source", "--size", "30000", "--reply-chunk"]);
+    assert_eq!(v["check"], "30000 octets of the source pattern");
+    assert_eq!(v["write_chunk_octets"], 0);
+    assert_eq!(
+        v["reply_len"],
+        28 + 30000,
+        "the whole reply through the Reply chunk"
+    );
+    assert_eq!(shape(&v), ("RDMA_MSG".into(), 0, 0, 1));
+
+    // Text form of a chunked SINK.
+    let out = call(&socket, &["--sink", "--size", "20000", "--read-chunk"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("call SINK (prog 0x2f000001 vers 1 proc 2)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("shape: RDMA_MSG, 1 read chunk, no write chunk"),
+        "{text}"
+    );
+    assert!(text.contains("server saw 20000 octets"), "{text}");
+    assert!(text.contains("time: connect"), "{text}");
+
+    // An unknown program is an RPC error, reported as a failure in plain words.
+    let out = call(
+        &socket,
+        &["--prog", "0x30000000", "--proc", "1", "--size", "0"],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.contains("call failed") && err.contains("RPC error"),
+        "{err}"
+    );
+
+    // SIGINT: the server disconnects, reports, and exits 0.
+    let kill = Command::new("kill")
+        .args(["-INT", &server.child.id().to_string()])
+        .status()
+        .expect("run kill");
+    assert!(kill.success());
+    let end = Instant::now() + DEADLINE;
+    let status = loop {
+        if let Some(st) = server.child.try_wait().expect("try_wait") {
+            break st;
+        }
+        assert!(Instant::now() < end, "server did not stop after SIGINT");
+        thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "server exit status {status}");
+    let mut stdout = String::new();
+    server
+        .child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut stdout)
+        .unwrap();
+    assert!(stdout.contains("listening on shm"), "{stdout}");
+    assert!(stdout.contains("connection conn#"), "{stdout}");
+    assert!(stdout.contains("stopping (signal)"), "{stdout}");
+    // NULL, ECHO, ECHO, SOURCE, SINK and the unknown program: six calls.
+    assert!(
+        stdout.contains("stopped after") && stdout.contains(": 6 calls"),
+        "{stdout}"
+    );
+    assert!(!socket.exists(), "the listener removes its socket file");
+}
+
+#[test]
+fn serve_stops_by_itself_after_duration() {
+    let socket = socket_path("duration");
+    let child = bin()
+        .args(["serve", "--addr"])
+        .arg(&socket)
+        .args(["--duration", "1.5"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let out = wait_output(child);
+    let _ = std::fs::remove_file(&socket);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(stdout.contains("calls/s"), "per-second stats: {stdout}");
+    assert!(stdout.contains("stopping (--duration elapsed)"), "{stdout}");
+    assert!(stdout.contains("0 calls"), "{stdout}");
+}
+
+#[test]
+fn call_without_a_server_says_how_to_start_one() {
+    let socket = socket_path("nobody");
+    let _ = std::fs::remove_file(&socket);
+    let out = call(&socket, &["--null", "--timeout", "2"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty());
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("cannot reach an rpcrdma server"), "{err}");
+    assert!(
+        err.contains(&format!(
+            "rpcrdma serve --provider shm --addr {}",
+            socket.display()
+        )),
+        "{err}"
+    );
+}
+
+#[test]
+fn call_refuses_chunks_the_procedure_cannot_use() {
+    let socket = socket_path("badopts");
+    for (args, want) in [
+        (&["--null", "--read-chunk"][..], "--read-chunk"),
+        (&["--sink", "--write-chunk"], "--write-chunk"),
+        (&["--echo", "--size", "100000000"], "--size"),
+    ] {
+        let out = call(&socket, args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+    let out = call(&socket, &["--null", "--sink"]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "conflicting procedures are a usage error"
+    );
+}
