@@ -31,6 +31,9 @@ pub(crate) struct CqShared {
     reserved: AtomicU64,
     /// Queue pairs attached since the last poll (lock-free hand-over to the poller).
     incoming: ArrayQueue<Attached>,
+    /// Bumped after every attach and destroy, so that a poll checks one counter, not
+    /// the queue and every queue pair, for a change in what it serves.
+    epoch: AtomicU64,
 }
 
 impl CqShared {
@@ -62,6 +65,12 @@ impl CqShared {
         self.reserved.fetch_sub(n, Ordering::AcqRel);
     }
 
+    /// Tells the poller that an attached queue pair was destroyed (after `destroyed`
+    /// is set).
+    pub(crate) fn changed(&self) {
+        self.epoch.fetch_add(1, Ordering::Release);
+    }
+
     /// Attaches a queue pair in the given roles.
     pub(crate) fn attach(
         &self,
@@ -78,7 +87,9 @@ impl CqShared {
             .map_err(|_| FabricError::Exhausted {
                 what: "queue pairs waiting to attach to a completion queue",
                 max: MAX_ATTACHED,
-            })
+            })?;
+        self.changed();
+        Ok(())
     }
 }
 
@@ -87,6 +98,7 @@ pub struct ShmCq {
     pub(crate) shared: Arc<CqShared>,
     qps: Vec<Attached>,
     cursor: usize,
+    epoch_seen: u64,
 }
 
 impl std::fmt::Debug for ShmCq {
@@ -113,9 +125,11 @@ impl ShmCq {
                 depth,
                 reserved: AtomicU64::new(0),
                 incoming: ArrayQueue::new(MAX_ATTACHED),
+                epoch: AtomicU64::new(0),
             }),
             qps: Vec::new(),
             cursor: 0,
+            epoch_seen: 0,
         })
     }
 
@@ -130,24 +144,29 @@ impl ShmCq {
 
 impl CompletionQueue for ShmCq {
     fn poll(&mut self, out: &mut [Completion]) -> usize {
-        if !self.shared.incoming.is_empty()
-            || self
-                .qps
-                .iter()
-                .any(|a| a.qp.destroyed.load(Ordering::Relaxed))
-        {
+        let epoch = self.shared.epoch.load(Ordering::Acquire);
+        if epoch != self.epoch_seen {
+            self.epoch_seen = epoch;
             self.adopt();
+            if self.cursor >= self.qps.len() {
+                self.cursor = 0;
+            }
         }
         let count = self.qps.len();
         if count == 0 {
             return 0;
         }
         let mut n = 0;
-        for i in 0..count {
+        let mut at = self.cursor;
+        for _ in 0..count {
             if n == out.len() {
                 break;
             }
-            let a = &self.qps[(self.cursor + i) % count];
+            let a = &self.qps[at];
+            at += 1;
+            if at == count {
+                at = 0;
+            }
             if a.recv {
                 // SAFETY: a queue pair attaches to exactly one receive CQ (this one, in
                 // this role), and `poll(&mut self)` runs on one thread at a time.
@@ -159,7 +178,10 @@ impl CompletionQueue for ShmCq {
             }
         }
         // Rotate the starting queue pair so a busy one cannot starve the others.
-        self.cursor = (self.cursor + 1) % count;
+        self.cursor += 1;
+        if self.cursor == count {
+            self.cursor = 0;
+        }
         n
     }
 

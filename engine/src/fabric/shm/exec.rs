@@ -314,12 +314,14 @@ impl Executor {
         }
         self.rnr = None;
         // SAFETY: consumed < posted: the poster published this entry; we are the
-        // receive queue's only consumer.
-        let recv = unsafe { qp.rq.read(consumed) };
-        qp.rq_consumed.store(consumed + 1, Ordering::Release);
+        // receive queue's only consumer, and release it only in `done`, after the last
+        // use of `recv`.
+        let recv = unsafe { qp.rq.get(consumed) };
+        let wr_id = recv.wr_id;
         let mut done = |status: WcStatus, byte_len: u32, inv: Option<u32>, ack_status: u32| {
+            qp.rq_consumed.store(consumed + 1, Ordering::Release);
             *out = Completion {
-                wr_id: recv.wr_id,
+                wr_id,
                 opcode: WcOpcode::Recv,
                 status,
                 byte_len,

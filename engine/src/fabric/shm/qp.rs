@@ -106,6 +106,29 @@ impl<T: Copy> Slots<T> {
         // SAFETY: per the contract the producer finished writing this cell.
         unsafe { *self.cells[(seq & self.mask) as usize].get() }
     }
+
+    /// The cell for `seq`, to fill in place (large entries are not built and copied).
+    ///
+    /// # Safety
+    /// As for [`Slots::write`]; the reference must be gone before the entry is published.
+    #[inline]
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn cell_mut(&self, seq: u64) -> &mut T {
+        // SAFETY: per the contract nobody else touches this cell now.
+        unsafe { &mut *self.cells[(seq & self.mask) as usize].get() }
+    }
+
+    /// The entry for `seq`, read in place.
+    ///
+    /// # Safety
+    /// As for [`Slots::read`]; the reference must be gone before the entry is released
+    /// back to the producer.
+    #[inline]
+    pub(crate) unsafe fn get(&self, seq: u64) -> &T {
+        // SAFETY: per the contract the producer finished writing this cell and will not
+        // touch it until it is released.
+        unsafe { &*self.cells[(seq & self.mask) as usize].get() }
+    }
 }
 
 /// Everything about one queue pair that more than one owner touches.
@@ -403,6 +426,8 @@ impl ShmQp {
         if let Err(e) = attached {
             // A half-attached queue pair is detached by its CQ once it sees `destroyed`.
             shared.destroyed.store(true, Ordering::Release);
+            p.send_cq.changed();
+            p.recv_cq.changed();
             release(&reservations);
             return Err(e);
         }
@@ -699,14 +724,14 @@ impl QueuePair for ShmQp {
                 });
                 break;
             }
-            let mut e = RqEntry {
-                wr_id: wr.wr_id,
-                num_sge: wr.sgl.len() as u32,
-                ..RqEntry::EMPTY
-            };
-            e.sge[..wr.sgl.len()].copy_from_slice(wr.sgl);
-            // SAFETY: rq_head - consumed < depth, so the slot is free; one producer.
-            unsafe { self.shared.rq.write(self.rq_head, e) };
+            // SAFETY: rq_head - consumed < depth, so the slot is free; one producer. The
+            // reference ends before rq_posted publishes the entry.
+            let e = unsafe { self.shared.rq.cell_mut(self.rq_head) };
+            e.wr_id = wr.wr_id;
+            e.num_sge = wr.sgl.len() as u32;
+            for (d, s) in e.sge.iter_mut().zip(wr.sgl) {
+                *d = *s;
+            }
             self.rq_head += 1;
         }
         self.shared.rq_posted.store(self.rq_head, Ordering::Release);
@@ -735,6 +760,7 @@ impl Drop for ShmQp {
         self.shared.set_error();
         self.shared.destroyed.store(true, Ordering::Release);
         for (cq, n) in self.cq_reservations.iter().flatten() {
+            cq.changed();
             cq.unreserve(*n);
         }
     }
