@@ -82,7 +82,7 @@ judge() {
       FAILED:) echo "verbs: $dev: $name FAILED (not a known device limitation)"; BAD=1 ;;
       FAILED:*) echo "verbs: $dev: known device limitation, $name: ${why[$name]}" ;;
     esac
-  done < <(sed -n 's/^test \([a-z_0-9]*\) \.\.\. \(ok\|FAILED\)$/\1 \2/p' "$log")
+  done < <(sed -n 's/^test \([a-z_0-9:]*\) \.\.\. \(ok\|FAILED\)$/\1 \2/p' "$log")
   grep -E '^test result:' "$log" | tail -n 1 |
     sed -E "s/.* ([0-9]+) passed; ([0-9]+) failed.*/verbs: $dev: \1 rules passed, \2 failed (listed above)/"
 }

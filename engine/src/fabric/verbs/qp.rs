@@ -384,22 +384,22 @@ impl VerbsQp {
         }
         Ok(())
     }
+}
 
-    /// True when every entry lies inside a registration of this PD (checked before
-    /// sending inline, where the device no longer sees the keys).
-    fn sges_registered(&self, sgl: &[crate::fabric::Sge]) -> bool {
-        let t = &self.shared.pd.mrs;
-        let g = t.read();
-        sgl.iter().all(|s| match t.get(&g, s.lkey) {
-            Some((mr, _)) => {
-                let mr = mr.cast::<ibv_mr>();
-                // SAFETY: the guard keeps the MR from being deregistered.
-                let (start, len) = unsafe { ((*mr).addr as u64, (*mr).length as u64) };
-                s.addr >= start && s.addr + u64::from(s.length) <= start + len
-            }
-            None => false,
-        })
-    }
+/// True when every entry lies inside a registration of `pd` (checked before sending
+/// inline, where the device no longer looks at the keys).
+fn sges_registered(pd: &PdShared, sgl: &[crate::fabric::Sge]) -> bool {
+    let t = &pd.mrs;
+    let g = t.read();
+    sgl.iter().all(|s| match t.get(&g, s.lkey) {
+        Some((mr, _)) => {
+            let mr = mr.cast::<ibv_mr>();
+            // SAFETY: the guard keeps the MR from being deregistered.
+            let (start, len) = unsafe { ((*mr).addr as u64, (*mr).length as u64) };
+            s.addr >= start && s.addr + u64::from(s.length) <= start + len
+        }
+        None => false,
+    })
 }
 
 fn send_opcode(op: &SendOp) -> WcOpcode {
@@ -433,7 +433,7 @@ impl QueuePair for VerbsQp {
                 kind: PostErrorKind::InvalidState(state),
             });
         }
-        let sh = self.shared.clone();
+        let sh: &QpShared = &self.shared;
         let ring = &sh.sq;
         let depth = ring.depth();
         let head = ring.head();
@@ -441,9 +441,9 @@ impl QueuePair for VerbsQp {
         let caps = sh.config.caps;
         let max_msg = u64::from(sh.pd.dev.info.max_msg_size);
         let max_sge_rd = sh.pd.dev.max_sge_rd() as usize;
-        // Held from lookup to post, so no registration named here is freed meanwhile.
-        let mw_guard = sh.pd.mws.read();
-        let mr_guard = sh.pd.mrs.read();
+        // Held from lookup to post, so no registration named here is freed meanwhile;
+        // taken only by chains that look keys up (fast registration).
+        let mut guards = None;
 
         let mut nv = 0usize; // verbs requests built
         let mut ns = 0usize; // SGEs used
@@ -521,7 +521,9 @@ impl QueuePair for VerbsQp {
                         refused = Some(PostErrorKind::Malformed("FastReg takes no scatter list"));
                         break;
                     }
-                    let Some((mw, max_len)) = sh.pd.mws.get(&mw_guard, key_index(key)) else {
+                    let (mw_guard, mr_guard) =
+                        guards.get_or_insert_with(|| (sh.pd.mws.read(), sh.pd.mrs.read()));
+                    let Some((mw, max_len)) = sh.pd.mws.get(mw_guard, key_index(key)) else {
                         refused = Some(PostErrorKind::Malformed(
                             "FastReg key names no fast-registration slot of this PD",
                         ));
@@ -533,7 +535,7 @@ impl QueuePair for VerbsQp {
                         ));
                         break;
                     }
-                    let Some((mr, _)) = sh.pd.mrs.get(&mr_guard, region.lkey) else {
+                    let Some((mr, _)) = sh.pd.mrs.get(mr_guard, region.lkey) else {
                         refused = Some(PostErrorKind::Malformed(
                             "FastReg region names no registration of this PD",
                         ));
@@ -569,7 +571,7 @@ impl QueuePair for VerbsQp {
                 _ => false,
             } && total > 0
                 && total <= u64::from(sh.max_inline);
-            if inline_ok && self.sges_registered(wr.sgl) {
+            if inline_ok && sges_registered(&sh.pd, wr.sgl) {
                 self.send_wrs[nv].send_flags |= ibv_send_flags::IBV_SEND_INLINE.0;
             }
             self.owner[nv] = i as u32;
@@ -673,8 +675,7 @@ impl QueuePair for VerbsQp {
                 }
             }
         }
-        drop(mr_guard);
-        drop(mw_guard);
+        drop(guards);
         if rc != 0 {
             let posted = if posted_verbs < nv {
                 self.owner[posted_verbs] as usize
@@ -697,10 +698,10 @@ impl QueuePair for VerbsQp {
     }
 
     fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
-        let sh = self.shared.clone();
-        if sh.state().is_error() {
+        if self.shared.state().is_error() {
             return self.flush_recvs(wrs);
         }
+        let sh: &QpShared = &self.shared;
         let ring = &sh.rq;
         let depth = ring.depth();
         let head = ring.head();
