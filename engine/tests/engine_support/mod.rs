@@ -95,6 +95,11 @@ impl Net for SimNetFixture {
 
 /// siw: software iWARP over loopback TCP, one device per side. Addresses are ports the
 /// kernel just handed out (and that nobody listens on any more).
+///
+/// iWARP has no receiver-not-ready retry (a Send finding no receive fails the
+/// connection at once). Every generic test runs over siw all the same: the engine's
+/// credits keep a receive posted for every Send, and none of these tests injects RNR;
+/// RNR faults are exercised over sim only (`engine_sim_random`).
 pub struct SiwNet {
     /// `SiwConfig::confirm_completions`: `true` completes Sends and Writes only once the
     /// peer provably executed them (as RC hardware); `false` completes them when written
