@@ -852,3 +852,30 @@ fn without_confirmation_sends_complete_at_transmit_like_linux_siw() {
     );
     assert_eq!(p.c.qp.state(), QpState::Error);
 }
+
+#[test]
+fn a_send_confirmed_in_the_poll_that_sees_the_close_still_succeeds() {
+    let mut p = custom_pair(SiwConfig::default(), &Opts::default());
+    let rb = [p.s.sge(0, 64)];
+    p.s.qp
+        .post_recv(&[RecvWr { wr_id: 1, sgl: &rb }])
+        .expect("post");
+    let sb = [p.c.sge(0, 8)];
+    p.c.qp.post_send(&[SendWr::send(2, &sb)]).expect("post");
+    // The client's poll writes the Send and its confirmation Read.
+    let mut buf = [Completion::EMPTY; 4];
+    assert_eq!(p.c.h.cq.poll(&mut buf), 0);
+    // The server receives both, answers the Read, and closes right after.
+    let end = Instant::now() + DEADLINE;
+    while p.s.h.cq.poll(&mut buf) == 0 {
+        assert!(Instant::now() < end, "no receive");
+    }
+    assert_eq!(buf[0].status, WcStatus::Success);
+    let conn = p.s.qp.conn_id();
+    p.s.h.cm.disconnect(conn).expect("disconnect");
+    // The client's next poll reads the Read Response and the end of the stream at once:
+    // the Send was executed, so it succeeded; only what follows is flushed.
+    let (_, c) = p.completions(0, 1);
+    assert_eq!((c[0].wr_id, c[0].status), (2, WcStatus::Success));
+    p.wait_both_failed();
+}

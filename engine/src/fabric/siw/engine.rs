@@ -371,11 +371,16 @@ impl Engine {
         }
         self.failed = true;
         self.qp.set_error();
+        let confirmed = self.sq.confirmed;
+        let confirm = self.confirm;
         for seq in self.sq.head..self.sq.next {
             let e = self.sq.entry(seq);
-            if !matches!(e.state, SqState::Done(_)) {
-                e.state = SqState::Done(WcStatus::WrFlushed);
-            }
+            e.state = match e.state {
+                SqState::Done(s) => SqState::Done(s),
+                // Proven executed before the failure: it succeeded.
+                SqState::Sent if !confirm || seq < confirmed => SqState::Done(WcStatus::Success),
+                _ => SqState::Done(WcStatus::WrFlushed),
+            };
         }
         for seq in self.rq.head..self.rq.next {
             let e = self.rq.entry(seq);
