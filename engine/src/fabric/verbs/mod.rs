@@ -29,8 +29,10 @@
 //! by siw either. There `alloc_fast_mr` fails with [`FabricError::Exhausted`] naming the
 //! missing windows, and an upper layer registers each chunk with
 //! [`ProtectionDomain::reg_mr`](crate::fabric::ProtectionDomain::reg_mr) instead: one
-//! `ibv_reg_mr` and one `ibv_dereg_mr` system call per RPC (page pinning; tens of
-//! microseconds), with a key the device chooses (so no key rotation under the caller's
+//! `ibv_reg_mr` and one `ibv_dereg_mr` system call per RPC (page pinning: measured in the
+//! TCG lab on siw0, about 70 µs per register-and-deregister for 4 KiB, 90 µs for 64 KiB
+//! and 560 µs for 1 MiB, where a window bind is one work request and no system call),
+//! with a key the device chooses (so no key rotation under the caller's
 //! control), and the registration dies by deregistration rather than by invalidation.
 //!
 //! # Transport differences the provider cannot hide
