@@ -58,7 +58,7 @@ impl Completer {
             let now = self.acks.read();
             // Loaded after the tail, so it covers every request the target can have
             // seen: the poster stores it before publishing each slot.
-            let pushed = qp.req_pushed.load(Ordering::Relaxed);
+            let pushed = qp.posted.req_pushed.load(Ordering::Relaxed);
             if now.done < self.seen.done || now.done > pushed {
                 return Err(());
             }
@@ -79,11 +79,18 @@ impl Completer {
         if !qp.is_error() && qp.peer.get().is_some_and(|p| p.has_failed()) {
             qp.set_error();
         }
-        let posted = qp.sq_posted.load(Ordering::Acquire);
+        let posted = qp.posted.sq_posted.load(Ordering::Acquire);
         if self.retired == posted {
             return 0;
         }
         let mut failed = qp.is_error();
+        // Acked unsignaled requests report nothing, and a NAK always brings the peer's
+        // failed flag (checked above): until a signaled request is outstanding, the
+        // acks need not be read at all. Retiring later frees no slot later either:
+        // slots come back only with a reported completion.
+        if !failed && qp.posted.sq_signaled.load(Ordering::Relaxed) <= self.retired {
+            return 0;
+        }
         let mut n = 0;
         while n < out.len() && self.retired < posted {
             // SAFETY: retired < posted: published by the poster; we are the consumer.
@@ -122,7 +129,7 @@ impl Completer {
                     invalidated_rkey: None,
                 };
                 n += 1;
-                qp.sq_freed.store(self.retired, Ordering::Release);
+                qp.polled.sq_freed.store(self.retired, Ordering::Release);
             }
         }
         n

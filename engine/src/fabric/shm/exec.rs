@@ -63,6 +63,21 @@ const NO_RUN: Run = Run {
     len: 0,
 };
 
+/// Resolved runs: one (no array to fill) or several.
+enum Runs {
+    One(Run),
+    Many([Run; MAX_SGE], usize),
+}
+
+impl Runs {
+    fn as_slice(&self) -> &[Run] {
+        match self {
+            Runs::One(r) => std::slice::from_ref(r),
+            Runs::Many(r, n) => &r[..(*n).min(MAX_SGE)],
+        }
+    }
+}
+
 /// Copies `total` bytes from the gather list `src` to the scatter list `dst`.
 ///
 /// # Safety
@@ -307,8 +322,8 @@ impl Executor {
         slot: *const ReqSlot,
         out: &mut Completion,
     ) -> Outcome {
-        let posted = qp.rq_posted.load(Ordering::Acquire);
-        let consumed = qp.rq_consumed.load(Ordering::Relaxed);
+        let posted = qp.posted.rq_posted.load(Ordering::Acquire);
+        let consumed = qp.polled.rq_consumed.load(Ordering::Relaxed);
         if consumed == posted {
             return self.receiver_not_ready(qp);
         }
@@ -319,7 +334,7 @@ impl Executor {
         let recv = unsafe { qp.rq.get(consumed) };
         let wr_id = recv.wr_id;
         let mut done = |status: WcStatus, byte_len: u32, inv: Option<u32>, ack_status: u32| {
-            qp.rq_consumed.store(consumed + 1, Ordering::Release);
+            qp.polled.rq_consumed.store(consumed + 1, Ordering::Release);
             *out = Completion {
                 wr_id,
                 opcode: WcOpcode::Recv,
@@ -334,33 +349,40 @@ impl Executor {
             }
         };
         // Our receive buffers, checked now (a NIC checks at placement, not at post).
-        let mut dst = [NO_RUN; MAX_SGE];
-        let nd = (recv.num_sge as usize).min(MAX_SGE);
-        let mut cap: u64 = 0;
-        for (run, sge) in dst.iter_mut().zip(&recv.sge[..nd]) {
+        // One entry is the common case: it needs no array of runs.
+        let sges = &recv.sge[..(recv.num_sge as usize).min(MAX_SGE)];
+        let dst = if let [sge] = sges {
             match Self::target_run(qp, sge.lkey, Access::LOCAL_WRITE, sge.addr, sge.length) {
-                Some(r) => *run = r,
+                Some(r) => Runs::One(r),
                 None => return done(WcStatus::LocalProtectionError, 0, None, ack::REMOTE_OP),
             }
-            cap += u64::from(sge.length);
-        }
+        } else {
+            let mut runs = [NO_RUN; MAX_SGE];
+            for (run, sge) in runs.iter_mut().zip(sges) {
+                match Self::target_run(qp, sge.lkey, Access::LOCAL_WRITE, sge.addr, sge.length) {
+                    Some(r) => *run = r,
+                    None => return done(WcStatus::LocalProtectionError, 0, None, ack::REMOTE_OP),
+                }
+            }
+            Runs::Many(runs, sges.len())
+        };
+        let cap: u64 = sges.iter().map(|s| u64::from(s.length)).sum();
         if u64::from(h.total_len) > cap {
             return done(WcStatus::LocalLengthError, 0, None, ack::REMOTE_INVALID);
         }
-        let mut src = [NO_RUN; MAX_SGE];
-        let ns = if h.op & op::INLINE != 0 {
+        let src = if h.op & op::INLINE != 0 {
             if h.total_len > INLINE_MAX {
                 return done(WcStatus::GeneralError, 0, None, ack::REMOTE_OP);
             }
-            src[0] = Run {
+            Runs::One(Run {
                 // SAFETY: a published slot of the peer's live ring. Only read through.
                 ptr: unsafe { ReqSlot::body(slot.cast_mut()) },
                 len: h.total_len as usize,
-            };
-            1
+            })
         } else {
-            match self.peer_runs(h, slot, &mut src) {
-                Some(ns) => ns,
+            let mut runs = [NO_RUN; MAX_SGE];
+            match self.peer_runs(h, slot, &mut runs) {
+                Some(ns) => Runs::Many(runs, ns),
                 None => return done(WcStatus::GeneralError, 0, None, ack::REMOTE_OP),
             }
         };
@@ -371,10 +393,17 @@ impl Executor {
             }
             inv = Some(h.key);
         }
-        // SAFETY: src runs lie in the peer's arenas as mapped here or in its slot's body
-        // (total_len <= INLINE_MAX), dst runs in our registered arenas (bounds checked);
-        // cap >= total_len was checked above.
-        unsafe { scatter_gather(&src[..ns], &dst[..nd], h.total_len as usize) };
+        let len = h.total_len as usize;
+        match (&src, &dst) {
+            (Runs::One(s), Runs::One(d)) => {
+                // SAFETY: as below, with one run each side: s.len and d.len >= len.
+                unsafe { std::ptr::copy_nonoverlapping(s.ptr, d.ptr, len) }
+            }
+            // SAFETY: src runs lie in the peer's arenas as mapped here or in its slot's
+            // body (total_len <= INLINE_MAX), dst runs in our registered arenas (bounds
+            // checked); cap >= total_len was checked above.
+            _ => unsafe { scatter_gather(src.as_slice(), dst.as_slice(), len) },
+        }
         done(WcStatus::Success, h.total_len, inv, ack::OK)
     }
 }

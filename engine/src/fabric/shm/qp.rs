@@ -131,6 +131,32 @@ impl<T: Copy> Slots<T> {
     }
 }
 
+/// The queue pair's counters that its handle (posting) writes. On a cache line of
+/// their own, so that a poster and a poller on different cores do not contend for
+/// one line.
+#[derive(Default)]
+#[repr(align(128))]
+pub(crate) struct PosterLine {
+    /// Send-queue entries published.
+    pub(crate) sq_posted: AtomicU64,
+    /// Send-queue position after the latest signaled request (0: none yet).
+    pub(crate) sq_signaled: AtomicU64,
+    /// Requests published on our ring: what the peer's acks may cover at most.
+    pub(crate) req_pushed: AtomicU64,
+    /// Receive-queue entries published.
+    pub(crate) rq_posted: AtomicU64,
+}
+
+/// The queue pair's counters that its completion queues (polling) write.
+#[derive(Default)]
+#[repr(align(128))]
+pub(crate) struct PollerLine {
+    /// Send-queue entries whose slots are free again.
+    pub(crate) sq_freed: AtomicU64,
+    /// Receive-queue entries taken by the executor.
+    pub(crate) rq_consumed: AtomicU64,
+}
+
 /// Everything about one queue pair that more than one owner touches.
 pub(crate) struct QpShared {
     pub(crate) qp_num: u32,
@@ -146,13 +172,11 @@ pub(crate) struct QpShared {
     /// Our segment: our request ring, the acks for it, our failed flag.
     pub(crate) own: Segment,
     pub(crate) sq: Slots<SqEntry>,
-    pub(crate) sq_posted: AtomicU64,
-    pub(crate) sq_freed: AtomicU64,
-    /// Requests published on our ring: what the peer's acks may cover at most.
-    pub(crate) req_pushed: AtomicU64,
+    /// Counters the posting side writes.
+    pub(crate) posted: PosterLine,
+    /// Counters the polling side writes.
+    pub(crate) polled: PollerLine,
     pub(crate) rq: Slots<RqEntry>,
-    pub(crate) rq_posted: AtomicU64,
-    pub(crate) rq_consumed: AtomicU64,
     completer: UnsafeCell<Completer>,
     exec: UnsafeCell<Option<Executor>>,
     link_claimed: AtomicBool,
@@ -288,8 +312,8 @@ impl QpShared {
 
     /// Completes every posted receive as flushed (receive side only).
     pub(crate) fn flush_recvs(&self, out: &mut [Completion]) -> usize {
-        let posted = self.rq_posted.load(Ordering::Acquire);
-        let mut c = self.rq_consumed.load(Ordering::Relaxed);
+        let posted = self.posted.rq_posted.load(Ordering::Acquire);
+        let mut c = self.polled.rq_consumed.load(Ordering::Relaxed);
         let mut n = 0;
         while c < posted && n < out.len() {
             // SAFETY: c < posted, published by the poster; we are the consumer.
@@ -305,7 +329,7 @@ impl QpShared {
             n += 1;
             c += 1;
         }
-        self.rq_consumed.store(c, Ordering::Release);
+        self.polled.rq_consumed.store(c, Ordering::Release);
         n
     }
 }
@@ -319,6 +343,8 @@ pub struct ShmQp {
     /// has finished it must not capture its payload early (see `push_remote`).
     reads_until: u64,
     sq_head: u64,
+    /// Send-queue position after the latest signaled request.
+    sq_signaled: u64,
     sq_freed_seen: u64,
     rq_head: u64,
     rq_consumed_seen: u64,
@@ -400,12 +426,9 @@ impl ShmQp {
             min_rnr_timer: p.min_rnr_timer,
             state: AtomicU8::new(ST_INIT),
             sq: Slots::new(p.caps.max_send_wr, SqEntry::EMPTY),
-            sq_posted: AtomicU64::new(0),
-            sq_freed: AtomicU64::new(0),
-            req_pushed: AtomicU64::new(0),
+            posted: PosterLine::default(),
+            polled: PollerLine::default(),
             rq: Slots::new(p.caps.max_recv_wr, RqEntry::EMPTY),
-            rq_posted: AtomicU64::new(0),
-            rq_consumed: AtomicU64::new(0),
             completer: UnsafeCell::new(Completer::new(own.acks())),
             exec: UnsafeCell::new(None),
             link_claimed: AtomicBool::new(false),
@@ -436,6 +459,7 @@ impl ShmQp {
             shared,
             reads_until: 0,
             sq_head: 0,
+            sq_signaled: 0,
             sq_freed_seen: 0,
             rq_head: 0,
             rq_consumed_seen: 0,
@@ -510,7 +534,10 @@ impl ShmQp {
     #[inline]
     fn commit(&mut self) -> u64 {
         let ssn = self.req.position();
-        self.shared.req_pushed.store(ssn + 1, Ordering::Relaxed);
+        self.shared
+            .posted
+            .req_pushed
+            .store(ssn + 1, Ordering::Relaxed);
         self.req.commit();
         ssn
     }
@@ -592,7 +619,10 @@ impl ShmQp {
     }
 
     fn publish_send(&mut self) {
-        self.shared.sq_posted.store(self.sq_head, Ordering::Release);
+        let p = &self.shared.posted;
+        // Before sq_posted, whose release the completer acquires first.
+        p.sq_signaled.store(self.sq_signaled, Ordering::Relaxed);
+        p.sq_posted.store(self.sq_head, Ordering::Release);
     }
 }
 
@@ -621,7 +651,7 @@ impl QueuePair for ShmQp {
         for (i, wr) in wrs.iter().enumerate() {
             let refuse = |kind| PostError { posted: i, kind };
             if self.sq_head - self.sq_freed_seen >= depth {
-                self.sq_freed_seen = self.shared.sq_freed.load(Ordering::Acquire);
+                self.sq_freed_seen = self.shared.polled.sq_freed.load(Ordering::Acquire);
                 if self.sq_head - self.sq_freed_seen >= depth {
                     self.publish_send();
                     return Err(refuse(PostErrorKind::QueueFull {
@@ -692,6 +722,9 @@ impl QueuePair for ShmQp {
             // we are the only producer.
             unsafe { self.shared.sq.write(self.sq_head, entry) };
             self.sq_head += 1;
+            if entry.signaled {
+                self.sq_signaled = self.sq_head;
+            }
         }
         self.publish_send();
         Ok(())
@@ -703,7 +736,7 @@ impl QueuePair for ShmQp {
         let mut result = Ok(());
         for (i, wr) in wrs.iter().enumerate() {
             if self.rq_head - self.rq_consumed_seen >= depth {
-                self.rq_consumed_seen = self.shared.rq_consumed.load(Ordering::Acquire);
+                self.rq_consumed_seen = self.shared.polled.rq_consumed.load(Ordering::Acquire);
                 if self.rq_head - self.rq_consumed_seen >= depth {
                     result = Err(PostError {
                         posted: i,
@@ -734,7 +767,10 @@ impl QueuePair for ShmQp {
             }
             self.rq_head += 1;
         }
-        self.shared.rq_posted.store(self.rq_head, Ordering::Release);
+        self.shared
+            .posted
+            .rq_posted
+            .store(self.rq_head, Ordering::Release);
         result
     }
 

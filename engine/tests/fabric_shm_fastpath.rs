@@ -1,13 +1,20 @@
-//! shm carries small Sends' payloads inside the request slot. These tests pin down the
-//! edges of that: sizes around the inline limit and gathered from several entries, and
-//! Sends sourced from the sink of an RDMA Read still in flight, which must carry the
-//! Read's data as a Send by reference would.
+//! The edges of shm's fast paths, beyond what the generic conformance suite covers.
+//!
+//! - Small Sends carry their payload inside the request slot: sizes around the inline
+//!   limit, gathered from several entries, and Sends sourced from the sink of an RDMA
+//!   Read still in flight, which must carry the Read's data as a Send by reference
+//!   would.
+//! - The send CQ reads the peer's acks only while a signaled request is outstanding:
+//!   an unsignaled request that fails must still be reported, with its own status.
 
 mod conformance;
 
 use conformance::{connect, pattern, Fixture, Opts, Pair};
 use rpcrdma::fabric::shm::{ShmAddr, ShmDevice, ShmProvider};
-use rpcrdma::fabric::{QpCaps, QpConfig, QueuePair, RecvWr, SendWr, Sge, WcOpcode, WcStatus};
+use rpcrdma::fabric::{
+    MemoryRegion, QpCaps, QpConfig, QueuePair, RecvWr, RemoteAddr, SendFlags, SendWr, Sge,
+    WcOpcode, WcStatus,
+};
 
 struct ShmFixture;
 
@@ -20,7 +27,7 @@ impl Fixture for ShmFixture {
 
     fn unique_addr() -> ShmAddr {
         ShmAddr::abstract_name(format!(
-            "rpcrdma-shm-inline-{}-{}",
+            "rpcrdma-shm-fastpath-{}-{}",
             std::process::id(),
             conformance::unique_number()
         ))
@@ -143,4 +150,62 @@ fn a_send_from_a_read_sink_carries_the_read_data() {
     let (s, _) = p.completions(1, 1);
     assert_eq!(s[0].status, WcStatus::Success);
     assert!(p.s.read(30_000, 16) == data);
+}
+
+#[test]
+fn an_unsignaled_request_that_fails_is_reported() {
+    let mut p = pair_with_sges(1);
+    let local = [p.c.sge(0, 64)];
+    let mut bad = p.s.remote(4096);
+    bad.rkey = rpcrdma::fabric::mr::next_key(p.s.mr.rkey());
+    let ok = RemoteAddr {
+        addr: p.s.addr(8192),
+        rkey: p.s.mr.rkey(),
+    };
+    p.c.qp
+        .post_send(&[
+            SendWr::write(1, &local, ok).with_flags(SendFlags::NONE),
+            SendWr::write(2, &local, bad).with_flags(SendFlags::NONE),
+            SendWr::write(3, &local, ok).with_flags(SendFlags::NONE),
+        ])
+        .unwrap();
+    // The first succeeded silently; the second is reported with the NAK's status even
+    // though unsignaled; the third never ran.
+    let (_, c) = p.completions(0, 2);
+    assert_eq!((c[0].wr_id, c[0].status), (2, WcStatus::RemoteAccessError));
+    assert_eq!((c[1].wr_id, c[1].status), (3, WcStatus::WrFlushed));
+    p.wait_both_failed();
+}
+
+#[test]
+fn an_unsignaled_inline_send_without_a_receive_is_reported() {
+    let mut p = pair_with_sges(1);
+    let b = [p.c.sge(0, 16)];
+    p.c.qp
+        .post_send(&[SendWr::send(5, &b).with_flags(SendFlags::NONE)])
+        .unwrap();
+    let (_, c) = p.completions(0, 1);
+    assert_eq!((c[0].wr_id, c[0].status), (5, WcStatus::RnrRetryExceeded));
+    p.wait_both_failed();
+}
+
+#[test]
+fn unsignaled_successes_stay_silent_until_a_signaled_one() {
+    let mut p = pair_with_sges(1);
+    let local = [p.c.sge(0, 64)];
+    let ok = p.s.remote(8192);
+    for i in 0..5 {
+        p.c.qp
+            .post_send(&[SendWr::write(i, &local, ok).with_flags(SendFlags::NONE)])
+            .unwrap();
+    }
+    // Let the target execute them all; nothing is reported on either side.
+    for _ in 0..50 {
+        p.pump();
+    }
+    assert!(p.c.done.is_empty(), "{:?}", p.c.done);
+    assert!(p.s.done.is_empty(), "{:?}", p.s.done);
+    p.c.qp.post_send(&[SendWr::write(9, &local, ok)]).unwrap();
+    let (_, c) = p.completions(0, 1);
+    assert_eq!((c[0].wr_id, c[0].status), (9, WcStatus::Success));
 }
