@@ -19,7 +19,7 @@ use super::ring::Consumer;
 use super::segment::{ack, op, ReqHeader, ReqSlot, Segment, INLINE_MAX, MAX_SGE};
 use super::sock::{self, Recv};
 use crate::fabric::mr::Access;
-use crate::fabric::types::{Completion, WcOpcode, WcStatus, RNR_RETRY_INFINITE};
+use crate::fabric::types::{Completion, Sge, WcOpcode, WcStatus, RNR_RETRY_INFINITE};
 
 /// Requests executed per poll before yielding to the caller.
 const BUDGET: usize = 64;
@@ -175,12 +175,14 @@ impl Executor {
         n
     }
 
+    #[inline(never)]
     fn fail(&mut self, qp: &QpShared) {
         self.req.release();
         qp.set_error();
     }
 
     /// Maps the peer's arena `idx`, reading announcements until it has arrived.
+    #[inline(never)]
     fn peer_arena(&mut self, idx: u32) -> Option<&Arena> {
         let idx = idx as usize;
         while self.peer_arenas.len() <= idx {
@@ -247,6 +249,19 @@ impl Executor {
         })
     }
 
+    /// Resolves several of our receive entries; with their total length.
+    #[inline(never)]
+    fn target_runs(qp: &QpShared, sges: &[Sge]) -> Option<(Runs, u64)> {
+        let mut runs = [NO_RUN; MAX_SGE];
+        let mut cap = 0u64;
+        for (run, sge) in runs.iter_mut().zip(sges) {
+            *run = Self::target_run(qp, sge.lkey, Access::LOCAL_WRITE, sge.addr, sge.length)?;
+            cap += u64::from(sge.length);
+        }
+        Some((Runs::Many(runs, sges.len()), cap))
+    }
+
+    #[inline(never)]
     fn exec_write(&mut self, qp: &QpShared, h: &ReqHeader, slot: *const ReqSlot) -> Outcome {
         let mut src = [NO_RUN; MAX_SGE];
         let Some(ns) = self.peer_runs(h, slot, &mut src) else {
@@ -266,6 +281,7 @@ impl Executor {
         Outcome::ACK
     }
 
+    #[inline(never)]
     fn exec_read(&mut self, qp: &QpShared, h: &ReqHeader, slot: *const ReqSlot) -> Outcome {
         let mut dst = [NO_RUN; MAX_SGE];
         let Some(nd) = self.peer_runs(h, slot, &mut dst) else {
@@ -284,6 +300,7 @@ impl Executor {
     }
 
     /// No receive posted: wait for one within the peer's RNR retry budget.
+    #[inline(never)]
     fn receiver_not_ready(&mut self, qp: &QpShared) -> Outcome {
         match &mut self.rnr {
             None => {
@@ -351,22 +368,17 @@ impl Executor {
         // Our receive buffers, checked now (a NIC checks at placement, not at post).
         // One entry is the common case: it needs no array of runs.
         let sges = &recv.sge[..(recv.num_sge as usize).min(MAX_SGE)];
-        let dst = if let [sge] = sges {
+        let (dst, cap) = if let [sge] = sges {
             match Self::target_run(qp, sge.lkey, Access::LOCAL_WRITE, sge.addr, sge.length) {
-                Some(r) => Runs::One(r),
+                Some(r) => (Runs::One(r), u64::from(sge.length)),
                 None => return done(WcStatus::LocalProtectionError, 0, None, ack::REMOTE_OP),
             }
         } else {
-            let mut runs = [NO_RUN; MAX_SGE];
-            for (run, sge) in runs.iter_mut().zip(sges) {
-                match Self::target_run(qp, sge.lkey, Access::LOCAL_WRITE, sge.addr, sge.length) {
-                    Some(r) => *run = r,
-                    None => return done(WcStatus::LocalProtectionError, 0, None, ack::REMOTE_OP),
-                }
+            match Self::target_runs(qp, sges) {
+                Some(many) => many,
+                None => return done(WcStatus::LocalProtectionError, 0, None, ack::REMOTE_OP),
             }
-            Runs::Many(runs, sges.len())
         };
-        let cap: u64 = sges.iter().map(|s| u64::from(s.length)).sum();
         if u64::from(h.total_len) > cap {
             return done(WcStatus::LocalLengthError, 0, None, ack::REMOTE_INVALID);
         }

@@ -222,6 +222,7 @@ impl QpShared {
     }
 
     /// Moves to the error state (if not there already) and tells the peer.
+    #[inline(never)]
     pub(crate) fn set_error(&self) {
         let mut cur = self.state.load(Ordering::Acquire);
         while cur < ST_ERR {
@@ -311,6 +312,7 @@ impl QpShared {
     }
 
     /// Completes every posted receive as flushed (receive side only).
+    #[inline(never)]
     pub(crate) fn flush_recvs(&self, out: &mut [Completion]) -> usize {
         let posted = self.posted.rq_posted.load(Ordering::Acquire);
         let mut c = self.polled.rq_consumed.load(Ordering::Relaxed);
@@ -581,6 +583,7 @@ impl ShmQp {
     }
 
     /// Runs a FastReg or LocalInvalidate now: they touch only our key table.
+    #[inline(never)]
     fn local_op(&self, wr: &SendWr<'_>) -> WcStatus {
         let sh = &*self.shared;
         match wr.op {
