@@ -123,6 +123,53 @@ impl Net for SiwNet {
     }
 }
 
+/// verbs: a real RDMA device inside the qemu lab, named by `RPCRDMA_VERBS_DEV` and
+/// reached at `RPCRDMA_VERBS_IP` (set by tools/lab/guest/verbs-engine.sh). Both ends open
+/// the same device; addresses differ by port. Only the `engine_verbs_*` test binaries
+/// (not part of plain `cargo test`) use it.
+#[cfg(feature = "verbs")]
+pub struct VerbsNet {
+    /// Device name (`rxe0`, `siw0`).
+    pub dev: String,
+    /// An address the device owns.
+    pub ip: std::net::IpAddr,
+}
+
+#[cfg(feature = "verbs")]
+impl VerbsNet {
+    /// The device and address the lab names in the environment.
+    pub fn from_env() -> Self {
+        let var = |name: &str| {
+            std::env::var(name).unwrap_or_else(|_| {
+                panic!("{name} is not set: run this inside the qemu lab (tools/lab/verbs.sh)")
+            })
+        };
+        let ip = var("RPCRDMA_VERBS_IP");
+        VerbsNet {
+            dev: var("RPCRDMA_VERBS_DEV"),
+            ip: ip
+                .parse()
+                .unwrap_or_else(|e| panic!("RPCRDMA_VERBS_IP={ip}: {e}")),
+        }
+    }
+}
+
+#[cfg(feature = "verbs")]
+impl Net for VerbsNet {
+    type P = rpcrdma::fabric::verbs::VerbsProvider;
+    fn device(&self) -> rpcrdma::fabric::verbs::VerbsDevice {
+        rpcrdma::fabric::verbs::VerbsDevice::open(&self.dev)
+            .unwrap_or_else(|e| panic!("open {}: {e}", self.dev))
+    }
+    fn addr(&self) -> rpcrdma::fabric::verbs::VerbsAddr {
+        // rdma_cm ports are per node: keep concurrent test processes apart and give
+        // every connection its own port (a closed listener's port may linger).
+        let base = 20_000 + (std::process::id() % 40) * 1000;
+        let port = base + (unique() % 1000) as u32;
+        rpcrdma::fabric::verbs::VerbsAddr(SocketAddr::new(self.ip, port as u16))
+    }
+}
+
 /// A small configuration for tests: 8 credits, 64 KiB large buffers, no hugepages.
 pub fn test_config() -> ConnConfig {
     ConnConfig {

@@ -38,6 +38,10 @@ for dev in "${DEVICES[@]}"; do
   summary=$(grep -E '^test result:' "$log" | tail -n 1 | sed -E 's/.* ([0-9]+) passed; ([0-9]+) failed.*/passed=\1 failed=\2/')
   echo "LAB_METRIC verbs_conformance dev=$dev rc=$rc ${summary:-no-summary}"
   [ "$rc" = 0 ] || [ "$rc" = 101 ] || FAILED+=("$dev")
+  # The engine over verbs on the same device, in the same boot.
+  if [ -n "${ENGINE_BINS:-}${PERF_BIN:-}" ]; then
+    bash "$(dirname "$0")/verbs-engine.sh" "$dev" || FAILED+=("$dev(engine)")
+  fi
   rdma link delete "$dev" || fail "rdma link delete $dev"
 done
 [ ${#FAILED[@]} = 0 ] || fail "the suite did not finish on: ${FAILED[*]}"
