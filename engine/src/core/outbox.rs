@@ -16,6 +16,9 @@ use crate::fabric::{PostError, RecvWr, SendFlags, SendOp, SendWr, Sge};
 /// single poll staging more than this) take more than one doorbell.
 pub const POST_CHUNK: usize = 64;
 
+/// Chains up to this long are built in a short stack array.
+const SHORT_CHAIN: usize = 4;
+
 /// The outbox had no room for a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OutboxFull {
@@ -189,14 +192,16 @@ impl Outbox {
     {
         let total = self.sends.len();
         let mut done = 0;
-        let filler = SendWr::send(0, &[]);
         while done < total {
             let n = (total - done).min(POST_CHUNK);
-            let mut chain = [filler; POST_CHUNK];
-            for (slot, s) in chain.iter_mut().zip(&self.sends[done..done + n]) {
-                *slot = self.wr(s);
-            }
-            if let Err(error) = post(&chain[..n]) {
+            // The chain is built on the stack; most polls stage one or two requests,
+            // so a short array spares initialising a full POST_CHUNK one each time.
+            let r = if n <= SHORT_CHAIN {
+                self.post_send_chunk::<SHORT_CHAIN, F>(done, n, &mut post)
+            } else {
+                self.post_send_chunk::<POST_CHUNK, F>(done, n, &mut post)
+            };
+            if let Err(error) = r {
                 let posted = done + error.posted.min(n);
                 self.unposted_from = Some(posted);
                 return Err(PartialPost { posted, error });
@@ -233,17 +238,14 @@ impl Outbox {
     {
         let total = self.recvs.len();
         let mut done = 0;
-        let filler = RecvWr { wr_id: 0, sgl: &[] };
         while done < total {
             let n = (total - done).min(POST_CHUNK);
-            let mut chain = [filler; POST_CHUNK];
-            for (slot, (wr_id, sge)) in chain.iter_mut().zip(&self.recvs[done..done + n]) {
-                *slot = RecvWr {
-                    wr_id: *wr_id,
-                    sgl: core::slice::from_ref(sge),
-                };
-            }
-            if let Err(e) = post(&chain[..n]) {
+            let r = if n <= SHORT_CHAIN {
+                self.post_recv_chunk::<SHORT_CHAIN, F>(done, n, &mut post)
+            } else {
+                self.post_recv_chunk::<POST_CHUNK, F>(done, n, &mut post)
+            };
+            if let Err(e) = r {
                 self.recv_unposted_from = Some(done + e.posted.min(n));
                 return Err(e);
             }
@@ -251,6 +253,45 @@ impl Outbox {
         }
         self.recvs.clear();
         Ok(total)
+    }
+
+    /// Posts staged sends `from..from + n` (`n <= N`) as one chain.
+    #[inline(always)]
+    fn post_send_chunk<const N: usize, F>(
+        &self,
+        from: usize,
+        n: usize,
+        post: &mut F,
+    ) -> Result<(), PostError>
+    where
+        F: FnMut(&[SendWr<'_>]) -> Result<(), PostError>,
+    {
+        let mut chain = [SendWr::send(0, &[]); N];
+        for (slot, s) in chain.iter_mut().zip(&self.sends[from..from + n]) {
+            *slot = self.wr(s);
+        }
+        post(&chain[..n])
+    }
+
+    /// Posts staged receives `from..from + n` (`n <= N`) as one chain.
+    #[inline(always)]
+    fn post_recv_chunk<const N: usize, F>(
+        &self,
+        from: usize,
+        n: usize,
+        post: &mut F,
+    ) -> Result<(), PostError>
+    where
+        F: FnMut(&[RecvWr<'_>]) -> Result<(), PostError>,
+    {
+        let mut chain = [RecvWr { wr_id: 0, sgl: &[] }; N];
+        for (slot, (wr_id, sge)) in chain.iter_mut().zip(&self.recvs[from..from + n]) {
+            *slot = RecvWr {
+                wr_id: *wr_id,
+                sgl: core::slice::from_ref(sge),
+            };
+        }
+        post(&chain[..n])
     }
 
     /// The `wr_id` of the next receive the last refused post left behind, in order;

@@ -1,0 +1,145 @@
+//! Instruction counts of the RPC engine's hot path, for callgrind: inline NULL and
+//! ECHO-64 round trips over shm, requester and responder driven from one thread.
+//!
+//! A [`Pair`] serves the built-in programs (as `rpcrdma serve` does) through the ULP
+//! `Dispatcher`. After a warm-up, `measured_null` makes `CALLS` NULL calls and
+//! `measured_echo` `CALLS` inline ECHO calls of 64 octets, one at a time; each call is
+//! built, submitted, and both ends are polled (the clock read once per poll, as a
+//! driver would) until its outcome arrives. Waits are bounded by poll counts, never by
+//! time, so the counted code is deterministic.
+//!
+//! ```text
+//! cargo bench -p rpcrdma-perf --bench engine_rpc_insns --no-run   # prints the binary
+//! valgrind --tool=callgrind --toggle-collect='*measured_null*' \
+//!     --toggle-collect='*measured_echo*' \
+//!     --callgrind-out-file=/tmp/rpc.cg target/release/deps/engine_rpc_insns-<hash>
+//! callgrind_annotate --inclusive=yes /tmp/rpc.cg | grep measured   # Ir / CALLS each
+//! callgrind_annotate /tmp/rpc.cg | head -40                        # top functions
+//! ```
+//!
+//! Without valgrind it runs and prints ns per call as a sanity check.
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use rpcrdma::conn::Pair;
+use rpcrdma::core::ConnConfig;
+use rpcrdma::fabric::shm::{ShmAddr, ShmDevice, ShmProvider};
+use rpcrdma::requester::{CallStatus, Outcome};
+use rpcrdma_pools::HugePages;
+use rpcrdma_ulp::builtin::{echo_proc, EchoData, ECHO_PROGRAM, ECHO_VERSION};
+use rpcrdma_ulp::client::{inline_call, OutcomeResults};
+use rpcrdma_ulp::ddp::{Void, XdrCodec};
+use rpcrdma_ulp::program::Dispatcher;
+use rpcrdma_ulp::rpc::{CallHeader, OpaqueAuth};
+
+/// Calls of each kind inside the measured functions.
+const CALLS: u64 = 2_000;
+/// Calls of each kind before them (first-touch faults, pool caches, lazy mappings).
+const WARMUP: u64 = 500;
+/// Polls of both ends one call may take before the run is declared broken.
+const MAX_POLLS: u32 = 10_000;
+const ECHO_LEN: usize = 64;
+const SETUP_LIMIT: Duration = Duration::from_secs(10);
+
+type P = Pair<ShmProvider, Dispatcher>;
+
+fn header(procedure: u32) -> CallHeader<'static> {
+    CallHeader {
+        xid: 0,
+        prog: ECHO_PROGRAM,
+        vers: ECHO_VERSION,
+        procedure,
+        cred: OpaqueAuth::None,
+        verf: OpaqueAuth::None,
+    }
+}
+
+fn connect() -> P {
+    let cfg = ConnConfig {
+        credits: 32,
+        large_bufs: 16,
+        hugepages: HugePages::Never,
+        ..ConnConfig::default()
+    };
+    let addr = ShmAddr::abstract_name(format!("rpcrdma-rpc-insns-{}", std::process::id()));
+    let mut d = Dispatcher::new();
+    d.register(Box::new(
+        rpcrdma_ulp::builtin::EchoProgram::with_source_max(0),
+    ))
+    .expect("register echo");
+    Pair::connect(
+        &ShmDevice::new(),
+        ShmDevice::new(),
+        &addr,
+        &cfg,
+        &cfg,
+        d,
+        SETUP_LIMIT,
+    )
+    .expect("connected pair")
+}
+
+/// One call: built, submitted, both ends polled until its outcome arrives.
+#[inline(always)]
+fn call<'d, A: XdrCodec<'d>>(p: &mut P, proc_: u32, args: &A, tag: u64) -> Option<Outcome> {
+    let msg = p.requester.alloc_msg().ok()?;
+    let req = inline_call(msg, &header(proc_), args, 256).ok()?;
+    p.requester.submit(req, tag).ok()?;
+    for _ in 0..MAX_POLLS {
+        p.poll(Instant::now());
+        if let Some(o) = p.requester.poll_outcome() {
+            return (o.tag == tag && o.status == CallStatus::Success).then_some(o);
+        }
+    }
+    None
+}
+
+/// The NULL region callgrind counts (`--toggle-collect='*measured_null*'`).
+#[inline(never)]
+fn measured_null(p: &mut P, first: u64, n: u64) -> bool {
+    (first..first + n).all(|t| call(p, echo_proc::NULL, &Void, t).is_some())
+}
+
+/// The ECHO region callgrind counts (`--toggle-collect='*measured_echo*'`).
+#[inline(never)]
+fn measured_echo(p: &mut P, data: &[u8], first: u64, n: u64) -> bool {
+    (first..first + n).all(|t| call(p, echo_proc::ECHO, &EchoData { data }, t).is_some())
+}
+
+/// Warm-up through separate copies of the loops, so callgrind's toggles see only the
+/// measured calls.
+#[inline(never)]
+fn warm_up(p: &mut P, data: &[u8]) -> bool {
+    (0..WARMUP).all(|t| call(p, echo_proc::NULL, &Void, t).is_some())
+        && (0..WARMUP).all(|t| {
+            call(p, echo_proc::ECHO, &EchoData { data }, t).is_some_and(|o| echoed(&o, data))
+        })
+}
+
+/// Whether an ECHO outcome carries `data` back.
+fn echoed(o: &Outcome, data: &[u8]) -> bool {
+    let r = OutcomeResults::new(o);
+    let Ok((_, mut cur)) = r.cursor() else {
+        return false;
+    };
+    EchoData::decode(&mut cur).is_ok_and(|d| d.data == data)
+}
+
+fn main() {
+    let mut p = connect();
+    let data: Vec<u8> = (0..ECHO_LEN as u8).map(|i| i.wrapping_mul(31)).collect();
+    assert!(warm_up(&mut p, &data), "warm-up calls failed");
+    let start = Instant::now();
+    let ok = measured_null(black_box(&mut p), 1 << 20, CALLS);
+    let null_ns = start.elapsed().as_nanos() as f64 / CALLS as f64;
+    assert!(ok, "measured NULL calls failed");
+    let start = Instant::now();
+    let ok = measured_echo(black_box(&mut p), black_box(&data), 2 << 20, CALLS);
+    let echo_ns = start.elapsed().as_nanos() as f64 / CALLS as f64;
+    assert!(ok, "measured ECHO calls failed");
+    println!(
+        "engine_rpc_insns: {CALLS} NULL calls {null_ns:.0} ns each, {CALLS} ECHO-{ECHO_LEN} \
+         calls {echo_ns:.0} ns each (one thread)"
+    );
+}
