@@ -879,3 +879,37 @@ fn a_send_confirmed_in_the_poll_that_sees_the_close_still_succeeds() {
     assert_eq!((c[0].wr_id, c[0].status), (2, WcStatus::Success));
     p.wait_both_failed();
 }
+
+#[test]
+fn stale_octets_in_the_response_to_a_zero_length_read_are_ignored() {
+    let (mut s, mut raw) = raw_pair(SiwConfig::default(), true);
+    s.fill(0, b"confirm me");
+    let b = [s.sge(0, 10)];
+    let remote = RemoteAddr {
+        addr: 0x1000,
+        rkey: 0x77,
+    };
+    s.qp()
+        .post_send(&[SendWr::write(1, &b, remote)])
+        .expect("post");
+    let (h, p) = next_fpdu(&mut s, &mut raw);
+    assert_eq!(
+        (h.opcode, p.as_slice()),
+        (Opcode::RdmaWrite, &b"confirm me"[..])
+    );
+    // The confirmation Read follows the Write.
+    let (h, p) = next_fpdu(&mut s, &mut raw);
+    assert_eq!(h.opcode, Opcode::ReadRequest);
+    let rr = ReadRequest::decode(&p).expect("a Read Request");
+    assert_eq!(rr.size, 0);
+    // Answer as Linux siw 6.1 does after a transmission of its own: with that
+    // transmission's length and octets.
+    let resp = SegmentHeader::tagged(Opcode::ReadResponse, true, rr.sink_stag, rr.sink_to);
+    raw.send(resp, &[0xEE; 16]);
+    s.wait(&mut raw, "the Write's completion", |s, _| {
+        !s.done.is_empty()
+    });
+    assert_eq!((s.done[0].wr_id, s.done[0].status), (1, WcStatus::Success));
+    assert_eq!(s.qp.as_ref().map(|q| q.state()), Some(QpState::ReadyToSend));
+    assert_eq!(s.read(0, 10), b"confirm me", "nothing was placed");
+}

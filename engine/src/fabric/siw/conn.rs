@@ -541,8 +541,13 @@ impl Conn {
         let Some(e) = self.engine.as_mut() else {
             return;
         };
-        if e.transmit(ctx.keys, &wire).is_err() {
-            return self.lost(ctx);
+        // A full socket is retried once it reports room again (edge-triggered writable),
+        // not on every poll.
+        if self.writable || !e.tx_waiting() {
+            match e.transmit(ctx.keys, &wire) {
+                Ok(full) => self.writable = !full,
+                Err(_) => return self.lost(ctx),
+            }
         }
         if e.failed && matches!(e.tx.term_state, TermState::None | TermState::Sent) {
             // Terminate out (or none to send): close our half; the peer closes its.

@@ -35,6 +35,8 @@ enum Dest {
     Recv { mo: u64 },
     /// Read Response: the Read's scatter list at this offset.
     ReadResponse { offset: u64 },
+    /// Read Response to a zero-length Read: nothing to place.
+    EmptyReadResponse,
     /// Read Request or Terminate body, collected whole.
     Small,
 }
@@ -246,6 +248,13 @@ impl Engine {
             return self
                 .reject_segment(TerminateCode::DdpTagged(DdpTaggedError::InvalidStag), None);
         }
+        if o.size == 0 {
+            // Nothing is placed for a zero-length Read. Linux siw (6.1) answers one that
+            // follows another of its transmissions with that transmission's length and
+            // stale octets; they are discarded rather than treated as an overrun.
+            self.rx.dest = Dest::EmptyReadResponse;
+            return;
+        }
         let offset = to.wrapping_sub(o.sink_to);
         if to < o.sink_to || offset != o.placed || offset + plen > o.size {
             return self
@@ -366,7 +375,7 @@ impl Engine {
 
     fn on_payload(&mut self, offset: u64, data: &[u8]) {
         match self.rx.dest {
-            Dest::Skip => {}
+            Dest::Skip | Dest::EmptyReadResponse => {}
             Dest::Write { addr } => {
                 // SAFETY: the whole segment range passed the key check in `on_header`,
                 // so it lies in an arena the device keeps mapped.
@@ -424,14 +433,14 @@ impl Engine {
                     self.finish_receive(s.rq_seq, WcStatus::Success, len, s.inval);
                 }
             }
-            (Opcode::ReadResponse, Dest::ReadResponse { .. }) => {
+            (Opcode::ReadResponse, Dest::ReadResponse { .. } | Dest::EmptyReadResponse) => {
                 let Some(o) = self.orq.front_mut() else {
                     return;
                 };
                 o.placed += plen;
                 let o = *o;
                 if h.last {
-                    if o.placed != o.size {
+                    if o.size != 0 && o.placed != o.size {
                         return self.reject_segment(
                             TerminateCode::DdpTagged(DdpTaggedError::BaseOrBounds),
                             None,

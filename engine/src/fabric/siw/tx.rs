@@ -134,10 +134,12 @@ impl TxState {
         }
     }
 
-    /// Stops the current message; an FPDU half written is still completed, since the
-    /// stream cannot end inside one.
+    /// Stops the current message (unless it is the Terminate); an FPDU half written is
+    /// still completed, since the stream cannot end inside one.
     pub(crate) fn abandon(&mut self) {
-        self.msg = None;
+        if self.msg.is_some_and(|m| m.kind != Kind::Terminate) {
+            self.msg = None;
+        }
     }
 
     pub(crate) fn queue_terminate(&mut self, t: TermOut) {
@@ -190,12 +192,13 @@ unsafe fn registered<'a>(addr: u64, len: usize) -> &'a [u8] {
 }
 
 impl Engine {
-    /// Writes as much as the socket takes. `Err` means the connection is lost.
-    pub(crate) fn transmit(&mut self, keys: &KeyTable, wire: &Wire<'_>) -> io::Result<()> {
+    /// Writes as much as the socket takes: `Ok(true)` when it is full (an FPDU waits
+    /// for room), `Ok(false)` when everything is out. `Err` means the connection is lost.
+    pub(crate) fn transmit(&mut self, keys: &KeyTable, wire: &Wire<'_>) -> io::Result<bool> {
         loop {
             if self.tx.busy {
                 if !write_fpdu(&mut self.tx.fpdu, wire.fd)? {
-                    return Ok(());
+                    return Ok(true);
                 }
                 self.tx.busy = false;
                 self.fpdu_written();
@@ -208,9 +211,15 @@ impl Engine {
                 }
             }
             if !self.next_message(keys) {
-                return Ok(());
+                return Ok(false);
             }
         }
+    }
+
+    /// An FPDU is waiting for room in the socket.
+    #[inline]
+    pub(crate) fn tx_waiting(&self) -> bool {
+        self.tx.busy
     }
 
     /// Builds the current message's next FPDU.
