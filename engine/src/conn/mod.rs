@@ -79,10 +79,16 @@ impl std::error::Error for ConnError {
     }
 }
 
-/// Reaps one batch of completions from `cq` into `f`; returns how many.
-pub(crate) fn poll_cq<C: CompletionQueue, F: FnMut(&Completion)>(cq: &mut C, mut f: F) -> usize {
-    let mut wcs = [Completion::EMPTY; CQ_BATCH];
-    let n = cq.poll(&mut wcs);
+/// Reaps one batch of completions from `cq` into `f`; returns how many. `wcs` is the
+/// driver's reusable batch array: filling a fresh one on every poll would cost more
+/// than an idle poll itself.
+#[inline]
+pub(crate) fn poll_cq<C: CompletionQueue, F: FnMut(&Completion)>(
+    cq: &mut C,
+    wcs: &mut [Completion; CQ_BATCH],
+    mut f: F,
+) -> usize {
+    let n = cq.poll(wcs).min(CQ_BATCH);
     for wc in &wcs[..n] {
         f(wc);
     }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::resources::ConnResources;
-use super::{poll_cq, ConnError};
+use super::{poll_cq, ConnError, CQ_BATCH};
 use crate::core::config::{ConnConfig, Role};
 use crate::core::fixed::FixedQueue;
 use crate::core::{
@@ -12,7 +12,8 @@ use crate::core::{
 };
 use crate::credits::CreditTable;
 use crate::fabric::{
-    CmEvent, ConnId, ConnectionManager, Device, Provider, QpInit, QueuePair, RNR_RETRY_INFINITE,
+    CmEvent, Completion, ConnId, ConnectionManager, Device, Provider, QpInit, QueuePair,
+    RNR_RETRY_INFINITE,
 };
 use crate::requester::{CallRequest, Outcome, SubmitError};
 use crate::wire::private_data::InlineThresholds;
@@ -25,6 +26,8 @@ pub struct RequesterConn<P: Provider> {
     conn: ConnId,
     events: FixedQueue<ConnEvent>,
     polls: u32,
+    /// Completion batch, reused by every poll.
+    wcs: [Completion; CQ_BATCH],
     res: ConnResources<P>,
 }
 
@@ -63,6 +66,7 @@ impl<P: Provider> RequesterConn<P> {
             conn,
             events: FixedQueue::with_capacity(32),
             polls: 0,
+            wcs: [Completion::EMPTY; CQ_BATCH],
             res,
         })
     }
@@ -78,7 +82,9 @@ impl<P: Provider> RequesterConn<P> {
             work += self.poll_cm(now);
         }
         let core = &mut self.core;
-        work += poll_cq(&mut self.res.cq, |wc| core.handle_completion(wc, now));
+        work += poll_cq(&mut self.res.cq, &mut self.wcs, |wc| {
+            core.handle_completion(wc, now)
+        });
         if core.next_timeout().is_some_and(|t| t <= now) {
             core.handle_timeout(now);
         }

@@ -5,14 +5,14 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::resources::ConnResources;
-use super::{poll_cq, ConnError};
+use super::{poll_cq, ConnError, CQ_BATCH};
 use crate::core::config::{ConnConfig, Role};
 use crate::core::fixed::FixedQueue;
 use crate::core::{ConnEvent, ConnState, ResponderCore, ResponderStats};
 use crate::credits::GrantPolicy;
 use crate::fabric::{
-    CmEvent, ConnId, ConnectionManager, Device, PrivateData, Provider, QpInit, QueuePair,
-    RNR_RETRY_INFINITE,
+    CmEvent, Completion, ConnId, ConnectionManager, Device, PrivateData, Provider, QpInit,
+    QueuePair, RNR_RETRY_INFINITE,
 };
 use crate::service::Service;
 
@@ -48,6 +48,8 @@ pub struct ResponderConn<P: Provider, S> {
     peer_pd: PrivateData,
     wants_disconnect: bool,
     events: FixedQueue<ConnEvent>,
+    /// Completion batch, reused by every poll.
+    wcs: [Completion; CQ_BATCH],
     res: ConnResources<P>,
 }
 
@@ -90,6 +92,7 @@ impl<P: Provider, S: Service> ResponderConn<P, S> {
             peer_pd: *peer_private_data,
             wants_disconnect: false,
             events: FixedQueue::with_capacity(32),
+            wcs: [Completion::EMPTY; CQ_BATCH],
             res,
         })
     }
@@ -109,7 +112,9 @@ impl<P: Provider, S: Service> ResponderConn<P, S> {
     /// posting. Returns the completions handled.
     pub fn poll(&mut self, now: Instant) -> usize {
         let core = &mut self.core;
-        let work = poll_cq(&mut self.res.cq, |wc| core.handle_completion(wc, now));
+        let work = poll_cq(&mut self.res.cq, &mut self.wcs, |wc| {
+            core.handle_completion(wc, now)
+        });
         core.prepare(now);
         core.post(&mut self.qp, now);
         while let Some(ev) = self.core.poll_event() {

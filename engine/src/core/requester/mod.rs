@@ -398,7 +398,11 @@ impl<M: MemoryRegion> RequesterCore<M> {
         }
         let req = CallRequest::new(msg, 1024);
         let deadline = now.checked_add(self.params.probe_timeout);
-        match self.stage_call(slot, xid, req, u64::MAX, deadline, now) {
+        let Ok(plan) = start::plan(&req, &self.t.thresholds, self.params.credits_requested) else {
+            self.credits.release_probe();
+            return Err(ProbeError::Busy);
+        };
+        match self.stage_call(slot, xid, plan, req, u64::MAX, deadline, now) {
             Ok(()) => {
                 self.slots[slot as usize].holds_credit = true;
                 self.note_deadline(deadline);
@@ -450,7 +454,7 @@ impl<M: MemoryRegion> RequesterCore<M> {
             return Err(Ok(req));
         };
         let xid = self.make_xid(slot);
-        match self.stage_call(slot, xid, req, tag, deadline, now) {
+        match self.stage_call(slot, xid, plan, req, tag, deadline, now) {
             Ok(()) => {
                 self.slots[slot as usize].holds_credit = true;
                 self.note_deadline(deadline);

@@ -77,22 +77,22 @@ struct Reg {
 }
 
 impl<M: MemoryRegion> RequesterCore<M> {
-    /// Registers the chunks of `req` and stages its work requests on `slot`. On any
-    /// shortage nothing is staged and the request comes back (by value: this is the
-    /// data path, and the request must not be boxed to be returned).
-    #[allow(clippy::result_large_err)]
+    /// Registers the chunks of `req` and stages its work requests on `slot`, in the
+    /// shape `plan` (from [`plan`] for this request and the connection's thresholds,
+    /// computed once by the caller). On any shortage nothing is staged and the request
+    /// comes back (by value: this is the data path, and the request must not be boxed
+    /// to be returned).
+    #[allow(clippy::result_large_err, clippy::too_many_arguments)]
     pub(super) fn stage_call(
         &mut self,
         slot: u32,
         xid: u32,
+        plan: Plan,
         mut req: CallRequest,
         tag: u64,
         deadline: Option<Instant>,
         now: Instant,
     ) -> Result<(), CallRequest> {
-        let Ok(plan) = plan(&req, &self.t.thresholds, self.params.credits_requested) else {
-            return Err(req);
-        };
         if self.mrs.available() < plan.mrs as usize || self.t.sq.free() < 2 * plan.mrs + 1 {
             return Err(req);
         }
@@ -220,17 +220,17 @@ impl<M: MemoryRegion> RequesterCore<M> {
             },
         };
         let s = &mut self.slots[slot as usize];
-        let encoded = repr.encode(s.header.storage_mut());
-        let (Ok(hlen), Ok(hdr_sge)) = (
-            encoded,
-            s.header.sge(0, repr.encoded_len().min(s.header.capacity())),
-        ) else {
+        // `encode` returns the octets written, which is the header's encoded length.
+        let hdr_sge = repr
+            .encode(s.header.storage_mut())
+            .ok()
+            .and_then(|hlen| s.header.sge(0, hlen).ok());
+        let Some(hdr_sge) = hdr_sge else {
             for u in uses.drain() {
                 self.mrs.give(u.mr);
             }
             return Err(req);
         };
-        let _ = hlen;
         let mut sgl = [hdr_sge, Sge::default()];
         let mut n_sge = 1;
         if !plan.long {
