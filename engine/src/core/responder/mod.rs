@@ -303,7 +303,8 @@ impl<S: Service> ResponderCore<S> {
             Error(u32, RdmaError),
             Call(u32, bool),
         }
-        let next = match HeaderView::parse(buf.as_slice(), &self.limits) {
+        let parsed = HeaderView::parse(buf.as_slice(), &self.limits);
+        let next = match &parsed {
             Err(e) => match e.responder_reply() {
                 ResponderAction::Drop => Next::Drop,
                 ResponderAction::ErrVers { xid } => Next::Error(
@@ -319,7 +320,7 @@ impl<S: Service> ResponderCore<S> {
                 Procedure::Done => Next::Done(h.xid()),
                 Procedure::Error => Next::Drop,
                 Procedure::Msg | Procedure::Nomsg | Procedure::Msgp => {
-                    match inspect(&h, self.max_chunk, self.sq_depth) {
+                    match inspect(h, self.max_chunk, self.sq_depth) {
                         Ok(info) => Next::Call(h.xid(), info.read_chunks > 0),
                         Err(_) => Next::Error(h.xid(), RdmaError::Chunk),
                     }
@@ -332,36 +333,84 @@ impl<S: Service> ResponderCore<S> {
                 self.stats.dropped += 1;
                 self.t.recvs.recycle(buf);
                 let _ = self.free.push(i);
-                return;
             }
             Next::Done(xid) => {
                 self.stats.done_received += 1;
                 self.t.recvs.recycle(buf);
                 let _ = self.free.push(i);
                 self.service.on_done(xid);
-                return;
             }
             Next::Error(xid, e) => {
                 self.t.recvs.recycle(buf);
                 c.xid = xid;
                 c.step = Step::Error(e);
+                self.run_in_order(i);
             }
             Next::Call(xid, reads) => {
                 c.xid = xid;
-                c.recv = Some(buf);
                 c.step = if reads {
                     Step::StartReads
                 } else {
                     Step::Dispatch
                 };
+                match &parsed {
+                    // The common case: an inline call with nobody waiting ahead of it
+                    // is served with the header just parsed, not parsed again.
+                    Ok(h) if !reads && self.stalled.is_empty() => {
+                        let done = self.advance_with(i, Some(h));
+                        self.put_back_recv(i, buf);
+                        if !done {
+                            self.stats.stalls += 1;
+                            let _ = self.stalled.push_back(i);
+                        }
+                    }
+                    _ => {
+                        c.recv = Some(buf);
+                        self.run_in_order(i);
+                    }
+                }
             }
         }
+    }
+
+    /// Runs context `i` now, or queues it behind contexts already waiting for
+    /// resources (keeping arrival order).
+    fn run_in_order(&mut self, i: u32) {
         if self.stalled.is_empty() {
             self.run(i);
         } else {
-            // Keep arrival order behind contexts already waiting for resources.
             let _ = self.stalled.push_back(i);
         }
+    }
+
+    /// Gives context `i` its receive buffer back after a step borrowed it, or recycles
+    /// the buffer when the context was released meanwhile.
+    fn put_back_recv(&mut self, i: u32, recv: RegBuf) {
+        let c = &mut self.ctxs[i as usize];
+        if c.step == Step::Free {
+            self.t.recvs.recycle(recv);
+        } else {
+            c.recv = Some(recv);
+        }
+    }
+
+    /// Runs `step` on context `i` with its call header. The header was validated on
+    /// arrival; it is parsed again here because a context cannot hold a view of its
+    /// own buffer. The buffer leaves the context for the duration of the step.
+    fn with_header(&mut self, i: u32, step: fn(&mut Self, u32, &HeaderView<'_>) -> bool) -> bool {
+        let Some(recv) = self.ctxs[i as usize].recv.take() else {
+            self.ctxs[i as usize].step = Step::Error(RdmaError::Chunk);
+            return true;
+        };
+        let progressed = match HeaderView::parse(recv.as_slice(), &self.limits) {
+            Ok(h) => step(self, i, &h),
+            Err(_) => {
+                self.ctxs[i as usize].step = Step::Error(RdmaError::Chunk);
+                true
+            }
+        };
+        self.put_back_recv(i, recv);
+        progressed
     }
 
     /// Advances context `i` as far as resources allow; queues it when they do not.
@@ -374,6 +423,12 @@ impl<S: Service> ResponderCore<S> {
 
     /// Advances context `i`; false when it must wait for resources.
     fn advance(&mut self, i: u32) -> bool {
+        self.advance_with(i, None)
+    }
+
+    /// Advances context `i`, using `header` (the call's parsed transport header, when
+    /// the caller has it) instead of parsing the receive buffer again.
+    fn advance_with(&mut self, i: u32, header: Option<&HeaderView<'_>>) -> bool {
         loop {
             match self.t.state {
                 ConnState::Established => {}
@@ -389,8 +444,14 @@ impl<S: Service> ResponderCore<S> {
             }
             let progressed = match self.ctxs[i as usize].step {
                 Step::StartReads => self.start_reads(i),
-                Step::Dispatch => self.dispatch(i),
-                Step::Reply => self.stage_reply(i),
+                Step::Dispatch => match header {
+                    Some(h) => self.dispatch(i, h),
+                    None => self.with_header(i, Self::dispatch),
+                },
+                Step::Reply => match header {
+                    Some(h) => self.stage_reply(i, h),
+                    None => self.with_header(i, Self::stage_reply),
+                },
                 Step::Error(e) => self.stage_error(i, e),
                 Step::Free | Step::Reading | Step::Sent => return true,
             };
@@ -478,12 +539,11 @@ impl<S: Service> ResponderCore<S> {
         true
     }
 
-    /// Runs the service on a call whose chunks are all pulled.
-    fn dispatch(&mut self, i: u32) -> bool {
+    /// Runs the service on a call whose chunks are all pulled; `h` is its header.
+    fn dispatch(&mut self, i: u32, h: &HeaderView<'_>) -> bool {
         let th = self.t.thresholds;
         let c = &mut self.ctxs[i as usize];
         let Context {
-            recv,
             send,
             body_off,
             sinks,
@@ -494,14 +554,6 @@ impl<S: Service> ResponderCore<S> {
             xid,
             ..
         } = c;
-        let Some(recv) = recv.as_ref() else {
-            *step = Step::Error(RdmaError::Chunk);
-            return true;
-        };
-        let Ok(h) = HeaderView::parse(recv.as_slice(), &self.limits) else {
-            *step = Step::Error(RdmaError::Chunk);
-            return true;
-        };
         let Some(lists) = h.chunk_lists() else {
             *step = Step::Error(RdmaError::Chunk);
             return true;

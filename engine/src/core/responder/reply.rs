@@ -33,13 +33,13 @@ fn split(
 }
 
 impl<S: Service> ResponderCore<S> {
-    /// Stages the reply of context `i`; false when the send queue lacks room.
-    pub(super) fn stage_reply(&mut self, i: u32) -> bool {
+    /// Stages the reply of context `i`, whose call header is `h`; false when the send
+    /// queue lacks room.
+    pub(super) fn stage_reply(&mut self, i: u32, h: &HeaderView<'_>) -> bool {
         let th = self.t.thresholds;
         let credit = self.policy.grant(self.t.recvs.posted());
         let c = &mut self.ctxs[i as usize];
         let Context {
-            recv,
             send,
             body_off,
             body,
@@ -50,13 +50,6 @@ impl<S: Service> ResponderCore<S> {
             xid,
             ..
         } = c;
-        let parsed = recv
-            .as_ref()
-            .and_then(|r| HeaderView::parse(r.as_slice(), &self.limits).ok());
-        let Some(h) = parsed else {
-            *step = Step::Error(RdmaError::Chunk);
-            return true;
-        };
         let Some(lists) = h.chunk_lists() else {
             *step = Step::Error(RdmaError::Chunk);
             return true;
@@ -69,19 +62,28 @@ impl<S: Service> ResponderCore<S> {
 
         // The Write list comes back with the octets written; unused chunks come back
         // empty (RFC 8166 §3.4.6).
-        let mut echo = [[Segment::default(); MAX_CHUNK_SEGMENTS]; MAX_WRITE_CHUNKS];
+        // The echo table is 2 KiB: only calls with a Write list pay for clearing it.
+        let mut echo_store;
+        let echo: &mut [[Segment; MAX_CHUNK_SEGMENTS]] = if lists.write_list().next().is_some() {
+            echo_store = [[Segment::default(); MAX_CHUNK_SEGMENTS]; MAX_WRITE_CHUNKS];
+            &mut echo_store
+        } else {
+            &mut []
+        };
         let mut echo_n = [0usize; MAX_WRITE_CHUNKS];
         let mut n_chunks = 0;
         let mut ddp_writes = 0u32;
-        for (k, chunk) in lists.write_list().enumerate().take(MAX_WRITE_CHUNKS) {
+        for (k, chunk) in lists.write_list().enumerate().take(echo.len()) {
             n_chunks = k + 1;
-            if let Some(Some(data)) = results.get(k) {
-                let (n, pieces) = split(data.len() as u64, chunk, &mut echo[k]);
+            if let (Some(Some(data)), Some(e)) = (results.get(k), echo.get_mut(k)) {
+                let (n, pieces) = split(data.len() as u64, chunk, e);
                 echo_n[k] = n;
                 ddp_writes += pieces;
             }
         }
-        let refs: [&[Segment]; MAX_WRITE_CHUNKS] = core::array::from_fn(|k| &echo[k][..echo_n[k]]);
+        let echo: &[[Segment; MAX_CHUNK_SEGMENTS]] = echo;
+        let refs: [&[Segment]; MAX_WRITE_CHUNKS] =
+            core::array::from_fn(|k| echo.get(k).map_or(&[][..], |e| &e[..echo_n[k]]));
         let writes = &refs[..n_chunks];
         let inline_repr = HeaderRepr {
             xid: *xid,
