@@ -179,10 +179,12 @@ impl Config {
         }
         match o.provider {
             ProviderName::Shm | ProviderName::Siw => {}
+            ProviderName::Verbs if cfg!(feature = "verbs") => {}
             other => {
                 return Err(bad(
                     other.name(),
-                    "this provider is not built into rpcrdma-perf; use --provider shm or siw",
+                    "this provider is not built into rpcrdma-perf; use --provider shm or siw \
+                     (verbs needs the `verbs` feature)",
                 ))
             }
         }

@@ -84,6 +84,40 @@ impl FabricKind for Siw {
     }
 }
 
+/// rdma-core verbs on a real or software RDMA device (feature `verbs`): the device named
+/// by `RPCRDMA_VERBS_DEV` (else the first one), reached at `RPCRDMA_VERBS_IP` (an address
+/// the device owns; rdma_cm has no loopback device, so there is no default).
+#[cfg(feature = "verbs")]
+pub struct Verbs;
+
+#[cfg(feature = "verbs")]
+impl FabricKind for Verbs {
+    type P = rpcrdma::fabric::verbs::VerbsProvider;
+
+    fn open() -> Result<rpcrdma::fabric::verbs::VerbsDevice, BenchError> {
+        use rpcrdma::fabric::verbs::VerbsDevice;
+        Ok(match std::env::var("RPCRDMA_VERBS_DEV") {
+            Ok(name) => VerbsDevice::open(&name)?,
+            Err(_) => VerbsDevice::open_first()?,
+        })
+    }
+
+    fn unique_addr() -> rpcrdma::fabric::verbs::VerbsAddr {
+        use std::sync::atomic::AtomicU32;
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        // An unparseable or missing address leaves 0.0.0.0, which rdma_cm refuses to
+        // connect to: the row fails at set-up with the provider's error.
+        let ip = std::env::var("RPCRDMA_VERBS_IP")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(std::net::IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+        // rdma_cm ports are per node: spread processes apart, one port per row.
+        let port =
+            20_000 + (std::process::id() % 40) * 1000 + NEXT.fetch_add(1, Ordering::Relaxed) % 1000;
+        rpcrdma::fabric::verbs::VerbsAddr(SocketAddr::new(ip, port as u16))
+    }
+}
+
 /// What a bandwidth row's client posts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BwOp {

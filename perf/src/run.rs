@@ -153,6 +153,8 @@ pub fn run_one(cfg: &Config, p: &Planned, index: usize, total: usize) -> Row {
     let meter = Meter::new(cfg.budget, counter);
     let result = match cfg.provider {
         ProviderName::Siw => run_on::<Siw>(cfg, p, meter),
+        #[cfg(feature = "verbs")]
+        ProviderName::Verbs => run_on::<fabric::Verbs>(cfg, p, meter),
         // Config refuses providers this build cannot run, so anything else is shm.
         _ => run_on::<Shm>(cfg, p, meter),
     };

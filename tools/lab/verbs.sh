@@ -38,6 +38,14 @@ if [ "$(wc -w <<< "$ENGINE_BINS")" != "${#ENGINE_TESTS[@]}" ]; then
   exit 5
 fi
 
+# rpcrdma-perf with the verbs provider, for the latency rows beside ib_send_lat.
+if ! cargo build -q --release -p rpcrdma-perf --features verbs 2>"$LAB/verbs-perf-build.log"; then
+  tail -n 40 "$LAB/verbs-perf-build.log"
+  echo "verbs: host build of rpcrdma-perf --features verbs failed (log: $LAB/verbs-perf-build.log)"
+  exit 5
+fi
+PERF_BIN=$ROOT/target/release/rpcrdma-perf
+
 # Where a device genuinely cannot do what a rule demands, the rule stays as it is and the
 # failure is listed here, with the reason, so CI shows it on every run and fails on any
 # other failure. "must" entries must fail (one that starts passing fails the step, so the
@@ -67,6 +75,7 @@ QOPT=(-q); [ -n "${LAB_VERBOSE:-}" ] && QOPT=()
   -e VERBS_TEST_ARGS="${VERBS_TEST_ARGS:---test-threads=1}" \
   -e VERBS_TIMEOUT="${VERBS_TIMEOUT:-400}" \
   -e ENGINE_BINS="$ENGINE_BINS" \
+  -e PERF_BIN="$PERF_BIN" \
   "$HERE/guest/verbs-conformance.sh" "$BIN" "$@"
 RC=$?
 [ -f "$RUN/guest.log" ] && grep -E '^==> |LAB_METRIC' "$RUN/guest.log"

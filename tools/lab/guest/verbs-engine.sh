@@ -26,3 +26,41 @@ for bin in ${ENGINE_BINS:-}; do
   echo "LAB_METRIC verbs_engine dev=$DEV bin=$name rc=$rc ${summary:-no-summary}"
   [ "$rc" = 0 ] || [ "$rc" = 101 ] || fail "$name on $DEV did not finish (rc=$rc)"
 done
+
+# rpcrdma-perf lat over verbs beside perftest's ib_send_lat, same device, same boot, same
+# size. TCG makes absolute times meaningless; the ratios are what we track.
+[ -n "${PERF_BIN:-}" ] || exit 0
+[ -x "$PERF_BIN" ] || fail "rpcrdma-perf binary $PERF_BIN missing (build it on the host first)"
+SIZE=${PERF_SIZE:-64}
+CM=(); [[ $DEV == siw* ]] && CM=(-R)  # iWARP: perftest must connect through rdma_cm
+step "ib_send_lat on $DEV (size $SIZE)"
+base=
+for try in 1 2 3; do
+  port=$((7100 + try))
+  timeout 120 ib_send_lat -d "$DEV" -p "$port" -s "$SIZE" -n 1000 -F "${CM[@]}" > /tmp/lat-s.log 2>&1 &
+  spid=$!
+  if [ ${#CM[@]} = 1 ]; then
+    wait_for 30 "ib_send_lat server on $DEV" cm_listening "$DEV" "$port"
+  else
+    wait_for 30 "ib_send_lat server on $DEV" tcp_listening "$port"
+  fi
+  out=$(timeout 120 ib_send_lat -d "$DEV" -p "$port" -s "$SIZE" -n 1000 -F "${CM[@]}" "$LAB_GUEST_IP" 2>&1) ||
+    { echo "$out"; fail "ib_send_lat client on $DEV"; }
+  wait "$spid" || { cat /tmp/lat-s.log; fail "ib_send_lat server on $DEV"; }
+  echo "$out"
+  # perftest's t_typical (the median) beside our p50.
+  base=$(echo "$out" | awk '$1 ~ /^[0-9]+$/ && NF >= 9 {print $5; exit}')
+  case $base in ''|*inf*|*nan*) base= ;; *) break ;; esac
+done
+step "rpcrdma-perf lat --provider verbs on $DEV (size $SIZE)"
+# A row that cannot run (siw0 has no verbs requester) is reported by rpcrdma-perf as failed.
+perf=$(RPCRDMA_VERBS_DEV=$DEV RPCRDMA_VERBS_IP=$LAB_GUEST_IP timeout 300 "$PERF_BIN" lat \
+         --provider verbs --size "$SIZE" --iters "${PERF_ITERS:-1000}" --warmup 100 --baseline 2>&1)
+rc=$?
+echo "$perf"
+[ "$rc" = 0 ] || [[ $DEV == siw* ]] || fail "rpcrdma-perf lat on $DEV exited $rc"
+p50() { echo "$perf" | awk -v l="$1" -v b="$2" '$1 == "lat" && $2 == l && $3 == b {print $7; exit}'; }
+fab=$(p50 fabric send/recv); rpc=$(p50 rpc echo)
+[ -n "$fab" ] || fail "no fabric send/recv row from rpcrdma-perf on $DEV"
+ratio() { if [ -n "$1" ] && [ -n "$base" ]; then awk -v a="$1" -v b="$base" 'BEGIN {printf "%.2f", a / b}'; else echo n/a; fi; }
+echo "LAB_METRIC verbs_lat dev=$DEV size=$SIZE ib_send_lat_typical_us=${base:-unavailable} fabric_p50_us=$fab rpc_echo_p50_us=${rpc:-unavailable} fabric_vs_ib_send_lat=x$(ratio "$fab") rpc_vs_ib_send_lat=x$(ratio "$rpc")"
