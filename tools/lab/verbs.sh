@@ -149,7 +149,8 @@ judge_engine() {
   done
 }
 DEVS=("$@"); [ ${#DEVS[@]} -gt 0 ] || DEVS=(rxe0 siw0)
-for d in "${DEVS[@]}"; do judge "$d"; judge_engine "$d"; done
+# (judge reads KNOWN into a global "d": the loop uses another name.)
+for dv in "${DEVS[@]}"; do judge "$dv"; judge_engine "$dv"; done
 if [ "$BAD" != 0 ]; then
   echo "---- failing tests' messages:"
   grep -hE 'panicked at|^  left|^ right|completion Completion|timed out' "$RUN"/verbs-*.log "$RUN"/engine-*.log | head -n 60

@@ -59,7 +59,8 @@ perf=$(RPCRDMA_VERBS_DEV=$DEV RPCRDMA_VERBS_IP=$LAB_GUEST_IP timeout 300 "$PERF_
 rc=$?
 echo "$perf"
 [ "$rc" = 0 ] || [[ $DEV == siw* ]] || fail "rpcrdma-perf lat on $DEV exited $rc"
-p50() { echo "$perf" | awk -v l="$1" -v b="$2" '$1 == "lat" && $2 == l && $3 == b {print $7; exit}'; }
+# A failed row prints its error where the numbers go: numbers only.
+p50() { echo "$perf" | awk -v l="$1" -v b="$2" '$1 == "lat" && $2 == l && $3 == b && $7 ~ /^[0-9.]+$/ {print $7; exit}'; }
 fab=$(p50 fabric send/recv); rpc=$(p50 rpc echo)
 [ -n "$fab" ] || fail "no fabric send/recv row from rpcrdma-perf on $DEV"
 ratio() { if [ -n "$1" ] && [ -n "$base" ]; then awk -v a="$1" -v b="$base" 'BEGIN {printf "%.2f", a / b}'; else echo n/a; fi; }
