@@ -14,9 +14,9 @@ use std::time::Instant;
 use rpcrdma_pools::Arena;
 
 use super::device::ANNOUNCE_LEN;
-use super::qp::QpShared;
+use super::qp::{QpShared, RqEntry};
 use super::ring::Consumer;
-use super::segment::{ack, op, ReqHeader, ReqSlot, Segment, INLINE_MAX, MAX_SGE};
+use super::segment::{ack, copy_small, op, ReqHeader, ReqSlot, Segment, INLINE_MAX, MAX_SGE};
 use super::sock::{self, Recv};
 use crate::fabric::mr::Access;
 use crate::fabric::types::{Completion, Sge, WcOpcode, WcStatus, RNR_RETRY_INFINITE};
@@ -62,21 +62,6 @@ const NO_RUN: Run = Run {
     ptr: std::ptr::null_mut(),
     len: 0,
 };
-
-/// Resolved runs: one (no array to fill) or several.
-enum Runs {
-    One(Run),
-    Many([Run; MAX_SGE], usize),
-}
-
-impl Runs {
-    fn as_slice(&self) -> &[Run] {
-        match self {
-            Runs::One(r) => std::slice::from_ref(r),
-            Runs::Many(r, n) => &r[..(*n).min(MAX_SGE)],
-        }
-    }
-}
 
 /// Copies `total` bytes from the gather list `src` to the scatter list `dst`.
 ///
@@ -249,18 +234,6 @@ impl Executor {
         })
     }
 
-    /// Resolves several of our receive entries; with their total length.
-    #[inline(never)]
-    fn target_runs(qp: &QpShared, sges: &[Sge]) -> Option<(Runs, u64)> {
-        let mut runs = [NO_RUN; MAX_SGE];
-        let mut cap = 0u64;
-        for (run, sge) in runs.iter_mut().zip(sges) {
-            *run = Self::target_run(qp, sge.lkey, Access::LOCAL_WRITE, sge.addr, sge.length)?;
-            cap += u64::from(sge.length);
-        }
-        Some((Runs::Many(runs, sges.len()), cap))
-    }
-
     #[inline(never)]
     fn exec_write(&mut self, qp: &QpShared, h: &ReqHeader, slot: *const ReqSlot) -> Outcome {
         let mut src = [NO_RUN; MAX_SGE];
@@ -346,77 +319,123 @@ impl Executor {
         }
         self.rnr = None;
         // SAFETY: consumed < posted: the poster published this entry; we are the
-        // receive queue's only consumer, and release it only in `done`, after the last
-        // use of `recv`.
+        // receive queue's only consumer, and release it below, after the last use of
+        // `recv`.
         let recv = unsafe { qp.rq.get(consumed) };
         let wr_id = recv.wr_id;
-        let mut done = |status: WcStatus, byte_len: u32, inv: Option<u32>, ack_status: u32| {
-            qp.polled.rq_consumed.store(consumed + 1, Ordering::Release);
-            *out = Completion {
-                wr_id,
-                opcode: WcOpcode::Recv,
-                status,
-                byte_len,
-                qp_num: qp.qp_num,
-                invalidated_rkey: inv,
-            };
-            Outcome::Done {
-                status: ack_status,
-                completed: true,
-            }
+        let placed = match recv.sge.get(..recv.num_sge as usize) {
+            // A small Send into a one-entry receive, the common case: no run arrays.
+            Some([sge]) if h.op & op::INLINE != 0 => Self::place_inline(qp, h, slot, sge),
+            _ => self.place(qp, h, slot, recv),
         };
-        // Our receive buffers, checked now (a NIC checks at placement, not at post).
-        // One entry is the common case: it needs no array of runs.
-        let sges = &recv.sge[..(recv.num_sge as usize).min(MAX_SGE)];
-        let (dst, cap) = if let [sge] = sges {
-            match Self::target_run(qp, sge.lkey, Access::LOCAL_WRITE, sge.addr, sge.length) {
-                Some(r) => (Runs::One(r), u64::from(sge.length)),
-                None => return done(WcStatus::LocalProtectionError, 0, None, ack::REMOTE_OP),
-            }
-        } else {
-            match Self::target_runs(qp, sges) {
-                Some(many) => many,
-                None => return done(WcStatus::LocalProtectionError, 0, None, ack::REMOTE_OP),
-            }
+        qp.polled.rq_consumed.store(consumed + 1, Ordering::Release);
+        let (status, byte_len, inv, ack_status) = match placed {
+            Ok(inv) => (WcStatus::Success, h.total_len, inv, ack::OK),
+            Err((status, ack_status)) => (status, 0, None, ack_status),
         };
-        if u64::from(h.total_len) > cap {
-            return done(WcStatus::LocalLengthError, 0, None, ack::REMOTE_INVALID);
+        *out = Completion {
+            wr_id,
+            opcode: WcOpcode::Recv,
+            status,
+            byte_len,
+            qp_num: qp.qp_num,
+            invalidated_rkey: inv,
+        };
+        Outcome::Done {
+            status: ack_status,
+            completed: true,
         }
-        let src = if h.op & op::INLINE != 0 {
+    }
+
+    /// Places an inline payload into a one-entry receive. The same checks in the same
+    /// order as [`Executor::place`]; returns the invalidated key, or the receive's
+    /// status and the NAK.
+    #[inline]
+    fn place_inline(
+        qp: &QpShared,
+        h: &ReqHeader,
+        slot: *const ReqSlot,
+        sge: &Sge,
+    ) -> Result<Option<u32>, (WcStatus, u32)> {
+        // Our receive buffer, checked now (a NIC checks at placement, not at post).
+        let dst = Self::target_run(qp, sge.lkey, Access::LOCAL_WRITE, sge.addr, sge.length)
+            .ok_or((WcStatus::LocalProtectionError, ack::REMOTE_OP))?;
+        if h.total_len > sge.length {
+            return Err((WcStatus::LocalLengthError, ack::REMOTE_INVALID));
+        }
+        if h.total_len > INLINE_MAX {
+            return Err((WcStatus::GeneralError, ack::REMOTE_OP));
+        }
+        let inv = Self::invalidate_for(qp, h)?;
+        // SAFETY: the body of a published slot of the peer's live ring holds
+        // INLINE_MAX >= total_len bytes; dst is inside one of our registered arenas for
+        // sge.length >= total_len bytes (checked); separate mappings.
+        unsafe {
+            copy_small(
+                ReqSlot::body(slot.cast_mut()),
+                dst.ptr,
+                h.total_len as usize,
+            )
+        };
+        Ok(inv)
+    }
+
+    /// Send With Invalidate: kills our key named by the peer (before placement, so a
+    /// failing invalidation places nothing).
+    #[inline]
+    fn invalidate_for(qp: &QpShared, h: &ReqHeader) -> Result<Option<u32>, (WcStatus, u32)> {
+        if h.op & !op::INLINE != op::SEND_INV {
+            return Ok(None);
+        }
+        match qp.dev.table.invalidate(h.key, qp.pd) {
+            Ok(()) => Ok(Some(h.key)),
+            Err(_) => Err((WcStatus::LocalAccessError, ack::REMOTE_ACCESS)),
+        }
+    }
+
+    /// Places any Send into any receive: checks every receive entry, the length, the
+    /// source, the invalidation, then copies. Returns as [`Executor::place_inline`].
+    #[inline(never)]
+    fn place(
+        &mut self,
+        qp: &QpShared,
+        h: &ReqHeader,
+        slot: *const ReqSlot,
+        recv: &RqEntry,
+    ) -> Result<Option<u32>, (WcStatus, u32)> {
+        // Our receive buffers, checked now (a NIC checks at placement, not at post).
+        let sges = &recv.sge[..(recv.num_sge as usize).min(MAX_SGE)];
+        let mut dst = [NO_RUN; MAX_SGE];
+        let mut cap: u64 = 0;
+        for (run, sge) in dst.iter_mut().zip(sges) {
+            *run = Self::target_run(qp, sge.lkey, Access::LOCAL_WRITE, sge.addr, sge.length)
+                .ok_or((WcStatus::LocalProtectionError, ack::REMOTE_OP))?;
+            cap += u64::from(sge.length);
+        }
+        if u64::from(h.total_len) > cap {
+            return Err((WcStatus::LocalLengthError, ack::REMOTE_INVALID));
+        }
+        let mut src = [NO_RUN; MAX_SGE];
+        let ns = if h.op & op::INLINE != 0 {
             if h.total_len > INLINE_MAX {
-                return done(WcStatus::GeneralError, 0, None, ack::REMOTE_OP);
+                return Err((WcStatus::GeneralError, ack::REMOTE_OP));
             }
-            Runs::One(Run {
+            src[0] = Run {
                 // SAFETY: a published slot of the peer's live ring. Only read through.
                 ptr: unsafe { ReqSlot::body(slot.cast_mut()) },
                 len: h.total_len as usize,
-            })
+            };
+            1
         } else {
-            let mut runs = [NO_RUN; MAX_SGE];
-            match self.peer_runs(h, slot, &mut runs) {
-                Some(ns) => Runs::Many(runs, ns),
-                None => return done(WcStatus::GeneralError, 0, None, ack::REMOTE_OP),
-            }
+            self.peer_runs(h, slot, &mut src)
+                .ok_or((WcStatus::GeneralError, ack::REMOTE_OP))?
         };
-        let mut inv = None;
-        if h.op & !op::INLINE == op::SEND_INV {
-            if qp.dev.table.invalidate(h.key, qp.pd).is_err() {
-                return done(WcStatus::LocalAccessError, 0, None, ack::REMOTE_ACCESS);
-            }
-            inv = Some(h.key);
-        }
-        let len = h.total_len as usize;
-        match (&src, &dst) {
-            (Runs::One(s), Runs::One(d)) => {
-                // SAFETY: as below, with one run each side: s.len and d.len >= len.
-                unsafe { std::ptr::copy_nonoverlapping(s.ptr, d.ptr, len) }
-            }
-            // SAFETY: src runs lie in the peer's arenas as mapped here or in its slot's
-            // body (total_len <= INLINE_MAX), dst runs in our registered arenas (bounds
-            // checked); cap >= total_len was checked above.
-            _ => unsafe { scatter_gather(src.as_slice(), dst.as_slice(), len) },
-        }
-        done(WcStatus::Success, h.total_len, inv, ack::OK)
+        let inv = Self::invalidate_for(qp, h)?;
+        // SAFETY: src runs lie in the peer's arenas as mapped here or in its slot's body
+        // (total_len <= INLINE_MAX), dst runs in our registered arenas (bounds checked);
+        // cap >= total_len was checked above.
+        unsafe { scatter_gather(&src[..ns], &dst[..sges.len()], h.total_len as usize) };
+        Ok(inv)
     }
 }
 

@@ -8,11 +8,13 @@
 //! single-producer/single-consumer ring in the initiator's connection segment and is
 //! executed by the *target's* completion-queue poll: it checks keys against its own
 //! key table, copies out of the initiator's memory (mapped at the target) for Sends and
-//! Writes, copies into the initiator's sink for Reads, and answers each request on the
-//! reverse ring with an ack or a NAK (RNR exceeded, remote access error, invalid
-//! request, operational error). The initiator reports send completions when it polls
-//! those acks, like an RC requester. This gives posting-order placement, RNR handling
-//! and both-sides-to-error without further machinery.
+//! Writes (out of the request itself for small Sends, whose payload the initiator
+//! copied in at post time), copies into the initiator's sink for Reads, and
+//! acknowledges what it has finished by advancing the ring's tail, naming the one
+//! request that failed, if any, in a NAK record (RNR exceeded, remote access error,
+//! invalid request, operational error). The initiator reports send completions when it
+//! polls those acks, like an RC requester. This gives posting-order placement, RNR
+//! handling and both-sides-to-error without further machinery.
 //!
 //! Consequently a shm endpoint makes progress only while it polls: the target must poll
 //! its receive CQ for its peer's Writes and Reads to execute (as with software iWARP).
@@ -30,10 +32,14 @@
 //!
 //! # Cost
 //!
-//! Posting and polling make no system call, take no lock and allocate nothing; a chain
-//! of requests is published with one release store. The connection manager (a Unix
-//! seqpacket socket per connection, passing descriptors with `SCM_RIGHTS`) is used at
-//! setup and teardown only.
+//! Posting and polling make no system call, take no lock and allocate nothing. A
+//! request is one release store of its slot's sequence word, which is also what the
+//! target polls, and a Send of up to 160 bytes carries its payload in the slot, so a
+//! 32-byte Send crosses between cores as one cache line. The target acknowledges
+//! everything a poll executed with one store, and the initiator reads those acks only
+//! while it owes a signaled completion. The connection manager (a Unix seqpacket socket
+//! per connection, passing descriptors with `SCM_RIGHTS`) is used at setup and teardown
+//! only.
 //!
 //! [`FabricError::NotShareable`]: crate::fabric::FabricError::NotShareable
 

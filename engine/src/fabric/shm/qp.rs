@@ -17,7 +17,7 @@ use super::cq::CqShared;
 use super::device::{DeviceShared, MAX_MSG_SIZE};
 use super::exec::Executor;
 use super::ring::Producer;
-use super::segment::{op, ReqHeader, ReqSlot, Segment, WireSge, INLINE_MAX, MAX_SGE};
+use super::segment::{copy_small, op, ReqHeader, ReqSlot, Segment, WireSge, INLINE_MAX, MAX_SGE};
 use super::table::Mapping;
 use crate::fabric::cm::ConnId;
 use crate::fabric::error::{FabricError, PostError, PostErrorKind};
@@ -576,7 +576,7 @@ impl ShmQp {
             // SAFETY: src is inside one of our registered arenas for len bytes (checked
             // by local_ptr); the entries sum to total <= INLINE_MAX, the body's size,
             // so at + len stays inside the body; arena and ring are separate mappings.
-            unsafe { std::ptr::copy_nonoverlapping(src, body.add(at), sge.length as usize) };
+            unsafe { copy_small(src, body.add(at), sge.length as usize) };
             at += sge.length as usize;
         }
         Ok(())
