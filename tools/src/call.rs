@@ -136,6 +136,12 @@ pub fn run(ep: &Endpoint, opts: &CallOpts) -> Result<Summary, CliError> {
             let dev = SiwDevice::new().map_err(|e| call_err(format!("siw: {e}")))?;
             call::<SiwProvider>(&dev, a, ep, opts)
         }
+        #[cfg(feature = "verbs")]
+        Endpoint::Verbs(a) => {
+            let dev = crate::endpoint::open_verbs().map_err(|e| call_err(format!("verbs: {e}")))?;
+            let addr = rpcrdma::fabric::verbs::VerbsAddr(*a);
+            call::<rpcrdma::fabric::verbs::VerbsProvider>(&dev, &addr, ep, opts)
+        }
     }
 }
 

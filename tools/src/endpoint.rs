@@ -17,6 +17,10 @@ pub enum ProviderArg {
     Shm,
     /// Userspace software iWARP over TCP; the address is `IP:PORT`.
     Siw,
+    /// rdma-core verbs (feature `verbs`); the address is `IP:PORT` of an RDMA device
+    /// (`RPCRDMA_VERBS_DEV` names the device, else the first one is used).
+    #[cfg(feature = "verbs")]
+    Verbs,
 }
 
 /// A provider and a parsed address.
@@ -26,6 +30,9 @@ pub enum Endpoint {
     Shm(ShmAddr),
     /// A TCP address for siw.
     Siw(SocketAddr),
+    /// An RDMA device's IP address and port for verbs (rdma_cm).
+    #[cfg(feature = "verbs")]
+    Verbs(SocketAddr),
 }
 
 impl Endpoint {
@@ -52,6 +59,12 @@ impl Endpoint {
                     "{addr:?} is not IP:PORT (e.g. 127.0.0.1:20049 or 0.0.0.0:20049)"
                 ))
             }),
+            #[cfg(feature = "verbs")]
+            ProviderArg::Verbs => addr.parse().map(Endpoint::Verbs).map_err(|_| {
+                bad(format!(
+                    "{addr:?} is not IP:PORT of an RDMA device (e.g. 10.0.2.15:20049)"
+                ))
+            }),
         }
     }
 
@@ -60,7 +73,19 @@ impl Endpoint {
         match self {
             Endpoint::Shm(_) => "shm",
             Endpoint::Siw(_) => "siw",
+            #[cfg(feature = "verbs")]
+            Endpoint::Verbs(_) => "verbs",
         }
+    }
+}
+
+/// Opens the verbs device `RPCRDMA_VERBS_DEV` names, else the first one.
+#[cfg(feature = "verbs")]
+pub fn open_verbs() -> Result<rpcrdma::fabric::verbs::VerbsDevice, rpcrdma::fabric::FabricError> {
+    use rpcrdma::fabric::verbs::VerbsDevice;
+    match std::env::var("RPCRDMA_VERBS_DEV") {
+        Ok(name) => VerbsDevice::open(&name),
+        Err(_) => VerbsDevice::open_first(),
     }
 }
 
@@ -70,6 +95,8 @@ impl fmt::Display for Endpoint {
             Endpoint::Shm(ShmAddr::Path(p)) => write!(f, "{}", p.display()),
             Endpoint::Shm(ShmAddr::Abstract(n)) => write!(f, "@{n}"),
             Endpoint::Siw(a) => write!(f, "{a}"),
+            #[cfg(feature = "verbs")]
+            Endpoint::Verbs(a) => write!(f, "{a}"),
         }
     }
 }

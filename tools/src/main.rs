@@ -62,7 +62,7 @@ struct ConnArgs {
     /// Fabric provider.
     #[arg(long, value_enum, default_value = "shm")]
     provider: ProviderArg,
-    /// Address: a Unix socket path (or @name) for shm, IP:PORT for siw.
+    /// Address: a Unix socket path (or @name) for shm, IP:PORT for siw and verbs.
     #[arg(long)]
     addr: String,
     /// Inline threshold in octets, both directions (a multiple of 1024).

@@ -118,6 +118,13 @@ pub fn run(ep: &Endpoint, opts: &ServeOpts) -> Result<(), CliError> {
             let dev = SiwDevice::new().map_err(|e| CliError::Serve(format!("siw: {e}")))?;
             serve::<SiwProvider>(dev, a, ep, opts)
         }
+        #[cfg(feature = "verbs")]
+        Endpoint::Verbs(a) => {
+            let dev = crate::endpoint::open_verbs()
+                .map_err(|e| CliError::Serve(format!("verbs: {e}")))?;
+            let addr = rpcrdma::fabric::verbs::VerbsAddr(*a);
+            serve::<rpcrdma::fabric::verbs::VerbsProvider>(dev, &addr, ep, opts)
+        }
     }
 }
 
