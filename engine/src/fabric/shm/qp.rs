@@ -679,7 +679,10 @@ impl QueuePair for ShmQp {
                     max: max_sge,
                 }));
             }
-            let total: u64 = wr.sgl.iter().map(|s| u64::from(s.length)).sum();
+            let total: u64 = match wr.sgl {
+                [one] => u64::from(one.length),
+                many => many.iter().map(|s| u64::from(s.length)).sum(),
+            };
             if total > u64::from(MAX_MSG_SIZE) {
                 self.publish_send();
                 return Err(refuse(PostErrorKind::TooLong {
