@@ -913,3 +913,27 @@ fn stale_octets_in_the_response_to_a_zero_length_read_are_ignored() {
     assert_eq!(s.qp.as_ref().map(|q| q.state()), Some(QpState::ReadyToSend));
     assert_eq!(s.read(0, 10), b"confirm me", "nothing was placed");
 }
+
+#[test]
+fn a_peer_silent_since_the_reply_is_woken_by_another_zero_length_read() {
+    let (mut s, mut raw) = raw_pair(SiwConfig::default(), false);
+    s.fill(0, b"hello?");
+    let b = [s.sge(0, 6)];
+    s.qp().post_send(&[SendWr::send(1, &b)]).expect("post");
+    let (h, _) = next_fpdu(&mut s, &mut raw);
+    assert_eq!(h.opcode, Opcode::Send);
+    let (h, p) = next_fpdu(&mut s, &mut raw);
+    assert_eq!(h.opcode, Opcode::ReadRequest);
+    let first = ReadRequest::decode(&p).expect("a Read Request");
+    // Say nothing, as a Linux siw responder whose socket is not yet under its queue pair;
+    // the provider sends another zero-length Read (the wake-up).
+    let (h, p) = next_fpdu(&mut s, &mut raw);
+    assert_eq!(h.opcode, Opcode::ReadRequest);
+    assert_eq!(ReadRequest::decode(&p).expect("decodes").size, 0);
+    for rr in [first, ReadRequest::decode(&p).expect("decodes")] {
+        let resp = SegmentHeader::tagged(Opcode::ReadResponse, true, rr.sink_stag, rr.sink_to);
+        raw.send(resp, &[]);
+    }
+    s.wait(&mut raw, "the Send's completion", |s, _| !s.done.is_empty());
+    assert_eq!((s.done[0].wr_id, s.done[0].status), (1, WcStatus::Success));
+}

@@ -273,6 +273,62 @@ pub(crate) struct Engine {
     pub(crate) failed: bool,
     /// The Terminate the peer sent, if any.
     pub(crate) peer_terminate: Option<TerminateCode>,
+    /// Waking a peer that has not answered yet (see [`Wake`]).
+    pub(crate) wake: Wake,
+}
+
+/// Linux siw (6.1) moves a passive connection's socket from its connection manager to
+/// the queue pair only after it has sent the MPA Reply, so FPDUs arriving in between
+/// stay unread in its socket until more data arrives. Until the first FPDU from the
+/// peer is seen, a zero-length RDMA Read (harmless, and it also confirms) is sent 10 ms,
+/// 50 ms, 250 ms... after our first FPDU went out, which wakes such a peer. Only
+/// connection start-up pays for the clock reads.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Wake {
+    /// An FPDU from the peer arrived: never wake again.
+    pub(crate) heard: bool,
+    /// When to send the next wake-up, once our first FPDU went out.
+    pub(crate) next: Option<std::time::Instant>,
+    pub(crate) interval: std::time::Duration,
+    pub(crate) left: u8,
+}
+
+impl Wake {
+    const FIRST: std::time::Duration = std::time::Duration::from_millis(10);
+    const TRIES: u8 = 6;
+
+    fn new() -> Wake {
+        Wake {
+            heard: false,
+            next: None,
+            interval: Wake::FIRST,
+            left: Wake::TRIES,
+        }
+    }
+
+    /// Our first FPDU was written now.
+    #[inline]
+    pub(crate) fn sent(&mut self) {
+        if !self.heard && self.next.is_none() {
+            self.next = Some(std::time::Instant::now() + self.interval);
+        }
+    }
+
+    /// Whether a wake-up is due (reads the clock only during start-up).
+    #[inline]
+    pub(crate) fn due(&self) -> bool {
+        !self.heard
+            && self.left > 0
+            && self
+                .next
+                .is_some_and(|t| std::time::Instant::now() >= t)
+    }
+
+    pub(crate) fn fired(&mut self) {
+        self.left -= 1;
+        self.interval *= 5;
+        self.next = Some(std::time::Instant::now() + self.interval);
+    }
 }
 
 impl Engine {
@@ -305,6 +361,7 @@ impl Engine {
             tx: TxState::new(),
             failed: false,
             peer_terminate: None,
+            wake: Wake::new(),
             qp,
         }
     }

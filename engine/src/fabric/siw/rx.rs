@@ -176,6 +176,7 @@ impl Engine {
     }
 
     fn on_header(&mut self, keys: &KeyTable, h: SegmentHeader, payload_len: usize) {
+        self.wake.heard = true;
         self.rx.header = h;
         self.rx.payload_len = payload_len;
         self.rx.dest = Dest::Skip;

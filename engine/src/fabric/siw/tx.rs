@@ -201,6 +201,9 @@ impl Engine {
                     return Ok(true);
                 }
                 self.tx.busy = false;
+                if !self.wake.heard {
+                    self.wake.sent();
+                }
                 self.fpdu_written();
                 continue;
             }
@@ -466,7 +469,7 @@ impl Engine {
                 Started::Nothing => break,
             }
         }
-        if self.needs_confirmation() {
+        if self.needs_confirmation() || self.wake_due() {
             let msn = self.msn_out.take(QueueNumber::ReadRequest);
             let body = ReadRequest {
                 sink_stag: 0,
@@ -493,6 +496,15 @@ impl Engine {
             return true;
         }
         false
+    }
+
+    /// Whether to send a zero-length Read to wake a peer that has not answered yet.
+    fn wake_due(&mut self) -> bool {
+        if self.failed || self.orq.len() >= self.link.ord || !self.wake.due() {
+            return false;
+        }
+        self.wake.fired();
+        true
     }
 
     /// A local failure of request `seq`: it completes with `status`, the peer is told
