@@ -11,6 +11,19 @@
 //! interleaved trials (baseline, shm, baseline, ...) and report medians; compare ratios.
 //!
 //! `cargo bench -p rpcrdma-perf --bench fabric_shm` (`-- pingpong` skips bandwidth)
+//!
+//! Measured on the 2-vCPU development VM, load average 4-8 from other builds (best
+//! 256-round windows; the host places the two vCPUs either "near", 60 ns cache-line
+//! RTT, or "far", ~280 ns):
+//!
+//! | 32 B Send/Recv RTT                  | near (ratio)          | far (ratio)           |
+//! |-------------------------------------|-----------------------|-----------------------|
+//! | before the fast-path work (75dbd7a) | 334-391 ns (5.4-6.4x) | 1007-1036 ns (3.6x)   |
+//! | after                               | 170-179 ns (2.9x)     | 540-556 ns (1.9-2.0x) |
+//!
+//! One thread polling both ends (software only): 240-350 ns min before, 122-174 ns
+//! after. Instructions per round trip (`fabric_shm_insns` under callgrind, stable under
+//! load): 2557 before, 1487 after; see that file for the breakdown.
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
