@@ -317,11 +317,7 @@ impl Wake {
     /// Whether a wake-up is due (reads the clock only during start-up).
     #[inline]
     pub(crate) fn due(&self) -> bool {
-        !self.heard
-            && self.left > 0
-            && self
-                .next
-                .is_some_and(|t| std::time::Instant::now() >= t)
+        !self.heard && self.left > 0 && self.next.is_some_and(|t| std::time::Instant::now() >= t)
     }
 
     pub(crate) fn fired(&mut self) {

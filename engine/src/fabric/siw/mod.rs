@@ -30,6 +30,27 @@
 //! [`WcStatus::RnrRetryExceeded`](crate::fabric::WcStatus::RnrRetryExceeded) whatever
 //! `rnr_retry` says.
 //!
+//! # Completions and confirmation Reads
+//!
+//! iWARP has no acknowledgements, yet an RC consumer expects a Send's or Write's
+//! completion to carry the remote outcome. With [`SiwConfig::confirm_completions`] (the
+//! default) a signaled Send or Write completes once a later RDMA Read Response proves
+//! the peer executed it: the device appends a zero-length RDMA Read Request to the
+//! request's last FPDU, in the same write, so a peer that answers the message in one poll
+//! answers the Read too. The Terminate a failing peer sends instead copies the failing
+//! segment's header, which names the request that gets the error status. A capture thus
+//! shows one FPDU per TCP segment except for these Read Requests.
+//!
+//! # Interoperability with Linux siw
+//!
+//! Checked against the kernel's siw (6.1) with rping's protocol in both roles
+//! (`tools/lab/siw-interop.sh`). Two kernel behaviours are absorbed here: a kernel
+//! responder leaves FPDUs that arrive right after its MPA Reply unread until more data
+//! comes, so a connection that has not heard from its peer since its first FPDU sends
+//! further zero-length Reads as wake-ups (10 ms, then 5 times longer each time); and it
+//! answers a zero-length Read after a transmission of its own with that transmission's
+//! length and octets, which are discarded, since nothing is placed for such a Read.
+//!
 //! [`CompletionQueue::poll`]: crate::fabric::CompletionQueue::poll
 //! [`ConnectionManager::poll_event`]: crate::fabric::ConnectionManager::poll_event
 
