@@ -140,8 +140,8 @@ fn check_sink(keys: &KeyTable, pd: u32, sgl: &[Sge], mut off: u64, mut len: u64)
 }
 
 impl Engine {
-    /// Executes received bytes; returns how many were used (all of them, unless the
-    /// stream is dead, when they are discarded just the same).
+    /// Executes received bytes, all of them (once the stream is dead they are discarded:
+    /// after a Terminate nothing more is executed).
     pub(crate) fn receive(&mut self, keys: &KeyTable, mut data: &[u8]) {
         while !data.is_empty() && !self.rx.dead {
             let step = match self.rx.reader.step(data) {
