@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Instruction counts of the hot paths under callgrind: one 32-byte shm Send/Recv round
+# trip (the raw fabric) and one inline RPC round trip (NULL and ECHO-64) through the
+# engine over shm, both ends driven by one thread. Counts are deterministic for a given
+# binary, so unlike wall-clock numbers on a shared machine they make a regression guard.
+#
+# usage: perf/insns.sh            # prints instructions per round trip and the RPC/fabric ratio
+# env:   INSNS_BUDGET_SHM, INSNS_BUDGET_RPC  fail above these (defaults: ~25% over the counts
+#        measured when the script was written: shm 1487, RPC NULL 9622)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+command -v valgrind >/dev/null || { echo "perf/insns.sh: valgrind is missing (apt-get install valgrind)"; exit 1; }
+BUDGET_SHM=${INSNS_BUDGET_SHM:-1900}
+BUDGET_RPC=${INSNS_BUDGET_RPC:-12000}
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+bench_bin() {
+  cargo bench -q -p rpcrdma-perf --bench "$1" --no-run --message-format=json 2>/dev/null |
+    python3 -c 'import json,sys
+for l in sys.stdin:
+    m=json.loads(l)
+    if m.get("reason")=="compiler-artifact" and m.get("executable") and m["target"]["name"]==sys.argv[1]:
+        print(m["executable"])' "$1" | tail -n 1
+}
+
+# Inclusive instruction count of the functions matching $2 in callgrind output $1.
+inclusive() {
+  callgrind_annotate --inclusive=yes "$1" 2>/dev/null | grep -E "$2" | head -n 1 |
+    awk '{gsub(",","",$1); print $1}'
+}
+
+shm=$(bench_bin fabric_shm_insns)
+rpc=$(bench_bin engine_rpc_insns)
+valgrind -q --tool=callgrind --toggle-collect='*measured_round_trips*' \
+  --callgrind-out-file="$out/shm.cg" "$shm" >/dev/null
+valgrind -q --tool=callgrind --toggle-collect='*measured_null*' --toggle-collect='*measured_echo*' \
+  --callgrind-out-file="$out/rpc.cg" "$rpc" >/dev/null
+
+rounds=$(grep -Eo 'const ROUNDS: u64 = [0-9_]+' perf/benches/fabric_shm_insns.rs | grep -Eo '[0-9_]+$' | tr -d _)
+calls=$(grep -Eo 'const CALLS: u64 = [0-9_]+' perf/benches/engine_rpc_insns.rs | grep -Eo '[0-9_]+$' | tr -d _)
+shm_ir=$(inclusive "$out/shm.cg" 'measured_round_trips')
+null_ir=$(inclusive "$out/rpc.cg" 'measured_null')
+echo_ir=$(inclusive "$out/rpc.cg" 'measured_echo')
+[ -n "$shm_ir" ] && [ -n "$null_ir" ] && [ -n "$echo_ir" ] || { echo "perf/insns.sh: could not read callgrind totals"; exit 1; }
+
+python3 - "$shm_ir" "$rounds" "$null_ir" "$echo_ir" "$calls" "$BUDGET_SHM" "$BUDGET_RPC" <<'PY'
+import sys
+shm_ir, rounds, null_ir, echo_ir, calls, bshm, brpc = map(int, sys.argv[1:])
+shm, null, echo = shm_ir / rounds, null_ir / calls, echo_ir / calls
+print(f"instructions per round trip: shm 32 B send/recv {shm:8.0f}")
+print(f"                             rpc NULL          {null:8.0f}   x{null/shm:.2f} of shm")
+print(f"                             rpc ECHO 64 B     {echo:8.0f}   x{echo/shm:.2f} of shm")
+bad = []
+if shm > bshm: bad.append(f"shm round trip {shm:.0f} > budget {bshm}")
+if null > brpc: bad.append(f"rpc NULL {null:.0f} > budget {brpc}")
+if bad:
+    print("instruction budget exceeded: " + "; ".join(bad)); sys.exit(1)
+PY
