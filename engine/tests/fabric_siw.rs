@@ -937,3 +937,45 @@ fn a_peer_silent_since_the_reply_is_woken_by_another_zero_length_read() {
     s.wait(&mut raw, "the Send's completion", |s, _| !s.done.is_empty());
     assert_eq!((s.done[0].wr_id, s.done[0].status), (1, WcStatus::Success));
 }
+
+/// Default devices on IPv6 loopback addresses.
+struct V6;
+
+impl Fixture for V6 {
+    type P = SiwProvider;
+
+    fn open_device() -> SiwDevice {
+        SiwDevice::new().expect("device")
+    }
+
+    fn unique_addr() -> SocketAddr {
+        let l = std::net::TcpListener::bind("[::1]:0").expect("bind [::1]");
+        l.local_addr().expect("addr")
+    }
+}
+
+#[test]
+fn ipv6_addresses_work_end_to_end() {
+    let mut p = conformance::pair::<V6>();
+    let rb = [p.s.sge(0, 64)];
+    p.s.qp
+        .post_recv(&[RecvWr { wr_id: 1, sgl: &rb }])
+        .expect("post");
+    p.c.fill(0, b"over IPv6");
+    let sb = [p.c.sge(0, 9)];
+    p.c.qp.post_send(&[SendWr::send(2, &sb)]).expect("post");
+    let (s, c) = p.completions(1, 1);
+    assert_eq!(
+        (s[0].status, c[0].status),
+        (WcStatus::Success, WcStatus::Success)
+    );
+    assert_eq!(p.s.read(0, 9), b"over IPv6");
+    p.s.fill(100, b"read me");
+    let r = [p.c.sge(200, 7)];
+    p.c.qp
+        .post_send(&[SendWr::read(3, &r, p.s.remote(100))])
+        .expect("post");
+    let (_, c) = p.completions(0, 1);
+    assert_eq!(c[0].status, WcStatus::Success);
+    assert_eq!(p.c.read(200, 7), b"read me");
+}
