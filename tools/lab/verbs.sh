@@ -63,7 +63,7 @@ KNOWN=(
   "siw0 must rdma_write_with_bad_key_fails iWARP: an RDMA Write completes when sent; a bad remote key terminates the connection without an error completion at the writer"
   "siw0 must rdma_read_with_bad_key_fails iWARP/siw: a Read with a bad remote key completes WR_FLUSH_ERR after the peer's Terminate, not REM_ACCESS_ERR"
   "siw0 must send_longer_than_receive_fails_both_sides iWARP: a Send completes when sent; the receiver's length error terminates the connection"
-  "siw0 must send_waits_for_a_late_receive iWARP has no RNR retry: a Send completes when sent, and a missing receive is fatal at the receiver"
+  "siw0 must send_waits_for_a_late_receive kernel siw completes a Send when it leaves, so the sender sees Success where the rule (rnr_retry=false branch) expects RnrRetryExceeded; the missing receive is fatal at the receiver"
   "siw0 must send_without_receive_exceeds_rnr_retries iWARP has no RNR retry: the sender sees Success, the receiver terminates"
   "siw0 must send_with_invalidate_of_a_bad_key_fails iWARP: the sender sees Success; the receiver reports REM_INV_REQ_ERR"
   "siw0 may writes_are_visible_before_the_following_send iWARP Sends complete when sent, so the client may run ahead of the receives the rule posts (shared buffer, no RNR)"

@@ -409,4 +409,8 @@ pub struct DeviceCaps {
     pub max_msg_size: u32,
     /// Most private-data bytes in a connection message.
     pub max_private_data: usize,
+    /// Whether a Send that finds no posted receive is retried (InfiniBand and RoCE:
+    /// receiver-not-ready NAKs, `QpConfig::rnr_retry` times). iWARP has no such retry:
+    /// the Send fails at once with [`WcStatus::RnrRetryExceeded`] and the connection ends.
+    pub rnr_retry: bool,
 }

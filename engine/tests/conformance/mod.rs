@@ -868,7 +868,11 @@ pub fn send_without_receive_exceeds_rnr_retries<F: Fixture>() {
     expect(&c[0], 9, WcOpcode::Send, WcStatus::WrFlushed);
 }
 
-/// With retries left (here: infinite), a Send waits for the receive and then succeeds.
+/// With retries left (here: infinite), a Send waits for the receive and then succeeds
+/// on transports that retry (`DeviceCaps::rnr_retry`: InfiniBand, RoCE, shm, sim). On
+/// iWARP, which has no receiver-not-ready retry (RFC 5041 §7: an untagged message with no
+/// buffer is a DDP error), the same Send fails at once with RnrRetryExceeded even with
+/// infinite retries, both queue pairs go to error, and the late receive is flushed.
 pub fn send_waits_for_a_late_receive<F: Fixture>() {
     let o = Opts {
         client: QpConfig {
@@ -878,9 +882,26 @@ pub fn send_waits_for_a_late_receive<F: Fixture>() {
         ..Opts::default()
     };
     let mut p = connect::<F>(&o);
+    let retries = p.s.dev.caps().rnr_retry;
+    assert_eq!(
+        retries,
+        p.c.dev.caps().rnr_retry,
+        "both ends share a transport"
+    );
     p.c.fill(0, &pattern(40, 100));
     let b = [p.c.sge(0, 100)];
     p.c.qp.post_send(&[SendWr::send(1, &b)]).unwrap();
+    if !retries {
+        let (_, c) = p.completions(0, 1);
+        expect(&c[0], 1, WcOpcode::Send, WcStatus::RnrRetryExceeded);
+        p.wait_both_failed();
+        let rb = [p.s.sge(0, 100)];
+        p.s.qp.post_recv(&[RecvWr { wr_id: 2, sgl: &rb }]).unwrap();
+        let (s, _) = p.completions(1, 0);
+        expect(&s[0], 2, WcOpcode::Recv, WcStatus::WrFlushed);
+        assert_ne!(p.s.read(0, 100), pattern(40, 100), "nothing was placed");
+        return;
+    }
     for _ in 0..200 {
         p.pump();
     }

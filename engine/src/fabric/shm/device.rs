@@ -274,6 +274,7 @@ impl Device for ShmDevice {
             max_cq_depth: self.shared.cfg.max_cq_depth,
             max_msg_size: MAX_MSG_SIZE,
             max_private_data: MAX_PRIVATE_DATA,
+            rnr_retry: true,
         }
     }
 

@@ -53,6 +53,7 @@ impl SimConfig {
                 max_cq_depth: 1 << 17,
                 max_msg_size: 1 << 30,
                 max_private_data: MAX_PRIVATE_DATA,
+                rnr_retry: true,
             },
             faults: FaultConfig::NONE,
         }

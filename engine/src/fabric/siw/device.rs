@@ -188,6 +188,8 @@ impl Device for SiwDevice {
             max_cq_depth: self.shared.cfg.max_cq_depth,
             max_msg_size: MAX_MSG_SIZE,
             max_private_data: MAX_PRIVATE_DATA,
+            // iWARP (RFC 5041 §7): an untagged message without a buffer is a DDP error.
+            rnr_retry: false,
         }
     }
 

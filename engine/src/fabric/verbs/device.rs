@@ -314,6 +314,7 @@ impl Device for VerbsDevice {
             max_cq_depth: clamp(a.max_cqe),
             max_msg_size: self.shared.info.max_msg_size,
             max_private_data: self.shared.private_data_limit(PrivateDataKind::Connect),
+            rnr_retry: !self.shared.is_iwarp(),
         }
     }
 
