@@ -63,6 +63,7 @@ find "$LAB/runs" -mindepth 1 -maxdepth 1 -mtime +7 -exec rm -rf {} + 2>/dev/null
 run_step selftest "$HERE/selftest.sh"; [ $? = 2 ] && finish
 run_step smoke guest_step smoke smoke.sh 600; [ $? = 2 ] && finish
 run_step mpa "$HERE/mpa-check.sh"; [ $? = 2 ] && finish
+run_step siw-interop "$HERE/siw-interop.sh"; [ $? = 2 ] && finish
 run_step verbs "$HERE/verbs.sh"; [ $? = 2 ] && finish
 [ "${LAB_NFS:-1}" = 0 ] || run_step nfs guest_step nfs nfs-rdma.sh 900
 finish
