@@ -38,6 +38,7 @@ pub mod provider;
 pub mod shm;
 pub mod sim;
 pub mod siw;
+pub(crate) mod slots;
 pub mod types;
 #[cfg(feature = "verbs")]
 pub mod verbs;

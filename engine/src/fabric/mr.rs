@@ -100,6 +100,40 @@ pub const fn next_key(key: u32) -> u32 {
     make_key(key_index(key), key_generation(key).wrapping_add(1))
 }
 
+/// Implements [`MemoryRegion`](super::MemoryRegion) for a software provider's
+/// registration handle (shm, siw, sim) with fields `key: u32`, `addr: u64`, `len: usize`
+/// and `fast: bool`: one key serves as both local and remote key, and a fast-registration
+/// slot moves to its key's next generation on `rekey` (like `ib_update_fast_reg_key`).
+macro_rules! soft_memory_region {
+    ($t:ty) => {
+        impl $crate::fabric::provider::MemoryRegion for $t {
+            fn lkey(&self) -> u32 {
+                self.key
+            }
+
+            fn rkey(&self) -> u32 {
+                self.key
+            }
+
+            fn addr(&self) -> u64 {
+                self.addr
+            }
+
+            fn len(&self) -> usize {
+                self.len
+            }
+
+            fn rekey(&mut self) -> u32 {
+                if self.fast {
+                    self.key = $crate::fabric::mr::next_key(self.key);
+                }
+                self.key
+            }
+        }
+    };
+}
+pub(crate) use soft_memory_region;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,8 +8,8 @@ use super::device::DeviceShared;
 use super::table::Mapping;
 use super::ShmProvider;
 use crate::fabric::error::FabricError;
-use crate::fabric::mr::{next_key, Access};
-use crate::fabric::provider::{MemoryRegion, ProtectionDomain};
+use crate::fabric::mr::Access;
+use crate::fabric::provider::ProtectionDomain;
 
 /// A shm protection domain.
 #[derive(Debug)]
@@ -100,30 +100,7 @@ impl ProtectionDomain for ShmPd {
     }
 }
 
-impl MemoryRegion for ShmMr {
-    fn lkey(&self) -> u32 {
-        self.key
-    }
-
-    fn rkey(&self) -> u32 {
-        self.key
-    }
-
-    fn addr(&self) -> u64 {
-        self.addr
-    }
-
-    fn len(&self) -> usize {
-        self.len
-    }
-
-    fn rekey(&mut self) -> u32 {
-        if self.fast {
-            self.key = next_key(self.key);
-        }
-        self.key
-    }
-}
+crate::fabric::mr::soft_memory_region!(ShmMr);
 
 impl Drop for ShmMr {
     fn drop(&mut self) {

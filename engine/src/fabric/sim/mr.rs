@@ -4,8 +4,6 @@ use std::fmt;
 use std::sync::Arc;
 
 use super::world::World;
-use crate::fabric::mr::next_key;
-use crate::fabric::provider::MemoryRegion;
 
 /// A registration or fast-registration slot on the simulated network. The local and
 /// remote keys are the same value. Dropping it deregisters: requests still naming its
@@ -28,30 +26,7 @@ impl fmt::Debug for SimMr {
     }
 }
 
-impl MemoryRegion for SimMr {
-    fn lkey(&self) -> u32 {
-        self.key
-    }
-
-    fn rkey(&self) -> u32 {
-        self.key
-    }
-
-    fn addr(&self) -> u64 {
-        self.addr
-    }
-
-    fn len(&self) -> usize {
-        self.len
-    }
-
-    fn rekey(&mut self) -> u32 {
-        if self.fast {
-            self.key = next_key(self.key);
-        }
-        self.key
-    }
-}
+crate::fabric::mr::soft_memory_region!(SimMr);
 
 impl Drop for SimMr {
     fn drop(&mut self) {

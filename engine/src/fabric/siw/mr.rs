@@ -7,8 +7,8 @@ use rpcrdma_pools::Arena;
 use super::device::DeviceShared;
 use super::SiwProvider;
 use crate::fabric::error::FabricError;
-use crate::fabric::mr::{next_key, Access};
-use crate::fabric::provider::{MemoryRegion, ProtectionDomain};
+use crate::fabric::mr::Access;
+use crate::fabric::provider::ProtectionDomain;
 
 /// A siw protection domain.
 #[derive(Debug)]
@@ -90,30 +90,7 @@ impl ProtectionDomain for SiwPd {
     }
 }
 
-impl MemoryRegion for SiwMr {
-    fn lkey(&self) -> u32 {
-        self.key
-    }
-
-    fn rkey(&self) -> u32 {
-        self.key
-    }
-
-    fn addr(&self) -> u64 {
-        self.addr
-    }
-
-    fn len(&self) -> usize {
-        self.len
-    }
-
-    fn rekey(&mut self) -> u32 {
-        if self.fast {
-            self.key = next_key(self.key);
-        }
-        self.key
-    }
-}
+crate::fabric::mr::soft_memory_region!(SiwMr);
 
 impl Drop for SiwMr {
     fn drop(&mut self) {

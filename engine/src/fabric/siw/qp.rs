@@ -7,7 +7,7 @@
 //! publishes how far it has retired them, which frees the slots. Nothing is locked or
 //! allocated, and posting never touches the socket: progress happens in `poll`.
 
-use core::cell::UnsafeCell;
+use crate::fabric::slots::Slots;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
@@ -89,40 +89,6 @@ impl RqWqe {
     #[inline]
     pub(crate) fn sgl(&self) -> &[Sge] {
         &self.sge[..usize::from(self.num_sge)]
-    }
-}
-
-/// Fixed slots handed from one producer (the handle) to one consumer (the engine) by
-/// sequence number.
-pub(crate) struct Slots<T> {
-    cells: Box<[UnsafeCell<T>]>,
-    mask: u64,
-}
-
-impl<T: Copy> Slots<T> {
-    fn new(depth: u32, empty: T) -> Slots<T> {
-        let n = depth.next_power_of_two();
-        Slots {
-            cells: (0..n).map(|_| UnsafeCell::new(empty)).collect(),
-            mask: u64::from(n - 1),
-        }
-    }
-
-    /// # Safety
-    /// Producer only, for a sequence number the consumer has retired (or never used).
-    #[inline]
-    unsafe fn write(&self, seq: u64, v: T) {
-        // SAFETY: per the contract nobody reads this cell until it is published.
-        unsafe { *self.cells[(seq & self.mask) as usize].get() = v }
-    }
-
-    /// # Safety
-    /// Consumer only, for a sequence number published and not yet retired.
-    #[inline]
-    pub(crate) unsafe fn read(&self, seq: u64) -> T {
-        // SAFETY: per the contract the producer finished writing this cell and will not
-        // touch it before it is retired.
-        unsafe { *self.cells[(seq & self.mask) as usize].get() }
     }
 }
 
