@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use engine_support::*;
 use rpcrdma::conn::Pair;
-use rpcrdma::core::{ConnEvent, ConnState, CorePools};
+use rpcrdma::core::{ConnEvent, ConnState, CorePools, RegMode};
 use rpcrdma::fabric::Provider;
 use rpcrdma::requester::{CallRequest, CallStatus, Outcome, TransportError};
 
@@ -162,16 +162,20 @@ fn timeout_kills_the_keys_before_reporting<N: Net>(net: N) {
     let o = outcome.expect("outcome");
     assert_eq!(o.status, CallStatus::Timeout);
     assert_eq!(
+        p.requester.credits().in_flight(),
+        1,
+        "the credit stays taken: the responder still holds the call"
+    );
+    if p.requester.registration() == RegMode::Persistent {
+        timeout_quarantines_persistent_buffers(p, o, large, held);
+        return;
+    }
+    assert_eq!(
         o.ddp_args.len(),
         1,
         "buffers come back after their keys died"
     );
     assert_eq!(p.requester.stats().local_invalidations, 1);
-    assert_eq!(
-        p.requester.credits().in_flight(),
-        1,
-        "the credit stays taken: the responder still holds the call"
-    );
     drop(o);
     // Let the responder go on: its RDMA Read names a dead key, which fails and ends the
     // connection, as on any RC fabric. The service never sees the call.
@@ -182,6 +186,37 @@ fn timeout_kills_the_keys_before_reporting<N: Net>(net: N) {
     assert!(done, "the late Read ended the connection");
     assert_eq!(p.responder().expect("responder").service().seen.calls, 0);
     assert_eq!(p.requester.credits().in_flight(), 0);
+}
+
+/// Persistent keys cannot be killed: the timed-out call's outcome comes without its
+/// buffers, which stay out of every pool until the late reply proves the responder is
+/// done with them; the connection survives.
+fn timeout_quarantines_persistent_buffers<P: rpcrdma::fabric::Provider>(
+    mut p: rpcrdma::conn::Pair<P, TestService>,
+    o: rpcrdma::requester::Outcome,
+    large: rpcrdma_pools::Pool,
+    held: Vec<rpcrdma_pools::Buf>,
+) {
+    assert_eq!(o.ddp_args.len(), 0, "the DDP argument stays quarantined");
+    assert!(o.msg.is_none(), "the call message stays quarantined");
+    let st = p.requester.stats();
+    assert_eq!((st.quarantined, st.local_invalidations), (1, 0));
+    let app = p.requester.alloc_large().expect("probe buffer").pool().clone();
+    let app_free = app.available();
+    drop(o);
+    assert_eq!(app.available(), app_free, "dropping the outcome freed nothing");
+    for b in held {
+        let _ = large.put(b);
+    }
+    // The responder now pulls the (still registered) argument and answers late.
+    let done = p.run_until(DEADLINE, |p| p.requester.stats().late_replies == 1);
+    assert!(done, "the late reply arrived");
+    assert_eq!(p.responder().expect("responder").service().seen.calls, 1);
+    assert_eq!(app.available(), app_free + 1, "the argument is back in its pool");
+    assert_eq!(p.requester.credits().in_flight(), 0);
+    assert_eq!(p.requester.state(), ConnState::Established);
+    let req = CallRequest::new(msg(&p, PROC_NULL, &[]), 256);
+    assert_eq!(call(&mut p, req).status, CallStatus::Success);
 }
 
 fn health_check_answered<N: Net>(net: N) {

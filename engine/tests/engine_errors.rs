@@ -4,7 +4,7 @@
 mod engine_support;
 
 use engine_support::*;
-use rpcrdma::core::ConnState;
+use rpcrdma::core::{ConnState, RegMode};
 use rpcrdma::fabric::{QueuePair, SendWr};
 use rpcrdma::requester::{CallRequest, CallStatus, TransportError};
 use rpcrdma::wire::header::RdmaError;
@@ -85,9 +85,39 @@ fn chunky_call<P: rpcrdma::fabric::Provider>(p: &mut rpcrdma::conn::Pair<P, Test
     assert_eq!(o.write_result(0), Some(&data[..]));
 }
 
+/// Persistent keys must never be invalidated: the requester advertises no remote
+/// invalidation, so the responder answers with plain Sends, and nothing is invalidated
+/// locally either.
+fn persistent_mode_never_invalidates<P: rpcrdma::fabric::Provider>(
+    p: &mut rpcrdma::conn::Pair<P, TestService>,
+) {
+    assert!(!p.requester.thresholds().remote_invalidate);
+    chunky_call(p);
+    let st = p.requester.stats();
+    assert_eq!(
+        (
+            st.remote_invalidations,
+            st.local_invalidations,
+            st.foreign_invalidations
+        ),
+        (0, 0, 0)
+    );
+    assert_eq!(
+        p.responder()
+            .expect("responder")
+            .stats()
+            .remote_invalidations,
+        0
+    );
+}
+
 fn send_with_invalidate_when_both_allow<N: Net>(net: N) {
     let cfg = test_config();
     let mut p = pair(&net, &cfg, &cfg);
+    if p.requester.registration() == RegMode::Persistent {
+        persistent_mode_never_invalidates(&mut p);
+        return;
+    }
     assert!(p.requester.thresholds().remote_invalidate);
     chunky_call(&mut p);
     let st = p.requester.stats();
@@ -113,6 +143,10 @@ fn plain_send_when_either_side_refuses<N: Net>(net: N) {
         let mut server = test_config();
         server.remote_invalidate = server_ri;
         let mut p = pair(&net, &client, &server);
+        if p.requester.registration() == RegMode::Persistent {
+            persistent_mode_never_invalidates(&mut p);
+            continue;
+        }
         assert!(!p.requester.thresholds().remote_invalidate);
         chunky_call(&mut p);
         let st = p.requester.stats();

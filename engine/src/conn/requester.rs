@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use super::resources::ConnResources;
 use super::{poll_cq, ConnError, CQ_BATCH};
-use crate::core::config::{ConnConfig, Role};
+use crate::core::config::{ConnConfig, RegMode, Role};
 use crate::core::fixed::FixedQueue;
 use crate::core::{
     ConnEvent, ConnState, ProbeError, RegBuf, RegBufError, RequesterCore, RequesterStats,
@@ -37,10 +37,15 @@ impl<P: Provider> RequesterConn<P> {
     /// submitted once [`state`](Self::state) is `Established`.
     pub fn connect(dev: &P::Device, addr: &P::Addr, cfg: &ConnConfig) -> Result<Self, ConnError> {
         let res = ConnResources::<P>::new(dev, cfg, Role::Requester)?;
-        let mrs = res.fast_mrs(res.sizes.mr_slots, cfg.large_buf_size as usize)?;
         let credits = Arc::new(CreditTable::new(cfg.credits, cfg.keepalive.is_some()));
-        let mut core =
-            RequesterCore::new(cfg, &res.pools, mrs, credits).map_err(ConnError::Core)?;
+        let mut core = match res.registration() {
+            RegMode::FastReg => {
+                let mrs = res.fast_mrs(res.sizes.mr_slots, cfg.large_buf_size as usize)?;
+                RequesterCore::new(cfg, &res.pools, mrs, credits)
+            }
+            RegMode::Persistent => RequesterCore::new_persistent(cfg, &res.pools, credits),
+        }
+        .map_err(ConnError::Core)?;
         let mut cm = dev.create_cm().map_err(ConnError::Fabric)?;
         let mut config = res.sizes.qp_config();
         // Credits make RNR impossible once both sides run; retrying covers a responder
@@ -184,6 +189,13 @@ impl<P: Provider> RequesterConn<P> {
     /// The credit table (shareable with other threads).
     pub fn credits(&self) -> &Arc<CreditTable> {
         self.core.credits()
+    }
+
+    /// How chunk memory is registered: [`RegMode::FastReg`] (per-RPC keys) or
+    /// [`RegMode::Persistent`] (the chunk pools, registered once for the connection;
+    /// see [`Registration`](crate::core::Registration) for the exposure this means).
+    pub fn registration(&self) -> RegMode {
+        self.core.registration()
     }
 
     /// Counters.

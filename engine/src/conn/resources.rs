@@ -1,12 +1,17 @@
 //! Per-connection fabric resources: protection domain, completion queue, and the three
 //! registered pools a core draws from, all created (and registered) up front.
+//!
+//! A requester in [`RegMode::Persistent`] registers its chunk pools (send, large,
+//! application) with remote read and write access, once: that registration is what
+//! its chunks advertise, and it ends when these resources drop with the connection.
+//! Receive buffers stay local-only in every mode (the peer never needs them).
 
 use std::sync::Arc;
 
 use rpcrdma_pools::{Arena, Pool, PoolConfig};
 
 use super::ConnError;
-use crate::core::config::{ConnConfig, Role, Sizes, POOL_CACHE};
+use crate::core::config::{ConnConfig, RegMode, Role, Sizes, POOL_CACHE};
 use crate::core::CorePools;
 use crate::fabric::{Access, Device, ProtectionDomain, Provider};
 
@@ -20,6 +25,7 @@ pub struct ConnResources<P: Provider> {
     pub(crate) cq: P::Cq,
     pub(crate) pd: P::Pd,
     pub(crate) sizes: Sizes,
+    mode: RegMode,
 }
 
 impl<P: Provider> ConnResources<P> {
@@ -29,6 +35,11 @@ impl<P: Provider> ConnResources<P> {
     pub fn new(dev: &P::Device, cfg: &ConnConfig, role: Role) -> Result<Self, ConnError> {
         cfg.validate().map_err(ConnError::Config)?;
         let sizes = cfg.sizes(role);
+        // Only a requester advertises chunks; a responder's memory stays local.
+        let mode = match role {
+            Role::Requester => cfg.registration.resolve(&dev.caps()),
+            Role::Responder => RegMode::FastReg,
+        };
         let pd = dev.alloc_pd().map_err(ConnError::Fabric)?;
         let cq = dev.create_cq(sizes.cq_depth).map_err(ConnError::Fabric)?;
         let mk = |name: &'static str, size: u32, count: u32| {
@@ -48,16 +59,22 @@ impl<P: Provider> ConnResources<P> {
         } else {
             None
         };
-        let mut res = ConnResources {
+        let mut res: ConnResources<P> = ConnResources {
             pools,
             app,
             regs: Vec::with_capacity(4),
             cq,
             pd,
             sizes,
+            mode,
         };
+        let recv = res.pools.recv.arena().clone();
+        let mr: P::Mr = res
+            .pd
+            .reg_arena(&recv, Access::LOCAL_WRITE)
+            .map_err(ConnError::Fabric)?;
+        res.regs.push(mr);
         let mut arenas = vec![
-            res.pools.recv.arena().clone(),
             res.pools.send.arena().clone(),
             res.pools.large.arena().clone(),
         ];
@@ -71,15 +88,30 @@ impl<P: Provider> ConnResources<P> {
     }
 
     /// Registers another arena (e.g. an application pool holding DDP data) with this
-    /// connection's protection domain, for local access: chunks over it get their
-    /// remote keys per RPC from fast registration.
+    /// connection's protection domain. In [`RegMode::FastReg`] the registration is
+    /// local-only and chunks over it get their remote keys per RPC; in
+    /// [`RegMode::Persistent`] it grants the peer remote read and write access for the
+    /// connection's lifetime, since chunks advertise its key directly.
     pub fn register_arena(&mut self, arena: &Arc<Arena>) -> Result<(), ConnError> {
+        let access = match self.mode {
+            RegMode::FastReg => Access::LOCAL_WRITE,
+            RegMode::Persistent => {
+                Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE
+            }
+        };
         let mr = self
             .pd
-            .reg_arena(arena, Access::LOCAL_WRITE)
+            .reg_arena(arena, access)
             .map_err(ConnError::Fabric)?;
         self.regs.push(mr);
         Ok(())
+    }
+
+    /// How chunk memory is registered on this connection (requester: resolved from
+    /// [`ConnConfig::registration`] and the device; responder: always `FastReg`, as it
+    /// registers nothing for the peer).
+    pub fn registration(&self) -> RegMode {
+        self.mode
     }
 
     /// Allocates `n` fast-registration slots of `max_len` bytes each.

@@ -77,13 +77,17 @@ impl<P: Provider, S: Service> ResponderConn<P, S> {
             recv_cq: &res.cq,
             config,
         };
-        let mut qp = listener
-            .cm
-            .accept(request, init, &core.local_private_data())
-            .map_err(ConnError::Fabric)?;
+        let private_data = core.local_private_data();
         let now = Instant::now();
-        core.prepare(now);
-        core.post(&mut qp, now);
+        // Receives go in before the peer hears of the acceptance: an iWARP peer may send
+        // right after the MPA Reply, and a Send without a receive is fatal there.
+        let qp = listener
+            .cm
+            .accept_prepared(request, init, &private_data, &mut |qp| {
+                core.prepare(now);
+                core.post(qp, now);
+            })
+            .map_err(ConnError::Fabric)?;
         let conn = qp.conn_id();
         Ok(ResponderConn {
             core,

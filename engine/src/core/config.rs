@@ -5,7 +5,7 @@ use core::time::Duration;
 
 use rpcrdma_pools::HugePages;
 
-use crate::fabric::{QpCaps, QpConfig};
+use crate::fabric::{DeviceCaps, QpCaps, QpConfig};
 use crate::requester::{MAX_DDP_ARGS, MAX_WRITE_SINKS};
 use crate::wire::header::Limits;
 use crate::wire::private_data::{PrivateData, SizeError, MIN_INLINE_SIZE};
@@ -17,6 +17,91 @@ pub const MAX_MRS_PER_CALL: usize = 1 + MAX_DDP_ARGS + MAX_WRITE_SINKS + 1;
 /// Per-thread cache size of the connection's pools: small, so buffers parked in a
 /// cache are a small share of a pool.
 pub const POOL_CACHE: usize = 16;
+
+/// How a requester makes its chunk memory reachable by the responder.
+///
+/// The two modes trade exposure for cost:
+///
+/// - [`FastReg`](Registration::FastReg): every chunk gets a fresh key per RPC (a FastReg
+///   work request) that dies when the call ends (the responder's Send With Invalidate,
+///   or a LocalInvalidate). The peer can reach a buffer only while its call is out.
+/// - [`Persistent`](Registration::Persistent): the chunk pools (send, large and
+///   application pools, and arenas added with `register_arena`) are registered once
+///   with remote read and write access for the connection's protection domain, and
+///   segments advertise that registration's key and the buffer's address. No per-RPC
+///   work requests and no device support beyond plain `reg_mr` are needed (kernel siw
+///   has neither memory windows nor userspace fast registration), but **the peer can
+///   read and write the whole registered chunk pool for the connection's lifetime**,
+///   like Linux's old ALLPHYSICAL-style strategies: use it only with a trusted peer.
+///   The requester then advertises no remote invalidation (RFC 8797 §4.1), so the
+///   responder sends plain Sends. A call's buffers go back to the application only
+///   once the peer is finished with them: when its reply arrived (the responder's
+///   RDMA Writes precede its reply on the same queue pair), or, for a call that timed
+///   out, when a late reply arrives or the connection is gone (its queue pair drained
+///   in error, so no further write can land); the registration is dropped with the
+///   connection.
+/// - [`Auto`](Registration::Auto): `FastReg` when the device supports it
+///   ([`DeviceCaps::fast_reg`]), else `Persistent`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Registration {
+    /// Choose from the device's capabilities.
+    #[default]
+    Auto,
+    /// Per-RPC keys from fast registration, invalidated when the call ends.
+    FastReg,
+    /// One remote-access registration of the chunk pools for the connection's life.
+    Persistent,
+}
+
+/// The registration mode a connection actually uses (a resolved [`Registration`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RegMode {
+    /// Per-RPC fast registration.
+    FastReg,
+    /// Persistent remote-access registration of the chunk pools.
+    Persistent,
+}
+
+impl RegMode {
+    /// Short name for logs and CLI output.
+    pub fn name(self) -> &'static str {
+        match self {
+            RegMode::FastReg => "fastreg",
+            RegMode::Persistent => "persistent",
+        }
+    }
+}
+
+impl core::fmt::Display for RegMode {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl Registration {
+    /// The mode this choice means on a device with `caps`. An explicit `FastReg` stays
+    /// `FastReg` even where the device lacks it (setup then fails, loudly).
+    pub fn resolve(self, caps: &DeviceCaps) -> RegMode {
+        match self {
+            Registration::FastReg => RegMode::FastReg,
+            Registration::Persistent => RegMode::Persistent,
+            Registration::Auto if caps.fast_reg => RegMode::FastReg,
+            Registration::Auto => RegMode::Persistent,
+        }
+    }
+}
+
+impl core::str::FromStr for Registration {
+    type Err = ConfigError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "auto" => Ok(Registration::Auto),
+            "fastreg" => Ok(Registration::FastReg),
+            "persistent" => Ok(Registration::Persistent),
+            _ => Err(ConfigError::UnknownRegistration),
+        }
+    }
+}
 
 /// How one connection is set up. The defaults suit a 4 KiB-inline NFS-like workload.
 #[derive(Debug, Clone)]
@@ -46,8 +131,11 @@ pub struct ConnConfig {
     pub send_bufs: u32,
     /// Send-queue depth; 0 derives one from `credits`.
     pub sq_depth: u32,
-    /// Requester: fast-registration slots; 0 gives `credits * 4`.
+    /// Requester: fast-registration slots; 0 gives `credits * 4` (none are made in
+    /// persistent mode).
     pub mr_slots: u32,
+    /// Requester: how chunk memory is registered (see [`Registration`]).
+    pub registration: Registration,
     /// Requester: calls that may wait for a credit or resources.
     pub queue_len: usize,
     /// Requester: default call timeout.
@@ -78,6 +166,7 @@ impl Default for ConnConfig {
             send_bufs: 256,
             sq_depth: 0,
             mr_slots: 0,
+            registration: Registration::Auto,
             queue_len: 1024,
             call_timeout: Duration::from_secs(30),
             keepalive: None,
@@ -99,6 +188,8 @@ pub enum ConfigError {
     LargeBufTooSmall,
     /// A count that must be positive is zero.
     Zero(&'static str),
+    /// A registration mode name other than `auto`, `fastreg` or `persistent`.
+    UnknownRegistration,
 }
 
 impl core::fmt::Display for ConfigError {
@@ -113,6 +204,9 @@ impl core::fmt::Display for ConfigError {
                 )
             }
             ConfigError::Zero(what) => write!(f, "{what} must be positive"),
+            ConfigError::UnknownRegistration => {
+                write!(f, "registration must be auto, fastreg or persistent")
+            }
         }
     }
 }
@@ -190,6 +284,16 @@ impl ConnConfig {
     /// The RFC 8797 private data this side advertises.
     pub fn private_data(&self) -> Result<PrivateData, SizeError> {
         PrivateData::from_buffer_sizes(self.inline_send, self.inline_recv, self.remote_invalidate)
+    }
+
+    /// The RFC 8797 private data a requester in `mode` advertises: persistent keys
+    /// must never be invalidated by the peer, so remote invalidation is not offered.
+    pub fn private_data_for(&self, mode: RegMode) -> Result<PrivateData, SizeError> {
+        let mut pd = self.private_data()?;
+        if mode == RegMode::Persistent {
+            pd.remote_invalidate = false;
+        }
+        Ok(pd)
     }
 
     /// The inline send size actually advertised (rounded down to 1 KiB).

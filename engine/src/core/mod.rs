@@ -28,7 +28,7 @@ use core::fmt;
 
 use rpcrdma_pools::Pool;
 
-pub use config::{ConfigError, ConnConfig, Role, Sizes};
+pub use config::{ConfigError, ConnConfig, RegMode, Registration, Role, Sizes};
 pub use event::ConnEvent;
 pub use outbox::{Outbox, OutboxFull, PartialPost};
 pub use regbuf::{RegBuf, RegBufError};

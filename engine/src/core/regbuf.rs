@@ -185,6 +185,16 @@ impl RegBuf {
         self.buf.lkey().ok_or(RegBufError::NotRegistered)
     }
 
+    /// Remote key of the buffer's arena registration: what a persistent-mode chunk
+    /// advertises (it grants access only if the arena was registered with remote access).
+    #[inline]
+    pub fn rkey(&self) -> Result<u32, RegBufError> {
+        self.buf
+            .keys()
+            .map(|k| k.rkey)
+            .ok_or(RegBufError::NotRegistered)
+    }
+
     /// A gather or scatter entry for `len` bytes from `offset`.
     pub fn sge(&self, offset: usize, len: usize) -> Result<Sge, RegBufError> {
         let end = offset.checked_add(len).ok_or(RegBufError::TooLong {

@@ -8,6 +8,7 @@
 use core::fmt;
 use core::time::Duration;
 
+use super::cm::PrivateDataLimits;
 use super::mr::Access;
 
 /// One scatter-gather entry: `length` bytes at virtual address `addr`, inside the memory
@@ -407,10 +408,44 @@ pub struct DeviceCaps {
     pub max_cq_depth: u32,
     /// Largest single message or RDMA transfer in bytes.
     pub max_msg_size: u32,
-    /// Most private-data bytes in a connection message.
-    pub max_private_data: usize,
+    /// Most private-data bytes in each connection message, and how a rejection's
+    /// private data arrives.
+    pub private_data: PrivateDataLimits,
     /// Whether a Send that finds no posted receive is retried (InfiniBand and RoCE:
     /// receiver-not-ready NAKs, `QpConfig::rnr_retry` times). iWARP has no such retry:
     /// the Send fails at once with [`WcStatus::RnrRetryExceeded`] and the connection ends.
     pub rnr_retry: bool,
+    /// Whether `alloc_fast_mr` and FastReg/LocalInvalidate work requests are available
+    /// (verbs: type-2 memory windows). Without them the engine registers chunk memory
+    /// persistently (`Registration::Persistent`).
+    pub fast_reg: bool,
+    /// Whether a Send or RDMA Write completes as soon as it has been transmitted, before
+    /// the peer has placed it (kernel iWARP devices: RFC 5040 has no acknowledgement a
+    /// requester could wait for). Then a fault at the peer (no receive posted, a Send
+    /// longer than the receive, a bad remote key, a key it cannot invalidate) does not
+    /// show on the request's completion, which may be [`WcStatus::Success`] (or
+    /// [`WcStatus::WrFlushed`] when the peer's Terminate overtakes it; a Read faulting at
+    /// the peer may also complete `WrFlushed`): the peer reports the fault, terminates
+    /// the connection, and both queue pairs go to error, so requests after the faulty
+    /// one flush. What a user can rely on either way: a fault ends the connection, on
+    /// both sides, and no byte is placed outside the rights a key grants.
+    ///
+    /// When false (shm, sim, the userspace siw provider, which waits for a confirmation
+    /// Read, and InfiniBand/RoCE), the requester's completion carries the peer's verdict.
+    pub send_completes_on_transmit: bool,
+    /// Whether faults are reported with exactly the status documented for them on
+    /// [`WcStatus`] (shm, sim, userspace siw). Kernel verbs devices report some faults
+    /// with another status; when this is false, a user must accept, for each fault:
+    ///
+    /// | documented status                   | also reported as                                  |
+    /// |-------------------------------------|---------------------------------------------------|
+    /// | `LocalProtectionError` (bad lkey)   | `LocalQpOperationError` (rxe, siw)                |
+    /// | `LocalLengthError` (Send too long)  | `LocalQpOperationError` (rxe)                     |
+    /// | `RemoteInvalidRequest` (at sender)  | `RemoteOperationError` (rxe)                      |
+    /// | `LocalAccessError` (receiver of a Send With Invalidate it cannot honour) | `RemoteInvalidRequest`, `LocalQpOperationError` |
+    /// | `RemoteAccessError` (sender of that Send With Invalidate) | `Success`: the device acknowledges the Send before the receiver checks the key (rxe) |
+    ///
+    /// Every one of these is still an error at the side that detected the fault (except
+    /// the last row, whose receiver fails), and the connection still ends on both sides.
+    pub exact_error_statuses: bool,
 }

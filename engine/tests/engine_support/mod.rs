@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use rpcrdma::conn::Pair;
-use rpcrdma::core::{ConnConfig, RegBuf};
+use rpcrdma::core::{ConnConfig, RegBuf, Registration};
 use rpcrdma::fabric::shm::{ShmAddr, ShmDevice, ShmProvider};
 use rpcrdma::fabric::sim::{Sim, SimAddr, SimConfig, SimNet};
 use rpcrdma::fabric::siw::{SiwConfig, SiwDevice, SiwProvider};
@@ -54,6 +54,27 @@ pub trait Net {
     fn device(&self) -> <Self::P as Provider>::Device;
     /// A fresh address.
     fn addr(&self) -> <Self::P as Provider>::Addr;
+    /// The registration mode [`pair`] gives the requester (`Auto`: the config's own).
+    fn registration(&self) -> Registration {
+        Registration::Auto
+    }
+}
+
+/// Another fixture with the requester forced into `Registration::Persistent`: the same
+/// tests, with chunks advertising the pools' persistent keys.
+pub struct Persistent<N>(pub N);
+
+impl<N: Net> Net for Persistent<N> {
+    type P = N::P;
+    fn device(&self) -> <Self::P as Provider>::Device {
+        self.0.device()
+    }
+    fn addr(&self) -> <Self::P as Provider>::Addr {
+        self.0.addr()
+    }
+    fn registration(&self) -> Registration {
+        Registration::Persistent
+    }
 }
 
 /// shm: real threads' worth of rings, in one process.
@@ -188,11 +209,15 @@ pub fn pair<N: Net>(net: &N, client: &ConnConfig, server: &ConnConfig) -> Pair<N
     let cdev = net.device();
     let sdev = net.device();
     let addr = net.addr();
+    let mut client = client.clone();
+    if net.registration() != Registration::Auto {
+        client.registration = net.registration();
+    }
     Pair::connect(
         &cdev,
         sdev,
         &addr,
-        client,
+        &client,
         server,
         TestService::default(),
         DEADLINE,
@@ -416,7 +441,8 @@ impl Service for TestService {
 }
 
 /// Instantiates a test body once per provider (siw twice: with and without confirmed
-/// completions): `fn $name<N: Net>(net: N)`.
+/// completions), and again over shm and siw with the requester in persistent
+/// registration mode: `fn $name<N: Net>(net: N)`.
 #[macro_export]
 macro_rules! per_provider {
     ($($name:ident),* $(,)?) => {
@@ -453,6 +479,28 @@ macro_rules! per_provider {
                     super::$name(super::engine_support::SiwNet {
                         confirm_completions: false,
                     });
+                }
+            )*
+        }
+        mod shm_persistent {
+            $(
+                #[test]
+                fn $name() {
+                    super::$name(super::engine_support::Persistent(
+                        super::engine_support::ShmNet,
+                    ));
+                }
+            )*
+        }
+        mod siw_persistent {
+            $(
+                #[test]
+                fn $name() {
+                    super::$name(super::engine_support::Persistent(
+                        super::engine_support::SiwNet {
+                            confirm_completions: false,
+                        },
+                    ));
                 }
             )*
         }

@@ -15,6 +15,13 @@
 //!    others get a LocalInvalidate.
 //! 4. When every key is dead the outcome is delivered (buffers and all); when every work
 //!    request is back the slot is free again.
+//!
+//! In [`RegMode::Persistent`] there are no per-call keys: chunks advertise the
+//! persistent registration of the pool their buffer comes from, steps 2 and 3 stage no
+//! FastReg or LocalInvalidate, and nothing can revoke the peer's access to a buffer. So a
+//! call that ends without a reply (it timed out) keeps its buffers, quarantined in its
+//! slot, until a late reply proves the responder finished with them or the connection
+//! is drained; its outcome carries no buffers.
 
 mod reply;
 mod slot;
@@ -27,7 +34,7 @@ use rpcrdma_pools::{Pool, PoolCache};
 
 use self::reply::{interpret, status_of, Body, Interpreted};
 use self::slot::{Answer, CallSlot, MrState, Phase};
-use super::config::{ConnConfig, Role, Sizes};
+use super::config::{ConnConfig, RegMode, Role, Sizes};
 use super::event::ConnEvent;
 use super::fixed::{FixedQueue, IndexStack};
 use super::mrs::MrTable;
@@ -71,6 +78,9 @@ pub struct RequesterStats {
     pub local_invalidations: u64,
     /// Send With Invalidate naming a key of another call, or no key of ours.
     pub foreign_invalidations: u64,
+    /// Persistent mode: calls whose outcome was delivered without their buffers,
+    /// because the peer could still access them (timed out with no reply yet).
+    pub quarantined: u64,
     /// RDMA_DONE messages received (ignored by a requester).
     pub done_received: u64,
     /// Completions whose `wr_id` named nothing outstanding (provider bugs).
@@ -137,6 +147,9 @@ pub struct RequesterCore<M> {
     probe_slot: u32,
     slot_bits: u32,
     next_seq: u32,
+    mode: RegMode,
+    /// Largest chunk one registration covers.
+    max_chunk: usize,
     mrs: MrTable<M>,
     large: PoolCache,
     send_pool: Pool,
@@ -159,14 +172,40 @@ impl<M: MemoryRegion> RequesterCore<M> {
         mrs: Vec<M>,
         credits: Arc<CreditTable>,
     ) -> Result<Self, CoreError> {
-        cfg.validate().map_err(CoreError::Config)?;
-        let local_pd = cfg
-            .private_data()
-            .map_err(|e| CoreError::Config(crate::core::config::ConfigError::InlineSize(e)))?;
-        let sizes: Sizes = cfg.sizes(Role::Requester);
         if mrs.is_empty() {
             return Err(CoreError::NoMemoryRegions);
         }
+        Self::with_mode(cfg, pools, RegMode::FastReg, mrs, credits)
+    }
+
+    /// A requester in [`RegMode::Persistent`]: no fast-registration slots; every chunk
+    /// buffer must come from an arena registered with remote read and write access for
+    /// the connection's protection domain (the driver registers its pools so).
+    pub fn new_persistent(
+        cfg: &ConnConfig,
+        pools: &CorePools,
+        credits: Arc<CreditTable>,
+    ) -> Result<Self, CoreError> {
+        Self::with_mode(cfg, pools, RegMode::Persistent, Vec::new(), credits)
+    }
+
+    fn with_mode(
+        cfg: &ConnConfig,
+        pools: &CorePools,
+        mode: RegMode,
+        mrs: Vec<M>,
+        credits: Arc<CreditTable>,
+    ) -> Result<Self, CoreError> {
+        cfg.validate().map_err(CoreError::Config)?;
+        let local_pd = cfg
+            .private_data_for(mode)
+            .map_err(|e| CoreError::Config(crate::core::config::ConfigError::InlineSize(e)))?;
+        let sizes: Sizes = cfg.sizes(Role::Requester);
+        let mrs = MrTable::new(mrs);
+        let max_chunk = match mode {
+            RegMode::FastReg => mrs.max_len(),
+            RegMode::Persistent => cfg.large_buf_size as usize,
+        };
         let mut slots = Vec::with_capacity(sizes.slots as usize);
         for i in 0..sizes.slots {
             let header = RegBuf::from_pool(&pools.send).map_err(CoreError::Buffers)?;
@@ -202,7 +241,9 @@ impl<M: MemoryRegion> RequesterCore<M> {
             probe_slot,
             slot_bits,
             next_seq: seed,
-            mrs: MrTable::new(mrs),
+            mode,
+            max_chunk,
+            mrs,
             large: pools.large.cache(),
             send_pool: pools.send.clone(),
             queue: FixedQueue::with_capacity(cfg.queue_len),
@@ -212,6 +253,25 @@ impl<M: MemoryRegion> RequesterCore<M> {
             last_rx: None,
             stats: RequesterStats::default(),
         })
+    }
+
+    /// How this requester registers chunk memory.
+    pub fn registration(&self) -> RegMode {
+        self.mode
+    }
+
+    /// Send-queue slots a call of `plan` needs: its FastRegs, their later
+    /// LocalInvalidates and the Send; the Send alone in persistent mode.
+    fn sq_need(&self, plan: &start::Plan) -> u32 {
+        match self.mode {
+            RegMode::FastReg => 2 * plan.mrs + 1,
+            RegMode::Persistent => 1,
+        }
+    }
+
+    /// True when too few fast-registration slots are free for `plan`.
+    fn regs_short(&self, plan: &start::Plan) -> bool {
+        self.mode == RegMode::FastReg && self.mrs.available() < plan.mrs as usize
     }
 
     /// The RFC 8797 private data to offer when connecting.
@@ -329,7 +389,7 @@ impl<M: MemoryRegion> RequesterCore<M> {
         if req.msg.len() < 4 {
             return Err(SubmitRefusal::MessageTooShort);
         }
-        let max = self.mrs.max_len();
+        let max = self.max_chunk;
         if req.msg.lkey().is_err() {
             return Err(SubmitRefusal::NotRegistered);
         }
@@ -440,8 +500,8 @@ impl<M: MemoryRegion> RequesterCore<M> {
         };
         let needs_reply_buf = plan.reply_chunk;
         if self.free_slots.is_empty()
-            || self.mrs.available() < plan.mrs as usize
-            || self.t.sq.free() < 2 * plan.mrs + 1
+            || self.regs_short(&plan)
+            || self.t.sq.free() < self.sq_need(&plan)
             || (needs_reply_buf && self.large.is_empty() && self.large.pool().available() == 0)
         {
             return Err(Ok(req));
@@ -845,10 +905,22 @@ impl<M: MemoryRegion> RequesterCore<M> {
         if !s.delivered && s.answer.is_some() && s.all_invalid() {
             if let Some(a) = s.answer.take() {
                 s.delivered = true;
+                // Persistent keys cannot be revoked: while the call still holds its
+                // credit no reply has come, and the responder may yet read or write its
+                // chunks. Its buffers stay in the slot until it retires (late reply or
+                // drained connection) so no other call can be handed them meanwhile.
+                let quarantine = self.mode == RegMode::Persistent && s.holds_credit;
                 let mut sinks = WriteSinks::new();
-                for (i, mut sink) in s.sinks.drain().enumerate() {
-                    let _ = sink.set_len(a.sink_lens.get(i).copied().unwrap_or(0) as usize);
-                    let _ = sinks.push(sink);
+                if !quarantine {
+                    for (i, mut sink) in s.sinks.drain().enumerate() {
+                        let _ = sink.set_len(a.sink_lens.get(i).copied().unwrap_or(0) as usize);
+                        let _ = sinks.push(sink);
+                    }
+                    if let Some(rb) = s.reply_buf.take() {
+                        rb.release_into(&mut self.large);
+                    }
+                } else {
+                    self.stats.quarantined += 1;
                 }
                 // A delivered call keeps a marker answer so a late reply is recognised.
                 s.answer = Some(Answer {
@@ -856,16 +928,17 @@ impl<M: MemoryRegion> RequesterCore<M> {
                     reply: None,
                     sink_lens: [0; MAX_WRITE_SINKS],
                 });
-                if let Some(rb) = s.reply_buf.take() {
-                    rb.release_into(&mut self.large);
-                }
                 let outcome = Outcome {
                     tag: s.tag,
                     xid: s.xid,
                     status: a.status,
                     reply: a.reply,
-                    msg: s.msg.take(),
-                    ddp_args: core::mem::take(&mut s.ddp_args),
+                    msg: if quarantine { None } else { s.msg.take() },
+                    ddp_args: if quarantine {
+                        Default::default()
+                    } else {
+                        core::mem::take(&mut s.ddp_args)
+                    },
                     write_sinks: sinks,
                 };
                 if s.is_probe {
@@ -882,6 +955,14 @@ impl<M: MemoryRegion> RequesterCore<M> {
             s.answer = None;
             s.delivered = false;
             s.mrs.clear();
+            // Quarantined buffers (persistent mode) are safe to reuse now: the peer
+            // answered, or the queue pair is drained.
+            s.msg = None;
+            s.ddp_args = Default::default();
+            s.sinks = WriteSinks::new();
+            if let Some(rb) = s.reply_buf.take() {
+                rb.release_into(&mut self.large);
+            }
             if !s.is_probe {
                 let _ = self.free_slots.push(slot);
             }

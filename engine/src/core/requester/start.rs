@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use super::slot::{MrState, MrUse, Phase};
 use super::RequesterCore;
-use crate::core::config::MAX_MRS_PER_CALL;
+use crate::core::config::{RegMode, MAX_MRS_PER_CALL};
 use crate::core::fixed::FixedVec;
 use crate::core::regbuf::RegBuf;
 use crate::core::wrid::{WrId, WrKind};
@@ -69,11 +69,13 @@ pub(super) fn plan(
     })
 }
 
-/// A registration to make: the region and what the peer may do with it.
+/// A registration to make: the region and what the peer may do with it. `rkey` is the
+/// buffer's persistent remote key (used in persistent mode only).
 #[derive(Clone, Copy)]
 struct Reg {
     region: Sge,
     access: Access,
+    rkey: Option<u32>,
 }
 
 impl<M: MemoryRegion> RequesterCore<M> {
@@ -93,7 +95,8 @@ impl<M: MemoryRegion> RequesterCore<M> {
         deadline: Option<Instant>,
         now: Instant,
     ) -> Result<(), CallRequest> {
-        if self.mrs.available() < plan.mrs as usize || self.t.sq.free() < 2 * plan.mrs + 1 {
+        let sq_need = self.sq_need(&plan);
+        if self.regs_short(&plan) || self.t.sq.free() < sq_need {
             return Err(req);
         }
         let mut reply_buf = None;
@@ -114,6 +117,7 @@ impl<M: MemoryRegion> RequesterCore<M> {
         let read_access = Access::REMOTE_READ;
         let write_access = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
         let sge_of = |b: &RegBuf, len: usize| b.sge(0, len).ok();
+        let rkey_of = |b: &RegBuf| b.rkey().ok();
         let mut all_registered = true;
         if plan.long {
             let Some(region) = sge_of(&req.msg, req.msg.len()) else {
@@ -122,6 +126,7 @@ impl<M: MemoryRegion> RequesterCore<M> {
             let _ = regs.push(Reg {
                 region,
                 access: read_access,
+                rkey: rkey_of(&req.msg),
             });
             reads[n_reads].position = 0;
             n_reads += 1;
@@ -137,6 +142,7 @@ impl<M: MemoryRegion> RequesterCore<M> {
             let _ = regs.push(Reg {
                 region,
                 access: read_access,
+                rkey: rkey_of(&a.data),
             });
             reads[n_reads].position = a.position;
             n_reads += 1;
@@ -151,6 +157,7 @@ impl<M: MemoryRegion> RequesterCore<M> {
             let _ = regs.push(Reg {
                 region,
                 access: write_access,
+                rkey: rkey_of(s),
             });
         }
         if !all_registered {
@@ -166,30 +173,42 @@ impl<M: MemoryRegion> RequesterCore<M> {
             let _ = regs.push(Reg {
                 region,
                 access: write_access,
+                rkey: rkey_of(rb),
             });
         }
 
-        // Fresh keys, then the header that advertises them.
+        // Keys (fresh ones per chunk, or the pools' persistent ones), then the header
+        // that advertises them.
         let mut uses: FixedVec<MrUse, MAX_MRS_PER_CALL> = FixedVec::new();
-        for _ in regs.iter() {
-            let Some((mr, key)) = self.mrs.take() else {
-                for u in uses.drain() {
-                    self.mrs.give(u.mr);
+        let mut keys = [0u32; MAX_MRS_PER_CALL];
+        for (i, r) in regs.iter().enumerate() {
+            let key = match self.mode {
+                RegMode::Persistent => match r.rkey {
+                    Some(k) => k,
+                    None => return Err(req),
+                },
+                RegMode::FastReg => {
+                    let Some((mr, key)) = self.mrs.take() else {
+                        for u in uses.drain() {
+                            self.mrs.give(u.mr);
+                        }
+                        return Err(req);
+                    };
+                    let _ = uses.push(MrUse {
+                        mr,
+                        key,
+                        state: MrState::Registered,
+                    });
+                    key
                 }
-                return Err(req);
             };
-            let _ = uses.push(MrUse {
-                mr,
-                key,
-                state: MrState::Registered,
-            });
-        }
-        let seg = |i: usize| {
-            let (r, u) = (regs.get(i), uses.get(i));
-            match (r, u) {
-                (Some(r), Some(u)) => Segment::new(u.key, r.region.length, r.region.addr),
-                _ => Segment::default(),
+            if let Some(k) = keys.get_mut(i) {
+                *k = key;
             }
+        }
+        let seg = |i: usize| match (regs.get(i), keys.get(i)) {
+            (Some(r), Some(&k)) => Segment::new(k, r.region.length, r.region.addr),
+            _ => Segment::default(),
         };
         for (i, r) in reads[..n_reads].iter_mut().enumerate() {
             r.segment = seg(i);
@@ -247,14 +266,15 @@ impl<M: MemoryRegion> RequesterCore<M> {
                 }
             }
         }
-        if !self.t.sq.take(2 * plan.mrs + 1) {
+        if !self.t.sq.take(sq_need) {
             for u in uses.drain() {
                 self.mrs.give(u.mr);
             }
             return Err(req);
         }
 
-        // One chain: the registrations, then the Send that advertises them.
+        // One chain: the registrations (none in persistent mode, where `uses` is
+        // empty), then the Send that advertises them.
         let mut staged = 0u32;
         for (i, (r, u)) in regs.iter().zip(uses.iter()).enumerate() {
             let wr_id = WrId::new(WrKind::FastReg, slot).with_aux(i as u32).encode();
@@ -267,15 +287,17 @@ impl<M: MemoryRegion> RequesterCore<M> {
         }
         let wr_id = WrId::new(WrKind::CallSend, slot).encode();
         staged += u32::from(self.t.stage(wr_id, SendOp::Send, &sgl[..n_sge]));
-        // Room for what was not staged (never, see `Transport::stage`) goes back.
-        self.t.sq.give(plan.mrs + 1 - staged);
+        // Room for what was not staged (never, see `Transport::stage`) goes back; the
+        // rest of `sq_need` stays reserved for the LocalInvalidates.
+        let invalidations = uses.len() as u32;
+        self.t.sq.give((sq_need - invalidations).saturating_sub(staged));
 
         s.phase = Phase::Active;
         s.xid = xid;
         s.tag = tag;
         s.mrs = uses;
         s.wrs = staged;
-        s.reserved = plan.mrs;
+        s.reserved = invalidations;
         s.sink_caps = sink_caps;
         s.reply_cap = reply_cap;
         s.reply_buf = reply_buf;

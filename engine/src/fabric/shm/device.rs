@@ -14,7 +14,7 @@ use super::segment::{Segment, MAX_SGE};
 use super::sock;
 use super::table::{MrTable, Place};
 use super::ShmProvider;
-use crate::fabric::cm::MAX_PRIVATE_DATA;
+use crate::fabric::cm::{PrivateDataLimits, MAX_PRIVATE_DATA};
 use crate::fabric::error::FabricError;
 use crate::fabric::mr::MAX_KEY_INDEX;
 use crate::fabric::provider::Device;
@@ -273,8 +273,11 @@ impl Device for ShmDevice {
             max_mr: self.shared.table.capacity() as u32,
             max_cq_depth: self.shared.cfg.max_cq_depth,
             max_msg_size: MAX_MSG_SIZE,
-            max_private_data: MAX_PRIVATE_DATA,
+            private_data: PrivateDataLimits::uniform(MAX_PRIVATE_DATA),
             rnr_retry: true,
+            fast_reg: true,
+            send_completes_on_transmit: false,
+            exact_error_statuses: true,
         }
     }
 

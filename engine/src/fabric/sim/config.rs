@@ -3,7 +3,7 @@
 
 use core::time::Duration;
 
-use crate::fabric::cm::MAX_PRIVATE_DATA;
+use crate::fabric::cm::{PrivateDataLimits, MAX_PRIVATE_DATA};
 use crate::fabric::types::{DeviceCaps, WcOpcode, WcStatus};
 
 /// Most scatter-gather entries per work request on `sim` (entries are stored inline in
@@ -52,8 +52,11 @@ impl SimConfig {
                 max_mr: 1 << 16,
                 max_cq_depth: 1 << 17,
                 max_msg_size: 1 << 30,
-                max_private_data: MAX_PRIVATE_DATA,
+                private_data: PrivateDataLimits::uniform(MAX_PRIVATE_DATA),
                 rnr_retry: true,
+                fast_reg: true,
+                send_completes_on_transmit: false,
+                exact_error_statuses: true,
             },
             faults: FaultConfig::NONE,
         }

@@ -16,7 +16,7 @@ use super::keys::KeyTable;
 use super::mr::SiwPd;
 use super::qp::MAX_MSG_SIZE;
 use super::{SiwProvider, MAX_SGE};
-use crate::fabric::cm::{ConnId, MAX_PRIVATE_DATA};
+use crate::fabric::cm::ConnId;
 use crate::fabric::error::FabricError;
 use crate::fabric::mr::MAX_KEY_INDEX;
 use crate::fabric::provider::Device;
@@ -187,9 +187,13 @@ impl Device for SiwDevice {
             max_mr: self.shared.keys.capacity() as u32,
             max_cq_depth: self.shared.cfg.max_cq_depth,
             max_msg_size: MAX_MSG_SIZE,
-            max_private_data: MAX_PRIVATE_DATA,
+            private_data: self.shared.cfg.private_data_limits(),
             // iWARP (RFC 5041 §7): an untagged message without a buffer is a DDP error.
             rnr_retry: false,
+            fast_reg: true,
+            // The confirmation Read brings the peer's verdict back to the requester.
+            send_completes_on_transmit: false,
+            exact_error_statuses: true,
         }
     }
 

@@ -16,7 +16,7 @@ use rdma_sys::{
 };
 
 use crate::fabric::provider::Device;
-use crate::fabric::{DeviceCaps, FabricError, MAX_PRIVATE_DATA};
+use crate::fabric::{DeviceCaps, FabricError, PrivateDataLimits};
 
 use super::cm::VerbsCm;
 use super::cq::VerbsCq;
@@ -27,7 +27,13 @@ use super::VerbsProvider;
 /// bytes after RDMA-CM's own header, a reply 196, a reject 148 (IBTA CM REQ/REP/REJ).
 pub(crate) const IB_CONNECT_PRIVATE_DATA: usize = 56;
 /// See [`IB_CONNECT_PRIVATE_DATA`].
+pub(crate) const IB_ACCEPT_PRIVATE_DATA: usize = 196;
+/// See [`IB_CONNECT_PRIVATE_DATA`].
 pub(crate) const IB_REJECT_PRIVATE_DATA: usize = 148;
+/// iWARP through RDMA-CM: Linux iw_cm drivers (siw's `MPA_MAX_PRIVDATA`) accept 256
+/// bytes of MPA private data, and a revision 2 frame spends 4 of them on the RFC 6581
+/// IRD/ORD words, so 252 is what reaches a kernel siw peer in every message.
+pub(crate) const IWARP_PRIVATE_DATA: usize = 252;
 
 /// The transport a device speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,11 +114,11 @@ impl DeviceShared {
     /// Largest private data for a connect, accept or reject on this transport.
     pub(crate) fn private_data_limit(&self, kind: PrivateDataKind) -> usize {
         if self.is_iwarp() {
-            return MAX_PRIVATE_DATA;
+            return IWARP_PRIVATE_DATA;
         }
         match kind {
             PrivateDataKind::Connect => IB_CONNECT_PRIVATE_DATA,
-            PrivateDataKind::Accept => MAX_PRIVATE_DATA,
+            PrivateDataKind::Accept => IB_ACCEPT_PRIVATE_DATA,
             PrivateDataKind::Reject => IB_REJECT_PRIVATE_DATA,
         }
     }
@@ -313,8 +319,18 @@ impl Device for VerbsDevice {
             max_mr: clamp(a.max_mr),
             max_cq_depth: clamp(a.max_cqe),
             max_msg_size: self.shared.info.max_msg_size,
-            max_private_data: self.shared.private_data_limit(PrivateDataKind::Connect),
+            private_data: PrivateDataLimits {
+                connect: self.shared.private_data_limit(PrivateDataKind::Connect),
+                accept: self.shared.private_data_limit(PrivateDataKind::Accept),
+                reject: self.shared.private_data_limit(PrivateDataKind::Reject),
+                // IB CM REJ has no length field; iw_cm passes the MPA PD_Length through.
+                reject_padded: !self.shared.is_iwarp(),
+            },
             rnr_retry: !self.shared.is_iwarp(),
+            fast_reg: self.shared.info.mw_type2,
+            send_completes_on_transmit: self.shared.is_iwarp(),
+            // The kernel's devices pick their own status for several faults.
+            exact_error_statuses: false,
         }
     }
 
