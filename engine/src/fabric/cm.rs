@@ -5,13 +5,76 @@ use core::fmt;
 
 use super::error::FabricError;
 
-/// Most private-data bytes any provider carries in a connection message.
+/// Capacity of [`PrivateData`]: the most private-data bytes any provider carries in a
+/// connection message (512, the MPA field of RFC 5044 §7.1).
 ///
-/// 196 bytes is the InfiniBand CM REP limit; iWARP (MPA) allows 512, but a limit every
-/// provider can honour keeps upper layers portable. RPC-over-RDMA needs 8 (RFC 8797).
-/// Note for a verbs provider over IB: RDMA-CM leaves only 56 bytes in a connect request
-/// and 148 in a reject, so it reports [`FabricError::PrivateDataTooLong`] earlier there.
-pub const MAX_PRIVATE_DATA: usize = 196;
+/// A device's own, usually smaller, limits per message are in
+/// [`DeviceCaps::private_data`](super::DeviceCaps::private_data); portable upper layers
+/// stay within the smallest of them (RPC-over-RDMA needs 8, RFC 8797).
+pub const MAX_PRIVATE_DATA: usize = 512;
+
+/// Which connection-manager message private data rides in; limits differ per message
+/// on InfiniBand (the CM REQ, REP and REJ fields have different sizes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CmMessage {
+    /// `connect` (RDMA-CM connect request, MPA Request).
+    Connect,
+    /// `accept` (CM REP, MPA Reply).
+    Accept,
+    /// `reject` (CM REJ, MPA Reply with the R flag).
+    Reject,
+}
+
+/// How much private data a device carries in each connection message.
+///
+/// Sending more than a limit is refused with [`FabricError::PrivateDataTooLong`] before
+/// anything goes on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PrivateDataLimits {
+    /// Most bytes in a connect request.
+    pub connect: usize,
+    /// Most bytes in an acceptance.
+    pub accept: usize,
+    /// Most bytes in a rejection.
+    pub reject: usize,
+    /// Whether a rejection's private data reaches the peer as the whole `reject`-byte
+    /// field, zero padded after what the rejecter sent. InfiniBand's CM REJ carries no
+    /// length, so the receiver cannot tell the sent bytes from the padding.
+    pub reject_padded: bool,
+}
+
+impl PrivateDataLimits {
+    /// The same limit for every message, delivered with its exact length.
+    pub const fn uniform(max: usize) -> PrivateDataLimits {
+        PrivateDataLimits {
+            connect: max,
+            accept: max,
+            reject: max,
+            reject_padded: false,
+        }
+    }
+
+    /// The limit for `message`.
+    pub const fn of(&self, message: CmMessage) -> usize {
+        match message {
+            CmMessage::Connect => self.connect,
+            CmMessage::Accept => self.accept,
+            CmMessage::Reject => self.reject,
+        }
+    }
+
+    /// Refuses `data` when it exceeds the limit for `message`.
+    pub fn check(&self, message: CmMessage, data: &[u8]) -> Result<(), FabricError> {
+        let max = self.of(message).min(MAX_PRIVATE_DATA);
+        if data.len() > max {
+            return Err(FabricError::PrivateDataTooLong {
+                len: data.len(),
+                max,
+            });
+        }
+        Ok(())
+    }
+}
 
 /// Identifies one connection within a process. Carried by connection events and by the
 /// queue pair the connection was made for.
@@ -28,7 +91,7 @@ impl fmt::Display for ConnId {
 /// inline so events do not allocate.
 #[derive(Clone, Copy)]
 pub struct PrivateData {
-    len: u8,
+    len: u16,
     bytes: [u8; MAX_PRIVATE_DATA],
 }
 
@@ -49,8 +112,8 @@ impl PrivateData {
         }
         let mut p = PrivateData::EMPTY;
         p.bytes[..data.len()].copy_from_slice(data);
-        // MAX_PRIVATE_DATA < 256, checked just above.
-        p.len = data.len() as u8;
+        // MAX_PRIVATE_DATA fits in u16, checked just above.
+        p.len = data.len() as u16;
         Ok(p)
     }
 
@@ -157,8 +220,31 @@ mod tests {
         assert!(PrivateData::new(&[0; MAX_PRIVATE_DATA]).is_ok());
         assert!(matches!(
             PrivateData::new(&[0; MAX_PRIVATE_DATA + 1]),
-            Err(FabricError::PrivateDataTooLong { len: 197, max: 196 })
+            Err(FabricError::PrivateDataTooLong { len: 513, max: 512 })
         ));
         assert!(PrivateData::EMPTY.is_empty());
+    }
+
+    #[test]
+    fn limits_per_message() {
+        let l = PrivateDataLimits {
+            connect: 56,
+            accept: 196,
+            reject: 148,
+            reject_padded: true,
+        };
+        assert!(l.check(CmMessage::Connect, &[0; 56]).is_ok());
+        assert!(matches!(
+            l.check(CmMessage::Connect, &[0; 57]),
+            Err(FabricError::PrivateDataTooLong { len: 57, max: 56 })
+        ));
+        assert!(l.check(CmMessage::Accept, &[0; 196]).is_ok());
+        assert!(l.check(CmMessage::Reject, &[0; 149]).is_err());
+        // A limit above the buffer capacity is clamped to it.
+        let u = PrivateDataLimits::uniform(4096);
+        assert!(matches!(
+            u.check(CmMessage::Reject, &[0; 513]),
+            Err(FabricError::PrivateDataTooLong { len: 513, max: 512 })
+        ));
     }
 }

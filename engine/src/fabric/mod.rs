@@ -43,7 +43,7 @@ pub mod types;
 #[cfg(feature = "verbs")]
 pub mod verbs;
 
-pub use cm::{CmEvent, ConnId, PrivateData, MAX_PRIVATE_DATA};
+pub use cm::{CmEvent, CmMessage, ConnId, PrivateData, PrivateDataLimits, MAX_PRIVATE_DATA};
 pub use error::{FabricError, PostError, PostErrorKind};
 pub use mr::Access;
 pub use provider::{

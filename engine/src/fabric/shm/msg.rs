@@ -8,8 +8,9 @@ use crate::fabric::error::FabricError;
 
 const MAGIC: [u8; 4] = *b"RSCM";
 const VERSION: u16 = 1;
-/// Largest encoded message.
-pub(crate) const MSG_MAX: usize = 256;
+/// Largest encoded message: a REQ/REP header (22 bytes), the private-data length and
+/// the largest private data.
+pub(crate) const MSG_MAX: usize = 24 + MAX_PRIVATE_DATA;
 
 const K_REQ: u16 = 1;
 const K_REP: u16 = 2;

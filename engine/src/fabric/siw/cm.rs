@@ -13,7 +13,7 @@ use std::sync::{Arc, Weak};
 use super::device::{DeviceShared, Retire};
 use super::qp::SiwQp;
 use super::SiwProvider;
-use crate::fabric::cm::{CmEvent, ConnId, MAX_PRIVATE_DATA};
+use crate::fabric::cm::{CmEvent, CmMessage, ConnId};
 use crate::fabric::error::FabricError;
 use crate::fabric::provider::{ConnectionManager, QpInit};
 
@@ -131,14 +131,12 @@ impl SiwCm {
     }
 }
 
-fn check_private_data(pd: &[u8]) -> Result<(), FabricError> {
-    if pd.len() > MAX_PRIVATE_DATA {
-        return Err(FabricError::PrivateDataTooLong {
-            len: pd.len(),
-            max: MAX_PRIVATE_DATA,
-        });
+impl SiwCm {
+    /// Refuses private data over this device's limit for `message`, before the request
+    /// is consumed or a frame is built.
+    fn check_private_data(&self, message: CmMessage, pd: &[u8]) -> Result<(), FabricError> {
+        self.dev.cfg.private_data_limits().check(message, pd)
     }
-    Ok(())
 }
 
 impl ConnectionManager for SiwCm {
@@ -155,7 +153,7 @@ impl ConnectionManager for SiwCm {
         init: QpInit<'_, SiwProvider>,
         private_data: &[u8],
     ) -> Result<SiwQp, FabricError> {
-        check_private_data(private_data)?;
+        self.check_private_data(CmMessage::Connect, private_data)?;
         let id = self.id;
         let dev = self.dev.clone();
         self.dev
@@ -169,7 +167,7 @@ impl ConnectionManager for SiwCm {
         init: QpInit<'_, SiwProvider>,
         private_data: &[u8],
     ) -> Result<SiwQp, FabricError> {
-        check_private_data(private_data)?;
+        self.check_private_data(CmMessage::Accept, private_data)?;
         let dev = self.dev.clone();
         let (slot, conn) = request.consume();
         self.dev
@@ -178,7 +176,7 @@ impl ConnectionManager for SiwCm {
     }
 
     fn reject(&mut self, request: SiwConnRequest, private_data: &[u8]) -> Result<(), FabricError> {
-        check_private_data(private_data)?;
+        self.check_private_data(CmMessage::Reject, private_data)?;
         let (slot, conn) = request.consume();
         self.dev.driver.with(|d| d.reject(slot, conn, private_data))
     }

@@ -4,7 +4,8 @@ use core::fmt;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use crate::iwarp::mpa::Revision;
+use crate::fabric::cm::PrivateDataLimits;
+use crate::iwarp::mpa::{Revision, MAX_PRIVATE_DATA_LEN, MAX_ULP_PRIVATE_DATA_LEN};
 
 /// Sees every MPA frame and FPDU a device writes, for tests that compare the wire with
 /// a packet capture. Called on the poller thread, inside `poll`, when the frame is
@@ -96,5 +97,28 @@ impl fmt::Debug for SiwConfig {
             .field("rx_buffer", &self.rx_buffer)
             .field("tap", &self.tap.is_some())
             .finish()
+    }
+}
+
+impl SiwConfig {
+    /// Private data this configuration carries per connection message.
+    ///
+    /// The MPA private-data field holds at most 512 octets (RFC 5044 §7.1), and in
+    /// revision 2 the RFC 6581 IRD/ORD words are the first 4 of them, so the upper layer
+    /// gets 508 there and 512 in revision 1. A connect request uses our own revision;
+    /// accept and reject answer in the peer's, which we cannot know in advance, so they
+    /// are held to 508. Linux siw refuses frames with more than 256 octets
+    /// (`MPA_MAX_PRIVDATA`), so stay within 252 to reach a kernel peer.
+    pub fn private_data_limits(&self) -> PrivateDataLimits {
+        let connect = match self.revision {
+            Revision::V1 => MAX_PRIVATE_DATA_LEN,
+            Revision::V2 => MAX_ULP_PRIVATE_DATA_LEN,
+        };
+        PrivateDataLimits {
+            connect,
+            accept: MAX_ULP_PRIVATE_DATA_LEN,
+            reject: MAX_ULP_PRIVATE_DATA_LEN,
+            reject_padded: false,
+        }
     }
 }

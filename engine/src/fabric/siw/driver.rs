@@ -372,7 +372,7 @@ impl Driver {
         )
         .map_err(|_| FabricError::PrivateDataTooLong {
             len: private_data.len(),
-            max: crate::fabric::cm::MAX_PRIVATE_DATA,
+            max: self.cfg.private_data_limits().connect,
         })?;
         let id = ConnId(NEXT_CONN.fetch_add(1, Ordering::Relaxed));
         let (qp, engine) = self.new_qp(dev, id, init, QpState::Init)?;
@@ -442,7 +442,7 @@ impl Driver {
                 c.phase = Phase::Deciding(resp);
                 return Err(FabricError::PrivateDataTooLong {
                     len: private_data.len(),
-                    max: crate::fabric::cm::MAX_PRIVATE_DATA,
+                    max: cfg.private_data_limits().accept,
                 });
             }
         };
