@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 use rpcrdma::fabric::mr::{key_generation, key_index, next_key};
 use rpcrdma::fabric::{
     Access, CmEvent, Completion, CompletionQueue, ConnectionManager, Device, DeviceCaps,
-    FabricError, MemoryRegion, PostErrorKind, PrivateData, ProtectionDomain, Provider, QpCaps,
-    QpConfig, QpInit, QpState, QueuePair, RecvWr, RemoteAddr, SendFlags, SendOp, SendWr, Sge,
-    WcOpcode, WcStatus, MAX_PRIVATE_DATA, RNR_RETRY_INFINITE,
+    FabricError, MemoryRegion, PostErrorKind, PrivateData, PrivateDataLimits, ProtectionDomain,
+    Provider, QpCaps, QpConfig, QpInit, QpState, QueuePair, RecvWr, RemoteAddr, SendFlags, SendOp,
+    SendWr, Sge, WcOpcode, WcStatus, RNR_RETRY_INFINITE,
 };
 use rpcrdma_pools::{Arena, ArenaOptions, HugePages};
 
@@ -488,46 +488,86 @@ pub fn unique_number() -> u64 {
 // Connection management
 // ---------------------------------------------------------------------------------
 
-/// Private data travels with the request and the acceptance, up to the limit; sends
-/// are refused before the connection is established.
+/// Private data travels with the request and the acceptance, each exactly up to the
+/// device's limit for that message; one byte more is refused with a typed error before
+/// anything is sent; sends are refused before the connection is established.
 pub fn cm_exchanges_private_data<F: Fixture>() {
-    let big_c = pattern(1, MAX_PRIVATE_DATA);
-    let big_s = pattern(2, MAX_PRIVATE_DATA);
-    let (p, at_server, at_client) = connect_with::<F>(&Opts::default(), &big_c, &big_s);
+    let o = Opts::default();
+    let limits = F::open_device().caps().private_data;
+    let big_c = pattern(1, limits.connect);
+    let big_s = pattern(2, limits.accept);
+    let (p, at_server, at_client) = connect_with::<F>(&o, &big_c, &big_s);
     assert_eq!(at_server.as_bytes(), &big_c[..]);
     assert_eq!(at_client.as_bytes(), &big_s[..]);
     drop(p);
 
-    let o = Opts::default();
     let mut c = Host::<F::P>::new::<F>(&o, &o.client);
-    let too_long = vec![0u8; MAX_PRIVATE_DATA + 1];
+    let mut s = Host::<F::P>::new::<F>(&o, &o.server);
     let addr = F::unique_addr();
+    s.cm.listen(&addr).expect("listen");
+    let too_long = pattern(3, limits.connect + 1);
     match c.connect(&addr, o.client, &too_long) {
         Err(FabricError::PrivateDataTooLong { len, max }) => {
-            assert_eq!((len, max), (MAX_PRIVATE_DATA + 1, MAX_PRIVATE_DATA))
+            assert_eq!((len, max), (limits.connect + 1, limits.connect))
         }
         Err(e) => panic!("unexpected error {e}"),
-        Ok(_) => panic!("197 bytes of private data were accepted"),
+        Ok(_) => panic!("{} bytes of private data were accepted", too_long.len()),
     }
 
     // A queue pair that is not connected yet cannot send.
-    let mut s = Host::<F::P>::new::<F>(&o, &o.server);
-    s.cm.listen(&addr).expect("listen");
     let mut qp = c.connect(&addr, o.client, b"").expect("connect");
     let buf = [c.sge(0, 8)];
     let err = qp.post_send(&[SendWr::send(1, &buf)]).unwrap_err();
     assert_eq!(err.posted, 0);
     assert_eq!(err.kind, PostErrorKind::InvalidState(QpState::Init));
+
+    // An acceptance one byte over the limit is refused; the request it consumed is
+    // then rejected (dropped), so the client hears of it.
+    let request = match next_event(&mut s, &mut c, 0) {
+        CmEvent::ConnectRequest { request, .. } => request,
+        e => panic!("expected a connect request, got {e:?}"),
+    };
+    let too_long = pattern(4, limits.accept + 1);
+    match s.accept(request, o.server, &too_long) {
+        Err(FabricError::PrivateDataTooLong { len, max }) => {
+            assert_eq!((len, max), (limits.accept + 1, limits.accept))
+        }
+        Err(e) => panic!("unexpected error {e}"),
+        Ok(_) => panic!("{} bytes of accept private data were taken", too_long.len()),
+    }
+    match next_event(&mut s, &mut c, 1) {
+        CmEvent::Rejected { conn, .. } => assert_eq!(conn, qp.conn_id()),
+        e => panic!("expected Rejected after the refused accept, got {e:?}"),
+    }
 }
 
-/// A rejection carries the server's private data; the client's queue pair fails and
-/// flushes its receives.
+/// Checks a rejection's private data as the device delivers it: exactly what was sent,
+/// or (IB CM REJ, no length on the wire) that followed by zeros up to the field size.
+fn assert_reject_data(limits: PrivateDataLimits, got: &PrivateData, sent: &[u8]) {
+    if limits.reject_padded {
+        assert_eq!(got.len(), limits.reject, "the whole REJ field arrives");
+        assert_eq!(&got.as_bytes()[..sent.len()], sent);
+        assert!(
+            got.as_bytes()[sent.len()..].iter().all(|&b| b == 0),
+            "padding after the sent bytes is zero: {got:?}"
+        );
+    } else {
+        assert_eq!(got.as_bytes(), sent);
+    }
+}
+
+/// A rejection carries the server's private data, up to the device's reject limit; one
+/// byte more is refused with a typed error; the client's queue pair fails and flushes
+/// its receives.
 pub fn cm_reject_delivers_private_data<F: Fixture>() {
     let o = Opts::default();
     let addr = F::unique_addr();
     let mut s = Host::<F::P>::new::<F>(&o, &o.server);
     let mut c = Host::<F::P>::new::<F>(&o, &o.client);
+    let limits = s.dev.caps().private_data;
     s.cm.listen(&addr).expect("listen");
+
+    // Short private data (padded where the transport pads).
     let mut qp = c.connect(&addr, o.client, b"hi").expect("connect");
     let rb = [c.sge(0, 64)];
     qp.post_recv(&[RecvWr { wr_id: 9, sgl: &rb }])
@@ -540,13 +580,53 @@ pub fn cm_reject_delivers_private_data<F: Fixture>() {
     match next_event(&mut s, &mut c, 1) {
         CmEvent::Rejected { conn, private_data } => {
             assert_eq!(conn, qp.conn_id());
-            assert_eq!(private_data.as_bytes(), b"go away");
+            assert_reject_data(limits, &private_data, b"go away");
         }
         e => panic!("expected Rejected, got {e:?}"),
     }
     assert!(qp.state().is_error());
     wait_hosts(&mut s, &mut c, "flushed receive", |_, c| !c.done.is_empty());
     expect(&c.done[0], 9, WcOpcode::Recv, WcStatus::WrFlushed);
+
+    // Exactly the limit arrives whole; one byte more is refused before it is sent. Each
+    // attempt uses a fresh client, so no completion-queue share is still held.
+    let mut c = Host::<F::P>::new::<F>(&o, &o.client);
+    let qp = c.connect(&addr, o.client, b"again").expect("connect");
+    let request = match next_event(&mut s, &mut c, 0) {
+        CmEvent::ConnectRequest { request, .. } => request,
+        e => panic!("expected a connect request, got {e:?}"),
+    };
+    let full = pattern(5, limits.reject);
+    let too_long = pattern(6, limits.reject + 1);
+    match s.cm.reject(request, &too_long) {
+        Err(FabricError::PrivateDataTooLong { len, max }) => {
+            assert_eq!((len, max), (limits.reject + 1, limits.reject))
+        }
+        Err(e) => panic!("unexpected error {e}"),
+        Ok(()) => panic!("{} bytes of reject private data were taken", too_long.len()),
+    }
+    // The refused request was dropped, which rejects it without private data.
+    match next_event(&mut s, &mut c, 1) {
+        CmEvent::Rejected { conn, private_data } => {
+            assert_eq!(conn, qp.conn_id());
+            assert_reject_data(limits, &private_data, b"");
+        }
+        e => panic!("expected Rejected, got {e:?}"),
+    }
+    let mut c = Host::<F::P>::new::<F>(&o, &o.client);
+    let qp = c.connect(&addr, o.client, b"third").expect("connect");
+    let request = match next_event(&mut s, &mut c, 0) {
+        CmEvent::ConnectRequest { request, .. } => request,
+        e => panic!("expected a connect request, got {e:?}"),
+    };
+    s.cm.reject(request, &full).expect("reject at the limit");
+    match next_event(&mut s, &mut c, 1) {
+        CmEvent::Rejected { conn, private_data } => {
+            assert_eq!(conn, qp.conn_id());
+            assert_eq!(private_data.as_bytes(), &full[..]);
+        }
+        e => panic!("expected Rejected, got {e:?}"),
+    }
 }
 
 /// Connecting where nobody listens is reported as Unreachable.
