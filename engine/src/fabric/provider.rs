@@ -178,6 +178,24 @@ pub trait ConnectionManager {
         private_data: &[u8],
     ) -> Result<<Self::P as Provider>::Qp, FabricError>;
 
+    /// [`accept`](Self::accept), running `before_reply` on the new queue pair before the
+    /// peer learns of the acceptance. Receives posted there are in place for the peer's
+    /// first Send: an iWARP peer may send right after the MPA Reply, and iWARP has no
+    /// receiver-not-ready retry, so a Send that beats the receives is a fatal Terminate.
+    /// The default suits providers whose accept reports nothing to the peer before the
+    /// next poll.
+    fn accept_prepared(
+        &mut self,
+        request: <Self::P as Provider>::ConnRequest,
+        init: QpInit<'_, Self::P>,
+        private_data: &[u8],
+        before_reply: &mut dyn FnMut(&mut <Self::P as Provider>::Qp),
+    ) -> Result<<Self::P as Provider>::Qp, FabricError> {
+        let mut qp = self.accept(request, init, private_data)?;
+        before_reply(&mut qp);
+        Ok(qp)
+    }
+
     /// Rejects a connect request, telling the peer `private_data`.
     fn reject(
         &mut self,
