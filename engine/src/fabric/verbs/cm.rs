@@ -540,9 +540,19 @@ impl ConnectionManager for VerbsCm {
 
     fn accept(
         &mut self,
+        request: VerbsConnRequest,
+        init: QpInit<'_, VerbsProvider>,
+        private_data: &[u8],
+    ) -> Result<VerbsQp, FabricError> {
+        self.accept_prepared(request, init, private_data, &mut |_| {})
+    }
+
+    fn accept_prepared(
+        &mut self,
         mut request: VerbsConnRequest,
         init: QpInit<'_, VerbsProvider>,
         private_data: &[u8],
+        before_reply: &mut dyn FnMut(&mut VerbsQp),
     ) -> Result<VerbsQp, FabricError> {
         check_private(&self.dev, private_data, PrivateDataKind::Accept)?;
         // SAFETY: the request's id is live until taken.
@@ -550,10 +560,12 @@ impl ConnectionManager for VerbsCm {
             return Err(FabricError::WrongDevice);
         }
         let key = NEXT_CONN.fetch_add(1, Ordering::Relaxed);
-        let qp = VerbsQp::create(init, ConnId(key), self.alarm.clone())?;
+        let mut qp = VerbsQp::create(init, ConnId(key), self.alarm.clone())?;
         if !self.dev.is_iwarp() {
             self.ready(request.id, &qp.shared)?;
         }
+        // rdma_accept sends the MPA Reply on iWARP, and the peer may send at once.
+        before_reply(&mut qp);
         let id = request.take();
         // SAFETY: live id now owned here; its context names the connection from now on.
         unsafe { (*id).context = key as *mut std::ffi::c_void };
