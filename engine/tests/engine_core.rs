@@ -760,3 +760,90 @@ fn rdma_done_is_routed_to_the_service_and_not_answered() {
     assert_eq!(core.service().done, vec![0x99]);
     assert_eq!(core.stats().done_received, 1);
 }
+
+/// Persistent registration: chunks advertise their pool's own remote key and the
+/// buffer's address, only the Send is staged (no FastReg, no LocalInvalidate), remote
+/// invalidation is not offered, and a Send With Invalidate the peer sends anyway is
+/// counted as foreign instead of killing anything.
+#[test]
+fn persistent_requester_advertises_pool_keys_and_posts_only_the_send() {
+    let pools = pools();
+    let credits = Arc::new(CreditTable::new(8, false));
+    let mut core: RequesterCore<FakeMr> =
+        RequesterCore::new_persistent(&cfg(), &pools, credits).expect("core");
+    assert_eq!(core.registration(), rpcrdma::core::RegMode::Persistent);
+    let local = PrivateData::decode(&core.local_private_data()).expect("decodes");
+    assert!(
+        !local.remote_invalidate,
+        "persistent keys must not be invalidated"
+    );
+    let now = Instant::now();
+    let mut qp = FakeQp::default();
+    core.on_established(&peer_pd(), now);
+    assert!(!core.thresholds().remote_invalidate);
+    core.prepare(now);
+    core.post(&mut qp, now);
+
+    // A long call (message over the inline threshold) offering a Reply chunk.
+    let mut m = RegBuf::from_pool(&pools.send).expect("buffer");
+    let mut v = Vec::new();
+    for w in [0u32, 0, 2, 7, 1, 0, 0, 0, 0, 0] {
+        v.extend_from_slice(&w.to_be_bytes());
+    }
+    v.resize(4080, 0xab);
+    m.fill(&v).expect("fits");
+    let msg_addr = m.addr();
+    core.submit(CallRequest::new(m, 8000), 9, now)
+        .expect("submitted");
+    core.prepare(now);
+    core.post(&mut qp, now);
+    assert_eq!(qp.sends.len(), 1, "only the Send: {:?}", qp.sends);
+    assert_eq!(qp.sends[0].op, SendOp::Send);
+    let b = qp.sends[0].bytes.clone();
+    assert_eq!(be(&b, 3), 1, "RDMA_NOMSG");
+    assert_eq!((be(&b, 4), be(&b, 5)), (1, 0), "a Position-Zero Read chunk");
+    assert_eq!(be(&b, 6), 0x22, "the send pool's persistent key");
+    assert_eq!(be(&b, 7), 4080);
+    let off = (u64::from(be(&b, 8)) << 32) | u64::from(be(&b, 9));
+    assert_eq!(off, msg_addr);
+    assert_eq!(
+        (be(&b, 10), be(&b, 11)),
+        (0, 0),
+        "read list ends; no writes"
+    );
+    assert_eq!(
+        (be(&b, 12), be(&b, 13)),
+        (1, 1),
+        "a one-segment Reply chunk"
+    );
+    assert_eq!(be(&b, 14), 0x33, "the large pool's persistent key");
+
+    // The reply arrives inline, with an invalidation the requester never allowed.
+    let xid = be(&b, 0);
+    let mut reply = Vec::new();
+    for w in [xid, 1, 8, 0, 0, 0, 0, xid, 1, 0, 0, 0, 0, 0] {
+        reply.extend_from_slice(&w.to_be_bytes());
+    }
+    for wc in qp.complete_sends() {
+        core.handle_completion(&wc, now);
+    }
+    let mut wc = qp.deliver(&reply);
+    wc.invalidated_rkey = Some(0x33);
+    core.handle_completion(&wc, now);
+    let o = core.poll_outcome().expect("outcome");
+    assert_eq!(o.status, CallStatus::Success);
+    assert!(o.msg.is_some(), "buffers come back with the reply");
+    let st = core.stats();
+    assert_eq!(
+        (
+            st.local_invalidations,
+            st.remote_invalidations,
+            st.foreign_invalidations,
+            st.quarantined
+        ),
+        (0, 0, 1, 0)
+    );
+    core.prepare(now);
+    core.post(&mut qp, now);
+    assert!(qp.sends.is_empty(), "no LocalInvalidate follows");
+}

@@ -201,10 +201,19 @@ fn timeout_quarantines_persistent_buffers<P: rpcrdma::fabric::Provider>(
     assert!(o.msg.is_none(), "the call message stays quarantined");
     let st = p.requester.stats();
     assert_eq!((st.quarantined, st.local_invalidations), (1, 0));
-    let app = p.requester.alloc_large().expect("probe buffer").pool().clone();
+    let app = p
+        .requester
+        .alloc_large()
+        .expect("probe buffer")
+        .pool()
+        .clone();
     let app_free = app.available();
     drop(o);
-    assert_eq!(app.available(), app_free, "dropping the outcome freed nothing");
+    assert_eq!(
+        app.available(),
+        app_free,
+        "dropping the outcome freed nothing"
+    );
     for b in held {
         let _ = large.put(b);
     }
@@ -212,7 +221,11 @@ fn timeout_quarantines_persistent_buffers<P: rpcrdma::fabric::Provider>(
     let done = p.run_until(DEADLINE, |p| p.requester.stats().late_replies == 1);
     assert!(done, "the late reply arrived");
     assert_eq!(p.responder().expect("responder").service().seen.calls, 1);
-    assert_eq!(app.available(), app_free + 1, "the argument is back in its pool");
+    assert_eq!(
+        app.available(),
+        app_free + 1,
+        "the argument is back in its pool"
+    );
     assert_eq!(p.requester.credits().in_flight(), 0);
     assert_eq!(p.requester.state(), ConnState::Established);
     let req = CallRequest::new(msg(&p, PROC_NULL, &[]), 256);

@@ -15,10 +15,10 @@ use std::time::Instant;
 
 use engine_support::*;
 use rpcrdma::conn::{ConnError, RequesterConn, Server};
-use rpcrdma::core::ConnState;
+use rpcrdma::core::{ConnConfig, ConnState, RegMode, Registration};
 use rpcrdma::fabric::siw::{SiwDevice, SiwProvider};
 use rpcrdma::fabric::verbs::{list_devices, Transport, VerbsProvider};
-use rpcrdma::fabric::FabricError;
+use rpcrdma::fabric::{Device, FabricError};
 use rpcrdma::requester::{CallRequest, CallStatus, Outcome};
 
 fn device_info(net: &VerbsNet) -> rpcrdma::fabric::verbs::DeviceInfo {
@@ -29,22 +29,33 @@ fn device_info(net: &VerbsNet) -> rpcrdma::fabric::verbs::DeviceInfo {
         .unwrap_or_else(|| panic!("{} is not listed", net.dev))
 }
 
-/// The requester's DDP chunks get their keys from fast-registration slots (type-2
-/// memory windows over verbs). A device without them (siw: `max_mw` 0) must refuse a
-/// requester at creation with a typed error that says why, not fail later mid-RPC;
-/// a device with them (rxe) must accept one.
+/// Fast registration over verbs is type-2 memory windows. `Registration::Auto` picks it
+/// where the device has them (rxe) and persistent registration where it has not (siw:
+/// `max_mw` 0); an explicit `FastReg` on such a device is refused at creation with a
+/// typed error that says why, not later mid-RPC.
 #[test]
-fn requester_needs_type2_memory_windows() {
+fn requester_registration_follows_the_device() {
     let net = VerbsNet::from_env();
     let info = device_info(&net);
     let dev = net.device();
-    let addr = net.addr();
-    match RequesterConn::<VerbsProvider>::connect(&dev, &addr, &test_config()) {
-        Ok(_) => assert!(
-            info.mw_type2,
-            "{} has no type-2 windows, yet a requester was created",
-            net.dev
-        ),
+    assert_eq!(dev.caps().fast_reg, info.mw_type2);
+    let auto = RequesterConn::<VerbsProvider>::connect(&dev, &net.addr(), &test_config())
+        .unwrap_or_else(|e| panic!("requester on {}: {e}", net.dev));
+    let want = if info.mw_type2 {
+        RegMode::FastReg
+    } else {
+        RegMode::Persistent
+    };
+    assert_eq!(auto.registration(), want, "{}", net.dev);
+    let forced = ConnConfig {
+        registration: Registration::FastReg,
+        ..test_config()
+    };
+    match RequesterConn::<VerbsProvider>::connect(&dev, &net.addr(), &forced) {
+        Ok(r) => {
+            assert!(info.mw_type2, "{}: FastReg without windows", net.dev);
+            assert_eq!(r.registration(), RegMode::FastReg);
+        }
         Err(ConnError::Fabric(FabricError::Exhausted { what, max })) => {
             assert!(!info.mw_type2, "{} has windows but was refused", net.dev);
             assert_eq!(max, 0);

@@ -110,11 +110,6 @@ judge() {
 # The engine over verbs, judged the same way. Entries: DEVICE must|may BINARY:TEST-GLOB
 # REASON. "BUG" reasons are open defects found by this step and reported to the lead.
 ENGINE_KNOWN=(
-  "siw0 must engine_verbs_inline:* siw has no type-2 memory windows: a verbs requester is refused at creation (alloc_fast_mr: Exhausted); engine_verbs proves the refusal and serves siw0 to a userspace-siw requester"
-  "siw0 must engine_verbs_chunks:* siw has no type-2 memory windows: no verbs requester (see engine_verbs_inline)"
-  "siw0 must engine_verbs_errors:* siw has no type-2 memory windows: no verbs requester (see engine_verbs_inline)"
-  "siw0 must engine_verbs_credits:* siw has no type-2 memory windows: no verbs requester (see engine_verbs_inline)"
-  "siw0 must engine_verbs_disconnect:* siw has no type-2 memory windows: no verbs requester (see engine_verbs_inline)"
   "rxe0 must engine_verbs_chunks:*write_chunk_gets_the_result_in_place BUG: a call offering a Write chunk gets no reply on rxe0 (times out)"
   "rxe0 must engine_verbs_chunks:*write_chunks_partly_filled_and_empty BUG: a call offering a Write chunk gets no reply on rxe0 (times out)"
   "rxe0 must engine_verbs_errors:*reply_that_fits_nothing_gets_err_chunk BUG: no reply (ERR_CHUNK expected) on rxe0 (times out)"

@@ -95,9 +95,7 @@ impl<P: Provider> ConnResources<P> {
     pub fn register_arena(&mut self, arena: &Arc<Arena>) -> Result<(), ConnError> {
         let access = match self.mode {
             RegMode::FastReg => Access::LOCAL_WRITE,
-            RegMode::Persistent => {
-                Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE
-            }
+            RegMode::Persistent => Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE,
         };
         let mr = self
             .pd

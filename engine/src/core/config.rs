@@ -387,6 +387,53 @@ mod tests {
         assert_eq!(r.slots, 64);
     }
 
+    fn caps(fast_reg: bool) -> DeviceCaps {
+        DeviceCaps {
+            fast_reg,
+            ..crate::fabric::sim::SimConfig::seeded(1).caps
+        }
+    }
+
+    #[test]
+    fn auto_registration_follows_the_device() {
+        assert_eq!(Registration::default(), Registration::Auto);
+        assert_eq!(Registration::Auto.resolve(&caps(true)), RegMode::FastReg);
+        assert_eq!(
+            Registration::Auto.resolve(&caps(false)),
+            RegMode::Persistent
+        );
+        // Explicit choices are kept, even one the device cannot honour.
+        assert_eq!(
+            Registration::FastReg.resolve(&caps(false)),
+            RegMode::FastReg
+        );
+        assert_eq!(
+            Registration::Persistent.resolve(&caps(true)),
+            RegMode::Persistent
+        );
+        assert_eq!("persistent".parse(), Ok(Registration::Persistent));
+        assert_eq!("fastreg".parse(), Ok(Registration::FastReg));
+        assert_eq!(
+            "allphysical".parse::<Registration>(),
+            Err(ConfigError::UnknownRegistration)
+        );
+        assert_eq!(RegMode::Persistent.to_string(), "persistent");
+    }
+
+    #[test]
+    fn persistent_mode_never_offers_remote_invalidation() {
+        let c = ConnConfig::default();
+        assert!(c.remote_invalidate);
+        let fast = c.private_data_for(RegMode::FastReg).expect("valid");
+        let pers = c.private_data_for(RegMode::Persistent).expect("valid");
+        assert!(fast.remote_invalidate);
+        assert!(!pers.remote_invalidate);
+        assert_eq!(
+            (pers.send_size, pers.recv_size),
+            (fast.send_size, fast.recv_size)
+        );
+    }
+
     #[test]
     fn bad_configs_are_refused() {
         let c = ConnConfig {

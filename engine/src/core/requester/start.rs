@@ -290,7 +290,9 @@ impl<M: MemoryRegion> RequesterCore<M> {
         // Room for what was not staged (never, see `Transport::stage`) goes back; the
         // rest of `sq_need` stays reserved for the LocalInvalidates.
         let invalidations = uses.len() as u32;
-        self.t.sq.give((sq_need - invalidations).saturating_sub(staged));
+        self.t
+            .sq
+            .give((sq_need - invalidations).saturating_sub(staged));
 
         s.phase = Phase::Active;
         s.xid = xid;
