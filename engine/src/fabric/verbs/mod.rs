@@ -61,6 +61,7 @@ mod pd;
 mod qp;
 mod ring;
 mod rnr;
+mod sendwr;
 mod status;
 
 pub use addr::VerbsAddr;

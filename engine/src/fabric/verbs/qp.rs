@@ -26,6 +26,7 @@ use crate::fabric::{
 use super::cq::{flushed, CqShared};
 use super::pd::{mw_access, PdShared};
 use super::ring::{Entry, WrRing, RECV_TAG};
+use super::sendwr::{fill, VerbsOp};
 use super::VerbsProvider;
 
 /// Inline data the provider asks for; small RPC-over-RDMA headers fit.
@@ -487,31 +488,17 @@ impl QueuePair for VerbsQp {
                 ns += 1;
             }
             let first = nv;
-            let v = &mut self.send_wrs[nv];
-            v.wr_id = seq;
-            v.sg_list = self.send_sges[sge_at..].as_mut_ptr();
-            v.num_sge = wr.sgl.len() as i32;
-            v.send_flags = flags;
-            match wr.op {
-                SendOp::Send => v.opcode = ibv_wr_opcode::IBV_WR_SEND,
-                SendOp::SendWithInvalidate { rkey } => {
-                    v.opcode = ibv_wr_opcode::IBV_WR_SEND_WITH_INV;
-                    v.imm_data_invalidated_rkey_union.invalidated_rkey = rkey;
-                }
-                SendOp::RdmaWrite { remote } => {
-                    v.opcode = ibv_wr_opcode::IBV_WR_RDMA_WRITE;
-                    v.wr.rdma = rdma_sys::rdma_t {
-                        remote_addr: remote.addr,
-                        rkey: remote.rkey,
-                    };
-                }
-                SendOp::RdmaRead { remote } => {
-                    v.opcode = ibv_wr_opcode::IBV_WR_RDMA_READ;
-                    v.wr.rdma = rdma_sys::rdma_t {
-                        remote_addr: remote.addr,
-                        rkey: remote.rkey,
-                    };
-                }
+            let vop = match wr.op {
+                SendOp::Send => VerbsOp::Send,
+                SendOp::SendWithInvalidate { rkey } => VerbsOp::SendWithInvalidate(rkey),
+                SendOp::RdmaWrite { remote } => VerbsOp::Write {
+                    addr: remote.addr,
+                    rkey: remote.rkey,
+                },
+                SendOp::RdmaRead { remote } => VerbsOp::Read {
+                    addr: remote.addr,
+                    rkey: remote.rkey,
+                },
                 SendOp::FastReg {
                     key,
                     region,
@@ -541,17 +528,14 @@ impl QueuePair for VerbsQp {
                         ));
                         break;
                     };
-                    v.opcode = ibv_wr_opcode::IBV_WR_BIND_MW;
-                    v.bind_mw_tso_union.bind_mw = rdma_sys::bind_mw_t {
+                    VerbsOp::Bind {
                         mw: mw.cast::<ibv_mw>(),
+                        mr: mr.cast::<ibv_mr>(),
                         rkey: key,
-                        bind_info: rdma_sys::ibv_mw_bind_info {
-                            mr: mr.cast::<ibv_mr>(),
-                            addr: region.addr,
-                            length: u64::from(region.length),
-                            mw_access_flags: mw_access(access),
-                        },
-                    };
+                        addr: region.addr,
+                        length: u64::from(region.length),
+                        access: mw_access(access),
+                    }
                 }
                 SendOp::LocalInvalidate { key } => {
                     if !wr.sgl.is_empty() {
@@ -560,10 +544,12 @@ impl QueuePair for VerbsQp {
                         ));
                         break;
                     }
-                    v.opcode = ibv_wr_opcode::IBV_WR_LOCAL_INV;
-                    v.imm_data_invalidated_rkey_union.invalidated_rkey = key;
+                    VerbsOp::LocalInvalidate(key)
                 }
-            }
+            };
+            // The slot still holds the previous post's request: fill rewrites all of it.
+            let sgl = self.send_sges[sge_at..].as_mut_ptr();
+            fill(&mut self.send_wrs[nv], seq, sgl, wr.sgl.len(), flags, vop);
             let inline_ok = match wr.op {
                 SendOp::Send | SendOp::RdmaWrite { .. } => true,
                 // siw (through Linux 6.1) refuses inline Sends With Invalidate.
@@ -605,20 +591,23 @@ impl QueuePair for VerbsQp {
                             self.owner[idx] = i as u32;
                             nv += 1;
                         }
-                        let v = &mut self.send_wrs[idx];
-                        v.wr_id = seq;
-                        v.opcode = ibv_wr_opcode::IBV_WR_RDMA_READ;
-                        v.sg_list = self.send_sges[lo..].as_mut_ptr();
-                        v.num_sge = (hi - lo) as i32;
-                        v.wr.rdma = rdma_sys::rdma_t {
-                            remote_addr: remote.addr + offset,
-                            rkey: remote.rkey,
-                        };
                         let last = p + 1 == pieces;
-                        v.send_flags = if last { flags } else { 0 };
+                        let mut piece_flags = if last { flags } else { 0 };
                         if p == 0 && wr.flags.contains(SendFlags::FENCE) {
-                            v.send_flags |= ibv_send_flags::IBV_SEND_FENCE.0;
+                            piece_flags |= ibv_send_flags::IBV_SEND_FENCE.0;
                         }
+                        let sgl = self.send_sges[lo..].as_mut_ptr();
+                        fill(
+                            &mut self.send_wrs[idx],
+                            seq,
+                            sgl,
+                            hi - lo,
+                            piece_flags,
+                            VerbsOp::Read {
+                                addr: remote.addr + offset,
+                                rkey: remote.rkey,
+                            },
+                        );
                         offset += piece_len;
                     }
                 }
