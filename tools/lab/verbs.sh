@@ -110,9 +110,6 @@ judge() {
 # The engine over verbs, judged the same way. Entries: DEVICE must|may BINARY:TEST-GLOB
 # REASON. "BUG" reasons are open defects found by this step and reported to the lead.
 ENGINE_KNOWN=(
-  "rxe0 must engine_verbs_chunks:*write_chunk_gets_the_result_in_place BUG: a call offering a Write chunk gets no reply on rxe0 (times out)"
-  "rxe0 must engine_verbs_chunks:*write_chunks_partly_filled_and_empty BUG: a call offering a Write chunk gets no reply on rxe0 (times out)"
-  "rxe0 must engine_verbs_errors:*reply_that_fits_nothing_gets_err_chunk BUG: no reply (ERR_CHUNK expected) on rxe0 (times out)"
   "siw0 must engine_verbs:iwarp_siw_requester_to_verbs_responder_every_shape BUG: NULL and inline ECHO pass; the long call (Position-Zero Read, Reply chunk) ends Transport(Disconnected), kernel siw logs a DDP Terminate"
 )
 judge_engine() {
