@@ -65,5 +65,8 @@ run_step smoke guest_step smoke smoke.sh 600; [ $? = 2 ] && finish
 run_step mpa "$HERE/mpa-check.sh"; [ $? = 2 ] && finish
 run_step siw-interop "$HERE/siw-interop.sh"; [ $? = 2 ] && finish
 run_step verbs "$HERE/verbs.sh"; [ $? = 2 ] && finish
+# Host userspace siw <-> guest verbs on siw0 through the CLI, both directions, every chunk
+# type; a failure names each direction-case (h2g-echo-write, g2h-long-reply, ...).
+run_step verbs-interop "$HERE/verbs-interop.sh"; [ $? = 2 ] && finish
 [ "${LAB_NFS:-1}" = 0 ] || run_step nfs guest_step nfs nfs-rdma.sh 900
 finish
