@@ -30,10 +30,12 @@ pub(crate) const IB_CONNECT_PRIVATE_DATA: usize = 56;
 pub(crate) const IB_ACCEPT_PRIVATE_DATA: usize = 196;
 /// See [`IB_CONNECT_PRIVATE_DATA`].
 pub(crate) const IB_REJECT_PRIVATE_DATA: usize = 148;
-/// iWARP through RDMA-CM: Linux iw_cm drivers (siw's `MPA_MAX_PRIVDATA`) accept 256
-/// bytes of MPA private data, and a revision 2 frame spends 4 of them on the RFC 6581
-/// IRD/ORD words, so 252 is what reaches a kernel siw peer in every message.
-pub(crate) const IWARP_PRIVATE_DATA: usize = 252;
+/// iWARP through RDMA-CM: Linux siw accepts at most 256 octets of MPA private data
+/// (`MPA_MAX_PRIVDATA`), and when it sends a revision 2 frame it adds the 4 RFC 6581
+/// IRD/ORD octets to the caller's length in an 8-bit variable, so 252 or more wraps and
+/// the frame's PD_Length no longer matches what follows (seen in the lab: the peer
+/// reports the connection unreachable). 251 is the most that arrives intact.
+pub(crate) const IWARP_PRIVATE_DATA: usize = 251;
 
 /// The transport a device speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
