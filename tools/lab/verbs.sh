@@ -110,7 +110,6 @@ judge() {
 # The engine over verbs, judged the same way. Entries: DEVICE must|may BINARY:TEST-GLOB
 # REASON. "BUG" reasons are open defects found by this step and reported to the lead.
 ENGINE_KNOWN=(
-  "siw0 must engine_verbs:iwarp_siw_requester_to_verbs_responder_every_shape BUG: NULL and inline ECHO pass; the long call (Position-Zero Read, Reply chunk) ends Transport(Disconnected), kernel siw logs a DDP Terminate"
 )
 judge_engine() {
   local dev=$1 log bin name outcome entry d mode pat reason hit
