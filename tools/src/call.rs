@@ -21,7 +21,7 @@ use rpcrdma_ulp::rpc::{CallHeader, OpaqueAuth};
 use serde::Serialize;
 
 use crate::endpoint::Endpoint;
-use crate::error::CliError;
+use crate::error::{connect_error, CliError};
 
 /// Octets an inline message needs beyond its payload (RPC and transport headers, length
 /// word, slack): a payload that does not fit goes to a chunk in `auto` mode.
@@ -230,8 +230,8 @@ fn call<P: Provider>(
         reason,
     };
     let t0 = Instant::now();
-    let mut conn =
-        RequesterConn::<P>::connect(dev, addr, &o.conn).map_err(|e| unreachable(e.to_string()))?;
+    let mut conn = RequesterConn::<P>::connect(dev, addr, &o.conn)
+        .map_err(|e| connect_error(ep.provider(), ep.to_string(), e))?;
     let end = t0 + o.timeout;
     loop {
         conn.poll(Instant::now());

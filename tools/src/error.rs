@@ -5,6 +5,8 @@ use core::fmt;
 use std::io;
 use std::path::PathBuf;
 
+use rpcrdma::conn::ConnError;
+use rpcrdma::fabric::FabricError;
 use rpcrdma::wire::header::{HeaderError, ResponderAction, RPCRDMA_VERSION};
 use rpcrdma::wire::private_data::{PrivateDataError, FORMAT_IDENTIFIER, MIN_INLINE_SIZE};
 
@@ -43,6 +45,14 @@ pub enum CliError {
         provider: &'static str,
         /// The address as given.
         addr: String,
+        /// What happened.
+        reason: String,
+    },
+    /// `call`: the local end could not be set up, so nothing was sent (e.g. memory
+    /// registration refused by the locked-memory limit).
+    LocalSetup {
+        /// Provider name.
+        provider: &'static str,
         /// What happened.
         reason: String,
     },
@@ -100,6 +110,11 @@ impl fmt::Display for CliError {
                 "cannot reach an rpcrdma server at {addr} over {provider}: {reason}; start one \
                  with `rpcrdma serve --provider {provider} --addr {addr}`"
             ),
+            CliError::LocalSetup { provider, reason } => write!(
+                f,
+                "cannot set up the local {provider} endpoint (nothing was sent to the server): \
+                 {reason}"
+            ),
             CliError::Serve(e) => write!(f, "serve: {e}"),
             CliError::Call(e) => write!(f, "call failed: {e}"),
         }
@@ -119,6 +134,7 @@ impl std::error::Error for CliError {
             | CliError::BinaryToTerminal
             | CliError::BadArgument { .. }
             | CliError::Unreachable { .. }
+            | CliError::LocalSetup { .. }
             | CliError::Serve(_)
             | CliError::Call(_) => None,
         }
@@ -134,6 +150,26 @@ impl From<HexError> for CliError {
 impl From<HeaderError> for CliError {
     fn from(e: HeaderError) -> Self {
         CliError::Header(e)
+    }
+}
+
+/// The error for a failed `connect` to `addr`: failures of the local end (its
+/// configuration, pools, or a registration the locked-memory limit refuses) say so;
+/// the rest (address resolution, rejection, no listener) mean the server was not reached.
+pub fn connect_error(provider: &'static str, addr: String, e: ConnError) -> CliError {
+    match e {
+        ConnError::Fabric(FabricError::LockedMemoryLimit { .. })
+        | ConnError::Config(_)
+        | ConnError::Pool(_)
+        | ConnError::Core(_) => CliError::LocalSetup {
+            provider,
+            reason: e.to_string(),
+        },
+        ConnError::Fabric(_) => CliError::Unreachable {
+            provider,
+            addr,
+            reason: e.to_string(),
+        },
     }
 }
 
@@ -153,5 +189,47 @@ pub fn responder_says(e: &HeaderError) -> String {
         ResponderAction::Drop => {
             "no reply possible: the version is unreadable, so a responder drops it".to_owned()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A registration refused by RLIMIT_MEMLOCK is reported as a local limit with the
+    /// way to raise it, never as an unreachable server.
+    #[test]
+    fn memlock_refusal_is_a_local_error_naming_the_limit() {
+        let e = connect_error(
+            "verbs",
+            "10.0.2.15:20049".into(),
+            ConnError::Fabric(FabricError::LockedMemoryLimit {
+                len: 2 << 20,
+                limit: 64 << 10,
+            }),
+        );
+        assert!(matches!(e, CliError::LocalSetup { .. }), "{e:?}");
+        let msg = e.to_string();
+        assert!(!msg.contains("cannot reach"), "{msg}");
+        for want in ["RLIMIT_MEMLOCK", "ulimit -l", "64 KiB", "nothing was sent"] {
+            assert!(msg.contains(want), "{want:?} missing from: {msg}");
+        }
+    }
+
+    /// Connection-manager failures still mean the server was not reached.
+    #[test]
+    fn cm_failures_stay_unreachable() {
+        let e = connect_error(
+            "verbs",
+            "10.0.2.15:20049".into(),
+            ConnError::Fabric(FabricError::Os {
+                op: "rdma_resolve_addr",
+                err: io::Error::from_raw_os_error(110),
+            }),
+        );
+        assert!(matches!(e, CliError::Unreachable { .. }), "{e:?}");
+        assert!(e
+            .to_string()
+            .starts_with("cannot reach an rpcrdma server at 10.0.2.15:20049"));
     }
 }

@@ -68,6 +68,15 @@ pub enum FabricError {
     InvalidState(QpState),
     /// The peer sent something that does not follow the provider's protocol.
     Protocol(&'static str),
+    /// A registration would pin more memory than the process may lock
+    /// (`RLIMIT_MEMLOCK`, `ulimit -l`): verbs devices pin every registered page, and the
+    /// kernel refuses with ENOMEM past the limit.
+    LockedMemoryLimit {
+        /// Bytes the registration asked to pin.
+        len: usize,
+        /// The soft limit in bytes.
+        limit: u64,
+    },
     /// An operating-system call failed.
     Os {
         /// What was being done.
@@ -124,6 +133,15 @@ impl fmt::Display for FabricError {
             FabricError::UnknownConn(c) => write!(f, "unknown or closed connection {c}"),
             FabricError::InvalidState(s) => write!(f, "not allowed in queue-pair state {s:?}"),
             FabricError::Protocol(why) => write!(f, "peer protocol violation: {why}"),
+            FabricError::LockedMemoryLimit { len, limit } => write!(
+                f,
+                "cannot register {len} bytes: the device pins registered memory and the \
+                 locked-memory limit RLIMIT_MEMLOCK is {} KiB (`ulimit -l`), too small for \
+                 this process's pools; raise it (`ulimit -l unlimited`, LimitMEMLOCK=infinity \
+                 for a systemd service, or memlock in /etc/security/limits.conf) or shrink \
+                 the pools",
+                limit / 1024
+            ),
             FabricError::Os { op, err } => write!(f, "{op} failed: {err}"),
         }
     }

@@ -110,6 +110,42 @@ pub(crate) fn mw_access(access: Access) -> u32 {
     f
 }
 
+/// CAP_IPC_LOCK's bit in the capability sets (linux/capability.h).
+const CAP_IPC_LOCK: u32 = 14;
+
+/// The soft locked-memory limit in bytes when it binds this process: `None` when it is
+/// unlimited, unknown, or the process holds CAP_IPC_LOCK (which lifts it).
+fn memlock_limit() -> Option<u64> {
+    let mut rl = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: rl is a valid rlimit to fill.
+    if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut rl) } != 0
+        || rl.rlim_cur == libc::RLIM_INFINITY
+    {
+        return None;
+    }
+    // Only reached when a registration already failed, so reading a file is fine here.
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let eff = status.lines().find_map(|l| l.strip_prefix("CapEff:"))?;
+    let eff = u64::from_str_radix(eff.trim(), 16).ok()?;
+    (eff & (1 << CAP_IPC_LOCK) == 0).then_some(rl.rlim_cur)
+}
+
+/// The error for an `ibv_reg_mr` of `len` bytes that failed with `err`, given the
+/// binding locked-memory limit: the kernel reports pinning past RLIMIT_MEMLOCK as
+/// ENOMEM, which would otherwise read as the machine being out of memory.
+pub(crate) fn reg_mr_error(err: std::io::Error, len: usize, memlock: Option<u64>) -> FabricError {
+    match (err.raw_os_error(), memlock) {
+        (Some(libc::ENOMEM), Some(limit)) => FabricError::LockedMemoryLimit { len, limit },
+        _ => FabricError::Os {
+            op: "ibv_reg_mr",
+            err,
+        },
+    }
+}
+
 enum Kind {
     Region {
         mr: *mut ibv_mr,
@@ -241,7 +277,11 @@ impl ProtectionDomain for VerbsPd {
         // SAFETY: pd is live; addr..addr+len is mapped memory of the arena.
         let mr = unsafe { ibv_reg_mr(self.shared.pd, addr.cast::<c_void>(), len, flags as i32) };
         if mr.is_null() {
-            return Err(FabricError::last_os("ibv_reg_mr"));
+            return Err(reg_mr_error(
+                std::io::Error::last_os_error(),
+                len,
+                memlock_limit(),
+            ));
         }
         // SAFETY: ibv_reg_mr returned a live MR.
         let lkey = unsafe { (*mr).lkey };
@@ -297,5 +337,72 @@ impl ProtectionDomain for VerbsPd {
             kind: Kind::Window { mw, key, max_len },
             pd: self.shared.clone(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn enomem() -> std::io::Error {
+        std::io::Error::from_raw_os_error(libc::ENOMEM)
+    }
+
+    /// ENOMEM under a binding limit names the limit and how to raise it, not a
+    /// generic out-of-memory (the CLI used to call this "cannot reach server").
+    #[test]
+    fn enomem_under_a_memlock_limit_names_the_limit() {
+        let e = reg_mr_error(enomem(), 1 << 20, Some(8 << 20));
+        assert!(
+            matches!(
+                e,
+                FabricError::LockedMemoryLimit {
+                    len: 1_048_576,
+                    limit: 8_388_608
+                }
+            ),
+            "{e:?}"
+        );
+        let msg = e.to_string();
+        for want in ["RLIMIT_MEMLOCK", "8192 KiB", "ulimit -l", "1048576 bytes"] {
+            assert!(msg.contains(want), "{want:?} missing from: {msg}");
+        }
+    }
+
+    /// Without a binding limit (unlimited, or CAP_IPC_LOCK) ENOMEM is real memory
+    /// shortage, and other errors stay what they are.
+    #[test]
+    fn other_registration_failures_stay_os_errors() {
+        let e = reg_mr_error(enomem(), 4096, None);
+        assert!(
+            matches!(
+                e,
+                FabricError::Os {
+                    op: "ibv_reg_mr",
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert!(!e.to_string().contains("RLIMIT_MEMLOCK"));
+        let einval = std::io::Error::from_raw_os_error(libc::EINVAL);
+        let e = reg_mr_error(einval, 4096, Some(65536));
+        assert!(matches!(e, FabricError::Os { .. }), "{e:?}");
+    }
+
+    /// The limit this process runs under is readable (whatever its value).
+    #[test]
+    fn memlock_limit_reads_without_failing() {
+        let mut rl = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: rl is a valid rlimit to fill.
+        assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut rl) }, 0);
+        if rl.rlim_cur == libc::RLIM_INFINITY {
+            assert_eq!(memlock_limit(), None);
+        } else if let Some(l) = memlock_limit() {
+            assert_eq!(l, rl.rlim_cur);
+        }
     }
 }
