@@ -6,7 +6,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rpcrdma::core::{ConnConfig, CorePools, RegBuf, RequesterCore, ResponderCore};
+use rpcrdma::core::{
+    CloseReason, ConnConfig, ConnEvent, ConnState, CorePools, RegBuf, RequesterCore, ResponderCore,
+};
 use rpcrdma::credits::{CreditTable, GrantPolicy};
 use rpcrdma::fabric::mr::{make_key, next_key};
 use rpcrdma::fabric::RemoteAddr;
@@ -846,4 +848,60 @@ fn persistent_requester_advertises_pool_keys_and_posts_only_the_send() {
     core.prepare(now);
     core.post(&mut qp, now);
     assert!(qp.sends.is_empty(), "no LocalInvalidate follows");
+}
+
+/// With persistent keys nothing revokes the responder's access, so a reply claiming
+/// Write chunk results for no outstanding call (the responder wrote into memory another
+/// call may own by now) ends the connection; with per-RPC keys it is only counted.
+#[test]
+fn stray_chunk_reply_ends_a_persistent_connection() {
+    for persistent in [false, true] {
+        let pools = pools();
+        let credits = Arc::new(CreditTable::new(8, false));
+        let mut core: RequesterCore<FakeMr> = if persistent {
+            RequesterCore::new_persistent(&cfg(), &pools, credits).expect("core")
+        } else {
+            let mrs = (1..=40)
+                .map(|i| FakeMr {
+                    key: make_key(i, 0),
+                })
+                .collect();
+            RequesterCore::new(&cfg(), &pools, mrs, credits).expect("core")
+        };
+        let now = Instant::now();
+        let mut qp = FakeQp::default();
+        core.on_established(&peer_pd(), now);
+        core.prepare(now);
+        core.post(&mut qp, now);
+        while core.poll_event().is_some() {}
+        // RDMA_MSG, XID of no call, one Write chunk of one segment, then the RPC reply.
+        let xid: u32 = 0xdead_beef;
+        let mut reply = Vec::new();
+        for w in [xid, 1, 8, 0, 0, 1, 1, 0x33, 16, 0, 0x1000, 0, 0] {
+            reply.extend_from_slice(&w.to_be_bytes());
+        }
+        for w in [xid, 1, 0, 0, 0, 0] {
+            reply.extend_from_slice(&w.to_be_bytes());
+        }
+        let wc = qp.deliver(&reply);
+        core.handle_completion(&wc, now);
+        let st = core.stats();
+        assert_eq!((st.unmatched, st.stray_chunk_replies), (1, 1));
+        let ev = core.poll_event();
+        if persistent {
+            assert!(
+                matches!(
+                    ev,
+                    Some(ConnEvent::DisconnectRequested(
+                        CloseReason::ProtocolViolation(_)
+                    ))
+                ),
+                "{ev:?}"
+            );
+            assert_ne!(core.state(), ConnState::Established);
+        } else {
+            assert_eq!(ev, None);
+            assert_eq!(core.state(), ConnState::Established);
+        }
+    }
 }

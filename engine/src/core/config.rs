@@ -39,7 +39,10 @@ pub const POOL_CACHE: usize = 16;
 ///   RDMA Writes precede its reply on the same queue pair), or, for a call that timed
 ///   out, when a late reply arrives or the connection is gone (its queue pair drained
 ///   in error, so no further write can land); the registration is dropped with the
-///   connection.
+///   connection. The engine never retransmits a call on a connection, so a conforming
+///   responder never writes a chunk after its reply; a reply claiming chunk results for
+///   no outstanding call is counted (`RequesterStats::stray_chunk_replies`) and ends
+///   the connection, since its writes may have landed in a buffer another call owns.
 /// - [`Auto`](Registration::Auto): `FastReg` when the device supports it
 ///   ([`DeviceCaps::fast_reg`]), else `Persistent`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

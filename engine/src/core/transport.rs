@@ -41,6 +41,10 @@ pub enum CloseReason {
     PeerDead,
     /// The application closed the connection.
     Local,
+    /// The peer broke the protocol in a way that makes going on unsafe (e.g. a reply
+    /// claiming chunk writes for no outstanding call while chunks are registered
+    /// persistently).
+    ProtocolViolation(&'static str),
 }
 
 impl fmt::Display for CloseReason {
@@ -51,6 +55,7 @@ impl fmt::Display for CloseReason {
             CloseReason::PostRefused => write!(f, "provider refused a post"),
             CloseReason::PeerDead => write!(f, "peer did not answer the keepalive probe"),
             CloseReason::Local => write!(f, "closed locally"),
+            CloseReason::ProtocolViolation(what) => write!(f, "protocol violation: {what}"),
         }
     }
 }

@@ -72,6 +72,10 @@ pub struct RequesterStats {
     pub unmatched: u64,
     /// Late replies to calls that had timed out.
     pub late_replies: u64,
+    /// Of the unmatched replies, those claiming Write or Reply chunk results (the
+    /// responder wrote into memory no outstanding call offered). In persistent mode each
+    /// ends the connection.
+    pub stray_chunk_replies: u64,
     /// Keys invalidated by the responder's Send With Invalidate.
     pub remote_invalidations: u64,
     /// Local invalidations posted.
@@ -729,8 +733,24 @@ impl<M: MemoryRegion> RequesterCore<M> {
             .is_some_and(|s| s.phase == Phase::Active && s.xid == xid && s.holds_credit);
         if !matched {
             self.stats.unmatched += 1;
+            // A reply that says it wrote chunks, for no call that offered any: the
+            // responder wrote where it had no business to. With per-RPC keys those
+            // writes hit dead keys; with persistent ones they may have landed in buffers
+            // another call now owns, so the connection cannot be trusted any more.
+            let wrote = hdr.write_segment_count() > 0 || hdr.reply_segment_count() > 0;
             self.note_foreign_swi(swi, None);
             self.t.recvs.recycle(buf);
+            if wrote {
+                self.stats.stray_chunk_replies += 1;
+                if self.mode == RegMode::Persistent {
+                    let reason =
+                        CloseReason::ProtocolViolation("reply with chunk results for no call");
+                    let _ = self
+                        .events
+                        .push_back(ConnEvent::DisconnectRequested(reason));
+                    self.fail(reason);
+                }
+            }
             return;
         }
         self.credits.set_granted(hdr.credit());
