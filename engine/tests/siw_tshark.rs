@@ -33,6 +33,7 @@ use rpcrdma::fabric::{
 };
 use rpcrdma::iwarp::rdmap::{Opcode, Placement, ReadRequest, SegmentHeader};
 use rpcrdma::iwarp::terminate::Terminate;
+use rpcrdma::wire::private_data::find_private_data;
 
 const INSTALL_HINT: &str = "tshark with capture rights on `lo` is required for this test: \
      install it with `DEBIAN_FRONTEND=noninteractive apt-get install -y tshark` and run as \
@@ -41,8 +42,24 @@ const INSTALL_HINT: &str = "tshark with capture rights on `lo` is required for t
 const DEADLINE: Duration = Duration::from_secs(10);
 
 /// RFC 8797 message the client offers (format id, version 1, no options, sizes 1 KiB).
-const CLIENT_PD: [u8; 8] = [0xf6, 0xab, 0x0e, 0x18, 0x01, 0x00, 0x03, 0x03];
-const SERVER_PD: &[u8] = b"siw-accept";
+const RPCRDMA_PD: [u8; 8] = [0xf6, 0xab, 0x0e, 0x18, 0x01, 0x00, 0x03, 0x03];
+
+/// Where the RFC 8797 message sits in the client's private data: after another layer's
+/// octets, so that the whole ULP field is the revision 2 maximum of 508 (512 minus the
+/// IRD/ORD words) and the receiver has to search for the message (RFC 8797 §5.2).
+const RPCRDMA_AT: usize = 500;
+
+/// The client's 508 octets: another layer's bytes, then the RFC 8797 message.
+fn client_pd() -> Vec<u8> {
+    let mut pd = vec![b'x'; RPCRDMA_AT];
+    pd.extend_from_slice(&RPCRDMA_PD);
+    pd
+}
+
+/// The server's 508 octets.
+fn server_pd() -> Vec<u8> {
+    pattern(77, 508)
+}
 
 // ---------------------------------------------------------------------------------------
 // What the senders logged.
@@ -299,6 +316,7 @@ impl Fixture for Live {
         SiwDevice::with_config(SiwConfig {
             crc: true,
             mss: Some(1460),
+            confirmation_own_segment: true,
             tap: Some(tap),
             ..SiwConfig::default()
         })
@@ -318,9 +336,15 @@ fn free_port() -> u16 {
 /// Runs every operation once and returns the tap's log.
 fn run_traffic() {
     let (mut p, at_server, at_client) =
-        connect_with::<Live>(&Opts::default(), &CLIENT_PD, SERVER_PD);
-    assert_eq!(at_server.as_bytes(), &CLIENT_PD);
-    assert_eq!(at_client.as_bytes(), SERVER_PD);
+        connect_with::<Live>(&Opts::default(), &client_pd(), &server_pd());
+    assert_eq!(at_server.as_bytes(), &client_pd()[..]);
+    assert_eq!(at_client.as_bytes(), &server_pd()[..]);
+    // The RFC 8797 message is found where it was put, after the other layer's bytes
+    // (the IRD/ORD words are not part of what the connection manager hands up).
+    let found = find_private_data(at_server.as_bytes()).expect("a well-formed search");
+    let (at, msg) = found.expect("the RFC 8797 message is found");
+    assert_eq!(at, RPCRDMA_AT);
+    assert_eq!(msg.to_bytes().expect("encodes"), RPCRDMA_PD);
 
     // Send of 3000 octets: three FPDUs.
     let rb = [p.s.sge(0, 4000)];
@@ -520,8 +544,13 @@ fn check_mpa(u: &Unit, frame: &[u8], ctx: &str) {
     let pd = u.bytes("iwarp_mpa.privatedata");
     assert_eq!(pd, hex(&frame[20..]), "{ctx}: private data as logged");
     // IRD 16, ORD 16 (RFC 6581 words), then the ULP's private data.
-    let ulp: &[u8] = if request { &CLIENT_PD } else { SERVER_PD };
-    assert_eq!(pd, format!("00100010{}", hex(ulp)), "{ctx}");
+    let ulp = if request { client_pd() } else { server_pd() };
+    assert_eq!(pd, format!("00100010{}", hex(&ulp)), "{ctx}");
+    assert_eq!(
+        frame.len() - 20,
+        512,
+        "{ctx}: the whole 512-octet MPA field"
+    );
 }
 
 /// A Send message being followed across FPDUs.
@@ -748,19 +777,19 @@ fn tshark_decodes_a_live_siw_conversation_field_by_field() {
                             zero_length_reads += 1;
                         }
                     }
-                    // One FPDU per TCP segment, except a zero-length confirmation Read,
-                    // which rides in the same write as the FPDU before it.
-                    if in_packet[&u.packet] > 1 {
-                        assert_eq!(in_packet[&u.packet], 2, "{ctx}: at most two FPDUs");
-                        let rr = ReadRequest::decode(payload).expect("a Read Request");
-                        assert_eq!(
-                            (h.opcode, rr.size),
-                            (Opcode::ReadRequest, 0),
-                            "{ctx}: only a confirmation Read shares a segment"
-                        );
-                    }
                 }
             }
+        }
+        // Every segment carries exactly one MPA frame or FPDU, confirmation Reads
+        // included: each went out with its own write.
+        for (packet, n) in &in_packet {
+            assert_eq!(
+                *n,
+                1,
+                "port {}: frame {} carries {n} MPA units",
+                addr.port(),
+                packet + 1
+            );
         }
     }
     for op in [

@@ -52,6 +52,21 @@ pub struct SiwConfig {
     /// siw, a Send or Write completes once written to the socket, and a remote failure
     /// only moves the queue pair to the error state.
     pub confirm_completions: bool,
+    /// Write a confirmation Read with its own `sendmsg`, so it travels in a TCP segment
+    /// of its own and a capture shows exactly one FPDU per segment (the issue 7 wire
+    /// rule). With `false` it shares the write, and so the segment, of the FPDU it
+    /// confirms.
+    ///
+    /// The two FPDUs then reach the peer in one piece, and a peer that stops polling as
+    /// soon as it has seen a message has, in that same poll, also answered the Read that
+    /// confirms it. In their own segments they arrive back to back (the first is held
+    /// with `MSG_MORE` until the second is written) but not atomically: a peer that reads
+    /// between the two and then stops polling leaves our completion waiting for ever.
+    /// RC hardware acknowledges without the application polling; a userspace iWARP peer
+    /// does not, so only a peer that keeps polling (any real server does) makes this
+    /// safe. Off by default until every test peer keeps polling (see the conformance
+    /// rule `writes_are_visible_before_the_following_send`).
+    pub confirmation_own_segment: bool,
     /// Registrations plus fast-registration slots.
     pub max_mr: u32,
     /// Largest queue depth.
@@ -73,6 +88,7 @@ impl Default for SiwConfig {
             ord: 16,
             mss: None,
             confirm_completions: true,
+            confirmation_own_segment: false,
             max_mr: 16 * 1024,
             max_qp_wr: 4096,
             max_cq_depth: 1 << 20,
@@ -91,6 +107,7 @@ impl fmt::Debug for SiwConfig {
             .field("ord", &self.ord)
             .field("mss", &self.mss)
             .field("confirm_completions", &self.confirm_completions)
+            .field("confirmation_own_segment", &self.confirmation_own_segment)
             .field("max_mr", &self.max_mr)
             .field("max_qp_wr", &self.max_qp_wr)
             .field("max_cq_depth", &self.max_cq_depth)

@@ -342,7 +342,7 @@ impl Driver {
             caps,
             state,
         ));
-        let engine = Engine::new(
+        let mut engine = Engine::new(
             qp.clone(),
             scq,
             rcq,
@@ -350,6 +350,7 @@ impl Driver {
             self.cfg.ord,
             self.cfg.ird,
         );
+        engine.tx.confirmation_own_write = self.cfg.confirmation_own_segment;
         Ok((qp, engine))
     }
 

@@ -1,7 +1,11 @@
 //! Transmission: send-queue requests, Read Responses and Terminates become FPDUs, each
 //! written with its own `sendmsg` (head, payload pieces straight from registered
-//! memory, pad and CRC), so a capture shows one FPDU per TCP segment. A partial write
-//! resumes where it stopped at the next poll.
+//! memory, pad and CRC), so a capture shows one FPDU per TCP segment; a confirmation
+//! Read shares the write of the FPDU it confirms unless
+//! [`SiwConfig::confirmation_own_segment`](super::SiwConfig::confirmation_own_segment)
+//! (see there for why). Every FPDU's last write carries `MSG_EOR`, so TCP never appends
+//! the next FPDU to a segment still queued (under congestion or a full window). A
+//! partial write resumes where it stopped at the next poll.
 //!
 //! Between messages the order is: a queued Terminate, then Read Responses we owe (the
 //! peer's Reads are answered before our own new work, as RDMAP orders them on the
@@ -83,9 +87,11 @@ struct Fpdu {
     npieces: usize,
     trailer: [u8; MAX_TRAILER_LEN],
     trailer_len: usize,
-    /// A whole second FPDU written with this one (a confirmation Read).
+    /// A whole second FPDU (a confirmation Read) written right after this one, in the
+    /// same poll: by the same `sendmsg`, or by its own when `own_write`.
     tail: [u8; TAIL],
     tail_len: usize,
+    own_write: bool,
     total: usize,
     written: usize,
 }
@@ -108,6 +114,8 @@ pub(crate) struct TxState {
     msg: Option<Message>,
     term: Option<TermOut>,
     pub(crate) term_state: TermState,
+    /// [`SiwConfig::confirmation_own_segment`](super::SiwConfig::confirmation_own_segment).
+    pub(crate) confirmation_own_write: bool,
 }
 
 impl TxState {
@@ -124,6 +132,7 @@ impl TxState {
                 trailer_len: 0,
                 tail: [0; TAIL],
                 tail_len: 0,
+                own_write: false,
                 total: 0,
                 written: 0,
             },
@@ -131,6 +140,7 @@ impl TxState {
             msg: None,
             term: None,
             term_state: TermState::None,
+            confirmation_own_write: false,
         }
     }
 
@@ -329,9 +339,12 @@ impl Engine {
         self.sq.signaled.is_some_and(|s| s >= oldest) && self.sq.next == posted
     }
 
-    /// Appends a zero-length Read Request to the FPDU being written, so both go out in
-    /// one write: a peer that stops polling once it has seen the message has also
-    /// received, and answered in the same poll, the Read that confirms it.
+    /// Builds the zero-length Read Request that confirms the FPDU being written and
+    /// commits to writing it right after that FPDU, in the same poll (see
+    /// [`write_fpdu`]). Deciding here, not when the next message is picked, keeps the
+    /// two together: a peer that stops polling as soon as it has seen the message must
+    /// find the Read already in its socket in that same poll, or the confirmation is
+    /// never answered.
     fn attach_confirmation(&mut self, wire: &Wire<'_>) {
         let msn = self.msn_out.take(QueueNumber::ReadRequest);
         let header = SegmentHeader::untagged(Opcode::ReadRequest, true, 0, msn, 0);
@@ -348,6 +361,7 @@ impl Engine {
             return;
         };
         f.tail_len = n;
+        f.own_write = self.tx.confirmation_own_write;
         f.total += n;
         self.orq.push(Outstanding {
             seq: None,
@@ -661,10 +675,20 @@ enum Started {
     Nothing,
 }
 
-/// Writes (the rest of) one FPDU with one `sendmsg`. `Ok(true)` when complete,
-/// `Ok(false)` when the socket is full.
+/// Writes (the rest of) one FPDU, and its confirmation Read (the tail) if it has one.
+/// `Ok(true)` when everything is out, `Ok(false)` when the socket is full.
+///
+/// Without `own_write` the tail goes in the FPDU's `sendmsg`, so both share a segment.
+/// With it, the FPDU goes with `MSG_MORE`, so TCP holds it until the tail's own write
+/// pushes both in one transmission, back to back; both writes end with `MSG_EOR`, so
+/// they stay two segments. Should the tail's write find the socket full, TCP sends the
+/// held FPDU when the peer's acknowledgements make room (a held segment is then pushed
+/// under the socket's own `TCP_NODELAY`).
 fn write_fpdu(f: &mut Fpdu, fd: RawFd) -> io::Result<bool> {
-    loop {
+    let split = f.tail_len > 0 && f.own_write;
+    let first = if split { f.total - f.tail_len } else { f.total };
+    let more = if split { libc::MSG_MORE } else { 0 };
+    while f.written < first {
         let mut iov = [libc::iovec {
             iov_base: core::ptr::null_mut(),
             iov_len: 0,
@@ -689,25 +713,47 @@ fn write_fpdu(f: &mut Fpdu, fd: RawFd) -> io::Result<bool> {
             add(addr as *const u8, len);
         }
         add(f.trailer.as_ptr(), f.trailer_len);
-        add(f.tail.as_ptr(), f.tail_len);
+        if !split {
+            add(f.tail.as_ptr(), f.tail_len);
+        }
         // SAFETY: a zeroed msghdr is valid; we set the iovec array only.
         let mut mh: libc::msghdr = unsafe { core::mem::zeroed() };
         mh.msg_iov = iov.as_mut_ptr();
         mh.msg_iovlen = n as _;
         // SAFETY: every iovec points into our buffers or registered memory (checked,
         // kept mapped by the device) for its length; the kernel only reads them.
-        let r = unsafe { libc::sendmsg(fd, &mh, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) };
-        if r < 0 {
-            let e = io::Error::last_os_error();
-            match e.kind() {
-                io::ErrorKind::Interrupted => continue,
-                io::ErrorKind::WouldBlock => return Ok(false),
-                _ => return Err(e),
-            }
-        }
-        f.written += r as usize;
-        if f.written >= f.total {
-            return Ok(true);
+        let r = unsafe { libc::sendmsg(fd, &mh, SEND_FLAGS | more) };
+        if !advance(f, r)? {
+            return Ok(false);
         }
     }
+    while f.written < f.total {
+        let from = f.written - first;
+        let rest = &f.tail[from..f.tail_len];
+        // SAFETY: `rest` is our own buffer, valid for its length; the kernel only reads.
+        let r = unsafe { libc::send(fd, rest.as_ptr().cast(), rest.len(), SEND_FLAGS) };
+        if !advance(f, r)? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// Flags of every FPDU write: non-blocking, no SIGPIPE, and end of record so that TCP
+/// starts the next FPDU in a new segment.
+const SEND_FLAGS: libc::c_int = libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT | libc::MSG_EOR;
+
+/// Accounts for one write's result: `Ok(true)` to go on, `Ok(false)` when the socket is
+/// full; an interrupted write is simply retried by the caller's loop.
+fn advance(f: &mut Fpdu, r: isize) -> io::Result<bool> {
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        return match e.kind() {
+            io::ErrorKind::Interrupted => Ok(true),
+            io::ErrorKind::WouldBlock => Ok(false),
+            _ => Err(e),
+        };
+    }
+    f.written += r as usize;
+    Ok(true)
 }
