@@ -51,8 +51,6 @@ PERF_BIN=$ROOT/target/release/rpcrdma-perf
 # other failure. "must" entries must fail (one that starts passing fails the step, so the
 # list stays true); "may" entries depend on the peer's timing and may go either way.
 KNOWN=(
-  "rxe0 must cm_exchanges_private_data IB/RoCE CM: a connect request carries at most 56 bytes of private data (the rule sends 196)"
-  "rxe0 must cm_reject_delivers_private_data IB/RoCE CM: a reject's private data arrives as the whole 148-byte field, zero padded (no length on the wire)"
   "rxe0 must local_protection_errors rxe reports a bad local key as LOC_QP_OP_ERR, not LOC_PROT_ERR"
   "rxe0 must send_longer_than_receive_fails_both_sides rxe: receiver LOC_QP_OP_ERR (not LOC_LEN_ERR), sender REM_OP_ERR (not REM_INV_REQ_ERR)"
   "rxe0 must send_with_invalidate_of_a_bad_key_fails rxe: sender Success, receiver REM_INV_REQ_ERR (rxe refuses to invalidate a user MR but NAKs nothing)"
