@@ -1,8 +1,7 @@
 //! The engine over the `verbs` provider beyond the generic e2e tests (`engine_verbs_*`):
-//! what a requester needs from the device, and, on iWARP devices (siw0), a verbs
-//! responder serving every message shape to a requester over our own userspace `siw`
-//! provider, so the kernel device's responder path is proven even where a verbs
-//! requester cannot run.
+//! how a requester's registration mode follows the device (persistent where there is
+//! no fast registration, as on siw0), and, on iWARP devices (siw0), a verbs responder
+//! serving every message shape to a requester over our own userspace `siw` provider.
 //!
 //! Needs the qemu lab (`test = false`): tools/lab/verbs.sh runs it with `RPCRDMA_VERBS_DEV`
 //! and `RPCRDMA_VERBS_IP` set. Tests named `iwarp_*` need an iWARP device; the lab skips
