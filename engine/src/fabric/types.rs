@@ -423,15 +423,19 @@ pub struct DeviceCaps {
     /// the peer has placed it (kernel iWARP devices: RFC 5040 has no acknowledgement a
     /// requester could wait for). Then a fault at the peer (no receive posted, a Send
     /// longer than the receive, a bad remote key, a key it cannot invalidate) does not
-    /// show on the request's completion, which may be [`WcStatus::Success`] (or
-    /// [`WcStatus::WrFlushed`] when the peer's Terminate overtakes it; a Read faulting at
-    /// the peer may also complete `WrFlushed`): the peer reports the fault, terminates
-    /// the connection, and both queue pairs go to error, so requests after the faulty
-    /// one flush. What a user can rely on either way: a fault ends the connection, on
-    /// both sides, and no byte is placed outside the rights a key grants.
+    /// show on the request's completion, which may be [`WcStatus::Success`], or
+    /// [`WcStatus::WrFlushed`] when the peer's Terminate overtakes it. A Read faulting
+    /// at the peer completes with [`WcStatus::RemoteAccessError`] or `WrFlushed`, and
+    /// since the peer answers a Read only when it gets to it, a Send posted behind that
+    /// Read may still be delivered. An unsignaled request that fails at the peer may not
+    /// be reported at all (kernel siw flushes outstanding Reads without completions):
+    /// signal the requests whose outcome matters. The peer reports the fault and
+    /// terminates the connection; both queue pairs go to error and later requests flush.
     ///
-    /// When false (shm, sim, the userspace siw provider, which waits for a confirmation
-    /// Read, and InfiniBand/RoCE), the requester's completion carries the peer's verdict.
+    /// What a user can rely on either way: a fault ends the connection on both sides,
+    /// and no byte is placed outside the rights a key grants. When false (shm, sim, the
+    /// userspace siw provider, which waits for a confirmation Read, and InfiniBand or
+    /// RoCE), the requester's completion carries the peer's verdict.
     pub send_completes_on_transmit: bool,
     /// Whether faults are reported with exactly the status documented for them on
     /// [`WcStatus`] (shm, sim, userspace siw). Kernel verbs devices report some faults
@@ -439,7 +443,7 @@ pub struct DeviceCaps {
     ///
     /// | documented status                   | also reported as                                  |
     /// |-------------------------------------|---------------------------------------------------|
-    /// | `LocalProtectionError` (bad lkey)   | `LocalQpOperationError` (rxe, siw)                |
+    /// | `LocalProtectionError` (bad lkey)   | `LocalQpOperationError` (rxe, siw); `GeneralError` (siw: a receive into memory without local write) |
     /// | `LocalLengthError` (Send too long)  | `LocalQpOperationError` (rxe)                     |
     /// | `RemoteInvalidRequest` (at sender)  | `RemoteOperationError` (rxe)                      |
     /// | `LocalAccessError` (receiver of a Send With Invalidate it cannot honour) | `RemoteInvalidRequest`, `LocalQpOperationError` |

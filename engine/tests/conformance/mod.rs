@@ -414,7 +414,8 @@ fn fault_statuses(caps: &DeviceCaps, exact: WcStatus) -> Vec<WcStatus> {
     let mut v = vec![exact];
     if !caps.exact_error_statuses {
         v.extend_from_slice(match exact {
-            LocalProtectionError | LocalLengthError => &[LocalQpOperationError][..],
+            LocalProtectionError => &[LocalQpOperationError, GeneralError][..],
+            LocalLengthError => &[LocalQpOperationError][..],
             RemoteInvalidRequest => &[RemoteOperationError][..],
             LocalAccessError => &[RemoteInvalidRequest, LocalQpOperationError][..],
             _ => &[][..],
@@ -856,10 +857,14 @@ pub fn writes_are_visible_before_the_following_send<F: Fixture>() {
             }])
             .unwrap();
     }
+    // Software providers make progress only while polled: the server keeps polling
+    // until the client has its last completion (it may still need the server's answer).
+    let client_done = std::sync::atomic::AtomicBool::new(false);
+    let client_done = &client_done;
     let server = move || {
         let end = Instant::now() + DEADLINE * 2;
         let (mut seen, mut stale) = (0, 0);
-        while seen < rounds {
+        while seen < rounds || !client_done.load(Ordering::Acquire) {
             assert!(Instant::now() < end, "server timed out at round {seen}");
             srv.pump();
             for c in std::mem::take(&mut srv.h.done) {
@@ -905,6 +910,7 @@ pub fn writes_are_visible_before_the_following_send<F: Fixture>() {
                 std::thread::yield_now();
             }
         }
+        client_done.store(true, Ordering::Release);
         cli
     };
     let (stale, _srv, _cli) = std::thread::scope(|sc| {
@@ -1327,6 +1333,7 @@ fn remote_access_fails<F: Fixture>(bad: BadKey, write: bool) {
     let (remote, len) = bad_remote::<F>(&mut p, bad, write, &mut keep);
     let before_s = p.s.snapshot();
     let before_c = p.c.snapshot();
+    let mut expected_s = before_s.clone();
     let rb = [p.s.sge(0, 64)];
     p.s.qp.post_recv(&[RecvWr { wr_id: 1, sgl: &rb }]).unwrap();
     let b = [p.c.sge(1000, len)];
@@ -1350,7 +1357,18 @@ fn remote_access_fails<F: Fixture>(bad: BadKey, write: bool) {
         // the end of the connection are fixed.
         let (s, c) = drain_after_failure(&mut p);
         assert_eq!(s.len(), 1, "{bad:?}: server {s:?}");
-        expect(&s[0], 1, WcOpcode::Recv, WcStatus::WrFlushed);
+        // The target answers a Read when it gets to it, so a Send behind a faulting
+        // Read may still be delivered; a Send behind a faulting Write may not.
+        let delivered = if write {
+            &[WcStatus::WrFlushed][..]
+        } else {
+            &[WcStatus::WrFlushed, WcStatus::Success][..]
+        };
+        expect_any(&s[0], 1, WcOpcode::Recv, delivered);
+        if s[0].status.is_success() {
+            // The only bytes allowed to change at the target: the Send's, in its receive.
+            expected_s[..8].copy_from_slice(&before_c[..8]);
+        }
         let (first, rest) = match c.first() {
             Some(c0) if c0.wr_id == 2 => (Some(c0), &c[1..]),
             _ => (None, &c[..]),
@@ -1362,7 +1380,10 @@ fn remote_access_fails<F: Fixture>(bad: BadKey, write: bool) {
                 op,
                 &[WcStatus::RemoteAccessError, WcStatus::WrFlushed],
             ),
-            None => assert!(write, "{bad:?}: a failed Read went unreported: {c:?}"),
+            // An unsignaled request failing at the peer may go unreported there (kernel
+            // siw flushes its outstanding Reads without completions): the connection's
+            // end and the untouched memory are what a consumer can rely on.
+            None => {}
         }
         assert_eq!(rest.len(), 1, "{bad:?}: client {c:?}");
         expect_any(
@@ -1378,7 +1399,10 @@ fn remote_access_fails<F: Fixture>(bad: BadKey, write: bool) {
         expect(&s[0], 1, WcOpcode::Recv, WcStatus::WrFlushed);
         p.wait_both_failed();
     }
-    assert!(p.s.snapshot() == before_s, "{bad:?}: target memory changed");
+    assert!(
+        p.s.snapshot() == expected_s,
+        "{bad:?}: target memory changed"
+    );
     assert!(
         p.c.snapshot() == before_c,
         "{bad:?}: initiator memory changed"
@@ -1511,7 +1535,7 @@ pub fn send_with_invalidate_kills_the_key<F: Fixture>() {
     p.wait_both_failed();
 }
 
-/// A Send With Invalidate naming a key the receiver cannot invalidate fails at the
+/// A Send With Invalidate naming a key the receiver never issued fails at the
 /// receiver (LocalAccessError) and the sender (RemoteAccessError), statuses per
 /// `DeviceCaps`; the connection ends on both sides.
 pub fn send_with_invalidate_of_a_bad_key_fails<F: Fixture>() {
@@ -1520,8 +1544,9 @@ pub fn send_with_invalidate_of_a_bad_key_fails<F: Fixture>() {
     let rb = [p.c.sge(0, 64)];
     p.c.qp.post_recv(&[RecvWr { wr_id: 1, sgl: &rb }]).unwrap();
     let b = [p.s.sge(0, 4)];
-    // The arena registration is not a fast-registration slot: not invalidatable.
-    let rkey = p.c.mr.rkey();
+    // A key the receiver never issued: no device can invalidate it. (Whether a plain
+    // registration may be invalidated remotely differs: iWARP allows it, IB does not.)
+    let rkey = next_key(p.c.mr.rkey());
     p.s.qp
         .post_send(&[SendWr {
             wr_id: 2,
