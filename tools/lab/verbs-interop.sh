@@ -80,5 +80,39 @@ judge() {
 }
 [ -f "$RUN/host-done" ] && judge h2g
 judge g2h
-[ "${#BAD[@]}" = 0 ] || { echo "verbs-interop: FAILED: ${BAD[*]} ($RUN)"; exit 1; }
+# terminates: every Terminate in RUN/host.pcap, with its control word read both the RFC 5040
+# way (layer in the high nibble) and the way Linux siw writes it on little-endian hosts
+# (its bitfields put the layer in the low nibble), and the offending segment's header.
+terminates() {
+  [ -n "$CAP" ] && [ -s "$RUN/host.pcap" ] || return 0
+  kill "$CAP" 2>/dev/null; wait "$CAP" 2>/dev/null; CAP=
+  tshark -r "$RUN/host.pcap" -Y 'tcp.len>0' -T fields -e tcp.stream -e tcp.srcport \
+    -e tcp.dstport -e tcp.payload 2>/dev/null | python3 -c '
+import sys
+streams = {}
+for line in sys.stdin:
+    f = line.split()
+    if len(f) == 4:
+        streams.setdefault((f[0], f[1], f[2]), bytearray()).extend(bytes.fromhex(f[3]))
+for (st, sp, dp), b in sorted(streams.items()):
+    if not b.startswith(b"MPA ID R") or len(b) < 20:
+        continue
+    crc = 4 if b[16] & 0x40 else 0
+    i = 20 + int.from_bytes(b[18:20], "big")
+    while i + 4 <= len(b):
+        ulpdu = int.from_bytes(b[i:i + 2], "big")
+        if b[i + 3] & 0x0F == 7:
+            t = b[i + 20:i + 24]
+            if len(t) == 4:
+                print(f"  Terminate stream {st} port {sp}->{dp}: control {t.hex()}; RFC reading"
+                      f" layer {t[0] >> 4} type {t[0] & 15} code {t[1]:#04x}; Linux siw (LE)"
+                      f" reading layer {t[0] & 15} type {t[0] >> 4} code {t[1]:#04x};"
+                      f" offending segment length+DDP header {b[i + 24:i + 44].hex()}")
+        i += (2 + ulpdu + 3) // 4 * 4 + crc
+'
+}
+if [ "${#BAD[@]}" != 0 ]; then
+  terminates
+  echo "verbs-interop: FAILED: ${BAD[*]} ($RUN)"; exit 1
+fi
 echo "verbs-interop: host siw <-> guest verbs on siw0 passed ($RUN)"
