@@ -12,7 +12,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use conformance::{connect, pattern, Fixture, Opts, Pair, DEADLINE};
+use conformance::{connect, connect_with, pattern, Fixture, Opts, Pair, DEADLINE};
 use rpcrdma::fabric::siw::{SiwConfig, SiwConnRequest, SiwDevice, SiwProvider, WireTap};
 use rpcrdma::fabric::{
     Access, CmEvent, Completion, CompletionQueue, ConnectionManager, Device, MemoryRegion,
@@ -616,15 +616,21 @@ fn peers_requiring_markers_are_rejected() {
     );
 }
 
+/// A peer's request that fills the MPA field (IRD/ORD words and 508 octets) reaches the
+/// application whole: the fabric buffers hold 512 octets.
 #[test]
-fn private_data_beyond_the_fabric_limit_is_rejected() {
+fn a_request_filling_the_mpa_field_reaches_the_application() {
     let mut s = Server::new(SiwConfig::default());
     let mut raw = Raw::connect(s.addr);
-    raw.request(Revision::V2, false, false, &[7u8; 300]);
-    s.wait(&mut raw, "a rejecting reply and close", |_, r| r.eof);
-    let fr = decode_frame(&raw.inbox).expect("a reply");
-    assert!(fr.header.reject);
-    assert!(s.events.is_empty());
+    let pd = pattern(13, 508);
+    raw.request(Revision::V2, false, false, &pd);
+    s.wait(&mut raw, "the request", |s, _| !s.events.is_empty());
+    match s.events.pop_front() {
+        Some(CmEvent::ConnectRequest { private_data, .. }) => {
+            assert_eq!(private_data.as_bytes(), &pd[..])
+        }
+        e => panic!("expected a connect request, got {e:?}"),
+    }
 }
 
 #[test]
@@ -668,6 +674,52 @@ impl Fixture for Custom {
 fn custom_pair(cfg: SiwConfig, o: &Opts) -> Pair<SiwProvider> {
     CUSTOM_CFG.with(|c| *c.borrow_mut() = cfg);
     connect::<Custom>(o)
+}
+
+/// The MPA private-data field holds 512 octets: revision 2 spends 4 on the IRD/ORD words,
+/// so a connect request carries 508 there and 512 in revision 1; accept and reject are
+/// held to 508 whatever the revision (they answer in the peer's). Each limit travels
+/// whole, and one octet more is refused before anything is sent.
+#[test]
+fn private_data_fills_the_mpa_field_in_both_revisions() {
+    for (revision, connect_max) in [(Revision::V2, 508), (Revision::V1, 512)] {
+        CUSTOM_CFG.with(|c| {
+            *c.borrow_mut() = SiwConfig {
+                revision,
+                ..SiwConfig::default()
+            }
+        });
+        let limits = Custom::open_device().caps().private_data;
+        assert_eq!(
+            (limits.connect, limits.accept, limits.reject, limits.reject_padded),
+            (connect_max, 508, 508, false),
+            "{revision:?}"
+        );
+        let client = pattern(10, connect_max);
+        let server = pattern(11, 508);
+        let (p, at_server, at_client) = connect_with::<Custom>(&Opts::default(), &client, &server);
+        assert_eq!(at_server.as_bytes(), &client[..], "{revision:?}");
+        assert_eq!(at_client.as_bytes(), &server[..], "{revision:?}");
+        drop(p);
+        let mut dev_cm = Custom::open_device().create_cm().expect("cm");
+        let dev = Custom::open_device();
+        let pd = dev.alloc_pd().expect("pd");
+        let cq = dev.create_cq(256).expect("cq");
+        let init = QpInit {
+            pd: &pd,
+            send_cq: &cq,
+            recv_cq: &cq,
+            config: QpConfig::default(),
+        };
+        let addr = Custom::unique_addr();
+        match dev_cm.connect(&addr, init, &pattern(12, connect_max + 1)) {
+            Err(rpcrdma::fabric::FabricError::PrivateDataTooLong { len, max }) => {
+                assert_eq!((len, max), (connect_max + 1, connect_max), "{revision:?}")
+            }
+            Err(e) => panic!("{revision:?}: unexpected error {e}"),
+            Ok(_) => panic!("{revision:?}: {} octets were accepted", connect_max + 1),
+        }
+    }
 }
 
 #[test]
