@@ -73,7 +73,7 @@ struct Mixed {
 }
 
 impl Mixed {
-    fn connect(net: &VerbsNet) -> Mixed {
+    fn connect(net: &VerbsNet, registration: Registration) -> Mixed {
         assert_eq!(
             device_info(net).transport,
             Transport::Iwarp,
@@ -87,7 +87,11 @@ impl Mixed {
         server.keep_closed(true);
         let sdev = SiwDevice::new().expect("userspace siw device");
         let to: SocketAddr = addr.0;
-        let requester = RequesterConn::<SiwProvider>::connect(&sdev, &to, &test_config())
+        let cfg = ConnConfig {
+            registration,
+            ..test_config()
+        };
+        let requester = RequesterConn::<SiwProvider>::connect(&sdev, &to, &cfg)
             .expect("siw requester starts connecting");
         let mut m = Mixed {
             server,
@@ -167,11 +171,25 @@ impl Mixed {
 
 /// NULL, inline ECHO, a long call answered through a Reply chunk, Read chunks at odd
 /// positions, and a Write chunk: the kernel siw device's responder path through the
-/// engine, against our userspace siw requester.
+/// engine, against our userspace siw requester (per-RPC fast registration).
 #[test]
 fn iwarp_siw_requester_to_verbs_responder_every_shape() {
+    every_shape(Registration::FastReg);
+}
+
+/// The same with the userspace requester's chunk pools registered persistently: the
+/// kernel responder reads and writes them under their one key, and, as the requester
+/// offers no remote invalidation, answers with plain Sends.
+#[test]
+fn iwarp_persistent_siw_requester_to_verbs_responder_every_shape() {
+    every_shape(Registration::Persistent);
+}
+
+fn every_shape(registration: Registration) {
     let net = VerbsNet::from_env();
-    let mut m = Mixed::connect(&net);
+    let mut m = Mixed::connect(&net, registration);
+    let persistent = registration == Registration::Persistent;
+    assert_eq!(m.requester.thresholds().remote_invalidate, !persistent);
 
     let o = m.call(CallRequest::new(m.msg(PROC_NULL, &[]), 512));
     assert_eq!(o.status, CallStatus::Success, "NULL");
@@ -231,4 +249,11 @@ fn iwarp_siw_requester_to_verbs_responder_every_shape() {
     assert_eq!(r.ddp_results, 1);
     assert_eq!(r.chunk_replies, 1);
     assert_eq!(m.seen().calls, 5);
+    let st = m.requester.stats();
+    if persistent {
+        assert_eq!(r.remote_invalidations, 0, "plain Sends only");
+        assert_eq!((st.local_invalidations, st.remote_invalidations), (0, 0));
+    } else {
+        assert!(st.local_invalidations + st.remote_invalidations > 0);
+    }
 }
