@@ -77,6 +77,8 @@ struct Half {
 fn half(confirm: bool) -> Half {
     let dev = SiwDevice::with_config(SiwConfig {
         confirm_completions: confirm,
+        // Set to compare the confirmation Read in its own TCP segment (issue 7 wire rule).
+        confirmation_own_segment: std::env::var_os("SIW_CONFIRMATION_OWN_SEGMENT").is_some(),
         ..SiwConfig::default()
     })
     .expect("siw device");
