@@ -691,7 +691,12 @@ fn private_data_fills_the_mpa_field_in_both_revisions() {
         });
         let limits = Custom::open_device().caps().private_data;
         assert_eq!(
-            (limits.connect, limits.accept, limits.reject, limits.reject_padded),
+            (
+                limits.connect,
+                limits.accept,
+                limits.reject,
+                limits.reject_padded
+            ),
             (connect_max, 508, 508, false),
             "{revision:?}"
         );
