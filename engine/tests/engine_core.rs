@@ -13,8 +13,8 @@ use rpcrdma::credits::{CreditTable, GrantPolicy};
 use rpcrdma::fabric::mr::{make_key, next_key};
 use rpcrdma::fabric::RemoteAddr;
 use rpcrdma::fabric::{
-    Completion, ConnId, MemoryRegion, PostError, QpCaps, QpState, QueuePair, RecvWr, SendOp,
-    SendWr, WcOpcode, WcStatus,
+    Completion, ConnId, MemoryRegion, PostError, PostErrorKind, QpCaps, QpState, QueuePair, RecvWr,
+    SendOp, SendWr, WcOpcode, WcStatus,
 };
 use rpcrdma::requester::{CallRequest, CallStatus, TransportError};
 use rpcrdma::service::{CallView, Padding, ReplyWriter, Service, ServiceError};
@@ -60,10 +60,19 @@ struct Posted {
 struct FakeQp {
     sends: Vec<Posted>,
     recvs: Vec<(u64, u64, u32)>,
+    /// Refuse every send-queue post, as a device does with EINVAL for a request it
+    /// rejects (the queue pair stays as it was: nothing flushes by itself).
+    refuse_sends: bool,
 }
 
 impl QueuePair for FakeQp {
     fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<(), PostError> {
+        if self.refuse_sends && !wrs.is_empty() {
+            return Err(PostError {
+                posted: 0,
+                kind: PostErrorKind::Malformed("refused by the test device"),
+            });
+        }
         for w in wrs {
             let mut bytes = Vec::new();
             if matches!(
@@ -904,4 +913,44 @@ fn stray_chunk_reply_ends_a_persistent_connection() {
             assert_eq!(core.state(), ConnState::Established);
         }
     }
+}
+
+/// A refused post leaves the queue pair untouched, so the engine itself must ask for the
+/// disconnect that flushes what is posted; the call then gets exactly one outcome.
+#[test]
+fn refused_post_disconnects_and_the_call_gets_its_outcome() {
+    let (mut core, pools, mut qp, now) = requester();
+    while core.poll_event().is_some() {}
+    core.submit(null_call(&pools), 7, now).expect("submitted");
+    qp.refuse_sends = true;
+    core.prepare(now);
+    core.post(&mut qp, now);
+    assert_eq!(
+        core.poll_event(),
+        Some(ConnEvent::DisconnectRequested(CloseReason::PostRefused))
+    );
+    assert_ne!(core.state(), ConnState::Established);
+    // The disconnect the connection layer carries out flushes the posted receives.
+    core.on_disconnected();
+    for (wr_id, _, _) in qp.recvs.drain(..) {
+        let wc = Completion {
+            wr_id,
+            opcode: WcOpcode::Recv,
+            status: WcStatus::WrFlushed,
+            byte_len: 0,
+            qp_num: 1,
+            invalidated_rkey: None,
+        };
+        core.handle_completion(&wc, now);
+    }
+    core.prepare(now);
+    let o = core.poll_outcome().expect("the refused call's outcome");
+    assert_eq!(o.tag, 7);
+    assert!(
+        matches!(o.status, CallStatus::Transport(_)),
+        "{:?}",
+        o.status
+    );
+    assert!(core.poll_outcome().is_none(), "exactly one outcome");
+    assert_eq!(core.state(), ConnState::Closed);
 }

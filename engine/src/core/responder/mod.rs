@@ -801,6 +801,14 @@ impl<S: Service> Staged for ResponderCore<S> {
         self.handle_completion(&flush_of(wr_id), now);
     }
     fn post_refused(&mut self) {
+        // A refused post leaves the queue pair as it was (not in error), so nothing
+        // would flush what is already posted: only a disconnect ends those requests
+        // and lets every call in flight get its outcome.
+        if matches!(self.t.state, ConnState::Established | ConnState::Connecting) {
+            let _ = self
+                .events
+                .push_back(ConnEvent::DisconnectRequested(CloseReason::PostRefused));
+        }
         self.fail(CloseReason::PostRefused);
     }
 }
