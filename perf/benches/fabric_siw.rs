@@ -77,8 +77,8 @@ struct Half {
 fn half(confirm: bool) -> Half {
     let dev = SiwDevice::with_config(SiwConfig {
         confirm_completions: confirm,
-        // Set to compare the confirmation Read in its own TCP segment (issue 7 wire rule).
-        confirmation_own_segment: std::env::var_os("SIW_CONFIRMATION_OWN_SEGMENT").is_some(),
+        // Set to compare the confirmation Read sharing its FPDU's segment (the old way).
+        confirmation_own_segment: std::env::var_os("SIW_CONFIRMATION_SHARED_SEGMENT").is_none(),
         ..SiwConfig::default()
     })
     .expect("siw device");

@@ -53,19 +53,17 @@ pub struct SiwConfig {
     /// only moves the queue pair to the error state.
     pub confirm_completions: bool,
     /// Write a confirmation Read with its own `sendmsg`, so it travels in a TCP segment
-    /// of its own and a capture shows exactly one FPDU per segment (the issue 7 wire
-    /// rule). With `false` it shares the write, and so the segment, of the FPDU it
-    /// confirms.
+    /// of its own and a capture shows exactly one FPDU per segment (the default; the
+    /// wire rule of issue 7). With `false` it shares the write, and so the segment, of
+    /// the FPDU it confirms.
     ///
-    /// The two FPDUs then reach the peer in one piece, and a peer that stops polling as
+    /// Sharing makes the two reach the peer in one piece, so a peer that stops polling as
     /// soon as it has seen a message has, in that same poll, also answered the Read that
     /// confirms it. In their own segments they arrive back to back (the first is held
-    /// with `MSG_MORE` until the second is written) but not atomically: a peer that reads
-    /// between the two and then stops polling leaves our completion waiting for ever.
-    /// RC hardware acknowledges without the application polling; a userspace iWARP peer
-    /// does not, so only a peer that keeps polling (any real server does) makes this
-    /// safe. Off by default until every test peer keeps polling (see the conformance
-    /// rule `writes_are_visible_before_the_following_send`).
+    /// with `MSG_MORE` until the second is written) but not atomically: a userspace peer
+    /// that reads between the two and then stops polling for good leaves the completion
+    /// waiting, since unlike RC hardware it acknowledges nothing unless polled. Peers
+    /// that keep polling while the other side may need them (any server does) are safe.
     pub confirmation_own_segment: bool,
     /// Registrations plus fast-registration slots.
     pub max_mr: u32,
@@ -88,7 +86,7 @@ impl Default for SiwConfig {
             ord: 16,
             mss: None,
             confirm_completions: true,
-            confirmation_own_segment: false,
+            confirmation_own_segment: true,
             max_mr: 16 * 1024,
             max_qp_wr: 4096,
             max_cq_depth: 1 << 20,

@@ -35,11 +35,11 @@
 //! iWARP has no acknowledgements, yet an RC consumer expects a Send's or Write's
 //! completion to carry the remote outcome. With [`SiwConfig::confirm_completions`] (the
 //! default) a signaled Send or Write completes once a later RDMA Read Response proves
-//! the peer executed it: the device appends a zero-length RDMA Read Request to the
-//! request's last FPDU, in the same write, so a peer that answers the message in one poll
-//! answers the Read too. The Terminate a failing peer sends instead copies the failing
-//! segment's header, which names the request that gets the error status. A capture thus
-//! shows one FPDU per TCP segment except for these Read Requests.
+//! the peer executed it: the device writes a zero-length RDMA Read Request right after
+//! the request's last FPDU, in the same poll (its own segment by default, see
+//! [`SiwConfig::confirmation_own_segment`]). The Terminate a failing peer sends instead
+//! copies the failing segment's header, which names the request that gets the error
+//! status. A capture shows one FPDU per TCP segment.
 //!
 //! # Interoperability with Linux siw
 //!

@@ -1,9 +1,9 @@
 //! Transmission: send-queue requests, Read Responses and Terminates become FPDUs, each
 //! written with its own `sendmsg` (head, payload pieces straight from registered
 //! memory, pad and CRC), so a capture shows one FPDU per TCP segment; a confirmation
-//! Read shares the write of the FPDU it confirms unless
-//! [`SiwConfig::confirmation_own_segment`](super::SiwConfig::confirmation_own_segment)
-//! (see there for why). Every FPDU's last write carries `MSG_EOR`, so TCP never appends
+//! Read too, unless
+//! [`SiwConfig::confirmation_own_segment`](super::SiwConfig::confirmation_own_segment) is
+//! off (see there for the trade-off). Every FPDU's last write carries `MSG_EOR`, so TCP never appends
 //! the next FPDU to a segment still queued (under congestion or a full window). A
 //! partial write resumes where it stopped at the next poll.
 //!
