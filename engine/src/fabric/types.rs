@@ -452,4 +452,13 @@ pub struct DeviceCaps {
     /// Every one of these is still an error at the side that detected the fault (except
     /// the last row, whose receiver fails), and the connection still ends on both sides.
     pub exact_error_statuses: bool,
+    /// Whether a remote key is checked whole: a key naming a live registration's index
+    /// with another generation byte (the low 8 bits, see [`crate::fabric::mr::next_key`])
+    /// is refused like an unknown key. Kernel siw (Linux 6.1) looks the key up by index
+    /// alone when it answers an RDMA Read and when it honours a Send With Invalidate,
+    /// so there a stale or forged generation reaches the registration (RDMA Write
+    /// targets are checked whole). Where this is false, a consumer must not rely on the
+    /// generation to fence a reused registration index: keys it has handed out stay
+    /// good for Reads until the registration is gone.
+    pub checks_key_generation: bool,
 }

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rpcrdma::fabric::mr::{key_generation, key_index, next_key};
+use rpcrdma::fabric::mr::{key_generation, key_index, make_key, next_key, MAX_KEY_INDEX};
 use rpcrdma::fabric::{
     Access, CmEvent, Completion, CompletionQueue, ConnectionManager, Device, DeviceCaps,
     FabricError, MemoryRegion, PostErrorKind, PrivateData, PrivateDataLimits, ProtectionDomain,
@@ -460,6 +460,17 @@ fn drain_after_failure<P: Provider>(p: &mut Pair<P>) -> (Vec<Completion>, Vec<Co
         assert!(v.iter().all(|c| c.wr_id != 0xdead), "{side}: marker last");
     }
     (s, c)
+}
+
+/// A key the device never issued, close to `key`: its next generation where the device
+/// checks keys whole (`DeviceCaps::checks_key_generation`), else an index no test
+/// reaches.
+fn never_issued(caps: &DeviceCaps, key: u32) -> u32 {
+    if caps.checks_key_generation {
+        next_key(key)
+    } else {
+        make_key(MAX_KEY_INDEX, key_generation(key))
+    }
 }
 
 /// Where the device has no fast registration (`DeviceCaps::fast_reg` false), checks
@@ -1187,7 +1198,8 @@ pub fn send_longer_than_receive_fails_both_sides<F: Fixture>() {
 /// The ways a remote key can be wrong.
 #[derive(Debug, Clone, Copy)]
 pub enum BadKey {
-    /// A key that was never issued (the arena's key with another generation).
+    /// A key that was never issued (the arena's key with another generation, or another
+    /// index where the device checks only the index).
     Unknown,
     /// A fast-registration key after local invalidation.
     Invalidated,
@@ -1236,7 +1248,7 @@ fn bad_remote<F: Fixture>(
         BadKey::Unknown => {
             let mr = reg(p, right);
             let mut r = at(&mr, 0);
-            r.rkey = next_key(r.rkey);
+            r.rkey = never_issued(&p.s.dev.caps(), r.rkey);
             keep.push(mr);
             (r, 8)
         }
@@ -1326,6 +1338,8 @@ const BAD_KEYS: [BadKey; 7] = [
 /// complete on transmit (`DeviceCaps::send_completes_on_transmit`) the operation may
 /// complete before the target objects; the rest still holds.
 fn remote_access_fails<F: Fixture>(bad: BadKey, write: bool) {
+    // Names the case in a failing test's output (libtest shows it only then).
+    eprintln!("bad key {bad:?}, {}", if write { "Write" } else { "Read" });
     let mut p = pair::<F>();
     p.s.fill(0, &pattern(50, p.s.arena.len()));
     p.c.fill(0, &pattern(51, p.c.arena.len()));
@@ -1546,7 +1560,7 @@ pub fn send_with_invalidate_of_a_bad_key_fails<F: Fixture>() {
     let b = [p.s.sge(0, 4)];
     // A key the receiver never issued: no device can invalidate it. (Whether a plain
     // registration may be invalidated remotely differs: iWARP allows it, IB does not.)
-    let rkey = next_key(p.c.mr.rkey());
+    let rkey = never_issued(&caps, p.c.mr.rkey());
     p.s.qp
         .post_send(&[SendWr {
             wr_id: 2,

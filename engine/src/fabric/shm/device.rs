@@ -278,6 +278,7 @@ impl Device for ShmDevice {
             fast_reg: true,
             send_completes_on_transmit: false,
             exact_error_statuses: true,
+            checks_key_generation: true,
         }
     }
 

@@ -57,6 +57,7 @@ impl SimConfig {
                 fast_reg: true,
                 send_completes_on_transmit: false,
                 exact_error_statuses: true,
+                checks_key_generation: true,
             },
             faults: FaultConfig::NONE,
         }

@@ -333,6 +333,9 @@ impl Device for VerbsDevice {
             send_completes_on_transmit: self.shared.is_iwarp(),
             // The kernel's devices pick their own status for several faults.
             exact_error_statuses: false,
+            // Kernel siw, the iWARP device we can test, checks the index only for Reads
+            // and remote invalidation; other iWARP devices are assumed no better.
+            checks_key_generation: !self.shared.is_iwarp(),
         }
     }
 
