@@ -51,20 +51,6 @@ PERF_BIN=$ROOT/target/release/rpcrdma-perf
 # other failure. "must" entries must fail (one that starts passing fails the step, so the
 # list stays true); "may" entries depend on the peer's timing and may go either way.
 KNOWN=(
-  "rxe0 must local_protection_errors rxe reports a bad local key as LOC_QP_OP_ERR, not LOC_PROT_ERR"
-  "rxe0 must send_longer_than_receive_fails_both_sides rxe: receiver LOC_QP_OP_ERR (not LOC_LEN_ERR), sender REM_OP_ERR (not REM_INV_REQ_ERR)"
-  "rxe0 must send_with_invalidate_of_a_bad_key_fails rxe: sender Success, receiver REM_INV_REQ_ERR (rxe refuses to invalidate a user MR but NAKs nothing)"
-  "rxe0 may writes_are_visible_before_the_following_send suite race on real hardware: its 4 receives share one buffer and rnr_retry is 0, so a client ahead of the server thread overwrites or RNR-fails"
-  "siw0 must fast_reg_requires_a_fresh_key siw has no memory windows (max_mw 0): no userspace fast registration"
-  "siw0 must send_with_invalidate_kills_the_key siw has no memory windows (max_mw 0): no userspace fast registration"
-  "siw0 must local_protection_errors siw reports a bad local key as LOC_QP_OP_ERR, not LOC_PROT_ERR"
-  "siw0 must rdma_write_with_bad_key_fails iWARP: an RDMA Write completes when sent; a bad remote key terminates the connection without an error completion at the writer"
-  "siw0 must rdma_read_with_bad_key_fails iWARP/siw: a Read with a bad remote key completes WR_FLUSH_ERR after the peer's Terminate, not REM_ACCESS_ERR"
-  "siw0 must send_longer_than_receive_fails_both_sides iWARP: a Send completes when sent; the receiver's length error terminates the connection"
-  "siw0 must send_waits_for_a_late_receive kernel siw completes a Send when it leaves, so the sender sees Success where the rule (rnr_retry=false branch) expects RnrRetryExceeded; the missing receive is fatal at the receiver"
-  "siw0 must send_without_receive_exceeds_rnr_retries iWARP has no RNR retry: the sender sees Success, the receiver terminates"
-  "siw0 must send_with_invalidate_of_a_bad_key_fails iWARP: the sender sees Success; the receiver reports REM_INV_REQ_ERR"
-  "siw0 may writes_are_visible_before_the_following_send iWARP Sends complete when sent, so the client may run ahead of the receives the rule posts (shared buffer, no RNR)"
 )
 
 RUN=$LAB/runs/verbs-$(date +%Y%m%d-%H%M%S)-$$

@@ -452,13 +452,17 @@ pub struct DeviceCaps {
     /// Every one of these is still an error at the side that detected the fault (except
     /// the last row, whose receiver fails), and the connection still ends on both sides.
     pub exact_error_statuses: bool,
-    /// Whether a remote key is checked whole: a key naming a live registration's index
-    /// with another generation byte (the low 8 bits, see [`crate::fabric::mr::next_key`])
-    /// is refused like an unknown key. Kernel siw (Linux 6.1) looks the key up by index
-    /// alone when it answers an RDMA Read and when it honours a Send With Invalidate,
-    /// so there a stale or forged generation reaches the registration (RDMA Write
-    /// targets are checked whole). Where this is false, a consumer must not rely on the
-    /// generation to fence a reused registration index: keys it has handed out stay
-    /// good for Reads until the registration is gone.
-    pub checks_key_generation: bool,
+    /// Whether remote invalidation (Send With Invalidate) checks the named key whole: a
+    /// key naming a live registration's index with another generation byte (the low 8
+    /// bits, see [`crate::fabric::mr::next_key`]) is refused like an unknown key. Kernel
+    /// siw (Linux 6.1) looks it up by index alone and invalidates that registration.
+    /// Where this is false, a consumer must not let a peer hold a stale key to a reused
+    /// registration index: the peer could invalidate the new registration.
+    pub invalidate_checks_generation: bool,
+    /// Whether an RDMA Read is refused when the target registration lacks remote-read
+    /// access. Kernel siw (Linux 6.1) serves it from any registration of the queue
+    /// pair's protection domain the key names. Where this is false, withholding
+    /// [`crate::fabric::Access::REMOTE_READ`] does not protect memory: keep memory a
+    /// peer must not read out of every registration whose key it holds.
+    pub read_checks_access: bool,
 }

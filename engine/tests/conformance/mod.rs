@@ -462,11 +462,11 @@ fn drain_after_failure<P: Provider>(p: &mut Pair<P>) -> (Vec<Completion>, Vec<Co
     (s, c)
 }
 
-/// A key the device never issued, close to `key`: its next generation where the device
-/// checks keys whole (`DeviceCaps::checks_key_generation`), else an index no test
-/// reaches.
+/// A key the device never issued, for remote invalidation: `key`'s next generation where
+/// the device checks keys whole (`DeviceCaps::invalidate_checks_generation`), else an
+/// index no test reaches.
 fn never_issued(caps: &DeviceCaps, key: u32) -> u32 {
-    if caps.checks_key_generation {
+    if caps.invalidate_checks_generation {
         next_key(key)
     } else {
         make_key(MAX_KEY_INDEX, key_generation(key))
@@ -1198,8 +1198,7 @@ pub fn send_longer_than_receive_fails_both_sides<F: Fixture>() {
 /// The ways a remote key can be wrong.
 #[derive(Debug, Clone, Copy)]
 pub enum BadKey {
-    /// A key that was never issued (the arena's key with another generation, or another
-    /// index where the device checks only the index).
+    /// A key that was never issued (the arena's key with another generation).
     Unknown,
     /// A fast-registration key after local invalidation.
     Invalidated,
@@ -1248,7 +1247,7 @@ fn bad_remote<F: Fixture>(
         BadKey::Unknown => {
             let mr = reg(p, right);
             let mut r = at(&mr, 0);
-            r.rkey = never_issued(&p.s.dev.caps(), r.rkey);
+            r.rkey = next_key(r.rkey);
             keep.push(mr);
             (r, 8)
         }
@@ -1423,25 +1422,28 @@ fn remote_access_fails<F: Fixture>(bad: BadKey, write: bool) {
     );
 }
 
-/// The bad keys a device can express: an invalidated fast-registration key needs fast
-/// registration.
-fn bad_keys<F: Fixture>() -> impl Iterator<Item = BadKey> {
-    let fast_reg = F::open_device().caps().fast_reg;
-    BAD_KEYS
-        .into_iter()
-        .filter(move |b| fast_reg || !matches!(b, BadKey::Invalidated))
+/// The bad keys a device can express and refuses: an invalidated fast-registration key
+/// needs fast registration; a Read through a key without remote-read access is refused
+/// only where `DeviceCaps::read_checks_access` says so.
+fn bad_keys<F: Fixture>(write: bool) -> impl Iterator<Item = BadKey> {
+    let caps = F::open_device().caps();
+    BAD_KEYS.into_iter().filter(move |b| match b {
+        BadKey::Invalidated => caps.fast_reg,
+        BadKey::NoAccess => write || caps.read_checks_access,
+        _ => true,
+    })
 }
 
 /// Every kind of bad key fails an RDMA Write without writing a byte.
 pub fn rdma_write_with_bad_key_fails<F: Fixture>() {
-    for bad in bad_keys::<F>() {
+    for bad in bad_keys::<F>(true) {
         remote_access_fails::<F>(bad, true);
     }
 }
 
 /// Every kind of bad key fails an RDMA Read without reading a byte into the sink.
 pub fn rdma_read_with_bad_key_fails<F: Fixture>() {
-    for bad in bad_keys::<F>() {
+    for bad in bad_keys::<F>(false) {
         remote_access_fails::<F>(bad, false);
     }
 }

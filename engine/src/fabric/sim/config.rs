@@ -57,7 +57,8 @@ impl SimConfig {
                 fast_reg: true,
                 send_completes_on_transmit: false,
                 exact_error_statuses: true,
-                checks_key_generation: true,
+                invalidate_checks_generation: true,
+                read_checks_access: true,
             },
             faults: FaultConfig::NONE,
         }

@@ -194,7 +194,8 @@ impl Device for SiwDevice {
             // The confirmation Read brings the peer's verdict back to the requester.
             send_completes_on_transmit: false,
             exact_error_statuses: true,
-            checks_key_generation: true,
+            invalidate_checks_generation: true,
+            read_checks_access: true,
         }
     }
 

@@ -333,9 +333,10 @@ impl Device for VerbsDevice {
             send_completes_on_transmit: self.shared.is_iwarp(),
             // The kernel's devices pick their own status for several faults.
             exact_error_statuses: false,
-            // Kernel siw, the iWARP device we can test, checks the index only for Reads
-            // and remote invalidation; other iWARP devices are assumed no better.
-            checks_key_generation: !self.shared.is_iwarp(),
+            // Kernel siw, the iWARP device we can test, checks neither (seen in the
+            // conformance suite); other iWARP devices are assumed no better.
+            invalidate_checks_generation: !self.shared.is_iwarp(),
+            read_checks_access: !self.shared.is_iwarp(),
         }
     }
 
