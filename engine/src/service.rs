@@ -12,8 +12,42 @@
 //!   chunk, already pulled into registered memory, with its XDR position. It also says
 //!   what the requester offered for the reply: Write chunks and a Reply chunk.
 //! - [`ReplyWriter`] writes the RPC reply straight into a registered send buffer. A
-//!   DDP-eligible result goes to the next Write chunk with
-//!   [`ReplyWriter::ddp_result`] instead of being inlined.
+//!   DDP-eligible result goes to the next Write chunk instead of being inlined: from a
+//!   buffer the handler filled ([`ReplyWriter::ddp_result`]), or without a copy from
+//!   registered memory that already holds it ([`ReplyWriter::ddp_result_from_call`],
+//!   [`ReplyWriter::ddp_result_shared`]).
+//! - A handler may also answer nothing ([`ReplyWriter::no_reply`]).
+//!
+//! # Zero-copy results and how long their bytes must live
+//!
+//! An RDMA Write reads its source when the device gets to it, which is after the
+//! handler returned. The engine therefore only takes result bytes whose lifetime it
+//! controls until the reply's Send completes (the Writes precede the Send on the same
+//! queue pair, so the Send's completion means they are done):
+//!
+//! - an owned [`RegBuf`] ([`ReplyWriter::ddp_result`]): the engine drops it then;
+//! - a slice of the call's own pulled Read-chunk data
+//!   ([`ReplyWriter::ddp_result_from_call`]): the engine holds those buffers for the
+//!   call's whole life anyway, and nobody else can write them;
+//! - a range of a service-owned registered buffer shared as `Arc<RegBuf>`
+//!   ([`ReplyWriter::ddp_result_shared`]): the engine keeps a clone of the `Arc` until
+//!   the Send completes. Shared buffers are immutable to safe code, so the bytes cannot
+//!   change under the Write; a service that recycles such a buffer must wait until it
+//!   holds the only reference again (`Arc::get_mut` / `Arc::try_unwrap`).
+//!
+//! # Dropping a call (no reply)
+//!
+//! RPC-over-RDMA has no message that returns a credit without a reply: the requester
+//! counts a call against its credits until its reply arrives (RFC 8166 §3.3.1). A call
+//! the handler drops with [`ReplyWriter::no_reply`] therefore keeps one of the
+//! requester's credits until the requester gives up on it (its call timeout; our
+//! requester then frees the slot, and, in fast-registration mode, invalidates the
+//! call's chunks itself since no Send With Invalidate comes). On the responder nothing
+//! leaks: the receive the call used was reposted when it arrived, so the grant in later
+//! replies (computed from posted receives) is unchanged, and the call's context and
+//! buffers are released at once. Drops are counted (`ResponderStats::no_reply`): a
+//! duplicate-request cache that drops a retransmission of a call still in progress is
+//! fine, a service that drops routinely starves its clients of credits.
 //!
 //! # XDR positions and roundup (RFC 8166 §3.4.5–§3.4.7)
 //!
@@ -26,16 +60,20 @@
 //! the length word, the Write chunk carries the bytes, and no roundup is written.
 
 use core::fmt;
+use std::sync::Arc;
 
 use rpcrdma_pools::PoolCache;
 
 use crate::core::fixed::FixedVec;
 use crate::core::regbuf::{RegBuf, RegBufError};
+use crate::fabric::Sge;
 
-/// Most Write chunks a responder accepts in one call (the decoder's default limit).
+/// Most Write chunks a responder can handle in one call: the capacity of its tables.
+/// The limit it enforces is the connection's `ConnConfig::max_chunks` (at most this).
 pub const MAX_WRITE_CHUNKS: usize = 8;
 
-/// Most Read chunks at non-zero positions a responder accepts in one call.
+/// Most Read chunks at non-zero positions a responder can handle in one call: the
+/// capacity of its tables. The limit it enforces is `ConnConfig::max_chunks`.
 pub const MAX_DDP_ITEMS: usize = 8;
 
 /// One DDP-eligible call argument, pulled from its Read chunk into registered memory.
@@ -246,6 +284,10 @@ pub enum DdpRefusal {
     },
     /// The buffer's arena is not registered, so the data cannot be RDMA-written.
     NotRegistered,
+    /// The bytes are not inside memory the engine can keep valid until the Write
+    /// completes (not within the call's pulled Read chunks, or outside the shared
+    /// buffer's valid bytes): copy them into [`ReplyWriter::alloc_buf`] instead.
+    NotHeld,
 }
 
 impl fmt::Display for DdpRefusal {
@@ -256,6 +298,7 @@ impl fmt::Display for DdpRefusal {
                 write!(f, "result exceeds the {capacity}-octet Write chunk")
             }
             DdpRefusal::NotRegistered => write!(f, "result buffer is not registered"),
+            DdpRefusal::NotHeld => write!(f, "result bytes are not in memory the engine holds"),
         }
     }
 }
@@ -277,8 +320,59 @@ impl fmt::Display for DdpRefused {
 
 impl std::error::Error for DdpRefused {}
 
+impl std::error::Error for DdpRefusal {}
+
+/// A call's pulled Read chunks, in Read list order (a long call's message first).
+pub(crate) type Sinks = FixedVec<RegBuf, { 1 + MAX_DDP_ITEMS }>;
+
+/// Where a DDP result's bytes are, held by the engine until the reply's Send completes.
+#[derive(Debug)]
+pub(crate) enum DdpData {
+    /// A buffer the handler filled; dropped (back to its pool) when the reply is done.
+    Owned(RegBuf),
+    /// Bytes of the call's own pulled Read chunk `sink` (an index into the context's
+    /// sinks, which live as long as the context).
+    Pulled { sink: u8, offset: u32, len: u32 },
+    /// Bytes of a service-owned registered buffer; the clone keeps it alive.
+    Shared {
+        buf: Arc<RegBuf>,
+        offset: u32,
+        len: u32,
+    },
+}
+
+impl DdpData {
+    /// Octets to write.
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            DdpData::Owned(b) => b.len(),
+            DdpData::Pulled { len, .. } | DdpData::Shared { len, .. } => *len as usize,
+        }
+    }
+
+    /// A gather entry for `len` octets from `off` into the data; `sinks` are the
+    /// context's pulled Read chunks.
+    pub(crate) fn sge(&self, sinks: &Sinks, off: usize, len: usize) -> Option<Sge> {
+        match self {
+            DdpData::Owned(b) => b.sge(off, len).ok(),
+            DdpData::Pulled { sink, offset, .. } => sinks
+                .get(usize::from(*sink))?
+                .sge((*offset as usize).checked_add(off)?, len)
+                .ok(),
+            DdpData::Shared { buf, offset, .. } => {
+                buf.sge((*offset as usize).checked_add(off)?, len).ok()
+            }
+        }
+    }
+
+    /// True when no copy was made for this result.
+    pub(crate) fn is_zero_copy(&self) -> bool {
+        !matches!(self, DdpData::Owned(_))
+    }
+}
+
 /// Results a reply sends through Write chunks: `None` for a chunk left empty.
-pub(crate) type DdpResults = FixedVec<Option<RegBuf>, MAX_WRITE_CHUNKS>;
+pub(crate) type DdpResults = FixedVec<Option<DdpData>, MAX_WRITE_CHUNKS>;
 
 /// Writes one RPC reply into a registered buffer.
 ///
@@ -294,6 +388,8 @@ pub struct ReplyWriter<'a> {
     write_chunks: &'a [u64],
     results: &'a mut DdpResults,
     large: Option<&'a mut PoolCache>,
+    pulled: Option<&'a Sinks>,
+    no_reply: bool,
 }
 
 impl fmt::Debug for ReplyWriter<'_> {
@@ -304,6 +400,7 @@ impl fmt::Debug for ReplyWriter<'_> {
             .field("overflow", &self.overflow)
             .field("write_chunks", &self.write_chunks)
             .field("results", &self.results.len())
+            .field("no_reply", &self.no_reply)
             .finish()
     }
 }
@@ -314,6 +411,7 @@ impl<'a> ReplyWriter<'a> {
         write_chunks: &'a [u64],
         results: &'a mut DdpResults,
         large: Option<&'a mut PoolCache>,
+        pulled: Option<&'a Sinks>,
     ) -> Self {
         results.clear();
         ReplyWriter {
@@ -323,7 +421,24 @@ impl<'a> ReplyWriter<'a> {
             write_chunks,
             results,
             large,
+            pulled,
+            no_reply: false,
         }
+    }
+
+    /// Answers nothing: the engine sends no reply, releases the call's buffers at once,
+    /// and counts the drop (`ResponderStats::no_reply`). Whatever was written, any DDP
+    /// result, and the handler's return value are discarded. For a duplicate-request
+    /// cache seeing a call that is still in progress, for example. The requester's
+    /// credit stays spent until it gives up on the call: see the module documentation.
+    pub fn no_reply(&mut self) {
+        self.no_reply = true;
+    }
+
+    /// True once [`no_reply`](Self::no_reply) was called.
+    #[inline]
+    pub fn is_no_reply(&self) -> bool {
+        self.no_reply
     }
 
     /// A registered buffer from the connection's large pool, to fill with result data
@@ -461,16 +576,88 @@ impl<'a> ReplyWriter<'a> {
                 data,
             });
         }
-        match self.results.push(Some(data)) {
+        match self.results.push(Some(DdpData::Owned(data))) {
             Ok(()) => Ok(()),
-            Err(Some(data)) => Err(DdpRefused {
+            Err(Some(DdpData::Owned(data))) => Err(DdpRefused {
                 reason: DdpRefusal::NoWriteChunk,
                 data,
             }),
-            // Unreachable: we pushed Some. Without data there is nothing to hand back,
-            // so treat it as accepted-empty.
-            Err(None) => Ok(()),
+            // Unreachable: we pushed an owned buffer, and nothing else can come back.
+            Err(_) => Ok(()),
         }
+    }
+
+    /// Checks that the next Write chunk can take `len` octets.
+    fn check_chunk(&self, len: usize) -> Result<(), DdpRefusal> {
+        let capacity = self.next_write_chunk().ok_or(DdpRefusal::NoWriteChunk)?;
+        if len as u64 > capacity {
+            return Err(DdpRefusal::TooLarge { capacity });
+        }
+        Ok(())
+    }
+
+    /// Sends `data`, a slice of one of the call's DDP items or of a long call's message
+    /// (bytes the engine pulled from the call's Read chunks), through the next Write
+    /// chunk without copying it. Those buffers stay with the call until its reply's Send
+    /// completes, so the bytes are valid for the Write. The body rules are those of
+    /// [`ddp_result`](Self::ddp_result). Any other slice (inline call bytes, the
+    /// service's own memory) is refused with [`DdpRefusal::NotHeld`].
+    pub fn ddp_result_from_call(&mut self, data: &[u8]) -> Result<(), DdpRefusal> {
+        let start = data.as_ptr() as usize;
+        let end = start.wrapping_add(data.len());
+        let Some(pulled) = self.pulled else {
+            return Err(DdpRefusal::NotHeld);
+        };
+        let found = pulled.iter().enumerate().find_map(|(k, b)| {
+            let s = b.as_slice();
+            let base = s.as_ptr() as usize;
+            (start >= base && end <= base + s.len()).then(|| (k, start - base))
+        });
+        let Some((sink, offset)) = found else {
+            return Err(DdpRefusal::NotHeld);
+        };
+        self.check_chunk(data.len())?;
+        if pulled.get(sink).is_none_or(|b| b.lkey().is_err()) {
+            return Err(DdpRefusal::NotRegistered);
+        }
+        // Pulled buffers are at most 4 GiB and there are at most 1 + MAX_DDP_ITEMS.
+        let d = DdpData::Pulled {
+            sink: sink as u8,
+            offset: offset as u32,
+            len: data.len() as u32,
+        };
+        self.results
+            .push(Some(d))
+            .map_err(|_| DdpRefusal::NoWriteChunk)
+    }
+
+    /// Sends `len` octets from `offset` of a registered buffer the service owns and
+    /// shares (a file cache page, a preformatted result) through the next Write chunk
+    /// without copying. The engine keeps a clone of `buf` until the reply's Send
+    /// completes; the range must lie within the buffer's valid bytes.
+    pub fn ddp_result_shared(
+        &mut self,
+        buf: &Arc<RegBuf>,
+        offset: usize,
+        len: usize,
+    ) -> Result<(), DdpRefusal> {
+        match offset.checked_add(len) {
+            Some(end) if end <= buf.len() => {}
+            _ => return Err(DdpRefusal::NotHeld),
+        }
+        self.check_chunk(len)?;
+        if buf.lkey().is_err() {
+            return Err(DdpRefusal::NotRegistered);
+        }
+        // Within a pool buffer, so both fit in 32 bits.
+        let d = DdpData::Shared {
+            buf: Arc::clone(buf),
+            offset: offset as u32,
+            len: len as u32,
+        };
+        self.results
+            .push(Some(d))
+            .map_err(|_| DdpRefusal::NoWriteChunk)
     }
 
     /// Leaves the next Write chunk empty (its result was not DDP-eligible this time, or
@@ -492,7 +679,7 @@ mod tests {
     fn writer_refuses_overflow_and_remembers_it() {
         let mut buf = [0u8; 8];
         let mut results = DdpResults::new();
-        let mut w = ReplyWriter::new(&mut buf, &[], &mut results, None);
+        let mut w = ReplyWriter::new(&mut buf, &[], &mut results, None, None);
         w.put_u32(7).unwrap();
         assert!(w.put(&[1, 2, 3, 4, 5]).is_err());
         assert_eq!(

@@ -14,6 +14,20 @@ use crate::wire::private_data::{PrivateData, SizeError, MIN_INLINE_SIZE};
 /// arguments, its write sinks and a Reply chunk.
 pub const MAX_MRS_PER_CALL: usize = 1 + MAX_DDP_ARGS + MAX_WRITE_SINKS + 1;
 
+/// Default of [`ConnConfig::max_chunks`], the same for both roles: the requester's
+/// tables hold this many DDP arguments and write sinks per call.
+pub const DEFAULT_MAX_CHUNKS: u32 = 4;
+
+// The requester cannot offer more than its tables hold, so the shared default is
+// exactly their size; the responder's tables are larger and hold any valid setting.
+const _: () = assert!(MAX_DDP_ARGS == DEFAULT_MAX_CHUNKS as usize);
+const _: () = assert!(MAX_WRITE_SINKS == DEFAULT_MAX_CHUNKS as usize);
+
+/// The keepalive probe's program and version when the ULP names none (a private
+/// number from RFC 5531 §8.3's local range): the probe still proves liveness through
+/// the PROG_UNAVAIL reply it gets.
+pub const DEFAULT_PROBE_PROGRAM: (u32, u32) = (0x2000_0001, 1);
+
 /// Per-thread cache size of the connection's pools: small, so buffers parked in a
 /// cache are a small share of a pool.
 pub const POOL_CACHE: usize = 16;
@@ -121,6 +135,17 @@ pub struct ConnConfig {
     pub credits: u32,
     /// What the responder's header parser accepts.
     pub limits: Limits,
+    /// Most DDP chunks in one call, counted separately for Read chunks at non-zero
+    /// positions (DDP-eligible arguments) and for Write chunks (DDP-eligible results);
+    /// a long call's Position-Zero Read chunk does not count. One value for both roles,
+    /// default [`DEFAULT_MAX_CHUNKS`]. RPC-over-RDMA has no way to negotiate it (RFC
+    /// 8166 exchanges only inline sizes and remote invalidation, RFC 8797), so both
+    /// peers must be configured alike: a responder answers a call with more chunks
+    /// than this with RDMA_ERROR/ERR_CHUNK (RFC 8166 §4.5.2), and a requester cannot
+    /// offer more than its tables hold ([`crate::requester::MAX_DDP_ARGS`],
+    /// [`crate::requester::MAX_WRITE_SINKS`]). At most
+    /// [`crate::service::MAX_WRITE_CHUNKS`].
+    pub max_chunks: u32,
     /// Size of the large buffers used for long calls, Reply chunks, and DDP data the
     /// responder pulls: the largest chunk either side handles.
     pub large_buf_size: u32,
@@ -150,7 +175,11 @@ pub struct ConnConfig {
     /// How long a probe waits for its reply before the peer is declared dead.
     pub probe_timeout: Duration,
     /// Program and version the probe's NULL call names. Any RPC reply, even
-    /// PROG_UNAVAIL, proves the peer alive.
+    /// PROG_UNAVAIL, proves the peer alive, but like the Linux client (which sends NULL
+    /// to the ULP program, e.g. NFS) set this to the program the connection serves, so
+    /// the probe gets SUCCESS and the responder logs nothing unusual
+    /// (`rpcrdma_ulp::binding::with_keepalive` does). The default,
+    /// [`DEFAULT_PROBE_PROGRAM`], is a private number no responder is expected to serve.
     pub probe_program: (u32, u32),
     /// Hugepage policy of the pools a driver creates for the connection.
     pub hugepages: HugePages,
@@ -164,6 +193,7 @@ impl Default for ConnConfig {
             remote_invalidate: true,
             credits: 32,
             limits: Limits::DEFAULT,
+            max_chunks: DEFAULT_MAX_CHUNKS,
             large_buf_size: 256 * 1024,
             large_bufs: 64,
             send_bufs: 256,
@@ -174,7 +204,7 @@ impl Default for ConnConfig {
             call_timeout: Duration::from_secs(30),
             keepalive: None,
             probe_timeout: Duration::from_secs(5),
-            probe_program: (0x2000_0001, 1),
+            probe_program: DEFAULT_PROBE_PROGRAM,
             hugepages: HugePages::Auto,
         }
     }
@@ -193,6 +223,8 @@ pub enum ConfigError {
     Zero(&'static str),
     /// A registration mode name other than `auto`, `fastreg` or `persistent`.
     UnknownRegistration,
+    /// `max_chunks` above what the responder's tables hold.
+    MaxChunks(u32),
 }
 
 impl core::fmt::Display for ConfigError {
@@ -210,6 +242,11 @@ impl core::fmt::Display for ConfigError {
             ConfigError::UnknownRegistration => {
                 write!(f, "registration must be auto, fastreg or persistent")
             }
+            ConfigError::MaxChunks(n) => write!(
+                f,
+                "max_chunks = {n} exceeds {}",
+                crate::service::MAX_WRITE_CHUNKS
+            ),
         }
     }
 }
@@ -280,6 +317,9 @@ impl ConnConfig {
         }
         if self.send_bufs == 0 {
             return Err(ConfigError::Zero("send_bufs"));
+        }
+        if self.max_chunks as usize > crate::service::MAX_WRITE_CHUNKS {
+            return Err(ConfigError::MaxChunks(self.max_chunks));
         }
         Ok(())
     }
@@ -454,5 +494,23 @@ mod tests {
             ..ConnConfig::default()
         };
         assert_eq!(c.validate(), Err(ConfigError::LargeBufTooSmall));
+        let c = ConnConfig {
+            max_chunks: 9,
+            ..ConnConfig::default()
+        };
+        assert_eq!(c.validate(), Err(ConfigError::MaxChunks(9)));
+    }
+
+    #[test]
+    fn chunk_limit_default_is_the_same_for_both_roles() {
+        let c = ConnConfig::default();
+        assert_eq!(c.max_chunks, DEFAULT_MAX_CHUNKS);
+        assert_eq!(c.max_chunks as usize, MAX_DDP_ARGS);
+        assert_eq!(c.max_chunks as usize, MAX_WRITE_SINKS);
+        let r = ConnConfig {
+            max_chunks: crate::service::MAX_WRITE_CHUNKS as u32,
+            ..ConnConfig::default()
+        };
+        assert_eq!(r.validate(), Ok(()));
     }
 }

@@ -48,6 +48,23 @@ pub enum Dispatched<'d> {
     /// Send nothing: the message is not a call that can be answered (no XID, a bad
     /// `msg_type`, or a reply). The decoding error says why.
     Drop(RpcError),
+    /// Send nothing: the program chose not to answer this call ([`ProcError::NoReply`]).
+    NoReply {
+        /// Transaction id of the call.
+        xid: u32,
+    },
+}
+
+/// What a [`Dispatcher`] has answered, for operators (plain counters: the dispatcher
+/// runs on one poller thread).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DispatchStats {
+    /// NULL calls (procedure 0) answered SUCCESS: pings and keepalive probes.
+    pub nulls: u64,
+    /// Calls for a program that is not registered (PROG_UNAVAIL).
+    pub prog_unavail: u64,
+    /// Calls a program dropped without a reply ([`ProcError::NoReply`]).
+    pub no_reply: u64,
 }
 
 /// A reply written into the caller's buffer.
@@ -156,6 +173,7 @@ impl std::error::Error for RegisterError {}
 pub struct Dispatcher {
     programs: Vec<Box<dyn Program>>,
     auth: AuthPolicy,
+    stats: DispatchStats,
 }
 
 impl Default for Dispatcher {
@@ -182,7 +200,13 @@ impl Dispatcher {
         Dispatcher {
             programs: Vec::new(),
             auth: AuthPolicy::DEFAULT,
+            stats: DispatchStats::default(),
         }
+    }
+
+    /// Counters of what was answered.
+    pub fn stats(&self) -> DispatchStats {
+        self.stats
     }
 
     /// Replaces the credential policy.
@@ -253,6 +277,7 @@ impl Dispatcher {
             return header_only(ReplyHeader::auth_error(xid, stat), reply);
         }
         let Some(index) = self.find(call.prog) else {
+            self.stats.prog_unavail += 1;
             return header_only(ReplyHeader::prog_unavail(xid), reply);
         };
         let program = &mut self.programs[index];
@@ -267,7 +292,10 @@ impl Dispatcher {
         if call.procedure == 0 {
             // NULL takes no arguments; anything else is garbage.
             return match args.finish() {
-                Ok(()) => header_only(ReplyHeader::success(xid), reply),
+                Ok(()) => {
+                    self.stats.nulls += 1;
+                    header_only(ReplyHeader::success(xid), reply)
+                }
                 Err(_) => header_only(ReplyHeader::garbage_args(xid), reply),
             };
         }
@@ -297,6 +325,10 @@ impl Dispatcher {
             Err(ProcError::SystemErr) => header_only(ReplyHeader::system_err(xid), reply),
             Err(ProcError::Auth(stat)) => header_only(ReplyHeader::auth_error(xid, stat), reply),
             Err(ProcError::Results(error)) => Err(DispatchError::ReplyOverrun { xid, error }),
+            Err(ProcError::NoReply) => {
+                self.stats.no_reply += 1;
+                Ok(Dispatched::NoReply { xid })
+            }
         }
     }
 }

@@ -24,6 +24,11 @@ pub enum ProcError {
     /// The caller's credentials are not good enough: MSG_DENIED / AUTH_ERROR with this
     /// reason.
     Auth(crate::rpc::AuthStat),
+    /// Send no reply at all: e.g. a duplicate-request cache seeing a retransmission of a
+    /// call still in progress. Over RPC-over-RDMA the requester's credit for the call
+    /// stays spent until it gives up on the call (see `rpcrdma::service`), so use it
+    /// for exceptions only.
+    NoReply,
 }
 
 impl fmt::Display for ProcError {
@@ -34,6 +39,7 @@ impl fmt::Display for ProcError {
             ProcError::ProcUnavail => f.write_str("procedure unavailable"),
             ProcError::SystemErr => f.write_str("system error"),
             ProcError::Auth(s) => write!(f, "authentication error: {}", AuthStat::name(*s)),
+            ProcError::NoReply => f.write_str("dropped without a reply"),
         }
     }
 }

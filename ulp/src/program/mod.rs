@@ -8,7 +8,9 @@ mod error;
 mod service;
 
 pub use auth::AuthPolicy;
-pub use dispatch::{DispatchError, Dispatched, Dispatcher, InboundCall, RegisterError, Reply};
+pub use dispatch::{
+    DispatchError, DispatchStats, Dispatched, Dispatcher, InboundCall, RegisterError, Reply,
+};
 pub use error::ProcError;
 
 use crate::binding::ProcInfo;

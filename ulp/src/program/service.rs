@@ -1,6 +1,6 @@
 //! The engine's responder upcall: [`Dispatcher`] as an `rpcrdma::service::Service`.
 
-use rpcrdma::service::{CallView, ReplyWriter, Service, ServiceError};
+use rpcrdma::service::{CallView, DdpRefusal, ReplyWriter, Service, ServiceError};
 
 use super::dispatch::{DispatchError, Dispatched, Dispatcher, InboundCall};
 use crate::ddp::{ReadItem, MAX_DDP_ITEMS};
@@ -11,16 +11,21 @@ impl Service for Dispatcher {
     ///
     /// - DDP-eligible arguments are read where the engine pulled them; the dispatcher
     ///   never copies them.
-    /// - DDP-eligible results go to the requester's Write chunks. The engine takes them
-    ///   as owned registered buffers, so each is copied once into a buffer from
-    ///   [`ReplyWriter::alloc_buf`]; Write chunks before a placed result that got nothing
-    ///   are skipped (returned empty).
+    /// - DDP-eligible results go to the requester's Write chunks. A result that is a
+    ///   slice of the call's own pulled Read-chunk data (ECHO returning its argument)
+    ///   is written from there without a copy
+    ///   ([`ReplyWriter::ddp_result_from_call`]); any other result (the program's own
+    ///   memory, inline call bytes) is copied once into a buffer from
+    ///   [`ReplyWriter::alloc_buf`]. Write chunks before a placed result that got
+    ///   nothing are skipped (returned empty).
     /// - A reply overrun (results larger than the reply buffer or a Write chunk) marks
     ///   the writer overflowed, so the engine answers RDMA_ERROR / ERR_CHUNK (RFC 8166
     ///   §3.5.4, RFC 8267 §3).
+    /// - A call the program drops ([`ProcError::NoReply`](super::ProcError::NoReply))
+    ///   gets no reply ([`ReplyWriter::no_reply`]).
     /// - A message that is not an answerable call (a REPLY, a bad `msg_type`) has no RPC
-    ///   answer; the engine has no way to stay silent, so it gets GARBAGE_ARGS for its
-    ///   XID, which at least frees the requester's credit without a timeout.
+    ///   answer; staying silent would keep one of the requester's credits spent (RFC
+    ///   8166 returns credits only with replies), so it gets GARBAGE_ARGS for its XID.
     fn handle_call(
         &mut self,
         call: &CallView<'_>,
@@ -46,6 +51,10 @@ impl Service for Dispatcher {
         let done = match self.dispatch(&inbound, reply.spare_mut()) {
             Ok(Dispatched::Reply(r)) => r,
             Ok(Dispatched::Drop(_)) => return Err(ServiceError::GarbageArgs),
+            Ok(Dispatched::NoReply { .. }) => {
+                reply.no_reply();
+                return Ok(());
+            }
             Err(DispatchError::ReplyOverrun { .. } | DispatchError::ReplyBufferTooSmall { .. }) => {
                 overflow(reply);
                 return Ok(());
@@ -59,6 +68,18 @@ impl Service for Dispatcher {
             while next < item.chunk {
                 reply.skip_write_chunk();
                 next += 1;
+            }
+            match reply.ddp_result_from_call(item.data) {
+                Ok(()) => {
+                    next += 1;
+                    continue;
+                }
+                Err(DdpRefusal::NotHeld) => {}
+                Err(DdpRefusal::TooLarge { .. }) => {
+                    overflow(reply);
+                    return Ok(());
+                }
+                Err(_) => return Err(ServiceError::SystemErr),
             }
             let mut buf = reply.alloc_buf().map_err(|_| ServiceError::SystemErr)?;
             if buf.fill(item.data).is_err() {

@@ -1,9 +1,8 @@
 //! A reply context: what one call holds at the responder, from its arrival to the
 //! completion of its reply's Send. Preallocated; two per credit.
 
-use crate::core::fixed::FixedVec;
 use crate::core::regbuf::RegBuf;
-use crate::service::{DdpResults, MAX_DDP_ITEMS};
+use crate::service::{DdpResults, Sinks};
 use crate::wire::header::RdmaError;
 
 /// What a context waits for or does next.
@@ -46,7 +45,7 @@ pub(super) struct Context {
     /// Where the inline body starts in `send`: the largest header the reply can have.
     pub(super) body_off: usize,
     /// Pulled Read chunks, in Read list order.
-    pub(super) sinks: FixedVec<RegBuf, { 1 + MAX_DDP_ITEMS }>,
+    pub(super) sinks: Sinks,
     /// The body, when the requester offered a Reply chunk.
     pub(super) body: Option<RegBuf>,
     /// DDP results for the Write chunks.
@@ -64,7 +63,7 @@ impl Context {
             recv: None,
             send,
             body_off: 0,
-            sinks: FixedVec::new(),
+            sinks: Sinks::new(),
             body: None,
             results: DdpResults::new(),
             delivery: Delivery::TooLarge,

@@ -41,12 +41,17 @@ pub(crate) enum ChunkProblem {
 }
 
 /// Checks `h` (an RDMA_MSG, RDMA_NOMSG or RDMA_MSGP call) against what this responder
-/// handles: buffers of `max_chunk` octets and a send queue of `sq_depth`.
+/// handles: buffers of `max_chunk` octets, a send queue of `sq_depth`, and at most
+/// `max_chunks` DDP Read chunks and as many Write chunks (never more than its tables
+/// hold, whatever the caller asks).
 pub(crate) fn inspect(
     h: &HeaderView<'_>,
     max_chunk: u64,
     sq_depth: u32,
+    max_chunks: usize,
 ) -> Result<CallInfo, ChunkProblem> {
+    let max_ddp = max_chunks.min(MAX_DDP_ITEMS);
+    let max_writes = max_chunks.min(MAX_WRITE_CHUNKS);
     let Some(lists) = h.chunk_lists() else {
         return Err(ChunkProblem::MessagePlacement);
     };
@@ -73,7 +78,7 @@ pub(crate) fn inspect(
     let mut last_position = 0u64;
     for (i, c) in lists.read_chunks().enumerate() {
         info.read_chunks += 1;
-        if info.read_chunks > 1 + MAX_DDP_ITEMS || (!long && info.read_chunks > MAX_DDP_ITEMS) {
+        if info.read_chunks > usize::from(long) + max_ddp {
             return Err(ChunkProblem::TooMany);
         }
         let total = c.total_length();
@@ -98,7 +103,7 @@ pub(crate) fn inspect(
         last_position = position;
         moved += pad4(total as usize) as u64;
     }
-    if lists.write_chunk_count() > MAX_WRITE_CHUNKS {
+    if lists.write_chunk_count() > max_writes {
         return Err(ChunkProblem::TooMany);
     }
     let mut write_ops = 0u32;

@@ -72,6 +72,12 @@ pub struct ResponderStats {
     pub err_chunk: u64,
     /// Messages dropped without an answer (no XID, or RDMA_ERROR from a requester).
     pub dropped: u64,
+    /// Calls the service chose not to answer (`ReplyWriter::no_reply`): each keeps one
+    /// of the requester's credits until the requester gives up on the call.
+    pub no_reply: u64,
+    /// Of `ddp_results`, those written straight from memory the engine already held
+    /// (the call's pulled Read chunks, a service's shared buffer): no copy was made.
+    pub ddp_zero_copy: u64,
     /// Calls beyond the credits granted, found with no context free (dropped).
     pub overruns: u64,
     /// RDMA_DONE messages received.
@@ -100,6 +106,8 @@ pub struct ResponderCore<S> {
     stalled: FixedQueue<u32>,
     large: PoolCache,
     max_chunk: u64,
+    /// `ConnConfig::max_chunks`: DDP Read chunks and Write chunks accepted per call.
+    max_chunks: usize,
     sq_depth: u32,
     events: FixedQueue<ConnEvent>,
     stats: ResponderStats,
@@ -141,6 +149,7 @@ impl<S: Service> ResponderCore<S> {
             stalled: FixedQueue::with_capacity(sizes.slots as usize),
             ctxs: ctxs.into_boxed_slice(),
             max_chunk: pools.large.buf_size() as u64,
+            max_chunks: cfg.max_chunks as usize,
             large: pools.large.cache(),
             sq_depth: sizes.sq_depth,
             events: FixedQueue::with_capacity(16),
@@ -320,7 +329,7 @@ impl<S: Service> ResponderCore<S> {
                 Procedure::Done => Next::Done(h.xid()),
                 Procedure::Error => Next::Drop,
                 Procedure::Msg | Procedure::Nomsg | Procedure::Msgp => {
-                    match inspect(h, self.max_chunk, self.sq_depth) {
+                    match inspect(h, self.max_chunk, self.sq_depth, self.max_chunks) {
                         Ok(info) => Next::Call(h.xid(), info.read_chunks > 0),
                         Err(_) => Next::Error(h.xid(), RdmaError::Chunk),
                     }
@@ -473,7 +482,7 @@ impl<S: Service> ResponderCore<S> {
             c.step = Step::Error(RdmaError::Chunk);
             return true;
         };
-        let Ok(info) = inspect(&h, self.max_chunk, self.sq_depth) else {
+        let Ok(info) = inspect(&h, self.max_chunk, self.sq_depth, self.max_chunks) else {
             c.step = Step::Error(RdmaError::Chunk);
             return true;
         };
@@ -647,11 +656,21 @@ impl<S: Service> ResponderCore<S> {
             &write_caps[..n_writes],
             results,
             Some(&mut self.large),
+            Some(sinks),
         );
         let result = self.service.handle_call(&view, &mut writer);
         let len = writer.len();
         let overflow = writer.overflow();
+        let no_reply = writer.is_no_reply();
         self.stats.calls += 1;
+        if no_reply {
+            // Nothing goes out: the receive was reposted on arrival, so the grant stays
+            // backed; the context and its buffers go back now.
+            self.stats.no_reply += 1;
+            results.clear();
+            self.release(i);
+            return true;
+        }
         *delivery = match result {
             // An overflow means the reply fits nothing the requester offered, whatever
             // the handler made of it (RFC 8166 §3.5.4: ERR_CHUNK).

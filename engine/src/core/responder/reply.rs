@@ -43,6 +43,7 @@ impl<S: Service> ResponderCore<S> {
             send,
             body_off,
             body,
+            sinks,
             results,
             delivery,
             wrs,
@@ -139,12 +140,13 @@ impl<S: Service> ResponderCore<S> {
             };
             let mut off = 0usize;
             for seg in echo[k][..echo_n[k]].iter().filter(|s| s.length > 0) {
-                if let Ok(sge) = data.sge(off, seg.length as usize) {
+                if let Some(sge) = data.sge(sinks, off, seg.length as usize) {
                     write(&mut self.t, sge, seg);
                 }
                 off += seg.length as usize;
             }
             self.stats.ddp_results += 1;
+            self.stats.ddp_zero_copy += u64::from(data.is_zero_copy());
         }
         if let (false, Some(b)) = (inline, body.as_ref()) {
             let mut off = 0usize;
