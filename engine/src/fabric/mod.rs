@@ -33,6 +33,7 @@
 
 pub mod cm;
 pub mod error;
+pub(crate) mod keytable;
 pub mod mr;
 pub mod provider;
 pub mod shm;

@@ -19,7 +19,6 @@ use super::device::{DeviceShared, MAX_MSG_SIZE};
 use super::exec::Executor;
 use super::ring::Producer;
 use super::segment::{copy_small, op, ReqHeader, ReqSlot, Segment, WireSge, INLINE_MAX, MAX_SGE};
-use super::table::Mapping;
 use crate::fabric::cm::ConnId;
 use crate::fabric::error::{FabricError, PostError, PostErrorKind};
 use crate::fabric::mr::Access;
@@ -537,28 +536,10 @@ impl ShmQp {
                 key,
                 region,
                 access,
-            } => {
-                let len = u64::from(region.length);
-                let place =
-                    match sh
-                        .dev
-                        .table
-                        .lookup(region.lkey, sh.pd, Access::NONE, region.addr, len)
-                    {
-                        Ok(p) => p,
-                        Err(_) => return WcStatus::MemoryBindError,
-                    };
-                let m = Mapping {
-                    arena: place.arena,
-                    offset: place.offset,
-                    iova: region.addr,
-                    len,
-                };
-                match sh.dev.table.fast_reg(key, sh.pd, access, &m) {
-                    Ok(()) => WcStatus::Success,
-                    Err(_) => WcStatus::MemoryBindError,
-                }
-            }
+            } => match sh.dev.table.fast_reg_over(key, sh.pd, access, &region) {
+                Ok(()) => WcStatus::Success,
+                Err(_) => WcStatus::MemoryBindError,
+            },
             SendOp::LocalInvalidate { key } => match sh.dev.table.invalidate(key, sh.pd) {
                 Ok(()) => WcStatus::Success,
                 Err(_) => WcStatus::LocalProtectionError,

@@ -6,68 +6,16 @@
 //! generation, protection domain, access rights, bounds, and finally the arena's own
 //! extent), so a request can never read or write outside what its key grants.
 
+use std::fmt;
 use std::sync::Arc;
 
 use rpcrdma_pools::Arena;
 
 use super::config::SIM_MAX_SGE;
 use crate::fabric::error::FabricError;
-use crate::fabric::mr::{key_index, make_key, next_key, Access};
+use crate::fabric::keytable::{KeyFault, KeyTable};
+use crate::fabric::mr::{key_index, Access, MAX_KEY_INDEX};
 use crate::fabric::types::Sge;
-
-/// What a table slot holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum MrKind {
-    /// `reg_mr`: fixed memory, valid until deregistered.
-    Plain,
-    /// `alloc_fast_mr`: mapped by FastReg requests, up to `max_len` bytes.
-    Fast { max_len: u64 },
-}
-
-#[derive(Debug)]
-pub(super) struct MrSlot {
-    /// Held by a handle (not deregistered).
-    live: bool,
-    /// The current key: slot index and generation.
-    pub(super) key: u32,
-    /// Accesses through `key` are allowed (fast slots: mapped and not invalidated).
-    pub(super) valid: bool,
-    pub(super) pd: u32,
-    pub(super) kind: MrKind,
-    arena: Option<Arc<Arena>>,
-    addr: u64,
-    len: u64,
-    access: Access,
-}
-
-impl MrSlot {
-    const fn dead(key: u32) -> Self {
-        MrSlot {
-            live: false,
-            key,
-            valid: false,
-            pd: u32::MAX,
-            kind: MrKind::Plain,
-            arena: None,
-            addr: 0,
-            len: 0,
-            access: Access::NONE,
-        }
-    }
-}
-
-/// Why a FastReg, LocalInvalidate or remote invalidation was refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum KeyOpError {
-    /// The key names no live slot of this kind in this protection domain.
-    NoSuchKey,
-    /// FastReg: the key's generation equals the slot's current one.
-    StaleGeneration,
-    /// FastReg: the region cannot be resolved or exceeds the slot.
-    BadRegion,
-    /// FastReg: the access combination is invalid.
-    BadAccess,
-}
 
 /// Resolved memory: up to [`SIM_MAX_SGE`] pointer ranges, each checked.
 pub(super) struct Segments {
@@ -100,36 +48,44 @@ impl Segments {
     }
 }
 
-#[derive(Debug)]
+/// The network-wide key table: the shared software key table (slot 0 never issued, so
+/// no valid key is below 256) and, beside it, the arena each live mapping lies in,
+/// which the table keeps mapped while a key can reach it.
 pub(super) struct MrTable {
-    /// Slot 0 is never used, so no valid key is below 256.
-    slots: Vec<MrSlot>,
-    free: Vec<u32>,
-    max: usize,
+    keys: KeyTable,
+    /// By slot index; `None` while the slot maps nothing.
+    arenas: Vec<Option<Arc<Arena>>>,
+}
+
+impl fmt::Debug for MrTable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MrTable")
+            .field("capacity", &self.keys.capacity())
+            .field("mapped", &self.arenas.iter().flatten().count())
+            .finish()
+    }
 }
 
 impl MrTable {
     pub(super) fn new(max: usize) -> Self {
+        let max = u32::try_from(max)
+            .unwrap_or(MAX_KEY_INDEX)
+            .min(MAX_KEY_INDEX);
         MrTable {
-            slots: vec![MrSlot::dead(0)],
-            free: Vec::new(),
-            max,
+            keys: KeyTable::with_first_index(max, 1),
+            arenas: Vec::new(),
         }
     }
 
-    fn take_slot(&mut self) -> Result<u32, FabricError> {
-        if let Some(i) = self.free.pop() {
-            return Ok(i);
+    fn set_arena(&mut self, index: u32, arena: Option<Arc<Arena>>) {
+        let i = index as usize;
+        if self.arenas.len() <= i {
+            if arena.is_none() {
+                return;
+            }
+            self.arenas.resize(i + 1, None);
         }
-        let i = self.slots.len();
-        if i > self.max {
-            return Err(FabricError::Exhausted {
-                what: "memory registrations",
-                max: self.max,
-            });
-        }
-        self.slots.push(MrSlot::dead(make_key(i as u32, 0)));
-        Ok(i as u32)
+        self.arenas[i] = arena;
     }
 
     /// Registers `[offset, offset + len)` of `arena`; returns the key.
@@ -154,60 +110,24 @@ impl MrTable {
                 arena_len: arena.len(),
             });
         }
-        let i = self.take_slot()?;
-        let s = &mut self.slots[i as usize];
-        // A reused slot moves to its next generation, so keys of the old registration
-        // stay dead.
-        let key = next_key(s.key);
-        *s = MrSlot {
-            live: true,
-            key,
-            valid: true,
-            pd,
-            kind: MrKind::Plain,
-            arena: Some(Arc::clone(arena)),
-            addr: arena.base() as u64 + offset as u64,
-            len: len as u64,
-            access,
-        };
+        let addr = arena.base() as u64 + offset as u64;
+        let (index, key) = self.keys.register(pd, access, addr, len as u64, ())?;
+        self.set_arena(index, Some(Arc::clone(arena)));
         Ok(key)
     }
 
     /// Allocates an unmapped fast-registration slot; returns its initial key.
     pub(super) fn alloc_fast(&mut self, pd: u32, max_len: u64) -> Result<u32, FabricError> {
-        let i = self.take_slot()?;
-        let s = &mut self.slots[i as usize];
-        let key = next_key(s.key);
-        *s = MrSlot {
-            live: true,
-            key,
-            valid: false,
-            pd,
-            kind: MrKind::Fast { max_len },
-            arena: None,
-            addr: 0,
-            len: 0,
-            access: Access::NONE,
-        };
+        let (index, key) = self.keys.alloc_fast(pd, max_len)?;
+        self.set_arena(index, None);
         Ok(key)
     }
 
     /// Deregisters the slot of `key` (its handle was dropped).
     pub(super) fn release(&mut self, key: u32) {
-        let i = key_index(key);
-        let Some(s) = self.slots.get_mut(i as usize) else {
-            return;
-        };
-        if !s.live || i == 0 {
-            return;
-        }
-        *s = MrSlot::dead(s.key);
-        self.free.push(i);
-    }
-
-    fn live_slot(&self, key: u32, pd: u32) -> Option<&MrSlot> {
-        let s = self.slots.get(key_index(key) as usize)?;
-        (s.live && s.key == key && s.pd == pd).then_some(s)
+        let index = key_index(key);
+        self.keys.release(index);
+        self.set_arena(index, None);
     }
 
     /// Checks that `key` grants `need` over `[addr, addr + len)` in protection domain
@@ -220,15 +140,8 @@ impl MrTable {
         len: u64,
         need: Access,
     ) -> Option<*mut u8> {
-        let s = self.live_slot(key, pd)?;
-        if !s.valid || !s.access.contains(need) {
-            return None;
-        }
-        let end = addr.checked_add(len)?;
-        if addr < s.addr || end > s.addr + s.len {
-            return None;
-        }
-        let arena = s.arena.as_ref()?;
+        let g = self.keys.check(key, pd, need, addr, len).ok()?;
+        let arena = self.arenas.get(g.index as usize)?.as_ref()?;
         // Derive the pointer from the arena's, not from the integer, so it keeps the
         // mapping's provenance.
         let off = usize::try_from(addr.checked_sub(arena.base() as u64)?).ok()?;
@@ -274,55 +187,27 @@ impl MrTable {
         key: u32,
         region: Sge,
         access: Access,
-    ) -> Result<(), KeyOpError> {
-        let i = key_index(key) as usize;
-        let slot = self.slots.get(i).ok_or(KeyOpError::NoSuchKey)?;
-        let MrKind::Fast { max_len } = slot.kind else {
-            return Err(KeyOpError::NoSuchKey);
-        };
-        if !slot.live || slot.pd != pd || i == 0 {
-            return Err(KeyOpError::NoSuchKey);
+    ) -> Result<(), KeyFault> {
+        if region.length == 0 {
+            return Err(KeyFault::BadRegion);
         }
-        if slot.key == key {
-            return Err(KeyOpError::StaleGeneration);
-        }
-        if !access.is_valid() {
-            return Err(KeyOpError::BadAccess);
-        }
-        let len = u64::from(region.length);
-        if len == 0 || len > max_len {
-            return Err(KeyOpError::BadRegion);
-        }
-        let under = self
-            .live_slot(region.lkey, pd)
-            .filter(|s| s.valid)
-            .ok_or(KeyOpError::BadRegion)?;
-        let end = region.addr.checked_add(len).ok_or(KeyOpError::BadRegion)?;
-        if region.addr < under.addr || end > under.addr + under.len {
-            return Err(KeyOpError::BadRegion);
-        }
-        let arena = under.arena.clone().ok_or(KeyOpError::BadRegion)?;
-        let s = &mut self.slots[i];
-        s.key = key;
-        s.valid = true;
-        s.arena = Some(arena);
-        s.addr = region.addr;
-        s.len = len;
-        s.access = access;
+        let under = self.keys.fast_reg_over(
+            key,
+            pd,
+            access,
+            (region.lkey, region.addr, u64::from(region.length)),
+            |_| (),
+        )?;
+        let arena = self.arenas.get(under.index as usize).cloned().flatten();
+        self.set_arena(key_index(key), arena);
         Ok(())
     }
 
     /// Invalidates fast-registration key `key` (local or remote invalidation).
-    pub(super) fn invalidate(&mut self, pd: u32, key: u32) -> Result<(), KeyOpError> {
-        let i = key_index(key) as usize;
-        let s = self.slots.get_mut(i).ok_or(KeyOpError::NoSuchKey)?;
-        if i == 0 || !s.live || s.key != key || s.pd != pd || !matches!(s.kind, MrKind::Fast { .. })
-        {
-            return Err(KeyOpError::NoSuchKey);
-        }
-        s.valid = false;
+    pub(super) fn invalidate(&mut self, pd: u32, key: u32) -> Result<(), KeyFault> {
+        self.keys.invalidate(key, pd)?;
         // The mapping's memory is no longer reachable through this slot; let it go.
-        s.arena = None;
+        self.set_arena(key_index(key), None);
         Ok(())
     }
 }
@@ -359,7 +244,7 @@ pub(super) fn copy_segments(src: &Segments, dst: &Segments) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fabric::mr::key_index;
+    use crate::fabric::mr::{key_index, next_key};
     use rpcrdma_pools::{ArenaOptions, HugePages};
 
     fn arena() -> Arc<Arena> {
@@ -434,30 +319,30 @@ mod tests {
         let region = Sge::new(base + 512, 1024, plain);
         assert_eq!(
             t.fast_reg(1, k0, region, Access::REMOTE_READ),
-            Err(KeyOpError::StaleGeneration)
+            Err(KeyFault::StaleKey)
         );
         let k1 = next_key(k0);
         let too_long = Sge::new(base + 512, 1025, plain);
         assert_eq!(
             t.fast_reg(1, k1, too_long, Access::REMOTE_READ),
-            Err(KeyOpError::BadRegion)
+            Err(KeyFault::TooLong)
         );
         let outside = Sge::new(base + 4000, 200, plain);
         assert_eq!(
             t.fast_reg(1, k1, outside, Access::REMOTE_READ),
-            Err(KeyOpError::BadRegion)
+            Err(KeyFault::BadRegion)
         );
         assert_eq!(
             t.fast_reg(2, k1, region, Access::REMOTE_READ),
-            Err(KeyOpError::NoSuchKey)
+            Err(KeyFault::WrongPd)
         );
         assert_eq!(
             t.fast_reg(1, k1, region, Access::REMOTE_WRITE),
-            Err(KeyOpError::BadAccess)
+            Err(KeyFault::BadAccess)
         );
         assert_eq!(
             t.fast_reg(1, next_key(plain), region, Access::NONE),
-            Err(KeyOpError::NoSuchKey)
+            Err(KeyFault::NotFast)
         );
         t.fast_reg(1, k1, region, Access::REMOTE_READ).unwrap();
         assert!(t
@@ -471,18 +356,32 @@ mod tests {
             .is_none());
         assert_eq!(
             t.invalidate(1, plain),
-            Err(KeyOpError::NoSuchKey),
+            Err(KeyFault::NotFast),
             "plain keys stay"
         );
         assert_eq!(
             t.invalidate(1, k0),
-            Err(KeyOpError::NoSuchKey),
+            Err(KeyFault::UnknownKey),
             "old generation"
         );
         t.invalidate(1, k1).unwrap();
         assert!(t
             .resolve(k1, 1, base + 512, 1, Access::REMOTE_READ)
             .is_none());
+        assert_eq!(t.invalidate(1, k1), Err(KeyFault::Invalid), "only once");
+        assert_eq!(
+            t.fast_reg(1, next_key(k1), Sge::new(base, 0, plain), Access::NONE),
+            Err(KeyFault::BadRegion),
+            "empty region"
+        );
+        let k2 = next_key(k1);
+        t.fast_reg(1, k2, Sge::new(base + 8, 16, plain), Access::REMOTE_READ)
+            .unwrap();
+        assert!(t
+            .resolve(k2, 1, base + 8, 16, Access::REMOTE_READ)
+            .is_some());
+        t.release(k2);
+        assert!(t.resolve(k2, 1, base + 8, 1, Access::NONE).is_none());
     }
 
     #[test]

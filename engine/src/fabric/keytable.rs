@@ -1,0 +1,766 @@
+//! The software memory-key table shared by the providers that check keys themselves
+//! (shm, siw, sim): one slot per registration or fast-registration slot, indexed by the
+//! key's upper 24 bits, the low byte being the slot's generation (see
+//! [`crate::fabric::mr::make_key`]).
+//!
+//! Every byte a provider places or reads is first checked here (valid key, right
+//! protection domain, access, bounds). Checks run on the data path, possibly on another
+//! thread than the one registering, so a slot is read without a lock: a sequence counter
+//! is odd while a writer changes the slot, and a reader that sees it odd, or changed
+//! across its reads, treats the key as invalid, as a NIC racing an invalidation would.
+//! Writers are short and only race each other when a caller races itself. The free list
+//! is behind a mutex: registration and deregistration are setup paths.
+//!
+//! Providers attach what they need to find the bytes (shm: arena and offset) through
+//! [`SlotExtra`], stored in the slot under the same sequence counter; each maps a
+//! [`KeyFault`] to its own completion status or Terminate code.
+
+use core::fmt;
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::Mutex;
+
+use crate::fabric::error::FabricError;
+use crate::fabric::mr::{key_generation, key_index, make_key, next_key, Access};
+
+const ALLOCATED: u8 = 1;
+const VALID: u8 = 2;
+const FAST: u8 = 4;
+
+/// Why the table refused a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum KeyFault {
+    /// No such slot, a slot not allocated, or a generation that is not the slot's current.
+    UnknownKey,
+    /// The key is current but not usable now: a fast slot never mapped or invalidated,
+    /// or a slot being rewritten while it was read.
+    Invalid,
+    /// The registration belongs to another protection domain.
+    WrongPd,
+    /// The registration does not grant the access needed.
+    Access,
+    /// The range falls outside the registration, or wraps.
+    Bounds,
+    /// Fast registration or invalidation of a key that is not a fast-registration key.
+    NotFast,
+    /// A fast registration naming the slot's current key: the generation must move on,
+    /// or a peer still holding the old key could reach the new mapping.
+    StaleKey,
+    /// A fast registration longer than the slot was allocated for.
+    TooLong,
+    /// A fast registration asking for an access combination verbs refuses.
+    BadAccess,
+    /// A fast registration whose region is not covered by a valid local key.
+    BadRegion,
+}
+
+impl fmt::Display for KeyFault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            KeyFault::UnknownKey => "unknown memory key",
+            KeyFault::Invalid => "memory key not valid",
+            KeyFault::WrongPd => "memory key of another protection domain",
+            KeyFault::Access => "memory key lacks the access needed",
+            KeyFault::Bounds => "range outside the registration",
+            KeyFault::NotFast => "not a fast-registration key",
+            KeyFault::StaleKey => "fast registration reuses the current key",
+            KeyFault::TooLong => "fast registration longer than its slot",
+            KeyFault::BadAccess => "invalid access combination",
+            KeyFault::BadRegion => "fast-registration region not locally registered",
+        })
+    }
+}
+
+impl std::error::Error for KeyFault {}
+
+/// Per-slot data a provider keeps beside the key (where the bytes live), written and
+/// read under the slot's sequence counter, so plain relaxed atomics suffice.
+pub(crate) trait SlotExtra: Default + Send + Sync {
+    /// A consistent copy of the data.
+    type Value: Copy + Default;
+    /// Reads the data (relaxed; the table validates the read).
+    fn load(&self) -> Self::Value;
+    /// Writes the data (relaxed; the table publishes it).
+    fn store(&self, v: Self::Value);
+}
+
+impl SlotExtra for () {
+    type Value = ();
+    #[inline]
+    fn load(&self) {}
+    #[inline]
+    fn store(&self, _: ()) {}
+}
+
+/// What a successful check grants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Grant<V> {
+    /// The slot's index (the key's upper 24 bits).
+    pub index: u32,
+    /// Offset of the checked address from the registration's first byte.
+    pub rel: u64,
+    /// The provider's data for the slot.
+    pub extra: V,
+}
+
+#[derive(Default)]
+struct Slot<X> {
+    seq: AtomicU32,
+    key: AtomicU32,
+    pd: AtomicU32,
+    access: AtomicU8,
+    flags: AtomicU8,
+    start: AtomicU64,
+    len: AtomicU64,
+    max_len: AtomicU64,
+    extra: X,
+}
+
+impl<X> Slot<X> {
+    /// Makes the sequence odd (fields changing); returns the even value it had.
+    fn begin(&self) -> u32 {
+        let mut cur = self.seq.load(Ordering::Relaxed);
+        loop {
+            if cur & 1 == 1 {
+                // Another writer of this slot is mid-update (only a caller racing
+                // itself gets here); it finishes within a few stores.
+                std::hint::spin_loop();
+                cur = self.seq.load(Ordering::Relaxed);
+                continue;
+            }
+            match self.seq.compare_exchange_weak(
+                cur,
+                cur.wrapping_add(1),
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => break,
+                Err(s) => cur = s,
+            }
+        }
+        // Orders the odd mark before the field stores, for readers' acquire fence.
+        fence(Ordering::Release);
+        cur
+    }
+
+    fn end(&self, was: u32) {
+        self.seq.store(was.wrapping_add(2), Ordering::Release);
+    }
+}
+
+/// A consistent copy of one slot.
+#[derive(Clone, Copy)]
+struct View<V> {
+    key: u32,
+    pd: u32,
+    access: Access,
+    flags: u8,
+    start: u64,
+    len: u64,
+    extra: V,
+}
+
+impl<V> View<V> {
+    /// The key names this slot's current, usable registration.
+    fn usable(&self, key: u32) -> Result<(), KeyFault> {
+        if self.key != key || self.flags & ALLOCATED == 0 {
+            return Err(KeyFault::UnknownKey);
+        }
+        if self.flags & VALID == 0 {
+            return Err(KeyFault::Invalid);
+        }
+        Ok(())
+    }
+}
+
+/// Checks a fast registration of slot state (`flags`, `cur` key, `pd`, `max_len`)
+/// against the request.
+fn fast_reg_verdict(
+    flags: u8,
+    cur: u32,
+    slot_pd: u32,
+    max_len: u64,
+    req: (u32, u32, Access, u64),
+) -> Result<(), KeyFault> {
+    let (key, pd, access, len) = req;
+    if flags & ALLOCATED == 0 {
+        Err(KeyFault::UnknownKey)
+    } else if flags & FAST == 0 {
+        Err(KeyFault::NotFast)
+    } else if slot_pd != pd {
+        Err(KeyFault::WrongPd)
+    } else if key_generation(cur) == key_generation(key) {
+        Err(KeyFault::StaleKey)
+    } else if !access.is_valid() {
+        Err(KeyFault::BadAccess)
+    } else if len > max_len {
+        Err(KeyFault::TooLong)
+    } else {
+        Ok(())
+    }
+}
+
+/// A software memory-key table; `X` is the provider's per-slot data.
+pub(crate) struct KeyTable<X: SlotExtra = ()> {
+    slots: Box<[Slot<X>]>,
+    /// Free slot indices; registration and deregistration only.
+    free: Mutex<Vec<u32>>,
+    /// Indices below this are never issued.
+    first: u32,
+}
+
+impl<X: SlotExtra> KeyTable<X> {
+    /// A table of `cap` slots, indices from 0.
+    pub(crate) fn new(cap: u32) -> Self {
+        Self::with_first_index(cap, 0)
+    }
+
+    /// A table of `cap` slots whose indices start at `first` (sim keeps slot 0 unused so
+    /// no valid key is below 256).
+    pub(crate) fn with_first_index(cap: u32, first: u32) -> Self {
+        let end = first
+            .saturating_add(cap)
+            .min(crate::fabric::mr::MAX_KEY_INDEX + 1);
+        KeyTable {
+            slots: (0..end).map(|_| Slot::default()).collect(),
+            // Low indices first, so keys stay small and readable in captures.
+            free: Mutex::new((first..end).rev().collect()),
+            first,
+        }
+    }
+
+    /// Number of slots that can be issued.
+    pub(crate) fn capacity(&self) -> usize {
+        self.slots.len() - self.first as usize
+    }
+
+    #[inline]
+    fn slot(&self, key: u32) -> Result<&Slot<X>, KeyFault> {
+        let i = key_index(key);
+        if i < self.first {
+            return Err(KeyFault::UnknownKey);
+        }
+        self.slots.get(i as usize).ok_or(KeyFault::UnknownKey)
+    }
+
+    fn take_free(&self) -> Result<u32, FabricError> {
+        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        free.pop().ok_or(FabricError::Exhausted {
+            what: "memory registration slots",
+            max: self.capacity(),
+        })
+    }
+
+    /// Fills free slot `idx` under its next generation; returns the key.
+    fn fill(
+        &self,
+        idx: u32,
+        pd: u32,
+        access: Access,
+        flags: u8,
+        range: (u64, u64, u64),
+        extra: X::Value,
+    ) -> u32 {
+        let (start, len, max_len) = range;
+        let s = &self.slots[idx as usize];
+        let was = s.begin();
+        // The slot's previous keys stay dead: the generation moves on.
+        let key = make_key(idx, key_generation(next_key(s.key.load(Ordering::Relaxed))));
+        s.key.store(key, Ordering::Relaxed);
+        s.pd.store(pd, Ordering::Relaxed);
+        s.access.store(access.bits(), Ordering::Relaxed);
+        s.start.store(start, Ordering::Relaxed);
+        s.len.store(len, Ordering::Relaxed);
+        s.max_len.store(max_len, Ordering::Relaxed);
+        s.extra.store(extra);
+        s.flags.store(flags, Ordering::Relaxed);
+        s.end(was);
+        key
+    }
+
+    /// Registers `[start, start + len)` for protection domain `pd` with `access`, `extra`
+    /// saying where the bytes live; returns slot index and key.
+    pub(crate) fn register(
+        &self,
+        pd: u32,
+        access: Access,
+        start: u64,
+        len: u64,
+        extra: X::Value,
+    ) -> Result<(u32, u32), FabricError> {
+        let idx = self.take_free()?;
+        let key = self.fill(idx, pd, access, ALLOCATED | VALID, (start, len, len), extra);
+        Ok((idx, key))
+    }
+
+    /// Allocates a fast-registration slot covering up to `max_len` bytes, initially
+    /// unmapped (its key is [`KeyFault::Invalid`] until a fast registration); returns
+    /// slot index and key.
+    pub(crate) fn alloc_fast(&self, pd: u32, max_len: u64) -> Result<(u32, u32), FabricError> {
+        let idx = self.take_free()?;
+        let key = self.fill(
+            idx,
+            pd,
+            Access::NONE,
+            ALLOCATED | FAST,
+            (0, 0, max_len),
+            X::Value::default(),
+        );
+        Ok((idx, key))
+    }
+
+    /// Deregisters slot `idx`: every key it issued dies and the slot is reusable.
+    /// Unknown or already free indices are ignored (a handle is dropped once).
+    pub(crate) fn release(&self, idx: u32) {
+        if idx < self.first {
+            return;
+        }
+        let Some(s) = self.slots.get(idx as usize) else {
+            return;
+        };
+        let was = s.begin();
+        let allocated = s.flags.load(Ordering::Relaxed) & ALLOCATED != 0;
+        if allocated {
+            s.key
+                .store(next_key(s.key.load(Ordering::Relaxed)), Ordering::Relaxed);
+            s.flags.store(0, Ordering::Relaxed);
+        }
+        s.end(was);
+        if allocated {
+            let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+            free.push(idx);
+        }
+    }
+
+    #[inline]
+    fn view(&self, key: u32) -> Result<View<X::Value>, KeyFault> {
+        let s = self.slot(key)?;
+        let s1 = s.seq.load(Ordering::Acquire);
+        if s1 & 1 == 1 {
+            return Err(KeyFault::Invalid);
+        }
+        let v = View {
+            key: s.key.load(Ordering::Relaxed),
+            pd: s.pd.load(Ordering::Relaxed),
+            access: Access::from_bits_truncate(s.access.load(Ordering::Relaxed)),
+            flags: s.flags.load(Ordering::Relaxed),
+            start: s.start.load(Ordering::Relaxed),
+            len: s.len.load(Ordering::Relaxed),
+            extra: s.extra.load(),
+        };
+        fence(Ordering::Acquire);
+        if s.seq.load(Ordering::Relaxed) != s1 {
+            return Err(KeyFault::Invalid);
+        }
+        Ok(v)
+    }
+
+    /// Checks that `key` grants `need` on `[addr, addr + len)` in protection domain
+    /// `pd`. Zero-length ranges still need a valid key in the right domain.
+    #[inline]
+    pub(crate) fn check(
+        &self,
+        key: u32,
+        pd: u32,
+        need: Access,
+        addr: u64,
+        len: u64,
+    ) -> Result<Grant<X::Value>, KeyFault> {
+        let v = self.view(key)?;
+        v.usable(key)?;
+        if v.pd != pd {
+            return Err(KeyFault::WrongPd);
+        }
+        if !v.access.contains(need) {
+            return Err(KeyFault::Access);
+        }
+        let rel = addr.checked_sub(v.start).ok_or(KeyFault::Bounds)?;
+        let end = rel.checked_add(len).ok_or(KeyFault::Bounds)?;
+        if end > v.len {
+            return Err(KeyFault::Bounds);
+        }
+        Ok(Grant {
+            index: key_index(key),
+            rel,
+            extra: v.extra,
+        })
+    }
+
+    /// Executes a fast registration: the slot of `key` (protection domain `pd`) now
+    /// covers `[start, start + len)` with `access` under `key`, `extra` saying where.
+    pub(crate) fn fast_reg(
+        &self,
+        key: u32,
+        pd: u32,
+        access: Access,
+        start: u64,
+        len: u64,
+        extra: X::Value,
+    ) -> Result<(), KeyFault> {
+        let s = self.slot(key)?;
+        let was = s.begin();
+        let verdict = fast_reg_verdict(
+            s.flags.load(Ordering::Relaxed),
+            s.key.load(Ordering::Relaxed),
+            s.pd.load(Ordering::Relaxed),
+            s.max_len.load(Ordering::Relaxed),
+            (key, pd, access, len),
+        );
+        if verdict.is_ok() {
+            s.key.store(key, Ordering::Relaxed);
+            s.access.store(access.bits(), Ordering::Relaxed);
+            s.start.store(start, Ordering::Relaxed);
+            s.len.store(len, Ordering::Relaxed);
+            s.extra.store(extra);
+            s.flags.store(ALLOCATED | FAST | VALID, Ordering::Relaxed);
+        }
+        s.end(was);
+        verdict
+    }
+
+    /// A fast registration over memory a local key already covers (the FastReg work
+    /// request): the region `[addr, addr + len)` must be registered under `lkey` in
+    /// `pd`; `place` derives the new slot's data from the covering registration's grant.
+    /// Faults of the fast slot come first, then [`KeyFault::BadRegion`].
+    pub(crate) fn fast_reg_over(
+        &self,
+        key: u32,
+        pd: u32,
+        access: Access,
+        region: (u32, u64, u64),
+        place: impl FnOnce(Grant<X::Value>) -> X::Value,
+    ) -> Result<Grant<X::Value>, KeyFault> {
+        let (lkey, addr, len) = region;
+        // A read-only pre-check so the slot's own faults win over the region's; the
+        // write below checks again under the sequence counter.
+        let s = self.slot(key)?;
+        let v = self.view(key)?;
+        fast_reg_verdict(
+            v.flags,
+            v.key,
+            v.pd,
+            s.max_len.load(Ordering::Relaxed),
+            (key, pd, access, len),
+        )?;
+        let under = self
+            .check(lkey, pd, Access::NONE, addr, len)
+            .map_err(|_| KeyFault::BadRegion)?;
+        self.fast_reg(key, pd, access, addr, len, place(under))?;
+        Ok(under)
+    }
+
+    /// Whether `key` could be invalidated now by protection domain `pd`.
+    pub(crate) fn can_invalidate(&self, key: u32, pd: u32) -> Result<(), KeyFault> {
+        let v = self.view(key)?;
+        Self::invalidate_verdict(v.key, v.flags, v.pd, key, pd)
+    }
+
+    fn invalidate_verdict(
+        cur: u32,
+        flags: u8,
+        slot_pd: u32,
+        key: u32,
+        pd: u32,
+    ) -> Result<(), KeyFault> {
+        if cur != key || flags & ALLOCATED == 0 {
+            Err(KeyFault::UnknownKey)
+        } else if flags & FAST == 0 {
+            Err(KeyFault::NotFast)
+        } else if slot_pd != pd {
+            Err(KeyFault::WrongPd)
+        } else if flags & VALID == 0 {
+            Err(KeyFault::Invalid)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Invalidates fast-registration key `key` of protection domain `pd` (local
+    /// invalidation, or a peer's Send With Invalidate).
+    pub(crate) fn invalidate(&self, key: u32, pd: u32) -> Result<(), KeyFault> {
+        let s = self.slot(key)?;
+        let was = s.begin();
+        let flags = s.flags.load(Ordering::Relaxed);
+        let verdict = Self::invalidate_verdict(
+            s.key.load(Ordering::Relaxed),
+            flags,
+            s.pd.load(Ordering::Relaxed),
+            key,
+            pd,
+        );
+        if verdict.is_ok() {
+            s.flags.store(flags & !VALID, Ordering::Relaxed);
+        }
+        s.end(was);
+        verdict
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Data like shm's: which arena, and where in it.
+    #[derive(Default)]
+    struct Where(AtomicU64);
+
+    impl SlotExtra for Where {
+        type Value = u64;
+        fn load(&self) -> u64 {
+            self.0.load(Ordering::Relaxed)
+        }
+        fn store(&self, v: u64) {
+            self.0.store(v, Ordering::Relaxed)
+        }
+    }
+
+    const RW: Access = Access::ALL;
+
+    #[test]
+    fn check_grants_only_key_pd_access_and_bounds() {
+        let t: KeyTable<Where> = KeyTable::new(4);
+        let (idx, key) = t
+            .register(1, Access::LOCAL_WRITE | Access::REMOTE_READ, 0x1000, 50, 77)
+            .unwrap();
+        assert_eq!(
+            t.check(key, 1, Access::REMOTE_READ, 0x1000 + 10, 40),
+            Ok(Grant {
+                index: idx,
+                rel: 10,
+                extra: 77
+            })
+        );
+        assert_eq!(
+            t.check(key, 1, Access::NONE, 0x1000 + 50, 0).map(|g| g.rel),
+            Ok(50)
+        );
+        let refused = [
+            (
+                key,
+                1,
+                Access::REMOTE_READ,
+                0x1000 + 10,
+                41,
+                KeyFault::Bounds,
+            ),
+            (key, 1, Access::NONE, 0x1000 + 51, 0, KeyFault::Bounds),
+            (key, 1, Access::REMOTE_READ, 0xfff, 1, KeyFault::Bounds),
+            (key, 1, Access::REMOTE_READ, u64::MAX, 2, KeyFault::Bounds),
+            (key, 2, Access::REMOTE_READ, 0x1000, 1, KeyFault::WrongPd),
+            (key, 1, Access::REMOTE_WRITE, 0x1000, 1, KeyFault::Access),
+            (
+                next_key(key),
+                1,
+                Access::NONE,
+                0x1000,
+                1,
+                KeyFault::UnknownKey,
+            ),
+            (
+                make_key(3, 1),
+                1,
+                Access::NONE,
+                0x1000,
+                1,
+                KeyFault::UnknownKey,
+            ),
+            (
+                make_key(99, 0),
+                1,
+                Access::NONE,
+                0x1000,
+                1,
+                KeyFault::UnknownKey,
+            ),
+        ];
+        for (k, pd, need, addr, len, fault) in refused {
+            assert_eq!(
+                t.check(k, pd, need, addr, len),
+                Err(fault),
+                "key {k:#x} pd {pd} {need:?} {addr:#x}+{len}"
+            );
+        }
+    }
+
+    #[test]
+    fn released_keys_die_and_slots_move_to_new_generations() {
+        let t: KeyTable = KeyTable::new(1);
+        let (idx, k1) = t.register(1, Access::NONE, 0x1000, 10, ()).unwrap();
+        assert!(matches!(
+            t.register(1, Access::NONE, 0, 1, ()),
+            Err(FabricError::Exhausted { max: 1, .. })
+        ));
+        t.release(idx);
+        // A second release of the same slot must not put it on the free list twice.
+        t.release(idx);
+        t.release(7);
+        assert_eq!(
+            t.check(k1, 1, Access::NONE, 0x1000, 1),
+            Err(KeyFault::UnknownKey)
+        );
+        let (idx2, k2) = t.register(1, Access::NONE, 0x1000, 10, ()).unwrap();
+        assert_eq!(idx, idx2);
+        assert_ne!(k1, k2);
+        assert_eq!(key_index(k1), key_index(k2));
+        assert!(t.check(k2, 1, Access::NONE, 0x1000, 10).is_ok());
+        assert!(t.register(1, Access::NONE, 0, 1, ()).is_err(), "freed once");
+    }
+
+    #[test]
+    fn a_first_index_keeps_low_slots_unissued() {
+        let t: KeyTable = KeyTable::with_first_index(2, 1);
+        assert_eq!(t.capacity(), 2);
+        let (a, ka) = t.register(1, RW, 0, 8, ()).unwrap();
+        let (b, _) = t.alloc_fast(1, 8).unwrap();
+        assert_eq!((a, b), (1, 2));
+        assert!(ka >= 256, "no valid key below 256");
+        assert_eq!(
+            t.check(make_key(0, 1), 1, Access::NONE, 0, 0),
+            Err(KeyFault::UnknownKey)
+        );
+        assert_eq!(t.invalidate(make_key(0, 1), 1), Err(KeyFault::UnknownKey));
+        t.release(0);
+        assert!(t.register(1, RW, 0, 8, ()).is_err());
+    }
+
+    #[test]
+    fn fast_reg_refuses_every_bad_request() {
+        let t: KeyTable = KeyTable::new(2);
+        let (_, plain) = t.register(1, RW, 0x1000, 10, ()).unwrap();
+        let (_, k0) = t.alloc_fast(1, 64).unwrap();
+        assert_eq!(t.check(k0, 1, Access::NONE, 0, 0), Err(KeyFault::Invalid));
+        let k1 = next_key(k0);
+        let cases = [
+            (k0, 1, RW, 8, KeyFault::StaleKey),
+            (k1, 2, RW, 8, KeyFault::WrongPd),
+            (k1, 1, RW, 65, KeyFault::TooLong),
+            (k1, 1, Access::REMOTE_WRITE, 8, KeyFault::BadAccess),
+            (next_key(plain), 1, RW, 8, KeyFault::NotFast),
+            (make_key(5, 1), 1, RW, 8, KeyFault::UnknownKey),
+        ];
+        for (k, pd, access, len, fault) in cases {
+            assert_eq!(
+                t.fast_reg(k, pd, access, 0x1000, len, ()),
+                Err(fault),
+                "{fault}"
+            );
+        }
+        assert_eq!(
+            t.check(k1, 1, Access::NONE, 0x1000, 0),
+            Err(KeyFault::UnknownKey)
+        );
+        t.fast_reg(k1, 1, RW, 0x1000, 64, ()).unwrap();
+        assert!(t.check(k1, 1, Access::REMOTE_WRITE, 0x1000, 64).is_ok());
+        assert_eq!(
+            t.check(k0, 1, Access::NONE, 0x1000, 1),
+            Err(KeyFault::UnknownKey)
+        );
+        // Re-registration while valid also needs the next generation.
+        assert_eq!(
+            t.fast_reg(k1, 1, RW, 0x1000, 8, ()),
+            Err(KeyFault::StaleKey)
+        );
+    }
+
+    #[test]
+    fn fast_reg_over_needs_a_covering_local_key_and_derives_the_place() {
+        let t: KeyTable<Where> = KeyTable::new(3);
+        let (_, plain) = t
+            .register(1, Access::LOCAL_WRITE, 0x1000, 100, 500)
+            .unwrap();
+        let (_, k0) = t.alloc_fast(1, 64).unwrap();
+        let k1 = next_key(k0);
+        let at = |g: Grant<u64>| g.extra + g.rel;
+        let bad = [
+            ((plain, 0x1000 + 50, 51), KeyFault::BadRegion),
+            ((plain, 0xfff, 8), KeyFault::BadRegion),
+            ((next_key(plain), 0x1000, 8), KeyFault::BadRegion),
+            ((k0, 0x1000, 8), KeyFault::BadRegion),
+        ];
+        for (region, fault) in bad {
+            assert_eq!(
+                t.fast_reg_over(k1, 1, RW, region, at).map(|_| ()),
+                Err(fault)
+            );
+        }
+        // The slot's own faults are reported before the region's.
+        assert_eq!(
+            t.fast_reg_over(k0, 1, RW, (plain, 0, 8), at).map(|_| ()),
+            Err(KeyFault::StaleKey)
+        );
+        assert_eq!(
+            t.fast_reg_over(k1, 2, RW, (plain, 0x1000, 8), at)
+                .map(|_| ()),
+            Err(KeyFault::WrongPd)
+        );
+        let g = t
+            .fast_reg_over(k1, 1, RW, (plain, 0x1000 + 20, 30), at)
+            .unwrap();
+        assert_eq!(g.rel, 20);
+        let mine = t
+            .check(k1, 1, Access::REMOTE_WRITE, 0x1000 + 25, 5)
+            .unwrap();
+        assert_eq!((mine.rel, mine.extra), (5, 520));
+    }
+
+    #[test]
+    fn invalidation_refuses_every_bad_key_and_happens_once() {
+        let t: KeyTable = KeyTable::new(3);
+        let (_, plain) = t.register(1, RW, 0x1000, 10, ()).unwrap();
+        let (_, k0) = t.alloc_fast(1, 64).unwrap();
+        assert_eq!(
+            t.can_invalidate(k0, 1),
+            Err(KeyFault::Invalid),
+            "never mapped"
+        );
+        let k1 = next_key(k0);
+        t.fast_reg(k1, 1, RW, 0x1000, 8, ()).unwrap();
+        let cases = [
+            (plain, 1, KeyFault::NotFast),
+            (k1, 2, KeyFault::WrongPd),
+            (k0, 1, KeyFault::UnknownKey),
+            (make_key(2, 1), 1, KeyFault::UnknownKey),
+            (make_key(40, 1), 1, KeyFault::UnknownKey),
+        ];
+        for (k, pd, fault) in cases {
+            assert_eq!(t.can_invalidate(k, pd), Err(fault), "{k:#x}");
+            assert_eq!(t.invalidate(k, pd), Err(fault), "{k:#x}");
+        }
+        assert_eq!(t.can_invalidate(k1, 1), Ok(()));
+        t.invalidate(k1, 1).unwrap();
+        assert_eq!(t.invalidate(k1, 1), Err(KeyFault::Invalid));
+        assert_eq!(
+            t.check(k1, 1, Access::NONE, 0x1000, 1),
+            Err(KeyFault::Invalid)
+        );
+        // The slot maps again under the next generation.
+        let k2 = next_key(k1);
+        t.fast_reg(k2, 1, Access::REMOTE_READ, 0x2000, 4, ())
+            .unwrap();
+        assert!(t.check(k2, 1, Access::REMOTE_READ, 0x2003, 1).is_ok());
+        assert_eq!(
+            t.check(k2, 1, Access::NONE, 0x1000, 1),
+            Err(KeyFault::Bounds)
+        );
+    }
+
+    #[test]
+    fn a_slot_being_rewritten_reads_as_invalid() {
+        let t: KeyTable = KeyTable::new(1);
+        let (idx, key) = t.register(1, RW, 0, 8, ()).unwrap();
+        let s = &t.slots[idx as usize];
+        let was = s.begin();
+        assert_eq!(t.check(key, 1, Access::NONE, 0, 1), Err(KeyFault::Invalid));
+        s.end(was);
+        assert!(t.check(key, 1, Access::NONE, 0, 1).is_ok());
+    }
+
+    #[test]
+    fn faults_say_what_went_wrong() {
+        assert_eq!(
+            KeyFault::WrongPd.to_string(),
+            "memory key of another protection domain"
+        );
+        let e: &dyn std::error::Error = &KeyFault::Bounds;
+        assert!(e.to_string().contains("outside"));
+    }
+}
