@@ -40,9 +40,12 @@
 //! RPC-over-RDMA has no message that returns a credit without a reply: the requester
 //! counts a call against its credits until its reply arrives (RFC 8166 §3.3.1). A call
 //! the handler drops with [`ReplyWriter::no_reply`] therefore keeps one of the
-//! requester's credits until the requester gives up on it (its call timeout; our
-//! requester then frees the slot, and, in fast-registration mode, invalidates the
-//! call's chunks itself since no Send With Invalidate comes). On the responder nothing
+//! requester's credits. Our requester reports the call's `Timeout` after its call
+//! timeout (invalidating the call's chunks itself, since no Send With Invalidate comes)
+//! but, because a late reply could still arrive, keeps that credit spent until the
+//! connection ends: each drop costs the connection one credit for good, and a
+//! connection whose credits are all lost this way only recovers by reconnecting (which
+//! is also when a client retransmits). On the responder nothing
 //! leaks: the receive the call used was reposted when it arrived, so the grant in later
 //! replies (computed from posted receives) is unchanged, and the call's context and
 //! buffers are released at once. Drops are counted (`ResponderStats::no_reply`): a
