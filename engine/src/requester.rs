@@ -108,6 +108,10 @@ pub enum TransportError {
     /// The reply for this XID broke the protocol (e.g. it claims more bytes in a chunk
     /// than the chunk holds, or came in a Reply chunk we never offered).
     BadReply(&'static str),
+    /// The peer ended the connection with an iWARP Terminate before the reply; this is
+    /// what it said. As with [`Disconnected`](Self::Disconnected), the call may or may
+    /// not have been executed.
+    PeerTerminated(crate::iwarp::terminate::TerminateReason),
 }
 
 impl fmt::Display for TransportError {
@@ -125,6 +129,9 @@ impl fmt::Display for TransportError {
                 )
             }
             TransportError::BadReply(why) => write!(f, "malformed reply: {why}"),
+            TransportError::PeerTerminated(why) => {
+                write!(f, "peer terminated the connection: {why}")
+            }
         }
     }
 }

@@ -5,9 +5,9 @@
 //! only, revision 1, completions at transmit, no receive with infinite RNR retry).
 
 mod conformance;
+mod siw_support;
 
 use std::collections::VecDeque;
-use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -26,7 +26,8 @@ use rpcrdma::iwarp::mpa::{
 };
 use rpcrdma::iwarp::rdmap::{Opcode, Placement, ReadRequest, SegmentHeader};
 use rpcrdma::iwarp::terminate::{
-    DdpUntaggedError, MpaLlpError, RdmapProtectionError, Terminate, TerminateCode,
+    DdpUntaggedError, MpaLlpError, RdmapProtectionError, Terminate, TerminateCode, TerminateLayout,
+    TerminatedSegment,
 };
 use rpcrdma_pools::{Arena, ArenaOptions, HugePages};
 
@@ -187,36 +188,14 @@ impl Raw {
         }
     }
 
-    fn write_all(&mut self, mut b: &[u8]) {
-        let end = Instant::now() + DEADLINE;
-        while !b.is_empty() {
-            match self.sock.write(b) {
-                Ok(n) => b = &b[n..],
-                Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                    assert!(Instant::now() < end, "raw peer cannot write");
-                    std::thread::yield_now();
-                }
-                Err(e) => panic!("raw peer write: {e}"),
-            }
-        }
+    fn write_all(&mut self, b: &[u8]) {
+        siw_support::write_all(&mut self.sock, b);
     }
 
     /// Reads what has arrived, without waiting.
     fn fill(&mut self) {
-        let mut buf = [0u8; 65536];
-        loop {
-            match self.sock.read(&mut buf) {
-                Ok(0) => {
-                    self.eof = true;
-                    return;
-                }
-                Ok(n) => self.inbox.extend_from_slice(&buf[..n]),
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
-                Err(_) => {
-                    self.eof = true;
-                    return;
-                }
-            }
+        if siw_support::fill(&mut self.sock, &mut self.inbox) {
+            self.eof = true;
         }
     }
 
@@ -725,6 +704,58 @@ fn private_data_fills_the_mpa_field_in_both_revisions() {
             Ok(_) => panic!("{revision:?}: {} octets were accepted", connect_max + 1),
         }
     }
+}
+
+/// A Write through an unknown STag between two siw devices: the target answers with a
+/// Terminate, and the initiator's queue pair says what it said, down to the STag and
+/// offset of the segment it refused.
+#[test]
+fn the_initiator_learns_why_the_target_terminated() {
+    let mut p = custom_pair(SiwConfig::default(), &Opts::default());
+    let remote = RemoteAddr {
+        rkey: p.s.mr.rkey() ^ 0x100,
+        ..p.s.remote(64)
+    };
+    let b = [p.c.sge(0, 32)];
+    assert_eq!(p.c.qp.peer_terminate(), None, "no Terminate yet");
+    p.c.qp
+        .post_send(&[SendWr::write(1, &b, remote)])
+        .expect("post");
+    let (_, c) = p.completions(0, 1);
+    assert_eq!((c[0].wr_id, c[0].status), (1, WcStatus::RemoteAccessError));
+    let why =
+        p.c.qp
+            .peer_terminate()
+            .expect("the initiator keeps the reason");
+    assert_eq!(
+        why.code,
+        TerminateCode::RdmapProtection(RdmapProtectionError::InvalidStag)
+    );
+    assert_eq!(
+        why.layout,
+        TerminateLayout::Rfc5040,
+        "we send the RFC layout"
+    );
+    assert_eq!(
+        why.segment,
+        Some(TerminatedSegment::Tagged {
+            stag: remote.rkey,
+            to: remote.addr
+        })
+    );
+    assert_eq!(
+        why.to_string(),
+        format!(
+            "RDMAP remote protection error: invalid STag (STag {:#010x}, TO {:#x})",
+            remote.rkey, remote.addr
+        )
+    );
+    p.wait_both_failed();
+    assert_eq!(
+        p.s.qp.peer_terminate(),
+        None,
+        "the target sent the Terminate and received none"
+    );
 }
 
 #[test]

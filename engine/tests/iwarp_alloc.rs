@@ -123,6 +123,7 @@ fn contiguous_codecs_and_handshake_do_not_allocate() {
             segment_length: Some(4),
             ddp_header: Some(&ddp),
             rdma_header: None,
+            layout: rpcrdma::iwarp::terminate::TerminateLayout::Rfc5040,
         };
         let tl = t.encode(&mut body).expect("fits");
         assert_eq!(Terminate::decode(&body[..tl]), Ok(t));

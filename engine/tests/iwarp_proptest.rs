@@ -148,6 +148,7 @@ proptest! {
             segment_length: if ddp_bytes.is_some() && m { Some(seg_len) } else { None },
             ddp_header: ddp_bytes.map(|n| &ddp_buf[..n]),
             rdma_header: rdma.as_deref(),
+            layout: rpcrdma::iwarp::terminate::TerminateLayout::Rfc5040,
         };
         let mut out = [0u8; 64];
         let n = t.encode(&mut out).expect("valid");

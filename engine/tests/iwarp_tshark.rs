@@ -263,6 +263,7 @@ fn build_capture(crc: bool, path: &Path) -> Capture {
         segment_length: Some(14),
         ddp_header: Some(&copied),
         rdma_header: None,
+        layout: rpcrdma::iwarp::terminate::TerminateLayout::Rfc5040,
     };
     put_terminate(&mut w, &mut flow, s2c, crc, &term1, &mut tx_s, &mut fpdus);
 
@@ -276,6 +277,7 @@ fn build_capture(crc: bool, path: &Path) -> Capture {
         segment_length: Some(28),
         ddp_header: Some(&rr_copied),
         rdma_header: Some(&rr_body),
+        layout: rpcrdma::iwarp::terminate::TerminateLayout::Rfc5040,
     };
     put_terminate(&mut w, &mut flow, s2c, crc, &term2, &mut tx_s, &mut fpdus);
 

@@ -592,6 +592,7 @@ fn terminate_untagged_error_with_copied_ddp_header() {
         segment_length: Some(0x10),
         ddp_header: Some(&ddp),
         rdma_header: None,
+        layout: rpcrdma::iwarp::terminate::TerminateLayout::Rfc5040,
     };
     let mut buf = [0u8; 64];
     let n = t.encode(&mut buf).expect("fits");
@@ -613,6 +614,7 @@ fn terminate_protection_error_with_read_request_headers() {
         segment_length: Some(28),
         ddp_header: Some(&ddp),
         rdma_header: Some(&rr),
+        layout: rpcrdma::iwarp::terminate::TerminateLayout::Rfc5040,
     };
     let mut buf = [0u8; 64];
     let n = t.encode(&mut buf).expect("fits");
@@ -632,6 +634,7 @@ fn terminate_tagged_error_with_ddp_header_only() {
         segment_length: None,
         ddp_header: Some(&ddp),
         rdma_header: None,
+        layout: rpcrdma::iwarp::terminate::TerminateLayout::Rfc5040,
     };
     let mut buf = [0u8; 64];
     let n = t.encode(&mut buf).expect("fits");
@@ -682,6 +685,7 @@ fn terminate_rejections() {
             segment_length: None,
             ddp_header: Some(&short),
             rdma_header: None,
+            layout: rpcrdma::iwarp::terminate::TerminateLayout::Rfc5040,
         }
         .encode(&mut buf),
         Err(TerminateError::DdpHeaderLength {

@@ -10,7 +10,8 @@
 //!   so kernel siw sent STag 0, which we answer with an RDMAP Remote Protection "invalid
 //!   STag" Terminate that copies the segment's header (exactly the octets captured).
 
-use std::io::{ErrorKind, Read, Write};
+mod siw_support;
+
 use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -68,35 +69,14 @@ impl Peer {
         p
     }
 
-    fn write_all(&mut self, mut b: &[u8]) {
-        let end = Instant::now() + DEADLINE;
-        while !b.is_empty() {
-            match self.sock.write(b) {
-                Ok(n) => b = &b[n..],
-                Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                    assert!(Instant::now() < end, "peer cannot write");
-                    std::thread::yield_now();
-                }
-                Err(e) => panic!("peer write: {e}"),
-            }
-        }
+    fn write_all(&mut self, b: &[u8]) {
+        siw_support::write_all(&mut self.sock, b);
     }
 
+    /// Reads what has arrived, without waiting.
     fn fill(&mut self) {
-        let mut buf = [0u8; 16384];
-        loop {
-            match self.sock.read(&mut buf) {
-                Ok(0) => {
-                    self.eof = true;
-                    return;
-                }
-                Ok(n) => self.inbox.extend_from_slice(&buf[..n]),
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
-                Err(_) => {
-                    self.eof = true;
-                    return;
-                }
-            }
+        if siw_support::fill(&mut self.sock, &mut self.inbox) {
+            self.eof = true;
         }
     }
 

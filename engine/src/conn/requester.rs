@@ -87,7 +87,14 @@ impl<P: Provider> RequesterConn<P> {
             work += self.poll_cm(now);
         }
         let core = &mut self.core;
+        let qp = &self.qp;
         work += poll_cq(&mut self.res.cq, &mut self.wcs, |wc| {
+            // Only a failure can follow a Terminate, so the fast path never asks.
+            if !wc.status.is_success() {
+                if let Some(why) = qp.peer_terminate() {
+                    core.on_peer_terminated(why);
+                }
+            }
             core.handle_completion(wc, now)
         });
         if core.next_timeout().is_some_and(|t| t <= now) {
@@ -126,6 +133,9 @@ impl<P: Provider> RequesterConn<P> {
                 | CmEvent::Disconnected { conn }
                     if conn == self.conn =>
                 {
+                    if let Some(why) = self.qp.peer_terminate() {
+                        self.core.on_peer_terminated(why);
+                    }
                     self.core.on_disconnected();
                 }
                 // Not a listener: a stray request is refused by dropping it.

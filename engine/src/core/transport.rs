@@ -45,6 +45,9 @@ pub enum CloseReason {
     /// claiming chunk writes for no outstanding call while chunks are registered
     /// persistently).
     ProtocolViolation(&'static str),
+    /// The peer ended the stream with an iWARP Terminate saying why. It replaces the
+    /// failed work request or disconnect it caused as the reason.
+    PeerTerminated(crate::iwarp::terminate::TerminateReason),
 }
 
 impl fmt::Display for CloseReason {
@@ -56,6 +59,7 @@ impl fmt::Display for CloseReason {
             CloseReason::PeerDead => write!(f, "peer did not answer the keepalive probe"),
             CloseReason::Local => write!(f, "closed locally"),
             CloseReason::ProtocolViolation(what) => write!(f, "protocol violation: {what}"),
+            CloseReason::PeerTerminated(why) => write!(f, "peer terminated the connection: {why}"),
         }
     }
 }
@@ -217,6 +221,19 @@ impl Transport {
         }
         self.state = ConnState::Draining;
         self.close_reason = Some(reason);
+    }
+
+    /// Records the peer's Terminate as the reason, over the failed work request or
+    /// disconnect it caused (a close for another reason stays as it was).
+    pub(crate) fn peer_terminated(&mut self, why: crate::iwarp::terminate::TerminateReason) {
+        match self.close_reason {
+            Some(CloseReason::WorkRequestFailed(_) | CloseReason::Disconnected)
+                if self.state != ConnState::Closed =>
+            {
+                self.close_reason = Some(CloseReason::PeerTerminated(why));
+            }
+            _ => {}
+        }
     }
 
     /// Stages a signaled send-queue request. The outbox holds as many requests as the

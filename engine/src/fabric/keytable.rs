@@ -467,17 +467,15 @@ impl<X: SlotExtra> KeyTable<X> {
             Err(KeyFault::NotFast)
         } else if slot_pd != pd {
             Err(KeyFault::WrongPd)
+        } else if flags & VALID == 0 {
+            Err(KeyFault::Invalid)
         } else {
-            // Already invalid is fine, as in verbs (and kernel siw): a requester that
-            // got no report of a peer's invalidation invalidates locally to be sure.
             Ok(())
         }
     }
 
     /// Invalidates fast-registration key `key` of protection domain `pd` (local
-    /// invalidation, or a peer's Send With Invalidate). The key must be the slot's
-    /// current one; invalidating it again, or before it was ever mapped, succeeds and
-    /// leaves it invalid.
+    /// invalidation, or a peer's Send With Invalidate).
     pub(crate) fn invalidate(&self, key: u32, pd: u32) -> Result<(), KeyFault> {
         let s = self.slot(key)?;
         let was = s.begin();
@@ -705,7 +703,7 @@ mod tests {
     }
 
     #[test]
-    fn invalidation_refuses_every_bad_key_and_is_idempotent() {
+    fn invalidation_refuses_every_bad_key_and_happens_once() {
         let t: KeyTable = KeyTable::new(3);
         let (_, plain) = t.register(1, RW, 0x1000, 10, ()).unwrap();
         let (_, k0) = t.alloc_fast(1, 64).unwrap();

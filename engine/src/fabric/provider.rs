@@ -133,6 +133,12 @@ pub trait QueuePair {
     fn state(&self) -> QpState;
     /// The queue sizes.
     fn caps(&self) -> QpCaps;
+    /// Why the peer terminated the stream, once an iWARP peer's Terminate put the queue
+    /// pair in error (providers that cannot see one report `None`). Read it when a
+    /// completion fails: the Terminate is recorded before anything it flushes.
+    fn peer_terminate(&self) -> Option<crate::iwarp::terminate::TerminateReason> {
+        None
+    }
 }
 
 /// What a queue pair is created with: the objects it uses and its configuration.

@@ -22,11 +22,19 @@
 //!
 //! R is meant for an RDMA Read Request header (28 octets), but Linux siw also sets R when
 //! it copies only a Send header; so R takes whatever follows, up to 28 octets.
+//!
+//! Linux siw declares the control word with little-endian bitfields, so on the wire its
+//! layer sits in the LOW nibble of the first octet (etype in the high one) and M, D, R are
+//! bits 0, 1, 2 of the third octet: its "DDP / untagged / no buffer, M and D" reads
+//! `21 02 03 00`, which the RFC way is an unassigned LLP code with no header bits.
+//! [`Terminate::decode`] accepts both ([`TerminateLayout`] says which it found); we always
+//! send the RFC layout, which Wireshark decodes.
 
 use core::fmt;
 
 use super::ddp::{DdpControl, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
 use super::octets::{be16, put16};
+use super::rdmap::{Placement, SegmentHeader};
 use crate::wire::xdr::BufferTooSmall;
 
 /// Octets of the Terminate Control word (layer, type, code, header control, reserved).
@@ -47,6 +55,46 @@ pub const MAX_TERMINATE_LEN: usize = TERMINATE_CONTROL_LEN
 const HDRCT_M: u8 = 0x80;
 const HDRCT_D: u8 = 0x40;
 const HDRCT_R: u8 = 0x20;
+const LINUX_HDRCT_M: u8 = 0x01;
+const LINUX_HDRCT_D: u8 = 0x02;
+const LINUX_HDRCT_R: u8 = 0x04;
+
+/// How a Terminate's control word is laid out on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub enum TerminateLayout {
+    /// RFC 5040 §5.3: layer in the high nibble of the first octet, M/D/R in the top bits
+    /// of the third.
+    Rfc5040,
+    /// Linux siw (little-endian bitfields): layer in the low nibble, M/D/R in bits 0..2.
+    LinuxSiw,
+}
+
+impl TerminateLayout {
+    /// The first control octet for `layer` and `etype`.
+    const fn pack(self, layer: u8, etype: u8) -> u8 {
+        match self {
+            TerminateLayout::Rfc5040 => (layer << 4) | (etype & 0x0F),
+            TerminateLayout::LinuxSiw => (etype << 4) | (layer & 0x0F),
+        }
+    }
+
+    /// (layer, etype) from the first control octet.
+    const fn unpack(self, b: u8) -> (u8, u8) {
+        match self {
+            TerminateLayout::Rfc5040 => (b >> 4, b & 0x0F),
+            TerminateLayout::LinuxSiw => (b & 0x0F, b >> 4),
+        }
+    }
+
+    /// The M, D and R bits of the third control octet.
+    const fn hdrct_bits(self) -> (u8, u8, u8) {
+        match self {
+            TerminateLayout::Rfc5040 => (HDRCT_M, HDRCT_D, HDRCT_R),
+            TerminateLayout::LinuxSiw => (LINUX_HDRCT_M, LINUX_HDRCT_D, LINUX_HDRCT_R),
+        }
+    }
+}
 
 /// The protocol layer that detected the error (high nibble of the first octet).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -320,14 +368,88 @@ impl TerminateCode {
     }
 }
 
+impl TerminateCode {
+    /// What the layer and error type mean, in words.
+    const fn kind_text(self) -> &'static str {
+        match self {
+            TerminateCode::RdmapCatastrophic => "RDMAP local catastrophic error",
+            TerminateCode::RdmapProtection(_) => "RDMAP remote protection error",
+            TerminateCode::RdmapOperation(_) => "RDMAP remote operation error",
+            TerminateCode::DdpCatastrophic => "DDP local catastrophic error",
+            TerminateCode::DdpTagged(_) => "DDP tagged buffer error",
+            TerminateCode::DdpUntagged(_) => "DDP untagged buffer error",
+            TerminateCode::Mpa(_) => "MPA error",
+            TerminateCode::Unknown { .. } => "unassigned Terminate error",
+        }
+    }
+
+    /// What the error code means, in words (empty for the catastrophic errors, whose
+    /// only code is 0).
+    const fn code_text(self) -> &'static str {
+        use DdpTaggedError as T;
+        use DdpUntaggedError as U;
+        use MpaLlpError as M;
+        use RdmapOperationError as O;
+        use RdmapProtectionError as P;
+        match self {
+            TerminateCode::RdmapCatastrophic
+            | TerminateCode::DdpCatastrophic
+            | TerminateCode::Unknown { .. } => "",
+            TerminateCode::RdmapProtection(p) => match p {
+                P::InvalidStag => "invalid STag",
+                P::BaseOrBounds => "base or bounds violation",
+                P::AccessRights => "access rights violation",
+                P::StagNotAssociated => "STag not associated with the RDMAP stream",
+                P::ToWrap => "TO wrap",
+                P::CannotInvalidate => "STag cannot be invalidated",
+                P::Unspecified => "unspecified",
+            },
+            TerminateCode::RdmapOperation(o) => match o {
+                O::InvalidRdmapVersion => "invalid RDMAP version",
+                O::UnexpectedOpcode => "unexpected opcode",
+                O::CatastrophicStream => "catastrophic error, localized to the stream",
+                O::CatastrophicGlobal => "catastrophic error, global",
+                O::CannotInvalidate => "STag cannot be invalidated",
+                O::Unspecified => "unspecified",
+            },
+            TerminateCode::DdpTagged(t) => match t {
+                T::InvalidStag => "invalid STag",
+                T::BaseOrBounds => "base or bounds violation",
+                T::StagNotAssociated => "STag not associated with the DDP stream",
+                T::ToWrap => "TO wrap",
+                T::InvalidDdpVersion => "invalid DDP version",
+            },
+            TerminateCode::DdpUntagged(u) => match u {
+                U::InvalidQn => "invalid QN",
+                U::NoBufferAvailable => "no buffer available",
+                U::MsnRange => "MSN out of range",
+                U::InvalidMo => "invalid MO",
+                U::MessageTooLong => "message too long for the buffer",
+                U::InvalidDdpVersion => "invalid DDP version",
+            },
+            TerminateCode::Mpa(m) => match m {
+                M::ConnectionLost => "TCP connection closed, terminated or lost",
+                M::CrcError => "CRC error",
+                M::MarkerOrLengthMismatch => "marker or ULPDU length mismatch",
+                M::InvalidRequestOrReply => "invalid MPA Request or Reply",
+                M::LocalCatastrophic => "local catastrophic error",
+                M::InsufficientIrd => "insufficient IRD resources",
+                M::NoMatchingRtr => "no matching RTR",
+            },
+        }
+    }
+}
+
 impl fmt::Display for TerminateCode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (l, t, c) = self.to_parts();
-        match self {
-            TerminateCode::Unknown { .. } => write!(f, "unassigned error")?,
-            known => write!(f, "{known:?}")?,
+        f.write_str(self.kind_text())?;
+        match (self, self.code_text()) {
+            (TerminateCode::Unknown { layer, etype, code }, _) => {
+                write!(f, " (layer {layer}, type {etype}, code {code:#04x})")
+            }
+            (_, "") => Ok(()),
+            (_, text) => write!(f, ": {text}"),
         }
-        write!(f, " (layer {l}, type {t}, code {c:#04x})")
     }
 }
 
@@ -344,6 +466,8 @@ pub struct Terminate<'a> {
     pub ddp_header: Option<&'a [u8]>,
     /// R bit: the terminated RDMA header (at most 28 octets).
     pub rdma_header: Option<&'a [u8]>,
+    /// How the control word is (or was) laid out; we send [`TerminateLayout::Rfc5040`].
+    pub layout: TerminateLayout,
 }
 
 impl<'a> Terminate<'a> {
@@ -354,6 +478,7 @@ impl<'a> Terminate<'a> {
             segment_length: None,
             ddp_header: None,
             rdma_header: None,
+            layout: TerminateLayout::Rfc5040,
         }
     }
 
@@ -391,21 +516,13 @@ impl<'a> Terminate<'a> {
             }));
         }
         let (layer, etype, code) = self.code.to_parts();
-        out[0] = (layer << 4) | etype;
+        let (bit_m, bit_d, bit_r) = self.layout.hdrct_bits();
+        out[0] = self.layout.pack(layer, etype);
         out[1] = code;
-        out[2] = (if self.segment_length.is_some() {
-            HDRCT_M
-        } else {
-            0
-        }) | (if self.ddp_header.is_some() {
-            HDRCT_D
-        } else {
-            0
-        }) | (if self.rdma_header.is_some() {
-            HDRCT_R
-        } else {
-            0
-        });
+        let flag = |present: bool, bit: u8| if present { bit } else { 0 };
+        out[2] = flag(self.segment_length.is_some(), bit_m)
+            | flag(self.ddp_header.is_some(), bit_d)
+            | flag(self.rdma_header.is_some(), bit_r);
         out[3] = 0;
         let mut at = TERMINATE_CONTROL_LEN;
         if let Some(h) = self.ddp_header {
@@ -422,20 +539,35 @@ impl<'a> Terminate<'a> {
     }
 
     /// Decodes a Terminate message body (the whole payload of the QN 2 message).
+    ///
+    /// The RFC 5040 reading wins whenever it gives an assigned code and a consistent
+    /// body. Otherwise, if the Linux siw reading does (see the module docs), that is
+    /// taken, with [`layout`](Self::layout) saying so; failing both, the RFC reading is
+    /// returned as it is (an unassigned code, or its error).
     pub fn decode(body: &'a [u8]) -> Result<Self, TerminateError> {
+        let rfc = Self::decode_as(body, TerminateLayout::Rfc5040);
+        if matches!(&rfc, Ok(t) if !matches!(t.code, TerminateCode::Unknown { .. })) {
+            return rfc;
+        }
+        match Self::decode_as(body, TerminateLayout::LinuxSiw) {
+            Ok(t) if !matches!(t.code, TerminateCode::Unknown { .. }) => Ok(t),
+            _ => rfc,
+        }
+    }
+
+    /// Decodes a Terminate message body read with one `layout`, whatever its code says.
+    pub fn decode_as(body: &'a [u8], layout: TerminateLayout) -> Result<Self, TerminateError> {
         if body.len() < TERMINATE_CONTROL_LEN {
             return Err(TerminateError::Truncated {
                 needed: TERMINATE_CONTROL_LEN,
                 available: body.len(),
             });
         }
-        let code = TerminateCode::from_parts(body[0] >> 4, body[0] & 0x0F, body[1]);
+        let (layer, etype) = layout.unpack(body[0]);
+        let code = TerminateCode::from_parts(layer, etype, body[1]);
         let hdrct = body[2];
-        let (m, d, r) = (
-            hdrct & HDRCT_M != 0,
-            hdrct & HDRCT_D != 0,
-            hdrct & HDRCT_R != 0,
-        );
+        let (bit_m, bit_d, bit_r) = layout.hdrct_bits();
+        let (m, d, r) = (hdrct & bit_m != 0, hdrct & bit_d != 0, hdrct & bit_r != 0);
         if m && !d {
             return Err(TerminateError::SegmentLengthWithoutDdpHeader);
         }
@@ -482,7 +614,84 @@ impl<'a> Terminate<'a> {
             segment_length,
             ddp_header,
             rdma_header,
+            layout,
         })
+    }
+
+    /// The owned summary of this Terminate: its code and what its copied DDP header
+    /// says about the message it ended.
+    pub fn reason(&self) -> TerminateReason {
+        let segment = self
+            .ddp_header
+            .and_then(|h| SegmentHeader::decode(h).ok())
+            .map(|(h, _)| match h.placement {
+                Placement::Tagged { stag, to } => TerminatedSegment::Tagged { stag, to },
+                Placement::Untagged { qn, msn, .. } => TerminatedSegment::Untagged { qn, msn },
+            });
+        TerminateReason {
+            code: self.code,
+            layout: self.layout,
+            segment,
+        }
+    }
+}
+
+/// Which message a peer's Terminate says it stopped at, from its copied DDP header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub enum TerminatedSegment {
+    /// An untagged message (Send family, Read Request).
+    Untagged {
+        /// Queue number.
+        qn: u32,
+        /// Message sequence number.
+        msn: u32,
+    },
+    /// A tagged segment (RDMA Write, Read Response).
+    Tagged {
+        /// The STag it targeted.
+        stag: u32,
+        /// The tagged offset.
+        to: u64,
+    },
+}
+
+/// Why a peer terminated the stream: what its Terminate said, owned and `Copy`, so it
+/// can travel in close reasons and transport errors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct TerminateReason {
+    /// Layer, error type and code.
+    pub code: TerminateCode,
+    /// How the peer laid the control word out (Linux siw's is not RFC 5040's).
+    pub layout: TerminateLayout,
+    /// The message the peer stopped at, when it copied its DDP header.
+    pub segment: Option<TerminatedSegment>,
+}
+
+impl TerminateReason {
+    /// A reason with only a code (no copied header), in the RFC layout.
+    pub const fn bare(code: TerminateCode) -> Self {
+        TerminateReason {
+            code,
+            layout: TerminateLayout::Rfc5040,
+            segment: None,
+        }
+    }
+}
+
+impl fmt::Display for TerminateReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.code.fmt(f)?;
+        match self.segment {
+            Some(TerminatedSegment::Untagged { qn, msn }) => {
+                write!(f, " (MSN {msn}, queue {qn})")
+            }
+            Some(TerminatedSegment::Tagged { stag, to }) => {
+                write!(f, " (STag {stag:#010x}, TO {to:#x})")
+            }
+            None => Ok(()),
+        }
     }
 }
 

@@ -346,6 +346,27 @@ impl<M: MemoryRegion> RequesterCore<M> {
         self.fail(CloseReason::Disconnected);
     }
 
+    /// The provider saw the peer's Terminate ([`QueuePair::peer_terminate`]): it becomes
+    /// the close reason, and calls that fail from now on carry it
+    /// ([`TransportError::PeerTerminated`]).
+    pub fn on_peer_terminated(&mut self, why: crate::iwarp::terminate::TerminateReason) {
+        if self.t.state == ConnState::Closed {
+            return;
+        }
+        // Failing first runs the core's own shutdown when the Terminate is the first
+        // news of trouble; otherwise it only replaces the reason it caused.
+        self.fail(CloseReason::PeerTerminated(why));
+        self.t.peer_terminated(why);
+    }
+
+    /// What a call lost to the connection's end fails with.
+    fn lost(&self) -> TransportError {
+        match self.t.close_reason {
+            Some(CloseReason::PeerTerminated(why)) => TransportError::PeerTerminated(why),
+            _ => TransportError::Disconnected,
+        }
+    }
+
     /// Starts an orderly local close: queued calls fail now, calls in flight fail once
     /// the driver's disconnect flushes them.
     pub fn close(&mut self) {
@@ -995,12 +1016,13 @@ impl<M: MemoryRegion> RequesterCore<M> {
             return;
         }
         self.t.fail(reason);
+        let lost = self.lost();
         // Calls that never touched the wire fail now.
         while let Some(q) = self.queue.pop_front() {
             self.push_outcome(Outcome {
                 tag: q.tag,
                 xid: 0,
-                status: CallStatus::Transport(TransportError::Disconnected),
+                status: CallStatus::Transport(lost),
                 reply: None,
                 msg: Some(q.req.msg),
                 ddp_args: q.req.ddp_args,
@@ -1024,6 +1046,7 @@ impl<M: MemoryRegion> RequesterCore<M> {
             return;
         }
         self.mrs.destroy();
+        let lost = self.lost();
         for i in 0..self.slots.len() {
             let slot = i as u32;
             if self.slots[i].phase == Phase::Free {
@@ -1037,7 +1060,7 @@ impl<M: MemoryRegion> RequesterCore<M> {
             s.wrs = 0;
             if s.answer.is_none() {
                 s.answer = Some(Answer {
-                    status: CallStatus::Transport(TransportError::Disconnected),
+                    status: CallStatus::Transport(lost),
                     reply: None,
                     sink_lens: [0; MAX_WRITE_SINKS],
                 });

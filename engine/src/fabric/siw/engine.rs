@@ -465,6 +465,8 @@ impl Engine {
     /// the ones before it were executed, everything else is flushed.
     pub(crate) fn on_peer_terminate(&mut self, t: &Terminate<'_>) {
         self.peer_terminate = Some(t.code);
+        // Before `fail`, so whoever sees a flushed completion can read why.
+        let _ = self.qp.peer_terminate.set(t.reason());
         if self.failed {
             return;
         }

@@ -17,6 +17,7 @@ use crate::fabric::cm::ConnId;
 use crate::fabric::error::{PostError, PostErrorKind};
 use crate::fabric::provider::QueuePair;
 use crate::fabric::types::{QpCaps, QpState, RecvWr, SendFlags, SendOp, SendWr, Sge, WcOpcode};
+use crate::iwarp::terminate::TerminateReason;
 
 /// Largest single message or RDMA transfer (verbs' usual 2 GiB; DDP's 32-bit message
 /// offsets allow 4 GiB).
@@ -107,6 +108,9 @@ pub(crate) struct QpShared {
     pub(crate) rq: Slots<RqWqe>,
     pub(crate) rq_posted: AtomicU64,
     pub(crate) rq_retired: AtomicU64,
+    /// The peer's Terminate, set once by the engine before it fails the queue pair, so
+    /// the handle reads it without a lock.
+    pub(crate) peer_terminate: std::sync::OnceLock<TerminateReason>,
 }
 
 // SAFETY: the slot cells are written only by the handle (`&mut self` posting) for
@@ -148,6 +152,7 @@ impl QpShared {
             rq: Slots::new(caps.max_recv_wr, RqWqe::EMPTY),
             rq_posted: AtomicU64::new(0),
             rq_retired: AtomicU64::new(0),
+            peer_terminate: std::sync::OnceLock::new(),
         }
     }
 
@@ -328,6 +333,10 @@ impl QueuePair for SiwQp {
 
     fn state(&self) -> QpState {
         self.shared.state()
+    }
+
+    fn peer_terminate(&self) -> Option<TerminateReason> {
+        self.shared.peer_terminate.get().copied()
     }
 
     fn caps(&self) -> QpCaps {

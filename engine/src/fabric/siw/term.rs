@@ -65,6 +65,7 @@ impl TermOut {
             segment_length: copied.map(|(len, _)| len),
             ddp_header: copied.map(|(_, n)| &ddp[..n]),
             rdma_header: if copied.is_some() { rdma } else { None },
+            layout: crate::iwarp::terminate::TerminateLayout::Rfc5040,
         };
         let mut out = TermOut {
             body: [0; MAX_TERMINATE_LEN],
