@@ -220,7 +220,9 @@ impl WorldState {
             status: WcStatus::Success,
             byte_len: len_u32(src.total()),
             qp_num: num,
-            invalidated_rkey: invalidate,
+            // A network modelling kernel siw (DeviceCaps::reports_remote_invalidation
+            // false) invalidates but does not say so.
+            invalidated_rkey: invalidate.filter(|_| self.cfg.caps.reports_remote_invalidation),
         };
         self.push_cqe(
             cq,
