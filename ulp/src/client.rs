@@ -144,6 +144,7 @@ impl CallPlan {
 
 /// Builds a `CallRequest` for a call whose arguments have no DDP-eligible data in
 /// registered buffers (everything inline): encodes `header` and `args` into `msg`.
+#[inline]
 pub fn inline_call<'d, A: XdrCodec<'d>>(
     mut msg: RegBuf,
     header: &CallHeader<'_>,
@@ -151,6 +152,13 @@ pub fn inline_call<'d, A: XdrCodec<'d>>(
     max_reply_len: u32,
 ) -> Result<CallRequest, BuildError> {
     let call = encode_call(msg.storage_mut(), header, args, usize::MAX)?;
+    if call.read_chunks.is_empty() {
+        // The usual case, built directly: no chunk to match, and the request is
+        // returned without passing through a plan.
+        let len = call.len;
+        msg.set_len(len).map_err(BuildError::Msg)?;
+        return Ok(CallRequest::new(msg, max_reply_len));
+    }
     CallPlan::new(&call, &DdpBufs::new())?.into_request(msg, DdpBufs::new(), max_reply_len)
 }
 

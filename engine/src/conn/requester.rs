@@ -146,11 +146,13 @@ impl<P: Provider> RequesterConn<P> {
 
     /// Submits a call; its outcome comes from [`poll_outcome`](Self::poll_outcome)
     /// with `tag`.
+    #[inline]
     pub fn submit(&mut self, req: CallRequest, tag: u64) -> Result<(), SubmitError> {
         self.core.submit(req, tag, Instant::now())
     }
 
     /// The next finished call.
+    #[inline]
     pub fn poll_outcome(&mut self) -> Option<Outcome> {
         self.core.poll_outcome()
     }

@@ -2,28 +2,36 @@
 //! so a full container is a typed refusal rather than a hidden allocation.
 
 use core::fmt;
+use core::mem::MaybeUninit;
 
 /// Up to `N` values inline, in insertion order. Used for the per-call lists (DDP
 /// arguments, write sinks, DDP results) that travel with a call by value.
+///
+/// The places past `len` are left uninitialised: an empty list costs one word to make
+/// and nothing to drop, which matters because every call builds and drops several
+/// (mostly empty) lists.
 pub struct FixedVec<T, const N: usize> {
-    items: [Option<T>; N],
+    /// `items[..len]` are initialised; the rest are not.
+    items: [MaybeUninit<T>; N],
     len: usize,
 }
 
 impl<T, const N: usize> FixedVec<T, N> {
     /// An empty list.
-    pub fn new() -> Self {
+    #[inline]
+    pub const fn new() -> Self {
         FixedVec {
-            items: core::array::from_fn(|_| None),
+            items: [const { MaybeUninit::uninit() }; N],
             len: 0,
         }
     }
 
     /// Appends `value`, or hands it back when all `N` places are taken.
+    #[inline]
     pub fn push(&mut self, value: T) -> Result<(), T> {
         match self.items.get_mut(self.len) {
             Some(slot) => {
-                *slot = Some(value);
+                slot.write(value);
                 self.len += 1;
                 Ok(())
             }
@@ -49,54 +57,133 @@ impl<T, const N: usize> FixedVec<T, N> {
         N
     }
 
+    /// The values in order, as a slice.
+    #[inline]
+    pub fn as_slice(&self) -> &[T] {
+        // SAFETY: `items[..len]` are initialised (the type's invariant) and
+        // `MaybeUninit<T>` has the layout of `T`.
+        unsafe { core::slice::from_raw_parts(self.items.as_ptr().cast::<T>(), self.len) }
+    }
+
+    /// The values in order, as a writable slice.
+    #[inline]
+    pub fn as_mut_slice(&mut self) -> &mut [T] {
+        // SAFETY: as in `as_slice`; the borrow is unique.
+        unsafe { core::slice::from_raw_parts_mut(self.items.as_mut_ptr().cast::<T>(), self.len) }
+    }
+
     /// The value at `index`.
     #[inline]
     pub fn get(&self, index: usize) -> Option<&T> {
-        self.items.get(index).and_then(Option::as_ref)
+        self.as_slice().get(index)
     }
 
     /// The value at `index`, writable.
     #[inline]
     pub fn get_mut(&mut self, index: usize) -> Option<&mut T> {
-        self.items.get_mut(index).and_then(Option::as_mut)
+        self.as_mut_slice().get_mut(index)
     }
 
     /// The values in order.
-    pub fn iter(&self) -> impl Iterator<Item = &T> {
-        self.items[..self.len].iter().filter_map(Option::as_ref)
+    #[inline]
+    pub fn iter(&self) -> core::slice::Iter<'_, T> {
+        self.as_slice().iter()
     }
 
     /// The values in order, writable.
-    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut T> {
-        self.items[..self.len].iter_mut().filter_map(Option::as_mut)
+    #[inline]
+    pub fn iter_mut(&mut self) -> core::slice::IterMut<'_, T> {
+        self.as_mut_slice().iter_mut()
     }
 
     /// Removes and returns the last value.
+    #[inline]
     pub fn pop(&mut self) -> Option<T> {
         if self.len == 0 {
             return None;
         }
         self.len -= 1;
-        self.items[self.len].take()
+        // SAFETY: the place was initialised, and lowering `len` first means it is never
+        // read or dropped again.
+        Some(unsafe { self.items[self.len].assume_init_read() })
     }
 
     /// Removes every value, dropping them in order.
+    #[inline]
     pub fn clear(&mut self) {
-        for slot in &mut self.items[..self.len] {
-            *slot = None;
+        let n = self.len;
+        if n == 0 {
+            return;
         }
+        // `len` goes to zero first, so a panicking destructor can at worst leak the
+        // values after it, never drop one twice.
         self.len = 0;
+        // SAFETY: `items[..n]` were initialised and are no longer reachable.
+        unsafe {
+            core::ptr::drop_in_place(core::ptr::slice_from_raw_parts_mut(
+                self.items.as_mut_ptr().cast::<T>(),
+                n,
+            ));
+        }
     }
 
-    /// Moves every value out, in order, leaving the list empty.
-    pub fn drain(&mut self) -> impl Iterator<Item = T> + '_ {
-        let n = self.len;
+    /// Moves every value out, in order, leaving the list empty. Values the iterator is
+    /// not asked for are dropped with it.
+    #[inline]
+    pub fn drain(&mut self) -> Drain<'_, T, N> {
+        let end = self.len;
         self.len = 0;
-        self.items[..n].iter_mut().filter_map(Option::take)
+        Drain {
+            items: &mut self.items,
+            next: 0,
+            end,
+        }
+    }
+}
+
+/// The iterator of [`FixedVec::drain`].
+pub struct Drain<'a, T, const N: usize> {
+    /// `items[next..end]` are initialised and owned by the iterator.
+    items: &'a mut [MaybeUninit<T>; N],
+    next: usize,
+    end: usize,
+}
+
+impl<T, const N: usize> Iterator for Drain<'_, T, N> {
+    type Item = T;
+
+    #[inline]
+    fn next(&mut self) -> Option<T> {
+        if self.next >= self.end {
+            return None;
+        }
+        let i = self.next;
+        self.next += 1;
+        // SAFETY: `items[i]` is initialised and, with `next` past it, read only here.
+        Some(unsafe { self.items[i].assume_init_read() })
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = self.end - self.next;
+        (n, Some(n))
+    }
+}
+
+impl<T, const N: usize> Drop for Drain<'_, T, N> {
+    fn drop(&mut self) {
+        for _ in self.by_ref() {}
+    }
+}
+
+impl<T, const N: usize> Drop for FixedVec<T, N> {
+    #[inline]
+    fn drop(&mut self) {
+        self.clear();
     }
 }
 
 impl<T, const N: usize> Default for FixedVec<T, N> {
+    #[inline]
     fn default() -> Self {
         Self::new()
     }
@@ -127,6 +214,7 @@ impl<T> FixedQueue<T> {
     }
 
     /// Appends `value` at the back, or hands it back when full.
+    #[inline]
     pub fn push_back(&mut self, value: T) -> Result<(), T> {
         if self.len == self.slots.len() {
             return Err(value);
@@ -149,6 +237,7 @@ impl<T> FixedQueue<T> {
     }
 
     /// Takes the value at the front.
+    #[inline]
     pub fn pop_front(&mut self) -> Option<T> {
         if self.len == 0 {
             return None;
@@ -272,6 +361,34 @@ mod tests {
         assert_eq!(v.push(3), Err(3));
         assert_eq!(v.drain().collect::<Vec<_>>(), vec![1, 2]);
         assert!(v.is_empty());
+    }
+
+    #[test]
+    fn fixed_vec_drops_each_value_once() {
+        use std::rc::Rc;
+        let counter = Rc::new(());
+        {
+            let mut v: FixedVec<Rc<()>, 4> = FixedVec::new();
+            for _ in 0..3 {
+                assert!(v.push(counter.clone()).is_ok());
+            }
+            assert_eq!(Rc::strong_count(&counter), 4);
+            // A drain dropped after one value drops the rest with it.
+            let mut d = v.drain();
+            let first = d.next();
+            assert!(first.is_some());
+            drop(d);
+            assert_eq!(Rc::strong_count(&counter), 2);
+            drop(first);
+            assert!(v.is_empty());
+            assert!(v.push(counter.clone()).is_ok());
+            assert!(v.push(counter.clone()).is_ok());
+            assert!(v.pop().is_some());
+            assert_eq!(v.get(0).map(|r| Rc::ptr_eq(r, &counter)), Some(true));
+            assert!(v.get(1).is_none());
+            assert_eq!(Rc::strong_count(&counter), 2);
+        }
+        assert_eq!(Rc::strong_count(&counter), 1);
     }
 
     #[test]

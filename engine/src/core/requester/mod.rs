@@ -380,6 +380,7 @@ impl<M: MemoryRegion> RequesterCore<M> {
 
     /// Submits a call tagged `tag` (returned in its outcome). It starts at once if
     /// resources allow, else waits in order.
+    #[inline]
     pub fn submit(
         &mut self,
         mut req: CallRequest,
@@ -512,6 +513,7 @@ impl<M: MemoryRegion> RequesterCore<M> {
     /// Tries to start `req` now. `Err(Ok(req))`: not now, resources are short;
     /// `Err(Err(e))`: never (the request comes back in `e`).
     #[allow(clippy::result_large_err)]
+    #[inline]
     fn try_start(
         &mut self,
         req: CallRequest,
@@ -595,6 +597,7 @@ impl<M: MemoryRegion> RequesterCore<M> {
         self.credits.set_waiting(self.queue.len() as u32);
     }
 
+    #[inline]
     fn push_outcome(&mut self, o: Outcome) {
         self.stats.outcomes += 1;
         // Capacity is slots plus queue length, and each call has one outcome in it at
@@ -603,6 +606,7 @@ impl<M: MemoryRegion> RequesterCore<M> {
     }
 
     /// The next finished call.
+    #[inline]
     pub fn poll_outcome(&mut self) -> Option<Outcome> {
         self.outcomes.pop_front()
     }
@@ -952,11 +956,13 @@ impl<M: MemoryRegion> RequesterCore<M> {
                 // drained connection) so no other call can be handed them meanwhile.
                 let quarantine = self.mode == RegMode::Persistent && s.holds_credit;
                 let mut sinks = WriteSinks::new();
-                if !quarantine {
+                if !quarantine && !s.sinks.is_empty() {
                     for (i, mut sink) in s.sinks.drain().enumerate() {
                         let _ = sink.set_len(a.sink_lens.get(i).copied().unwrap_or(0) as usize);
                         let _ = sinks.push(sink);
                     }
+                }
+                if !quarantine {
                     if let Some(rb) = s.reply_buf.take() {
                         rb.release_into(&mut self.large);
                     }
@@ -975,7 +981,7 @@ impl<M: MemoryRegion> RequesterCore<M> {
                     status: a.status,
                     reply: a.reply,
                     msg: if quarantine { None } else { s.msg.take() },
-                    ddp_args: if quarantine {
+                    ddp_args: if quarantine || s.ddp_args.is_empty() {
                         Default::default()
                     } else {
                         core::mem::take(&mut s.ddp_args)
@@ -999,8 +1005,8 @@ impl<M: MemoryRegion> RequesterCore<M> {
             // Quarantined buffers (persistent mode) are safe to reuse now: the peer
             // answered, or the queue pair is drained.
             s.msg = None;
-            s.ddp_args = Default::default();
-            s.sinks = WriteSinks::new();
+            s.ddp_args.clear();
+            s.sinks.clear();
             if let Some(rb) = s.reply_buf.take() {
                 rb.release_into(&mut self.large);
             }

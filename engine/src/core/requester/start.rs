@@ -13,7 +13,7 @@ use crate::fabric::{Access, MemoryRegion, SendOp, Sge};
 use crate::requester::{CallRequest, SubmitRefusal, MAX_DDP_ARGS, MAX_WRITE_SINKS};
 use crate::wire::header::{
     BodyRepr, ChunkListsRepr, HeaderRepr, ReadSegment, Segment, FIXED_HEADER_LEN,
-    READ_LIST_ENTRY_LEN, SEGMENT_LEN, WORD_LEN,
+    MIN_MSG_HEADER_LEN, RDMA_MSG, READ_LIST_ENTRY_LEN, RPCRDMA_VERSION, SEGMENT_LEN, WORD_LEN,
 };
 use crate::wire::private_data::InlineThresholds;
 use crate::wire::xdr::pad4;
@@ -108,6 +108,9 @@ impl<M: MemoryRegion> RequesterCore<M> {
         }
         if let Some(x) = req.msg.storage_mut().get_mut(..4) {
             x.copy_from_slice(&xid.to_be_bytes());
+        }
+        if plan.mrs == 0 && !plan.long {
+            return self.stage_plain(slot, xid, req, tag, deadline, now);
         }
 
         // What to register, in the order the chunks appear in the header.
@@ -308,11 +311,114 @@ impl<M: MemoryRegion> RequesterCore<M> {
         s.deadline = deadline;
         s.started = Some(now);
         s.msg = Some(req.msg);
-        s.ddp_args = req.ddp_args;
-        s.sinks = req.write_sinks;
+        // A free slot's lists are empty: moving an empty list in would only copy its
+        // uninitialised places.
+        if !req.ddp_args.is_empty() {
+            s.ddp_args = req.ddp_args;
+        }
+        if !req.write_sinks.is_empty() {
+            s.sinks = req.write_sinks;
+        }
         self.stats.calls_sent += 1;
         self.stats.long_calls += u64::from(plan.long);
         self.stats.reply_chunks += u64::from(plan.reply_chunk);
         Ok(())
+    }
+
+    /// [`stage_call`](Self::stage_call) for the common shape: an inline RDMA_MSG with
+    /// no chunks (and so no registrations, whatever the mode). Its transport header is
+    /// seven words of which only the XID and the credit request vary, so it is written
+    /// directly instead of going through the general encoder. The caller has checked
+    /// send-queue room for `plan`; `req` has only empty DDP-argument and sink lists
+    /// (`plan.mrs == 0`), or ones with empty arguments only.
+    #[allow(clippy::result_large_err)]
+    fn stage_plain(
+        &mut self,
+        slot: u32,
+        xid: u32,
+        req: CallRequest,
+        tag: u64,
+        deadline: Option<Instant>,
+        now: Instant,
+    ) -> Result<(), CallRequest> {
+        let s = &mut self.slots[slot as usize];
+        let hdr_sge =
+            write_plain_header(s.header.storage_mut(), xid, self.params.credits_requested)
+                .and_then(|hlen| s.header.sge(0, hlen).ok());
+        let (Some(hdr_sge), Ok(msg_sge)) = (hdr_sge, req.msg.sge(0, req.msg.len())) else {
+            return Err(req);
+        };
+        if !self.t.sq.take(1) {
+            return Err(req);
+        }
+        let wr_id = WrId::new(WrKind::CallSend, slot).encode();
+        let staged = u32::from(self.t.stage(wr_id, SendOp::Send, &[hdr_sge, msg_sge]));
+        // Room for a Send that was not staged (never, see `Transport::stage`) goes back.
+        self.t.sq.give(1 - staged);
+        s.phase = Phase::Active;
+        s.xid = xid;
+        s.tag = tag;
+        s.mrs.clear();
+        s.wrs = staged;
+        s.reserved = 0;
+        s.sink_caps = [0; MAX_WRITE_SINKS];
+        s.reply_cap = 0;
+        s.reply_buf = None;
+        s.answer = None;
+        s.delivered = false;
+        s.deadline = deadline;
+        s.started = Some(now);
+        s.msg = Some(req.msg);
+        // Empty DDP arguments (the only kind a plain call can have) still come back
+        // with the outcome.
+        if !req.ddp_args.is_empty() {
+            s.ddp_args = req.ddp_args;
+        }
+        self.stats.calls_sent += 1;
+        Ok(())
+    }
+}
+
+/// Octets of a chunkless RDMA_MSG header.
+const PLAIN_HEADER_LEN: usize = MIN_MSG_HEADER_LEN;
+
+/// Writes the header of an inline RDMA_MSG with three empty chunk lists (RFC 8166
+/// §4.2): XID, version 1, credits requested, RDMA_MSG, then three "absent" list
+/// discriminators. Returns its length, or `None` when `buf` is too short.
+#[inline]
+fn write_plain_header(buf: &mut [u8], xid: u32, credits: u32) -> Option<usize> {
+    let out = buf.get_mut(..PLAIN_HEADER_LEN)?;
+    let words = [xid, RPCRDMA_VERSION, credits, RDMA_MSG, 0, 0, 0];
+    for (dst, w) in out.chunks_exact_mut(WORD_LEN).zip(words) {
+        dst.copy_from_slice(&w.to_be_bytes());
+    }
+    Some(PLAIN_HEADER_LEN)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_header_matches_the_general_encoder() {
+        let lists = ChunkListsRepr {
+            reads: &[],
+            writes: &[],
+            reply: None,
+        };
+        let repr = HeaderRepr {
+            xid: 0x1234_5678,
+            credit: 77,
+            body: BodyRepr::Msg(lists),
+        };
+        let mut general = [0xaau8; 64];
+        let n = repr.encode(&mut general).expect("encodes");
+        let mut plain = [0x55u8; 64];
+        assert_eq!(write_plain_header(&mut plain, 0x1234_5678, 77), Some(n));
+        assert_eq!(plain[..n], general[..n]);
+        assert_eq!(
+            write_plain_header(&mut plain[..PLAIN_HEADER_LEN - 1], 1, 1),
+            None
+        );
     }
 }
