@@ -3,7 +3,8 @@
 //! with the Terminate Linux siw sent in the lab when it had no receive posted
 //! (`21 02 03 00`, little-endian bitfields: DDP / untagged / no buffer available, M and
 //! D set, the Send's header copied). The requester's call must fail with that reason,
-//! not as a bare lost connection, and the connection must close with it.
+//! not as a bare lost connection, and the connection must close with it. The same peer
+//! as a requester terminates a server's connection, whose close reason must name it.
 
 mod engine_support;
 mod siw_support;
@@ -11,8 +12,8 @@ mod siw_support;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::Instant;
 
-use engine_support::{test_config, write_call, DEADLINE, PROC_NULL};
-use rpcrdma::conn::RequesterConn;
+use engine_support::{test_config, write_call, TestService, DEADLINE, PROC_NULL};
+use rpcrdma::conn::{RequesterConn, Server};
 use rpcrdma::core::{CloseReason, ConnEvent, ConnState};
 use rpcrdma::fabric::siw::{SiwConfig, SiwDevice, SiwProvider};
 use rpcrdma::iwarp::ddp::{MsnCounters, QueueNumber};
@@ -22,7 +23,8 @@ use rpcrdma::iwarp::mpa::{
 };
 use rpcrdma::iwarp::rdmap::{Opcode, Placement, SegmentHeader};
 use rpcrdma::iwarp::terminate::{
-    DdpUntaggedError, Terminate, TerminateCode, TerminateLayout, TerminatedSegment,
+    DdpUntaggedError, RdmapOperationError, Terminate, TerminateCode, TerminateLayout,
+    TerminatedSegment,
 };
 use rpcrdma::requester::{CallRequest, CallStatus, Outcome, TransportError};
 
@@ -71,6 +73,50 @@ impl KernelLike {
         true
     }
 
+    /// Connects to `addr` as a requester and sends an MPA Request asking for CRCs.
+    fn connect(addr: SocketAddr) -> KernelLike {
+        let sock = TcpStream::connect(addr).expect("connect");
+        sock.set_nonblocking(true).expect("non-blocking");
+        sock.set_nodelay(true).expect("nodelay");
+        let mut p = KernelLike {
+            sock,
+            inbox: Vec::new(),
+            eof: false,
+            crc: true,
+            msn: MsnCounters::new(),
+        };
+        let mut f = [0u8; 128];
+        let n = encode_frame(
+            &mut f,
+            &FrameParams {
+                kind: FrameKind::Request,
+                crc: true,
+                reject: false,
+                revision: Revision::V2,
+                enhanced: Some(EnhancedData::client_server(8, 8)),
+            },
+            b"",
+        )
+        .expect("MPA Request");
+        siw_support::write_all(&mut p.sock, &f[..n]);
+        p
+    }
+
+    /// Takes a complete MPA Reply; false while it is incomplete.
+    fn take_reply(&mut self) -> bool {
+        match decode_frame(&self.inbox) {
+            Ok(fr) => {
+                assert_eq!(fr.header.kind, FrameKind::Reply, "an MPA Reply");
+                assert!(!fr.header.reject, "accepted");
+                let len = fr.len;
+                self.inbox.drain(..len);
+                true
+            }
+            Err(MpaError::Incomplete { .. }) => false,
+            Err(e) => panic!("bad MPA Reply: {e}"),
+        }
+    }
+
     /// The next whole FPDU: its header and its ULPDU length.
     fn take_fpdu(&mut self) -> Option<(SegmentHeader, u16)> {
         match decode_fpdu(&self.inbox, self.crc, MAX_ULPDU_LEN) {
@@ -101,6 +147,12 @@ impl KernelLike {
         let mut body = [0u8; 64];
         let blen = t.encode(&mut body).expect("Terminate encodes");
         assert_eq!(&body[..4], &[0x21, 0x02, 0x03, 0x00], "the lab's octets");
+        self.send_terminate(&body[..blen]);
+    }
+
+    /// Sends a Terminate message with `body`.
+    fn send_terminate(&mut self, body: &[u8]) {
+        let blen = body.len();
         let h = SegmentHeader::untagged(
             Opcode::Terminate,
             true,
@@ -109,7 +161,7 @@ impl KernelLike {
             0,
         );
         let mut f = vec![0u8; fpdu_len(h.encoded_len() + blen)];
-        let n = encode_fpdu(&mut f, &h, &body[..blen], self.crc).expect("FPDU");
+        let n = encode_fpdu(&mut f, &h, body, self.crc).expect("FPDU");
         siw_support::write_all(&mut self.sock, &f[..n]);
     }
 }
@@ -214,4 +266,62 @@ fn a_kernel_terminate_is_the_calls_error_and_the_close_reason() {
     );
     assert_eq!(closed, Some(CloseReason::PeerTerminated(why)));
     assert!(o.msg.is_some(), "the call's buffer comes back");
+}
+
+#[test]
+fn a_requesters_terminate_is_the_servers_close_reason() {
+    let dev = SiwDevice::with_config(SiwConfig::default()).expect("siw device");
+    let addr: SocketAddr = {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+        l.local_addr().expect("address")
+    };
+    let mut server = Server::<SiwProvider, TestService, _>::bind(dev, &addr, test_config(), || {
+        Some(TestService::default())
+    })
+    .expect("server");
+    server.keep_closed(true);
+    let mut peer = KernelLike::connect(addr);
+    let end = Instant::now() + DEADLINE;
+    while !peer.take_reply() {
+        assert!(Instant::now() < end, "no MPA Reply");
+        server.poll(Instant::now());
+        peer.fill();
+        std::thread::yield_now();
+    }
+    // Kernel siw's "RDMAP remote operation / unexpected opcode", bare: 0x20 0x06 would
+    // read the RFC way as a valid MPA code, so use "STag cannot be invalidated" (0x09),
+    // which only the Linux reading makes sense of.
+    peer.send_terminate(&[0x20, 0x09, 0x00, 0x00]);
+    let closed = loop {
+        assert!(
+            Instant::now() < end,
+            "the server never closed the connection"
+        );
+        server.poll(Instant::now());
+        peer.fill();
+        let mut closed = None;
+        for c in server.connections_mut() {
+            while let Some(ev) = c.poll_event() {
+                if let ConnEvent::Closed(r) = ev {
+                    closed = Some(r);
+                }
+            }
+        }
+        if let Some(r) = closed {
+            break r;
+        }
+        std::thread::yield_now();
+    };
+    let CloseReason::PeerTerminated(why) = closed else {
+        panic!("closed for {closed:?}, not the peer's Terminate");
+    };
+    assert_eq!(
+        why.code,
+        TerminateCode::RdmapOperation(RdmapOperationError::CannotInvalidate)
+    );
+    assert_eq!((why.layout, why.segment), (TerminateLayout::LinuxSiw, None));
+    assert_eq!(
+        closed.to_string(),
+        "peer terminated the connection: RDMAP remote operation error: STag cannot be invalidated"
+    );
 }

@@ -107,7 +107,12 @@ impl<P: Provider, S: Service> ResponderConn<P, S> {
             CmEvent::Established { conn, .. } if *conn == self.conn => {
                 self.core.on_established(self.peer_pd.as_bytes(), now);
             }
-            CmEvent::Disconnected { conn } if *conn == self.conn => self.core.on_disconnected(),
+            CmEvent::Disconnected { conn } if *conn == self.conn => {
+                if let Some(why) = self.qp.peer_terminate() {
+                    self.core.on_peer_terminated(why);
+                }
+                self.core.on_disconnected();
+            }
             _ => {}
         }
     }
@@ -116,7 +121,14 @@ impl<P: Provider, S: Service> ResponderConn<P, S> {
     /// posting. Returns the completions handled.
     pub fn poll(&mut self, now: Instant) -> usize {
         let core = &mut self.core;
+        let qp = &self.qp;
         let work = poll_cq(&mut self.res.cq, &mut self.wcs, |wc| {
+            // Only a failure can follow a Terminate, so the fast path never asks.
+            if !wc.status.is_success() {
+                if let Some(why) = qp.peer_terminate() {
+                    core.on_peer_terminated(why);
+                }
+            }
             core.handle_completion(wc, now)
         });
         core.prepare(now);

@@ -224,6 +224,16 @@ impl<S: Service> ResponderCore<S> {
         self.fail(CloseReason::Disconnected);
     }
 
+    /// The provider saw the requester's Terminate ([`QueuePair::peer_terminate`]): it
+    /// becomes the close reason, over the failed work request or disconnect it caused.
+    pub fn on_peer_terminated(&mut self, why: crate::iwarp::terminate::TerminateReason) {
+        if self.t.state == ConnState::Closed {
+            return;
+        }
+        self.fail(CloseReason::PeerTerminated(why));
+        self.t.peer_terminated(why);
+    }
+
     /// Starts a local close.
     pub fn close(&mut self) {
         if matches!(self.t.state, ConnState::Established | ConnState::Connecting) {
