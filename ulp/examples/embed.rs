@@ -11,10 +11,13 @@ use std::error::Error;
 use std::time::Duration;
 
 use rpcrdma::conn::Pair;
-use rpcrdma::core::ConnConfig;
+use rpcrdma::core::{ConnConfig, ConnEvent};
 use rpcrdma::fabric::shm::{ShmAddr, ShmDevice, ShmProvider};
 use rpcrdma::requester::CallStatus;
-use rpcrdma_ulp::builtin::{echo_proc, EchoData, EchoProgram, NullProgram, ECHO_PROGRAM};
+use rpcrdma_ulp::binding::with_keepalive;
+use rpcrdma_ulp::builtin::{
+    echo_proc, EchoData, EchoProgram, NullProgram, ECHO_PROGRAM, ECHO_VERSION,
+};
 use rpcrdma_ulp::client::{inline_call, OutcomeResults};
 use rpcrdma_ulp::ddp::XdrCodec;
 use rpcrdma_ulp::program::Dispatcher;
@@ -29,11 +32,19 @@ fn main() -> Result<(), Box<dyn Error>> {
     // Both ends over shm; the CM address is an abstract Unix socket name.
     let addr = ShmAddr::abstract_name(format!("rpcrdma-embed-{}", std::process::id()));
     let cfg = ConnConfig::default();
+    // Like the Linux client, the requester's keepalive probe is a NULL call to the
+    // program it uses, which the dispatcher answers with SUCCESS.
+    let client_cfg = with_keepalive(
+        cfg.clone(),
+        ECHO_PROGRAM,
+        ECHO_VERSION,
+        Duration::from_secs(30),
+    );
     let mut pair: Pair<ShmProvider, Dispatcher> = Pair::connect(
         &ShmDevice::new(),
         ShmDevice::new(),
         &addr,
-        &cfg,
+        &client_cfg,
         &cfg,
         programs,
         Duration::from_secs(10),
@@ -72,6 +83,28 @@ fn main() -> Result<(), Box<dyn Error>> {
         "xid {xid:#010x}: echoed {} bytes: {:?}",
         echoed.data.len(),
         String::from_utf8_lossy(echoed.data)
+    );
+
+    // An explicit health check: the same probe the keepalive timer sends.
+    pair.requester.health_check()?;
+    let mut answered = false;
+    pair.run_until(Duration::from_secs(10), |p| {
+        while let Some(ev) = p.requester.poll_event() {
+            answered |= matches!(ev, ConnEvent::ProbeAnswered(_));
+        }
+        answered
+    });
+    let served = pair
+        .responder()
+        .ok_or("responder connection")?
+        .service()
+        .stats();
+    if !answered || served.nulls != 1 {
+        return Err("keepalive probe not answered by ECHO's NULL".into());
+    }
+    println!(
+        "probe answered (NULL calls served: {}, PROG_UNAVAIL: {})",
+        served.nulls, served.prog_unavail
     );
     Ok(())
 }
