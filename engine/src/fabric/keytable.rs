@@ -16,7 +16,7 @@
 //! [`KeyFault`] to its own completion status or Terminate code.
 
 use core::fmt;
-use std::sync::atomic::{fence, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{fence, AtomicU16, AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use crate::fabric::error::FabricError;
@@ -105,10 +105,10 @@ pub(crate) struct Grant<V> {
 #[derive(Default)]
 struct Slot<X> {
     seq: AtomicU32,
-    key: AtomicU32,
-    pd: AtomicU32,
-    access: AtomicU8,
-    flags: AtomicU8,
+    /// Access bits, and the flags above them: one load on the data path.
+    meta: AtomicU16,
+    /// Key in the low half, protection domain in the high half: one load too.
+    ident: AtomicU64,
     start: AtomicU64,
     len: AtomicU64,
     max_len: AtomicU64,
@@ -116,6 +116,31 @@ struct Slot<X> {
 }
 
 impl<X> Slot<X> {
+    // Field accessors for writers, which hold the sequence odd.
+    fn key(&self) -> u32 {
+        self.ident.load(Ordering::Relaxed) as u32
+    }
+
+    fn pd(&self) -> u32 {
+        (self.ident.load(Ordering::Relaxed) >> 32) as u32
+    }
+
+    fn set_ident(&self, key: u32, pd: u32) {
+        self.ident
+            .store(u64::from(key) | (u64::from(pd) << 32), Ordering::Relaxed);
+    }
+
+    fn flags(&self) -> u8 {
+        (self.meta.load(Ordering::Relaxed) >> 8) as u8
+    }
+
+    fn set_meta(&self, access: Access, flags: u8) {
+        self.meta.store(
+            u16::from(access.bits()) | (u16::from(flags) << 8),
+            Ordering::Relaxed,
+        );
+    }
+
     /// Makes the sequence odd (fields changing); returns the even value it had.
     fn begin(&self) -> u32 {
         let mut cur = self.seq.load(Ordering::Relaxed);
@@ -235,11 +260,11 @@ impl<X: SlotExtra> KeyTable<X> {
 
     #[inline]
     fn slot(&self, key: u32) -> Result<&Slot<X>, KeyFault> {
-        let i = key_index(key);
-        if i < self.first {
-            return Err(KeyFault::UnknownKey);
-        }
-        self.slots.get(i as usize).ok_or(KeyFault::UnknownKey)
+        // Slots below `first` exist but are never allocated, so every check of them
+        // fails as an unknown key without a test here on the data path.
+        self.slots
+            .get(key_index(key) as usize)
+            .ok_or(KeyFault::UnknownKey)
     }
 
     fn take_free(&self) -> Result<u32, FabricError> {
@@ -264,15 +289,13 @@ impl<X: SlotExtra> KeyTable<X> {
         let s = &self.slots[idx as usize];
         let was = s.begin();
         // The slot's previous keys stay dead: the generation moves on.
-        let key = make_key(idx, key_generation(next_key(s.key.load(Ordering::Relaxed))));
-        s.key.store(key, Ordering::Relaxed);
-        s.pd.store(pd, Ordering::Relaxed);
-        s.access.store(access.bits(), Ordering::Relaxed);
+        let key = make_key(idx, key_generation(next_key(s.key())));
+        s.set_ident(key, pd);
         s.start.store(start, Ordering::Relaxed);
         s.len.store(len, Ordering::Relaxed);
         s.max_len.store(max_len, Ordering::Relaxed);
         s.extra.store(extra);
-        s.flags.store(flags, Ordering::Relaxed);
+        s.set_meta(access, flags);
         s.end(was);
         key
     }
@@ -318,11 +341,10 @@ impl<X: SlotExtra> KeyTable<X> {
             return;
         };
         let was = s.begin();
-        let allocated = s.flags.load(Ordering::Relaxed) & ALLOCATED != 0;
+        let allocated = s.flags() & ALLOCATED != 0;
         if allocated {
-            s.key
-                .store(next_key(s.key.load(Ordering::Relaxed)), Ordering::Relaxed);
-            s.flags.store(0, Ordering::Relaxed);
+            s.set_ident(next_key(s.key()), s.pd());
+            s.set_meta(Access::NONE, 0);
         }
         s.end(was);
         if allocated {
@@ -338,11 +360,13 @@ impl<X: SlotExtra> KeyTable<X> {
         if s1 & 1 == 1 {
             return Err(KeyFault::Invalid);
         }
+        let ident = s.ident.load(Ordering::Relaxed);
+        let meta = s.meta.load(Ordering::Relaxed);
         let v = View {
-            key: s.key.load(Ordering::Relaxed),
-            pd: s.pd.load(Ordering::Relaxed),
-            access: Access::from_bits_truncate(s.access.load(Ordering::Relaxed)),
-            flags: s.flags.load(Ordering::Relaxed),
+            key: ident as u32,
+            pd: (ident >> 32) as u32,
+            access: Access::from_bits_truncate(meta as u8),
+            flags: (meta >> 8) as u8,
             start: s.start.load(Ordering::Relaxed),
             len: s.len.load(Ordering::Relaxed),
             extra: s.extra.load(),
@@ -399,19 +423,18 @@ impl<X: SlotExtra> KeyTable<X> {
         let s = self.slot(key)?;
         let was = s.begin();
         let verdict = fast_reg_verdict(
-            s.flags.load(Ordering::Relaxed),
-            s.key.load(Ordering::Relaxed),
-            s.pd.load(Ordering::Relaxed),
+            s.flags(),
+            s.key(),
+            s.pd(),
             s.max_len.load(Ordering::Relaxed),
             (key, pd, access, len),
         );
         if verdict.is_ok() {
-            s.key.store(key, Ordering::Relaxed);
-            s.access.store(access.bits(), Ordering::Relaxed);
+            s.set_ident(key, pd);
             s.start.store(start, Ordering::Relaxed);
             s.len.store(len, Ordering::Relaxed);
             s.extra.store(extra);
-            s.flags.store(ALLOCATED | FAST | VALID, Ordering::Relaxed);
+            s.set_meta(access, ALLOCATED | FAST | VALID);
         }
         s.end(was);
         verdict
@@ -467,28 +490,25 @@ impl<X: SlotExtra> KeyTable<X> {
             Err(KeyFault::NotFast)
         } else if slot_pd != pd {
             Err(KeyFault::WrongPd)
-        } else if flags & VALID == 0 {
-            Err(KeyFault::Invalid)
         } else {
+            // Already invalid is fine, as in verbs (and kernel siw): a requester that
+            // got no report of a peer's invalidation invalidates locally to be sure.
             Ok(())
         }
     }
 
     /// Invalidates fast-registration key `key` of protection domain `pd` (local
-    /// invalidation, or a peer's Send With Invalidate).
+    /// invalidation, or a peer's Send With Invalidate). The key must be the slot's
+    /// current one; invalidating it again, or before it was ever mapped, succeeds and
+    /// leaves it invalid.
     pub(crate) fn invalidate(&self, key: u32, pd: u32) -> Result<(), KeyFault> {
         let s = self.slot(key)?;
         let was = s.begin();
-        let flags = s.flags.load(Ordering::Relaxed);
-        let verdict = Self::invalidate_verdict(
-            s.key.load(Ordering::Relaxed),
-            flags,
-            s.pd.load(Ordering::Relaxed),
-            key,
-            pd,
-        );
+        let flags = s.flags();
+        let verdict = Self::invalidate_verdict(s.key(), flags, s.pd(), key, pd);
         if verdict.is_ok() {
-            s.flags.store(flags & !VALID, Ordering::Relaxed);
+            let access = Access::from_bits_truncate(s.meta.load(Ordering::Relaxed) as u8);
+            s.set_meta(access, flags & !VALID);
         }
         s.end(was);
         verdict
@@ -703,14 +723,14 @@ mod tests {
     }
 
     #[test]
-    fn invalidation_refuses_every_bad_key_and_happens_once() {
+    fn invalidation_refuses_every_bad_key_and_is_idempotent() {
         let t: KeyTable = KeyTable::new(3);
         let (_, plain) = t.register(1, RW, 0x1000, 10, ()).unwrap();
         let (_, k0) = t.alloc_fast(1, 64).unwrap();
         assert_eq!(
             t.can_invalidate(k0, 1),
-            Err(KeyFault::Invalid),
-            "never mapped"
+            Ok(()),
+            "never mapped: may be invalidated, and stays invalid"
         );
         let k1 = next_key(k0);
         t.fast_reg(k1, 1, RW, 0x1000, 8, ()).unwrap();
@@ -727,7 +747,12 @@ mod tests {
         }
         assert_eq!(t.can_invalidate(k1, 1), Ok(()));
         t.invalidate(k1, 1).unwrap();
-        assert_eq!(t.invalidate(k1, 1), Err(KeyFault::Invalid));
+        assert_eq!(
+            t.check(k1, 1, Access::NONE, 0x1000, 1),
+            Err(KeyFault::Invalid)
+        );
+        // Again (a report of the peer's invalidation went missing): still invalid.
+        assert_eq!(t.invalidate(k1, 1), Ok(()));
         assert_eq!(
             t.check(k1, 1, Access::NONE, 0x1000, 1),
             Err(KeyFault::Invalid)
