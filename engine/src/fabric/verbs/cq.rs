@@ -176,6 +176,9 @@ impl VerbsCq {
             }
             let (entry, status) = qp.rq.pop()?;
             let ok = status.is_success();
+            // Kernel siw sets neither flag nor key in a userspace CQE (it invalidates
+            // all the same): `None` there is DeviceCaps::reports_remote_invalidation
+            // false, not a lost report.
             let inv = (ok && wc.wc_flags & qp.pd.dev.with_inv_flags != 0)
                 // SAFETY: every member of the union is a plain u32; it holds the
                 // invalidated key when the flag is set (and is only used then).
