@@ -11,6 +11,12 @@
 //! callgrind_annotate --inclusive=yes /tmp/ddp.cg | grep -E 'measured|handle_call|memcpy'
 //! ```
 //!
+//! Measured when the zero-copy path landed (32 KiB payload, 300 calls, same bench built
+//! at the commit before it): `handle_call` 34,141 -> 1,356 instructions per call, the
+//! whole round trip 154,443 -> 121,569 (0.79x); memcpy 132,169 -> 99,428 per call, the
+//! 32 KiB copy gone (what remains is the requester filling its argument and shm
+//! emulating the RDMA Read and Write).
+//!
 //! Without valgrind it runs and prints ns per call as a sanity check.
 
 use std::hint::black_box;
