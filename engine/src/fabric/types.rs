@@ -465,4 +465,13 @@ pub struct DeviceCaps {
     /// [`crate::fabric::Access::REMOTE_READ`] does not protect memory: keep memory a
     /// peer must not read out of every registration whose key it holds.
     pub read_checks_access: bool,
+    /// Whether a receive completing a peer's Send With Invalidate names the key it
+    /// invalidated ([`Completion::invalidated_rkey`]). Kernel siw (Linux 6.1) invalidates
+    /// the key but tells only kernel consumers: the completion it writes to a userspace
+    /// completion queue carries neither `IBV_WC_WITH_INV` nor the key, so there the
+    /// receive completes [`WcStatus::Success`] with `invalidated_rkey: None`. Where this
+    /// is false, a consumer must not treat a missing report as "the peer invalidated
+    /// nothing": it invalidates its keys locally (invalidating an already invalid key
+    /// succeeds) before reusing their memory.
+    pub reports_remote_invalidation: bool,
 }
