@@ -1546,6 +1546,69 @@ pub fn send_with_invalidate_kills_the_key<F: Fixture>() {
     p.wait_both_failed();
 }
 
+/// A Send With Invalidate naming a valid key kills it, and the receive names the key
+/// exactly where `DeviceCaps::reports_remote_invalidation` says it does (kernel siw
+/// invalidates without telling a userspace consumer). The key is a fast-registration
+/// key where the device has them, else a plain registration of its own, which iWARP
+/// (no RNR retry) lets a peer invalidate; elsewhere there is nothing to check.
+pub fn send_with_invalidate_reports_the_key_per_caps<F: Fixture>() {
+    let mut p = pair::<F>();
+    let caps = caps(&p);
+    let access = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
+    let mut mr = if caps.fast_reg {
+        p.c.pd.alloc_fast_mr(REGION).expect("alloc_fast_mr")
+    } else if !caps.rnr_retry {
+        p.c.pd
+            .reg_mr(&p.c.arena, REGION_AT, REGION, access)
+            .expect("reg_mr")
+    } else {
+        return;
+    };
+    let key = if caps.fast_reg {
+        let key = mr.rekey();
+        p.c.qp
+            .post_send(&[fast_reg(1, key, p.c.sge(REGION_AT, REGION), access)])
+            .unwrap();
+        let (_, c) = p.completions(0, 1);
+        expect(&c[0], 1, WcOpcode::FastReg, WcStatus::Success);
+        key
+    } else {
+        mr.rkey()
+    };
+    let rb = [p.c.sge(0, 64)];
+    p.c.qp.post_recv(&[RecvWr { wr_id: 2, sgl: &rb }]).unwrap();
+    let b = [p.s.sge(0, 4)];
+    p.s.qp
+        .post_send(&[SendWr {
+            wr_id: 3,
+            op: SendOp::SendWithInvalidate { rkey: key },
+            sgl: &b,
+            flags: SendFlags::SIGNALED,
+        }])
+        .unwrap();
+    let (s, c) = p.completions(1, 1);
+    expect(&s[0], 3, WcOpcode::Send, WcStatus::Success);
+    expect(&c[0], 2, WcOpcode::Recv, WcStatus::Success);
+    let reported = caps.reports_remote_invalidation.then_some(key);
+    assert_eq!(
+        c[0].invalidated_rkey, reported,
+        "key {key:#x}; reports_remote_invalidation {}",
+        caps.reports_remote_invalidation
+    );
+    // Reported or not, the key is dead: a Read through it fails and the connection ends.
+    let sink = [p.s.sge(200_000, 8)];
+    let remote = RemoteAddr {
+        addr: p.c.addr(REGION_AT),
+        rkey: key,
+    };
+    p.s.qp.post_send(&[SendWr::read(4, &sink, remote)]).unwrap();
+    let (s, _) = p.completions(1, 0);
+    let want = requester_statuses(&caps, WcStatus::RemoteAccessError);
+    expect_any(&s[0], 4, WcOpcode::RdmaRead, &want);
+    p.wait_both_failed();
+    drop(mr);
+}
+
 /// A Send With Invalidate naming a key the receiver never issued fails at the
 /// receiver (LocalAccessError) and the sender (RemoteAccessError), statuses per
 /// `DeviceCaps`; the connection ends on both sides.
@@ -1736,6 +1799,7 @@ macro_rules! conformance_tests {
             rdma_read_with_bad_key_fails,
             send_with_invalidate_kills_the_key,
             send_with_invalidate_of_a_bad_key_fails,
+            send_with_invalidate_reports_the_key_per_caps,
             fast_reg_requires_a_fresh_key,
             local_protection_errors,
             separate_send_and_recv_cqs,

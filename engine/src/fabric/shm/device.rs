@@ -280,6 +280,7 @@ impl Device for ShmDevice {
             exact_error_statuses: true,
             invalidate_checks_generation: true,
             read_checks_access: true,
+            reports_remote_invalidation: true,
         }
     }
 

@@ -59,6 +59,7 @@ impl SimConfig {
                 exact_error_statuses: true,
                 invalidate_checks_generation: true,
                 read_checks_access: true,
+                reports_remote_invalidation: true,
             },
             faults: FaultConfig::NONE,
         }

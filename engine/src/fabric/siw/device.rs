@@ -196,6 +196,7 @@ impl Device for SiwDevice {
             exact_error_statuses: true,
             invalidate_checks_generation: true,
             read_checks_access: true,
+            reports_remote_invalidation: true,
         }
     }
 

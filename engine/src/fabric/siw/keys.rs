@@ -155,6 +155,7 @@ mod tests {
         assert_eq!(t.check(k1, 1, Access::REMOTE_WRITE, 0x1000, 8), Ok(()));
         assert_eq!(t.can_invalidate(k1, 1), Ok(()));
         t.invalidate(k1, 1).unwrap();
-        assert_eq!(code(t.invalidate(k1, 1)), Err(P::InvalidStag));
+        assert_eq!(code(t.invalidate(next_key(k1), 1)), Err(P::InvalidStag));
+        assert_eq!(t.invalidate(k1, 1), Ok(()), "already invalid stays invalid");
     }
 }

@@ -77,6 +77,8 @@ pub(crate) struct DeviceShared {
     pub(crate) with_inv_flags: u32,
 }
 
+/// Kernel siw's vendor id (`SIW_VENDOR_ID`, ASCII "bmt").
+const SIW_VENDOR_ID: u32 = 0x62_6d74;
 /// rxe's vendor id (`RXE_VENDOR_ID`).
 const RXE_VENDOR_ID: u32 = 0xff_ffff;
 /// The kernel's internal `IB_WC_WITH_INVALIDATE` (bit 2), which rxe (through at least
@@ -111,6 +113,16 @@ impl DeviceShared {
     /// Whether the device is iWARP (no RNR retry, no connectionless QP exchange).
     pub(crate) fn is_iwarp(&self) -> bool {
         self.info.transport == Transport::Iwarp
+    }
+
+    /// Whether this is kernel soft-iWARP, which writes no remote-invalidation report
+    /// (neither the `SIW_WQE_REM_INVAL` flag nor the key) into completions of a
+    /// userspace completion queue, only of a kernel one: libsiw would map it to
+    /// `IBV_WC_WITH_INV` but never sees it. So [`DeviceCaps`]'s
+    /// `reports_remote_invalidation` is false there.
+    pub(crate) fn is_kernel_siw(&self) -> bool {
+        self.is_iwarp()
+            && (self.attr.vendor_id == SIW_VENDOR_ID || self.info.name.starts_with("siw"))
     }
 
     /// Largest private data for a connect, accept or reject on this transport.
@@ -337,6 +349,7 @@ impl Device for VerbsDevice {
             // conformance suite); other iWARP devices are assumed no better.
             invalidate_checks_generation: !self.shared.is_iwarp(),
             read_checks_access: !self.shared.is_iwarp(),
+            reports_remote_invalidation: !self.shared.is_kernel_siw(),
         }
     }
 
