@@ -448,6 +448,7 @@ pub struct DeviceCaps {
     /// | `RemoteInvalidRequest` (at sender)  | `RemoteOperationError` (rxe)                      |
     /// | `LocalAccessError` (receiver of a Send With Invalidate it cannot honour) | `RemoteInvalidRequest`, `LocalQpOperationError` |
     /// | `RemoteAccessError` (sender of that Send With Invalidate) | `Success`: the device acknowledges the Send before the receiver checks the key (rxe) |
+    /// | `RemoteAccessError` (RDMA Write or Read the peer refuses) | `LocalQpOperationError`: the request was still being transmitted when the peer's Terminate arrived (siw) |
     ///
     /// Every one of these is still an error at the side that detected the fault (except
     /// the last row, whose receiver fails), and the connection still ends on both sides.
