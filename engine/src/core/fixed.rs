@@ -214,7 +214,7 @@ impl<T> FixedQueue<T> {
     }
 
     /// Appends `value` at the back, or hands it back when full.
-    #[inline]
+    #[inline(always)]
     pub fn push_back(&mut self, value: T) -> Result<(), T> {
         if self.len == self.slots.len() {
             return Err(value);
@@ -237,7 +237,7 @@ impl<T> FixedQueue<T> {
     }
 
     /// Takes the value at the front.
-    #[inline]
+    #[inline(always)]
     pub fn pop_front(&mut self) -> Option<T> {
         if self.len == 0 {
             return None;

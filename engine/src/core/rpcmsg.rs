@@ -64,8 +64,27 @@ pub fn encode_accepted_error(
     Ok(e.finish())
 }
 
+/// Octets of an accepted SUCCESS reply header with an empty verifier: XID, REPLY,
+/// MSG_ACCEPTED, verifier flavor, verifier length 0, SUCCESS.
+const PLAIN_SUCCESS_LEN: usize = 24;
+
 /// Sorts an RPC reply: `Ok` for MSG_ACCEPTED/SUCCESS, otherwise what it is.
+#[inline]
 pub fn classify_reply(msg: &[u8]) -> Result<(), RpcReplyError> {
+    // Nearly every reply is a success with an empty verifier (AUTH_NONE or a flavor
+    // without body): six fixed words, checked without the general decoder.
+    if let Some(w) = msg.get(..PLAIN_SUCCESS_LEN) {
+        let word = |i: usize| u32::from_be_bytes([w[i], w[i + 1], w[i + 2], w[i + 3]]);
+        if word(4) == REPLY && word(8) == MSG_ACCEPTED && word(16) == 0 && word(20) == SUCCESS {
+            return Ok(());
+        }
+    }
+    classify_reply_general(msg)
+}
+
+/// [`classify_reply`] for any verifier.
+#[cold]
+fn classify_reply_general(msg: &[u8]) -> Result<(), RpcReplyError> {
     let mut c = XdrCursor::new(msg);
     let mut word = || c.u32().map_err(|_| RpcReplyError::Malformed);
     let _xid = word()?;
@@ -114,6 +133,24 @@ mod tests {
         ];
         assert_eq!(classify_reply(&ok), Ok(()));
         assert_eq!(classify_reply(&ok[..20]), Err(RpcReplyError::Malformed));
+        // A verifier with a body takes the general path and still classifies.
+        let with_verf = [
+            0, 0, 0, 5, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 6, 0, 0, 0, 4, 1, 2, 3, 4, 0, 0, 0, 0,
+        ];
+        assert_eq!(classify_reply(&with_verf), Ok(()));
+        let mut failed = with_verf;
+        failed[27] = 3;
+        assert_eq!(classify_reply(&failed), Err(RpcReplyError::Accepted(3)));
+        // Six words that only look like a plain success.
+        let mut not_reply = ok;
+        not_reply[7] = 0;
+        assert_eq!(classify_reply(&not_reply), Err(RpcReplyError::Malformed));
+        let mut not_success = ok;
+        not_success[23] = 1;
+        assert_eq!(
+            classify_reply(&not_success),
+            Err(RpcReplyError::Accepted(1))
+        );
         let denied = [0, 0, 0, 5, 0, 0, 0, 1, 0, 0, 0, 1];
         assert_eq!(classify_reply(&denied), Err(RpcReplyError::Denied));
         let call = [0, 0, 0, 5, 0, 0, 0, 0, 0, 0, 0, 0];

@@ -597,7 +597,7 @@ impl<M: MemoryRegion> RequesterCore<M> {
         self.credits.set_waiting(self.queue.len() as u32);
     }
 
-    #[inline]
+    #[inline(always)]
     fn push_outcome(&mut self, o: Outcome) {
         self.stats.outcomes += 1;
         // Capacity is slots plus queue length, and each call has one outcome in it at

@@ -112,6 +112,7 @@ fn bad(why: &'static str) -> Interpreted {
 }
 
 /// The status of an RPC reply message.
+#[inline]
 pub(super) fn status_of(msg: &[u8]) -> CallStatus {
     match classify_reply(msg) {
         Ok(()) => CallStatus::Success,
