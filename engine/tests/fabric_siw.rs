@@ -471,6 +471,48 @@ fn read_requests_are_answered_in_fpdus_of_the_mulpdu() {
     assert!(fpdus >= 10, "5000 octets took only {fpdus} FPDUs");
 }
 
+/// A large Write arriving after its header is read from the socket straight into the
+/// target; the octets placed that way still count for the CRC, so one flipped octet in
+/// them is an MPA CRC Terminate.
+#[test]
+fn large_writes_placed_from_the_socket_are_whole_and_crc_checked() {
+    let (mut s, mut raw) = raw_pair(SiwConfig::default(), true);
+    let data: Vec<u8> = (0..40_000u32).map(|i| (i % 251) as u8).collect();
+    for corrupt in [false, true] {
+        let off = if corrupt { 100_000 } else { 0 };
+        let h = SegmentHeader::tagged(Opcode::RdmaWrite, true, s.mr.rkey(), s.addr_of(off));
+        let mut b = vec![0u8; fpdu_len(h.encoded_len() + data.len())];
+        let n = encode_fpdu(&mut b, &h, &data, true).expect("fpdu");
+        let head = 2 + h.encoded_len() + 100;
+        if corrupt {
+            b[head + 30_000] ^= 0x01;
+        }
+        // The header and a little payload first: the rest arrives once the header was
+        // checked, and is read into the target directly.
+        raw.write_all(&b[..head]);
+        s.wait(&mut raw, "the first octets placed", |s, _| {
+            s.read(off, 100) == data[..100]
+        });
+        raw.write_all(&b[head..n]);
+        if corrupt {
+            let (th, body) = next_fpdu(&mut s, &mut raw);
+            assert_eq!(th.opcode, Opcode::Terminate);
+            let t = Terminate::decode(&body).expect("decodes");
+            assert_eq!(t.code, TerminateCode::Mpa(MpaLlpError::CrcError));
+        } else {
+            s.wait(&mut raw, "the whole Write placed", |s, _| {
+                s.read(off, data.len()) == data
+            });
+            for _ in 0..100 {
+                s.pump();
+            }
+            raw.fill();
+            assert!(raw.inbox.is_empty(), "no Terminate for a good Write");
+            assert!(s.qp.as_ref().is_some_and(|q| !q.state().is_error()));
+        }
+    }
+}
+
 #[test]
 fn a_bad_crc_is_an_mpa_terminate() {
     let (mut s, mut raw) = raw_pair(SiwConfig::default(), true);

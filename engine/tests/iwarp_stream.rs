@@ -1,7 +1,7 @@
 //! Outbound segmentation and inbound stream parsing, deterministic cases.
 
 use rpcrdma::iwarp::fpdu::{
-    crc_to_wire, decode_fpdu, encode_fpdu, mulpdu, FpduError, MAX_ULPDU_LEN,
+    crc_to_wire, decode_fpdu, encode_fpdu, fpdu_len, mulpdu, FpduError, MAX_ULPDU_LEN,
 };
 use rpcrdma::iwarp::rdmap::{Opcode, Placement, ReadRequest, SegmentError, SegmentHeader};
 use rpcrdma::iwarp::reader::{FpduEvent, FpduReader};
@@ -351,4 +351,62 @@ fn reader_and_contiguous_decoder_agree_on_a_mixed_stream() {
     }
     assert_eq!(contiguous.len(), 6);
     assert_eq!(crc_to_wire(0x0102_0304), [4, 3, 2, 1]);
+}
+
+/// Payload the caller reads past the reader (straight into the target) still counts
+/// for the CRC: taking the exact octets ends the segment cleanly, one flipped octet
+/// fails it, and what follows the payload is parsed as usual.
+#[test]
+fn payload_taken_outside_the_reader_is_still_crc_checked() {
+    let payload: Vec<u8> = (0..5000u32).map(|i| (i * 7) as u8).collect();
+    let h = SegmentHeader::tagged(Opcode::RdmaWrite, true, 0x1234, 0);
+    let mut f = vec![0u8; fpdu_len(h.encoded_len() + payload.len())];
+    let n = encode_fpdu(&mut f, &h, &payload, true).expect("FPDU");
+    let hdr_end = 2 + h.encoded_len();
+    for flip in [false, true] {
+        let mut r = FpduReader::new(true);
+        let step = r.step(&f[..hdr_end]).expect("header");
+        assert_eq!(step.consumed, hdr_end);
+        assert!(matches!(
+            step.event,
+            Some(FpduEvent::Header {
+                payload_len: 5000,
+                ..
+            })
+        ));
+        assert_eq!((r.payload_remaining(), r.payload_offset()), (5000, 0));
+        let mut placed = payload.clone();
+        if flip {
+            placed[4321] ^= 1;
+        }
+        assert_eq!(r.take_payload(&placed[..1000]), 0);
+        assert_eq!((r.payload_remaining(), r.payload_offset()), (4000, 1000));
+        // Octets past the payload are not taken.
+        let mut longer = placed[1000..].to_vec();
+        longer.extend_from_slice(&[0xEE; 8]);
+        assert_eq!(r.take_payload(&longer), 1000);
+        assert_eq!(r.payload_remaining(), 0);
+        let rest = &f[hdr_end + 5000..n];
+        let mut at = 0;
+        let mut end = None;
+        while at < rest.len() {
+            match r.step(&rest[at..]) {
+                Ok(s) => {
+                    at += s.consumed;
+                    if s.event == Some(FpduEvent::End) {
+                        end = Some(Ok(()));
+                    }
+                }
+                Err(e) => {
+                    end = Some(Err(e));
+                    break;
+                }
+            }
+        }
+        match (flip, end) {
+            (false, Some(Ok(()))) => {}
+            (true, Some(Err(FpduError::CrcMismatch { .. }))) => {}
+            (flip, other) => panic!("flip {flip}: {other:?}"),
+        }
+    }
 }

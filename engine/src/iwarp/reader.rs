@@ -118,6 +118,40 @@ impl FpduReader {
         self.failed.is_none() && self.phase == Phase::Head && self.head_have == 0
     }
 
+    /// Payload octets of the current segment not handed out yet (0 outside a payload).
+    #[inline]
+    pub fn payload_remaining(&self) -> usize {
+        if self.failed.is_none() && self.phase == Phase::Payload {
+            self.payload_len - self.payload_done
+        } else {
+            0
+        }
+    }
+
+    /// Offset within the current segment's payload of its next octet.
+    #[inline]
+    pub fn payload_offset(&self) -> usize {
+        self.payload_done
+    }
+
+    /// Accounts for payload the caller took off the stream itself (read from the socket
+    /// straight into its destination): `data` is the next octets of the payload, and
+    /// goes into the CRC as if [`step`](Self::step) had handed it out. Octets past
+    /// [`payload_remaining`](Self::payload_remaining) are not payload and are ignored.
+    /// Returns the offset of `data[0]` within the payload.
+    pub fn take_payload(&mut self, data: &[u8]) -> usize {
+        let n = data.len().min(self.payload_remaining());
+        if self.crc_enabled {
+            self.crc.update(&data[..n]);
+        }
+        let offset = self.payload_done;
+        self.payload_done += n;
+        if n > 0 && self.payload_done == self.payload_len {
+            self.phase = Phase::Trailer;
+        }
+        offset
+    }
+
     /// Consumes input up to the next event.
     pub fn step<'a>(&mut self, input: &'a [u8]) -> Result<Step<'a>, FpduError> {
         if let Some(e) = self.failed {

@@ -26,6 +26,10 @@ use crate::iwarp::mpa::MpaError;
 /// others.
 const READ_BUDGET: usize = 8;
 
+/// Receive-buffer octets a direct read takes after the target range: room for pad,
+/// CRC, the next FPDU's header and the start of its payload.
+const DIRECT_TAIL: usize = 256;
+
 /// Smallest MULPDU we work with, whatever the MSS says.
 const MIN_MULPDU: usize = 128;
 
@@ -174,6 +178,11 @@ impl Conn {
     /// Reads more into the receive buffer (when it is used up). `Ok(0)` is end of
     /// stream; `WouldBlock` clears the readable flag.
     fn fill(&mut self) -> io::Result<usize> {
+        self.fill_upto(self.rxbuf.len())
+    }
+
+    /// As [`fill`](Self::fill), reading at most `limit` octets.
+    fn fill_upto(&mut self, limit: usize) -> io::Result<usize> {
         if self.rx_start < self.rx_end {
             return Ok(self.rx_end - self.rx_start);
         }
@@ -183,7 +192,8 @@ impl Conn {
             return Ok(0);
         };
         loop {
-            match s.read(&mut self.rxbuf) {
+            let end = limit.min(self.rxbuf.len());
+            match s.read(&mut self.rxbuf[..end]) {
                 Ok(n) => {
                     self.rx_end = n;
                     return Ok(n);
@@ -195,6 +205,54 @@ impl Conn {
                     }
                     return Err(e);
                 }
+            }
+        }
+    }
+
+    /// Reads the rest of a Write segment's payload straight into its target (`at`,
+    /// `len` octets, from `Engine::direct_target`) and what follows into the front of
+    /// the receive buffer, with one `readv`. Only the trailer, the next header and a
+    /// little of the next payload go to the buffer, so that the next segment's payload
+    /// is placed directly too. Returns (octets placed, octets buffered); (0, 0) is the
+    /// end of the stream.
+    fn fill_direct(&mut self, at: *mut u8, len: usize) -> io::Result<(usize, usize)> {
+        if self.rx_start < self.rx_end {
+            return Ok((0, self.rx_end - self.rx_start));
+        }
+        self.rx_start = 0;
+        self.rx_end = 0;
+        let Some(s) = self.sock.as_ref() else {
+            return Ok((0, 0));
+        };
+        let iov = [
+            libc::iovec {
+                iov_base: at.cast(),
+                iov_len: len,
+            },
+            libc::iovec {
+                iov_base: self.rxbuf.as_mut_ptr().cast(),
+                iov_len: self.rxbuf.len().min(DIRECT_TAIL),
+            },
+        ];
+        loop {
+            // SAFETY: the first entry is checked target memory the engine offered (kept
+            // mapped by its registration), the second our own buffer; readv writes at
+            // most their lengths.
+            let n = unsafe { libc::readv(s.as_raw_fd(), iov.as_ptr(), 2) };
+            if n >= 0 {
+                let n = n as usize;
+                let placed = n.min(len);
+                self.rx_end = n - placed;
+                return Ok((placed, self.rx_end));
+            }
+            let e = io::Error::last_os_error();
+            match e.kind() {
+                io::ErrorKind::Interrupted => {}
+                io::ErrorKind::WouldBlock => {
+                    self.readable = false;
+                    return Err(e);
+                }
+                _ => return Err(e),
             }
         }
     }
@@ -525,12 +583,27 @@ impl Conn {
         let mut reads = 0;
         while self.readable && reads < READ_BUDGET {
             reads += 1;
-            match self.fill() {
-                Ok(0) => return self.lost(ctx),
-                Ok(_) => {
+            let direct = self.engine.as_ref().and_then(Engine::direct_target);
+            let limit = if self.engine.as_ref().is_some_and(Engine::expects_bulk) {
+                DIRECT_TAIL
+            } else {
+                self.rxbuf.len()
+            };
+            let got = match direct {
+                Some((at, len)) => self.fill_direct(at, len),
+                None => self.fill_upto(limit).map(|n| (0, n)),
+            };
+            match got {
+                Ok((0, 0)) => return self.lost(ctx),
+                Ok((placed, _)) => {
                     let Some(e) = self.engine.as_mut() else {
                         return;
                     };
+                    if let Some((at, _)) = direct.filter(|_| placed > 0) {
+                        // SAFETY: `fill_direct` read `placed` octets to `at`, within
+                        // what `direct_target` offered, with nothing received since.
+                        unsafe { e.placed_direct(at, placed) };
+                    }
                     e.receive(ctx.keys, &self.rxbuf[self.rx_start..self.rx_end]);
                     self.rx_start = self.rx_end;
                 }

@@ -21,6 +21,10 @@ use crate::iwarp::terminate::{
     TerminateCode, MAX_TERMINATE_LEN,
 };
 
+/// Least payload left in a Write segment for reading it from the socket straight into
+/// the target: below this, one buffered read serves several segments more cheaply.
+const DIRECT_MIN: usize = 4096;
+
 /// Largest untagged control message body we collect (Terminate; Read Requests are 28).
 const SMALL: usize = MAX_TERMINATE_LEN;
 
@@ -65,6 +69,9 @@ pub(crate) struct RxState {
     sink_len: usize,
     /// Stop parsing: the queue pair failed.
     dead: bool,
+    /// The last segment was a Write large enough to be placed straight from the
+    /// socket: expect another, and read only up to its header.
+    bulk: bool,
 }
 
 impl RxState {
@@ -80,6 +87,7 @@ impl RxState {
             sink: [Sge::default(); MAX_SGE],
             sink_len: 0,
             dead: false,
+            bulk: false,
         }
     }
 
@@ -164,6 +172,42 @@ impl Engine {
         }
     }
 
+    /// Where the rest of the current segment's payload may be read from the socket
+    /// straight to: the target range of an RDMA Write, whose whole extent passed the key
+    /// check when its header arrived (`on_header`). `None` for anything else, or when
+    /// too little is left to be worth a read of its own.
+    pub(crate) fn direct_target(&self) -> Option<(*mut u8, usize)> {
+        if self.rx.dead {
+            return None;
+        }
+        let Dest::Write { addr } = self.rx.dest else {
+            return None;
+        };
+        let left = self.rx.reader.payload_remaining();
+        let at = addr + self.rx.reader.payload_offset() as u64;
+        (left >= DIRECT_MIN).then_some((at as *mut u8, left))
+    }
+
+    /// Whether the stream is carrying large Writes: then a read between segments
+    /// should stop short, so the next payload is read straight to its target as well.
+    #[inline]
+    pub(crate) fn expects_bulk(&self) -> bool {
+        self.rx.bulk && !self.rx.dead
+    }
+
+    /// `n` octets of payload were read from the socket straight to `at`, as
+    /// [`direct_target`](Self::direct_target) offered.
+    ///
+    /// # Safety
+    /// `at` and `n` must be what `direct_target` returned (or a prefix), with no
+    /// reception in between.
+    pub(crate) unsafe fn placed_direct(&mut self, at: *const u8, n: usize) {
+        // SAFETY: the caller's contract: checked target memory of an arena the device
+        // keeps mapped, just written by the read.
+        let data = unsafe { core::slice::from_raw_parts(at, n) };
+        self.rx.reader.take_payload(data);
+    }
+
     fn stream_error(&mut self, e: FpduError) {
         self.terminate(TermOut::new(e.terminate_code(), None, None));
     }
@@ -180,6 +224,7 @@ impl Engine {
         self.rx.header = h;
         self.rx.payload_len = payload_len;
         self.rx.dest = Dest::Skip;
+        self.rx.bulk = false;
         let plen = payload_len as u64;
         let pd = self.qp.pd;
         match (h.opcode, h.placement) {
@@ -191,7 +236,10 @@ impl Engine {
                     );
                 }
                 match keys.check(stag, pd, Access::REMOTE_WRITE, to, plen) {
-                    Ok(()) => self.rx.dest = Dest::Write { addr: to },
+                    Ok(()) => {
+                        self.rx.dest = Dest::Write { addr: to };
+                        self.rx.bulk = payload_len >= DIRECT_MIN;
+                    }
                     Err(f) => self
                         .reject_segment(TerminateCode::RdmapProtection(f.protection_code()), None),
                 }
