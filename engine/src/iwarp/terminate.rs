@@ -28,7 +28,11 @@
 //! bits 0, 1, 2 of the third octet: its "DDP / untagged / no buffer, M and D" reads
 //! `21 02 03 00`, which the RFC way is an unassigned LLP code with no header bits.
 //! [`Terminate::decode`] accepts both ([`TerminateLayout`] says which it found); we always
-//! send the RFC layout, which Wireshark decodes.
+//! send the RFC layout, which Wireshark decodes. Kernel siw (6.1, lab) reads ours with its
+//! own layout (our `12 02 C0 00` logs as "got TERMINATE. layer 2, type 1, code 2", its
+//! own `21 02 03 00` as "layer 1, type 2, code 2"), and either way only logs it, resets
+//! its receive path, closes the connection and moves the queue pair to error: it sends
+//! nothing back and acts on no code, so the layout we send changes nothing for it.
 
 use core::fmt;
 
