@@ -7,7 +7,7 @@
 # usage: perf/insns.sh            # prints instructions per round trip and the RPC/fabric ratio
 # env:   INSNS_BUDGET_SHM, INSNS_BUDGET_RPC  fail above these (defaults: shm ~25% over the
 #        1487 measured when the script was written; RPC ~10% over the NULL count after the
-#        requester fast path, 8476 (it was 9622))
+#        requester fast path, 8434 (it was 9622))
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v valgrind >/dev/null || { echo "perf/insns.sh: valgrind is missing (apt-get install valgrind)"; exit 1; }

@@ -482,22 +482,20 @@ impl<M: MemoryRegion> RequesterCore<M> {
             self.credits.release_probe();
             return Err(ProbeError::Busy);
         }
-        let req = CallRequest::new(msg, 1024);
+        let mut req = CallRequest::new(msg, 1024);
         let deadline = now.checked_add(self.params.probe_timeout);
         let Ok(plan) = start::plan(&req, &self.t.thresholds, self.params.credits_requested) else {
             self.credits.release_probe();
             return Err(ProbeError::Busy);
         };
-        match self.stage_call(slot, xid, plan, req, u64::MAX, deadline, now) {
-            Ok(()) => {
-                self.slots[slot as usize].holds_credit = true;
-                self.note_deadline(deadline);
-                Ok(())
-            }
-            Err(_) => {
-                self.credits.release_probe();
-                Err(ProbeError::Busy)
-            }
+        if self.stage_call(slot, xid, plan, &mut req, u64::MAX, deadline, now) {
+            self.adopt(slot, req);
+            self.slots[slot as usize].holds_credit = true;
+            self.note_deadline(deadline);
+            Ok(())
+        } else {
+            self.credits.release_probe();
+            Err(ProbeError::Busy)
         }
     }
 
@@ -513,10 +511,10 @@ impl<M: MemoryRegion> RequesterCore<M> {
     /// Tries to start `req` now. `Err(Ok(req))`: not now, resources are short;
     /// `Err(Err(e))`: never (the request comes back in `e`).
     #[allow(clippy::result_large_err)]
-    #[inline]
+    #[inline(always)]
     fn try_start(
         &mut self,
-        req: CallRequest,
+        mut req: CallRequest,
         tag: u64,
         deadline: Option<Instant>,
         now: Instant,
@@ -541,17 +539,15 @@ impl<M: MemoryRegion> RequesterCore<M> {
             return Err(Ok(req));
         };
         let xid = self.make_xid(slot);
-        match self.stage_call(slot, xid, plan, req, tag, deadline, now) {
-            Ok(()) => {
-                self.slots[slot as usize].holds_credit = true;
-                self.note_deadline(deadline);
-                Ok(())
-            }
-            Err(req) => {
-                let _ = self.free_slots.push(slot);
-                self.credits.release();
-                Err(Ok(req))
-            }
+        if self.stage_call(slot, xid, plan, &mut req, tag, deadline, now) {
+            self.adopt(slot, req);
+            self.slots[slot as usize].holds_credit = true;
+            self.note_deadline(deadline);
+            Ok(())
+        } else {
+            let _ = self.free_slots.push(slot);
+            self.credits.release();
+            Err(Ok(req))
         }
     }
 
@@ -1047,7 +1043,16 @@ impl<M: MemoryRegion> RequesterCore<M> {
 
     /// Once draining has nothing outstanding: kill every key by deregistering the
     /// fast-registration slots, then fail what is left and release every buffer.
+    /// Checked after every completion, so the open connection's answer is inline.
+    #[inline(always)]
     fn maybe_close(&mut self) {
+        if self.t.state == ConnState::Draining {
+            self.close_if_drained();
+        }
+    }
+
+    #[cold]
+    fn close_if_drained(&mut self) {
         if !self.t.drained() {
             return;
         }

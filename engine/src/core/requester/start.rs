@@ -81,29 +81,31 @@ struct Reg {
 impl<M: MemoryRegion> RequesterCore<M> {
     /// Registers the chunks of `req` and stages its work requests on `slot`, in the
     /// shape `plan` (from [`plan`] for this request and the connection's thresholds,
-    /// computed once by the caller). On any shortage nothing is staged and the request
-    /// comes back (by value: this is the data path, and the request must not be boxed
-    /// to be returned).
-    #[allow(clippy::result_large_err, clippy::too_many_arguments)]
+    /// computed once by the caller). True when staged: the caller then hands the
+    /// request's buffers to the slot with [`adopt`](Self::adopt). False on any shortage:
+    /// nothing is staged and the request stays the caller's. The request is borrowed,
+    /// not moved, so the few hundred octets of it are copied once (into the slot's
+    /// fields by `adopt`) rather than at every call on the way.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn stage_call(
         &mut self,
         slot: u32,
         xid: u32,
         plan: Plan,
-        mut req: CallRequest,
+        req: &mut CallRequest,
         tag: u64,
         deadline: Option<Instant>,
         now: Instant,
-    ) -> Result<(), CallRequest> {
+    ) -> bool {
         let sq_need = self.sq_need(&plan);
         if self.regs_short(&plan) || self.t.sq.free() < sq_need {
-            return Err(req);
+            return false;
         }
         let mut reply_buf = None;
         if plan.reply_chunk {
             match RegBuf::from_cache(&mut self.large) {
                 Ok(b) => reply_buf = Some(b),
-                Err(_) => return Err(req),
+                Err(_) => return false,
             }
         }
         if let Some(x) = req.msg.storage_mut().get_mut(..4) {
@@ -124,7 +126,7 @@ impl<M: MemoryRegion> RequesterCore<M> {
         let mut all_registered = true;
         if plan.long {
             let Some(region) = sge_of(&req.msg, req.msg.len()) else {
-                return Err(req);
+                return false;
             };
             let _ = regs.push(Reg {
                 region,
@@ -164,13 +166,13 @@ impl<M: MemoryRegion> RequesterCore<M> {
             });
         }
         if !all_registered {
-            return Err(req);
+            return false;
         }
         let mut reply_cap = 0u32;
         if let Some(rb) = &reply_buf {
             let len = pad4(req.max_reply_len as usize).min(rb.capacity());
             let Some(region) = sge_of(rb, len) else {
-                return Err(req);
+                return false;
             };
             reply_cap = region.length;
             let _ = regs.push(Reg {
@@ -188,14 +190,14 @@ impl<M: MemoryRegion> RequesterCore<M> {
             let key = match self.mode {
                 RegMode::Persistent => match r.rkey {
                     Some(k) => k,
-                    None => return Err(req),
+                    None => return false,
                 },
                 RegMode::FastReg => {
                     let Some((mr, key)) = self.mrs.take() else {
                         for u in uses.drain() {
                             self.mrs.give(u.mr);
                         }
-                        return Err(req);
+                        return false;
                     };
                     let _ = uses.push(MrUse {
                         mr,
@@ -251,7 +253,7 @@ impl<M: MemoryRegion> RequesterCore<M> {
             for u in uses.drain() {
                 self.mrs.give(u.mr);
             }
-            return Err(req);
+            return false;
         };
         let mut sgl = [hdr_sge, Sge::default()];
         let mut n_sge = 1;
@@ -265,7 +267,7 @@ impl<M: MemoryRegion> RequesterCore<M> {
                     for u in uses.drain() {
                         self.mrs.give(u.mr);
                     }
-                    return Err(req);
+                    return false;
                 }
             }
         }
@@ -273,7 +275,7 @@ impl<M: MemoryRegion> RequesterCore<M> {
             for u in uses.drain() {
                 self.mrs.give(u.mr);
             }
-            return Err(req);
+            return false;
         }
 
         // One chain: the registrations (none in persistent mode, where `uses` is
@@ -310,19 +312,31 @@ impl<M: MemoryRegion> RequesterCore<M> {
         s.delivered = false;
         s.deadline = deadline;
         s.started = Some(now);
-        s.msg = Some(req.msg);
-        // A free slot's lists are empty: moving an empty list in would only copy its
-        // uninitialised places.
-        if !req.ddp_args.is_empty() {
-            s.ddp_args = req.ddp_args;
-        }
-        if !req.write_sinks.is_empty() {
-            s.sinks = req.write_sinks;
-        }
         self.stats.calls_sent += 1;
         self.stats.long_calls += u64::from(plan.long);
         self.stats.reply_chunks += u64::from(plan.reply_chunk);
-        Ok(())
+        true
+    }
+
+    /// Hands the buffers of `req`, just staged on `slot`, to the slot.
+    #[inline(always)]
+    pub(super) fn adopt(&mut self, slot: u32, req: CallRequest) {
+        let CallRequest {
+            msg,
+            ddp_args,
+            write_sinks,
+            ..
+        } = req;
+        let s = &mut self.slots[slot as usize];
+        s.msg = Some(msg);
+        // A free slot's lists are empty: moving an empty list in would only copy its
+        // uninitialised places.
+        if !ddp_args.is_empty() {
+            s.ddp_args = ddp_args;
+        }
+        if !write_sinks.is_empty() {
+            s.sinks = write_sinks;
+        }
     }
 
     /// [`stage_call`](Self::stage_call) for the common shape: an inline RDMA_MSG with
@@ -331,25 +345,24 @@ impl<M: MemoryRegion> RequesterCore<M> {
     /// directly instead of going through the general encoder. The caller has checked
     /// send-queue room for `plan`; `req` has only empty DDP-argument and sink lists
     /// (`plan.mrs == 0`), or ones with empty arguments only.
-    #[allow(clippy::result_large_err)]
     fn stage_plain(
         &mut self,
         slot: u32,
         xid: u32,
-        req: CallRequest,
+        req: &CallRequest,
         tag: u64,
         deadline: Option<Instant>,
         now: Instant,
-    ) -> Result<(), CallRequest> {
+    ) -> bool {
         let s = &mut self.slots[slot as usize];
         let hdr_sge =
             write_plain_header(s.header.storage_mut(), xid, self.params.credits_requested)
                 .and_then(|hlen| s.header.sge(0, hlen).ok());
         let (Some(hdr_sge), Ok(msg_sge)) = (hdr_sge, req.msg.sge(0, req.msg.len())) else {
-            return Err(req);
+            return false;
         };
         if !self.t.sq.take(1) {
-            return Err(req);
+            return false;
         }
         let wr_id = WrId::new(WrKind::CallSend, slot).encode();
         let staged = u32::from(self.t.stage(wr_id, SendOp::Send, &[hdr_sge, msg_sge]));
@@ -368,14 +381,8 @@ impl<M: MemoryRegion> RequesterCore<M> {
         s.delivered = false;
         s.deadline = deadline;
         s.started = Some(now);
-        s.msg = Some(req.msg);
-        // Empty DDP arguments (the only kind a plain call can have) still come back
-        // with the outcome.
-        if !req.ddp_args.is_empty() {
-            s.ddp_args = req.ddp_args;
-        }
         self.stats.calls_sent += 1;
-        Ok(())
+        true
     }
 }
 
