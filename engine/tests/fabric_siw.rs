@@ -15,12 +15,12 @@ use std::time::Instant;
 use conformance::{connect, connect_with, pattern, Fixture, Opts, Pair, DEADLINE};
 use rpcrdma::fabric::siw::{SiwConfig, SiwConnRequest, SiwDevice, SiwProvider, WireTap};
 use rpcrdma::fabric::{
-    Access, CmEvent, Completion, CompletionQueue, ConnectionManager, Device, MemoryRegion,
-    PrivateData, ProtectionDomain, QpConfig, QpInit, QpState, QueuePair, RecvWr, RemoteAddr,
-    SendWr, Sge, WcOpcode, WcStatus, RNR_RETRY_INFINITE,
+    CmEvent, Completion, CompletionQueue, ConnectionManager, Device, MemoryRegion, PrivateData,
+    QpConfig, QpInit, QpState, QueuePair, RecvWr, RemoteAddr, SendWr, Sge, WcOpcode, WcStatus,
+    RNR_RETRY_INFINITE,
 };
 use rpcrdma::iwarp::ddp::{MsnCounters, QueueNumber};
-use rpcrdma::iwarp::fpdu::{decode_fpdu, encode_fpdu, fpdu_len, FpduError, MAX_ULPDU_LEN};
+use rpcrdma::iwarp::fpdu::{encode_fpdu, fpdu_len};
 use rpcrdma::iwarp::mpa::{
     decode_frame, encode_frame, EnhancedData, FrameKind, FrameParams, MpaError, Revision,
 };
@@ -29,7 +29,7 @@ use rpcrdma::iwarp::terminate::{
     DdpUntaggedError, MpaLlpError, RdmapProtectionError, Terminate, TerminateCode, TerminateLayout,
     TerminatedSegment,
 };
-use rpcrdma_pools::{Arena, ArenaOptions, HugePages};
+use rpcrdma_pools::Arena;
 
 // ---------------------------------------------------------------------------------------
 // A siw server polled by the test.
@@ -49,31 +49,16 @@ struct Server {
 
 impl Server {
     fn new(cfg: SiwConfig) -> Server {
-        let dev = SiwDevice::with_config(cfg).expect("device");
-        let pd = dev.alloc_pd().expect("pd");
-        let cq = dev.create_cq(256).expect("cq");
-        let mut cm = dev.create_cm().expect("cm");
-        cm.listen(&SocketAddr::from(([127, 0, 0, 1], 0)))
-            .expect("listen");
-        let addr = cm.listen_addr().expect("bound address");
-        let arena = Arc::new(
-            Arena::new(
-                &ArenaOptions::new(1 << 20)
-                    .hugepages(HugePages::Never)
-                    .name("siw-test"),
-            )
-            .expect("arena"),
-        );
-        let mr = pd.reg_arena(&arena, Access::ALL).expect("register");
+        let l = siw_support::listening(cfg, 1 << 20, "siw-test");
         Server {
             qp: None,
-            mr,
-            arena,
-            cq,
-            cm,
-            pd,
-            _dev: dev,
-            addr,
+            mr: l.mr,
+            arena: l.arena,
+            cq: l.cq,
+            cm: l.cm,
+            pd: l.pd,
+            _dev: l.dev,
+            addr: l.addr,
             events: VecDeque::new(),
             done: Vec::new(),
         }
@@ -243,16 +228,7 @@ impl Raw {
 
     /// Takes the next complete FPDU.
     fn take_fpdu(&mut self) -> Option<(SegmentHeader, Vec<u8>)> {
-        match decode_fpdu(&self.inbox, self.crc, MAX_ULPDU_LEN) {
-            Ok(f) => {
-                let out = (f.header, f.payload.to_vec());
-                let len = f.len;
-                self.inbox.drain(..len);
-                Some(out)
-            }
-            Err(FpduError::Incomplete { .. }) => None,
-            Err(e) => panic!("bad FPDU from siw: {e}"),
-        }
+        siw_support::take_fpdu(&mut self.inbox, self.crc)
     }
 }
 

@@ -18,17 +18,15 @@ use std::time::{Duration, Instant};
 
 use rpcrdma::fabric::siw::{SiwConfig, SiwDevice, SiwQp};
 use rpcrdma::fabric::{
-    Access, CmEvent, Completion, CompletionQueue, ConnectionManager, Device, MemoryRegion,
-    ProtectionDomain, QpConfig, QpInit, QueuePair, RecvWr, Sge, WcOpcode, WcStatus,
+    CmEvent, Completion, CompletionQueue, ConnectionManager, MemoryRegion, QpConfig, QpInit,
+    QueuePair, RecvWr, Sge, WcOpcode, WcStatus,
 };
 use rpcrdma::iwarp::ddp::{MsnCounters, QueueNumber};
-use rpcrdma::iwarp::fpdu::{decode_fpdu, encode_fpdu, fpdu_len, FpduError, MAX_ULPDU_LEN};
-use rpcrdma::iwarp::mpa::{
-    decode_frame, encode_frame, EnhancedData, FrameKind, FrameParams, MpaError, Revision,
-};
+use rpcrdma::iwarp::fpdu::{encode_fpdu, fpdu_len};
+use rpcrdma::iwarp::mpa::{decode_frame, MpaError};
 use rpcrdma::iwarp::rdmap::{Opcode, SegmentHeader};
 use rpcrdma::iwarp::terminate::{RdmapProtectionError, Terminate, TerminateCode};
-use rpcrdma_pools::{Arena, ArenaOptions, HugePages};
+use rpcrdma_pools::Arena;
 
 /// The longest any single wait may take before the test fails.
 const DEADLINE: Duration = Duration::from_secs(5);
@@ -43,29 +41,13 @@ struct Peer {
 
 impl Peer {
     fn connect(addr: SocketAddr) -> Peer {
-        let sock = TcpStream::connect(addr).expect("connect");
-        sock.set_nodelay(true).expect("nodelay");
-        sock.set_nonblocking(true).expect("non-blocking");
         let mut p = Peer {
-            sock,
+            sock: siw_support::connect_raw(addr),
             inbox: Vec::new(),
             eof: false,
             msn: MsnCounters::new(),
         };
-        let mut f = [0u8; 128];
-        let n = encode_frame(
-            &mut f,
-            &FrameParams {
-                kind: FrameKind::Request,
-                crc: true,
-                reject: false,
-                revision: Revision::V2,
-                enhanced: Some(EnhancedData::client_server(8, 8)),
-            },
-            b"kernel-like",
-        )
-        .expect("MPA Request");
-        p.write_all(&f[..n]);
+        siw_support::mpa_request(&mut p.sock, b"kernel-like");
         p
     }
 
@@ -102,16 +84,7 @@ impl Peer {
     }
 
     fn take_fpdu(&mut self) -> Option<(SegmentHeader, Vec<u8>)> {
-        match decode_fpdu(&self.inbox, true, MAX_ULPDU_LEN) {
-            Ok(f) => {
-                let out = (f.header, f.payload.to_vec());
-                let len = f.len;
-                self.inbox.drain(..len);
-                Some(out)
-            }
-            Err(FpduError::Incomplete { .. }) => None,
-            Err(e) => panic!("bad FPDU from siw: {e}"),
-        }
+        siw_support::take_fpdu(&mut self.inbox, true)
     }
 }
 
@@ -130,32 +103,17 @@ struct Responder {
 
 impl Responder {
     fn new() -> Responder {
-        let dev = SiwDevice::with_config(SiwConfig::default()).expect("device");
-        let pd = dev.alloc_pd().expect("pd");
-        let cq = dev.create_cq(256).expect("cq");
-        let mut cm = dev.create_cm().expect("cm");
-        cm.listen(&SocketAddr::from(([127, 0, 0, 1], 0)))
-            .expect("listen");
-        let addr = cm.listen_addr().expect("bound address");
-        let arena = Arc::new(
-            Arena::new(
-                &ArenaOptions::new(1 << 16)
-                    .hugepages(HugePages::Never)
-                    .name("siw-kernel-compat"),
-            )
-            .expect("arena"),
-        );
-        let mr = pd.reg_arena(&arena, Access::ALL).expect("register");
+        let l = siw_support::listening(SiwConfig::default(), 1 << 16, "siw-kernel-compat");
         Responder {
-            cm,
-            cq,
-            pd,
-            mr,
-            arena,
+            cm: l.cm,
+            cq: l.cq,
+            pd: l.pd,
+            mr: l.mr,
+            arena: l.arena,
             qp: None,
             done: Vec::new(),
-            _dev: dev,
-            addr,
+            _dev: l.dev,
+            addr: l.addr,
         }
     }
 

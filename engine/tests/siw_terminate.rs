@@ -17,7 +17,7 @@ use rpcrdma::conn::{RequesterConn, Server};
 use rpcrdma::core::{CloseReason, ConnEvent, ConnState};
 use rpcrdma::fabric::siw::{SiwConfig, SiwDevice, SiwProvider};
 use rpcrdma::iwarp::ddp::{MsnCounters, QueueNumber};
-use rpcrdma::iwarp::fpdu::{decode_fpdu, encode_fpdu, fpdu_len, FpduError, MAX_ULPDU_LEN};
+use rpcrdma::iwarp::fpdu::{encode_fpdu, fpdu_len};
 use rpcrdma::iwarp::mpa::{
     decode_frame, encode_frame, EnhancedData, FrameKind, FrameParams, MpaError, Revision,
 };
@@ -75,30 +75,14 @@ impl KernelLike {
 
     /// Connects to `addr` as a requester and sends an MPA Request asking for CRCs.
     fn connect(addr: SocketAddr) -> KernelLike {
-        let sock = TcpStream::connect(addr).expect("connect");
-        sock.set_nonblocking(true).expect("non-blocking");
-        sock.set_nodelay(true).expect("nodelay");
         let mut p = KernelLike {
-            sock,
+            sock: siw_support::connect_raw(addr),
             inbox: Vec::new(),
             eof: false,
             crc: true,
             msn: MsnCounters::new(),
         };
-        let mut f = [0u8; 128];
-        let n = encode_frame(
-            &mut f,
-            &FrameParams {
-                kind: FrameKind::Request,
-                crc: true,
-                reject: false,
-                revision: Revision::V2,
-                enhanced: Some(EnhancedData::client_server(8, 8)),
-            },
-            b"",
-        )
-        .expect("MPA Request");
-        siw_support::write_all(&mut p.sock, &f[..n]);
+        siw_support::mpa_request(&mut p.sock, b"");
         p
     }
 
@@ -119,17 +103,9 @@ impl KernelLike {
 
     /// The next whole FPDU: its header and its ULPDU length.
     fn take_fpdu(&mut self) -> Option<(SegmentHeader, u16)> {
-        match decode_fpdu(&self.inbox, self.crc, MAX_ULPDU_LEN) {
-            Ok(f) => {
-                let ulpdu = f.header.encoded_len() + f.payload.len();
-                let out = (f.header, u16::try_from(ulpdu).expect("ULPDU fits 16 bits"));
-                let len = f.len;
-                self.inbox.drain(..len);
-                Some(out)
-            }
-            Err(FpduError::Incomplete { .. }) => None,
-            Err(e) => panic!("bad FPDU from siw: {e}"),
-        }
+        let (h, payload) = siw_support::take_fpdu(&mut self.inbox, self.crc)?;
+        let ulpdu = h.encoded_len() + payload.len();
+        Some((h, u16::try_from(ulpdu).expect("ULPDU fits 16 bits")))
     }
 
     /// Sends the Terminate kernel siw sends for a Send that found no receive, in its
