@@ -242,7 +242,12 @@ fn probe(p: &mut Pair<ShmProvider, Dispatcher>) {
 /// sends it: SUCCESS, where the engine's default private program gets PROG_UNAVAIL.
 #[test]
 fn keepalive_probes_the_ulp_programs_null() {
-    let client = with_keepalive(config(), ECHO_PROGRAM, ECHO_VERSION, Duration::from_secs(3600));
+    let client = with_keepalive(
+        config(),
+        ECHO_PROGRAM,
+        ECHO_VERSION,
+        Duration::from_secs(3600),
+    );
     assert_eq!(client.probe_program, (ECHO_PROGRAM, ECHO_VERSION));
     let mut p = pair(&client, &config());
     probe(&mut p);
