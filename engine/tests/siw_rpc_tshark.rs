@@ -311,7 +311,8 @@ fn decode_with_tshark(path: &Path) -> Vec<Row> {
         // heuristic finds the stream from the captured MPA start-up instead. SMB Direct's
         // heuristic is kept off our Sends.
         .args(["--disable-protocol", "smb_direct"])
-        .args(["-Y", "rpcordma"])
+        // A retransmitted segment (a loaded loopback receiver may drop one) is the same call again.
+        .args(["-Y", "rpcordma and not tcp.analysis.retransmission"])
         .args(["-T", "fields", "-E", "occurrence=a", "-E", "aggregator=,"])
         .args(["-e", "frame.number", "-e", "tcp.srcport"]);
     for f in FIELDS {

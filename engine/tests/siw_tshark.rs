@@ -202,11 +202,14 @@ impl Drop for Capture {
     }
 }
 
-/// TCP payload octets per source port in a classic pcap of Ethernet (loopback) frames.
+/// TCP payload octets per source port in a classic pcap of Ethernet (loopback) frames,
+/// counted by sequence number: a loaded loopback receiver may drop a segment whose
+/// retransmission the capture then holds twice, and the stream carries it once.
 fn payload_per_port(path: &Path) -> BTreeMap<u16, usize> {
-    let mut out = BTreeMap::new();
+    // Per port: the first payload's sequence number and the stream's end beyond it.
+    let mut span: BTreeMap<u16, (u32, usize)> = BTreeMap::new();
     let Ok(b) = fs::read(path) else {
-        return out;
+        return BTreeMap::new();
     };
     let mut at = 24;
     while at + 16 <= b.len() {
@@ -229,9 +232,16 @@ fn payload_per_port(path: &Path) -> BTreeMap<u16, usize> {
         let tcp = &ip[ihl..];
         let sport = u16::from_be_bytes([tcp[0], tcp[1]]);
         let doff = usize::from(tcp[12] >> 4) * 4;
-        *out.entry(sport).or_insert(0) += total.saturating_sub(ihl + doff);
+        let len = total.saturating_sub(ihl + doff);
+        if len == 0 {
+            continue;
+        }
+        let seq = u32::from_be_bytes([tcp[4], tcp[5], tcp[6], tcp[7]]);
+        let (first, end) = span.entry(sport).or_insert((seq, 0));
+        let at = seq.wrapping_sub(*first) as usize;
+        *end = (*end).max(at + len);
     }
-    out
+    span.into_iter().map(|(p, (_, end))| (p, end)).collect()
 }
 
 // ---------------------------------------------------------------------------------------
@@ -285,6 +295,8 @@ fn run_tshark(path: &Path) -> Vec<Vec<Field>> {
         .arg("-r")
         .arg(path)
         .args(["-T", "pdml"])
+        // A retransmitted segment (see payload_per_port) is the same bytes again.
+        .args(["-Y", "not tcp.analysis.retransmission"])
         .args(["--disable-protocol", "rpcordma"])
         .args(["--disable-protocol", "smb_direct"])
         .output()
