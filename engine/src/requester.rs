@@ -277,6 +277,10 @@ pub enum SubmitRefusal {
     ChunkTooLarge,
     /// `max_reply_len` exceeds the largest Reply chunk buffer.
     ReplyTooLarge,
+    /// More DDP arguments (Read chunks) or write sinks (Write chunks) than the
+    /// connection's `ConnConfig::max_chunks`: a responder with the same setting would
+    /// refuse the call with ERR_CHUNK, so it is not sent.
+    TooManyChunks,
 }
 
 impl fmt::Display for SubmitRefusal {
@@ -290,6 +294,7 @@ impl fmt::Display for SubmitRefusal {
             SubmitRefusal::HeaderTooLarge => "transport header exceeds the inline threshold",
             SubmitRefusal::ChunkTooLarge => "chunk exceeds the largest registration",
             SubmitRefusal::ReplyTooLarge => "maximum reply exceeds the largest reply buffer",
+            SubmitRefusal::TooManyChunks => "more Read or Write chunks than max_chunks allows",
         })
     }
 }

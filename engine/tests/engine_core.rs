@@ -16,7 +16,7 @@ use rpcrdma::fabric::{
     Completion, ConnId, MemoryRegion, PostError, PostErrorKind, QpCaps, QpState, QueuePair, RecvWr,
     SendOp, SendWr, WcOpcode, WcStatus,
 };
-use rpcrdma::requester::{CallRequest, CallStatus, TransportError};
+use rpcrdma::requester::{CallRequest, CallStatus, SubmitRefusal, TransportError};
 use rpcrdma::service::{CallView, Padding, ReplyWriter, Service, ServiceError};
 use rpcrdma::wire::header::{encode_err_chunk, encode_err_vers, RdmaError};
 use rpcrdma::wire::private_data::PrivateData;
@@ -953,4 +953,79 @@ fn refused_post_disconnects_and_the_call_gets_its_outcome() {
     );
     assert!(core.poll_outcome().is_none(), "exactly one outcome");
     assert_eq!(core.state(), ConnState::Closed);
+}
+
+/// The requester holds itself to `ConnConfig::max_chunks` (as a responder with the same
+/// setting does with ERR_CHUNK): with two allowed, a third DDP argument or a third write
+/// sink is refused at submit, nothing is posted and the request comes back whole; two
+/// of each go out.
+#[test]
+fn requester_refuses_more_chunks_than_max_chunks() {
+    let pools = pools();
+    let mrs = (1..=40)
+        .map(|i| FakeMr {
+            key: make_key(i, 0),
+        })
+        .collect();
+    let credits = Arc::new(CreditTable::new(8, false));
+    let conf = ConnConfig {
+        max_chunks: 2,
+        ..cfg()
+    };
+    let mut core = RequesterCore::new(&conf, &pools, mrs, credits).expect("core");
+    let now = Instant::now();
+    let mut qp = FakeQp::default();
+    core.on_established(&peer_pd(), now);
+    core.prepare(now);
+    core.post(&mut qp, now);
+
+    let with_chunks = |args: usize, sinks: usize| {
+        let mut req = null_call(&pools);
+        for i in 0..args {
+            let mut d = RegBuf::from_pool(&pools.send).expect("buffer");
+            d.fill(&[i as u8; 8]).expect("fits");
+            // Each argument sits at the message's end, after the ones before it.
+            req.push_ddp_arg((40 + 8 * i) as u32, d).expect("room");
+        }
+        for _ in 0..sinks {
+            let s = RegBuf::from_pool(&pools.large).expect("sink");
+            req.push_write_sink(s).expect("room");
+        }
+        req
+    };
+    for (args, sinks) in [(3, 0), (0, 3), (3, 3)] {
+        let e = core
+            .submit(with_chunks(args, sinks), 1, now)
+            .expect_err("over max_chunks");
+        assert_eq!(e.reason, SubmitRefusal::TooManyChunks, "{args}/{sinks}");
+        assert_eq!(e.request.ddp_args.len(), args);
+        assert_eq!(e.request.write_sinks.len(), sinks);
+        assert_eq!(e.request.msg.len(), 40);
+        assert_eq!(
+            e.request.ddp_args.get(2).map(|a| a.position),
+            (args == 3).then_some(56)
+        );
+    }
+    core.prepare(now);
+    core.post(&mut qp, now);
+    assert!(
+        qp.sends.is_empty(),
+        "nothing refused went out: {:?}",
+        qp.sends
+    );
+    assert_eq!(core.stats().calls_sent, 0);
+
+    core.submit(with_chunks(2, 2), 2, now)
+        .expect("two of each are allowed");
+    core.prepare(now);
+    core.post(&mut qp, now);
+    assert_eq!(core.stats().calls_sent, 1);
+    let send = qp
+        .sends
+        .iter()
+        .find(|p| p.op == SendOp::Send)
+        .expect("the call's Send");
+    let b = &send.bytes;
+    assert_eq!(be(b, 3), 0, "RDMA_MSG");
+    assert_eq!(be(b, 4), 1, "a Read list follows");
 }

@@ -141,8 +141,9 @@ pub struct ConnConfig {
     /// default [`DEFAULT_MAX_CHUNKS`]. RPC-over-RDMA has no way to negotiate it (RFC
     /// 8166 exchanges only inline sizes and remote invalidation, RFC 8797), so both
     /// peers must be configured alike: a responder answers a call with more chunks
-    /// than this with RDMA_ERROR/ERR_CHUNK (RFC 8166 §4.5.2), and a requester cannot
-    /// offer more than its tables hold ([`crate::requester::MAX_DDP_ARGS`],
+    /// than this with RDMA_ERROR/ERR_CHUNK (RFC 8166 §4.5.2), a requester refuses such
+    /// a call at submit ([`crate::requester::SubmitRefusal::TooManyChunks`]), and it
+    /// cannot offer more than its tables hold ([`crate::requester::MAX_DDP_ARGS`],
     /// [`crate::requester::MAX_WRITE_SINKS`]). At most
     /// [`crate::service::MAX_WRITE_CHUNKS`].
     pub max_chunks: u32,

@@ -136,6 +136,8 @@ struct Params {
     probe_timeout: core::time::Duration,
     probe_program: (u32, u32),
     limits: Limits,
+    /// `ConnConfig::max_chunks`: DDP Read chunks and Write chunks allowed per call.
+    max_chunks: usize,
 }
 
 /// The requester side of one connection. `M` is the fabric's memory-region handle; the
@@ -237,6 +239,7 @@ impl<M: MemoryRegion> RequesterCore<M> {
                 probe_timeout: cfg.probe_timeout,
                 probe_program: cfg.probe_program,
                 limits: cfg.limits,
+                max_chunks: cfg.max_chunks as usize,
             },
             local_pd,
             credits,
@@ -484,7 +487,7 @@ impl<M: MemoryRegion> RequesterCore<M> {
         }
         let mut req = CallRequest::new(msg, 1024);
         let deadline = now.checked_add(self.params.probe_timeout);
-        let Ok(plan) = start::plan(&req, &self.t.thresholds, self.params.credits_requested) else {
+        let Ok(plan) = start::plan(&req, &self.t.thresholds, self.params.max_chunks) else {
             self.credits.release_probe();
             return Err(ProbeError::Busy);
         };
@@ -519,7 +522,7 @@ impl<M: MemoryRegion> RequesterCore<M> {
         deadline: Option<Instant>,
         now: Instant,
     ) -> Result<(), Result<CallRequest, SubmitError>> {
-        let plan = match start::plan(&req, &self.t.thresholds, self.params.credits_requested) {
+        let plan = match start::plan(&req, &self.t.thresholds, self.params.max_chunks) {
             Ok(p) => p,
             Err(r) => return Err(Err(refuse(r, req))),
         };

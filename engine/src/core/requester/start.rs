@@ -41,13 +41,21 @@ fn write_list_len(sinks: usize) -> usize {
 ///   inline (RFC 8166 §3.5.4).
 /// - The message goes in a Position-Zero Read chunk when header plus message exceed
 ///   what the responder receives inline (RFC 8166 §3.5.3).
+///
+/// A call with more DDP Read chunks or more Write chunks than `max_chunks` (the
+/// connection's `ConnConfig::max_chunks`) is refused here: a responder configured
+/// alike answers it with ERR_CHUNK, which would cost a round trip and a credit.
+/// Empty DDP arguments are not counted, since they travel as no chunk at all.
 pub(super) fn plan(
     req: &CallRequest,
     th: &InlineThresholds,
-    _credits: u32,
+    max_chunks: usize,
 ) -> Result<Plan, SubmitRefusal> {
     let args = req.ddp_args.iter().filter(|a| !a.data.is_empty()).count();
     let sinks = req.write_sinks.len();
+    if args > max_chunks || sinks > max_chunks {
+        return Err(SubmitRefusal::TooManyChunks);
+    }
     let writes = write_list_len(sinks);
     let max_reply_header = FIXED_HEADER_LEN + WORD_LEN + writes + WORD_LEN;
     let reply_chunk = req.max_reply_len as usize + max_reply_header > th.recv as usize;
