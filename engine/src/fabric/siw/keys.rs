@@ -11,6 +11,7 @@
 use crate::fabric::error::FabricError;
 use crate::fabric::keytable::{self, KeyFault};
 use crate::fabric::mr::Access;
+use crate::fabric::types::Sge;
 use crate::iwarp::terminate::RdmapProtectionError;
 
 /// Why a key check failed.
@@ -79,17 +80,20 @@ impl KeyTable {
         self.0.check(key, pd, need, addr, len).map(|_| ())
     }
 
-    /// Executes a fast registration: the slot of `key` (protection domain `pd`) now
-    /// covers `[start, start + len)` with `access`, under `key`.
-    pub(crate) fn fast_reg(
+    /// Executes a FastReg work request: the slot of `key` (protection domain `pd`) now
+    /// covers `region` with `access` under `key`. A valid local key of `pd` must cover
+    /// `region`; the fast slot's own faults are reported before the region's
+    /// ([`KeyFault::BadRegion`]). There is deliberately no unchecked variant: a work
+    /// request must never map memory its queue pair could not already reach.
+    pub(crate) fn fast_reg_over(
         &self,
         key: u32,
         pd: u32,
         access: Access,
-        start: u64,
-        len: u64,
+        region: &Sge,
     ) -> Result<(), Fault> {
-        self.0.fast_reg(key, pd, access, start, len, ())
+        let r = (region.lkey, region.addr, u64::from(region.length));
+        self.0.fast_reg_over(key, pd, access, r, |_| ()).map(|_| ())
     }
 
     /// Whether `key` could be invalidated now by protection domain `pd`.
@@ -143,15 +147,39 @@ mod tests {
             (t.invalidate(key, 1), P::CannotInvalidate),
             (t.can_invalidate(key, 1), P::CannotInvalidate),
             (
-                t.fast_reg(fast, 1, Access::ALL, 0x1000, 8),
+                t.fast_reg_over(fast, 1, Access::ALL, &Sge::new(0x1000, 8, key)),
                 P::CannotInvalidate,
+            ),
+            // The stale key is the fault reported, not the uncovered region.
+            (
+                t.fast_reg_over(fast, 1, Access::ALL, &Sge::new(0x1000, 51, key)),
+                P::CannotInvalidate,
+            ),
+            // A region its local key does not cover, or a foreign domain's key.
+            (
+                t.fast_reg_over(next_key(fast), 1, Access::ALL, &Sge::new(0x1000, 51, key)),
+                P::BaseOrBounds,
+            ),
+            (
+                t.fast_reg_over(next_key(fast), 1, Access::ALL, &Sge::new(0xfff, 8, key)),
+                P::BaseOrBounds,
+            ),
+            (
+                t.fast_reg_over(next_key(fast), 1, Access::ALL, &Sge::new(0x1000, 8, fast)),
+                P::BaseOrBounds,
             ),
         ];
         for (got, want) in cases {
             assert_eq!(code(got), Err(want));
         }
         let k1 = next_key(fast);
-        t.fast_reg(k1, 1, Access::ALL, 0x1000, 8).unwrap();
+        assert_eq!(
+            code(t.check(k1, 1, Access::NONE, 0x1000, 8)),
+            Err(P::InvalidStag),
+            "refused registrations left the slot invalid"
+        );
+        t.fast_reg_over(k1, 1, Access::ALL, &Sge::new(0x1000, 8, key))
+            .unwrap();
         assert_eq!(t.check(k1, 1, Access::REMOTE_WRITE, 0x1000, 8), Ok(()));
         assert_eq!(t.can_invalidate(k1, 1), Ok(()));
         t.invalidate(k1, 1).unwrap();

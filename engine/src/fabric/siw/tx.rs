@@ -558,17 +558,7 @@ impl Engine {
                 region,
                 access,
             } => {
-                let ok = keys
-                    .check(
-                        region.lkey,
-                        pd,
-                        Access::NONE,
-                        region.addr,
-                        u64::from(region.length),
-                    )
-                    .and_then(|()| {
-                        keys.fast_reg(key, pd, access, region.addr, u64::from(region.length))
-                    });
+                let ok = keys.fast_reg_over(key, pd, access, &region);
                 self.sq.next = seq + 1;
                 match ok {
                     Ok(()) => self.sq.entry(seq).state = SqState::Done(WcStatus::Success),
