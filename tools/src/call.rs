@@ -5,12 +5,13 @@
 use std::time::{Duration, Instant};
 
 use rpcrdma::conn::RequesterConn;
-use rpcrdma::core::{ConnConfig, ConnState, RegBuf};
+use rpcrdma::core::{ConnConfig, ConnEvent, ConnState, RegBuf};
 use rpcrdma::fabric::shm::{ShmDevice, ShmProvider};
 use rpcrdma::fabric::siw::{SiwDevice, SiwProvider};
 use rpcrdma::fabric::Provider;
 use rpcrdma::iwarp::crc32c::crc32c;
 use rpcrdma::requester::{CallRequest, CallStatus, Outcome};
+use rpcrdma_ulp::binding::with_keepalive;
 use rpcrdma_ulp::builtin::{
     echo_proc, is_source_pattern, EchoData, EchoProgram, SinkRes, SourceArgs, ECHO_MAX_DATA,
     ECHO_PROGRAM,
@@ -65,10 +66,32 @@ pub struct CallOpts {
     pub write_chunk: Choice,
     /// Offer a Reply chunk.
     pub reply_chunk: Choice,
-    /// Connection settings.
+    /// Connection settings (from [`requester_config`]).
     pub conn: ConnConfig,
     /// Connect and call deadline, each.
     pub timeout: Duration,
+    /// Keepalive probes to see answered after the reply before closing (needs
+    /// `conn.keepalive`).
+    pub probes: u64,
+}
+
+/// The connection settings of a call to `target`: `base`, with keepalive probes after
+/// every `keepalive` of silence when asked. The probes are NULL calls to the program
+/// being called, which its server answers with SUCCESS: the engine's own default
+/// probe program is served by nobody, so each probe would cost the server a
+/// PROG_UNAVAIL reply (and a log line or counter there).
+pub fn requester_config(
+    base: ConnConfig,
+    target: Target,
+    keepalive: Option<Duration>,
+) -> ConnConfig {
+    match keepalive {
+        Some(interval) => {
+            let (prog, vers, _, _) = names(target);
+            with_keepalive(base, prog, vers, interval)
+        }
+        None => base,
+    }
 }
 
 /// The message shape the call used.
@@ -118,6 +141,8 @@ pub struct Summary {
     pub connect_us: f64,
     /// Submit-to-outcome time, microseconds.
     pub call_us: f64,
+    /// Keepalive probes the server answered while the connection was up.
+    pub keepalive_probes: u64,
 }
 
 fn call_err(reason: impl Into<String>) -> CliError {
@@ -343,6 +368,40 @@ fn call<P: Provider>(
         reply_chunks: after.reply_chunks - before.reply_chunks,
     };
     let check = check_reply(o, &outcome, &payload);
+    // The probes asked for go out while the connection idles after the reply; each
+    // needs `keepalive` of silence and may take a probe timeout to be answered.
+    let mut probes = 0u64;
+    let answered = |ev: ConnEvent| u64::from(matches!(ev, ConnEvent::ProbeAnswered(_)));
+    while let Some(ev) = conn.poll_event() {
+        probes += answered(ev);
+    }
+    if let (Some(k), true) = (o.conn.keepalive, o.probes > 0 && check.is_ok()) {
+        let per_probe = k.saturating_add(o.conn.probe_timeout);
+        let wait = per_probe.saturating_mul(u32::try_from(o.probes).unwrap_or(u32::MAX));
+        // Past what an Instant can hold is the same as no deadline at all.
+        let end = Instant::now().checked_add(wait.saturating_add(o.timeout));
+        while probes < o.probes {
+            conn.poll(Instant::now());
+            while let Some(ev) = conn.poll_event() {
+                probes += answered(ev);
+            }
+            if conn.state() != ConnState::Established {
+                return Err(call_err(format!(
+                    "connection lost after {probes} of {} keepalive probes were answered",
+                    o.probes
+                )));
+            }
+            if end.is_some_and(|e| Instant::now() >= e) {
+                return Err(call_err(format!(
+                    "{probes} of {} keepalive probes answered within {:.1}s",
+                    o.probes,
+                    wait.as_secs_f64()
+                )));
+            }
+            // Idle between probes: nothing to do but wait for the next one.
+            std::thread::yield_now();
+        }
+    }
     conn.close();
     let summary = Summary {
         provider: ep.provider(),
@@ -362,6 +421,7 @@ fn call<P: Provider>(
         shape,
         connect_us,
         call_us,
+        keepalive_probes: probes,
     };
     match check {
         Ok(_) => Ok(summary),
@@ -473,7 +533,7 @@ pub fn render(s: &Summary) -> String {
         "call {} (prog {:#010x} vers {} proc {}) size {} to {} {}\n\
          shape: {}, {}, {}, {}\n\
          reply: {} xid {:#010x}, {} octet message{}; {}\n\
-         time: connect {:.1} us, call {:.1} us\n",
+         time: connect {:.1} us, call {:.1} us\n{}",
         s.name,
         s.prog,
         s.vers,
@@ -496,5 +556,40 @@ pub fn render(s: &Summary) -> String {
         s.check,
         s.connect_us,
         s.call_us,
+        if s.keepalive_probes > 0 {
+            format!("keepalive: {} probes answered\n", s.keepalive_probes)
+        } else {
+            String::new()
+        },
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rpcrdma::core::config::DEFAULT_PROBE_PROGRAM;
+
+    #[test]
+    fn keepalive_probes_name_the_called_program() {
+        let k = Duration::from_millis(250);
+        let c = requester_config(
+            ConnConfig::default(),
+            Target::Echo(echo_proc::SINK),
+            Some(k),
+        );
+        assert_eq!(c.keepalive, Some(k));
+        assert_eq!(c.probe_program, (ECHO_PROGRAM, 1));
+        let raw = Target::Raw {
+            prog: 0x3000_0042,
+            vers: 3,
+            procedure: 9,
+        };
+        let c = requester_config(ConnConfig::default(), raw, Some(k));
+        assert_eq!(c.probe_program, (0x3000_0042, 3));
+        // Without --keepalive nothing changes: no probes at all.
+        let c = requester_config(ConnConfig::default(), raw, None);
+        assert_eq!(c.keepalive, None);
+        assert_eq!(c.probe_program, DEFAULT_PROBE_PROGRAM);
+        assert_eq!(c.validate(), Ok(()));
+    }
 }

@@ -126,6 +126,13 @@ struct CallArgs {
     /// Give up connecting, and waiting for the reply, after this many seconds.
     #[arg(long, default_value_t = 5.0, value_name = "SECONDS")]
     timeout: f64,
+    /// Probe the server after this many seconds of silence (RFC 8267 §6.7.2): NULL
+    /// calls to the program being called.
+    #[arg(long, value_name = "SECONDS")]
+    keepalive: Option<f64>,
+    /// After the reply, stay connected until this many keepalive probes were answered.
+    #[arg(long, requires = "keepalive", default_value_t = 0)]
+    probes: u64,
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
@@ -325,6 +332,7 @@ fn run_call(a: &CallArgs) -> Result<(), CliError> {
         Target::Echo(echo_proc::ECHO)
     };
     let on = |b: bool| if b { Choice::On } else { Choice::Auto };
+    let keepalive = a.keepalive.map(|k| seconds("--keepalive", k)).transpose()?;
     let opts = call::CallOpts {
         target,
         size: if target == Target::Echo(echo_proc::NULL) {
@@ -336,11 +344,16 @@ fn run_call(a: &CallArgs) -> Result<(), CliError> {
         write_chunk: on(a.write_chunk),
         reply_chunk: on(a.reply_chunk),
         // One call gains nothing from hugepages, and should not warn about them.
-        conn: ConnConfig {
-            hugepages: rpcrdma_pools::HugePages::Never,
-            ..conn_config(&a.conn, a.size)
-        },
+        conn: call::requester_config(
+            ConnConfig {
+                hugepages: rpcrdma_pools::HugePages::Never,
+                ..conn_config(&a.conn, a.size)
+            },
+            target,
+            keepalive,
+        ),
         timeout: seconds("--timeout", a.timeout)?,
+        probes: a.probes,
     };
     let summary = call::run(&ep, &opts)?;
     if a.json {

@@ -48,6 +48,10 @@ pub struct ServeOpts {
 #[derive(Debug, Default)]
 struct Counters {
     calls: AtomicU64,
+    /// NULL calls answered (pings and keepalive probes).
+    nulls: AtomicU64,
+    /// Calls for a program not served here.
+    prog_unavail: AtomicU64,
     bytes_in: AtomicU64,
     bytes_out: AtomicU64,
 }
@@ -70,9 +74,17 @@ impl Service for Counted {
         reply: &mut ReplyWriter<'_>,
     ) -> Result<(), ServiceError> {
         let chunks_before = reply.write_chunks_left();
+        let seen = self.inner.stats();
         let r = self.inner.handle_call(call, reply);
+        let now = self.inner.stats();
         let c = &self.counters;
         c.calls.fetch_add(1, Ordering::Relaxed);
+        c.nulls
+            .fetch_add(now.nulls.wrapping_sub(seen.nulls), Ordering::Relaxed);
+        c.prog_unavail.fetch_add(
+            now.prog_unavail.wrapping_sub(seen.prog_unavail),
+            Ordering::Relaxed,
+        );
         let ddp_in: usize = call.ddp_items().iter().map(|d| d.data.len()).sum();
         c.bytes_in
             .fetch_add((call.msg().len() + ddp_in) as u64, Ordering::Relaxed);
@@ -234,9 +246,12 @@ fn serve<P: Provider>(
     }
     let left = server.connections().len();
     say(&format!(
-        "rpcrdma serve: stopped after {:.1}s: {} calls, {} octets in, {} octets out{}",
+        "rpcrdma serve: stopped after {:.1}s: {} calls ({} NULL, {} PROG_UNAVAIL), {} octets \
+         in, {} octets out{}",
         start.elapsed().as_secs_f64(),
         counters.calls.load(Ordering::Relaxed),
+        counters.nulls.load(Ordering::Relaxed),
+        counters.prog_unavail.load(Ordering::Relaxed),
         counters.bytes_in.load(Ordering::Relaxed),
         counters.bytes_out.load(Ordering::Relaxed),
         if left == 0 {

@@ -225,6 +225,10 @@ fn serve_answers_every_shape_and_stops_on_sigint() {
         stdout.contains("stopped after") && stdout.contains(": 6 calls"),
         "{stdout}"
     );
+    assert!(
+        stdout.contains("6 calls (1 NULL, 1 PROG_UNAVAIL)"),
+        "the dispatcher's counts: {stdout}"
+    );
     assert!(!socket.exists(), "the listener removes its socket file");
 }
 
@@ -290,4 +294,74 @@ fn call_refuses_chunks_the_procedure_cannot_use() {
         Some(2),
         "conflicting procedures are a usage error"
     );
+}
+
+/// Stops `server` with SIGINT and returns what it printed.
+fn interrupt(mut server: ServerGuard) -> String {
+    let kill = Command::new("kill")
+        .args(["-INT", &server.child.id().to_string()])
+        .status()
+        .expect("run kill");
+    assert!(kill.success());
+    let end = Instant::now() + DEADLINE;
+    let status = loop {
+        if let Some(st) = server.child.try_wait().expect("try_wait") {
+            break st;
+        }
+        assert!(Instant::now() < end, "server did not stop after SIGINT");
+        thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "server exit status {status}");
+    let mut stdout = String::new();
+    server
+        .child
+        .stdout
+        .take()
+        .expect("piped stdout")
+        .read_to_string(&mut stdout)
+        .expect("server output");
+    stdout
+}
+
+/// `call --keepalive` probes with NULL calls to the program it calls, which the server
+/// serves: every probe is a NULL answered SUCCESS there, none a PROG_UNAVAIL (as probes
+/// to the engine's default probe program would be).
+#[test]
+fn keepalive_probes_are_nulls_of_the_called_program() {
+    let socket = socket_path("keepalive");
+    let server = start_server(&socket);
+    let v = call_json(
+        &socket,
+        &[
+            "--echo",
+            "--size",
+            "100",
+            "--keepalive",
+            "0.05",
+            "--probes",
+            "3",
+        ],
+    );
+    assert_eq!(v["check"], "echoed 100 octets match");
+    let probes = v["keepalive_probes"].as_u64().expect("probe count");
+    assert!(probes >= 3, "{v}");
+    let stdout = interrupt(server);
+    let line = stdout
+        .lines()
+        .find(|l| l.contains("stopped after"))
+        .unwrap_or_else(|| panic!("no summary line: {stdout}"));
+    let count = |what: &str| -> u64 {
+        let before = line
+            .split(what)
+            .next()
+            .and_then(|s| s.rsplit(['(', ' ']).find(|w| !w.is_empty()))
+            .unwrap_or_else(|| panic!("no {what} count in {line}"));
+        before
+            .parse()
+            .unwrap_or_else(|_| panic!("{what} count in {line}"))
+    };
+    assert_eq!(count(" PROG_UNAVAIL"), 0, "{line}");
+    // The ECHO itself is not a NULL; a probe the server answered just as the client
+    // closed is counted there but not by the client.
+    assert!(count(" NULL") >= probes, "{line}");
 }
