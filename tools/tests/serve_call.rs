@@ -195,28 +195,7 @@ fn serve_answers_every_shape_and_stops_on_sigint() {
     );
 
     // SIGINT: the server disconnects, reports, and exits 0.
-    let kill = Command::new("kill")
-        .args(["-INT", &server.child.id().to_string()])
-        .status()
-        .expect("run kill");
-    assert!(kill.success());
-    let end = Instant::now() + DEADLINE;
-    let status = loop {
-        if let Some(st) = server.child.try_wait().expect("try_wait") {
-            break st;
-        }
-        assert!(Instant::now() < end, "server did not stop after SIGINT");
-        thread::sleep(Duration::from_millis(20));
-    };
-    assert!(status.success(), "server exit status {status}");
-    let mut stdout = String::new();
-    server
-        .child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut stdout)
-        .unwrap();
+    let stdout = interrupt(&mut server);
     assert!(stdout.contains("listening on shm"), "{stdout}");
     assert!(stdout.contains("connection conn#"), "{stdout}");
     assert!(stdout.contains("stopping (signal)"), "{stdout}");
@@ -296,8 +275,9 @@ fn call_refuses_chunks_the_procedure_cannot_use() {
     );
 }
 
-/// Stops `server` with SIGINT and returns what it printed.
-fn interrupt(mut server: ServerGuard) -> String {
+/// Stops `server` with SIGINT and returns what it printed. Borrowed, not taken: dropping
+/// the guard removes the socket file, which would hide whether the listener removed it.
+fn interrupt(server: &mut ServerGuard) -> String {
     let kill = Command::new("kill")
         .args(["-INT", &server.child.id().to_string()])
         .status()
@@ -329,7 +309,7 @@ fn interrupt(mut server: ServerGuard) -> String {
 #[test]
 fn keepalive_probes_are_nulls_of_the_called_program() {
     let socket = socket_path("keepalive");
-    let server = start_server(&socket);
+    let mut server = start_server(&socket);
     let v = call_json(
         &socket,
         &[
@@ -345,7 +325,7 @@ fn keepalive_probes_are_nulls_of_the_called_program() {
     assert_eq!(v["check"], "echoed 100 octets match");
     let probes = v["keepalive_probes"].as_u64().expect("probe count");
     assert!(probes >= 3, "{v}");
-    let stdout = interrupt(server);
+    let stdout = interrupt(&mut server);
     let line = stdout
         .lines()
         .find(|l| l.contains("stopped after"))
