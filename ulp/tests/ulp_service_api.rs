@@ -16,7 +16,10 @@ use rpcrdma_ulp::builtin::{echo_proc, Echo2, EchoProgram, ECHO_PROGRAM, ECHO_VER
 use rpcrdma_ulp::client::{CallPlan, DdpBufs};
 use rpcrdma_ulp::ddp::{encode_call, DdpCursor, DdpEncoder};
 use rpcrdma_ulp::program::{Dispatcher, ProcError, Program};
-use rpcrdma_ulp::rpc::{CallHeader, OpaqueAuth};
+use rpcrdma_ulp::rpc::CallHeader;
+
+mod support;
+use support::header;
 
 const DEADLINE: Duration = Duration::from_secs(10);
 
@@ -88,17 +91,6 @@ fn pair(client: &ConnConfig, server: &ConnConfig) -> Pair<ShmProvider, Dispatche
         DEADLINE,
     )
     .expect("pair connects")
-}
-
-fn header(prog: u32, procedure: u32) -> CallHeader<'static> {
-    CallHeader {
-        xid: 0,
-        prog,
-        vers: 1,
-        procedure,
-        cred: OpaqueAuth::None,
-        verf: OpaqueAuth::None,
-    }
 }
 
 fn data(n: usize, seed: u8) -> Vec<u8> {

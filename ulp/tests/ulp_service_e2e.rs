@@ -24,6 +24,9 @@ use rpcrdma_ulp::ddp::{encode_call, ReplyError, XdrCodec};
 use rpcrdma_ulp::program::Dispatcher;
 use rpcrdma_ulp::rpc::{AcceptStatus, CallHeader, OpaqueAuth};
 
+mod support;
+use support::header;
+
 const DEADLINE: Duration = Duration::from_secs(10);
 
 trait Net {
@@ -101,17 +104,6 @@ fn pair<N: Net>(net: &N) -> Pair<N::P, Dispatcher> {
         DEADLINE,
     )
     .expect("pair connects")
-}
-
-fn header(prog: u32, procedure: u32) -> CallHeader<'static> {
-    CallHeader {
-        xid: 0,
-        prog,
-        vers: 1,
-        procedure,
-        cred: OpaqueAuth::None,
-        verf: OpaqueAuth::None,
-    }
 }
 
 /// The ProcInfo bound for the reply, as the engine wants it.
