@@ -19,15 +19,17 @@
 //!
 //! Without valgrind it runs and prints ns per call as a sanity check.
 
+mod support;
+
 use std::hint::black_box;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use rpcrdma::conn::Pair;
 use rpcrdma::core::ConnConfig;
-use rpcrdma::fabric::shm::{ShmAddr, ShmDevice, ShmProvider};
+use rpcrdma::fabric::shm::ShmProvider;
 use rpcrdma::requester::{CallRequest, CallStatus};
 use rpcrdma_pools::HugePages;
-use rpcrdma_ulp::builtin::{echo_proc, EchoData, EchoProgram, ECHO_PROGRAM, ECHO_VERSION};
+use rpcrdma_ulp::builtin::{echo_proc, EchoData, ECHO_PROGRAM, ECHO_VERSION};
 use rpcrdma_ulp::client::{CallPlan, DdpBufs};
 use rpcrdma_ulp::ddp::encode_call;
 use rpcrdma_ulp::program::Dispatcher;
@@ -41,7 +43,6 @@ const WARMUP: u64 = 100;
 const MAX_POLLS: u32 = 100_000;
 /// Payload octets: well above the inline threshold, so it travels in chunks.
 const ECHO_LEN: usize = 32 * 1024;
-const SETUP_LIMIT: Duration = Duration::from_secs(10);
 
 type P = Pair<ShmProvider, Dispatcher>;
 
@@ -53,20 +54,7 @@ fn connect() -> P {
         hugepages: HugePages::Never,
         ..ConnConfig::default()
     };
-    let addr = ShmAddr::abstract_name(format!("rpcrdma-ddp-insns-{}", std::process::id()));
-    let mut d = Dispatcher::new();
-    d.register(Box::new(EchoProgram::with_source_max(0)))
-        .expect("register echo");
-    Pair::connect(
-        &ShmDevice::new(),
-        ShmDevice::new(),
-        &addr,
-        &cfg,
-        &cfg,
-        d,
-        SETUP_LIMIT,
-    )
-    .expect("connected pair")
+    support::echo_pair("rpcrdma-ddp-insns", &cfg)
 }
 
 /// One ECHO with its payload in a Read chunk and a Write chunk for the result.

@@ -19,12 +19,14 @@
 //!
 //! Without valgrind it runs and prints ns per call as a sanity check.
 
+mod support;
+
 use std::hint::black_box;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use rpcrdma::conn::Pair;
 use rpcrdma::core::ConnConfig;
-use rpcrdma::fabric::shm::{ShmAddr, ShmDevice, ShmProvider};
+use rpcrdma::fabric::shm::ShmProvider;
 use rpcrdma::requester::{CallStatus, Outcome};
 use rpcrdma_pools::HugePages;
 use rpcrdma_ulp::builtin::{echo_proc, EchoData, ECHO_PROGRAM, ECHO_VERSION};
@@ -40,7 +42,6 @@ const WARMUP: u64 = 500;
 /// Polls of both ends one call may take before the run is declared broken.
 const MAX_POLLS: u32 = 10_000;
 const ECHO_LEN: usize = 64;
-const SETUP_LIMIT: Duration = Duration::from_secs(10);
 
 type P = Pair<ShmProvider, Dispatcher>;
 
@@ -62,22 +63,7 @@ fn connect() -> P {
         hugepages: HugePages::Never,
         ..ConnConfig::default()
     };
-    let addr = ShmAddr::abstract_name(format!("rpcrdma-rpc-insns-{}", std::process::id()));
-    let mut d = Dispatcher::new();
-    d.register(Box::new(
-        rpcrdma_ulp::builtin::EchoProgram::with_source_max(0),
-    ))
-    .expect("register echo");
-    Pair::connect(
-        &ShmDevice::new(),
-        ShmDevice::new(),
-        &addr,
-        &cfg,
-        &cfg,
-        d,
-        SETUP_LIMIT,
-    )
-    .expect("connected pair")
+    support::echo_pair("rpcrdma-rpc-insns", &cfg)
 }
 
 /// One call: built, submitted, both ends polled until its outcome arrives; true when it
