@@ -188,6 +188,23 @@ fn peer_pd() -> [u8; 8] {
 }
 
 fn requester() -> (RequesterCore<FakeMr>, CorePools, FakeQp, Instant) {
+    requester_with(&cfg())
+}
+
+/// A requester configured by `conf`, established with receives posted.
+fn requester_with(conf: &ConnConfig) -> (RequesterCore<FakeMr>, CorePools, FakeQp, Instant) {
+    let (mut core, pools) = unestablished(conf);
+    let now = Instant::now();
+    let mut qp = FakeQp::default();
+    core.on_established(&peer_pd(), now);
+    core.prepare(now);
+    core.post(&mut qp, now);
+    (core, pools, qp, now)
+}
+
+/// A requester configured by `conf` whose connection is not yet established, with the
+/// pools it draws from.
+fn unestablished(conf: &ConnConfig) -> (RequesterCore<FakeMr>, CorePools) {
     let pools = pools();
     let mrs = (1..=40)
         .map(|i| FakeMr {
@@ -195,13 +212,8 @@ fn requester() -> (RequesterCore<FakeMr>, CorePools, FakeQp, Instant) {
         })
         .collect();
     let credits = Arc::new(CreditTable::new(8, false));
-    let mut core = RequesterCore::new(&cfg(), &pools, mrs, credits).expect("core");
-    let now = Instant::now();
-    let mut qp = FakeQp::default();
-    core.on_established(&peer_pd(), now);
-    core.prepare(now);
-    core.post(&mut qp, now);
-    (core, pools, qp, now)
+    let core = RequesterCore::new(conf, &pools, mrs, credits).expect("core");
+    (core, pools)
 }
 
 fn null_call(pools: &CorePools) -> CallRequest {
@@ -221,14 +233,7 @@ fn be(b: &[u8], i: usize) -> u32 {
 #[test]
 fn missing_or_foreign_private_data_means_rfc8166_defaults() {
     for peer in [&[][..], &[1, 2, 3, 4, 5, 6, 7, 8][..]] {
-        let pools = pools();
-        let mrs = (1..=40)
-            .map(|i| FakeMr {
-                key: make_key(i, 0),
-            })
-            .collect();
-        let credits = Arc::new(CreditTable::new(8, false));
-        let mut core = RequesterCore::new(&cfg(), &pools, mrs, credits).expect("core");
+        let (mut core, _pools) = unestablished(&cfg());
         core.on_established(peer, Instant::now());
         let th = core.thresholds();
         assert_eq!(
@@ -240,14 +245,7 @@ fn missing_or_foreign_private_data_means_rfc8166_defaults() {
     let (core, _pools, _qp, _now) = requester();
     let th = core.thresholds();
     assert_eq!((th.send, th.recv, th.remote_invalidate), (4096, 4096, true));
-    let pools = pools();
-    let mrs = (1..=40)
-        .map(|i| FakeMr {
-            key: make_key(i, 0),
-        })
-        .collect();
-    let credits = Arc::new(CreditTable::new(8, false));
-    let mut core = RequesterCore::new(&cfg(), &pools, mrs, credits).expect("core");
+    let (mut core, _pools) = unestablished(&cfg());
     let mut wrapped = b"other layer".to_vec();
     wrapped.extend_from_slice(
         &PrivateData::new(2048, 8192, true)
@@ -961,23 +959,10 @@ fn refused_post_disconnects_and_the_call_gets_its_outcome() {
 /// of each go out.
 #[test]
 fn requester_refuses_more_chunks_than_max_chunks() {
-    let pools = pools();
-    let mrs = (1..=40)
-        .map(|i| FakeMr {
-            key: make_key(i, 0),
-        })
-        .collect();
-    let credits = Arc::new(CreditTable::new(8, false));
-    let conf = ConnConfig {
+    let (mut core, pools, mut qp, now) = requester_with(&ConnConfig {
         max_chunks: 2,
         ..cfg()
-    };
-    let mut core = RequesterCore::new(&conf, &pools, mrs, credits).expect("core");
-    let now = Instant::now();
-    let mut qp = FakeQp::default();
-    core.on_established(&peer_pd(), now);
-    core.prepare(now);
-    core.post(&mut qp, now);
+    });
 
     let with_chunks = |args: usize, sinks: usize| {
         let mut req = null_call(&pools);
