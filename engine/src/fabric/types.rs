@@ -476,3 +476,35 @@ pub struct DeviceCaps {
     /// succeeds) before reusing their memory.
     pub reports_remote_invalidation: bool,
 }
+
+impl DeviceCaps {
+    /// The capabilities of a software provider that holds every guarantee strictly, with
+    /// the limits given: fast registration, completions that carry the peer's verdict,
+    /// exact error statuses, whole-key remote invalidation, access-checked RDMA Reads and
+    /// reported remote invalidation. A Send without a posted receive is retried, as on
+    /// InfiniBand; an iWARP provider overrides `rnr_retry`.
+    pub const fn strict_software(
+        max_qp_wr: u32,
+        max_sge: u32,
+        max_mr: u32,
+        max_cq_depth: u32,
+        max_msg_size: u32,
+        private_data: PrivateDataLimits,
+    ) -> DeviceCaps {
+        DeviceCaps {
+            max_qp_wr,
+            max_sge,
+            max_mr,
+            max_cq_depth,
+            max_msg_size,
+            private_data,
+            rnr_retry: true,
+            fast_reg: true,
+            send_completes_on_transmit: false,
+            exact_error_statuses: true,
+            invalidate_checks_generation: true,
+            read_checks_access: true,
+            reports_remote_invalidation: true,
+        }
+    }
+}

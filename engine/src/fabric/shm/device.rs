@@ -267,21 +267,14 @@ impl Device for ShmDevice {
     type P = ShmProvider;
 
     fn caps(&self) -> DeviceCaps {
-        DeviceCaps {
-            max_qp_wr: self.shared.cfg.max_qp_wr,
-            max_sge: MAX_SGE as u32,
-            max_mr: self.shared.table.capacity() as u32,
-            max_cq_depth: self.shared.cfg.max_cq_depth,
-            max_msg_size: MAX_MSG_SIZE,
-            private_data: PrivateDataLimits::uniform(MAX_PRIVATE_DATA),
-            rnr_retry: true,
-            fast_reg: true,
-            send_completes_on_transmit: false,
-            exact_error_statuses: true,
-            invalidate_checks_generation: true,
-            read_checks_access: true,
-            reports_remote_invalidation: true,
-        }
+        DeviceCaps::strict_software(
+            self.shared.cfg.max_qp_wr,
+            MAX_SGE as u32,
+            self.shared.table.capacity() as u32,
+            self.shared.cfg.max_cq_depth,
+            MAX_MSG_SIZE,
+            PrivateDataLimits::uniform(MAX_PRIVATE_DATA),
+        )
     }
 
     fn alloc_pd(&self) -> Result<ShmPd, FabricError> {

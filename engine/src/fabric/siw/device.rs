@@ -181,22 +181,19 @@ impl Device for SiwDevice {
     type P = SiwProvider;
 
     fn caps(&self) -> DeviceCaps {
+        // Strict like the other software providers: the confirmation Read brings the
+        // peer's verdict back to the requester, so Sends do not complete on transmit.
         DeviceCaps {
-            max_qp_wr: self.shared.cfg.max_qp_wr,
-            max_sge: MAX_SGE as u32,
-            max_mr: self.shared.keys.capacity() as u32,
-            max_cq_depth: self.shared.cfg.max_cq_depth,
-            max_msg_size: MAX_MSG_SIZE,
-            private_data: self.shared.cfg.private_data_limits(),
             // iWARP (RFC 5041 §7): an untagged message without a buffer is a DDP error.
             rnr_retry: false,
-            fast_reg: true,
-            // The confirmation Read brings the peer's verdict back to the requester.
-            send_completes_on_transmit: false,
-            exact_error_statuses: true,
-            invalidate_checks_generation: true,
-            read_checks_access: true,
-            reports_remote_invalidation: true,
+            ..DeviceCaps::strict_software(
+                self.shared.cfg.max_qp_wr,
+                MAX_SGE as u32,
+                self.shared.keys.capacity() as u32,
+                self.shared.cfg.max_cq_depth,
+                MAX_MSG_SIZE,
+                self.shared.cfg.private_data_limits(),
+            )
         }
     }
 
