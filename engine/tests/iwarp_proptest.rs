@@ -12,7 +12,7 @@ use rpcrdma::iwarp::mpa::{
 use rpcrdma::iwarp::rdmap::{Opcode, Placement, ReadRequest, SegmentHeader};
 use rpcrdma::iwarp::reader::{FpduEvent, FpduReader};
 use rpcrdma::iwarp::segmenter::{MessageTarget, Segmenter};
-use rpcrdma::iwarp::terminate::{Terminate, TerminateCode};
+use rpcrdma::iwarp::terminate::{Terminate, TerminateCode, TerminateLayout};
 
 fn opcode() -> impl Strategy<Value = Opcode> {
     prop::sample::select(Opcode::ALL.to_vec())
@@ -148,13 +148,24 @@ proptest! {
             segment_length: if ddp_bytes.is_some() && m { Some(seg_len) } else { None },
             ddp_header: ddp_bytes.map(|n| &ddp_buf[..n]),
             rdma_header: rdma.as_deref(),
-            layout: rpcrdma::iwarp::terminate::TerminateLayout::Rfc5040,
+            layout: TerminateLayout::Rfc5040,
         };
         let mut out = [0u8; 64];
         let n = t.encode(&mut out).expect("valid");
         prop_assert_eq!(n, t.encoded_len());
         prop_assert_eq!(t.code.to_parts(), (layer, etype, code));
-        prop_assert_eq!(Terminate::decode(&out[..n]), Ok(t));
+        // Read as RFC 5040 lays it out, every Terminate comes back whole.
+        prop_assert_eq!(Terminate::decode_as(&out[..n], TerminateLayout::Rfc5040), Ok(t));
+        // The layout-guessing decode may read an unassigned RFC code as Linux siw's
+        // nibble-swapped layout, and only when that reading is an assigned code.
+        let linux = Terminate::decode_as(&out[..n], TerminateLayout::LinuxSiw);
+        let swapped_assigned =
+            matches!(&linux, Ok(l) if !matches!(l.code, TerminateCode::Unknown { .. }));
+        if matches!(t.code, TerminateCode::Unknown { .. }) && swapped_assigned {
+            prop_assert_eq!(Terminate::decode(&out[..n]), linux);
+        } else {
+            prop_assert_eq!(Terminate::decode(&out[..n]), Ok(t));
+        }
     }
 
     #[test]
