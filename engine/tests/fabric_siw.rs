@@ -871,28 +871,13 @@ fn crc_off_on_both_sides_still_works_and_revision_1_initiators_connect() {
             ..SiwConfig::default()
         };
         let mut p = custom_pair(cfg, &Opts::default());
-        let rb = [p.s.sge(0, 64)];
-        p.s.qp
-            .post_recv(&[RecvWr { wr_id: 1, sgl: &rb }])
-            .expect("post");
-        p.c.fill(0, b"either way");
-        let sb = [p.c.sge(0, 10)];
-        p.c.qp.post_send(&[SendWr::send(2, &sb)]).expect("post");
-        let (s, c) = p.completions(1, 1);
-        assert_eq!(
-            (s[0].status, c[0].status),
-            (WcStatus::Success, WcStatus::Success)
-        );
-        assert_eq!(p.s.read(0, 10), b"either way");
         // Reads need IRD/ORD: revision 1 falls back to our own ORD.
-        p.s.fill(500, b"readback");
-        let r = [p.c.sge(100, 8)];
-        p.c.qp
-            .post_send(&[SendWr::read(3, &r, p.s.remote(500))])
-            .expect("post");
-        let (_, c) = p.completions(0, 1);
-        assert_eq!(c[0].status, WcStatus::Success, "crc {crc} rev {revision:?}");
-        assert_eq!(p.c.read(100, 8), b"readback");
+        send_then_read_back(
+            &mut p,
+            b"either way",
+            b"readback",
+            &format!("crc {crc} rev {revision:?}"),
+        );
     }
 }
 
@@ -1063,25 +1048,32 @@ impl Fixture for V6 {
 #[test]
 fn ipv6_addresses_work_end_to_end() {
     let mut p = conformance::pair::<V6>();
+    send_then_read_back(&mut p, b"over IPv6", b"read me", "IPv6");
+}
+
+/// One Send of `msg` (client to server), then one RDMA Read of `data` placed on the
+/// server: both must complete Success with the bytes intact. `ctx` names the case.
+fn send_then_read_back(p: &mut Pair<SiwProvider>, msg: &[u8], data: &[u8], ctx: &str) {
     let rb = [p.s.sge(0, 64)];
     p.s.qp
         .post_recv(&[RecvWr { wr_id: 1, sgl: &rb }])
         .expect("post");
-    p.c.fill(0, b"over IPv6");
-    let sb = [p.c.sge(0, 9)];
+    p.c.fill(0, msg);
+    let sb = [p.c.sge(0, msg.len())];
     p.c.qp.post_send(&[SendWr::send(2, &sb)]).expect("post");
     let (s, c) = p.completions(1, 1);
     assert_eq!(
         (s[0].status, c[0].status),
-        (WcStatus::Success, WcStatus::Success)
+        (WcStatus::Success, WcStatus::Success),
+        "{ctx}"
     );
-    assert_eq!(p.s.read(0, 9), b"over IPv6");
-    p.s.fill(100, b"read me");
-    let r = [p.c.sge(200, 7)];
+    assert_eq!(p.s.read(0, msg.len()), msg, "{ctx}");
+    p.s.fill(500, data);
+    let r = [p.c.sge(200, data.len())];
     p.c.qp
-        .post_send(&[SendWr::read(3, &r, p.s.remote(100))])
+        .post_send(&[SendWr::read(3, &r, p.s.remote(500))])
         .expect("post");
     let (_, c) = p.completions(0, 1);
-    assert_eq!(c[0].status, WcStatus::Success);
-    assert_eq!(p.c.read(200, 7), b"read me");
+    assert_eq!(c[0].status, WcStatus::Success, "{ctx}");
+    assert_eq!(p.c.read(200, data.len()), data, "{ctx}");
 }
