@@ -83,6 +83,16 @@ struct ServeArgs {
     /// Largest SOURCE reply and chunk, in octets.
     #[arg(long, default_value_t = 1 << 20)]
     max_size: u32,
+    /// Most connections served at once; connect requests beyond it are rejected.
+    #[arg(long, default_value_t = 1024)]
+    max_connections: usize,
+    /// Close a connection that has not finished connecting after this many seconds
+    /// (also bounds the provider's own handshake: shm hello, siw MPA).
+    #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
+    handshake_timeout: f64,
+    /// Disconnect a connection that received nothing for this many seconds (0: never).
+    #[arg(long, default_value_t = 360.0, value_name = "SECONDS")]
+    idle_timeout: f64,
 }
 
 #[derive(Debug, Args)]
@@ -304,10 +314,21 @@ fn run_info(a: &InfoArgs) -> Result<(), CliError> {
 fn run_serve(a: &ServeArgs) -> Result<(), CliError> {
     let ep = Endpoint::parse(a.conn.provider, &a.conn.addr)?;
     let duration = a.duration.map(|d| seconds("--duration", d)).transpose()?;
+    // 0 turns the idle timeout off; anything else must be a positive duration.
+    let idle = if a.idle_timeout == 0.0 {
+        None
+    } else {
+        Some(seconds("--idle-timeout", a.idle_timeout)?)
+    };
     let opts = serve::ServeOpts {
         duration,
         conn: conn_config(&a.conn, a.max_size as usize),
         source_max: a.max_size as usize,
+        limits: rpcrdma::conn::ServerLimits {
+            max_connections: a.max_connections,
+            handshake_timeout: seconds("--handshake-timeout", a.handshake_timeout)?,
+            idle_timeout: idle,
+        },
     };
     serve::run(&ep, &opts)
 }

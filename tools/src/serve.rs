@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use rpcrdma::conn::Server;
+use rpcrdma::conn::{Server, ServerLimits};
 use rpcrdma::core::{ConnConfig, ConnState};
 use rpcrdma::fabric::shm::{ShmDevice, ShmProvider};
 use rpcrdma::fabric::siw::{SiwDevice, SiwProvider};
@@ -42,6 +42,8 @@ pub struct ServeOpts {
     pub conn: ConnConfig,
     /// Largest SOURCE reply.
     pub source_max: usize,
+    /// Connection cap, handshake and idle timeouts.
+    pub limits: ServerLimits,
 }
 
 /// Counters the services of every connection add to.
@@ -182,6 +184,7 @@ fn serve<P: Provider>(
     };
     let mut server = Server::<P, Counted, _>::bind(dev, addr, opts.conn.clone(), factory)
         .map_err(|e| CliError::Serve(format!("cannot listen on {ep} ({}): {e}", ep.provider())))?;
+    server.set_limits(opts.limits);
     say(&format!(
         "rpcrdma serve: listening on {} {ep}; programs NULL {NULL_PROGRAM:#010x} v1, ECHO \
          {ECHO_PROGRAM:#010x} v1 (NULL, ECHO, SINK, SOURCE, ECHO2); inline {} octets, {} \
@@ -245,6 +248,12 @@ fn serve<P: Provider>(
         track(&server, &mut known);
     }
     let left = server.connections().len();
+    let cc = server.counters();
+    say(&format!(
+        "rpcrdma serve: connections: {} accepted, {} refused over --max-connections, {} \
+         refused by setup, {} closed at the handshake timeout, {} closed idle",
+        cc.accepted, cc.over_limit, cc.refused, cc.handshake_timeouts, cc.idle_closed
+    ));
     say(&format!(
         "rpcrdma serve: stopped after {:.1}s: {} calls ({} NULL, {} PROG_UNAVAIL), {} octets \
          in, {} octets out{}",

@@ -28,7 +28,7 @@ use core::fmt;
 pub use pair::{Pair, PairError};
 pub use requester::RequesterConn;
 pub use resources::ConnResources;
-pub use responder::{Listener, ResponderConn, Server};
+pub use responder::{Listener, ResponderConn, Server, ServerCounters, ServerLimits};
 
 use crate::core::{ConfigError, CoreError};
 use crate::fabric::{Completion, CompletionQueue, FabricError};

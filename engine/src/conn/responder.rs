@@ -2,7 +2,7 @@
 //! bundling both.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::resources::ConnResources;
 use super::{poll_cq, ConnError, CQ_BATCH};
@@ -51,6 +51,10 @@ pub struct ResponderConn<P: Provider, S> {
     /// Completion batch, reused by every poll.
     wcs: [Completion; CQ_BATCH],
     res: ConnResources<P>,
+    /// When the connection was accepted (the handshake deadline counts from here).
+    accepted_at: Instant,
+    /// Receive activity last seen by the server's idle check, and when it changed.
+    last_activity: (u64, Instant),
 }
 
 impl<P: Provider, S: Service> ResponderConn<P, S> {
@@ -98,7 +102,16 @@ impl<P: Provider, S: Service> ResponderConn<P, S> {
             events: FixedQueue::with_capacity(32),
             wcs: [Completion::EMPTY; CQ_BATCH],
             res,
+            accepted_at: now,
+            last_activity: (0, now),
         })
+    }
+
+    /// Messages received so far, of any kind: the server's idle check compares it
+    /// between looks (a counter sum, so the check costs nothing per RPC).
+    fn received(&self) -> u64 {
+        let s = self.core.stats();
+        s.calls + s.err_vers + s.err_chunk + s.dropped + s.done_received + s.overruns
     }
 
     /// Hands the connection a CM event that names it.
@@ -215,6 +228,51 @@ pub struct Server<P: Provider, S, F> {
     keep_closed: bool,
     refused: u64,
     polls: u32,
+    limits: ServerLimits,
+    counters: ServerCounters,
+    /// When the limits were last checked (they are checked on CM polls only).
+    last_check: Option<Instant>,
+}
+
+/// Limits a server operator sets. What they bound: resident memory (every connection
+/// holds its pools), and how long a peer that stops talking, or never finishes
+/// connecting, can hold them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServerLimits {
+    /// Connections served at once; connect requests beyond it are rejected.
+    pub max_connections: usize,
+    /// A connection accepted but not established within this time is closed (the
+    /// providers bound their own handshakes too, before a request reaches the server).
+    pub handshake_timeout: Duration,
+    /// A connection that has received nothing (no call, no keepalive probe) for this
+    /// long is disconnected; `None` keeps silent connections. Linux nfsd ages idle
+    /// temporary transports out after about six minutes; the default matches it.
+    pub idle_timeout: Option<Duration>,
+}
+
+impl Default for ServerLimits {
+    fn default() -> Self {
+        ServerLimits {
+            max_connections: 1024,
+            handshake_timeout: Duration::from_secs(10),
+            idle_timeout: Some(Duration::from_secs(360)),
+        }
+    }
+}
+
+/// What a server refused or closed, by reason.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ServerCounters {
+    /// Connect requests accepted.
+    pub accepted: u64,
+    /// Connect requests refused because [`ServerLimits::max_connections`] were served.
+    pub over_limit: u64,
+    /// Connect requests refused by the service factory or failed setup.
+    pub refused: u64,
+    /// Connections closed because they did not establish within the handshake timeout.
+    pub handshake_timeouts: u64,
+    /// Connections closed after the idle timeout.
+    pub idle_closed: u64,
 }
 
 impl<P, S, F> Server<P, S, F>
@@ -241,7 +299,28 @@ where
             keep_closed: false,
             refused: 0,
             polls: 0,
+            limits: ServerLimits::default(),
+            counters: ServerCounters::default(),
+            last_check: None,
         })
+    }
+
+    /// Applies `limits` (connections already served stay, even above a lowered cap).
+    pub fn set_limits(&mut self, limits: ServerLimits) {
+        self.limits = limits;
+    }
+
+    /// The limits in force.
+    pub fn limits(&self) -> ServerLimits {
+        self.limits
+    }
+
+    /// Accepted, refused and closed connections, by reason.
+    pub fn counters(&self) -> ServerCounters {
+        ServerCounters {
+            refused: self.refused,
+            ..self.counters
+        }
     }
 
     /// Keep closed connections (for inspection) instead of dropping them at the next
@@ -263,6 +342,7 @@ where
                 .any(|c| c.state() == ConnState::Connecting);
         if cm_due {
             work += self.poll_cm(now);
+            self.enforce_limits(now);
         }
         for c in &mut self.conns {
             work += c.poll(now);
@@ -300,7 +380,58 @@ where
         }
     }
 
+    /// Closes connections past the handshake or idle timeout. Runs with the CM polls
+    /// (every [`CM_POLL_INTERVAL`](super::CM_POLL_INTERVAL) polls at most), so it reads
+    /// counters, never the clock, on the call path.
+    fn enforce_limits(&mut self, now: Instant) {
+        // At most ten looks a second: each one sums every connection's counters.
+        if self
+            .last_check
+            .is_some_and(|t| now.saturating_duration_since(t) < Duration::from_millis(100))
+        {
+            return;
+        }
+        self.last_check = Some(now);
+        let limits = self.limits;
+        for c in &mut self.conns {
+            match c.state() {
+                ConnState::Connecting
+                    if now.saturating_duration_since(c.accepted_at) >= limits.handshake_timeout =>
+                {
+                    self.counters.handshake_timeouts += 1;
+                    c.close();
+                }
+                ConnState::Established => {
+                    let seen = c.received();
+                    if seen != c.last_activity.0 {
+                        c.last_activity = (seen, now);
+                    } else if limits
+                        .idle_timeout
+                        .is_some_and(|t| now.saturating_duration_since(c.last_activity.1) >= t)
+                    {
+                        self.counters.idle_closed += 1;
+                        c.close();
+                    }
+                }
+                _ => {}
+            }
+            if c.take_disconnect_request() {
+                let _ = self.listener.cm.disconnect(c.conn);
+            }
+        }
+    }
+
     fn on_request(&mut self, request: P::ConnRequest, private_data: &PrivateData) {
+        let live = self
+            .conns
+            .iter()
+            .filter(|c| c.state() != ConnState::Closed)
+            .count();
+        if live >= self.limits.max_connections {
+            self.counters.over_limit += 1;
+            let _ = self.listener.cm.reject(request, &[]);
+            return;
+        }
         let Some(service) = (self.factory)() else {
             self.refused += 1;
             let _ = self.listener.cm.reject(request, &[]);
@@ -314,7 +445,10 @@ where
             &self.cfg,
             service,
         ) {
-            Ok(c) => self.conns.push(c),
+            Ok(c) => {
+                self.counters.accepted += 1;
+                self.conns.push(c);
+            }
             Err(_) => self.refused += 1,
         }
     }
