@@ -1,0 +1,154 @@
+//! A server that stays up: many sequential connections (`rpcrdma call --null`, each a
+//! new process that connects, calls and closes) to one `rpcrdma serve`, on shm and on
+//! siw. Every call must succeed and the server's resident memory afterwards must be
+//! within 16 MiB of where it was after the first few: what a connection registers is
+//! released when it ends, so the server is bounded by live connections, not by its
+//! history.
+//!
+//! CI runs 100 connections per provider; `RPCRDMA_SEQUENTIAL_CONNECTIONS=1000` is the
+//! release bar (the issue's number), run by hand and reported in the README.
+
+use std::io::Read;
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// Longest one call, or the server's start, may take.
+const DEADLINE: Duration = Duration::from_secs(60);
+/// Connections made before the baseline is read: the first ones fault in the
+/// allocator's arenas and the server's code.
+const WARMUP: usize = 5;
+/// Allowed growth of the server's resident memory over the whole run.
+const SLACK_KIB: u64 = 16 * 1024;
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_rpcrdma"))
+}
+
+fn connections() -> usize {
+    std::env::var("RPCRDMA_SEQUENTIAL_CONNECTIONS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100)
+}
+
+/// The server child; killed when dropped unless it already exited.
+struct Served(Child);
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+/// Resident memory of process `pid` in KiB, from /proc.
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS line")
+}
+
+fn start(provider: &str, addr: &str) -> Served {
+    let child = bin()
+        .args(["serve", "--provider", provider, "--addr", addr])
+        .args(["--duration", "1200"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn rpcrdma serve");
+    Served(child)
+}
+
+/// One `rpcrdma call --null`; retried while the server is still starting.
+fn call(provider: &str, addr: &str, retry_until: Option<Instant>) -> Result<(), String> {
+    loop {
+        let mut child = bin()
+            .args(["call", "--provider", provider, "--addr", addr, "--null"])
+            .args(["--timeout", "10"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn rpcrdma call");
+        let end = Instant::now() + DEADLINE;
+        let status = loop {
+            if let Some(st) = child.try_wait().expect("try_wait") {
+                break st;
+            }
+            if Instant::now() >= end {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!("call did not finish within {DEADLINE:?}"));
+            }
+            thread::sleep(Duration::from_millis(2));
+        };
+        if status.success() {
+            return Ok(());
+        }
+        let mut err = String::new();
+        if let Some(mut s) = child.stderr.take() {
+            let _ = s.read_to_string(&mut err);
+        }
+        match retry_until {
+            Some(t) if Instant::now() < t => thread::sleep(Duration::from_millis(50)),
+            _ => return Err(format!("{status}: {err}")),
+        }
+    }
+}
+
+fn sequential_connections_leave_nothing_behind(provider: &str, addr: &str) {
+    let server = start(provider, addr);
+    let pid = server.0.id();
+    call(provider, addr, Some(Instant::now() + DEADLINE)).expect("server comes up");
+    for _ in 1..WARMUP {
+        call(provider, addr, None).expect("warm-up call");
+    }
+    let base = rss_kib(pid);
+    let n = connections();
+    let mut peak = base;
+    for i in 0..n {
+        if let Err(e) = call(provider, addr, None) {
+            panic!(
+                "{provider}: connection {} of {n} failed ({e}); server RSS {} KiB, {} KiB at \
+                 the start",
+                i + 1,
+                rss_kib(pid),
+                base
+            );
+        }
+        if i % 10 == 9 {
+            peak = peak.max(rss_kib(pid));
+        }
+    }
+    let after = rss_kib(pid);
+    eprintln!(
+        "{provider}: {n} sequential connections; server RSS {base} KiB after {WARMUP}, \
+         {after} KiB after all (peak seen {peak} KiB)"
+    );
+    assert!(
+        after <= base + SLACK_KIB,
+        "{provider}: server RSS grew from {base} KiB to {after} KiB over {n} connections"
+    );
+}
+
+#[test]
+fn sequential_shm_connections_leave_nothing_behind() {
+    let addr = format!("@rpcrdma-stays-up-{}", std::process::id());
+    sequential_connections_leave_nothing_behind("shm", &addr);
+}
+
+#[test]
+fn sequential_siw_connections_leave_nothing_behind() {
+    // A port the kernel just handed out and nobody listens on any more.
+    let port = {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+        l.local_addr().expect("address").port()
+    };
+    sequential_connections_leave_nothing_behind("siw", &format!("127.0.0.1:{port}"));
+}
