@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use rpcrdma_pools::Arena;
 
-use super::device::ANNOUNCE_LEN;
+use super::arenas::ANNOUNCE_LEN;
 use super::qp::{QpShared, RqEntry};
 use super::ring::Consumer;
 use super::segment::{ack, copy_small, op, ReqHeader, ReqSlot, Segment, INLINE_MAX, MAX_SGE};
@@ -227,7 +227,7 @@ impl Executor {
     fn target_run(qp: &QpShared, rkey: u32, need: Access, addr: u64, len: u32) -> Option<Run> {
         let len64 = u64::from(len);
         let place = qp.dev.table.lookup(rkey, qp.pd, need, addr, len64).ok()?;
-        let ptr = qp.dev.local_ptr(place, len64)?;
+        let ptr = qp.pdt.arenas.local_ptr(place, len64)?;
         Some(Run {
             ptr,
             len: len as usize,

@@ -43,9 +43,11 @@
 //!
 //! [`FabricError::NotShareable`]: crate::fabric::FabricError::NotShareable
 
+mod arenas;
 mod cm;
 mod completer;
 mod cq;
+mod cred;
 mod device;
 mod exec;
 mod msg;
@@ -58,6 +60,7 @@ mod table;
 
 pub use cm::{ShmCm, ShmConnRequest};
 pub use cq::ShmCq;
+pub use cred::PeerCheck;
 pub use device::{ShmConfig, ShmDevice};
 pub use pd::{ShmMr, ShmPd};
 pub use qp::ShmQp;
