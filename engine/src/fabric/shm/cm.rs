@@ -24,7 +24,7 @@ use std::time::Instant;
 use super::arenas::Announcer;
 use super::cred;
 use super::device::DeviceShared;
-use super::exec::Executor;
+use super::exec::{Executor, PeerLimits};
 use super::msg::{Hello, Msg, MSG_MAX};
 use super::qp::{QpParts, QpShared, ShmQp};
 use super::segment::Segment;
@@ -184,10 +184,17 @@ impl ShmCm {
         announce: OwnedFd,
     ) -> Result<(), FabricError> {
         let peer = Segment::open(seg, hello.seg_len)?;
+        let cfg = &qp.dev.cfg;
+        let limits = PeerLimits {
+            max_arenas: cfg.max_arenas,
+            max_arena_len: cfg.max_peer_arena_len,
+            max_bytes: cfg.max_peer_bytes,
+        };
         let exec = Executor::new(
             peer.clone(),
             announce,
             hello.rnr_retry.min(RNR_RETRY_INFINITE),
+            limits,
         );
         qp.link(exec, peer)
     }

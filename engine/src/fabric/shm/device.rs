@@ -55,8 +55,8 @@ impl Default for ShmConfig {
             peer_check: PeerCheck::SameUid,
             max_pending: 64,
             handshake_timeout: Duration::from_secs(5),
-            max_peer_arena_len: 16 << 30,
-            max_peer_bytes: 64 << 30,
+            max_peer_arena_len: 4 << 30,
+            max_peer_bytes: 16 << 30,
         }
     }
 }
