@@ -68,6 +68,74 @@ pub use sock::ShmAddr;
 
 use crate::fabric::provider::Provider;
 
+/// Entry points for the fuzz targets (`engine/fuzz`): the decoders of what a local
+/// peer sends over the connection manager's sockets. Not a stable interface.
+#[doc(hidden)]
+pub mod fuzzing {
+    use super::arenas::Announcement;
+    use super::msg::{Msg, MSG_MAX};
+
+    /// Decodes `b` as a connection-manager message; what decodes must re-encode to a
+    /// message that decodes the same. Returns whether `b` decoded.
+    pub fn cm_message(b: &[u8]) -> bool {
+        let Ok(m) = Msg::decode(b) else {
+            return false;
+        };
+        let mut buf = [0u8; MSG_MAX];
+        let n = m.encode(&mut buf);
+        assert_eq!(
+            Msg::decode(&buf[..n]).ok(),
+            Some(m),
+            "re-encoding changed {m:?}"
+        );
+        true
+    }
+
+    /// Decodes `b` as an arena announcement; what decodes must round-trip exactly.
+    /// Returns whether `b` decoded.
+    pub fn announcement(b: &[u8]) -> bool {
+        let Ok(a) = Announcement::decode(b) else {
+            return false;
+        };
+        assert_eq!(&a.encode()[..], b, "announcement did not round-trip");
+        true
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn the_fuzz_entry_points_take_any_bytes() {
+            let mut buf = [0u8; MSG_MAX];
+            let n = Msg::Rtu.encode(&mut buf);
+            assert!(cm_message(&buf[..n]));
+            assert!(!cm_message(b"RSCM"));
+            assert!(!announcement(&[0; 15]));
+            assert!(announcement(
+                &[1; 4].iter().chain(&[0; 12]).copied().collect::<Vec<_>>()
+            ));
+            // A cheap deterministic sweep of short inputs, like a fuzzer's first minutes.
+            let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+            for len in 0..300 {
+                let bytes: Vec<u8> = (0..len)
+                    .map(|_| {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        x as u8
+                    })
+                    .collect();
+                let mut framed = b"RSCM\x01\x00".to_vec();
+                framed.extend_from_slice(&bytes);
+                cm_message(&bytes);
+                cm_message(&framed);
+                announcement(&bytes);
+            }
+        }
+    }
+}
+
 /// Most scatter-gather entries per work request on shm.
 pub const SHM_MAX_SGE: u32 = segment::MAX_SGE as u32;
 
