@@ -27,8 +27,47 @@
 //! arenas' descriptors travel over a per-connection announcement socket; an arena
 //! registered after connecting is announced too, and the peer reads its socket only when
 //! a request names an arena it has not mapped yet, after checking a counter in shared
-//! memory. Peers can therefore read and write each other's registered arenas at will:
-//! shm peers trust each other like threads of one program.
+//! memory.
+//!
+//! Each protection domain keeps its own list of arenas (the engine gives every
+//! connection its own domain), and a connection's peer is told of exactly the arenas
+//! registered in its queue pair's domain, never another connection's. The list, and
+//! the provider's last reference to each arena, goes when the domain, its
+//! registrations and its queue pairs are gone; the peer unmaps our arenas when its
+//! queue pair goes. So a server's tables are bounded by its live connections
+//! ([`ShmDevice::live_arenas`], [`ShmDevice::live_registrations`] count them).
+//!
+//! # Trust model
+//!
+//! A shm peer is a local process. What it can reach and what is checked:
+//!
+//! - **Who may connect**: the listener reads each accepted socket's `SO_PEERCRED` and
+//!   admits the listener's own user only, unless [`ShmConfig::peer_check`] says
+//!   otherwise ([`PeerCheck`]). At most [`ShmConfig::max_pending`] accepted sockets may
+//!   wait for their connect request, each for at most
+//!   [`ShmConfig::handshake_timeout`], which also bounds an unfinished handshake.
+//! - **What it can reach**: the arenas registered in its own connection's protection
+//!   domain. It maps them read-write, so it can read and write *all* of their memory
+//!   directly, whatever the keys say: keys and protection domains are checked by the
+//!   target for the requests it executes (as on an RDMA NIC), but they are no barrier
+//!   against a peer that reads or writes the mapping itself. Register in a connection's
+//!   domain only memory that connection's peer may see and change.
+//! - **What it passes us**: connection segments and arenas are memfds sealed against
+//!   shrinking and growing (`F_SEAL_SHRINK | F_SEAL_GROW`). Before mapping anything a
+//!   peer passes, we check it is a regular file, sealed against shrinking, at least as
+//!   long as announced, and that the length is bounded (a segment by the largest ring
+//!   layout; arenas by [`ShmConfig::max_peer_arena_len`], [`ShmConfig::max_peer_bytes`]
+//!   and [`ShmConfig::max_arenas`], in announcement order). Every index, length and
+//!   key a request carries is checked against those mappings and our key table before
+//!   a byte is copied. Peer arenas are mapped without pre-faulting.
+//! - **What a hostile peer of an admitted user can still do**: corrupt the memory of
+//!   its own connection's arenas, break its own connection (a refused announcement or
+//!   request NAKs it; garbage on the CM socket ends it), and hold one connection's
+//!   resources until it closes or times out in the handshake. It cannot make the
+//!   other side fault (no truncation under a mapping), map another connection's
+//!   arenas, or grow the other side's tables beyond its own connection's limits.
+//!   Same-user processes can of course also attach to each other with `ptrace` or
+//!   `/proc/PID/mem`; the uid check is the boundary that matters.
 //!
 //! # Cost
 //!
@@ -42,6 +81,12 @@
 //! only.
 //!
 //! [`FabricError::NotShareable`]: crate::fabric::FabricError::NotShareable
+//! [`ShmConfig::peer_check`]: ShmConfig::peer_check
+//! [`ShmConfig::max_pending`]: ShmConfig::max_pending
+//! [`ShmConfig::handshake_timeout`]: ShmConfig::handshake_timeout
+//! [`ShmConfig::max_peer_arena_len`]: ShmConfig::max_peer_arena_len
+//! [`ShmConfig::max_peer_bytes`]: ShmConfig::max_peer_bytes
+//! [`ShmConfig::max_arenas`]: ShmConfig::max_arenas
 
 mod arenas;
 mod cm;
