@@ -247,3 +247,49 @@ fn pending_accepts_are_bounded() {
     });
     assert!(!closed_by_server(&socks[0]) && !closed_by_server(&socks[1]));
 }
+
+/// An outgoing connection whose listener never answers its connect request ends after
+/// the handshake timeout, as a rejection, instead of waiting for ever.
+#[test]
+fn unanswered_connect_times_out() {
+    let timeout = Duration::from_millis(200);
+    let server = ShmDevice::new();
+    let mut scm = server.create_cm().unwrap();
+    let addr = unique_addr("unanswered");
+    scm.listen(&addr).unwrap();
+    let dev = ShmDevice::with_config(ShmConfig {
+        handshake_timeout: timeout,
+        ..ShmConfig::default()
+    })
+    .unwrap();
+    let res = Res::new(&dev, 1, 4096);
+    let mut cm = dev.create_cm().unwrap();
+    let start = Instant::now();
+    let qp = cm.connect(&addr, res.init(), b"").unwrap();
+    let (mut sev, mut cev) = (VecDeque::new(), VecDeque::new());
+    let e = wait_for("the connect to time out", || {
+        // The server sees the request but never accepts or rejects it.
+        pump_cm(&mut scm, &mut sev);
+        pump_cm(&mut cm, &mut cev);
+        cev.pop_front()
+    });
+    assert!(matches!(e, CmEvent::Rejected { .. }), "{e:?}");
+    assert!(start.elapsed() >= timeout);
+    assert!(qp.state().is_error());
+    assert!(matches!(
+        sev.pop_front(),
+        Some(CmEvent::ConnectRequest { .. })
+    ));
+}
+
+/// Protection-domain ids are reused: far more domains than ids can come and go.
+#[test]
+fn protection_domain_ids_are_reused() {
+    let dev = ShmDevice::new();
+    let keep = dev.alloc_pd().unwrap();
+    for _ in 0..70_000 {
+        let pd = dev.alloc_pd().expect("alloc_pd");
+        assert_ne!(pd.id(), keep.id());
+    }
+    assert_eq!(dev.live_pds(), 1);
+}
