@@ -4,6 +4,13 @@
 //! An arena is the unit a fabric registers: it carries the registration keys whoever
 //! registered it stored, so buffers carved from it can become scatter-gather entries
 //! without a lookup.
+//!
+//! A shareable arena's memfd is sealed against shrinking and growing once sized, so a
+//! process it is passed to can rely on its length: touching a mapping past the end of a
+//! file that another process truncated would kill the toucher with SIGBUS. The
+//! receiving side ([`Arena::from_fd`], [`Arena::from_peer_fd`]) checks exactly that
+//! before mapping: a regular file (memfd), sealed against shrinking, at least as long
+//! as claimed.
 
 use std::fmt;
 use std::fs::File;
@@ -82,6 +89,10 @@ pub enum ArenaError {
     NoHugePages(io::Error),
     /// The operating system refused the mapping or memfd.
     Os(io::Error),
+    /// A descriptor passed in is not memory that can be mapped safely: not a regular
+    /// file, not sealed against shrinking (its owner could truncate it under the
+    /// mapping), shorter than claimed, or longer than allowed.
+    Untrusted(&'static str),
 }
 
 impl fmt::Display for ArenaError {
@@ -94,6 +105,7 @@ impl fmt::Display for ArenaError {
                  `sysctl -w vm.nr_hugepages=N`"
             ),
             ArenaError::Os(e) => write!(f, "arena mapping failed: {e}"),
+            ArenaError::Untrusted(why) => write!(f, "refusing to map a shared arena: {why}"),
         }
     }
 }
@@ -158,7 +170,8 @@ fn round_up(len: usize, to: usize) -> usize {
 
 fn memfd(name: &str, huge: bool) -> io::Result<OwnedFd> {
     let cname = std::ffi::CString::new(name).unwrap_or_default();
-    let mut flags = libc::MFD_CLOEXEC;
+    // Sealable, so that its size can be fixed for whoever maps it (see `seal_size`).
+    let mut flags = libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING;
     if huge {
         // MFD_HUGE_2MB = 21 << MFD_HUGE_SHIFT(26)
         flags |= libc::MFD_HUGETLB | (21 << 26);
@@ -170,6 +183,52 @@ fn memfd(name: &str, huge: bool) -> io::Result<OwnedFd> {
     }
     // SAFETY: fd was just returned by memfd_create and is owned by nobody else.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Fixes a sized memfd's length for good: no process holding it can shrink or grow
+/// it, nor lift or add seals.
+fn seal_size(fd: &OwnedFd) -> io::Result<()> {
+    let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+    // SAFETY: fcntl on a descriptor we own, with an integer argument.
+    if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Checks that `fd` is safe to map for `len` bytes (at most `max_len`): a regular
+/// file (a memfd), sealed against shrinking, holding at least `len` bytes.
+fn check_shared_fd(fd: &OwnedFd, len: usize, max_len: usize) -> Result<(), ArenaError> {
+    if len == 0 {
+        return Err(ArenaError::ZeroLength);
+    }
+    if len > max_len {
+        return Err(ArenaError::Untrusted(
+            "announced length above the allowed bound",
+        ));
+    }
+    // SAFETY: all-zero is a valid `stat`; fstat fills it for a valid descriptor.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: st is valid for writes of a `stat`.
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+        return Err(ArenaError::Os(io::Error::last_os_error()));
+    }
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return Err(ArenaError::Untrusted(
+            "descriptor is not a regular file (memfd)",
+        ));
+    }
+    // SAFETY: fcntl with no argument on a valid descriptor.
+    let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
+    if seals < 0 || seals & libc::F_SEAL_SHRINK == 0 {
+        return Err(ArenaError::Untrusted(
+            "file is not sealed against shrinking",
+        ));
+    }
+    if (st.st_size as u128) < len as u128 || st.st_size < 0 {
+        return Err(ArenaError::Untrusted("file is shorter than announced"));
+    }
+    Ok(())
 }
 
 fn map_fd(fd: &OwnedFd, len: usize, populate: bool) -> io::Result<MmapRaw> {
@@ -209,6 +268,7 @@ impl Arena {
             if unsafe { libc::ftruncate(fd.as_raw_fd(), flen) } != 0 {
                 return Err(io::Error::last_os_error());
             }
+            seal_size(&fd)?;
             (map_fd(&fd, len, true)?, Some(fd))
         } else {
             let mut o = MmapOptions::new();
@@ -236,22 +296,28 @@ impl Arena {
         })
     }
 
-    /// Maps an arena another process created and passed as `fd` (e.g. over a Unix socket).
+    /// Maps an arena another process created and passed as `fd` (e.g. over a Unix
+    /// socket), pre-faulted like a local one.
     ///
-    /// `len` must be the length the creator reported; it is checked against the file size.
+    /// `len` is the length the creator reported. The descriptor must be a regular file
+    /// (a memfd) sealed against shrinking and at least `len` bytes long, so nobody can
+    /// pull the memory out from under the mapping; anything else is refused with
+    /// [`ArenaError::Untrusted`].
     pub fn from_fd(fd: OwnedFd, len: usize) -> Result<Arena, ArenaError> {
-        if len == 0 {
-            return Err(ArenaError::ZeroLength);
-        }
-        let file = File::from(fd.try_clone().map_err(ArenaError::Os)?);
-        let size = file.metadata().map_err(ArenaError::Os)?.len();
-        if (size as u128) < len as u128 {
-            return Err(ArenaError::Os(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("shared arena file holds {size} bytes, {len} expected"),
-            )));
-        }
-        let map = map_fd(&fd, len, true).map_err(ArenaError::Os)?;
+        check_shared_fd(&fd, len, usize::MAX)?;
+        Self::map_shared(fd, len, true)
+    }
+
+    /// Like [`Arena::from_fd`] for a descriptor from a process that is not trusted to
+    /// size it: `len` must also be at most `max_len`, and the mapping is not
+    /// pre-faulted, so a claimed length costs memory only where it is used.
+    pub fn from_peer_fd(fd: OwnedFd, len: usize, max_len: usize) -> Result<Arena, ArenaError> {
+        check_shared_fd(&fd, len, max_len)?;
+        Self::map_shared(fd, len, false)
+    }
+
+    fn map_shared(fd: OwnedFd, len: usize, populate: bool) -> Result<Arena, ArenaError> {
+        let map = map_fd(&fd, len, populate).map_err(ArenaError::Os)?;
         Ok(Arena {
             map,
             fd: Some(fd),
@@ -361,6 +427,59 @@ mod tests {
         assert!(
             Arena::from_fd(a.fd().unwrap().try_clone_to_owned().unwrap(), a.len() * 2).is_err()
         );
+    }
+
+    fn raw_memfd(len: i64, seal: bool) -> OwnedFd {
+        let flags = libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING;
+        // SAFETY: a valid NUL-terminated name.
+        let fd = unsafe { libc::memfd_create(c"arena-test".as_ptr(), flags) };
+        assert!(fd >= 0);
+        // SAFETY: fresh descriptor, ours.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: a memfd we own.
+        assert_eq!(unsafe { libc::ftruncate(fd.as_raw_fd(), len) }, 0);
+        if seal {
+            seal_size(&fd).unwrap();
+        }
+        fd
+    }
+
+    #[test]
+    fn shareable_arenas_cannot_be_resized() {
+        let a = Arena::new(&ArenaOptions::new(PAGE_SIZE).shareable(true)).unwrap();
+        let fd = a.fd().unwrap().as_raw_fd();
+        // SAFETY: ftruncate on a live descriptor; it must fail.
+        assert_ne!(unsafe { libc::ftruncate(fd, 0) }, 0);
+        // SAFETY: as above.
+        assert_ne!(unsafe { libc::ftruncate(fd, 1 << 30) }, 0);
+    }
+
+    #[test]
+    fn unsafe_descriptors_are_refused() {
+        let untrusted = |r: Result<Arena, ArenaError>| match r {
+            Err(ArenaError::Untrusted(_)) => {}
+            other => panic!("expected Untrusted, got {other:?}"),
+        };
+        // Unsealed: its owner could truncate it under our mapping.
+        untrusted(Arena::from_fd(raw_memfd(8192, false), 8192));
+        // Sealed, but shorter than claimed (the truncated-memfd case).
+        untrusted(Arena::from_fd(raw_memfd(4096, true), 8192));
+        // Longer than the receiver allows, however big the file.
+        untrusted(Arena::from_peer_fd(
+            raw_memfd(1 << 40, true),
+            1 << 40,
+            1 << 30,
+        ));
+        // Not a regular file.
+        let mut p = [0; 2];
+        // SAFETY: p has room for two descriptors.
+        assert_eq!(unsafe { libc::pipe(p.as_mut_ptr()) }, 0);
+        // SAFETY: both are fresh and ours.
+        let (r, _w) = unsafe { (OwnedFd::from_raw_fd(p[0]), OwnedFd::from_raw_fd(p[1])) };
+        untrusted(Arena::from_fd(r, 4096));
+        // Sealed and long enough: mapped, lazily for a peer.
+        let ok = Arena::from_peer_fd(raw_memfd(8192, true), 8192, 1 << 30).unwrap();
+        assert_eq!(ok.len(), 8192);
     }
 
     #[test]

@@ -5,14 +5,26 @@
 //! Closing the socket is the liveness signal: a peer that exits or drops its connection
 //! manager shows up as an end-of-file, reported as `Disconnected` (or `Rejected` while
 //! connecting).
+//!
+//! A listener admits only local users its device's [`PeerCheck`](super::PeerCheck)
+//! allows (checked with `SO_PEERCRED` at accept), holds at most
+//! [`ShmConfig::max_pending`] accepted sockets waiting for their REQ, and drops any
+//! of them, and any connection still in its handshake, after
+//! [`ShmConfig::handshake_timeout`]. The clock is read only while something is pending.
+//!
+//! [`ShmConfig::max_pending`]: super::ShmConfig::max_pending
+//! [`ShmConfig::handshake_timeout`]: super::ShmConfig::handshake_timeout
 
 use std::collections::VecDeque;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
-use super::device::{Announcer, DeviceShared};
-use super::exec::Executor;
+use super::arenas::Announcer;
+use super::cred;
+use super::device::DeviceShared;
+use super::exec::{Executor, PeerLimits};
 use super::msg::{Hello, Msg, MSG_MAX};
 use super::qp::{QpParts, QpShared, ShmQp};
 use super::segment::Segment;
@@ -64,11 +76,19 @@ enum Phase {
     Established,
 }
 
+/// An accepted socket whose REQ has not arrived yet.
+struct Pending {
+    sock: OwnedFd,
+    since: Instant,
+}
+
 struct Conn {
     id: ConnId,
     sock: OwnedFd,
     qp: Arc<QpShared>,
     phase: Phase,
+    /// When the handshake started (Connecting, AwaitRtu): it must end in time.
+    since: Instant,
     /// Keeps the announcement channel alive for as long as the connection.
     _announcer: Arc<Announcer>,
 }
@@ -77,8 +97,10 @@ struct Conn {
 pub struct ShmCm {
     dev: Arc<DeviceShared>,
     listeners: Vec<Listener>,
-    /// Accepted sockets whose REQ has not arrived yet.
-    incoming: Vec<OwnedFd>,
+    /// Accepted sockets whose REQ has not arrived yet (at most `max_pending`).
+    incoming: Vec<Pending>,
+    /// Our effective user id, which [`super::PeerCheck`] compares peers with.
+    own_uid: u32,
     conns: Vec<Conn>,
     events: VecDeque<CmEvent<ShmConnRequest>>,
 }
@@ -105,6 +127,7 @@ impl ShmCm {
             dev,
             listeners: Vec::new(),
             incoming: Vec::new(),
+            own_uid: cred::own_uid(),
             conns: Vec::new(),
             events: VecDeque::new(),
         }
@@ -125,7 +148,7 @@ impl ShmCm {
         }
         let qp = ShmQp::create(QpParts {
             dev: self.dev.clone(),
-            pd: init.pd.id,
+            pd: init.pd.shared.clone(),
             conn,
             caps: init.config.caps,
             rnr_retry: init.config.rnr_retry,
@@ -141,7 +164,7 @@ impl ShmCm {
             tx,
             seg: qp.shared.own.clone(),
         });
-        self.dev.add_announcer(&announcer)?;
+        init.pd.shared.arenas.add_announcer(&announcer)?;
         Ok((qp, announcer, rx))
     }
 
@@ -161,29 +184,60 @@ impl ShmCm {
         announce: OwnedFd,
     ) -> Result<(), FabricError> {
         let peer = Segment::open(seg, hello.seg_len)?;
+        let cfg = &qp.dev.cfg;
+        let limits = PeerLimits {
+            max_arenas: cfg.max_arenas,
+            max_arena_len: cfg.max_peer_arena_len,
+            max_bytes: cfg.max_peer_bytes,
+        };
         let exec = Executor::new(
             peer.clone(),
             announce,
             hello.rnr_retry.min(RNR_RETRY_INFINITE),
+            limits,
         );
         qp.link(exec, peer)
     }
 
+    /// True when the local user at the other end of `s` may connect.
+    fn admitted(&self, s: &OwnedFd) -> bool {
+        cred::peer_uid(s).is_ok_and(|uid| self.dev.cfg.peer_check.allows(self.own_uid, uid))
+    }
+
     fn accept_incoming(&mut self) -> Result<(), FabricError> {
+        let max_pending = self.dev.cfg.max_pending as usize;
+        let mut now = None;
         for l in &self.listeners {
             while let Some(s) =
                 sock::accept(&l.sock).map_err(|err| FabricError::Os { op: "accept", err })?
             {
-                self.incoming.push(s);
+                // Refused here by closing: a peer of another user, or one too many
+                // waiting for their REQ. Either sees a rejection without private data.
+                if self.incoming.len() < max_pending && self.admitted(&s) {
+                    let since = *now.get_or_insert_with(Instant::now);
+                    self.incoming.push(Pending { sock: s, since });
+                }
             }
         }
+        if self.incoming.is_empty() {
+            return Ok(());
+        }
+        let now = *now.get_or_insert_with(Instant::now);
+        let timeout = self.dev.cfg.handshake_timeout;
         let mut buf = [0u8; MSG_MAX];
         let mut i = 0;
         while i < self.incoming.len() {
-            match sock::recv(&self.incoming[i], &mut buf) {
-                Ok(Recv::WouldBlock) => i += 1,
+            match sock::recv(&self.incoming[i].sock, &mut buf) {
+                Ok(Recv::WouldBlock) => {
+                    if now.duration_since(self.incoming[i].since) >= timeout {
+                        // Silent for too long: drop it, freeing its place.
+                        self.incoming.swap_remove(i);
+                    } else {
+                        i += 1;
+                    }
+                }
                 Ok(Recv::Msg(n, mut fds)) => {
-                    let s = self.incoming.swap_remove(i);
+                    let s = self.incoming.swap_remove(i).sock;
                     if let (Ok(Msg::Req(hello)), 2) = (Msg::decode(&buf[..n]), fds.len()) {
                         if let (Some(seg), Some(announce)) = (fds.take(0), fds.take(1)) {
                             self.events.push_back(CmEvent::ConnectRequest {
@@ -277,6 +331,8 @@ impl ShmCm {
 
     fn progress_conns(&mut self) {
         let mut buf = [0u8; MSG_MAX];
+        let mut now = None;
+        let timeout = self.dev.cfg.handshake_timeout;
         let mut i = 0;
         while i < self.conns.len() {
             let c = &self.conns[i];
@@ -287,6 +343,15 @@ impl ShmCm {
                 continue;
             }
             match sock::recv(&c.sock, &mut buf) {
+                Ok(Recv::WouldBlock) if c.phase != Phase::Established => {
+                    let now = *now.get_or_insert_with(Instant::now);
+                    if now.duration_since(c.since) >= timeout {
+                        // The peer never finished the handshake.
+                        self.lost(i);
+                    } else {
+                        i += 1;
+                    }
+                }
                 Ok(Recv::WouldBlock) => i += 1,
                 Ok(Recv::Msg(n, fds)) => match Msg::decode(&buf[..n]) {
                     // On success stay on this connection: more messages may be queued.
@@ -336,6 +401,7 @@ impl ConnectionManager for ShmCm {
                 sock: s,
                 qp: qp.shared.clone(),
                 phase: Phase::Connecting,
+                since: Instant::now(),
                 _announcer: announcer,
             }),
             Err(_) => {
@@ -368,6 +434,7 @@ impl ConnectionManager for ShmCm {
             sock: request.sock,
             qp: qp.shared.clone(),
             phase: Phase::AwaitRtu,
+            since: Instant::now(),
             _announcer: announcer,
         });
         Ok(qp)

@@ -1,18 +1,17 @@
-//! The shm device: key table, the arenas it has registered, and the announcement
-//! channels that tell connected peers about arenas registered after they connected.
+//! The shm device: key table, limits, and the bookkeeping that keeps its tables
+//! bounded by what is alive (protection-domain ids are reused, and each domain's arenas
+//! go with it; see [`super::arenas`]).
 
-use std::os::fd::OwnedFd;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
-
-use rpcrdma_pools::Arena;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use super::cm::ShmCm;
 use super::cq::ShmCq;
-use super::pd::ShmPd;
-use super::segment::{Segment, MAX_SGE};
-use super::sock;
-use super::table::{MrTable, Place};
+use super::cred::PeerCheck;
+use super::pd::{PdShared, ShmPd};
+use super::segment::MAX_SGE;
+use super::table::MrTable;
 use super::ShmProvider;
 use crate::fabric::cm::{PrivateDataLimits, MAX_PRIVATE_DATA};
 use crate::fabric::error::FabricError;
@@ -25,12 +24,25 @@ use crate::fabric::types::DeviceCaps;
 pub struct ShmConfig {
     /// Registrations plus fast-registration slots.
     pub max_mr: u32,
-    /// Distinct arenas that can be registered (at most 256).
+    /// Distinct arenas one protection domain can register (at most 256).
     pub max_arenas: u32,
     /// Largest queue depth.
     pub max_qp_wr: u32,
     /// Largest completion-queue depth.
     pub max_cq_depth: u32,
+    /// Which local users may connect to this device's listeners (checked with
+    /// `SO_PEERCRED` when a connection is accepted).
+    pub peer_check: PeerCheck,
+    /// Accepted connections still waiting for their connect request; a connection
+    /// beyond this is closed at once.
+    pub max_pending: u32,
+    /// How long an accepted connection may take to send its connect request, and an
+    /// outgoing or accepted one to finish the handshake, before it is dropped.
+    pub handshake_timeout: Duration,
+    /// Longest arena a peer may announce (bytes); a longer one fails its connection.
+    pub max_peer_arena_len: u64,
+    /// Most bytes of arenas one peer connection may announce in all.
+    pub max_peer_bytes: u64,
 }
 
 impl Default for ShmConfig {
@@ -40,6 +52,11 @@ impl Default for ShmConfig {
             max_arenas: 64,
             max_qp_wr: 4096,
             max_cq_depth: 1 << 20,
+            peer_check: PeerCheck::SameUid,
+            max_pending: 64,
+            handshake_timeout: Duration::from_secs(5),
+            max_peer_arena_len: 4 << 30,
+            max_peer_bytes: 16 << 30,
         }
     }
 }
@@ -50,17 +67,10 @@ const MAX_ARENAS: u32 = 256;
 
 static NEXT_DEVICE: AtomicU64 = AtomicU64::new(1);
 
-/// A channel that tells one connected peer about this device's arenas: the sending end
-/// of a socket pair whose other end the peer holds, and the counter in our connection
-/// segment the peer checks before it reads from its end.
-pub(crate) struct Announcer {
-    pub(crate) tx: OwnedFd,
-    pub(crate) seg: Segment,
-}
-
-struct Setup {
-    announcers: Vec<Weak<Announcer>>,
-    next_pd: u32,
+/// Protection-domain ids: fresh ones from a counter, released ones reused first.
+struct PdIds {
+    free: Vec<u16>,
+    next: u32,
 }
 
 /// State shared by everything created from one device.
@@ -68,118 +78,74 @@ pub(crate) struct DeviceShared {
     pub(crate) id: u64,
     pub(crate) cfg: ShmConfig,
     pub(crate) table: MrTable,
-    arenas: Box<[OnceLock<Arc<Arena>>]>,
-    arena_count: AtomicU32,
-    /// Registration of arenas and announcement channels (setup paths only).
-    setup: Mutex<Setup>,
+    /// Protection-domain ids (setup paths only).
+    pd_ids: Mutex<PdIds>,
     next_qp: AtomicU32,
+    /// Arenas in the lists of live protection domains.
+    live_arenas: AtomicUsize,
+    /// Live registrations and fast-registration slots.
+    live_mrs: AtomicUsize,
+    /// Live protection domains.
+    live_pds: AtomicUsize,
 }
 
 impl std::fmt::Debug for DeviceShared {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ShmDevice")
             .field("id", &self.id)
-            .field("arenas", &self.arena_count.load(Ordering::Relaxed))
+            .field("live_pds", &self.live_pds.load(Ordering::Relaxed))
+            .field("live_arenas", &self.live_arenas.load(Ordering::Relaxed))
             .finish()
     }
 }
 
-/// Wire form of an arena announcement: index, reserved, length.
-pub(crate) const ANNOUNCE_LEN: usize = 16;
-
-fn announce(a: &Announcer, index: u32, arena: &Arena) -> Result<(), FabricError> {
-    let fd = arena.fd().ok_or(FabricError::NotShareable)?;
-    let mut msg = [0u8; ANNOUNCE_LEN];
-    msg[..4].copy_from_slice(&index.to_le_bytes());
-    msg[8..].copy_from_slice(&(arena.len() as u64).to_le_bytes());
-    sock::send(&a.tx, &msg, &[fd]).map_err(|err| FabricError::Os {
-        op: "announce arena",
-        err,
-    })?;
-    // The peer reads its socket only for arenas below this count, so the descriptor
-    // is already queued when it looks.
-    a.seg.arenas_announced().store(index + 1, Ordering::Release);
-    Ok(())
-}
-
 impl DeviceShared {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Setup> {
-        self.setup.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Index of `arena` in the device's arena list, adding (and announcing) it first if
-    /// needed. Only shareable arenas qualify: the peer must be able to map them.
-    pub(crate) fn arena_index(&self, arena: &Arc<Arena>) -> Result<u32, FabricError> {
-        if arena.fd().is_none() {
-            return Err(FabricError::NotShareable);
-        }
-        let mut setup = self.lock();
-        let count = self.arena_count.load(Ordering::Relaxed);
-        for i in 0..count {
-            if let Some(a) = self.arenas[i as usize].get() {
-                if Arc::ptr_eq(a, arena) {
-                    return Ok(i);
-                }
-            }
-        }
-        let slot = self
-            .arenas
-            .get(count as usize)
-            .ok_or(FabricError::Exhausted {
-                what: "registered arenas",
-                max: self.arenas.len(),
-            })?;
-        // The slot is past `arena_count`, so nobody has set or read it yet.
-        let _ = slot.set(arena.clone());
-        self.arena_count.store(count + 1, Ordering::Release);
-        setup.announcers.retain(|w| w.strong_count() > 0);
-        for a in setup.announcers.iter().filter_map(Weak::upgrade) {
-            // A peer that cannot be told (gone, or its socket full) fails its queue pair
-            // when it meets the arena; other connections are unaffected.
-            let _ = announce(&a, count, arena);
-        }
-        Ok(count)
-    }
-
-    /// Registers a new connection's announcement channel and tells it about every
-    /// arena registered so far.
-    pub(crate) fn add_announcer(&self, a: &Arc<Announcer>) -> Result<(), FabricError> {
-        let mut setup = self.lock();
-        let count = self.arena_count.load(Ordering::Relaxed);
-        for i in 0..count {
-            if let Some(arena) = self.arenas[i as usize].get() {
-                announce(a, i, arena)?;
-            }
-        }
-        setup.announcers.push(Arc::downgrade(a));
-        Ok(())
-    }
-
-    /// A fresh protection-domain id.
+    /// A protection-domain id: a released one if any, else a fresh one.
     pub(crate) fn alloc_pd_id(&self) -> Result<u16, FabricError> {
-        let mut setup = self.lock();
-        let id = u16::try_from(setup.next_pd).map_err(|_| FabricError::Exhausted {
-            what: "protection domains",
-            max: usize::from(u16::MAX),
-        })?;
-        setup.next_pd += 1;
+        let mut ids = self.pd_ids.lock().unwrap_or_else(|e| e.into_inner());
+        let id = match ids.free.pop() {
+            Some(id) => id,
+            None => {
+                let id = u16::try_from(ids.next).map_err(|_| FabricError::Exhausted {
+                    what: "protection domains",
+                    max: usize::from(u16::MAX),
+                })?;
+                ids.next += 1;
+                id
+            }
+        };
+        self.live_pds.fetch_add(1, Ordering::Relaxed);
         Ok(id)
+    }
+
+    /// Gives back the id of a protection domain that is gone with everything that used
+    /// it (its registrations hold it, so no key of the old domain remains), and
+    /// forgets its `arenas`.
+    pub(crate) fn release_pd(&self, id: u16, arenas: u32) {
+        self.live_arenas
+            .fetch_sub(arenas as usize, Ordering::Relaxed);
+        self.live_pds.fetch_sub(1, Ordering::Relaxed);
+        let mut ids = self.pd_ids.lock().unwrap_or_else(|e| e.into_inner());
+        ids.free.push(id);
+    }
+
+    /// A protection domain added an arena to its list.
+    pub(crate) fn arena_added(&self) {
+        self.live_arenas.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A registration (or fast-registration slot) was made (`true`) or dropped.
+    pub(crate) fn count_mr(&self, made: bool) {
+        if made {
+            self.live_mrs.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.live_mrs.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 
     /// A fresh queue-pair number.
     pub(crate) fn alloc_qp_num(&self) -> u32 {
         self.next_qp.fetch_add(1, Ordering::Relaxed)
-    }
-
-    /// Local address of `len` bytes at `place`, checked against the arena's bounds.
-    #[inline]
-    pub(crate) fn local_ptr(&self, place: Place, len: u64) -> Option<*mut u8> {
-        let arena = self.arenas.get(place.arena as usize)?.get()?;
-        let end = place.offset.checked_add(len)?;
-        if end > arena.len() as u64 {
-            return None;
-        }
-        Some(arena.base().wrapping_add(place.offset as usize))
     }
 }
 
@@ -222,6 +188,13 @@ impl ShmDevice {
                 max: slots,
             });
         }
+        if cfg.max_pending == 0 {
+            return Err(FabricError::InvalidCaps {
+                what: "max_pending",
+                requested: 0,
+                max: u32::MAX,
+            });
+        }
         if cfg.max_cq_depth == 0 {
             return Err(FabricError::InvalidCaps {
                 what: "max_cq_depth",
@@ -238,6 +211,23 @@ impl ShmDevice {
     pub fn config(&self) -> ShmConfig {
         self.shared.cfg
     }
+
+    /// Arenas held in the lists of live protection domains (each is mapped by the
+    /// peers of its domain's connections). Returns to its earlier value when a
+    /// connection's domain, registrations and queue pairs are gone.
+    pub fn live_arenas(&self) -> usize {
+        self.shared.live_arenas.load(Ordering::Relaxed)
+    }
+
+    /// Live registrations plus fast-registration slots (key-table occupancy).
+    pub fn live_registrations(&self) -> usize {
+        self.shared.live_mrs.load(Ordering::Relaxed)
+    }
+
+    /// Live protection domains (their ids are reused once they are gone).
+    pub fn live_pds(&self) -> usize {
+        self.shared.live_pds.load(Ordering::Relaxed)
+    }
 }
 
 impl Default for ShmDevice {
@@ -252,13 +242,14 @@ impl DeviceShared {
             id: NEXT_DEVICE.fetch_add(1, Ordering::Relaxed),
             cfg,
             table: MrTable::new(cfg.max_mr),
-            arenas: (0..cfg.max_arenas).map(|_| OnceLock::new()).collect(),
-            arena_count: AtomicU32::new(0),
-            setup: Mutex::new(Setup {
-                announcers: Vec::new(),
-                next_pd: 1,
+            pd_ids: Mutex::new(PdIds {
+                free: Vec::new(),
+                next: 1,
             }),
             next_qp: AtomicU32::new(1),
+            live_arenas: AtomicUsize::new(0),
+            live_mrs: AtomicUsize::new(0),
+            live_pds: AtomicUsize::new(0),
         }
     }
 }
@@ -278,9 +269,11 @@ impl Device for ShmDevice {
     }
 
     fn alloc_pd(&self) -> Result<ShmPd, FabricError> {
+        let id = self.shared.alloc_pd_id()?;
         Ok(ShmPd {
             dev: self.shared.clone(),
-            id: self.shared.alloc_pd_id()?,
+            id,
+            shared: PdShared::new(self.shared.clone(), id),
         })
     }
 

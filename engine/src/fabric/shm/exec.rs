@@ -13,11 +13,12 @@ use std::time::Instant;
 
 use rpcrdma_pools::Arena;
 
-use super::device::ANNOUNCE_LEN;
+use super::arenas::{Announcement, ANNOUNCE_LEN};
 use super::qp::{QpShared, RqEntry};
 use super::ring::Consumer;
 use super::segment::{ack, copy_small, op, ReqHeader, ReqSlot, Segment, INLINE_MAX, MAX_SGE};
 use super::sock::{self, Recv};
+use crate::fabric::error::FabricError;
 use crate::fabric::mr::Access;
 use crate::fabric::types::{Completion, Sge, WcOpcode, WcStatus, RNR_RETRY_INFINITE};
 
@@ -89,13 +90,28 @@ unsafe fn scatter_gather(src: &[Run], dst: &[Run], total: usize) {
     }
 }
 
+/// How much of its memory one peer may make us map.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PeerLimits {
+    /// Arenas.
+    pub max_arenas: u32,
+    /// Bytes of one arena.
+    pub max_arena_len: u64,
+    /// Bytes of all its arenas together.
+    pub max_bytes: u64,
+}
+
 /// The receive side of one connected queue pair.
 pub(crate) struct Executor {
     peer: Segment,
     req: Consumer<ReqSlot>,
     announce_rx: OwnedFd,
-    /// The peer's arenas, mapped here as it announces them (grows on announcement only).
+    /// The peer's arenas, mapped here as it announces them (grows on announcement only,
+    /// up to `limits.max_arenas`); unmapped when the queue pair goes.
     peer_arenas: Vec<Arena>,
+    /// Bytes of `peer_arenas`.
+    peer_bytes: u64,
+    limits: PeerLimits,
     peer_rnr_retry: u8,
     rnr: Option<RnrWait>,
 }
@@ -103,12 +119,19 @@ pub(crate) struct Executor {
 impl Executor {
     /// An executor for the peer whose segment is `peer`, announcing arenas on
     /// `announce_rx`, retrying Sends `peer_rnr_retry` times.
-    pub(crate) fn new(peer: Segment, announce_rx: OwnedFd, peer_rnr_retry: u8) -> Executor {
+    pub(crate) fn new(
+        peer: Segment,
+        announce_rx: OwnedFd,
+        peer_rnr_retry: u8,
+        limits: PeerLimits,
+    ) -> Executor {
         Executor {
             req: peer.req_consumer(),
             peer,
             announce_rx,
             peer_arenas: Vec::new(),
+            peer_bytes: 0,
+            limits,
             peer_rnr_retry,
             rnr: None,
         }
@@ -169,28 +192,57 @@ impl Executor {
     /// Maps the peer's arena `idx`, reading announcements until it has arrived.
     #[inline(never)]
     fn peer_arena(&mut self, idx: u32) -> Option<&Arena> {
-        let idx = idx as usize;
-        while self.peer_arenas.len() <= idx {
-            let announced = self.peer.arenas_announced().load(Ordering::Acquire) as usize;
+        self.map_peer_arena(idx).ok()
+    }
+
+    /// Maps announced arenas up to `idx`, checking each against the peer limits and
+    /// its descriptor against [`Arena::from_peer_fd`]'s rules. An error fails only
+    /// this queue pair (the request naming the arena is NAKed).
+    pub(crate) fn map_peer_arena(&mut self, idx: u32) -> Result<&Arena, FabricError> {
+        let want = idx as usize;
+        while self.peer_arenas.len() <= want {
+            let announced = self.peer.arenas_announced().load(Ordering::Acquire);
             if idx >= announced {
-                return None;
+                return Err(FabricError::Protocol("request names an unannounced arena"));
             }
-            let mut buf = [0u8; ANNOUNCE_LEN];
-            let Ok(Recv::Msg(ANNOUNCE_LEN, mut fds)) = sock::recv(&self.announce_rx, &mut buf)
-            else {
-                return None;
+            if self.peer_arenas.len() >= self.limits.max_arenas as usize {
+                return Err(FabricError::Exhausted {
+                    what: "arenas a peer may announce",
+                    max: self.limits.max_arenas as usize,
+                });
+            }
+            let mut buf = [0u8; ANNOUNCE_LEN + 1];
+            let (n, mut fds) = match sock::recv(&self.announce_rx, &mut buf) {
+                Ok(Recv::Msg(n, fds)) => (n, fds),
+                Ok(_) => return Err(FabricError::Protocol("announced arena not received")),
+                Err(err) => {
+                    return Err(FabricError::Os {
+                        op: "receive arena announcement",
+                        err,
+                    })
+                }
             };
-            let index = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
-            let mut lenb = [0u8; 8];
-            lenb.copy_from_slice(&buf[8..16]);
-            let len = usize::try_from(u64::from_le_bytes(lenb)).ok()?;
-            if index != self.peer_arenas.len() {
-                return None;
+            let a = Announcement::decode(&buf[..n])?;
+            if a.index as usize != self.peer_arenas.len() || fds.len() != 1 {
+                return Err(FabricError::Protocol("arena announced out of order"));
             }
-            let arena = Arena::from_fd(fds.take(0)?, len).ok()?;
+            let total = self.peer_bytes.saturating_add(a.len);
+            if a.len > self.limits.max_arena_len || total > self.limits.max_bytes {
+                return Err(FabricError::Protocol("peer announced too much memory"));
+            }
+            let fd = fds
+                .take(0)
+                .ok_or(FabricError::Protocol("announcement without descriptor"))?;
+            let len = usize::try_from(a.len)
+                .map_err(|_| FabricError::Protocol("peer announced too much memory"))?;
+            let max = usize::try_from(self.limits.max_arena_len).unwrap_or(usize::MAX);
+            let arena = Arena::from_peer_fd(fd, len, max).map_err(|_| {
+                FabricError::Protocol("peer arena is not sealed memory of its length")
+            })?;
+            self.peer_bytes = total;
             self.peer_arenas.push(arena);
         }
-        self.peer_arenas.get(idx)
+        Ok(&self.peer_arenas[want])
     }
 
     /// Resolves the peer's translated entries of `slot` to runs in our mapping of its
@@ -227,7 +279,7 @@ impl Executor {
     fn target_run(qp: &QpShared, rkey: u32, need: Access, addr: u64, len: u32) -> Option<Run> {
         let len64 = u64::from(len);
         let place = qp.dev.table.lookup(rkey, qp.pd, need, addr, len64).ok()?;
-        let ptr = qp.dev.local_ptr(place, len64)?;
+        let ptr = qp.pdt.arenas.local_ptr(place, len64)?;
         Some(Run {
             ptr,
             len: len as usize,
@@ -442,6 +494,98 @@ impl Executor {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::fd::{AsFd, AsRawFd, FromRawFd};
+
+    /// A memfd of `len` bytes, sealed against resizing when `seal`.
+    pub(crate) fn memfd(len: i64, seal: bool) -> OwnedFd {
+        let flags = libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING;
+        // SAFETY: a valid NUL-terminated name.
+        let fd = unsafe { libc::memfd_create(c"exec-test".as_ptr(), flags) };
+        assert!(fd >= 0);
+        // SAFETY: fresh and ours.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: a memfd we own.
+        assert_eq!(unsafe { libc::ftruncate(fd.as_raw_fd(), len) }, 0);
+        if seal {
+            let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW;
+            // SAFETY: as above.
+            assert_eq!(
+                unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals) },
+                0
+            );
+        }
+        fd
+    }
+
+    const LIMITS: PeerLimits = PeerLimits {
+        max_arenas: 4,
+        max_arena_len: 1 << 20,
+        max_bytes: 3 << 19,
+    };
+
+    /// An executor whose peer announces `(index, claimed length, descriptor)`s.
+    fn executor_told(announced: Vec<(u32, u64, OwnedFd)>) -> Executor {
+        let seg = Segment::create(16).unwrap();
+        let (tx, rx) = sock::pair().unwrap();
+        let n = announced.len() as u32;
+        for (index, len, fd) in announced {
+            let msg = Announcement { index, len }.encode();
+            sock::send(&tx, &msg, &[fd.as_fd()]).unwrap();
+        }
+        seg.arenas_announced().store(n, Ordering::Release);
+        // The sending end may close: what was sent stays queued.
+        Executor::new(seg, rx, 0, LIMITS)
+    }
+
+    fn refused(announced: Vec<(u32, u64, OwnedFd)>, idx: u32) {
+        let mut ex = executor_told(announced);
+        match ex.map_peer_arena(idx) {
+            Err(FabricError::Protocol(_) | FabricError::Exhausted { .. }) => {}
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn peer_arenas_that_could_hurt_us_are_refused() {
+        // Unsealed: the peer could truncate it under our mapping (SIGBUS).
+        refused(vec![(0, 8192, memfd(8192, false))], 0);
+        // Truncated: shorter than announced.
+        refused(vec![(0, 8192, memfd(4096, true))], 0);
+        // Huge: above the per-arena bound, however large the (sparse) file.
+        refused(vec![(0, 1 << 36, memfd(1 << 36, true))], 0);
+        // Together above the per-connection bound.
+        refused(
+            vec![
+                (0, 1 << 20, memfd(1 << 20, true)),
+                (1, 1 << 20, memfd(1 << 20, true)),
+            ],
+            1,
+        );
+        // Out of order.
+        refused(vec![(1, 4096, memfd(4096, true))], 0);
+        // Not announced at all.
+        refused(vec![(0, 4096, memfd(4096, true))], 1);
+        // Not a memfd.
+        let mut p = [0; 2];
+        // SAFETY: room for two descriptors.
+        assert_eq!(unsafe { libc::pipe(p.as_mut_ptr()) }, 0);
+        // SAFETY: fresh and ours.
+        let (r, _w) = unsafe { (OwnedFd::from_raw_fd(p[0]), OwnedFd::from_raw_fd(p[1])) };
+        refused(vec![(0, 4096, r)], 0);
+        // More arenas than allowed.
+        let many = (0..5).map(|i| (i, 4096, memfd(4096, true))).collect();
+        refused(many, 4);
+    }
+
+    #[test]
+    fn sealed_peer_arenas_within_bounds_are_mapped() {
+        let mut ex = executor_told(vec![
+            (0, 4096, memfd(4096, true)),
+            (1, 1 << 20, memfd(1 << 20, true)),
+        ]);
+        assert_eq!(ex.map_peer_arena(1).unwrap().len(), 1 << 20);
+        assert_eq!(ex.map_peer_arena(0).unwrap().len(), 4096);
+    }
 
     #[test]
     fn scatter_gather_crosses_uneven_boundaries() {

@@ -27,8 +27,47 @@
 //! arenas' descriptors travel over a per-connection announcement socket; an arena
 //! registered after connecting is announced too, and the peer reads its socket only when
 //! a request names an arena it has not mapped yet, after checking a counter in shared
-//! memory. Peers can therefore read and write each other's registered arenas at will:
-//! shm peers trust each other like threads of one program.
+//! memory.
+//!
+//! Each protection domain keeps its own list of arenas (the engine gives every
+//! connection its own domain), and a connection's peer is told of exactly the arenas
+//! registered in its queue pair's domain, never another connection's. The list, and
+//! the provider's last reference to each arena, goes when the domain, its
+//! registrations and its queue pairs are gone; the peer unmaps our arenas when its
+//! queue pair goes. So a server's tables are bounded by its live connections
+//! ([`ShmDevice::live_arenas`], [`ShmDevice::live_registrations`] count them).
+//!
+//! # Trust model
+//!
+//! A shm peer is a local process. What it can reach and what is checked:
+//!
+//! - **Who may connect**: the listener reads each accepted socket's `SO_PEERCRED` and
+//!   admits the listener's own user only, unless [`ShmConfig::peer_check`] says
+//!   otherwise ([`PeerCheck`]). At most [`ShmConfig::max_pending`] accepted sockets may
+//!   wait for their connect request, each for at most
+//!   [`ShmConfig::handshake_timeout`], which also bounds an unfinished handshake.
+//! - **What it can reach**: the arenas registered in its own connection's protection
+//!   domain. It maps them read-write, so it can read and write *all* of their memory
+//!   directly, whatever the keys say: keys and protection domains are checked by the
+//!   target for the requests it executes (as on an RDMA NIC), but they are no barrier
+//!   against a peer that reads or writes the mapping itself. Register in a connection's
+//!   domain only memory that connection's peer may see and change.
+//! - **What it passes us**: connection segments and arenas are memfds sealed against
+//!   shrinking and growing (`F_SEAL_SHRINK | F_SEAL_GROW`). Before mapping anything a
+//!   peer passes, we check it is a regular file, sealed against shrinking, at least as
+//!   long as announced, and that the length is bounded (a segment by the largest ring
+//!   layout; arenas by [`ShmConfig::max_peer_arena_len`], [`ShmConfig::max_peer_bytes`]
+//!   and [`ShmConfig::max_arenas`], in announcement order). Every index, length and
+//!   key a request carries is checked against those mappings and our key table before
+//!   a byte is copied. Peer arenas are mapped without pre-faulting.
+//! - **What a hostile peer of an admitted user can still do**: corrupt the memory of
+//!   its own connection's arenas, break its own connection (a refused announcement or
+//!   request NAKs it; garbage on the CM socket ends it), and hold one connection's
+//!   resources until it closes or times out in the handshake. It cannot make the
+//!   other side fault (no truncation under a mapping), map another connection's
+//!   arenas, or grow the other side's tables beyond its own connection's limits.
+//!   Same-user processes can of course also attach to each other with `ptrace` or
+//!   `/proc/PID/mem`; the uid check is the boundary that matters.
 //!
 //! # Cost
 //!
@@ -42,10 +81,18 @@
 //! only.
 //!
 //! [`FabricError::NotShareable`]: crate::fabric::FabricError::NotShareable
+//! [`ShmConfig::peer_check`]: ShmConfig::peer_check
+//! [`ShmConfig::max_pending`]: ShmConfig::max_pending
+//! [`ShmConfig::handshake_timeout`]: ShmConfig::handshake_timeout
+//! [`ShmConfig::max_peer_arena_len`]: ShmConfig::max_peer_arena_len
+//! [`ShmConfig::max_peer_bytes`]: ShmConfig::max_peer_bytes
+//! [`ShmConfig::max_arenas`]: ShmConfig::max_arenas
 
+mod arenas;
 mod cm;
 mod completer;
 mod cq;
+mod cred;
 mod device;
 mod exec;
 mod msg;
@@ -58,12 +105,81 @@ mod table;
 
 pub use cm::{ShmCm, ShmConnRequest};
 pub use cq::ShmCq;
+pub use cred::PeerCheck;
 pub use device::{ShmConfig, ShmDevice};
 pub use pd::{ShmMr, ShmPd};
 pub use qp::ShmQp;
 pub use sock::ShmAddr;
 
 use crate::fabric::provider::Provider;
+
+/// Entry points for the fuzz targets (`engine/fuzz`): the decoders of what a local
+/// peer sends over the connection manager's sockets. Not a stable interface.
+#[doc(hidden)]
+pub mod fuzzing {
+    use super::arenas::Announcement;
+    use super::msg::{Msg, MSG_MAX};
+
+    /// Decodes `b` as a connection-manager message; what decodes must re-encode to a
+    /// message that decodes the same. Returns whether `b` decoded.
+    pub fn cm_message(b: &[u8]) -> bool {
+        let Ok(m) = Msg::decode(b) else {
+            return false;
+        };
+        let mut buf = [0u8; MSG_MAX];
+        let n = m.encode(&mut buf);
+        assert_eq!(
+            Msg::decode(&buf[..n]).ok(),
+            Some(m),
+            "re-encoding changed {m:?}"
+        );
+        true
+    }
+
+    /// Decodes `b` as an arena announcement; what decodes must round-trip exactly.
+    /// Returns whether `b` decoded.
+    pub fn announcement(b: &[u8]) -> bool {
+        let Ok(a) = Announcement::decode(b) else {
+            return false;
+        };
+        assert_eq!(&a.encode()[..], b, "announcement did not round-trip");
+        true
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn the_fuzz_entry_points_take_any_bytes() {
+            let mut buf = [0u8; MSG_MAX];
+            let n = Msg::Rtu.encode(&mut buf);
+            assert!(cm_message(&buf[..n]));
+            assert!(!cm_message(b"RSCM"));
+            assert!(!announcement(&[0; 15]));
+            assert!(announcement(
+                &[1; 4].iter().chain(&[0; 12]).copied().collect::<Vec<_>>()
+            ));
+            // A cheap deterministic sweep of short inputs, like a fuzzer's first minutes.
+            let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+            for len in 0..300 {
+                let bytes: Vec<u8> = (0..len)
+                    .map(|_| {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        x as u8
+                    })
+                    .collect();
+                let mut framed = b"RSCM\x01\x00".to_vec();
+                framed.extend_from_slice(&bytes);
+                cm_message(&bytes);
+                cm_message(&framed);
+                announcement(&bytes);
+            }
+        }
+    }
+}
 
 /// Most scatter-gather entries per work request on shm.
 pub const SHM_MAX_SGE: u32 = segment::MAX_SGE as u32;

@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use rpcrdma_pools::Arena;
 
+use super::arenas::PdArenas;
 use super::device::DeviceShared;
 use super::table::Mapping;
 use super::ShmProvider;
@@ -11,11 +12,50 @@ use crate::fabric::error::FabricError;
 use crate::fabric::mr::Access;
 use crate::fabric::provider::ProtectionDomain;
 
+/// What outlives a [`ShmPd`] handle while its registrations or queue pairs live: its
+/// id and its arenas. Dropping the last reference releases both.
+pub(crate) struct PdShared {
+    pub(crate) dev: Arc<DeviceShared>,
+    pub(crate) id: u16,
+    pub(crate) arenas: PdArenas,
+}
+
+impl PdShared {
+    pub(crate) fn new(dev: Arc<DeviceShared>, id: u16) -> Arc<PdShared> {
+        Arc::new(PdShared {
+            arenas: PdArenas::new(dev.cfg.max_arenas),
+            dev,
+            id,
+        })
+    }
+}
+
+impl std::fmt::Debug for PdShared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PdShared").field("id", &self.id).finish()
+    }
+}
+
+impl Drop for PdShared {
+    fn drop(&mut self) {
+        self.dev.release_pd(self.id, self.arenas.count());
+    }
+}
+
 /// A shm protection domain.
-#[derive(Debug)]
 pub struct ShmPd {
     pub(crate) dev: Arc<DeviceShared>,
     pub(crate) id: u16,
+    pub(crate) shared: Arc<PdShared>,
+}
+
+impl std::fmt::Debug for ShmPd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShmPd")
+            .field("id", &self.id)
+            .field("arenas", &self.shared.arenas.count())
+            .finish()
+    }
 }
 
 impl ShmPd {
@@ -28,7 +68,8 @@ impl ShmPd {
 /// A shm registration: a fixed range of an arena, or a fast-registration slot.
 #[derive(Debug)]
 pub struct ShmMr {
-    dev: Arc<DeviceShared>,
+    /// Keeps the domain (its id and the arena list the key's place indexes) alive.
+    pd: Arc<PdShared>,
     index: u32,
     key: u32,
     addr: u64,
@@ -62,7 +103,8 @@ impl ProtectionDomain for ShmPd {
                 arena_len: arena.len(),
             });
         }
-        let arena_idx = self.dev.arena_index(arena)?;
+        let dev = &self.dev;
+        let arena_idx = self.shared.arenas.index_of(arena, || dev.arena_added())?;
         let addr = arena.base() as u64 + offset as u64;
         let (index, key) = self.dev.table.register(
             self.id,
@@ -74,8 +116,9 @@ impl ProtectionDomain for ShmPd {
                 len: len as u64,
             },
         )?;
+        self.dev.count_mr(true);
         Ok(ShmMr {
-            dev: self.dev.clone(),
+            pd: self.shared.clone(),
             index,
             key,
             addr,
@@ -89,8 +132,9 @@ impl ProtectionDomain for ShmPd {
             return Err(FabricError::BadLength(0));
         }
         let (index, key) = self.dev.table.alloc_fast(self.id, max_len as u64)?;
+        self.dev.count_mr(true);
         Ok(ShmMr {
-            dev: self.dev.clone(),
+            pd: self.shared.clone(),
             index,
             key,
             addr: 0,
@@ -104,6 +148,7 @@ crate::fabric::mr::soft_memory_region!(ShmMr);
 
 impl Drop for ShmMr {
     fn drop(&mut self) {
-        self.dev.table.release(self.index);
+        self.pd.dev.table.release(self.index);
+        self.pd.dev.count_mr(false);
     }
 }

@@ -17,6 +17,7 @@ use super::completer::Completer;
 use super::cq::CqShared;
 use super::device::{DeviceShared, MAX_MSG_SIZE};
 use super::exec::Executor;
+use super::pd::PdShared;
 use super::ring::Producer;
 use super::segment::{copy_small, op, ReqHeader, ReqSlot, Segment, WireSge, INLINE_MAX, MAX_SGE};
 use crate::fabric::cm::ConnId;
@@ -108,6 +109,9 @@ pub(crate) struct QpShared {
     pub(crate) conn: ConnId,
     pub(crate) dev: Arc<DeviceShared>,
     pub(crate) pd: u16,
+    /// The protection domain's arenas: where our keys' places point. Held so they stay
+    /// mapped while this queue pair may still execute requests.
+    pub(crate) pdt: Arc<PdShared>,
     pub(crate) caps: QpCaps,
     /// Our RNR retry count, told to the peer (it executes our Sends).
     pub(crate) rnr_retry: u8,
@@ -307,7 +311,7 @@ impl std::fmt::Debug for ShmQp {
 /// Everything [`ShmQp::create`] needs.
 pub(crate) struct QpParts {
     pub dev: Arc<DeviceShared>,
-    pub pd: u16,
+    pub pd: Arc<PdShared>,
     pub conn: ConnId,
     pub caps: QpCaps,
     pub rnr_retry: u8,
@@ -367,7 +371,8 @@ impl ShmQp {
         let shared = Arc::new(QpShared {
             qp_num: p.dev.alloc_qp_num(),
             conn: p.conn,
-            pd: p.pd,
+            pd: p.pd.id,
+            pdt: p.pd,
             caps: p.caps,
             rnr_retry: p.rnr_retry,
             min_rnr_timer: p.min_rnr_timer,
@@ -516,7 +521,7 @@ impl ShmQp {
                 .table
                 .lookup(sge.lkey, sh.pd, Access::NONE, sge.addr, len)
                 .ok()
-                .and_then(|place| sh.dev.local_ptr(place, len))
+                .and_then(|place| sh.pdt.arenas.local_ptr(place, len))
                 .ok_or(WcStatus::LocalProtectionError)?;
             // SAFETY: src is inside one of our registered arenas for len bytes (checked
             // by local_ptr); the entries sum to total <= INLINE_MAX, the body's size,
@@ -563,6 +568,18 @@ fn opcode_of(op: &SendOp) -> WcOpcode {
         SendOp::RdmaRead { .. } => WcOpcode::RdmaRead,
         SendOp::FastReg { .. } => WcOpcode::FastReg,
         SendOp::LocalInvalidate { .. } => WcOpcode::LocalInvalidate,
+    }
+}
+
+impl ShmQp {
+    /// How many arenas the peer has announced to this connection so far: what this
+    /// side may map of the peer's memory (diagnostics and tests; zero before the
+    /// connection is linked).
+    pub fn peer_arenas_announced(&self) -> u32 {
+        self.shared
+            .peer
+            .get()
+            .map_or(0, |s| s.arenas_announced().load(Ordering::Acquire))
     }
 }
 

@@ -13,7 +13,8 @@ use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use rpcrdma_pools::{Arena, ArenaOptions, HugePages};
+use rpcrdma_pools::arena::PAGE_SIZE;
+use rpcrdma_pools::{Arena, ArenaError, ArenaOptions, HugePages};
 
 use super::ring::{Consumer, Producer, RingMem, Slot};
 use crate::fabric::error::FabricError;
@@ -267,9 +268,18 @@ impl Segment {
         if len < OFF_REQ_SLOTS {
             return Err(FabricError::Protocol("segment too short"));
         }
-        let map = Arena::from_fd(fd, len).map_err(|e| FabricError::Os {
-            op: "map peer segment",
-            err: std::io::Error::other(e.to_string()),
+        // Bounded before mapping (and pre-faulting) what the peer claims.
+        if len > layout_len(MAX_SLOTS).next_multiple_of(PAGE_SIZE) {
+            return Err(FabricError::Protocol("segment longer than any ring needs"));
+        }
+        let map = Arena::from_fd(fd, len).map_err(|e| match e {
+            ArenaError::Untrusted(_) => {
+                FabricError::Protocol("peer segment is not sealed memory of its length")
+            }
+            e => FabricError::Os {
+                op: "map peer segment",
+                err: std::io::Error::other(e.to_string()),
+            },
         })?;
         // SAFETY: the mapping is at least OFF_REQ_SLOTS bytes and page aligned; Header
         // is plain integers, valid for any bytes.
@@ -414,6 +424,46 @@ impl Acks {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::fd::{AsRawFd, FromRawFd};
+
+    fn raw_memfd(len: i64, seal: bool) -> OwnedFd {
+        let flags = libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING;
+        // SAFETY: a valid NUL-terminated name.
+        let fd = unsafe { libc::memfd_create(c"seg-test".as_ptr(), flags) };
+        assert!(fd >= 0);
+        // SAFETY: fresh and ours.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: a memfd we own.
+        assert_eq!(unsafe { libc::ftruncate(fd.as_raw_fd(), len) }, 0);
+        if seal {
+            let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW;
+            // SAFETY: as above.
+            assert_eq!(
+                unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals) },
+                0
+            );
+        }
+        fd
+    }
+
+    #[test]
+    fn peer_segments_that_could_hurt_us_are_refused() {
+        let is_protocol = |r: Result<Segment, FabricError>| {
+            assert!(matches!(r, Err(FabricError::Protocol(_))), "{r:?}")
+        };
+        // A well-formed segment whose descriptor is not sealed.
+        let good = Segment::create(16).unwrap();
+        let len = good.len() as u64;
+        let unsealed = raw_memfd(len as i64, false);
+        is_protocol(Segment::open(unsealed, len));
+        // Sealed but shorter than claimed.
+        is_protocol(Segment::open(raw_memfd(4096, true), 2 * 4096 * 16));
+        // Longer than any ring needs (never mapped, let alone pre-faulted).
+        is_protocol(Segment::open(raw_memfd(1 << 36, true), 1 << 36));
+        // Ours, passed as a peer would: accepted.
+        let fd = good.fd().unwrap().try_clone_to_owned().unwrap();
+        assert!(Segment::open(fd, len).is_ok());
+    }
 
     fn publish(p: &mut Producer<ReqSlot>, key: u32) {
         assert!(p.room().unwrap() > 0);
