@@ -217,7 +217,7 @@ impl<M: MemoryRegion> RequesterCore<M> {
             .private_data_for(mode)
             .map_err(|e| CoreError::Config(crate::core::config::ConfigError::InlineSize(e)))?;
         let sizes: Sizes = cfg.sizes(Role::Requester);
-        let mrs = MrTable::new(mrs);
+        let mrs = MrTable::new(mrs, cfg.seed.unwrap_or_else(super::mrs::os_seed));
         let max_chunk = match mode {
             RegMode::FastReg => mrs.max_len(),
             RegMode::Persistent => cfg.large_buf_size as usize,
