@@ -102,7 +102,8 @@ impl core::fmt::Display for RegMode {
 
 impl Registration {
     /// The mode this choice means on a device with `caps`. An explicit `FastReg` stays
-    /// `FastReg` even where the device lacks it (setup then fails, loudly).
+    /// `FastReg` even where the device lacks it (connection setup then refuses it with
+    /// [`ConfigError::FastRegUnsupported`]).
     pub fn resolve(self, caps: &DeviceCaps) -> RegMode {
         match self {
             Registration::FastReg => RegMode::FastReg,
@@ -246,6 +247,10 @@ pub enum ConfigError {
     UnknownRegistration,
     /// `max_chunks` above what the responder's tables hold.
     MaxChunks(u32),
+    /// `registration` is `FastReg` but the device has no fast registration
+    /// (`DeviceCaps::fast_reg`): choose `Auto` or `Persistent` (and accept that the
+    /// chunk pools are then exposed to the peer for the connection's life).
+    FastRegUnsupported,
 }
 
 impl core::fmt::Display for ConfigError {
@@ -263,6 +268,11 @@ impl core::fmt::Display for ConfigError {
             ConfigError::UnknownRegistration => {
                 write!(f, "registration must be auto, fastreg or persistent")
             }
+            ConfigError::FastRegUnsupported => write!(
+                f,
+                "registration = fastreg, but the device has no fast registration \
+                 (use auto or persistent)"
+            ),
             ConfigError::MaxChunks(n) => write!(
                 f,
                 "max_chunks = {n} exceeds {}",

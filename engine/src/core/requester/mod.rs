@@ -102,6 +102,11 @@ pub struct RequesterStats {
     /// Times the connection was declared broken because timed-out calls held credits
     /// past `ConnConfig::credit_reclaim` (at most one per connection).
     pub credit_loss_disconnects: u64,
+    /// True when chunks advertise persistent registrations ([`RegMode::Persistent`]:
+    /// the chunk pools are reachable by the peer for the connection's life), false for
+    /// per-RPC fast registration. `Registration::Auto` picks persistent on devices
+    /// without fast registration; this is how operators see it.
+    pub persistent_registration: bool,
 }
 
 /// A call waiting for resources.
@@ -318,6 +323,7 @@ impl<M: MemoryRegion> RequesterCore<M> {
         s.recv_starved = self.t.recvs.starved;
         s.outbox_overflows = self.t.outbox_overflows;
         s.timed_out_holding_credit = self.timed_out_holding_credit() as u64;
+        s.persistent_registration = self.mode == RegMode::Persistent;
         s
     }
 
