@@ -106,7 +106,11 @@ fn credits_held_by_dropped_calls_end_the_connection<N: Net>(net: N) {
         "both dropped calls time out"
     );
     assert_eq!(p.requester.stats().timed_out_holding_credit, 2);
-    assert_eq!(p.requester.credits().available(), 0, "their credits are held");
+    assert_eq!(
+        p.requester.credits().available(),
+        0,
+        "their credits are held"
+    );
     // A call that needs a credit now waits behind them.
     let queued = CallRequest::new(msg(&p, PROC_NULL, &[]), 256).with_timeout(DEADLINE * 10);
     p.requester.submit(queued, 99).expect("accepted (queued)");
@@ -123,13 +127,23 @@ fn credits_held_by_dropped_calls_end_the_connection<N: Net>(net: N) {
         }
         outcome.is_some() && reason.is_some()
     });
-    assert!(done, "queued call outcome {outcome:?}, close reason {reason:?}");
+    assert!(
+        done,
+        "queued call outcome {outcome:?}, close reason {reason:?}"
+    );
     let o = outcome.expect("outcome");
     assert_eq!(o.tag, 99);
-    assert_eq!(o.status, CallStatus::Transport(TransportError::Disconnected));
+    assert_eq!(
+        o.status,
+        CallStatus::Transport(TransportError::Disconnected)
+    );
     assert_eq!(reason, Some(CloseReason::CreditsLost { held: 2 }));
     let st = p.requester.stats();
-    assert_eq!((st.credits_lost, st.credit_loss_disconnects), (2, 1), "{st:?}");
+    assert_eq!(
+        (st.credits_lost, st.credit_loss_disconnects),
+        (2, 1),
+        "{st:?}"
+    );
     assert_eq!(st.timed_out_holding_credit, 0, "all released at close");
     assert_eq!(p.responder().map_or(2, |r| r.stats().no_reply), 2);
 }

@@ -67,7 +67,9 @@ impl<M: MemoryRegion> MrTable<M> {
     pub(crate) fn take(&mut self) -> Option<(u32, u32)> {
         let i = self.free.pop()?;
         let tag = splitmix64(&mut self.rng) as u8;
-        self.mrs.get_mut(i as usize).map(|mr| (i, mr.rekey_with(tag)))
+        self.mrs
+            .get_mut(i as usize)
+            .map(|mr| (i, mr.rekey_with(tag)))
     }
 
     /// Returns a slot whose key is invalid (locally or remotely invalidated).

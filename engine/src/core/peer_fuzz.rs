@@ -375,7 +375,11 @@ pub fn run(data: &[u8]) -> Report {
     let req = if persistent {
         RequesterCore::new_persistent(&cfg, &rp, credits)
     } else {
-        let mrs = (1..=24).map(|i| FuzzMr { key: make_key(i, 0) }).collect();
+        let mrs = (1..=24)
+            .map(|i| FuzzMr {
+                key: make_key(i, 0),
+            })
+            .collect();
         RequesterCore::new(&cfg, &rp, mrs, credits)
     };
     let policy = Arc::new(GrantPolicy::new(4, 8));

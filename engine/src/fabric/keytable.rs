@@ -406,7 +406,15 @@ impl<X: SlotExtra> KeyTable<X> {
         extra: X::Value,
     ) -> Result<(u32, u32), FabricError> {
         let (idx, r) = self.take_free()?;
-        let key = self.fill(idx, r, pd, access, ALLOCATED | VALID, (start, len, len), extra);
+        let key = self.fill(
+            idx,
+            r,
+            pd,
+            access,
+            ALLOCATED | VALID,
+            (start, len, len),
+            extra,
+        );
         Ok((idx, key))
     }
 
