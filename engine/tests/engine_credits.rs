@@ -5,7 +5,10 @@
 mod engine_support;
 
 use engine_support::*;
-use rpcrdma::requester::{CallRequest, CallStatus};
+use std::time::Duration;
+
+use rpcrdma::core::{CloseReason, ConnEvent};
+use rpcrdma::requester::{CallRequest, CallStatus, TransportError};
 
 fn more_calls_than_credits_queue_in_order<N: Net>(net: N) {
     let client = test_config();
@@ -71,7 +74,82 @@ fn grant_follows_the_responder_policy<N: Net>(net: N) {
     assert_eq!(p.requester.credits().granted(), 5, "and up again");
 }
 
+/// Calls the responder drops (`no_reply`) time out holding their credits; once they
+/// held them past `credit_reclaim` the connection is declared broken with a typed
+/// reason, so a call queued behind them gets its outcome instead of waiting forever
+/// (while the keepalive probe, on its reserved credit, would keep the peer alive).
+fn credits_held_by_dropped_calls_end_the_connection<N: Net>(net: N) {
+    let mut client = test_config();
+    client.call_timeout = Duration::from_millis(100);
+    client.credit_reclaim = Some(Duration::from_millis(300));
+    client.keepalive = Some(Duration::from_millis(50));
+    let mut server = test_config();
+    server.credits = 3;
+    let mut p = pair(&net, &client, &server);
+    // The first reply grants 3: two for calls, one kept back for the probe.
+    let null = CallRequest::new(msg(&p, PROC_NULL, &[]), 256);
+    assert_eq!(call(&mut p, null).status, CallStatus::Success);
+    assert_eq!(p.requester.credits().available(), 2);
+    for tag in 0..2 {
+        let req = CallRequest::new(msg(&p, PROC_DROP, &[]), 256);
+        p.requester.submit(req, tag).expect("accepted");
+    }
+    let mut timed_out = 0;
+    assert!(
+        p.run_until(DEADLINE, |p| {
+            while let Some(o) = p.next_outcome() {
+                assert_eq!(o.status, CallStatus::Timeout, "dropped call {}", o.tag);
+                timed_out += 1;
+            }
+            timed_out == 2
+        }),
+        "both dropped calls time out"
+    );
+    assert_eq!(p.requester.stats().timed_out_holding_credit, 2);
+    assert_eq!(
+        p.requester.credits().available(),
+        0,
+        "their credits are held"
+    );
+    // A call that needs a credit now waits behind them.
+    let queued = CallRequest::new(msg(&p, PROC_NULL, &[]), 256).with_timeout(DEADLINE * 10);
+    p.requester.submit(queued, 99).expect("accepted (queued)");
+    let mut reason = None;
+    let mut outcome = None;
+    let done = p.run_until(DEADLINE, |p| {
+        while let Some(ev) = p.requester.poll_event() {
+            if let ConnEvent::Closed(r) = ev {
+                reason = Some(r);
+            }
+        }
+        if let Some(o) = p.next_outcome() {
+            outcome = Some(o);
+        }
+        outcome.is_some() && reason.is_some()
+    });
+    assert!(
+        done,
+        "queued call outcome {outcome:?}, close reason {reason:?}"
+    );
+    let o = outcome.expect("outcome");
+    assert_eq!(o.tag, 99);
+    assert_eq!(
+        o.status,
+        CallStatus::Transport(TransportError::Disconnected)
+    );
+    assert_eq!(reason, Some(CloseReason::CreditsLost { held: 2 }));
+    let st = p.requester.stats();
+    assert_eq!(
+        (st.credits_lost, st.credit_loss_disconnects),
+        (2, 1),
+        "{st:?}"
+    );
+    assert_eq!(st.timed_out_holding_credit, 0, "all released at close");
+    assert_eq!(p.responder().map_or(2, |r| r.stats().no_reply), 2);
+}
+
 per_provider!(
     more_calls_than_credits_queue_in_order,
     grant_follows_the_responder_policy,
+    credits_held_by_dropped_calls_end_the_connection,
 );

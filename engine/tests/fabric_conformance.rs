@@ -27,3 +27,9 @@ impl Fixture for ShmFixture {
 }
 
 conformance_tests!(ShmFixture);
+
+/// Keys next to a real one are refused: the key table's bits are random.
+#[test]
+fn rdma_with_neighbouring_keys_fails() {
+    conformance::rdma_with_neighbouring_keys_fails::<ShmFixture>();
+}

@@ -59,6 +59,12 @@ sim_fixture!(
 
 conformance_tests!(SimFixture);
 
+/// Keys next to a real one are refused: the key table's bits are random.
+#[test]
+fn rdma_with_neighbouring_keys_fails() {
+    conformance::rdma_with_neighbouring_keys_fails::<SimFixture>();
+}
+
 mod wide {
     use super::SimWideFixture;
     crate::conformance_tests!(SimWideFixture);

@@ -28,3 +28,9 @@ impl Fixture for SiwFixture {
 // The whole suite, unchanged. iWARP's lack of receiver-not-ready retry is a device
 // capability (`DeviceCaps::rnr_retry == false`) that the suite's RNR rules consult.
 conformance_tests!(SiwFixture);
+
+/// Keys next to a real one are refused: the key table's bits are random.
+#[test]
+fn rdma_with_neighbouring_keys_fails() {
+    conformance::rdma_with_neighbouring_keys_fails::<SiwFixture>();
+}

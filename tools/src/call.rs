@@ -143,6 +143,10 @@ pub struct Summary {
     pub call_us: f64,
     /// Keepalive probes the server answered while the connection was up.
     pub keepalive_probes: u64,
+    /// How chunk memory was registered: "fastreg" (per-RPC keys, invalidated when the
+    /// call ends) or "persistent" (the chunk pools stay reachable by the server for the
+    /// connection's life).
+    pub registration: &'static str,
 }
 
 fn call_err(reason: impl Into<String>) -> CliError {
@@ -422,6 +426,7 @@ fn call<P: Provider>(
         connect_us,
         call_us,
         keepalive_probes: probes,
+        registration: conn.registration().name(),
     };
     match check {
         Ok(_) => Ok(summary),
@@ -533,6 +538,7 @@ pub fn render(s: &Summary) -> String {
         "call {} (prog {:#010x} vers {} proc {}) size {} to {} {}\n\
          shape: {}, {}, {}, {}\n\
          reply: {} xid {:#010x}, {} octet message{}; {}\n\
+         registration: {}\n\
          time: connect {:.1} us, call {:.1} us\n{}",
         s.name,
         s.prog,
@@ -554,6 +560,10 @@ pub fn render(s: &Summary) -> String {
             String::new()
         },
         s.check,
+        match s.registration {
+            "persistent" => "persistent (chunk pools reachable by the server while connected)",
+            other => other,
+        },
         s.connect_us,
         s.call_us,
         if s.keepalive_probes > 0 {

@@ -24,7 +24,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{ArgGroup, Args, Parser, Subcommand};
-use rpcrdma::core::ConnConfig;
+use rpcrdma::core::{ConnConfig, Registration};
 use rpcrdma::wire::header::Limits;
 use rpcrdma::wire::private_data::{PrivateData, MAX_INLINE_SIZE};
 use rpcrdma_ulp::builtin::echo_proc;
@@ -143,9 +143,19 @@ struct CallArgs {
     /// After the reply, stay connected until this many keepalive probes were answered.
     #[arg(long, requires = "keepalive", default_value_t = 0)]
     probes: u64,
+    /// How chunk memory is registered: auto (fast registration where the device has
+    /// it, else persistent), fastreg (per-RPC keys; refused where the device has no fast
+    /// registration) or persistent (the chunk pools stay reachable by the server for the
+    /// connection's life). The summary says which was used.
+    #[arg(long, default_value = "auto", value_name = "MODE", value_parser = parse_registration)]
+    registration: Registration,
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
+}
+
+fn parse_registration(s: &str) -> Result<Registration, String> {
+    s.parse().map_err(|e| format!("{e}"))
 }
 
 fn parse_u32(s: &str) -> Result<u32, String> {
@@ -368,6 +378,7 @@ fn run_call(a: &CallArgs) -> Result<(), CliError> {
         conn: call::requester_config(
             ConnConfig {
                 hugepages: rpcrdma_pools::HugePages::Never,
+                registration: a.registration,
                 ..conn_config(&a.conn, a.size)
             },
             target,

@@ -345,3 +345,35 @@ fn keepalive_probes_are_nulls_of_the_called_program() {
     // closed is counted there but not by the client.
     assert!(count(" NULL") >= probes, "{line}");
 }
+
+/// `call` says how chunk memory was registered (text and JSON), and `--registration`
+/// chooses it: per-RPC keys by default on shm, persistent pools when asked.
+#[test]
+fn call_says_how_chunk_memory_is_registered() {
+    let socket = socket_path("registration");
+    let mut server = start_server(&socket);
+    let v = call_json(&socket, &["--echo", "--size", "40000", "--write-chunk"]);
+    assert_eq!(v["registration"], "fastreg", "{v}");
+    let v = call_json(
+        &socket,
+        &[
+            "--echo",
+            "--size",
+            "40000",
+            "--write-chunk",
+            "--registration",
+            "persistent",
+        ],
+    );
+    assert_eq!(v["registration"], "persistent", "{v}");
+    assert_eq!(v["check"], "echoed 40000 octets match");
+    let out = call(&socket, &["--null", "--registration", "persistent"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("registration: persistent"), "{text}");
+    let out = call(&socket, &["--null", "--registration", "sometimes"]);
+    assert_eq!(out.status.code(), Some(2), "a usage error");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("auto, fastreg or persistent"), "{err}");
+    interrupt(&mut server);
+}

@@ -40,6 +40,13 @@ impl<P: Provider> ConnResources<P> {
             Role::Requester => cfg.registration.resolve(&dev.caps()),
             Role::Responder => RegMode::FastReg,
         };
+        // Asked for per-RPC keys on a device that has none: refuse by name rather than
+        // fail later allocating fast-registration slots (or fall back silently).
+        if role == Role::Requester && mode == RegMode::FastReg && !dev.caps().fast_reg {
+            return Err(ConnError::Config(
+                crate::core::config::ConfigError::FastRegUnsupported,
+            ));
+        }
         let pd = dev.alloc_pd().map_err(ConnError::Fabric)?;
         let cq = dev.create_cq(sizes.cq_depth).map_err(ConnError::Fabric)?;
         let mk = |name: &'static str, size: u32, count: u32| {

@@ -28,6 +28,11 @@ const _: () = assert!(MAX_WRITE_SINKS == DEFAULT_MAX_CHUNKS as usize);
 /// the PROG_UNAVAIL reply it gets.
 pub const DEFAULT_PROBE_PROGRAM: (u32, u32) = (0x2000_0001, 1);
 
+/// Default of [`ConnConfig::credit_reclaim`]: a call that timed out has this much longer
+/// to be answered (its credit returned) before the connection is declared broken. Long
+/// enough that only a responder which dropped the call, or stalled, reaches it.
+pub const DEFAULT_CREDIT_RECLAIM: Duration = Duration::from_secs(30);
+
 /// Per-thread cache size of the connection's pools: small, so buffers parked in a
 /// cache are a small share of a pool.
 pub const POOL_CACHE: usize = 16;
@@ -97,7 +102,8 @@ impl core::fmt::Display for RegMode {
 
 impl Registration {
     /// The mode this choice means on a device with `caps`. An explicit `FastReg` stays
-    /// `FastReg` even where the device lacks it (setup then fails, loudly).
+    /// `FastReg` even where the device lacks it (connection setup then refuses it with
+    /// [`ConfigError::FastRegUnsupported`]).
     pub fn resolve(self, caps: &DeviceCaps) -> RegMode {
         match self {
             Registration::FastReg => RegMode::FastReg,
@@ -175,6 +181,19 @@ pub struct ConnConfig {
     pub keepalive: Option<Duration>,
     /// How long a probe waits for its reply before the peer is declared dead.
     pub probe_timeout: Duration,
+    /// Requester: how long a call that timed out may keep its credit before the
+    /// connection is declared broken (`CloseReason::CreditsLost`). RFC 8166 §3.3.1
+    /// gives the requester no way to take a credit back while the responder may still
+    /// hold the call, so a credit that never comes back would otherwise shrink the
+    /// window for good, and once all are gone every call waits in the queue forever
+    /// while the keepalive probe, on its reserved credit, keeps reporting the peer
+    /// alive. Counted from the call's deadline. `None` never declares it (the old
+    /// behaviour).
+    pub credit_reclaim: Option<Duration>,
+    /// Seed of the requester's key-tag generator (the variable bits of each
+    /// fast-registration key). `None` draws one from the OS; a fixed seed makes the keys
+    /// reproducible for tests, and predictable to anyone who knows it.
+    pub seed: Option<u64>,
     /// Program and version the probe's NULL call names. Any RPC reply, even
     /// PROG_UNAVAIL, proves the peer alive, but like the Linux client (which sends NULL
     /// to the ULP program, e.g. NFS) set this to the program the connection serves, so
@@ -205,6 +224,8 @@ impl Default for ConnConfig {
             call_timeout: Duration::from_secs(30),
             keepalive: None,
             probe_timeout: Duration::from_secs(5),
+            credit_reclaim: Some(DEFAULT_CREDIT_RECLAIM),
+            seed: None,
             probe_program: DEFAULT_PROBE_PROGRAM,
             hugepages: HugePages::Auto,
         }
@@ -226,6 +247,10 @@ pub enum ConfigError {
     UnknownRegistration,
     /// `max_chunks` above what the responder's tables hold.
     MaxChunks(u32),
+    /// `registration` is `FastReg` but the device has no fast registration
+    /// (`DeviceCaps::fast_reg`): choose `Auto` or `Persistent` (and accept that the
+    /// chunk pools are then exposed to the peer for the connection's life).
+    FastRegUnsupported,
 }
 
 impl core::fmt::Display for ConfigError {
@@ -243,6 +268,11 @@ impl core::fmt::Display for ConfigError {
             ConfigError::UnknownRegistration => {
                 write!(f, "registration must be auto, fastreg or persistent")
             }
+            ConfigError::FastRegUnsupported => write!(
+                f,
+                "registration = fastreg, but the device has no fast registration \
+                 (use auto or persistent)"
+            ),
             ConfigError::MaxChunks(n) => write!(
                 f,
                 "max_chunks = {n} exceeds {}",

@@ -17,6 +17,8 @@ pub mod event;
 pub mod fixed;
 mod mrs;
 pub mod outbox;
+#[doc(hidden)]
+pub mod peer_fuzz;
 pub mod regbuf;
 pub mod requester;
 pub mod responder;

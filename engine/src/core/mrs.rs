@@ -1,6 +1,10 @@
 //! Fast-registration slots of a requester: `P::Mr` handles allocated once at setup,
 //! re-keyed for every chunk they cover, so registering caller memory per RPC is a
 //! FastReg work request and never a system call.
+//!
+//! Each re-key moves a slot to a random generation byte (never its current one) from a
+//! seeded generator, not to the next byte: a peer that saw one key of a slot cannot
+//! name the key the slot gets next. One splitmix64 step per key, no system call.
 
 use super::fixed::IndexStack;
 use crate::fabric::MemoryRegion;
@@ -10,17 +14,38 @@ pub(crate) struct MrTable<M> {
     mrs: Vec<M>,
     free: IndexStack,
     max_len: usize,
+    /// splitmix64 state for the keys' generation bytes.
+    rng: u64,
+}
+
+/// A seed from the OS when the configuration names none (setup path): std's hash keys
+/// are drawn from the OS's random source once per process and stepped per instance.
+pub(crate) fn os_seed() -> u64 {
+    use std::hash::BuildHasher;
+    std::collections::hash_map::RandomState::new().hash_one(0x5eed_u64)
+}
+
+/// One splitmix64 step: the next state and its output.
+#[inline]
+fn splitmix64(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
 }
 
 impl<M: MemoryRegion> MrTable<M> {
-    /// Takes ownership of `mrs` (fast-registration slots of at least `max_len` bytes).
-    pub(crate) fn new(mrs: Vec<M>) -> Self {
+    /// Takes ownership of `mrs` (fast-registration slots of at least `max_len` bytes);
+    /// their keys' generation bytes come from `seed`.
+    pub(crate) fn new(mrs: Vec<M>, seed: u64) -> Self {
         let max_len = mrs.iter().map(|m| m.len()).min().unwrap_or(0);
         let n = mrs.len() as u32;
         MrTable {
             mrs,
             free: IndexStack::full(n),
             max_len,
+            rng: seed,
         }
     }
 
@@ -41,7 +66,10 @@ impl<M: MemoryRegion> MrTable<M> {
     /// Takes a free slot and moves it to a fresh key; returns the slot and the key.
     pub(crate) fn take(&mut self) -> Option<(u32, u32)> {
         let i = self.free.pop()?;
-        self.mrs.get_mut(i as usize).map(|mr| (i, mr.rekey()))
+        let tag = splitmix64(&mut self.rng) as u8;
+        self.mrs
+            .get_mut(i as usize)
+            .map(|mr| (i, mr.rekey_with(tag)))
     }
 
     /// Returns a slot whose key is invalid (locally or remotely invalidated).

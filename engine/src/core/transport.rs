@@ -48,6 +48,14 @@ pub enum CloseReason {
     /// The peer ended the stream with an iWARP Terminate saying why. It replaces the
     /// failed work request or disconnect it caused as the reason.
     PeerTerminated(crate::iwarp::terminate::TerminateReason),
+    /// Calls that timed out kept their credits past `ConnConfig::credit_reclaim`: the
+    /// responder dropped them (or stalled), and RFC 8166 §3.3.1 credits cannot be taken
+    /// back while it may still hold the calls, so the connection cannot go on at full
+    /// window. `held` is how many credits were held by timed-out calls then.
+    CreditsLost {
+        /// Credits held by timed-out calls when the connection was declared broken.
+        held: u32,
+    },
 }
 
 impl fmt::Display for CloseReason {
@@ -60,6 +68,10 @@ impl fmt::Display for CloseReason {
             CloseReason::Local => write!(f, "closed locally"),
             CloseReason::ProtocolViolation(what) => write!(f, "protocol violation: {what}"),
             CloseReason::PeerTerminated(why) => write!(f, "peer terminated the connection: {why}"),
+            CloseReason::CreditsLost { held } => write!(
+                f,
+                "{held} credit(s) held by timed-out calls past the reclaim bound"
+            ),
         }
     }
 }

@@ -1,7 +1,16 @@
 //! The software memory-key table shared by the providers that check keys themselves
 //! (shm, siw, sim): one slot per registration or fast-registration slot, indexed by the
-//! key's upper 24 bits, the low byte being the slot's generation (see
+//! low bits of the key's upper 24 bits, the low byte being the slot's generation (see
 //! [`crate::fabric::mr::make_key`]).
+//!
+//! Keys are not guessable from one another: the slot count is rounded up to a power of
+//! two, and every registration (and fast-registration slot) gets a fresh random
+//! generation byte and random index bits above the slot bits ("tag" bits), from a keyed
+//! generator per table (SipHash of a counter under a per-table secret drawn from the OS,
+//! or under a fixed seed for reproducible tests, [`KeyTable::with_seed`]). A lookup
+//! compares the whole key, so a peer guessing a neighbour of a key it holds (index ±1,
+//! generation ±1, other tag bits) finds nothing: at 16 K slots that is 18 random bits
+//! per key. A slot's new key always differs from its previous one.
 //!
 //! Every byte a provider places or reads is first checked here (valid key, right
 //! protection domain, access, bounds). Checks run on the data path, possibly on another
@@ -16,11 +25,12 @@
 //! [`KeyFault`] to its own completion status or Terminate code.
 
 use core::fmt;
+use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::atomic::{fence, AtomicU16, AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use crate::fabric::error::FabricError;
-use crate::fabric::mr::{key_generation, key_index, make_key, next_key, Access};
+use crate::fabric::mr::{key_generation, key_index, make_key, Access, MAX_KEY_INDEX};
 
 const ALLOCATED: u8 = 1;
 const VALID: u8 = 2;
@@ -94,7 +104,7 @@ impl SlotExtra for () {
 /// What a successful check grants.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Grant<V> {
-    /// The slot's index (the key's upper 24 bits).
+    /// The slot's index (the key's index bits below the tag bits).
     pub index: u32,
     /// Offset of the checked address from the registration's first byte.
     pub rel: u64,
@@ -207,7 +217,8 @@ fn fast_reg_verdict(
     req: (u32, u32, Access, u64),
 ) -> Result<(), KeyFault> {
     let (key, pd, access, len) = req;
-    if flags & ALLOCATED == 0 {
+    // Only the generation byte may move: the index and tag bits are the slot's.
+    if flags & ALLOCATED == 0 || key_index(key) != key_index(cur) {
         Err(KeyFault::UnknownKey)
     } else if flags & FAST == 0 {
         Err(KeyFault::NotFast)
@@ -224,32 +235,91 @@ fn fast_reg_verdict(
     }
 }
 
+/// Where a table's random key bits come from: a keyed PRF (SipHash) of a counter, so
+/// keys already seen say nothing about the next (unlike a plain xorshift, whose state a
+/// few outputs give away). Used on the registration path only.
+enum KeySource {
+    /// Keyed by the process's random hash keys (drawn from the OS).
+    Os(std::collections::hash_map::RandomState),
+    /// Keyed by a fixed seed: reproducible keys for tests.
+    Seeded(u64),
+}
+
+struct KeyRng {
+    source: KeySource,
+    counter: u64,
+}
+
+impl KeyRng {
+    fn next(&mut self) -> u64 {
+        self.counter = self.counter.wrapping_add(1);
+        match &self.source {
+            KeySource::Os(rs) => rs.hash_one(self.counter),
+            KeySource::Seeded(seed) => {
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                (*seed, self.counter).hash(&mut h);
+                h.finish()
+            }
+        }
+    }
+}
+
+/// The free list and the key generator, behind one mutex (setup paths only).
+struct Alloc {
+    free: Vec<u32>,
+    rng: KeyRng,
+}
+
 /// A software memory-key table; `X` is the provider's per-slot data.
 pub(crate) struct KeyTable<X: SlotExtra = ()> {
     slots: Box<[Slot<X>]>,
-    /// Free slot indices; registration and deregistration only.
-    free: Mutex<Vec<u32>>,
+    /// Free slot indices and the key generator; registration and deregistration only.
+    alloc: Mutex<Alloc>,
     /// Indices below this are never issued.
     first: u32,
+    /// Slot bits of a key index (slot count rounded up to a power of two, minus one);
+    /// the index bits above are random tag bits.
+    mask: u32,
 }
 
 impl<X: SlotExtra> KeyTable<X> {
-    /// A table of `cap` slots, indices from 0.
+    /// A table of `cap` slots, indices from 0, keys drawn under a secret from the OS.
     pub(crate) fn new(cap: u32) -> Self {
         Self::with_first_index(cap, 0)
+    }
+
+    /// A table of `cap` slots whose keys come from `seed`: the same sequence of
+    /// registrations gets the same keys (tests, simulation). `None` is [`new`](Self::new).
+    #[cfg(test)]
+    pub(crate) fn with_seed(cap: u32, seed: Option<u64>) -> Self {
+        Self::build(cap, 0, seed)
     }
 
     /// A table of `cap` slots whose indices start at `first` (sim keeps slot 0 unused so
     /// no valid key is below 256).
     pub(crate) fn with_first_index(cap: u32, first: u32) -> Self {
-        let end = first
-            .saturating_add(cap)
-            .min(crate::fabric::mr::MAX_KEY_INDEX + 1);
+        Self::build(cap, first, None)
+    }
+
+    /// [`with_first_index`](Self::with_first_index) with keys from `seed` (see
+    /// [`with_seed`](Self::with_seed)).
+    pub(crate) fn build(cap: u32, first: u32, seed: Option<u64>) -> Self {
+        let end = first.saturating_add(cap).min(MAX_KEY_INDEX + 1);
+        let mask = end.max(1).next_power_of_two().min(MAX_KEY_INDEX + 1) - 1;
+        let source = match seed {
+            Some(s) => KeySource::Seeded(s),
+            None => KeySource::Os(std::collections::hash_map::RandomState::new()),
+        };
         KeyTable {
             slots: (0..end).map(|_| Slot::default()).collect(),
-            // Low indices first, so keys stay small and readable in captures.
-            free: Mutex::new((first..end).rev().collect()),
+            alloc: Mutex::new(Alloc {
+                // Low indices first, so slot numbers stay small in captures (the tag
+                // and generation bits are what make keys unguessable).
+                free: (first..end).rev().collect(),
+                rng: KeyRng { source, counter: 0 },
+            }),
             first,
+            mask,
         }
     }
 
@@ -262,23 +332,48 @@ impl<X: SlotExtra> KeyTable<X> {
     fn slot(&self, key: u32) -> Result<&Slot<X>, KeyFault> {
         // Slots below `first` exist but are never allocated, so every check of them
         // fails as an unknown key without a test here on the data path.
+        // The tag bits above the mask pick no slot; the whole key is compared against
+        // the slot's current one afterwards.
         self.slots
-            .get(key_index(key) as usize)
+            .get((key_index(key) & self.mask) as usize)
             .ok_or(KeyFault::UnknownKey)
     }
 
-    fn take_free(&self) -> Result<u32, FabricError> {
-        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
-        free.pop().ok_or(FabricError::Exhausted {
-            what: "memory registration slots",
-            max: self.capacity(),
-        })
+    /// The slot index a key names (its index bits below the random tag bits).
+    #[inline]
+    pub(crate) fn slot_index(&self, key: u32) -> u32 {
+        key_index(key) & self.mask
     }
 
-    /// Fills free slot `idx` under its next generation; returns the key.
+    /// Takes a free slot; returns its index and random bits for its next key.
+    fn take_free(&self) -> Result<(u32, u64), FabricError> {
+        let mut a = self.alloc.lock().unwrap_or_else(|e| e.into_inner());
+        let idx = a.free.pop().ok_or(FabricError::Exhausted {
+            what: "memory registration slots",
+            max: self.capacity(),
+        })?;
+        Ok((idx, a.rng.next()))
+    }
+
+    /// Slot `idx`'s next key from random bits `r`: random tag bits above the slot bits,
+    /// a random generation byte, never the slot's previous key.
+    fn fresh_key(&self, idx: u32, prev: u32, r: u64) -> u32 {
+        let tag = (r as u32 >> 8) & MAX_KEY_INDEX & !self.mask;
+        let key = make_key(tag | idx, r as u8);
+        if key == prev {
+            // One chance in 2^(8 + tag bits): step the generation instead.
+            make_key(tag | idx, (r as u8).wrapping_add(1))
+        } else {
+            key
+        }
+    }
+
+    /// Fills free slot `idx` under a fresh key from random bits `r`; returns the key.
+    #[allow(clippy::too_many_arguments)]
     fn fill(
         &self,
         idx: u32,
+        r: u64,
         pd: u32,
         access: Access,
         flags: u8,
@@ -288,8 +383,8 @@ impl<X: SlotExtra> KeyTable<X> {
         let (start, len, max_len) = range;
         let s = &self.slots[idx as usize];
         let was = s.begin();
-        // The slot's previous keys stay dead: the generation moves on.
-        let key = make_key(idx, key_generation(next_key(s.key())));
+        // The slot's previous keys stay dead: the new key differs from the last.
+        let key = self.fresh_key(idx, s.key(), r);
         s.set_ident(key, pd);
         s.start.store(start, Ordering::Relaxed);
         s.len.store(len, Ordering::Relaxed);
@@ -310,8 +405,16 @@ impl<X: SlotExtra> KeyTable<X> {
         len: u64,
         extra: X::Value,
     ) -> Result<(u32, u32), FabricError> {
-        let idx = self.take_free()?;
-        let key = self.fill(idx, pd, access, ALLOCATED | VALID, (start, len, len), extra);
+        let (idx, r) = self.take_free()?;
+        let key = self.fill(
+            idx,
+            r,
+            pd,
+            access,
+            ALLOCATED | VALID,
+            (start, len, len),
+            extra,
+        );
         Ok((idx, key))
     }
 
@@ -319,9 +422,10 @@ impl<X: SlotExtra> KeyTable<X> {
     /// unmapped (its key is [`KeyFault::Invalid`] until a fast registration); returns
     /// slot index and key.
     pub(crate) fn alloc_fast(&self, pd: u32, max_len: u64) -> Result<(u32, u32), FabricError> {
-        let idx = self.take_free()?;
+        let (idx, r) = self.take_free()?;
         let key = self.fill(
             idx,
+            r,
             pd,
             Access::NONE,
             ALLOCATED | FAST,
@@ -343,13 +447,14 @@ impl<X: SlotExtra> KeyTable<X> {
         let was = s.begin();
         let allocated = s.flags() & ALLOCATED != 0;
         if allocated {
-            s.set_ident(next_key(s.key()), s.pd());
+            // Not allocated: every key of the slot is unknown until it is filled again
+            // under a fresh key (which differs from the one kept here).
             s.set_meta(Access::NONE, 0);
         }
         s.end(was);
         if allocated {
-            let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
-            free.push(idx);
+            let mut a = self.alloc.lock().unwrap_or_else(|e| e.into_inner());
+            a.free.push(idx);
         }
     }
 
@@ -403,7 +508,7 @@ impl<X: SlotExtra> KeyTable<X> {
             return Err(KeyFault::Bounds);
         }
         Ok(Grant {
-            index: key_index(key),
+            index: self.slot_index(key),
             rel,
             extra: v.extra,
         })
@@ -518,6 +623,7 @@ impl<X: SlotExtra> KeyTable<X> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fabric::mr::next_key;
 
     /// Data like shm's: which arena, and where in it.
     #[derive(Default)]
@@ -620,7 +726,7 @@ mod tests {
         let (idx2, k2) = t.register(1, Access::NONE, 0x1000, 10, ()).unwrap();
         assert_eq!(idx, idx2);
         assert_ne!(k1, k2);
-        assert_eq!(key_index(k1), key_index(k2));
+        assert_eq!(t.slot_index(k1), t.slot_index(k2));
         assert!(t.check(k2, 1, Access::NONE, 0x1000, 10).is_ok());
         assert!(t.register(1, Access::NONE, 0, 1, ()).is_err(), "freed once");
     }
@@ -766,6 +872,85 @@ mod tests {
             t.check(k2, 1, Access::NONE, 0x1000, 1),
             Err(KeyFault::Bounds)
         );
+    }
+
+    fn keys_of(t: &KeyTable, n: usize) -> Vec<u32> {
+        (0..n)
+            .map(|_| t.register(1, RW, 0, 8, ()).unwrap().1)
+            .collect()
+    }
+
+    #[test]
+    fn tables_with_different_seeds_issue_different_keys_and_a_seed_repeats() {
+        let a = keys_of(&KeyTable::with_seed(64, Some(1)), 16);
+        let b = keys_of(&KeyTable::with_seed(64, Some(2)), 16);
+        let a2 = keys_of(&KeyTable::with_seed(64, Some(1)), 16);
+        let os = keys_of(&KeyTable::new(64), 16);
+        assert_eq!(a, a2, "same seed, same keys");
+        assert!(a.iter().zip(&b).all(|(x, y)| x != y), "{a:x?} {b:x?}");
+        assert!(a.iter().zip(&os).any(|(x, y)| x != y));
+        // Not `index << 8 | 0`: generation and tag bits vary.
+        let t = KeyTable::with_seed(64, Some(1));
+        let gens: std::collections::HashSet<u8> =
+            keys_of(&t, 64).iter().map(|&k| key_generation(k)).collect();
+        assert!(gens.len() > 16, "{gens:?}");
+        let tags: std::collections::HashSet<u32> =
+            a.iter().map(|&k| key_index(k) & !t.mask).collect();
+        assert!(tags.len() > 8, "tag bits vary: {tags:x?}");
+    }
+
+    #[test]
+    fn reusing_a_slot_rotates_its_key_unpredictably() {
+        let t: KeyTable = KeyTable::with_seed(1, Some(7));
+        let mut seen = std::collections::HashSet::new();
+        let mut prev = None;
+        for _ in 0..256 {
+            let (idx, k) = t.register(1, RW, 0, 8, ()).unwrap();
+            assert_ne!(Some(k), prev, "a reused slot never gets its previous key");
+            assert!(t.check(k, 1, Access::NONE, 0, 8).is_ok());
+            if let Some(p) = prev {
+                assert_eq!(t.check(p, 1, Access::NONE, 0, 8), Err(KeyFault::UnknownKey));
+                assert_ne!(k, make_key(key_index(p), key_generation(p).wrapping_add(1)));
+            }
+            seen.insert(k);
+            prev = Some(k);
+            t.release(idx);
+        }
+        // 32 random bits per key at one slot: no repeats in 256 reuses.
+        assert_eq!(seen.len(), 256);
+        // Fast-registration slots too.
+        let (idx, f1) = t.alloc_fast(1, 8).unwrap();
+        t.release(idx);
+        let (_, f2) = t.alloc_fast(1, 8).unwrap();
+        assert_ne!(f1, f2);
+    }
+
+    #[test]
+    fn neighbours_of_a_key_are_unknown() {
+        let t: KeyTable = KeyTable::with_seed(16, Some(3));
+        let keys = keys_of(&t, 16);
+        let live: std::collections::HashSet<u32> = keys.iter().copied().collect();
+        for &k in &keys {
+            let (i, g) = (key_index(k), key_generation(k));
+            let guesses = [
+                make_key(i.wrapping_add(1) & MAX_KEY_INDEX, g),
+                make_key(i.wrapping_sub(1) & MAX_KEY_INDEX, g),
+                make_key(i, g.wrapping_add(1)),
+                make_key(i, g.wrapping_sub(1)),
+                make_key(i ^ (t.mask + 1), g),
+                make_key(i & t.mask, g),
+            ];
+            for guess in guesses {
+                if live.contains(&guess) {
+                    continue;
+                }
+                assert_eq!(
+                    t.check(guess, 1, Access::NONE, 0, 1),
+                    Err(KeyFault::UnknownKey),
+                    "guess {guess:#x} next to {k:#x}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -4,6 +4,12 @@
 //! Keys are `index << 8 | generation`, as in verbs fast registration: the index names a
 //! slot in the device's registration table and the low byte changes every time the slot
 //! is re-registered, so a key handed out for one RPC is dead once the slot moves on.
+//!
+//! Neither part is predictable: the software key table ([`super::keytable`]) draws the
+//! generation byte, and the index bits above its slot count, from a keyed random source
+//! at every registration, and a requester's core moves each fast-registration key to a
+//! random generation byte ([`retag_key`]) rather than the next one, so a peer holding
+//! one key learns nothing about its neighbours or its successor.
 
 use core::fmt;
 
@@ -100,6 +106,19 @@ pub const fn next_key(key: u32) -> u32 {
     make_key(key_index(key), key_generation(key).wrapping_add(1))
 }
 
+/// The key a fast-registration slot moves to when re-keyed with random byte `tag`: same
+/// index, generation `tag`, or the one after when `tag` is the current generation (the
+/// key must change, or a peer holding the old key could reach the new mapping).
+#[inline]
+pub const fn retag_key(key: u32, tag: u8) -> u32 {
+    let generation = if tag == key_generation(key) {
+        tag.wrapping_add(1)
+    } else {
+        tag
+    };
+    make_key(key_index(key), generation)
+}
+
 /// Implements [`MemoryRegion`](super::MemoryRegion) for a software provider's
 /// registration handle (shm, siw, sim) with fields `key: u32`, `addr: u64`, `len: usize`
 /// and `fast: bool`: one key serves as both local and remote key, and a fast-registration
@@ -129,6 +148,13 @@ macro_rules! soft_memory_region {
                 }
                 self.key
             }
+
+            fn rekey_with(&mut self, tag: u8) -> u32 {
+                if self.fast {
+                    self.key = $crate::fabric::mr::retag_key(self.key, tag);
+                }
+                self.key
+            }
         }
     };
 }
@@ -147,6 +173,14 @@ mod tests {
         assert_eq!(key_index(n), 0x12_3456);
         assert_eq!(key_generation(n), 0);
         assert_ne!(n, k);
+    }
+
+    #[test]
+    fn retagging_keeps_the_index_and_always_changes_the_key() {
+        let k = make_key(0x42, 7);
+        assert_eq!(retag_key(k, 0x99), make_key(0x42, 0x99));
+        assert_eq!(retag_key(k, 7), make_key(0x42, 8), "same tag: moved on");
+        assert_eq!(retag_key(make_key(1, 0xff), 0xff), make_key(1, 0));
     }
 
     #[test]

@@ -108,6 +108,15 @@ pub trait MemoryRegion {
     /// next generation byte, as `ib_update_fast_reg_key`) and returns it; the next
     /// FastReg work request must carry it. Other registrations keep their key.
     fn rekey(&mut self) -> u32;
+    /// Like [`rekey`](Self::rekey), but to generation byte `tag` (the one after when
+    /// `tag` is the current one: the key always changes), so the successor of a key
+    /// the peer saw is not guessable. The requester core calls this with bytes from its
+    /// seeded generator (`ConnConfig::seed`). The default ignores `tag` and steps the
+    /// generation, for handles whose provider picks keys itself.
+    fn rekey_with(&mut self, tag: u8) -> u32 {
+        let _ = tag;
+        self.rekey()
+    }
 }
 
 /// A completion queue, polled by its owner.

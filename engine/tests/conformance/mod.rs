@@ -1212,7 +1212,29 @@ pub enum BadKey {
     BeforeStart,
     /// Longer than the registration.
     TooLong,
+    /// A guess next to a real key: the slot index below, same generation (where the
+    /// target's own whole-arena registration lives, when keys are predictable).
+    IndexBelow,
+    /// A guess next to a real key: the slot index above, same generation.
+    IndexAbove,
+    /// A guess next to a real key: the previous generation of the same slot.
+    GenerationBelow,
+    /// A guess next to a real key: the top index bit flipped (a tag bit, where the
+    /// table has fewer slots than the index can name).
+    TagFlipped,
+    /// A guess next to a real key: the index bits above the lowest 8 cleared (the key
+    /// the slot would have without random tag bits).
+    TagCleared,
 }
+
+/// Guesses a peer holding one key can make about its neighbours.
+const GUESSES: [BadKey; 5] = [
+    BadKey::IndexBelow,
+    BadKey::IndexAbove,
+    BadKey::GenerationBelow,
+    BadKey::TagFlipped,
+    BadKey::TagCleared,
+];
 
 const REGION: usize = 4096;
 const REGION_AT: usize = 65536;
@@ -1318,6 +1340,20 @@ fn bad_remote<F: Fixture>(
             let r = at(&mr, 0);
             keep.push(mr);
             (r, REGION + 1)
+        }
+        guess => {
+            let mr = reg(p, right);
+            let mut r = at(&mr, 0);
+            let (i, g) = (key_index(r.rkey), key_generation(r.rkey));
+            r.rkey = match guess {
+                BadKey::IndexBelow => make_key(i.wrapping_sub(1) & MAX_KEY_INDEX, g),
+                BadKey::IndexAbove => make_key((i + 1) & MAX_KEY_INDEX, g),
+                BadKey::GenerationBelow => make_key(i, g.wrapping_sub(1)),
+                BadKey::TagFlipped => r.rkey ^ 0x8000_0000,
+                _ => make_key(i & 0xff, g),
+            };
+            keep.push(mr);
+            (r, 8)
         }
     }
 }
@@ -1446,6 +1482,18 @@ fn bad_keys<F: Fixture>(write: bool) -> impl Iterator<Item = BadKey> {
         BadKey::NoAccess => write || caps.read_checks_access,
         _ => true,
     })
+}
+
+/// Keys next to a real one (index ±1, the previous generation, other tag bits) fail RDMA
+/// Writes and Reads without touching a byte: keys are not guessable from one another.
+/// For the software providers (shm, siw, sim), whose key tables draw the generation and
+/// tag bits at random; not part of `conformance_tests!`, as hardware keys need not be.
+pub fn rdma_with_neighbouring_keys_fails<F: Fixture>() {
+    for write in [true, false] {
+        for guess in GUESSES {
+            remote_access_fails::<F>(guess, write);
+        }
+    }
 }
 
 /// Every kind of bad key fails an RDMA Write without writing a byte.

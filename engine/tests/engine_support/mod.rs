@@ -33,6 +33,8 @@ pub const PROC_GARBAGE: u32 = 4;
 pub const PROC_SUM_ITEMS: u32 = 5;
 /// Return two DDP-eligible results of the given lengths (arguments: u32 a, u32 b).
 pub const PROC_TWO_RESULTS: u32 = 6;
+/// Answer nothing (`ReplyWriter::no_reply`): the call keeps its credit.
+pub const PROC_DROP: u32 = 7;
 
 /// Bytes of the RPC call header the helpers write (AUTH_NONE both).
 pub const CALL_HDR: usize = 40;
@@ -393,6 +395,10 @@ impl Service for TestService {
                 w.put(&opaque(&pattern(n, 7))).map_err(over)
             }
             PROC_GARBAGE => Err(ServiceError::GarbageArgs),
+            PROC_DROP => {
+                w.no_reply();
+                Ok(())
+            }
             PROC_SUM_ITEMS => {
                 reply_header(w, xid)?;
                 w.put_u32(call.ddp_items().len() as u32).map_err(over)?;

@@ -93,6 +93,20 @@ pub struct RequesterStats {
     pub recv_starved: u64,
     /// Work requests the outbox refused (zero unless its sizing invariant broke).
     pub outbox_overflows: u64,
+    /// Calls that timed out and still hold their credit now (no reply yet): each is a
+    /// credit the window lacks until a late reply or the end of the connection.
+    pub timed_out_holding_credit: u64,
+    /// Credits given up for lost when the connection was declared broken for them
+    /// ([`CloseReason::CreditsLost`]).
+    pub credits_lost: u64,
+    /// Times the connection was declared broken because timed-out calls held credits
+    /// past `ConnConfig::credit_reclaim` (at most one per connection).
+    pub credit_loss_disconnects: u64,
+    /// True when chunks advertise persistent registrations ([`RegMode::Persistent`]:
+    /// the chunk pools are reachable by the peer for the connection's life), false for
+    /// per-RPC fast registration. `Registration::Auto` picks persistent on devices
+    /// without fast registration; this is how operators see it.
+    pub persistent_registration: bool,
 }
 
 /// A call waiting for resources.
@@ -134,6 +148,7 @@ struct Params {
     call_timeout: core::time::Duration,
     keepalive: Option<core::time::Duration>,
     probe_timeout: core::time::Duration,
+    credit_reclaim: Option<core::time::Duration>,
     probe_program: (u32, u32),
     limits: Limits,
     /// `ConnConfig::max_chunks`: DDP Read chunks and Write chunks allowed per call.
@@ -207,7 +222,7 @@ impl<M: MemoryRegion> RequesterCore<M> {
             .private_data_for(mode)
             .map_err(|e| CoreError::Config(crate::core::config::ConfigError::InlineSize(e)))?;
         let sizes: Sizes = cfg.sizes(Role::Requester);
-        let mrs = MrTable::new(mrs);
+        let mrs = MrTable::new(mrs, cfg.seed.unwrap_or_else(super::mrs::os_seed));
         let max_chunk = match mode {
             RegMode::FastReg => mrs.max_len(),
             RegMode::Persistent => cfg.large_buf_size as usize,
@@ -237,6 +252,7 @@ impl<M: MemoryRegion> RequesterCore<M> {
                 call_timeout: cfg.call_timeout,
                 keepalive: cfg.keepalive,
                 probe_timeout: cfg.probe_timeout,
+                credit_reclaim: cfg.credit_reclaim,
                 probe_program: cfg.probe_program,
                 limits: cfg.limits,
                 max_chunks: cfg.max_chunks as usize,
@@ -306,7 +322,42 @@ impl<M: MemoryRegion> RequesterCore<M> {
         let mut s = self.stats;
         s.recv_starved = self.t.recvs.starved;
         s.outbox_overflows = self.t.outbox_overflows;
+        s.timed_out_holding_credit = self.timed_out_holding_credit() as u64;
+        s.persistent_registration = self.mode == RegMode::Persistent;
         s
+    }
+
+    /// Calls that timed out and still hold a credit.
+    fn timed_out_holding_credit(&self) -> u32 {
+        self.slots
+            .iter()
+            .filter(|s| {
+                s.phase == Phase::Active && !s.is_probe && s.holds_credit && s.answer.is_some()
+            })
+            .count() as u32
+    }
+
+    /// When a timed-out call holding its credit makes the connection broken: its deadline
+    /// plus the reclaim bound (None when no bound is set).
+    fn reclaim_deadline(&self, slot: usize) -> Option<Instant> {
+        let s = &self.slots[slot];
+        match (self.params.credit_reclaim, s.deadline) {
+            (Some(r), Some(d)) if s.holds_credit && !s.is_probe => d.checked_add(r),
+            _ => None,
+        }
+    }
+
+    /// Declares the connection broken: timed-out calls held credits past the bound.
+    #[cold]
+    fn credits_lost(&mut self) {
+        let held = self.timed_out_holding_credit();
+        self.stats.credits_lost += u64::from(held);
+        self.stats.credit_loss_disconnects += 1;
+        let reason = CloseReason::CreditsLost { held };
+        let _ = self
+            .events
+            .push_back(ConnEvent::DisconnectRequested(reason));
+        self.fail(reason);
     }
 
     /// Calls queued for resources.
@@ -662,9 +713,19 @@ impl<M: MemoryRegion> RequesterCore<M> {
             }
         }
         self.credits.set_waiting(self.queue.len() as u32);
+        let mut past_reclaim = false;
         for i in 0..self.slots.len() {
             let s = &self.slots[i];
-            if s.phase != Phase::Active || s.answer.is_some() {
+            if s.phase != Phase::Active {
+                continue;
+            }
+            if s.answer.is_some() {
+                // Timed out (or answered and invalidating): a credit still held waits
+                // for its late reply only until the reclaim bound.
+                match self.reclaim_deadline(i) {
+                    Some(r) if r <= now => past_reclaim = true,
+                    r => self.note_deadline(r),
+                }
                 continue;
             }
             match s.deadline {
@@ -684,9 +745,18 @@ impl<M: MemoryRegion> RequesterCore<M> {
                         [0; MAX_WRITE_SINKS],
                         None,
                     );
+                    if self.slots[i].phase == Phase::Active {
+                        match self.reclaim_deadline(i) {
+                            Some(r) if r <= now => past_reclaim = true,
+                            r => self.note_deadline(r),
+                        }
+                    }
                 }
                 d => self.note_deadline(d),
             }
+        }
+        if past_reclaim && self.t.is_open() {
+            self.credits_lost();
         }
     }
 

@@ -153,7 +153,7 @@ impl MrTable {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fabric::mr::{key_index, make_key, next_key};
+    use crate::fabric::mr::{make_key, next_key};
 
     fn m(len: u64) -> Mapping {
         Mapping {
@@ -227,7 +227,7 @@ mod tests {
         );
         t.release(idx);
         let (idx2, k2) = t.register(1, Access::NONE, &m(10)).unwrap();
-        assert_eq!((idx2, key_index(k2)), (idx, key_index(plain)));
+        assert_eq!((idx2, t.0.slot_index(k2)), (idx, t.0.slot_index(plain)));
         assert_ne!(k2, plain);
     }
 }

@@ -14,7 +14,7 @@ use rpcrdma_pools::Arena;
 use super::config::SIM_MAX_SGE;
 use crate::fabric::error::FabricError;
 use crate::fabric::keytable::{KeyFault, KeyTable};
-use crate::fabric::mr::{key_index, Access, MAX_KEY_INDEX};
+use crate::fabric::mr::{Access, MAX_KEY_INDEX};
 use crate::fabric::types::Sge;
 
 /// Resolved memory: up to [`SIM_MAX_SGE`] pointer ranges, each checked.
@@ -67,12 +67,12 @@ impl fmt::Debug for MrTable {
 }
 
 impl MrTable {
-    pub(super) fn new(max: usize) -> Self {
+    pub(super) fn new(max: usize, seed: Option<u64>) -> Self {
         let max = u32::try_from(max)
             .unwrap_or(MAX_KEY_INDEX)
             .min(MAX_KEY_INDEX);
         MrTable {
-            keys: KeyTable::with_first_index(max, 1),
+            keys: KeyTable::build(max, 1, seed),
             arenas: Vec::new(),
         }
     }
@@ -125,7 +125,7 @@ impl MrTable {
 
     /// Deregisters the slot of `key` (its handle was dropped).
     pub(super) fn release(&mut self, key: u32) {
-        let index = key_index(key);
+        let index = self.keys.slot_index(key);
         self.keys.release(index);
         self.set_arena(index, None);
     }
@@ -199,7 +199,7 @@ impl MrTable {
             |_| (),
         )?;
         let arena = self.arenas.get(under.index as usize).cloned().flatten();
-        self.set_arena(key_index(key), arena);
+        self.set_arena(self.keys.slot_index(key), arena);
         Ok(())
     }
 
@@ -207,7 +207,7 @@ impl MrTable {
     pub(super) fn invalidate(&mut self, pd: u32, key: u32) -> Result<(), KeyFault> {
         self.keys.invalidate(key, pd)?;
         // The mapping's memory is no longer reachable through this slot; let it go.
-        self.set_arena(key_index(key), None);
+        self.set_arena(self.keys.slot_index(key), None);
         Ok(())
     }
 }
@@ -244,7 +244,7 @@ pub(super) fn copy_segments(src: &Segments, dst: &Segments) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fabric::mr::{key_index, next_key};
+    use crate::fabric::mr::next_key;
     use rpcrdma_pools::{ArenaOptions, HugePages};
 
     fn arena() -> Arc<Arena> {
@@ -256,7 +256,7 @@ mod tests {
     fn keys_resolve_only_within_bounds_domain_and_rights() {
         let a = arena();
         let base = a.base() as u64;
-        let mut t = MrTable::new(16);
+        let mut t = MrTable::new(16, None);
         let k = t.register(1, &a, 100, 200, Access::LOCAL_WRITE).unwrap();
         let ok =
             |t: &MrTable, key, pd, addr, len, need| t.resolve(key, pd, addr, len, need).is_some();
@@ -287,7 +287,7 @@ mod tests {
     fn a_reused_slot_moves_to_a_new_generation() {
         let a = arena();
         let base = a.base() as u64;
-        let mut t = MrTable::new(1);
+        let mut t = MrTable::new(1, None);
         let k1 = t.register(1, &a, 0, 64, Access::ALL).unwrap();
         assert!(matches!(
             t.register(1, &a, 0, 64, Access::ALL),
@@ -295,7 +295,7 @@ mod tests {
         ));
         t.release(k1);
         let k2 = t.register(1, &a, 0, 64, Access::ALL).unwrap();
-        assert_eq!(key_index(k1), key_index(k2));
+        assert_eq!(t.keys.slot_index(k1), t.keys.slot_index(k2));
         assert_ne!(k1, k2);
         assert!(t.resolve(k1, 1, base, 1, Access::NONE).is_none());
         assert!(t.resolve(k2, 1, base, 1, Access::NONE).is_some());
@@ -309,7 +309,7 @@ mod tests {
     fn fast_slot_maps_invalidates_and_needs_fresh_keys() {
         let a = arena();
         let base = a.base() as u64;
-        let mut t = MrTable::new(16);
+        let mut t = MrTable::new(16, None);
         let plain = t.register(1, &a, 0, 4096, Access::LOCAL_WRITE).unwrap();
         let k0 = t.alloc_fast(1, 1024).unwrap();
         assert!(
@@ -391,7 +391,7 @@ mod tests {
     fn copies_cross_uneven_segment_boundaries() {
         let a = arena();
         let base = a.base() as u64;
-        let mut t = MrTable::new(4);
+        let mut t = MrTable::new(4, None);
         let k = t.register(1, &a, 0, 8192, Access::LOCAL_WRITE).unwrap();
         for i in 0..100u8 {
             // SAFETY: inside the 8 KiB arena.

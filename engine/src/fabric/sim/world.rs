@@ -230,7 +230,8 @@ impl WorldState {
             next_conn: 1,
             next_device: 1,
             next_pd: 1,
-            mrs: MrTable::new(cfg.caps.max_mr as usize),
+            // Keys from the network's seed: the same seed gives the same keys.
+            mrs: MrTable::new(cfg.caps.max_mr as usize, Some(cfg.seed)),
             cqs: Slab::new(),
             qps: Slab::new(),
             cms: Slab::new(),

@@ -17,7 +17,7 @@ use rdma_sys::{
 };
 use rpcrdma_pools::Arena;
 
-use crate::fabric::mr::{key_index, next_key};
+use crate::fabric::mr::{key_index, next_key, retag_key};
 use crate::fabric::provider::{MemoryRegion, ProtectionDomain};
 use crate::fabric::{Access, FabricError};
 
@@ -240,6 +240,21 @@ impl MemoryRegion for VerbsMr {
             }
             Kind::Window { key, .. } => {
                 *key = next_key(*key);
+                *key
+            }
+        }
+    }
+
+    fn rekey_with(&mut self, tag: u8) -> u32 {
+        match &mut self.kind {
+            Kind::Region { mr, .. } => {
+                // SAFETY: the MR is live while the handle is.
+                unsafe { (**mr).rkey }
+            }
+            Kind::Window { key, .. } => {
+                // The low byte is the consumer-owned part of the key (as ibv_inc_rkey
+                // moves it); the rest is the device's.
+                *key = retag_key(*key, tag);
                 *key
             }
         }
