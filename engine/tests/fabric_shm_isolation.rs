@@ -293,3 +293,26 @@ fn protection_domain_ids_are_reused() {
     }
     assert_eq!(dev.live_pds(), 1);
 }
+
+/// Memory keys come from the device's `key_seed` when one is given (reproducible runs),
+/// and from an OS secret otherwise: two devices without a seed do not hand out the same
+/// key sequence, two with one seed do.
+#[test]
+fn memory_keys_follow_the_key_seed() {
+    use rpcrdma::fabric::{Access, MemoryRegion, ProtectionDomain};
+    let keys = |seed: Option<u64>| -> Vec<u32> {
+        let dev = ShmDevice::with_config(ShmConfig {
+            key_seed: seed,
+            ..ShmConfig::default()
+        })
+        .unwrap();
+        let pd = dev.alloc_pd().unwrap();
+        let arena = shm_support::arena(1 << 16);
+        (0..8)
+            .map(|_| pd.reg_arena(&arena, Access::ALL).unwrap().rkey())
+            .collect()
+    };
+    assert_eq!(keys(Some(7)), keys(Some(7)));
+    assert_ne!(keys(Some(7)), keys(Some(8)));
+    assert_ne!(keys(None), keys(None));
+}

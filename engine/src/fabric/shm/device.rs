@@ -43,6 +43,10 @@ pub struct ShmConfig {
     pub max_peer_arena_len: u64,
     /// Most bytes of arenas one peer connection may announce in all.
     pub max_peer_bytes: u64,
+    /// Where memory keys come from: `None` (the default) draws them under a secret from
+    /// the OS, so peers cannot predict them; a seed makes them reproducible (tests,
+    /// traces to compare).
+    pub key_seed: Option<u64>,
 }
 
 impl Default for ShmConfig {
@@ -57,6 +61,7 @@ impl Default for ShmConfig {
             handshake_timeout: Duration::from_secs(5),
             max_peer_arena_len: 4 << 30,
             max_peer_bytes: 16 << 30,
+            key_seed: None,
         }
     }
 }
@@ -241,7 +246,7 @@ impl DeviceShared {
         DeviceShared {
             id: NEXT_DEVICE.fetch_add(1, Ordering::Relaxed),
             cfg,
-            table: MrTable::new(cfg.max_mr),
+            table: MrTable::new(cfg.max_mr, cfg.key_seed),
             pd_ids: Mutex::new(PdIds {
                 free: Vec::new(),
                 next: 1,

@@ -72,9 +72,9 @@ impl Mapping {
 pub(crate) struct MrTable(KeyTable<Where>);
 
 impl MrTable {
-    /// A table of `cap` slots.
-    pub(crate) fn new(cap: u32) -> MrTable {
-        MrTable(KeyTable::new(cap))
+    /// A table of `cap` slots whose keys come from `seed` (`None`: a secret from the OS).
+    pub(crate) fn new(cap: u32, seed: Option<u64>) -> MrTable {
+        MrTable(KeyTable::build(cap, 0, seed))
     }
 
     /// Number of slots.
@@ -166,7 +166,7 @@ mod tests {
 
     #[test]
     fn lookup_says_where_the_bytes_live_and_refuses_like_the_shared_table() {
-        let t = MrTable::new(4);
+        let t = MrTable::new(4, None);
         let (_, key) = t
             .register(1, Access::LOCAL_WRITE | Access::REMOTE_READ, &m(50))
             .unwrap();
@@ -198,7 +198,7 @@ mod tests {
 
     #[test]
     fn fast_slots_take_the_mapping_place_and_invalidate() {
-        let t = MrTable::new(2);
+        let t = MrTable::new(2, None);
         let (idx, plain) = t.register(1, Access::ALL, &m(10)).unwrap();
         let (_, k0) = t.alloc_fast(1, 64).unwrap();
         let k1 = next_key(k0);
