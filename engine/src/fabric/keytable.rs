@@ -328,6 +328,13 @@ impl<X: SlotExtra> KeyTable<X> {
         self.slots.len() - self.first as usize
     }
 
+    /// Slots issued and not released (registrations and fast-registration slots in use).
+    /// Takes the allocation lock: for counters and tests, not the data path.
+    pub(crate) fn in_use(&self) -> usize {
+        let alloc = self.alloc.lock().unwrap_or_else(|e| e.into_inner());
+        self.capacity() - alloc.free.len()
+    }
+
     #[inline]
     fn slot(&self, key: u32) -> Result<&Slot<X>, KeyFault> {
         // Slots below `first` exist but are never allocated, so every check of them

@@ -583,7 +583,7 @@ impl Conn {
         let mut reads = 0;
         while self.readable && reads < READ_BUDGET {
             reads += 1;
-            let direct = self.engine.as_ref().and_then(Engine::direct_target);
+            let direct = self.engine.as_ref().and_then(|e| e.direct_target(ctx.keys));
             let limit = if self.engine.as_ref().is_some_and(Engine::expects_bulk) {
                 DIRECT_TAIL
             } else {

@@ -1,11 +1,10 @@
 //! The siw device: the key table, the arenas registered memory lives in, and the
 //! progress engine every object of the device drives.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use crossbeam_queue::SegQueue;
-use rpcrdma_pools::Arena;
 
 use super::claim::Claim;
 use super::cm::SiwCm;
@@ -24,9 +23,6 @@ use crate::fabric::types::DeviceCaps;
 use crate::iwarp::mpa::MAX_IRD_ORD;
 
 static NEXT_DEVICE: AtomicU64 = AtomicU64::new(1);
-
-/// Most distinct arenas one device registers memory in.
-const MAX_ARENAS: usize = 1024;
 
 /// An object whose handle was dropped; the engine forgets it at its next progress (a
 /// handle cannot wait for the claim in `drop`).
@@ -47,9 +43,9 @@ pub(crate) struct DeviceShared {
     pub(crate) id: u64,
     pub(crate) cfg: SiwConfig,
     pub(crate) keys: KeyTable,
-    /// Every arena memory was registered in, kept mapped for the device's life so that
-    /// an address that passed a key check stays valid while a transfer uses it.
-    arenas: Mutex<Vec<Arc<Arena>>>,
+    /// Arenas held by live protection domains (each domain keeps its own list; see
+    /// [`PdMemory`](super::mr::PdMemory)).
+    pub(crate) live_arenas: Arc<AtomicUsize>,
     next_pd: AtomicU32,
     next_qp: AtomicU32,
     pub(crate) driver: Claim<Driver>,
@@ -66,22 +62,6 @@ impl std::fmt::Debug for DeviceShared {
 }
 
 impl DeviceShared {
-    /// Keeps `arena` mapped for the device's life.
-    pub(crate) fn keep_arena(&self, arena: &Arc<Arena>) -> Result<(), FabricError> {
-        let mut list = self.arenas.lock().unwrap_or_else(|e| e.into_inner());
-        if list.iter().any(|a| Arc::ptr_eq(a, arena)) {
-            return Ok(());
-        }
-        if list.len() >= MAX_ARENAS {
-            return Err(FabricError::Exhausted {
-                what: "registered arenas",
-                max: MAX_ARENAS,
-            });
-        }
-        list.push(arena.clone());
-        Ok(())
-    }
-
     pub(crate) fn alloc_pd_id(&self) -> u32 {
         self.next_pd.fetch_add(1, Ordering::Relaxed)
     }
@@ -163,7 +143,7 @@ impl SiwDevice {
                 keys: KeyTable::new(cfg.max_mr),
                 driver: Claim::new(Driver::new(poll, &cfg, weak.clone())),
                 cfg,
-                arenas: Mutex::new(Vec::new()),
+                live_arenas: Arc::new(AtomicUsize::new(0)),
                 next_pd: AtomicU32::new(1),
                 next_qp: AtomicU32::new(1),
                 retired: SegQueue::new(),
@@ -174,6 +154,17 @@ impl SiwDevice {
     /// The settings the device was opened with.
     pub fn config(&self) -> &SiwConfig {
         &self.shared.cfg
+    }
+
+    /// Arenas held by the device's live protection domains (registrations and queue
+    /// pairs keep their domain's arenas): bounded by live connections, not by history.
+    pub fn live_arenas(&self) -> usize {
+        self.shared.live_arenas.load(Ordering::Relaxed)
+    }
+
+    /// Registrations and fast-registration slots in use.
+    pub fn live_registrations(&self) -> usize {
+        self.shared.keys.in_use()
     }
 }
 
@@ -201,6 +192,7 @@ impl Device for SiwDevice {
         Ok(SiwPd {
             dev: self.shared.clone(),
             id: self.shared.alloc_pd_id(),
+            memory: Arc::new(super::mr::PdMemory::new(self.shared.live_arenas.clone())),
         })
     }
 

@@ -275,6 +275,10 @@ pub(crate) struct Engine {
     pub(crate) peer_terminate: Option<TerminateCode>,
     /// Waking a peer that has not answered yet (see [`Wake`]).
     pub(crate) wake: Wake,
+    /// The arenas of the queue pair's protection domain: held for as long as the driver
+    /// keeps this engine, so memory a transfer in progress reads or writes stays mapped
+    /// even when the application drops its registrations first.
+    pub(crate) memory: Option<Arc<super::mr::PdMemory>>,
 }
 
 /// Linux siw (6.1) moves a passive connection's socket from its connection manager to
@@ -359,6 +363,7 @@ impl Engine {
             peer_terminate: None,
             wake: Wake::new(),
             qp,
+            memory: None,
         }
     }
 

@@ -44,6 +44,11 @@ impl KeyTable {
         self.0.capacity()
     }
 
+    /// Slots in use (registrations and fast-registration slots).
+    pub(crate) fn in_use(&self) -> usize {
+        self.0.in_use()
+    }
+
     /// Registers `[start, start + len)` for protection domain `pd`; returns slot and key.
     pub(crate) fn register(
         &self,

@@ -1,6 +1,7 @@
 //! Protection domains and memory registrations.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use rpcrdma_pools::Arena;
 
@@ -10,11 +11,61 @@ use crate::fabric::error::FabricError;
 use crate::fabric::mr::Access;
 use crate::fabric::provider::ProtectionDomain;
 
+/// Most distinct arenas one protection domain registers memory in.
+const MAX_ARENAS: usize = 1024;
+
+/// The arenas a protection domain's registrations live in. siw places and reads
+/// registered memory in-process, at addresses that passed a key check; keeping the
+/// arenas here, held by the domain, each of its registrations and the driver's engine
+/// of each of its queue pairs, keeps every such address mapped while anything could
+/// still use it, and lets the arenas go with the connection that registered them (the
+/// engine gives each connection its own domain), not with the device.
+#[derive(Debug)]
+pub(crate) struct PdMemory {
+    arenas: Mutex<Vec<Arc<Arena>>>,
+    /// The device's count of arenas held by live domains.
+    live: Arc<AtomicUsize>,
+}
+
+impl PdMemory {
+    pub(crate) fn new(live: Arc<AtomicUsize>) -> PdMemory {
+        PdMemory {
+            arenas: Mutex::new(Vec::new()),
+            live,
+        }
+    }
+
+    /// Keeps `arena` mapped for as long as this domain's memory is held.
+    fn keep(&self, arena: &Arc<Arena>) -> Result<(), FabricError> {
+        let mut list = self.arenas.lock().unwrap_or_else(|e| e.into_inner());
+        if list.iter().any(|a| Arc::ptr_eq(a, arena)) {
+            return Ok(());
+        }
+        if list.len() >= MAX_ARENAS {
+            return Err(FabricError::Exhausted {
+                what: "registered arenas of one protection domain",
+                max: MAX_ARENAS,
+            });
+        }
+        list.push(arena.clone());
+        self.live.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+impl Drop for PdMemory {
+    fn drop(&mut self) {
+        let list = self.arenas.get_mut().unwrap_or_else(|e| e.into_inner());
+        self.live.fetch_sub(list.len(), Ordering::Relaxed);
+    }
+}
+
 /// A siw protection domain.
 #[derive(Debug)]
 pub struct SiwPd {
     pub(crate) dev: Arc<DeviceShared>,
     pub(crate) id: u32,
+    pub(crate) memory: Arc<PdMemory>,
 }
 
 impl SiwPd {
@@ -29,6 +80,8 @@ impl SiwPd {
 #[derive(Debug)]
 pub struct SiwMr {
     dev: Arc<DeviceShared>,
+    /// Keeps the domain's arenas mapped while the key may be in use.
+    _memory: Arc<PdMemory>,
     index: u32,
     key: u32,
     addr: u64,
@@ -40,7 +93,8 @@ impl ProtectionDomain for SiwPd {
     type P = SiwProvider;
 
     /// Registers part of any arena (siw reads and writes memory in-process, so arenas
-    /// need not be shareable). The device keeps the arena mapped for its own life.
+    /// need not be shareable). The arena stays mapped while the domain, any of its
+    /// registrations or any of its queue pairs lives.
     fn reg_mr(
         &self,
         arena: &Arc<Arena>,
@@ -61,11 +115,12 @@ impl ProtectionDomain for SiwPd {
                 arena_len: arena.len(),
             });
         }
-        self.dev.keep_arena(arena)?;
+        self.memory.keep(arena)?;
         let addr = arena.base() as u64 + offset as u64;
         let (index, key) = self.dev.keys.register(self.id, access, addr, len as u64)?;
         Ok(SiwMr {
             dev: self.dev.clone(),
+            _memory: self.memory.clone(),
             index,
             key,
             addr,
@@ -81,6 +136,7 @@ impl ProtectionDomain for SiwPd {
         let (index, key) = self.dev.keys.alloc_fast(self.id, max_len as u64)?;
         Ok(SiwMr {
             dev: self.dev.clone(),
+            _memory: self.memory.clone(),
             index,
             key,
             addr: 0,

@@ -33,8 +33,12 @@ const SMALL: usize = MAX_TERMINATE_LEN;
 enum Dest {
     /// Nothing (errors, zero-length segments).
     Skip,
-    /// RDMA Write: contiguous target memory, already checked.
-    Write { addr: u64 },
+    /// RDMA Write: contiguous target memory under `stag`. The whole range passed the
+    /// key check at the header; every piece is checked again as it is placed, because
+    /// the payload may trickle in over many polls and the key may die in between (a
+    /// requester's LocalInvalidate completes at once: a piece placed after it would land
+    /// in memory the application already has back).
+    Write { addr: u64, stag: u32 },
     /// Send: the receive's scatter list at this message offset.
     Recv { mo: u64 },
     /// Read Response: the Read's scatter list at this offset.
@@ -166,7 +170,9 @@ impl Engine {
                     header,
                     payload_len,
                 }) => self.on_header(keys, header, payload_len),
-                Some(FpduEvent::Payload { offset, data }) => self.on_payload(offset as u64, data),
+                Some(FpduEvent::Payload { offset, data }) => {
+                    self.on_payload(keys, offset as u64, data)
+                }
                 Some(FpduEvent::End) => self.on_end(keys),
             }
         }
@@ -176,16 +182,23 @@ impl Engine {
     /// straight to: the target range of an RDMA Write, whose whole extent passed the key
     /// check when its header arrived (`on_header`). `None` for anything else, or when
     /// too little is left to be worth a read of its own.
-    pub(crate) fn direct_target(&self) -> Option<(*mut u8, usize)> {
+    pub(crate) fn direct_target(&self, keys: &KeyTable) -> Option<(*mut u8, usize)> {
         if self.rx.dead {
             return None;
         }
-        let Dest::Write { addr } = self.rx.dest else {
+        let Dest::Write { addr, stag } = self.rx.dest else {
             return None;
         };
         let left = self.rx.reader.payload_remaining();
         let at = addr + self.rx.reader.payload_offset() as u64;
-        (left >= DIRECT_MIN).then_some((at as *mut u8, left))
+        if left < DIRECT_MIN {
+            return None;
+        }
+        // The key may have died since the header (or the last piece): a dead key gets no
+        // direct read; the buffered path then finds it dead and terminates.
+        keys.check(stag, self.qp.pd, Access::REMOTE_WRITE, at, left as u64)
+            .ok()
+            .map(|()| (at as *mut u8, left))
     }
 
     /// Whether the stream is carrying large Writes: then a read between segments
@@ -237,7 +250,7 @@ impl Engine {
                 }
                 match keys.check(stag, pd, Access::REMOTE_WRITE, to, plen) {
                     Ok(()) => {
-                        self.rx.dest = Dest::Write { addr: to };
+                        self.rx.dest = Dest::Write { addr: to, stag };
                         self.rx.bulk = payload_len >= DIRECT_MIN;
                     }
                     Err(f) => self
@@ -422,19 +435,25 @@ impl Engine {
         self.reject_segment(TerminateCode::RdmapProtection(code), None);
     }
 
-    fn on_payload(&mut self, offset: u64, data: &[u8]) {
+    fn on_payload(&mut self, keys: &KeyTable, offset: u64, data: &[u8]) {
         match self.rx.dest {
             Dest::Skip | Dest::EmptyReadResponse => {}
-            Dest::Write { addr } => {
-                // SAFETY: the whole segment range passed the key check in `on_header`,
-                // so it lies in an arena the device keeps mapped.
-                unsafe {
-                    core::ptr::copy_nonoverlapping(
-                        data.as_ptr(),
-                        (addr + offset) as *mut u8,
-                        data.len(),
-                    )
-                };
+            Dest::Write { addr, stag } => {
+                let to = addr + offset;
+                if let Err(f) = keys.check(
+                    stag,
+                    self.qp.pd,
+                    Access::REMOTE_WRITE,
+                    to,
+                    data.len() as u64,
+                ) {
+                    self.rx.dest = Dest::Skip;
+                    return self
+                        .reject_segment(TerminateCode::RdmapProtection(f.protection_code()), None);
+                }
+                // SAFETY: this piece's range just passed the key check, so it lies in an
+                // arena its registration's protection domain keeps mapped.
+                unsafe { core::ptr::copy_nonoverlapping(data.as_ptr(), to as *mut u8, data.len()) };
             }
             Dest::Recv { mo } => {
                 if let Some(s) = &self.rx.send {
@@ -445,8 +464,20 @@ impl Engine {
             }
             Dest::ReadResponse { offset: base } => {
                 let sink = &self.rx.sink[..self.rx.sink_len];
-                // SAFETY: the part of the scatter list this segment covers passed the
-                // local-write check in `read_response_header`.
+                // Checked again for every piece, as Writes are: the sink's registration
+                // may have died since the segment's header.
+                if !check_sink(keys, self.qp.pd, sink, base + offset, data.len() as u64) {
+                    self.rx.dest = Dest::Skip;
+                    if let Some(seq) = self.orq.front().and_then(|o| o.seq) {
+                        self.sq.entry(seq).state = SqState::Done(WcStatus::LocalProtectionError);
+                    }
+                    return self.reject_segment(
+                        TerminateCode::RdmapOperation(RdmapOperationError::CatastrophicStream),
+                        None,
+                    );
+                }
+                // SAFETY: the part of the scatter list this piece covers just passed the
+                // local-write check.
                 unsafe { scatter(sink, base + offset, data) };
             }
             Dest::Small => {
