@@ -1077,3 +1077,189 @@ fn send_then_read_back(p: &mut Pair<SiwProvider>, msg: &[u8], data: &[u8], ctx: 
     assert_eq!(c[0].status, WcStatus::Success, "{ctx}");
     assert_eq!(p.c.read(200, data.len()), data, "{ctx}");
 }
+
+// ---------------------------------------------------------------------------------------
+// Placement after invalidation, and the handshake and keepalive limits.
+
+/// A peer drips an RDMA Write into a fast-registered sink: its header and first octets
+/// arrive, the sink's key is invalidated locally (the LocalInvalidate completes, so the
+/// application has the memory back), then the rest arrives. Not one octet of the rest
+/// may land: the peer gets an invalid-STag Terminate and the sink keeps its bytes.
+#[test]
+fn a_write_dripped_across_a_local_invalidation_places_nothing_after_it() {
+    use rpcrdma::fabric::{Access, ProtectionDomain, SendFlags, SendOp};
+    let (mut s, mut raw) = raw_pair(SiwConfig::default(), true);
+    let (off, len) = (200_000usize, 40_000usize);
+    s.fill(off, &vec![0xAA; len]);
+    let mut fast = s.pd.alloc_fast_mr(len).expect("fast slot");
+    let key = fast.rekey();
+    let region = s.sge(off, len);
+    let fastreg = [SendWr {
+        wr_id: 70,
+        op: SendOp::FastReg {
+            key,
+            region,
+            access: Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+        },
+        sgl: &[],
+        flags: SendFlags::SIGNALED,
+    }];
+    s.qp().post_send(&fastreg).expect("post FastReg");
+    s.wait(&mut raw, "the FastReg", |s, _| {
+        s.done.iter().any(|c| c.wr_id == 70)
+    });
+    let data: Vec<u8> = (0..len as u32).map(|i| (i % 251) as u8).collect();
+    let h = SegmentHeader::tagged(Opcode::RdmaWrite, true, key, s.addr_of(off));
+    let mut b = vec![0u8; fpdu_len(h.encoded_len() + data.len())];
+    let n = encode_fpdu(&mut b, &h, &data, true).expect("fpdu");
+    let head = 2 + h.encoded_len() + 100;
+    raw.write_all(&b[..head]);
+    s.wait(&mut raw, "the first octets placed", |s, _| {
+        s.read(off, 100) == data[..100]
+    });
+    let inval = [SendWr {
+        wr_id: 71,
+        op: SendOp::LocalInvalidate { key },
+        sgl: &[],
+        flags: SendFlags::SIGNALED,
+    }];
+    s.qp().post_send(&inval).expect("post LocalInvalidate");
+    s.wait(&mut raw, "the LocalInvalidate", |s, _| {
+        s.done.iter().any(|c| c.wr_id == 71)
+    });
+    assert!(
+        s.done
+            .iter()
+            .any(|c| c.wr_id == 71 && c.status == WcStatus::Success),
+        "{:?}",
+        s.done
+    );
+    // The application has the sink back: the rest of the Write arrives now.
+    raw.write_all(&b[head..n]);
+    let (th, body) = next_fpdu(&mut s, &mut raw);
+    assert_eq!(th.opcode, Opcode::Terminate);
+    let t = Terminate::decode(&body).expect("decodes");
+    assert_eq!(
+        t.code,
+        TerminateCode::RdmapProtection(RdmapProtectionError::InvalidStag)
+    );
+    for _ in 0..100 {
+        s.pump();
+    }
+    assert_eq!(s.read(off, 100), data[..100], "what came before stays");
+    assert!(
+        s.read(off + 100, len - 100).iter().all(|&b| b == 0xAA),
+        "octets placed after the invalidation completed"
+    );
+}
+
+/// Accepted TCP connections that never send an MPA Request are closed after
+/// `handshake_timeout`; beyond `max_pending_handshakes` they are closed at once.
+#[test]
+fn silent_tcp_connectors_are_dropped_at_the_handshake_timeout_and_past_the_cap() {
+    use std::io::Read;
+    use std::time::Duration;
+    let timeout = Duration::from_millis(300);
+    let cfg = SiwConfig {
+        handshake_timeout: timeout,
+        max_pending_handshakes: 2,
+        ..SiwConfig::default()
+    };
+    let mut l = siw_support::listening(cfg, 1 << 16, "siw-handshake");
+    let start = Instant::now();
+    let mut socks: Vec<TcpStream> = (0..5)
+        .map(|_| {
+            let s = TcpStream::connect(l.addr).expect("connect");
+            s.set_nonblocking(true).expect("nonblocking");
+            s
+        })
+        .collect();
+    let mut closed_at: Vec<Option<Instant>> = vec![None; socks.len()];
+    let end = Instant::now() + DEADLINE;
+    while closed_at.iter().any(Option::is_none) {
+        assert!(Instant::now() < end, "connectors still open: {closed_at:?}");
+        while let Ok(Some(_)) = l.cm.poll_event() {}
+        for (i, s) in socks.iter_mut().enumerate() {
+            if closed_at[i].is_some() {
+                continue;
+            }
+            let mut b = [0u8; 16];
+            match s.read(&mut b) {
+                Ok(0) => closed_at[i] = Some(Instant::now()),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(_) => closed_at[i] = Some(Instant::now()),
+                Ok(_) => panic!("the listener said something to a silent connector"),
+            }
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let early = closed_at
+        .iter()
+        .filter(|t| t.is_some_and(|t| t.duration_since(start) < timeout))
+        .count();
+    let late = closed_at.len() - early;
+    assert_eq!(
+        (early, late),
+        (3, 2),
+        "three closed at once past the cap, two at the timeout"
+    );
+}
+
+/// Every siw socket, accepted or connected, carries the configured keepalive and a
+/// matching `TCP_USER_TIMEOUT`: read back from the kernel for each TCP socket of this
+/// process.
+#[test]
+fn siw_sockets_carry_the_configured_keepalive() {
+    use rpcrdma::fabric::siw::TcpKeepalive;
+    use std::os::fd::RawFd;
+    use std::time::Duration;
+    let k = TcpKeepalive {
+        idle: Duration::from_secs(7),
+        interval: Duration::from_secs(3),
+        count: 5,
+    };
+    let cfg = SiwConfig {
+        keepalive: Some(k),
+        ..SiwConfig::default()
+    };
+    let p = custom_pair(cfg, &Opts::default());
+    let get = |fd: RawFd, level: libc::c_int, name: libc::c_int| -> Option<libc::c_int> {
+        let mut v: libc::c_int = 0;
+        let mut len = core::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: `v` and `len` are valid for writes of their sizes.
+        let r = unsafe {
+            libc::getsockopt(
+                fd,
+                level,
+                name,
+                (&mut v as *mut libc::c_int).cast(),
+                &mut len,
+            )
+        };
+        (r == 0).then_some(v)
+    };
+    let mut with_ours = 0;
+    for e in std::fs::read_dir("/proc/self/fd")
+        .expect("fd list")
+        .flatten()
+    {
+        let Ok(fd) = e.file_name().to_string_lossy().parse::<RawFd>() else {
+            continue;
+        };
+        let opts = (
+            get(fd, libc::SOL_SOCKET, libc::SO_KEEPALIVE),
+            get(fd, libc::IPPROTO_TCP, libc::TCP_KEEPIDLE),
+            get(fd, libc::IPPROTO_TCP, libc::TCP_KEEPINTVL),
+            get(fd, libc::IPPROTO_TCP, libc::TCP_KEEPCNT),
+            get(fd, libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT),
+        );
+        if opts == (Some(1), Some(7), Some(3), Some(5), Some(22_000)) {
+            with_ours += 1;
+        }
+    }
+    assert!(
+        with_ours >= 2,
+        "both ends' sockets carry the keepalive ({with_ours} found)"
+    );
+    drop(p);
+}

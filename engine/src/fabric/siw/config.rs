@@ -3,6 +3,7 @@
 use core::fmt;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::fabric::cm::PrivateDataLimits;
 use crate::iwarp::mpa::{Revision, MAX_PRIVATE_DATA_LEN, MAX_ULP_PRIVATE_DATA_LEN};
@@ -75,6 +76,47 @@ pub struct SiwConfig {
     pub rx_buffer: usize,
     /// Sees every frame on the wire (tests).
     pub tap: Option<Arc<dyn WireTap>>,
+    /// How long a connection may take from TCP accept (or connect) to the end of the MPA
+    /// exchange; past it the socket is closed (a connect fails as unreachable or
+    /// rejected). Bounds what a peer that connects and says nothing can hold.
+    pub handshake_timeout: Duration,
+    /// Accepted TCP connections whose MPA Request has not arrived yet; one beyond this
+    /// is closed at once.
+    pub max_pending_handshakes: usize,
+    /// TCP keepalive on every siw socket, so a peer host that vanished without a reset
+    /// is noticed; also sets `TCP_USER_TIMEOUT` to the same total, so unacknowledged
+    /// data times out alike. `None` leaves the kernel's defaults (no keepalive).
+    pub keepalive: Option<TcpKeepalive>,
+}
+
+/// TCP keepalive settings (`SO_KEEPALIVE`, `TCP_KEEPIDLE`, `TCP_KEEPINTVL`,
+/// `TCP_KEEPCNT`): a connection silent for `idle` is probed every `interval`, and
+/// declared dead after `count` unanswered probes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TcpKeepalive {
+    /// Silence before the first probe (whole seconds, at least one).
+    pub idle: Duration,
+    /// Between probes (whole seconds, at least one).
+    pub interval: Duration,
+    /// Unanswered probes before the connection is dropped.
+    pub count: u32,
+}
+
+impl TcpKeepalive {
+    /// How long a dead peer can go unnoticed: `idle + interval * count`.
+    pub fn total(&self) -> Duration {
+        self.idle + self.interval * self.count
+    }
+}
+
+impl Default for TcpKeepalive {
+    fn default() -> Self {
+        TcpKeepalive {
+            idle: Duration::from_secs(30),
+            interval: Duration::from_secs(5),
+            count: 4,
+        }
+    }
 }
 
 impl Default for SiwConfig {
@@ -92,6 +134,9 @@ impl Default for SiwConfig {
             max_cq_depth: 1 << 20,
             rx_buffer: 64 * 1024,
             tap: None,
+            handshake_timeout: Duration::from_secs(10),
+            max_pending_handshakes: 128,
+            keepalive: Some(TcpKeepalive::default()),
         }
     }
 }
@@ -111,6 +156,9 @@ impl fmt::Debug for SiwConfig {
             .field("max_cq_depth", &self.max_cq_depth)
             .field("rx_buffer", &self.rx_buffer)
             .field("tap", &self.tap.is_some())
+            .field("handshake_timeout", &self.handshake_timeout)
+            .field("max_pending_handshakes", &self.max_pending_handshakes)
+            .field("keepalive", &self.keepalive)
             .finish()
     }
 }

@@ -89,6 +89,9 @@ pub(crate) struct Conn {
     pub(crate) engine: Option<Engine>,
     /// `disconnect` still applies and Disconnected is not yet reported.
     pub(crate) cm_open: bool,
+    /// When the TCP connection was accepted or started: the handshake deadline counts
+    /// from here.
+    pub(crate) started: std::time::Instant,
 }
 
 fn unspecified() -> SocketAddr {
@@ -125,7 +128,42 @@ impl Conn {
             rx_end: 0,
             engine: None,
             cm_open: true,
+            started: std::time::Instant::now(),
         }
+    }
+
+    /// Whether the connection is still in its TCP or MPA handshake (not waiting for the
+    /// application's accept or reject, which the upper layer bounds itself).
+    pub(crate) fn in_handshake(&self) -> bool {
+        matches!(
+            self.phase,
+            Phase::Connecting(_)
+                | Phase::AwaitReply(_)
+                | Phase::AwaitRequest(_)
+                | Phase::Replying { .. }
+        )
+    }
+
+    /// The handshake outlived [`SiwConfig::handshake_timeout`]: the socket is closed, and
+    /// the side that asked learns why (an active connect fails as unreachable before MPA
+    /// or rejected during it; a passive one never reached the application, or fails its
+    /// queue pair while the Reply is stuck).
+    pub(crate) fn expire_handshake(&mut self, ctx: &mut Ctx<'_>) -> Keep {
+        match self.phase {
+            Phase::Connecting(_) => self.unreachable(ctx),
+            Phase::AwaitReply(_) => self.rejected(ctx, PrivateData::EMPTY),
+            Phase::AwaitRequest(_) => {
+                self.close();
+                return Keep::Remove;
+            }
+            Phase::Replying { accept: true } => self.lost(ctx),
+            Phase::Replying { accept: false } => {
+                self.close();
+                return Keep::Remove;
+            }
+            _ => {}
+        }
+        Keep::Yes
     }
 
     /// The negotiated link for this socket.

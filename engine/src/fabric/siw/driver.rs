@@ -5,9 +5,10 @@
 
 use std::io;
 use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Token};
@@ -103,6 +104,8 @@ impl Driver {
             }
         }
         self.accept_incoming();
+        // Read once per progress, and only while some connection is in its handshake.
+        let mut now: Option<Instant> = None;
         for slot in 0..self.conns.len() {
             let Some(c) = self.conns[slot].as_mut() else {
                 continue;
@@ -118,7 +121,14 @@ impl Driver {
                 dev: &self.dev,
                 slot,
             };
-            if c.step(&mut ctx) == Keep::Remove {
+            let mut keep = c.step(&mut ctx);
+            if keep == Keep::Yes && c.in_handshake() {
+                let t = *now.get_or_insert_with(Instant::now);
+                if t.saturating_duration_since(c.started) >= self.cfg.handshake_timeout {
+                    keep = c.expire_handshake(&mut ctx);
+                }
+            }
+            if keep == Keep::Remove {
                 self.remove_conn(slot);
             }
         }
@@ -135,8 +145,23 @@ impl Driver {
             while let Some(l) = self.listeners[li].as_mut() {
                 match l.sock.accept() {
                     Ok((s, _)) => {
+                        let pending = self
+                            .conns
+                            .iter()
+                            .flatten()
+                            .filter(|c| matches!(c.phase, Phase::AwaitRequest(_)))
+                            .count();
+                        if pending >= self.cfg.max_pending_handshakes {
+                            // Closed unread: a peer that opens connections and stays
+                            // silent holds at most this many, each a receive buffer.
+                            drop(s);
+                            continue;
+                        }
                         let cm = l.cm;
                         let _ = s.set_nodelay(true);
+                        if let Some(k) = &self.cfg.keepalive {
+                            let _ = sock::set_keepalive(s.as_raw_fd(), k);
+                        }
                         let id = ConnId(NEXT_CONN.fetch_add(1, Ordering::Relaxed));
                         let resp = Responder::new(ResponderConfig {
                             crc: self.cfg.crc,
@@ -379,6 +404,9 @@ impl Driver {
         let id = ConnId(NEXT_CONN.fetch_add(1, Ordering::Relaxed));
         let (qp, engine) = self.new_qp(dev, id, init, QpState::Init)?;
         let sock = sock::connect(addr, self.cfg.mss);
+        if let (Ok(s), Some(k)) = (&sock, &self.cfg.keepalive) {
+            let _ = sock::set_keepalive(s.as_raw_fd(), k);
+        }
         let failed_at_once = sock.is_err();
         let mut c = Conn::new(
             id,

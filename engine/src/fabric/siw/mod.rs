@@ -71,7 +71,7 @@ mod term;
 mod tx;
 
 pub use cm::{SiwCm, SiwConnRequest};
-pub use config::{SiwConfig, WireTap};
+pub use config::{SiwConfig, TcpKeepalive, WireTap};
 pub use cq::SiwCq;
 pub use device::SiwDevice;
 pub use mr::{SiwMr, SiwPd};

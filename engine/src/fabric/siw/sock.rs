@@ -131,6 +131,24 @@ pub(crate) fn listen(addr: &SocketAddr, mss: Option<u32>) -> io::Result<TcpListe
     Ok(TcpListener::from_std(std::net::TcpListener::from(fd)))
 }
 
+/// Turns TCP keepalive on for `fd` with `k`'s timing, and `TCP_USER_TIMEOUT` to the
+/// same total, so a peer that vanished without a reset is found whether the
+/// connection is idle (keepalive) or has data in flight (user timeout).
+pub(crate) fn set_keepalive(fd: RawFd, k: &super::config::TcpKeepalive) -> io::Result<()> {
+    let secs = |d: std::time::Duration| d.as_secs().clamp(1, i32::MAX as u64) as libc::c_int;
+    set_int(fd, libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1)?;
+    set_int(fd, libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, secs(k.idle))?;
+    set_int(fd, libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, secs(k.interval))?;
+    set_int(
+        fd,
+        libc::IPPROTO_TCP,
+        libc::TCP_KEEPCNT,
+        k.count.clamp(1, 127) as libc::c_int,
+    )?;
+    let total_ms = k.total().as_millis().clamp(1, i32::MAX as u128) as libc::c_int;
+    set_int(fd, libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT, total_ms)
+}
+
 /// The connection's maximum segment size (`TCP_MAXSEG`), the EMSS that sizes FPDUs.
 pub(crate) fn mss(fd: RawFd) -> Option<u32> {
     let mut v: libc::c_int = 0;
