@@ -7,7 +7,7 @@
 //! two, and every registration (and fast-registration slot) gets a fresh random
 //! generation byte and random index bits above the slot bits ("tag" bits), from a keyed
 //! generator per table (SipHash of a counter under a per-table secret drawn from the OS,
-//! or under a fixed seed for reproducible tests, [`KeyTable::with_seed`]). A lookup
+//! or under a fixed seed for reproducible tests, [`KeyTable::build`]). A lookup
 //! compares the whole key, so a peer guessing a neighbour of a key it holds (index ±1,
 //! generation ±1, other tag bits) finds nothing: at 16 K slots that is 18 random bits
 //! per key. A slot's new key always differs from its previous one.
@@ -284,12 +284,13 @@ pub(crate) struct KeyTable<X: SlotExtra = ()> {
 
 impl<X: SlotExtra> KeyTable<X> {
     /// A table of `cap` slots, indices from 0, keys drawn under a secret from the OS.
+    #[cfg(test)]
     pub(crate) fn new(cap: u32) -> Self {
         Self::with_first_index(cap, 0)
     }
 
     /// A table of `cap` slots whose keys come from `seed`: the same sequence of
-    /// registrations gets the same keys (tests, simulation). `None` is [`new`](Self::new).
+    /// registrations gets the same keys (tests, simulation). `None`: a secret from the OS.
     #[cfg(test)]
     pub(crate) fn with_seed(cap: u32, seed: Option<u64>) -> Self {
         Self::build(cap, 0, seed)
@@ -297,12 +298,15 @@ impl<X: SlotExtra> KeyTable<X> {
 
     /// A table of `cap` slots whose indices start at `first` (sim keeps slot 0 unused so
     /// no valid key is below 256).
+    #[cfg(test)]
     pub(crate) fn with_first_index(cap: u32, first: u32) -> Self {
         Self::build(cap, first, None)
     }
 
-    /// [`with_first_index`](Self::with_first_index) with keys from `seed` (see
-    /// [`with_seed`](Self::with_seed)).
+    /// A table of `cap` slots whose indices start at `first` (sim keeps slot 0 unused so
+    /// no valid key is below 256), keys from `seed`: the same sequence of registrations
+    /// gets the same keys (tests, simulation); `None` draws them under a secret from the
+    /// OS.
     pub(crate) fn build(cap: u32, first: u32, seed: Option<u64>) -> Self {
         let end = first.saturating_add(cap).min(MAX_KEY_INDEX + 1);
         let mask = end.max(1).next_power_of_two().min(MAX_KEY_INDEX + 1) - 1;

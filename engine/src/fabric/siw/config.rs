@@ -87,6 +87,9 @@ pub struct SiwConfig {
     /// is noticed; also sets `TCP_USER_TIMEOUT` to the same total, so unacknowledged
     /// data times out alike. `None` leaves the kernel's defaults (no keepalive).
     pub keepalive: Option<TcpKeepalive>,
+    /// Where STags come from: `None` (the default) draws them under a secret from the
+    /// OS, so peers cannot predict them; a seed makes them reproducible.
+    pub key_seed: Option<u64>,
 }
 
 /// TCP keepalive settings (`SO_KEEPALIVE`, `TCP_KEEPIDLE`, `TCP_KEEPINTVL`,
@@ -137,6 +140,7 @@ impl Default for SiwConfig {
             handshake_timeout: Duration::from_secs(10),
             max_pending_handshakes: 128,
             keepalive: Some(TcpKeepalive::default()),
+            key_seed: None,
         }
     }
 }
@@ -159,6 +163,7 @@ impl fmt::Debug for SiwConfig {
             .field("handshake_timeout", &self.handshake_timeout)
             .field("max_pending_handshakes", &self.max_pending_handshakes)
             .field("keepalive", &self.keepalive)
+            .field("key_seed", &self.key_seed)
             .finish()
     }
 }

@@ -140,7 +140,7 @@ impl SiwDevice {
         Ok(SiwDevice {
             shared: Arc::new_cyclic(|weak| DeviceShared {
                 id: NEXT_DEVICE.fetch_add(1, Ordering::Relaxed),
-                keys: KeyTable::new(cfg.max_mr),
+                keys: KeyTable::with_seed(cfg.max_mr, cfg.key_seed),
                 driver: Claim::new(Driver::new(poll, &cfg, weak.clone())),
                 cfg,
                 live_arenas: Arc::new(AtomicUsize::new(0)),

@@ -36,8 +36,14 @@ impl KeyFault {
 pub(crate) struct KeyTable(keytable::KeyTable);
 
 impl KeyTable {
+    #[cfg(test)]
     pub(crate) fn new(cap: u32) -> KeyTable {
         KeyTable(keytable::KeyTable::new(cap))
+    }
+
+    /// A table whose keys come from `seed` (`None`: a secret from the OS).
+    pub(crate) fn with_seed(cap: u32, seed: Option<u64>) -> KeyTable {
+        KeyTable(keytable::KeyTable::build(cap, 0, seed))
     }
 
     pub(crate) fn capacity(&self) -> usize {

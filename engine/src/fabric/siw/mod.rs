@@ -99,3 +99,174 @@ impl Provider for SiwProvider {
     type ConnRequest = SiwConnRequest;
     type Addr = SocketAddr;
 }
+
+/// Entry points for the fuzz targets (`engine/fuzz`): not part of the API.
+#[doc(hidden)]
+pub mod fuzzing {
+    use std::sync::Arc;
+
+    use super::engine::Engine;
+    use super::keys::KeyTable;
+    use super::qp::{QpShared, RqWqe};
+    use super::MAX_SGE;
+    use crate::fabric::cm::ConnId;
+    use crate::fabric::mr::Access;
+    use crate::fabric::types::{QpCaps, QpState, Sge};
+
+    /// Octets of registered memory the engine may place into.
+    const REGION: usize = 16 * 1024;
+    /// Octets of canary on each side of it.
+    const GUARD: usize = 4096;
+    const CANARY: u8 = 0x5c;
+
+    /// Feeds `stream` to the receive engine of one running siw connection, in pieces of
+    /// `piece` octets, with CRCs if `crc`. The connection's protection domain has one
+    /// registration covering [`REGION`] octets (all access; its key comes from a fixed
+    /// seed, so a fuzzer can find it), a fast-registration key over its first half, and
+    /// four posted receives in it. Whatever the stream says, no octet outside the
+    /// region may change: asserted here. Returns the keys, for seeds.
+    pub fn rx_stream(stream: &[u8], piece: usize, crc: bool) -> (u32, u32) {
+        let mem_base = memory();
+        // SAFETY: `memory` mapped GUARD + REGION + GUARD octets there for the process's
+        // life; fuzz runs are single-threaded, and so is each test using this.
+        let mem =
+            unsafe { core::slice::from_raw_parts_mut(mem_base as *mut u8, 2 * GUARD + REGION) };
+        mem.fill(CANARY);
+        let base = mem_base as u64 + GUARD as u64;
+        let keys = KeyTable::with_seed(8, Some(0x5eed));
+        let pd = 1;
+        let (_, key) = keys
+            .register(pd, Access::ALL, base, REGION as u64)
+            .expect("a fresh table has room");
+        let (_, fast) = keys.alloc_fast(pd, REGION as u64).expect("room");
+        let fast = crate::fabric::mr::retag_key(fast, 0x42);
+        let region = Sge::new(base, (REGION / 2) as u32, key);
+        let _ = keys.fast_reg_over(fast, pd, Access::ALL, &region);
+        let caps = QpCaps {
+            max_send_wr: 16,
+            max_recv_wr: 4,
+            max_send_sge: MAX_SGE as u32,
+            max_recv_sge: MAX_SGE as u32,
+        };
+        let qp = Arc::new(QpShared::new(1, ConnId(1), pd, caps, QpState::ReadyToSend));
+        for i in 0..4u64 {
+            let mut w = RqWqe::EMPTY;
+            w.wr_id = i;
+            w.num_sge = 1;
+            w.sge[0] = Sge::new(base + i * 4096, 4096, key);
+            w.len = 4096;
+            // SAFETY: four receives fit the queue's depth of four, written before the
+            // engine (this thread, below) reads them.
+            unsafe { qp.rq.write(i, w) };
+        }
+        qp.rq_posted.store(4, std::sync::atomic::Ordering::Release);
+        let mut engine = Engine::new(qp, 0, 0, true, 4, 4);
+        engine.rx = super::rx::RxState::new(crc);
+        for chunk in stream.chunks(piece.max(1)) {
+            engine.receive(&keys, chunk);
+        }
+        // SAFETY: as above; the engine is done with the memory.
+        let mem = unsafe { core::slice::from_raw_parts(mem_base as *const u8, 2 * GUARD + REGION) };
+        assert!(
+            mem[..GUARD].iter().all(|&b| b == CANARY)
+                && mem[GUARD + REGION..].iter().all(|&b| b == CANARY),
+            "the receive engine wrote outside its registered memory"
+        );
+        (key, fast)
+    }
+
+    /// Address of the fuzzed region's first octet (the registration's start).
+    pub fn region_addr() -> u64 {
+        memory() as u64 + GUARD as u64
+    }
+
+    /// Octets of the region that no longer hold the canary after the last run.
+    pub fn region_written() -> usize {
+        // SAFETY: as in `rx_stream`.
+        let mem = unsafe { core::slice::from_raw_parts((memory() + GUARD) as *const u8, REGION) };
+        mem.iter().filter(|&&b| b != CANARY).count()
+    }
+
+    /// The fuzzed memory: mapped once, at a fixed address when it is free, so the
+    /// addresses a stream must name to reach placement are the same in every run and a
+    /// fuzzer can find them.
+    fn memory() -> usize {
+        static MEM: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+        *MEM.get_or_init(|| {
+            const FIXED: usize = 0x5100_0000_0000;
+            let len = 2 * GUARD + REGION;
+            let prot = libc::PROT_READ | libc::PROT_WRITE;
+            let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
+            // SAFETY: anonymous mappings; NOREPLACE never clobbers an existing one.
+            let p = unsafe {
+                libc::mmap(
+                    FIXED as *mut _,
+                    len,
+                    prot,
+                    flags | libc::MAP_FIXED_NOREPLACE,
+                    -1,
+                    0,
+                )
+            };
+            let p = if p == libc::MAP_FAILED {
+                // SAFETY: as above, anywhere.
+                unsafe { libc::mmap(core::ptr::null_mut(), len, prot, flags, -1, 0) }
+            } else {
+                p
+            };
+            assert!(p != libc::MAP_FAILED, "cannot map the fuzzed memory");
+            p as usize
+        })
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+        use crate::iwarp::fpdu::{encode_fpdu, fpdu_len};
+        use crate::iwarp::rdmap::{Opcode, SegmentHeader};
+
+        #[test]
+        fn writes_and_sends_are_placed_and_junk_is_survived() {
+            let (key, fast) = rx_stream(&[], 1, false);
+            let at = region_addr();
+            let mut good = Vec::new();
+            for (stag, to) in [(key, at + 8192), (fast, at + 100)] {
+                let h = SegmentHeader::tagged(Opcode::RdmaWrite, true, stag, to);
+                let mut b = vec![0u8; fpdu_len(h.encoded_len() + 64)];
+                let n = encode_fpdu(&mut b, &h, &[7; 64], true).unwrap();
+                good.extend_from_slice(&b[..n]);
+            }
+            assert_eq!(rx_stream(&good, 3, true), (key, fast));
+            assert_eq!(region_written(), 128, "both Writes were placed");
+            let mut stream = Vec::new();
+            for (stag, to) in [(key, at), (fast, at + 100), (key ^ 1, at), (key, 1 << 40)] {
+                let h = SegmentHeader::tagged(Opcode::RdmaWrite, true, stag, to);
+                let mut b = vec![0u8; fpdu_len(h.encoded_len() + 64)];
+                let n = encode_fpdu(&mut b, &h, &[7; 64], true).unwrap();
+                stream.extend_from_slice(&b[..n]);
+            }
+            let h = SegmentHeader::untagged(Opcode::Send, true, 0, 1, 0);
+            let mut b = vec![0u8; fpdu_len(h.encoded_len() + 5000)];
+            let n = encode_fpdu(&mut b, &h, &[9; 5000], true).unwrap();
+            stream.extend_from_slice(&b[..n]);
+            for piece in [1, 7, 4096, usize::MAX] {
+                for crc in [false, true] {
+                    assert_eq!(rx_stream(&stream, piece, crc), (key, fast));
+                }
+            }
+            // Deterministic junk, as a fuzzer's first minutes would send.
+            let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+            for len in (0..2000).step_by(37) {
+                let junk: Vec<u8> = (0..len)
+                    .map(|_| {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        x as u8
+                    })
+                    .collect();
+                rx_stream(&junk, 1 + len % 13, len % 2 == 0);
+            }
+        }
+    }
+}
