@@ -5,7 +5,7 @@
 //! slot in the device's registration table and the low byte changes every time the slot
 //! is re-registered, so a key handed out for one RPC is dead once the slot moves on.
 //!
-//! Neither part is predictable: the software key table ([`super::keytable`]) draws the
+//! Neither part is predictable: the software key table (`fabric::keytable`) draws the
 //! generation byte, and the index bits above its slot count, from a keyed random source
 //! at every registration, and a requester's core moves each fast-registration key to a
 //! random generation byte ([`retag_key`]) rather than the next one, so a peer holding
