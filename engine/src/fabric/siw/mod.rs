@@ -121,7 +121,7 @@ pub mod fuzzing {
 
     /// Feeds `stream` to the receive engine of one running siw connection, in pieces of
     /// `piece` octets, with CRCs if `crc`. The connection's protection domain has one
-    /// registration covering [`REGION`] octets (all access; its key comes from a fixed
+    /// registration covering 16 KiB (all access; its key comes from a fixed
     /// seed, so a fuzzer can find it), a fast-registration key over its first half, and
     /// four posted receives in it. Whatever the stream says, no octet outside the
     /// region may change: asserted here. Returns the keys, for seeds.
