@@ -204,7 +204,7 @@ struct DecodeArgs {
     /// transport header.
     #[arg(long)]
     private_data: bool,
-    /// With --private-data: this end's advertisement as SEND,RECV[,ri] (sizes in octets,
+    /// With --private-data: this end's advertisement as `SEND,RECV[,ri]` (sizes in octets,
     /// k suffix allowed), used to work out the negotiated thresholds. Default: the
     /// largest sizes with R set, so the result shows the peer's limits.
     #[arg(long, value_name = "SEND,RECV[,ri]", requires = "private_data")]
