@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use rpcrdma::conn::{Server, ServerLimits};
 use rpcrdma::core::{ConnConfig, ConnState};
-use rpcrdma::fabric::shm::{ShmDevice, ShmProvider};
-use rpcrdma::fabric::siw::{SiwDevice, SiwProvider};
+use rpcrdma::fabric::shm::{ShmConfig, ShmDevice, ShmProvider};
+use rpcrdma::fabric::siw::{SiwConfig, SiwDevice, SiwProvider};
 use rpcrdma::fabric::{ConnId, Provider};
 use rpcrdma::service::{CallView, ReplyWriter, Service, ServiceError};
 use rpcrdma_ulp::builtin::{
@@ -127,9 +127,24 @@ pub fn run(ep: &Endpoint, opts: &ServeOpts) -> Result<(), CliError> {
         .map_err(|e| CliError::Serve(format!("connection settings: {e}")))?;
     signal::install().map_err(|e| CliError::Serve(format!("cannot catch Ctrl-C: {e}")))?;
     match ep {
-        Endpoint::Shm(a) => serve::<ShmProvider>(ShmDevice::new(), a, ep, opts),
+        Endpoint::Shm(a) => {
+            // The provider's own handshake (connect request, RTU) is bounded alike.
+            let cfg = ShmConfig {
+                handshake_timeout: opts.limits.handshake_timeout,
+                ..ShmConfig::default()
+            };
+            let dev =
+                ShmDevice::with_config(cfg).map_err(|e| CliError::Serve(format!("shm: {e}")))?;
+            serve::<ShmProvider>(dev, a, ep, opts)
+        }
         Endpoint::Siw(a) => {
-            let dev = SiwDevice::new().map_err(|e| CliError::Serve(format!("siw: {e}")))?;
+            // TCP accept to the end of MPA is bounded alike.
+            let cfg = SiwConfig {
+                handshake_timeout: opts.limits.handshake_timeout,
+                ..SiwConfig::default()
+            };
+            let dev =
+                SiwDevice::with_config(cfg).map_err(|e| CliError::Serve(format!("siw: {e}")))?;
             serve::<SiwProvider>(dev, a, ep, opts)
         }
         #[cfg(feature = "verbs")]
