@@ -176,3 +176,82 @@ fn sequential_siw_connections_leave_nothing_behind() {
     };
     sequential_connections_leave_nothing_behind("siw", &format!("127.0.0.1:{port}"));
 }
+
+/// A client whose host stops answering is, to the server, a connection that goes
+/// silent: a stopped `rpcrdma call` (SIGSTOP: its kernel still acknowledges TCP, so
+/// keepalive cannot tell) is disconnected by `--idle-timeout`, and the server says so.
+#[test]
+fn a_silent_siw_client_is_dropped_at_the_idle_timeout() {
+    use std::io::{BufRead, BufReader};
+    use std::sync::mpsc;
+    let port = {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+        l.local_addr().expect("address").port()
+    };
+    let addr = format!("127.0.0.1:{port}");
+    let mut server = Served(
+        bin()
+            .args(["serve", "--provider", "siw", "--addr", &addr])
+            .args(["--duration", "60", "--idle-timeout", "1"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn rpcrdma serve"),
+    );
+    let (tx, lines) = mpsc::channel::<String>();
+    let out = server.0.stdout.take().expect("stdout");
+    thread::spawn(move || {
+        for l in BufReader::new(out).lines().map_while(Result::ok) {
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    call("siw", &addr, Some(Instant::now() + DEADLINE)).expect("server comes up");
+    // Stays connected after its reply, waiting a minute for a keepalive probe.
+    let client = Served(
+        bin()
+            .args(["call", "--provider", "siw", "--addr", &addr, "--null"])
+            .args(["--keepalive", "60", "--probes", "1", "--timeout", "120"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn rpcrdma call"),
+    );
+    let wait_for = |what: &str, pred: &dyn Fn(&str) -> bool| -> String {
+        let end = Instant::now() + DEADLINE;
+        loop {
+            let left = end.saturating_duration_since(Instant::now());
+            match lines.recv_timeout(left) {
+                Ok(l) if pred(&l) => return l,
+                Ok(_) => {}
+                Err(_) => panic!("the server never printed {what}"),
+            }
+        }
+    };
+    // The first call's connection comes and goes; the second one stays.
+    let up = wait_for("a second connection", &|l| {
+        l.starts_with("connection ") && l.ends_with(" established") && !l.contains("conn#1 ")
+    });
+    let id = up
+        .strip_prefix("connection ")
+        .and_then(|l| l.strip_suffix(" established"))
+        .expect("connection id")
+        .to_owned();
+    let stopped = Command::new("kill")
+        .args(["-STOP", &client.0.id().to_string()])
+        .status()
+        .expect("kill -STOP");
+    assert!(stopped.success());
+    let since = Instant::now();
+    wait_for("the silent connection closed", &|l| {
+        l == format!("connection {id} closed")
+    });
+    assert!(
+        since.elapsed() >= Duration::from_millis(500),
+        "closed before the idle timeout could pass"
+    );
+    let _ = Command::new("kill")
+        .args(["-CONT", &client.0.id().to_string()])
+        .status();
+}
