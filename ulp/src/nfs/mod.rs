@@ -1,7 +1,9 @@
 //! The NFS Upper-Layer Binding to RPC-over-RDMA Version 1 (RFC 8267) as declaration
 //! tables: which XDR items of each NFS procedure are DDP-eligible, how large each reply
 //! can be, and the binding's transport rules. This is not an NFS server; it is what an
-//! NFS client or server on this engine consults to build and parse chunk lists.
+//! NFS client or server on this engine consults to build and parse chunk lists, plus the
+//! NFSv3 and MOUNT codecs ([`v3::args`], [`v3::res`], [`mount`]) and an embeddable NFSv3
+//! server ([`server`]).
 //!
 //! - [`v2`] and [`v3`]: the Legacy NFS binding (RFC 8267 §4): only WRITE data, the
 //!   SYMLINK pathname, READ data and the READLINK pathname are DDP-eligible.
@@ -16,6 +18,8 @@
 //! [`ReplySize`](crate::binding::ReplySize)).
 
 pub mod aux;
+pub mod mount;
+pub mod server;
 pub mod v2;
 pub mod v3;
 pub mod v4;
