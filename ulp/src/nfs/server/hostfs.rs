@@ -12,6 +12,8 @@
 //! NUL are refused before they reach the kernel.
 //!
 //! File handles carry (fsid, inode, generation) sealed by the server ([`super::handle`]);
+//! the generation is derived from the file's birth time (`statx`), so a handle to a
+//! deleted file stays stale when its inode number is reused;
 //! this backend maps an inode back to a place through a table of the (parent, name)
 //! pairs it has handed out (LOOKUP, READDIR, CREATE...), and then re-checks the inode on
 //! disk. A handle whose file is gone, or whose inode is no longer at the remembered
@@ -42,9 +44,10 @@ const MAX_DEPTH: usize = 4096;
 pub struct HostFs {
     root: OwnedFd,
     root_ino: u64,
+    root_gen: u32,
     dev: u64,
-    /// inode -> (parent inode, name) for every file handed out.
-    table: Mutex<HashMap<u64, (u64, Vec<u8>)>>,
+    /// inode -> (parent inode, name, generation) for every file handed out.
+    table: Mutex<HashMap<u64, Entry>>,
     verf: Verf,
 }
 
@@ -100,6 +103,30 @@ fn open_at(dir: RawFd, name: &CString, flags: i32, mode: u32) -> Result<OwnedFd,
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// A remembered place: parent inode, name, and the file's generation.
+type Entry = (u64, Vec<u8>, u32);
+
+/// The generation of the file `name` in `dir`: derived from its birth time, which a
+/// reused inode number does not share with the file that had it before. 0 where the
+/// file system keeps no birth time (then only the inode number is checked).
+fn gen_at(dir: RawFd, name: &std::ffi::CStr) -> u32 {
+    let mut sx: libc::statx = unsafe { core::mem::zeroed() };
+    // SAFETY: valid C string and out-pointer; AT_SYMLINK_NOFOLLOW stays in `dir`.
+    let r = unsafe {
+        libc::statx(
+            dir,
+            name.as_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+            libc::STATX_BTIME,
+            &mut sx,
+        )
+    };
+    if r != 0 || sx.stx_mask & libc::STATX_BTIME == 0 {
+        return 0;
+    }
+    (sx.stx_btime.tv_sec as u32).rotate_left(16) ^ sx.stx_btime.tv_nsec
+}
+
 fn is_dir(st: &libc::stat) -> bool {
     st.st_mode & libc::S_IFMT == libc::S_IFDIR
 }
@@ -146,38 +173,33 @@ impl HostFs {
         let mut verf = [0u8; 8];
         verf[..4].copy_from_slice(&t.seconds.to_be_bytes());
         verf[4..].copy_from_slice(&t.nseconds.to_be_bytes());
+        let root_gen = gen_at(root.as_raw_fd(), c".");
         Ok(HostFs {
             root,
             root_ino: st.st_ino,
+            root_gen,
             dev: st.st_dev,
             table: Mutex::new(HashMap::new()),
             verf: Verf(verf),
         })
     }
 
-    fn table(&self) -> std::sync::MutexGuard<'_, HashMap<u64, (u64, Vec<u8>)>> {
+    fn table(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Entry>> {
         self.table.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn key(st: &libc::stat) -> FileKey {
-        FileKey {
-            id: st.st_ino,
-            gen: 0,
-        }
-    }
-
-    fn learn(&self, parent: u64, name: &[u8], st: &libc::stat) {
+    fn learn(&self, parent: u64, name: &[u8], st: &libc::stat, gen: u32) {
         if st.st_ino != self.root_ino {
-            self.table().insert(st.st_ino, (parent, name.to_vec()));
+            self.table().insert(st.st_ino, (parent, name.to_vec(), gen));
         }
     }
 
     /// Finds a file by walking from the root through the remembered chain.
     fn place(&self, key: FileKey) -> Result<Place, Nfsstat3> {
-        if key.gen != 0 {
-            return Err(Nfsstat3::STALE);
-        }
         if key.id == self.root_ino {
+            if key.gen != self.root_gen {
+                return Err(Nfsstat3::STALE);
+            }
             return Ok(Place {
                 dir: None,
                 name: CString::from(c"."),
@@ -190,7 +212,7 @@ impl HostFs {
             let t = self.table();
             let mut at = key.id;
             while at != self.root_ino {
-                let (parent, name) = t.get(&at).ok_or(Nfsstat3::STALE)?;
+                let (parent, name, _) = t.get(&at).ok_or(Nfsstat3::STALE)?;
                 chain.push((at, name.clone()));
                 if chain.len() > MAX_DEPTH {
                     return Err(Nfsstat3::STALE);
@@ -218,7 +240,7 @@ impl HostFs {
             .as_ref()
             .map_or(self.root.as_raw_fd(), |d| d.as_raw_fd());
         let st = stat_at(from, &name).map_err(|_| Nfsstat3::STALE)?;
-        if st.st_ino != key.id || st.st_dev != self.dev {
+        if st.st_ino != key.id || st.st_dev != self.dev || gen_at(from, &name) != key.gen {
             return Err(Nfsstat3::STALE);
         }
         Ok(Place {
@@ -375,7 +397,12 @@ impl HostFs {
     }
 
     /// Looks up `name` in the open directory `dfd` (inode `dir`), remembering it.
-    fn child(&self, dfd: &OwnedFd, dir: u64, name: &[u8]) -> Result<libc::stat, Nfsstat3> {
+    fn child(
+        &self,
+        dfd: &OwnedFd,
+        dir: u64,
+        name: &[u8],
+    ) -> Result<(libc::stat, FileKey), Nfsstat3> {
         let c = cstr(name)?;
         let st = stat_at(dfd.as_raw_fd(), &c)?;
         if st.st_dev != self.dev {
@@ -383,8 +410,9 @@ impl HostFs {
             // clash with ours, and it is not what was exported.
             return Err(Nfsstat3::ACCES);
         }
-        self.learn(dir, name, &st);
-        Ok(st)
+        let gen = gen_at(dfd.as_raw_fd(), &c);
+        self.learn(dir, name, &st, gen);
+        Ok((st, FileKey { id: st.st_ino, gen }))
     }
 
     fn forget_if_gone(&self, st: &libc::stat) {
@@ -398,7 +426,7 @@ impl NfsBackend for HostFs {
     fn root(&self) -> FileKey {
         FileKey {
             id: self.root_ino,
-            gen: 0,
+            gen: self.root_gen,
         }
     }
 
@@ -431,14 +459,17 @@ impl NfsBackend for HostFs {
                 if dir.id == self.root_ino {
                     return Ok(dir);
                 }
-                let parent = self.table().get(&dir.id).map(|e| e.0);
-                parent
-                    .map(|id| FileKey { id, gen: 0 })
-                    .ok_or(Nfsstat3::STALE)
+                let t = self.table();
+                let parent = t.get(&dir.id).map(|e| e.0).ok_or(Nfsstat3::STALE)?;
+                if parent == self.root_ino {
+                    return Ok(self.root());
+                }
+                let gen = t.get(&parent).map(|e| e.2).ok_or(Nfsstat3::STALE)?;
+                Ok(FileKey { id: parent, gen })
             }
             _ => {
                 let dfd = self.open_dir(dir)?;
-                self.child(&dfd, dir.id, name).map(|st| Self::key(&st))
+                self.child(&dfd, dir.id, name).map(|(_, k)| k)
             }
         }
     }
@@ -560,10 +591,10 @@ impl NfsBackend for HostFs {
                 if let CreateMode::Exclusive(v) = mode {
                     // A retransmitted exclusive create finds its verifier in the times
                     // (where Linux nfsd keeps it too).
-                    let st = self.child(&dfd, dir.id, name)?;
+                    let (st, k) = self.child(&dfd, dir.id, name)?;
                     let (a, m) = verf_times(&v);
                     if st.st_atime as u32 == a && st.st_mtime as u32 == m {
-                        return Ok(Self::key(&st));
+                        return Ok(k);
                     }
                 }
                 return Err(Nfsstat3::EXIST);
@@ -572,8 +603,7 @@ impl NfsBackend for HostFs {
             Err(Nfsstat3::INVAL) => return Err(Nfsstat3::EXIST),
             Err(e) => return Err(e),
         }
-        let st = self.child(&dfd, dir.id, name)?;
-        let key = Self::key(&st);
+        let (_, key) = self.child(&dfd, dir.id, name)?;
         let p = self.place(key)?;
         match mode {
             CreateMode::Exclusive(v) => {
@@ -607,8 +637,7 @@ impl NfsBackend for HostFs {
         if unsafe { libc::mkdirat(dfd.as_raw_fd(), c.as_ptr(), perm as libc::mode_t) } != 0 {
             return Err(errno());
         }
-        let st = self.child(&dfd, dir.id, name)?;
-        let key = Self::key(&st);
+        let (_, key) = self.child(&dfd, dir.id, name)?;
         self.apply(
             &self.place(key)?,
             &Sattr3 {
@@ -634,7 +663,7 @@ impl NfsBackend for HostFs {
         if unsafe { libc::symlinkat(t.as_ptr(), dfd.as_raw_fd(), c.as_ptr()) } != 0 {
             return Err(errno());
         }
-        self.child(&dfd, dir.id, name).map(|st| Self::key(&st))
+        self.child(&dfd, dir.id, name).map(|(_, k)| k)
     }
 
     fn remove(&self, dir: FileKey, name: &[u8]) -> Result<(), Nfsstat3> {
@@ -693,7 +722,8 @@ impl NfsBackend for HostFs {
         if let Some(old) = replaced.filter(|o| o.st_ino != st.st_ino) {
             self.forget_if_gone(&old);
         }
-        self.learn(to_dir.id, to_name, &st);
+        let gen = gen_at(fd2.as_raw_fd(), &c2);
+        self.learn(to_dir.id, to_name, &st, gen);
         Ok(())
     }
 
@@ -742,9 +772,10 @@ impl NfsBackend for HostFs {
         }
         let mut t = self.table();
         for (i, (name, ino)) in names.iter().enumerate().skip(skip).take(max) {
-            t.insert(*ino, (dir.id, name.clone()));
+            let gen = CString::new(name.as_slice()).map_or(0, |c| gen_at(dfd.as_raw_fd(), &c));
+            t.insert(*ino, (dir.id, name.clone(), gen));
             out.push(DirEntry {
-                key: FileKey { id: *ino, gen: 0 },
+                key: FileKey { id: *ino, gen },
                 name: name.clone(),
                 cookie: i as u64 + 1,
             });
