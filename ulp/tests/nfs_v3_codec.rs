@@ -379,7 +379,7 @@ fn malformed_arguments_are_garbage_args() {
     let fh_words = |fh: &[u8]| {
         let mut v = (fh.len() as u32).to_be_bytes().to_vec();
         v.extend_from_slice(fh);
-        while v.len() % 4 != 0 {
+        while !v.len().is_multiple_of(4) {
             v.push(0);
         }
         v
