@@ -15,6 +15,7 @@ mod hex;
 mod info;
 mod input;
 mod rpc_summary;
+mod rpcbind;
 mod serve;
 mod signal;
 
@@ -50,7 +51,8 @@ enum Command {
     Encode(EncodeArgs),
     /// Show built-in providers, RDMA devices, hugepages and CPUs.
     Info(InfoArgs),
-    /// Serve the built-in programs (NULL; ECHO/SINK/SOURCE with DDP payloads) until Ctrl-C.
+    /// Serve the built-in programs (NULL; ECHO/SINK/SOURCE with DDP payloads), and with
+    /// --nfs DIR or --nfs-mem NFSv3 and MOUNT, until Ctrl-C.
     Serve(ServeArgs),
     /// Make one RPC to a server and print the reply, the message shape and the timing.
     Call(CallArgs),
@@ -93,6 +95,25 @@ struct ServeArgs {
     /// Disconnect a connection that received nothing for this many seconds (0: never).
     #[arg(long, default_value_t = 360.0, value_name = "SECONDS")]
     idle_timeout: f64,
+    /// Also serve NFSv3 from this host directory (nothing outside it is ever served),
+    /// with MOUNT v3 on TCP.
+    #[arg(long, value_name = "DIR", conflicts_with = "nfs_mem")]
+    nfs: Option<PathBuf>,
+    /// Also serve NFSv3 from an empty in-memory file system, with MOUNT v3 on TCP.
+    #[arg(long)]
+    nfs_mem: bool,
+    /// The MOUNT path of the export.
+    #[arg(long, value_name = "PATH", default_value = "/")]
+    export_path: String,
+    /// TCP port of MOUNT v3 (0: any free port; the port is printed at start).
+    #[arg(long, value_name = "PORT", default_value_t = 20048)]
+    mount_port: u16,
+    /// Also serve NFSv3 over TCP on this port (0: any free port).
+    #[arg(long, value_name = "PORT")]
+    tcp_port: Option<u16>,
+    /// Register MOUNT and NFS with the local rpcbind (port 111) while serving.
+    #[arg(long)]
+    rpcbind: bool,
 }
 
 #[derive(Debug, Args)]
@@ -329,8 +350,45 @@ fn run_serve(a: &ServeArgs) -> Result<(), CliError> {
             handshake_timeout: seconds("--handshake-timeout", a.handshake_timeout)?,
             idle_timeout: idle,
         },
+        nfs: nfs_opts(a)?,
     };
     serve::run(&ep, &opts)
+}
+
+/// The NFS part of `serve`'s settings, if --nfs or --nfs-mem was given.
+fn nfs_opts(a: &ServeArgs) -> Result<Option<serve::NfsOpts>, CliError> {
+    let store = match (&a.nfs, a.nfs_mem) {
+        (Some(dir), _) => serve::NfsStore::Dir(dir.clone()),
+        (None, true) => serve::NfsStore::Mem,
+        (None, false) => {
+            let nfs_only = a.tcp_port.is_some() || a.rpcbind || a.export_path != "/";
+            if nfs_only {
+                return Err(CliError::BadArgument {
+                    option: "--nfs",
+                    reason: "--export-path, --tcp-port and --rpcbind need --nfs DIR or \
+                             --nfs-mem"
+                        .into(),
+                });
+            }
+            return Ok(None);
+        }
+    };
+    if !a.export_path.starts_with('/') {
+        return Err(CliError::BadArgument {
+            option: "--export-path",
+            reason: format!(
+                "{:?} is not an absolute path such as / or /srv",
+                a.export_path
+            ),
+        });
+    }
+    Ok(Some(serve::NfsOpts {
+        store,
+        export_path: a.export_path.clone(),
+        mount_port: a.mount_port,
+        tcp_port: a.tcp_port,
+        rpcbind: a.rpcbind,
+    }))
 }
 
 fn run_call(a: &CallArgs) -> Result<(), CliError> {

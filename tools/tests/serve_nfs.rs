@@ -1,0 +1,270 @@
+//! `rpcrdma serve --nfs DIR` as a separate process: MOUNT over TCP gives the root handle
+//! of a temporary directory, NFSv3 NULL, GETATTR, LOOKUP and READ (into a Write chunk)
+//! run over shm through the engine's requester, GETATTR also over NFS-on-TCP, and the
+//! stop line counts the calls per procedure and chunk type.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use rpcrdma::conn::RequesterConn;
+use rpcrdma::core::{ConnConfig, ConnState};
+use rpcrdma::fabric::shm::{ShmAddr, ShmDevice, ShmProvider};
+use rpcrdma::requester::{CallRequest, CallStatus, Outcome};
+use rpcrdma_pools::HugePages;
+use rpcrdma_ulp::client::{inline_call, OutcomeResults};
+use rpcrdma_ulp::ddp::{encode_call, reply_results, Void, XdrCodec};
+use rpcrdma_ulp::nfs::mount::{self, DirPath, Exports, MountRes3};
+use rpcrdma_ulp::nfs::server::tcp::{read_record, write_record};
+use rpcrdma_ulp::nfs::v3::args::ReadArgs;
+use rpcrdma_ulp::nfs::v3::res::{GetattrRes, LookupRes};
+use rpcrdma_ulp::nfs::v3::types::{DirOpArgs3, Ftype3, NfsFh3};
+use rpcrdma_ulp::nfs::v3::{self, procs};
+use rpcrdma_ulp::rpc::{CallHeader, OpaqueAuth};
+
+const DEADLINE: Duration = Duration::from_secs(60);
+
+struct Guard {
+    child: Child,
+    dir: PathBuf,
+    sock: PathBuf,
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+        let _ = std::fs::remove_file(&self.sock);
+    }
+}
+
+fn h(prog: u32, procedure: u32) -> CallHeader<'static> {
+    CallHeader {
+        xid: 0x5eed,
+        prog,
+        vers: 3,
+        procedure,
+        cred: OpaqueAuth::None,
+        verf: OpaqueAuth::None,
+    }
+}
+
+fn tcp_call<'a, A: XdrCodec<'a>>(to: SocketAddr, hd: &CallHeader<'_>, args: &A) -> Vec<u8> {
+    let mut s = TcpStream::connect(to).unwrap();
+    let mut buf = vec![0u8; 4096];
+    let c = encode_call(&mut buf, hd, args, usize::MAX).unwrap();
+    write_record(&mut s, &buf[..c.len]).unwrap();
+    s.flush().unwrap();
+    let mut r = Vec::new();
+    assert!(read_record(&mut s, 1 << 20, &mut r).unwrap());
+    r
+}
+
+/// The address printed after `label` (up to the next `;` or the end of the line).
+fn addr_after(line: &str, label: &str) -> SocketAddr {
+    let at = line
+        .find(label)
+        .unwrap_or_else(|| panic!("{label} in {line}"))
+        + label.len();
+    line[at..]
+        .split(';')
+        .next()
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+fn call(conn: &mut RequesterConn<ShmProvider>, req: CallRequest) -> Outcome {
+    conn.submit(req, 1).expect("submit");
+    let end = Instant::now() + DEADLINE;
+    loop {
+        conn.poll(Instant::now());
+        if let Some(o) = conn.poll_outcome() {
+            assert_eq!(o.status, CallStatus::Success);
+            return o;
+        }
+        assert!(Instant::now() < end, "no outcome");
+    }
+}
+
+#[test]
+fn serve_nfs_mount_over_tcp_and_nfs_over_shm() {
+    let dir = std::env::temp_dir().join(format!("rpcrdma-serve-nfs-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("hello.txt"), b"hello over rdma\n").unwrap();
+    let sock = std::env::temp_dir().join(format!("rpcrdma-serve-nfs-{}.sock", std::process::id()));
+    let _ = std::fs::remove_file(&sock);
+    let child = Command::new(env!("CARGO_BIN_EXE_rpcrdma"))
+        .args(["serve", "--provider", "shm", "--addr"])
+        .arg(&sock)
+        .arg("--nfs")
+        .arg(&dir)
+        .args(["--mount-port", "0", "--tcp-port", "0", "--duration", "60"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn rpcrdma serve");
+    let mut g = Guard {
+        child,
+        dir: dir.clone(),
+        sock: sock.clone(),
+    };
+    let (tx, rx) = mpsc::channel();
+    let out = BufReader::new(g.child.stdout.take().unwrap());
+    thread::spawn(move || {
+        for l in out.lines().map_while(Result::ok) {
+            let _ = tx.send(l);
+        }
+    });
+    let nfs_line = loop {
+        let l = rx
+            .recv_timeout(DEADLINE)
+            .expect("serve prints its NFS line");
+        if l.contains("MOUNT v3 on tcp") {
+            break l;
+        }
+    };
+    let mount_at = addr_after(&nfs_line, "MOUNT v3 on tcp ");
+    let nfs_tcp = addr_after(&nfs_line, "NFSv3 on tcp ");
+
+    // MOUNT over TCP.
+    let r = tcp_call(
+        mount_at,
+        &h(mount::MOUNT_PROGRAM, mount::procs::EXPORT),
+        &Void,
+    );
+    let (_, mut c) = reply_results(&r, &[]).unwrap();
+    assert_eq!(Exports::decode(&mut c).unwrap().0[0].dir, b"/");
+    let r = tcp_call(
+        mount_at,
+        &h(mount::MOUNT_PROGRAM, mount::procs::MNT),
+        &DirPath(b"/"),
+    );
+    let (_, mut c) = reply_results(&r, &[]).unwrap();
+    let root = match MountRes3::decode(&mut c).unwrap() {
+        MountRes3::Ok { fhandle, .. } => fhandle.to_vec(),
+        MountRes3::Fail(s) => panic!("MNT: {s:?}"),
+    };
+
+    // NFS over shm through the engine.
+    let cfg = ConnConfig {
+        credits: 4,
+        large_buf_size: 1 << 20,
+        large_bufs: 4,
+        send_bufs: 16,
+        queue_len: 16,
+        hugepages: HugePages::Never,
+        ..ConnConfig::default()
+    };
+    let mut conn = RequesterConn::<ShmProvider>::connect(
+        &ShmDevice::new(),
+        &ShmAddr::Path(sock.clone()),
+        &cfg,
+    )
+    .expect("connect over shm");
+    let end = Instant::now() + DEADLINE;
+    while conn.state() != ConnState::Established {
+        conn.poll(Instant::now());
+        assert!(
+            Instant::now() < end,
+            "never established: {:?}",
+            conn.state()
+        );
+    }
+    let max = |p: u32, n: u32, w: bool| v3::proc_info(p).unwrap().max_reply_len(n, w, 0) as u32;
+    let msg = conn.alloc_msg().unwrap();
+    let o = call(
+        &mut conn,
+        inline_call(msg, &h(100_003, 0), &Void, 0).unwrap(),
+    );
+    assert_eq!(o.reply.as_ref().unwrap().len(), 24, "NULL: header only");
+    let msg = conn.alloc_msg().unwrap();
+    let req = inline_call(
+        msg,
+        &h(100_003, procs::GETATTR),
+        &NfsFh3(&root),
+        max(procs::GETATTR, 0, false),
+    );
+    let o = call(&mut conn, req.unwrap());
+    let r = OutcomeResults::new(&o);
+    let (_, mut c) = r.cursor().unwrap();
+    let a = GetattrRes::decode(&mut c).unwrap().ok().unwrap();
+    assert_eq!(a.ftype, Ftype3::Dir);
+    assert_eq!(a.fileid, std::fs::metadata(&dir).unwrap().ino());
+    let msg = conn.alloc_msg().unwrap();
+    let req = inline_call(
+        msg,
+        &h(100_003, procs::LOOKUP),
+        &DirOpArgs3 {
+            dir: NfsFh3(&root),
+            name: b"hello.txt",
+        },
+        max(procs::LOOKUP, 0, false),
+    );
+    let o = call(&mut conn, req.unwrap());
+    let r = OutcomeResults::new(&o);
+    let (_, mut c) = r.cursor().unwrap();
+    let file = LookupRes::decode(&mut c)
+        .unwrap()
+        .ok()
+        .unwrap()
+        .object
+        .0
+        .to_vec();
+    let msg = conn.alloc_msg().unwrap();
+    let mut req = inline_call(
+        msg,
+        &h(100_003, procs::READ),
+        &ReadArgs {
+            file: NfsFh3(&file),
+            offset: 0,
+            count: 4096,
+        },
+        max(procs::READ, 4096, true),
+    )
+    .unwrap();
+    req.push_write_sink(conn.alloc_large().unwrap()).unwrap();
+    let o = call(&mut conn, req);
+    assert_eq!(o.write_result(0), Some(&b"hello over rdma\n"[..]));
+
+    // GETATTR over NFS-on-TCP too.
+    let r = tcp_call(nfs_tcp, &h(100_003, procs::GETATTR), &NfsFh3(&root));
+    let (_, mut c) = reply_results(&r, &[]).unwrap();
+    assert_eq!(
+        GetattrRes::decode(&mut c).unwrap().ok().unwrap().fileid,
+        a.fileid
+    );
+    conn.close();
+
+    // SIGINT: the stop lines count calls per procedure and chunk type.
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(g.child.id() as i32, libc::SIGINT) };
+    let mut lines = Vec::new();
+    let end = Instant::now() + DEADLINE;
+    while let Ok(l) = rx.recv_timeout(end.saturating_duration_since(Instant::now())) {
+        lines.push(l);
+    }
+    let status = g.child.wait().unwrap();
+    assert!(status.success(), "{status:?}\n{}", lines.join("\n"));
+    let all = lines.join("\n");
+    assert!(
+        all.contains("nfs: NFS3 GETATTR 2 calls (0 errors; chunks: read 0, write 0, reply 0)"),
+        "{all}"
+    );
+    assert!(
+        all.contains("nfs: NFS3 READ 1 calls (0 errors; chunks: read 0, write 1, reply 0)"),
+        "{all}"
+    );
+    assert!(all.contains("nfs: MOUNT3 MNT 1 calls"), "{all}");
+    assert!(all.contains("nfs: MOUNT3 EXPORT 1 calls"), "{all}");
+}
