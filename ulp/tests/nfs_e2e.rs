@@ -314,6 +314,44 @@ fn nfs3_over_rdma_with_mount_over_tcp() {
     });
     assert_eq!((n, eof, same), (MIB as u32, true, true));
 
+    // With a Write chunk offered: past EOF is empty with eof, a forged handle is
+    // BADHANDLE; neither puts anything in the chunk.
+    for (fh, offset, want) in [
+        (big.clone(), 2 * MIB as u64, Nfsstat3::OK),
+        (
+            {
+                let mut x = big.clone();
+                x[30] ^= 1;
+                x
+            },
+            0,
+            Nfsstat3::BADHANDLE,
+        ),
+    ] {
+        let msg = p.requester.alloc_msg().unwrap();
+        let mut req = inline_call(
+            msg,
+            &h(NFS_PROGRAM, procs::READ, 0),
+            &ReadArgs {
+                file: NfsFh3(&fh),
+                offset,
+                count: 4096,
+            },
+            max_reply(procs::READ, 4096, true),
+        )
+        .unwrap();
+        req.push_write_sink(p.requester.alloc_large().unwrap())
+            .unwrap();
+        let o = call(&mut p, req);
+        assert_eq!(o.write_result(0).map(<[u8]>::len).unwrap_or(0), 0);
+        let (st, eof) = res!(o, ReadRes, |r: ReadRes| match r {
+            NfsRes::Ok(ok) => (Nfsstat3::OK, ok.eof && ok.count == 0),
+            NfsRes::Fail(s, _) => (s, false),
+        });
+        assert_eq!(st, want);
+        assert_eq!(eof, want == Nfsstat3::OK);
+    }
+
     // 1000 files, then READDIR in one call through a Reply chunk.
     let o = nfs(
         &mut p,
@@ -530,7 +568,7 @@ fn nfs3_over_rdma_with_mount_over_tcp() {
     let write = c.nfs_proc(procs::WRITE);
     assert_eq!((write.calls, write.read_chunks), (1, 1));
     let read = c.nfs_proc(procs::READ);
-    assert_eq!((read.calls, read.write_chunks), (1, 1));
+    assert_eq!((read.calls, read.write_chunks, read.errors), (3, 1, 1));
     let rd = c.nfs_proc(procs::READDIR);
     assert_eq!((rd.calls, rd.reply_chunks), (1, 1));
     let rl = c.nfs_proc(procs::READLINK);
@@ -538,9 +576,14 @@ fn nfs3_over_rdma_with_mount_over_tcp() {
     assert_eq!(c.nfs_proc(procs::CREATE).calls, 1001);
     assert_eq!(c.nfs_proc(procs::GETATTR).errors, 1);
     assert_eq!(c.chunk_limit.load(std::sync::atomic::Ordering::Relaxed), 1);
+    // The 1 MiB READ went from the backend straight into registered memory.
+    assert_eq!(
+        c.zero_copy_reads.load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
     let lines = c.lines().join("\n");
     assert!(
-        lines.contains("NFS3 READ 1 calls (0 errors; chunks: read 0, write 1, reply 0)"),
+        lines.contains("NFS3 READ 3 calls (1 errors; chunks: read 0, write 1, reply 0)"),
         "{lines}"
     );
     assert!(lines.contains("MOUNT3 MNT 3 calls (2 errors"), "{lines}");

@@ -59,6 +59,9 @@ pub struct NfsCounters {
     pub mount: [ProcCounters; 6],
     /// Calls refused for exceeding the chunk complexity limits (RFC 8267 §6.4.2).
     pub chunk_limit: AtomicU64,
+    /// READs whose data the backend read straight into the registered buffer the engine
+    /// RDMA-Wrote from (no copy in the server).
+    pub zero_copy_reads: AtomicU64,
 }
 
 impl NfsCounters {
@@ -96,6 +99,12 @@ impl NfsCounters {
                     .map_or("?", |p| p.name);
                 out.push(fmt("MOUNT3 ", name, c));
             }
+        }
+        let direct = self.zero_copy_reads.load(Ordering::Relaxed);
+        if direct > 0 {
+            out.push(format!(
+                "{direct} READs read by the backend straight into registered memory"
+            ));
         }
         let refused = self.chunk_limit.load(Ordering::Relaxed);
         if refused > 0 {

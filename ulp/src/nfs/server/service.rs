@@ -8,8 +8,12 @@ use rpcrdma::service::{CallView, ReplyWriter, Service, ServiceError};
 
 use super::counters::bump;
 use super::program::{NfsProgram, NfsShared};
+use crate::ddp::{DdpCursor, DdpEncoder, XdrCodec};
+use crate::nfs::v3::args::ReadArgs;
+use crate::nfs::v3::procs;
 use crate::nfs::NFS_PROGRAM;
 use crate::program::{Dispatcher, RegisterError};
+use crate::rpc::{CallHeader, ReplyHeader};
 
 /// Octets of an RPC-over-RDMA header with empty chunk lists; each Write chunk echoed
 /// back adds a little more (an estimate: one segment each).
@@ -90,6 +94,11 @@ impl Service for NfsService {
                 return Ok(());
             }
         }
+        if nfs && procedure == procs::READ as usize {
+            if let Some(done) = self.read_direct(call, reply) {
+                return done;
+            }
+        }
         let r = self.inner.handle_call(call, reply);
         if nfs && r.is_ok() {
             if let Some(k) = self.shared.counters.nfs.get(procedure) {
@@ -110,5 +119,75 @@ impl Service for NfsService {
 
     fn on_done(&mut self, xid: u32) {
         self.inner.on_done(xid);
+    }
+}
+
+impl NfsService {
+    /// READ with a Write chunk, zero-copy from the backend: the data is read straight
+    /// into a registered buffer from the engine's pool, which the engine RDMA-Writes into
+    /// the requester's chunk (the general path reads into the program's buffer and the
+    /// dispatcher copies it once). `None` hands the call to the dispatcher instead: no
+    /// usable Write chunk, arguments or credentials it must refuse, an NFS error, an
+    /// empty result, or no free buffer. Those paths answer exactly as before, so this
+    /// only ever saves the copy.
+    fn read_direct(
+        &mut self,
+        call: &CallView<'_>,
+        reply: &mut ReplyWriter<'_>,
+    ) -> Option<Result<(), ServiceError>> {
+        let &[capacity] = call.write_chunks() else {
+            return None;
+        };
+        if capacity == 0 || !call.ddp_items().is_empty() {
+            return None;
+        }
+        let msg = call.msg();
+        let (h, at) = CallHeader::decode(msg).ok()?;
+        self.inner.auth_policy().check(&h.cred, &h.verf).ok()?;
+        let mut c = DdpCursor::inline(msg, at).with_padding(call.padding());
+        let a = ReadArgs::decode(&mut c).ok()?;
+        c.finish().ok()?;
+        let sh = &self.shared;
+        let key = sh.open(a.file.0).ok()?;
+        let mut buf = reply.alloc_buf().ok()?;
+        let want = (a.count.min(sh.config().max_read) as u64)
+            .min(capacity)
+            .min(buf.capacity() as u64) as usize;
+        let (n, eof) = sh
+            .backend()
+            .read(key, a.offset, &mut buf.storage_mut()[..want])
+            .ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.set_len(n).ok()?;
+        let attrs = sh.backend().getattr(key).ok();
+        let head = ReplyHeader::success(h.xid);
+        let len = {
+            let spare = reply.spare_mut();
+            let hlen = head.encode(spare).ok()?;
+            let (_, rest) = spare.split_at_mut(hlen);
+            let mut e = DdpEncoder::inline(rest, hlen);
+            // READ3res: NFS3_OK, post_op_attr, count, eof, then the data's length word;
+            // the data itself goes to the Write chunk, without roundup.
+            e.u32(0).ok()?;
+            attrs.encode(&mut e).ok()?;
+            e.u32(n as u32).ok()?;
+            e.bool(eof).ok()?;
+            e.u32(n as u32).ok()?;
+            e.finish().len
+        };
+        if reply.advance(len).is_err() || reply.ddp_result(buf).is_err() {
+            // Cannot be sent as offered: ERR_CHUNK, like any other overrun.
+            let past_end = reply.capacity() - reply.len() + 1;
+            let _ = reply.advance(past_end);
+            return Some(Ok(()));
+        }
+        if let Some(k) = sh.counters.nfs.get(procs::READ as usize) {
+            bump(&k.calls);
+            bump(&k.write_chunks);
+        }
+        bump(&sh.counters.zero_copy_reads);
+        Some(Ok(()))
     }
 }
