@@ -428,6 +428,7 @@ impl NfsSide {
         let tcp_cfg = TcpConfig {
             max_record: data as usize + 64 * 1024,
             reply_buf: data as usize + 64 * 1024,
+            ..TcpConfig::default()
         };
         let mount_srv = {
             let mount = mount.clone();

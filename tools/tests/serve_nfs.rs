@@ -268,3 +268,66 @@ fn serve_nfs_mount_over_tcp_and_nfs_over_shm() {
     assert!(all.contains("nfs: MOUNT3 MNT 1 calls"), "{all}");
     assert!(all.contains("nfs: MOUNT3 EXPORT 1 calls"), "{all}");
 }
+
+#[test]
+fn serve_nfs_argument_errors() {
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_rpcrdma"))
+            .args(args)
+            .output()
+            .expect("run rpcrdma")
+    };
+    // NFS-only options without --nfs.
+    let o = run(&[
+        "serve",
+        "--provider",
+        "shm",
+        "--addr",
+        "@nfs-args",
+        "--tcp-port",
+        "0",
+    ]);
+    assert!(!o.status.success());
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(e.contains("need --nfs DIR or --nfs-mem"), "{e}");
+    // Both stores.
+    let o = run(&[
+        "serve",
+        "--provider",
+        "shm",
+        "--addr",
+        "@nfs-args",
+        "--nfs",
+        "/",
+        "--nfs-mem",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "a usage error");
+    // A relative export path.
+    let o = run(&[
+        "serve",
+        "--provider",
+        "shm",
+        "--addr",
+        "@nfs-args",
+        "--nfs-mem",
+        "--export-path",
+        "x",
+    ]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--export-path"));
+    assert!(!o.status.success());
+    // A directory that does not exist: named, before anything listens.
+    let o = run(&[
+        "serve",
+        "--provider",
+        "shm",
+        "--addr",
+        "@nfs-args",
+        "--nfs",
+        "/nonexistent/rpcrdma-nfs",
+        "--mount-port",
+        "0",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(e.contains("/nonexistent/rpcrdma-nfs"), "{e}");
+}

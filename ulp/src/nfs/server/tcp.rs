@@ -8,7 +8,7 @@
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
@@ -26,6 +26,9 @@ pub struct TcpConfig {
     pub max_record: usize,
     /// Size of each connection's reply buffer: the largest reply.
     pub reply_buf: usize,
+    /// Most connections served at once (each holds a thread and its buffers); more are
+    /// closed as soon as they are accepted.
+    pub max_connections: usize,
 }
 
 impl Default for TcpConfig {
@@ -33,6 +36,7 @@ impl Default for TcpConfig {
         TcpConfig {
             max_record: 2 * 1024 * 1024,
             reply_buf: 1024 * 1024 + 64 * 1024,
+            max_connections: 64,
         }
     }
 }
@@ -46,6 +50,10 @@ pub struct TcpCounters {
     pub calls: AtomicU64,
     /// Connections closed for a framing error or an oversized record.
     pub bad_records: AtomicU64,
+    /// Connections closed at once for exceeding [`TcpConfig::max_connections`].
+    pub refused: AtomicU64,
+    /// Connections open now.
+    pub active: AtomicUsize,
 }
 
 /// A running TCP RPC server; dropping it stops accepting (open connections finish on
@@ -114,14 +122,24 @@ fn accept_loop(
     while !stop.load(Ordering::Relaxed) {
         match listener.accept() {
             Ok((stream, peer)) => {
+                if counters.active.load(Ordering::Relaxed) >= config.max_connections {
+                    counters.refused.fetch_add(1, Ordering::Relaxed);
+                    drop(stream);
+                    continue;
+                }
                 counters.connections.fetch_add(1, Ordering::Relaxed);
+                counters.active.fetch_add(1, Ordering::Relaxed);
                 let d = factory(peer);
                 let c = counters.clone();
-                let _ = thread::Builder::new()
+                let spawned = thread::Builder::new()
                     .name(format!("rpc-tcp-conn-{peer}"))
                     .spawn(move || {
                         let _ = serve_conn(stream, d, config, &c);
+                        c.active.fetch_sub(1, Ordering::Relaxed);
                     });
+                if spawned.is_err() {
+                    counters.active.fetch_sub(1, Ordering::Relaxed);
+                }
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 thread::sleep(Duration::from_millis(20));
