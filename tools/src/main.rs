@@ -14,6 +14,7 @@ mod error;
 mod hex;
 mod info;
 mod input;
+mod nfs;
 mod rpc_summary;
 mod rpcbind;
 mod serve;
@@ -56,6 +57,50 @@ enum Command {
     Serve(ServeArgs),
     /// Make one RPC to a server and print the reply, the message shape and the timing.
     Call(CallArgs),
+    /// NFSv3 client over RPC-over-RDMA: ls, get and put against an NFS server (ours or
+    /// Linux nfsd), with the root handle from MOUNT over TCP.
+    Nfs(NfsArgs),
+}
+
+#[derive(Debug, Args)]
+struct NfsArgs {
+    #[command(flatten)]
+    conn: ConnArgs,
+    /// TCP port of the server's MOUNT service (default: ask its portmapper, port 111).
+    #[arg(long, value_name = "PORT")]
+    mount_port: Option<u16>,
+    /// The export's MOUNT path; PATHs are relative to it.
+    #[arg(long, value_name = "PATH", default_value = "/")]
+    export: String,
+    /// Seconds to wait for the connection and for each reply.
+    #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
+    timeout: f64,
+    #[command(subcommand)]
+    op: NfsCmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum NfsCmd {
+    /// List a directory: type and mode, uid, gid, size, name.
+    Ls {
+        /// The directory, relative to the export.
+        #[arg(default_value = "/")]
+        dir: String,
+    },
+    /// Copy a file from the server to FILE (`-`: standard output).
+    Get {
+        /// The file, relative to the export.
+        path: String,
+        /// Where to write it.
+        file: PathBuf,
+    },
+    /// Copy FILE (`-`: standard input) to the server, creating or truncating PATH.
+    Put {
+        /// What to send.
+        file: PathBuf,
+        /// Where to put it, relative to the export.
+        path: String,
+    },
 }
 
 /// Connection settings shared by serve and call.
@@ -256,6 +301,7 @@ fn main() -> ExitCode {
         Command::Info(a) => run_info(&a),
         Command::Serve(a) => run_serve(&a),
         Command::Call(a) => run_call(&a),
+        Command::Nfs(a) => run_nfs(&a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -353,6 +399,25 @@ fn run_serve(a: &ServeArgs) -> Result<(), CliError> {
         nfs: nfs_opts(a)?,
     };
     serve::run(&ep, &opts)
+}
+
+fn run_nfs(a: &NfsArgs) -> Result<(), CliError> {
+    let ep = Endpoint::parse(a.conn.provider, &a.conn.addr)?;
+    let timeout = seconds("--timeout", a.timeout)?;
+    let op = match &a.op {
+        NfsCmd::Ls { dir } => nfs::NfsOp::Ls(dir.clone()),
+        NfsCmd::Get { path, file } => nfs::NfsOp::Get(path.clone(), file.clone()),
+        NfsCmd::Put { file, path } => nfs::NfsOp::Put(file.clone(), path.clone()),
+    };
+    let opts = nfs::NfsClientOpts {
+        // One READ or WRITE of up to 1 MiB per chunk buffer.
+        conn: conn_config(&a.conn, 1 << 20),
+        mount_port: a.mount_port,
+        export: a.export.clone(),
+        timeout,
+        op,
+    };
+    nfs::run(&ep, &opts)
 }
 
 /// The NFS part of `serve`'s settings, if --nfs or --nfs-mem was given.

@@ -331,3 +331,91 @@ fn serve_nfs_argument_errors() {
     let e = String::from_utf8_lossy(&o.stderr);
     assert!(e.contains("/nonexistent/rpcrdma-nfs"), "{e}");
 }
+
+/// `rpcrdma nfs` against `rpcrdma serve --nfs`, both as processes over shm: put, ls, get
+/// (compared octet by octet), and errors named by their NFS and MOUNT statuses.
+#[test]
+fn nfs_client_put_ls_get_against_serve() {
+    let dir = std::env::temp_dir().join(format!("rpcrdma-nfs-cli-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("sub")).unwrap();
+    let sock = std::env::temp_dir().join(format!("rpcrdma-nfs-cli-{}.sock", std::process::id()));
+    let _ = std::fs::remove_file(&sock);
+    let child = Command::new(env!("CARGO_BIN_EXE_rpcrdma"))
+        .args(["serve", "--provider", "shm", "--addr"])
+        .arg(&sock)
+        .arg("--nfs")
+        .arg(&dir)
+        .args([
+            "--mount-port",
+            "0",
+            "--export-path",
+            "/data",
+            "--duration",
+            "60",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn rpcrdma serve");
+    let mut g = Guard {
+        child,
+        dir: dir.clone(),
+        sock: sock.clone(),
+    };
+    let mut out = BufReader::new(g.child.stdout.take().unwrap());
+    let mut line = String::new();
+    let mount_at = loop {
+        line.clear();
+        assert!(out.read_line(&mut line).unwrap() > 0, "serve ended early");
+        if line.contains("MOUNT v3 on tcp") {
+            break addr_after(&line, "MOUNT v3 on tcp ");
+        }
+    };
+    let port = mount_at.port().to_string();
+    let nfs = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_rpcrdma"))
+            .args(["nfs", "--provider", "shm", "--addr"])
+            .arg(&sock)
+            .args(["--mount-port", &port, "--export", "/data"])
+            .args(args)
+            .output()
+            .expect("run rpcrdma nfs")
+    };
+    // 3 MiB and a bit: several WRITEs and READs of up to 1 MiB each.
+    let data: Vec<u8> = (0..3 * 1024 * 1024 + 12345u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    let local = dir.with_extension("src");
+    std::fs::write(&local, &data).unwrap();
+    let o = nfs(&["put", local.to_str().unwrap(), "sub/big.bin"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(std::fs::read(dir.join("sub/big.bin")).unwrap(), data);
+    let o = nfs(&["ls", "sub"]);
+    assert!(o.status.success());
+    let ls = String::from_utf8_lossy(&o.stdout);
+    assert!(ls.contains(&format!("{} big.bin", data.len())), "{ls}");
+    assert!(ls.starts_with("-0644"), "{ls}");
+    let back = dir.with_extension("back");
+    let o = nfs(&["get", "sub/big.bin", back.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        std::fs::read(&back).unwrap() == data,
+        "get returns what put sent"
+    );
+    let _ = std::fs::remove_file(&local);
+    let _ = std::fs::remove_file(&back);
+    // Errors name their status.
+    let o = nfs(&["get", "sub/missing", "-"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("NFS3ERR_NOENT"));
+    let o = Command::new(env!("CARGO_BIN_EXE_rpcrdma"))
+        .args(["nfs", "--provider", "shm", "--addr"])
+        .arg(&sock)
+        .args(["--mount-port", &port, "--export", "/elsewhere", "ls"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&o.stderr).contains("MNT3ERR_NOENT"));
+    let o = nfs(&["put", "/nonexistent-local-file", "x"]);
+    assert!(!o.status.success());
+}

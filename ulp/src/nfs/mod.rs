@@ -18,6 +18,7 @@
 //! [`ReplySize`](crate::binding::ReplySize)).
 
 pub mod aux;
+pub mod client;
 pub mod mount;
 pub mod server;
 pub mod v2;

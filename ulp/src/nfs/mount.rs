@@ -58,6 +58,32 @@ impl MountStat3 {
     pub const NOTSUPP: MountStat3 = MountStat3(10004);
     /// MNT3ERR_SERVERFAULT.
     pub const SERVERFAULT: MountStat3 = MountStat3(10006);
+
+    /// The RFC 1813 name, e.g. `"MNT3ERR_NOENT"`, or `None` if unknown.
+    pub const fn name(self) -> Option<&'static str> {
+        Some(match self.0 {
+            0 => "MNT3_OK",
+            1 => "MNT3ERR_PERM",
+            2 => "MNT3ERR_NOENT",
+            5 => "MNT3ERR_IO",
+            13 => "MNT3ERR_ACCES",
+            20 => "MNT3ERR_NOTDIR",
+            22 => "MNT3ERR_INVAL",
+            63 => "MNT3ERR_NAMETOOLONG",
+            10004 => "MNT3ERR_NOTSUPP",
+            10006 => "MNT3ERR_SERVERFAULT",
+            _ => return None,
+        })
+    }
+}
+
+impl core::fmt::Display for MountStat3 {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self.name() {
+            Some(n) => f.write_str(n),
+            None => write!(f, "mountstat3({})", self.0),
+        }
+    }
 }
 
 /// Every MOUNT v3 procedure, indexed by number. Reply sizes bound the fixed parts; DUMP
