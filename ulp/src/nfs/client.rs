@@ -1,5 +1,5 @@
 //! A blocking NFSv3 client over the engine ([`Nfs3Client`]), with MOUNT over TCP
-//! ([`mount`]) and the portmapper lookup that finds mountd ([`getport`]).
+//! ([`mount()`]) and the portmapper lookup that finds mountd ([`getport`]).
 //!
 //! DDP per RFC 8267 §4: READ offers one Write chunk sized for the data, WRITE sends its
 //! data in a Read chunk, and the engine offers a Reply chunk whenever a reply may exceed
@@ -224,7 +224,7 @@ fn status<T>(r: super::v3::res::NfsRes<T, impl Sized>) -> Result<T> {
 
 impl<P: Provider> Nfs3Client<P> {
     /// Connects to the NFS server at `addr` and asks FSINFO of `root` (the handle from
-    /// [`mount`]) for its transfer sizes, which are capped at the connection's large
+    /// [`mount()`]) for its transfer sizes, which are capped at the connection's large
     /// buffer size (one chunk per READ or WRITE).
     pub fn connect(
         dev: &P::Device,

@@ -12,6 +12,9 @@
 //!   with "READ operations" in COMPOUND order (§6.4.1); default chunk-list complexity
 //!   limits (§6.4.2); reply size rules (§6.2).
 //! - [`aux`]: MOUNT, NLM, NSM and NFSACL (RFC 8267 §5).
+//! - [`mount`]: MOUNT v3 procedures and codecs; [`server`]: an embeddable NFSv3 server
+//!   (backends, programs, the engine service, RPC over TCP); [`client`]: a blocking NFSv3
+//!   client over the engine.
 //!
 //! Reply sizes are worked out from the XDR of RFC 1094 (NFSv2) and RFC 1813 (NFSv3) for
 //! the largest arm of each result union, AUTH_NONE verifier excluded (see

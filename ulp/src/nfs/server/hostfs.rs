@@ -243,8 +243,12 @@ impl HostFs {
         if st.st_ino != key.id || st.st_dev != self.dev || gen_at(from, &name) != key.gen {
             return Err(Nfsstat3::STALE);
         }
+        let dir = match dir {
+            Some(d) => d,
+            None => self.dup_root()?,
+        };
         Ok(Place {
-            dir: Some(dir.unwrap_or(self.dup_root()?)),
+            dir: Some(dir),
             name,
             st,
         })
