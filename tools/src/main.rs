@@ -101,6 +101,37 @@ enum NfsCmd {
         /// Where to put it, relative to the export.
         path: String,
     },
+    /// Measure READs or WRITEs of one file (created and filled first): latency
+    /// percentiles, ops/s and GB/s.
+    Bench {
+        /// READ or WRITE.
+        #[arg(long, value_enum, default_value = "read")]
+        op: BenchOpArg,
+        /// Octets per call (at most the server's rtmax/wtmax and 1 MiB).
+        #[arg(long, default_value_t = 4096)]
+        size: u32,
+        /// Calls in flight (at most --credits).
+        #[arg(long, default_value_t = 1)]
+        depth: u32,
+        /// Seconds to run.
+        #[arg(long, default_value_t = 5.0, value_name = "SECONDS")]
+        duration: f64,
+        /// The file to use, relative to the export.
+        #[arg(long, default_value = "rpcrdma-bench.dat")]
+        file: String,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `nfs bench --op`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum BenchOpArg {
+    /// READ into Write chunks.
+    Read,
+    /// UNSTABLE WRITE from Read chunks.
+    Write,
 }
 
 /// Connection settings shared by serve and call.
@@ -408,6 +439,29 @@ fn run_nfs(a: &NfsArgs) -> Result<(), CliError> {
         NfsCmd::Ls { dir } => nfs::NfsOp::Ls(dir.clone()),
         NfsCmd::Get { path, file } => nfs::NfsOp::Get(path.clone(), file.clone()),
         NfsCmd::Put { file, path } => nfs::NfsOp::Put(file.clone(), path.clone()),
+        NfsCmd::Bench {
+            op,
+            size,
+            depth,
+            duration,
+            file,
+            json,
+        } => {
+            if *depth == 0 || *depth > a.conn.credits {
+                return Err(CliError::BadArgument {
+                    option: "--depth",
+                    reason: format!("{depth} is not within 1..={} (--credits)", a.conn.credits),
+                });
+            }
+            nfs::NfsOp::Bench(nfs::BenchOpts {
+                write: *op == BenchOpArg::Write,
+                size: *size,
+                depth: *depth,
+                duration: seconds("--duration", *duration)?,
+                path: file.clone(),
+                json: *json,
+            })
+        }
     };
     let opts = nfs::NfsClientOpts {
         // One READ or WRITE of up to 1 MiB per chunk buffer.

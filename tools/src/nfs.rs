@@ -28,6 +28,46 @@ pub enum NfsOp {
     Get(String, PathBuf),
     /// Copy a local file (`-`: standard input) to the server.
     Put(PathBuf, String),
+    /// Measure READs or WRITEs of one file.
+    Bench(BenchOpts),
+}
+
+/// `nfs bench` settings.
+#[derive(Debug, Clone)]
+pub struct BenchOpts {
+    /// WRITE instead of READ.
+    pub write: bool,
+    /// Octets per call.
+    pub size: u32,
+    /// Calls in flight.
+    pub depth: u32,
+    /// How long to run.
+    pub duration: Duration,
+    /// The file used, relative to the export (created and filled first).
+    pub path: String,
+    /// Print JSON.
+    pub json: bool,
+}
+
+/// What `nfs bench` measured.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct BenchReport {
+    /// "read" or "write".
+    pub op: &'static str,
+    /// Octets per call.
+    pub size: u32,
+    /// Calls in flight.
+    pub depth: u32,
+    /// Calls completed.
+    pub ops: u64,
+    /// Seconds measured.
+    pub seconds: f64,
+    /// Calls per second.
+    pub ops_per_sec: f64,
+    /// Payload gigabytes (10^9 octets) per second.
+    pub gb_per_sec: f64,
+    /// Latency percentiles in microseconds: p50, p90, p99, p99.9, max.
+    pub latency_us: [f64; 5],
 }
 
 /// `nfs` settings.
@@ -103,6 +143,73 @@ fn parent_and_name(path: &str) -> Result<(&str, &str), CliError> {
     Ok((dir, name))
 }
 
+/// Slots of `size` octets the bench file holds; calls cycle through them.
+const BENCH_SLOTS: u64 = 64;
+
+fn bench<P: Provider>(c: &mut Nfs3Client<P>, b: &BenchOpts) -> Result<BenchReport, CliError> {
+    let (rsize, wsize) = c.transfer_sizes();
+    let size = b.size.clamp(1, if b.write { wsize } else { rsize });
+    let (dir, name) = parent_and_name(&b.path)?;
+    let dfh = c.lookup_path(dir).map_err(nfs_err)?;
+    let fill: Vec<u8> = (0..u64::from(size) * BENCH_SLOTS)
+        .map(|i| (i % 251) as u8)
+        .collect();
+    let fh = c.put(&dfh, name.as_bytes(), &fill).map_err(nfs_err)?;
+    let payload = vec![0x5au8; size as usize];
+    let data: &[u8] = if b.write { &payload } else { &[] };
+    let mut lat_ns: Vec<u64> = Vec::new();
+    let mut sent: std::collections::HashMap<u64, std::time::Instant> = Default::default();
+    let (mut next, mut octets) = (0u64, 0u64);
+    let t0 = std::time::Instant::now();
+    let end = t0 + b.duration;
+    let stall = b.duration + Duration::from_secs(30);
+    loop {
+        let now = std::time::Instant::now();
+        while now < end && (sent.len() as u32) < b.depth {
+            let offset = (next % BENCH_SLOTS) * u64::from(size);
+            c.start(&fh, offset, size, data, next).map_err(nfs_err)?;
+            sent.insert(next, std::time::Instant::now());
+            next += 1;
+        }
+        if sent.is_empty() {
+            break;
+        }
+        if let Some((tag, r)) = c.poll_done() {
+            let n = r.map_err(nfs_err)?;
+            if let Some(t) = sent.remove(&tag) {
+                lat_ns.push(t.elapsed().as_nanos() as u64);
+            }
+            octets += u64::from(n);
+        }
+        if t0.elapsed() > stall {
+            return Err(CliError::Nfs(format!(
+                "{} calls never completed",
+                sent.len()
+            )));
+        }
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    lat_ns.sort_unstable();
+    let pct = |p: f64| {
+        if lat_ns.is_empty() {
+            return 0.0;
+        }
+        let i = ((lat_ns.len() as f64 * p).ceil() as usize).clamp(1, lat_ns.len()) - 1;
+        lat_ns[i] as f64 / 1e3
+    };
+    let ops = lat_ns.len() as u64;
+    Ok(BenchReport {
+        op: if b.write { "write" } else { "read" },
+        size,
+        depth: b.depth,
+        ops,
+        seconds: secs,
+        ops_per_sec: ops as f64 / secs,
+        gb_per_sec: octets as f64 / secs / 1e9,
+        latency_us: [pct(0.5), pct(0.9), pct(0.99), pct(0.999), pct(1.0)],
+    })
+}
+
 fn op<P: Provider>(
     dev: &P::Device,
     addr: &P::Addr,
@@ -162,6 +269,24 @@ fn op<P: Provider>(
             let dfh = c.lookup_path(dir).map_err(nfs_err)?;
             c.put(&dfh, name.as_bytes(), &data).map_err(nfs_err)?;
             eprintln!("rpcrdma nfs: put {path} ({} octets)", data.len());
+        }
+        NfsOp::Bench(b) => {
+            let r = bench(&mut c, b)?;
+            if b.json {
+                serde_json::to_writer_pretty(&mut out, &r)
+                    .map_err(|e| CliError::Nfs(e.to_string()))?;
+                writeln!(out).map_err(io)?;
+            } else {
+                let [p50, p90, p99, p999, max] = r.latency_us;
+                writeln!(
+                    out,
+                    "nfs bench {} size {} depth {}: {} ops in {:.2}s, {:.0} ops/s, {:.3} GB/s; \
+                     latency us p50 {p50:.1} p90 {p90:.1} p99 {p99:.1} p99.9 {p999:.1} max \
+                     {max:.1}",
+                    r.op, r.size, r.depth, r.ops, r.seconds, r.ops_per_sec, r.gb_per_sec
+                )
+                .map_err(io)?;
+            }
         }
     }
     out.flush().map_err(io)

@@ -145,11 +145,15 @@ impl Service for Counted {
         c.bytes_in
             .fetch_add((call.msg().len() + ddp_in) as u64, Ordering::Relaxed);
         let mut out = reply.len() as u64;
-        // A result sent through a Write chunk is not in the body; for ECHO and SOURCE
-        // (one result) the body's last word is its length.
+        // A result sent through a Write chunk is not in the body; for ECHO, SOURCE and
+        // NFS READ/READLINK (one such result, last) the body's last word is its length.
         let msg = call.msg();
-        let echo_like = be32(msg, 12) == Some(ECHO_PROGRAM)
-            && matches!(be32(msg, 20), Some(echo_proc::ECHO | echo_proc::SOURCE));
+        let echo_like = (be32(msg, 12) == Some(ECHO_PROGRAM)
+            && matches!(be32(msg, 20), Some(echo_proc::ECHO | echo_proc::SOURCE)))
+            // NFSv3 READ and READLINK replies end with their data's length word too.
+            || (be32(msg, 12) == Some(rpcrdma_ulp::nfs::NFS_PROGRAM)
+                && be32(msg, 16) == Some(3)
+                && matches!(be32(msg, 20), Some(5 | 6)));
         if echo_like && reply.write_chunks_left() < chunks_before && reply.len() >= 4 {
             out += u64::from(be32(reply.as_slice(), reply.len() - 4).unwrap_or(0));
         }

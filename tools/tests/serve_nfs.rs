@@ -418,4 +418,32 @@ fn nfs_client_put_ls_get_against_serve() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("MNT3ERR_NOENT"));
     let o = nfs(&["put", "/nonexistent-local-file", "x"]);
     assert!(!o.status.success());
+    // bench: pipelined READs into Write chunks and WRITEs from Read chunks.
+    for op in ["read", "write"] {
+        let o = nfs(&[
+            "bench",
+            "--op",
+            op,
+            "--size",
+            "65536",
+            "--depth",
+            "4",
+            "--duration",
+            "0.5",
+            "--file",
+            "sub/bench.dat",
+            "--json",
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(v["op"], op);
+        assert!(v["ops"].as_u64().unwrap() > 0);
+        let lat = v["latency_us"].as_array().unwrap();
+        assert!(lat[0].as_f64().unwrap() > 0.0 && lat[0].as_f64() <= lat[4].as_f64());
+        assert!(v["gb_per_sec"].as_f64().unwrap() > 0.0);
+    }
+    assert_eq!(
+        std::fs::metadata(dir.join("sub/bench.dat")).unwrap().len(),
+        64 * 65536
+    );
 }

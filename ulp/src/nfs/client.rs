@@ -430,9 +430,7 @@ impl<P: Provider> Nfs3Client<P> {
         }
     }
 
-    /// READ of up to `count` octets (at most the read size) into a Write chunk; returns
-    /// the data and whether it reached the end of the file.
-    pub fn read(&mut self, fh: &[u8], offset: u64, count: u32) -> Result<(Vec<u8>, bool)> {
+    fn read_request(&mut self, fh: &[u8], offset: u64, count: u32) -> Result<CallRequest> {
         let count = count.min(self.rsize);
         let msg = self
             .conn
@@ -455,6 +453,13 @@ impl<P: Provider> Nfs3Client<P> {
             .map_err(|e| NfsClientError::Transport(e.to_string()))?;
         req.push_write_sink(sink)
             .map_err(|_| NfsClientError::Transport("write sink list full".into()))?;
+        Ok(req)
+    }
+
+    /// READ of up to `count` octets (at most the read size) into a Write chunk; returns
+    /// the data and whether it reached the end of the file.
+    pub fn read(&mut self, fh: &[u8], offset: u64, count: u32) -> Result<(Vec<u8>, bool)> {
+        let req = self.read_request(fh, offset, count)?;
         let o = self.run(req)?;
         let r = Self::results(&o, |c| {
             ReadRes::decode(c).map(|r| r.ok().map(|ok| (ok.data.to_vec(), ok.eof)))
@@ -462,15 +467,13 @@ impl<P: Provider> Nfs3Client<P> {
         r.map_err(NfsClientError::Nfs)
     }
 
-    /// WRITE of `data` (at most the write size) from a Read chunk; returns the octets
-    /// the server took and its write verifier.
-    pub fn write(
+    fn write_request(
         &mut self,
         fh: &[u8],
         offset: u64,
         data: &[u8],
         stable: StableHow,
-    ) -> Result<(u32, Verf)> {
+    ) -> Result<CallRequest> {
         let data = &data[..data.len().min(self.wsize as usize)];
         let mut bufs = DdpBufs::new();
         let mut b = self
@@ -500,14 +503,60 @@ impl<P: Provider> Nfs3Client<P> {
                 .map_err(|e| NfsClientError::Transport(e.to_string()))?;
             CallPlan::new(&call, &bufs).map_err(|e| NfsClientError::Transport(e.to_string()))?
         };
-        let req = plan
-            .into_request(msg, bufs, Self::max_reply(procs::WRITE, 0, false))
-            .map_err(|e| NfsClientError::Transport(e.to_string()))?;
+        plan.into_request(msg, bufs, Self::max_reply(procs::WRITE, 0, false))
+            .map_err(|e| NfsClientError::Transport(e.to_string()))
+    }
+
+    /// WRITE of `data` (at most the write size) from a Read chunk; returns the octets
+    /// the server took and its write verifier.
+    pub fn write(
+        &mut self,
+        fh: &[u8],
+        offset: u64,
+        data: &[u8],
+        stable: StableHow,
+    ) -> Result<(u32, Verf)> {
+        let req = self.write_request(fh, offset, data, stable)?;
         let o = self.run(req)?;
         let r = Self::results(&o, |c| {
             WriteRes::decode(c).map(|r| r.ok().map(|ok| (ok.count, ok.verf)))
         })?;
         r.map_err(NfsClientError::Nfs)
+    }
+
+    /// Starts a READ (`data` empty) or an UNSTABLE WRITE of `data` without waiting for
+    /// it, tagged `tag`; [`poll_done`](Self::poll_done) reports it. For pipelined
+    /// workloads (up to the connection's credits at once).
+    pub fn start(&mut self, fh: &[u8], offset: u64, len: u32, data: &[u8], tag: u64) -> Result<()> {
+        let req = if data.is_empty() {
+            self.read_request(fh, offset, len)?
+        } else {
+            self.write_request(fh, offset, data, StableHow::Unstable)?
+        };
+        self.conn
+            .submit(req, tag)
+            .map_err(|e| NfsClientError::Transport(e.to_string()))
+    }
+
+    /// Polls the connection once; a finished [`start`](Self::start)ed call comes back
+    /// with its tag and the octets read or written.
+    pub fn poll_done(&mut self) -> Option<(u64, Result<u32>)> {
+        self.conn.poll(Instant::now());
+        let o = self.conn.poll_outcome()?;
+        let r = match o.status {
+            CallStatus::Success | CallStatus::RpcError(_) => Self::results(&o, |c| {
+                // READ3res and WRITE3res both start with the status; tell them apart by
+                // whether a Write chunk was offered.
+                if o.write_sinks.is_empty() {
+                    WriteRes::decode(c).map(|r| r.ok().map(|ok| ok.count))
+                } else {
+                    ReadRes::decode(c).map(|r| r.ok().map(|ok| ok.count))
+                }
+            })
+            .and_then(|r| r.map_err(NfsClientError::Nfs)),
+            other => Err(NfsClientError::Transport(format!("{other:?}"))),
+        };
+        Some((o.tag, r))
     }
 
     /// CREATE (UNCHECKED, truncating an existing file) of `name` in `dir`.
