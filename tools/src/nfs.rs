@@ -223,6 +223,9 @@ fn op<P: Provider>(
         NfsOp::Ls(dir) => {
             let fh = c.lookup_path(dir).map_err(nfs_err)?;
             let mut list = c.list(&fh).map_err(nfs_err)?;
+            // Like ls without -a: servers that list "." and ".." (Linux nfsd) show no more
+            // than ours.
+            list.retain(|e| e.name != b"." && e.name != b"..");
             list.sort_by(|a, b| a.name.cmp(&b.name));
             for e in list {
                 let name = String::from_utf8_lossy(&e.name);

@@ -28,7 +28,7 @@ use super::v3::{self, procs};
 use super::NFS_PROGRAM;
 use crate::client::{inline_call, CallPlan, DdpBufs, OutcomeResults};
 use crate::ddp::{encode_call, reply_results, DdpCursor, DdpDecodeError, ReplyError, XdrCodec};
-use crate::rpc::{AcceptStatus, CallHeader, OpaqueAuth, Rejection};
+use crate::rpc::{AcceptStatus, AuthSys, CallHeader, Gids, OpaqueAuth, Rejection};
 
 /// Why an NFS client operation failed.
 #[derive(Debug)]
@@ -104,13 +104,23 @@ impl From<DdpDecodeError> for NfsClientError {
 
 type Result<T> = core::result::Result<T, NfsClientError>;
 
+/// AUTH_SYS with this process's user and group: what NFS servers expect (Linux nfsd
+/// maps AUTH_NONE to the anonymous user, who may not write the export).
 fn header(prog: u32, vers: u32, procedure: u32, xid: u32) -> CallHeader<'static> {
+    // SAFETY: getuid and getgid have no preconditions and cannot fail.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
     CallHeader {
         xid,
         prog,
         vers,
         procedure,
-        cred: OpaqueAuth::None,
+        cred: OpaqueAuth::Sys(AuthSys {
+            stamp: 0,
+            machinename: b"rpcrdma",
+            uid,
+            gid,
+            gids: Gids::EMPTY,
+        }),
         verf: OpaqueAuth::None,
     }
 }
