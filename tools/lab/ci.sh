@@ -80,4 +80,7 @@ nfs_ours() {
   guest_step nfs-ours nfs-ours.sh 900 && guest_step nfs-client nfs-client.sh 900
 }
 [ "${LAB_NFS:-1}" = 0 ] || run_step nfs-ours nfs_ours
+# The guest kernel's NFSv3 client on siw0 against the host's `rpcrdma serve --nfs --provider
+# siw` through 10.0.2.2; the capture must decode as NFS in tshark.
+[ "${LAB_NFS:-1}" = 0 ] || run_step nfs-host-siw "$HERE/nfs-host-siw.sh"
 finish
