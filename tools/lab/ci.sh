@@ -83,4 +83,7 @@ nfs_ours() {
 # The guest kernel's NFSv3 client on siw0 against the host's `rpcrdma serve --nfs --provider
 # siw` through 10.0.2.2; the capture must decode as NFS in tshark.
 [ "${LAB_NFS:-1}" = 0 ] || run_step nfs-host-siw "$HERE/nfs-host-siw.sh"
+# Kernel client workloads (dd, fio) against kernel nfsd and ours in one boot on siw0, and
+# rpcrdma nfs bench against both: ratios as LAB_METRIC lines (reported, not asserted).
+[ "${LAB_NFS:-1}" = 0 ] || run_step nfs-compare guest_step nfs-compare nfs-compare.sh 900
 finish

@@ -12,7 +12,7 @@
 //! names, names with `/` or NUL, and names longer than [`FsLimits::name_max`].
 
 use super::super::v3::args::{MknodData, StableHow};
-use super::super::v3::types::{Fattr3, Nfsstat3, Sattr3, Verf};
+use super::super::v3::types::{Fattr3, Nfsstat3, Sattr3, Verf, WccAttr};
 
 /// A file as the backend identifies it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -46,6 +46,30 @@ pub struct DirEntry {
     pub name: Vec<u8>,
     /// The cookie that continues the listing after this entry (never 0).
     pub cookie: u64,
+}
+
+/// What [`NfsBackend::read`] did. The attributes come with it because the backend has
+/// the file open anyway, and looking them up again would cost as much as the READ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadDone {
+    /// Octets read into the caller's buffer.
+    pub len: usize,
+    /// Whether they reach the end of the file.
+    pub eof: bool,
+    /// The file's attributes after the read, if known.
+    pub attr: Option<Fattr3>,
+}
+
+/// What [`NfsBackend::write`] did, with the file's attributes around it (WRITE's
+/// `wcc_data`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriteDone {
+    /// How durable the data is (at least what was asked).
+    pub committed: StableHow,
+    /// Attributes before the write, if known.
+    pub before: Option<WccAttr>,
+    /// Attributes after the write, if known.
+    pub after: Option<Fattr3>,
 }
 
 /// Space figures for FSSTAT.
@@ -119,18 +143,17 @@ pub trait NfsBackend: Send + Sync {
     /// The target of a symbolic link, appended to `out`.
     fn readlink(&self, link: FileKey, out: &mut Vec<u8>) -> Result<(), Nfsstat3>;
 
-    /// Reads at `offset` into `buf`; returns the octets read and whether they reach the
-    /// end of the file. Past the end: 0 octets and end of file.
-    fn read(&self, file: FileKey, offset: u64, buf: &mut [u8]) -> Result<(usize, bool), Nfsstat3>;
+    /// Reads at `offset` into `buf`. Past the end: 0 octets and end of file.
+    fn read(&self, file: FileKey, offset: u64, buf: &mut [u8]) -> Result<ReadDone, Nfsstat3>;
 
-    /// Writes `data` at `offset`; returns how durable it is (at least `stable`).
+    /// Writes `data` at `offset`, at least as durably as `stable` asks.
     fn write(
         &self,
         file: FileKey,
         offset: u64,
         data: &[u8],
         stable: StableHow,
-    ) -> Result<StableHow, Nfsstat3>;
+    ) -> Result<WriteDone, Nfsstat3>;
 
     /// Creates a regular file.
     fn create(

@@ -32,8 +32,10 @@ use std::path::Path;
 use std::sync::Mutex;
 
 use super::super::v3::args::StableHow;
-use super::super::v3::types::{Fattr3, Ftype3, NfsTime3, Nfsstat3, Sattr3, SetTime, Verf};
-use super::backend::{CreateMode, DirEntry, FileKey, FsLimits, FsSpace, NfsBackend};
+use super::super::v3::types::{Fattr3, Ftype3, NfsTime3, Nfsstat3, Sattr3, SetTime, Verf, WccAttr};
+use super::backend::{
+    CreateMode, DirEntry, FileKey, FsLimits, FsSpace, NfsBackend, ReadDone, WriteDone,
+};
 
 /// Deepest directory nesting a handle may be resolved through; guards against a
 /// corrupted table looping.
@@ -498,7 +500,7 @@ impl NfsBackend for HostFs {
         Ok(())
     }
 
-    fn read(&self, file: FileKey, offset: u64, buf: &mut [u8]) -> Result<(usize, bool), Nfsstat3> {
+    fn read(&self, file: FileKey, offset: u64, buf: &mut [u8]) -> Result<ReadDone, Nfsstat3> {
         let (fd, _) = self.open_file(file, libc::O_RDONLY)?;
         let mut done = 0usize;
         while done < buf.len() {
@@ -525,8 +527,12 @@ impl NfsBackend for HostFs {
             }
             done += n as usize;
         }
-        let size = stat_fd(fd.as_raw_fd())?.st_size as u64;
-        Ok((done, offset.saturating_add(done as u64) >= size))
+        let st = stat_fd(fd.as_raw_fd())?;
+        Ok(ReadDone {
+            len: done,
+            eof: offset.saturating_add(done as u64) >= st.st_size as u64,
+            attr: Some(self.attr(&st)),
+        })
     }
 
     fn write(
@@ -535,8 +541,9 @@ impl NfsBackend for HostFs {
         offset: u64,
         data: &[u8],
         stable: StableHow,
-    ) -> Result<StableHow, Nfsstat3> {
-        let (fd, _) = self.open_file(file, libc::O_WRONLY)?;
+    ) -> Result<WriteDone, Nfsstat3> {
+        let (fd, st) = self.open_file(file, libc::O_WRONLY)?;
+        let before = Some(WccAttr::of(&self.attr(&st)));
         let mut done = 0usize;
         while done < data.len() {
             let at =
@@ -573,7 +580,11 @@ impl NfsBackend for HostFs {
                 }
             }
         }
-        Ok(stable)
+        Ok(WriteDone {
+            committed: stable,
+            before,
+            after: stat_fd(fd.as_raw_fd()).ok().map(|st| self.attr(&st)),
+        })
     }
 
     fn create(

@@ -5,8 +5,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
 use super::super::v3::args::StableHow;
-use super::super::v3::types::{Fattr3, Ftype3, NfsTime3, Nfsstat3, Sattr3, SetTime, Verf};
-use super::backend::{CreateMode, DirEntry, FileKey, FsLimits, FsSpace, NfsBackend};
+use super::super::v3::types::{Fattr3, Ftype3, NfsTime3, Nfsstat3, Sattr3, SetTime, Verf, WccAttr};
+use super::backend::{
+    CreateMode, DirEntry, FileKey, FsLimits, FsSpace, NfsBackend, ReadDone, WriteDone,
+};
 
 const ROOT_ID: u64 = 1;
 
@@ -352,18 +354,28 @@ impl NfsBackend for MemFs {
         }
     }
 
-    fn read(&self, file: FileKey, offset: u64, buf: &mut [u8]) -> Result<(usize, bool), Nfsstat3> {
+    fn read(&self, file: FileKey, offset: u64, buf: &mut [u8]) -> Result<ReadDone, Nfsstat3> {
         let g = self.lock();
-        match &g.node(file)?.kind {
+        let node = g.node(file)?;
+        let attr = Some(g.attr(self.fsid, file.id, node));
+        match &node.kind {
             Kind::File { data, .. } => {
                 let len = data.len() as u64;
                 if offset >= len {
-                    return Ok((0, true));
+                    return Ok(ReadDone {
+                        len: 0,
+                        eof: true,
+                        attr,
+                    });
                 }
                 let start = offset as usize;
                 let n = buf.len().min(data.len() - start);
                 buf[..n].copy_from_slice(&data[start..start + n]);
-                Ok((n, (start + n) as u64 == len))
+                Ok(ReadDone {
+                    len: n,
+                    eof: (start + n) as u64 == len,
+                    attr,
+                })
             }
             Kind::Dir { .. } => Err(Nfsstat3::ISDIR),
             Kind::Symlink(_) => Err(Nfsstat3::INVAL),
@@ -376,8 +388,11 @@ impl NfsBackend for MemFs {
         offset: u64,
         data: &[u8],
         _stable: StableHow,
-    ) -> Result<StableHow, Nfsstat3> {
+    ) -> Result<WriteDone, Nfsstat3> {
         let mut g = self.lock();
+        let before = g
+            .node(file)
+            .map(|n| WccAttr::of(&g.attr(self.fsid, file.id, n)))?;
         let end = offset
             .checked_add(data.len() as u64)
             .filter(|&e| e <= self.capacity)
@@ -402,8 +417,13 @@ impl NfsBackend for MemFs {
         d[offset as usize..end as usize].copy_from_slice(data);
         n.touch();
         g.used = used + grow;
-        // Memory is as durable as this backend gets.
-        Ok(StableHow::FileSync)
+        let after = g.node(file).map(|n| g.attr(self.fsid, file.id, n)).ok();
+        Ok(WriteDone {
+            // Memory is as durable as this backend gets.
+            committed: StableHow::FileSync,
+            before: Some(before),
+            after,
+        })
     }
 
     fn create(

@@ -32,7 +32,9 @@ mod program;
 mod service;
 pub mod tcp;
 
-pub use backend::{CreateMode, DirEntry, FileKey, FsLimits, FsSpace, NfsBackend};
+pub use backend::{
+    CreateMode, DirEntry, FileKey, FsLimits, FsSpace, NfsBackend, ReadDone, WriteDone,
+};
 pub use counters::{NfsCounters, ProcCount, ProcCounters};
 pub use hostfs::HostFs;
 pub use mem::MemFs;

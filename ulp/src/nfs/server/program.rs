@@ -399,14 +399,14 @@ fn read<'d>(
         s.data.resize(want, 0);
     }
     match sh.backend.read(k, a.offset, &mut s.data[..want]) {
-        Ok((n, eof)) => {
-            let data: &'d [u8] = &s.data[..n];
+        Ok(r) => {
+            let data: &'d [u8] = &s.data[..r.len];
             done(
                 e,
                 NfsRes::<_, AttrNoData>::Ok(ReadOk {
-                    file_attributes: sh.attr(k),
-                    count: n as u32,
-                    eof,
+                    file_attributes: r.attr,
+                    count: r.len as u32,
+                    eof: r.eof,
                     data,
                 }),
             )
@@ -421,23 +421,25 @@ fn write<'d>(sh: &NfsShared, c: &mut DdpCursor<'d>, e: &mut DdpEncoder<'_, 'd>) 
         Ok(k) => k,
         Err(st) => return done(e, NfsRes::<WriteOk, WccData>::Fail(st, WccData::default())),
     };
-    let before = sh.pre(k);
     // A WRITE larger than wtmax is cut short; the reply's count tells the client.
     let n = a.data.len().min(sh.config.max_write as usize);
-    let r = sh.backend.write(k, a.offset, &a.data[..n], a.stable);
-    let wcc = sh.wcc(k, before);
-    done(
-        e,
-        match r {
-            Ok(committed) => NfsRes::Ok(WriteOk {
-                file_wcc: wcc,
+    // The backend reports the attributes around the write, from the descriptor it
+    // wrote through: no extra lookups on the hot path.
+    match sh.backend.write(k, a.offset, &a.data[..n], a.stable) {
+        Ok(w) => done(
+            e,
+            NfsRes::<_, WccData>::Ok(WriteOk {
+                file_wcc: WccData {
+                    before: w.before,
+                    after: w.after,
+                },
                 count: n as u32,
-                committed,
+                committed: w.committed,
                 verf: sh.backend.write_verifier(),
             }),
-            Err(st) => NfsRes::Fail(st, wcc),
-        },
-    )
+        ),
+        Err(st) => done(e, NfsRes::<WriteOk, _>::Fail(st, sh.wcc(k, None))),
+    }
 }
 
 fn create<'d>(

@@ -153,15 +153,15 @@ impl NfsService {
         let want = (a.count.min(sh.config().max_read) as u64)
             .min(capacity)
             .min(buf.capacity() as u64) as usize;
-        let (n, eof) = sh
+        let done = sh
             .backend()
             .read(key, a.offset, &mut buf.storage_mut()[..want])
             .ok()?;
+        let (n, eof, attrs) = (done.len, done.eof, done.attr);
         if n == 0 {
             return None;
         }
         buf.set_len(n).ok()?;
-        let attrs = sh.backend().getattr(key).ok();
         let head = ReplyHeader::success(h.xid);
         let len = {
             let spare = reply.spare_mut();
