@@ -144,7 +144,8 @@ fn time(sec: i64, nsec: i64) -> NfsTime3 {
     }
 }
 
-/// Where a file is: its directory (None for the root) and name, with its status.
+/// Where a file is: its directory (None: the export root's descriptor, for the root
+/// itself, named ".", and for the files directly in it) and name, with its status.
 struct Place {
     dir: Option<OwnedFd>,
     name: CString,
@@ -245,15 +246,8 @@ impl HostFs {
         if st.st_ino != key.id || st.st_dev != self.dev || gen_at(from, &name) != key.gen {
             return Err(Nfsstat3::STALE);
         }
-        let dir = match dir {
-            Some(d) => d,
-            None => self.dup_root()?,
-        };
-        Ok(Place {
-            dir: Some(dir),
-            name,
-            st,
-        })
+        // Directly under the root, the root descriptor serves (no dup per call).
+        Ok(Place { dir, name, st })
     }
 
     fn dup_root(&self) -> Result<OwnedFd, Nfsstat3> {
@@ -278,7 +272,7 @@ impl HostFs {
         if !is_dir(&p.st) {
             return Err(Nfsstat3::NOTDIR);
         }
-        if p.dir.is_none() {
+        if key.id == self.root_ino {
             return self.dup_root();
         }
         self.open(&p, libc::O_RDONLY | libc::O_DIRECTORY)
