@@ -237,6 +237,32 @@ fn serve_nfs_mount_over_tcp_and_nfs_over_shm() {
     let o = call(&mut conn, req);
     assert_eq!(o.write_result(0), Some(&b"hello over rdma\n"[..]));
 
+    // `rpcrdma call` names RPC errors from the reply, not by number.
+    for (args, want) in [
+        (
+            &["--prog", "100003", "--vers", "3", "--proc", "99"][..],
+            "RPC error PROC_UNAVAIL",
+        ),
+        (
+            &["--prog", "100003", "--vers", "4", "--proc", "0"][..],
+            "RPC error PROG_MISMATCH (server speaks versions 3..=3)",
+        ),
+        (
+            &["--prog", "100003", "--vers", "3", "--proc", "1"][..],
+            "RPC error GARBAGE_ARGS",
+        ),
+    ] {
+        let o = Command::new(env!("CARGO_BIN_EXE_rpcrdma"))
+            .args(["call", "--provider", "shm", "--addr"])
+            .arg(&sock)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(!o.status.success());
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert!(e.contains(want), "{args:?}: {e}");
+    }
+
     // GETATTR over NFS-on-TCP too.
     let r = tcp_call(nfs_tcp, &h(100_003, procs::GETATTR), &NfsFh3(&root));
     let (_, mut c) = reply_results(&r, &[]).unwrap();
