@@ -131,6 +131,7 @@ fn oversized_records_and_the_connection_cap() {
         max_record: 1024,
         reply_buf: 64 * 1024,
         max_connections: 1,
+        idle_timeout: Some(Duration::from_millis(1500)),
     });
     // A record over max_record: the server closes the connection.
     let mut s = TcpStream::connect(srv.local_addr()).unwrap();
@@ -162,4 +163,13 @@ fn oversized_records_and_the_connection_cap() {
     assert_eq!(srv.counters().refused.load(Ordering::Relaxed), 1);
     let r = rpc(&mut first, &msg(0, 11, &rpcrdma_ulp::ddp::Void));
     assert_eq!(reply_results(&r, &[]).unwrap().0, 11);
+    // An idle connection is closed after the idle timeout, freeing its slot.
+    let end = Instant::now() + Duration::from_secs(10);
+    while srv.counters().active.load(Ordering::Relaxed) != 0 {
+        assert!(Instant::now() < end, "idle connection never closed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut third = TcpStream::connect(srv.local_addr()).unwrap();
+    let r = rpc(&mut third, &msg(0, 12, &rpcrdma_ulp::ddp::Void));
+    assert_eq!(reply_results(&r, &[]).unwrap().0, 12);
 }

@@ -138,7 +138,15 @@ impl Program for MountProgram {
                 match sh.resolve(path.0) {
                     Ok(fh) => {
                         self.fh = fh;
-                        sh.mounts().push((self.peer.clone(), path.0.to_vec()));
+                        // One entry per client and path, however often it mounts.
+                        let mut m = sh.mounts();
+                        if !m
+                            .iter()
+                            .any(|(h, d)| *h == self.peer && d.as_slice() == path.0)
+                        {
+                            m.push((self.peer.clone(), path.0.to_vec()));
+                        }
+                        drop(m);
                         // AUTH_SYS first (what Linux clients use), AUTH_NONE too.
                         put(
                             e,

@@ -29,6 +29,9 @@ pub struct TcpConfig {
     /// Most connections served at once (each holds a thread and its buffers); more are
     /// closed as soon as they are accepted.
     pub max_connections: usize,
+    /// Close a connection that sends nothing for this long, so idle peers cannot hold
+    /// all [`max_connections`](Self::max_connections) slots. `None`: never.
+    pub idle_timeout: Option<Duration>,
 }
 
 impl Default for TcpConfig {
@@ -37,6 +40,7 @@ impl Default for TcpConfig {
             max_record: 2 * 1024 * 1024,
             reply_buf: 1024 * 1024 + 64 * 1024,
             max_connections: 64,
+            idle_timeout: Some(Duration::from_secs(300)),
         }
     }
 }
@@ -194,6 +198,7 @@ fn serve_conn(
     counters: &TcpCounters,
 ) -> io::Result<()> {
     stream.set_nodelay(true)?;
+    stream.set_read_timeout(config.idle_timeout)?;
     let mut msg = Vec::new();
     let mut reply = vec![0u8; config.reply_buf];
     loop {
