@@ -237,6 +237,16 @@ fn serve_nfs_mount_over_tcp_and_nfs_over_shm() {
     let o = call(&mut conn, req);
     assert_eq!(o.write_result(0), Some(&b"hello over rdma\n"[..]));
 
+    // The built-in programs are still served next to NFS.
+    let o = Command::new(env!("CARGO_BIN_EXE_rpcrdma"))
+        .args(["call", "--provider", "shm", "--addr"])
+        .arg(&sock)
+        .args(["--echo", "--size", "5000", "--read-chunk", "--write-chunk"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("echoed 5000 octets match"));
+
     // `rpcrdma call` names RPC errors from the reply, not by number.
     for (args, want) in [
         (
