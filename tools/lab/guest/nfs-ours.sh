@@ -33,18 +33,28 @@ chunks_used() {
   echo "${n:-0}"
 }
 
+# ours_over DEV [rpcbind]: with "rpcbind", the server registers with the guest's rpcbind
+# (--rpcbind) and mount.nfs finds MOUNT through it (no mountport=).
 ours_over() {
-  local dev=$1 log=$LAB_OUT/serve-$1.log spid t0 n
-  step "rpcrdma serve --nfs on $dev ($IP:20049, MOUNT on tcp 20048)"
+  local dev=$1 via=${2:-} log=$LAB_OUT/serve-$1.log spid t0 n extra=() mopts
+  [ "$via" = rpcbind ] && extra=(--rpcbind)
+  step "rpcrdma serve --nfs ${extra[*]} on $dev ($IP:20049, MOUNT on tcp 20048)"
   RPCRDMA_VERBS_DEV=$dev "$BIN" serve --provider verbs --addr "$IP:20049" --nfs /export-ours \
-    --mount-port 20048 --duration 900 > "$log" 2>&1 &
+    --mount-port 20048 --duration 900 "${extra[@]}" > "$log" 2>&1 &
   spid=$!
   wait_for 30 "our RDMA listener on $dev" cm_listening "$dev" 20049
   wait_for 30 "our MOUNT listener" tcp_listening 20048
   grep 'MOUNT v3 on tcp' "$log"
+  mopts=vers=3,proto=rdma,port=20049,mountport=20048,mountproto=tcp,nolock
+  if [ "$via" = rpcbind ]; then
+    rpcinfo -p > "$LAB_OUT/rpcinfo-$dev.txt"; cat "$LAB_OUT/rpcinfo-$dev.txt"
+    grep -qE '^ +100005 +3 +tcp +20048' "$LAB_OUT/rpcinfo-$dev.txt" || fail "MOUNT v3 not registered with rpcbind"
+    rpcinfo | grep -qE '^ +100003 +3 +rdma +10\.0\.2\.15\.78\.81 ' || fail "NFS v3 rdma not registered with rpcbind"
+    mopts=vers=3,proto=rdma,port=20049,mountproto=tcp,nolock
+  fi
 
-  step "kernel NFSv3 mount over RDMA on $dev"
-  timeout 120 mount -t nfs -o vers=3,proto=rdma,port=20049,mountport=20048,mountproto=tcp,nolock \
+  step "kernel NFSv3 mount over RDMA on $dev (MOUNT ${via:-at port 20048})"
+  timeout 120 mount -t nfs -o "$mopts" \
     "$IP:/" /mnt/ours || { cat "$log"; fail "NFSv3 rdma mount of our server on $dev"; }
   grep -qE 'xprt:[[:space:]]+rdma' /proc/self/mountstats || fail "mount is not using rdma"
   rdma res show cm_id | grep -q "^link $dev/" || fail "no rdma_cm connection on $dev"
@@ -83,6 +93,9 @@ ours_over() {
   umount /mnt/ours || fail "umount"
   kill -INT "$spid"; wait "$spid"
   grep 'rpcrdma serve: nfs:' "$log"
+  if [ "$via" = rpcbind ]; then
+    ! rpcinfo -p | grep -qE '^ +100005 +3 +tcp +20048' || fail "MOUNT still registered after the server stopped"
+  fi
   [ "$(chunks_used "$log" READ write)" -gt 0 ] || fail "no Write chunks used by READ"
   [ "$(chunks_used "$log" WRITE read)" -gt 0 ] || fail "no Read chunks used by WRITE"
   n=$(( $(chunks_used "$log" READDIRPLUS reply) + $(chunks_used "$log" READDIR reply) ))
@@ -99,5 +112,8 @@ step "rxe0 alone on eth0"
 rdma link delete siw0 || fail "rdma link delete siw0"
 rdma link add rxe0 type rxe netdev eth0 || fail "rdma link add rxe0"
 wait_for 30 "rxe0 port active" sh -c 'ibv_devinfo -d rxe0 | grep -q PORT_ACTIVE'
-ours_over rxe0
+step "rpcbind for the rxe0 pass"
+mkdir -p /run/rpcbind
+rpcbind -w || fail rpcbind
+ours_over rxe0 rpcbind
 echo "NFS_OURS_OK"
