@@ -66,6 +66,9 @@ enum Command {
 struct NfsArgs {
     #[command(flatten)]
     conn: ConnArgs,
+    /// NFS version: 3 (4.1 is not implemented yet).
+    #[arg(long, default_value = "3", value_name = "3|4.1")]
+    vers: String,
     /// TCP port of the server's MOUNT service (default: ask its portmapper, port 111).
     #[arg(long, value_name = "PORT")]
     mount_port: Option<u16>,
@@ -433,6 +436,21 @@ fn run_serve(a: &ServeArgs) -> Result<(), CliError> {
 }
 
 fn run_nfs(a: &NfsArgs) -> Result<(), CliError> {
+    match a.vers.as_str() {
+        "3" => {}
+        "4.1" => {
+            return Err(CliError::BadArgument {
+                option: "--vers",
+                reason: "the NFSv4.1 client is not implemented yet; --vers 3 works".into(),
+            })
+        }
+        v => {
+            return Err(CliError::BadArgument {
+                option: "--vers",
+                reason: format!("{v:?} is not an NFS version this client knows (3)"),
+            })
+        }
+    }
     let ep = Endpoint::parse(a.conn.provider, &a.conn.addr)?;
     let timeout = seconds("--timeout", a.timeout)?;
     let op = match &a.op {

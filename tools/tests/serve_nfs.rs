@@ -454,6 +454,9 @@ fn nfs_client_put_ls_get_against_serve() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("MNT3ERR_NOENT"));
     let o = nfs(&["put", "/nonexistent-local-file", "x"]);
     assert!(!o.status.success());
+    let o = nfs(&["--vers", "4.1", "ls"]);
+    assert!(String::from_utf8_lossy(&o.stderr)
+        .contains("--vers: the NFSv4.1 client is not implemented yet"));
     // bench: pipelined READs into Write chunks and WRITEs from Read chunks.
     for op in ["read", "write"] {
         let o = nfs(&[
