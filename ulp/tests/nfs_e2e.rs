@@ -538,6 +538,23 @@ fn nfs3_over_rdma_with_mount_over_tcp() {
         Nfsstat3::BADHANDLE
     ));
 
+    // Malformed arguments over RDMA: GARBAGE_ARGS for that call, connection up.
+    let mut msg = p.requester.alloc_msg().unwrap();
+    let n = h(NFS_PROGRAM, procs::GETATTR, 0)
+        .encode(msg.storage_mut())
+        .unwrap();
+    // A handle length of 100: over NFS3_FHSIZE, and past the message's end.
+    msg.storage_mut()[n..n + 4].copy_from_slice(&100u32.to_be_bytes());
+    msg.set_len(n + 4).unwrap();
+    let o = p
+        .call(CallRequest::new(msg, 64), DEADLINE)
+        .expect("outcome");
+    assert_eq!(
+        o.status,
+        CallStatus::RpcError(rpcrdma::requester::RpcReplyError::Accepted(4)),
+        "GARBAGE_ARGS"
+    );
+
     // Two Write chunks on a READ are past the chunk limit: ERR_CHUNK, connection up.
     let msg = p.requester.alloc_msg().unwrap();
     let mut req = inline_call(
