@@ -69,7 +69,7 @@ step "install host packages"
 # packages let host-built test binaries link against libibverbs/librdmacm.
 PKGS=(qemu-system-x86 busybox-static cpio kmod iproute2 procps util-linux python3 xz-utils gzip
       rdma-core ibverbs-providers ibverbs-utils rdmacm-utils perftest libibverbs-dev librdmacm-dev
-      nfs-kernel-server nfs-common rpcbind)
+      nfs-kernel-server nfs-common rpcbind fio)
 [ -f "$KROOT/lib/modules/$KV/updates/siw.ko" ] || PKGS+=(make gcc "linux-headers-$KV")
 mapfile -t MISSING < <(missing_pkgs "${PKGS[@]}")
 if [ "${#MISSING[@]}" -gt 0 ]; then

@@ -416,7 +416,7 @@ fn call<P: Provider>(
         procedure,
         size: o.size,
         xid: outcome.xid,
-        status: status_words(outcome.status),
+        status: status_words(&outcome),
         reply_len: outcome.reply.as_ref().map_or(0, |r| r.len()),
         write_chunk_octets: outcome.write_sinks.iter().map(RegBuf::len).sum(),
         check: match &check {
@@ -455,10 +455,23 @@ impl<'d> XdrCodec<'d> for Nothing {
     }
 }
 
-fn status_words(s: CallStatus) -> String {
-    match s {
+/// How the call ended, with RPC errors named as RFC 5531 names them (PROG_UNAVAIL,
+/// PROG_MISMATCH with the range, GARBAGE_ARGS, RPC_MISMATCH, AUTH_ERROR with its reason)
+/// from the reply itself.
+fn status_words(out: &Outcome) -> String {
+    use rpcrdma_ulp::ddp::{reply_results, ReplyError};
+    use rpcrdma_ulp::nfs::client::NfsClientError;
+    match out.status {
         CallStatus::Success => "SUCCESS".to_owned(),
-        CallStatus::RpcError(e) => format!("RPC error {e:?}"),
+        CallStatus::RpcError(e) => {
+            let bytes = out.reply.as_ref().map_or(&[][..], |r| r.bytes());
+            match reply_results(bytes, &[]) {
+                Err(r @ (ReplyError::NotSuccess { .. } | ReplyError::Denied { .. })) => {
+                    NfsClientError::Rpc(r).to_string()
+                }
+                _ => format!("RPC error {e:?}"),
+            }
+        }
         CallStatus::Transport(e) => format!("transport error: {e}"),
         CallStatus::Refused(r) => format!("refused: {r}"),
         CallStatus::Timeout => "timed out".to_owned(),
@@ -468,10 +481,7 @@ fn status_words(s: CallStatus) -> String {
 /// Whether the reply is what the procedure promises for what was sent.
 fn check_reply(o: &CallOpts, out: &Outcome, payload: &[u8]) -> Result<String, String> {
     if out.status != CallStatus::Success {
-        return Err(format!(
-            "the call did not succeed ({})",
-            status_words(out.status)
-        ));
+        return Err(format!("the call did not succeed ({})", status_words(out)));
     }
     let results = OutcomeResults::new(out);
     let (_, mut cur) = results

@@ -60,6 +60,8 @@ pub enum CliError {
     Serve(String),
     /// `call`: the call could not be made, failed, or its reply did not check out.
     Call(String),
+    /// `nfs`: the operation failed (the message names the RPC or NFS status).
+    Nfs(String),
     /// A command-line value that clap could not check by itself.
     BadArgument {
         /// The option.
@@ -117,6 +119,7 @@ impl fmt::Display for CliError {
             ),
             CliError::Serve(e) => write!(f, "serve: {e}"),
             CliError::Call(e) => write!(f, "call failed: {e}"),
+            CliError::Nfs(e) => write!(f, "nfs: {e}"),
         }
     }
 }
@@ -136,7 +139,8 @@ impl std::error::Error for CliError {
             | CliError::Unreachable { .. }
             | CliError::LocalSetup { .. }
             | CliError::Serve(_)
-            | CliError::Call(_) => None,
+            | CliError::Call(_)
+            | CliError::Nfs(_) => None,
         }
     }
 }

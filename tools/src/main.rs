@@ -14,7 +14,9 @@ mod error;
 mod hex;
 mod info;
 mod input;
+mod nfs;
 mod rpc_summary;
+mod rpcbind;
 mod serve;
 mod signal;
 
@@ -50,10 +52,89 @@ enum Command {
     Encode(EncodeArgs),
     /// Show built-in providers, RDMA devices, hugepages and CPUs.
     Info(InfoArgs),
-    /// Serve the built-in programs (NULL; ECHO/SINK/SOURCE with DDP payloads) until Ctrl-C.
+    /// Serve the built-in programs (NULL; ECHO/SINK/SOURCE with DDP payloads), and with
+    /// --nfs DIR or --nfs-mem NFSv3 and MOUNT, until Ctrl-C.
     Serve(ServeArgs),
     /// Make one RPC to a server and print the reply, the message shape and the timing.
     Call(CallArgs),
+    /// NFSv3 client over RPC-over-RDMA: ls, get and put against an NFS server (ours or
+    /// Linux nfsd), with the root handle from MOUNT over TCP.
+    Nfs(NfsArgs),
+}
+
+#[derive(Debug, Args)]
+struct NfsArgs {
+    #[command(flatten)]
+    conn: ConnArgs,
+    /// NFS version: 3 (4.1 is not implemented yet).
+    #[arg(long, default_value = "3", value_name = "3|4.1")]
+    vers: String,
+    /// TCP port of the server's MOUNT service (default: ask its portmapper, port 111).
+    #[arg(long, value_name = "PORT")]
+    mount_port: Option<u16>,
+    /// The export's MOUNT path; PATHs are relative to it.
+    #[arg(long, value_name = "PATH", default_value = "/")]
+    export: String,
+    /// Seconds to wait for the connection and for each reply.
+    #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
+    timeout: f64,
+    #[command(subcommand)]
+    op: NfsCmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum NfsCmd {
+    /// List a directory: type and mode, uid, gid, size, name.
+    Ls {
+        /// The directory, relative to the export.
+        #[arg(default_value = "/")]
+        dir: String,
+    },
+    /// Copy a file from the server to FILE (`-`: standard output).
+    Get {
+        /// The file, relative to the export.
+        path: String,
+        /// Where to write it.
+        file: PathBuf,
+    },
+    /// Copy FILE (`-`: standard input) to the server, creating or truncating PATH.
+    Put {
+        /// What to send.
+        file: PathBuf,
+        /// Where to put it, relative to the export.
+        path: String,
+    },
+    /// Measure READs or WRITEs of one file (created and filled first): latency
+    /// percentiles, ops/s and GB/s.
+    Bench {
+        /// READ or WRITE.
+        #[arg(long, value_enum, default_value = "read")]
+        op: BenchOpArg,
+        /// Octets per call (at most the server's rtmax/wtmax and 1 MiB).
+        #[arg(long, default_value_t = 4096)]
+        size: u32,
+        /// Calls in flight (at most --credits).
+        #[arg(long, default_value_t = 1)]
+        depth: u32,
+        /// Seconds to run.
+        #[arg(long, default_value_t = 5.0, value_name = "SECONDS")]
+        duration: f64,
+        /// The file to use, relative to the export.
+        #[arg(long, default_value = "rpcrdma-bench.dat")]
+        file: String,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `nfs bench --op`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum BenchOpArg {
+    /// READ into Write chunks.
+    Read,
+    /// UNSTABLE WRITE from Read chunks.
+    Write,
 }
 
 /// Connection settings shared by serve and call.
@@ -93,6 +174,25 @@ struct ServeArgs {
     /// Disconnect a connection that received nothing for this many seconds (0: never).
     #[arg(long, default_value_t = 360.0, value_name = "SECONDS")]
     idle_timeout: f64,
+    /// Also serve NFSv3 from this host directory (nothing outside it is ever served),
+    /// with MOUNT v3 on TCP.
+    #[arg(long, value_name = "DIR", conflicts_with = "nfs_mem")]
+    nfs: Option<PathBuf>,
+    /// Also serve NFSv3 from an empty in-memory file system, with MOUNT v3 on TCP.
+    #[arg(long)]
+    nfs_mem: bool,
+    /// The MOUNT path of the export.
+    #[arg(long, value_name = "PATH", default_value = "/")]
+    export_path: String,
+    /// TCP port of MOUNT v3 (0: any free port; the port is printed at start).
+    #[arg(long, value_name = "PORT", default_value_t = 20048)]
+    mount_port: u16,
+    /// Also serve NFSv3 over TCP on this port (0: any free port).
+    #[arg(long, value_name = "PORT")]
+    tcp_port: Option<u16>,
+    /// Register MOUNT and NFS with the local rpcbind (port 111) while serving.
+    #[arg(long)]
+    rpcbind: bool,
 }
 
 #[derive(Debug, Args)]
@@ -245,6 +345,7 @@ fn main() -> ExitCode {
         Command::Info(a) => run_info(&a),
         Command::Serve(a) => run_serve(&a),
         Command::Call(a) => run_call(&a),
+        Command::Nfs(a) => run_nfs(&a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -339,8 +440,102 @@ fn run_serve(a: &ServeArgs) -> Result<(), CliError> {
             handshake_timeout: seconds("--handshake-timeout", a.handshake_timeout)?,
             idle_timeout: idle,
         },
+        nfs: nfs_opts(a)?,
     };
     serve::run(&ep, &opts)
+}
+
+fn run_nfs(a: &NfsArgs) -> Result<(), CliError> {
+    match a.vers.as_str() {
+        "3" => {}
+        "4.1" => {
+            return Err(CliError::BadArgument {
+                option: "--vers",
+                reason: "the NFSv4.1 client is not implemented yet; --vers 3 works".into(),
+            })
+        }
+        v => {
+            return Err(CliError::BadArgument {
+                option: "--vers",
+                reason: format!("{v:?} is not an NFS version this client knows (3)"),
+            })
+        }
+    }
+    let ep = Endpoint::parse(a.conn.provider, &a.conn.addr)?;
+    let timeout = seconds("--timeout", a.timeout)?;
+    let op = match &a.op {
+        NfsCmd::Ls { dir } => nfs::NfsOp::Ls(dir.clone()),
+        NfsCmd::Get { path, file } => nfs::NfsOp::Get(path.clone(), file.clone()),
+        NfsCmd::Put { file, path } => nfs::NfsOp::Put(file.clone(), path.clone()),
+        NfsCmd::Bench {
+            op,
+            size,
+            depth,
+            duration,
+            file,
+            json,
+        } => {
+            if *depth == 0 || *depth > a.conn.credits {
+                return Err(CliError::BadArgument {
+                    option: "--depth",
+                    reason: format!("{depth} is not within 1..={} (--credits)", a.conn.credits),
+                });
+            }
+            nfs::NfsOp::Bench(nfs::BenchOpts {
+                write: *op == BenchOpArg::Write,
+                size: *size,
+                depth: *depth,
+                duration: seconds("--duration", *duration)?,
+                path: file.clone(),
+                json: *json,
+            })
+        }
+    };
+    let opts = nfs::NfsClientOpts {
+        // One READ or WRITE of up to 1 MiB per chunk buffer.
+        conn: conn_config(&a.conn, 1 << 20),
+        mount_port: a.mount_port,
+        export: a.export.clone(),
+        timeout,
+        op,
+    };
+    nfs::run(&ep, &opts)
+}
+
+/// The NFS part of `serve`'s settings, if --nfs or --nfs-mem was given.
+fn nfs_opts(a: &ServeArgs) -> Result<Option<serve::NfsOpts>, CliError> {
+    let store = match (&a.nfs, a.nfs_mem) {
+        (Some(dir), _) => serve::NfsStore::Dir(dir.clone()),
+        (None, true) => serve::NfsStore::Mem,
+        (None, false) => {
+            let nfs_only = a.tcp_port.is_some() || a.rpcbind || a.export_path != "/";
+            if nfs_only {
+                return Err(CliError::BadArgument {
+                    option: "--nfs",
+                    reason: "--export-path, --tcp-port and --rpcbind need --nfs DIR or \
+                             --nfs-mem"
+                        .into(),
+                });
+            }
+            return Ok(None);
+        }
+    };
+    if !a.export_path.starts_with('/') {
+        return Err(CliError::BadArgument {
+            option: "--export-path",
+            reason: format!(
+                "{:?} is not an absolute path such as / or /srv",
+                a.export_path
+            ),
+        });
+    }
+    Ok(Some(serve::NfsOpts {
+        store,
+        export_path: a.export_path.clone(),
+        mount_port: a.mount_port,
+        tcp_port: a.tcp_port,
+        rpcbind: a.rpcbind,
+    }))
 }
 
 fn run_call(a: &CallArgs) -> Result<(), CliError> {

@@ -1,5 +1,8 @@
 //! `rpcrdma serve`: the built-in programs (NULL, and echo/sink/source/echo2 with
-//! DDP-eligible payloads) on one provider and address, busy-polled on this thread.
+//! DDP-eligible payloads) on one provider and address, busy-polled on this thread. With
+//! `--nfs DIR` or `--nfs-mem` it also serves NFSv3 (RFC 1813, bound to RPC-over-RDMA by
+//! RFC 8267) from a host directory or from memory, with MOUNT v3 on TCP beside it (and,
+//! with `--tcp-port`, NFSv3 on TCP too).
 //!
 //! Prints each connection as it comes and goes and, once a second, calls and payload
 //! octets per second. Stops on Ctrl-C (SIGINT), SIGTERM or after `--duration`:
@@ -7,6 +10,8 @@
 //! exits 0.
 
 use std::io::Write;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread;
@@ -21,7 +26,12 @@ use rpcrdma::service::{CallView, ReplyWriter, Service, ServiceError};
 use rpcrdma_ulp::builtin::{
     echo_proc, EchoProgram, NullProgram, ECHO_MAX_DATA, ECHO_PROGRAM, NULL_PROGRAM,
 };
-use rpcrdma_ulp::program::Dispatcher;
+use rpcrdma_ulp::nfs::server::tcp::{TcpConfig, TcpServer};
+use rpcrdma_ulp::nfs::server::{
+    HostFs, MemFs, MountProgram, MountShared, NfsBackend, NfsConfig, NfsProgram, NfsService,
+    NfsShared,
+};
+use rpcrdma_ulp::program::{DispatchStats, Dispatcher};
 
 use crate::endpoint::Endpoint;
 use crate::error::CliError;
@@ -44,6 +54,32 @@ pub struct ServeOpts {
     pub source_max: usize,
     /// Connection cap, handshake and idle timeouts.
     pub limits: ServerLimits,
+    /// Serve NFSv3 too.
+    pub nfs: Option<NfsOpts>,
+}
+
+/// What NFS serves from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NfsStore {
+    /// A host directory (`--nfs DIR`), confined to it.
+    Dir(PathBuf),
+    /// An empty in-memory file system (`--nfs-mem`).
+    Mem,
+}
+
+/// `serve --nfs` settings.
+#[derive(Debug, Clone)]
+pub struct NfsOpts {
+    /// What to export.
+    pub store: NfsStore,
+    /// The MOUNT path clients ask for (`--export-path`).
+    pub export_path: String,
+    /// MOUNT v3 TCP port (`--mount-port`; 0 picks a free one).
+    pub mount_port: u16,
+    /// NFSv3 TCP port (`--tcp-port`), if any.
+    pub tcp_port: Option<u16>,
+    /// Register MOUNT and NFS with the local rpcbind (`--rpcbind`).
+    pub rpcbind: bool,
 }
 
 /// Counters the services of every connection add to.
@@ -58,9 +94,24 @@ struct Counters {
     bytes_out: AtomicU64,
 }
 
+/// What a connection's calls go to: the built-in programs, or those and NFS.
+enum Inner {
+    Plain(Dispatcher),
+    Nfs(NfsService),
+}
+
+impl Inner {
+    fn stats(&self) -> DispatchStats {
+        match self {
+            Inner::Plain(d) => d.stats(),
+            Inner::Nfs(n) => n.dispatcher().stats(),
+        }
+    }
+}
+
 /// The dispatcher with counting around it.
 struct Counted {
-    inner: Dispatcher,
+    inner: Inner,
     counters: Arc<Counters>,
 }
 
@@ -77,7 +128,10 @@ impl Service for Counted {
     ) -> Result<(), ServiceError> {
         let chunks_before = reply.write_chunks_left();
         let seen = self.inner.stats();
-        let r = self.inner.handle_call(call, reply);
+        let r = match &mut self.inner {
+            Inner::Plain(d) => d.handle_call(call, reply),
+            Inner::Nfs(n) => n.handle_call(call, reply),
+        };
         let now = self.inner.stats();
         let c = &self.counters;
         c.calls.fetch_add(1, Ordering::Relaxed);
@@ -91,11 +145,15 @@ impl Service for Counted {
         c.bytes_in
             .fetch_add((call.msg().len() + ddp_in) as u64, Ordering::Relaxed);
         let mut out = reply.len() as u64;
-        // A result sent through a Write chunk is not in the body; for ECHO and SOURCE
-        // (one result) the body's last word is its length.
+        // A result sent through a Write chunk is not in the body; for ECHO, SOURCE and
+        // NFS READ/READLINK (one such result, last) the body's last word is its length.
         let msg = call.msg();
-        let echo_like = be32(msg, 12) == Some(ECHO_PROGRAM)
-            && matches!(be32(msg, 20), Some(echo_proc::ECHO | echo_proc::SOURCE));
+        let echo_like = (be32(msg, 12) == Some(ECHO_PROGRAM)
+            && matches!(be32(msg, 20), Some(echo_proc::ECHO | echo_proc::SOURCE)))
+            // NFSv3 READ and READLINK replies end with their data's length word too.
+            || (be32(msg, 12) == Some(rpcrdma_ulp::nfs::NFS_PROGRAM)
+                && be32(msg, 16) == Some(3)
+                && matches!(be32(msg, 20), Some(5 | 6)));
         if echo_like && reply.write_chunks_left() < chunks_before && reply.len() >= 4 {
             out += u64::from(be32(reply.as_slice(), reply.len() - 4).unwrap_or(0));
         }
@@ -104,7 +162,10 @@ impl Service for Counted {
     }
 
     fn on_done(&mut self, xid: u32) {
-        self.inner.on_done(xid);
+        match &mut self.inner {
+            Inner::Plain(d) => d.on_done(xid),
+            Inner::Nfs(n) => n.on_done(xid),
+        }
     }
 }
 
@@ -187,11 +248,22 @@ fn serve<P: Provider>(
     // Build one dispatcher up front so a registration problem is reported before
     // listening; each connection gets its own.
     dispatcher(opts.source_max)?;
+    let nfs = match &opts.nfs {
+        Some(n) => Some(NfsSide::start(n, ep, &opts.conn)?),
+        None => None,
+    };
     let factory = {
         let counters = counters.clone();
         let source_max = opts.source_max;
+        let shared = nfs.as_ref().map(|n| n.shared.clone());
+        let inline_send = opts.conn.inline_send as usize;
         move || {
-            dispatcher(source_max).ok().map(|inner| Counted {
+            let d = dispatcher(source_max).ok()?;
+            let inner = match &shared {
+                None => Inner::Plain(d),
+                Some(s) => Inner::Nfs(NfsService::new(d, s.clone(), inline_send).ok()?),
+            };
+            Some(Counted {
                 inner,
                 counters: counters.clone(),
             })
@@ -208,6 +280,9 @@ fn serve<P: Provider>(
         opts.conn.inline_recv,
         opts.conn.credits
     ));
+    if let Some(n) = &nfs {
+        n.announce(ep);
+    }
     let start = Instant::now();
     let end = opts.duration.map(|d| start + d);
     let mut known: Vec<(ConnId, bool)> = Vec::new();
@@ -284,6 +359,9 @@ fn serve<P: Provider>(
             format!("; {left} connection(s) still draining were dropped")
         }
     ));
+    if let Some(n) = nfs {
+        n.stop();
+    }
     Ok(())
 }
 
@@ -317,4 +395,164 @@ where
         }
         live
     });
+}
+
+/// The NFS side of `serve`: the shared state every connection's NFS program uses, and
+/// the TCP servers for MOUNT and NFS.
+struct NfsSide {
+    shared: Arc<NfsShared>,
+    what: String,
+    export: String,
+    mount: TcpServer,
+    tcp: Option<TcpServer>,
+    registered: Vec<crate::rpcbind::Registration>,
+}
+
+/// The IP address the TCP services listen on: the RDMA address's (so a client finds
+/// mountd where it finds NFS/RDMA), or loopback for shm.
+fn tcp_ip(ep: &Endpoint) -> IpAddr {
+    match ep {
+        Endpoint::Shm(_) => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        Endpoint::Siw(a) => a.ip(),
+        #[cfg(feature = "verbs")]
+        Endpoint::Verbs(a) => a.ip(),
+    }
+}
+
+impl NfsSide {
+    fn start(o: &NfsOpts, ep: &Endpoint, conn: &ConnConfig) -> Result<NfsSide, CliError> {
+        let (backend, what): (Arc<dyn NfsBackend>, String) = match &o.store {
+            NfsStore::Dir(d) => {
+                let fs = HostFs::new(d)
+                    .map_err(|e| CliError::Serve(format!("--nfs {}: {e}", d.display())))?;
+                (Arc::new(fs), format!("directory {}", d.display()))
+            }
+            NfsStore::Mem => (Arc::new(MemFs::default()), "memory".to_string()),
+        };
+        // READ and WRITE data travel in one chunk, which the engine holds in one large
+        // buffer: leave room for headers, keep 4 KiB multiples, at most 1 MiB.
+        let data = (conn.large_buf_size.saturating_sub(64 * 1024) & !4095).clamp(4096, 1 << 20);
+        let cfg = NfsConfig {
+            max_read: data,
+            max_write: data,
+            max_readdir: (64 * 1024).min(data),
+        };
+        let shared = NfsShared::new(backend, cfg);
+        let mount = MountShared::new(&o.export_path, shared.clone());
+        let ip = tcp_ip(ep);
+        let bind = |port: u16, flag: &str| {
+            TcpListener::bind(SocketAddr::new(ip, port))
+                .map_err(|e| CliError::Serve(format!("{flag} {port}: cannot listen on {ip}: {e}")))
+        };
+        let tcp_cfg = TcpConfig {
+            max_record: data as usize + 64 * 1024,
+            reply_buf: data as usize + 64 * 1024,
+            ..TcpConfig::default()
+        };
+        let mount_srv = {
+            let mount = mount.clone();
+            let factory = Arc::new(move |peer: SocketAddr| {
+                let mut d = Dispatcher::new();
+                // Registration into an empty dispatcher cannot collide.
+                let _ = d.register(Box::new(MountProgram::new(
+                    mount.clone(),
+                    peer.ip().to_string(),
+                )));
+                d
+            });
+            TcpServer::spawn(bind(o.mount_port, "--mount-port")?, tcp_cfg, factory)
+                .map_err(|e| CliError::Serve(format!("MOUNT over TCP: {e}")))?
+        };
+        let tcp = match o.tcp_port {
+            None => None,
+            Some(port) => {
+                let (shared, mount) = (shared.clone(), mount.clone());
+                let factory = Arc::new(move |peer: SocketAddr| {
+                    let mut d = Dispatcher::new();
+                    let _ = d.register(Box::new(NfsProgram::new(shared.clone())));
+                    let _ = d.register(Box::new(MountProgram::new(
+                        mount.clone(),
+                        peer.ip().to_string(),
+                    )));
+                    d
+                });
+                Some(
+                    TcpServer::spawn(bind(port, "--tcp-port")?, tcp_cfg, factory)
+                        .map_err(|e| CliError::Serve(format!("NFS over TCP: {e}")))?,
+                )
+            }
+        };
+        let mut side = NfsSide {
+            shared,
+            what,
+            export: o.export_path.clone(),
+            mount: mount_srv,
+            tcp,
+            registered: Vec::new(),
+        };
+        if o.rpcbind {
+            side.register(ep)?;
+        }
+        Ok(side)
+    }
+
+    /// Registers MOUNT (and NFS over TCP and RDMA) with the local rpcbind.
+    fn register(&mut self, ep: &Endpoint) -> Result<(), CliError> {
+        use crate::rpcbind::{set, Registration};
+        use rpcrdma_ulp::nfs::mount::{MOUNT_PROGRAM, MOUNT_V3};
+        use rpcrdma_ulp::nfs::NFS_PROGRAM;
+        let mut want = vec![Registration::tcp(
+            MOUNT_PROGRAM,
+            MOUNT_V3,
+            self.mount.local_addr(),
+        )];
+        if let Some(t) = &self.tcp {
+            want.push(Registration::tcp(NFS_PROGRAM, 3, t.local_addr()));
+        }
+        match ep {
+            Endpoint::Siw(a) => want.push(Registration::rdma(NFS_PROGRAM, 3, *a)),
+            #[cfg(feature = "verbs")]
+            Endpoint::Verbs(a) => want.push(Registration::rdma(NFS_PROGRAM, 3, *a)),
+            Endpoint::Shm(_) => {}
+        }
+        for r in want {
+            set(&r, true).map_err(|e| CliError::Serve(format!("--rpcbind: {e}")))?;
+            self.registered.push(r);
+        }
+        Ok(())
+    }
+
+    fn announce(&self, ep: &Endpoint) {
+        say(&format!(
+            "rpcrdma serve: NFSv3 (program 100003 v3) on {} {ep}, exporting {} as {}; \
+             MOUNT v3 on tcp {}{}{}",
+            ep.provider(),
+            self.what,
+            self.export,
+            self.mount.local_addr(),
+            match &self.tcp {
+                Some(t) => format!("; NFSv3 on tcp {}", t.local_addr()),
+                None => String::new(),
+            },
+            if self.registered.is_empty() {
+                ""
+            } else {
+                "; registered with rpcbind"
+            }
+        ));
+    }
+
+    fn stop(self) {
+        for r in &self.registered {
+            // Best effort: a stale registration is rpcbind's to age out.
+            let _ = crate::rpcbind::set(r, false);
+        }
+        let lines = self.shared.counters.lines();
+        if lines.is_empty() {
+            say("rpcrdma serve: nfs: no NFS or MOUNT calls");
+        }
+        for l in lines {
+            say(&format!("rpcrdma serve: nfs: {l}"));
+        }
+    }
 }

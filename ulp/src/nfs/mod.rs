@@ -1,7 +1,9 @@
 //! The NFS Upper-Layer Binding to RPC-over-RDMA Version 1 (RFC 8267) as declaration
 //! tables: which XDR items of each NFS procedure are DDP-eligible, how large each reply
 //! can be, and the binding's transport rules. This is not an NFS server; it is what an
-//! NFS client or server on this engine consults to build and parse chunk lists.
+//! NFS client or server on this engine consults to build and parse chunk lists, plus the
+//! NFSv3 and MOUNT codecs ([`v3::args`], [`v3::res`], [`mount`]) and an embeddable NFSv3
+//! server ([`server`]).
 //!
 //! - [`v2`] and [`v3`]: the Legacy NFS binding (RFC 8267 §4): only WRITE data, the
 //!   SYMLINK pathname, READ data and the READLINK pathname are DDP-eligible.
@@ -10,12 +12,18 @@
 //!   with "READ operations" in COMPOUND order (§6.4.1); default chunk-list complexity
 //!   limits (§6.4.2); reply size rules (§6.2).
 //! - [`aux`]: MOUNT, NLM, NSM and NFSACL (RFC 8267 §5).
+//! - [`mount`]: MOUNT v3 procedures and codecs; [`server`]: an embeddable NFSv3 server
+//!   (backends, programs, the engine service, RPC over TCP); [`client`]: a blocking NFSv3
+//!   client over the engine.
 //!
 //! Reply sizes are worked out from the XDR of RFC 1094 (NFSv2) and RFC 1813 (NFSv3) for
 //! the largest arm of each result union, AUTH_NONE verifier excluded (see
 //! [`ReplySize`](crate::binding::ReplySize)).
 
 pub mod aux;
+pub mod client;
+pub mod mount;
+pub mod server;
 pub mod v2;
 pub mod v3;
 pub mod v4;

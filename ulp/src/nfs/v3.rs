@@ -18,8 +18,16 @@
 //! | `post_op_fh3` | 72   | bool + `nfs_fh3`                                      |
 //!
 //! Every result starts with a 4-octet `nfsstat3`.
+//!
+//! The XDR codecs of every argument and result are in [`types`], [`args`] and [`res`];
+//! the server that uses them is [`crate::nfs::server`].
 
 use crate::binding::{DataBound, DdpItem, ProcInfo, ReplySize};
+
+pub mod args;
+mod macros;
+pub mod res;
+pub mod types;
 
 /// Procedure numbers (RFC 1813 §3.3).
 pub mod procs {

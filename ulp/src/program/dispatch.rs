@@ -209,6 +209,11 @@ impl Dispatcher {
         self.stats
     }
 
+    /// The credential policy.
+    pub fn auth_policy(&self) -> AuthPolicy {
+        self.auth
+    }
+
     /// Replaces the credential policy.
     pub fn set_auth_policy(&mut self, policy: AuthPolicy) {
         self.auth = policy;

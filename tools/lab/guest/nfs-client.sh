@@ -1,0 +1,74 @@
+# guest: OUR NFSv3 client (`rpcrdma nfs --provider verbs`) against the kernel's nfsd over
+# RDMA, on siw0 and then rxe0 (each alone on eth0). The MOUNT port comes from the guest's
+# rpcbind (no --mount-port). ls of the export, put of an 8 MiB file compared on the
+# server's disk, get of it (and of a file the server wrote) compared octet by octet, and
+# a short bench of READs and WRITEs.
+#   usage: nfs-client.sh [RPCRDMA_BIN]   (default: target/debug/rpcrdma of this checkout,
+#   built with --features verbs)
+set -uo pipefail
+. "$(dirname "$0")/common.sh"
+ROOT=$(cd "$(dirname "$0")/../../.." && pwd)
+BIN=${1:-$ROOT/target/debug/rpcrdma}
+IP=$LAB_GUEST_IP
+MB=${NFS_MB:-8}
+[ -x "$BIN" ] || fail "rpcrdma binary $BIN missing (cargo build -p rpcrdma-tools --features verbs)"
+
+step "load modules; kernel nfsd with an RDMA listener on 20049"
+load_rdma_modules
+for m in nfsd rpcrdma; do modprobe "$m" || fail "modprobe $m"; done
+mkdir -p /export /run/rpcbind /var/lib/nfs/rpc_pipefs /var/lib/nfs/v4recovery
+mount -t tmpfs -o size=$((MB * 4 + 64))m tmpfs /export
+dd if=/dev/urandom of=/export/from-server.bin bs=1M count="$MB" status=none
+echo "/export *(rw,no_root_squash,insecure,no_subtree_check)" > /etc/exports
+mount -t nfsd nfsd /proc/fs/nfsd || fail "mount nfsd"
+mount -t rpc_pipefs sunrpc /var/lib/nfs/rpc_pipefs || fail "mount rpc_pipefs"
+rpcbind -w || fail rpcbind
+exportfs -ra || fail exportfs
+rpc.mountd || fail rpc.mountd
+rpc.nfsd 4 || fail rpc.nfsd
+echo rdma 20049 > /proc/fs/nfsd/portlist || fail "adding the rdma listener"
+dd if=/dev/urandom of=/tmp/to-server.bin bs=1M count="$MB" status=none
+ulimit -l unlimited || fail "ulimit -l unlimited"
+
+client_over() {
+  local dev=$1
+  nfs() { RPCRDMA_VERBS_DEV=$dev timeout 120 "$BIN" nfs --provider verbs --addr "$IP:20049" --export /export "$@"; }
+  step "rpcrdma nfs ls against kernel nfsd on $dev (MOUNT port from rpcbind)"
+  nfs ls / > "$LAB_OUT/ls-$dev.txt" || fail "ls on $dev"
+  cat "$LAB_OUT/ls-$dev.txt"
+  grep -q "$((MB * 1048576)) from-server.bin" "$LAB_OUT/ls-$dev.txt" || fail "ls does not show from-server.bin with its size"
+
+  step "put ${MB} MiB, compared on the server ($dev)"
+  nfs put /tmp/to-server.bin "put-$dev.bin" || fail "put on $dev"
+  cmp /tmp/to-server.bin "/export/put-$dev.bin" || fail "the server's copy differs ($dev)"
+
+  step "get both files back, compared octet by octet ($dev)"
+  nfs get "put-$dev.bin" /tmp/back.bin || fail "get on $dev"
+  cmp /tmp/to-server.bin /tmp/back.bin || fail "get of the put file differs ($dev)"
+  nfs get from-server.bin /tmp/back2.bin || fail "get of the server's file on $dev"
+  cmp /export/from-server.bin /tmp/back2.bin || fail "get of the server's file differs ($dev)"
+  rm -f /tmp/back.bin /tmp/back2.bin
+
+  step "errors are named ($dev)"
+  nfs get no-such-file - 2> "$LAB_OUT/err-$dev.txt" && fail "get of a missing file succeeded"
+  grep -q NFS3ERR_NOENT "$LAB_OUT/err-$dev.txt" || fail "missing file: $(cat "$LAB_OUT/err-$dev.txt")"
+
+  step "bench READ and WRITE against kernel nfsd ($dev)"
+  for op in read write; do
+    nfs bench --op "$op" --size 65536 --depth 4 --duration 2 --file "bench-$dev.dat" \
+      || fail "bench $op on $dev"
+  done | tee "$LAB_OUT/bench-$dev.txt"
+  sed -n 's/^nfs bench \([a-z]*\) .* \([0-9]*\) ops\/s, \([0-9.]*\) GB\/s.*/LAB_METRIC nfs3_client_bench dev='"$dev"' op=\1 ops_s=\2 gb_s=\3/p' "$LAB_OUT/bench-$dev.txt"
+}
+
+step "siw0 alone on eth0"
+rdma link add siw0 type siw netdev eth0 || fail "rdma link add siw0"
+wait_for 30 "siw0 port active" sh -c 'ibv_devinfo -d siw0 | grep -q PORT_ACTIVE'
+client_over siw0
+
+step "rxe0 alone on eth0"
+rdma link delete siw0 || fail "rdma link delete siw0"
+rdma link add rxe0 type rxe netdev eth0 || fail "rdma link add rxe0"
+wait_for 30 "rxe0 port active" sh -c 'ibv_devinfo -d rxe0 | grep -q PORT_ACTIVE'
+client_over rxe0
+echo "NFS_CLIENT_OK"

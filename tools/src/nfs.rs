@@ -1,0 +1,296 @@
+//! `rpcrdma nfs`: an NFSv3 client over the engine. The export's root handle comes from
+//! MOUNT over TCP (the port from `--mount-port`, else the server's portmapper); then
+//! `ls`, `get` and `put` run over RPC-over-RDMA with READ data in Write chunks and WRITE
+//! data in Read chunks.
+
+use std::io::Write;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use rpcrdma::core::ConnConfig;
+use rpcrdma::fabric::shm::{ShmDevice, ShmProvider};
+use rpcrdma::fabric::siw::{SiwDevice, SiwProvider};
+use rpcrdma::fabric::Provider;
+use rpcrdma_ulp::nfs::client::{getport, mount, Nfs3Client, NfsClientError};
+use rpcrdma_ulp::nfs::mount::{MOUNT_PROGRAM, MOUNT_V3};
+use rpcrdma_ulp::nfs::v3::types::Ftype3;
+
+use crate::endpoint::Endpoint;
+use crate::error::CliError;
+
+/// What to do.
+#[derive(Debug, Clone)]
+pub enum NfsOp {
+    /// List a directory.
+    Ls(String),
+    /// Copy a file from the server to a local file (`-`: standard output).
+    Get(String, PathBuf),
+    /// Copy a local file (`-`: standard input) to the server.
+    Put(PathBuf, String),
+    /// Measure READs or WRITEs of one file.
+    Bench(BenchOpts),
+}
+
+/// `nfs bench` settings.
+#[derive(Debug, Clone)]
+pub struct BenchOpts {
+    /// WRITE instead of READ.
+    pub write: bool,
+    /// Octets per call.
+    pub size: u32,
+    /// Calls in flight.
+    pub depth: u32,
+    /// How long to run.
+    pub duration: Duration,
+    /// The file used, relative to the export (created and filled first).
+    pub path: String,
+    /// Print JSON.
+    pub json: bool,
+}
+
+/// What `nfs bench` measured.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct BenchReport {
+    /// "read" or "write".
+    pub op: &'static str,
+    /// Octets per call.
+    pub size: u32,
+    /// Calls in flight.
+    pub depth: u32,
+    /// Calls completed.
+    pub ops: u64,
+    /// Seconds measured.
+    pub seconds: f64,
+    /// Calls per second.
+    pub ops_per_sec: f64,
+    /// Payload gigabytes (10^9 octets) per second.
+    pub gb_per_sec: f64,
+    /// Latency percentiles in microseconds: p50, p90, p99, p99.9, max.
+    pub latency_us: [f64; 5],
+}
+
+/// `nfs` settings.
+#[derive(Debug, Clone)]
+pub struct NfsClientOpts {
+    /// Connection configuration.
+    pub conn: ConnConfig,
+    /// MOUNT's TCP port; `None` asks the portmapper.
+    pub mount_port: Option<u16>,
+    /// The MOUNT path.
+    pub export: String,
+    /// Connect and per-call timeout.
+    pub timeout: Duration,
+    /// The operation.
+    pub op: NfsOp,
+}
+
+fn nfs_err(e: NfsClientError) -> CliError {
+    CliError::Nfs(e.to_string())
+}
+
+/// Runs one `nfs` operation.
+pub fn run(ep: &Endpoint, o: &NfsClientOpts) -> Result<(), CliError> {
+    let host = match ep {
+        Endpoint::Shm(_) => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        Endpoint::Siw(a) => a.ip(),
+        #[cfg(feature = "verbs")]
+        Endpoint::Verbs(a) => a.ip(),
+    };
+    let port = match o.mount_port {
+        Some(p) => p,
+        None => getport(host, MOUNT_PROGRAM, MOUNT_V3, o.timeout).map_err(nfs_err)?,
+    };
+    let root = mount(SocketAddr::new(host, port), &o.export, o.timeout).map_err(nfs_err)?;
+    match ep {
+        Endpoint::Shm(a) => op::<ShmProvider>(&ShmDevice::new(), a, root, o),
+        Endpoint::Siw(a) => {
+            let dev = SiwDevice::new().map_err(|e| CliError::Serve(format!("siw: {e}")))?;
+            op::<SiwProvider>(&dev, a, root, o)
+        }
+        #[cfg(feature = "verbs")]
+        Endpoint::Verbs(a) => {
+            let dev = crate::endpoint::open_verbs()
+                .map_err(|e| CliError::Serve(format!("verbs: {e}")))?;
+            let addr = rpcrdma::fabric::verbs::VerbsAddr(*a);
+            op::<rpcrdma::fabric::verbs::VerbsProvider>(&dev, &addr, root, o)
+        }
+    }
+}
+
+fn type_char(t: Ftype3) -> char {
+    match t {
+        Ftype3::Reg => '-',
+        Ftype3::Dir => 'd',
+        Ftype3::Lnk => 'l',
+        Ftype3::Blk => 'b',
+        Ftype3::Chr => 'c',
+        Ftype3::Sock => 's',
+        Ftype3::Fifo => 'p',
+    }
+}
+
+/// Splits `a/b/c` into (`a/b`, `c`).
+fn parent_and_name(path: &str) -> Result<(&str, &str), CliError> {
+    let p = path.trim_end_matches('/');
+    let (dir, name) = p.rsplit_once('/').unwrap_or(("", p));
+    if name.is_empty() || name == "." || name == ".." {
+        return Err(CliError::BadArgument {
+            option: "PATH",
+            reason: format!("{path:?} does not name a file"),
+        });
+    }
+    Ok((dir, name))
+}
+
+/// Slots of `size` octets the bench file holds; calls cycle through them.
+const BENCH_SLOTS: u64 = 64;
+
+fn bench<P: Provider>(c: &mut Nfs3Client<P>, b: &BenchOpts) -> Result<BenchReport, CliError> {
+    let (rsize, wsize) = c.transfer_sizes();
+    let size = b.size.clamp(1, if b.write { wsize } else { rsize });
+    let (dir, name) = parent_and_name(&b.path)?;
+    let dfh = c.lookup_path(dir).map_err(nfs_err)?;
+    let fill: Vec<u8> = (0..u64::from(size) * BENCH_SLOTS)
+        .map(|i| (i % 251) as u8)
+        .collect();
+    let fh = c.put(&dfh, name.as_bytes(), &fill).map_err(nfs_err)?;
+    let payload = vec![0x5au8; size as usize];
+    let data: &[u8] = if b.write { &payload } else { &[] };
+    let mut lat_ns: Vec<u64> = Vec::new();
+    let mut sent: std::collections::HashMap<u64, std::time::Instant> = Default::default();
+    let (mut next, mut octets) = (0u64, 0u64);
+    let t0 = std::time::Instant::now();
+    let end = t0 + b.duration;
+    let stall = b.duration + Duration::from_secs(30);
+    loop {
+        let now = std::time::Instant::now();
+        while now < end && (sent.len() as u32) < b.depth {
+            let offset = (next % BENCH_SLOTS) * u64::from(size);
+            c.start(&fh, offset, size, data, next).map_err(nfs_err)?;
+            sent.insert(next, std::time::Instant::now());
+            next += 1;
+        }
+        if sent.is_empty() {
+            break;
+        }
+        if let Some((tag, r)) = c.poll_done() {
+            let n = r.map_err(nfs_err)?;
+            if let Some(t) = sent.remove(&tag) {
+                lat_ns.push(t.elapsed().as_nanos() as u64);
+            }
+            octets += u64::from(n);
+        }
+        if t0.elapsed() > stall {
+            return Err(CliError::Nfs(format!(
+                "{} calls never completed",
+                sent.len()
+            )));
+        }
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    lat_ns.sort_unstable();
+    let pct = |p: f64| {
+        if lat_ns.is_empty() {
+            return 0.0;
+        }
+        let i = ((lat_ns.len() as f64 * p).ceil() as usize).clamp(1, lat_ns.len()) - 1;
+        lat_ns[i] as f64 / 1e3
+    };
+    let ops = lat_ns.len() as u64;
+    Ok(BenchReport {
+        op: if b.write { "write" } else { "read" },
+        size,
+        depth: b.depth,
+        ops,
+        seconds: secs,
+        ops_per_sec: ops as f64 / secs,
+        gb_per_sec: octets as f64 / secs / 1e9,
+        latency_us: [pct(0.5), pct(0.9), pct(0.99), pct(0.999), pct(1.0)],
+    })
+}
+
+fn op<P: Provider>(
+    dev: &P::Device,
+    addr: &P::Addr,
+    root: Vec<u8>,
+    o: &NfsClientOpts,
+) -> Result<(), CliError> {
+    let mut c = Nfs3Client::<P>::connect(dev, addr, &o.conn, root, o.timeout).map_err(nfs_err)?;
+    let mut out = std::io::stdout().lock();
+    let io = |e: std::io::Error| CliError::Nfs(e.to_string());
+    match &o.op {
+        NfsOp::Ls(dir) => {
+            let fh = c.lookup_path(dir).map_err(nfs_err)?;
+            let mut list = c.list(&fh).map_err(nfs_err)?;
+            // Like ls without -a: servers that list "." and ".." (Linux nfsd) show no more
+            // than ours.
+            list.retain(|e| e.name != b"." && e.name != b"..");
+            list.sort_by(|a, b| a.name.cmp(&b.name));
+            for e in list {
+                let name = String::from_utf8_lossy(&e.name);
+                match e.attr {
+                    Some(a) => writeln!(
+                        out,
+                        "{}{:04o} {:>5} {:>5} {:>12} {name}",
+                        type_char(a.ftype),
+                        a.mode,
+                        a.uid,
+                        a.gid,
+                        a.size
+                    ),
+                    None => writeln!(out, "?????? {:>5} {:>5} {:>12} {name}", "", "", ""),
+                }
+                .map_err(io)?;
+            }
+        }
+        NfsOp::Get(path, file) => {
+            let fh = c.lookup_path(path).map_err(nfs_err)?;
+            let n = if file.as_os_str() == "-" {
+                c.get(&fh, &mut out).map_err(nfs_err)?
+            } else {
+                let mut f = std::io::BufWriter::new(
+                    std::fs::File::create(file)
+                        .map_err(|e| CliError::Nfs(format!("{}: {e}", file.display())))?,
+                );
+                let n = c.get(&fh, &mut f).map_err(nfs_err)?;
+                f.flush().map_err(io)?;
+                n
+            };
+            eprintln!("rpcrdma nfs: got {path} ({n} octets)");
+        }
+        NfsOp::Put(file, path) => {
+            let data = if file.as_os_str() == "-" {
+                let mut v = Vec::new();
+                std::io::Read::read_to_end(&mut std::io::stdin().lock(), &mut v).map_err(io)?;
+                v
+            } else {
+                std::fs::read(file)
+                    .map_err(|e| CliError::Nfs(format!("{}: {e}", file.display())))?
+            };
+            let (dir, name) = parent_and_name(path)?;
+            let dfh = c.lookup_path(dir).map_err(nfs_err)?;
+            c.put(&dfh, name.as_bytes(), &data).map_err(nfs_err)?;
+            eprintln!("rpcrdma nfs: put {path} ({} octets)", data.len());
+        }
+        NfsOp::Bench(b) => {
+            let r = bench(&mut c, b)?;
+            if b.json {
+                serde_json::to_writer_pretty(&mut out, &r)
+                    .map_err(|e| CliError::Nfs(e.to_string()))?;
+                writeln!(out).map_err(io)?;
+            } else {
+                let [p50, p90, p99, p999, max] = r.latency_us;
+                writeln!(
+                    out,
+                    "nfs bench {} size {} depth {}: {} ops in {:.2}s, {:.0} ops/s, {:.3} GB/s; \
+                     latency us p50 {p50:.1} p90 {p90:.1} p99 {p99:.1} p99.9 {p999:.1} max \
+                     {max:.1}",
+                    r.op, r.size, r.depth, r.ops, r.seconds, r.ops_per_sec, r.gb_per_sec
+                )
+                .map_err(io)?;
+            }
+        }
+    }
+    out.flush().map_err(io)
+}

@@ -1,0 +1,488 @@
+//! `rpcrdma serve --nfs DIR` as a separate process: MOUNT over TCP gives the root handle
+//! of a temporary directory, NFSv3 NULL, GETATTR, LOOKUP and READ (into a Write chunk)
+//! run over shm through the engine's requester, GETATTR also over NFS-on-TCP, and the
+//! stop line counts the calls per procedure and chunk type.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use rpcrdma::conn::RequesterConn;
+use rpcrdma::core::{ConnConfig, ConnState};
+use rpcrdma::fabric::shm::{ShmAddr, ShmDevice, ShmProvider};
+use rpcrdma::requester::{CallRequest, CallStatus, Outcome};
+use rpcrdma_pools::HugePages;
+use rpcrdma_ulp::client::{inline_call, OutcomeResults};
+use rpcrdma_ulp::ddp::{encode_call, reply_results, Void, XdrCodec};
+use rpcrdma_ulp::nfs::mount::{self, DirPath, Exports, MountRes3};
+use rpcrdma_ulp::nfs::server::tcp::{read_record, write_record};
+use rpcrdma_ulp::nfs::v3::args::ReadArgs;
+use rpcrdma_ulp::nfs::v3::res::{GetattrRes, LookupRes};
+use rpcrdma_ulp::nfs::v3::types::{DirOpArgs3, Ftype3, NfsFh3};
+use rpcrdma_ulp::nfs::v3::{self, procs};
+use rpcrdma_ulp::rpc::{CallHeader, OpaqueAuth};
+
+const DEADLINE: Duration = Duration::from_secs(60);
+
+struct Guard {
+    child: Child,
+    dir: PathBuf,
+    sock: PathBuf,
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+        let _ = std::fs::remove_file(&self.sock);
+    }
+}
+
+fn h(prog: u32, procedure: u32) -> CallHeader<'static> {
+    CallHeader {
+        xid: 0x5eed,
+        prog,
+        vers: 3,
+        procedure,
+        cred: OpaqueAuth::None,
+        verf: OpaqueAuth::None,
+    }
+}
+
+fn tcp_call<'a, A: XdrCodec<'a>>(to: SocketAddr, hd: &CallHeader<'_>, args: &A) -> Vec<u8> {
+    let mut s = TcpStream::connect(to).unwrap();
+    let mut buf = vec![0u8; 4096];
+    let c = encode_call(&mut buf, hd, args, usize::MAX).unwrap();
+    write_record(&mut s, &buf[..c.len]).unwrap();
+    s.flush().unwrap();
+    let mut r = Vec::new();
+    assert!(read_record(&mut s, 1 << 20, &mut r).unwrap());
+    r
+}
+
+/// The address printed after `label` (up to the next `;` or the end of the line).
+fn addr_after(line: &str, label: &str) -> SocketAddr {
+    let at = line
+        .find(label)
+        .unwrap_or_else(|| panic!("{label} in {line}"))
+        + label.len();
+    line[at..]
+        .split(';')
+        .next()
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+fn call(conn: &mut RequesterConn<ShmProvider>, req: CallRequest) -> Outcome {
+    conn.submit(req, 1).expect("submit");
+    let end = Instant::now() + DEADLINE;
+    loop {
+        conn.poll(Instant::now());
+        if let Some(o) = conn.poll_outcome() {
+            assert_eq!(o.status, CallStatus::Success);
+            return o;
+        }
+        assert!(Instant::now() < end, "no outcome");
+    }
+}
+
+#[test]
+fn serve_nfs_mount_over_tcp_and_nfs_over_shm() {
+    let dir = std::env::temp_dir().join(format!("rpcrdma-serve-nfs-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("hello.txt"), b"hello over rdma\n").unwrap();
+    let sock = std::env::temp_dir().join(format!("rpcrdma-serve-nfs-{}.sock", std::process::id()));
+    let _ = std::fs::remove_file(&sock);
+    let child = Command::new(env!("CARGO_BIN_EXE_rpcrdma"))
+        .args(["serve", "--provider", "shm", "--addr"])
+        .arg(&sock)
+        .arg("--nfs")
+        .arg(&dir)
+        .args(["--mount-port", "0", "--tcp-port", "0", "--duration", "60"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn rpcrdma serve");
+    let mut g = Guard {
+        child,
+        dir: dir.clone(),
+        sock: sock.clone(),
+    };
+    let (tx, rx) = mpsc::channel();
+    let out = BufReader::new(g.child.stdout.take().unwrap());
+    thread::spawn(move || {
+        for l in out.lines().map_while(Result::ok) {
+            let _ = tx.send(l);
+        }
+    });
+    let nfs_line = loop {
+        let l = rx
+            .recv_timeout(DEADLINE)
+            .expect("serve prints its NFS line");
+        if l.contains("MOUNT v3 on tcp") {
+            break l;
+        }
+    };
+    let mount_at = addr_after(&nfs_line, "MOUNT v3 on tcp ");
+    let nfs_tcp = addr_after(&nfs_line, "NFSv3 on tcp ");
+
+    // MOUNT over TCP.
+    let r = tcp_call(
+        mount_at,
+        &h(mount::MOUNT_PROGRAM, mount::procs::EXPORT),
+        &Void,
+    );
+    let (_, mut c) = reply_results(&r, &[]).unwrap();
+    assert_eq!(Exports::decode(&mut c).unwrap().0[0].dir, b"/");
+    let r = tcp_call(
+        mount_at,
+        &h(mount::MOUNT_PROGRAM, mount::procs::MNT),
+        &DirPath(b"/"),
+    );
+    let (_, mut c) = reply_results(&r, &[]).unwrap();
+    let root = match MountRes3::decode(&mut c).unwrap() {
+        MountRes3::Ok { fhandle, .. } => fhandle.to_vec(),
+        MountRes3::Fail(s) => panic!("MNT: {s:?}"),
+    };
+
+    // NFS over shm through the engine.
+    let cfg = ConnConfig {
+        credits: 4,
+        large_buf_size: 1 << 20,
+        large_bufs: 4,
+        send_bufs: 16,
+        queue_len: 16,
+        hugepages: HugePages::Never,
+        ..ConnConfig::default()
+    };
+    let mut conn = RequesterConn::<ShmProvider>::connect(
+        &ShmDevice::new(),
+        &ShmAddr::Path(sock.clone()),
+        &cfg,
+    )
+    .expect("connect over shm");
+    let end = Instant::now() + DEADLINE;
+    while conn.state() != ConnState::Established {
+        conn.poll(Instant::now());
+        assert!(
+            Instant::now() < end,
+            "never established: {:?}",
+            conn.state()
+        );
+    }
+    let max = |p: u32, n: u32, w: bool| v3::proc_info(p).unwrap().max_reply_len(n, w, 0) as u32;
+    let msg = conn.alloc_msg().unwrap();
+    let o = call(
+        &mut conn,
+        inline_call(msg, &h(100_003, 0), &Void, 0).unwrap(),
+    );
+    assert_eq!(o.reply.as_ref().unwrap().len(), 24, "NULL: header only");
+    let msg = conn.alloc_msg().unwrap();
+    let req = inline_call(
+        msg,
+        &h(100_003, procs::GETATTR),
+        &NfsFh3(&root),
+        max(procs::GETATTR, 0, false),
+    );
+    let o = call(&mut conn, req.unwrap());
+    let r = OutcomeResults::new(&o);
+    let (_, mut c) = r.cursor().unwrap();
+    let a = GetattrRes::decode(&mut c).unwrap().ok().unwrap();
+    assert_eq!(a.ftype, Ftype3::Dir);
+    assert_eq!(a.fileid, std::fs::metadata(&dir).unwrap().ino());
+    let msg = conn.alloc_msg().unwrap();
+    let req = inline_call(
+        msg,
+        &h(100_003, procs::LOOKUP),
+        &DirOpArgs3 {
+            dir: NfsFh3(&root),
+            name: b"hello.txt",
+        },
+        max(procs::LOOKUP, 0, false),
+    );
+    let o = call(&mut conn, req.unwrap());
+    let r = OutcomeResults::new(&o);
+    let (_, mut c) = r.cursor().unwrap();
+    let file = LookupRes::decode(&mut c)
+        .unwrap()
+        .ok()
+        .unwrap()
+        .object
+        .0
+        .to_vec();
+    let msg = conn.alloc_msg().unwrap();
+    let mut req = inline_call(
+        msg,
+        &h(100_003, procs::READ),
+        &ReadArgs {
+            file: NfsFh3(&file),
+            offset: 0,
+            count: 4096,
+        },
+        max(procs::READ, 4096, true),
+    )
+    .unwrap();
+    req.push_write_sink(conn.alloc_large().unwrap()).unwrap();
+    let o = call(&mut conn, req);
+    assert_eq!(o.write_result(0), Some(&b"hello over rdma\n"[..]));
+
+    // The built-in programs are still served next to NFS.
+    let o = Command::new(env!("CARGO_BIN_EXE_rpcrdma"))
+        .args(["call", "--provider", "shm", "--addr"])
+        .arg(&sock)
+        .args(["--echo", "--size", "5000", "--read-chunk", "--write-chunk"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("echoed 5000 octets match"));
+
+    // `rpcrdma call` names RPC errors from the reply, not by number.
+    for (args, want) in [
+        (
+            &["--prog", "100003", "--vers", "3", "--proc", "99"][..],
+            "RPC error PROC_UNAVAIL",
+        ),
+        (
+            &["--prog", "100003", "--vers", "4", "--proc", "0"][..],
+            "RPC error PROG_MISMATCH (server speaks versions 3..=3)",
+        ),
+        (
+            &["--prog", "100003", "--vers", "3", "--proc", "1"][..],
+            "RPC error GARBAGE_ARGS",
+        ),
+    ] {
+        let o = Command::new(env!("CARGO_BIN_EXE_rpcrdma"))
+            .args(["call", "--provider", "shm", "--addr"])
+            .arg(&sock)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(!o.status.success());
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert!(e.contains(want), "{args:?}: {e}");
+    }
+
+    // GETATTR over NFS-on-TCP too.
+    let r = tcp_call(nfs_tcp, &h(100_003, procs::GETATTR), &NfsFh3(&root));
+    let (_, mut c) = reply_results(&r, &[]).unwrap();
+    assert_eq!(
+        GetattrRes::decode(&mut c).unwrap().ok().unwrap().fileid,
+        a.fileid
+    );
+    conn.close();
+
+    // SIGINT: the stop lines count calls per procedure and chunk type.
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(g.child.id() as i32, libc::SIGINT) };
+    let mut lines = Vec::new();
+    let end = Instant::now() + DEADLINE;
+    while let Ok(l) = rx.recv_timeout(end.saturating_duration_since(Instant::now())) {
+        lines.push(l);
+    }
+    let status = g.child.wait().unwrap();
+    assert!(status.success(), "{status:?}\n{}", lines.join("\n"));
+    let all = lines.join("\n");
+    assert!(
+        all.contains("nfs: NFS3 GETATTR 2 calls (0 errors; chunks: read 0, write 0, reply 0)"),
+        "{all}"
+    );
+    assert!(
+        all.contains("nfs: NFS3 READ 1 calls (0 errors; chunks: read 0, write 1, reply 0)"),
+        "{all}"
+    );
+    assert!(all.contains("nfs: MOUNT3 MNT 1 calls"), "{all}");
+    assert!(all.contains("nfs: MOUNT3 EXPORT 1 calls"), "{all}");
+}
+
+#[test]
+fn serve_nfs_argument_errors() {
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_rpcrdma"))
+            .args(args)
+            .output()
+            .expect("run rpcrdma")
+    };
+    // NFS-only options without --nfs.
+    let o = run(&[
+        "serve",
+        "--provider",
+        "shm",
+        "--addr",
+        "@nfs-args",
+        "--tcp-port",
+        "0",
+    ]);
+    assert!(!o.status.success());
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(e.contains("need --nfs DIR or --nfs-mem"), "{e}");
+    // Both stores.
+    let o = run(&[
+        "serve",
+        "--provider",
+        "shm",
+        "--addr",
+        "@nfs-args",
+        "--nfs",
+        "/",
+        "--nfs-mem",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "a usage error");
+    // A relative export path.
+    let o = run(&[
+        "serve",
+        "--provider",
+        "shm",
+        "--addr",
+        "@nfs-args",
+        "--nfs-mem",
+        "--export-path",
+        "x",
+    ]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--export-path"));
+    assert!(!o.status.success());
+    // A directory that does not exist: named, before anything listens.
+    let o = run(&[
+        "serve",
+        "--provider",
+        "shm",
+        "--addr",
+        "@nfs-args",
+        "--nfs",
+        "/nonexistent/rpcrdma-nfs",
+        "--mount-port",
+        "0",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(e.contains("/nonexistent/rpcrdma-nfs"), "{e}");
+}
+
+/// `rpcrdma nfs` against `rpcrdma serve --nfs`, both as processes over shm: put, ls, get
+/// (compared octet by octet), and errors named by their NFS and MOUNT statuses.
+#[test]
+fn nfs_client_put_ls_get_against_serve() {
+    let dir = std::env::temp_dir().join(format!("rpcrdma-nfs-cli-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("sub")).unwrap();
+    let sock = std::env::temp_dir().join(format!("rpcrdma-nfs-cli-{}.sock", std::process::id()));
+    let _ = std::fs::remove_file(&sock);
+    let child = Command::new(env!("CARGO_BIN_EXE_rpcrdma"))
+        .args(["serve", "--provider", "shm", "--addr"])
+        .arg(&sock)
+        .arg("--nfs")
+        .arg(&dir)
+        .args([
+            "--mount-port",
+            "0",
+            "--export-path",
+            "/data",
+            "--duration",
+            "60",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn rpcrdma serve");
+    let mut g = Guard {
+        child,
+        dir: dir.clone(),
+        sock: sock.clone(),
+    };
+    let mut out = BufReader::new(g.child.stdout.take().unwrap());
+    let mut line = String::new();
+    let mount_at = loop {
+        line.clear();
+        assert!(out.read_line(&mut line).unwrap() > 0, "serve ended early");
+        if line.contains("MOUNT v3 on tcp") {
+            break addr_after(&line, "MOUNT v3 on tcp ");
+        }
+    };
+    let port = mount_at.port().to_string();
+    let nfs = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_rpcrdma"))
+            .args(["nfs", "--provider", "shm", "--addr"])
+            .arg(&sock)
+            .args(["--mount-port", &port, "--export", "/data"])
+            .args(args)
+            .output()
+            .expect("run rpcrdma nfs")
+    };
+    // 3 MiB and a bit: several WRITEs and READs of up to 1 MiB each.
+    let data: Vec<u8> = (0..3 * 1024 * 1024 + 12345u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    let local = dir.with_extension("src");
+    std::fs::write(&local, &data).unwrap();
+    let o = nfs(&["put", local.to_str().unwrap(), "sub/big.bin"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(std::fs::read(dir.join("sub/big.bin")).unwrap(), data);
+    let o = nfs(&["ls", "sub"]);
+    assert!(o.status.success());
+    let ls = String::from_utf8_lossy(&o.stdout);
+    assert!(ls.contains(&format!("{} big.bin", data.len())), "{ls}");
+    assert!(ls.starts_with("-0644"), "{ls}");
+    let back = dir.with_extension("back");
+    let o = nfs(&["get", "sub/big.bin", back.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        std::fs::read(&back).unwrap() == data,
+        "get returns what put sent"
+    );
+    let _ = std::fs::remove_file(&local);
+    let _ = std::fs::remove_file(&back);
+    // Errors name their status.
+    let o = nfs(&["get", "sub/missing", "-"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("NFS3ERR_NOENT"));
+    let o = Command::new(env!("CARGO_BIN_EXE_rpcrdma"))
+        .args(["nfs", "--provider", "shm", "--addr"])
+        .arg(&sock)
+        .args(["--mount-port", &port, "--export", "/elsewhere", "ls"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&o.stderr).contains("MNT3ERR_NOENT"));
+    let o = nfs(&["put", "/nonexistent-local-file", "x"]);
+    assert!(!o.status.success());
+    let o = nfs(&["--vers", "4.1", "ls"]);
+    assert!(String::from_utf8_lossy(&o.stderr)
+        .contains("--vers: the NFSv4.1 client is not implemented yet"));
+    // bench: pipelined READs into Write chunks and WRITEs from Read chunks.
+    for op in ["read", "write"] {
+        let o = nfs(&[
+            "bench",
+            "--op",
+            op,
+            "--size",
+            "65536",
+            "--depth",
+            "4",
+            "--duration",
+            "0.5",
+            "--file",
+            "sub/bench.dat",
+            "--json",
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(v["op"], op);
+        assert!(v["ops"].as_u64().unwrap() > 0);
+        let lat = v["latency_us"].as_array().unwrap();
+        assert!(lat[0].as_f64().unwrap() > 0.0 && lat[0].as_f64() <= lat[4].as_f64());
+        assert!(v["gb_per_sec"].as_f64().unwrap() > 0.0);
+    }
+    assert_eq!(
+        std::fs::metadata(dir.join("sub/bench.dat")).unwrap().len(),
+        64 * 65536
+    );
+}

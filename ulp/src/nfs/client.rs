@@ -1,0 +1,662 @@
+//! A blocking NFSv3 client over the engine ([`Nfs3Client`]), with MOUNT over TCP
+//! ([`mount()`]) and the portmapper lookup that finds mountd ([`getport`]).
+//!
+//! DDP per RFC 8267 §4: READ offers one Write chunk sized for the data, WRITE sends its
+//! data in a Read chunk, and the engine offers a Reply chunk whenever a reply may exceed
+//! the inline threshold (READDIRPLUS). Errors name RPC and NFS statuses
+//! ([`NfsClientError`]).
+
+use core::fmt;
+use std::io::{self, Write as _};
+use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use rpcrdma::conn::RequesterConn;
+use rpcrdma::core::{ConnConfig, ConnState};
+use rpcrdma::fabric::Provider;
+use rpcrdma::requester::{CallRequest, CallStatus, Outcome};
+
+use super::mount::{self, DirPath, MountRes3, MountStat3, MOUNT_PROGRAM, MOUNT_V3};
+use super::server::tcp::{read_record, write_record};
+use super::v3::args::WriteArgs;
+use super::v3::args::{CommitArgs, CreateArgs, CreateHow3, ReadArgs, ReaddirplusArgs, StableHow};
+use super::v3::res::{
+    CommitRes, CreateRes, FsinfoRes, GetattrRes, LookupRes, ReadRes, ReaddirplusRes, WriteRes,
+};
+use super::v3::types::{DirOpArgs3, Fattr3, NfsFh3, Nfsstat3, Sattr3, Verf};
+use super::v3::{self, procs};
+use super::NFS_PROGRAM;
+use crate::client::{inline_call, CallPlan, DdpBufs, OutcomeResults};
+use crate::ddp::{encode_call, reply_results, DdpCursor, DdpDecodeError, ReplyError, XdrCodec};
+use crate::rpc::{AcceptStatus, AuthSys, CallHeader, Gids, OpaqueAuth, Rejection};
+
+/// Why an NFS client operation failed.
+#[derive(Debug)]
+pub enum NfsClientError {
+    /// The connection could not be set up.
+    Connect(String),
+    /// The call failed below RPC (transport error, timeout, refused submit).
+    Transport(String),
+    /// The server answered with an RPC error.
+    Rpc(ReplyError),
+    /// The server answered with an NFS error.
+    Nfs(Nfsstat3),
+    /// MOUNT refused the export.
+    Mount(MountStat3),
+    /// The reply did not decode.
+    Decode(DdpDecodeError),
+    /// A TCP or local I/O error.
+    Io(io::Error),
+}
+
+/// The RFC 5531 name of an `accept_stat`.
+pub fn accept_stat_name(s: &AcceptStatus) -> &'static str {
+    match s {
+        AcceptStatus::Success => "SUCCESS",
+        AcceptStatus::ProgUnavail => "PROG_UNAVAIL",
+        AcceptStatus::ProgMismatch { .. } => "PROG_MISMATCH",
+        AcceptStatus::ProcUnavail => "PROC_UNAVAIL",
+        AcceptStatus::GarbageArgs => "GARBAGE_ARGS",
+        AcceptStatus::SystemErr => "SYSTEM_ERR",
+    }
+}
+
+impl fmt::Display for NfsClientError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NfsClientError::Connect(e) => write!(f, "cannot connect: {e}"),
+            NfsClientError::Transport(e) => write!(f, "transport: {e}"),
+            NfsClientError::Rpc(ReplyError::NotSuccess { status, .. }) => {
+                write!(f, "RPC error {}", accept_stat_name(status))?;
+                if let AcceptStatus::ProgMismatch { low, high } = status {
+                    write!(f, " (server speaks versions {low}..={high})")?;
+                }
+                Ok(())
+            }
+            NfsClientError::Rpc(ReplyError::Denied { rejection, .. }) => match rejection {
+                Rejection::RpcMismatch { low, high } => {
+                    write!(f, "RPC_MISMATCH (server speaks RPC {low}..={high})")
+                }
+                Rejection::AuthError(s) => write!(f, "AUTH_ERROR {}", s.name()),
+            },
+            NfsClientError::Rpc(e) => write!(f, "RPC reply: {e}"),
+            NfsClientError::Nfs(s) => write!(f, "{s}"),
+            NfsClientError::Mount(s) => write!(f, "MOUNT refused the export: {s}"),
+            NfsClientError::Decode(e) => write!(f, "reply did not decode: {e}"),
+            NfsClientError::Io(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for NfsClientError {}
+
+impl From<io::Error> for NfsClientError {
+    fn from(e: io::Error) -> Self {
+        NfsClientError::Io(e)
+    }
+}
+
+impl From<DdpDecodeError> for NfsClientError {
+    fn from(e: DdpDecodeError) -> Self {
+        NfsClientError::Decode(e)
+    }
+}
+
+type Result<T> = core::result::Result<T, NfsClientError>;
+
+/// AUTH_SYS with this process's user and group: what NFS servers expect (Linux nfsd
+/// maps AUTH_NONE to the anonymous user, who may not write the export).
+fn header(prog: u32, vers: u32, procedure: u32, xid: u32) -> CallHeader<'static> {
+    // SAFETY: getuid and getgid have no preconditions and cannot fail.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    CallHeader {
+        xid,
+        prog,
+        vers,
+        procedure,
+        cred: OpaqueAuth::Sys(AuthSys {
+            stamp: 0,
+            machinename: b"rpcrdma",
+            uid,
+            gid,
+            gids: Gids::EMPTY,
+        }),
+        verf: OpaqueAuth::None,
+    }
+}
+
+/// One ONC RPC call over TCP with record marking; the reply's results are handed to
+/// `f`.
+pub fn tcp_call<'a, A: XdrCodec<'a>, R>(
+    to: SocketAddr,
+    h: &CallHeader<'_>,
+    args: &A,
+    timeout: Duration,
+    f: impl for<'r> FnOnce(&mut DdpCursor<'r>) -> core::result::Result<R, DdpDecodeError>,
+) -> Result<R> {
+    let mut s = TcpStream::connect_timeout(&to, timeout)?;
+    s.set_read_timeout(Some(timeout))?;
+    let mut buf = vec![0u8; 4096];
+    let c = encode_call(&mut buf, h, args, usize::MAX)
+        .map_err(|e| NfsClientError::Transport(e.to_string()))?;
+    write_record(&mut s, &buf[..c.len])?;
+    s.flush()?;
+    let mut reply = Vec::new();
+    if !read_record(&mut s, 1 << 20, &mut reply)? {
+        return Err(NfsClientError::Transport(format!(
+            "{to} closed the connection"
+        )));
+    }
+    let (_, mut cur) = reply_results(&reply, &[]).map_err(NfsClientError::Rpc)?;
+    let r = f(&mut cur)?;
+    cur.finish()?;
+    Ok(r)
+}
+
+/// Asks the portmapper (PMAP version 2 GETPORT over TCP, port 111 of `host`) for the
+/// TCP port of `prog`/`vers`.
+pub fn getport(host: IpAddr, prog: u32, vers: u32, timeout: Duration) -> Result<u16> {
+    struct Mapping(u32, u32);
+    impl<'d> XdrCodec<'d> for Mapping {
+        fn encode(
+            &self,
+            e: &mut crate::ddp::DdpEncoder<'_, 'd>,
+        ) -> core::result::Result<(), crate::ddp::DdpEncodeError> {
+            e.u32(self.0)?;
+            e.u32(self.1)?;
+            e.u32(6)?; // IPPROTO_TCP
+            e.u32(0)
+        }
+        fn decode(c: &mut DdpCursor<'d>) -> core::result::Result<Self, DdpDecodeError> {
+            Ok(Mapping(c.u32()?, c.u32()?))
+        }
+    }
+    let h = header(100_000, 2, 3, 0x6765_7470);
+    let pmap = SocketAddr::new(host, 111);
+    let port = tcp_call(pmap, &h, &Mapping(prog, vers), timeout, |c| c.u32()).map_err(|e| {
+        NfsClientError::Transport(format!(
+            "asking the portmapper at {pmap} for program {prog} version {vers}: {e} (give \
+             the port instead, e.g. --mount-port 20048)"
+        ))
+    })?;
+    match u16::try_from(port) {
+        Ok(p) if p != 0 => Ok(p),
+        _ => Err(NfsClientError::Transport(format!(
+            "the portmapper on {host} knows no TCP port for program {prog} version {vers}"
+        ))),
+    }
+}
+
+/// MOUNT v3 MNT of `path` at `mountd`: the export's root handle.
+pub fn mount(mountd: SocketAddr, path: &str, timeout: Duration) -> Result<Vec<u8>> {
+    let h = header(MOUNT_PROGRAM, MOUNT_V3, mount::procs::MNT, 0x6d6e_7433);
+    let res = tcp_call(mountd, &h, &DirPath(path.as_bytes()), timeout, |c| {
+        Ok(match MountRes3::decode(c)? {
+            MountRes3::Ok { fhandle, .. } => Ok(fhandle.to_vec()),
+            MountRes3::Fail(s) => Err(s),
+        })
+    })?;
+    res.map_err(NfsClientError::Mount)
+}
+
+/// One directory entry from [`Nfs3Client::list`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    /// Name.
+    pub name: Vec<u8>,
+    /// Attributes, if the server returned them.
+    pub attr: Option<Fattr3>,
+    /// Handle, if the server returned it.
+    pub handle: Option<Vec<u8>>,
+}
+
+/// An NFSv3 client on one RPC-over-RDMA connection. Calls are made one at a time.
+pub struct Nfs3Client<P: Provider> {
+    conn: RequesterConn<P>,
+    timeout: Duration,
+    root: Vec<u8>,
+    rsize: u32,
+    wsize: u32,
+}
+
+impl<P: Provider> fmt::Debug for Nfs3Client<P> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Nfs3Client")
+            .field("rsize", &self.rsize)
+            .field("wsize", &self.wsize)
+            .finish()
+    }
+}
+
+fn status<T>(r: super::v3::res::NfsRes<T, impl Sized>) -> Result<T> {
+    r.ok().map_err(NfsClientError::Nfs)
+}
+
+impl<P: Provider> Nfs3Client<P> {
+    /// Connects to the NFS server at `addr` and asks FSINFO of `root` (the handle from
+    /// [`mount()`]) for its transfer sizes, which are capped at the connection's large
+    /// buffer size (one chunk per READ or WRITE).
+    pub fn connect(
+        dev: &P::Device,
+        addr: &P::Addr,
+        cfg: &ConnConfig,
+        root: Vec<u8>,
+        timeout: Duration,
+    ) -> Result<Self> {
+        let mut conn = RequesterConn::<P>::connect(dev, addr, cfg)
+            .map_err(|e| NfsClientError::Connect(e.to_string()))?;
+        let end = Instant::now() + timeout;
+        loop {
+            conn.poll(Instant::now());
+            match conn.state() {
+                ConnState::Established => break,
+                ConnState::Connecting if Instant::now() < end => std::thread::yield_now(),
+                ConnState::Connecting => {
+                    return Err(NfsClientError::Connect(format!(
+                        "no answer within {:.1}s",
+                        timeout.as_secs_f64()
+                    )))
+                }
+                s => {
+                    return Err(NfsClientError::Connect(format!(
+                        "connection refused or closed ({s:?})"
+                    )))
+                }
+            }
+        }
+        let mut c = Nfs3Client {
+            conn,
+            timeout,
+            root,
+            rsize: 4096,
+            wsize: 4096,
+        };
+        let cap = cfg.large_buf_size & !4095;
+        let root = c.root.clone();
+        let o = c.plain(procs::FSINFO, &NfsFh3(&root), 0)?;
+        let info = Self::results(&o, |cur| {
+            FsinfoRes::decode(cur).map(|r| r.ok().map(|i| (i.rtmax, i.wtmax)))
+        })?;
+        let (rtmax, wtmax) = info.map_err(NfsClientError::Nfs)?;
+        c.rsize = rtmax.min(cap).max(512);
+        c.wsize = wtmax.min(cap).max(512);
+        Ok(c)
+    }
+
+    /// The export's root handle.
+    pub fn root(&self) -> &[u8] {
+        &self.root
+    }
+
+    /// READ and WRITE transfer sizes in use.
+    pub fn transfer_sizes(&self) -> (u32, u32) {
+        (self.rsize, self.wsize)
+    }
+
+    fn run(&mut self, req: CallRequest) -> Result<Outcome> {
+        self.conn
+            .submit(req, 0)
+            .map_err(|e| NfsClientError::Transport(e.to_string()))?;
+        let end = Instant::now() + self.timeout;
+        loop {
+            self.conn.poll(Instant::now());
+            if let Some(o) = self.conn.poll_outcome() {
+                return match o.status {
+                    CallStatus::Success | CallStatus::RpcError(_) => Ok(o),
+                    CallStatus::Transport(e) => Err(NfsClientError::Transport(format!("{e:?}"))),
+                    CallStatus::Refused(e) => Err(NfsClientError::Transport(format!("{e:?}"))),
+                    CallStatus::Timeout => Err(NfsClientError::Transport("call timed out".into())),
+                };
+            }
+            if Instant::now() >= end {
+                return Err(NfsClientError::Transport(format!(
+                    "no reply within {:.1}s",
+                    self.timeout.as_secs_f64()
+                )));
+            }
+        }
+    }
+
+    fn max_reply(procedure: u32, requested: u32, write_chunk: bool) -> u32 {
+        v3::proc_info(procedure).map_or(0, |i| {
+            i.max_reply_len(requested, write_chunk, 0)
+                .min(u64::from(u32::MAX)) as u32
+        })
+    }
+
+    /// A call with inline arguments and no Write chunk.
+    fn plain<'a, A: XdrCodec<'a>>(
+        &mut self,
+        procedure: u32,
+        args: &A,
+        requested: u32,
+    ) -> Result<Outcome> {
+        let msg = self
+            .conn
+            .alloc_msg()
+            .map_err(|e| NfsClientError::Transport(e.to_string()))?;
+        let req = inline_call(
+            msg,
+            &header(NFS_PROGRAM, 3, procedure, 0),
+            args,
+            Self::max_reply(procedure, requested, false),
+        )
+        .map_err(|e| NfsClientError::Transport(e.to_string()))?;
+        self.run(req)
+    }
+
+    fn results<R>(
+        o: &Outcome,
+        f: impl for<'r> FnOnce(&mut DdpCursor<'r>) -> core::result::Result<R, DdpDecodeError>,
+    ) -> Result<R> {
+        let r = OutcomeResults::new(o);
+        let (_, mut c) = r.cursor().map_err(NfsClientError::Rpc)?;
+        let v = f(&mut c)?;
+        c.finish()?;
+        Ok(v)
+    }
+
+    /// GETATTR.
+    // The closure is needed: `decode` alone is not general over the cursor's lifetime.
+    #[allow(clippy::redundant_closure)]
+    pub fn getattr(&mut self, fh: &[u8]) -> Result<Fattr3> {
+        let o = self.plain(procs::GETATTR, &NfsFh3(fh), 0)?;
+        status(Self::results(&o, |c| GetattrRes::decode(c))?)
+    }
+
+    /// LOOKUP of one name.
+    pub fn lookup(&mut self, dir: &[u8], name: &[u8]) -> Result<Vec<u8>> {
+        let o = self.plain(
+            procs::LOOKUP,
+            &DirOpArgs3 {
+                dir: NfsFh3(dir),
+                name,
+            },
+            0,
+        )?;
+        let r = Self::results(&o, |c| {
+            LookupRes::decode(c).map(|r| r.ok().map(|ok| ok.object.0.to_vec()))
+        })?;
+        r.map_err(NfsClientError::Nfs)
+    }
+
+    /// The handle of `path`, relative to the export root (`/` or empty: the root).
+    pub fn lookup_path(&mut self, path: &str) -> Result<Vec<u8>> {
+        let mut fh = self.root.clone();
+        for comp in path.split('/').filter(|c| !c.is_empty() && *c != ".") {
+            fh = self.lookup(&fh, comp.as_bytes())?;
+        }
+        Ok(fh)
+    }
+
+    /// The whole listing of a directory, through READDIRPLUS pages.
+    pub fn list(&mut self, dir: &[u8]) -> Result<Vec<Listed>> {
+        let mut out = Vec::new();
+        let (mut cookie, mut verf) = (0u64, Verf::default());
+        // Pages of at most 32 KiB, which a Reply chunk carries.
+        let maxcount = 32 * 1024;
+        loop {
+            let o = self.plain(
+                procs::READDIRPLUS,
+                &ReaddirplusArgs {
+                    dir: NfsFh3(dir),
+                    cookie,
+                    cookieverf: verf,
+                    dircount: maxcount / 4,
+                    maxcount,
+                },
+                maxcount,
+            )?;
+            let page = Self::results(&o, |c| {
+                ReaddirplusRes::decode(c).map(|r| {
+                    r.ok().map(|ok| {
+                        let last = ok.entries.last().map(|e| e.cookie);
+                        let items: Vec<Listed> = ok
+                            .entries
+                            .iter()
+                            .map(|e| Listed {
+                                name: e.name.to_vec(),
+                                attr: e.name_attributes,
+                                handle: e.name_handle.map(|h| h.0.to_vec()),
+                            })
+                            .collect();
+                        (items, last, ok.cookieverf, ok.eof)
+                    })
+                })
+            })?;
+            let (items, last, v, eof) = page.map_err(NfsClientError::Nfs)?;
+            let empty = items.is_empty();
+            out.extend(items);
+            if eof {
+                return Ok(out);
+            }
+            if empty {
+                return Err(NfsClientError::Transport(
+                    "the server returned an empty READDIRPLUS page before the end".into(),
+                ));
+            }
+            cookie = last.unwrap_or(cookie);
+            verf = v;
+        }
+    }
+
+    fn read_request(&mut self, fh: &[u8], offset: u64, count: u32) -> Result<CallRequest> {
+        let count = count.min(self.rsize);
+        let msg = self
+            .conn
+            .alloc_msg()
+            .map_err(|e| NfsClientError::Transport(e.to_string()))?;
+        let mut req = inline_call(
+            msg,
+            &header(NFS_PROGRAM, 3, procs::READ, 0),
+            &ReadArgs {
+                file: NfsFh3(fh),
+                offset,
+                count,
+            },
+            Self::max_reply(procs::READ, count, true),
+        )
+        .map_err(|e| NfsClientError::Transport(e.to_string()))?;
+        let sink = self
+            .conn
+            .alloc_large()
+            .map_err(|e| NfsClientError::Transport(e.to_string()))?;
+        req.push_write_sink(sink)
+            .map_err(|_| NfsClientError::Transport("write sink list full".into()))?;
+        Ok(req)
+    }
+
+    /// READ of up to `count` octets (at most the read size) into a Write chunk; returns
+    /// the data and whether it reached the end of the file.
+    pub fn read(&mut self, fh: &[u8], offset: u64, count: u32) -> Result<(Vec<u8>, bool)> {
+        let req = self.read_request(fh, offset, count)?;
+        let o = self.run(req)?;
+        let r = Self::results(&o, |c| {
+            ReadRes::decode(c).map(|r| r.ok().map(|ok| (ok.data.to_vec(), ok.eof)))
+        })?;
+        r.map_err(NfsClientError::Nfs)
+    }
+
+    fn write_request(
+        &mut self,
+        fh: &[u8],
+        offset: u64,
+        data: &[u8],
+        stable: StableHow,
+    ) -> Result<CallRequest> {
+        let data = &data[..data.len().min(self.wsize as usize)];
+        let mut bufs = DdpBufs::new();
+        let mut b = self
+            .conn
+            .alloc_large()
+            .map_err(|e| NfsClientError::Transport(e.to_string()))?;
+        b.fill(data)
+            .map_err(|e| NfsClientError::Transport(e.to_string()))?;
+        bufs.push(b)
+            .map_err(|_| NfsClientError::Transport("DDP buffer list full".into()))?;
+        let mut msg = self
+            .conn
+            .alloc_msg()
+            .map_err(|e| NfsClientError::Transport(e.to_string()))?;
+        let h = header(NFS_PROGRAM, 3, procs::WRITE, 0);
+        let plan = {
+            let chunk = bufs.get(0).map(|b| b.as_slice()).unwrap_or(&[]);
+            let args = WriteArgs {
+                file: NfsFh3(fh),
+                offset,
+                count: chunk.len() as u32,
+                stable,
+                data: chunk,
+            };
+            // Small writes stay inline; anything over 1 KiB goes in a Read chunk.
+            let call = encode_call(msg.storage_mut(), &h, &args, 1024)
+                .map_err(|e| NfsClientError::Transport(e.to_string()))?;
+            CallPlan::new(&call, &bufs).map_err(|e| NfsClientError::Transport(e.to_string()))?
+        };
+        plan.into_request(msg, bufs, Self::max_reply(procs::WRITE, 0, false))
+            .map_err(|e| NfsClientError::Transport(e.to_string()))
+    }
+
+    /// WRITE of `data` (at most the write size) from a Read chunk; returns the octets
+    /// the server took and its write verifier.
+    pub fn write(
+        &mut self,
+        fh: &[u8],
+        offset: u64,
+        data: &[u8],
+        stable: StableHow,
+    ) -> Result<(u32, Verf)> {
+        let req = self.write_request(fh, offset, data, stable)?;
+        let o = self.run(req)?;
+        let r = Self::results(&o, |c| {
+            WriteRes::decode(c).map(|r| r.ok().map(|ok| (ok.count, ok.verf)))
+        })?;
+        r.map_err(NfsClientError::Nfs)
+    }
+
+    /// Starts a READ (`data` empty) or an UNSTABLE WRITE of `data` without waiting for
+    /// it, tagged `tag`; [`poll_done`](Self::poll_done) reports it. For pipelined
+    /// workloads (up to the connection's credits at once).
+    pub fn start(&mut self, fh: &[u8], offset: u64, len: u32, data: &[u8], tag: u64) -> Result<()> {
+        let req = if data.is_empty() {
+            self.read_request(fh, offset, len)?
+        } else {
+            self.write_request(fh, offset, data, StableHow::Unstable)?
+        };
+        self.conn
+            .submit(req, tag)
+            .map_err(|e| NfsClientError::Transport(e.to_string()))
+    }
+
+    /// Polls the connection once; a finished [`start`](Self::start)ed call comes back
+    /// with its tag and the octets read or written.
+    pub fn poll_done(&mut self) -> Option<(u64, Result<u32>)> {
+        self.conn.poll(Instant::now());
+        let o = self.conn.poll_outcome()?;
+        let r = match o.status {
+            CallStatus::Success | CallStatus::RpcError(_) => Self::results(&o, |c| {
+                // READ3res and WRITE3res both start with the status; tell them apart by
+                // whether a Write chunk was offered.
+                if o.write_sinks.is_empty() {
+                    WriteRes::decode(c).map(|r| r.ok().map(|ok| ok.count))
+                } else {
+                    ReadRes::decode(c).map(|r| r.ok().map(|ok| ok.count))
+                }
+            })
+            .and_then(|r| r.map_err(NfsClientError::Nfs)),
+            other => Err(NfsClientError::Transport(format!("{other:?}"))),
+        };
+        Some((o.tag, r))
+    }
+
+    /// CREATE (UNCHECKED, truncating an existing file) of `name` in `dir`.
+    pub fn create(&mut self, dir: &[u8], name: &[u8], mode: u32) -> Result<Vec<u8>> {
+        let o = self.plain(
+            procs::CREATE,
+            &CreateArgs {
+                place: DirOpArgs3 {
+                    dir: NfsFh3(dir),
+                    name,
+                },
+                how: CreateHow3::Unchecked(Sattr3 {
+                    mode: Some(mode),
+                    size: Some(0),
+                    ..Sattr3::default()
+                }),
+            },
+            0,
+        )?;
+        let r = Self::results(&o, |c| {
+            CreateRes::decode(c).map(|r| r.ok().map(|ok| ok.obj.map(|h| h.0.to_vec())))
+        })?;
+        match r.map_err(NfsClientError::Nfs)? {
+            Some(fh) => Ok(fh),
+            // The server may leave the handle out; LOOKUP finds it.
+            None => self.lookup(dir, name),
+        }
+    }
+
+    /// COMMIT of the whole file; returns the write verifier.
+    pub fn commit(&mut self, fh: &[u8]) -> Result<Verf> {
+        let o = self.plain(
+            procs::COMMIT,
+            &CommitArgs {
+                file: NfsFh3(fh),
+                offset: 0,
+                count: 0,
+            },
+            0,
+        )?;
+        let r = Self::results(&o, |c| {
+            CommitRes::decode(c).map(|r| r.ok().map(|ok| ok.verf))
+        })?;
+        r.map_err(NfsClientError::Nfs)
+    }
+
+    /// Reads a whole file into `out`; returns its length.
+    pub fn get(&mut self, fh: &[u8], out: &mut impl io::Write) -> Result<u64> {
+        let mut offset = 0u64;
+        loop {
+            let (data, eof) = self.read(fh, offset, self.rsize)?;
+            out.write_all(&data)?;
+            offset += data.len() as u64;
+            if eof {
+                return Ok(offset);
+            }
+            if data.is_empty() {
+                return Err(NfsClientError::Transport(
+                    "the server returned no data before the end of the file".into(),
+                ));
+            }
+        }
+    }
+
+    /// Writes `data` as the whole content of `name` in `dir` (created or truncated):
+    /// UNSTABLE WRITEs, then COMMIT. A write verifier that changes on the way means the
+    /// server lost unstable data (it restarted), and the file is written again, once.
+    pub fn put(&mut self, dir: &[u8], name: &[u8], data: &[u8]) -> Result<Vec<u8>> {
+        let fh = self.create(dir, name, 0o644)?;
+        for _attempt in 0..2 {
+            let mut verf = None;
+            let mut changed = false;
+            let mut offset = 0usize;
+            while offset < data.len() {
+                let (n, v) =
+                    self.write(&fh, offset as u64, &data[offset..], StableHow::Unstable)?;
+                if n == 0 {
+                    return Err(NfsClientError::Transport("the server wrote nothing".into()));
+                }
+                changed |= verf.is_some_and(|w| w != v);
+                verf = Some(v);
+                offset += n as usize;
+            }
+            let c = self.commit(&fh)?;
+            if !changed && verf.is_none_or(|v| v == c) {
+                return Ok(fh);
+            }
+        }
+        Err(NfsClientError::Transport(
+            "the server's write verifier kept changing (it restarts?)".into(),
+        ))
+    }
+}

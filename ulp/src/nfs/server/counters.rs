@@ -1,0 +1,119 @@
+//! [`NfsCounters`]: calls per procedure and which chunk types they used, shared by
+//! every connection's program instance (relaxed atomics: they are statistics).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::super::v3;
+
+/// Counters of one procedure.
+#[derive(Debug, Default)]
+pub struct ProcCounters {
+    /// Calls answered (any status).
+    pub calls: AtomicU64,
+    /// Calls answered with an NFS3ERR_* status.
+    pub errors: AtomicU64,
+    /// Calls whose DDP-eligible argument came in a Read chunk.
+    pub read_chunks: AtomicU64,
+    /// Replies whose DDP-eligible result went into a Write chunk.
+    pub write_chunks: AtomicU64,
+    /// Replies sent through the requester's Reply chunk.
+    pub reply_chunks: AtomicU64,
+}
+
+/// A plain copy of [`ProcCounters`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ProcCount {
+    /// Calls answered.
+    pub calls: u64,
+    /// NFS3ERR_* answers.
+    pub errors: u64,
+    /// Read chunks used.
+    pub read_chunks: u64,
+    /// Write chunks used.
+    pub write_chunks: u64,
+    /// Reply chunks used.
+    pub reply_chunks: u64,
+}
+
+impl ProcCounters {
+    /// A snapshot.
+    pub fn get(&self) -> ProcCount {
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        ProcCount {
+            calls: l(&self.calls),
+            errors: l(&self.errors),
+            read_chunks: l(&self.read_chunks),
+            write_chunks: l(&self.write_chunks),
+            reply_chunks: l(&self.reply_chunks),
+        }
+    }
+}
+
+/// Counters of the NFSv3 and MOUNT programs.
+#[derive(Debug, Default)]
+pub struct NfsCounters {
+    /// NFSv3 procedures, indexed by number (NULL is answered by the dispatcher and
+    /// counted only when it used chunks, which it never does).
+    pub nfs: [ProcCounters; 22],
+    /// MOUNT v3 procedures, indexed by number.
+    pub mount: [ProcCounters; 6],
+    /// Calls refused for exceeding the chunk complexity limits (RFC 8267 §6.4.2).
+    pub chunk_limit: AtomicU64,
+    /// READs whose data the backend read straight into the registered buffer the engine
+    /// RDMA-Wrote from (no copy in the server).
+    pub zero_copy_reads: AtomicU64,
+}
+
+impl NfsCounters {
+    /// A snapshot of NFSv3 procedure `procedure`.
+    pub fn nfs_proc(&self, procedure: u32) -> ProcCount {
+        self.nfs
+            .get(procedure as usize)
+            .map(ProcCounters::get)
+            .unwrap_or_default()
+    }
+
+    /// One line per procedure that was called, e.g.
+    /// `READ 12 calls (0 errors; chunks: read 0, write 12, reply 0)`, NFS first, then
+    /// MOUNT.
+    pub fn lines(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let fmt = |prefix: &str, name: &str, c: ProcCount| {
+            format!(
+                "{prefix}{name} {} calls ({} errors; chunks: read {}, write {}, reply {})",
+                c.calls, c.errors, c.read_chunks, c.write_chunks, c.reply_chunks
+            )
+        };
+        for (i, p) in self.nfs.iter().enumerate() {
+            let c = p.get();
+            if c != ProcCount::default() {
+                let name = v3::PROCEDURES.get(i).map_or("?", |p| p.name);
+                out.push(fmt("NFS3 ", name, c));
+            }
+        }
+        for (i, p) in self.mount.iter().enumerate() {
+            let c = p.get();
+            if c != ProcCount::default() {
+                let name = super::super::mount::PROCEDURES
+                    .get(i)
+                    .map_or("?", |p| p.name);
+                out.push(fmt("MOUNT3 ", name, c));
+            }
+        }
+        let direct = self.zero_copy_reads.load(Ordering::Relaxed);
+        if direct > 0 {
+            out.push(format!(
+                "{direct} READs read by the backend straight into registered memory"
+            ));
+        }
+        let refused = self.chunk_limit.load(Ordering::Relaxed);
+        if refused > 0 {
+            out.push(format!("{refused} calls refused over the chunk limits"));
+        }
+        out
+    }
+}
+
+pub(crate) fn bump(a: &AtomicU64) {
+    a.fetch_add(1, Ordering::Relaxed);
+}
