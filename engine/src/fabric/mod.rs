@@ -55,3 +55,17 @@ pub use types::{
     Completion, DeviceCaps, QpCaps, QpConfig, QpState, RecvWr, RemoteAddr, SendFlags, SendOp,
     SendWr, Sge, WcOpcode, WcStatus, RNR_RETRY_INFINITE,
 };
+
+/// `len` deterministic pseudo-random octets from the xorshift state `x`: the inputs a
+/// fuzzer's first minutes would send, for the unit tests of the fuzz entry points.
+#[cfg(test)]
+pub(crate) fn junk(x: &mut u64, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|_| {
+            *x ^= *x << 13;
+            *x ^= *x >> 7;
+            *x ^= *x << 17;
+            *x as u8
+        })
+        .collect()
+}

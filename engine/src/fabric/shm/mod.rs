@@ -103,6 +103,33 @@ mod segment;
 mod sock;
 mod table;
 
+/// Test helpers shared by the shm modules' unit tests.
+#[cfg(test)]
+mod testutil {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+    /// A memfd of `len` bytes, sealed against resizing when `seal`.
+    pub(crate) fn memfd(len: i64, seal: bool) -> OwnedFd {
+        let flags = libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING;
+        // SAFETY: a valid NUL-terminated name.
+        let fd = unsafe { libc::memfd_create(c"shm-test".as_ptr(), flags) };
+        assert!(fd >= 0);
+        // SAFETY: fresh and ours.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: a memfd we own.
+        assert_eq!(unsafe { libc::ftruncate(fd.as_raw_fd(), len) }, 0);
+        if seal {
+            let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW;
+            // SAFETY: as above.
+            assert_eq!(
+                unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals) },
+                0
+            );
+        }
+        fd
+    }
+}
+
 pub use cm::{ShmCm, ShmConnRequest};
 pub use cq::ShmCq;
 pub use cred::PeerCheck;
@@ -163,14 +190,7 @@ pub mod fuzzing {
             // A cheap deterministic sweep of short inputs, like a fuzzer's first minutes.
             let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
             for len in 0..300 {
-                let bytes: Vec<u8> = (0..len)
-                    .map(|_| {
-                        x ^= x << 13;
-                        x ^= x >> 7;
-                        x ^= x << 17;
-                        x as u8
-                    })
-                    .collect();
+                let bytes = crate::fabric::junk(&mut x, len);
                 let mut framed = b"RSCM\x01\x00".to_vec();
                 framed.extend_from_slice(&bytes);
                 cm_message(&bytes);

@@ -424,27 +424,8 @@ impl Acks {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::fd::{AsRawFd, FromRawFd};
 
-    fn raw_memfd(len: i64, seal: bool) -> OwnedFd {
-        let flags = libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING;
-        // SAFETY: a valid NUL-terminated name.
-        let fd = unsafe { libc::memfd_create(c"seg-test".as_ptr(), flags) };
-        assert!(fd >= 0);
-        // SAFETY: fresh and ours.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        // SAFETY: a memfd we own.
-        assert_eq!(unsafe { libc::ftruncate(fd.as_raw_fd(), len) }, 0);
-        if seal {
-            let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW;
-            // SAFETY: as above.
-            assert_eq!(
-                unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals) },
-                0
-            );
-        }
-        fd
-    }
+    use super::super::testutil::memfd as raw_memfd;
 
     #[test]
     fn peer_segments_that_could_hurt_us_are_refused() {

@@ -257,14 +257,7 @@ pub mod fuzzing {
             // Deterministic junk, as a fuzzer's first minutes would send.
             let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
             for len in (0..2000).step_by(37) {
-                let junk: Vec<u8> = (0..len)
-                    .map(|_| {
-                        x ^= x << 13;
-                        x ^= x >> 7;
-                        x ^= x << 17;
-                        x as u8
-                    })
-                    .collect();
+                let junk = crate::fabric::junk(&mut x, len);
                 rx_stream(&junk, 1 + len % 13, len % 2 == 0);
             }
         }
