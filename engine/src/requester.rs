@@ -51,8 +51,17 @@ pub type WriteSinks = FixedVec<RegBuf, MAX_WRITE_SINKS>;
 pub struct CallRequest {
     /// The RPC call message (header and arguments, without the DDP arguments' bytes),
     /// in a registered buffer; its valid bytes are sent. The first four octets are the
-    /// XID slot: the engine assigns the XID and writes it there.
+    /// XID slot: the engine writes the call's XID there (see [`xid`](Self::xid)).
     pub msg: RegBuf,
+    /// The XID, when the upper layer chooses it (an NFS client keeps its own, which the
+    /// server's duplicate request cache keys on). `None`: the engine assigns one that
+    /// also names the call's slot, the fastest path. A chosen XID must not be carried
+    /// by another call in flight on the connection (one sent whose slot is not yet
+    /// retired: after a timeout, until its late reply or the connection's end), else
+    /// the call is refused with [`SubmitRefusal::DuplicateXid`]; retransmitting a call
+    /// belongs on a new connection (RFC 8166 §3.5.5 and RFC 8267 §6.7.2: the transport
+    /// is reliable).
+    pub xid: Option<u32>,
     /// DDP-eligible arguments, in position order.
     pub ddp_args: DdpArgs,
     /// Registered buffers for DDP-eligible results, in the order the results appear in
@@ -74,7 +83,14 @@ impl CallRequest {
             write_sinks: WriteSinks::new(),
             max_reply_len,
             timeout: None,
+            xid: None,
         }
+    }
+
+    /// Sets the XID the call carries instead of an engine-assigned one.
+    pub fn with_xid(mut self, xid: u32) -> Self {
+        self.xid = Some(xid);
+        self
     }
 
     /// Adds a DDP-eligible argument at XDR `position`; the data comes back when all
@@ -222,7 +238,8 @@ impl fmt::Debug for Reply {
 pub struct Outcome {
     /// The tag the call was submitted with.
     pub tag: u64,
-    /// The XID the engine assigned.
+    /// The call's XID: the caller's ([`CallRequest::xid`]) or the one the engine
+    /// assigned; 0 for a call that never started.
     pub xid: u32,
     /// How the call ended.
     pub status: CallStatus,
@@ -281,6 +298,9 @@ pub enum SubmitRefusal {
     /// connection's `ConnConfig::max_chunks`: a responder with the same setting would
     /// refuse the call with ERR_CHUNK, so it is not sent.
     TooManyChunks,
+    /// [`CallRequest::xid`] names an XID another call in flight on this connection
+    /// carries.
+    DuplicateXid,
 }
 
 impl fmt::Display for SubmitRefusal {
@@ -295,6 +315,7 @@ impl fmt::Display for SubmitRefusal {
             SubmitRefusal::ChunkTooLarge => "chunk exceeds the largest registration",
             SubmitRefusal::ReplyTooLarge => "maximum reply exceeds the largest reply buffer",
             SubmitRefusal::TooManyChunks => "more Read or Write chunks than max_chunks allows",
+            SubmitRefusal::DuplicateXid => "another call in flight carries this XID",
         })
     }
 }
