@@ -85,5 +85,11 @@ nfs_ours() {
 [ "${LAB_NFS:-1}" = 0 ] || run_step nfs-host-siw "$HERE/nfs-host-siw.sh"
 # Kernel client workloads (dd, fio) against kernel nfsd and ours in one boot on siw0, and
 # rpcrdma nfs bench against both: ratios as LAB_METRIC lines (reported, not asserted).
-[ "${LAB_NFS:-1}" = 0 ] || run_step nfs-compare guest_step nfs-compare nfs-compare.sh 900
+# shellcheck disable=SC2317  # called through run_step
+nfs_compare() {
+  (cd "$HERE/../.." && cargo build -q --release -p rpcrdma-tools --features verbs) \
+    2>"$LAB/nfs-compare-build.log" || { tail -n 30 "$LAB/nfs-compare-build.log"; return 1; }
+  guest_step nfs-compare nfs-compare.sh 900
+}
+[ "${LAB_NFS:-1}" = 0 ] || run_step nfs-compare nfs_compare
 finish
