@@ -124,10 +124,10 @@ pub enum TransportError {
     /// The reply for this XID broke the protocol (e.g. it claims more bytes in a chunk
     /// than the chunk holds, or came in a Reply chunk we never offered).
     BadReply(&'static str),
-    /// The peer ended the connection with an iWARP Terminate before the reply; this is
-    /// what it said. As with [`Disconnected`](Self::Disconnected), the call may or may
+    /// The peer aborted the connection before the reply (an iWARP Terminate); this is
+    /// what it said, in provider-neutral terms. As with [`Disconnected`](Self::Disconnected), the call may or may
     /// not have been executed.
-    PeerTerminated(crate::iwarp::terminate::TerminateReason),
+    PeerAborted(crate::fabric::PeerAbort),
 }
 
 impl fmt::Display for TransportError {
@@ -145,7 +145,7 @@ impl fmt::Display for TransportError {
                 )
             }
             TransportError::BadReply(why) => write!(f, "malformed reply: {why}"),
-            TransportError::PeerTerminated(why) => {
+            TransportError::PeerAborted(why) => {
                 write!(f, "peer terminated the connection: {why}")
             }
         }

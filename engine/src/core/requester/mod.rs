@@ -409,23 +409,23 @@ impl<M: MemoryRegion> RequesterCore<M> {
         self.fail(CloseReason::Disconnected);
     }
 
-    /// The provider saw the peer's Terminate ([`QueuePair::peer_terminate`]): it becomes
+    /// The provider saw the peer's abort ([`QueuePair::peer_abort`]): it becomes
     /// the close reason, and calls that fail from now on carry it
-    /// ([`TransportError::PeerTerminated`]).
-    pub fn on_peer_terminated(&mut self, why: crate::iwarp::terminate::TerminateReason) {
+    /// ([`TransportError::PeerAborted`]).
+    pub fn on_peer_abort(&mut self, why: crate::fabric::PeerAbort) {
         if self.t.state == ConnState::Closed {
             return;
         }
         // Failing first runs the core's own shutdown when the Terminate is the first
         // news of trouble; otherwise it only replaces the reason it caused.
-        self.fail(CloseReason::PeerTerminated(why));
-        self.t.peer_terminated(why);
+        self.fail(CloseReason::PeerAborted(why));
+        self.t.peer_aborted(why);
     }
 
     /// What a call lost to the connection's end fails with.
     fn lost(&self) -> TransportError {
         match self.t.close_reason {
-            Some(CloseReason::PeerTerminated(why)) => TransportError::PeerTerminated(why),
+            Some(CloseReason::PeerAborted(why)) => TransportError::PeerAborted(why),
             _ => TransportError::Disconnected,
         }
     }
