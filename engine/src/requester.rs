@@ -123,7 +123,7 @@ pub enum TransportError {
     Rdma(RdmaError),
     /// The reply for this XID broke the protocol (e.g. it claims more bytes in a chunk
     /// than the chunk holds, or came in a Reply chunk we never offered).
-    BadReply(&'static str),
+    BadReply(BadReply),
     /// The peer aborted the connection before the reply (an iWARP Terminate); this is
     /// what it said, in provider-neutral terms. As with [`Disconnected`](Self::Disconnected), the call may or may
     /// not have been executed.
@@ -153,6 +153,40 @@ impl fmt::Display for TransportError {
 }
 
 impl std::error::Error for TransportError {}
+
+/// How a reply's transport header broke the protocol for its call (RFC 8166 §3.4,
+/// §3.5): the call fails with [`TransportError::BadReply`], the connection lives on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
+pub enum BadReply {
+    /// RDMA_MSGP with an alignment that is not a power of two (RFC 5666 §3.9).
+    #[error("RDMA_MSGP alignment is not a power of two")]
+    MsgpAlignment,
+    /// A Read list in a reply (RFC 5666 §3.8's Read chunks in replies need an
+    /// RDMA_DONE exchange this requester does not ask for).
+    #[error("reply carries Read chunks")]
+    ReadChunks,
+    /// More Write chunks than the call offered.
+    #[error("reply returns more Write chunks than the call offered")]
+    TooManyWriteChunks,
+    /// A Write chunk with more segments than the one offered.
+    #[error("reply returns a Write chunk with more segments than offered")]
+    WriteChunkSegments,
+    /// A Write chunk claiming more octets than it holds.
+    #[error("reply claims more bytes in a Write chunk than it holds")]
+    WriteChunkOverrun,
+    /// RDMA_NOMSG without a Reply chunk to carry the message.
+    #[error("RDMA_NOMSG reply without a Reply chunk")]
+    NomsgWithoutReplyChunk,
+    /// A Reply chunk the call did not offer.
+    #[error("reply uses a Reply chunk the call did not offer")]
+    UnofferedReplyChunk,
+    /// A Reply chunk with more segments than the one offered.
+    #[error("reply returns a Reply chunk with more segments than offered")]
+    ReplyChunkSegments,
+    /// A Reply chunk claiming more octets than it holds.
+    #[error("reply claims more bytes in the Reply chunk than it holds")]
+    ReplyChunkOverrun,
+}
 
 /// What an RPC reply that is not a success says (RFC 5531 §9).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -44,7 +44,7 @@ pub enum CloseReason {
     /// The peer broke the protocol in a way that makes going on unsafe (e.g. a reply
     /// claiming chunk writes for no outstanding call while chunks are registered
     /// persistently).
-    ProtocolViolation(&'static str),
+    ProtocolViolation(Violation),
     /// The peer aborted the connection saying why (an iWARP Terminate, in the
     /// provider-neutral [`PeerAbort`](crate::fabric::PeerAbort)). It replaces the failed
     /// work request or disconnect it caused as the reason.
@@ -57,6 +57,17 @@ pub enum CloseReason {
         /// Credits held by timed-out calls when the connection was declared broken.
         held: u32,
     },
+}
+
+/// How a peer broke the protocol so that the connection cannot go on
+/// ([`CloseReason::ProtocolViolation`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
+pub enum Violation {
+    /// A reply claiming Write or Reply chunk results for no call in flight while chunk
+    /// memory is registered persistently: the writes may have landed in buffers
+    /// another call now owns.
+    #[error("reply with chunk results for no call")]
+    ChunkResultsForNoCall,
 }
 
 impl fmt::Display for CloseReason {

@@ -42,7 +42,9 @@ use super::mrs::MrTable;
 use super::outbox::Outbox;
 use super::regbuf::RegBuf;
 use super::rpcmsg::{encode_null_call, NULL_CALL_LEN};
-use super::transport::{flush_of, post_staged, CloseReason, ConnState, Staged, Transport};
+use super::transport::{
+    flush_of, post_staged, CloseReason, ConnState, Staged, Transport, Violation,
+};
 use super::wrid::{WrId, WrKind};
 use super::{CoreError, CorePools};
 use crate::credits::CreditTable;
@@ -884,8 +886,7 @@ impl<M: MemoryRegion> RequesterCore<M> {
             if wrote {
                 self.stats.stray_chunk_replies += 1;
                 if self.mode == RegMode::Persistent {
-                    let reason =
-                        CloseReason::ProtocolViolation("reply with chunk results for no call");
+                    let reason = CloseReason::ProtocolViolation(Violation::ChunkResultsForNoCall);
                     let _ = self
                         .events
                         .push_back(ConnEvent::DisconnectRequested(reason));
@@ -941,8 +942,10 @@ impl<M: MemoryRegion> RequesterCore<M> {
                                 padding: None,
                             },
                             None => {
+                                // `interpret` refused Reply chunks the call did not
+                                // offer, so this is that case seen late.
                                 let st = CallStatus::Transport(TransportError::BadReply(
-                                    "reply chunk buffer missing",
+                                    crate::requester::BadReply::UnofferedReplyChunk,
                                 ));
                                 self.answer(slot, st, None, [0; MAX_WRITE_SINKS], swi);
                                 return;
