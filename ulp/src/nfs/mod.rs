@@ -27,6 +27,7 @@ pub mod server;
 pub mod v2;
 pub mod v3;
 pub mod v4;
+pub mod v41;
 
 use crate::binding::ProcInfo;
 
