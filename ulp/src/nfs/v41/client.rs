@@ -458,19 +458,14 @@ impl<P: Provider> Nfs41Client<P> {
         }
     }
 
-    /// The handle of `path`: from the export root when relative, from the pseudo-root
-    /// when it starts with `/` or no export is set, one LOOKUP per component.
+    /// The handle of `path` (`/` or empty: the root), relative to the export root, or to
+    /// the pseudo-root while no export is set; one LOOKUP per component.
     pub fn lookup_path(&mut self, path: &str) -> Result<Vec<u8>> {
         let comps: Vec<&str> = path
             .split('/')
             .filter(|c| !c.is_empty() && *c != ".")
             .collect();
-        let from_root = path.starts_with('/') || self.root.is_empty();
-        let mut fh = if from_root {
-            None
-        } else {
-            Some(self.root.clone())
-        };
+        let mut fh = (!self.root.is_empty()).then(|| self.root.clone());
         let per = (self.maxops as usize).saturating_sub(3).max(1);
         let mut rest = &comps[..];
         loop {
