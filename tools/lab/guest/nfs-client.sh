@@ -22,7 +22,20 @@ for m in nfsd rpcrdma; do modprobe "$m" || fail "modprobe $m"; done
 mkdir -p /export /run/rpcbind /var/lib/nfs/rpc_pipefs /var/lib/nfs/v4recovery
 mount -t tmpfs -o size=$((MB * 4 + 64))m tmpfs /export
 dd if=/dev/urandom of=/export/from-server.bin bs=1M count="$MB" status=none
-echo "/export *(rw,no_root_squash,insecure,no_subtree_check)" > /etc/exports
+# NFSv4: /export has no fsid=0, so the client reaches it from the pseudo-root by LOOKUP
+# "export". mountd would build that pseudo-root on the guest's "/", but "/" is an overlayfs
+# nfsd cannot export ("Cannot export /, possibly unsupported filesystem or fsid= required";
+# the kernel's own NFSv4.1 client then fails to mount too), so the pseudo-root is a small
+# tmpfs of its own (fsid=0) holding /export bind-mounted at "export".
+mkdir -p /v4root
+mount -t tmpfs -o size=1m tmpfs /v4root
+mkdir -p /v4root/export
+mount --bind /export /v4root/export || fail "bind /export under the v4 pseudo-root"
+cat > /etc/exports <<'EXPORTS'
+/export *(rw,no_root_squash,insecure,no_subtree_check)
+/v4root *(ro,fsid=0,insecure,no_subtree_check,crossmnt)
+/v4root/export *(rw,no_root_squash,insecure,no_subtree_check)
+EXPORTS
 mount -t nfsd nfsd /proc/fs/nfsd || fail "mount nfsd"
 # The NFSv4 grace period (90 s by default) refuses OPEN with NFS4ERR_GRACE; 10 s is the
 # least nfsd takes, and our client retries NFS4ERR_GRACE within a bound.
