@@ -628,3 +628,67 @@ fn write_data_goes_in_a_read_chunk() {
     // COMMIT follows inline after the length word.
     assert_eq!(out.len, out.reads[0].position as usize + 16);
 }
+
+/// Decodes `b` as `T`; when it decodes to the last octet, re-encoding must give `b` back
+/// (XDR is canonical: padding zero, booleans 0 or 1), and a value's attributes decode or
+/// fail without panicking.
+fn canonical<'d, T: XdrCodec<'d> + core::fmt::Debug>(b: &'d [u8]) -> Result<(), String> {
+    let mut c = DdpCursor::inline(b, 0);
+    if let Ok(v) = T::decode(&mut c) {
+        if c.finish().is_ok() {
+            let again = enc(&v);
+            if again != b {
+                return Err(format!("{v:?} re-encodes differently"));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn mutate(mut b: Vec<u8>, edits: &[(usize, u8)], cut: usize) -> Vec<u8> {
+    for &(at, v) in edits {
+        let n = b.len();
+        if n > 0 {
+            b[at % n] = v;
+        }
+    }
+    let keep = b.len().saturating_sub(cut);
+    b.truncate(keep);
+    b
+}
+
+proptest::proptest! {
+    #[test]
+    fn mutated_compounds_never_panic_and_stay_canonical(
+        edits in proptest::collection::vec((0usize..4096, 0u8..=255), 0..4),
+        cut in 0usize..64,
+        which in 0usize..2,
+    ) {
+        if which == 0 {
+            let base = enc(&CompoundRes { status: Nfsstat4::OK, tag: b"", results: all_results() });
+            let b = mutate(base, &edits, cut);
+            canonical::<CompoundRes<'_>>(&b).map_err(proptest::test_runner::TestCaseError::fail)?;
+            let mut c = DdpCursor::inline(&b, 0);
+            if let Ok(r) = CompoundRes::decode(&mut c) {
+                for op in &r.results {
+                    if let ResBody::Getattr(f) = &op.body {
+                        let _ = Attrs::decode(f);
+                    }
+                }
+            }
+        } else {
+            let base = enc(&CompoundArgs { tag: b"t", minorversion: 1, ops: all_args() });
+            let b = mutate(base, &edits, cut);
+            canonical::<CompoundArgs<'_>>(&b).map_err(proptest::test_runner::TestCaseError::fail)?;
+        }
+    }
+
+    #[test]
+    fn random_words_never_panic(ws in proptest::collection::vec(
+        proptest::prop_oneof![0u32..80, proptest::prelude::any::<u32>()], 0..64)) {
+        let b = words(&ws);
+        canonical::<CompoundRes<'_>>(&b).map_err(proptest::test_runner::TestCaseError::fail)?;
+        canonical::<CompoundArgs<'_>>(&b).map_err(proptest::test_runner::TestCaseError::fail)?;
+        let _ = Attrs::decode(&Fattr4 { mask: Bitmap4(ws.clone()), vals: &b });
+    }
+}
