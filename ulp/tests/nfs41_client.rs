@@ -3,7 +3,7 @@
 //! the pseudo-root, put (a DELAY on the first OPEN is retried) with WRITEs from Read
 //! chunks, ls through READDIR, get with READs into Write chunks, errors named by
 //! nfsstat4, pipelined READs on every session slot (the server checks each slot's
-//! sequence id), REMOVE, and DESTROY_SESSION / DESTROY_CLIENTID at the end.
+//! sequence id; one is answered NFS4ERR_DELAY and sent again), REMOVE, and DESTROY_SESSION / DESTROY_CLIENTID at the end.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -36,6 +36,7 @@ struct State {
     files: BTreeMap<Vec<u8>, Vec<u8>>,
     slots: Vec<u32>,
     delayed_open: bool,
+    delayed_read: bool,
     opens: u32,
     closes: u32,
     session_destroyed: bool,
@@ -211,6 +212,11 @@ impl State {
                 let Some(d) = file(cur).and_then(|n| self.files.get(&n)) else {
                     return (Nfsstat4::BADHANDLE, ResBody::None);
                 };
+                // One pipelined READ is answered NFS4ERR_DELAY (only they read at 192 KiB).
+                if a.offset == 3 * 65536 && !self.delayed_read {
+                    self.delayed_read = true;
+                    return (Nfsstat4::DELAY, ResBody::None);
+                }
                 let from = (a.offset as usize).min(d.len());
                 let to = (from + a.count as usize).min(d.len());
                 ok(ResBody::Read(to == d.len(), leak(d[from..to].to_vec())))
@@ -425,6 +431,10 @@ fn nfs41_client_against_a_fake_server() {
             assert!(Instant::now() < end, "pipelined READs never finished");
         }
     }
+    assert!(
+        state.lock().unwrap().delayed_read,
+        "a pipelined READ was delayed and retried"
+    );
     // A pipelined WRITE.
     c.start(&f, 0, 4, b"ABCD", 1).unwrap();
     let end = Instant::now() + t;

@@ -83,11 +83,18 @@ struct Slot {
     busy: bool,
 }
 
-/// A started READ or WRITE ([`Nfs41Client::start`]).
-#[derive(Debug, Clone, Copy)]
+/// A started READ or WRITE ([`Nfs41Client::start`]): what it takes to send it again
+/// after NFS4ERR_DELAY or NFS4ERR_GRACE.
+#[derive(Debug, Clone)]
 struct Pending {
     slot: usize,
-    read: bool,
+    file: OpenFile,
+    offset: u64,
+    len: u32,
+    /// WRITE data; empty for a READ.
+    data: Vec<u8>,
+    first: Instant,
+    wait: Duration,
 }
 
 /// An NFSv4.1 client on one RPC-over-RDMA connection and one session.
@@ -769,46 +776,65 @@ impl<P: Provider> Nfs41Client<P> {
         let slot = self.free_slot().ok_or_else(|| {
             NfsClientError::Transport(format!("all {} session slots are in use", self.slots.len()))
         })?;
-        let read = data.is_empty();
+        let data = &data[..data.len().min(self.wsize as usize)];
+        self.submit_io(
+            Pending {
+                slot,
+                file: f.clone(),
+                offset,
+                len: len.min(self.rsize),
+                data: data.to_vec(),
+                first: Instant::now(),
+                wait: DELAY_FIRST,
+            },
+            tag,
+        )
+    }
+
+    fn submit_io(&mut self, p: Pending, tag: u64) -> Result<()> {
+        let read = p.data.is_empty();
         let op = if read {
             ArgOp::Read(ReadArgs {
-                stateid: f.stateid,
-                offset,
-                count: len.min(self.rsize),
+                stateid: p.file.stateid,
+                offset: p.offset,
+                count: p.len,
             })
         } else {
             ArgOp::Write(WriteArgs {
-                stateid: f.stateid,
-                offset,
+                stateid: p.file.stateid,
+                offset: p.offset,
                 stable: UNSTABLE4,
-                data: &data[..data.len().min(self.wsize as usize)],
+                data: &p.data,
             })
         };
-        let all = [self.sequence(slot), ArgOp::PutFh(&f.fh), op];
+        let all = [self.sequence(p.slot), ArgOp::PutFh(&p.file.fh), op];
         let req = self.build(&all, read, SMALL_REPLY)?;
         self.conn.submit(req, tag).map_err(transport)?;
-        self.slots[slot].busy = true;
-        self.pending.insert(tag, Pending { slot, read });
+        self.slots[p.slot].busy = true;
+        self.pending.insert(tag, p);
         Ok(())
     }
 
     /// Polls the connection once; a finished [`start`](Self::start)ed call comes back
-    /// with its tag and the octets read or written.
+    /// with its tag and the octets read or written. A call answered NFS4ERR_DELAY or
+    /// NFS4ERR_GRACE is sent again on its slot after a back-off (this waits), within the
+    /// same bound as blocking calls.
     pub fn poll_done(&mut self) -> Option<(u64, Result<u32>)> {
         self.conn.poll(Instant::now());
         let o = self.conn.poll_outcome()?;
-        let Some(p) = self.pending.remove(&o.tag) else {
+        let Some(mut p) = self.pending.remove(&o.tag) else {
             return Some((
                 o.tag,
                 Err(NfsClientError::Transport("reply to an unknown call".into())),
             ));
         };
         self.slots[p.slot].busy = false;
+        let read = p.data.is_empty();
         let r = match o.status {
             CallStatus::Success | CallStatus::RpcError(_) => {
                 Self::decode(&o, |res| match self.settle(p.slot, res)? {
                     Some((op, s)) => Err(nfs4(op, s)),
-                    None => match (p.read, res.results.last().map(|r| &r.body)) {
+                    None => match (read, res.results.last().map(|r| &r.body)) {
                         (true, Some(ResBody::Read(_, d))) => Ok(d.len() as u32),
                         (false, Some(ResBody::Write(n, _, _))) => Ok(*n),
                         _ => Err(unexpected("no READ or WRITE result")),
@@ -817,6 +843,18 @@ impl<P: Provider> Nfs41Client<P> {
             }
             other => Err(NfsClientError::Transport(format!("{other:?}"))),
         };
+        if let Err(NfsClientError::Nfs4 { status, .. }) = &r {
+            if retryable(*status) && p.first.elapsed() < DELAY_BUDGET {
+                std::thread::sleep(p.wait);
+                p.wait = (p.wait * 2).min(DELAY_MAX);
+                let tag = o.tag;
+                drop(o);
+                return match self.submit_io(p, tag) {
+                    Ok(()) => None,
+                    Err(e) => Some((tag, Err(e))),
+                };
+            }
+        }
         Some((o.tag, r))
     }
 
