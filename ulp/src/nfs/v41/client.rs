@@ -227,22 +227,27 @@ impl<P: Provider> Nfs41Client<P> {
             maxrequests: 1,
             rdma_ird: None,
         };
-        let session = c.unsequenced(
-            &[ArgOp::CreateSession(CreateSessionArgs {
-                clientid,
-                sequence,
-                flags: 0,
-                fore,
-                back,
-                cb_program: 0x4000_0000,
-                sec_none: 1,
-            })],
-            SMALL_REPLY,
-            |r| match r.first().map(|r| &r.body) {
-                Some(ResBody::CreateSession(s)) => Ok(*s),
-                _ => Err(unexpected("no CREATE_SESSION result")),
-            },
-        )?;
+        let session = c
+            .unsequenced(
+                &[ArgOp::CreateSession(CreateSessionArgs {
+                    clientid,
+                    sequence,
+                    flags: 0,
+                    fore,
+                    back,
+                    cb_program: 0x4000_0000,
+                    sec_none: 1,
+                })],
+                SMALL_REPLY,
+                |r| match r.first().map(|r| &r.body) {
+                    Some(ResBody::CreateSession(s)) => Ok(*s),
+                    _ => Err(unexpected("no CREATE_SESSION result")),
+                },
+            )
+            .inspect_err(|_| {
+                // Best effort: the client id would otherwise live until its lease ends.
+                let _ = c.unsequenced(&[ArgOp::DestroyClientid(clientid)], SMALL_REPLY, |_| Ok(()));
+            })?;
         c.sessionid = session.sessionid;
         c.session_open = true;
         c.fore = session.fore;
@@ -263,7 +268,11 @@ impl<P: Provider> Nfs41Client<P> {
         }) {
             Ok(()) => {}
             Err(NfsClientError::Nfs4 { status, .. }) if status == Nfsstat4::COMPLETE_ALREADY => {}
-            Err(e) => return Err(e),
+            Err(e) => {
+                // Best effort, as above: end the session and the client id.
+                let _ = c.destroy();
+                return Err(e);
+            }
         }
         Ok(c)
     }
