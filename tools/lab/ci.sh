@@ -71,7 +71,7 @@ run_step verbs "$HERE/verbs.sh"; [ $? = 2 ] && finish
 # type; a failure names each direction-case (h2g-echo-write, g2h-long-reply, ...).
 run_step verbs-interop "$HERE/verbs-interop.sh"; [ $? = 2 ] && finish
 [ "${LAB_NFS:-1}" = 0 ] || run_step nfs guest_step nfs nfs-rdma.sh 900
-# The kernel NFSv3 client against our `rpcrdma serve --nfs`, and our `rpcrdma nfs` client
+# The kernel NFSv3 client against our `rpcrdma serve --nfs`, and our `rpcrdma nfs` client (NFSv3, NFSv4.1)
 # against kernel nfsd (verbs provider), each on siw0 and rxe0.
 # shellcheck disable=SC2317  # called through run_step
 nfs_ours() {

@@ -26,6 +26,7 @@ use super::v3::res::{
 };
 use super::v3::types::{DirOpArgs3, Fattr3, NfsFh3, Nfsstat3, Sattr3, Verf};
 use super::v3::{self, procs};
+use super::v41::Nfsstat4;
 use super::NFS_PROGRAM;
 use crate::client::{inline_call, CallPlan, DdpBufs, OutcomeResults};
 use crate::ddp::{encode_call, reply_results, DdpCursor, DdpDecodeError, ReplyError, XdrCodec};
@@ -42,6 +43,13 @@ pub enum NfsClientError {
     Rpc(ReplyError),
     /// The server answered with an NFS error.
     Nfs(Nfsstat3),
+    /// An NFSv4 operation failed: the operation number and its `nfsstat4`.
+    Nfs4 {
+        /// The failing operation (e.g. LOOKUP, 15).
+        op: u32,
+        /// Its status.
+        status: Nfsstat4,
+    },
     /// MOUNT refused the export.
     Mount(MountStat3),
     /// The reply did not decode.
@@ -82,6 +90,10 @@ impl fmt::Display for NfsClientError {
             },
             NfsClientError::Rpc(e) => write!(f, "RPC reply: {e}"),
             NfsClientError::Nfs(s) => write!(f, "{s}"),
+            NfsClientError::Nfs4 { op, status } => match super::v4::op_name(*op) {
+                Some(name) => write!(f, "{status} (from {name})"),
+                None => write!(f, "{status} (from operation {op})"),
+            },
             NfsClientError::Mount(s) => write!(f, "MOUNT refused the export: {s}"),
             NfsClientError::Decode(e) => write!(f, "reply did not decode: {e}"),
             NfsClientError::Io(e) => e.fmt(f),
@@ -107,7 +119,7 @@ type Result<T> = core::result::Result<T, NfsClientError>;
 
 /// AUTH_SYS with this process's user and group: what NFS servers expect (Linux nfsd
 /// maps AUTH_NONE to the anonymous user, who may not write the export).
-fn header(prog: u32, vers: u32, procedure: u32, xid: u32) -> CallHeader<'static> {
+pub(crate) fn header(prog: u32, vers: u32, procedure: u32, xid: u32) -> CallHeader<'static> {
     // SAFETY: getuid and getgid have no preconditions and cannot fail.
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
     CallHeader {
@@ -208,6 +220,38 @@ pub fn mount(mountd: SocketAddr, path: &str, timeout: Duration) -> Result<Vec<u8
     res.map_err(NfsClientError::Mount)
 }
 
+/// Opens an RPC-over-RDMA connection to `addr` and waits, up to `timeout`, until it is
+/// established.
+pub(crate) fn establish<P: Provider>(
+    dev: &P::Device,
+    addr: &P::Addr,
+    cfg: &ConnConfig,
+    timeout: Duration,
+) -> Result<RequesterConn<P>> {
+    let mut conn = RequesterConn::<P>::connect(dev, addr, cfg)
+        .map_err(|e| NfsClientError::Connect(e.to_string()))?;
+    let end = Instant::now() + timeout;
+    loop {
+        conn.poll(Instant::now());
+        match conn.state() {
+            ConnState::Established => break,
+            ConnState::Connecting if Instant::now() < end => std::thread::yield_now(),
+            ConnState::Connecting => {
+                return Err(NfsClientError::Connect(format!(
+                    "no answer within {:.1}s",
+                    timeout.as_secs_f64()
+                )))
+            }
+            s => {
+                return Err(NfsClientError::Connect(format!(
+                    "connection refused or closed ({s:?})"
+                )))
+            }
+        }
+    }
+    Ok(conn)
+}
+
 /// One directory entry from [`Nfs3Client::list`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Listed {
@@ -275,27 +319,7 @@ impl<P: Provider> Nfs3Client<P> {
         root: Vec<u8>,
         timeout: Duration,
     ) -> Result<Self> {
-        let mut conn = RequesterConn::<P>::connect(dev, addr, cfg)
-            .map_err(|e| NfsClientError::Connect(e.to_string()))?;
-        let end = Instant::now() + timeout;
-        loop {
-            conn.poll(Instant::now());
-            match conn.state() {
-                ConnState::Established => break,
-                ConnState::Connecting if Instant::now() < end => std::thread::yield_now(),
-                ConnState::Connecting => {
-                    return Err(NfsClientError::Connect(format!(
-                        "no answer within {:.1}s",
-                        timeout.as_secs_f64()
-                    )))
-                }
-                s => {
-                    return Err(NfsClientError::Connect(format!(
-                        "connection refused or closed ({s:?})"
-                    )))
-                }
-            }
-        }
+        let conn = establish::<P>(dev, addr, cfg, timeout)?;
         let mut c = Nfs3Client {
             conn,
             timeout,
