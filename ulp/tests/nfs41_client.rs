@@ -41,6 +41,8 @@ struct State {
     closes: u32,
     session_destroyed: bool,
     clientid_destroyed: bool,
+    /// The XID of every call, in arrival order.
+    xids: Vec<u32>,
 }
 
 struct Fake(Arc<Mutex<State>>);
@@ -288,10 +290,11 @@ impl Program for Fake {
     }
     fn call<'d>(
         &'d mut self,
-        _call: &CallHeader<'d>,
+        call: &CallHeader<'d>,
         args: &mut DdpCursor<'d>,
         results: &mut DdpEncoder<'_, 'd>,
     ) -> Result<(), ProcError> {
+        self.0.lock().unwrap().xids.push(call.xid);
         let a = CompoundArgs::decode(args).map_err(ProcError::GarbageArgs)?;
         args.finish().map_err(ProcError::GarbageArgs)?;
         assert_eq!(a.minorversion, 1);
@@ -363,6 +366,15 @@ fn nfs41_client_against_a_fake_server() {
     assert_eq!(c.transfer_sizes(), (128 * 1024, 128 * 1024));
     let root = c.set_export("/export").unwrap();
     assert_eq!(root, b"E");
+    {
+        // The client's own XIDs reach the server, one per call, counted up.
+        let st = state.lock().unwrap();
+        let last = *st.xids.last().expect("calls seen");
+        assert_eq!(last, c.last_xid());
+        for w in st.xids.windows(2) {
+            assert_eq!(w[1], w[0].wrapping_add(1), "XIDs {:#x?}", st.xids);
+        }
+    }
 
     // put: 300 KiB and a bit, several WRITEs from Read chunks; the first OPEN is
     // answered NFS4ERR_DELAY and retried.

@@ -139,7 +139,7 @@ pub(crate) fn header(prog: u32, vers: u32, procedure: u32, xid: u32) -> CallHead
 }
 
 /// A random starting XID (from the process's hash keys, which the OS seeds).
-fn random_xid() -> u32 {
+pub(crate) fn random_xid() -> u32 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u32(std::process::id());

@@ -112,6 +112,9 @@ pub struct Nfs41Client<P: Provider> {
     pending: HashMap<u64, Pending>,
     fore: ChannelAttrs4,
     session_open: bool,
+    /// The XID of the latest call: the client keeps its own (a server's duplicate
+    /// request cache keys on them), counted up from a random start.
+    xid: u32,
 }
 
 impl<P: Provider> fmt::Debug for Nfs41Client<P> {
@@ -190,6 +193,7 @@ impl<P: Provider> Nfs41Client<P> {
             pending: HashMap::new(),
             fore: ChannelAttrs4::default(),
             session_open: false,
+            xid: crate::nfs::client::random_xid(),
         };
         let verifier = (now.as_nanos() as u64).to_be_bytes();
         let owner = c.owner.clone();
@@ -310,8 +314,21 @@ impl<P: Provider> Nfs41Client<P> {
         &self.root
     }
 
+    /// The XID of the latest call.
+    pub fn last_xid(&self) -> u32 {
+        self.xid
+    }
+
+    /// Submits `req` under the client's next XID.
+    fn submit(&mut self, req: CallRequest, tag: u64) -> Result<()> {
+        self.xid = self.xid.wrapping_add(1);
+        self.conn
+            .submit(req.with_xid(self.xid), tag)
+            .map_err(transport)
+    }
+
     fn run(&mut self, req: CallRequest, tag: u64) -> Result<Outcome> {
-        self.conn.submit(req, tag).map_err(transport)?;
+        self.submit(req, tag)?;
         let end = Instant::now() + self.timeout;
         loop {
             self.conn.poll(Instant::now());
@@ -818,7 +835,7 @@ impl<P: Provider> Nfs41Client<P> {
         };
         let all = [self.sequence(p.slot), ArgOp::PutFh(&p.file.fh), op];
         let req = self.build(&all, read, SMALL_REPLY)?;
-        self.conn.submit(req, tag).map_err(transport)?;
+        self.submit(req, tag)?;
         self.slots[p.slot].busy = true;
         self.pending.insert(tag, p);
         Ok(())
