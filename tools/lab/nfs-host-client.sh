@@ -17,6 +17,15 @@ BIN=$ROOT/target/debug/rpcrdma
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 NPORT=$(free_port); MPORT=$(free_port)
 RUN=$LAB/runs/nfs-host-client-$(date +%Y%m%d-%H%M%S)-$$; mkdir -p "$RUN"
+# The host side of every connection, for tshark (NFS_HOST_CAPTURE=0 skips it).
+CAP=
+if [ "${NFS_HOST_CAPTURE:-1}" = 1 ] && command -v tshark >/dev/null; then
+  tshark -i lo -q -F pcap -w "$RUN/host.pcap" -f "tcp port $NPORT or tcp port $MPORT" \
+    > "$RUN/tshark.log" 2>&1 &
+  CAP=$!
+  trap 'kill $CAP 2>/dev/null' EXIT
+  for _ in $(seq 1 50); do [ -s "$RUN/host.pcap" ] && break; sleep 0.2; done
+fi
 LAB_HOSTFWD="hostfwd=tcp:127.0.0.1:$NPORT-:20049,hostfwd=tcp:127.0.0.1:$MPORT-:20048" \
   "$HERE/run.sh" -q -t 700 -o "$RUN" "$HERE/guest/nfsd-for-host.sh" &
 GPID=$!
@@ -64,6 +73,7 @@ else
     BAD+=("could not put the done marker")
 fi
 wait "$GPID"; GRC=$?
+[ -n "$CAP" ] && { sleep 0.5; kill -INT "$CAP" 2>/dev/null; wait "$CAP" 2>/dev/null; }
 [ "$GRC" = 0 ] || BAD+=("guest checks failed (run.sh exit $GRC): $(grep -a 'GUEST FAIL' "$RUN/guest.log" | tr -d '\r' | head -n1)")
 grep -a NFSD_FOR_HOST_OK "$RUN/guest.log" | tr -d '\r'
 if [ "${#BAD[@]}" -gt 0 ]; then

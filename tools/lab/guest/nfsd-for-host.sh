@@ -19,8 +19,19 @@ step "kernel nfsd: rdma 20049, mountd tcp 20048, export /export"
 mkdir -p /export /run/rpcbind /var/lib/nfs/rpc_pipefs /var/lib/nfs/v4recovery
 mount -t tmpfs -o size=$((MB * 6 + 64))m tmpfs /export
 dd if=/dev/urandom of=/export/from-server.bin bs=1M count="$MB" status=none
-echo "/export *(rw,no_root_squash,insecure,no_subtree_check)" > /etc/exports
+# NFSv4's pseudo-root as in nfs-client.sh: its own tmpfs (fsid=0; the guest's overlayfs
+# "/" cannot be exported) with /export bind-mounted at "export".
+mkdir -p /v4root
+mount -t tmpfs -o size=1m tmpfs /v4root
+mkdir -p /v4root/export
+mount --bind /export /v4root/export || fail "bind /export under the v4 pseudo-root"
+cat > /etc/exports <<'EXPORTS'
+/export *(rw,no_root_squash,insecure,no_subtree_check)
+/v4root *(ro,fsid=0,insecure,no_subtree_check,crossmnt)
+/v4root/export *(rw,no_root_squash,insecure,no_subtree_check)
+EXPORTS
 mount -t nfsd nfsd /proc/fs/nfsd || fail "mount nfsd"
+echo 10 > /proc/fs/nfsd/nfsv4gracetime || fail "nfsv4gracetime"
 mount -t rpc_pipefs sunrpc /var/lib/nfs/rpc_pipefs || fail "mount rpc_pipefs"
 rpcbind -w || fail rpcbind
 exportfs -ra || fail exportfs
