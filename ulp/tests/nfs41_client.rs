@@ -463,6 +463,31 @@ fn nfs41_client_against_a_fake_server() {
     );
     c.close_file(&f).unwrap();
 
+    // A directory whose listing outgrows the room a READDIR offers (this server ignores
+    // maxcount and answers in one page): the responder refuses the reply with ERR_CHUNK,
+    // the client resends once with the session's largest reply room, as the slot's next
+    // request (the server checks the sequence ids).
+    {
+        let mut st = state.lock().unwrap();
+        for i in 0..1000 {
+            st.files.insert(
+                format!("listing-{i:04}-with-a-name-long-enough").into_bytes(),
+                Vec::new(),
+            );
+        }
+    }
+    assert_eq!(c.reply_retries(), 0);
+    let list = c.list(&root).unwrap();
+    assert_eq!(list.len(), 1001, "a.bin and the 1000 others");
+    assert_eq!(c.reply_retries(), 1);
+    {
+        let mut st = state.lock().unwrap();
+        st.files.retain(|n, _| !n.starts_with(b"listing-"));
+    }
+    let list = c.list(&root).unwrap();
+    assert_eq!(list.len(), 1);
+    assert_eq!(c.reply_retries(), 1, "a listing that fits is not resent");
+
     c.remove(&root, b"a.bin").unwrap();
     match c.remove(&root, b"a.bin") {
         Err(NfsClientError::Nfs4 {

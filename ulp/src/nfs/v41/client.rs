@@ -20,7 +20,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use rpcrdma::conn::RequesterConn;
 use rpcrdma::core::ConnConfig;
 use rpcrdma::fabric::Provider;
-use rpcrdma::requester::{CallRequest, CallStatus, Outcome};
+use rpcrdma::requester::{CallRequest, CallStatus, Outcome, TransportError};
+use rpcrdma::wire::header::RdmaError;
 
 use super::compound::{
     ArgOp, CompoundArgs, CompoundRes, CreateHow, CreateSessionArgs, ExchangeIdArgs, OpenArgs,
@@ -115,6 +116,10 @@ pub struct Nfs41Client<P: Provider> {
     /// The XID of the latest call: the client keeps its own (a server's duplicate
     /// request cache keys on them), counted up from a random start.
     xid: u32,
+    /// COMPOUNDs resent with more reply room after the server could not fit the reply.
+    reply_retries: u64,
+    /// `ConnConfig::large_buf_size`: the largest reply room one call can offer.
+    large_buf: u32,
 }
 
 impl<P: Provider> fmt::Debug for Nfs41Client<P> {
@@ -147,6 +152,22 @@ fn failing(res: &CompoundRes<'_>) -> (u32, Nfsstat4) {
         Some(r) => (r.op, res.status),
         None => (ops::ILLEGAL, res.status),
     }
+}
+
+/// True for COMPOUNDs that only look things up and read attributes or directories,
+/// which a server may run twice without harm.
+fn read_only(ops: &[ArgOp<'_>]) -> bool {
+    ops.iter().all(|op| {
+        matches!(
+            op,
+            ArgOp::PutFh(_)
+                | ArgOp::PutRootFh
+                | ArgOp::Lookup(_)
+                | ArgOp::GetFh
+                | ArgOp::Getattr(_)
+                | ArgOp::Readdir(_)
+        )
+    })
 }
 
 fn retryable(s: Nfsstat4) -> bool {
@@ -194,6 +215,8 @@ impl<P: Provider> Nfs41Client<P> {
             fore: ChannelAttrs4::default(),
             session_open: false,
             xid: crate::nfs::client::random_xid(),
+            reply_retries: 0,
+            large_buf: cfg.large_buf_size,
         };
         let verifier = (now.as_nanos() as u64).to_be_bytes();
         let owner = c.owner.clone();
@@ -327,16 +350,38 @@ impl<P: Provider> Nfs41Client<P> {
             .map_err(transport)
     }
 
+    /// COMPOUNDs resent with more reply room after the server answered ERR_CHUNK
+    /// because the reply did not fit the room first offered.
+    pub fn reply_retries(&self) -> u64 {
+        self.reply_retries
+    }
+
+    /// The most reply room a COMPOUND can be offered: what the session's fore channel
+    /// allows, within one large buffer.
+    fn reply_cap(&self) -> u32 {
+        self.fore.maxresponsesize.min(self.large_buf)
+    }
+
     fn run(&mut self, req: CallRequest, tag: u64) -> Result<Outcome> {
+        Self::settled(self.run_any(req, tag)?)
+    }
+
+    /// An outcome carrying an RPC reply, or the error that ended the call.
+    fn settled(o: Outcome) -> Result<Outcome> {
+        match o.status {
+            CallStatus::Success | CallStatus::RpcError(_) => Ok(o),
+            other => Err(NfsClientError::Transport(format!("{other:?}"))),
+        }
+    }
+
+    /// Runs one call to its outcome, whatever the outcome says.
+    fn run_any(&mut self, req: CallRequest, tag: u64) -> Result<Outcome> {
         self.submit(req, tag)?;
         let end = Instant::now() + self.timeout;
         loop {
             self.conn.poll(Instant::now());
             if let Some(o) = self.conn.poll_outcome() {
-                return match o.status {
-                    CallStatus::Success | CallStatus::RpcError(_) => Ok(o),
-                    other => Err(NfsClientError::Transport(format!("{other:?}"))),
-                };
+                return Ok(o);
             }
             if Instant::now() >= end {
                 return Err(NfsClientError::Transport(format!(
@@ -467,19 +512,48 @@ impl<P: Provider> Nfs41Client<P> {
     ) -> Result<R> {
         let start = Instant::now();
         let mut wait = DELAY_FIRST;
+        let mut room = max_reply;
+        // After a resend with more room: the slot whose sequence id was advanced for it.
+        let mut resent_on: Option<usize> = None;
         loop {
-            let slot = self
-                .free_slot()
-                .ok_or_else(|| NfsClientError::Transport("no free session slot".into()))?;
+            let slot = match resent_on {
+                Some(s) => s,
+                None => self
+                    .free_slot()
+                    .ok_or_else(|| NfsClientError::Transport("no free session slot".into()))?,
+            };
             let mut all = Vec::with_capacity(ops.len() + 1);
             all.push(self.sequence(slot));
             all.extend(ops.iter().cloned());
-            let req = self.build(&all, read_sink, max_reply)?;
+            let req = self.build(&all, read_sink, room)?;
             self.slots[slot].busy = true;
-            let o = self.run(req, 0);
+            let o = self.run_any(req, 0);
             self.slots[slot].busy = false;
             let o = o?;
+            let chunk_refused =
+                o.status == CallStatus::Transport(TransportError::Rdma(RdmaError::Chunk));
+            if chunk_refused && resent_on.is_none() && read_only(ops) && room < self.reply_cap() {
+                // The reply did not fit the room offered (RFC 8166 §3.5.4). The server
+                // ran the COMPOUND, so its slot moved on: resend it, harmless as it only
+                // reads, as the slot's next request with room for the largest reply the
+                // session allows (a new XID, as every call gets).
+                drop(o);
+                self.reply_retries += 1;
+                self.slots[slot].seqid = self.slots[slot].seqid.wrapping_add(1);
+                room = self.reply_cap();
+                resent_on = Some(slot);
+                continue;
+            }
+            let o = Self::settled(o)?;
             let failed = Self::decode(&o, |res| self.settle(slot, res))?;
+            if let (Some(s), Some((_, Nfsstat4::SEQ_MISORDERED))) = (resent_on, failed) {
+                // The refused COMPOUND never ran after all (the chunk error came before
+                // it): its sequence id is still the slot's next.
+                self.slots[s].seqid = self.slots[s].seqid.wrapping_sub(1);
+                resent_on = None;
+                continue;
+            }
+            resent_on = None;
             match failed {
                 None => return Self::decode(&o, |res| f(&res.results[1..])),
                 Some((_, s)) if retryable(s) && start.elapsed() < DELAY_BUDGET => {
