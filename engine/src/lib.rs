@@ -16,6 +16,7 @@ pub mod core;
 pub mod credits;
 pub mod fabric;
 pub mod iwarp;
+pub mod limits;
 pub mod requester;
 pub mod service;
 pub mod wire;

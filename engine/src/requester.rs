@@ -23,11 +23,7 @@ use crate::core::regbuf::RegBuf;
 use crate::service::Padding;
 use crate::wire::header::RdmaError;
 
-/// Most DDP-eligible arguments one call can move to Read chunks.
-pub const MAX_DDP_ARGS: usize = 4;
-
-/// Most Write chunks one call can offer.
-pub const MAX_WRITE_SINKS: usize = 4;
+pub use crate::limits::{MAX_DDP_ARGS, MAX_WRITE_SINKS};
 
 /// A DDP-eligible argument: its data in a registered buffer and its XDR position.
 #[derive(Debug)]

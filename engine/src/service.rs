@@ -71,13 +71,7 @@ use crate::core::fixed::FixedVec;
 use crate::core::regbuf::{RegBuf, RegBufError};
 use crate::fabric::Sge;
 
-/// Most Write chunks a responder can handle in one call: the capacity of its tables.
-/// The limit it enforces is the connection's `ConnConfig::max_chunks` (at most this).
-pub const MAX_WRITE_CHUNKS: usize = 8;
-
-/// Most Read chunks at non-zero positions a responder can handle in one call: the
-/// capacity of its tables. The limit it enforces is `ConnConfig::max_chunks`.
-pub const MAX_DDP_ITEMS: usize = 8;
+pub use crate::limits::{MAX_DDP_ITEMS, MAX_WRITE_CHUNKS};
 
 /// One DDP-eligible call argument, pulled from its Read chunk into registered memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,22 +6,10 @@ use core::time::Duration;
 use rpcrdma_pools::HugePages;
 
 use crate::fabric::{DeviceCaps, QpCaps, QpConfig};
-use crate::requester::{MAX_DDP_ARGS, MAX_WRITE_SINKS};
 use crate::wire::header::Limits;
 use crate::wire::private_data::{PrivateData, SizeError, MIN_INLINE_SIZE};
 
-/// Memory registrations one call may need: a Position-Zero Read chunk, its DDP
-/// arguments, its write sinks and a Reply chunk.
-pub const MAX_MRS_PER_CALL: usize = 1 + MAX_DDP_ARGS + MAX_WRITE_SINKS + 1;
-
-/// Default of [`ConnConfig::max_chunks`], the same for both roles: the requester's
-/// tables hold this many DDP arguments and write sinks per call.
-pub const DEFAULT_MAX_CHUNKS: u32 = 4;
-
-// The requester cannot offer more than its tables hold, so the shared default is
-// exactly their size; the responder's tables are larger and hold any valid setting.
-const _: () = assert!(MAX_DDP_ARGS == DEFAULT_MAX_CHUNKS as usize);
-const _: () = assert!(MAX_WRITE_SINKS == DEFAULT_MAX_CHUNKS as usize);
+pub use crate::limits::{DEFAULT_MAX_CHUNKS, MAX_MRS_PER_CALL};
 
 /// The keepalive probe's program and version when the ULP names none (a private
 /// number from RFC 5531 §8.3's local range): the probe still proves liveness through
@@ -525,8 +513,8 @@ mod tests {
     fn chunk_limit_default_is_the_same_for_both_roles() {
         let c = ConnConfig::default();
         assert_eq!(c.max_chunks, DEFAULT_MAX_CHUNKS);
-        assert_eq!(c.max_chunks as usize, MAX_DDP_ARGS);
-        assert_eq!(c.max_chunks as usize, MAX_WRITE_SINKS);
+        assert_eq!(c.max_chunks as usize, crate::limits::MAX_DDP_ARGS);
+        assert_eq!(c.max_chunks as usize, crate::limits::MAX_WRITE_SINKS);
         let r = ConnConfig {
             max_chunks: crate::service::MAX_WRITE_CHUNKS as u32,
             ..ConnConfig::default()
