@@ -4,7 +4,16 @@
 # NFSv4.1 (sessions; no MOUNT) and NFSv3 (MOUNT over the forwarded TCP port). Each:
 # `ls` shows from-server.bin with its size, `get` of it compared by sha256 with what the
 # guest printed, `put` of it back (the guest compares every put file octet by octet),
-# a missing file named by its NFS status, and a short `bench`.
+# and a missing file named by its NFS status.
+# NFS_HOST_BENCH=1 adds a short pipelined `bench` (depth 4) per version. It is off by
+# default because it fails on two bugs of Debian 6.1's kernel siw, not ours (found with
+# a CRC-checking walk of the host capture, and confirmed by loading a locally fixed
+# module): (1) siw_get_trailer stores a CRC that arrives split over two TCP segments at
+# the wrong place and reports "crc error", and qemu's user networking behind the hostfwd
+# re-segments the stream so that happens under pipelining; (2) a Read Response the
+# kernel queued for our zero-length confirmation Read keeps the previous work request's
+# length and key, so it carries stray octets (bad CRC) or an invalid STag. The in-guest
+# steps (nfs-client.sh, verbs provider) run the benches against the same nfsd.
 # exit: 0 pass, 1 failed (named), 2-4 as run.sh, 5 host build failed.
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -61,7 +70,7 @@ else
     nfs "$v" get no-such-file - > /dev/null 2> "$RUN/noent-$v.err" && BAD+=("v$v get of a missing file succeeded")
     want=NFS3ERR_NOENT; [ "$v" = 4.1 ] && want=NFS4ERR_NOENT
     grep -q "$want" "$RUN/noent-$v.err" || BAD+=("v$v missing file not named $want: $(cat "$RUN/noent-$v.err")")
-    for op in read write; do
+    [ "${NFS_HOST_BENCH:-0}" = 1 ] && for op in read write; do
       nfs "$v" bench --op "$op" --size 65536 --depth 4 --duration 2 --file "bench-v${v/./}.dat" \
         > "$RUN/bench-$v-$op.txt" 2>&1 || BAD+=("v$v bench $op: $(tail -n1 "$RUN/bench-$v-$op.txt")")
       sed -n "s/^nfs bench \([a-z]*\) .* \([0-9]*\) ops\/s, \([0-9.]*\) GB\/s.*/LAB_METRIC nfs_host_client_bench vers=$v op=\1 ops_s=\2 gb_s=\3/p" \
