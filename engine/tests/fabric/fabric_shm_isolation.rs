@@ -106,7 +106,11 @@ fn child_as(uid: u32, check: PeerCheck) -> i32 {
         unreachable!()
     };
     let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "fabric_shm_isolation::peer_credentials_child", "--nocapture"])
+        .args([
+            "--exact",
+            "fabric_shm_isolation::peer_credentials_child",
+            "--nocapture",
+        ])
         .env(CHILD_ADDR, name)
         .uid(uid)
         .spawn()
