@@ -51,8 +51,17 @@ pub type WriteSinks = FixedVec<RegBuf, MAX_WRITE_SINKS>;
 pub struct CallRequest {
     /// The RPC call message (header and arguments, without the DDP arguments' bytes),
     /// in a registered buffer; its valid bytes are sent. The first four octets are the
-    /// XID slot: the engine assigns the XID and writes it there.
+    /// XID slot: the engine writes the call's XID there (see [`xid`](Self::xid)).
     pub msg: RegBuf,
+    /// The XID, when the upper layer chooses it (an NFS client keeps its own, which the
+    /// server's duplicate request cache keys on). `None`: the engine assigns one that
+    /// also names the call's slot, the fastest path. A chosen XID must not be carried
+    /// by another call in flight on the connection (one sent whose slot is not yet
+    /// retired: after a timeout, until its late reply or the connection's end), else
+    /// the call is refused with [`SubmitRefusal::DuplicateXid`]; retransmitting a call
+    /// belongs on a new connection (RFC 8166 §3.5.5 and RFC 8267 §6.7.2: the transport
+    /// is reliable).
+    pub xid: Option<u32>,
     /// DDP-eligible arguments, in position order.
     pub ddp_args: DdpArgs,
     /// Registered buffers for DDP-eligible results, in the order the results appear in
@@ -74,7 +83,14 @@ impl CallRequest {
             write_sinks: WriteSinks::new(),
             max_reply_len,
             timeout: None,
+            xid: None,
         }
+    }
+
+    /// Sets the XID the call carries instead of an engine-assigned one.
+    pub fn with_xid(mut self, xid: u32) -> Self {
+        self.xid = Some(xid);
+        self
     }
 
     /// Adds a DDP-eligible argument at XDR `position`; the data comes back when all
@@ -107,11 +123,11 @@ pub enum TransportError {
     Rdma(RdmaError),
     /// The reply for this XID broke the protocol (e.g. it claims more bytes in a chunk
     /// than the chunk holds, or came in a Reply chunk we never offered).
-    BadReply(&'static str),
-    /// The peer ended the connection with an iWARP Terminate before the reply; this is
-    /// what it said. As with [`Disconnected`](Self::Disconnected), the call may or may
+    BadReply(BadReply),
+    /// The peer aborted the connection before the reply (an iWARP Terminate); this is
+    /// what it said, in provider-neutral terms. As with [`Disconnected`](Self::Disconnected), the call may or may
     /// not have been executed.
-    PeerTerminated(crate::iwarp::terminate::TerminateReason),
+    PeerAborted(crate::fabric::PeerAbort),
 }
 
 impl fmt::Display for TransportError {
@@ -129,7 +145,7 @@ impl fmt::Display for TransportError {
                 )
             }
             TransportError::BadReply(why) => write!(f, "malformed reply: {why}"),
-            TransportError::PeerTerminated(why) => {
+            TransportError::PeerAborted(why) => {
                 write!(f, "peer terminated the connection: {why}")
             }
         }
@@ -137,6 +153,40 @@ impl fmt::Display for TransportError {
 }
 
 impl std::error::Error for TransportError {}
+
+/// How a reply's transport header broke the protocol for its call (RFC 8166 §3.4,
+/// §3.5): the call fails with [`TransportError::BadReply`], the connection lives on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
+pub enum BadReply {
+    /// RDMA_MSGP with an alignment that is not a power of two (RFC 5666 §3.9).
+    #[error("RDMA_MSGP alignment is not a power of two")]
+    MsgpAlignment,
+    /// A Read list in a reply (RFC 5666 §3.8's Read chunks in replies need an
+    /// RDMA_DONE exchange this requester does not ask for).
+    #[error("reply carries Read chunks")]
+    ReadChunks,
+    /// More Write chunks than the call offered.
+    #[error("reply returns more Write chunks than the call offered")]
+    TooManyWriteChunks,
+    /// A Write chunk with more segments than the one offered.
+    #[error("reply returns a Write chunk with more segments than offered")]
+    WriteChunkSegments,
+    /// A Write chunk claiming more octets than it holds.
+    #[error("reply claims more bytes in a Write chunk than it holds")]
+    WriteChunkOverrun,
+    /// RDMA_NOMSG without a Reply chunk to carry the message.
+    #[error("RDMA_NOMSG reply without a Reply chunk")]
+    NomsgWithoutReplyChunk,
+    /// A Reply chunk the call did not offer.
+    #[error("reply uses a Reply chunk the call did not offer")]
+    UnofferedReplyChunk,
+    /// A Reply chunk with more segments than the one offered.
+    #[error("reply returns a Reply chunk with more segments than offered")]
+    ReplyChunkSegments,
+    /// A Reply chunk claiming more octets than it holds.
+    #[error("reply claims more bytes in the Reply chunk than it holds")]
+    ReplyChunkOverrun,
+}
 
 /// What an RPC reply that is not a success says (RFC 5531 §9).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -222,7 +272,8 @@ impl fmt::Debug for Reply {
 pub struct Outcome {
     /// The tag the call was submitted with.
     pub tag: u64,
-    /// The XID the engine assigned.
+    /// The call's XID: the caller's ([`CallRequest::xid`]) or the one the engine
+    /// assigned; 0 for a call that never started.
     pub xid: u32,
     /// How the call ended.
     pub status: CallStatus,
@@ -281,6 +332,9 @@ pub enum SubmitRefusal {
     /// connection's `ConnConfig::max_chunks`: a responder with the same setting would
     /// refuse the call with ERR_CHUNK, so it is not sent.
     TooManyChunks,
+    /// [`CallRequest::xid`] names an XID another call in flight on this connection
+    /// carries.
+    DuplicateXid,
 }
 
 impl fmt::Display for SubmitRefusal {
@@ -295,6 +349,7 @@ impl fmt::Display for SubmitRefusal {
             SubmitRefusal::ChunkTooLarge => "chunk exceeds the largest registration",
             SubmitRefusal::ReplyTooLarge => "maximum reply exceeds the largest reply buffer",
             SubmitRefusal::TooManyChunks => "more Read or Write chunks than max_chunks allows",
+            SubmitRefusal::DuplicateXid => "another call in flight carries this XID",
         })
     }
 }

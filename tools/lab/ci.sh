@@ -71,7 +71,7 @@ run_step verbs "$HERE/verbs.sh"; [ $? = 2 ] && finish
 # type; a failure names each direction-case (h2g-echo-write, g2h-long-reply, ...).
 run_step verbs-interop "$HERE/verbs-interop.sh"; [ $? = 2 ] && finish
 [ "${LAB_NFS:-1}" = 0 ] || run_step nfs guest_step nfs nfs-rdma.sh 900
-# The kernel NFSv3 client against our `rpcrdma serve --nfs`, and our `rpcrdma nfs` client
+# The kernel NFSv3 client against our `rpcrdma serve --nfs`, and our `rpcrdma nfs` client (NFSv3, NFSv4.1)
 # against kernel nfsd (verbs provider), each on siw0 and rxe0.
 # shellcheck disable=SC2317  # called through run_step
 nfs_ours() {
@@ -85,5 +85,11 @@ nfs_ours() {
 [ "${LAB_NFS:-1}" = 0 ] || run_step nfs-host-siw "$HERE/nfs-host-siw.sh"
 # Kernel client workloads (dd, fio) against kernel nfsd and ours in one boot on siw0, and
 # rpcrdma nfs bench against both: ratios as LAB_METRIC lines (reported, not asserted).
-[ "${LAB_NFS:-1}" = 0 ] || run_step nfs-compare guest_step nfs-compare nfs-compare.sh 900
+# shellcheck disable=SC2317  # called through run_step
+nfs_compare() {
+  (cd "$HERE/../.." && cargo build -q --release -p rpcrdma-tools --features verbs) \
+    2>"$LAB/nfs-compare-build.log" || { tail -n 30 "$LAB/nfs-compare-build.log"; return 1; }
+  guest_step nfs-compare nfs-compare.sh 900
+}
+[ "${LAB_NFS:-1}" = 0 ] || run_step nfs-compare nfs_compare
 finish

@@ -57,8 +57,8 @@ enum Command {
     Serve(ServeArgs),
     /// Make one RPC to a server and print the reply, the message shape and the timing.
     Call(CallArgs),
-    /// NFSv3 client over RPC-over-RDMA: ls, get and put against an NFS server (ours or
-    /// Linux nfsd), with the root handle from MOUNT over TCP.
+    /// NFSv3 or NFSv4.1 client over RPC-over-RDMA: ls, get, put and bench against an NFS
+    /// server (ours or Linux nfsd); NFSv3 gets the root handle from MOUNT over TCP.
     Nfs(NfsArgs),
 }
 
@@ -66,13 +66,14 @@ enum Command {
 struct NfsArgs {
     #[command(flatten)]
     conn: ConnArgs,
-    /// NFS version: 3 (4.1 is not implemented yet).
+    /// NFS version: 3, or 4.1 (no MOUNT: the export is looked up from the pseudo-root).
     #[arg(long, default_value = "3", value_name = "3|4.1")]
     vers: String,
     /// TCP port of the server's MOUNT service (default: ask its portmapper, port 111).
     #[arg(long, value_name = "PORT")]
     mount_port: Option<u16>,
-    /// The export's MOUNT path; PATHs are relative to it.
+    /// The export's MOUNT path (NFSv3) or its path from the pseudo-root (NFSv4.1); PATHs
+    /// are relative to it.
     #[arg(long, value_name = "PATH", default_value = "/")]
     export: String,
     /// Seconds to wait for the connection and for each reply.
@@ -446,21 +447,16 @@ fn run_serve(a: &ServeArgs) -> Result<(), CliError> {
 }
 
 fn run_nfs(a: &NfsArgs) -> Result<(), CliError> {
-    match a.vers.as_str() {
-        "3" => {}
-        "4.1" => {
-            return Err(CliError::BadArgument {
-                option: "--vers",
-                reason: "the NFSv4.1 client is not implemented yet; --vers 3 works".into(),
-            })
-        }
+    let vers = match a.vers.as_str() {
+        "3" => nfs::NfsVers::V3,
+        "4.1" => nfs::NfsVers::V41,
         v => {
             return Err(CliError::BadArgument {
                 option: "--vers",
-                reason: format!("{v:?} is not an NFS version this client knows (3)"),
+                reason: format!("{v:?} is not an NFS version this client knows (3, 4.1)"),
             })
         }
-    }
+    };
     let ep = Endpoint::parse(a.conn.provider, &a.conn.addr)?;
     let timeout = seconds("--timeout", a.timeout)?;
     let op = match &a.op {
@@ -492,6 +488,7 @@ fn run_nfs(a: &NfsArgs) -> Result<(), CliError> {
         }
     };
     let opts = nfs::NfsClientOpts {
+        vers,
         // One READ or WRITE of up to 1 MiB per chunk buffer.
         conn: conn_config(&a.conn, 1 << 20),
         mount_port: a.mount_port,

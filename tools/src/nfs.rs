@@ -1,7 +1,8 @@
-//! `rpcrdma nfs`: an NFSv3 client over the engine. The export's root handle comes from
-//! MOUNT over TCP (the port from `--mount-port`, else the server's portmapper); then
-//! `ls`, `get` and `put` run over RPC-over-RDMA with READ data in Write chunks and WRITE
-//! data in Read chunks.
+//! `rpcrdma nfs`: an NFSv3 or NFSv4.1 client over the engine. NFSv3: the export's root
+//! handle comes from MOUNT over TCP (the port from `--mount-port`, else the server's
+//! portmapper). NFSv4.1: no MOUNT; a session is set up and the export is looked up from
+//! the server's pseudo-root. Then `ls`, `get`, `put` and `bench` run over RPC-over-RDMA
+//! with READ data in Write chunks and WRITE data in Read chunks.
 
 use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -15,6 +16,8 @@ use rpcrdma::fabric::Provider;
 use rpcrdma_ulp::nfs::client::{getport, mount, Nfs3Client, NfsClientError};
 use rpcrdma_ulp::nfs::mount::{MOUNT_PROGRAM, MOUNT_V3};
 use rpcrdma_ulp::nfs::v3::types::Ftype3;
+use rpcrdma_ulp::nfs::v41::client::{Nfs41Client, OpenFile};
+use rpcrdma_ulp::nfs::v41::ftype;
 
 use crate::endpoint::Endpoint;
 use crate::error::CliError;
@@ -70,14 +73,25 @@ pub struct BenchReport {
     pub latency_us: [f64; 5],
 }
 
+/// Which NFS version to speak.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NfsVers {
+    /// NFSv3 with MOUNT.
+    V3,
+    /// NFSv4.1 with a session.
+    V41,
+}
+
 /// `nfs` settings.
 #[derive(Debug, Clone)]
 pub struct NfsClientOpts {
+    /// The NFS version.
+    pub vers: NfsVers,
     /// Connection configuration.
     pub conn: ConnConfig,
-    /// MOUNT's TCP port; `None` asks the portmapper.
+    /// MOUNT's TCP port; `None` asks the portmapper (NFSv3 only).
     pub mount_port: Option<u16>,
-    /// The MOUNT path.
+    /// The MOUNT path (NFSv3), or the export's path from the pseudo-root (NFSv4.1).
     pub export: String,
     /// Connect and per-call timeout.
     pub timeout: Duration,
@@ -91,6 +105,22 @@ fn nfs_err(e: NfsClientError) -> CliError {
 
 /// Runs one `nfs` operation.
 pub fn run(ep: &Endpoint, o: &NfsClientOpts) -> Result<(), CliError> {
+    if o.vers == NfsVers::V41 {
+        return match ep {
+            Endpoint::Shm(a) => op4::<ShmProvider>(&ShmDevice::new(), a, o),
+            Endpoint::Siw(a) => {
+                let dev = SiwDevice::new().map_err(|e| CliError::Serve(format!("siw: {e}")))?;
+                op4::<SiwProvider>(&dev, a, o)
+            }
+            #[cfg(feature = "verbs")]
+            Endpoint::Verbs(a) => {
+                let dev = crate::endpoint::open_verbs()
+                    .map_err(|e| CliError::Serve(format!("verbs: {e}")))?;
+                let addr = rpcrdma::fabric::verbs::VerbsAddr(*a);
+                op4::<rpcrdma::fabric::verbs::VerbsProvider>(&dev, &addr, o)
+            }
+        };
+    }
     let host = match ep {
         Endpoint::Shm(_) => IpAddr::V4(Ipv4Addr::LOCALHOST),
         Endpoint::Siw(a) => a.ip(),
@@ -146,15 +176,92 @@ fn parent_and_name(path: &str) -> Result<(&str, &str), CliError> {
 /// Slots of `size` octets the bench file holds; calls cycle through them.
 const BENCH_SLOTS: u64 = 64;
 
+/// What the bench loop drives: calls started with a tag and reported by it.
+trait Pipelined {
+    fn start(&mut self, offset: u64, len: u32, data: &[u8], tag: u64) -> Result<(), CliError>;
+    fn poll_done(&mut self) -> Option<(u64, Result<u32, CliError>)>;
+}
+
+struct V3Bench<'a, P: Provider> {
+    c: &'a mut Nfs3Client<P>,
+    fh: Vec<u8>,
+}
+
+impl<P: Provider> Pipelined for V3Bench<'_, P> {
+    fn start(&mut self, offset: u64, len: u32, data: &[u8], tag: u64) -> Result<(), CliError> {
+        self.c
+            .start(&self.fh, offset, len, data, tag)
+            .map_err(nfs_err)
+    }
+    fn poll_done(&mut self) -> Option<(u64, Result<u32, CliError>)> {
+        self.c.poll_done().map(|(t, r)| (t, r.map_err(nfs_err)))
+    }
+}
+
+struct V41Bench<'a, P: Provider> {
+    c: &'a mut Nfs41Client<P>,
+    f: OpenFile,
+}
+
+impl<P: Provider> Pipelined for V41Bench<'_, P> {
+    fn start(&mut self, offset: u64, len: u32, data: &[u8], tag: u64) -> Result<(), CliError> {
+        self.c
+            .start(&self.f, offset, len, data, tag)
+            .map_err(nfs_err)
+    }
+    fn poll_done(&mut self) -> Option<(u64, Result<u32, CliError>)> {
+        self.c.poll_done().map(|(t, r)| (t, r.map_err(nfs_err)))
+    }
+}
+
+fn bench_fill(size: u32) -> Vec<u8> {
+    (0..u64::from(size) * BENCH_SLOTS)
+        .map(|i| (i % 251) as u8)
+        .collect()
+}
+
 fn bench<P: Provider>(c: &mut Nfs3Client<P>, b: &BenchOpts) -> Result<BenchReport, CliError> {
     let (rsize, wsize) = c.transfer_sizes();
     let size = b.size.clamp(1, if b.write { wsize } else { rsize });
     let (dir, name) = parent_and_name(&b.path)?;
     let dfh = c.lookup_path(dir).map_err(nfs_err)?;
-    let fill: Vec<u8> = (0..u64::from(size) * BENCH_SLOTS)
-        .map(|i| (i % 251) as u8)
-        .collect();
-    let fh = c.put(&dfh, name.as_bytes(), &fill).map_err(nfs_err)?;
+    let fh = c
+        .put(&dfh, name.as_bytes(), &bench_fill(size))
+        .map_err(nfs_err)?;
+    bench_loop(&mut V3Bench { c, fh }, b, size, b.depth)
+}
+
+fn bench4<P: Provider>(c: &mut Nfs41Client<P>, b: &BenchOpts) -> Result<BenchReport, CliError> {
+    let (rsize, wsize) = c.transfer_sizes();
+    let size = b.size.clamp(1, if b.write { wsize } else { rsize });
+    let depth = b.depth.min(c.slots() as u32);
+    if depth < b.depth {
+        eprintln!(
+            "rpcrdma nfs: the server granted {} session slots; depth {depth}",
+            c.slots()
+        );
+    }
+    let (dir, name) = parent_and_name(&b.path)?;
+    let dfh = c.lookup_path(dir).map_err(nfs_err)?;
+    c.put(&dfh, name.as_bytes(), &bench_fill(size))
+        .map_err(nfs_err)?;
+    let f = c
+        .open(&dfh, name.as_bytes(), None, b.write)
+        .map_err(nfs_err)?;
+    let mut t = V41Bench { c, f };
+    let r = bench_loop(&mut t, b, size, depth);
+    let closed = t.c.close_file(&t.f).map_err(nfs_err);
+    let r = r?;
+    closed?;
+    Ok(r)
+}
+
+fn bench_loop(
+    c: &mut impl Pipelined,
+    b: &BenchOpts,
+    size: u32,
+    depth: u32,
+) -> Result<BenchReport, CliError> {
     let payload = vec![0x5au8; size as usize];
     let data: &[u8] = if b.write { &payload } else { &[] };
     let mut lat_ns: Vec<u64> = Vec::new();
@@ -165,9 +272,9 @@ fn bench<P: Provider>(c: &mut Nfs3Client<P>, b: &BenchOpts) -> Result<BenchRepor
     let stall = b.duration + Duration::from_secs(30);
     loop {
         let now = std::time::Instant::now();
-        while now < end && (sent.len() as u32) < b.depth {
+        while now < end && (sent.len() as u32) < depth {
             let offset = (next % BENCH_SLOTS) * u64::from(size);
-            c.start(&fh, offset, size, data, next).map_err(nfs_err)?;
+            c.start(offset, size, data, next)?;
             sent.insert(next, std::time::Instant::now());
             next += 1;
         }
@@ -175,7 +282,7 @@ fn bench<P: Provider>(c: &mut Nfs3Client<P>, b: &BenchOpts) -> Result<BenchRepor
             break;
         }
         if let Some((tag, r)) = c.poll_done() {
-            let n = r.map_err(nfs_err)?;
+            let n = r?;
             if let Some(t) = sent.remove(&tag) {
                 lat_ns.push(t.elapsed().as_nanos() as u64);
             }
@@ -201,13 +308,119 @@ fn bench<P: Provider>(c: &mut Nfs3Client<P>, b: &BenchOpts) -> Result<BenchRepor
     Ok(BenchReport {
         op: if b.write { "write" } else { "read" },
         size,
-        depth: b.depth,
+        depth,
         ops,
         seconds: secs,
         ops_per_sec: ops as f64 / secs,
         gb_per_sec: octets as f64 / secs / 1e9,
         latency_us: [pct(0.5), pct(0.9), pct(0.99), pct(0.999), pct(1.0)],
     })
+}
+
+fn print_bench(out: &mut impl Write, r: &BenchReport, json: bool) -> Result<(), CliError> {
+    let io = |e: std::io::Error| CliError::Nfs(e.to_string());
+    if json {
+        serde_json::to_writer_pretty(&mut *out, r).map_err(|e| CliError::Nfs(e.to_string()))?;
+        return writeln!(out).map_err(io);
+    }
+    let [p50, p90, p99, p999, max] = r.latency_us;
+    writeln!(
+        out,
+        "nfs bench {} size {} depth {}: {} ops in {:.2}s, {:.0} ops/s, {:.3} GB/s; \
+         latency us p50 {p50:.1} p90 {p90:.1} p99 {p99:.1} p99.9 {p999:.1} max \
+         {max:.1}",
+        r.op, r.size, r.depth, r.ops, r.seconds, r.ops_per_sec, r.gb_per_sec
+    )
+    .map_err(io)
+}
+
+fn read_input(file: &std::path::Path) -> Result<Vec<u8>, CliError> {
+    if file.as_os_str() == "-" {
+        let mut v = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::stdin().lock(), &mut v)
+            .map_err(|e| CliError::Nfs(e.to_string()))?;
+        Ok(v)
+    } else {
+        std::fs::read(file).map_err(|e| CliError::Nfs(format!("{}: {e}", file.display())))
+    }
+}
+
+fn type_char4(t: Option<u32>) -> char {
+    match t {
+        Some(ftype::NF4REG) => '-',
+        Some(ftype::NF4DIR) => 'd',
+        Some(ftype::NF4LNK) => 'l',
+        Some(ftype::NF4BLK) => 'b',
+        Some(ftype::NF4CHR) => 'c',
+        Some(ftype::NF4SOCK) => 's',
+        Some(ftype::NF4FIFO) => 'p',
+        _ => '?',
+    }
+}
+
+fn op4<P: Provider>(dev: &P::Device, addr: &P::Addr, o: &NfsClientOpts) -> Result<(), CliError> {
+    let mut c = Nfs41Client::<P>::connect(dev, addr, &o.conn, o.timeout).map_err(nfs_err)?;
+    let r = op4_run(&mut c, o);
+    // The session and client id are ended even when the operation failed.
+    let closed = c.shutdown().map_err(nfs_err);
+    r?;
+    closed
+}
+
+fn op4_run<P: Provider>(c: &mut Nfs41Client<P>, o: &NfsClientOpts) -> Result<(), CliError> {
+    c.set_export(&o.export).map_err(nfs_err)?;
+    let mut out = std::io::stdout().lock();
+    let io = |e: std::io::Error| CliError::Nfs(e.to_string());
+    match &o.op {
+        NfsOp::Ls(dir) => {
+            let fh = c.lookup_path(dir).map_err(nfs_err)?;
+            let mut list = c.list(&fh).map_err(nfs_err)?;
+            list.retain(|e| e.name != b"." && e.name != b"..");
+            list.sort_by(|a, b| a.name.cmp(&b.name));
+            for e in list {
+                let name = String::from_utf8_lossy(&e.name);
+                let a = &e.attrs;
+                writeln!(
+                    out,
+                    "{}{:04o} {:>5} {:>5} {:>12} {name}",
+                    type_char4(a.ftype),
+                    a.mode.unwrap_or(0),
+                    a.owner.as_deref().unwrap_or("?"),
+                    a.owner_group.as_deref().unwrap_or("?"),
+                    a.size.map_or_else(|| "?".to_string(), |s| s.to_string()),
+                )
+                .map_err(io)?;
+            }
+        }
+        NfsOp::Get(path, file) => {
+            let (dir, name) = parent_and_name(path)?;
+            let dfh = c.lookup_path(dir).map_err(nfs_err)?;
+            let n = if file.as_os_str() == "-" {
+                c.get(&dfh, name.as_bytes(), &mut out).map_err(nfs_err)?
+            } else {
+                let mut f = std::io::BufWriter::new(
+                    std::fs::File::create(file)
+                        .map_err(|e| CliError::Nfs(format!("{}: {e}", file.display())))?,
+                );
+                let n = c.get(&dfh, name.as_bytes(), &mut f).map_err(nfs_err)?;
+                f.flush().map_err(io)?;
+                n
+            };
+            eprintln!("rpcrdma nfs: got {path} ({n} octets)");
+        }
+        NfsOp::Put(file, path) => {
+            let data = read_input(file)?;
+            let (dir, name) = parent_and_name(path)?;
+            let dfh = c.lookup_path(dir).map_err(nfs_err)?;
+            c.put(&dfh, name.as_bytes(), &data).map_err(nfs_err)?;
+            eprintln!("rpcrdma nfs: put {path} ({} octets)", data.len());
+        }
+        NfsOp::Bench(b) => {
+            let r = bench4(c, b)?;
+            print_bench(&mut out, &r, b.json)?;
+        }
+    }
+    out.flush().map_err(io)
 }
 
 fn op<P: Provider>(
@@ -260,14 +473,7 @@ fn op<P: Provider>(
             eprintln!("rpcrdma nfs: got {path} ({n} octets)");
         }
         NfsOp::Put(file, path) => {
-            let data = if file.as_os_str() == "-" {
-                let mut v = Vec::new();
-                std::io::Read::read_to_end(&mut std::io::stdin().lock(), &mut v).map_err(io)?;
-                v
-            } else {
-                std::fs::read(file)
-                    .map_err(|e| CliError::Nfs(format!("{}: {e}", file.display())))?
-            };
+            let data = read_input(file)?;
             let (dir, name) = parent_and_name(path)?;
             let dfh = c.lookup_path(dir).map_err(nfs_err)?;
             c.put(&dfh, name.as_bytes(), &data).map_err(nfs_err)?;
@@ -275,21 +481,7 @@ fn op<P: Provider>(
         }
         NfsOp::Bench(b) => {
             let r = bench(&mut c, b)?;
-            if b.json {
-                serde_json::to_writer_pretty(&mut out, &r)
-                    .map_err(|e| CliError::Nfs(e.to_string()))?;
-                writeln!(out).map_err(io)?;
-            } else {
-                let [p50, p90, p99, p999, max] = r.latency_us;
-                writeln!(
-                    out,
-                    "nfs bench {} size {} depth {}: {} ops in {:.2}s, {:.0} ops/s, {:.3} GB/s; \
-                     latency us p50 {p50:.1} p90 {p90:.1} p99 {p99:.1} p99.9 {p999:.1} max \
-                     {max:.1}",
-                    r.op, r.size, r.depth, r.ops, r.seconds, r.ops_per_sec, r.gb_per_sec
-                )
-                .map_err(io)?;
-            }
+            print_bench(&mut out, &r, b.json)?;
         }
     }
     out.flush().map_err(io)

@@ -25,7 +25,7 @@ pub mod task;
 
 use core::fmt;
 
-pub use pair::{Pair, PairError};
+pub use pair::{Pair, PairError, PairWait};
 pub use requester::RequesterConn;
 pub use resources::ConnResources;
 pub use responder::{Listener, ResponderConn, Server, ServerCounters, ServerLimits};

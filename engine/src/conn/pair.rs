@@ -1,7 +1,6 @@
 //! [`Pair`]: a requester and a responder connected over one provider and driven from
 //! one thread — the synchronous harness for tests and benchmarks.
 
-use core::fmt;
 use core::time::Duration;
 use std::time::Instant;
 
@@ -16,30 +15,32 @@ use crate::requester::{CallRequest, Outcome, SubmitError};
 use crate::service::Service;
 
 /// Why the harness gave up.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum PairError {
     /// Setting up a side failed.
+    #[error("setup: {0}")]
     Conn(ConnError),
     /// The connection was not established, or a call not answered, before the deadline.
-    Timeout(&'static str),
+    #[error("deadline passed while {0}")]
+    Timeout(PairWait),
     /// The requester refused the call.
+    #[error("{0}")]
     Submit(SubmitError),
     /// The connection closed while waiting.
+    #[error("connection closed")]
     Closed,
 }
 
-impl fmt::Display for PairError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            PairError::Conn(e) => write!(f, "setup: {e}"),
-            PairError::Timeout(what) => write!(f, "deadline passed while {what}"),
-            PairError::Submit(e) => e.fmt(f),
-            PairError::Closed => write!(f, "connection closed"),
-        }
-    }
+/// What the harness was waiting for when its deadline passed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum PairWait {
+    /// The connection's establishment.
+    #[error("connecting")]
+    Connecting,
+    /// A call's reply.
+    #[error("waiting for a reply")]
+    Reply,
 }
-
-impl std::error::Error for PairError {}
 
 type OneShot<S> = Box<dyn FnMut() -> Option<S> + Send>;
 
@@ -95,7 +96,7 @@ impl<P: Provider, S: Service + Send + 'static> Pair<P, S> {
                 _ => {}
             }
             if now > end {
-                return Err(PairError::Timeout("connecting"));
+                return Err(PairError::Timeout(PairWait::Connecting));
             }
         }
     }
@@ -132,7 +133,7 @@ impl<P: Provider, S: Service + Send + 'static> Pair<P, S> {
                 let _ = self.stash.push_back(o);
             }
             if now > end {
-                return Err(PairError::Timeout("waiting for a reply"));
+                return Err(PairError::Timeout(PairWait::Reply));
             }
         }
     }

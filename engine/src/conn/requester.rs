@@ -91,8 +91,8 @@ impl<P: Provider> RequesterConn<P> {
         work += poll_cq(&mut self.res.cq, &mut self.wcs, |wc| {
             // Only a failure can follow a Terminate, so the fast path never asks.
             if !wc.status.is_success() {
-                if let Some(why) = qp.peer_terminate() {
-                    core.on_peer_terminated(why);
+                if let Some(why) = qp.peer_abort() {
+                    core.on_peer_abort(why);
                 }
             }
             core.handle_completion(wc, now)
@@ -133,8 +133,8 @@ impl<P: Provider> RequesterConn<P> {
                 | CmEvent::Disconnected { conn }
                     if conn == self.conn =>
                 {
-                    if let Some(why) = self.qp.peer_terminate() {
-                        self.core.on_peer_terminated(why);
+                    if let Some(why) = self.qp.peer_abort() {
+                        self.core.on_peer_abort(why);
                     }
                     self.core.on_disconnected();
                 }

@@ -233,56 +233,45 @@ impl Default for ConnConfig {
 }
 
 /// A configuration that cannot work.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
     /// An inline size below the RFC 8166 minimum of 1024.
+    #[error("inline size: {0}")]
     InlineSize(SizeError),
     /// `credits` is zero or above 65535.
+    #[error("credits = {0} is outside 1..=65535")]
     Credits(u32),
     /// The large buffers are smaller than the inline buffers.
+    #[error("large buffers must be at least as large as inline buffers")]
     LargeBufTooSmall,
     /// A count that must be positive is zero.
-    Zero(&'static str),
+    #[error("{0} must be positive")]
+    Zero(CountField),
     /// A registration mode name other than `auto`, `fastreg` or `persistent`.
+    #[error("registration must be auto, fastreg or persistent")]
     UnknownRegistration,
     /// `max_chunks` above what the responder's tables hold.
+    #[error("max_chunks = {0} exceeds {max}", max = crate::service::MAX_WRITE_CHUNKS)]
     MaxChunks(u32),
     /// `registration` is `FastReg` but the device has no fast registration
     /// (`DeviceCaps::fast_reg`): choose `Auto` or `Persistent` (and accept that the
     /// chunk pools are then exposed to the peer for the connection's life).
+    #[error(
+        "registration = fastreg, but the device has no fast registration (use auto or persistent)"
+    )]
     FastRegUnsupported,
 }
 
-impl core::fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        match self {
-            ConfigError::InlineSize(e) => write!(f, "inline size: {e}"),
-            ConfigError::Credits(c) => write!(f, "credits = {c} is outside 1..=65535"),
-            ConfigError::LargeBufTooSmall => {
-                write!(
-                    f,
-                    "large buffers must be at least as large as inline buffers"
-                )
-            }
-            ConfigError::Zero(what) => write!(f, "{what} must be positive"),
-            ConfigError::UnknownRegistration => {
-                write!(f, "registration must be auto, fastreg or persistent")
-            }
-            ConfigError::FastRegUnsupported => write!(
-                f,
-                "registration = fastreg, but the device has no fast registration \
-                 (use auto or persistent)"
-            ),
-            ConfigError::MaxChunks(n) => write!(
-                f,
-                "max_chunks = {n} exceeds {}",
-                crate::service::MAX_WRITE_CHUNKS
-            ),
-        }
-    }
+/// A [`ConnConfig`] count that must be positive ([`ConfigError::Zero`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
+pub enum CountField {
+    /// `ConnConfig::large_bufs`.
+    #[error("large_bufs")]
+    LargeBufs,
+    /// `ConnConfig::send_bufs`.
+    #[error("send_bufs")]
+    SendBufs,
 }
-
-impl std::error::Error for ConfigError {}
 
 /// Which end of the connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -344,10 +333,10 @@ impl ConnConfig {
             return Err(ConfigError::LargeBufTooSmall);
         }
         if self.large_bufs == 0 {
-            return Err(ConfigError::Zero("large_bufs"));
+            return Err(ConfigError::Zero(CountField::LargeBufs));
         }
         if self.send_bufs == 0 {
-            return Err(ConfigError::Zero("send_bufs"));
+            return Err(ConfigError::Zero(CountField::SendBufs));
         }
         if self.max_chunks as usize > crate::service::MAX_WRITE_CHUNKS {
             return Err(ConfigError::MaxChunks(self.max_chunks));

@@ -30,13 +30,13 @@ use core::fmt;
 
 use rpcrdma_pools::Pool;
 
-pub use config::{ConfigError, ConnConfig, RegMode, Registration, Role, Sizes};
+pub use config::{ConfigError, ConnConfig, CountField, RegMode, Registration, Role, Sizes};
 pub use event::ConnEvent;
 pub use outbox::{Outbox, OutboxFull, PartialPost};
 pub use regbuf::{RegBuf, RegBufError};
 pub use requester::{ProbeError, RequesterCore, RequesterStats};
 pub use responder::{ResponderCore, ResponderStats};
-pub use transport::{CloseReason, ConnState};
+pub use transport::{CloseReason, ConnState, Violation};
 pub use wrid::{WrId, WrKind};
 
 /// The registered pools a core draws from. All three must live in arenas registered

@@ -44,10 +44,11 @@ pub enum CloseReason {
     /// The peer broke the protocol in a way that makes going on unsafe (e.g. a reply
     /// claiming chunk writes for no outstanding call while chunks are registered
     /// persistently).
-    ProtocolViolation(&'static str),
-    /// The peer ended the stream with an iWARP Terminate saying why. It replaces the
-    /// failed work request or disconnect it caused as the reason.
-    PeerTerminated(crate::iwarp::terminate::TerminateReason),
+    ProtocolViolation(Violation),
+    /// The peer aborted the connection saying why (an iWARP Terminate, in the
+    /// provider-neutral [`PeerAbort`](crate::fabric::PeerAbort)). It replaces the failed
+    /// work request or disconnect it caused as the reason.
+    PeerAborted(crate::fabric::PeerAbort),
     /// Calls that timed out kept their credits past `ConnConfig::credit_reclaim`: the
     /// responder dropped them (or stalled), and RFC 8166 §3.3.1 credits cannot be taken
     /// back while it may still hold the calls, so the connection cannot go on at full
@@ -56,6 +57,17 @@ pub enum CloseReason {
         /// Credits held by timed-out calls when the connection was declared broken.
         held: u32,
     },
+}
+
+/// How a peer broke the protocol so that the connection cannot go on
+/// ([`CloseReason::ProtocolViolation`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
+pub enum Violation {
+    /// A reply claiming Write or Reply chunk results for no call in flight while chunk
+    /// memory is registered persistently: the writes may have landed in buffers
+    /// another call now owns.
+    #[error("reply with chunk results for no call")]
+    ChunkResultsForNoCall,
 }
 
 impl fmt::Display for CloseReason {
@@ -67,7 +79,7 @@ impl fmt::Display for CloseReason {
             CloseReason::PeerDead => write!(f, "peer did not answer the keepalive probe"),
             CloseReason::Local => write!(f, "closed locally"),
             CloseReason::ProtocolViolation(what) => write!(f, "protocol violation: {what}"),
-            CloseReason::PeerTerminated(why) => write!(f, "peer terminated the connection: {why}"),
+            CloseReason::PeerAborted(why) => write!(f, "peer terminated the connection: {why}"),
             CloseReason::CreditsLost { held } => write!(
                 f,
                 "{held} credit(s) held by timed-out calls past the reclaim bound"
@@ -235,14 +247,14 @@ impl Transport {
         self.close_reason = Some(reason);
     }
 
-    /// Records the peer's Terminate as the reason, over the failed work request or
+    /// Records the peer's abort as the reason, over the failed work request or
     /// disconnect it caused (a close for another reason stays as it was).
-    pub(crate) fn peer_terminated(&mut self, why: crate::iwarp::terminate::TerminateReason) {
+    pub(crate) fn peer_aborted(&mut self, why: crate::fabric::PeerAbort) {
         match self.close_reason {
             Some(CloseReason::WorkRequestFailed(_) | CloseReason::Disconnected)
                 if self.state != ConnState::Closed =>
             {
-                self.close_reason = Some(CloseReason::PeerTerminated(why));
+                self.close_reason = Some(CloseReason::PeerAborted(why));
             }
             _ => {}
         }

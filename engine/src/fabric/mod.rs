@@ -31,6 +31,7 @@
 //! on shm the arena must be shareable, because the peer maps it; a verbs provider
 //! accepts any arena. Keys are `index << 8 | generation`; see [`mr`].
 
+pub mod abort;
 pub mod cm;
 pub mod error;
 pub(crate) mod keytable;
@@ -44,6 +45,7 @@ pub mod types;
 #[cfg(feature = "verbs")]
 pub mod verbs;
 
+pub use abort::{AbortKind, AbortSite, PeerAbort};
 pub use cm::{CmEvent, CmMessage, ConnId, PrivateData, PrivateDataLimits, MAX_PRIVATE_DATA};
 pub use error::{FabricError, PostError, PostErrorKind};
 pub use mr::Access;

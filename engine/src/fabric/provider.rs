@@ -142,10 +142,10 @@ pub trait QueuePair {
     fn state(&self) -> QpState;
     /// The queue sizes.
     fn caps(&self) -> QpCaps;
-    /// Why the peer terminated the stream, once an iWARP peer's Terminate put the queue
-    /// pair in error (providers that cannot see one report `None`). Read it when a
-    /// completion fails: the Terminate is recorded before anything it flushes.
-    fn peer_terminate(&self) -> Option<crate::iwarp::terminate::TerminateReason> {
+    /// Why the peer aborted the connection, once its abort (an iWARP peer's Terminate)
+    /// put the queue pair in error; providers that cannot see one report `None`. Read
+    /// it when a completion fails: the abort is recorded before anything it flushes.
+    fn peer_abort(&self) -> Option<crate::fabric::PeerAbort> {
         None
     }
 }

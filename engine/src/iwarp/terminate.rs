@@ -763,3 +763,39 @@ impl fmt::Display for TerminateError {
 }
 
 impl std::error::Error for TerminateError {}
+
+impl From<TerminateReason> for crate::fabric::PeerAbort {
+    fn from(r: TerminateReason) -> Self {
+        use crate::fabric::{AbortKind, AbortSite};
+        let kind = match r.code {
+            TerminateCode::RdmapCatastrophic | TerminateCode::DdpCatastrophic => {
+                AbortKind::Catastrophic
+            }
+            TerminateCode::RdmapProtection(_) | TerminateCode::DdpTagged(_) => {
+                AbortKind::Protection
+            }
+            TerminateCode::RdmapOperation(_) | TerminateCode::DdpUntagged(_) => {
+                AbortKind::Operation
+            }
+            TerminateCode::Mpa(_) => AbortKind::Transport,
+            TerminateCode::Unknown { .. } => AbortKind::Other,
+        };
+        let (layer, etype, code) = r.code.to_parts();
+        crate::fabric::PeerAbort {
+            kind,
+            site: r.segment.map(|s| match s {
+                TerminatedSegment::Untagged { qn, msn } => AbortSite::Message { queue: qn, msn },
+                TerminatedSegment::Tagged { stag, to } => AbortSite::Memory {
+                    key: stag,
+                    offset: to,
+                },
+            }),
+            code: u32::from(layer & 0xf) << 12 | u32::from(etype & 0xf) << 8 | u32::from(code),
+            what: r.code.kind_text(),
+            detail: match r.code {
+                TerminateCode::Unknown { .. } => "",
+                c => c.code_text(),
+            },
+        }
+    }
+}

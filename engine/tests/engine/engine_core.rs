@@ -1014,3 +1014,116 @@ fn requester_refuses_more_chunks_than_max_chunks() {
     assert_eq!(be(b, 3), 0, "RDMA_MSG");
     assert_eq!(be(b, 4), 1, "a Read list follows");
 }
+
+/// An RDMA_MSG reply to `xid` granting `credits`: a successful, empty RPC reply.
+fn ok_reply(xid: u32, credits: u32) -> Vec<u8> {
+    let mut reply = Vec::new();
+    for w in [xid, 1, credits, 0, 0, 0, 0, xid, 1, 0, 0, 0, 0] {
+        reply.extend_from_slice(&u32::to_be_bytes(w));
+    }
+    reply
+}
+
+#[test]
+fn caller_chosen_xids_are_sent_matched_and_never_shared() {
+    let (mut core, pools, mut qp, now) = requester();
+    let own = 0xABCD_0001;
+    core.submit(null_call(&pools).with_xid(own), 1, now)
+        .expect("submitted");
+    core.prepare(now);
+    core.post(&mut qp, now);
+    let b = qp.sends[0].bytes.clone();
+    assert_eq!(
+        (be(&b, 0), be(&b, 7)),
+        (own, own),
+        "the caller's XID in both headers"
+    );
+    // While it is in flight, the same XID is refused at once.
+    let e = core
+        .submit(null_call(&pools).with_xid(own), 9, now)
+        .expect_err("duplicate");
+    assert_eq!(e.reason, SubmitRefusal::DuplicateXid);
+    for wc in qp.complete_sends() {
+        core.handle_completion(&wc, now);
+    }
+    let wc = qp.deliver(&ok_reply(own, 8));
+    core.handle_completion(&wc, now);
+    let o = core.poll_outcome().expect("outcome");
+    assert_eq!((o.tag, o.xid, o.status), (1, own, CallStatus::Success));
+    drop(o);
+
+    // Caller-chosen and engine-assigned XIDs side by side, answered out of order. The
+    // chosen ones are picked so their low bits name the slots the engine would use.
+    let (x, y) = (0x0000_0001, 0x7777_0000);
+    core.submit(null_call(&pools).with_xid(x), 2, now)
+        .expect("submitted");
+    core.submit(null_call(&pools), 3, now).expect("submitted");
+    core.submit(null_call(&pools).with_xid(y), 4, now)
+        .expect("submitted");
+    core.prepare(now);
+    core.post(&mut qp, now);
+    assert_eq!(qp.sends.len(), 3);
+    let engine_xid = be(&qp.sends[1].bytes, 0);
+    assert!(engine_xid != x && engine_xid != y);
+    assert_eq!(
+        (be(&qp.sends[0].bytes, 0), be(&qp.sends[2].bytes, 0)),
+        (x, y)
+    );
+    for wc in qp.complete_sends() {
+        core.handle_completion(&wc, now);
+    }
+    for (xid, tag) in [(y, 4), (engine_xid, 3), (x, 2)] {
+        let wc = qp.deliver(&ok_reply(xid, 8));
+        core.handle_completion(&wc, now);
+        let o = core.poll_outcome().expect("outcome");
+        assert_eq!(
+            (o.tag, o.xid, o.status),
+            (tag, xid, CallStatus::Success),
+            "the reply to {xid:#x} finds its own call"
+        );
+    }
+    assert_eq!(core.stats().unmatched, 0);
+    // A reply to an XID no call carries any more is dropped.
+    let wc = qp.deliver(&ok_reply(x, 8));
+    core.handle_completion(&wc, now);
+    assert!(core.poll_outcome().is_none());
+    assert_eq!(core.stats().unmatched, 1);
+    // Once answered, an XID may be used again.
+    core.submit(null_call(&pools).with_xid(x), 5, now)
+        .expect("an answered XID is free again");
+}
+
+#[test]
+fn a_queued_call_whose_xid_was_taken_meanwhile_is_refused_alone() {
+    let (mut core, pools, mut qp, now) = requester();
+    // One credit until the first reply: the first call goes, the next two wait.
+    core.submit(null_call(&pools), 1, now).expect("submitted");
+    let own = 0x1234_5678;
+    core.submit(null_call(&pools).with_xid(own), 2, now)
+        .expect("queued");
+    core.submit(null_call(&pools).with_xid(own), 3, now)
+        .expect("queued: no call in flight carries it yet");
+    core.prepare(now);
+    core.post(&mut qp, now);
+    assert_eq!(qp.sends.len(), 1);
+    let first = be(&qp.sends[0].bytes, 0);
+    for wc in qp.complete_sends() {
+        core.handle_completion(&wc, now);
+    }
+    let wc = qp.deliver(&ok_reply(first, 8));
+    core.handle_completion(&wc, now);
+    let o = core.poll_outcome().expect("first outcome");
+    assert_eq!((o.tag, o.status), (1, CallStatus::Success));
+    drop(o);
+    // Waiting calls start when the driver prepares the next batch.
+    core.prepare(now);
+    let o = core.poll_outcome().expect("the refused duplicate");
+    assert_eq!(
+        (o.tag, o.xid, o.status),
+        (3, own, CallStatus::Refused(SubmitRefusal::DuplicateXid))
+    );
+    assert!(o.msg.is_some(), "its message buffer comes back");
+    core.post(&mut qp, now);
+    assert_eq!(qp.sends.len(), 1, "the first call with that XID went");
+    assert_eq!(be(&qp.sends[0].bytes, 0), own);
+}

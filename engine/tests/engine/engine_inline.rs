@@ -22,6 +22,30 @@ fn null_call_round_trips<N: Net>(net: N) {
     assert_eq!(p.responder().expect("responder").stats().inline_replies, 1);
 }
 
+fn caller_chosen_xids_cross_the_wire<N: Net>(net: N) {
+    let cfg = test_config();
+    let mut p = pair(&net, &cfg, &cfg);
+    // Counting up from a start whose low bits are those of engine XIDs of slot 0, with
+    // engine-assigned calls in between.
+    for (i, x) in (0xFEED_0000u32..0xFEED_0004).enumerate() {
+        let data = pattern(100 + i, i as u8);
+        let req = CallRequest::new(msg(&p, PROC_ECHO, &opaque(&data)), 4000).with_xid(x);
+        let o = call(&mut p, req);
+        assert_eq!((o.status, o.xid), (CallStatus::Success, x));
+        let r = o.reply.as_ref().expect("reply");
+        assert_eq!(
+            word(r.bytes(), 0),
+            x,
+            "the responder answered the caller's XID"
+        );
+        assert_eq!(results(&o), &opaque(&data)[..]);
+        let null = CallRequest::new(msg(&p, PROC_NULL, &[]), 256);
+        let o = call(&mut p, null);
+        assert_eq!(o.status, CallStatus::Success);
+        assert_ne!(o.xid, x);
+    }
+}
+
 fn echo_is_exact_for_many_sizes<N: Net>(net: N) {
     let cfg = test_config();
     let mut p = pair(&net, &cfg, &cfg);
@@ -88,6 +112,7 @@ impl ConnConfigExt for rpcrdma::core::ConnConfig {
 
 per_provider!(
     null_call_round_trips,
+    caller_chosen_xids_cross_the_wire,
     echo_is_exact_for_many_sizes,
     service_errors_become_rpc_errors,
     thresholds_come_from_private_data,

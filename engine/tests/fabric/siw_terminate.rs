@@ -16,6 +16,7 @@ use engine_support::{test_config, write_call, TestService, DEADLINE, PROC_NULL};
 use rpcrdma::conn::{RequesterConn, Server};
 use rpcrdma::core::{CloseReason, ConnEvent, ConnState};
 use rpcrdma::fabric::siw::{SiwConfig, SiwDevice, SiwProvider};
+use rpcrdma::fabric::{AbortKind, AbortSite, PeerAbort};
 use rpcrdma::iwarp::ddp::{MsnCounters, QueueNumber};
 use rpcrdma::iwarp::fpdu::{encode_fpdu, fpdu_len};
 use rpcrdma::iwarp::mpa::{
@@ -24,7 +25,7 @@ use rpcrdma::iwarp::mpa::{
 use rpcrdma::iwarp::rdmap::{Opcode, Placement, SegmentHeader};
 use rpcrdma::iwarp::terminate::{
     DdpUntaggedError, RdmapOperationError, Terminate, TerminateCode, TerminateLayout,
-    TerminatedSegment,
+    TerminateReason, TerminatedSegment,
 };
 use rpcrdma::requester::{CallRequest, CallStatus, Outcome, TransportError};
 
@@ -224,23 +225,32 @@ fn a_kernel_terminate_is_the_calls_error_and_the_close_reason() {
     assert_eq!((qn, msn), (0, 1), "the first Send on the stream");
     let o = outcome.expect("outcome");
     assert_eq!(o.tag, 7);
-    let CallStatus::Transport(TransportError::PeerTerminated(why)) = o.status else {
+    let CallStatus::Transport(TransportError::PeerAborted(why)) = o.status else {
         panic!("the call failed with {:?}, not the peer's reason", o.status);
     };
+    // The provider-neutral form of what Linux siw sent (read in its layout).
     assert_eq!(
-        why.code,
-        TerminateCode::DdpUntagged(DdpUntaggedError::NoBufferAvailable)
+        why,
+        PeerAbort::from(TerminateReason {
+            code: TerminateCode::DdpUntagged(DdpUntaggedError::NoBufferAvailable),
+            layout: TerminateLayout::LinuxSiw,
+            segment: Some(TerminatedSegment::Untagged { qn: 0, msn: 1 }),
+        })
     );
-    assert_eq!(why.layout, TerminateLayout::LinuxSiw);
     assert_eq!(
-        why.segment,
-        Some(TerminatedSegment::Untagged { qn: 0, msn: 1 })
+        (why.kind, why.site, why.code),
+        (
+            AbortKind::Operation,
+            Some(AbortSite::Message { queue: 0, msn: 1 }),
+            0x1202
+        ),
+        "DDP (1), untagged buffer (2), MSN with no buffer available (2)"
     );
     assert_eq!(
-        TransportError::PeerTerminated(why).to_string(),
+        TransportError::PeerAborted(why).to_string(),
         "peer terminated the connection: DDP untagged buffer error: no buffer available (MSN 1, queue 0)"
     );
-    assert_eq!(closed, Some(CloseReason::PeerTerminated(why)));
+    assert_eq!(closed, Some(CloseReason::PeerAborted(why)));
     assert!(o.msg.is_some(), "the call's buffer comes back");
 }
 
@@ -288,14 +298,16 @@ fn a_requesters_terminate_is_the_servers_close_reason() {
         }
         std::thread::yield_now();
     };
-    let CloseReason::PeerTerminated(why) = closed else {
+    let CloseReason::PeerAborted(why) = closed else {
         panic!("closed for {closed:?}, not the peer's Terminate");
     };
     assert_eq!(
-        why.code,
-        TerminateCode::RdmapOperation(RdmapOperationError::CannotInvalidate)
+        why,
+        PeerAbort::from(TerminateReason::bare(TerminateCode::RdmapOperation(
+            RdmapOperationError::CannotInvalidate
+        )))
     );
-    assert_eq!((why.layout, why.segment), (TerminateLayout::LinuxSiw, None));
+    assert_eq!((why.kind, why.site), (AbortKind::Operation, None));
     assert_eq!(
         closed.to_string(),
         "peer terminated the connection: RDMAP remote operation error: STag cannot be invalidated"

@@ -1,8 +1,11 @@
-# guest: OUR NFSv3 client (`rpcrdma nfs --provider verbs`) against the kernel's nfsd over
-# RDMA, on siw0 and then rxe0 (each alone on eth0). The MOUNT port comes from the guest's
-# rpcbind (no --mount-port). ls of the export, put of an 8 MiB file compared on the
-# server's disk, get of it (and of a file the server wrote) compared octet by octet, and
-# a short bench of READs and WRITEs.
+# guest: OUR NFSv3 and NFSv4.1 clients (`rpcrdma nfs --provider verbs`) against the
+# kernel's nfsd over RDMA, on siw0 and then rxe0 (each alone on eth0). NFSv3: the MOUNT
+# port comes from the guest's rpcbind (no --mount-port). NFSv4.1: no MOUNT; a session
+# (EXCHANGE_ID, CREATE_SESSION, RECLAIM_COMPLETE) and the export looked up from the
+# pseudo-root (/export has no fsid=0, so LOOKUP "export"). Each: ls of the export, put of
+# an 8 MiB file compared on the server's disk, get of it (and of a file the server wrote)
+# compared octet by octet, a missing file named (NFS3ERR_NOENT, NFS4ERR_NOENT), and a
+# short bench of READs and WRITEs.
 #   usage: nfs-client.sh [RPCRDMA_BIN]   (default: target/debug/rpcrdma of this checkout,
 #   built with --features verbs)
 set -uo pipefail
@@ -19,13 +22,30 @@ for m in nfsd rpcrdma; do modprobe "$m" || fail "modprobe $m"; done
 mkdir -p /export /run/rpcbind /var/lib/nfs/rpc_pipefs /var/lib/nfs/v4recovery
 mount -t tmpfs -o size=$((MB * 4 + 64))m tmpfs /export
 dd if=/dev/urandom of=/export/from-server.bin bs=1M count="$MB" status=none
-echo "/export *(rw,no_root_squash,insecure,no_subtree_check)" > /etc/exports
+# NFSv4: /export has no fsid=0, so the client reaches it from the pseudo-root by LOOKUP
+# "export". mountd would build that pseudo-root on the guest's "/", but "/" is an overlayfs
+# nfsd cannot export ("Cannot export /, possibly unsupported filesystem or fsid= required";
+# the kernel's own NFSv4.1 client then fails to mount too), so the pseudo-root is a small
+# tmpfs of its own (fsid=0) holding /export bind-mounted at "export".
+mkdir -p /v4root
+mount -t tmpfs -o size=1m tmpfs /v4root
+mkdir -p /v4root/export
+mount --bind /export /v4root/export || fail "bind /export under the v4 pseudo-root"
+cat > /etc/exports <<'EXPORTS'
+/export *(rw,no_root_squash,insecure,no_subtree_check)
+/v4root *(ro,fsid=0,insecure,no_subtree_check,crossmnt)
+/v4root/export *(rw,no_root_squash,insecure,no_subtree_check)
+EXPORTS
 mount -t nfsd nfsd /proc/fs/nfsd || fail "mount nfsd"
+# The NFSv4 grace period (90 s by default) refuses OPEN with NFS4ERR_GRACE; 10 s is the
+# least nfsd takes, and our client retries NFS4ERR_GRACE within a bound.
+echo 10 > /proc/fs/nfsd/nfsv4gracetime || fail "nfsv4gracetime"
 mount -t rpc_pipefs sunrpc /var/lib/nfs/rpc_pipefs || fail "mount rpc_pipefs"
 rpcbind -w || fail rpcbind
 exportfs -ra || fail exportfs
 rpc.mountd || fail rpc.mountd
 rpc.nfsd 4 || fail rpc.nfsd
+grep -q '+4.1' /proc/fs/nfsd/versions || fail "nfsd does not offer NFSv4.1: $(cat /proc/fs/nfsd/versions)"
 echo rdma 20049 > /proc/fs/nfsd/portlist || fail "adding the rdma listener"
 dd if=/dev/urandom of=/tmp/to-server.bin bs=1M count="$MB" status=none
 ulimit -l unlimited || fail "ulimit -l unlimited"
@@ -61,14 +81,51 @@ client_over() {
   sed -n 's/^nfs bench \([a-z]*\) .* \([0-9]*\) ops\/s, \([0-9.]*\) GB\/s.*/LAB_METRIC nfs3_client_bench dev='"$dev"' op=\1 ops_s=\2 gb_s=\3/p' "$LAB_OUT/bench-$dev.txt"
 }
 
+client41_over() {
+  local dev=$1
+  nfs4() { RPCRDMA_VERBS_DEV=$dev timeout 120 "$BIN" nfs --vers 4.1 --provider verbs --addr "$IP:20049" --export /export "$@"; }
+  step "rpcrdma nfs --vers 4.1 ls against kernel nfsd on $dev (export from the pseudo-root)"
+  nfs4 ls / > "$LAB_OUT/ls41-$dev.txt" || fail "4.1 ls on $dev"
+  cat "$LAB_OUT/ls41-$dev.txt"
+  grep -q "$((MB * 1048576)) from-server.bin" "$LAB_OUT/ls41-$dev.txt" || fail "4.1 ls does not show from-server.bin with its size"
+  grep -q "$((MB * 1048576)) put-$dev.bin" "$LAB_OUT/ls41-$dev.txt" || fail "4.1 ls does not show the NFSv3 put-$dev.bin with its size"
+
+  step "4.1 put ${MB} MiB, compared on the server ($dev)"
+  nfs4 put /tmp/to-server.bin "put41-$dev.bin" || fail "4.1 put on $dev"
+  cmp /tmp/to-server.bin "/export/put41-$dev.bin" || fail "the server's 4.1 copy differs ($dev)"
+
+  step "4.1 get both files back, compared octet by octet ($dev)"
+  nfs4 get "put41-$dev.bin" /tmp/back.bin || fail "4.1 get on $dev"
+  cmp /tmp/to-server.bin /tmp/back.bin || fail "4.1 get of the put file differs ($dev)"
+  nfs4 get from-server.bin /tmp/back2.bin || fail "4.1 get of the server's file on $dev"
+  cmp /export/from-server.bin /tmp/back2.bin || fail "4.1 get of the server's file differs ($dev)"
+  rm -f /tmp/back.bin /tmp/back2.bin
+
+  step "4.1 errors are named ($dev)"
+  nfs4 get no-such-file - 2> "$LAB_OUT/err41-$dev.txt" && fail "4.1 get of a missing file succeeded"
+  grep -q NFS4ERR_NOENT "$LAB_OUT/err41-$dev.txt" || fail "4.1 missing file: $(cat "$LAB_OUT/err41-$dev.txt")"
+  nfs4 ls no-such-dir 2> "$LAB_OUT/err41b-$dev.txt" && fail "4.1 ls of a missing directory succeeded"
+  grep -q NFS4ERR_NOENT "$LAB_OUT/err41b-$dev.txt" || fail "4.1 missing dir: $(cat "$LAB_OUT/err41b-$dev.txt")"
+
+  step "4.1 bench READ and WRITE against kernel nfsd ($dev)"
+  for op in read write; do
+    nfs4 bench --op "$op" --size 65536 --depth 4 --duration 2 --file "bench41-$dev.dat" \
+      || fail "4.1 bench $op on $dev"
+  done | tee "$LAB_OUT/bench41-$dev.txt"
+  sed -n 's/^nfs bench \([a-z]*\) .* \([0-9]*\) ops\/s, \([0-9.]*\) GB\/s.*/LAB_METRIC nfs41_client_bench dev='"$dev"' op=\1 ops_s=\2 gb_s=\3/p' "$LAB_OUT/bench41-$dev.txt"
+  [ "$(grep -c '^nfs bench' "$LAB_OUT/bench41-$dev.txt")" = 2 ] || fail "4.1 bench printed no results ($dev)"
+}
+
 step "siw0 alone on eth0"
 rdma link add siw0 type siw netdev eth0 || fail "rdma link add siw0"
 wait_for 30 "siw0 port active" sh -c 'ibv_devinfo -d siw0 | grep -q PORT_ACTIVE'
 client_over siw0
+client41_over siw0
 
 step "rxe0 alone on eth0"
 rdma link delete siw0 || fail "rdma link delete siw0"
 rdma link add rxe0 type rxe netdev eth0 || fail "rdma link add rxe0"
 wait_for 30 "rxe0 port active" sh -c 'ibv_devinfo -d rxe0 | grep -q PORT_ACTIVE'
 client_over rxe0
+client41_over rxe0
 echo "NFS_CLIENT_OK"

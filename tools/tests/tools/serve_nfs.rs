@@ -454,9 +454,17 @@ fn nfs_client_put_ls_get_against_serve() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("MNT3ERR_NOENT"));
     let o = nfs(&["put", "/nonexistent-local-file", "x"]);
     assert!(!o.status.success());
+    // Our server speaks NFSv3 only: the NFSv4.1 client's EXCHANGE_ID gets PROG_MISMATCH,
+    // named with the versions the server speaks.
     let o = nfs(&["--vers", "4.1", "ls"]);
-    assert!(String::from_utf8_lossy(&o.stderr)
-        .contains("--vers: the NFSv4.1 client is not implemented yet"));
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("PROG_MISMATCH (server speaks versions 3..=3)"),
+        "{err}"
+    );
+    let o = nfs(&["--vers", "4.2", "ls"]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("(3, 4.1)"));
     // bench: pipelined READs into Write chunks and WRITEs from Read chunks.
     for op in ["read", "write"] {
         let o = nfs(&[
@@ -485,4 +493,90 @@ fn nfs_client_put_ls_get_against_serve() {
         std::fs::metadata(dir.join("sub/bench.dat")).unwrap().len(),
         64 * 65536
     );
+}
+
+/// The NFSv3 client library against `rpcrdma serve --nfs`: its calls carry the client's
+/// own XIDs (counted up), and a READDIRPLUS whose reply outgrows the room first offered
+/// (no Reply chunk) is refused with ERR_CHUNK and resent once with a Reply chunk.
+#[test]
+fn nfs_client_keeps_its_xids_and_recovers_from_a_reply_that_did_not_fit() {
+    use rpcrdma_ulp::nfs::client::{mount, Nfs3Client};
+    let dir = std::env::temp_dir().join(format!("rpcrdma-nfs-xid-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("many")).unwrap();
+    for i in 0..200 {
+        std::fs::write(
+            dir.join(format!("many/file-with-a-longish-name-{i:04}")),
+            b"x",
+        )
+        .unwrap();
+    }
+    let sock = std::env::temp_dir().join(format!("rpcrdma-nfs-xid-{}.sock", std::process::id()));
+    let _ = std::fs::remove_file(&sock);
+    let child = Command::new(env!("CARGO_BIN_EXE_rpcrdma"))
+        .args(["serve", "--provider", "shm", "--addr"])
+        .arg(&sock)
+        .arg("--nfs")
+        .arg(&dir)
+        .args(["--mount-port", "0", "--duration", "60"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn rpcrdma serve");
+    let mut g = Guard {
+        child,
+        dir: dir.clone(),
+        sock: sock.clone(),
+    };
+    let mut out = BufReader::new(g.child.stdout.take().unwrap());
+    let mut line = String::new();
+    let mount_at = loop {
+        line.clear();
+        assert!(out.read_line(&mut line).unwrap() > 0, "serve ended early");
+        if line.contains("MOUNT v3 on tcp") {
+            break addr_after(&line, "MOUNT v3 on tcp ");
+        }
+    };
+    let root = mount(mount_at, "/", DEADLINE).expect("MNT");
+    let cfg = ConnConfig {
+        hugepages: HugePages::Never,
+        ..ConnConfig::default()
+    };
+    let mut c = Nfs3Client::<ShmProvider>::connect(
+        &ShmDevice::new(),
+        &ShmAddr::Path(sock.clone()),
+        &cfg,
+        root.clone(),
+        DEADLINE,
+    )
+    .expect("connect");
+    let x0 = c.last_xid();
+    c.getattr(&root).expect("GETATTR");
+    assert_eq!(c.last_xid(), x0.wrapping_add(1), "one call, the next XID");
+    let many = c.lookup(&root, b"many").expect("LOOKUP");
+    assert_eq!(c.last_xid(), x0.wrapping_add(2));
+
+    // First without a guess: the bound is offered and nothing is resent.
+    let listed = c.list(&many).expect("READDIRPLUS");
+    let files = |l: &[rpcrdma_ulp::nfs::client::Listed]| {
+        l.iter().filter(|e| e.name.starts_with(b"file-")).count()
+    };
+    assert_eq!(files(&listed), 200);
+    assert_eq!(c.reply_retries(), 0);
+    // With 1 KiB guessed, every page of this directory is refused once and resent.
+    c.set_reply_guess(Some(1024));
+    let before = c.last_xid();
+    let listed = c.list(&many).expect("READDIRPLUS after ERR_CHUNK");
+    assert_eq!(files(&listed), 200, "the resent calls list everything");
+    let retries = c.reply_retries();
+    assert!(retries >= 1, "the first page did not fit 1 KiB");
+    assert!(
+        c.last_xid().wrapping_sub(before) as u64 >= 2 * retries,
+        "each resend took a new XID"
+    );
+    // Small replies fit the guess and are not resent.
+    c.getattr(&root).expect("GETATTR");
+    assert_eq!(c.reply_retries(), retries);
+    drop(c);
+    drop(g);
 }

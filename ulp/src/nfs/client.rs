@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 use rpcrdma::conn::RequesterConn;
 use rpcrdma::core::{ConnConfig, ConnState};
 use rpcrdma::fabric::Provider;
-use rpcrdma::requester::{CallRequest, CallStatus, Outcome};
+use rpcrdma::requester::{CallRequest, CallStatus, Outcome, TransportError};
+use rpcrdma::wire::header::RdmaError;
 
 use super::mount::{self, DirPath, MountRes3, MountStat3, MOUNT_PROGRAM, MOUNT_V3};
 use super::server::tcp::{read_record, write_record};
@@ -25,6 +26,7 @@ use super::v3::res::{
 };
 use super::v3::types::{DirOpArgs3, Fattr3, NfsFh3, Nfsstat3, Sattr3, Verf};
 use super::v3::{self, procs};
+use super::v41::Nfsstat4;
 use super::NFS_PROGRAM;
 use crate::client::{inline_call, CallPlan, DdpBufs, OutcomeResults};
 use crate::ddp::{encode_call, reply_results, DdpCursor, DdpDecodeError, ReplyError, XdrCodec};
@@ -41,6 +43,13 @@ pub enum NfsClientError {
     Rpc(ReplyError),
     /// The server answered with an NFS error.
     Nfs(Nfsstat3),
+    /// An NFSv4 operation failed: the operation number and its `nfsstat4`.
+    Nfs4 {
+        /// The failing operation (e.g. LOOKUP, 15).
+        op: u32,
+        /// Its status.
+        status: Nfsstat4,
+    },
     /// MOUNT refused the export.
     Mount(MountStat3),
     /// The reply did not decode.
@@ -81,6 +90,10 @@ impl fmt::Display for NfsClientError {
             },
             NfsClientError::Rpc(e) => write!(f, "RPC reply: {e}"),
             NfsClientError::Nfs(s) => write!(f, "{s}"),
+            NfsClientError::Nfs4 { op, status } => match super::v4::op_name(*op) {
+                Some(name) => write!(f, "{status} (from {name})"),
+                None => write!(f, "{status} (from operation {op})"),
+            },
             NfsClientError::Mount(s) => write!(f, "MOUNT refused the export: {s}"),
             NfsClientError::Decode(e) => write!(f, "reply did not decode: {e}"),
             NfsClientError::Io(e) => e.fmt(f),
@@ -106,7 +119,7 @@ type Result<T> = core::result::Result<T, NfsClientError>;
 
 /// AUTH_SYS with this process's user and group: what NFS servers expect (Linux nfsd
 /// maps AUTH_NONE to the anonymous user, who may not write the export).
-fn header(prog: u32, vers: u32, procedure: u32, xid: u32) -> CallHeader<'static> {
+pub(crate) fn header(prog: u32, vers: u32, procedure: u32, xid: u32) -> CallHeader<'static> {
     // SAFETY: getuid and getgid have no preconditions and cannot fail.
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
     CallHeader {
@@ -123,6 +136,14 @@ fn header(prog: u32, vers: u32, procedure: u32, xid: u32) -> CallHeader<'static>
         }),
         verf: OpaqueAuth::None,
     }
+}
+
+/// A random starting XID (from the process's hash keys, which the OS seeds).
+pub(crate) fn random_xid() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    h.finish() as u32
 }
 
 /// One ONC RPC call over TCP with record marking; the reply's results are handed to
@@ -199,6 +220,38 @@ pub fn mount(mountd: SocketAddr, path: &str, timeout: Duration) -> Result<Vec<u8
     res.map_err(NfsClientError::Mount)
 }
 
+/// Opens an RPC-over-RDMA connection to `addr` and waits, up to `timeout`, until it is
+/// established.
+pub(crate) fn establish<P: Provider>(
+    dev: &P::Device,
+    addr: &P::Addr,
+    cfg: &ConnConfig,
+    timeout: Duration,
+) -> Result<RequesterConn<P>> {
+    let mut conn = RequesterConn::<P>::connect(dev, addr, cfg)
+        .map_err(|e| NfsClientError::Connect(e.to_string()))?;
+    let end = Instant::now() + timeout;
+    loop {
+        conn.poll(Instant::now());
+        match conn.state() {
+            ConnState::Established => break,
+            ConnState::Connecting if Instant::now() < end => std::thread::yield_now(),
+            ConnState::Connecting => {
+                return Err(NfsClientError::Connect(format!(
+                    "no answer within {:.1}s",
+                    timeout.as_secs_f64()
+                )))
+            }
+            s => {
+                return Err(NfsClientError::Connect(format!(
+                    "connection refused or closed ({s:?})"
+                )))
+            }
+        }
+    }
+    Ok(conn)
+}
+
 /// One directory entry from [`Nfs3Client::list`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Listed {
@@ -217,7 +270,30 @@ pub struct Nfs3Client<P: Provider> {
     root: Vec<u8>,
     rsize: u32,
     wsize: u32,
+    /// The XID of the latest call. The client keeps its own XIDs (a server's duplicate
+    /// request cache keys on them): counted up from a random start, so a restarted
+    /// client does not collide with its predecessor's entries.
+    xid: u32,
+    /// Reply room offered to idempotent procedures on the first try; `None`: the RFC
+    /// 8267 bound.
+    reply_guess: Option<u32>,
+    /// Calls resent with the full bound after the server refused the guess.
+    reply_retries: u64,
 }
+
+/// Procedures whose second execution is harmless, so a call refused because its reply
+/// did not fit the room offered may be resent (RFC 1813 semantics).
+const IDEMPOTENT: [u32; 9] = [
+    procs::GETATTR,
+    procs::LOOKUP,
+    procs::ACCESS,
+    procs::READLINK,
+    procs::READDIR,
+    procs::READDIRPLUS,
+    procs::FSSTAT,
+    procs::FSINFO,
+    procs::PATHCONF,
+];
 
 impl<P: Provider> fmt::Debug for Nfs3Client<P> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -243,33 +319,16 @@ impl<P: Provider> Nfs3Client<P> {
         root: Vec<u8>,
         timeout: Duration,
     ) -> Result<Self> {
-        let mut conn = RequesterConn::<P>::connect(dev, addr, cfg)
-            .map_err(|e| NfsClientError::Connect(e.to_string()))?;
-        let end = Instant::now() + timeout;
-        loop {
-            conn.poll(Instant::now());
-            match conn.state() {
-                ConnState::Established => break,
-                ConnState::Connecting if Instant::now() < end => std::thread::yield_now(),
-                ConnState::Connecting => {
-                    return Err(NfsClientError::Connect(format!(
-                        "no answer within {:.1}s",
-                        timeout.as_secs_f64()
-                    )))
-                }
-                s => {
-                    return Err(NfsClientError::Connect(format!(
-                        "connection refused or closed ({s:?})"
-                    )))
-                }
-            }
-        }
+        let conn = establish::<P>(dev, addr, cfg, timeout)?;
         let mut c = Nfs3Client {
             conn,
             timeout,
             root,
             rsize: 4096,
             wsize: 4096,
+            xid: random_xid(),
+            reply_guess: None,
+            reply_retries: 0,
         };
         let cap = cfg.large_buf_size & !4095;
         let root = c.root.clone();
@@ -293,7 +352,51 @@ impl<P: Provider> Nfs3Client<P> {
         (self.rsize, self.wsize)
     }
 
+    /// The XID of the latest call.
+    pub fn last_xid(&self) -> u32 {
+        self.xid
+    }
+
+    /// Gives `req` the client's next XID.
+    fn with_next_xid(&mut self, req: CallRequest) -> CallRequest {
+        self.xid = self.xid.wrapping_add(1);
+        req.with_xid(self.xid)
+    }
+
+    /// Offers idempotent calls (GETATTR, LOOKUP, READDIR, READDIRPLUS, ...) at most
+    /// `octets` of reply room on the first try, instead of the RFC 8267 bound for their
+    /// arguments: a READDIRPLUS of a small directory then needs no Reply chunk, so
+    /// nothing is registered for it. A reply that does not fit is answered by the
+    /// server with ERR_CHUNK (RFC 8166 §3.5.4: it ran the procedure but cannot return
+    /// the result) and the call goes again once, with the full bound and a new XID;
+    /// running an idempotent procedure twice is harmless. `None` (the default) always
+    /// offers the bound.
+    pub fn set_reply_guess(&mut self, octets: Option<u32>) {
+        self.reply_guess = octets;
+    }
+
+    /// Calls resent with a larger reply room after the server refused the first.
+    pub fn reply_retries(&self) -> u64 {
+        self.reply_retries
+    }
+
     fn run(&mut self, req: CallRequest) -> Result<Outcome> {
+        Self::settled(self.run_any(req)?)
+    }
+
+    /// An outcome that carries an RPC reply, or the error that ended the call.
+    fn settled(o: Outcome) -> Result<Outcome> {
+        match o.status {
+            CallStatus::Success | CallStatus::RpcError(_) => Ok(o),
+            CallStatus::Transport(e) => Err(NfsClientError::Transport(e.to_string())),
+            CallStatus::Refused(e) => Err(NfsClientError::Transport(e.to_string())),
+            CallStatus::Timeout => Err(NfsClientError::Transport("call timed out".into())),
+        }
+    }
+
+    /// Runs one call to its outcome, whatever the outcome says.
+    fn run_any(&mut self, req: CallRequest) -> Result<Outcome> {
+        let req = self.with_next_xid(req);
         self.conn
             .submit(req, 0)
             .map_err(|e| NfsClientError::Transport(e.to_string()))?;
@@ -301,12 +404,7 @@ impl<P: Provider> Nfs3Client<P> {
         loop {
             self.conn.poll(Instant::now());
             if let Some(o) = self.conn.poll_outcome() {
-                return match o.status {
-                    CallStatus::Success | CallStatus::RpcError(_) => Ok(o),
-                    CallStatus::Transport(e) => Err(NfsClientError::Transport(format!("{e:?}"))),
-                    CallStatus::Refused(e) => Err(NfsClientError::Transport(format!("{e:?}"))),
-                    CallStatus::Timeout => Err(NfsClientError::Transport("call timed out".into())),
-                };
+                return Ok(o);
             }
             if Instant::now() >= end {
                 return Err(NfsClientError::Transport(format!(
@@ -331,18 +429,37 @@ impl<P: Provider> Nfs3Client<P> {
         args: &A,
         requested: u32,
     ) -> Result<Outcome> {
+        let bound = Self::max_reply(procedure, requested, false);
+        let first = match self.reply_guess {
+            Some(g) if IDEMPOTENT.contains(&procedure) => bound.min(g),
+            _ => bound,
+        };
+        let req = self.inline_request(procedure, args, first)?;
+        let o = self.run_any(req)?;
+        let refused = o.status == CallStatus::Transport(TransportError::Rdma(RdmaError::Chunk));
+        if first < bound && refused {
+            // The reply did not fit the guess: once more with room for the largest
+            // reply the arguments allow, under a new XID (the refused one is answered).
+            drop(o);
+            self.reply_retries += 1;
+            let req = self.inline_request(procedure, args, bound)?;
+            return self.run(req);
+        }
+        Self::settled(o)
+    }
+
+    fn inline_request<'a, A: XdrCodec<'a>>(
+        &mut self,
+        procedure: u32,
+        args: &A,
+        max_reply: u32,
+    ) -> Result<CallRequest> {
         let msg = self
             .conn
             .alloc_msg()
             .map_err(|e| NfsClientError::Transport(e.to_string()))?;
-        let req = inline_call(
-            msg,
-            &header(NFS_PROGRAM, 3, procedure, 0),
-            args,
-            Self::max_reply(procedure, requested, false),
-        )
-        .map_err(|e| NfsClientError::Transport(e.to_string()))?;
-        self.run(req)
+        inline_call(msg, &header(NFS_PROGRAM, 3, procedure, 0), args, max_reply)
+            .map_err(|e| NfsClientError::Transport(e.to_string()))
     }
 
     fn results<R>(
@@ -543,6 +660,7 @@ impl<P: Provider> Nfs3Client<P> {
         } else {
             self.write_request(fh, offset, data, StableHow::Unstable)?
         };
+        let req = self.with_next_xid(req);
         self.conn
             .submit(req, tag)
             .map_err(|e| NfsClientError::Transport(e.to_string()))

@@ -14,7 +14,7 @@
 //! - [`aux`]: MOUNT, NLM, NSM and NFSACL (RFC 8267 §5).
 //! - [`mount`]: MOUNT v3 procedures and codecs; [`server`]: an embeddable NFSv3 server
 //!   (backends, programs, the engine service, RPC over TCP); [`client`]: a blocking NFSv3
-//!   client over the engine.
+//!   client over the engine; [`v41`]: NFSv4.1 COMPOUND codecs and a session client.
 //!
 //! Reply sizes are worked out from the XDR of RFC 1094 (NFSv2) and RFC 1813 (NFSv3) for
 //! the largest arm of each result union, AUTH_NONE verifier excluded (see
@@ -27,6 +27,7 @@ pub mod server;
 pub mod v2;
 pub mod v3;
 pub mod v4;
+pub mod v41;
 
 use crate::binding::ProcInfo;
 

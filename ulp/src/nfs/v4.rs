@@ -42,18 +42,32 @@ pub mod ops {
     pub const OPEN: u32 = 18;
     /// PUTFH.
     pub const PUTFH: u32 = 22;
+    /// PUTROOTFH.
+    pub const PUTROOTFH: u32 = 24;
     /// READ.
     pub const READ: u32 = 25;
     /// READDIR.
     pub const READDIR: u32 = 26;
     /// READLINK.
     pub const READLINK: u32 = 27;
+    /// REMOVE.
+    pub const REMOVE: u32 = 28;
     /// RENAME.
     pub const RENAME: u32 = 29;
     /// WRITE.
     pub const WRITE: u32 = 38;
+    /// EXCHANGE_ID (4.1).
+    pub const EXCHANGE_ID: u32 = 42;
+    /// CREATE_SESSION (4.1).
+    pub const CREATE_SESSION: u32 = 43;
+    /// DESTROY_SESSION (4.1).
+    pub const DESTROY_SESSION: u32 = 44;
     /// SEQUENCE (4.1).
     pub const SEQUENCE: u32 = 53;
+    /// DESTROY_CLIENTID (4.1).
+    pub const DESTROY_CLIENTID: u32 = 57;
+    /// RECLAIM_COMPLETE (4.1).
+    pub const RECLAIM_COMPLETE: u32 = 58;
     /// READ_PLUS (4.2): not DDP-eligible under RFC 8267.
     pub const READ_PLUS: u32 = 68;
     /// WRITE_SAME (4.2): not DDP-eligible under RFC 8267.

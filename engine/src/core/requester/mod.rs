@@ -26,6 +26,7 @@
 mod reply;
 mod slot;
 mod start;
+mod xidmap;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -41,7 +42,9 @@ use super::mrs::MrTable;
 use super::outbox::Outbox;
 use super::regbuf::RegBuf;
 use super::rpcmsg::{encode_null_call, NULL_CALL_LEN};
-use super::transport::{flush_of, post_staged, CloseReason, ConnState, Staged, Transport};
+use super::transport::{
+    flush_of, post_staged, CloseReason, ConnState, Staged, Transport, Violation,
+};
 use super::wrid::{WrId, WrKind};
 use super::{CoreError, CorePools};
 use crate::credits::CreditTable;
@@ -168,6 +171,8 @@ pub struct RequesterCore<M> {
     probe_slot: u32,
     slot_bits: u32,
     next_seq: u32,
+    /// Caller-chosen XIDs of calls in flight (see [`CallRequest::xid`]).
+    own_xids: xidmap::XidMap,
     mode: RegMode,
     /// Largest chunk one registration covers.
     max_chunk: usize,
@@ -242,9 +247,14 @@ impl<M: MemoryRegion> RequesterCore<M> {
             &pools.recv,
         );
         credits.reset();
-        let seed = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(1, |d| d.subsec_nanos() ^ d.as_secs() as u32);
+        // XIDs start at a point drawn from the configured seed (reproducible runs) or
+        // the clock, so a restarted client does not reuse its predecessor's XIDs.
+        let seed = match cfg.seed {
+            Some(s) => (s ^ (s >> 32)) as u32 ^ 0x5851_F42D,
+            None => std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.subsec_nanos() ^ d.as_secs() as u32),
+        };
         Ok(RequesterCore {
             t,
             params: Params {
@@ -264,6 +274,7 @@ impl<M: MemoryRegion> RequesterCore<M> {
             probe_slot,
             slot_bits,
             next_seq: seed,
+            own_xids: xidmap::XidMap::new(sizes.slots as usize),
             mode,
             max_chunk,
             mrs,
@@ -400,23 +411,23 @@ impl<M: MemoryRegion> RequesterCore<M> {
         self.fail(CloseReason::Disconnected);
     }
 
-    /// The provider saw the peer's Terminate ([`QueuePair::peer_terminate`]): it becomes
+    /// The provider saw the peer's abort ([`QueuePair::peer_abort`]): it becomes
     /// the close reason, and calls that fail from now on carry it
-    /// ([`TransportError::PeerTerminated`]).
-    pub fn on_peer_terminated(&mut self, why: crate::iwarp::terminate::TerminateReason) {
+    /// ([`TransportError::PeerAborted`]).
+    pub fn on_peer_abort(&mut self, why: crate::fabric::PeerAbort) {
         if self.t.state == ConnState::Closed {
             return;
         }
         // Failing first runs the core's own shutdown when the Terminate is the first
         // news of trouble; otherwise it only replaces the reason it caused.
-        self.fail(CloseReason::PeerTerminated(why));
-        self.t.peer_terminated(why);
+        self.fail(CloseReason::PeerAborted(why));
+        self.t.peer_aborted(why);
     }
 
     /// What a call lost to the connection's end fails with.
     fn lost(&self) -> TransportError {
         match self.t.close_reason {
-            Some(CloseReason::PeerTerminated(why)) => TransportError::PeerTerminated(why),
+            Some(CloseReason::PeerAborted(why)) => TransportError::PeerAborted(why),
             _ => TransportError::Disconnected,
         }
     }
@@ -507,6 +518,9 @@ impl<M: MemoryRegion> RequesterCore<M> {
         if req.max_reply_len as usize > self.large.pool().buf_size().min(max) {
             return Err(SubmitRefusal::ReplyTooLarge);
         }
+        if req.xid.is_some_and(|x| self.xid_in_flight(x)) {
+            return Err(SubmitRefusal::DuplicateXid);
+        }
         Ok(())
     }
 
@@ -554,8 +568,34 @@ impl<M: MemoryRegion> RequesterCore<M> {
     }
 
     fn make_xid(&mut self, slot: u32) -> u32 {
-        self.next_seq = self.next_seq.wrapping_add(1);
-        (self.next_seq << self.slot_bits) | slot
+        loop {
+            self.next_seq = self.next_seq.wrapping_add(1);
+            let xid = (self.next_seq << self.slot_bits) | slot;
+            // Never hand out an XID a caller chose for a call still in flight: a reply
+            // must name exactly one call.
+            if self.own_xids.len() == 0 || self.own_xids.get(xid).is_none() {
+                return xid;
+            }
+        }
+    }
+
+    /// True when a call in flight (sent, its slot not yet retired) carries `xid`.
+    fn xid_in_flight(&self, xid: u32) -> bool {
+        if self.own_xids.get(xid).is_some() {
+            return true;
+        }
+        self.slots
+            .get(self.slot_of(xid) as usize)
+            .is_some_and(|s| s.phase != Phase::Free && s.xid == xid)
+    }
+
+    /// The slot a reply's XID names, if any (the caller still checks the slot's XID).
+    #[inline(always)]
+    fn slot_for_reply(&self, xid: u32) -> u32 {
+        match self.own_xids.get(xid) {
+            Some(slot) => slot,
+            None => self.slot_of(xid),
+        }
     }
 
     fn slot_of(&self, xid: u32) -> u32 {
@@ -577,6 +617,9 @@ impl<M: MemoryRegion> RequesterCore<M> {
             Ok(p) => p,
             Err(r) => return Err(Err(refuse(r, req))),
         };
+        if req.xid.is_some_and(|x| self.xid_in_flight(x)) {
+            return Err(Err(refuse(SubmitRefusal::DuplicateXid, req)));
+        }
         let needs_reply_buf = plan.reply_chunk;
         if self.free_slots.is_empty()
             || self.regs_short(&plan)
@@ -592,10 +635,17 @@ impl<M: MemoryRegion> RequesterCore<M> {
             self.credits.release();
             return Err(Ok(req));
         };
-        let xid = self.make_xid(slot);
+        let own = req.xid;
+        let xid = match own {
+            Some(x) => x,
+            None => self.make_xid(slot),
+        };
         if self.stage_call(slot, xid, plan, &mut req, tag, deadline, now) {
             self.adopt(slot, req);
-            self.slots[slot as usize].holds_credit = true;
+            let s = &mut self.slots[slot as usize];
+            s.holds_credit = true;
+            // The map holds one entry per slot at most and has room for all of them.
+            s.own_xid = own.is_some() && self.own_xids.insert(xid, slot);
             self.note_deadline(deadline);
             Ok(())
         } else {
@@ -629,13 +679,12 @@ impl<M: MemoryRegion> RequesterCore<M> {
                 }
                 Err(Err(e)) => {
                     // Thresholds are fixed once established, so a request that fit at
-                    // submission still fits; should it not, it fails alone.
+                    // submission still fits; what can refuse it now is a caller-chosen
+                    // XID that a call started since then also carries. It fails alone.
                     self.push_outcome(Outcome {
                         tag: q.tag,
-                        xid: 0,
-                        status: CallStatus::Transport(TransportError::BadReply(
-                            "call no longer fits the connection",
-                        )),
+                        xid: e.request.xid.unwrap_or(0),
+                        status: CallStatus::Refused(e.reason),
                         reply: None,
                         msg: Some(e.request.msg),
                         ddp_args: e.request.ddp_args,
@@ -820,7 +869,7 @@ impl<M: MemoryRegion> RequesterCore<M> {
             }
         };
         let xid = hdr.xid();
-        let slot = self.slot_of(xid);
+        let slot = self.slot_for_reply(xid);
         let matched = self
             .slots
             .get(slot as usize)
@@ -837,8 +886,7 @@ impl<M: MemoryRegion> RequesterCore<M> {
             if wrote {
                 self.stats.stray_chunk_replies += 1;
                 if self.mode == RegMode::Persistent {
-                    let reason =
-                        CloseReason::ProtocolViolation("reply with chunk results for no call");
+                    let reason = CloseReason::ProtocolViolation(Violation::ChunkResultsForNoCall);
                     let _ = self
                         .events
                         .push_back(ConnEvent::DisconnectRequested(reason));
@@ -894,8 +942,10 @@ impl<M: MemoryRegion> RequesterCore<M> {
                                 padding: None,
                             },
                             None => {
+                                // `interpret` refused Reply chunks the call did not
+                                // offer, so this is that case seen late.
                                 let st = CallStatus::Transport(TransportError::BadReply(
-                                    "reply chunk buffer missing",
+                                    crate::requester::BadReply::UnofferedReplyChunk,
                                 ));
                                 self.answer(slot, st, None, [0; MAX_WRITE_SINKS], swi);
                                 return;
@@ -1070,6 +1120,10 @@ impl<M: MemoryRegion> RequesterCore<M> {
             s.phase = Phase::Free;
             s.answer = None;
             s.delivered = false;
+            if s.own_xid {
+                s.own_xid = false;
+                self.own_xids.remove(s.xid);
+            }
             s.mrs.clear();
             // Quarantined buffers (persistent mode) are safe to reuse now: the peer
             // answered, or the queue pair is drained.
@@ -1096,7 +1150,7 @@ impl<M: MemoryRegion> RequesterCore<M> {
         while let Some(q) = self.queue.pop_front() {
             self.push_outcome(Outcome {
                 tag: q.tag,
-                xid: 0,
+                xid: q.req.xid.unwrap_or(0),
                 status: CallStatus::Transport(lost),
                 reply: None,
                 msg: Some(q.req.msg),

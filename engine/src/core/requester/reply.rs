@@ -1,7 +1,7 @@
 //! Reading a reply's transport header against what its call offered.
 
 use crate::core::rpcmsg::classify_reply;
-use crate::requester::{CallStatus, TransportError, MAX_WRITE_SINKS};
+use crate::requester::{BadReply, CallStatus, TransportError, MAX_WRITE_SINKS};
 use crate::service::Padding;
 use crate::wire::header::{BodyView, HeaderView};
 
@@ -43,7 +43,7 @@ pub(super) fn interpret(hdr: &HeaderView<'_>, sink_caps: &[u32], reply_cap: u32)
             lists,
         } => {
             if !align.is_power_of_two() {
-                return bad("RDMA_MSGP alignment is not a power of two");
+                return bad(BadReply::MsgpAlignment);
             }
             (
                 lists,
@@ -60,37 +60,37 @@ pub(super) fn interpret(hdr: &HeaderView<'_>, sink_caps: &[u32], reply_cap: u32)
     if lists.read_segment_count() != 0 {
         // Read chunks in replies (RFC 5666 §3.8) need an RDMA_DONE exchange this engine
         // never asks for: it always offers Write and Reply chunks instead.
-        return bad("reply carries Read chunks");
+        return bad(BadReply::ReadChunks);
     }
     let mut sink_lens = [0u32; MAX_WRITE_SINKS];
     if lists.write_chunk_count() > sink_caps.len() {
-        return bad("reply returns more Write chunks than the call offered");
+        return bad(BadReply::TooManyWriteChunks);
     }
     for (i, chunk) in lists.write_list().enumerate() {
         if chunk.len() > 1 {
-            return bad("reply returns a Write chunk with more segments than offered");
+            return bad(BadReply::WriteChunkSegments);
         }
         let written = chunk.total_length();
         let cap = sink_caps.get(i).copied().unwrap_or(0);
         if written > u64::from(cap) {
-            return bad("reply claims more bytes in a Write chunk than it holds");
+            return bad(BadReply::WriteChunkOverrun);
         }
         sink_lens[i] = written as u32;
     }
     let body = match hdr.body() {
         BodyView::Nomsg(_) => {
             let Some(chunk) = lists.reply_chunk() else {
-                return bad("RDMA_NOMSG reply without a Reply chunk");
+                return bad(BadReply::NomsgWithoutReplyChunk);
             };
             if reply_cap == 0 {
-                return bad("reply uses a Reply chunk the call did not offer");
+                return bad(BadReply::UnofferedReplyChunk);
             }
             if chunk.len() > 1 {
-                return bad("reply returns a Reply chunk with more segments than offered");
+                return bad(BadReply::ReplyChunkSegments);
             }
             let len = chunk.total_length();
             if len > u64::from(reply_cap) {
-                return bad("reply claims more bytes in the Reply chunk than it holds");
+                return bad(BadReply::ReplyChunkOverrun);
             }
             Body::InChunk { len: len as u32 }
         }
@@ -107,7 +107,7 @@ pub(super) fn interpret(hdr: &HeaderView<'_>, sink_caps: &[u32], reply_cap: u32)
     Interpreted::Reply { body, sink_lens }
 }
 
-fn bad(why: &'static str) -> Interpreted {
+fn bad(why: BadReply) -> Interpreted {
     Interpreted::Failed(TransportError::BadReply(why))
 }
 

@@ -71,6 +71,8 @@ pub(super) struct CallSlot {
     pub(super) deadline: Option<Instant>,
     pub(super) started: Option<Instant>,
     pub(super) is_probe: bool,
+    /// The XID was chosen by the caller and is mapped in the requester's `XidMap`.
+    pub(super) own_xid: bool,
 }
 
 impl CallSlot {
@@ -95,6 +97,7 @@ impl CallSlot {
             deadline: None,
             started: None,
             is_probe,
+            own_xid: false,
         }
     }
 

@@ -224,14 +224,14 @@ impl<S: Service> ResponderCore<S> {
         self.fail(CloseReason::Disconnected);
     }
 
-    /// The provider saw the requester's Terminate ([`QueuePair::peer_terminate`]): it
+    /// The provider saw the requester's abort ([`QueuePair::peer_abort`]): it
     /// becomes the close reason, over the failed work request or disconnect it caused.
-    pub fn on_peer_terminated(&mut self, why: crate::iwarp::terminate::TerminateReason) {
+    pub fn on_peer_abort(&mut self, why: crate::fabric::PeerAbort) {
         if self.t.state == ConnState::Closed {
             return;
         }
-        self.fail(CloseReason::PeerTerminated(why));
-        self.t.peer_terminated(why);
+        self.fail(CloseReason::PeerAborted(why));
+        self.t.peer_aborted(why);
     }
 
     /// Starts a local close.

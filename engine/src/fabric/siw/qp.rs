@@ -216,6 +216,15 @@ fn gather_len(sgl: &[Sge]) -> u64 {
     sgl.iter().map(|s| u64::from(s.length)).sum()
 }
 
+impl SiwQp {
+    /// The peer's Terminate as it came, with its layout and copied header, once one put
+    /// the queue pair in error ([`QueuePair::peer_abort`] gives the provider-neutral
+    /// form).
+    pub fn peer_terminate(&self) -> Option<TerminateReason> {
+        self.shared.peer_terminate.get().copied()
+    }
+}
+
 impl QueuePair for SiwQp {
     fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<(), PostError> {
         let sh = &*self.shared;
@@ -335,8 +344,8 @@ impl QueuePair for SiwQp {
         self.shared.state()
     }
 
-    fn peer_terminate(&self) -> Option<TerminateReason> {
-        self.shared.peer_terminate.get().copied()
+    fn peer_abort(&self) -> Option<crate::fabric::PeerAbort> {
+        self.peer_terminate().map(Into::into)
     }
 
     fn caps(&self) -> QpCaps {

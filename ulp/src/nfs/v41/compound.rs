@@ -1,0 +1,1002 @@
+//! COMPOUND (RFC 8881 §16.2, §18) arguments and results for the operations an NFSv4.1
+//! client needs: EXCHANGE_ID, CREATE_SESSION, SEQUENCE, RECLAIM_COMPLETE, PUTROOTFH,
+//! PUTFH, GETFH, LOOKUP, GETATTR, OPEN, READ, WRITE, COMMIT, CLOSE, READDIR, REMOVE,
+//! DESTROY_SESSION and DESTROY_CLIENTID. Any other operation number decodes as an error.
+
+use super::{
+    sessionid, verifier, Bitmap4, ChangeInfo4, ChannelAttrs4, Fattr4, ImplId, Nfsstat4, SessionId,
+    Stateid4, Verifier, FHSIZE, NAME_LIMIT, OPAQUE_LIMIT,
+};
+use crate::ddp::{DdpCursor, DdpDecodeError, DdpEncodeError, DdpEncoder, XdrCodec};
+use crate::nfs::v4::ops;
+
+/// The most operations this crate decodes in one COMPOUND (not an RFC limit).
+pub const MAX_OPS: u32 = 64;
+
+/// The most entries this crate decodes in one READDIR reply (not an RFC limit).
+pub const MAX_DIR_ENTRIES: usize = 65_536;
+
+/// `state_protect_how4` SP4_NONE: the only state protection this crate speaks.
+pub const SP4_NONE: u32 = 0;
+
+/// EXCHANGE_ID flag: the client supports referrals.
+pub const EXCHGID4_FLAG_SUPP_MOVED_REFER: u32 = 0x0000_0001;
+/// EXCHANGE_ID flag (result): the client id is confirmed.
+pub const EXCHGID4_FLAG_CONFIRMED_R: u32 = 0x8000_0000;
+
+/// `opentype4` OPEN4_NOCREATE.
+pub const OPEN4_NOCREATE: u32 = 0;
+/// `opentype4` OPEN4_CREATE.
+pub const OPEN4_CREATE: u32 = 1;
+/// `createmode4` UNCHECKED4.
+pub const UNCHECKED4: u32 = 0;
+/// `createmode4` GUARDED4.
+pub const GUARDED4: u32 = 1;
+/// `createmode4` EXCLUSIVE4.
+pub const EXCLUSIVE4: u32 = 2;
+/// `open_claim_type4` CLAIM_NULL.
+pub const CLAIM_NULL: u32 = 0;
+/// Share access READ.
+pub const OPEN4_SHARE_ACCESS_READ: u32 = 1;
+/// Share access WRITE.
+pub const OPEN4_SHARE_ACCESS_WRITE: u32 = 2;
+/// Share access BOTH.
+pub const OPEN4_SHARE_ACCESS_BOTH: u32 = 3;
+/// Share access want flag (4.1): no delegation wanted.
+pub const OPEN4_SHARE_ACCESS_WANT_NO_DELEG: u32 = 0x0400;
+/// Share deny NONE.
+pub const OPEN4_SHARE_DENY_NONE: u32 = 0;
+/// `stable_how4` UNSTABLE4.
+pub const UNSTABLE4: u32 = 0;
+/// `stable_how4` DATA_SYNC4.
+pub const DATA_SYNC4: u32 = 1;
+/// `stable_how4` FILE_SYNC4.
+pub const FILE_SYNC4: u32 = 2;
+
+/// `open_delegation_type4` values.
+const OPEN_DELEGATE_NONE: u32 = 0;
+const OPEN_DELEGATE_READ: u32 = 1;
+const OPEN_DELEGATE_WRITE: u32 = 2;
+const OPEN_DELEGATE_NONE_EXT: u32 = 3;
+/// `why_no_delegation4` arms that carry a boolean.
+const WND4_CONTENTION: u32 = 7;
+const WND4_RESOURCE: u32 = 8;
+
+fn invalid(c: &DdpCursor<'_>, what: &'static str) -> DdpDecodeError {
+    DdpDecodeError::Invalid {
+        offset: c.position(),
+        what,
+    }
+}
+
+/// EXCHANGE_ID4args with `eia_state_protect` SP4_NONE.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExchangeIdArgs<'d> {
+    /// `co_verifier`: changes when the client restarts.
+    pub verifier: Verifier,
+    /// `co_ownerid`: the client's unique, stable name.
+    pub owner: &'d [u8],
+    /// `eia_flags`.
+    pub flags: u32,
+    /// `eia_client_impl_id<1>`.
+    pub impl_id: Option<ImplId<'d>>,
+}
+
+/// CREATE_SESSION4args with `csa_sec_parms` of AUTH_NONE entries only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CreateSessionArgs {
+    /// `csa_clientid`.
+    pub clientid: u64,
+    /// `csa_sequence`: the `eir_sequenceid` of EXCHANGE_ID.
+    pub sequence: u32,
+    /// `csa_flags` (CREATE_SESSION4_FLAG_*).
+    pub flags: u32,
+    /// `csa_fore_chan_attrs`.
+    pub fore: ChannelAttrs4,
+    /// `csa_back_chan_attrs`.
+    pub back: ChannelAttrs4,
+    /// `csa_cb_program`.
+    pub cb_program: u32,
+    /// How many AUTH_NONE `callback_sec_parms4` entries (Linux nfsd wants at least one).
+    pub sec_none: u32,
+}
+
+/// SEQUENCE4args.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SequenceArgs {
+    /// `sa_sessionid`.
+    pub sessionid: SessionId,
+    /// `sa_sequenceid`.
+    pub sequenceid: u32,
+    /// `sa_slotid`.
+    pub slotid: u32,
+    /// `sa_highest_slotid`.
+    pub highest_slotid: u32,
+    /// `sa_cachethis`.
+    pub cachethis: bool,
+}
+
+/// `createhow4`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CreateHow<'d> {
+    /// UNCHECKED4: create or open (and apply the attributes).
+    Unchecked(Fattr4<'d>),
+    /// GUARDED4: fail with NFS4ERR_EXIST if it exists.
+    Guarded(Fattr4<'d>),
+    /// EXCLUSIVE4 with its verifier.
+    Exclusive(Verifier),
+}
+
+/// `openflag4`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OpenHow<'d> {
+    /// OPEN4_NOCREATE.
+    NoCreate,
+    /// OPEN4_CREATE.
+    Create(CreateHow<'d>),
+}
+
+/// OPEN4args with claim CLAIM_NULL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenArgs<'d> {
+    /// `seqid` (0 in 4.1).
+    pub seqid: u32,
+    /// `share_access` (OPEN4_SHARE_ACCESS_* and want flags).
+    pub share_access: u32,
+    /// `share_deny`.
+    pub share_deny: u32,
+    /// `owner.clientid`.
+    pub owner_clientid: u64,
+    /// `owner.owner`.
+    pub owner: &'d [u8],
+    /// `openhow`.
+    pub how: OpenHow<'d>,
+    /// CLAIM_NULL `file`: the name in the current (directory) file handle.
+    pub name: &'d [u8],
+}
+
+/// READ4args.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadArgs {
+    /// `stateid`.
+    pub stateid: Stateid4,
+    /// `offset`.
+    pub offset: u64,
+    /// `count`.
+    pub count: u32,
+}
+
+/// WRITE4args; `data` is DDP-eligible (RFC 8267 §6.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriteArgs<'d> {
+    /// `stateid`.
+    pub stateid: Stateid4,
+    /// `offset`.
+    pub offset: u64,
+    /// `stable` (UNSTABLE4, DATA_SYNC4, FILE_SYNC4).
+    pub stable: u32,
+    /// `data`.
+    pub data: &'d [u8],
+}
+
+/// READDIR4args.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReaddirArgs {
+    /// `cookie`.
+    pub cookie: u64,
+    /// `cookieverf`.
+    pub cookieverf: Verifier,
+    /// `dircount`.
+    pub dircount: u32,
+    /// `maxcount`.
+    pub maxcount: u32,
+    /// `attr_request`.
+    pub attr_request: Bitmap4,
+}
+
+/// One operation of COMPOUND4args (`nfs_argop4`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ArgOp<'d> {
+    /// EXCHANGE_ID.
+    ExchangeId(ExchangeIdArgs<'d>),
+    /// CREATE_SESSION.
+    CreateSession(CreateSessionArgs),
+    /// SEQUENCE.
+    Sequence(SequenceArgs),
+    /// RECLAIM_COMPLETE (`rca_one_fs`).
+    ReclaimComplete(bool),
+    /// PUTROOTFH.
+    PutRootFh,
+    /// PUTFH.
+    PutFh(&'d [u8]),
+    /// GETFH.
+    GetFh,
+    /// LOOKUP of one component.
+    Lookup(&'d [u8]),
+    /// GETATTR.
+    Getattr(Bitmap4),
+    /// OPEN.
+    Open(OpenArgs<'d>),
+    /// READ.
+    Read(ReadArgs),
+    /// WRITE.
+    Write(WriteArgs<'d>),
+    /// COMMIT (`offset`, `count`).
+    Commit(u64, u32),
+    /// CLOSE (`seqid`, `open_stateid`).
+    Close(u32, Stateid4),
+    /// READDIR.
+    Readdir(ReaddirArgs),
+    /// REMOVE of one component.
+    Remove(&'d [u8]),
+    /// DESTROY_SESSION.
+    DestroySession(SessionId),
+    /// DESTROY_CLIENTID.
+    DestroyClientid(u64),
+}
+
+impl ArgOp<'_> {
+    /// The operation number.
+    pub fn op(&self) -> u32 {
+        match self {
+            ArgOp::ExchangeId(_) => ops::EXCHANGE_ID,
+            ArgOp::CreateSession(_) => ops::CREATE_SESSION,
+            ArgOp::Sequence(_) => ops::SEQUENCE,
+            ArgOp::ReclaimComplete(_) => ops::RECLAIM_COMPLETE,
+            ArgOp::PutRootFh => ops::PUTROOTFH,
+            ArgOp::PutFh(_) => ops::PUTFH,
+            ArgOp::GetFh => ops::GETFH,
+            ArgOp::Lookup(_) => ops::LOOKUP,
+            ArgOp::Getattr(_) => ops::GETATTR,
+            ArgOp::Open(_) => ops::OPEN,
+            ArgOp::Read(_) => ops::READ,
+            ArgOp::Write(_) => ops::WRITE,
+            ArgOp::Commit(..) => ops::COMMIT,
+            ArgOp::Close(..) => ops::CLOSE,
+            ArgOp::Readdir(_) => ops::READDIR,
+            ArgOp::Remove(_) => ops::REMOVE,
+            ArgOp::DestroySession(_) => ops::DESTROY_SESSION,
+            ArgOp::DestroyClientid(_) => ops::DESTROY_CLIENTID,
+        }
+    }
+}
+
+impl<'d> XdrCodec<'d> for ArgOp<'d> {
+    fn encode(&self, e: &mut DdpEncoder<'_, 'd>) -> Result<(), DdpEncodeError> {
+        e.u32(self.op())?;
+        match self {
+            ArgOp::ExchangeId(a) => {
+                e.opaque_fixed(&a.verifier)?;
+                e.opaque(a.owner)?;
+                e.u32(a.flags)?;
+                e.u32(SP4_NONE)?;
+                match &a.impl_id {
+                    Some(id) => {
+                        e.u32(1)?;
+                        id.encode(e)
+                    }
+                    None => e.u32(0),
+                }
+            }
+            ArgOp::CreateSession(a) => {
+                e.u64(a.clientid)?;
+                e.u32(a.sequence)?;
+                e.u32(a.flags)?;
+                a.fore.encode(e)?;
+                a.back.encode(e)?;
+                e.u32(a.cb_program)?;
+                e.u32(a.sec_none)?;
+                for _ in 0..a.sec_none {
+                    e.u32(0)?; // AUTH_NONE: no body
+                }
+                Ok(())
+            }
+            ArgOp::Sequence(a) => {
+                e.opaque_fixed(&a.sessionid)?;
+                e.u32(a.sequenceid)?;
+                e.u32(a.slotid)?;
+                e.u32(a.highest_slotid)?;
+                e.bool(a.cachethis)
+            }
+            ArgOp::ReclaimComplete(one_fs) => e.bool(*one_fs),
+            ArgOp::PutRootFh | ArgOp::GetFh => Ok(()),
+            ArgOp::PutFh(fh) => e.opaque(fh),
+            ArgOp::Lookup(name) | ArgOp::Remove(name) => e.string(name),
+            ArgOp::Getattr(b) => b.encode(e),
+            ArgOp::Open(a) => {
+                e.u32(a.seqid)?;
+                e.u32(a.share_access)?;
+                e.u32(a.share_deny)?;
+                e.u64(a.owner_clientid)?;
+                e.opaque(a.owner)?;
+                match &a.how {
+                    OpenHow::NoCreate => e.u32(OPEN4_NOCREATE)?,
+                    OpenHow::Create(how) => {
+                        e.u32(OPEN4_CREATE)?;
+                        match how {
+                            CreateHow::Unchecked(f) => {
+                                e.u32(UNCHECKED4)?;
+                                f.encode(e)?;
+                            }
+                            CreateHow::Guarded(f) => {
+                                e.u32(GUARDED4)?;
+                                f.encode(e)?;
+                            }
+                            CreateHow::Exclusive(v) => {
+                                e.u32(EXCLUSIVE4)?;
+                                e.opaque_fixed(v)?;
+                            }
+                        }
+                    }
+                }
+                e.u32(CLAIM_NULL)?;
+                e.string(a.name)
+            }
+            ArgOp::Read(a) => {
+                a.stateid.encode(e)?;
+                e.u64(a.offset)?;
+                e.u32(a.count)
+            }
+            ArgOp::Write(a) => {
+                a.stateid.encode(e)?;
+                e.u64(a.offset)?;
+                e.u32(a.stable)?;
+                e.opaque_ddp(a.data)
+            }
+            ArgOp::Commit(offset, count) => {
+                e.u64(*offset)?;
+                e.u32(*count)
+            }
+            ArgOp::Close(seqid, stateid) => {
+                e.u32(*seqid)?;
+                stateid.encode(e)
+            }
+            ArgOp::Readdir(a) => {
+                e.u64(a.cookie)?;
+                e.opaque_fixed(&a.cookieverf)?;
+                e.u32(a.dircount)?;
+                e.u32(a.maxcount)?;
+                a.attr_request.encode(e)
+            }
+            ArgOp::DestroySession(s) => e.opaque_fixed(s),
+            ArgOp::DestroyClientid(id) => e.u64(*id),
+        }
+    }
+
+    fn decode(c: &mut DdpCursor<'d>) -> Result<Self, DdpDecodeError> {
+        let op = c.u32()?;
+        Ok(match op {
+            ops::EXCHANGE_ID => {
+                let verifier = verifier(c)?;
+                let owner = c.opaque(OPAQUE_LIMIT)?;
+                let flags = c.u32()?;
+                if c.u32()? != SP4_NONE {
+                    return Err(invalid(c, "state protection other than SP4_NONE"));
+                }
+                let impl_id = match c.count(1)? {
+                    1 => Some(ImplId::decode(c)?),
+                    _ => None,
+                };
+                ArgOp::ExchangeId(ExchangeIdArgs {
+                    verifier,
+                    owner,
+                    flags,
+                    impl_id,
+                })
+            }
+            ops::CREATE_SESSION => {
+                let clientid = c.u64()?;
+                let sequence = c.u32()?;
+                let flags = c.u32()?;
+                let fore = ChannelAttrs4::decode(c)?;
+                let back = ChannelAttrs4::decode(c)?;
+                let cb_program = c.u32()?;
+                let sec_none = c.count(16)?;
+                for _ in 0..sec_none {
+                    if c.u32()? != 0 {
+                        return Err(invalid(c, "callback security other than AUTH_NONE"));
+                    }
+                }
+                ArgOp::CreateSession(CreateSessionArgs {
+                    clientid,
+                    sequence,
+                    flags,
+                    fore,
+                    back,
+                    cb_program,
+                    sec_none,
+                })
+            }
+            ops::SEQUENCE => ArgOp::Sequence(SequenceArgs {
+                sessionid: sessionid(c)?,
+                sequenceid: c.u32()?,
+                slotid: c.u32()?,
+                highest_slotid: c.u32()?,
+                cachethis: c.bool()?,
+            }),
+            ops::RECLAIM_COMPLETE => ArgOp::ReclaimComplete(c.bool()?),
+            ops::PUTROOTFH => ArgOp::PutRootFh,
+            ops::PUTFH => ArgOp::PutFh(c.opaque(FHSIZE)?),
+            ops::GETFH => ArgOp::GetFh,
+            ops::LOOKUP => ArgOp::Lookup(c.string(NAME_LIMIT)?),
+            ops::GETATTR => ArgOp::Getattr(Bitmap4::decode(c)?),
+            ops::OPEN => {
+                let seqid = c.u32()?;
+                let share_access = c.u32()?;
+                let share_deny = c.u32()?;
+                let owner_clientid = c.u64()?;
+                let owner = c.opaque(OPAQUE_LIMIT)?;
+                let how = match c.u32()? {
+                    OPEN4_NOCREATE => OpenHow::NoCreate,
+                    OPEN4_CREATE => OpenHow::Create(match c.u32()? {
+                        UNCHECKED4 => CreateHow::Unchecked(Fattr4::decode(c)?),
+                        GUARDED4 => CreateHow::Guarded(Fattr4::decode(c)?),
+                        EXCLUSIVE4 => CreateHow::Exclusive(verifier(c)?),
+                        _ => return Err(invalid(c, "createmode4 not supported")),
+                    }),
+                    _ => return Err(invalid(c, "opentype4 out of range")),
+                };
+                if c.u32()? != CLAIM_NULL {
+                    return Err(invalid(c, "open claim other than CLAIM_NULL"));
+                }
+                ArgOp::Open(OpenArgs {
+                    seqid,
+                    share_access,
+                    share_deny,
+                    owner_clientid,
+                    owner,
+                    how,
+                    name: c.string(NAME_LIMIT)?,
+                })
+            }
+            ops::READ => ArgOp::Read(ReadArgs {
+                stateid: Stateid4::decode(c)?,
+                offset: c.u64()?,
+                count: c.u32()?,
+            }),
+            ops::WRITE => ArgOp::Write(WriteArgs {
+                stateid: Stateid4::decode(c)?,
+                offset: c.u64()?,
+                stable: c.u32()?,
+                data: c.opaque_ddp(u32::MAX)?,
+            }),
+            ops::COMMIT => ArgOp::Commit(c.u64()?, c.u32()?),
+            ops::CLOSE => ArgOp::Close(c.u32()?, Stateid4::decode(c)?),
+            ops::READDIR => ArgOp::Readdir(ReaddirArgs {
+                cookie: c.u64()?,
+                cookieverf: verifier(c)?,
+                dircount: c.u32()?,
+                maxcount: c.u32()?,
+                attr_request: Bitmap4::decode(c)?,
+            }),
+            ops::REMOVE => ArgOp::Remove(c.string(NAME_LIMIT)?),
+            ops::DESTROY_SESSION => ArgOp::DestroySession(sessionid(c)?),
+            ops::DESTROY_CLIENTID => ArgOp::DestroyClientid(c.u64()?),
+            _ => return Err(invalid(c, "operation not supported by this codec")),
+        })
+    }
+}
+
+/// COMPOUND4args.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompoundArgs<'d> {
+    /// `tag`.
+    pub tag: &'d [u8],
+    /// `minorversion`.
+    pub minorversion: u32,
+    /// `argarray`.
+    pub ops: Vec<ArgOp<'d>>,
+}
+
+impl<'d> XdrCodec<'d> for CompoundArgs<'d> {
+    fn encode(&self, e: &mut DdpEncoder<'_, 'd>) -> Result<(), DdpEncodeError> {
+        e.string(self.tag)?;
+        e.u32(self.minorversion)?;
+        e.u32(self.ops.len() as u32)?;
+        for op in &self.ops {
+            op.encode(e)?;
+        }
+        Ok(())
+    }
+    fn decode(c: &mut DdpCursor<'d>) -> Result<Self, DdpDecodeError> {
+        let tag = c.string(NAME_LIMIT)?;
+        let minorversion = c.u32()?;
+        let n = c.count(MAX_OPS)?;
+        let mut v = Vec::with_capacity(n as usize);
+        for _ in 0..n {
+            v.push(ArgOp::decode(c)?);
+        }
+        Ok(CompoundArgs {
+            tag,
+            minorversion,
+            ops: v,
+        })
+    }
+}
+
+/// EXCHANGE_ID4resok with `eir_state_protect` SP4_NONE.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExchangeIdRes<'d> {
+    /// `eir_clientid`.
+    pub clientid: u64,
+    /// `eir_sequenceid`.
+    pub sequenceid: u32,
+    /// `eir_flags`.
+    pub flags: u32,
+    /// `eir_server_owner.so_minor_id`.
+    pub server_minor_id: u64,
+    /// `eir_server_owner.so_major_id`.
+    pub server_major_id: &'d [u8],
+    /// `eir_server_scope`.
+    pub server_scope: &'d [u8],
+    /// `eir_server_impl_id<1>`.
+    pub impl_id: Option<ImplId<'d>>,
+}
+
+/// CREATE_SESSION4resok.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CreateSessionRes {
+    /// `csr_sessionid`.
+    pub sessionid: SessionId,
+    /// `csr_sequence`.
+    pub sequence: u32,
+    /// `csr_flags`.
+    pub flags: u32,
+    /// `csr_fore_chan_attrs`.
+    pub fore: ChannelAttrs4,
+    /// `csr_back_chan_attrs`.
+    pub back: ChannelAttrs4,
+}
+
+/// SEQUENCE4resok.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SequenceRes {
+    /// `sr_sessionid`.
+    pub sessionid: SessionId,
+    /// `sr_sequenceid`.
+    pub sequenceid: u32,
+    /// `sr_slotid`.
+    pub slotid: u32,
+    /// `sr_highest_slotid`.
+    pub highest_slotid: u32,
+    /// `sr_target_highest_slotid`.
+    pub target_highest_slotid: u32,
+    /// `sr_status_flags` (SEQ4_STATUS_*).
+    pub status_flags: u32,
+}
+
+/// `nfsace4`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Nfsace4<'d> {
+    /// `type`.
+    pub acetype: u32,
+    /// `flag`.
+    pub flag: u32,
+    /// `access_mask`.
+    pub access_mask: u32,
+    /// `who`.
+    pub who: &'d [u8],
+}
+
+impl<'d> XdrCodec<'d> for Nfsace4<'d> {
+    fn encode(&self, e: &mut DdpEncoder<'_, 'd>) -> Result<(), DdpEncodeError> {
+        e.u32(self.acetype)?;
+        e.u32(self.flag)?;
+        e.u32(self.access_mask)?;
+        e.string(self.who)
+    }
+    fn decode(c: &mut DdpCursor<'d>) -> Result<Self, DdpDecodeError> {
+        Ok(Nfsace4 {
+            acetype: c.u32()?,
+            flag: c.u32()?,
+            access_mask: c.u32()?,
+            who: c.string(NAME_LIMIT)?,
+        })
+    }
+}
+
+/// `nfs_space_limit4`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpaceLimit {
+    /// NFS_LIMIT_SIZE.
+    Size(u64),
+    /// NFS_LIMIT_BLOCKS (`num_blocks`, `bytes_per_block`).
+    Blocks(u32, u32),
+}
+
+/// `open_delegation4`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OpenDelegation<'d> {
+    /// OPEN_DELEGATE_NONE.
+    None,
+    /// OPEN_DELEGATE_READ (`stateid`, `recall`, `permissions`).
+    Read(Stateid4, bool, Nfsace4<'d>),
+    /// OPEN_DELEGATE_WRITE (`stateid`, `recall`, `space_limit`, `permissions`).
+    Write(Stateid4, bool, SpaceLimit, Nfsace4<'d>),
+    /// OPEN_DELEGATE_NONE_EXT (`ond_why`, and the boolean of WND4_CONTENTION and
+    /// WND4_RESOURCE).
+    NoneExt(u32, Option<bool>),
+}
+
+impl<'d> XdrCodec<'d> for OpenDelegation<'d> {
+    fn encode(&self, e: &mut DdpEncoder<'_, 'd>) -> Result<(), DdpEncodeError> {
+        match self {
+            OpenDelegation::None => e.u32(OPEN_DELEGATE_NONE),
+            OpenDelegation::Read(s, recall, ace) => {
+                e.u32(OPEN_DELEGATE_READ)?;
+                s.encode(e)?;
+                e.bool(*recall)?;
+                ace.encode(e)
+            }
+            OpenDelegation::Write(s, recall, limit, ace) => {
+                e.u32(OPEN_DELEGATE_WRITE)?;
+                s.encode(e)?;
+                e.bool(*recall)?;
+                match limit {
+                    SpaceLimit::Size(n) => {
+                        e.u32(1)?;
+                        e.u64(*n)?;
+                    }
+                    SpaceLimit::Blocks(n, b) => {
+                        e.u32(2)?;
+                        e.u32(*n)?;
+                        e.u32(*b)?;
+                    }
+                }
+                ace.encode(e)
+            }
+            OpenDelegation::NoneExt(why, b) => {
+                e.u32(OPEN_DELEGATE_NONE_EXT)?;
+                e.u32(*why)?;
+                match b {
+                    Some(b) => e.bool(*b),
+                    None => Ok(()),
+                }
+            }
+        }
+    }
+    fn decode(c: &mut DdpCursor<'d>) -> Result<Self, DdpDecodeError> {
+        Ok(match c.u32()? {
+            OPEN_DELEGATE_NONE => OpenDelegation::None,
+            OPEN_DELEGATE_READ => {
+                OpenDelegation::Read(Stateid4::decode(c)?, c.bool()?, Nfsace4::decode(c)?)
+            }
+            OPEN_DELEGATE_WRITE => {
+                let s = Stateid4::decode(c)?;
+                let recall = c.bool()?;
+                let limit = match c.u32()? {
+                    1 => SpaceLimit::Size(c.u64()?),
+                    2 => SpaceLimit::Blocks(c.u32()?, c.u32()?),
+                    _ => return Err(invalid(c, "limitby4 out of range")),
+                };
+                OpenDelegation::Write(s, recall, limit, Nfsace4::decode(c)?)
+            }
+            OPEN_DELEGATE_NONE_EXT => {
+                let why = c.u32()?;
+                let b = match why {
+                    WND4_CONTENTION | WND4_RESOURCE => Some(c.bool()?),
+                    _ => None,
+                };
+                OpenDelegation::NoneExt(why, b)
+            }
+            _ => return Err(invalid(c, "open_delegation_type4 out of range")),
+        })
+    }
+}
+
+/// OPEN4resok.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenRes<'d> {
+    /// `stateid`.
+    pub stateid: Stateid4,
+    /// `cinfo`.
+    pub cinfo: ChangeInfo4,
+    /// `rflags`.
+    pub rflags: u32,
+    /// `attrset`.
+    pub attrset: Bitmap4,
+    /// `delegation`.
+    pub delegation: OpenDelegation<'d>,
+}
+
+/// One `entry4` of READDIR.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirEntry<'d> {
+    /// `cookie`.
+    pub cookie: u64,
+    /// `name`.
+    pub name: &'d [u8],
+    /// `attrs`.
+    pub attrs: Fattr4<'d>,
+}
+
+/// READDIR4resok.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReaddirRes<'d> {
+    /// `cookieverf`.
+    pub cookieverf: Verifier,
+    /// `reply.entries`.
+    pub entries: Vec<DirEntry<'d>>,
+    /// `reply.eof`.
+    pub eof: bool,
+}
+
+/// The body of a successful result (`nfs_resop4` arms past the status).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResBody<'d> {
+    /// No body: a failed operation, or one whose result is the status alone.
+    None,
+    /// EXCHANGE_ID.
+    ExchangeId(ExchangeIdRes<'d>),
+    /// CREATE_SESSION.
+    CreateSession(CreateSessionRes),
+    /// SEQUENCE.
+    Sequence(SequenceRes),
+    /// GETFH: the handle.
+    GetFh(&'d [u8]),
+    /// GETATTR.
+    Getattr(Fattr4<'d>),
+    /// OPEN.
+    Open(OpenRes<'d>),
+    /// READ (`eof`, `data`; the data is DDP-eligible).
+    Read(bool, &'d [u8]),
+    /// WRITE (`count`, `committed`, `writeverf`).
+    Write(u32, u32, Verifier),
+    /// COMMIT (`writeverf`).
+    Commit(Verifier),
+    /// CLOSE (`open_stateid`).
+    Close(Stateid4),
+    /// READDIR.
+    Readdir(ReaddirRes<'d>),
+    /// REMOVE (`cinfo`).
+    Remove(ChangeInfo4),
+}
+
+/// One result of COMPOUND4res (`nfs_resop4`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResOp<'d> {
+    /// The operation number.
+    pub op: u32,
+    /// Its status.
+    pub status: Nfsstat4,
+    /// The rest, for NFS4_OK.
+    pub body: ResBody<'d>,
+}
+
+impl<'d> XdrCodec<'d> for ResOp<'d> {
+    fn encode(&self, e: &mut DdpEncoder<'_, 'd>) -> Result<(), DdpEncodeError> {
+        e.u32(self.op)?;
+        e.u32(self.status.0)?;
+        match &self.body {
+            ResBody::None => {
+                if self.op == ops::READ {
+                    e.skip_ddp();
+                }
+                Ok(())
+            }
+            ResBody::ExchangeId(r) => {
+                e.u64(r.clientid)?;
+                e.u32(r.sequenceid)?;
+                e.u32(r.flags)?;
+                e.u32(SP4_NONE)?;
+                e.u64(r.server_minor_id)?;
+                e.opaque(r.server_major_id)?;
+                e.opaque(r.server_scope)?;
+                match &r.impl_id {
+                    Some(id) => {
+                        e.u32(1)?;
+                        id.encode(e)
+                    }
+                    None => e.u32(0),
+                }
+            }
+            ResBody::CreateSession(r) => {
+                e.opaque_fixed(&r.sessionid)?;
+                e.u32(r.sequence)?;
+                e.u32(r.flags)?;
+                r.fore.encode(e)?;
+                r.back.encode(e)
+            }
+            ResBody::Sequence(r) => {
+                e.opaque_fixed(&r.sessionid)?;
+                for v in [
+                    r.sequenceid,
+                    r.slotid,
+                    r.highest_slotid,
+                    r.target_highest_slotid,
+                    r.status_flags,
+                ] {
+                    e.u32(v)?;
+                }
+                Ok(())
+            }
+            ResBody::GetFh(fh) => e.opaque(fh),
+            ResBody::Getattr(f) => f.encode(e),
+            ResBody::Open(r) => {
+                r.stateid.encode(e)?;
+                r.cinfo.encode(e)?;
+                e.u32(r.rflags)?;
+                r.attrset.encode(e)?;
+                r.delegation.encode(e)
+            }
+            ResBody::Read(eof, data) => {
+                e.bool(*eof)?;
+                e.opaque_ddp(data)
+            }
+            ResBody::Write(count, committed, verf) => {
+                e.u32(*count)?;
+                e.u32(*committed)?;
+                e.opaque_fixed(verf)
+            }
+            ResBody::Commit(verf) => e.opaque_fixed(verf),
+            ResBody::Close(s) => s.encode(e),
+            ResBody::Readdir(r) => {
+                e.opaque_fixed(&r.cookieverf)?;
+                for d in &r.entries {
+                    e.optional(true)?;
+                    e.u64(d.cookie)?;
+                    e.string(d.name)?;
+                    d.attrs.encode(e)?;
+                }
+                e.optional(false)?;
+                e.bool(r.eof)
+            }
+            ResBody::Remove(ci) => ci.encode(e),
+        }
+    }
+
+    fn decode(c: &mut DdpCursor<'d>) -> Result<Self, DdpDecodeError> {
+        let op = c.u32()?;
+        let status = Nfsstat4(c.u32()?);
+        let known = matches!(
+            op,
+            ops::EXCHANGE_ID
+                | ops::CREATE_SESSION
+                | ops::SEQUENCE
+                | ops::RECLAIM_COMPLETE
+                | ops::PUTROOTFH
+                | ops::PUTFH
+                | ops::GETFH
+                | ops::LOOKUP
+                | ops::GETATTR
+                | ops::OPEN
+                | ops::READ
+                | ops::WRITE
+                | ops::COMMIT
+                | ops::CLOSE
+                | ops::READDIR
+                | ops::REMOVE
+                | ops::DESTROY_SESSION
+                | ops::DESTROY_CLIENTID
+                | ops::ILLEGAL
+        );
+        if !known {
+            return Err(invalid(
+                c,
+                "result of an operation this codec does not know",
+            ));
+        }
+        if !status.is_ok() {
+            if op == ops::READ {
+                c.skip_ddp()?;
+            }
+            return Ok(ResOp {
+                op,
+                status,
+                body: ResBody::None,
+            });
+        }
+        let body = match op {
+            ops::EXCHANGE_ID => {
+                let clientid = c.u64()?;
+                let sequenceid = c.u32()?;
+                let flags = c.u32()?;
+                if c.u32()? != SP4_NONE {
+                    return Err(invalid(c, "state protection other than SP4_NONE"));
+                }
+                ResBody::ExchangeId(ExchangeIdRes {
+                    clientid,
+                    sequenceid,
+                    flags,
+                    server_minor_id: c.u64()?,
+                    server_major_id: c.opaque(OPAQUE_LIMIT)?,
+                    server_scope: c.opaque(OPAQUE_LIMIT)?,
+                    impl_id: match c.count(1)? {
+                        1 => Some(ImplId::decode(c)?),
+                        _ => None,
+                    },
+                })
+            }
+            ops::CREATE_SESSION => ResBody::CreateSession(CreateSessionRes {
+                sessionid: sessionid(c)?,
+                sequence: c.u32()?,
+                flags: c.u32()?,
+                fore: ChannelAttrs4::decode(c)?,
+                back: ChannelAttrs4::decode(c)?,
+            }),
+            ops::SEQUENCE => ResBody::Sequence(SequenceRes {
+                sessionid: sessionid(c)?,
+                sequenceid: c.u32()?,
+                slotid: c.u32()?,
+                highest_slotid: c.u32()?,
+                target_highest_slotid: c.u32()?,
+                status_flags: c.u32()?,
+            }),
+            ops::GETFH => ResBody::GetFh(c.opaque(FHSIZE)?),
+            ops::GETATTR => ResBody::Getattr(Fattr4::decode(c)?),
+            ops::OPEN => ResBody::Open(OpenRes {
+                stateid: Stateid4::decode(c)?,
+                cinfo: ChangeInfo4::decode(c)?,
+                rflags: c.u32()?,
+                attrset: Bitmap4::decode(c)?,
+                delegation: OpenDelegation::decode(c)?,
+            }),
+            ops::READ => {
+                let eof = c.bool()?;
+                ResBody::Read(eof, c.opaque_ddp(u32::MAX)?)
+            }
+            ops::WRITE => ResBody::Write(c.u32()?, c.u32()?, verifier(c)?),
+            ops::COMMIT => ResBody::Commit(verifier(c)?),
+            ops::CLOSE => ResBody::Close(Stateid4::decode(c)?),
+            ops::READDIR => {
+                let cookieverf = verifier(c)?;
+                let mut entries = Vec::new();
+                while c.optional()? {
+                    if entries.len() == MAX_DIR_ENTRIES {
+                        return Err(invalid(c, "more READDIR entries than this client takes"));
+                    }
+                    entries.push(DirEntry {
+                        cookie: c.u64()?,
+                        name: c.string(NAME_LIMIT)?,
+                        attrs: Fattr4::decode(c)?,
+                    });
+                }
+                ResBody::Readdir(ReaddirRes {
+                    cookieverf,
+                    entries,
+                    eof: c.bool()?,
+                })
+            }
+            ops::REMOVE => ResBody::Remove(ChangeInfo4::decode(c)?),
+            _ => ResBody::None,
+        };
+        Ok(ResOp { op, status, body })
+    }
+}
+
+/// COMPOUND4res.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompoundRes<'d> {
+    /// `status`: that of the last operation evaluated.
+    pub status: Nfsstat4,
+    /// `tag`.
+    pub tag: &'d [u8],
+    /// `resarray`: up to and including the first failing operation.
+    pub results: Vec<ResOp<'d>>,
+}
+
+impl<'d> XdrCodec<'d> for CompoundRes<'d> {
+    fn encode(&self, e: &mut DdpEncoder<'_, 'd>) -> Result<(), DdpEncodeError> {
+        e.u32(self.status.0)?;
+        e.string(self.tag)?;
+        e.u32(self.results.len() as u32)?;
+        for r in &self.results {
+            r.encode(e)?;
+        }
+        Ok(())
+    }
+    fn decode(c: &mut DdpCursor<'d>) -> Result<Self, DdpDecodeError> {
+        let status = Nfsstat4(c.u32()?);
+        let tag = c.string(NAME_LIMIT)?;
+        let n = c.count(MAX_OPS)?;
+        let mut results = Vec::with_capacity(n as usize);
+        for _ in 0..n {
+            results.push(ResOp::decode(c)?);
+        }
+        Ok(CompoundRes {
+            status,
+            tag,
+            results,
+        })
+    }
+}
