@@ -4,6 +4,7 @@
 #[path = "../nfs_support/mod.rs"]
 mod nfs_support;
 
+mod nfs41_client;
 mod nfs_e2e;
 mod nfs_hostfs;
 mod nfs_tcp;
