@@ -1,5 +1,6 @@
-//! NFSv3 and MOUNT: codecs, the host-directory backend, RPC over TCP and NFS over
-//! RPC-over-RDMA end to end. One test binary, one module per former file.
+//! NFS: NFSv3 and MOUNT codecs, the host-directory backend, RPC over TCP, NFS over
+//! RPC-over-RDMA end to end, and the NFSv4.1 client. One test binary, one module per
+//! former file.
 
 #[path = "../nfs_support/mod.rs"]
 mod nfs_support;
