@@ -16,27 +16,30 @@ ROOT=$(cd "$HERE/../.." && pwd)
 . "$HERE/lib.sh"
 
 cd "$ROOT" || exit 4
-# The executable's path comes from cargo's JSON messages; nothing else names it reliably.
-BIN=$(cargo test -p rpcrdma --features verbs --test fabric_verbs_conformance --no-run \
+# Everything that needs a device is one test binary (engine/tests/verbs/): the fabric
+# conformance suite (module fabric_verbs_conformance) and the engine over verbs (modules
+# engine_verbs, engine_verbs_*). The guest runs it once per device and module, each run
+# filtered to one module. The executable's path comes from cargo's JSON messages;
+# nothing else names it reliably.
+BIN=$(cargo test -p rpcrdma --features verbs --test verbs --no-run \
         --message-format=json 2>"$LAB/verbs-build.log" |
-      sed -n 's/.*"executable":"\([^"]*fabric_verbs_conformance[^"]*\)".*/\1/p' | tail -n 1)
+      sed -n 's/.*"executable":"\([^"]*\/verbs-[0-9a-f]*\)".*/\1/p' | tail -n 1)
 if [ -z "$BIN" ] || [ ! -x "$BIN" ]; then
   tail -n 40 "$LAB/verbs-build.log"
-  echo "verbs: host build of fabric_verbs_conformance failed (log: $LAB/verbs-build.log)"
+  echo "verbs: host build of the verbs test binary failed (log: $LAB/verbs-build.log)"
   exit 5
 fi
 echo "verbs: test binary $BIN"
-# The engine over verbs: engine_verbs (verbs-specific) and the generic e2e tests.
-ENGINE_TESTS=(engine_verbs engine_verbs_inline engine_verbs_chunks engine_verbs_errors
-              engine_verbs_credits engine_verbs_disconnect)
-ENGINE_BINS=$(cargo test -p rpcrdma --features verbs "${ENGINE_TESTS[@]/#/--test=}" --no-run \
-                --message-format=json 2>"$LAB/verbs-engine-build.log" |
-              sed -n 's/.*"executable":"\([^"]*engine_verbs[^"]*\)".*/\1/p' | tr '\n' ' ')
-if [ "$(wc -w <<< "$ENGINE_BINS")" != "${#ENGINE_TESTS[@]}" ]; then
-  tail -n 40 "$LAB/verbs-engine-build.log"
-  echo "verbs: host build of the engine_verbs* tests failed (log: $LAB/verbs-engine-build.log)"
-  exit 5
-fi
+# The engine over verbs: engine_verbs (verbs-specific) and the generic e2e tests, one
+# module (and one run and log per device) each.
+ENGINE_MODULES=(engine_verbs engine_verbs_inline engine_verbs_chunks engine_verbs_errors
+                engine_verbs_credits engine_verbs_disconnect)
+for m in "${ENGINE_MODULES[@]}"; do
+  if ! "$BIN" --list 2>/dev/null | grep -q "^$m::.*: test$"; then
+    echo "verbs: the verbs test binary has no tests in module $m (update ENGINE_MODULES in $0)"
+    exit 5
+  fi
+done
 
 # rpcrdma-perf with the verbs provider, for the latency rows beside ib_send_lat.
 if ! cargo build -q --release -p rpcrdma-perf --features verbs 2>"$LAB/verbs-perf-build.log"; then
@@ -58,14 +61,15 @@ QOPT=(-q); [ -n "${LAB_VERBOSE:-}" ] && QOPT=()
 "$HERE/run.sh" "${QOPT[@]}" -t 900 -o "$RUN" \
   -e VERBS_TEST_ARGS="${VERBS_TEST_ARGS:---test-threads=1}" \
   -e VERBS_TIMEOUT="${VERBS_TIMEOUT:-400}" \
-  -e ENGINE_BINS="$ENGINE_BINS" \
+  -e ENGINE_MODULES="${ENGINE_MODULES[*]}" \
   -e PERF_BIN="$PERF_BIN" \
   "$HERE/guest/verbs-conformance.sh" "$BIN" "$@"
 RC=$?
 [ -f "$RUN/guest.log" ] && grep -E '^==> |LAB_METRIC' "$RUN/guest.log"
 [ "$RC" = 0 ] || { echo "verbs: the lab run failed (run.sh exit $RC, $RUN)"; exit "$RC"; }
 
-# judge DEVICE: compares the device's per-test outcomes with KNOWN.
+# judge DEVICE: compares the device's per-test outcomes with KNOWN. Entries: DEVICE
+# must|may TEST REASON, TEST the full name (fabric_verbs_conformance::RULE).
 BAD=0
 judge() {
   local dev=$1 log=$RUN/verbs-$1.log name outcome entry mode reason
@@ -91,8 +95,9 @@ judge() {
   grep -E '^test result:' "$log" | tail -n 1 |
     sed -E "s/.* ([0-9]+) passed; ([0-9]+) failed.*/verbs: $dev: \1 rules passed, \2 failed (listed above)/"
 }
-# The engine over verbs, judged the same way. Entries: DEVICE must|may BINARY:TEST-GLOB
-# REASON. "BUG" reasons are open defects found by this step and reported to the lead.
+# The engine over verbs, judged the same way. Entries: DEVICE must|may MODULE:TEST-GLOB
+# REASON, TEST the full name, so MODULE:MODULE::generic::verbs::NAME for the generic
+# tests. "BUG" reasons are open defects found by this step and reported to the lead.
 ENGINE_KNOWN=(
 )
 judge_engine() {
@@ -111,7 +116,7 @@ judge_engine() {
         ok:|ok:may) ;;
         ok:must) echo "verbs: $dev: $bin $name PASSED but is listed as known; update ENGINE_KNOWN in $0"; BAD=1 ;;
         FAILED:) echo "verbs: $dev: engine $bin $name FAILED (not a known limitation)"; BAD=1 ;;
-        # A whole binary listed (BINARY:*) is summarised once, below.
+        # A whole module listed (MODULE:*) is summarised once, below.
         FAILED:*) [[ $pat == *:\* ]] || echo "verbs: $dev: known, $bin $name: $reason" ;;
       esac
     done < <(sed -n 's/^test \([a-z_0-9:]*\) \.\.\. \(ok\|FAILED\)$/\1 \2/p' "$log")

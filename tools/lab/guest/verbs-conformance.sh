@@ -1,8 +1,11 @@
 # shellcheck shell=bash
-# guest: runs the fabric conformance suite's verbs instantiation (a test binary built on
-# the host) once per device, each while it is the only RDMA device on eth0 (rdma_cm
-# would route every connection over the first device owning the address otherwise).
+# guest: runs the fabric conformance suite's verbs instantiation (module
+# fabric_verbs_conformance of the verbs test binary, built on the host) once per device,
+# each while it is the only RDMA device on eth0 (rdma_cm would route every connection
+# over the first device owning the address otherwise), then the engine modules of the
+# same binary on that device (verbs-engine.sh).
 #   usage: verbs-conformance.sh BINARY [DEVICE...]   (devices: rxe0, siw0; default both)
+# env: ENGINE_MODULES  space-separated engine_verbs* modules of BINARY for verbs-engine.sh
 # Extra arguments for the test binary go in VERBS_TEST_ARGS (word-split). Each device's
 # output lands in $LAB_OUT/verbs-DEVICE.log, which the host (tools/lab/verbs.sh) judges
 # test by test. This script fails only when a device cannot be set up or the binary did
@@ -29,9 +32,11 @@ for dev in "${DEVICES[@]}"; do
   rdma link add "$dev" type "$type" netdev eth0 || fail "rdma link add $dev"
   wait_for 30 "$dev port active" port_active "$dev"
   log=${LAB_OUT:-/tmp}/verbs-$dev.log
+  # The conformance module only: the engine modules (engine_verbs*) run below, each in
+  # a process of its own.
   # shellcheck disable=SC2086  # VERBS_TEST_ARGS is a word list on purpose
   RPCRDMA_VERBS_DEV=$dev RPCRDMA_VERBS_IP=$LAB_GUEST_IP timeout "${VERBS_TIMEOUT:-400}" \
-    "$BIN" ${VERBS_TEST_ARGS:-} > "$log" 2>&1
+    "$BIN" ${VERBS_TEST_ARGS:-} --skip engine_verbs > "$log" 2>&1
   rc=$?
   cat "$log"
   # Counts only: a verbatim libtest summary line would read as this CI run's own result.
@@ -39,8 +44,8 @@ for dev in "${DEVICES[@]}"; do
   echo "LAB_METRIC verbs_conformance dev=$dev rc=$rc ${summary:-no-summary}"
   [ "$rc" = 0 ] || [ "$rc" = 101 ] || FAILED+=("$dev")
   # The engine over verbs on the same device, in the same boot.
-  if [ -n "${ENGINE_BINS:-}${PERF_BIN:-}" ]; then
-    bash "$(dirname "$0")/verbs-engine.sh" "$dev" || FAILED+=("$dev(engine)")
+  if [ -n "${ENGINE_MODULES:-}${PERF_BIN:-}" ]; then
+    bash "$(dirname "$0")/verbs-engine.sh" "$dev" "$BIN" || FAILED+=("$dev(engine)")
   fi
   rdma link delete "$dev" || fail "rdma link delete $dev"
 done

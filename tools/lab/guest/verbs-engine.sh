@@ -1,25 +1,32 @@
 # shellcheck shell=bash
 # guest: the RPC engine over the verbs provider on one device that is already alone on
 # eth0 (called by verbs-conformance.sh after its conformance run on that device).
-#   usage: verbs-engine.sh DEVICE
-# env: ENGINE_BINS  space-separated engine_verbs* test binaries (built on the host)
+#   usage: verbs-engine.sh DEVICE [BINARY]
+# env: ENGINE_MODULES  space-separated engine_verbs* modules of BINARY (the verbs test
+#                      binary built on the host), each run in a process of its own
 #      VERBS_TEST_ARGS, VERBS_TIMEOUT as for verbs-conformance.sh
-# Each binary's output lands in $LAB_OUT/engine-DEVICE-NAME.log, judged test by test on
-# the host (tools/lab/verbs.sh). Fails only when a binary did not finish (crash, timeout).
+# Each module's output lands in $LAB_OUT/engine-DEVICE-MODULE.log, judged test by test on
+# the host (tools/lab/verbs.sh). Fails only when a run did not finish (crash, timeout).
 set -uo pipefail
 . "$(dirname "$0")/common.sh"
-DEV=${1:?usage: verbs-engine.sh DEVICE}
+DEV=${1:?usage: verbs-engine.sh DEVICE [BINARY]}
+BIN=${2:-}
 SKIP=()
 # iwarp_* tests pair the kernel device with our userspace iWARP provider.
 case $DEV in rxe*) SKIP=(--skip iwarp_) ;; esac
-for bin in ${ENGINE_BINS:-}; do
-  [ -x "$bin" ] || fail "test binary $bin missing (build it on the host first)"
-  name=$(basename "$bin"); name=${name%-*}
+# shellcheck disable=SC2206  # a word list on purpose
+MODULES=(${ENGINE_MODULES:-})
+[ ${#MODULES[@]} = 0 ] || [ -x "$BIN" ] || fail "test binary '$BIN' missing (build it on the host first)"
+for name in "${MODULES[@]}"; do
+  # One module per run: skip the conformance suite and every other module ("NAME::" is a
+  # prefix of NAME's tests only, never of engine_verbs_inline's when NAME is engine_verbs).
+  only=(--skip fabric_verbs_conformance::)
+  for other in "${MODULES[@]}"; do [ "$other" = "$name" ] || only+=(--skip "$other::"); done
   step "$name on $DEV"
   log=${LAB_OUT:-/tmp}/engine-$DEV-$name.log
   # shellcheck disable=SC2086  # VERBS_TEST_ARGS is a word list on purpose
   RPCRDMA_VERBS_DEV=$DEV RPCRDMA_VERBS_IP=$LAB_GUEST_IP timeout "${VERBS_TIMEOUT:-400}" \
-    "$bin" ${VERBS_TEST_ARGS:-} "${SKIP[@]}" > "$log" 2>&1
+    "$BIN" ${VERBS_TEST_ARGS:-} "${SKIP[@]}" "${only[@]}" > "$log" 2>&1
   rc=$?
   cat "$log"
   summary=$(grep -E '^test result:' "$log" | tail -n 1 | sed -E 's/.* ([0-9]+) passed; ([0-9]+) failed.*/passed=\1 failed=\2/')

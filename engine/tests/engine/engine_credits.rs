@@ -1,0 +1,155 @@
+//! End to end over shm, sim and siw: credits. A requester never has more calls out than
+//! granted (one until the first reply), extra calls wait in order and none is lost;
+//! the responder's grant moves with its policy.
+
+use crate::engine_support;
+
+use engine_support::*;
+use std::time::Duration;
+
+use rpcrdma::core::{CloseReason, ConnEvent};
+use rpcrdma::requester::{CallRequest, CallStatus, TransportError};
+
+fn more_calls_than_credits_queue_in_order<N: Net>(net: N) {
+    let client = test_config();
+    let mut server = test_config();
+    server.credits = 2;
+    let mut p = pair(&net, &client, &server);
+    const CALLS: u64 = 24;
+    for tag in 0..CALLS {
+        let data = pattern(100 + tag as usize, tag as u8);
+        let req = CallRequest::new(msg(&p, PROC_ECHO, &opaque(&data)), 512);
+        p.requester.submit(req, tag).expect("accepted (queued)");
+    }
+    assert!(p.requester.queued() > 0);
+    let mut outcomes = Vec::new();
+    let mut max_in_flight = 0;
+    let mut max_granted = 0;
+    let done = p.run_until(DEADLINE, |p| {
+        let c = p.requester.credits().snapshot();
+        assert!(c.in_flight <= c.granted, "{c:?}");
+        max_in_flight = max_in_flight.max(c.in_flight);
+        max_granted = max_granted.max(c.granted);
+        while let Some(o) = p.next_outcome() {
+            outcomes.push(o);
+        }
+        outcomes.len() as u64 == CALLS
+    });
+    assert!(done, "{} of {CALLS} outcomes", outcomes.len());
+    assert_eq!(max_granted, 2, "the responder granted 2");
+    assert!(max_in_flight <= 2);
+    outcomes.sort_by_key(|o| o.tag);
+    for (i, o) in outcomes.iter().enumerate() {
+        assert_eq!(o.tag, i as u64, "exactly one outcome per call");
+        assert_eq!(o.status, CallStatus::Success);
+        assert_eq!(results(o), &opaque(&pattern(100 + i, i as u8))[..]);
+    }
+    // Started in submission order: an XID is a sequence number above the slot bits (4
+    // for 8 credits plus the probe slot), one step per call started.
+    let seqs: Vec<u32> = outcomes.iter().map(|o| o.xid >> 4).collect();
+    assert!(
+        seqs.windows(2)
+            .all(|w| w[1].wrapping_sub(w[0]) & 0x0fff_ffff == 1),
+        "{seqs:?}"
+    );
+    assert!(p.requester.stats().queued > 0);
+}
+
+fn grant_follows_the_responder_policy<N: Net>(net: N) {
+    let client = test_config();
+    let mut server = test_config();
+    server.credits = 6;
+    let mut p = pair(&net, &client, &server);
+    let null = |p: &mut rpcrdma::conn::Pair<N::P, TestService>| {
+        let req = CallRequest::new(msg(p, PROC_NULL, &[]), 256);
+        assert_eq!(call(p, req).status, CallStatus::Success);
+    };
+    null(&mut p);
+    assert_eq!(p.requester.credits().granted(), 6);
+    p.responder().expect("responder").policy().set_target(2);
+    null(&mut p);
+    assert_eq!(p.requester.credits().granted(), 2, "adjusted down");
+    p.responder().expect("responder").policy().set_target(5);
+    null(&mut p);
+    assert_eq!(p.requester.credits().granted(), 5, "and up again");
+}
+
+/// Calls the responder drops (`no_reply`) time out holding their credits; once they
+/// held them past `credit_reclaim` the connection is declared broken with a typed
+/// reason, so a call queued behind them gets its outcome instead of waiting forever
+/// (while the keepalive probe, on its reserved credit, would keep the peer alive).
+fn credits_held_by_dropped_calls_end_the_connection<N: Net>(net: N) {
+    let mut client = test_config();
+    client.call_timeout = Duration::from_millis(100);
+    client.credit_reclaim = Some(Duration::from_millis(300));
+    client.keepalive = Some(Duration::from_millis(50));
+    let mut server = test_config();
+    server.credits = 3;
+    let mut p = pair(&net, &client, &server);
+    // The first reply grants 3: two for calls, one kept back for the probe.
+    let null = CallRequest::new(msg(&p, PROC_NULL, &[]), 256);
+    assert_eq!(call(&mut p, null).status, CallStatus::Success);
+    assert_eq!(p.requester.credits().available(), 2);
+    for tag in 0..2 {
+        let req = CallRequest::new(msg(&p, PROC_DROP, &[]), 256);
+        p.requester.submit(req, tag).expect("accepted");
+    }
+    let mut timed_out = 0;
+    assert!(
+        p.run_until(DEADLINE, |p| {
+            while let Some(o) = p.next_outcome() {
+                assert_eq!(o.status, CallStatus::Timeout, "dropped call {}", o.tag);
+                timed_out += 1;
+            }
+            timed_out == 2
+        }),
+        "both dropped calls time out"
+    );
+    assert_eq!(p.requester.stats().timed_out_holding_credit, 2);
+    assert_eq!(
+        p.requester.credits().available(),
+        0,
+        "their credits are held"
+    );
+    // A call that needs a credit now waits behind them.
+    let queued = CallRequest::new(msg(&p, PROC_NULL, &[]), 256).with_timeout(DEADLINE * 10);
+    p.requester.submit(queued, 99).expect("accepted (queued)");
+    let mut reason = None;
+    let mut outcome = None;
+    let done = p.run_until(DEADLINE, |p| {
+        while let Some(ev) = p.requester.poll_event() {
+            if let ConnEvent::Closed(r) = ev {
+                reason = Some(r);
+            }
+        }
+        if let Some(o) = p.next_outcome() {
+            outcome = Some(o);
+        }
+        outcome.is_some() && reason.is_some()
+    });
+    assert!(
+        done,
+        "queued call outcome {outcome:?}, close reason {reason:?}"
+    );
+    let o = outcome.expect("outcome");
+    assert_eq!(o.tag, 99);
+    assert_eq!(
+        o.status,
+        CallStatus::Transport(TransportError::Disconnected)
+    );
+    assert_eq!(reason, Some(CloseReason::CreditsLost { held: 2 }));
+    let st = p.requester.stats();
+    assert_eq!(
+        (st.credits_lost, st.credit_loss_disconnects),
+        (2, 1),
+        "{st:?}"
+    );
+    assert_eq!(st.timed_out_holding_credit, 0, "all released at close");
+    assert_eq!(p.responder().map_or(2, |r| r.stats().no_reply), 2);
+}
+
+per_provider!(
+    more_calls_than_credits_queue_in_order,
+    grant_follows_the_responder_policy,
+    credits_held_by_dropped_calls_end_the_connection,
+);

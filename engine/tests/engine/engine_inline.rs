@@ -1,0 +1,119 @@
+//! End to end over shm, sim and siw: short calls and replies sent inline (RDMA_MSG both
+//! ways), RPC-level errors, and the private-data negotiation.
+
+use crate::engine_support;
+
+use engine_support::*;
+use rpcrdma::core::ConnState;
+use rpcrdma::fabric::Provider;
+use rpcrdma::requester::{CallRequest, CallStatus, RpcReplyError};
+
+fn null_call_round_trips<N: Net>(net: N) {
+    let cfg = test_config();
+    let mut p = pair(&net, &cfg, &cfg);
+    let req = CallRequest::new(msg(&p, PROC_NULL, &[]), 256);
+    let o = call(&mut p, req);
+    assert_eq!(o.status, CallStatus::Success);
+    let r = o.reply.as_ref().expect("reply");
+    assert_eq!(r.len(), REPLY_HDR);
+    assert_eq!(word(r.bytes(), 0), o.xid, "reply carries the call's XID");
+    let st = p.requester.stats();
+    assert_eq!((st.calls_sent, st.long_calls, st.reply_chunks), (1, 0, 0));
+    assert_eq!(p.responder().expect("responder").stats().inline_replies, 1);
+}
+
+fn caller_chosen_xids_cross_the_wire<N: Net>(net: N) {
+    let cfg = test_config();
+    let mut p = pair(&net, &cfg, &cfg);
+    // Counting up from a start whose low bits are those of engine XIDs of slot 0, with
+    // engine-assigned calls in between.
+    for (i, x) in (0xFEED_0000u32..0xFEED_0004).enumerate() {
+        let data = pattern(100 + i, i as u8);
+        let req = CallRequest::new(msg(&p, PROC_ECHO, &opaque(&data)), 4000).with_xid(x);
+        let o = call(&mut p, req);
+        assert_eq!((o.status, o.xid), (CallStatus::Success, x));
+        let r = o.reply.as_ref().expect("reply");
+        assert_eq!(
+            word(r.bytes(), 0),
+            x,
+            "the responder answered the caller's XID"
+        );
+        assert_eq!(results(&o), &opaque(&data)[..]);
+        let null = CallRequest::new(msg(&p, PROC_NULL, &[]), 256);
+        let o = call(&mut p, null);
+        assert_eq!(o.status, CallStatus::Success);
+        assert_ne!(o.xid, x);
+    }
+}
+
+fn echo_is_exact_for_many_sizes<N: Net>(net: N) {
+    let cfg = test_config();
+    let mut p = pair(&net, &cfg, &cfg);
+    for (i, n) in [0usize, 1, 2, 3, 4, 5, 100, 1000, 3000]
+        .into_iter()
+        .enumerate()
+    {
+        let data = pattern(n, i as u8);
+        let req = CallRequest::new(msg(&p, PROC_ECHO, &opaque(&data)), 4000);
+        let o = call(&mut p, req);
+        assert_eq!(o.status, CallStatus::Success, "size {n}");
+        assert_eq!(results(&o), &opaque(&data)[..], "size {n}");
+    }
+    let st = p.requester.stats();
+    assert_eq!(st.calls_sent, 9);
+    assert_eq!(st.long_calls, 0, "all fit the 4 KiB threshold");
+}
+
+fn service_errors_become_rpc_errors<N: Net>(net: N) {
+    let cfg = test_config();
+    let mut p = pair(&net, &cfg, &cfg);
+    let req = CallRequest::new(msg(&p, PROC_GARBAGE, &[]), 256);
+    let o = call(&mut p, req);
+    assert_eq!(
+        o.status,
+        CallStatus::RpcError(RpcReplyError::Accepted(4)),
+        "GARBAGE_ARGS"
+    );
+    let req = CallRequest::new(msg(&p, 77, &[]), 256);
+    let o = call(&mut p, req);
+    assert_eq!(o.status, CallStatus::RpcError(RpcReplyError::Accepted(3)));
+    // The connection is unaffected.
+    let req = CallRequest::new(msg(&p, PROC_NULL, &[]), 256);
+    let o = call(&mut p, req);
+    assert_eq!(o.status, CallStatus::Success);
+    assert_eq!(p.requester.state(), ConnState::Established);
+}
+
+fn thresholds_come_from_private_data<N: Net>(net: N) {
+    let client = ConnConfigExt::with_inline(test_config(), 8192, 2048, true);
+    let server = ConnConfigExt::with_inline(test_config(), 4096, 16384, false);
+    let p = pair(&net, &client, &server);
+    let th = p.requester.thresholds();
+    // Client sends min(8192, server recv 16384); receives min(server send 4096, 2048).
+    assert_eq!((th.send, th.recv), (8192, 2048));
+    assert!(!th.remote_invalidate, "the server did not set R");
+    let _ = <N::P as Provider>::NAME;
+}
+
+/// Builder shorthand for the tests.
+trait ConnConfigExt {
+    fn with_inline(self, send: u32, recv: u32, ri: bool) -> Self;
+}
+
+impl ConnConfigExt for rpcrdma::core::ConnConfig {
+    fn with_inline(mut self, send: u32, recv: u32, ri: bool) -> Self {
+        self.inline_send = send;
+        self.inline_recv = recv;
+        self.remote_invalidate = ri;
+        self.large_buf_size = self.large_buf_size.max(send).max(recv);
+        self
+    }
+}
+
+per_provider!(
+    null_call_round_trips,
+    caller_chosen_xids_cross_the_wire,
+    echo_is_exact_for_many_sizes,
+    service_errors_become_rpc_errors,
+    thresholds_come_from_private_data,
+);

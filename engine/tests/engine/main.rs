@@ -1,0 +1,23 @@
+//! The engine (protocol core, drivers, server, poller tasks) end to end over shm, sim and
+//! siw (`per_provider!`), and the cores driven by hand. One test binary, one module per
+//! former file, e.g. `cargo test -p rpcrdma --test engine chunks`.
+//!
+//! Not here: `engine_alloc` (a counting global allocator, a binary of its own) and the
+//! same tests over the verbs provider (`tests/verbs`, lab only).
+
+#[path = "../engine_support/mod.rs"]
+#[macro_use]
+mod engine_support;
+
+mod engine_chunks;
+mod engine_core;
+mod engine_credits;
+mod engine_disconnect;
+mod engine_errors;
+mod engine_inline;
+mod engine_poller;
+mod engine_registration;
+mod engine_server_limits;
+mod engine_service_api;
+mod engine_sim_random;
+mod engine_swi_unreported;
