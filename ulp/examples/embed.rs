@@ -5,7 +5,7 @@
 //! `Pair` drives both ends from this one thread, which keeps the example short. An
 //! appliance instead runs `rpcrdma::conn::task::{ServerTask, RequesterTask}` on pinned
 //! pollers and calls through `Client` from application threads
-//! (see engine/tests/engine_poller.rs).
+//! (see engine/tests/engine/engine_poller.rs).
 
 use std::error::Error;
 use std::time::Duration;

@@ -26,7 +26,7 @@
 //! `aa 36 91 8a`) and the order Linux siw produces (`siw_crc_final` stores
 //! `cpu_to_le32(~crc)`). Wireshark 4.0 agrees: its `iwarp_mpa` dissector reports
 //! "Good CRC32" for this layout and "Bad CRC32" for the big-endian one (checked by
-//! `engine/tests/iwarp_tshark.rs`). Wireshark displays the field as the big-endian
+//! `engine/tests/iwarp/iwarp_tshark.rs`). Wireshark displays the field as the big-endian
 //! reading of those four octets, i.e. `value.swap_bytes()`.
 
 use core::fmt;
