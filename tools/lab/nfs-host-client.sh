@@ -12,8 +12,9 @@
 # the wrong place and reports "crc error", and qemu's user networking behind the hostfwd
 # re-segments the stream so that happens under pipelining; (2) a Read Response the
 # kernel queued for our zero-length confirmation Read keeps the previous work request's
-# length and key, so it carries stray octets (bad CRC) or an invalid STag. The in-guest
-# steps (nfs-client.sh, verbs provider) run the benches against the same nfsd.
+# length and key, so it carries stray octets (bad CRC) or an invalid STag. The client
+# runs with --siw-no-confirm, so (2) cannot happen; (1) remains for pipelined traffic.
+# The in-guest steps (nfs-client.sh, verbs provider) run the benches against that nfsd.
 # exit: 0 pass, 1 failed (named), 2-4 as run.sh, 5 host build failed.
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -54,8 +55,8 @@ else
   nfs() {
     local v=$1; shift
     local extra=(); [ "$v" = 3 ] && extra=(--mount-port "$MPORT")
-    timeout 180 "$BIN" nfs --vers "$v" --provider siw --addr "127.0.0.1:$NPORT" --export /export \
-      "${extra[@]}" "$@"
+    timeout 180 "$BIN" nfs --vers "$v" --provider siw --siw-no-confirm --addr "127.0.0.1:$NPORT" \
+      --export /export "${extra[@]}" "$@"
   }
   for v in 4.1 3; do
     echo "nfs-host-client: NFSv$v"

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use rpcrdma::core::ConnConfig;
 use rpcrdma::fabric::shm::{ShmDevice, ShmProvider};
-use rpcrdma::fabric::siw::{SiwDevice, SiwProvider};
+use rpcrdma::fabric::siw::{SiwConfig, SiwDevice, SiwProvider};
 use rpcrdma::fabric::Provider;
 use rpcrdma_ulp::nfs::client::{getport, mount, Nfs3Client, NfsClientError};
 use rpcrdma_ulp::nfs::mount::{MOUNT_PROGRAM, MOUNT_V3};
@@ -95,8 +95,19 @@ pub struct NfsClientOpts {
     pub export: String,
     /// Connect and per-call timeout.
     pub timeout: Duration,
+    /// siw: confirm Sends and Writes with zero-length Reads (`SiwConfig::confirm_completions`).
+    pub siw_confirm: bool,
     /// The operation.
     pub op: NfsOp,
+}
+
+/// The siw device, with the confirmation Reads `o` asks for.
+fn siw_device(o: &NfsClientOpts) -> Result<SiwDevice, CliError> {
+    SiwDevice::with_config(SiwConfig {
+        confirm_completions: o.siw_confirm,
+        ..SiwConfig::default()
+    })
+    .map_err(|e| CliError::Serve(format!("siw: {e}")))
 }
 
 fn nfs_err(e: NfsClientError) -> CliError {
@@ -109,7 +120,7 @@ pub fn run(ep: &Endpoint, o: &NfsClientOpts) -> Result<(), CliError> {
         return match ep {
             Endpoint::Shm(a) => op4::<ShmProvider>(&ShmDevice::new(), a, o),
             Endpoint::Siw(a) => {
-                let dev = SiwDevice::new().map_err(|e| CliError::Serve(format!("siw: {e}")))?;
+                let dev = siw_device(o)?;
                 op4::<SiwProvider>(&dev, a, o)
             }
             #[cfg(feature = "verbs")]
@@ -135,7 +146,7 @@ pub fn run(ep: &Endpoint, o: &NfsClientOpts) -> Result<(), CliError> {
     match ep {
         Endpoint::Shm(a) => op::<ShmProvider>(&ShmDevice::new(), a, root, o),
         Endpoint::Siw(a) => {
-            let dev = SiwDevice::new().map_err(|e| CliError::Serve(format!("siw: {e}")))?;
+            let dev = siw_device(o)?;
             op::<SiwProvider>(&dev, a, root, o)
         }
         #[cfg(feature = "verbs")]

@@ -580,3 +580,76 @@ fn nfs_client_keeps_its_xids_and_recovers_from_a_reply_that_did_not_fit() {
     drop(c);
     drop(g);
 }
+
+/// `rpcrdma nfs --provider siw --siw-no-confirm` (no zero-length confirmation Reads, as
+/// Linux siw peers need) against `rpcrdma serve --nfs --provider siw`: put, ls and get
+/// of a file that takes several WRITEs and READs.
+#[test]
+fn nfs_client_over_siw_without_confirmation_reads() {
+    let dir = std::env::temp_dir().join(format!("rpcrdma-nfs-siw-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let addr = format!("127.0.0.1:{port}");
+    let child = Command::new(env!("CARGO_BIN_EXE_rpcrdma"))
+        .args(["serve", "--provider", "siw", "--addr", &addr])
+        .arg("--nfs")
+        .arg(&dir)
+        .args(["--mount-port", "0", "--duration", "60"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn rpcrdma serve");
+    let mut g = Guard {
+        child,
+        dir: dir.clone(),
+        sock: dir.with_extension("none"),
+    };
+    let mut out = BufReader::new(g.child.stdout.take().unwrap());
+    let mut line = String::new();
+    let mount_at = loop {
+        line.clear();
+        assert!(out.read_line(&mut line).unwrap() > 0, "serve ended early");
+        if line.contains("MOUNT v3 on tcp") {
+            break addr_after(&line, "MOUNT v3 on tcp ");
+        }
+    };
+    let mport = mount_at.port().to_string();
+    let nfs = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_rpcrdma"))
+            .args([
+                "nfs",
+                "--provider",
+                "siw",
+                "--siw-no-confirm",
+                "--addr",
+                &addr,
+            ])
+            .args(["--mount-port", &mport])
+            .args(args)
+            .output()
+            .expect("run rpcrdma nfs")
+    };
+    let data: Vec<u8> = (0..2 * 1024 * 1024 + 999u32)
+        .map(|i| (i.wrapping_mul(2_246_822_519) >> 11) as u8)
+        .collect();
+    let local = dir.with_extension("src");
+    std::fs::write(&local, &data).unwrap();
+    let o = nfs(&["put", local.to_str().unwrap(), "f.bin"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(std::fs::read(dir.join("f.bin")).unwrap(), data);
+    let o = nfs(&["ls"]);
+    assert!(String::from_utf8_lossy(&o.stdout).contains(&format!("{} f.bin", data.len())));
+    let back = dir.with_extension("back");
+    let o = nfs(&["get", "f.bin", back.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        std::fs::read(&back).unwrap() == data,
+        "get returns what put sent"
+    );
+    let _ = std::fs::remove_file(&local);
+    let _ = std::fs::remove_file(&back);
+}
