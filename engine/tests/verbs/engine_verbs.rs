@@ -17,7 +17,7 @@ use rpcrdma::conn::{ConnError, RequesterConn, Server};
 use rpcrdma::core::{ConfigError, ConnConfig, ConnState, RegMode, Registration};
 use rpcrdma::fabric::siw::{SiwDevice, SiwProvider};
 use rpcrdma::fabric::verbs::{list_devices, Transport, VerbsProvider};
-use rpcrdma::fabric::{Device, FabricError};
+use rpcrdma::fabric::Device;
 use rpcrdma::requester::{CallRequest, CallStatus, Outcome};
 
 fn device_info(net: &VerbsNet) -> rpcrdma::fabric::verbs::DeviceInfo {
