@@ -83,6 +83,45 @@ fn addr_after(line: &str, label: &str) -> SocketAddr {
         .unwrap()
 }
 
+/// `rpcrdma serve --provider PROVIDER --addr ADDR --nfs DIR --mount-port 0 EXTRA...
+/// --duration 60`, guarded (killed, `dir` and `sock` removed when dropped), and the
+/// MOUNT address it prints.
+fn spawn_nfs_serve(
+    provider: &str,
+    addr: &std::ffi::OsStr,
+    dir: &std::path::Path,
+    sock: PathBuf,
+    extra: &[&str],
+) -> (Guard, SocketAddr) {
+    let child = Command::new(env!("CARGO_BIN_EXE_rpcrdma"))
+        .args(["serve", "--provider", provider, "--addr"])
+        .arg(addr)
+        .arg("--nfs")
+        .arg(dir)
+        .args(["--mount-port", "0"])
+        .args(extra)
+        .args(["--duration", "60"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn rpcrdma serve");
+    let mut g = Guard {
+        child,
+        dir: dir.to_path_buf(),
+        sock,
+    };
+    let mut out = BufReader::new(g.child.stdout.take().unwrap());
+    let mut line = String::new();
+    let mount_at = loop {
+        line.clear();
+        assert!(out.read_line(&mut line).unwrap() > 0, "serve ended early");
+        if line.contains("MOUNT v3 on tcp") {
+            break addr_after(&line, "MOUNT v3 on tcp ");
+        }
+    };
+    (g, mount_at)
+}
+
 fn call(conn: &mut RequesterConn<ShmProvider>, req: CallRequest) -> Outcome {
     conn.submit(req, 1).expect("submit");
     let end = Instant::now() + DEADLINE;
@@ -377,37 +416,13 @@ fn nfs_client_put_ls_get_against_serve() {
     std::fs::create_dir_all(dir.join("sub")).unwrap();
     let sock = std::env::temp_dir().join(format!("rpcrdma-nfs-cli-{}.sock", std::process::id()));
     let _ = std::fs::remove_file(&sock);
-    let child = Command::new(env!("CARGO_BIN_EXE_rpcrdma"))
-        .args(["serve", "--provider", "shm", "--addr"])
-        .arg(&sock)
-        .arg("--nfs")
-        .arg(&dir)
-        .args([
-            "--mount-port",
-            "0",
-            "--export-path",
-            "/data",
-            "--duration",
-            "60",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn rpcrdma serve");
-    let mut g = Guard {
-        child,
-        dir: dir.clone(),
-        sock: sock.clone(),
-    };
-    let mut out = BufReader::new(g.child.stdout.take().unwrap());
-    let mut line = String::new();
-    let mount_at = loop {
-        line.clear();
-        assert!(out.read_line(&mut line).unwrap() > 0, "serve ended early");
-        if line.contains("MOUNT v3 on tcp") {
-            break addr_after(&line, "MOUNT v3 on tcp ");
-        }
-    };
+    let (_g, mount_at) = spawn_nfs_serve(
+        "shm",
+        sock.as_os_str(),
+        &dir,
+        sock.clone(),
+        &["--export-path", "/data"],
+    );
     let port = mount_at.port().to_string();
     let nfs = |args: &[&str]| {
         Command::new(env!("CARGO_BIN_EXE_rpcrdma"))
@@ -513,30 +528,7 @@ fn nfs_client_keeps_its_xids_and_recovers_from_a_reply_that_did_not_fit() {
     }
     let sock = std::env::temp_dir().join(format!("rpcrdma-nfs-xid-{}.sock", std::process::id()));
     let _ = std::fs::remove_file(&sock);
-    let child = Command::new(env!("CARGO_BIN_EXE_rpcrdma"))
-        .args(["serve", "--provider", "shm", "--addr"])
-        .arg(&sock)
-        .arg("--nfs")
-        .arg(&dir)
-        .args(["--mount-port", "0", "--duration", "60"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn rpcrdma serve");
-    let mut g = Guard {
-        child,
-        dir: dir.clone(),
-        sock: sock.clone(),
-    };
-    let mut out = BufReader::new(g.child.stdout.take().unwrap());
-    let mut line = String::new();
-    let mount_at = loop {
-        line.clear();
-        assert!(out.read_line(&mut line).unwrap() > 0, "serve ended early");
-        if line.contains("MOUNT v3 on tcp") {
-            break addr_after(&line, "MOUNT v3 on tcp ");
-        }
-    };
+    let (g, mount_at) = spawn_nfs_serve("shm", sock.as_os_str(), &dir, sock.clone(), &[]);
     let root = mount(mount_at, "/", DEADLINE).expect("MNT");
     let cfg = ConnConfig {
         hugepages: HugePages::Never,
@@ -594,29 +586,8 @@ fn nfs_client_over_siw_without_confirmation_reads() {
         l.local_addr().unwrap().port()
     };
     let addr = format!("127.0.0.1:{port}");
-    let child = Command::new(env!("CARGO_BIN_EXE_rpcrdma"))
-        .args(["serve", "--provider", "siw", "--addr", &addr])
-        .arg("--nfs")
-        .arg(&dir)
-        .args(["--mount-port", "0", "--duration", "60"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn rpcrdma serve");
-    let mut g = Guard {
-        child,
-        dir: dir.clone(),
-        sock: dir.with_extension("none"),
-    };
-    let mut out = BufReader::new(g.child.stdout.take().unwrap());
-    let mut line = String::new();
-    let mount_at = loop {
-        line.clear();
-        assert!(out.read_line(&mut line).unwrap() > 0, "serve ended early");
-        if line.contains("MOUNT v3 on tcp") {
-            break addr_after(&line, "MOUNT v3 on tcp ");
-        }
-    };
+    let (_g, mount_at) =
+        spawn_nfs_serve("siw", addr.as_ref(), &dir, dir.with_extension("none"), &[]);
     let mport = mount_at.port().to_string();
     let nfs = |args: &[&str]| {
         Command::new(env!("CARGO_BIN_EXE_rpcrdma"))

@@ -146,6 +146,49 @@ pub(crate) fn random_xid() -> u32 {
     h.finish() as u32
 }
 
+/// Submits `req` tagged `tag` under the client's next XID (`xid` holds the latest): NFS
+/// clients keep their own XIDs, which a server's duplicate request cache keys on.
+pub(crate) fn submit_next<P: Provider>(
+    conn: &mut RequesterConn<P>,
+    xid: &mut u32,
+    req: CallRequest,
+    tag: u64,
+) -> Result<()> {
+    *xid = xid.wrapping_add(1);
+    conn.submit(req.with_xid(*xid), tag)
+        .map_err(|e| NfsClientError::Transport(e.to_string()))
+}
+
+/// Polls `conn` until a call's outcome comes, whatever it says, for at most `timeout`.
+pub(crate) fn wait_outcome<P: Provider>(
+    conn: &mut RequesterConn<P>,
+    timeout: Duration,
+) -> Result<Outcome> {
+    let end = Instant::now() + timeout;
+    loop {
+        conn.poll(Instant::now());
+        if let Some(o) = conn.poll_outcome() {
+            return Ok(o);
+        }
+        if Instant::now() >= end {
+            return Err(NfsClientError::Transport(format!(
+                "no reply within {:.1}s",
+                timeout.as_secs_f64()
+            )));
+        }
+    }
+}
+
+/// An outcome that carries an RPC reply, or the error that ended the call.
+pub(crate) fn settled(o: Outcome) -> Result<Outcome> {
+    match o.status {
+        CallStatus::Success | CallStatus::RpcError(_) => Ok(o),
+        CallStatus::Transport(e) => Err(NfsClientError::Transport(e.to_string())),
+        CallStatus::Refused(e) => Err(NfsClientError::Transport(e.to_string())),
+        CallStatus::Timeout => Err(NfsClientError::Transport("call timed out".into())),
+    }
+}
+
 /// One ONC RPC call over TCP with record marking; the reply's results are handed to
 /// `f`.
 pub fn tcp_call<'a, A: XdrCodec<'a>, R>(
@@ -357,12 +400,6 @@ impl<P: Provider> Nfs3Client<P> {
         self.xid
     }
 
-    /// Gives `req` the client's next XID.
-    fn with_next_xid(&mut self, req: CallRequest) -> CallRequest {
-        self.xid = self.xid.wrapping_add(1);
-        req.with_xid(self.xid)
-    }
-
     /// Offers idempotent calls (GETATTR, LOOKUP, READDIR, READDIRPLUS, ...) at most
     /// `octets` of reply room on the first try, instead of the RFC 8267 bound for their
     /// arguments: a READDIRPLUS of a small directory then needs no Reply chunk, so
@@ -381,38 +418,13 @@ impl<P: Provider> Nfs3Client<P> {
     }
 
     fn run(&mut self, req: CallRequest) -> Result<Outcome> {
-        Self::settled(self.run_any(req)?)
-    }
-
-    /// An outcome that carries an RPC reply, or the error that ended the call.
-    fn settled(o: Outcome) -> Result<Outcome> {
-        match o.status {
-            CallStatus::Success | CallStatus::RpcError(_) => Ok(o),
-            CallStatus::Transport(e) => Err(NfsClientError::Transport(e.to_string())),
-            CallStatus::Refused(e) => Err(NfsClientError::Transport(e.to_string())),
-            CallStatus::Timeout => Err(NfsClientError::Transport("call timed out".into())),
-        }
+        settled(self.run_any(req)?)
     }
 
     /// Runs one call to its outcome, whatever the outcome says.
     fn run_any(&mut self, req: CallRequest) -> Result<Outcome> {
-        let req = self.with_next_xid(req);
-        self.conn
-            .submit(req, 0)
-            .map_err(|e| NfsClientError::Transport(e.to_string()))?;
-        let end = Instant::now() + self.timeout;
-        loop {
-            self.conn.poll(Instant::now());
-            if let Some(o) = self.conn.poll_outcome() {
-                return Ok(o);
-            }
-            if Instant::now() >= end {
-                return Err(NfsClientError::Transport(format!(
-                    "no reply within {:.1}s",
-                    self.timeout.as_secs_f64()
-                )));
-            }
-        }
+        submit_next(&mut self.conn, &mut self.xid, req, 0)?;
+        wait_outcome(&mut self.conn, self.timeout)
     }
 
     fn max_reply(procedure: u32, requested: u32, write_chunk: bool) -> u32 {
@@ -445,7 +457,7 @@ impl<P: Provider> Nfs3Client<P> {
             let req = self.inline_request(procedure, args, bound)?;
             return self.run(req);
         }
-        Self::settled(o)
+        settled(o)
     }
 
     fn inline_request<'a, A: XdrCodec<'a>>(
@@ -660,10 +672,7 @@ impl<P: Provider> Nfs3Client<P> {
         } else {
             self.write_request(fh, offset, data, StableHow::Unstable)?
         };
-        let req = self.with_next_xid(req);
-        self.conn
-            .submit(req, tag)
-            .map_err(|e| NfsClientError::Transport(e.to_string()))
+        submit_next(&mut self.conn, &mut self.xid, req, tag)
     }
 
     /// Polls the connection once; a finished [`start`](Self::start)ed call comes back

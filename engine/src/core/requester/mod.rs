@@ -461,11 +461,15 @@ impl<M: MemoryRegion> RequesterCore<M> {
         let timeout = req.timeout.unwrap_or(self.params.call_timeout);
         let deadline = now.checked_add(timeout);
         if self.queue.is_empty() {
+            // try_start refuses a caller-chosen XID already in flight.
             req = match self.try_start(req, tag, deadline, now) {
                 Ok(()) => return Ok(()),
                 Err(Err(r)) => return Err(r),
                 Err(Ok(req)) => req,
             };
+        } else if req.xid.is_some_and(|x| self.xid_in_flight(x)) {
+            // Refused now rather than as an outcome once it would start.
+            return Err(refuse(SubmitRefusal::DuplicateXid, req));
         }
         self.queue
             .push_back(Queued { req, tag, deadline })
@@ -517,9 +521,6 @@ impl<M: MemoryRegion> RequesterCore<M> {
         }
         if req.max_reply_len as usize > self.large.pool().buf_size().min(max) {
             return Err(SubmitRefusal::ReplyTooLarge);
-        }
-        if req.xid.is_some_and(|x| self.xid_in_flight(x)) {
-            return Err(SubmitRefusal::DuplicateXid);
         }
         Ok(())
     }
@@ -573,7 +574,7 @@ impl<M: MemoryRegion> RequesterCore<M> {
             let xid = (self.next_seq << self.slot_bits) | slot;
             // Never hand out an XID a caller chose for a call still in flight: a reply
             // must name exactly one call.
-            if self.own_xids.len() == 0 || self.own_xids.get(xid).is_none() {
+            if self.own_xids.get(xid).is_none() {
                 return xid;
             }
         }

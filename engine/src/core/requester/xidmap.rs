@@ -29,8 +29,8 @@ impl XidMap {
     }
 
     /// How many XIDs are mapped.
-    #[inline(always)]
-    pub(super) fn len(&self) -> u32 {
+    #[cfg(test)]
+    fn len(&self) -> u32 {
         self.len
     }
 

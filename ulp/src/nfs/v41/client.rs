@@ -32,7 +32,7 @@ use super::compound::{
 use super::{attrs_request, Attrs, ChannelAttrs4, Fattr4, Nfsstat4, SessionId, Stateid4, Verifier};
 use crate::client::{CallPlan, DdpBufs, OutcomeResults};
 use crate::ddp::encode_call;
-use crate::nfs::client::{establish, header, NfsClientError};
+use crate::nfs::client::{establish, header, settled, submit_next, wait_outcome, NfsClientError};
 use crate::nfs::v4::{ops, procs};
 use crate::nfs::NFS_PROGRAM;
 
@@ -344,10 +344,7 @@ impl<P: Provider> Nfs41Client<P> {
 
     /// Submits `req` under the client's next XID.
     fn submit(&mut self, req: CallRequest, tag: u64) -> Result<()> {
-        self.xid = self.xid.wrapping_add(1);
-        self.conn
-            .submit(req.with_xid(self.xid), tag)
-            .map_err(transport)
+        submit_next(&mut self.conn, &mut self.xid, req, tag)
     }
 
     /// COMPOUNDs resent with more reply room after the server answered ERR_CHUNK
@@ -363,33 +360,13 @@ impl<P: Provider> Nfs41Client<P> {
     }
 
     fn run(&mut self, req: CallRequest, tag: u64) -> Result<Outcome> {
-        Self::settled(self.run_any(req, tag)?)
-    }
-
-    /// An outcome carrying an RPC reply, or the error that ended the call.
-    fn settled(o: Outcome) -> Result<Outcome> {
-        match o.status {
-            CallStatus::Success | CallStatus::RpcError(_) => Ok(o),
-            other => Err(NfsClientError::Transport(format!("{other:?}"))),
-        }
+        settled(self.run_any(req, tag)?)
     }
 
     /// Runs one call to its outcome, whatever the outcome says.
     fn run_any(&mut self, req: CallRequest, tag: u64) -> Result<Outcome> {
         self.submit(req, tag)?;
-        let end = Instant::now() + self.timeout;
-        loop {
-            self.conn.poll(Instant::now());
-            if let Some(o) = self.conn.poll_outcome() {
-                return Ok(o);
-            }
-            if Instant::now() >= end {
-                return Err(NfsClientError::Transport(format!(
-                    "no reply within {:.1}s",
-                    self.timeout.as_secs_f64()
-                )));
-            }
-        }
+        wait_outcome(&mut self.conn, self.timeout)
     }
 
     /// Builds a COMPOUND request. A WRITE's data is copied into a registered buffer and
@@ -544,7 +521,7 @@ impl<P: Provider> Nfs41Client<P> {
                 resent_on = Some(slot);
                 continue;
             }
-            let o = Self::settled(o)?;
+            let o = settled(o)?;
             let failed = Self::decode(&o, |res| self.settle(slot, res))?;
             if let (Some(s), Some((_, Nfsstat4::SEQ_MISORDERED))) = (resent_on, failed) {
                 // The refused COMPOUND never ran after all (the chunk error came before
