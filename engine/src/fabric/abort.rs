@@ -6,6 +6,8 @@
 
 use core::fmt;
 
+use crate::iwarp::terminate::TerminateCode;
+
 /// What class of failure the peer reported.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum AbortKind {
@@ -44,40 +46,83 @@ pub enum AbortSite {
     },
 }
 
+/// Whose code book a [`PeerAbort::code`] is from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum AbortSource {
+    /// An iWARP Terminate: `code` is layer << 12 | error type << 8 | error code
+    /// (RFC 5040 §7.2, RFC 5041 §7, RFC 5044 §8).
+    Iwarp,
+    /// A provider that gives no code: only [`PeerAbort::kind`] says anything.
+    Unspecified,
+}
+
 /// A peer's abort of the connection.
+///
+/// Kept to three words: it travels inside every failed call's
+/// [`TransportError`](crate::requester::TransportError), so its texts are looked up from
+/// `source` and `code` when shown rather than carried.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct PeerAbort {
     /// What class of failure.
     pub kind: AbortKind,
+    /// Whose code book `code` is from.
+    pub source: AbortSource,
     /// Where the peer stopped, if it said.
     pub site: Option<AbortSite>,
-    /// The provider's own code (iWARP: layer << 12 | error type << 8 | error code).
+    /// The provider's own code (see [`AbortSource`]).
     pub code: u32,
-    /// The provider's name for the failure class (e.g. "RDMAP remote protection error").
-    pub what: &'static str,
-    /// The provider's description of the code; empty when it has none.
-    pub detail: &'static str,
 }
 
 impl PeerAbort {
     /// An abort with only a class, for providers that know no more.
-    pub const fn of_kind(kind: AbortKind, what: &'static str) -> PeerAbort {
+    pub const fn of_kind(kind: AbortKind) -> PeerAbort {
         PeerAbort {
             kind,
+            source: AbortSource::Unspecified,
             site: None,
             code: 0,
-            what,
-            detail: "",
         }
+    }
+
+    /// The provider's name for the failure class (e.g. "RDMAP remote protection error").
+    pub fn what(&self) -> &'static str {
+        match self.source {
+            AbortSource::Iwarp => self.iwarp_code().kind_text(),
+            AbortSource::Unspecified => match self.kind {
+                AbortKind::Protection => "remote protection error",
+                AbortKind::Operation => "remote operation error",
+                AbortKind::Catastrophic => "peer failed",
+                AbortKind::Transport => "transport failed",
+                AbortKind::Other => "peer aborted",
+            },
+        }
+    }
+
+    /// The provider's description of the code; empty when it has none.
+    pub fn detail(&self) -> &'static str {
+        match self.source {
+            AbortSource::Iwarp => match self.iwarp_code() {
+                TerminateCode::Unknown { .. } => "",
+                c => c.code_text(),
+            },
+            AbortSource::Unspecified => "",
+        }
+    }
+
+    fn iwarp_code(&self) -> TerminateCode {
+        let c = self.code;
+        TerminateCode::from_parts((c >> 12) as u8 & 0xf, (c >> 8) as u8 & 0xf, c as u8)
     }
 }
 
 impl fmt::Display for PeerAbort {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.what)?;
-        if !self.detail.is_empty() {
-            write!(f, ": {}", self.detail)?;
-        } else if self.kind == AbortKind::Other {
+        f.write_str(self.what())?;
+        let detail = self.detail();
+        if !detail.is_empty() {
+            write!(f, ": {detail}")?;
+        } else if self.kind == AbortKind::Other && self.source != AbortSource::Unspecified {
             write!(f, " (code {:#06x})", self.code)?;
         }
         match self.site {
@@ -104,7 +149,9 @@ mod tests {
         }));
         assert_eq!((a.kind, a.code), (AbortKind::Other, 0x3105));
         assert_eq!(a.to_string(), "unassigned Terminate error (code 0x3105)");
-        let b = PeerAbort::of_kind(AbortKind::Catastrophic, "peer failed");
+        let b = PeerAbort::of_kind(AbortKind::Catastrophic);
         assert_eq!(b.to_string(), "peer failed");
+        // Three words at most: it rides in every failed call's status.
+        assert!(core::mem::size_of::<PeerAbort>() <= 24);
     }
 }

@@ -45,7 +45,7 @@ pub mod types;
 #[cfg(feature = "verbs")]
 pub mod verbs;
 
-pub use abort::{AbortKind, AbortSite, PeerAbort};
+pub use abort::{AbortKind, AbortSite, AbortSource, PeerAbort};
 pub use cm::{CmEvent, CmMessage, ConnId, PrivateData, PrivateDataLimits, MAX_PRIVATE_DATA};
 pub use error::{FabricError, PostError, PostErrorKind};
 pub use mr::Access;

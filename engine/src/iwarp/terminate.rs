@@ -374,7 +374,7 @@ impl TerminateCode {
 
 impl TerminateCode {
     /// What the layer and error type mean, in words.
-    const fn kind_text(self) -> &'static str {
+    pub(crate) const fn kind_text(self) -> &'static str {
         match self {
             TerminateCode::RdmapCatastrophic => "RDMAP local catastrophic error",
             TerminateCode::RdmapProtection(_) => "RDMAP remote protection error",
@@ -389,7 +389,7 @@ impl TerminateCode {
 
     /// What the error code means, in words (empty for the catastrophic errors, whose
     /// only code is 0).
-    const fn code_text(self) -> &'static str {
+    pub(crate) const fn code_text(self) -> &'static str {
         use DdpTaggedError as T;
         use DdpUntaggedError as U;
         use MpaLlpError as M;
@@ -791,11 +791,7 @@ impl From<TerminateReason> for crate::fabric::PeerAbort {
                 },
             }),
             code: u32::from(layer & 0xf) << 12 | u32::from(etype & 0xf) << 8 | u32::from(code),
-            what: r.code.kind_text(),
-            detail: match r.code {
-                TerminateCode::Unknown { .. } => "",
-                c => c.code_text(),
-            },
+            source: crate::fabric::AbortSource::Iwarp,
         }
     }
 }
