@@ -19,4 +19,6 @@ pub mod iwarp;
 pub mod limits;
 pub mod requester;
 pub mod service;
+#[doc(hidden)]
+pub mod testing;
 pub mod wire;

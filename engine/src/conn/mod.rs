@@ -18,6 +18,7 @@
 //! [`Provider`]: crate::fabric::Provider
 
 mod pair;
+mod post;
 mod requester;
 mod resources;
 mod responder;
@@ -26,6 +27,7 @@ pub mod task;
 use core::fmt;
 
 pub use pair::{Pair, PairError, PairWait};
+pub use post::{post_transmit, transmit, POST_CHUNK};
 pub use requester::RequesterConn;
 pub use resources::ConnResources;
 pub use responder::{Listener, ResponderConn, Server, ServerCounters, ServerLimits};

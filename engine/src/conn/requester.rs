@@ -61,8 +61,7 @@ impl<P: Provider> RequesterConn<P> {
             .connect(addr, init, &core.local_private_data())
             .map_err(ConnError::Fabric)?;
         let now = Instant::now();
-        core.prepare(now);
-        core.post(&mut qp, now);
+        super::post::transmit(&mut core, &mut qp, now);
         let conn = qp.conn_id();
         Ok(RequesterConn {
             core,
@@ -100,8 +99,7 @@ impl<P: Provider> RequesterConn<P> {
         if core.next_timeout().is_some_and(|t| t <= now) {
             core.handle_timeout(now);
         }
-        core.prepare(now);
-        core.post(&mut self.qp, now);
+        super::post::transmit(core, &mut self.qp, now);
         while let Some(ev) = self.core.poll_event() {
             if let ConnEvent::DisconnectRequested(_) = ev {
                 let _ = self.cm.disconnect(self.conn);

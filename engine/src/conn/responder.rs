@@ -88,8 +88,7 @@ impl<P: Provider, S: Service> ResponderConn<P, S> {
         let qp = listener
             .cm
             .accept_prepared(request, init, &private_data, &mut |qp| {
-                core.prepare(now);
-                core.post(qp, now);
+                super::post::transmit(&mut core, qp, now);
             })
             .map_err(ConnError::Fabric)?;
         let conn = qp.conn_id();
@@ -144,8 +143,7 @@ impl<P: Provider, S: Service> ResponderConn<P, S> {
             }
             core.handle_completion(wc, now)
         });
-        core.prepare(now);
-        core.post(&mut self.qp, now);
+        super::post::transmit(core, &mut self.qp, now);
         while let Some(ev) = self.core.poll_event() {
             if let ConnEvent::DisconnectRequested(_) = ev {
                 self.wants_disconnect = true;

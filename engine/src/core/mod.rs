@@ -17,8 +17,6 @@ pub mod event;
 pub mod fixed;
 mod mrs;
 pub mod outbox;
-#[doc(hidden)]
-pub mod peer_fuzz;
 pub mod regbuf;
 pub mod requester;
 pub mod responder;
@@ -32,7 +30,7 @@ use rpcrdma_pools::Pool;
 
 pub use config::{ConfigError, ConnConfig, CountField, RegMode, Registration, Role, Sizes};
 pub use event::ConnEvent;
-pub use outbox::{Outbox, OutboxFull, PartialPost};
+pub use outbox::{Outbox, OutboxFull, PostFailure, Transmit, Transmitter};
 pub use regbuf::{RegBuf, RegBufError};
 pub use requester::{ProbeError, RequesterCore, RequesterStats};
 pub use responder::{ResponderCore, ResponderStats};

@@ -9,15 +9,9 @@
 //! [`OutboxFull`] rather than a panic).
 
 use core::fmt;
+use std::time::Instant;
 
 use crate::fabric::{PostError, RecvWr, SendFlags, SendOp, SendWr, Sge};
-
-/// Send-queue requests handed to one `post_send` call at most. Longer chains (rare: a
-/// single poll staging more than this) take more than one doorbell.
-pub const POST_CHUNK: usize = 64;
-
-/// Chains up to this long are built in a short stack array.
-const SHORT_CHAIN: usize = 4;
 
 /// The outbox had no room for a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,25 +40,11 @@ struct StagedSend {
     flags: SendFlags,
 }
 
-/// A post that the queue pair refused part of: the first `posted` staged send requests
-/// went out (and will complete); the rest did not and never will.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PartialPost {
-    /// Staged requests that were posted.
-    pub posted: usize,
-    /// The provider's refusal.
-    pub error: PostError,
-}
-
 /// Staged send and receive chains.
 pub struct Outbox {
     sends: Vec<StagedSend>,
     sges: Vec<Sge>,
     recvs: Vec<(u64, Sge)>,
-    /// First send request of the last refused post that did not go out.
-    unposted_from: Option<usize>,
-    /// First receive of the last refused post that did not go out.
-    recv_unposted_from: Option<usize>,
 }
 
 impl fmt::Debug for Outbox {
@@ -85,8 +65,6 @@ impl Outbox {
             sends: Vec::with_capacity(sends),
             sges: Vec::with_capacity(sges),
             recvs: Vec::with_capacity(recvs),
-            unposted_from: None,
-            recv_unposted_from: None,
         }
     }
 
@@ -158,6 +136,7 @@ impl Outbox {
         self.sends.is_empty() && self.recvs.is_empty()
     }
 
+    #[inline]
     fn wr(&self, s: &StagedSend) -> SendWr<'_> {
         let start = s.sge_start as usize;
         let sgl = self
@@ -182,141 +161,114 @@ impl Outbox {
         self.recvs.iter().copied()
     }
 
-    /// Hands the staged send chain to `post` (`QueuePair::post_send`), at most
-    /// [`POST_CHUNK`] requests per call, and empties it. On a refusal the requests that
-    /// did not go out stay available through
-    /// [`next_unposted_send`](Self::next_unposted_send).
-    pub fn post_sends<F>(&mut self, mut post: F) -> Result<usize, PartialPost>
-    where
-        F: FnMut(&[SendWr<'_>]) -> Result<(), PostError>,
-    {
-        let total = self.sends.len();
-        let mut done = 0;
-        while done < total {
-            let n = (total - done).min(POST_CHUNK);
-            // The chain is built on the stack; most polls stage one or two requests,
-            // so a short array spares initialising a full POST_CHUNK one each time.
-            let r = if n <= SHORT_CHAIN {
-                self.post_send_chunk::<SHORT_CHAIN, F>(done, n, &mut post)
-            } else {
-                self.post_send_chunk::<POST_CHUNK, F>(done, n, &mut post)
-            };
-            if let Err(error) = r {
-                let posted = done + error.posted.min(n);
-                self.unposted_from = Some(posted);
-                return Err(PartialPost { posted, error });
-            }
-            done += n;
-        }
+    /// The `wr_id` of staged send request `i`.
+    #[inline]
+    pub(crate) fn send_id(&self, i: usize) -> Option<u64> {
+        self.sends.get(i).map(|s| s.wr_id)
+    }
+
+    /// The `wr_id` of staged receive `i`.
+    #[inline]
+    pub(crate) fn recv_id(&self, i: usize) -> Option<u64> {
+        self.recvs.get(i).map(|r| r.0)
+    }
+
+    /// Forgets everything staged (the driver posted it, or it was accounted as flushed).
+    #[inline]
+    pub(crate) fn clear(&mut self) {
         self.sends.clear();
         self.sges.clear();
-        Ok(total)
-    }
-
-    /// The `wr_id` of the next send request the last refused post left behind, in
-    /// order; `None` (and an empty send chain) once all are taken or when the last post
-    /// succeeded.
-    pub fn next_unposted_send(&mut self) -> Option<u64> {
-        if let Some(i) = self.unposted_from {
-            if let Some(s) = self.sends.get(i) {
-                self.unposted_from = Some(i + 1);
-                return Some(s.wr_id);
-            }
-        }
-        self.unposted_from = None;
-        self.sends.clear();
-        self.sges.clear();
-        None
-    }
-
-    /// Hands the staged receives to `post` (`QueuePair::post_recv`) as one chain and
-    /// empties it. On a refusal the receives that did not go out stay available through
-    /// [`next_unposted_recv`](Self::next_unposted_recv).
-    pub fn post_recvs<F>(&mut self, mut post: F) -> Result<usize, PostError>
-    where
-        F: FnMut(&[RecvWr<'_>]) -> Result<(), PostError>,
-    {
-        let total = self.recvs.len();
-        let mut done = 0;
-        while done < total {
-            let n = (total - done).min(POST_CHUNK);
-            let r = if n <= SHORT_CHAIN {
-                self.post_recv_chunk::<SHORT_CHAIN, F>(done, n, &mut post)
-            } else {
-                self.post_recv_chunk::<POST_CHUNK, F>(done, n, &mut post)
-            };
-            if let Err(e) = r {
-                self.recv_unposted_from = Some(done + e.posted.min(n));
-                return Err(e);
-            }
-            done += n;
-        }
         self.recvs.clear();
-        Ok(total)
+    }
+}
+
+/// The work requests a core staged, borrowed for the driver to post: the receive chain
+/// first (so replies to what is about to be sent find buffers), then the send chain, each
+/// with as few doorbells as the provider allows. The driver reports back with
+/// [`on_posted`](crate::core::RequesterCore::on_posted) or
+/// [`on_post_failed`](crate::core::RequesterCore::on_post_failed) before the core is
+/// used again.
+#[derive(Clone, Copy)]
+pub struct Transmit<'a> {
+    outbox: &'a Outbox,
+}
+
+impl fmt::Debug for Transmit<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Transmit")
+            .field("recvs", &self.outbox.recvs.len())
+            .field("sends", &self.outbox.sends.len())
+            .finish()
+    }
+}
+
+impl<'a> Transmit<'a> {
+    /// The staged chains of `outbox`, or `None` when nothing is staged.
+    #[inline]
+    pub(crate) fn of(outbox: &'a Outbox) -> Option<Transmit<'a>> {
+        (!outbox.is_empty()).then_some(Transmit { outbox })
     }
 
-    /// Posts staged sends `from..from + n` (`n <= N`) as one chain.
-    #[inline(always)]
-    fn post_send_chunk<const N: usize, F>(
-        &self,
-        from: usize,
-        n: usize,
-        post: &mut F,
-    ) -> Result<(), PostError>
-    where
-        F: FnMut(&[SendWr<'_>]) -> Result<(), PostError>,
-    {
-        let mut chain = [SendWr::send(0, &[]); N];
-        for (slot, s) in chain.iter_mut().zip(&self.sends[from..from + n]) {
-            *slot = self.wr(s);
-        }
-        post(&chain[..n])
+    /// Receives to post, in order.
+    #[inline]
+    pub fn recvs(&self) -> impl ExactSizeIterator<Item = RecvWr<'a>> + 'a {
+        self.outbox.recvs.iter().map(|(wr_id, sge)| RecvWr {
+            wr_id: *wr_id,
+            sgl: core::slice::from_ref(sge),
+        })
     }
 
-    /// Posts staged receives `from..from + n` (`n <= N`) as one chain.
-    #[inline(always)]
-    fn post_recv_chunk<const N: usize, F>(
-        &self,
-        from: usize,
-        n: usize,
-        post: &mut F,
-    ) -> Result<(), PostError>
-    where
-        F: FnMut(&[RecvWr<'_>]) -> Result<(), PostError>,
-    {
-        let mut chain = [RecvWr { wr_id: 0, sgl: &[] }; N];
-        for (slot, (wr_id, sge)) in chain.iter_mut().zip(&self.recvs[from..from + n]) {
-            *slot = RecvWr {
-                wr_id: *wr_id,
-                sgl: core::slice::from_ref(sge),
-            };
-        }
-        post(&chain[..n])
+    /// Send-queue requests to post, in order, with their gather lists.
+    #[inline]
+    pub fn sends(&self) -> impl ExactSizeIterator<Item = SendWr<'a>> + 'a {
+        let o = self.outbox;
+        o.sends.iter().map(move |s| o.wr(s))
     }
 
-    /// The `wr_id` of the next receive the last refused post left behind, in order;
-    /// `None` (and an empty receive chain) once all are taken.
-    pub fn next_unposted_recv(&mut self) -> Option<u64> {
-        if let Some(i) = self.recv_unposted_from {
-            if let Some((id, _)) = self.recvs.get(i) {
-                self.recv_unposted_from = Some(i + 1);
-                return Some(*id);
-            }
-        }
-        self.recv_unposted_from = None;
-        self.recvs.clear();
-        None
+    /// Receives staged.
+    #[inline]
+    pub fn recv_count(&self) -> usize {
+        self.outbox.recvs.len()
     }
+
+    /// Send-queue requests staged.
+    #[inline]
+    pub fn send_count(&self) -> usize {
+        self.outbox.sends.len()
+    }
+}
+
+/// A protocol core as a driver posts for it: both cores implement it, so one posting
+/// routine (`conn::transmit`, or a test's wire) serves either.
+pub trait Transmitter {
+    /// Runs the poll's own work and hands out what is staged (`None`: nothing).
+    fn poll_transmit(&mut self, now: Instant) -> Option<Transmit<'_>>;
+    /// Everything in the last [`Transmit`] was posted.
+    fn on_posted(&mut self);
+    /// Part of the last [`Transmit`] was refused.
+    fn on_post_failed(&mut self, failure: PostFailure, now: Instant);
+}
+
+/// How far a refused post got: each chain went out up to its count, the rest never
+/// reached the queue pair. A chain the provider took whole has its full length here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PostFailure {
+    /// Receives of the [`Transmit`] that were posted.
+    pub recvs_posted: usize,
+    /// Send-queue requests of the [`Transmit`] that were posted.
+    pub sends_posted: usize,
+    /// The provider's refusal.
+    pub error: PostError,
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fabric::{PostErrorKind, QpState};
 
     #[test]
-    fn posts_whole_chain_with_its_gather_lists() {
+    fn transmit_shows_the_chains_with_their_gather_lists() {
         let mut o = Outbox::with_capacity(4, 8, 2);
+        assert!(Transmit::of(&o).is_none());
         let a = Sge::new(0x1000, 16, 7);
         let b = Sge::new(0x2000, 32, 7);
         o.push_send(1, SendOp::Send, &[a, b], SendFlags::SIGNALED)
@@ -328,18 +280,19 @@ mod tests {
             SendFlags::SIGNALED,
         )
         .unwrap();
-        let mut seen = Vec::new();
-        let n = o
-            .post_sends(|wrs| {
-                for w in wrs {
-                    seen.push((w.wr_id, w.sgl.to_vec()));
-                }
-                Ok(())
-            })
-            .unwrap();
-        assert_eq!(n, 2);
-        assert_eq!(seen, vec![(1, vec![a, b]), (2, vec![])]);
-        assert!(o.is_empty());
+        o.push_recv(5, a).unwrap();
+        let t = Transmit::of(&o).expect("staged");
+        assert_eq!((t.recv_count(), t.send_count()), (1, 2));
+        let sends: Vec<_> = t.sends().map(|w| (w.wr_id, w.sgl.to_vec())).collect();
+        assert_eq!(sends, vec![(1, vec![a, b]), (2, vec![])]);
+        let recvs: Vec<_> = t.recvs().map(|r| (r.wr_id, r.sgl.to_vec())).collect();
+        assert_eq!(recvs, vec![(5, vec![a])]);
+        assert_eq!(
+            (o.send_id(1), o.recv_id(0), o.recv_id(1)),
+            (Some(2), Some(5), None)
+        );
+        o.clear();
+        assert!(o.is_empty() && Transmit::of(&o).is_none());
     }
 
     #[test]
@@ -359,40 +312,5 @@ mod tests {
         );
         o.push_recv(3, s).unwrap();
         assert!(o.push_recv(4, s).is_err());
-    }
-
-    #[test]
-    fn refused_post_reports_the_unposted_ids() {
-        let mut o = Outbox::with_capacity(3, 3, 3);
-        for id in 1..=3 {
-            o.push_send(id, SendOp::Send, &[], SendFlags::SIGNALED)
-                .unwrap();
-        }
-        let err = o
-            .post_sends(|_| {
-                Err(PostError {
-                    posted: 1,
-                    kind: PostErrorKind::InvalidState(QpState::Error),
-                })
-            })
-            .unwrap_err();
-        assert_eq!(err.posted, 1);
-        let left: Vec<_> = core::iter::from_fn(|| o.next_unposted_send()).collect();
-        assert_eq!(left, vec![2, 3]);
-        assert!(o.is_empty());
-
-        for id in 10..=12 {
-            o.push_recv(id, Sge::default()).unwrap();
-        }
-        let r = o.post_recvs(|_| {
-            Err(PostError {
-                posted: 2,
-                kind: PostErrorKind::QueueFull { depth: 2 },
-            })
-        });
-        assert!(r.is_err());
-        let left: Vec<_> = core::iter::from_fn(|| o.next_unposted_recv()).collect();
-        assert_eq!(left, vec![12]);
-        assert!(o.is_empty());
     }
 }

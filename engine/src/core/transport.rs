@@ -8,9 +8,10 @@ use rpcrdma_pools::{Pool, PoolCache};
 
 use super::fixed::IndexStack;
 use super::outbox::Outbox;
+use super::outbox::PostFailure;
 use super::regbuf::RegBuf;
 use super::wrid::{WrId, WrKind};
-use crate::fabric::{Completion, QueuePair, SendFlags, SendOp, Sge, WcOpcode, WcStatus};
+use crate::fabric::{Completion, SendFlags, SendOp, Sge, WcOpcode, WcStatus};
 use crate::wire::private_data::InlineThresholds;
 
 /// Where a connection is in its life.
@@ -291,7 +292,7 @@ impl Transport {
     }
 }
 
-/// What [`post_staged`] needs from a core.
+/// What [`settle_refused`] needs from a core.
 pub(crate) trait Staged {
     /// The shared transport state.
     fn transport(&mut self) -> &mut Transport;
@@ -313,29 +314,24 @@ pub(crate) fn flush_of(wr_id: u64) -> Completion {
     }
 }
 
-/// Posts a core's outbox: receives first (so replies to what we are about to send find
-/// them), then the send chain. What a refused post left behind is fed back as flushed.
-pub(crate) fn post_staged<C: Staged, Q: QueuePair>(core: &mut C, qp: &mut Q, now: Instant) {
-    if core
-        .transport()
-        .outbox
-        .post_recvs(|r| qp.post_recv(r))
-        .is_err()
-    {
-        core.post_refused();
-        while let Some(id) = core.transport().outbox.next_unposted_recv() {
+/// The driver could post only part of a core's transmit: the connection fails, and what
+/// did not go out is fed back as flushed so every request is accounted exactly once.
+#[cold]
+pub(crate) fn settle_refused<C: Staged>(core: &mut C, f: PostFailure, now: Instant) {
+    core.post_refused();
+    let (recvs, sends) = {
+        let o = &core.transport().outbox;
+        (o.recv_len(), o.send_len())
+    };
+    for i in f.recvs_posted..recvs {
+        if let Some(id) = core.transport().outbox.recv_id(i) {
             core.flushed(id, now);
         }
     }
-    if core
-        .transport()
-        .outbox
-        .post_sends(|w| qp.post_send(w))
-        .is_err()
-    {
-        core.post_refused();
-        while let Some(id) = core.transport().outbox.next_unposted_send() {
+    for i in f.sends_posted..sends {
+        if let Some(id) = core.transport().outbox.send_id(i) {
             core.flushed(id, now);
         }
     }
+    core.transport().outbox.clear();
 }

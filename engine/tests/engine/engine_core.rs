@@ -12,12 +12,10 @@ use rpcrdma::core::{
 use rpcrdma::credits::{CreditTable, GrantPolicy};
 use rpcrdma::fabric::mr::{make_key, next_key};
 use rpcrdma::fabric::RemoteAddr;
-use rpcrdma::fabric::{
-    Completion, ConnId, MemoryRegion, PostError, PostErrorKind, QpCaps, QpState, QueuePair, RecvWr,
-    SendOp, SendWr, WcOpcode, WcStatus,
-};
+use rpcrdma::fabric::{Completion, MemoryRegion, SendOp, WcOpcode, WcStatus};
 use rpcrdma::requester::{CallRequest, CallStatus, SubmitRefusal, TransportError};
 use rpcrdma::service::{CallView, Padding, ReplyWriter, Service, ServiceError};
+use rpcrdma::testing::wire::{Posted, PostedRecv, Wire};
 use rpcrdma::wire::header::{encode_err_chunk, encode_err_vers, RdmaError};
 use rpcrdma::wire::private_data::PrivateData;
 use rpcrdma_pools::{HugePages, Pool, PoolConfig, RegKeys};
@@ -43,108 +41,6 @@ impl MemoryRegion for FakeMr {
     fn rekey(&mut self) -> u32 {
         self.key = next_key(self.key);
         self.key
-    }
-}
-
-/// What a [`FakeQp`] saw posted.
-#[derive(Debug, Clone)]
-struct Posted {
-    wr_id: u64,
-    op: SendOp,
-    /// The gathered bytes (Send, Write) or the scatter list's addresses (Read).
-    bytes: Vec<u8>,
-}
-
-/// A queue pair that records what is posted and copies the gather lists.
-#[derive(Default)]
-struct FakeQp {
-    sends: Vec<Posted>,
-    recvs: Vec<(u64, u64, u32)>,
-    /// Refuse every send-queue post, as a device does with EINVAL for a request it
-    /// rejects (the queue pair stays as it was: nothing flushes by itself).
-    refuse_sends: bool,
-}
-
-impl QueuePair for FakeQp {
-    fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<(), PostError> {
-        if self.refuse_sends && !wrs.is_empty() {
-            return Err(PostError {
-                posted: 0,
-                kind: PostErrorKind::Malformed("refused by the test device"),
-            });
-        }
-        for w in wrs {
-            let mut bytes = Vec::new();
-            if matches!(
-                w.op,
-                SendOp::Send | SendOp::SendWithInvalidate { .. } | SendOp::RdmaWrite { .. }
-            ) {
-                for s in w.sgl {
-                    // SAFETY: the cores only post entries inside live pool buffers.
-                    let b = unsafe {
-                        std::slice::from_raw_parts(s.addr as *const u8, s.length as usize)
-                    };
-                    bytes.extend_from_slice(b);
-                }
-            }
-            self.sends.push(Posted {
-                wr_id: w.wr_id,
-                op: w.op,
-                bytes,
-            });
-        }
-        Ok(())
-    }
-    fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
-        for w in wrs {
-            self.recvs.push((w.wr_id, w.sgl[0].addr, w.sgl[0].length));
-        }
-        Ok(())
-    }
-    fn qp_num(&self) -> u32 {
-        1
-    }
-    fn conn_id(&self) -> ConnId {
-        ConnId(1)
-    }
-    fn state(&self) -> QpState {
-        QpState::ReadyToSend
-    }
-    fn caps(&self) -> QpCaps {
-        QpCaps::default()
-    }
-}
-
-impl FakeQp {
-    /// Delivers `msg` into the oldest posted receive and returns its completion.
-    fn deliver(&mut self, msg: &[u8]) -> Completion {
-        let (wr_id, addr, len) = self.recvs.remove(0);
-        assert!(msg.len() <= len as usize);
-        // SAFETY: the receive buffer is a live pool buffer of `len` bytes.
-        unsafe { std::ptr::copy_nonoverlapping(msg.as_ptr(), addr as *mut u8, msg.len()) };
-        Completion {
-            wr_id,
-            opcode: WcOpcode::Recv,
-            status: WcStatus::Success,
-            byte_len: msg.len() as u32,
-            qp_num: 1,
-            invalidated_rkey: None,
-        }
-    }
-
-    /// Completions for every send-queue request posted so far, successful.
-    fn complete_sends(&mut self) -> Vec<Completion> {
-        self.sends
-            .drain(..)
-            .map(|p| Completion {
-                wr_id: p.wr_id,
-                opcode: WcOpcode::Send,
-                status: WcStatus::Success,
-                byte_len: p.bytes.len() as u32,
-                qp_num: 1,
-                invalidated_rkey: None,
-            })
-            .collect()
     }
 }
 
@@ -187,18 +83,17 @@ fn peer_pd() -> [u8; 8] {
         .expect("encodes")
 }
 
-fn requester() -> (RequesterCore<FakeMr>, CorePools, FakeQp, Instant) {
+fn requester() -> (RequesterCore<FakeMr>, CorePools, Wire, Instant) {
     requester_with(&cfg())
 }
 
 /// A requester configured by `conf`, established with receives posted.
-fn requester_with(conf: &ConnConfig) -> (RequesterCore<FakeMr>, CorePools, FakeQp, Instant) {
+fn requester_with(conf: &ConnConfig) -> (RequesterCore<FakeMr>, CorePools, Wire, Instant) {
     let (mut core, pools) = unestablished(conf);
     let now = Instant::now();
-    let mut qp = FakeQp::default();
+    let mut qp = Wire::new([&pools.recv, &pools.send, &pools.large]);
     core.on_established(&peer_pd(), now);
-    core.prepare(now);
-    core.post(&mut qp, now);
+    qp.pump(&mut core, now);
     (core, pools, qp, now)
 }
 
@@ -262,8 +157,7 @@ fn requester_sends_rdma_msg_with_empty_lists_and_the_xid_in_both_headers() {
     let (mut core, pools, mut qp, now) = requester();
     assert_eq!(qp.recvs.len(), 12, "credits + 4 receives posted up front");
     core.submit(null_call(&pools), 7, now).expect("submitted");
-    core.prepare(now);
-    core.post(&mut qp, now);
+    qp.pump(&mut core, now);
     assert_eq!(qp.sends.len(), 1);
     let b = &qp.sends[0].bytes;
     assert_eq!(qp.sends[0].op, SendOp::Send);
@@ -289,8 +183,7 @@ fn requester_sends_rdma_msg_with_empty_lists_and_the_xid_in_both_headers() {
 fn rdma_error_fails_exactly_its_xid() {
     let (mut core, pools, mut qp, now) = requester();
     core.submit(null_call(&pools), 1, now).expect("submitted");
-    core.prepare(now);
-    core.post(&mut qp, now);
+    qp.pump(&mut core, now);
     let xid1 = be(&qp.sends[0].bytes, 0);
     for wc in qp.complete_sends() {
         core.handle_completion(&wc, now);
@@ -314,8 +207,7 @@ fn rdma_error_fails_exactly_its_xid() {
     // Two more calls; ERR_CHUNK for the second only.
     core.submit(null_call(&pools), 2, now).expect("submitted");
     core.submit(null_call(&pools), 3, now).expect("submitted");
-    core.prepare(now);
-    core.post(&mut qp, now);
+    qp.pump(&mut core, now);
     assert_eq!(qp.sends.len(), 2, "the grant of 2 lets both go");
     let xid2 = be(&qp.sends[0].bytes, 0);
     let xid3 = be(&qp.sends[1].bytes, 0);
@@ -340,8 +232,7 @@ fn rdma_error_fails_exactly_its_xid() {
 fn unparseable_and_unmatched_replies_are_dropped() {
     let (mut core, pools, mut qp, now) = requester();
     core.submit(null_call(&pools), 1, now).expect("submitted");
-    core.prepare(now);
-    core.post(&mut qp, now);
+    qp.pump(&mut core, now);
     let xid = be(&qp.sends[0].bytes, 0);
     let wc = qp.deliver(&[1, 2, 3]);
     core.handle_completion(&wc, now);
@@ -361,8 +252,7 @@ fn one_credit_until_the_first_reply() {
     for tag in 0..3 {
         core.submit(null_call(&pools), tag, now).expect("submitted");
     }
-    core.prepare(now);
-    core.post(&mut qp, now);
+    qp.pump(&mut core, now);
     assert_eq!(qp.sends.len(), 1, "one call goes, two wait");
     assert_eq!(core.queued(), 2);
     let xid = be(&qp.sends[0].bytes, 0);
@@ -378,8 +268,7 @@ fn one_credit_until_the_first_reply() {
     core.handle_completion(&wc, now);
     let o = core.poll_outcome().expect("outcome");
     assert_eq!(o.status, CallStatus::Success);
-    core.prepare(now);
-    core.post(&mut qp, now);
+    qp.pump(&mut core, now);
     assert_eq!(qp.sends.len(), 2, "both waiting calls went");
     assert_eq!(core.queued(), 0);
 }
@@ -390,8 +279,7 @@ fn queued_calls_time_out_without_touching_the_wire() {
     core.submit(null_call(&pools), 1, now).expect("submitted");
     let req = null_call(&pools).with_timeout(Duration::from_millis(5));
     core.submit(req, 2, now).expect("submitted");
-    core.prepare(now);
-    core.post(&mut qp, now);
+    qp.pump(&mut core, now);
     let later = now + Duration::from_millis(10);
     assert!(core.next_timeout().is_some_and(|t| t <= later));
     core.handle_timeout(later);
@@ -405,8 +293,7 @@ fn timed_out_call_keeps_its_credit_until_the_late_reply() {
     let (mut core, pools, mut qp, now) = requester();
     let req = null_call(&pools).with_timeout(Duration::from_millis(5));
     core.submit(req, 1, now).expect("submitted");
-    core.prepare(now);
-    core.post(&mut qp, now);
+    qp.pump(&mut core, now);
     let xid = be(&qp.sends[0].bytes, 0);
     for wc in qp.complete_sends() {
         core.handle_completion(&wc, now);
@@ -417,8 +304,7 @@ fn timed_out_call_keeps_its_credit_until_the_late_reply() {
     assert_eq!(core.credits().in_flight(), 1);
     // A second call waits: the only credit is still taken.
     core.submit(null_call(&pools), 2, now).expect("submitted");
-    core.prepare(now);
-    core.post(&mut qp, now);
+    qp.pump(&mut core, now);
     assert!(qp.sends.is_empty());
     let mut reply = Vec::new();
     for w in [xid, 1, 4, 0, 0, 0, 0, xid, 1, 0, 0, 0, 0] {
@@ -432,8 +318,7 @@ fn timed_out_call_keeps_its_credit_until_the_late_reply() {
     );
     assert_eq!(core.stats().late_replies, 1);
     assert_eq!(core.credits().in_flight(), 0);
-    core.prepare(now);
-    core.post(&mut qp, now);
+    qp.pump(&mut core, now);
     assert_eq!(
         qp.sends.len(),
         1,
@@ -478,15 +363,14 @@ impl Service for Ok0 {
     }
 }
 
-fn responder() -> (ResponderCore<Ok0>, Arc<GrantPolicy>, FakeQp, Instant) {
+fn responder() -> (ResponderCore<Ok0>, Arc<GrantPolicy>, Wire, Instant) {
     let pools = pools();
     let policy = Arc::new(GrantPolicy::new(8, 8));
     let mut core = ResponderCore::new(&cfg(), &pools, Ok0, policy.clone()).expect("core");
     let now = Instant::now();
-    let mut qp = FakeQp::default();
+    let mut qp = Wire::new([&pools.recv, &pools.send, &pools.large]);
     core.on_established(&peer_pd(), now);
-    core.prepare(now);
-    core.post(&mut qp, now);
+    qp.pump(&mut core, now);
     (core, policy, qp, now)
 }
 
@@ -495,17 +379,11 @@ fn words(ws: &[u32]) -> Vec<u8> {
 }
 
 /// Feeds `msg` to the responder and returns what it sent back.
-fn exchange(
-    core: &mut ResponderCore<Ok0>,
-    qp: &mut FakeQp,
-    msg: &[u8],
-    now: Instant,
-) -> Vec<Posted> {
+fn exchange(core: &mut ResponderCore<Ok0>, qp: &mut Wire, msg: &[u8], now: Instant) -> Vec<Posted> {
     let wc = qp.deliver(msg);
     core.handle_completion(&wc, now);
-    core.prepare(now);
-    core.post(qp, now);
-    let sent = qp.sends.clone();
+    qp.pump(core, now);
+    let sent = Vec::from(qp.sends.clone());
     for wc in qp.complete_sends() {
         core.handle_completion(&wc, now);
     }
@@ -575,8 +453,7 @@ fn grant_follows_the_policy_and_is_never_zero() {
 fn requester_accepts_rdma_msgp_replies_with_their_padding() {
     let (mut core, pools, mut qp, now) = requester();
     core.submit(null_call(&pools), 1, now).expect("submitted");
-    core.prepare(now);
-    core.post(&mut qp, now);
+    qp.pump(&mut core, now);
     let xid = be(&qp.sends[0].bytes, 0);
     for wc in qp.complete_sends() {
         core.handle_completion(&wc, now);
@@ -635,29 +512,22 @@ impl Service for Scripted {
     }
 }
 
-fn scripted(s: Scripted) -> (ResponderCore<Scripted>, FakeQp, Instant) {
+fn scripted(s: Scripted) -> (ResponderCore<Scripted>, Wire, Instant) {
     let pools = pools();
     let policy = Arc::new(GrantPolicy::new(8, 8));
     let mut core = ResponderCore::new(&cfg(), &pools, s, policy).expect("core");
     let now = Instant::now();
-    let mut qp = FakeQp::default();
+    let mut qp = Wire::new([&pools.recv, &pools.send, &pools.large]);
     core.on_established(&peer_pd(), now);
-    core.prepare(now);
-    core.post(&mut qp, now);
+    qp.pump(&mut core, now);
     (core, qp, now)
 }
 
-fn run(
-    core: &mut ResponderCore<Scripted>,
-    qp: &mut FakeQp,
-    msg: &[u8],
-    now: Instant,
-) -> Vec<Posted> {
+fn run(core: &mut ResponderCore<Scripted>, qp: &mut Wire, msg: &[u8], now: Instant) -> Vec<Posted> {
     let wc = qp.deliver(msg);
     core.handle_completion(&wc, now);
-    core.prepare(now);
-    core.post(qp, now);
-    let sent = qp.sends.clone();
+    qp.pump(core, now);
+    let sent = Vec::from(qp.sends.clone());
     for wc in qp.complete_sends() {
         core.handle_completion(&wc, now);
     }
@@ -787,11 +657,10 @@ fn persistent_requester_advertises_pool_keys_and_posts_only_the_send() {
         "persistent keys must not be invalidated"
     );
     let now = Instant::now();
-    let mut qp = FakeQp::default();
+    let mut qp = Wire::new([&pools.recv, &pools.send, &pools.large]);
     core.on_established(&peer_pd(), now);
     assert!(!core.thresholds().remote_invalidate);
-    core.prepare(now);
-    core.post(&mut qp, now);
+    qp.pump(&mut core, now);
 
     // A long call (message over the inline threshold) offering a Reply chunk.
     let mut m = RegBuf::from_pool(&pools.send).expect("buffer");
@@ -804,8 +673,7 @@ fn persistent_requester_advertises_pool_keys_and_posts_only_the_send() {
     let msg_addr = m.addr();
     core.submit(CallRequest::new(m, 8000), 9, now)
         .expect("submitted");
-    core.prepare(now);
-    core.post(&mut qp, now);
+    qp.pump(&mut core, now);
     assert_eq!(qp.sends.len(), 1, "only the Send: {:?}", qp.sends);
     assert_eq!(qp.sends[0].op, SendOp::Send);
     let b = qp.sends[0].bytes.clone();
@@ -852,8 +720,7 @@ fn persistent_requester_advertises_pool_keys_and_posts_only_the_send() {
         ),
         (0, 0, 1, 0)
     );
-    core.prepare(now);
-    core.post(&mut qp, now);
+    qp.pump(&mut core, now);
     assert!(qp.sends.is_empty(), "no LocalInvalidate follows");
 }
 
@@ -876,10 +743,9 @@ fn stray_chunk_reply_ends_a_persistent_connection() {
             RequesterCore::new(&cfg(), &pools, mrs, credits).expect("core")
         };
         let now = Instant::now();
-        let mut qp = FakeQp::default();
+        let mut qp = Wire::new([&pools.recv, &pools.send, &pools.large]);
         core.on_established(&peer_pd(), now);
-        core.prepare(now);
-        core.post(&mut qp, now);
+        qp.pump(&mut core, now);
         while core.poll_event().is_some() {}
         // RDMA_MSG, XID of no call, one Write chunk of one segment, then the RPC reply.
         let xid: u32 = 0xdead_beef;
@@ -921,8 +787,7 @@ fn refused_post_disconnects_and_the_call_gets_its_outcome() {
     while core.poll_event().is_some() {}
     core.submit(null_call(&pools), 7, now).expect("submitted");
     qp.refuse_sends = true;
-    core.prepare(now);
-    core.post(&mut qp, now);
+    qp.pump(&mut core, now);
     assert_eq!(
         core.poll_event(),
         Some(ConnEvent::DisconnectRequested(CloseReason::PostRefused))
@@ -930,7 +795,7 @@ fn refused_post_disconnects_and_the_call_gets_its_outcome() {
     assert_ne!(core.state(), ConnState::Established);
     // The disconnect the connection layer carries out flushes the posted receives.
     core.on_disconnected();
-    for (wr_id, _, _) in qp.recvs.drain(..) {
+    for PostedRecv { wr_id, .. } in qp.recvs.drain(..) {
         let wc = Completion {
             wr_id,
             opcode: WcOpcode::Recv,
@@ -991,8 +856,7 @@ fn requester_refuses_more_chunks_than_max_chunks() {
             (args == 3).then_some(56)
         );
     }
-    core.prepare(now);
-    core.post(&mut qp, now);
+    qp.pump(&mut core, now);
     assert!(
         qp.sends.is_empty(),
         "nothing refused went out: {:?}",
@@ -1002,8 +866,7 @@ fn requester_refuses_more_chunks_than_max_chunks() {
 
     core.submit(with_chunks(2, 2), 2, now)
         .expect("two of each are allowed");
-    core.prepare(now);
-    core.post(&mut qp, now);
+    qp.pump(&mut core, now);
     assert_eq!(core.stats().calls_sent, 1);
     let send = qp
         .sends
@@ -1030,8 +893,7 @@ fn caller_chosen_xids_are_sent_matched_and_never_shared() {
     let own = 0xABCD_0001;
     core.submit(null_call(&pools).with_xid(own), 1, now)
         .expect("submitted");
-    core.prepare(now);
-    core.post(&mut qp, now);
+    qp.pump(&mut core, now);
     let b = qp.sends[0].bytes.clone();
     assert_eq!(
         (be(&b, 0), be(&b, 7)),
@@ -1060,8 +922,7 @@ fn caller_chosen_xids_are_sent_matched_and_never_shared() {
     core.submit(null_call(&pools), 3, now).expect("submitted");
     core.submit(null_call(&pools).with_xid(y), 4, now)
         .expect("submitted");
-    core.prepare(now);
-    core.post(&mut qp, now);
+    qp.pump(&mut core, now);
     assert_eq!(qp.sends.len(), 3);
     let engine_xid = be(&qp.sends[1].bytes, 0);
     assert!(engine_xid != x && engine_xid != y);
@@ -1103,8 +964,7 @@ fn a_queued_call_whose_xid_was_taken_meanwhile_is_refused_alone() {
         .expect("queued");
     core.submit(null_call(&pools).with_xid(own), 3, now)
         .expect("queued: no call in flight carries it yet");
-    core.prepare(now);
-    core.post(&mut qp, now);
+    qp.pump(&mut core, now);
     assert_eq!(qp.sends.len(), 1);
     let first = be(&qp.sends[0].bytes, 0);
     for wc in qp.complete_sends() {
@@ -1123,7 +983,7 @@ fn a_queued_call_whose_xid_was_taken_meanwhile_is_refused_alone() {
         (3, own, CallStatus::Refused(SubmitRefusal::DuplicateXid))
     );
     assert!(o.msg.is_some(), "its message buffer comes back");
-    core.post(&mut qp, now);
+    qp.pump(&mut core, now);
     assert_eq!(qp.sends.len(), 1, "the first call with that XID went");
     assert_eq!(be(&qp.sends[0].bytes, 0), own);
 }

@@ -39,16 +39,16 @@ use super::config::{ConnConfig, RegMode, Role, Sizes};
 use super::event::ConnEvent;
 use super::fixed::{FixedQueue, IndexStack};
 use super::mrs::MrTable;
-use super::outbox::Outbox;
+use super::outbox::{Outbox, PostFailure, Transmit, Transmitter};
 use super::regbuf::RegBuf;
 use super::rpcmsg::{encode_null_call, NULL_CALL_LEN};
 use super::transport::{
-    flush_of, post_staged, CloseReason, ConnState, Staged, Transport, Violation,
+    flush_of, settle_refused, CloseReason, ConnState, Staged, Transport, Violation,
 };
 use super::wrid::{WrId, WrKind};
 use super::{CoreError, CorePools};
 use crate::credits::CreditTable;
-use crate::fabric::{Completion, MemoryRegion, QueuePair, SendOp};
+use crate::fabric::{Completion, MemoryRegion, SendOp};
 use crate::requester::{
     CallRequest, CallStatus, Outcome, Reply, SubmitError, SubmitRefusal, TransportError,
     WriteSinks, MAX_WRITE_SINKS,
@@ -411,7 +411,7 @@ impl<M: MemoryRegion> RequesterCore<M> {
         self.fail(CloseReason::Disconnected);
     }
 
-    /// The provider saw the peer's abort ([`QueuePair::peer_abort`]): it becomes
+    /// The provider saw the peer's abort ([`QueuePair::peer_abort`](crate::fabric::QueuePair::peer_abort)): it becomes
     /// the close reason, and calls that fail from now on carry it
     /// ([`TransportError::PeerAborted`]).
     pub fn on_peer_abort(&mut self, why: crate::fabric::PeerAbort) {
@@ -1230,10 +1230,42 @@ impl<M: MemoryRegion> RequesterCore<M> {
         }
     }
 
-    /// Posts the staged receives, then the staged sends, on `qp`. Refused posts fail the connection; what did not go out is accounted as
-    /// flushed, so every call still gets exactly one outcome.
-    pub fn post<Q: QueuePair>(&mut self, qp: &mut Q, now: Instant) {
-        post_staged(self, qp, now);
+    /// The poll's work requests: runs [`prepare`](Self::prepare), then hands out
+    /// everything staged (`None` when nothing is). The driver posts the receive chain,
+    /// then the send chain, and reports with [`on_posted`](Self::on_posted) or
+    /// [`on_post_failed`](Self::on_post_failed).
+    #[inline]
+    pub fn poll_transmit(&mut self, now: Instant) -> Option<Transmit<'_>> {
+        self.prepare(now);
+        Transmit::of(&self.t.outbox)
+    }
+
+    /// The driver posted the whole [`Transmit`]: its requests now complete through
+    /// [`handle_completion`](Self::handle_completion).
+    #[inline]
+    pub fn on_posted(&mut self) {
+        self.t.outbox.clear();
+    }
+
+    /// The provider refused part of the [`Transmit`]. A refused post leaves the queue
+    /// pair as it was, so the connection fails (a disconnect is requested); what did
+    /// not go out is accounted as flushed, so every call still gets exactly one outcome.
+    pub fn on_post_failed(&mut self, failure: PostFailure, now: Instant) {
+        settle_refused(self, failure, now);
+    }
+}
+
+impl<M: MemoryRegion> Transmitter for RequesterCore<M> {
+    #[inline(always)]
+    fn poll_transmit(&mut self, now: Instant) -> Option<Transmit<'_>> {
+        RequesterCore::poll_transmit(self, now)
+    }
+    #[inline(always)]
+    fn on_posted(&mut self) {
+        RequesterCore::on_posted(self)
+    }
+    fn on_post_failed(&mut self, failure: PostFailure, now: Instant) {
+        RequesterCore::on_post_failed(self, failure, now)
     }
 }
 

@@ -31,14 +31,14 @@ use self::inspect::inspect;
 use super::config::{ConnConfig, Role};
 use super::event::ConnEvent;
 use super::fixed::{FixedQueue, IndexStack};
-use super::outbox::Outbox;
+use super::outbox::{Outbox, PostFailure, Transmit, Transmitter};
 use super::regbuf::RegBuf;
 use super::rpcmsg::encode_accepted_error;
-use super::transport::{flush_of, post_staged, CloseReason, ConnState, Staged, Transport};
+use super::transport::{flush_of, settle_refused, CloseReason, ConnState, Staged, Transport};
 use super::wrid::{WrId, WrKind};
 use super::{CoreError, CorePools};
 use crate::credits::GrantPolicy;
-use crate::fabric::{Completion, QueuePair, RemoteAddr, SendOp};
+use crate::fabric::{Completion, RemoteAddr, SendOp};
 use crate::service::{
     CallView, DdpItem, Padding, ReplyWriter, Service, MAX_DDP_ITEMS, MAX_WRITE_CHUNKS,
 };
@@ -224,7 +224,7 @@ impl<S: Service> ResponderCore<S> {
         self.fail(CloseReason::Disconnected);
     }
 
-    /// The provider saw the requester's abort ([`QueuePair::peer_abort`]): it
+    /// The provider saw the requester's abort ([`QueuePair::peer_abort`](crate::fabric::QueuePair::peer_abort)): it
     /// becomes the close reason, over the failed work request or disconnect it caused.
     pub fn on_peer_abort(&mut self, why: crate::fabric::PeerAbort) {
         if self.t.state == ConnState::Closed {
@@ -816,9 +816,42 @@ impl<S: Service> ResponderCore<S> {
         }
     }
 
-    /// Posts the staged receives, then the staged sends.
-    pub fn post<Q: QueuePair>(&mut self, qp: &mut Q, now: Instant) {
-        post_staged(self, qp, now);
+    /// The poll's work requests: runs [`prepare`](Self::prepare), then hands out
+    /// everything staged (`None` when nothing is). The driver posts the receive chain,
+    /// then the send chain, and reports with [`on_posted`](Self::on_posted) or
+    /// [`on_post_failed`](Self::on_post_failed).
+    #[inline]
+    pub fn poll_transmit(&mut self, now: Instant) -> Option<Transmit<'_>> {
+        self.prepare(now);
+        Transmit::of(&self.t.outbox)
+    }
+
+    /// The driver posted the whole [`Transmit`]: its requests now complete through
+    /// [`handle_completion`](Self::handle_completion).
+    #[inline]
+    pub fn on_posted(&mut self) {
+        self.t.outbox.clear();
+    }
+
+    /// The provider refused part of the [`Transmit`]. A refused post leaves the queue
+    /// pair as it was, so the connection fails (a disconnect is requested); what did
+    /// not go out is accounted as flushed, so every call still gets exactly one outcome.
+    pub fn on_post_failed(&mut self, failure: PostFailure, now: Instant) {
+        settle_refused(self, failure, now);
+    }
+}
+
+impl<S: Service> Transmitter for ResponderCore<S> {
+    #[inline(always)]
+    fn poll_transmit(&mut self, now: Instant) -> Option<Transmit<'_>> {
+        ResponderCore::poll_transmit(self, now)
+    }
+    #[inline(always)]
+    fn on_posted(&mut self) {
+        ResponderCore::on_posted(self)
+    }
+    fn on_post_failed(&mut self, failure: PostFailure, now: Instant) {
+        ResponderCore::on_post_failed(self, failure, now)
     }
 }
 

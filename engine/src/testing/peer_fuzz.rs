@@ -13,23 +13,16 @@
 //!
 //! Hidden from the documentation: a test harness, not part of the engine's API.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rpcrdma_pools::{HugePages, Pool, PoolConfig, RegKeys};
 
-use super::config::ConnConfig;
-use super::regbuf::RegBuf;
-use super::requester::RequesterCore;
-use super::responder::ResponderCore;
-use super::CorePools;
+use super::wire::{completion_of, Wire};
+use crate::core::{ConnConfig, CorePools, RegBuf, RequesterCore, ResponderCore};
 use crate::credits::{CreditTable, GrantPolicy};
 use crate::fabric::mr::{make_key, next_key, retag_key};
-use crate::fabric::{
-    Completion, ConnId, MemoryRegion, PostError, QpCaps, QpState, QueuePair, RecvWr, SendOp,
-    SendWr, WcOpcode, WcStatus,
-};
+use crate::fabric::{Completion, MemoryRegion, SendOp, WcOpcode, WcStatus};
 use crate::requester::CallRequest;
 use crate::service::{CallView, ReplyWriter, Service, ServiceError};
 use crate::wire::private_data::PrivateData;
@@ -112,127 +105,6 @@ impl MemoryRegion for FuzzMr {
     fn rekey_with(&mut self, tag: u8) -> u32 {
         self.key = retag_key(self.key, tag);
         self.key
-    }
-}
-
-/// One posted send-queue request: its id, operation and (for Sends) gathered bytes.
-struct Posted {
-    wr_id: u64,
-    op: SendOp,
-    bytes: Vec<u8>,
-}
-
-/// One side's queue pair: what its core posted, nothing executed until the input says.
-#[derive(Default)]
-struct Side {
-    sends: VecDeque<Posted>,
-    /// Posted receives: id, buffer address, length.
-    recvs: VecDeque<(u64, u64, u32)>,
-}
-
-impl QueuePair for Side {
-    fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<(), PostError> {
-        for w in wrs {
-            let mut bytes = Vec::new();
-            if matches!(w.op, SendOp::Send | SendOp::SendWithInvalidate { .. }) {
-                for s in w.sgl {
-                    // SAFETY: the cores only post entries inside live buffers of their own
-                    // pools, which outlive the run.
-                    let b = unsafe {
-                        std::slice::from_raw_parts(s.addr as *const u8, s.length as usize)
-                    };
-                    bytes.extend_from_slice(b);
-                }
-            }
-            self.sends.push_back(Posted {
-                wr_id: w.wr_id,
-                op: w.op,
-                bytes,
-            });
-        }
-        Ok(())
-    }
-    fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
-        for w in wrs {
-            if let Some(s) = w.sgl.first() {
-                self.recvs.push_back((w.wr_id, s.addr, s.length));
-            }
-        }
-        Ok(())
-    }
-    fn qp_num(&self) -> u32 {
-        1
-    }
-    fn conn_id(&self) -> ConnId {
-        ConnId(1)
-    }
-    fn state(&self) -> QpState {
-        QpState::ReadyToSend
-    }
-    fn caps(&self) -> QpCaps {
-        QpCaps::default()
-    }
-}
-
-impl Side {
-    /// Places `msg` in the oldest posted receive (cut to its length) and returns the
-    /// completion; None when no receive is posted.
-    fn deliver(&mut self, msg: &[u8], invalidated: Option<u32>) -> Option<Completion> {
-        let (wr_id, addr, len) = self.recvs.pop_front()?;
-        let n = msg.len().min(len as usize);
-        // SAFETY: the receive buffer is a live pool buffer of `len` bytes, posted by the
-        // core and not touched by it until this completion.
-        unsafe { std::ptr::copy_nonoverlapping(msg.as_ptr(), addr as *mut u8, n) };
-        Some(Completion {
-            wr_id,
-            opcode: WcOpcode::Recv,
-            status: WcStatus::Success,
-            byte_len: n as u32,
-            qp_num: 1,
-            invalidated_rkey: invalidated,
-        })
-    }
-
-    /// The completion of the oldest posted send-queue request, with `status`.
-    fn complete_send(&mut self, status: WcStatus) -> Option<Completion> {
-        let p = self.sends.pop_front()?;
-        Some(completion_of(&p, status))
-    }
-
-    /// Flushes everything posted (the queue pair went to error).
-    fn flush(&mut self) -> Vec<Completion> {
-        let mut out: Vec<Completion> = self
-            .sends
-            .drain(..)
-            .map(|p| completion_of(&p, WcStatus::WrFlushed))
-            .collect();
-        out.extend(self.recvs.drain(..).map(|(wr_id, _, _)| Completion {
-            wr_id,
-            opcode: WcOpcode::Recv,
-            status: WcStatus::WrFlushed,
-            byte_len: 0,
-            qp_num: 1,
-            invalidated_rkey: None,
-        }));
-        out
-    }
-}
-
-fn completion_of(p: &Posted, status: WcStatus) -> Completion {
-    let opcode = match p.op {
-        SendOp::Send | SendOp::SendWithInvalidate { .. } => WcOpcode::Send,
-        SendOp::RdmaWrite { .. } => WcOpcode::RdmaWrite,
-        SendOp::RdmaRead { .. } => WcOpcode::RdmaRead,
-        SendOp::FastReg { .. } => WcOpcode::FastReg,
-        SendOp::LocalInvalidate { .. } => WcOpcode::LocalInvalidate,
-    };
-    Completion {
-        wr_id: p.wr_id,
-        opcode,
-        status,
-        byte_len: p.bytes.len() as u32,
-        qp_num: 1,
-        invalidated_rkey: None,
     }
 }
 
@@ -392,7 +264,8 @@ pub fn run(data: &[u8]) -> Report {
         .unwrap_or_default();
     let start = Instant::now();
     let mut now = start;
-    let (mut rq, mut sq) = (Side::default(), Side::default());
+    let mut rq = Wire::new([&rp.recv, &rp.send, &rp.large]);
+    let mut sq = Wire::new([&sp.recv, &sp.send, &sp.large]);
     req.on_established(&pd, now);
     resp.on_established(&pd, now);
     let mut ledger = Ledger { seen: Vec::new() };
@@ -423,7 +296,7 @@ pub fn run(data: &[u8]) -> Report {
                         scratch.clear();
                         scratch.extend_from_slice(&p.bytes);
                         mangle(&mut scratch, flip);
-                        if let Some(wc) = sq.deliver(&scratch, None) {
+                        if let Some(wc) = sq.deliver_invalidating(&scratch, None) {
                             report.delivered += 1;
                             resp.handle_completion(&wc, now);
                         }
@@ -443,7 +316,7 @@ pub fn run(data: &[u8]) -> Report {
                         scratch.clear();
                         scratch.extend_from_slice(&p.bytes);
                         mangle(&mut scratch, flip);
-                        if let Some(wc) = rq.deliver(&scratch, swi) {
+                        if let Some(wc) = rq.deliver_invalidating(&scratch, swi) {
                             report.delivered += 1;
                             req.handle_completion(&wc, now);
                         }
@@ -455,7 +328,7 @@ pub fn run(data: &[u8]) -> Report {
                 let n = usize::from(input.u16() % 1100);
                 let swi = (input.u8() & 1 == 1).then(|| input.u32());
                 let msg = input.bytes(n).to_vec();
-                if let Some(wc) = rq.deliver(&msg, swi) {
+                if let Some(wc) = rq.deliver_invalidating(&msg, swi) {
                     report.delivered += 1;
                     req.handle_completion(&wc, now);
                 }
@@ -463,7 +336,7 @@ pub fn run(data: &[u8]) -> Report {
             4 => {
                 let n = usize::from(input.u16() % 1100);
                 let msg = input.bytes(n).to_vec();
-                if let Some(wc) = sq.deliver(&msg, None) {
+                if let Some(wc) = sq.deliver_invalidating(&msg, None) {
                     report.delivered += 1;
                     resp.handle_completion(&wc, now);
                 }
@@ -536,6 +409,9 @@ pub fn run(data: &[u8]) -> Report {
             panic!("accepted call {tag} never got an outcome");
         }
     }
+    // Every entry either core staged lay inside its own pools.
+    assert_eq!(rq.faults, [], "requester staged memory outside its pools");
+    assert_eq!(sq.faults, [], "responder staged memory outside its pools");
     report
 }
 
@@ -591,15 +467,13 @@ fn mangle(b: &mut [u8], (at, how): (u16, u8)) {
 
 fn step(
     req: &mut RequesterCore<FuzzMr>,
-    rq: &mut Side,
+    rq: &mut Wire,
     resp: &mut ResponderCore<FuzzService>,
-    sq: &mut Side,
+    sq: &mut Wire,
     now: Instant,
 ) {
-    req.prepare(now);
-    req.post(rq, now);
-    resp.prepare(now);
-    resp.post(sq, now);
+    rq.pump(req, now);
+    sq.pump(resp, now);
 }
 
 fn drain(

@@ -1,0 +1,203 @@
+//! Posting what a core staged: the only place a core's work requests meet a queue pair.
+//!
+//! Each poll the driver takes the core's [`Transmit`] and posts the receive chain, then
+//! the send chain, at most [`POST_CHUNK`] requests per doorbell, and reports back:
+//! [`on_posted`](crate::core::RequesterCore::on_posted) when everything went out,
+//! [`on_post_failed`](crate::core::RequesterCore::on_post_failed) with how far each
+//! chain got when the provider refused one. A refused receive chain does not stop the
+//! send chain: what is staged holds send-queue room and must either go out or be
+//! accounted as flushed.
+
+use std::time::Instant;
+
+use crate::core::{PostFailure, Transmit, Transmitter};
+use crate::fabric::{PostError, QueuePair, RecvWr, SendWr};
+
+/// Requests handed to one `post_send` or `post_recv` call at most. Longer chains (rare:
+/// one poll staging more than this) take more than one doorbell.
+pub const POST_CHUNK: usize = 64;
+
+/// Chains up to this long are built in a short stack array: most polls stage one or
+/// two requests, so this spares initialising a full [`POST_CHUNK`] one each time.
+const SHORT_CHAIN: usize = 4;
+
+/// One poll's posting: the core's transmit onto `qp`, and the report back. Drivers
+/// call this once per poll, after feeding completions and timers.
+#[inline]
+pub fn transmit<C: Transmitter, Q: QueuePair>(core: &mut C, qp: &mut Q, now: Instant) {
+    let Some(t) = core.poll_transmit(now) else {
+        return;
+    };
+    match post_transmit(&t, qp, |q, r| q.post_recv(r), |q, s| q.post_send(s)) {
+        Ok(()) => core.on_posted(),
+        Err(f) => core.on_post_failed(f, now),
+    }
+}
+
+/// Posts `t` through `post_recv` and `post_send` (a queue pair's, or a test wire's),
+/// receives first; on a refusal, how far each chain got.
+#[inline]
+pub fn post_transmit<Q, R, S>(
+    t: &Transmit<'_>,
+    q: &mut Q,
+    mut post_recv: R,
+    mut post_send: S,
+) -> Result<(), PostFailure>
+where
+    R: FnMut(&mut Q, &[RecvWr<'_>]) -> Result<(), PostError>,
+    S: FnMut(&mut Q, &[SendWr<'_>]) -> Result<(), PostError>,
+{
+    let blank_recv = RecvWr { wr_id: 0, sgl: &[] };
+    let recvs = post_chunks(q, t.recvs(), blank_recv, &mut post_recv);
+    let sends = post_chunks(q, t.sends(), SendWr::send(0, &[]), &mut post_send);
+    match (recvs, sends) {
+        (Ok(()), Ok(())) => Ok(()),
+        (r, s) => {
+            let (recvs_posted, e1) =
+                r.map_or_else(|(n, e)| (n, Some(e)), |()| (t.recv_count(), None));
+            let (sends_posted, e2) =
+                s.map_or_else(|(n, e)| (n, Some(e)), |()| (t.send_count(), None));
+            let error = e1.or(e2).unwrap_or(PostError {
+                posted: 0,
+                kind: crate::fabric::PostErrorKind::Malformed("post refused"),
+            });
+            Err(PostFailure {
+                recvs_posted,
+                sends_posted,
+                error,
+            })
+        }
+    }
+}
+
+/// Posts every request of `it` in chains of at most [`POST_CHUNK`]; on a refusal, how
+/// many went out before it.
+#[inline(always)]
+fn post_chunks<'a, Q, W, I, P>(
+    q: &mut Q,
+    mut it: I,
+    blank: W,
+    post: &mut P,
+) -> Result<(), (usize, PostError)>
+where
+    W: Copy + 'a,
+    I: ExactSizeIterator<Item = W>,
+    P: FnMut(&mut Q, &[W]) -> Result<(), PostError>,
+{
+    let total = it.len();
+    let mut done = 0;
+    while done < total {
+        let n = (total - done).min(POST_CHUNK);
+        let r = if n <= SHORT_CHAIN {
+            post_one_chunk::<SHORT_CHAIN, _, _, _>(q, &mut it, n, blank, post)
+        } else {
+            post_one_chunk::<POST_CHUNK, _, _, _>(q, &mut it, n, blank, post)
+        };
+        if let Err(e) = r {
+            return Err((done + e.posted.min(n), e));
+        }
+        done += n;
+    }
+    Ok(())
+}
+
+/// Posts the next `n <= N` requests of `it` as one chain.
+#[inline(always)]
+fn post_one_chunk<const N: usize, Q, W: Copy, P>(
+    q: &mut Q,
+    it: &mut impl Iterator<Item = W>,
+    n: usize,
+    blank: W,
+    post: &mut P,
+) -> Result<(), PostError>
+where
+    P: FnMut(&mut Q, &[W]) -> Result<(), PostError>,
+{
+    let mut chain = [blank; N];
+    for slot in chain.iter_mut().take(n) {
+        if let Some(w) = it.next() {
+            *slot = w;
+        }
+    }
+    post(q, &chain[..n])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::Outbox;
+    use crate::fabric::{PostErrorKind, QpState, SendFlags, SendOp, Sge};
+
+    fn staged(sends: u64, recvs: u64) -> Outbox {
+        let mut o = Outbox::with_capacity(256, 256, 256);
+        for id in 0..sends {
+            let sge = Sge::new(0x1000 + id, 8, 1);
+            o.push_send(id, SendOp::Send, &[sge], SendFlags::SIGNALED)
+                .unwrap();
+        }
+        for id in 0..recvs {
+            o.push_recv(1000 + id, Sge::new(0x9000, 64, 2)).unwrap();
+        }
+        o
+    }
+
+    #[test]
+    fn long_chains_take_one_doorbell_per_chunk_in_order() {
+        let o = staged(150, 3);
+        let t = Transmit::of(&o).expect("staged");
+        let mut log: (Vec<usize>, Vec<u64>, Vec<u64>) = Default::default();
+        post_transmit(
+            &t,
+            &mut log,
+            |l, r| {
+                l.2.extend(r.iter().map(|w| w.wr_id));
+                Ok(())
+            },
+            |l, s| {
+                l.0.push(s.len());
+                l.1.extend(s.iter().map(|w| w.wr_id));
+                assert!(s
+                    .iter()
+                    .all(|w| w.sgl.len() == 1 && w.sgl[0].addr == 0x1000 + w.wr_id));
+                Ok(())
+            },
+        )
+        .expect("all posted");
+        assert_eq!(log.0, vec![64, 64, 22]);
+        assert_eq!(log.1, (0..150).collect::<Vec<_>>());
+        assert_eq!(log.2, vec![1000, 1001, 1002]);
+    }
+
+    #[test]
+    fn a_refusal_reports_how_far_each_chain_got() {
+        let o = staged(70, 3);
+        let t = Transmit::of(&o).expect("staged");
+        let mut calls = 0;
+        let f = post_transmit(
+            &t,
+            &mut calls,
+            |_, _| {
+                Err(PostError {
+                    posted: 2,
+                    kind: PostErrorKind::QueueFull { depth: 2 },
+                })
+            },
+            |c, _| {
+                *c += 1;
+                if *c == 2 {
+                    // The second doorbell (requests 64..70) fails after one.
+                    Err(PostError {
+                        posted: 1,
+                        kind: PostErrorKind::InvalidState(QpState::Error),
+                    })
+                } else {
+                    Ok(())
+                }
+            },
+        )
+        .unwrap_err();
+        // The refused receive chain does not stop the send chain.
+        assert_eq!((f.recvs_posted, f.sends_posted), (2, 65));
+        assert_eq!(f.error.kind, PostErrorKind::QueueFull { depth: 2 });
+    }
+}
