@@ -84,7 +84,7 @@ impl<P: Provider, S: Service + Send + 'static> Pair<P, S> {
         let end = Instant::now() + deadline;
         loop {
             let now = Instant::now();
-            pair.poll(now);
+            pair.poll(pair.requester.clock().now());
             let server_up = pair
                 .server
                 .connections()
@@ -125,7 +125,7 @@ impl<P: Provider, S: Service + Send + 'static> Pair<P, S> {
         let end = Instant::now() + deadline;
         loop {
             let now = Instant::now();
-            self.poll(now);
+            self.poll(self.requester.clock().now());
             while let Some(o) = self.requester.poll_outcome() {
                 if o.tag == tag {
                     return Ok(o);
@@ -154,7 +154,7 @@ impl<P: Provider, S: Service + Send + 'static> Pair<P, S> {
         let end = Instant::now() + deadline;
         loop {
             let now = Instant::now();
-            self.poll(now);
+            self.poll(self.requester.clock().now());
             if done(self) {
                 return true;
             }

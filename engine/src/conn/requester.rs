@@ -12,7 +12,7 @@ use crate::core::{
 };
 use crate::credits::CreditTable;
 use crate::fabric::{
-    CmEvent, Completion, ConnId, ConnectionManager, Device, Provider, QpInit, QueuePair,
+    Clock, CmEvent, Completion, ConnId, ConnectionManager, Device, Provider, QpInit, QueuePair,
     RNR_RETRY_INFINITE,
 };
 use crate::requester::{CallRequest, Outcome, SubmitError};
@@ -29,6 +29,8 @@ pub struct RequesterConn<P: Provider> {
     /// Completion batch, reused by every poll.
     wcs: [Completion; CQ_BATCH],
     res: ConnResources<P>,
+    /// The device's clock: the system's, or a simulation's virtual one.
+    clock: Clock,
 }
 
 impl<P: Provider> RequesterConn<P> {
@@ -60,7 +62,8 @@ impl<P: Provider> RequesterConn<P> {
         let mut qp = cm
             .connect(addr, init, &core.local_private_data())
             .map_err(ConnError::Fabric)?;
-        let now = Instant::now();
+        let clock = dev.clock();
+        let now = clock.now();
         super::post::transmit(&mut core, &mut qp, now);
         let conn = qp.conn_id();
         Ok(RequesterConn {
@@ -72,6 +75,7 @@ impl<P: Provider> RequesterConn<P> {
             polls: 0,
             wcs: [Completion::EMPTY; CQ_BATCH],
             res,
+            clock,
         })
     }
 
@@ -146,7 +150,7 @@ impl<P: Provider> RequesterConn<P> {
     /// with `tag`.
     #[inline]
     pub fn submit(&mut self, req: CallRequest, tag: u64) -> Result<(), SubmitError> {
-        self.core.submit(req, tag, Instant::now())
+        self.core.submit(req, tag, self.clock.now())
     }
 
     /// The next finished call.
@@ -163,7 +167,7 @@ impl<P: Provider> RequesterConn<P> {
     /// Starts a health check (RFC 8267 §6.7.2); see [`ConnEvent::ProbeAnswered`] and
     /// [`ConnEvent::PeerDead`].
     pub fn health_check(&mut self) -> Result<(), ProbeError> {
-        self.core.health_check(Instant::now())
+        self.core.health_check(self.clock.now())
     }
 
     /// A send buffer for a call message (inline-sized; see
@@ -231,6 +235,12 @@ impl<P: Provider> RequesterConn<P> {
     /// The connection's resources, writable (to register application arenas).
     pub fn resources_mut(&mut self) -> &mut ConnResources<P> {
         &mut self.res
+    }
+
+    /// The clock this connection reads (its device's): pass its `now` to
+    /// [`poll`](Self::poll).
+    pub fn clock(&self) -> &Clock {
+        &self.clock
     }
 
     /// The connection id.

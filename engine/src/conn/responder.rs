@@ -82,7 +82,7 @@ impl<P: Provider, S: Service> ResponderConn<P, S> {
             config,
         };
         let private_data = core.local_private_data();
-        let now = Instant::now();
+        let now = dev.clock().now();
         // Receives go in before the peer hears of the acceptance: an iWARP peer may send
         // right after the MPA Reply, and a Send without a receive is fatal there.
         let qp = listener

@@ -447,7 +447,8 @@ where
         self.conn.close();
         let end = Instant::now() + Duration::from_millis(50);
         while self.conn.state() != ConnState::Closed && Instant::now() < end {
-            self.conn.poll(Instant::now());
+            let now = self.conn.clock().now();
+            self.conn.poll(now);
             self.route();
         }
         self.route();

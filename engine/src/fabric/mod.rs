@@ -32,6 +32,7 @@
 //! accepts any arena. Keys are `index << 8 | generation`; see [`mr`].
 
 pub mod abort;
+mod clock;
 pub mod cm;
 pub mod error;
 pub(crate) mod keytable;
@@ -46,6 +47,7 @@ pub mod types;
 pub mod verbs;
 
 pub use abort::{AbortKind, AbortSite, AbortSource, PeerAbort};
+pub use clock::Clock;
 pub use cm::{CmEvent, CmMessage, ConnId, PrivateData, PrivateDataLimits, MAX_PRIVATE_DATA};
 pub use error::{FabricError, PostError, PostErrorKind};
 pub use mr::Access;

@@ -51,6 +51,12 @@ pub trait Device {
 
     /// Creates a connection manager (event channel).
     fn create_cm(&self) -> Result<<Self::P as Provider>::Cm, FabricError>;
+
+    /// The clock a driver of this device reads: the system's, unless the provider
+    /// keeps its own time (the `sim` provider's virtual clock).
+    fn clock(&self) -> crate::fabric::Clock {
+        crate::fabric::Clock::system()
+    }
 }
 
 /// A protection domain: registrations and queue pairs of one domain only work together.

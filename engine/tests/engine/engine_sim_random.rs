@@ -33,12 +33,20 @@ enum Expect {
     ErrChunk,
 }
 
-fn submit_random(p: &mut Pair<Sim, TestService>, rng: &mut SimRng, tag: u64) -> Expect {
+/// Submits a random call; inline echoes (no chunks, so nothing for the responder to
+/// reach once they time out) wait at most `inline_timeout` when it is set.
+fn submit_random(
+    p: &mut Pair<Sim, TestService>,
+    rng: &mut SimRng,
+    tag: u64,
+    inline_timeout: Option<Duration>,
+) -> Expect {
     let r = |rng: &mut SimRng, lo: u64, hi: u64| rng.range_inclusive(lo, hi) as usize;
     let (req, expect) = match rng.below(8) {
         0 => {
             let data = pattern(r(rng, 0, 2000), tag as u8);
-            let req = CallRequest::new(msg(p, PROC_ECHO, &opaque(&data)), 2100);
+            let mut req = CallRequest::new(msg(p, PROC_ECHO, &opaque(&data)), 2100);
+            req.timeout = inline_timeout;
             (req, Expect::Results(opaque(&data)))
         }
         1 => {
@@ -128,7 +136,7 @@ fn submit_random(p: &mut Pair<Sim, TestService>, rng: &mut SimRng, tag: u64) -> 
 
 fn check(o: &Outcome, e: &Expect) {
     match o.status {
-        CallStatus::Transport(TransportError::Disconnected) => return,
+        CallStatus::Transport(TransportError::Disconnected) | CallStatus::Timeout => return,
         CallStatus::Success => {}
         CallStatus::RpcError(RpcReplyError::Accepted(stat)) => {
             assert!(
@@ -160,7 +168,29 @@ fn all_full(pools: &CorePools) -> bool {
     pools.recv.is_full() && pools.send.is_full() && pools.large.is_full()
 }
 
-fn run_seed(seed: u64, faults: FaultConfig) -> (u64, u64, u64) {
+/// What one run produced, for comparing runs of one seed.
+#[derive(Debug, PartialEq)]
+struct Run {
+    calls: u64,
+    successes: u64,
+    trace_hash: u64,
+    /// Every call's status and XID, by tag.
+    outcomes: BTreeMap<u64, (CallStatus, u32)>,
+    timeouts: u64,
+    probes_answered: u64,
+    sim: rpcrdma::fabric::sim::SimStats,
+}
+
+fn run_seed(seed: u64, faults: FaultConfig) -> Run {
+    run_seed_with(seed, faults, None, |_| {})
+}
+
+fn run_seed_with(
+    seed: u64,
+    faults: FaultConfig,
+    inline_timeout: Option<Duration>,
+    tune: impl Fn(&mut rpcrdma::core::ConnConfig),
+) -> Run {
     let cfg = SimConfig::seeded(seed)
         .with_latency(Duration::from_micros(1), Duration::from_micros(200))
         .with_faults(faults);
@@ -169,6 +199,7 @@ fn run_seed(seed: u64, faults: FaultConfig) -> (u64, u64, u64) {
     let fixture = SimNetFixture(net.clone());
     let mut client = test_config();
     client.credits = 6;
+    tune(&mut client);
     let mut server = test_config();
     server.credits = 4;
     let mut p = pair(&fixture, &client, &server);
@@ -182,7 +213,8 @@ fn run_seed(seed: u64, faults: FaultConfig) -> (u64, u64, u64) {
     let mut rng = net.workload_rng(1);
     let mut expect = BTreeMap::new();
     // Statuses only: the outcomes (and their buffers) are dropped once checked.
-    let mut outcomes: BTreeMap<u64, CallStatus> = BTreeMap::new();
+    let mut outcomes: BTreeMap<u64, (CallStatus, u32)> = BTreeMap::new();
+    let mut probes_answered = 0u64;
     const CALLS: u64 = 120;
     let mut next = 0u64;
     let mut polls = 0u64;
@@ -197,7 +229,7 @@ fn run_seed(seed: u64, faults: FaultConfig) -> (u64, u64, u64) {
         if next < CALLS && room && p.requester.state() == ConnState::Established {
             for _ in 0..rng.below(4) {
                 if next < CALLS {
-                    expect.insert(next, submit_random(&mut p, &mut rng, next));
+                    expect.insert(next, submit_random(&mut p, &mut rng, next, inline_timeout));
                     next += 1;
                 }
             }
@@ -207,14 +239,16 @@ fn run_seed(seed: u64, faults: FaultConfig) -> (u64, u64, u64) {
             break;
         }
         for _ in 0..rng.range_inclusive(1, 8) {
-            p.poll(std::time::Instant::now());
+            // The sim device's virtual clock: timers fire at the same point of every run.
+            let now = p.requester.clock().now();
+            p.poll(now);
             polls += 1;
         }
         while let Some(o) = p.next_outcome() {
             let e = expect.get(&o.tag).expect("an outcome for a call we made");
             check(&o, e);
             assert!(
-                outcomes.insert(o.tag, o.status).is_none(),
+                outcomes.insert(o.tag, (o.status, o.xid)).is_none(),
                 "one outcome per call"
             );
         }
@@ -231,13 +265,17 @@ fn run_seed(seed: u64, faults: FaultConfig) -> (u64, u64, u64) {
                 check(&o, e);
             }
             assert!(
-                outcomes.insert(o.tag, o.status).is_none(),
+                outcomes.insert(o.tag, (o.status, o.xid)).is_none(),
                 "one outcome per call"
             );
         }
         outcomes.len() as u64 == next
     });
     assert!(done, "seed {seed}: {} of {next} outcomes", outcomes.len());
+    // A call that timed out holds its credit until its late reply: wait for those.
+    p.run_until(DEADLINE, |p| {
+        p.requester.credits().in_flight() == 0 || p.requester.state() != ConnState::Established
+    });
     let dropped = p.requester.state() != ConnState::Established;
     if !dropped {
         assert_eq!(p.requester.credits().in_flight(), 0, "no credit leaks");
@@ -257,23 +295,43 @@ fn run_seed(seed: u64, faults: FaultConfig) -> (u64, u64, u64) {
     }
     let successes = outcomes
         .values()
-        .filter(|s| **s == CallStatus::Success)
+        .filter(|s| s.0 == CallStatus::Success)
         .count() as u64;
+    let timeouts = outcomes
+        .values()
+        .filter(|s| s.0 == CallStatus::Timeout)
+        .count() as u64;
+    while let Some(ev) = p.requester.poll_event() {
+        if let rpcrdma::core::ConnEvent::ProbeAnswered(_) = ev {
+            probes_answered += 1;
+        }
+    }
     eprintln!(
         "seed {seed}: {next} calls, {successes} successes, dropped: {dropped}, sim: {:?}",
         net.stats()
     );
-    drop(outcomes);
     drop(p);
     assert!(all_full(&cpools), "seed {seed}: requester pools full");
     assert!(all_full(&spools), "seed {seed}: responder pools full");
-    (next, successes, net.trace_hash())
+    Run {
+        calls: next,
+        successes,
+        trace_hash: net.trace_hash(),
+        outcomes,
+        timeouts,
+        probes_answered,
+        sim: net.stats(),
+    }
 }
 
 #[test]
 fn random_workloads_without_faults_all_succeed_where_they_should() {
     for seed in [1u64, 2, 3] {
-        let (calls, ok, _) = run_seed(seed, FaultConfig::NONE);
+        let Run {
+            calls,
+            successes: ok,
+            ..
+        } = run_seed(seed, FaultConfig::NONE);
         assert_eq!(calls, 120);
         assert!(ok > 60, "seed {seed}: {ok} successes");
     }
@@ -300,5 +358,35 @@ fn random_workloads_with_faults_keep_every_invariant() {
 fn a_seed_replays_the_same_history() {
     let a = run_seed(21, faults());
     let b = run_seed(21, faults());
-    assert_eq!(a, b, "same seed, same calls, same fabric history");
+    assert_eq!(a.trace_hash, b.trace_hash, "same seed, same fabric history");
+    assert_eq!(
+        (a.calls, a.successes, a.sim),
+        (b.calls, b.successes, b.sim),
+        "same seed, same calls"
+    );
+}
+
+/// Timers in virtual time: calls time out and keepalive probes go out at the same
+/// points of every run of one seed, and XIDs and keys come from the configured seed, so
+/// two runs agree on every outcome (status and XID) and on the fabric's whole history.
+/// A different seed gives a different history, so the comparison can fail.
+#[test]
+fn a_seed_replays_its_timeouts_and_probes() {
+    let timers = |seed: u64| {
+        move |c: &mut rpcrdma::core::ConnConfig| {
+            c.seed = Some(seed);
+            c.keepalive = Some(Duration::from_micros(300));
+            c.probe_timeout = Duration::from_millis(5);
+            c.credit_reclaim = None;
+        }
+    };
+    let short = Some(Duration::from_micros(120));
+    let a = run_seed_with(31, faults(), short, timers(31));
+    let b = run_seed_with(31, faults(), short, timers(31));
+    assert!(a.timeouts > 0, "the run reaches call timeouts: {a:?}");
+    assert!(a.probes_answered > 0, "the run sends keepalive probes");
+    eprintln!("seed 31: {} timeouts, {} probes answered", a.timeouts, a.probes_answered);
+    assert_eq!(a, b, "same seed, same run");
+    let c = run_seed_with(32, faults(), short, timers(32));
+    assert_ne!(a.trace_hash, c.trace_hash, "another seed, another history");
 }

@@ -248,13 +248,10 @@ impl<M: MemoryRegion> RequesterCore<M> {
         );
         credits.reset();
         // XIDs start at a point drawn from the configured seed (reproducible runs) or
-        // the clock, so a restarted client does not reuse its predecessor's XIDs.
-        let seed = match cfg.seed {
-            Some(s) => (s ^ (s >> 32)) as u32 ^ 0x5851_F42D,
-            None => std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(1, |d| d.subsec_nanos() ^ d.as_secs() as u32),
-        };
+        // the OS's random source, so a restarted client does not reuse its
+        // predecessor's XIDs. The core reads no clock for it.
+        let s = cfg.seed.unwrap_or_else(super::mrs::os_seed);
+        let seed = (s ^ (s >> 32)) as u32 ^ 0x5851_F42D;
         Ok(RequesterCore {
             t,
             params: Params {

@@ -33,6 +33,18 @@ impl fmt::Debug for SimDevice {
 impl Device for SimDevice {
     type P = Sim;
 
+    /// The network's virtual clock: drivers of simulated connections see time pass only
+    /// as the simulation advances it (one tick per completion-queue poll), so a seed
+    /// replays its run exactly, timeouts and keepalives included.
+    fn clock(&self) -> crate::fabric::Clock {
+        let world = Arc::clone(&self.world);
+        let base = world.base;
+        crate::fabric::Clock::virtual_time(
+            base,
+            Arc::new(move || std::time::Duration::from_nanos(world.with(|w| w.now).unwrap_or(0))),
+        )
+    }
+
     fn caps(&self) -> DeviceCaps {
         self.caps
     }

@@ -86,6 +86,8 @@ fn thread_token() -> u64 {
 pub(super) struct World {
     owner: u64,
     seed: u64,
+    /// The instant virtual time zero maps to for drivers ([`crate::fabric::Clock`]).
+    pub(super) base: std::time::Instant,
     /// Thread currently inside `with`, to refuse re-entry instead of deadlocking.
     holder: AtomicU64,
     foreign: AtomicU64,
@@ -106,6 +108,7 @@ impl World {
         Arc::new(World {
             owner: thread_token(),
             seed: cfg.seed,
+            base: std::time::Instant::now(),
             holder: AtomicU64::new(0),
             foreign: AtomicU64::new(0),
             state: Mutex::new(WorldState::new(cfg)),
