@@ -43,9 +43,9 @@ impl<P: Provider> RequesterConn<P> {
         let mut core = match res.registration() {
             RegMode::FastReg => {
                 let mrs = res.fast_mrs(res.sizes.mr_slots, cfg.large_buf_size as usize)?;
-                RequesterCore::new(cfg, &res.pools, mrs, credits)
+                RequesterCore::requester(cfg, &res.pools, mrs, credits)
             }
-            RegMode::Persistent => RequesterCore::new_persistent(cfg, &res.pools, credits),
+            RegMode::Persistent => RequesterCore::requester_persistent(cfg, &res.pools, credits),
         }
         .map_err(ConnError::Core)?;
         let mut cm = dev.create_cm().map_err(ConnError::Fabric)?;
@@ -214,7 +214,7 @@ impl<P: Provider> RequesterConn<P> {
 
     /// Counters.
     pub fn stats(&self) -> RequesterStats {
-        self.core.stats()
+        self.core.requester_stats()
     }
 
     /// Calls queued for credits or resources.

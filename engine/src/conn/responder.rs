@@ -72,7 +72,7 @@ impl<P: Provider, S: Service> ResponderConn<P, S> {
         let res = ConnResources::<P>::new(dev, cfg, Role::Responder)?;
         let policy = Arc::new(GrantPolicy::new(cfg.credits, res.sizes.rq_depth));
         let mut core =
-            ResponderCore::new(cfg, &res.pools, service, policy).map_err(ConnError::Core)?;
+            ResponderCore::responder(cfg, &res.pools, service, policy).map_err(ConnError::Core)?;
         let mut config = res.sizes.qp_config();
         config.rnr_retry = RNR_RETRY_INFINITE;
         let init = QpInit {
@@ -109,7 +109,7 @@ impl<P: Provider, S: Service> ResponderConn<P, S> {
     /// Messages received so far, of any kind: the server's idle check compares it
     /// between looks (a counter sum, so the check costs nothing per RPC).
     fn received(&self) -> u64 {
-        let s = self.core.stats();
+        let s = self.core.responder_stats();
         s.calls + s.err_vers + s.err_chunk + s.dropped + s.done_received + s.overruns
     }
 
@@ -176,7 +176,7 @@ impl<P: Provider, S: Service> ResponderConn<P, S> {
 
     /// Counters.
     pub fn stats(&self) -> ResponderStats {
-        self.core.stats()
+        self.core.responder_stats()
     }
 
     /// The grant policy (adjustable from any thread).

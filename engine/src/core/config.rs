@@ -296,6 +296,25 @@ pub struct Sizes {
 }
 
 impl Sizes {
+    /// The sizes of a connection playing both roles (RFC 8167): queues and pools for
+    /// each direction side by side.
+    pub fn both(requester: &Sizes, responder: &Sizes) -> Sizes {
+        let sq_depth = requester.sq_depth + responder.sq_depth;
+        let rq_depth = requester.rq_depth + responder.rq_depth;
+        Sizes {
+            sq_depth,
+            rq_depth,
+            cq_depth: sq_depth + rq_depth,
+            slots: requester.slots + responder.slots,
+            recv_bufs: requester.recv_bufs + responder.recv_bufs,
+            send_bufs: requester.send_bufs + responder.send_bufs,
+            large_bufs: requester.large_bufs + responder.large_bufs,
+            app_bufs: requester.app_bufs,
+            mr_slots: requester.mr_slots,
+            max_send_sge: requester.max_send_sge.max(responder.max_send_sge),
+        }
+    }
+
     /// The queue-pair configuration these sizes need.
     pub fn qp_config(&self) -> QpConfig {
         QpConfig {

@@ -13,6 +13,8 @@
 //! [`Completion`]: crate::fabric::Completion
 
 pub mod config;
+mod connection;
+mod demux;
 pub mod event;
 pub mod fixed;
 mod mrs;
@@ -29,11 +31,17 @@ use core::fmt;
 use rpcrdma_pools::Pool;
 
 pub use config::{ConfigError, ConnConfig, CountField, RegMode, Registration, Role, Sizes};
+pub use connection::{
+    BidiCore, Connection, NoRequester, NoResponder, RequesterCore, RequesterRole, ResponderCore,
+    ResponderRole,
+};
 pub use event::ConnEvent;
 pub use outbox::{Outbox, OutboxFull, PostFailure, Transmit, Transmitter};
 pub use regbuf::{RegBuf, RegBufError};
-pub use requester::{ProbeError, RequesterCore, RequesterStats};
-pub use responder::{ResponderCore, ResponderStats};
+pub use requester::RequesterHalf;
+pub use requester::{ProbeError, RequesterStats};
+pub use responder::ResponderHalf;
+pub use responder::ResponderStats;
 pub use transport::{CloseReason, ConnState, Violation};
 pub use wrid::{WrId, WrKind};
 

@@ -6,7 +6,8 @@ use std::time::Instant;
 
 use rpcrdma_pools::{Pool, PoolCache};
 
-use super::fixed::IndexStack;
+use super::event::ConnEvent;
+use super::fixed::{FixedQueue, IndexStack};
 use super::outbox::Outbox;
 use super::outbox::PostFailure;
 use super::regbuf::RegBuf;
@@ -208,8 +209,10 @@ impl RecvTable {
     }
 }
 
-/// State and resources every connection has, whatever its role.
-pub(crate) struct Transport {
+/// State and resources every connection has, whatever its role. Public only so the
+/// sealed role traits can name it; nothing outside the crate can build or read one.
+#[doc(hidden)]
+pub struct Transport {
     pub(crate) state: ConnState,
     pub(crate) close_reason: Option<CloseReason>,
     pub(crate) thresholds: InlineThresholds,
@@ -218,6 +221,10 @@ pub(crate) struct Transport {
     pub(crate) recvs: RecvTable,
     /// Requests the outbox refused (never, while its sizing invariant holds).
     pub(crate) outbox_overflows: u64,
+    /// Completions naming no request of the connection (provider bugs).
+    pub(crate) stray_completions: u64,
+    /// Events for the driver, from either half.
+    pub(crate) events: FixedQueue<ConnEvent>,
 }
 
 impl Transport {
@@ -234,6 +241,8 @@ impl Transport {
             sq: SqBudget::new(sq_depth),
             recvs: RecvTable::new(rq_depth, recv_pool),
             outbox_overflows: 0,
+            stray_completions: 0,
+            events: FixedQueue::with_capacity(32),
         };
         t.recvs.refill(&mut t.outbox);
         t

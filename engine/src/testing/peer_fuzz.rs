@@ -245,18 +245,20 @@ pub fn run(data: &[u8]) -> Report {
     let cfg = config(seed);
     let credits = Arc::new(CreditTable::new(cfg.credits, true));
     let req = if persistent {
-        RequesterCore::new_persistent(&cfg, &rp, credits)
+        RequesterCore::requester_persistent(&cfg, &rp, credits)
     } else {
         let mrs = (1..=24)
             .map(|i| FuzzMr {
                 key: make_key(i, 0),
             })
             .collect();
-        RequesterCore::new(&cfg, &rp, mrs, credits)
+        RequesterCore::requester(&cfg, &rp, mrs, credits)
     };
     let policy = Arc::new(GrantPolicy::new(4, 8));
-    let (Ok(mut req), Ok(mut resp)) = (req, ResponderCore::new(&cfg, &sp, FuzzService, policy))
-    else {
+    let (Ok(mut req), Ok(mut resp)) = (
+        req,
+        ResponderCore::responder(&cfg, &sp, FuzzService, policy),
+    ) else {
         return Report::default();
     };
     let pd = PrivateData::new(1024, 1024, true)

@@ -107,7 +107,7 @@ fn unestablished(conf: &ConnConfig) -> (RequesterCore<FakeMr>, CorePools) {
         })
         .collect();
     let credits = Arc::new(CreditTable::new(8, false));
-    let core = RequesterCore::new(conf, &pools, mrs, credits).expect("core");
+    let core = RequesterCore::requester(conf, &pools, mrs, credits).expect("core");
     (core, pools)
 }
 
@@ -240,7 +240,7 @@ fn unparseable_and_unmatched_replies_are_dropped() {
     let n = encode_err_chunk(xid ^ 0x100, 1, &mut err).expect("encodes");
     let wc = qp.deliver(&err[..n]);
     core.handle_completion(&wc, now);
-    let st = core.stats();
+    let st = core.requester_stats();
     assert_eq!((st.bad_headers, st.unmatched), (1, 1));
     assert!(core.poll_outcome().is_none());
     assert_eq!(core.active(), 1);
@@ -316,7 +316,7 @@ fn timed_out_call_keeps_its_credit_until_the_late_reply() {
         core.poll_outcome().is_none(),
         "no second outcome for call 1"
     );
-    assert_eq!(core.stats().late_replies, 1);
+    assert_eq!(core.requester_stats().late_replies, 1);
     assert_eq!(core.credits().in_flight(), 0);
     qp.pump(&mut core, now);
     assert_eq!(
@@ -344,7 +344,7 @@ fn stray_completions_are_counted_not_trusted() {
         ..wc
     };
     core.handle_completion(&wc, now);
-    assert_eq!(core.stats().stray_completions, 2);
+    assert_eq!(core.requester_stats().stray_completions, 2);
 }
 
 /// Answers every call with a success header.
@@ -366,7 +366,7 @@ impl Service for Ok0 {
 fn responder() -> (ResponderCore<Ok0>, Arc<GrantPolicy>, Wire, Instant) {
     let pools = pools();
     let policy = Arc::new(GrantPolicy::new(8, 8));
-    let mut core = ResponderCore::new(&cfg(), &pools, Ok0, policy.clone()).expect("core");
+    let mut core = ResponderCore::responder(&cfg(), &pools, Ok0, policy.clone()).expect("core");
     let now = Instant::now();
     let mut qp = Wire::new([&pools.recv, &pools.send, &pools.large]);
     core.on_established(&peer_pd(), now);
@@ -400,7 +400,7 @@ fn bad_version_gets_err_vers_one_to_one() {
         words(&[0xabcd, 1, 8, 4, 1, 1, 1]),
         "RDMA_ERROR / ERR_VERS, versions 1..=1, echoing the XID"
     );
-    assert_eq!(core.stats().err_vers, 1);
+    assert_eq!(core.responder_stats().err_vers, 1);
 }
 
 #[test]
@@ -421,11 +421,11 @@ fn malformed_headers_get_err_chunk_and_the_connection_lives_on() {
         assert_eq!(sent.len(), 1, "{c:?}");
         assert_eq!(sent[0].bytes, words(&[7, 1, 8, 4, 2]), "{c:?}");
     }
-    assert_eq!(core.stats().err_chunk, 4);
+    assert_eq!(core.responder_stats().err_chunk, 4);
     // Too short to carry an XID: nothing to answer.
     let sent = exchange(&mut core, &mut qp, &[1, 2], now);
     assert!(sent.is_empty());
-    assert_eq!(core.stats().dropped, 1);
+    assert_eq!(core.responder_stats().dropped, 1);
     // And a good call still works.
     let call = words(&[9, 1, 1, 0, 0, 0, 0, 9, 0, 2, 7, 1, 0, 0, 0, 0, 0]);
     let sent = exchange(&mut core, &mut qp, &call, now);
@@ -515,7 +515,7 @@ impl Service for Scripted {
 fn scripted(s: Scripted) -> (ResponderCore<Scripted>, Wire, Instant) {
     let pools = pools();
     let policy = Arc::new(GrantPolicy::new(8, 8));
-    let mut core = ResponderCore::new(&cfg(), &pools, s, policy).expect("core");
+    let mut core = ResponderCore::responder(&cfg(), &pools, s, policy).expect("core");
     let now = Instant::now();
     let mut qp = Wire::new([&pools.recv, &pools.send, &pools.large]);
     core.on_established(&peer_pd(), now);
@@ -604,7 +604,7 @@ fn results_are_split_over_segments_and_lists_echo_what_was_written() {
     want.extend(seg(0x2001, 3000, 0x8000));
     want.extend(seg(0x2002, 2000, 0x9000));
     assert_eq!(reply.bytes, words(&want), "RDMA_NOMSG echoing the chunks");
-    assert_eq!(core.stats().chunk_replies, 1);
+    assert_eq!(core.responder_stats().chunk_replies, 1);
 }
 
 #[test]
@@ -637,7 +637,7 @@ fn rdma_done_is_routed_to_the_service_and_not_answered() {
     let sent = run(&mut core, &mut qp, &words(&[0x99, 1, 1, 3]), now);
     assert!(sent.is_empty());
     assert_eq!(core.service().done, vec![0x99]);
-    assert_eq!(core.stats().done_received, 1);
+    assert_eq!(core.responder_stats().done_received, 1);
 }
 
 /// Persistent registration: chunks advertise their pool's own remote key and the
@@ -649,7 +649,7 @@ fn persistent_requester_advertises_pool_keys_and_posts_only_the_send() {
     let pools = pools();
     let credits = Arc::new(CreditTable::new(8, false));
     let mut core: RequesterCore<FakeMr> =
-        RequesterCore::new_persistent(&cfg(), &pools, credits).expect("core");
+        RequesterCore::requester_persistent(&cfg(), &pools, credits).expect("core");
     assert_eq!(core.registration(), rpcrdma::core::RegMode::Persistent);
     let local = PrivateData::decode(&core.local_private_data()).expect("decodes");
     assert!(
@@ -710,7 +710,7 @@ fn persistent_requester_advertises_pool_keys_and_posts_only_the_send() {
     let o = core.poll_outcome().expect("outcome");
     assert_eq!(o.status, CallStatus::Success);
     assert!(o.msg.is_some(), "buffers come back with the reply");
-    let st = core.stats();
+    let st = core.requester_stats();
     assert_eq!(
         (
             st.local_invalidations,
@@ -733,14 +733,14 @@ fn stray_chunk_reply_ends_a_persistent_connection() {
         let pools = pools();
         let credits = Arc::new(CreditTable::new(8, false));
         let mut core: RequesterCore<FakeMr> = if persistent {
-            RequesterCore::new_persistent(&cfg(), &pools, credits).expect("core")
+            RequesterCore::requester_persistent(&cfg(), &pools, credits).expect("core")
         } else {
             let mrs = (1..=40)
                 .map(|i| FakeMr {
                     key: make_key(i, 0),
                 })
                 .collect();
-            RequesterCore::new(&cfg(), &pools, mrs, credits).expect("core")
+            RequesterCore::requester(&cfg(), &pools, mrs, credits).expect("core")
         };
         let now = Instant::now();
         let mut qp = Wire::new([&pools.recv, &pools.send, &pools.large]);
@@ -758,7 +758,7 @@ fn stray_chunk_reply_ends_a_persistent_connection() {
         }
         let wc = qp.deliver(&reply);
         core.handle_completion(&wc, now);
-        let st = core.stats();
+        let st = core.requester_stats();
         assert_eq!((st.unmatched, st.stray_chunk_replies), (1, 1));
         let ev = core.poll_event();
         if persistent {
@@ -862,12 +862,12 @@ fn requester_refuses_more_chunks_than_max_chunks() {
         "nothing refused went out: {:?}",
         qp.sends
     );
-    assert_eq!(core.stats().calls_sent, 0);
+    assert_eq!(core.requester_stats().calls_sent, 0);
 
     core.submit(with_chunks(2, 2), 2, now)
         .expect("two of each are allowed");
     qp.pump(&mut core, now);
-    assert_eq!(core.stats().calls_sent, 1);
+    assert_eq!(core.requester_stats().calls_sent, 1);
     let send = qp
         .sends
         .iter()
@@ -943,12 +943,12 @@ fn caller_chosen_xids_are_sent_matched_and_never_shared() {
             "the reply to {xid:#x} finds its own call"
         );
     }
-    assert_eq!(core.stats().unmatched, 0);
+    assert_eq!(core.requester_stats().unmatched, 0);
     // A reply to an XID no call carries any more is dropped.
     let wc = qp.deliver(&ok_reply(x, 8));
     core.handle_completion(&wc, now);
     assert!(core.poll_outcome().is_none());
-    assert_eq!(core.stats().unmatched, 1);
+    assert_eq!(core.requester_stats().unmatched, 1);
     // Once answered, an XID may be used again.
     core.submit(null_call(&pools).with_xid(x), 5, now)
         .expect("an answered XID is free again");
@@ -986,4 +986,106 @@ fn a_queued_call_whose_xid_was_taken_meanwhile_is_refused_alone() {
     qp.pump(&mut core, now);
     assert_eq!(qp.sends.len(), 1, "the first call with that XID went");
     assert_eq!(be(&qp.sends[0].bytes, 0), own);
+}
+
+/// Carries every Send `from` posted into `to`'s receives (feeding `to_core` the receive
+/// completions), completes everything `from` posted, and returns how many Sends crossed.
+fn carry<A: rpcrdma::core::Transmitter, B: rpcrdma::core::Transmitter>(
+    from: &mut Wire,
+    from_core: &mut A,
+    to: &mut Wire,
+    to_core: &mut B,
+    now: Instant,
+    feed_a: impl Fn(&mut A, &Completion),
+    feed_b: impl Fn(&mut B, &Completion),
+) -> usize {
+    let mut crossed = 0;
+    let posted: Vec<Posted> = from.sends.drain(..).collect();
+    for p in &posted {
+        if matches!(p.op, SendOp::Send | SendOp::SendWithInvalidate { .. }) {
+            let wc = to.deliver(&p.bytes);
+            feed_b(to_core, &wc);
+            crossed += 1;
+        }
+        let done = rpcrdma::testing::wire::completion_of(p, WcStatus::Success);
+        feed_a(from_core, &done);
+    }
+    from.pump(from_core, now);
+    to.pump(to_core, now);
+    crossed
+}
+
+/// RFC 8167 in the core: two connections playing both roles call each other at the same
+/// time over one connection each way. Every received message reaches the half it is for
+/// (calls to the responder half, replies to the requester half), both calls succeed with
+/// their own XIDs, and nothing is counted as stray, unmatched or dropped.
+#[test]
+fn a_two_role_connection_serves_and_calls_on_one_transport() {
+    let now = Instant::now();
+    let make = |key: u32| {
+        let pools = pools();
+        let mrs = (1..=40)
+            .map(|i| FakeMr {
+                key: make_key(i + key, 0),
+            })
+            .collect();
+        let credits = Arc::new(CreditTable::new(8, false));
+        let policy = Arc::new(GrantPolicy::new(8, 8));
+        let mut core =
+            rpcrdma::core::BidiCore::both_roles(&cfg(), &pools, Some(mrs), credits, Ok0, policy)
+                .expect("two-role core");
+        let mut wire = Wire::new([&pools.recv, &pools.send, &pools.large]);
+        core.on_established(&peer_pd(), now);
+        wire.pump(&mut core, now);
+        (core, pools, wire)
+    };
+    let (mut a, apools, mut wa) = make(0);
+    let (mut b, bpools, mut wb) = make(100);
+    a.submit(null_call(&apools).with_xid(0xA1), 1, now)
+        .expect("a calls b");
+    b.submit(null_call(&bpools).with_xid(0xB1), 2, now)
+        .expect("b calls a");
+    wa.pump(&mut a, now);
+    wb.pump(&mut b, now);
+    let feed = |c: &mut rpcrdma::core::BidiCore<FakeMr, Ok0>, wc: &Completion| {
+        c.handle_completion(wc, now)
+    };
+    let (mut oa, mut ob) = (None, None);
+    for _ in 0..8 {
+        carry(&mut wa, &mut a, &mut wb, &mut b, now, feed, feed);
+        carry(&mut wb, &mut b, &mut wa, &mut a, now, feed, feed);
+        oa = oa.or_else(|| a.poll_outcome());
+        ob = ob.or_else(|| b.poll_outcome());
+    }
+    let (oa, ob) = (
+        oa.expect("a's call answered"),
+        ob.expect("b's call answered"),
+    );
+    assert_eq!((oa.tag, oa.xid, oa.status), (1, 0xA1, CallStatus::Success));
+    assert_eq!((ob.tag, ob.xid, ob.status), (2, 0xB1, CallStatus::Success));
+    for c in [&a, &b] {
+        let (rq, rs) = (c.requester_stats(), c.responder_stats());
+        assert_eq!((rq.calls_sent, rq.outcomes), (1, 1));
+        assert_eq!(rs.calls, 1, "exactly the peer's call reached the service");
+        assert_eq!(
+            (rq.unmatched, rq.bad_headers, rq.stray_completions),
+            (0, 0, 0)
+        );
+        assert_eq!(
+            (rs.dropped, rs.err_chunk, rs.err_vers, rs.overruns),
+            (0, 0, 0, 0)
+        );
+        assert_eq!(c.active(), 0);
+        assert_eq!(c.state(), ConnState::Established);
+    }
+    drop((oa, ob));
+    // Both halves shut down with the connection: the flushes come back and it closes.
+    for (c, w) in [(&mut a, &mut wa), (&mut b, &mut wb)] {
+        c.on_disconnected();
+        for wc in w.flush() {
+            c.handle_completion(&wc, now);
+        }
+        w.pump(c, now);
+        assert_eq!(c.state(), ConnState::Closed);
+    }
 }

@@ -385,7 +385,10 @@ fn a_seed_replays_its_timeouts_and_probes() {
     let b = run_seed_with(31, faults(), short, timers(31));
     assert!(a.timeouts > 0, "the run reaches call timeouts: {a:?}");
     assert!(a.probes_answered > 0, "the run sends keepalive probes");
-    eprintln!("seed 31: {} timeouts, {} probes answered", a.timeouts, a.probes_answered);
+    eprintln!(
+        "seed 31: {} timeouts, {} probes answered",
+        a.timeouts, a.probes_answered
+    );
     assert_eq!(a, b, "same seed, same run");
     let c = run_seed_with(32, faults(), short, timers(32));
     assert_ne!(a.trace_hash, c.trace_hash, "another seed, another history");

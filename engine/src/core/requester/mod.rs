@@ -3,7 +3,7 @@
 //!
 //! Life of a call:
 //!
-//! 1. [`submit`](RequesterCore::submit) validates it and starts it at once, or queues it
+//! 1. [`submit`](RequesterHalf::submit) validates it and starts it at once, or queues it
 //!    (in order) until a credit, a slot, registration slots and send-queue room are all
 //!    available.
 //! 2. Starting stages FastReg work requests for its chunks (fresh keys), then the Send
@@ -39,12 +39,9 @@ use super::config::{ConnConfig, RegMode, Role, Sizes};
 use super::event::ConnEvent;
 use super::fixed::{FixedQueue, IndexStack};
 use super::mrs::MrTable;
-use super::outbox::{Outbox, PostFailure, Transmit, Transmitter};
 use super::regbuf::RegBuf;
 use super::rpcmsg::{encode_null_call, NULL_CALL_LEN};
-use super::transport::{
-    flush_of, settle_refused, CloseReason, ConnState, Staged, Transport, Violation,
-};
+use super::transport::{CloseReason, ConnState, Transport, Violation};
 use super::wrid::{WrId, WrKind};
 use super::{CoreError, CorePools};
 use crate::credits::CreditTable;
@@ -54,7 +51,7 @@ use crate::requester::{
     WriteSinks, MAX_WRITE_SINKS,
 };
 use crate::wire::header::{HeaderView, Limits};
-use crate::wire::private_data::{InlineThresholds, PrivateData};
+use crate::wire::private_data::PrivateData;
 
 /// Counters of one requester connection.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -161,8 +158,7 @@ struct Params {
 /// The requester side of one connection. `M` is the fabric's memory-region handle; the
 /// core re-keys its fast-registration slots itself and stages every fabric operation in
 /// its [`Outbox`].
-pub struct RequesterCore<M> {
-    t: Transport,
+pub struct RequesterHalf<M> {
     params: Params,
     local_pd: PrivateData,
     credits: Arc<CreditTable>,
@@ -181,13 +177,14 @@ pub struct RequesterCore<M> {
     send_pool: Pool,
     queue: FixedQueue<Queued>,
     outcomes: FixedQueue<Outcome>,
-    events: FixedQueue<ConnEvent>,
+    /// The connection's failure has been handled here ([`Self::on_fail`]).
+    failed: bool,
     next_deadline: Option<Instant>,
     last_rx: Option<Instant>,
     stats: RequesterStats,
 }
 
-impl<M: MemoryRegion> RequesterCore<M> {
+impl<M: MemoryRegion> RequesterHalf<M> {
     /// A requester for `cfg` over registered `pools`, with fast-registration slots
     /// `mrs` (each covering at least `cfg.large_buf_size` bytes) and a credit table
     /// shared with application threads. Receives are staged at once; nothing is sent
@@ -240,20 +237,13 @@ impl<M: MemoryRegion> RequesterCore<M> {
         }
         let probe_slot = sizes.slots - 1;
         let slot_bits = 32 - (sizes.slots.max(2) - 1).leading_zeros();
-        let t = Transport::new(
-            sizes.sq_depth,
-            sizes.rq_depth,
-            sizes.max_send_sge,
-            &pools.recv,
-        );
         credits.reset();
         // XIDs start at a point drawn from the configured seed (reproducible runs) or
         // the OS's random source, so a restarted client does not reuse its
         // predecessor's XIDs. The core reads no clock for it.
         let s = cfg.seed.unwrap_or_else(super::mrs::os_seed);
         let seed = (s ^ (s >> 32)) as u32 ^ 0x5851_F42D;
-        Ok(RequesterCore {
-            t,
+        Ok(RequesterHalf {
             params: Params {
                 credits_requested: cfg.credits,
                 call_timeout: cfg.call_timeout,
@@ -279,7 +269,7 @@ impl<M: MemoryRegion> RequesterCore<M> {
             send_pool: pools.send.clone(),
             queue: FixedQueue::with_capacity(cfg.queue_len),
             outcomes: FixedQueue::with_capacity(sizes.slots as usize + cfg.queue_len),
-            events: FixedQueue::with_capacity(16),
+            failed: false,
             next_deadline: None,
             last_rx: None,
             stats: RequesterStats::default(),
@@ -305,19 +295,9 @@ impl<M: MemoryRegion> RequesterCore<M> {
         self.mode == RegMode::FastReg && self.mrs.available() < plan.mrs as usize
     }
 
-    /// The RFC 8797 private data to offer when connecting.
-    pub fn local_private_data(&self) -> [u8; 8] {
-        self.local_pd.to_bytes().unwrap_or([0; 8])
-    }
-
-    /// The connection state.
-    pub fn state(&self) -> ConnState {
-        self.t.state
-    }
-
-    /// The negotiated inline thresholds (RFC 8166 defaults until established).
-    pub fn thresholds(&self) -> InlineThresholds {
-        self.t.thresholds
+    /// The RFC 8797 private data this requester offers.
+    pub(crate) fn local_pd(&self) -> PrivateData {
+        self.local_pd
     }
 
     /// The credit table.
@@ -328,8 +308,6 @@ impl<M: MemoryRegion> RequesterCore<M> {
     /// Counters.
     pub fn stats(&self) -> RequesterStats {
         let mut s = self.stats;
-        s.recv_starved = self.t.recvs.starved;
-        s.outbox_overflows = self.t.outbox_overflows;
         s.timed_out_holding_credit = self.timed_out_holding_credit() as u64;
         s.persistent_registration = self.mode == RegMode::Persistent;
         s
@@ -357,15 +335,13 @@ impl<M: MemoryRegion> RequesterCore<M> {
 
     /// Declares the connection broken: timed-out calls held credits past the bound.
     #[cold]
-    fn credits_lost(&mut self) {
+    fn credits_lost(&mut self, t: &mut Transport) {
         let held = self.timed_out_holding_credit();
         self.stats.credits_lost += u64::from(held);
         self.stats.credit_loss_disconnects += 1;
         let reason = CloseReason::CreditsLost { held };
-        let _ = self
-            .events
-            .push_back(ConnEvent::DisconnectRequested(reason));
-        self.fail(reason);
+        let _ = t.events.push_back(ConnEvent::DisconnectRequested(reason));
+        self.fail(t, reason);
     }
 
     /// Calls queued for resources.
@@ -382,62 +358,17 @@ impl<M: MemoryRegion> RequesterCore<M> {
             .count()
     }
 
-    /// The staged work requests (for drivers that post them themselves, and tests).
-    pub fn outbox_mut(&mut self) -> &mut Outbox {
-        &mut self.t.outbox
-    }
-
-    /// The connection manager reported the connection established; `peer_private_data`
-    /// is what the responder sent with its accept (RFC 8797 §5: absent or foreign data
-    /// means RFC 8166 defaults).
-    pub fn on_established(&mut self, peer_private_data: &[u8], now: Instant) {
-        if self.t.state != ConnState::Connecting {
-            return;
-        }
-        self.t.thresholds =
-            InlineThresholds::from_received(Some(&self.local_pd), peer_private_data);
-        self.t.state = ConnState::Established;
+    /// The connection is established: silence counts for the keepalive from `now`.
+    pub(crate) fn on_established(&mut self, now: Instant) {
         self.last_rx = Some(now);
-        let _ = self
-            .events
-            .push_back(ConnEvent::Established(self.t.thresholds));
-    }
-
-    /// The connection ended (CM disconnect, reject, unreachable).
-    pub fn on_disconnected(&mut self) {
-        self.fail(CloseReason::Disconnected);
-    }
-
-    /// The provider saw the peer's abort ([`QueuePair::peer_abort`](crate::fabric::QueuePair::peer_abort)): it becomes
-    /// the close reason, and calls that fail from now on carry it
-    /// ([`TransportError::PeerAborted`]).
-    pub fn on_peer_abort(&mut self, why: crate::fabric::PeerAbort) {
-        if self.t.state == ConnState::Closed {
-            return;
-        }
-        // Failing first runs the core's own shutdown when the Terminate is the first
-        // news of trouble; otherwise it only replaces the reason it caused.
-        self.fail(CloseReason::PeerAborted(why));
-        self.t.peer_aborted(why);
     }
 
     /// What a call lost to the connection's end fails with.
-    fn lost(&self) -> TransportError {
-        match self.t.close_reason {
+    fn lost(&self, t: &Transport) -> TransportError {
+        match t.close_reason {
             Some(CloseReason::PeerAborted(why)) => TransportError::PeerAborted(why),
             _ => TransportError::Disconnected,
         }
-    }
-
-    /// Starts an orderly local close: queued calls fail now, calls in flight fail once
-    /// the driver's disconnect flushes them.
-    pub fn close(&mut self) {
-        if self.t.is_open() || self.t.state == ConnState::Connecting {
-            let _ = self
-                .events
-                .push_back(ConnEvent::DisconnectRequested(CloseReason::Local));
-        }
-        self.fail(CloseReason::Local);
     }
 
     /// Submits a call tagged `tag` (returned in its outcome). It starts at once if
@@ -445,11 +376,12 @@ impl<M: MemoryRegion> RequesterCore<M> {
     #[inline]
     pub fn submit(
         &mut self,
+        t: &mut Transport,
         mut req: CallRequest,
         tag: u64,
         now: Instant,
     ) -> Result<(), SubmitError> {
-        if !self.t.is_open() {
+        if !t.is_open() {
             return Err(refuse(SubmitRefusal::NotConnected, req));
         }
         if let Err(r) = self.validate(&req) {
@@ -459,7 +391,7 @@ impl<M: MemoryRegion> RequesterCore<M> {
         let deadline = now.checked_add(timeout);
         if self.queue.is_empty() {
             // try_start refuses a caller-chosen XID already in flight.
-            req = match self.try_start(req, tag, deadline, now) {
+            req = match self.try_start(t, req, tag, deadline, now) {
                 Ok(()) => return Ok(()),
                 Err(Err(r)) => return Err(r),
                 Err(Ok(req)) => req,
@@ -524,15 +456,15 @@ impl<M: MemoryRegion> RequesterCore<M> {
 
     /// Starts the health check (RFC 8267 §6.7.2): an RPC NULL on the reserved credit.
     /// Its result arrives as [`ConnEvent::ProbeAnswered`] or [`ConnEvent::PeerDead`].
-    pub fn health_check(&mut self, now: Instant) -> Result<(), ProbeError> {
-        if !self.t.is_open() {
+    pub fn health_check(&mut self, t: &mut Transport, now: Instant) -> Result<(), ProbeError> {
+        if !t.is_open() {
             return Err(ProbeError::NotConnected);
         }
         let slot = self.probe_slot;
         if self.slots[slot as usize].phase != Phase::Free {
             return Err(ProbeError::InFlight);
         }
-        if self.t.sq.free() < 1 {
+        if t.sq.free() < 1 {
             return Err(ProbeError::Busy);
         }
         let Ok(mut msg) = RegBuf::from_pool(&self.send_pool) else {
@@ -550,11 +482,11 @@ impl<M: MemoryRegion> RequesterCore<M> {
         }
         let mut req = CallRequest::new(msg, 1024);
         let deadline = now.checked_add(self.params.probe_timeout);
-        let Ok(plan) = start::plan(&req, &self.t.thresholds, self.params.max_chunks) else {
+        let Ok(plan) = start::plan(&req, &t.thresholds, self.params.max_chunks) else {
             self.credits.release_probe();
             return Err(ProbeError::Busy);
         };
-        if self.stage_call(slot, xid, plan, &mut req, u64::MAX, deadline, now) {
+        if self.stage_call(t, slot, xid, plan, &mut req, u64::MAX, deadline, now) {
             self.adopt(slot, req);
             self.slots[slot as usize].holds_credit = true;
             self.note_deadline(deadline);
@@ -606,12 +538,13 @@ impl<M: MemoryRegion> RequesterCore<M> {
     #[inline(always)]
     fn try_start(
         &mut self,
+        t: &mut Transport,
         mut req: CallRequest,
         tag: u64,
         deadline: Option<Instant>,
         now: Instant,
     ) -> Result<(), Result<CallRequest, SubmitError>> {
-        let plan = match start::plan(&req, &self.t.thresholds, self.params.max_chunks) {
+        let plan = match start::plan(&req, &t.thresholds, self.params.max_chunks) {
             Ok(p) => p,
             Err(r) => return Err(Err(refuse(r, req))),
         };
@@ -621,7 +554,7 @@ impl<M: MemoryRegion> RequesterCore<M> {
         let needs_reply_buf = plan.reply_chunk;
         if self.free_slots.is_empty()
             || self.regs_short(&plan)
-            || self.t.sq.free() < self.sq_need(&plan)
+            || t.sq.free() < self.sq_need(&plan)
             || (needs_reply_buf && self.large.is_empty() && self.large.pool().available() == 0)
         {
             return Err(Ok(req));
@@ -638,7 +571,7 @@ impl<M: MemoryRegion> RequesterCore<M> {
             Some(x) => x,
             None => self.make_xid(slot),
         };
-        if self.stage_call(slot, xid, plan, &mut req, tag, deadline, now) {
+        if self.stage_call(t, slot, xid, plan, &mut req, tag, deadline, now) {
             self.adopt(slot, req);
             let s = &mut self.slots[slot as usize];
             s.holds_credit = true;
@@ -660,12 +593,12 @@ impl<M: MemoryRegion> RequesterCore<M> {
     }
 
     /// Starts calls that were waiting, in order, as far as resources allow.
-    fn admit_queued(&mut self, now: Instant) {
-        while self.t.is_open() {
+    fn admit_queued(&mut self, t: &mut Transport, now: Instant) {
+        while t.is_open() {
             let Some(q) = self.queue.pop_front() else {
                 break;
             };
-            match self.try_start(q.req, q.tag, q.deadline, now) {
+            match self.try_start(t, q.req, q.tag, q.deadline, now) {
                 Ok(()) => {}
                 Err(Ok(req)) => {
                     let _ = self.queue.push_front(Queued {
@@ -708,15 +641,10 @@ impl<M: MemoryRegion> RequesterCore<M> {
         self.outcomes.pop_front()
     }
 
-    /// The next connection event.
-    pub fn poll_event(&mut self) -> Option<ConnEvent> {
-        self.events.pop_front()
-    }
-
     /// When [`handle_timeout`](Self::handle_timeout) next has something to do.
-    pub fn next_timeout(&self) -> Option<Instant> {
+    pub fn next_timeout(&self, t: &Transport) -> Option<Instant> {
         let keepalive = match (self.params.keepalive, self.last_rx) {
-            (Some(k), Some(at)) if self.t.is_open() => at.checked_add(k),
+            (Some(k), Some(at)) if t.is_open() => at.checked_add(k),
             _ => None,
         };
         match (self.next_deadline, keepalive) {
@@ -726,12 +654,12 @@ impl<M: MemoryRegion> RequesterCore<M> {
     }
 
     /// Fails calls whose deadline passed, and starts the keepalive probe when due.
-    pub fn handle_timeout(&mut self, now: Instant) {
+    pub fn handle_timeout(&mut self, t: &mut Transport, now: Instant) {
         if let (Some(k), Some(at)) = (self.params.keepalive, self.last_rx) {
-            if self.t.is_open() && now.saturating_duration_since(at) >= k {
+            if t.is_open() && now.saturating_duration_since(at) >= k {
                 // A probe already out (or no credit for one) is fine: its own deadline
                 // decides. Either way the silence is accounted for until `now`.
-                let _ = self.health_check(now);
+                let _ = self.health_check(t, now);
                 self.last_rx = Some(now);
             }
         }
@@ -778,14 +706,15 @@ impl<M: MemoryRegion> RequesterCore<M> {
             match s.deadline {
                 Some(d) if d <= now => {
                     if s.is_probe {
-                        let _ = self.events.push_back(ConnEvent::PeerDead);
-                        let _ = self
+                        let _ = t.events.push_back(ConnEvent::PeerDead);
+                        let _ = t
                             .events
                             .push_back(ConnEvent::DisconnectRequested(CloseReason::PeerDead));
-                        self.fail(CloseReason::PeerDead);
+                        self.fail(t, CloseReason::PeerDead);
                         return;
                     }
                     self.answer(
+                        t,
                         i as u32,
                         CallStatus::Timeout,
                         None,
@@ -802,32 +731,31 @@ impl<M: MemoryRegion> RequesterCore<M> {
                 d => self.note_deadline(d),
             }
         }
-        if past_reclaim && self.t.is_open() {
-            self.credits_lost();
+        if past_reclaim && t.is_open() {
+            self.credits_lost(t);
         }
     }
 
-    /// Feeds one completion.
-    pub fn handle_completion(&mut self, wc: &Completion, now: Instant) {
-        let Ok(id) = WrId::decode(wc.wr_id) else {
-            self.stats.stray_completions += 1;
-            return;
-        };
-        if !wc.status.is_success() {
-            self.fail(CloseReason::WorkRequestFailed(wc.status));
+    /// A receive completed successfully: a reply (or a stray) to match.
+    #[inline]
+    pub(crate) fn on_recv(
+        &mut self,
+        t: &mut Transport,
+        buf: RegBuf,
+        swi: Option<u32>,
+        now: Instant,
+    ) {
+        if t.is_open() {
+            self.on_receive(t, buf, swi, now);
+        } else {
+            t.recvs.recycle(buf);
         }
+    }
+
+    /// A send-queue request of this half completed (or was flushed).
+    #[inline]
+    pub(crate) fn on_send_completion(&mut self, t: &mut Transport, id: WrId, wc: &Completion) {
         match id.kind {
-            WrKind::Recv => {
-                let Some(buf) = self.t.recvs.complete(id.slot, wc.byte_len) else {
-                    self.stats.stray_completions += 1;
-                    return;
-                };
-                if wc.status.is_success() && self.t.is_open() {
-                    self.on_receive(buf, wc.invalidated_rkey, now);
-                } else {
-                    self.t.recvs.recycle(buf);
-                }
-            }
             WrKind::CallSend | WrKind::FastReg | WrKind::LocalInv => {
                 let Some(s) = self.slots.get_mut(id.slot as usize) else {
                     self.stats.stray_completions += 1;
@@ -838,7 +766,7 @@ impl<M: MemoryRegion> RequesterCore<M> {
                     return;
                 }
                 s.wrs -= 1;
-                self.t.sq.give(1);
+                t.sq.give(1);
                 if id.kind == WrKind::LocalInv && wc.status.is_success() {
                     if let Some(m) = s.mrs.get_mut(id.aux as usize) {
                         if m.state == MrState::Invalidating {
@@ -851,18 +779,17 @@ impl<M: MemoryRegion> RequesterCore<M> {
             }
             _ => self.stats.stray_completions += 1,
         }
-        self.maybe_close();
     }
 
-    fn on_receive(&mut self, buf: RegBuf, swi: Option<u32>, now: Instant) {
+    fn on_receive(&mut self, t: &mut Transport, buf: RegBuf, swi: Option<u32>, now: Instant) {
         self.last_rx = Some(now);
         let hdr = match HeaderView::parse(buf.as_slice(), &self.params.limits) {
             Ok(h) => h,
             Err(_) => {
                 // RFC 8166 §4.5.2: a requester drops what it cannot parse.
                 self.stats.bad_headers += 1;
-                self.note_foreign_swi(swi, None);
-                self.t.recvs.recycle(buf);
+                self.note_foreign_swi(t, swi, None);
+                t.recvs.recycle(buf);
                 return;
             }
         };
@@ -879,16 +806,14 @@ impl<M: MemoryRegion> RequesterCore<M> {
             // writes hit dead keys; with persistent ones they may have landed in buffers
             // another call now owns, so the connection cannot be trusted any more.
             let wrote = hdr.write_segment_count() > 0 || hdr.reply_segment_count() > 0;
-            self.note_foreign_swi(swi, None);
-            self.t.recvs.recycle(buf);
+            self.note_foreign_swi(t, swi, None);
+            t.recvs.recycle(buf);
             if wrote {
                 self.stats.stray_chunk_replies += 1;
                 if self.mode == RegMode::Persistent {
                     let reason = CloseReason::ProtocolViolation(Violation::ChunkResultsForNoCall);
-                    let _ = self
-                        .events
-                        .push_back(ConnEvent::DisconnectRequested(reason));
-                    self.fail(reason);
+                    let _ = t.events.push_back(ConnEvent::DisconnectRequested(reason));
+                    self.fail(t, reason);
                 }
             }
             return;
@@ -899,7 +824,7 @@ impl<M: MemoryRegion> RequesterCore<M> {
         let interp = interpret(&hdr, offered, s.reply_cap);
         if interp == Interpreted::Done {
             self.stats.done_received += 1;
-            self.t.recvs.recycle(buf);
+            t.recvs.recycle(buf);
             return;
         }
         // The responder is finished with the call: its credit comes back whatever the
@@ -908,14 +833,14 @@ impl<M: MemoryRegion> RequesterCore<M> {
         if self.slots[slot as usize].answer.is_some() {
             // A late reply to a call that timed out: its outcome is already delivered.
             self.stats.late_replies += 1;
-            self.note_foreign_swi(swi, None);
-            self.t.recvs.recycle(buf);
+            self.note_foreign_swi(t, swi, None);
+            t.recvs.recycle(buf);
             self.progress(slot);
             return;
         }
         if self.slots[slot as usize].is_probe {
             let rtt = self.slots[slot as usize].age(now);
-            let _ = self.events.push_back(ConnEvent::ProbeAnswered(rtt));
+            let _ = t.events.push_back(ConnEvent::ProbeAnswered(rtt));
         }
         match interp {
             Interpreted::Reply { body, sink_lens } => {
@@ -931,7 +856,7 @@ impl<M: MemoryRegion> RequesterCore<M> {
                         padding,
                     },
                     Body::InChunk { len } => {
-                        self.t.recvs.recycle(buf);
+                        t.recvs.recycle(buf);
                         match self.slots[slot as usize].reply_buf.take() {
                             Some(rb) => Reply {
                                 buf: rb,
@@ -945,18 +870,19 @@ impl<M: MemoryRegion> RequesterCore<M> {
                                 let st = CallStatus::Transport(TransportError::BadReply(
                                     crate::requester::BadReply::UnofferedReplyChunk,
                                 ));
-                                self.answer(slot, st, None, [0; MAX_WRITE_SINKS], swi);
+                                self.answer(t, slot, st, None, [0; MAX_WRITE_SINKS], swi);
                                 return;
                             }
                         }
                     }
                 };
                 let status = status_of(reply.bytes());
-                self.answer(slot, status, Some(reply), sink_lens, swi);
+                self.answer(t, slot, status, Some(reply), sink_lens, swi);
             }
             Interpreted::Failed(e) => {
-                self.t.recvs.recycle(buf);
+                t.recvs.recycle(buf);
                 self.answer(
+                    t,
                     slot,
                     CallStatus::Transport(e),
                     None,
@@ -964,7 +890,7 @@ impl<M: MemoryRegion> RequesterCore<M> {
                     swi,
                 );
             }
-            Interpreted::Done => self.t.recvs.recycle(buf),
+            Interpreted::Done => t.recvs.recycle(buf),
         }
     }
 
@@ -983,7 +909,7 @@ impl<M: MemoryRegion> RequesterCore<M> {
     /// Marks a key the responder invalidated with Send With Invalidate on a message
     /// that was not the reply of the key's call (RFC 8797 §4.1 forbids that; the key is
     /// dead all the same, so stop tracking it as live).
-    fn note_foreign_swi(&mut self, swi: Option<u32>, except: Option<u32>) {
+    fn note_foreign_swi(&mut self, t: &mut Transport, swi: Option<u32>, except: Option<u32>) {
         let Some(key) = swi else {
             return;
         };
@@ -998,7 +924,7 @@ impl<M: MemoryRegion> RequesterCore<M> {
                     self.mrs.give(m.mr);
                     if s.reserved > 0 {
                         s.reserved -= 1;
-                        self.t.sq.give(1);
+                        t.sq.give(1);
                     }
                 }
             }
@@ -1009,13 +935,14 @@ impl<M: MemoryRegion> RequesterCore<M> {
     /// the reply's Send With Invalidate already killed.
     fn answer(
         &mut self,
+        t: &mut Transport,
         slot: u32,
         status: CallStatus,
         reply: Option<Reply>,
         sink_lens: [u32; MAX_WRITE_SINKS],
         swi: Option<u32>,
     ) {
-        let open = self.t.is_open();
+        let open = t.is_open();
         let mut swi_used = swi.is_none();
         {
             let s = &mut self.slots[slot as usize];
@@ -1032,17 +959,14 @@ impl<M: MemoryRegion> RequesterCore<M> {
                     m.state = MrState::Invalid;
                     self.mrs.give(m.mr);
                     s.reserved = s.reserved.saturating_sub(1);
-                    self.t.sq.give(1);
+                    t.sq.give(1);
                     self.stats.remote_invalidations += 1;
                     swi_used = true;
                 } else if open {
                     let wr_id = WrId::new(WrKind::LocalInv, slot)
                         .with_aux(i as u32)
                         .encode();
-                    if self
-                        .t
-                        .stage(wr_id, SendOp::LocalInvalidate { key: m.key }, &[])
-                    {
+                    if t.stage(wr_id, SendOp::LocalInvalidate { key: m.key }, &[]) {
                         m.state = MrState::Invalidating;
                         s.reserved = s.reserved.saturating_sub(1);
                         s.wrs += 1;
@@ -1052,7 +976,7 @@ impl<M: MemoryRegion> RequesterCore<M> {
             }
         }
         if !swi_used {
-            self.note_foreign_swi(swi, Some(slot));
+            self.note_foreign_swi(t, swi, Some(slot));
         }
         self.progress(slot);
     }
@@ -1138,12 +1062,22 @@ impl<M: MemoryRegion> RequesterCore<M> {
     }
 
     /// Stops new work and starts draining for `reason`.
-    fn fail(&mut self, reason: CloseReason) {
-        if matches!(self.t.state, ConnState::Draining | ConnState::Closed) {
+    fn fail(&mut self, t: &mut Transport, reason: CloseReason) {
+        if matches!(t.state, ConnState::Draining | ConnState::Closed) {
             return;
         }
-        self.t.fail(reason);
-        let lost = self.lost();
+        t.fail(reason);
+        self.on_fail(t);
+    }
+
+    /// The connection failed (here or in the other half): calls that never touched the
+    /// wire fail now, and reserved send-queue room comes back. Runs once.
+    pub(crate) fn on_fail(&mut self, t: &mut Transport) {
+        if self.failed {
+            return;
+        }
+        self.failed = true;
+        let lost = self.lost(t);
         // Calls that never touched the wire fail now.
         while let Some(q) = self.queue.pop_front() {
             self.push_outcome(Outcome {
@@ -1160,29 +1094,18 @@ impl<M: MemoryRegion> RequesterCore<M> {
         // Invalidations not yet staged never will be: give their send-queue room back.
         for s in self.slots.iter_mut() {
             if s.reserved > 0 {
-                self.t.sq.give(s.reserved);
+                t.sq.give(s.reserved);
                 s.reserved = 0;
             }
         }
     }
 
-    /// Once draining has nothing outstanding: kill every key by deregistering the
-    /// fast-registration slots, then fail what is left and release every buffer.
-    /// Checked after every completion, so the open connection's answer is inline.
-    #[inline(always)]
-    fn maybe_close(&mut self) {
-        if self.t.state == ConnState::Draining {
-            self.close_if_drained();
-        }
-    }
-
+    /// The connection drained (nothing outstanding): kill every key by deregistering
+    /// the fast-registration slots, then fail what is left and release every buffer.
     #[cold]
-    fn close_if_drained(&mut self) {
-        if !self.t.drained() {
-            return;
-        }
+    pub(crate) fn close_drained(&mut self, t: &mut Transport) {
         self.mrs.destroy();
-        let lost = self.lost();
+        let lost = self.lost(t);
         for i in 0..self.slots.len() {
             let slot = i as u32;
             if self.slots[i].phase == Phase::Free {
@@ -1204,85 +1127,15 @@ impl<M: MemoryRegion> RequesterCore<M> {
             self.progress(slot);
         }
         self.credits.reset();
-        self.t.recvs.flush_cache();
         self.large.flush();
-        self.t.state = ConnState::Closed;
-        let reason = self.t.close_reason.unwrap_or(CloseReason::Disconnected);
-        let _ = self.events.push_back(ConnEvent::Closed(reason));
     }
 
-    /// Per-poll work before posting: start queued calls and restock receives; finish
-    /// closing once drained.
-    pub fn prepare(&mut self, now: Instant) {
-        match self.t.state {
-            ConnState::Established => {
-                if !self.queue.is_empty() {
-                    self.admit_queued(now);
-                }
-                self.t.recvs.refill(&mut self.t.outbox);
-            }
-            ConnState::Connecting => self.t.recvs.refill(&mut self.t.outbox),
-            ConnState::Draining => self.maybe_close(),
-            ConnState::Closed => {}
-        }
-    }
-
-    /// The poll's work requests: runs [`prepare`](Self::prepare), then hands out
-    /// everything staged (`None` when nothing is). The driver posts the receive chain,
-    /// then the send chain, and reports with [`on_posted`](Self::on_posted) or
-    /// [`on_post_failed`](Self::on_post_failed).
+    /// Per-poll work before posting: start queued calls.
     #[inline]
-    pub fn poll_transmit(&mut self, now: Instant) -> Option<Transmit<'_>> {
-        self.prepare(now);
-        Transmit::of(&self.t.outbox)
-    }
-
-    /// The driver posted the whole [`Transmit`]: its requests now complete through
-    /// [`handle_completion`](Self::handle_completion).
-    #[inline]
-    pub fn on_posted(&mut self) {
-        self.t.outbox.clear();
-    }
-
-    /// The provider refused part of the [`Transmit`]. A refused post leaves the queue
-    /// pair as it was, so the connection fails (a disconnect is requested); what did
-    /// not go out is accounted as flushed, so every call still gets exactly one outcome.
-    pub fn on_post_failed(&mut self, failure: PostFailure, now: Instant) {
-        settle_refused(self, failure, now);
-    }
-}
-
-impl<M: MemoryRegion> Transmitter for RequesterCore<M> {
-    #[inline(always)]
-    fn poll_transmit(&mut self, now: Instant) -> Option<Transmit<'_>> {
-        RequesterCore::poll_transmit(self, now)
-    }
-    #[inline(always)]
-    fn on_posted(&mut self) {
-        RequesterCore::on_posted(self)
-    }
-    fn on_post_failed(&mut self, failure: PostFailure, now: Instant) {
-        RequesterCore::on_post_failed(self, failure, now)
-    }
-}
-
-impl<M: MemoryRegion> Staged for RequesterCore<M> {
-    fn transport(&mut self) -> &mut Transport {
-        &mut self.t
-    }
-    fn flushed(&mut self, wr_id: u64, now: Instant) {
-        self.handle_completion(&flush_of(wr_id), now);
-    }
-    fn post_refused(&mut self) {
-        // A refused post leaves the queue pair as it was (not in error), so nothing
-        // would flush what is already posted: only a disconnect ends those requests
-        // and lets every call in flight get its outcome.
-        if matches!(self.t.state, ConnState::Established | ConnState::Connecting) {
-            let _ = self
-                .events
-                .push_back(ConnEvent::DisconnectRequested(CloseReason::PostRefused));
+    pub(crate) fn prepare(&mut self, t: &mut Transport, now: Instant) {
+        if !self.queue.is_empty() && t.is_open() {
+            self.admit_queued(t, now);
         }
-        self.fail(CloseReason::PostRefused);
     }
 }
 

@@ -1,10 +1,11 @@
 //! Starting a call: choosing its shape (RFC 8166 §3.5), registering its chunks and
 //! staging its work requests.
 
+use crate::core::transport::Transport;
 use std::time::Instant;
 
 use super::slot::{MrState, MrUse, Phase};
-use super::RequesterCore;
+use super::RequesterHalf;
 use crate::core::config::{RegMode, MAX_MRS_PER_CALL};
 use crate::core::fixed::FixedVec;
 use crate::core::regbuf::RegBuf;
@@ -86,7 +87,7 @@ struct Reg {
     rkey: Option<u32>,
 }
 
-impl<M: MemoryRegion> RequesterCore<M> {
+impl<M: MemoryRegion> RequesterHalf<M> {
     /// Registers the chunks of `req` and stages its work requests on `slot`, in the
     /// shape `plan` (from [`plan`] for this request and the connection's thresholds,
     /// computed once by the caller). True when staged: the caller then hands the
@@ -97,6 +98,7 @@ impl<M: MemoryRegion> RequesterCore<M> {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn stage_call(
         &mut self,
+        t: &mut Transport,
         slot: u32,
         xid: u32,
         plan: Plan,
@@ -106,7 +108,7 @@ impl<M: MemoryRegion> RequesterCore<M> {
         now: Instant,
     ) -> bool {
         let sq_need = self.sq_need(&plan);
-        if self.regs_short(&plan) || self.t.sq.free() < sq_need {
+        if self.regs_short(&plan) || t.sq.free() < sq_need {
             return false;
         }
         let mut reply_buf = None;
@@ -120,7 +122,7 @@ impl<M: MemoryRegion> RequesterCore<M> {
             x.copy_from_slice(&xid.to_be_bytes());
         }
         if plan.mrs == 0 && !plan.long {
-            return self.stage_plain(slot, xid, req, tag, deadline, now);
+            return self.stage_plain(t, slot, xid, req, tag, deadline, now);
         }
 
         // What to register, in the order the chunks appear in the header.
@@ -279,7 +281,7 @@ impl<M: MemoryRegion> RequesterCore<M> {
                 }
             }
         }
-        if !self.t.sq.take(sq_need) {
+        if !t.sq.take(sq_need) {
             for u in uses.drain() {
                 self.mrs.give(u.mr);
             }
@@ -296,16 +298,14 @@ impl<M: MemoryRegion> RequesterCore<M> {
                 region: r.region,
                 access: r.access,
             };
-            staged += u32::from(self.t.stage(wr_id, op, &[]));
+            staged += u32::from(t.stage(wr_id, op, &[]));
         }
         let wr_id = WrId::new(WrKind::CallSend, slot).encode();
-        staged += u32::from(self.t.stage(wr_id, SendOp::Send, &sgl[..n_sge]));
+        staged += u32::from(t.stage(wr_id, SendOp::Send, &sgl[..n_sge]));
         // Room for what was not staged (never, see `Transport::stage`) goes back; the
         // rest of `sq_need` stays reserved for the LocalInvalidates.
         let invalidations = uses.len() as u32;
-        self.t
-            .sq
-            .give((sq_need - invalidations).saturating_sub(staged));
+        t.sq.give((sq_need - invalidations).saturating_sub(staged));
 
         s.phase = Phase::Active;
         s.xid = xid;
@@ -353,8 +353,10 @@ impl<M: MemoryRegion> RequesterCore<M> {
     /// directly instead of going through the general encoder. The caller has checked
     /// send-queue room for `plan`; `req` has only empty DDP-argument and sink lists
     /// (`plan.mrs == 0`), or ones with empty arguments only.
+    #[allow(clippy::too_many_arguments)]
     fn stage_plain(
         &mut self,
+        t: &mut Transport,
         slot: u32,
         xid: u32,
         req: &CallRequest,
@@ -369,13 +371,13 @@ impl<M: MemoryRegion> RequesterCore<M> {
         let (Some(hdr_sge), Ok(msg_sge)) = (hdr_sge, req.msg.sge(0, req.msg.len())) else {
             return false;
         };
-        if !self.t.sq.take(1) {
+        if !t.sq.take(1) {
             return false;
         }
         let wr_id = WrId::new(WrKind::CallSend, slot).encode();
-        let staged = u32::from(self.t.stage(wr_id, SendOp::Send, &[hdr_sge, msg_sge]));
+        let staged = u32::from(t.stage(wr_id, SendOp::Send, &[hdr_sge, msg_sge]));
         // Room for a Send that was not staged (never, see `Transport::stage`) goes back.
-        self.t.sq.give(1 - staged);
+        t.sq.give(1 - staged);
         s.phase = Phase::Active;
         s.xid = xid;
         s.tag = tag;

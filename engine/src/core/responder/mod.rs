@@ -22,23 +22,20 @@ mod inspect;
 mod reply;
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use rpcrdma_pools::PoolCache;
 
 use self::context::{Context, Delivery, Step};
 use self::inspect::inspect;
 use super::config::{ConnConfig, Role};
-use super::event::ConnEvent;
 use super::fixed::{FixedQueue, IndexStack};
-use super::outbox::{Outbox, PostFailure, Transmit, Transmitter};
 use super::regbuf::RegBuf;
 use super::rpcmsg::encode_accepted_error;
-use super::transport::{flush_of, settle_refused, CloseReason, ConnState, Staged, Transport};
+use super::transport::{ConnState, Transport};
 use super::wrid::{WrId, WrKind};
 use super::{CoreError, CorePools};
 use crate::credits::GrantPolicy;
-use crate::fabric::{Completion, RemoteAddr, SendOp};
+use crate::fabric::{RemoteAddr, SendOp};
 use crate::service::{
     CallView, DdpItem, Padding, ReplyWriter, Service, MAX_DDP_ITEMS, MAX_WRITE_CHUNKS,
 };
@@ -46,7 +43,6 @@ use crate::wire::header::{
     BodyView, HeaderView, Limits, Procedure, RdmaError, ResponderAction, FIXED_HEADER_LEN,
     SEGMENT_LEN, WORD_LEN,
 };
-use crate::wire::private_data::{InlineThresholds, PrivateData};
 use crate::wire::xdr::pad4;
 
 /// Counters of one responder connection.
@@ -95,12 +91,10 @@ pub struct ResponderStats {
 }
 
 /// The responder side of one connection, serving calls with `S`.
-pub struct ResponderCore<S> {
-    t: Transport,
+pub struct ResponderHalf<S> {
     service: S,
     policy: Arc<GrantPolicy>,
     limits: Limits,
-    local_pd: PrivateData,
     ctxs: Box<[Context]>,
     free: IndexStack,
     stalled: FixedQueue<u32>,
@@ -109,11 +103,12 @@ pub struct ResponderCore<S> {
     /// `ConnConfig::max_chunks`: DDP Read chunks and Write chunks accepted per call.
     max_chunks: usize,
     sq_depth: u32,
-    events: FixedQueue<ConnEvent>,
+    /// The connection's failure has been handled here ([`Self::on_fail`]).
+    failed: bool,
     stats: ResponderStats,
 }
 
-impl<S: Service> ResponderCore<S> {
+impl<S: Service> ResponderHalf<S> {
     /// A responder for `cfg` over registered `pools`, serving calls with `service` and
     /// granting credits by `policy`. Receives are staged at once.
     pub fn new(
@@ -123,8 +118,9 @@ impl<S: Service> ResponderCore<S> {
         policy: Arc<GrantPolicy>,
     ) -> Result<Self, CoreError> {
         cfg.validate().map_err(CoreError::Config)?;
-        let local_pd = cfg
-            .private_data()
+        // The connection offers the private data; checked here so a bad inline size
+        // is refused whatever roles the connection plays.
+        cfg.private_data()
             .map_err(|e| CoreError::Config(crate::core::config::ConfigError::InlineSize(e)))?;
         let sizes = cfg.sizes(Role::Responder);
         let mut ctxs = Vec::with_capacity(sizes.slots as usize);
@@ -133,18 +129,10 @@ impl<S: Service> ResponderCore<S> {
             send.lkey().map_err(CoreError::Buffers)?;
             ctxs.push(Context::new(send));
         }
-        let t = Transport::new(
-            sizes.sq_depth,
-            sizes.rq_depth,
-            sizes.max_send_sge,
-            &pools.recv,
-        );
-        Ok(ResponderCore {
-            t,
+        Ok(ResponderHalf {
             service,
             policy,
             limits: cfg.limits,
-            local_pd,
             free: IndexStack::full(sizes.slots),
             stalled: FixedQueue::with_capacity(sizes.slots as usize),
             ctxs: ctxs.into_boxed_slice(),
@@ -152,24 +140,9 @@ impl<S: Service> ResponderCore<S> {
             max_chunks: cfg.max_chunks as usize,
             large: pools.large.cache(),
             sq_depth: sizes.sq_depth,
-            events: FixedQueue::with_capacity(16),
+            failed: false,
             stats: ResponderStats::default(),
         })
-    }
-
-    /// The RFC 8797 private data to offer when accepting.
-    pub fn local_private_data(&self) -> [u8; 8] {
-        self.local_pd.to_bytes().unwrap_or([0; 8])
-    }
-
-    /// The connection state.
-    pub fn state(&self) -> ConnState {
-        self.t.state
-    }
-
-    /// The negotiated inline thresholds.
-    pub fn thresholds(&self) -> InlineThresholds {
-        self.t.thresholds
     }
 
     /// The grant policy.
@@ -189,10 +162,7 @@ impl<S: Service> ResponderCore<S> {
 
     /// Counters.
     pub fn stats(&self) -> ResponderStats {
-        let mut s = self.stats;
-        s.recv_starved = self.t.recvs.starved;
-        s.outbox_overflows = self.t.outbox_overflows;
-        s
+        self.stats
     }
 
     /// Calls received and not yet fully answered.
@@ -200,85 +170,20 @@ impl<S: Service> ResponderCore<S> {
         self.ctxs.iter().filter(|c| c.step != Step::Free).count()
     }
 
-    /// The staged work requests.
-    pub fn outbox_mut(&mut self) -> &mut Outbox {
-        &mut self.t.outbox
-    }
-
-    /// The connection is established; `peer_private_data` is what the requester sent
-    /// with its connect request. Calls that arrived before this wait for it.
-    pub fn on_established(&mut self, peer_private_data: &[u8], _now: Instant) {
-        if self.t.state != ConnState::Connecting {
-            return;
+    /// A receive completed successfully: a call (or something to answer or drop).
+    #[inline]
+    pub(crate) fn on_recv(&mut self, t: &mut Transport, buf: RegBuf) {
+        if matches!(t.state, ConnState::Established | ConnState::Connecting) {
+            self.on_receive(t, buf);
+        } else {
+            t.recvs.recycle(buf);
         }
-        self.t.thresholds =
-            InlineThresholds::from_received(Some(&self.local_pd), peer_private_data);
-        self.t.state = ConnState::Established;
-        let _ = self
-            .events
-            .push_back(ConnEvent::Established(self.t.thresholds));
     }
 
-    /// The connection ended.
-    pub fn on_disconnected(&mut self) {
-        self.fail(CloseReason::Disconnected);
-    }
-
-    /// The provider saw the requester's abort ([`QueuePair::peer_abort`](crate::fabric::QueuePair::peer_abort)): it
-    /// becomes the close reason, over the failed work request or disconnect it caused.
-    pub fn on_peer_abort(&mut self, why: crate::fabric::PeerAbort) {
-        if self.t.state == ConnState::Closed {
-            return;
-        }
-        self.fail(CloseReason::PeerAborted(why));
-        self.t.peer_aborted(why);
-    }
-
-    /// Starts a local close.
-    pub fn close(&mut self) {
-        if matches!(self.t.state, ConnState::Established | ConnState::Connecting) {
-            let _ = self
-                .events
-                .push_back(ConnEvent::DisconnectRequested(CloseReason::Local));
-        }
-        self.fail(CloseReason::Local);
-    }
-
-    /// The next connection event.
-    pub fn poll_event(&mut self) -> Option<ConnEvent> {
-        self.events.pop_front()
-    }
-
-    /// A responder has no timers.
-    pub fn next_timeout(&self) -> Option<Instant> {
-        None
-    }
-
-    /// A responder has no timers.
-    pub fn handle_timeout(&mut self, _now: Instant) {}
-
-    /// Feeds one completion.
-    pub fn handle_completion(&mut self, wc: &Completion, _now: Instant) {
-        let Ok(id) = WrId::decode(wc.wr_id) else {
-            self.stats.stray_completions += 1;
-            return;
-        };
-        if !wc.status.is_success() {
-            self.fail(CloseReason::WorkRequestFailed(wc.status));
-        }
+    /// A send-queue request of this half completed (or was flushed).
+    #[inline]
+    pub(crate) fn on_send_completion(&mut self, t: &mut Transport, id: WrId) {
         match id.kind {
-            WrKind::Recv => {
-                let Some(buf) = self.t.recvs.complete(id.slot, wc.byte_len) else {
-                    self.stats.stray_completions += 1;
-                    return;
-                };
-                let live = matches!(self.t.state, ConnState::Established | ConnState::Connecting);
-                if wc.status.is_success() && live {
-                    self.on_receive(buf);
-                } else {
-                    self.t.recvs.recycle(buf);
-                }
-            }
             WrKind::ChunkRead | WrKind::ChunkWrite | WrKind::ReplySend => {
                 let i = id.slot as usize;
                 let Some(c) = self.ctxs.get_mut(i) else {
@@ -290,30 +195,29 @@ impl<S: Service> ResponderCore<S> {
                     return;
                 }
                 c.wrs -= 1;
-                self.t.sq.give(1);
+                t.sq.give(1);
                 if c.wrs == 0 {
-                    if matches!(self.t.state, ConnState::Draining | ConnState::Closed)
+                    if matches!(t.state, ConnState::Draining | ConnState::Closed)
                         || c.step == Step::Sent
                     {
-                        self.release(i as u32);
+                        self.release(t, i as u32);
                     } else if c.step == Step::Reading {
                         c.step = Step::Dispatch;
-                        self.run(i as u32);
+                        self.run(t, i as u32);
                     }
                 }
             }
             _ => self.stats.stray_completions += 1,
         }
-        self.maybe_close();
     }
 
-    fn on_receive(&mut self, buf: RegBuf) {
+    fn on_receive(&mut self, t: &mut Transport, buf: RegBuf) {
         // Restock first: the grant in the reply this call gets counts posted receives.
-        self.t.recvs.refill(&mut self.t.outbox);
+        t.recvs.refill(&mut t.outbox);
         let Some(i) = self.free.pop() else {
             // More calls than credits granted (RFC 8166 §3.3.1 lets us drop them).
             self.stats.overruns += 1;
-            self.t.recvs.recycle(buf);
+            t.recvs.recycle(buf);
             return;
         };
         enum Next {
@@ -350,20 +254,20 @@ impl<S: Service> ResponderCore<S> {
         match next {
             Next::Drop => {
                 self.stats.dropped += 1;
-                self.t.recvs.recycle(buf);
+                t.recvs.recycle(buf);
                 let _ = self.free.push(i);
             }
             Next::Done(xid) => {
                 self.stats.done_received += 1;
-                self.t.recvs.recycle(buf);
+                t.recvs.recycle(buf);
                 let _ = self.free.push(i);
                 self.service.on_done(xid);
             }
             Next::Error(xid, e) => {
-                self.t.recvs.recycle(buf);
+                t.recvs.recycle(buf);
                 c.xid = xid;
                 c.step = Step::Error(e);
-                self.run_in_order(i);
+                self.run_in_order(t, i);
             }
             Next::Call(xid, reads) => {
                 c.xid = xid;
@@ -376,8 +280,8 @@ impl<S: Service> ResponderCore<S> {
                     // The common case: an inline call with nobody waiting ahead of it
                     // is served with the header just parsed, not parsed again.
                     Ok(h) if !reads && self.stalled.is_empty() => {
-                        let done = self.advance_with(i, Some(h));
-                        self.put_back_recv(i, buf);
+                        let done = self.advance_with(t, i, Some(h));
+                        self.put_back_recv(t, i, buf);
                         if !done {
                             self.stats.stalls += 1;
                             let _ = self.stalled.push_back(i);
@@ -385,7 +289,7 @@ impl<S: Service> ResponderCore<S> {
                     }
                     _ => {
                         c.recv = Some(buf);
-                        self.run_in_order(i);
+                        self.run_in_order(t, i);
                     }
                 }
             }
@@ -394,9 +298,9 @@ impl<S: Service> ResponderCore<S> {
 
     /// Runs context `i` now, or queues it behind contexts already waiting for
     /// resources (keeping arrival order).
-    fn run_in_order(&mut self, i: u32) {
+    fn run_in_order(&mut self, t: &mut Transport, i: u32) {
         if self.stalled.is_empty() {
-            self.run(i);
+            self.run(t, i);
         } else {
             let _ = self.stalled.push_back(i);
         }
@@ -404,10 +308,10 @@ impl<S: Service> ResponderCore<S> {
 
     /// Gives context `i` its receive buffer back after a step borrowed it, or recycles
     /// the buffer when the context was released meanwhile.
-    fn put_back_recv(&mut self, i: u32, recv: RegBuf) {
+    fn put_back_recv(&mut self, t: &mut Transport, i: u32, recv: RegBuf) {
         let c = &mut self.ctxs[i as usize];
         if c.step == Step::Free {
-            self.t.recvs.recycle(recv);
+            t.recvs.recycle(recv);
         } else {
             c.recv = Some(recv);
         }
@@ -416,62 +320,67 @@ impl<S: Service> ResponderCore<S> {
     /// Runs `step` on context `i` with its call header. The header was validated on
     /// arrival; it is parsed again here because a context cannot hold a view of its
     /// own buffer. The buffer leaves the context for the duration of the step.
-    fn with_header(&mut self, i: u32, step: fn(&mut Self, u32, &HeaderView<'_>) -> bool) -> bool {
+    fn with_header(
+        &mut self,
+        t: &mut Transport,
+        i: u32,
+        step: fn(&mut Self, &mut Transport, u32, &HeaderView<'_>) -> bool,
+    ) -> bool {
         let Some(recv) = self.ctxs[i as usize].recv.take() else {
             self.ctxs[i as usize].step = Step::Error(RdmaError::Chunk);
             return true;
         };
         let progressed = match HeaderView::parse(recv.as_slice(), &self.limits) {
-            Ok(h) => step(self, i, &h),
+            Ok(h) => step(self, t, i, &h),
             Err(_) => {
                 self.ctxs[i as usize].step = Step::Error(RdmaError::Chunk);
                 true
             }
         };
-        self.put_back_recv(i, recv);
+        self.put_back_recv(t, i, recv);
         progressed
     }
 
     /// Advances context `i` as far as resources allow; queues it when they do not.
-    fn run(&mut self, i: u32) {
-        if !self.advance(i) {
+    fn run(&mut self, t: &mut Transport, i: u32) {
+        if !self.advance(t, i) {
             self.stats.stalls += 1;
             let _ = self.stalled.push_back(i);
         }
     }
 
     /// Advances context `i`; false when it must wait for resources.
-    fn advance(&mut self, i: u32) -> bool {
-        self.advance_with(i, None)
+    fn advance(&mut self, t: &mut Transport, i: u32) -> bool {
+        self.advance_with(t, i, None)
     }
 
     /// Advances context `i`, using `header` (the call's parsed transport header, when
     /// the caller has it) instead of parsing the receive buffer again.
-    fn advance_with(&mut self, i: u32, header: Option<&HeaderView<'_>>) -> bool {
+    fn advance_with(&mut self, t: &mut Transport, i: u32, header: Option<&HeaderView<'_>>) -> bool {
         loop {
-            match self.t.state {
+            match t.state {
                 ConnState::Established => {}
                 // Calls can arrive before the passive side hears that the connection is
                 // established; their work waits (nothing may be sent yet).
                 ConnState::Connecting => return false,
                 ConnState::Draining | ConnState::Closed => {
                     if self.ctxs[i as usize].wrs == 0 {
-                        self.release(i);
+                        self.release(t, i);
                     }
                     return true;
                 }
             }
             let progressed = match self.ctxs[i as usize].step {
-                Step::StartReads => self.start_reads(i),
+                Step::StartReads => self.start_reads(t, i),
                 Step::Dispatch => match header {
-                    Some(h) => self.dispatch(i, h),
-                    None => self.with_header(i, Self::dispatch),
+                    Some(h) => self.dispatch(t, i, h),
+                    None => self.with_header(t, i, Self::dispatch),
                 },
                 Step::Reply => match header {
-                    Some(h) => self.stage_reply(i, h),
-                    None => self.with_header(i, Self::stage_reply),
+                    Some(h) => self.stage_reply(t, i, h),
+                    None => self.with_header(t, i, Self::stage_reply),
                 },
-                Step::Error(e) => self.stage_error(i, e),
+                Step::Error(e) => self.stage_error(t, i, e),
                 Step::Free | Step::Reading | Step::Sent => return true,
             };
             if !progressed {
@@ -482,7 +391,7 @@ impl<S: Service> ResponderCore<S> {
 
     /// Takes large buffers and send-queue room, and stages the RDMA Reads of every
     /// Read chunk.
-    fn start_reads(&mut self, i: u32) -> bool {
+    fn start_reads(&mut self, t: &mut Transport, i: u32) -> bool {
         let c = &mut self.ctxs[i as usize];
         let Some(recv) = c.recv.as_ref() else {
             c.step = Step::Error(RdmaError::Chunk);
@@ -496,7 +405,7 @@ impl<S: Service> ResponderCore<S> {
             c.step = Step::Error(RdmaError::Chunk);
             return true;
         };
-        if self.t.sq.free() < info.reads {
+        if t.sq.free() < info.reads {
             return false;
         }
         // All or nothing: the Read sinks and, when a Reply chunk is offered, the body
@@ -519,7 +428,7 @@ impl<S: Service> ResponderCore<S> {
                 }
             }
         }
-        self.t.sq.take(info.reads);
+        t.sq.take(info.reads);
         let mut n = 0u32;
         for (k, chunk) in h.read_chunks().enumerate() {
             let Some(sink) = c.sinks.get_mut(k) else {
@@ -540,13 +449,13 @@ impl<S: Service> ResponderCore<S> {
                         rkey: seg.handle,
                     },
                 };
-                n += u32::from(self.t.stage(wr_id, op, &[sge]));
+                n += u32::from(t.stage(wr_id, op, &[sge]));
                 off += seg.length as usize;
             }
             let _ = sink.set_len(off);
         }
         // Room was taken for every Read; give back what was not staged.
-        self.t.sq.give(info.reads - n);
+        t.sq.give(info.reads - n);
         c.wrs += n;
         self.stats.long_calls += u64::from(info.long);
         self.stats.ddp_args += (info.read_chunks - usize::from(info.long)) as u64;
@@ -559,8 +468,8 @@ impl<S: Service> ResponderCore<S> {
     }
 
     /// Runs the service on a call whose chunks are all pulled; `h` is its header.
-    fn dispatch(&mut self, i: u32, h: &HeaderView<'_>) -> bool {
-        let th = self.t.thresholds;
+    fn dispatch(&mut self, t: &mut Transport, i: u32, h: &HeaderView<'_>) -> bool {
+        let th = t.thresholds;
         let c = &mut self.ctxs[i as usize];
         let Context {
             send,
@@ -678,7 +587,7 @@ impl<S: Service> ResponderCore<S> {
             // backed; the context and its buffers go back now.
             self.stats.no_reply += 1;
             results.clear();
-            self.release(i);
+            self.release(t, i);
             return true;
         }
         *delivery = match result {
@@ -710,11 +619,11 @@ impl<S: Service> ResponderCore<S> {
     }
 
     /// Stages RDMA_ERROR for context `i`.
-    fn stage_error(&mut self, i: u32, e: RdmaError) -> bool {
-        if self.t.sq.free() < 1 {
+    fn stage_error(&mut self, t: &mut Transport, i: u32, e: RdmaError) -> bool {
+        if t.sq.free() < 1 {
             return false;
         }
-        let credit = self.policy.grant(self.t.recvs.posted());
+        let credit = self.policy.grant(t.recvs.posted());
         let c = &mut self.ctxs[i as usize];
         let repr = crate::wire::header::HeaderRepr {
             xid: c.xid,
@@ -722,11 +631,11 @@ impl<S: Service> ResponderCore<S> {
             body: crate::wire::header::BodyRepr::Error(e),
         };
         let Ok(n) = repr.encode(c.send.storage_mut()) else {
-            self.release(i);
+            self.release(t, i);
             return true;
         };
         let Ok(sge) = c.send.sge(0, n) else {
-            self.release(i);
+            self.release(t, i);
             return true;
         };
         // The call's chunks and results are moot now.
@@ -734,12 +643,12 @@ impl<S: Service> ResponderCore<S> {
             b.release_into(&mut self.large);
         }
         c.results.clear();
-        self.t.sq.take(1);
+        t.sq.take(1);
         let wr_id = WrId::new(WrKind::ReplySend, i).encode();
-        if self.t.stage(wr_id, SendOp::Send, &[sge]) {
+        if t.stage(wr_id, SendOp::Send, &[sge]) {
             c.wrs += 1;
         } else {
-            self.t.sq.give(1);
+            t.sq.give(1);
         }
         c.step = Step::Sent;
         match e {
@@ -750,13 +659,13 @@ impl<S: Service> ResponderCore<S> {
     }
 
     /// Returns context `i`'s buffers and frees it.
-    fn release(&mut self, i: u32) {
+    fn release(&mut self, t: &mut Transport, i: u32) {
         let c = &mut self.ctxs[i as usize];
         if c.step == Step::Free {
             return;
         }
         if let Some(b) = c.recv.take() {
-            self.t.recvs.recycle(b);
+            t.recvs.recycle(b);
         }
         for b in c.sinks.drain() {
             b.release_into(&mut self.large);
@@ -770,107 +679,40 @@ impl<S: Service> ResponderCore<S> {
         let _ = self.free.push(i);
     }
 
-    fn fail(&mut self, reason: CloseReason) {
-        if matches!(self.t.state, ConnState::Draining | ConnState::Closed) {
+    /// The connection failed (here or in the other half): stalled contexts stop, and
+    /// contexts with nothing outstanding let go of their buffers. Idempotent.
+    pub(crate) fn on_fail(&mut self, t: &mut Transport) {
+        if self.failed {
             return;
         }
-        self.t.fail(reason);
+        self.failed = true;
         while self.stalled.pop_front().is_some() {}
         for i in 0..self.ctxs.len() {
             if self.ctxs[i].step != Step::Free && self.ctxs[i].wrs == 0 {
-                self.release(i as u32);
+                self.release(t, i as u32);
             }
         }
     }
 
-    fn maybe_close(&mut self) {
-        if !self.t.drained() {
-            return;
-        }
+    /// The connection drained (nothing outstanding): every context lets go.
+    #[cold]
+    pub(crate) fn close_drained(&mut self, t: &mut Transport) {
         for i in 0..self.ctxs.len() {
-            self.release(i as u32);
+            self.release(t, i as u32);
         }
-        self.t.recvs.flush_cache();
         self.large.flush();
-        self.t.state = ConnState::Closed;
-        let reason = self.t.close_reason.unwrap_or(CloseReason::Disconnected);
-        let _ = self.events.push_back(ConnEvent::Closed(reason));
     }
 
-    /// Per-poll work before posting: resume contexts that waited for resources and
-    /// restock receives; finish closing once drained.
-    pub fn prepare(&mut self, _now: Instant) {
-        match self.t.state {
-            ConnState::Established => {
-                while let Some(&i) = self.stalled.front() {
-                    if !self.advance(i) {
-                        break;
-                    }
-                    let _ = self.stalled.pop_front();
+    /// Per-poll work before posting: resume contexts that waited for resources.
+    #[inline]
+    pub(crate) fn prepare(&mut self, t: &mut Transport) {
+        if t.is_open() {
+            while let Some(&i) = self.stalled.front() {
+                if !self.advance(t, i) {
+                    break;
                 }
-                self.t.recvs.refill(&mut self.t.outbox);
+                let _ = self.stalled.pop_front();
             }
-            ConnState::Connecting => self.t.recvs.refill(&mut self.t.outbox),
-            ConnState::Draining => self.maybe_close(),
-            ConnState::Closed => {}
         }
-    }
-
-    /// The poll's work requests: runs [`prepare`](Self::prepare), then hands out
-    /// everything staged (`None` when nothing is). The driver posts the receive chain,
-    /// then the send chain, and reports with [`on_posted`](Self::on_posted) or
-    /// [`on_post_failed`](Self::on_post_failed).
-    #[inline]
-    pub fn poll_transmit(&mut self, now: Instant) -> Option<Transmit<'_>> {
-        self.prepare(now);
-        Transmit::of(&self.t.outbox)
-    }
-
-    /// The driver posted the whole [`Transmit`]: its requests now complete through
-    /// [`handle_completion`](Self::handle_completion).
-    #[inline]
-    pub fn on_posted(&mut self) {
-        self.t.outbox.clear();
-    }
-
-    /// The provider refused part of the [`Transmit`]. A refused post leaves the queue
-    /// pair as it was, so the connection fails (a disconnect is requested); what did
-    /// not go out is accounted as flushed, so every call still gets exactly one outcome.
-    pub fn on_post_failed(&mut self, failure: PostFailure, now: Instant) {
-        settle_refused(self, failure, now);
-    }
-}
-
-impl<S: Service> Transmitter for ResponderCore<S> {
-    #[inline(always)]
-    fn poll_transmit(&mut self, now: Instant) -> Option<Transmit<'_>> {
-        ResponderCore::poll_transmit(self, now)
-    }
-    #[inline(always)]
-    fn on_posted(&mut self) {
-        ResponderCore::on_posted(self)
-    }
-    fn on_post_failed(&mut self, failure: PostFailure, now: Instant) {
-        ResponderCore::on_post_failed(self, failure, now)
-    }
-}
-
-impl<S: Service> Staged for ResponderCore<S> {
-    fn transport(&mut self) -> &mut Transport {
-        &mut self.t
-    }
-    fn flushed(&mut self, wr_id: u64, now: Instant) {
-        self.handle_completion(&flush_of(wr_id), now);
-    }
-    fn post_refused(&mut self) {
-        // A refused post leaves the queue pair as it was (not in error), so nothing
-        // would flush what is already posted: only a disconnect ends those requests
-        // and lets every call in flight get its outcome.
-        if matches!(self.t.state, ConnState::Established | ConnState::Connecting) {
-            let _ = self
-                .events
-                .push_back(ConnEvent::DisconnectRequested(CloseReason::PostRefused));
-        }
-        self.fail(CloseReason::PostRefused);
     }
 }

@@ -4,7 +4,8 @@
 
 use super::context::{Context, Delivery, Step};
 use super::inspect::MAX_CHUNK_SEGMENTS;
-use super::ResponderCore;
+use super::ResponderHalf;
+use crate::core::transport::Transport;
 use crate::core::wrid::{WrId, WrKind};
 use crate::fabric::{RemoteAddr, SendOp, Sge};
 use crate::service::{Service, MAX_WRITE_CHUNKS};
@@ -32,12 +33,12 @@ fn split(
     (n, pieces)
 }
 
-impl<S: Service> ResponderCore<S> {
+impl<S: Service> ResponderHalf<S> {
     /// Stages the reply of context `i`, whose call header is `h`; false when the send
     /// queue lacks room.
-    pub(super) fn stage_reply(&mut self, i: u32, h: &HeaderView<'_>) -> bool {
-        let th = self.t.thresholds;
-        let credit = self.policy.grant(self.t.recvs.posted());
+    pub(super) fn stage_reply(&mut self, t: &mut Transport, i: u32, h: &HeaderView<'_>) -> bool {
+        let th = t.thresholds;
+        let credit = self.policy.grant(t.recvs.posted());
         let c = &mut self.ctxs[i as usize];
         let Context {
             send,
@@ -117,7 +118,7 @@ impl<S: Service> ResponderCore<S> {
             }
         }
         let need = ddp_writes + reply_writes + 1;
-        if !self.t.sq.take(need) {
+        if !t.sq.take(need) {
             return false;
         }
 
@@ -141,7 +142,7 @@ impl<S: Service> ResponderCore<S> {
             let mut off = 0usize;
             for seg in echo[k][..echo_n[k]].iter().filter(|s| s.length > 0) {
                 if let Some(sge) = data.sge(sinks, off, seg.length as usize) {
-                    write(&mut self.t, sge, seg);
+                    write(t, sge, seg);
                 }
                 off += seg.length as usize;
             }
@@ -152,7 +153,7 @@ impl<S: Service> ResponderCore<S> {
             let mut off = 0usize;
             for seg in reply_echo[..reply_n].iter().filter(|s| s.length > 0) {
                 if let Ok(sge) = b.sge(off, seg.length as usize) {
-                    write(&mut self.t, sge, seg);
+                    write(t, sge, seg);
                 }
                 off += seg.length as usize;
             }
@@ -215,8 +216,8 @@ impl<S: Service> ResponderCore<S> {
             None => SendOp::Send,
         };
         let wr_id = WrId::new(WrKind::ReplySend, i).encode();
-        staged += u32::from(self.t.stage(wr_id, op, &sgl[..n_sge]));
-        self.t.sq.give(need - staged);
+        staged += u32::from(t.stage(wr_id, op, &sgl[..n_sge]));
+        t.sq.give(need - staged);
         *wrs += staged;
         *step = Step::Sent;
         true

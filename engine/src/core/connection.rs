@@ -1,0 +1,640 @@
+//! One connection's protocol core, whatever roles it plays: a requester half (calls
+//! out, replies in), a responder half (calls in, replies out), or both (RFC 8167
+//! bidirectional RPC-over-RDMA), sharing one transport: connection state, negotiated
+//! thresholds, receives, the send-queue budget, the outbox and the event queue.
+//!
+//! The connection owns what both halves share and everything that is about the
+//! connection rather than a call: its life (established, failed, drained, closed), the
+//! receive table, and posting. Each received message goes to the half it is for: on a
+//! connection with one role, to that role; with both, by what the message is (a call or
+//! a reply, [`super::demux`]). Send-queue completions go to the half that staged the
+//! request, which its `wr_id` names.
+//!
+//! The type parameters are the two role slots: a [`RequesterHalf`] or [`NoRequester`], a
+//! [`ResponderHalf`] or [`NoResponder`]. Roles are fixed when the connection is built and
+//! dispatch is static: a one-role connection never asks which half a message is for, and
+//! carries no trace of the other half.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::config::{ConnConfig, RegMode, Role, Sizes};
+use super::demux::{direction, Direction};
+use super::event::ConnEvent;
+use super::outbox::{PostFailure, Transmit, Transmitter};
+use super::regbuf::RegBuf;
+use super::requester::{ProbeError, RequesterHalf, RequesterStats};
+use super::responder::{ResponderHalf, ResponderStats};
+use super::transport::{flush_of, settle_refused, CloseReason, ConnState, Staged, Transport};
+use super::wrid::{WrId, WrKind};
+use super::{CoreError, CorePools};
+use crate::credits::{CreditTable, GrantPolicy};
+use crate::fabric::{Completion, MemoryRegion, PeerAbort};
+use crate::requester::{CallRequest, Outcome, SubmitError};
+use crate::service::Service;
+use crate::wire::header::Limits;
+use crate::wire::private_data::{InlineThresholds, PrivateData};
+
+/// The requester slot of a connection that makes no calls.
+#[derive(Debug, Default)]
+pub struct NoRequester;
+
+/// The responder slot of a connection that serves no calls.
+#[derive(Debug, Default)]
+pub struct NoResponder;
+
+/// A requester-only connection core.
+pub type RequesterCore<M> = Connection<RequesterHalf<M>, NoResponder>;
+
+/// A responder-only connection core.
+pub type ResponderCore<S> = Connection<NoRequester, ResponderHalf<S>>;
+
+/// A connection core playing both roles (RFC 8167).
+pub type BidiCore<M, S> = Connection<RequesterHalf<M>, ResponderHalf<S>>;
+
+/// What a connection asks of its requester slot: a [`RequesterHalf`] or
+/// [`NoRequester`]. Sealed: the slot types are the engine's own. Dispatch is static, so
+/// a connection without a requester carries no trace of one.
+pub trait RequesterRole: roles::Sealed {
+    #[doc(hidden)]
+    const PRESENT: bool;
+    #[doc(hidden)]
+    fn on_recv(&mut self, t: &mut Transport, buf: RegBuf, swi: Option<u32>, now: Instant);
+    #[doc(hidden)]
+    fn on_send_completion(&mut self, t: &mut Transport, id: WrId, wc: &Completion);
+    #[doc(hidden)]
+    fn on_fail(&mut self, t: &mut Transport);
+    #[doc(hidden)]
+    fn close_drained(&mut self, t: &mut Transport);
+    #[doc(hidden)]
+    fn prepare(&mut self, t: &mut Transport, now: Instant);
+    #[doc(hidden)]
+    fn on_established(&mut self, now: Instant);
+    #[doc(hidden)]
+    fn next_timeout(&self, t: &Transport) -> Option<Instant>;
+    #[doc(hidden)]
+    fn handle_timeout(&mut self, t: &mut Transport, now: Instant);
+    #[doc(hidden)]
+    fn active(&self) -> usize;
+    #[doc(hidden)]
+    fn local_pd(&self) -> Option<PrivateData>;
+}
+
+/// What a connection asks of its responder slot: a [`ResponderHalf`] or
+/// [`NoResponder`]. Sealed, static dispatch.
+pub trait ResponderRole: roles::Sealed {
+    #[doc(hidden)]
+    const PRESENT: bool;
+    #[doc(hidden)]
+    fn on_recv(&mut self, t: &mut Transport, buf: RegBuf);
+    #[doc(hidden)]
+    fn on_send_completion(&mut self, t: &mut Transport, id: WrId);
+    #[doc(hidden)]
+    fn on_fail(&mut self, t: &mut Transport);
+    #[doc(hidden)]
+    fn close_drained(&mut self, t: &mut Transport);
+    #[doc(hidden)]
+    fn prepare(&mut self, t: &mut Transport);
+    #[doc(hidden)]
+    fn active(&self) -> usize;
+}
+
+mod roles {
+    pub trait Sealed {}
+    impl<M> Sealed for super::RequesterHalf<M> {}
+    impl<S> Sealed for super::ResponderHalf<S> {}
+    impl Sealed for super::NoRequester {}
+    impl Sealed for super::NoResponder {}
+}
+
+impl<M: MemoryRegion> RequesterRole for RequesterHalf<M> {
+    const PRESENT: bool = true;
+    #[inline(always)]
+    fn on_recv(&mut self, t: &mut Transport, buf: RegBuf, swi: Option<u32>, now: Instant) {
+        RequesterHalf::on_recv(self, t, buf, swi, now)
+    }
+    #[inline(always)]
+    fn on_send_completion(&mut self, t: &mut Transport, id: WrId, wc: &Completion) {
+        RequesterHalf::on_send_completion(self, t, id, wc)
+    }
+    fn on_fail(&mut self, t: &mut Transport) {
+        RequesterHalf::on_fail(self, t)
+    }
+    fn close_drained(&mut self, t: &mut Transport) {
+        RequesterHalf::close_drained(self, t)
+    }
+    #[inline(always)]
+    fn prepare(&mut self, t: &mut Transport, now: Instant) {
+        RequesterHalf::prepare(self, t, now)
+    }
+    fn on_established(&mut self, now: Instant) {
+        RequesterHalf::on_established(self, now)
+    }
+    #[inline(always)]
+    fn next_timeout(&self, t: &Transport) -> Option<Instant> {
+        RequesterHalf::next_timeout(self, t)
+    }
+    fn handle_timeout(&mut self, t: &mut Transport, now: Instant) {
+        RequesterHalf::handle_timeout(self, t, now)
+    }
+    fn active(&self) -> usize {
+        RequesterHalf::active(self)
+    }
+    fn local_pd(&self) -> Option<PrivateData> {
+        Some(RequesterHalf::local_pd(self))
+    }
+}
+
+impl RequesterRole for NoRequester {
+    const PRESENT: bool = false;
+    #[inline(always)]
+    fn on_recv(&mut self, t: &mut Transport, buf: RegBuf, _swi: Option<u32>, _now: Instant) {
+        t.recvs.recycle(buf);
+    }
+    #[inline(always)]
+    fn on_send_completion(&mut self, t: &mut Transport, _id: WrId, _wc: &Completion) {
+        t.stray_completions += 1;
+    }
+    fn on_fail(&mut self, _t: &mut Transport) {}
+    fn close_drained(&mut self, _t: &mut Transport) {}
+    #[inline(always)]
+    fn prepare(&mut self, _t: &mut Transport, _now: Instant) {}
+    fn on_established(&mut self, _now: Instant) {}
+    #[inline(always)]
+    fn next_timeout(&self, _t: &Transport) -> Option<Instant> {
+        None
+    }
+    fn handle_timeout(&mut self, _t: &mut Transport, _now: Instant) {}
+    fn active(&self) -> usize {
+        0
+    }
+    fn local_pd(&self) -> Option<PrivateData> {
+        None
+    }
+}
+
+impl<S: Service> ResponderRole for ResponderHalf<S> {
+    const PRESENT: bool = true;
+    #[inline(always)]
+    fn on_recv(&mut self, t: &mut Transport, buf: RegBuf) {
+        ResponderHalf::on_recv(self, t, buf)
+    }
+    #[inline(always)]
+    fn on_send_completion(&mut self, t: &mut Transport, id: WrId) {
+        ResponderHalf::on_send_completion(self, t, id)
+    }
+    fn on_fail(&mut self, t: &mut Transport) {
+        ResponderHalf::on_fail(self, t)
+    }
+    fn close_drained(&mut self, t: &mut Transport) {
+        ResponderHalf::close_drained(self, t)
+    }
+    #[inline(always)]
+    fn prepare(&mut self, t: &mut Transport) {
+        ResponderHalf::prepare(self, t)
+    }
+    fn active(&self) -> usize {
+        ResponderHalf::active(self)
+    }
+}
+
+impl ResponderRole for NoResponder {
+    const PRESENT: bool = false;
+    #[inline(always)]
+    fn on_recv(&mut self, t: &mut Transport, buf: RegBuf) {
+        t.recvs.recycle(buf);
+    }
+    #[inline(always)]
+    fn on_send_completion(&mut self, t: &mut Transport, _id: WrId) {
+        t.stray_completions += 1;
+    }
+    fn on_fail(&mut self, _t: &mut Transport) {}
+    fn close_drained(&mut self, _t: &mut Transport) {}
+    #[inline(always)]
+    fn prepare(&mut self, _t: &mut Transport) {}
+    fn active(&self) -> usize {
+        0
+    }
+}
+
+/// One connection's protocol core. See the module documentation.
+pub struct Connection<R, P> {
+    t: Transport,
+    /// The RFC 8797 private data this end offers.
+    local_pd: PrivateData,
+    /// Header limits, for telling calls from replies on a two-role connection.
+    limits: Limits,
+    req: R,
+    resp: P,
+}
+
+impl<M: MemoryRegion> Connection<RequesterHalf<M>, NoResponder> {
+    /// A requester for `cfg` over registered `pools`, with fast-registration slots
+    /// `mrs` (each covering at least `cfg.large_buf_size` bytes) and a credit table
+    /// shared with application threads. Receives are staged at once; nothing is sent
+    /// before [`on_established`](Self::on_established).
+    pub fn requester(
+        cfg: &ConnConfig,
+        pools: &CorePools,
+        mrs: Vec<M>,
+        credits: Arc<CreditTable>,
+    ) -> Result<Self, CoreError> {
+        let half = RequesterHalf::new(cfg, pools, mrs, credits)?;
+        Self::assemble(cfg, pools, cfg.sizes(Role::Requester), half, NoResponder)
+    }
+
+    /// A requester in [`RegMode::Persistent`]: no fast-registration slots; every chunk
+    /// buffer must come from an arena registered with remote read and write access for
+    /// the connection's protection domain (the driver registers its pools so).
+    pub fn requester_persistent(
+        cfg: &ConnConfig,
+        pools: &CorePools,
+        credits: Arc<CreditTable>,
+    ) -> Result<Self, CoreError> {
+        let half = RequesterHalf::new_persistent(cfg, pools, credits)?;
+        Self::assemble(cfg, pools, cfg.sizes(Role::Requester), half, NoResponder)
+    }
+}
+
+impl<S: Service> Connection<NoRequester, ResponderHalf<S>> {
+    /// A responder for `cfg` over registered `pools`, serving calls with `service` and
+    /// granting credits by `policy`. Receives are staged at once.
+    pub fn responder(
+        cfg: &ConnConfig,
+        pools: &CorePools,
+        service: S,
+        policy: Arc<GrantPolicy>,
+    ) -> Result<Self, CoreError> {
+        let half = ResponderHalf::new(cfg, pools, service, policy)?;
+        Self::assemble(cfg, pools, cfg.sizes(Role::Responder), NoRequester, half)
+    }
+}
+
+impl<M: MemoryRegion, S: Service> Connection<RequesterHalf<M>, ResponderHalf<S>> {
+    /// A connection playing both roles (RFC 8167): calls go out through the requester
+    /// half (fast registration with `mrs`, or persistent registration when `mrs` is
+    /// `None`) and come in to `service`. The receive table and send queue are sized
+    /// for both directions.
+    pub fn both_roles(
+        cfg: &ConnConfig,
+        pools: &CorePools,
+        mrs: Option<Vec<M>>,
+        credits: Arc<CreditTable>,
+        service: S,
+        policy: Arc<GrantPolicy>,
+    ) -> Result<Self, CoreError> {
+        let req = match mrs {
+            Some(mrs) => RequesterHalf::new(cfg, pools, mrs, credits)?,
+            None => RequesterHalf::new_persistent(cfg, pools, credits)?,
+        };
+        let resp = ResponderHalf::new(cfg, pools, service, policy)?;
+        let sizes = Sizes::both(&cfg.sizes(Role::Requester), &cfg.sizes(Role::Responder));
+        Self::assemble(cfg, pools, sizes, req, resp)
+    }
+}
+
+impl<R: RequesterRole, P: ResponderRole> Connection<R, P> {
+    fn assemble(
+        cfg: &ConnConfig,
+        pools: &CorePools,
+        sizes: Sizes,
+        req: R,
+        resp: P,
+    ) -> Result<Self, CoreError> {
+        // The requester's offer wins on a two-role connection: persistent chunk keys
+        // must never be invalidated by the peer.
+        let local_pd = match req.local_pd() {
+            Some(pd) => pd,
+            None => cfg
+                .private_data()
+                .map_err(|e| CoreError::Config(super::config::ConfigError::InlineSize(e)))?,
+        };
+        let t = Transport::new(
+            sizes.sq_depth,
+            sizes.rq_depth,
+            sizes.max_send_sge,
+            &pools.recv,
+        );
+        Ok(Connection {
+            t,
+            local_pd,
+            limits: cfg.limits,
+            req,
+            resp,
+        })
+    }
+
+    /// The RFC 8797 private data to offer when connecting or accepting.
+    pub fn local_private_data(&self) -> [u8; 8] {
+        self.local_pd.to_bytes().unwrap_or([0; 8])
+    }
+
+    /// The connection state.
+    #[inline]
+    pub fn state(&self) -> ConnState {
+        self.t.state
+    }
+
+    /// The negotiated inline thresholds (RFC 8166 defaults until established).
+    pub fn thresholds(&self) -> InlineThresholds {
+        self.t.thresholds
+    }
+
+    /// The connection manager reported the connection established; `peer_private_data`
+    /// is what the peer sent with its connect request or accept (RFC 8797 §5: absent
+    /// or foreign data means RFC 8166 defaults). Calls that arrived before this wait
+    /// for it.
+    pub fn on_established(&mut self, peer_private_data: &[u8], now: Instant) {
+        let t = &mut self.t;
+        if t.state != ConnState::Connecting {
+            return;
+        }
+        t.thresholds = InlineThresholds::from_received(Some(&self.local_pd), peer_private_data);
+        t.state = ConnState::Established;
+        self.req.on_established(now);
+        let _ = t.events.push_back(ConnEvent::Established(t.thresholds));
+    }
+
+    /// The connection ended (CM disconnect, reject, unreachable).
+    pub fn on_disconnected(&mut self) {
+        self.fail(CloseReason::Disconnected);
+    }
+
+    /// The provider saw the peer's abort
+    /// ([`QueuePair::peer_abort`](crate::fabric::QueuePair::peer_abort)): it becomes the
+    /// close reason, over the failed work request or disconnect it caused, and calls
+    /// that fail from now on carry it
+    /// ([`TransportError::PeerAborted`](crate::requester::TransportError::PeerAborted)).
+    pub fn on_peer_abort(&mut self, why: PeerAbort) {
+        if self.t.state == ConnState::Closed {
+            return;
+        }
+        // Failing first runs the halves' shutdown when the Terminate is the first news
+        // of trouble; otherwise it only replaces the reason it caused.
+        self.fail(CloseReason::PeerAborted(why));
+        self.t.peer_aborted(why);
+    }
+
+    /// Starts an orderly local close: queued calls fail now, calls in flight fail once
+    /// the driver's disconnect flushes them.
+    pub fn close(&mut self) {
+        if matches!(self.t.state, ConnState::Established | ConnState::Connecting) {
+            let _ = self
+                .t
+                .events
+                .push_back(ConnEvent::DisconnectRequested(CloseReason::Local));
+        }
+        self.fail(CloseReason::Local);
+    }
+
+    /// Stops new work and starts draining for `reason`; both halves let go of what
+    /// never reached the wire.
+    fn fail(&mut self, reason: CloseReason) {
+        if matches!(self.t.state, ConnState::Draining | ConnState::Closed) {
+            return;
+        }
+        self.t.fail(reason);
+        self.after_failure();
+    }
+
+    /// A half may fail the connection on its own (a keepalive gone unanswered, a
+    /// protocol violation): the other half learns of it here, after each input, and
+    /// a drained connection closes.
+    #[inline(always)]
+    fn settle(&mut self) {
+        if self.t.state == ConnState::Draining {
+            self.after_failure();
+            self.maybe_close();
+        }
+    }
+
+    #[cold]
+    fn after_failure(&mut self) {
+        self.req.on_fail(&mut self.t);
+        self.resp.on_fail(&mut self.t);
+    }
+
+    /// Once draining has nothing outstanding: the halves release everything, and the
+    /// connection is closed.
+    #[cold]
+    fn maybe_close(&mut self) {
+        if !self.t.drained() {
+            return;
+        }
+        self.req.close_drained(&mut self.t);
+        self.resp.close_drained(&mut self.t);
+        self.t.recvs.flush_cache();
+        self.t.state = ConnState::Closed;
+        let reason = self.t.close_reason.unwrap_or(CloseReason::Disconnected);
+        let _ = self.t.events.push_back(ConnEvent::Closed(reason));
+    }
+
+    /// The next connection event.
+    pub fn poll_event(&mut self) -> Option<ConnEvent> {
+        self.t.events.pop_front()
+    }
+
+    /// When [`handle_timeout`](Self::handle_timeout) next has something to do.
+    #[inline]
+    pub fn next_timeout(&self) -> Option<Instant> {
+        self.req.next_timeout(&self.t)
+    }
+
+    /// Fails calls whose deadline passed, and starts the keepalive probe when due.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.req.handle_timeout(&mut self.t, now);
+        self.settle();
+    }
+
+    /// Feeds one completion.
+    #[inline]
+    pub fn handle_completion(&mut self, wc: &Completion, now: Instant) {
+        let Ok(id) = WrId::decode(wc.wr_id) else {
+            self.t.stray_completions += 1;
+            return;
+        };
+        if !wc.status.is_success() {
+            self.fail(CloseReason::WorkRequestFailed(wc.status));
+        }
+        let t = &mut self.t;
+        match id.kind {
+            WrKind::Recv => {
+                let Some(buf) = t.recvs.complete(id.slot, wc.byte_len) else {
+                    t.stray_completions += 1;
+                    return;
+                };
+                if !wc.status.is_success() {
+                    t.recvs.recycle(buf);
+                } else if !P::PRESENT
+                    || (R::PRESENT && direction(buf.as_slice(), &self.limits) == Direction::Reply)
+                {
+                    self.req.on_recv(t, buf, wc.invalidated_rkey, now);
+                } else {
+                    self.resp.on_recv(t, buf);
+                }
+            }
+            WrKind::CallSend | WrKind::FastReg | WrKind::LocalInv => {
+                self.req.on_send_completion(t, id, wc)
+            }
+            WrKind::ChunkRead | WrKind::ChunkWrite | WrKind::ReplySend => {
+                self.resp.on_send_completion(t, id)
+            }
+        }
+        self.settle();
+    }
+
+    /// Per-poll work before posting: start queued calls, resume replies that waited
+    /// for resources, restock receives; finish closing once drained.
+    #[inline]
+    pub fn prepare(&mut self, now: Instant) {
+        match self.t.state {
+            ConnState::Established => {
+                self.req.prepare(&mut self.t, now);
+                self.resp.prepare(&mut self.t);
+                self.t.recvs.refill(&mut self.t.outbox);
+            }
+            ConnState::Connecting => self.t.recvs.refill(&mut self.t.outbox),
+            ConnState::Draining => self.maybe_close(),
+            ConnState::Closed => {}
+        }
+    }
+
+    /// The poll's work requests: runs [`prepare`](Self::prepare), then hands out
+    /// everything staged (`None` when nothing is). The driver posts the receive chain,
+    /// then the send chain, and reports with [`on_posted`](Self::on_posted) or
+    /// [`on_post_failed`](Self::on_post_failed).
+    #[inline]
+    pub fn poll_transmit(&mut self, now: Instant) -> Option<Transmit<'_>> {
+        self.prepare(now);
+        Transmit::of(&self.t.outbox)
+    }
+
+    /// The driver posted the whole [`Transmit`]: its requests now complete through
+    /// [`handle_completion`](Self::handle_completion).
+    #[inline]
+    pub fn on_posted(&mut self) {
+        self.t.outbox.clear();
+    }
+
+    /// The provider refused part of the [`Transmit`]. A refused post leaves the queue
+    /// pair as it was, so the connection fails (a disconnect is requested); what did
+    /// not go out is accounted as flushed, so every call still gets exactly one outcome.
+    pub fn on_post_failed(&mut self, failure: PostFailure, now: Instant) {
+        settle_refused(self, failure, now);
+    }
+
+    /// Calls in progress in either direction: calls started whose outcome is not yet
+    /// delivered (plus timed-out calls still holding a credit), and calls received and
+    /// not yet fully answered.
+    pub fn active(&self) -> usize {
+        self.req.active() + self.resp.active()
+    }
+}
+
+impl<M: MemoryRegion, P: ResponderRole> Connection<RequesterHalf<M>, P> {
+    /// Submits a call tagged `tag` (returned in its outcome). It starts at once if
+    /// resources allow, else waits in order.
+    #[inline]
+    pub fn submit(&mut self, req: CallRequest, tag: u64, now: Instant) -> Result<(), SubmitError> {
+        let r = self.req.submit(&mut self.t, req, tag, now);
+        self.settle();
+        r
+    }
+
+    /// The next finished call.
+    #[inline]
+    pub fn poll_outcome(&mut self) -> Option<Outcome> {
+        self.req.poll_outcome()
+    }
+
+    /// Starts the health check (RFC 8267 §6.7.2): an RPC NULL on the reserved credit.
+    /// Its result arrives as [`ConnEvent::ProbeAnswered`] or [`ConnEvent::PeerDead`].
+    pub fn health_check(&mut self, now: Instant) -> Result<(), ProbeError> {
+        self.req.health_check(&mut self.t, now)
+    }
+
+    /// The credit table (shareable with application threads).
+    pub fn credits(&self) -> &Arc<CreditTable> {
+        self.req.credits()
+    }
+
+    /// How chunk memory is registered.
+    pub fn registration(&self) -> RegMode {
+        self.req.registration()
+    }
+
+    /// Calls queued for resources.
+    pub fn queued(&self) -> usize {
+        self.req.queued()
+    }
+
+    /// The requester half's counters.
+    pub fn requester_stats(&self) -> RequesterStats {
+        let mut s = self.req.stats();
+        s.recv_starved = self.t.recvs.starved;
+        s.outbox_overflows = self.t.outbox_overflows;
+        s.stray_completions += self.t.stray_completions;
+        s
+    }
+}
+
+impl<R: RequesterRole, S: Service> Connection<R, ResponderHalf<S>> {
+    /// The grant policy.
+    pub fn policy(&self) -> &Arc<GrantPolicy> {
+        self.resp.policy()
+    }
+
+    /// The service.
+    pub fn service(&self) -> &S {
+        self.resp.service()
+    }
+
+    /// The service, writable.
+    pub fn service_mut(&mut self) -> &mut S {
+        self.resp.service_mut()
+    }
+
+    /// The responder half's counters.
+    pub fn responder_stats(&self) -> ResponderStats {
+        let mut s = self.resp.stats();
+        s.recv_starved = self.t.recvs.starved;
+        s.outbox_overflows = self.t.outbox_overflows;
+        s.stray_completions += self.t.stray_completions;
+        s
+    }
+}
+
+impl<R: RequesterRole, P: ResponderRole> Transmitter for Connection<R, P> {
+    #[inline(always)]
+    fn poll_transmit(&mut self, now: Instant) -> Option<Transmit<'_>> {
+        Connection::poll_transmit(self, now)
+    }
+    #[inline(always)]
+    fn on_posted(&mut self) {
+        Connection::on_posted(self)
+    }
+    fn on_post_failed(&mut self, failure: PostFailure, now: Instant) {
+        Connection::on_post_failed(self, failure, now)
+    }
+}
+
+impl<R: RequesterRole, P: ResponderRole> Staged for Connection<R, P> {
+    fn transport(&mut self) -> &mut Transport {
+        &mut self.t
+    }
+    fn flushed(&mut self, wr_id: u64, now: Instant) {
+        self.handle_completion(&flush_of(wr_id), now);
+    }
+    fn post_refused(&mut self) {
+        // A refused post leaves the queue pair as it was (not in error), so nothing
+        // would flush what is already posted: only a disconnect ends those requests
+        // and lets every call in flight get its outcome.
+        if matches!(self.t.state, ConnState::Established | ConnState::Connecting) {
+            let _ = self
+                .t
+                .events
+                .push_back(ConnEvent::DisconnectRequested(CloseReason::PostRefused));
+        }
+        self.fail(CloseReason::PostRefused);
+    }
+}

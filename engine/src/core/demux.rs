@@ -1,0 +1,94 @@
+//! Which half of a two-role connection (RFC 8167) a received message is for.
+//!
+//! RFC 8167 §4.1 tells the two directions apart by the RPC message itself, not the
+//! transport header: a call carries `msg_type` CALL (0), a reply REPLY (1), in the word
+//! after the XID. Messages whose RPC message is not inline are told apart by their
+//! chunks: an RDMA_NOMSG call carries its message in a Position-Zero Read chunk, a reply
+//! in the Reply chunk the call offered (so no Read chunk). RDMA_ERROR only ever answers a
+//! call (RFC 8166 §4.5), so it is a reply; RDMA_DONE is sent by a requester to the
+//! responder that exposed memory, so it goes with calls. What does not parse goes to the
+//! responder half, which answers it per RFC 8166 §4.5 as a one-role responder would.
+
+use crate::wire::header::{BodyView, HeaderView, Limits};
+
+/// The direction of a received message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Direction {
+    /// A call (or RDMA_DONE, or something unparseable): for the responder half.
+    Call,
+    /// A reply or RDMA_ERROR: for the requester half.
+    Reply,
+}
+
+/// RPC `msg_type` REPLY (RFC 5531 §9).
+const REPLY: u32 = 1;
+
+/// The direction of the received message `msg`.
+pub(crate) fn direction(msg: &[u8], limits: &Limits) -> Direction {
+    let Ok(h) = HeaderView::parse(msg, limits) else {
+        return Direction::Call;
+    };
+    match h.body() {
+        BodyView::Error(_) => Direction::Reply,
+        BodyView::Done => Direction::Call,
+        BodyView::Nomsg(lists) => {
+            if lists.read_segment_count() > 0 {
+                Direction::Call
+            } else {
+                Direction::Reply
+            }
+        }
+        BodyView::Msg(_) | BodyView::Msgp { .. } => {
+            let word = h.rpc_message().and_then(|m| m.get(4..8));
+            match word {
+                Some(w) if u32::from_be_bytes([w[0], w[1], w[2], w[3]]) == REPLY => {
+                    Direction::Reply
+                }
+                _ => Direction::Call,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::header::{encode_err_chunk, encode_err_vers};
+
+    fn msg(proc_: u32, lists: &[u32], rpc: &[u32]) -> Vec<u8> {
+        let mut v = Vec::new();
+        for w in [7u32, 1, 8, proc_].iter().chain(lists).chain(rpc) {
+            v.extend_from_slice(&w.to_be_bytes());
+        }
+        v
+    }
+
+    #[test]
+    fn calls_and_replies_are_told_apart_by_the_rpc_message() {
+        let l = Limits::default();
+        // RDMA_MSG, empty chunk lists, then XID and msg_type.
+        assert_eq!(
+            direction(&msg(0, &[0, 0, 0], &[7, 0, 2]), &l),
+            Direction::Call
+        );
+        assert_eq!(
+            direction(&msg(0, &[0, 0, 0], &[7, 1, 0]), &l),
+            Direction::Reply
+        );
+        // RDMA_NOMSG with a Position-Zero Read chunk is a long call ...
+        let pzrc = [1, 0, 1, 0x100, 0, 0x1000, 0, 0, 0];
+        assert_eq!(direction(&msg(1, &pzrc, &[]), &l), Direction::Call);
+        // ... and without one, a reply that went into the Reply chunk.
+        let reply_chunk = [0, 0, 1, 1, 9, 64, 0, 0x2000];
+        assert_eq!(direction(&msg(1, &reply_chunk, &[]), &l), Direction::Reply);
+        // RDMA_DONE goes to the responder; RDMA_ERROR to the requester.
+        assert_eq!(direction(&msg(3, &[], &[]), &l), Direction::Call);
+        let mut e = [0u8; 64];
+        let n = encode_err_chunk(7, 8, &mut e).unwrap();
+        assert_eq!(direction(&e[..n], &l), Direction::Reply);
+        let n = encode_err_vers(7, 8, &mut e).unwrap();
+        assert_eq!(direction(&e[..n], &l), Direction::Reply);
+        // Garbage goes to the responder, which answers or drops it per RFC 8166 §4.5.
+        assert_eq!(direction(&[1, 2, 3], &l), Direction::Call);
+    }
+}
