@@ -737,7 +737,7 @@ impl<M: MemoryRegion> RequesterHalf<M> {
     }
 
     /// A receive completed successfully: a reply (or a stray) to match.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn on_recv(
         &mut self,
         t: &mut Transport,

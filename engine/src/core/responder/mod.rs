@@ -171,7 +171,7 @@ impl<S: Service> ResponderHalf<S> {
     }
 
     /// A receive completed successfully: a call (or something to answer or drop).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn on_recv(&mut self, t: &mut Transport, buf: RegBuf) {
         if matches!(t.state, ConnState::Established | ConnState::Connecting) {
             self.on_receive(t, buf);
