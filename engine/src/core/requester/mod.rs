@@ -34,7 +34,7 @@ use std::time::Instant;
 use rpcrdma_pools::{Pool, PoolCache};
 
 use self::reply::{interpret, status_of, Body, Interpreted};
-use self::slot::{Answer, CallSlot, MrState, Phase};
+use self::slot::{Answer, CallSlot, MrState, SlotState};
 use super::config::{ConnConfig, RegMode, Role, Sizes};
 use super::event::ConnEvent;
 use super::fixed::{FixedQueue, IndexStack};
@@ -317,9 +317,7 @@ impl<M: MemoryRegion> RequesterHalf<M> {
     fn timed_out_holding_credit(&self) -> u32 {
         self.slots
             .iter()
-            .filter(|s| {
-                s.phase == Phase::Active && !s.is_probe && s.holds_credit && s.answer.is_some()
-            })
+            .filter(|s| s.state.answered() && !s.is_probe && s.holds_credit)
             .count() as u32
     }
 
@@ -352,10 +350,7 @@ impl<M: MemoryRegion> RequesterHalf<M> {
     /// Calls started whose outcome is not yet delivered, plus timed-out calls still
     /// holding a credit.
     pub fn active(&self) -> usize {
-        self.slots
-            .iter()
-            .filter(|s| s.phase == Phase::Active)
-            .count()
+        self.slots.iter().filter(|s| s.state.in_use()).count()
     }
 
     /// The connection is established: silence counts for the keepalive from `now`.
@@ -461,7 +456,7 @@ impl<M: MemoryRegion> RequesterHalf<M> {
             return Err(ProbeError::NotConnected);
         }
         let slot = self.probe_slot;
-        if self.slots[slot as usize].phase != Phase::Free {
+        if self.slots[slot as usize].state.in_use() {
             return Err(ProbeError::InFlight);
         }
         if t.sq.free() < 1 {
@@ -516,7 +511,7 @@ impl<M: MemoryRegion> RequesterHalf<M> {
         }
         self.slots
             .get(self.slot_of(xid) as usize)
-            .is_some_and(|s| s.phase != Phase::Free && s.xid == xid)
+            .is_some_and(|s| s.state.in_use() && s.xid == xid)
     }
 
     /// The slot a reply's XID names, if any (the caller still checks the slot's XID).
@@ -691,10 +686,10 @@ impl<M: MemoryRegion> RequesterHalf<M> {
         let mut past_reclaim = false;
         for i in 0..self.slots.len() {
             let s = &self.slots[i];
-            if s.phase != Phase::Active {
+            if !s.state.in_use() {
                 continue;
             }
-            if s.answer.is_some() {
+            if s.state.answered() {
                 // Timed out (or answered and invalidating): a credit still held waits
                 // for its late reply only until the reclaim bound.
                 match self.reclaim_deadline(i) {
@@ -721,7 +716,7 @@ impl<M: MemoryRegion> RequesterHalf<M> {
                         [0; MAX_WRITE_SINKS],
                         None,
                     );
-                    if self.slots[i].phase == Phase::Active {
+                    if self.slots[i].state.in_use() {
                         match self.reclaim_deadline(i) {
                             Some(r) if r <= now => past_reclaim = true,
                             r => self.note_deadline(r),
@@ -761,7 +756,7 @@ impl<M: MemoryRegion> RequesterHalf<M> {
                     self.stats.stray_completions += 1;
                     return;
                 };
-                if s.phase == Phase::Free || s.wrs == 0 {
+                if !s.state.in_use() || s.wrs == 0 {
                     self.stats.stray_completions += 1;
                     return;
                 }
@@ -798,7 +793,7 @@ impl<M: MemoryRegion> RequesterHalf<M> {
         let matched = self
             .slots
             .get(slot as usize)
-            .is_some_and(|s| s.phase == Phase::Active && s.xid == xid && s.holds_credit);
+            .is_some_and(|s| s.state.in_use() && s.xid == xid && s.holds_credit);
         if !matched {
             self.stats.unmatched += 1;
             // A reply that says it wrote chunks, for no call that offered any: the
@@ -830,7 +825,7 @@ impl<M: MemoryRegion> RequesterHalf<M> {
         // The responder is finished with the call: its credit comes back whatever the
         // call's fate.
         self.release_credit(slot);
-        if self.slots[slot as usize].answer.is_some() {
+        if self.slots[slot as usize].state.answered() {
             // A late reply to a call that timed out: its outcome is already delivered.
             self.stats.late_replies += 1;
             self.note_foreign_swi(t, swi, None);
@@ -915,7 +910,7 @@ impl<M: MemoryRegion> RequesterHalf<M> {
         };
         self.stats.foreign_invalidations += 1;
         for (i, s) in self.slots.iter_mut().enumerate() {
-            if Some(i as u32) == except || s.phase == Phase::Free {
+            if Some(i as u32) == except || !s.state.in_use() {
                 continue;
             }
             for m in s.mrs.iter_mut() {
@@ -946,7 +941,7 @@ impl<M: MemoryRegion> RequesterHalf<M> {
         let mut swi_used = swi.is_none();
         {
             let s = &mut self.slots[slot as usize];
-            s.answer = Some(Answer {
+            s.state = SlotState::Answered(Answer {
                 status,
                 reply,
                 sink_lens,
@@ -985,12 +980,11 @@ impl<M: MemoryRegion> RequesterHalf<M> {
     /// outstanding.
     fn progress(&mut self, slot: u32) {
         let s = &mut self.slots[slot as usize];
-        if s.phase != Phase::Active {
+        if !s.state.in_use() {
             return;
         }
-        if !s.delivered && s.answer.is_some() && s.all_invalid() {
-            if let Some(a) = s.answer.take() {
-                s.delivered = true;
+        if matches!(s.state, SlotState::Answered(_)) && s.all_invalid() {
+            if let SlotState::Answered(a) = core::mem::replace(&mut s.state, SlotState::Delivered) {
                 // Persistent keys cannot be revoked: while the call still holds its
                 // credit no reply has come, and the responder may yet read or write its
                 // chunks. Its buffers stay in the slot until it retires (late reply or
@@ -1010,12 +1004,6 @@ impl<M: MemoryRegion> RequesterHalf<M> {
                 } else {
                     self.stats.quarantined += 1;
                 }
-                // A delivered call keeps a marker answer so a late reply is recognised.
-                s.answer = Some(Answer {
-                    status: a.status,
-                    reply: None,
-                    sink_lens: [0; MAX_WRITE_SINKS],
-                });
                 let outcome = Outcome {
                     tag: s.tag,
                     xid: s.xid,
@@ -1039,9 +1027,7 @@ impl<M: MemoryRegion> RequesterHalf<M> {
         }
         let s = &mut self.slots[slot as usize];
         if s.retirable() {
-            s.phase = Phase::Free;
-            s.answer = None;
-            s.delivered = false;
+            s.state = SlotState::Free;
             if s.own_xid {
                 s.own_xid = false;
                 self.own_xids.remove(s.xid);
@@ -1108,7 +1094,7 @@ impl<M: MemoryRegion> RequesterHalf<M> {
         let lost = self.lost(t);
         for i in 0..self.slots.len() {
             let slot = i as u32;
-            if self.slots[i].phase == Phase::Free {
+            if !self.slots[i].state.in_use() {
                 continue;
             }
             self.release_credit(slot);
@@ -1117,8 +1103,8 @@ impl<M: MemoryRegion> RequesterHalf<M> {
                 m.state = MrState::Invalid;
             }
             s.wrs = 0;
-            if s.answer.is_none() {
-                s.answer = Some(Answer {
+            if matches!(s.state, SlotState::Sent) {
+                s.state = SlotState::Answered(Answer {
                     status: CallStatus::Transport(lost),
                     reply: None,
                     sink_lens: [0; MAX_WRITE_SINKS],

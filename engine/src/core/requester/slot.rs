@@ -8,14 +8,35 @@ use crate::core::fixed::FixedVec;
 use crate::core::regbuf::RegBuf;
 use crate::requester::{CallStatus, DdpArgs, Reply, WriteSinks, MAX_WRITE_SINKS};
 
-/// Where a slot is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Phase {
+/// Where a slot is in its life (the diagram in `engine/DESIGN.md`, "Requester: a call
+/// slot"). Whether it holds a credit is separate: a call that timed out keeps its
+/// credit through `Answered` and `Delivered` until a late reply or the connection's end.
+pub(super) enum SlotState {
     /// Unused.
     Free,
-    /// A call was sent and its outcome is not yet delivered (or its work requests are
-    /// not all back).
-    Active,
+    /// The call's work requests are staged or posted; no answer yet.
+    Sent,
+    /// The call has its answer (a reply, RDMA_ERROR, a timeout, the connection's end)
+    /// and waits for every key it exposed to die before the outcome goes out.
+    Answered(Answer),
+    /// The outcome went out; the slot waits for its work requests, reserved send-queue
+    /// room and credit (a late reply to a call that timed out lands here and is
+    /// recognised as late).
+    Delivered,
+}
+
+impl SlotState {
+    /// True unless the slot is free.
+    #[inline]
+    pub(super) fn in_use(&self) -> bool {
+        !matches!(self, SlotState::Free)
+    }
+
+    /// True once the call has an answer (delivered or not).
+    #[inline]
+    pub(super) fn answered(&self) -> bool {
+        matches!(self, SlotState::Answered(_) | SlotState::Delivered)
+    }
 }
 
 /// The state of one fast registration a call made.
@@ -46,7 +67,7 @@ pub(super) struct Answer {
 }
 
 pub(super) struct CallSlot {
-    pub(super) phase: Phase,
+    pub(super) state: SlotState,
     pub(super) xid: u32,
     pub(super) tag: u64,
     /// Holds this slot's transport headers; owned for the connection's life.
@@ -66,8 +87,6 @@ pub(super) struct CallSlot {
     pub(super) reserved: u32,
     /// Whether the slot holds a credit (an ordinary one, or the probe's).
     pub(super) holds_credit: bool,
-    pub(super) answer: Option<Answer>,
-    pub(super) delivered: bool,
     pub(super) deadline: Option<Instant>,
     pub(super) started: Option<Instant>,
     pub(super) is_probe: bool,
@@ -78,7 +97,7 @@ pub(super) struct CallSlot {
 impl CallSlot {
     pub(super) fn new(header: RegBuf, is_probe: bool) -> Self {
         CallSlot {
-            phase: Phase::Free,
+            state: SlotState::Free,
             xid: 0,
             tag: 0,
             header,
@@ -92,8 +111,6 @@ impl CallSlot {
             wrs: 0,
             reserved: 0,
             holds_credit: false,
-            answer: None,
-            delivered: false,
             deadline: None,
             started: None,
             is_probe,
@@ -108,7 +125,10 @@ impl CallSlot {
 
     /// True when nothing of the slot is outstanding any more.
     pub(super) fn retirable(&self) -> bool {
-        self.delivered && self.wrs == 0 && self.reserved == 0 && !self.holds_credit
+        matches!(self.state, SlotState::Delivered)
+            && self.wrs == 0
+            && self.reserved == 0
+            && !self.holds_credit
     }
 
     /// How long the call has been out.

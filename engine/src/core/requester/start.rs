@@ -4,7 +4,7 @@
 use crate::core::transport::Transport;
 use std::time::Instant;
 
-use super::slot::{MrState, MrUse, Phase};
+use super::slot::{MrState, MrUse, SlotState};
 use super::RequesterHalf;
 use crate::core::config::{RegMode, MAX_MRS_PER_CALL};
 use crate::core::fixed::FixedVec;
@@ -307,7 +307,7 @@ impl<M: MemoryRegion> RequesterHalf<M> {
         let invalidations = uses.len() as u32;
         t.sq.give((sq_need - invalidations).saturating_sub(staged));
 
-        s.phase = Phase::Active;
+        s.state = SlotState::Sent;
         s.xid = xid;
         s.tag = tag;
         s.mrs = uses;
@@ -316,8 +316,6 @@ impl<M: MemoryRegion> RequesterHalf<M> {
         s.sink_caps = sink_caps;
         s.reply_cap = reply_cap;
         s.reply_buf = reply_buf;
-        s.answer = None;
-        s.delivered = false;
         s.deadline = deadline;
         s.started = Some(now);
         self.stats.calls_sent += 1;
@@ -378,7 +376,7 @@ impl<M: MemoryRegion> RequesterHalf<M> {
         let staged = u32::from(t.stage(wr_id, SendOp::Send, &[hdr_sge, msg_sge]));
         // Room for a Send that was not staged (never, see `Transport::stage`) goes back.
         t.sq.give(1 - staged);
-        s.phase = Phase::Active;
+        s.state = SlotState::Sent;
         s.xid = xid;
         s.tag = tag;
         s.mrs.clear();
@@ -387,8 +385,6 @@ impl<M: MemoryRegion> RequesterHalf<M> {
         s.sink_caps = [0; MAX_WRITE_SINKS];
         s.reply_cap = 0;
         s.reply_buf = None;
-        s.answer = None;
-        s.delivered = false;
         s.deadline = deadline;
         s.started = Some(now);
         self.stats.calls_sent += 1;
