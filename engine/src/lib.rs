@@ -9,6 +9,12 @@
 //!   [`credits`], [`service`] (the responder's ULP interface) and [`requester`] (calls
 //!   and outcomes) are its public faces.
 //! - [`conn`]: the driver binding a core to a fabric provider, its pools and its CM.
+//!
+//! The names an embedding application starts from are at the root: [`Requester`]
+//! (`Requester::connect(&dev, &addr).credits(32).open()?`, then `call` or
+//! `submit`/`poll`/`poll_outcome`), [`Responder`] (`Responder::listen(dev,
+//! &addr).serve(factory)?`, then `poll` or `run` on a thread of its own), [`ConnConfig`],
+//! [`CallRequest`], [`Outcome`], and the default provider under short names in [`shm`].
 #![warn(missing_docs)]
 
 pub mod conn;
@@ -22,3 +28,14 @@ pub mod service;
 #[doc(hidden)]
 pub mod testing;
 pub mod wire;
+
+pub use conn::{RequesterConn as Requester, Server as Responder};
+pub use core::ConnConfig;
+pub use requester::{CallRequest, CallStatus, Outcome};
+
+/// The shared-memory provider, the embedded default, under short names.
+pub mod shm {
+    pub use crate::fabric::shm::{
+        ShmAddr as Addr, ShmConfig as Config, ShmDevice as Device, ShmProvider as Provider,
+    };
+}

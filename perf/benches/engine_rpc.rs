@@ -192,8 +192,8 @@ fn two_threads() {
         })
     };
     let _ = core_affinity::set_for_current(core_affinity::CoreId { id: 0 });
-    let mut r =
-        RequesterConn::<ShmProvider>::connect(&ShmDevice::new(), &addr, &cfg).expect("connect");
+    let mut r = RequesterConn::<ShmProvider>::connect_with(&ShmDevice::new(), &addr, &cfg)
+        .expect("connect");
     let end = Instant::now() + DEADLINE;
     while r.state() != ConnState::Established {
         r.poll(Instant::now());

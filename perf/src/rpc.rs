@@ -420,7 +420,7 @@ fn client<F: FabricKind>(
     let dev = F::open()?;
     let mut conns = Vec::with_capacity(spec.connections.max(1) as usize);
     for _ in 0..spec.connections.max(1) {
-        let conn = RequesterConn::<F::P>::connect(&dev, addr, cfg)
+        let conn = RequesterConn::<F::P>::connect_with(&dev, addr, cfg)
             .map_err(|e| BenchError::Setup(format!("connect: {e}")))?;
         conns.push(Conn {
             conn,

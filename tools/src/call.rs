@@ -259,7 +259,7 @@ fn call<P: Provider>(
         reason,
     };
     let t0 = Instant::now();
-    let mut conn = RequesterConn::<P>::connect(dev, addr, &o.conn)
+    let mut conn = RequesterConn::<P>::connect_with(dev, addr, &o.conn)
         .map_err(|e| connect_error(ep.provider(), ep.to_string(), e))?;
     let end = t0 + o.timeout;
     loop {

@@ -169,11 +169,13 @@ pub fn connect_error(provider: &'static str, addr: String, e: ConnError) -> CliE
             provider,
             reason: e.to_string(),
         },
-        ConnError::Fabric(_) => CliError::Unreachable {
-            provider,
-            addr,
-            reason: e.to_string(),
-        },
+        ConnError::Fabric(_) | ConnError::NotEstablished | ConnError::ConnectTimeout(_) => {
+            CliError::Unreachable {
+                provider,
+                addr,
+                reason: e.to_string(),
+            }
+        }
     }
 }
 

@@ -11,11 +11,20 @@
 //! - [`builtin`]: NULL, echo/sink/source and CCP programs.
 //! - [`nfs`]: the RFC 8267 tables for NFSv2, v3, v4 and the auxiliary protocols.
 //! - [`client`]: building engine `CallRequest`s and reading `Outcome`s with the codecs.
+//! - [`echo`]: the echo program with a call builder and a reply reader, for examples.
 #![warn(missing_docs)]
 pub mod binding;
 pub mod builtin;
 pub mod client;
 pub mod ddp;
+pub mod echo;
 pub mod nfs;
 pub mod program;
 pub mod rpc;
+
+pub use program::Dispatcher;
+
+/// The README's example runs as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;

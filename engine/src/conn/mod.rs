@@ -17,6 +17,7 @@
 //!
 //! [`Provider`]: crate::fabric::Provider
 
+mod builder;
 mod pair;
 mod post;
 mod requester;
@@ -24,8 +25,7 @@ mod resources;
 mod responder;
 pub mod task;
 
-use core::fmt;
-
+pub use builder::{RequesterBuilder, ServerBuilder, Serving, StopHandle, DEFAULT_CONNECT_TIMEOUT};
 pub use pair::{Pair, PairError, PairWait};
 pub use post::{post_transmit, transmit, POST_CHUNK};
 pub use requester::RequesterConn;
@@ -47,38 +47,26 @@ pub const CM_POLL_INTERVAL: u32 = 64;
 const _: () = assert!(CM_POLL_INTERVAL.is_power_of_two());
 
 /// Why a connection could not be set up.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum ConnError {
     /// The configuration is unusable.
-    Config(ConfigError),
+    #[error("configuration: {0}")]
+    Config(#[source] ConfigError),
     /// The fabric refused a setup call.
-    Fabric(FabricError),
+    #[error("fabric: {0}")]
+    Fabric(#[source] FabricError),
     /// A pool could not be created.
-    Pool(PoolError),
+    #[error("pool: {0}")]
+    Pool(#[source] PoolError),
     /// The core could not be built.
-    Core(CoreError),
-}
-
-impl fmt::Display for ConnError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ConnError::Config(e) => write!(f, "configuration: {e}"),
-            ConnError::Fabric(e) => write!(f, "fabric: {e}"),
-            ConnError::Pool(e) => write!(f, "pool: {e}"),
-            ConnError::Core(e) => write!(f, "core: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for ConnError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            ConnError::Config(e) => Some(e),
-            ConnError::Fabric(e) => Some(e),
-            ConnError::Pool(e) => Some(e),
-            ConnError::Core(e) => Some(e),
-        }
-    }
+    #[error("core: {0}")]
+    Core(#[source] CoreError),
+    /// The peer refused or dropped the connection before it was established.
+    #[error("connection closed before it was established")]
+    NotEstablished,
+    /// The connection was not established within this time.
+    #[error("connection not established within {0:?}")]
+    ConnectTimeout(core::time::Duration),
 }
 
 /// Reaps one batch of completions from `cq` into `f`; returns how many. `wcs` is the

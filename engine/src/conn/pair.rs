@@ -72,7 +72,7 @@ impl<P: Provider, S: Service + Send + 'static> Pair<P, S> {
             Server::bind(server_dev, addr, server_cfg.clone(), factory).map_err(PairError::Conn)?;
         server.keep_closed(true);
         let requester =
-            RequesterConn::connect(client_dev, addr, client_cfg).map_err(PairError::Conn)?;
+            RequesterConn::connect_with(client_dev, addr, client_cfg).map_err(PairError::Conn)?;
         let mut pair = Pair {
             requester,
             server,

@@ -37,7 +37,11 @@ impl<P: Provider> RequesterConn<P> {
     /// Creates the connection's resources on `dev` and starts connecting to `addr`,
     /// offering RFC 8797 private data. Receives are posted at once; calls can be
     /// submitted once [`state`](Self::state) is `Established`.
-    pub fn connect(dev: &P::Device, addr: &P::Addr, cfg: &ConnConfig) -> Result<Self, ConnError> {
+    pub fn connect_with(
+        dev: &P::Device,
+        addr: &P::Addr,
+        cfg: &ConnConfig,
+    ) -> Result<Self, ConnError> {
         let res = ConnResources::<P>::new(dev, cfg, Role::Requester)?;
         let credits = Arc::new(CreditTable::new(cfg.credits, cfg.keepalive.is_some()));
         let mut core = match res.registration() {

@@ -471,6 +471,12 @@ where
         self.listener.cm.disconnect(conn).map_err(ConnError::Fabric)
     }
 
+    /// The clock this server's connections read (its device's): pass its `now` to
+    /// [`poll`](Self::poll).
+    pub fn clock(&self) -> crate::fabric::Clock {
+        self.dev.clock()
+    }
+
     /// Connect requests refused (factory said no, or setup failed).
     pub fn refused(&self) -> u64 {
         self.refused

@@ -38,7 +38,7 @@ fn application_threads_call_through_the_mailbox() {
 
     // Connect from this thread while the server task answers, then hand over.
     let dev = ShmDevice::new();
-    let mut conn = RequesterConn::<ShmProvider>::connect(&dev, &addr, &cfg).expect("connect");
+    let mut conn = RequesterConn::<ShmProvider>::connect_with(&dev, &addr, &cfg).expect("connect");
     let end = Instant::now() + DEADLINE;
     while conn.state() != ConnState::Established {
         conn.poll(Instant::now());

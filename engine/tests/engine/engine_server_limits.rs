@@ -67,7 +67,7 @@ fn connect<N: Net>(net: &N, addr: &<N::P as Provider>::Addr) -> RequesterConn<N:
     let dev = net.device();
     let mut cfg = test_config();
     cfg.registration = net.registration();
-    RequesterConn::connect(&dev, addr, &cfg).expect("connect starts")
+    RequesterConn::connect_with(&dev, addr, &cfg).expect("connect starts")
 }
 
 fn connections_past_the_cap_are_rejected<N: Net>(net: N) {

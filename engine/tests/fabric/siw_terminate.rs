@@ -156,7 +156,7 @@ fn a_kernel_terminate_is_the_calls_error_and_the_close_reason() {
     let addr: SocketAddr = listener.local_addr().expect("address");
     let dev = SiwDevice::with_config(SiwConfig::default()).expect("siw device");
     let mut conn =
-        RequesterConn::<SiwProvider>::connect(&dev, &addr, &test_config()).expect("connect");
+        RequesterConn::<SiwProvider>::connect_with(&dev, &addr, &test_config()).expect("connect");
     let end = Instant::now() + DEADLINE;
     let mut peer = loop {
         conn.poll(Instant::now());

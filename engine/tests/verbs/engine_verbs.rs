@@ -38,7 +38,7 @@ fn requester_registration_follows_the_device() {
     let info = device_info(&net);
     let dev = net.device();
     assert_eq!(dev.caps().fast_reg, info.mw_type2);
-    let auto = RequesterConn::<VerbsProvider>::connect(&dev, &net.addr(), &test_config())
+    let auto = RequesterConn::<VerbsProvider>::connect_with(&dev, &net.addr(), &test_config())
         .unwrap_or_else(|e| panic!("requester on {}: {e}", net.dev));
     let want = if info.mw_type2 {
         RegMode::FastReg
@@ -50,7 +50,7 @@ fn requester_registration_follows_the_device() {
         registration: Registration::FastReg,
         ..test_config()
     };
-    match RequesterConn::<VerbsProvider>::connect(&dev, &net.addr(), &forced) {
+    match RequesterConn::<VerbsProvider>::connect_with(&dev, &net.addr(), &forced) {
         Ok(r) => {
             assert!(info.mw_type2, "{}: FastReg without windows", net.dev);
             assert_eq!(r.registration(), RegMode::FastReg);
@@ -91,7 +91,7 @@ impl Mixed {
             registration,
             ..test_config()
         };
-        let requester = RequesterConn::<SiwProvider>::connect(&sdev, &to, &cfg)
+        let requester = RequesterConn::<SiwProvider>::connect_with(&sdev, &to, &cfg)
             .expect("siw requester starts connecting");
         let mut m = Mixed {
             server,

@@ -205,7 +205,7 @@ fn serve_nfs_mount_over_tcp_and_nfs_over_shm() {
         hugepages: HugePages::Never,
         ..ConnConfig::default()
     };
-    let mut conn = RequesterConn::<ShmProvider>::connect(
+    let mut conn = RequesterConn::<ShmProvider>::connect_with(
         &ShmDevice::new(),
         &ShmAddr::Path(sock.clone()),
         &cfg,

@@ -271,7 +271,7 @@ pub(crate) fn establish<P: Provider>(
     cfg: &ConnConfig,
     timeout: Duration,
 ) -> Result<RequesterConn<P>> {
-    let mut conn = RequesterConn::<P>::connect(dev, addr, cfg)
+    let mut conn = RequesterConn::<P>::connect_with(dev, addr, cfg)
         .map_err(|e| NfsClientError::Connect(e.to_string()))?;
     let end = Instant::now() + timeout;
     loop {
