@@ -436,6 +436,7 @@ impl NfsSide {
             max_read: data,
             max_write: data,
             max_readdir: (64 * 1024).min(data),
+            ..NfsConfig::default()
         };
         let shared = NfsShared::new(backend, cfg);
         let mount = MountShared::new(&o.export_path, shared.clone());
@@ -553,6 +554,9 @@ impl NfsSide {
         }
         for l in lines {
             say(&format!("rpcrdma serve: nfs: {l}"));
+        }
+        if let Some(drc) = self.shared.reply_cache() {
+            say(&format!("rpcrdma serve: nfs: {}", drc.stats()));
         }
     }
 }

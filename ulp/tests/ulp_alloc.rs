@@ -1,13 +1,18 @@
 //! The hot paths allocate nothing: encoding a call with Read chunks, dispatching it
-//! (header decode, routing, argument decode, result encode with Write chunks) and
-//! decoding the reply. Counted with a global allocator wrapper, per thread, after setup.
+//! (header decode, routing, argument decode, result encode with Write chunks), decoding
+//! the reply, and the duplicate request cache (storing, evicting and replaying replies).
+//! Counted with a global allocator wrapper, per thread, after setup.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
+use std::sync::Arc;
 
+use rpcrdma_ulp::binding::{ProcInfo, ReplySize};
 use rpcrdma_ulp::builtin::{echo_proc, Echo2, EchoData, EchoProgram, SourceArgs, ECHO_PROGRAM};
-use rpcrdma_ulp::ddp::{encode_call, reply_results, XdrCodec};
-use rpcrdma_ulp::program::{Dispatched, Dispatcher, InboundCall};
+use rpcrdma_ulp::ddp::{encode_call, reply_results, DdpCursor, DdpEncoder, Void, XdrCodec};
+use rpcrdma_ulp::program::{
+    Dispatched, Dispatcher, Drc, DrcConfig, InboundCall, ProcError, Program,
+};
 use rpcrdma_ulp::rpc::{CallHeader, OpaqueAuth};
 
 struct Counting;
@@ -119,4 +124,88 @@ fn steady_state_allocates_nothing() {
         0,
         "allocations in 200 steady-state round trips"
     );
+}
+
+/// A program whose one procedure (no arguments) is not idempotent: it counts its calls
+/// and returns the count, so a replay (the old count) is told from a second run (a new
+/// one).
+struct Tally {
+    n: u32,
+    drc: Arc<Drc>,
+}
+
+const TALLY_PROGRAM: u32 = 0x2f00_00d1;
+static BUMP: ProcInfo = ProcInfo::plain(1, "BUMP", ReplySize::fixed(4));
+
+impl Program for Tally {
+    fn prog(&self) -> u32 {
+        TALLY_PROGRAM
+    }
+    fn versions(&self) -> (u32, u32) {
+        (1, 1)
+    }
+    fn proc_info(&self, _vers: u32, procedure: u32) -> Option<&'static ProcInfo> {
+        (procedure == 1).then_some(&BUMP)
+    }
+    fn call<'d>(
+        &'d mut self,
+        _call: &CallHeader<'d>,
+        _args: &mut DdpCursor<'d>,
+        results: &mut DdpEncoder<'_, 'd>,
+    ) -> Result<(), ProcError> {
+        self.n += 1;
+        results.u32(self.n)?;
+        Ok(())
+    }
+    fn reply_cache(&self) -> Option<Arc<Drc>> {
+        Some(self.drc.clone())
+    }
+}
+
+/// BUMP under `xid`; returns the count in the reply.
+fn bump(d: &mut Dispatcher, msg: &mut [u8], out: &mut [u8], xid: u32) -> u32 {
+    let h = CallHeader {
+        xid,
+        prog: TALLY_PROGRAM,
+        vers: 1,
+        procedure: 1,
+        cred: OpaqueAuth::None,
+        verf: OpaqueAuth::None,
+    };
+    let call = encode_call(msg, &h, &Void, usize::MAX).unwrap();
+    let Ok(Dispatched::Reply(r)) = d.dispatch(&InboundCall::inline(&msg[..call.len]), out) else {
+        panic!("no reply");
+    };
+    let (_, mut c) = reply_results(&out[..r.len], &[]).unwrap();
+    let n = c.u32().unwrap();
+    c.finish().unwrap();
+    n
+}
+
+#[test]
+fn the_duplicate_request_cache_allocates_nothing_per_call() {
+    let drc = Arc::new(Drc::new(DrcConfig::new(16, 4096, 256).unwrap()));
+    let mut d = Dispatcher::new();
+    d.register(Box::new(Tally {
+        n: 0,
+        drc: drc.clone(),
+    }))
+    .unwrap();
+    let (mut msg, mut out) = (vec![0u8; 256], vec![0u8; 256]);
+    assert_eq!(bump(&mut d, &mut msg, &mut out, 0), 1);
+    let before = allocs();
+    for xid in 1..=200 {
+        let first = bump(&mut d, &mut msg, &mut out, xid);
+        assert_eq!(first, xid + 1, "a new call runs");
+        assert_eq!(
+            bump(&mut d, &mut msg, &mut out, xid),
+            first,
+            "a retransmission replays"
+        );
+    }
+    let after = allocs();
+    let s = drc.stats();
+    assert_eq!((s.insertions, s.hits), (201, 200), "{s:?}");
+    assert_eq!(s.evictions, 201 - 16, "{s:?}");
+    assert_eq!(after - before, 0, "allocations in 400 cached dispatches");
 }

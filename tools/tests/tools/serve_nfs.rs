@@ -1,7 +1,8 @@
 //! `rpcrdma serve --nfs DIR` as a separate process: MOUNT over TCP gives the root handle
 //! of a temporary directory, NFSv3 NULL, GETATTR, LOOKUP and READ (into a Write chunk)
-//! run over shm through the engine's requester, GETATTR also over NFS-on-TCP, and the
-//! stop line counts the calls per procedure and chunk type.
+//! run over shm through the engine's requester, a REMOVE retransmitted under its XID is
+//! answered from the duplicate request cache, GETATTR also runs over NFS-on-TCP, and the
+//! stop lines count the calls per procedure and chunk type, and the replays.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -22,7 +23,7 @@ use rpcrdma_ulp::ddp::{encode_call, reply_results, Void, XdrCodec};
 use rpcrdma_ulp::nfs::mount::{self, DirPath, Exports, MountRes3};
 use rpcrdma_ulp::nfs::server::tcp::{read_record, write_record};
 use rpcrdma_ulp::nfs::v3::args::ReadArgs;
-use rpcrdma_ulp::nfs::v3::res::{GetattrRes, LookupRes};
+use rpcrdma_ulp::nfs::v3::res::{GetattrRes, LookupRes, RemoveRes};
 use rpcrdma_ulp::nfs::v3::types::{DirOpArgs3, Ftype3, NfsFh3};
 use rpcrdma_ulp::nfs::v3::{self, procs};
 use rpcrdma_ulp::rpc::{CallHeader, OpaqueAuth};
@@ -141,6 +142,7 @@ fn serve_nfs_mount_over_tcp_and_nfs_over_shm() {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("hello.txt"), b"hello over rdma\n").unwrap();
+    std::fs::write(dir.join("gone.txt"), b"removed once\n").unwrap();
     let sock = std::env::temp_dir().join(format!("rpcrdma-serve-nfs-{}.sock", std::process::id()));
     let _ = std::fs::remove_file(&sock);
     let child = Command::new(env!("CARGO_BIN_EXE_rpcrdma"))
@@ -276,6 +278,30 @@ fn serve_nfs_mount_over_tcp_and_nfs_over_shm() {
     let o = call(&mut conn, req);
     assert_eq!(o.write_result(0), Some(&b"hello over rdma\n"[..]));
 
+    // REMOVE retransmitted under its XID: the duplicate request cache answers the
+    // second with the first reply (NFS3_OK), not NFS3ERR_NOENT.
+    let mut removes = Vec::new();
+    for _ in 0..2 {
+        let msg = conn.alloc_msg().unwrap();
+        let req = inline_call(
+            msg,
+            &h(100_003, procs::REMOVE),
+            &DirOpArgs3 {
+                dir: NfsFh3(&root),
+                name: b"gone.txt",
+            },
+            max(procs::REMOVE, 0, false),
+        )
+        .unwrap()
+        .with_xid(0x0d0c_0001);
+        let o = call(&mut conn, req);
+        removes.push(o.reply.as_ref().unwrap().bytes().to_vec());
+    }
+    assert_eq!(removes[0], removes[1]);
+    let (_, mut c) = reply_results(&removes[1], &[]).unwrap();
+    assert!(RemoveRes::decode(&mut c).unwrap().ok().is_ok());
+    assert!(!dir.join("gone.txt").exists());
+
     // The built-in programs are still served next to NFS.
     let o = Command::new(env!("CARGO_BIN_EXE_rpcrdma"))
         .args(["call", "--provider", "shm", "--addr"])
@@ -342,6 +368,11 @@ fn serve_nfs_mount_over_tcp_and_nfs_over_shm() {
     );
     assert!(all.contains("nfs: MOUNT3 MNT 1 calls"), "{all}");
     assert!(all.contains("nfs: MOUNT3 EXPORT 1 calls"), "{all}");
+    assert!(all.contains("nfs: NFS3 REMOVE 1 calls (0 errors"), "{all}");
+    assert!(
+        all.contains("nfs: duplicate request cache: 1 replayed, 0 dropped in progress, 1 inserted"),
+        "{all}"
+    );
 }
 
 #[test]

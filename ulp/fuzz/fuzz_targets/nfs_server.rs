@@ -39,6 +39,7 @@ fn world() -> &'static Mutex<World> {
                 max_read: 64 * 1024,
                 max_write: 64 * 1024,
                 max_readdir: 16 * 1024,
+                ..NfsConfig::default()
             },
         );
         let mount = MountShared::new("/", shared.clone());

@@ -38,14 +38,22 @@ pub struct ProcInfo {
     /// §3.1): resending with a larger Reply chunk, under a new XID, after a transport
     /// error. Elsewhere an undersized estimate is an implementation bug.
     pub short_reply_retry: bool,
+    /// Whether running the procedure twice has the effect of running it once, so that a
+    /// retransmission may simply run again (RFC 1813 §4.5 and Linux nfsd's
+    /// `pc_cachetype` give the NFS answers). A server's duplicate request cache
+    /// ([`Drc`](crate::program::Drc)) keeps the replies of procedures that are not, and
+    /// only those. Declarations default to `false`: caching a reply needlessly costs a
+    /// little memory, running a non-idempotent procedure twice by mistake corrupts state.
+    pub idempotent: bool,
 }
 
 impl ProcInfo {
     /// Procedure 0 of every program: no arguments, no results (RFC 5531 §12.1 shows the
     /// convention in its examples; every program this crate serves follows it).
-    pub const NULL: ProcInfo = ProcInfo::plain(0, "NULL", ReplySize::fixed(0));
+    pub const NULL: ProcInfo = ProcInfo::plain(0, "NULL", ReplySize::fixed(0)).marked_idempotent();
 
-    /// A procedure without DDP-eligible items or short Reply chunk retry.
+    /// A procedure without DDP-eligible items or short Reply chunk retry, not declared
+    /// idempotent.
     pub const fn plain(procedure: u32, name: &'static str, reply: ReplySize) -> ProcInfo {
         ProcInfo {
             procedure,
@@ -54,6 +62,15 @@ impl ProcInfo {
             ddp_results: &[],
             reply,
             short_reply_retry: false,
+            idempotent: false,
+        }
+    }
+
+    /// This declaration with [`idempotent`](Self::idempotent) set.
+    pub const fn marked_idempotent(self) -> ProcInfo {
+        ProcInfo {
+            idempotent: true,
+            ..self
         }
     }
 

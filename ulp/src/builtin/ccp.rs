@@ -13,7 +13,8 @@ static CONF_RDMA_INFO: ProcInfo = ProcInfo::plain(
     CONF_RDMA,
     "CONF_RDMA",
     ReplySize::fixed(ConfigRdmaReply::ENCODED_LEN as u32),
-);
+)
+.marked_idempotent();
 
 /// Answers CONF_RDMA (program 100417, version 1) with this server's configuration, and
 /// remembers the last requirements a client sent.

@@ -35,6 +35,7 @@ static ECHO: ProcInfo = ProcInfo {
     ddp_results: &[DATA],
     reply: ReplySize::with_data(4, DataBound::Requested, true, 0),
     short_reply_retry: false,
+    idempotent: true,
 };
 
 static SINK: ProcInfo = ProcInfo {
@@ -44,6 +45,7 @@ static SINK: ProcInfo = ProcInfo {
     ddp_results: &[],
     reply: ReplySize::fixed(8),
     short_reply_retry: false,
+    idempotent: true,
 };
 
 static SOURCE: ProcInfo = ProcInfo {
@@ -53,6 +55,7 @@ static SOURCE: ProcInfo = ProcInfo {
     ddp_results: &[DATA],
     reply: ReplySize::with_data(4, DataBound::Requested, true, 0),
     short_reply_retry: false,
+    idempotent: true,
 };
 
 /// ECHO2: two length words and the tag, plus both payloads; the requested size is the
@@ -65,6 +68,7 @@ static ECHO2: ProcInfo = ProcInfo {
     ddp_results: &[A, B],
     reply: ReplySize::with_data(16, DataBound::Requested, true, 0),
     short_reply_retry: false,
+    idempotent: true,
 };
 
 /// The echo program ([`ECHO_PROGRAM`], version [`ECHO_VERSION`]):

@@ -73,6 +73,7 @@ pub static NFSACL_GETACL: ProcInfo = ProcInfo {
     ddp_results: &[],
     reply: ReplySize::with_data(0, DataBound::Unbounded, false, 0),
     short_reply_retry: true,
+    idempotent: true,
 };
 
 /// The declarations of an NFSACL procedure: NULL and GETACL. Procedures whose replies

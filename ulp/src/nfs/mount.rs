@@ -88,14 +88,16 @@ impl core::fmt::Display for MountStat3 {
 
 /// Every MOUNT v3 procedure, indexed by number. Reply sizes bound the fixed parts; DUMP
 /// and EXPORT lists are bounded by what the server holds, and travel over TCP anyway.
+/// All are idempotent: mounting or unmounting twice only rewrites the server's
+/// advisory mount list.
 pub static PROCEDURES: [ProcInfo; 6] = [
     ProcInfo::NULL,
     // mountres3_ok: status, fhandle3 (4 + 64), auth_flavors<> (we return one).
-    ProcInfo::plain(procs::MNT, "MNT", ReplySize::fixed(4 + 68 + 4 + 4 * 8)),
-    ProcInfo::plain(procs::DUMP, "DUMP", ReplySize::fixed(64 * 1024)),
-    ProcInfo::plain(procs::UMNT, "UMNT", ReplySize::fixed(0)),
-    ProcInfo::plain(procs::UMNTALL, "UMNTALL", ReplySize::fixed(0)),
-    ProcInfo::plain(procs::EXPORT, "EXPORT", ReplySize::fixed(64 * 1024)),
+    ProcInfo::plain(procs::MNT, "MNT", ReplySize::fixed(4 + 68 + 4 + 4 * 8)).marked_idempotent(),
+    ProcInfo::plain(procs::DUMP, "DUMP", ReplySize::fixed(64 * 1024)).marked_idempotent(),
+    ProcInfo::plain(procs::UMNT, "UMNT", ReplySize::fixed(0)).marked_idempotent(),
+    ProcInfo::plain(procs::UMNTALL, "UMNTALL", ReplySize::fixed(0)).marked_idempotent(),
+    ProcInfo::plain(procs::EXPORT, "EXPORT", ReplySize::fixed(64 * 1024)).marked_idempotent(),
 ];
 
 /// The declarations of MOUNT v3 procedure `procedure`.

@@ -83,13 +83,14 @@ const fn fixed(procedure: u32, name: &'static str, octets: u32) -> ProcInfo {
     ProcInfo::plain(procedure, name, ReplySize::fixed(octets))
 }
 
-/// Every NFSv2 procedure, indexed by number.
+/// Every NFSv2 procedure, indexed by number. SETATTR, WRITE, CREATE, REMOVE, RENAME,
+/// LINK, SYMLINK, MKDIR and RMDIR are not idempotent (as in NFSv3: RFC 1813 §4.5).
 pub static PROCEDURES: [ProcInfo; 18] = [
     ProcInfo::NULL,
-    fixed(procs::GETATTR, "GETATTR", ATTRSTAT),
+    fixed(procs::GETATTR, "GETATTR", ATTRSTAT).marked_idempotent(),
     fixed(procs::SETATTR, "SETATTR", ATTRSTAT),
-    fixed(procs::ROOT, "ROOT", 0),
-    fixed(procs::LOOKUP, "LOOKUP", DIROPRES),
+    fixed(procs::ROOT, "ROOT", 0).marked_idempotent(),
+    fixed(procs::LOOKUP, "LOOKUP", DIROPRES).marked_idempotent(),
     // readlinkres: status + path<MAXPATHLEN>.
     ProcInfo {
         procedure: procs::READLINK,
@@ -98,6 +99,7 @@ pub static PROCEDURES: [ProcInfo; 18] = [
         ddp_results: &[READLINK_DATA],
         reply: ReplySize::with_data(STATUS + 4, DataBound::Protocol(MAX_PATH_LEN), true, STATUS),
         short_reply_retry: false,
+        idempotent: true,
     },
     // readres: status + fattr + nfsdata (at most the requested count, itself at most
     // MAXDATA).
@@ -108,8 +110,9 @@ pub static PROCEDURES: [ProcInfo; 18] = [
         ddp_results: &[READ_DATA],
         reply: ReplySize::with_data(ATTRSTAT + 4, DataBound::Requested, true, STATUS),
         short_reply_retry: false,
+        idempotent: true,
     },
-    fixed(procs::WRITECACHE, "WRITECACHE", 0),
+    fixed(procs::WRITECACHE, "WRITECACHE", 0).marked_idempotent(),
     ProcInfo {
         procedure: procs::WRITE,
         name: "WRITE",
@@ -117,6 +120,7 @@ pub static PROCEDURES: [ProcInfo; 18] = [
         ddp_results: &[],
         reply: ReplySize::fixed(ATTRSTAT),
         short_reply_retry: false,
+        idempotent: false,
     },
     fixed(procs::CREATE, "CREATE", DIROPRES),
     fixed(procs::REMOVE, "REMOVE", STATUS),
@@ -129,6 +133,7 @@ pub static PROCEDURES: [ProcInfo; 18] = [
         ddp_results: &[],
         reply: ReplySize::fixed(STATUS),
         short_reply_retry: false,
+        idempotent: false,
     },
     fixed(procs::MKDIR, "MKDIR", DIROPRES),
     fixed(procs::RMDIR, "RMDIR", STATUS),
@@ -138,9 +143,10 @@ pub static PROCEDURES: [ProcInfo; 18] = [
         procs::READDIR,
         "READDIR",
         ReplySize::with_data(STATUS + 4 + 4, DataBound::Requested, false, STATUS),
-    ),
+    )
+    .marked_idempotent(),
     // statfsres: status + tsize, bsize, blocks, bfree, bavail.
-    fixed(procs::STATFS, "STATFS", STATUS + 5 * 4),
+    fixed(procs::STATFS, "STATFS", STATUS + 5 * 4).marked_idempotent(),
 ];
 
 /// The declarations of NFSv2 procedure `procedure`.

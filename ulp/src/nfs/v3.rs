@@ -123,10 +123,17 @@ const fn fixed(procedure: u32, name: &'static str, octets: u32) -> ProcInfo {
 }
 
 /// Every NFSv3 procedure, indexed by number.
+///
+/// Not idempotent (RFC 1813 §4.5; the procedures Linux nfsd keeps in its reply cache):
+/// SETATTR (a repeated size change can undo writes made in between), WRITE (a repeat
+/// can overwrite a later WRITE to the same range, and its reply carries before and after
+/// attributes), CREATE, MKDIR, SYMLINK, MKNOD, REMOVE, RMDIR, RENAME and LINK (a repeat
+/// fails where the original succeeded). COMMIT is idempotent: committing twice commits
+/// the same data.
 pub static PROCEDURES: [ProcInfo; 22] = [
     ProcInfo::NULL,
     // GETATTR3resok: fattr3; failure: void.
-    fixed(procs::GETATTR, "GETATTR", STATUS + FATTR3_LEN),
+    fixed(procs::GETATTR, "GETATTR", STATUS + FATTR3_LEN).marked_idempotent(),
     // SETATTR3res: wcc_data in both arms.
     fixed(procs::SETATTR, "SETATTR", STATUS_WCC),
     // LOOKUP3resok: object handle + object and directory attributes.
@@ -134,9 +141,10 @@ pub static PROCEDURES: [ProcInfo; 22] = [
         procs::LOOKUP,
         "LOOKUP",
         STATUS + NFS_FH3_MAX_LEN + 2 * POST_OP_ATTR_LEN,
-    ),
+    )
+    .marked_idempotent(),
     // ACCESS3resok: attributes + access word.
-    fixed(procs::ACCESS, "ACCESS", FAIL_ATTR + 4),
+    fixed(procs::ACCESS, "ACCESS", FAIL_ATTR + 4).marked_idempotent(),
     // READLINK3resok: attributes + nfspath3. NFSv3 leaves the path unbounded; the client
     // knows its length from cached attributes (RFC 8267 §3).
     ProcInfo {
@@ -146,6 +154,7 @@ pub static PROCEDURES: [ProcInfo; 22] = [
         ddp_results: &[READLINK_DATA],
         reply: ReplySize::with_data(FAIL_ATTR + 4, DataBound::Requested, true, FAIL_ATTR),
         short_reply_retry: false,
+        idempotent: true,
     },
     // READ3resok: attributes, count, eof, data<> (at most the requested count).
     ProcInfo {
@@ -155,6 +164,7 @@ pub static PROCEDURES: [ProcInfo; 22] = [
         ddp_results: &[READ_DATA],
         reply: ReplySize::with_data(FAIL_ATTR + 4 + 4 + 4, DataBound::Requested, true, FAIL_ATTR),
         short_reply_retry: false,
+        idempotent: true,
     },
     // WRITE3resok: wcc_data, count, committed, writeverf3.
     ProcInfo {
@@ -164,6 +174,7 @@ pub static PROCEDURES: [ProcInfo; 22] = [
         ddp_results: &[],
         reply: ReplySize::fixed(STATUS_WCC + 4 + 4 + 8),
         short_reply_retry: false,
+        idempotent: false,
     },
     fixed(procs::CREATE, "CREATE", CREATED),
     fixed(procs::MKDIR, "MKDIR", CREATED),
@@ -174,6 +185,7 @@ pub static PROCEDURES: [ProcInfo; 22] = [
         ddp_results: &[],
         reply: ReplySize::fixed(CREATED),
         short_reply_retry: false,
+        idempotent: false,
     },
     fixed(procs::MKNOD, "MKNOD", CREATED),
     fixed(procs::REMOVE, "REMOVE", STATUS_WCC),
@@ -188,21 +200,23 @@ pub static PROCEDURES: [ProcInfo; 22] = [
         procs::READDIR,
         "READDIR",
         ReplySize::with_data(STATUS, DataBound::Requested, false, FAIL_ATTR),
-    ),
+    )
+    .marked_idempotent(),
     // READDIRPLUS3args.maxcount bounds READDIRPLUS3resok likewise (§3.3.17).
     ProcInfo::plain(
         procs::READDIRPLUS,
         "READDIRPLUS",
         ReplySize::with_data(STATUS, DataBound::Requested, false, FAIL_ATTR),
-    ),
+    )
+    .marked_idempotent(),
     // FSSTAT3resok: attributes, six size3 counters, invarsec.
-    fixed(procs::FSSTAT, "FSSTAT", FAIL_ATTR + 6 * 8 + 4),
+    fixed(procs::FSSTAT, "FSSTAT", FAIL_ATTR + 6 * 8 + 4).marked_idempotent(),
     // FSINFO3resok: attributes, seven uint32 limits, maxfilesize, time_delta, properties.
-    fixed(procs::FSINFO, "FSINFO", FAIL_ATTR + 7 * 4 + 8 + 8 + 4),
+    fixed(procs::FSINFO, "FSINFO", FAIL_ATTR + 7 * 4 + 8 + 8 + 4).marked_idempotent(),
     // PATHCONF3resok: attributes, linkmax, name_max, four booleans.
-    fixed(procs::PATHCONF, "PATHCONF", FAIL_ATTR + 6 * 4),
+    fixed(procs::PATHCONF, "PATHCONF", FAIL_ATTR + 6 * 4).marked_idempotent(),
     // COMMIT3resok: wcc_data + writeverf3.
-    fixed(procs::COMMIT, "COMMIT", STATUS_WCC + 8),
+    fixed(procs::COMMIT, "COMMIT", STATUS_WCC + 8).marked_idempotent(),
 ];
 
 /// The declarations of NFSv3 procedure `procedure`.

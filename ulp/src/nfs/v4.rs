@@ -234,6 +234,10 @@ pub static COMPOUND: ProcInfo = ProcInfo {
     reply: ReplySize::with_data(0, DataBound::Unbounded, false, 0),
     // Only for minor version 0 with GETATTR: see `short_reply_retry`.
     short_reply_retry: true,
+    // A COMPOUND may hold any operation. NFSv4.1 sessions make retransmission safe with
+    // their own reply cache (RFC 8881 §2.10.6), which is the session's business, not
+    // this flag's.
+    idempotent: false,
 };
 
 /// The declarations of NFSv4 procedure `procedure`.

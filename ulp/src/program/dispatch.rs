@@ -2,8 +2,10 @@
 //! buffer.
 
 use core::fmt;
+use std::sync::Arc;
 
 use super::auth::AuthPolicy;
+use super::drc::{ClientAddr, Drc, DrcKey, DrcLookup, DrcPending};
 use super::error::ProcError;
 use super::Program;
 use crate::binding::ProcInfo;
@@ -168,12 +170,25 @@ impl std::error::Error for RegisterError {}
 /// 4. the version is in its range (else PROG_MISMATCH with the range);
 /// 5. the procedure exists (else PROC_UNAVAIL); procedure 0 is NULL for every program
 ///    and is answered here;
-/// 6. the program runs: SUCCESS with its results, or GARBAGE_ARGS, SYSTEM_ERR,
+/// 6. a procedure that is not [`idempotent`](ProcInfo::idempotent), of a program with a
+///    [duplicate request cache](Program::reply_cache), is looked up there by XID,
+///    program, version, procedure, [client](Self::set_client) and arguments
+///    ([`DrcKey`]): a retransmission of a call still running gets no reply, one of a
+///    completed call gets the cached reply, and only a new call goes on (its SUCCESS
+///    reply is then cached; see [`Drc`]);
+/// 7. the program runs: SUCCESS with its results, or GARBAGE_ARGS, SYSTEM_ERR,
 ///    PROC_UNAVAIL or AUTH_ERROR as it reports.
 pub struct Dispatcher {
-    programs: Vec<Box<dyn Program>>,
+    programs: Vec<Registered>,
     auth: AuthPolicy,
+    client: ClientAddr,
     stats: DispatchStats,
+}
+
+/// A registered program and its reply cache, asked for once at registration.
+struct Registered {
+    program: Box<dyn Program>,
+    drc: Option<Arc<Drc>>,
 }
 
 impl Default for Dispatcher {
@@ -187,9 +202,14 @@ impl fmt::Debug for Dispatcher {
         f.debug_struct("Dispatcher")
             .field(
                 "programs",
-                &self.programs.iter().map(|p| p.prog()).collect::<Vec<_>>(),
+                &self
+                    .programs
+                    .iter()
+                    .map(|p| p.program.prog())
+                    .collect::<Vec<_>>(),
             )
             .field("auth", &self.auth)
+            .field("client", &self.client)
             .finish()
     }
 }
@@ -200,8 +220,21 @@ impl Dispatcher {
         Dispatcher {
             programs: Vec::new(),
             auth: AuthPolicy::DEFAULT,
+            client: ClientAddr::Unknown,
             stats: DispatchStats::default(),
         }
+    }
+
+    /// Who the calls come from (one dispatcher serves one connection): part of the
+    /// duplicate request cache's key. [`ClientAddr::Unknown`] until set.
+    pub fn client(&self) -> ClientAddr {
+        self.client
+    }
+
+    /// Sets who the calls come from, e.g. the peer's address when the connection is
+    /// accepted ([`tcp`](crate::nfs::server::tcp) does so).
+    pub fn set_client(&mut self, client: ClientAddr) {
+        self.client = client;
     }
 
     /// Counters of what was answered.
@@ -219,25 +252,34 @@ impl Dispatcher {
         self.auth = policy;
     }
 
-    /// Adds a program; its number must not be registered yet.
+    /// Adds a program, with its [reply cache](Program::reply_cache) if it has one; its
+    /// number must not be registered yet.
     pub fn register(&mut self, program: Box<dyn Program>) -> Result<(), RegisterError> {
         let prog = program.prog();
         if self.find(prog).is_some() {
             return Err(RegisterError { prog });
         }
-        self.programs.push(program);
+        let drc = program.reply_cache();
+        self.programs.push(Registered { program, drc });
         Ok(())
     }
 
     /// The registered programs' numbers and version ranges, in registration order.
     pub fn programs(&self) -> impl Iterator<Item = (u32, (u32, u32))> + '_ {
-        self.programs.iter().map(|p| (p.prog(), p.versions()))
+        self.programs
+            .iter()
+            .map(|p| (p.program.prog(), p.program.versions()))
+    }
+
+    /// The duplicate request cache of registered program `prog`, if it has one.
+    pub fn reply_cache(&self, prog: u32) -> Option<&Arc<Drc>> {
+        self.programs[self.find(prog)?].drc.as_ref()
     }
 
     /// The declarations of a procedure of a registered program, for requesters that
     /// share the table (procedure 0 is always [`ProcInfo::NULL`]).
     pub fn proc_info(&self, prog: u32, vers: u32, procedure: u32) -> Option<&'static ProcInfo> {
-        let p = &self.programs[self.find(prog)?];
+        let p = &self.programs[self.find(prog)?].program;
         let (low, high) = p.versions();
         if vers < low || vers > high {
             return None;
@@ -249,7 +291,7 @@ impl Dispatcher {
     }
 
     fn find(&self, prog: u32) -> Option<usize> {
-        self.programs.iter().position(|p| p.prog() == prog)
+        self.programs.iter().position(|p| p.program.prog() == prog)
     }
 
     /// Answers one call.
@@ -285,7 +327,7 @@ impl Dispatcher {
             self.stats.prog_unavail += 1;
             return header_only(ReplyHeader::prog_unavail(xid), reply);
         };
-        let program = &mut self.programs[index];
+        let Registered { program, drc } = &mut self.programs[index];
         let (low, high) = program.versions();
         if call.vers < low || call.vers > high {
             return header_only(ReplyHeader::prog_mismatch(xid, low, high), reply);
@@ -304,8 +346,38 @@ impl Dispatcher {
                 Err(_) => header_only(ReplyHeader::garbage_args(xid), reply),
             };
         }
-        if program.proc_info(call.vers, call.procedure).is_none() {
+        let Some(info) = program.proc_info(call.vers, call.procedure) else {
             return header_only(ReplyHeader::proc_unavail(xid), reply);
+        };
+        // Dropped on every path that does not complete it: a call that got no cacheable
+        // reply is forgotten, so that its retransmission runs again.
+        let mut pending: Option<DrcPending<'_>> = None;
+        if let (Some(drc), false) = (drc.as_deref(), info.idempotent) {
+            let inline_args = msg.get(args_at..).unwrap_or(&[]);
+            let key = DrcKey::of_call(&call, self.client, inline_args, reads);
+            match drc.lookup(&key, reply) {
+                DrcLookup::New(p) => pending = Some(p),
+                DrcLookup::InProgress => return Ok(Dispatched::NoReply { xid }),
+                DrcLookup::Replayed { len } => {
+                    return Ok(Dispatched::Reply(Reply {
+                        xid,
+                        header: ReplyHeader::success(xid),
+                        len,
+                        write_chunks: DdpList::new(),
+                    }))
+                }
+                // As the original reply would have overrun this call's buffer.
+                DrcLookup::ReplayOverrun { len } => {
+                    return Err(DispatchError::ReplyOverrun {
+                        xid,
+                        error: DdpEncodeError::BufferTooSmall {
+                            needed: len,
+                            available: reply.len(),
+                        },
+                    })
+                }
+                DrcLookup::Full => {}
+            }
         }
         let success = ReplyHeader::success(xid);
         let results_at = success.encode(reply).map_err(|e| too_small(xid, e))?;
@@ -319,12 +391,19 @@ impl Dispatcher {
                 .map(|()| results.finish())
         };
         match outcome {
-            Ok(done) => Ok(Dispatched::Reply(Reply {
-                xid,
-                header: success,
-                len: done.len,
-                write_chunks: done.writes,
-            })),
+            Ok(done) => {
+                // Results in Write chunks are not in the reply bytes, so such a reply
+                // cannot be replayed from them (no non-idempotent NFS procedure has any).
+                if let Some(p) = pending.filter(|_| done.writes.is_empty()) {
+                    p.complete(reply.get(..done.len).unwrap_or(&[]));
+                }
+                Ok(Dispatched::Reply(Reply {
+                    xid,
+                    header: success,
+                    len: done.len,
+                    write_chunks: done.writes,
+                }))
+            }
             Err(ProcError::GarbageArgs(_)) => header_only(ReplyHeader::garbage_args(xid), reply),
             Err(ProcError::ProcUnavail) => header_only(ReplyHeader::proc_unavail(xid), reply),
             Err(ProcError::SystemErr) => header_only(ReplyHeader::system_err(xid), reply),

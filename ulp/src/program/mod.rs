@@ -1,9 +1,11 @@
-//! ONC RPC program dispatch: the [`Program`] trait upper layers implement, and the
+//! ONC RPC program dispatch: the [`Program`] trait upper layers implement, the
 //! [`Dispatcher`] that decodes a call, routes it by program, version and procedure, and
-//! writes the complete reply.
+//! writes the complete reply, and the duplicate request cache ([`Drc`]) it keeps
+//! non-idempotent procedures' replies in.
 
 mod auth;
 mod dispatch;
+mod drc;
 mod error;
 mod service;
 
@@ -11,7 +13,13 @@ pub use auth::AuthPolicy;
 pub use dispatch::{
     DispatchError, DispatchStats, Dispatched, Dispatcher, InboundCall, RegisterError, Reply,
 };
+pub use drc::{
+    ClientAddr, Drc, DrcConfig, DrcConfigError, DrcKey, DrcLookup, DrcPending, DrcStats,
+    MAX_DRC_ENTRIES,
+};
 pub use error::ProcError;
+
+use std::sync::Arc;
 
 use crate::binding::ProcInfo;
 use crate::ddp::{DdpCursor, DdpEncoder};
@@ -48,4 +56,12 @@ pub trait Program: Send {
         args: &mut DdpCursor<'d>,
         results: &mut DdpEncoder<'_, 'd>,
     ) -> Result<(), ProcError>;
+
+    /// The duplicate request cache for this program's procedures that are not
+    /// [`idempotent`](ProcInfo::idempotent), usually one shared by every instance of the
+    /// program in a server; `None` (the default) runs every call. The dispatcher asks
+    /// once, when the program is registered.
+    fn reply_cache(&self) -> Option<Arc<Drc>> {
+        None
+    }
 }

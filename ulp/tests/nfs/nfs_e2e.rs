@@ -59,6 +59,7 @@ fn server(dir: &std::path::Path) -> Server {
             max_read: MIB as u32,
             max_write: MIB as u32,
             max_readdir: 64 * 1024,
+            ..NfsConfig::default()
         },
     );
     let mount = MountShared::new("/export", shared.clone());

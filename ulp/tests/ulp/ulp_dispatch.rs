@@ -1,6 +1,10 @@
 //! Every answer the dispatcher can give, checked byte for byte against the reply layouts
 //! of RFC 5531 §9 (`rpc_msg`, `reply_body`, `accepted_reply`, `rejected_reply`), with
-//! the echo program's results per its XDR (rpcrdma_ulp::builtin).
+//! the echo program's results per its XDR (rpcrdma_ulp::builtin), and the answers its
+//! duplicate request cache gives.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 
 use rpcrdma_ulp::binding::{ProcInfo, ReplySize};
 use rpcrdma_ulp::builtin::{
@@ -8,8 +12,8 @@ use rpcrdma_ulp::builtin::{
 };
 use rpcrdma_ulp::ddp::{DdpCursor, DdpEncodeError, DdpEncoder, ReadItem, WriteItem};
 use rpcrdma_ulp::program::{
-    AuthPolicy, DispatchError, Dispatched, Dispatcher, InboundCall, ProcError, Program,
-    RegisterError,
+    AuthPolicy, ClientAddr, DispatchError, Dispatched, Dispatcher, Drc, DrcConfig, InboundCall,
+    ProcError, Program, RegisterError,
 };
 use rpcrdma_ulp::rpc::{AuthFlavor, AuthStat, AuthSys, CallHeader, Gids, OpaqueAuth, RpcErrorKind};
 
@@ -597,4 +601,134 @@ fn ccp_conf_rdma() {
         &words(&[1, 2, 3, 4]),
     );
     assert_eq!(answer(&mut d, &long), accepted(4, &[]));
+}
+
+/// A program with a duplicate request cache: procedure 1 (not idempotent) returns a run
+/// count shared by every instance, so a replay (an old count) is told from a run;
+/// procedure 2 (not idempotent) fails with SYSTEM_ERR; procedure 3 is procedure 1
+/// declared idempotent.
+struct Counted {
+    runs: Arc<AtomicU32>,
+    drc: Arc<Drc>,
+}
+
+const COUNTED: u32 = 0x2f00_00f1;
+static COUNT: ProcInfo = ProcInfo::plain(1, "COUNT", ReplySize::fixed(4));
+static FAIL: ProcInfo = ProcInfo::plain(2, "FAIL", ReplySize::fixed(0));
+static PEEK: ProcInfo = ProcInfo::plain(3, "PEEK", ReplySize::fixed(4)).marked_idempotent();
+
+impl Program for Counted {
+    fn prog(&self) -> u32 {
+        COUNTED
+    }
+    fn versions(&self) -> (u32, u32) {
+        (1, 1)
+    }
+    fn proc_info(&self, _vers: u32, procedure: u32) -> Option<&'static ProcInfo> {
+        [&COUNT, &FAIL, &PEEK]
+            .into_iter()
+            .find(|p| p.procedure == procedure)
+    }
+    fn call<'d>(
+        &'d mut self,
+        call: &CallHeader<'d>,
+        args: &mut DdpCursor<'d>,
+        results: &mut DdpEncoder<'_, 'd>,
+    ) -> Result<(), ProcError> {
+        let n = self.runs.fetch_add(1, Ordering::Relaxed) + 1;
+        let _ = args.u32()?;
+        if call.procedure == 2 {
+            return Err(ProcError::SystemErr);
+        }
+        results.u32(n)?;
+        Ok(())
+    }
+    fn reply_cache(&self) -> Option<Arc<Drc>> {
+        Some(self.drc.clone())
+    }
+}
+
+/// Two connections' dispatchers from `client_a` and `client_b`, sharing one cache.
+fn counted_pair(client_a: ClientAddr, client_b: ClientAddr) -> (Dispatcher, Dispatcher, Arc<Drc>) {
+    let runs = Arc::new(AtomicU32::new(0));
+    let drc = Arc::new(Drc::new(DrcConfig::default()));
+    let mk = |client| {
+        let mut d = Dispatcher::new();
+        d.set_client(client);
+        d.register(Box::new(Counted {
+            runs: runs.clone(),
+            drc: drc.clone(),
+        }))
+        .unwrap();
+        assert!(d.reply_cache(COUNTED).is_some());
+        d
+    };
+    (mk(client_a), mk(client_b), drc)
+}
+
+#[test]
+fn a_retransmission_on_another_connection_from_the_same_client_is_replayed() {
+    let me = ClientAddr::Ip([192, 0, 2, 7].into());
+    let (mut a, mut b, drc) = counted_pair(me, me);
+    let msg = call_msg(&header(COUNTED, 1, 1), &words(&[42]));
+    assert_eq!(answer(&mut a, &msg), accepted(0, &[1]));
+    assert_eq!(answer(&mut b, &msg), accepted(0, &[1]), "replayed");
+    // Other arguments under the same XID: run.
+    let other = call_msg(&header(COUNTED, 1, 1), &words(&[43]));
+    assert_eq!(answer(&mut b, &other), accepted(0, &[2]));
+    let s = drc.stats();
+    assert_eq!(
+        (s.hits, s.insertions, s.checksum_misses),
+        (1, 2, 1),
+        "{s:?}"
+    );
+}
+
+#[test]
+fn the_same_xid_from_another_client_runs() {
+    let (mut a, mut b, drc) = counted_pair(ClientAddr::Id(1), ClientAddr::Id(2));
+    let msg = call_msg(&header(COUNTED, 1, 1), &words(&[42]));
+    assert_eq!(answer(&mut a, &msg), accepted(0, &[1]));
+    assert_eq!(answer(&mut b, &msg), accepted(0, &[2]));
+    assert_eq!(
+        answer(&mut b, &msg),
+        accepted(0, &[2]),
+        "replayed to its own client"
+    );
+    assert_eq!(drc.stats().hits, 1);
+}
+
+#[test]
+fn only_successful_non_idempotent_calls_are_cached() {
+    let (mut a, _, drc) = counted_pair(ClientAddr::Unknown, ClientAddr::Unknown);
+    // SYSTEM_ERR: forgotten, so the retransmission runs again.
+    let fail = call_msg(&header(COUNTED, 1, 2), &words(&[0]));
+    assert_eq!(answer(&mut a, &fail), accepted(5, &[]));
+    assert_eq!(answer(&mut a, &fail), accepted(5, &[]));
+    // GARBAGE_ARGS (no argument word): forgotten too.
+    let garbage = call_msg(&header(COUNTED, 1, 1), &[]);
+    assert_eq!(answer(&mut a, &garbage), accepted(4, &[]));
+    assert_eq!(answer(&mut a, &garbage), accepted(4, &[]));
+    // Idempotent: never looked up.
+    let peek = call_msg(&header(COUNTED, 1, 3), &words(&[0]));
+    assert_eq!(answer(&mut a, &peek), accepted(0, &[5]));
+    assert_eq!(answer(&mut a, &peek), accepted(0, &[6]));
+    let s = drc.stats();
+    assert_eq!(
+        (s.hits, s.insertions, s.uncached, s.entries),
+        (0, 0, 4, 0),
+        "{s:?}"
+    );
+}
+
+#[test]
+fn a_replay_too_long_for_the_buffer_is_an_overrun() {
+    let (mut a, _, _) = counted_pair(ClientAddr::Unknown, ClientAddr::Unknown);
+    let msg = call_msg(&header(COUNTED, 1, 1), &words(&[42]));
+    assert_eq!(answer(&mut a, &msg), accepted(0, &[1]));
+    let mut small = [0u8; 27];
+    assert!(matches!(
+        a.dispatch(&InboundCall::inline(&msg), &mut small),
+        Err(DispatchError::ReplyOverrun { xid: XID, .. })
+    ));
 }

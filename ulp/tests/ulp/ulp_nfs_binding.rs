@@ -5,6 +5,7 @@
 use rpcrdma_ulp::binding::{DataBound, ProcInfo};
 use rpcrdma_ulp::ddp::DdpEncoder;
 use rpcrdma_ulp::nfs::{self, aux, v2, v3, v4};
+use rpcrdma_ulp::program::DrcConfig;
 
 fn ddp_names(p: &ProcInfo) -> (Vec<&'static str>, Vec<&'static str>) {
     (
@@ -66,6 +67,41 @@ fn legacy_nfs_has_exactly_four_ddp_items() {
     );
     assert_eq!(nfs::proc_info(3, 22), None);
     assert_eq!(nfs::proc_info(5, 0), None);
+}
+
+// RFC 1813 §4.5 names CREATE and REMOVE as non-idempotent and warns of a replayed
+// truncate (SETATTR) losing writes; Linux nfsd caches the replies of exactly these.
+#[test]
+fn legacy_nfs_declares_which_procedures_are_not_idempotent() {
+    let not = |table: &[ProcInfo]| -> Vec<&'static str> {
+        table
+            .iter()
+            .filter(|p| !p.idempotent)
+            .map(|p| p.name)
+            .collect()
+    };
+    assert_eq!(
+        not(&v3::PROCEDURES),
+        vec![
+            "SETATTR", "WRITE", "CREATE", "MKDIR", "SYMLINK", "MKNOD", "REMOVE", "RMDIR", "RENAME",
+            "LINK"
+        ]
+    );
+    assert_eq!(
+        not(&v2::PROCEDURES),
+        vec!["SETATTR", "WRITE", "CREATE", "REMOVE", "RENAME", "LINK", "SYMLINK", "MKDIR", "RMDIR"]
+    );
+    assert!(nfs::mount::PROCEDURES.iter().all(|p| p.idempotent));
+    // Every reply the NFS server caches fits the default cache's largest reply.
+    let longest = v3::PROCEDURES
+        .iter()
+        .filter(|p| !p.idempotent)
+        .map(|p| p.max_reply_len(0, false, 0))
+        .max();
+    assert_eq!(longest, Some(304));
+    assert!(304 <= DrcConfig::DEFAULT.max_reply());
+    assert!(v3::proc_info(0).is_some_and(|p| p.idempotent), "NULL");
+    assert!(!v4::COMPOUND.idempotent);
 }
 
 // RFC 8267 §4.1: "There are no operations in NFS versions 2 or 3 that benefit from short

@@ -36,6 +36,7 @@ static DROPPED: ProcInfo = ProcInfo {
     ddp_results: &[],
     reply: rpcrdma_ulp::binding::ReplySize::fixed(0),
     short_reply_retry: false,
+    idempotent: false,
 };
 
 impl Program for DrcProgram {

@@ -30,7 +30,7 @@ use crate::nfs::v3::types::{
 };
 use crate::nfs::v3::{self as tables, procs};
 use crate::nfs::NFS_PROGRAM;
-use crate::program::{ProcError, Program};
+use crate::program::{Drc, DrcConfig, ProcError, Program};
 use crate::rpc::CallHeader;
 
 /// Server-wide NFS settings.
@@ -45,6 +45,11 @@ pub struct NfsConfig {
     /// Largest READDIR / READDIRPLUS reply (FSINFO `dtpref`); larger `count`s are
     /// clamped.
     pub max_readdir: u32,
+    /// The duplicate request cache for SETATTR, WRITE, CREATE, MKDIR, SYMLINK, MKNOD,
+    /// REMOVE, RMDIR, RENAME and LINK (the procedures the NFSv3 table does not declare
+    /// idempotent), shared by every connection and transport of the server; `None`
+    /// runs every retransmission again.
+    pub reply_cache: Option<DrcConfig>,
 }
 
 impl Default for NfsConfig {
@@ -53,6 +58,7 @@ impl Default for NfsConfig {
             max_read: 256 * 1024,
             max_write: 256 * 1024,
             max_readdir: 64 * 1024,
+            reply_cache: Some(DrcConfig::DEFAULT),
         }
     }
 }
@@ -62,6 +68,7 @@ pub struct NfsShared {
     backend: Arc<dyn NfsBackend>,
     key: HandleKey,
     config: NfsConfig,
+    drc: Option<Arc<Drc>>,
     /// Calls per procedure and the chunks they used.
     pub counters: NfsCounters,
 }
@@ -76,15 +83,23 @@ impl core::fmt::Debug for NfsShared {
 }
 
 impl NfsShared {
-    /// Shares `backend` with a fresh random handle key.
+    /// Shares `backend` with a fresh random handle key (and an empty duplicate request
+    /// cache, allocated now, if `config` asks for one).
     pub fn new(backend: Arc<dyn NfsBackend>, config: NfsConfig) -> Arc<NfsShared> {
         let key = HandleKey::new(backend.fsid());
         Arc::new(NfsShared {
             backend,
             key,
             config,
+            drc: config.reply_cache.map(|c| Arc::new(Drc::new(c))),
             counters: NfsCounters::default(),
         })
+    }
+
+    /// The duplicate request cache every connection's NFS program uses, with its
+    /// counters ([`Drc::stats`]).
+    pub fn reply_cache(&self) -> Option<&Arc<Drc>> {
+        self.drc.as_ref()
     }
 
     /// The backend.
@@ -214,6 +229,10 @@ impl Program for NfsProgram {
 
     fn proc_info(&self, vers: u32, procedure: u32) -> Option<&'static ProcInfo> {
         (vers == 3).then(|| tables::proc_info(procedure)).flatten()
+    }
+
+    fn reply_cache(&self) -> Option<Arc<Drc>> {
+        self.shared.drc.clone()
     }
 
     fn call<'d>(

@@ -46,6 +46,13 @@ impl NfsService {
     /// next to what it already holds. `inline_send` is the connection's inline send
     /// size (`ConnConfig::inline_send`), used to tell which replies went through the
     /// Reply chunk.
+    ///
+    /// Non-idempotent calls go through the server's duplicate request cache
+    /// ([`NfsShared::reply_cache`]) under `dispatcher`'s
+    /// [client address](Dispatcher::set_client): the engine does not tell a service
+    /// its peer's address, so unless the embedder set one it is
+    /// [`ClientAddr::Unknown`](crate::program::ClientAddr::Unknown), and retransmissions
+    /// are recognised by XID, credential and arguments, on any connection.
     pub fn new(
         mut dispatcher: Dispatcher,
         shared: Arc<NfsShared>,

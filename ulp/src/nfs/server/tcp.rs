@@ -3,7 +3,9 @@
 //! TCP, driving the same [`Dispatcher`] as the RDMA side.
 //!
 //! One thread accepts; each connection gets a thread and its own dispatcher from the
-//! factory. Records are bounded ([`TcpConfig::max_record`]); a peer that sends a larger
+//! factory, with the peer's IP address as its
+//! [client](crate::program::Dispatcher::set_client) (for a duplicate request cache).
+//! Records are bounded ([`TcpConfig::max_record`]); a peer that sends a larger
 //! one, or breaks the framing, is disconnected.
 
 use std::io::{self, Read, Write};
@@ -13,7 +15,7 @@ use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
-use crate::program::{DispatchError, Dispatched, Dispatcher, InboundCall};
+use crate::program::{ClientAddr, DispatchError, Dispatched, Dispatcher, InboundCall};
 use crate::rpc::ReplyHeader;
 
 /// Builds the dispatcher for a new connection from the peer's address.
@@ -133,7 +135,8 @@ fn accept_loop(
                 }
                 counters.connections.fetch_add(1, Ordering::Relaxed);
                 counters.active.fetch_add(1, Ordering::Relaxed);
-                let d = factory(peer);
+                let mut d = factory(peer);
+                d.set_client(ClientAddr::Ip(peer.ip()));
                 let c = counters.clone();
                 let spawned = thread::Builder::new()
                     .name(format!("rpc-tcp-conn-{peer}"))
