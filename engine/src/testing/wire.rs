@@ -1,4 +1,4 @@
-//! A test wire: takes a core's [`Transmit`] the way a driver would, records every work
+//! A test wire: takes a core's [`Transmit`](crate::core::Transmit) the way a driver would, records every work
 //! request (with the bytes its gather list names), and delivers messages into posted
 //! receives, all inside the pool memory it was told about.
 //!

@@ -157,7 +157,7 @@ struct Params {
 
 /// The requester side of one connection. `M` is the fabric's memory-region handle; the
 /// core re-keys its fast-registration slots itself and stages every fabric operation in
-/// its [`Outbox`].
+/// its outbox (the connection's, borrowed per input).
 pub struct RequesterHalf<M> {
     params: Params,
     local_pd: PrivateData,
@@ -188,7 +188,7 @@ impl<M: MemoryRegion> RequesterHalf<M> {
     /// A requester for `cfg` over registered `pools`, with fast-registration slots
     /// `mrs` (each covering at least `cfg.large_buf_size` bytes) and a credit table
     /// shared with application threads. Receives are staged at once; nothing is sent
-    /// before [`on_established`](Self::on_established).
+    /// before the connection is established.
     pub fn new(
         cfg: &ConnConfig,
         pools: &CorePools,
