@@ -25,6 +25,7 @@ pub mod iwarp;
 pub mod limits;
 pub mod requester;
 pub mod service;
+#[cfg(any(test, feature = "testing"))]
 #[doc(hidden)]
 pub mod testing;
 pub mod wire;

@@ -226,7 +226,20 @@ impl<P: Provider> RequesterConn<P> {
         self.core.queued()
     }
 
-    /// The core, for inspection.
+    /// When the connection next has timer work (a call deadline, the keepalive): a
+    /// poller that parks should wake by then.
+    pub fn next_timeout(&self) -> Option<Instant> {
+        self.core.next_timeout()
+    }
+
+    /// Calls started whose outcome is not yet delivered, plus timed-out calls still
+    /// holding a credit.
+    pub fn active(&self) -> usize {
+        self.core.active()
+    }
+
+    /// The core, for inspection (test hook: feature `testing`).
+    #[cfg(feature = "testing")]
     pub fn core(&self) -> &RequesterCore<P::Mr> {
         &self.core
     }
@@ -252,7 +265,9 @@ impl<P: Provider> RequesterConn<P> {
         self.conn
     }
 
-    /// The connection manager, to poll or disconnect directly.
+    /// The connection manager, to poll or disconnect directly (test hook: feature
+    /// `testing`).
+    #[cfg(feature = "testing")]
     pub fn cm_mut(&mut self) -> &mut P::Cm {
         &mut self.cm
     }
@@ -263,7 +278,9 @@ impl<P: Provider> RequesterConn<P> {
     }
 
     /// The queue pair, writable: for tests that inject raw messages. Work requests
-    /// posted here bypass the core (their completions count as stray).
+    /// posted here bypass the core (their completions count as stray). Test hook:
+    /// feature `testing`.
+    #[cfg(feature = "testing")]
     pub fn qp_mut(&mut self) -> &mut P::Qp {
         &mut self.qp
     }

@@ -34,7 +34,8 @@ impl<P: Provider> Listener<P> {
         self.cm.poll_event().map_err(ConnError::Fabric)
     }
 
-    /// The connection manager.
+    /// The connection manager (test hook: feature `testing`).
+    #[cfg(feature = "testing")]
     pub fn cm_mut(&mut self) -> &mut P::Cm {
         &mut self.cm
     }
@@ -194,7 +195,13 @@ impl<P: Provider, S: Service> ResponderConn<P, S> {
         self.core.service_mut()
     }
 
-    /// The core, for inspection.
+    /// Calls received and not yet fully answered.
+    pub fn active(&self) -> usize {
+        self.core.active()
+    }
+
+    /// The core, for inspection (test hook: feature `testing`).
+    #[cfg(feature = "testing")]
     pub fn core(&self) -> &ResponderCore<S> {
         &self.core
     }

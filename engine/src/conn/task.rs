@@ -396,7 +396,7 @@ where
         let work = self.conn.poll(now);
         self.route();
         // Keep a poller timer at the core's next deadline, so a parked poller wakes for it.
-        let next = self.conn.core().next_timeout();
+        let next = self.conn.next_timeout();
         if next != self.timer.map(|t| t.0) {
             if let Some((_, id)) = self.timer.take() {
                 ctx.cancel_timer(id);
@@ -437,7 +437,7 @@ where
     fn before_park(&mut self) -> bool {
         // Completion queues have no wake descriptor here: keep polling while anything
         // is in flight (unless told a bounded park is fine).
-        self.park_while_busy || (self.conn.core().active() == 0 && self.conn.queued() == 0)
+        self.park_while_busy || (self.conn.active() == 0 && self.conn.queued() == 0)
     }
 
     fn on_remove(&mut self) {

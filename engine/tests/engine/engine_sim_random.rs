@@ -279,7 +279,7 @@ fn run_seed_with(
     let dropped = p.requester.state() != ConnState::Established;
     if !dropped {
         assert_eq!(p.requester.credits().in_flight(), 0, "no credit leaks");
-        assert_eq!(p.requester.core().active(), 0);
+        assert_eq!(p.requester.active(), 0);
         p.requester.close();
     }
     let closed = p.run_until(DEADLINE, |p| {
