@@ -11,7 +11,7 @@ mod proc_info;
 mod reply_size;
 
 pub use keepalive::with_keepalive;
-pub use proc_info::{DdpItem, ProcInfo};
+pub use proc_info::{DdpEligible, ProcInfo};
 pub use reply_size::{
     DataBound, ReplySize, ACCEPTED_REPLY_HEADER_LEN, LONGEST_HEADER_ONLY_REPLY_LEN,
 };

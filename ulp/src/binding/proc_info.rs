@@ -5,7 +5,7 @@ use super::reply_size::ReplySize;
 /// A DDP-eligible XDR data item (RFC 8166 §6.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
-pub struct DdpItem {
+pub struct DdpEligible {
     /// Where the item sits in the XDR definition, e.g. `"WRITE3args.data"`.
     pub name: &'static str,
     /// Most octets the item may hold (`u32::MAX` when the XDR leaves it unbounded).
@@ -29,9 +29,9 @@ pub struct ProcInfo {
     /// Procedure name as its specification spells it.
     pub name: &'static str,
     /// DDP-eligible argument items.
-    pub ddp_args: &'static [DdpItem],
+    pub ddp_args: &'static [DdpEligible],
     /// DDP-eligible result items.
-    pub ddp_results: &'static [DdpItem],
+    pub ddp_results: &'static [DdpEligible],
     /// How large the results can be.
     pub reply: ReplySize,
     /// Whether the binding allows short Reply chunk retry for this procedure (RFC 8267

@@ -5,7 +5,7 @@ use rpcrdma::iwarp::crc32c::crc32c;
 use super::echo_codec::{Echo2, EchoData, SinkRes, SourceArgs};
 use super::pattern::fill_source_pattern;
 use super::{echo_proc, ECHO_MAX_DATA, ECHO_PROGRAM, ECHO_VERSION};
-use crate::binding::{DataBound, DdpItem, ProcInfo, ReplySize};
+use crate::binding::{DataBound, DdpEligible, ProcInfo, ReplySize};
 use crate::ddp::{DdpCursor, DdpEncoder, XdrCodec};
 use crate::program::{ProcError, Program};
 use crate::rpc::CallHeader;
@@ -13,15 +13,15 @@ use crate::rpc::CallHeader;
 /// SOURCE's default limit: the size of the pattern buffer an [`EchoProgram`] keeps.
 pub const DEFAULT_SOURCE_MAX: usize = 1 << 20;
 
-const DATA: DdpItem = DdpItem {
+const DATA: DdpEligible = DdpEligible {
     name: "echo_data.data",
     max_len: ECHO_MAX_DATA,
 };
-const A: DdpItem = DdpItem {
+const A: DdpEligible = DdpEligible {
     name: "echo2.a",
     max_len: ECHO_MAX_DATA,
 };
-const B: DdpItem = DdpItem {
+const B: DdpEligible = DdpEligible {
     name: "echo2.b",
     max_len: ECHO_MAX_DATA,
 };

@@ -6,7 +6,7 @@
 //! 4 + 68, `diropres` 4 + 32 + 68, `path` at most 1024 (MAXPATHLEN), `nfsdata` at most
 //! 8192 (MAXDATA).
 
-use crate::binding::{DataBound, DdpItem, ProcInfo, ReplySize};
+use crate::binding::{DataBound, DdpEligible, ProcInfo, ReplySize};
 
 /// Procedure numbers (RFC 1094 §2.2).
 pub mod procs {
@@ -59,22 +59,22 @@ const ATTRSTAT: u32 = STATUS + FATTR;
 const DIROPRES: u32 = STATUS + 32 + FATTR;
 
 /// writeargs.data.
-pub const WRITE_DATA: DdpItem = DdpItem {
+pub const WRITE_DATA: DdpEligible = DdpEligible {
     name: "writeargs.data",
     max_len: MAX_DATA,
 };
 /// symlinkargs.to (the pathname).
-pub const SYMLINK_TO: DdpItem = DdpItem {
+pub const SYMLINK_TO: DdpEligible = DdpEligible {
     name: "symlinkargs.to",
     max_len: MAX_PATH_LEN,
 };
 /// readokres.data.
-pub const READ_DATA: DdpItem = DdpItem {
+pub const READ_DATA: DdpEligible = DdpEligible {
     name: "readokres.data",
     max_len: MAX_DATA,
 };
 /// readlinkres.data (the pathname).
-pub const READLINK_DATA: DdpItem = DdpItem {
+pub const READLINK_DATA: DdpEligible = DdpEligible {
     name: "readlinkres.data",
     max_len: MAX_PATH_LEN,
 };

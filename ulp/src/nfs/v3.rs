@@ -22,7 +22,7 @@
 //! The XDR codecs of every argument and result are in [`types`], [`args`] and [`res`];
 //! the server that uses them is [`crate::nfs::server`].
 
-use crate::binding::{DataBound, DdpItem, ProcInfo, ReplySize};
+use crate::binding::{DataBound, DdpEligible, ProcInfo, ReplySize};
 
 pub mod args;
 mod macros;
@@ -98,22 +98,22 @@ const STATUS_WCC: u32 = STATUS + WCC_DATA_LEN;
 const CREATED: u32 = STATUS + POST_OP_FH3_LEN + POST_OP_ATTR_LEN + WCC_DATA_LEN;
 
 /// WRITE3args.data.
-pub const WRITE_DATA: DdpItem = DdpItem {
+pub const WRITE_DATA: DdpEligible = DdpEligible {
     name: "WRITE3args.data",
     max_len: u32::MAX,
 };
 /// SYMLINK3args.symlink.symlink_data (the pathname).
-pub const SYMLINK_DATA: DdpItem = DdpItem {
+pub const SYMLINK_DATA: DdpEligible = DdpEligible {
     name: "SYMLINK3args.symlink.symlink_data",
     max_len: u32::MAX,
 };
 /// READ3resok.data.
-pub const READ_DATA: DdpItem = DdpItem {
+pub const READ_DATA: DdpEligible = DdpEligible {
     name: "READ3resok.data",
     max_len: u32::MAX,
 };
 /// READLINK3resok.data (the pathname).
-pub const READLINK_DATA: DdpItem = DdpItem {
+pub const READLINK_DATA: DdpEligible = DdpEligible {
     name: "READLINK3resok.data",
     max_len: u32::MAX,
 };

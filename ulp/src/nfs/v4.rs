@@ -12,7 +12,7 @@
 //! operations" — operations with a DDP-eligible result — in COMPOUND order (§6.4.1):
 //! see [`WriteChunkPairing`].
 
-use crate::binding::{DataBound, DdpItem, ProcInfo, ReplySize};
+use crate::binding::{DataBound, DdpEligible, ProcInfo, ReplySize};
 
 /// Procedure numbers.
 pub mod procs {
@@ -160,22 +160,22 @@ pub fn op_name(op: u32) -> Option<&'static str> {
 }
 
 /// WRITE4args.data.
-pub const WRITE_DATA: DdpItem = DdpItem {
+pub const WRITE_DATA: DdpEligible = DdpEligible {
     name: "WRITE4args.data",
     max_len: u32::MAX,
 };
 /// createtype4 NF4LNK linkdata (CREATE of a symbolic link).
-pub const CREATE_LINKDATA: DdpItem = DdpItem {
+pub const CREATE_LINKDATA: DdpEligible = DdpEligible {
     name: "createtype4.linkdata",
     max_len: u32::MAX,
 };
 /// READ4resok.data.
-pub const READ_DATA: DdpItem = DdpItem {
+pub const READ_DATA: DdpEligible = DdpEligible {
     name: "READ4resok.data",
     max_len: u32::MAX,
 };
 /// READLINK4resok linkdata.
-pub const READLINK_LINKDATA: DdpItem = DdpItem {
+pub const READLINK_LINKDATA: DdpEligible = DdpEligible {
     name: "READLINK4resok.linkdata",
     max_len: u32::MAX,
 };
@@ -184,10 +184,10 @@ pub const READLINK_LINKDATA: DdpItem = DdpItem {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct OpDdp {
     /// Its DDP-eligible argument, if any.
-    pub arg: Option<DdpItem>,
+    pub arg: Option<DdpEligible>,
     /// Its DDP-eligible result, if any: such an operation is a "READ operation" for
     /// Write chunk pairing.
-    pub result: Option<DdpItem>,
+    pub result: Option<DdpEligible>,
 }
 
 /// The DDP-eligible items of operation `op` (RFC 8267 §6.1). For CREATE the argument is

@@ -46,7 +46,7 @@ impl<'d> InboundCall<'d> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Dispatched<'d> {
     /// Send this reply.
-    Reply(Reply<'d>),
+    Reply(WrittenReply<'d>),
     /// Send nothing: the message is not a call that can be answered (no XID, a bad
     /// `msg_type`, or a reply). The decoding error says why.
     Drop(RpcError),
@@ -71,7 +71,7 @@ pub struct DispatchStats {
 
 /// A reply written into the caller's buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Reply<'d> {
+pub struct WrittenReply<'d> {
     /// Transaction id of the call.
     pub xid: u32,
     /// The reply header at the start of the buffer (for logs and counters).
@@ -359,7 +359,7 @@ impl Dispatcher {
                 DrcLookup::New(p) => pending = Some(p),
                 DrcLookup::InProgress => return Ok(Dispatched::NoReply { xid }),
                 DrcLookup::Replayed { len } => {
-                    return Ok(Dispatched::Reply(Reply {
+                    return Ok(Dispatched::Reply(WrittenReply {
                         xid,
                         header: ReplyHeader::success(xid),
                         len,
@@ -397,7 +397,7 @@ impl Dispatcher {
                 if let Some(p) = pending.filter(|_| done.writes.is_empty()) {
                     p.complete(reply.get(..done.len).unwrap_or(&[]));
                 }
-                Ok(Dispatched::Reply(Reply {
+                Ok(Dispatched::Reply(WrittenReply {
                     xid,
                     header: success,
                     len: done.len,
@@ -438,7 +438,7 @@ fn header_only<'d>(
     reply: &mut [u8],
 ) -> Result<Dispatched<'d>, DispatchError> {
     let len = h.encode(reply).map_err(|e| too_small(h.xid, e))?;
-    Ok(Dispatched::Reply(Reply {
+    Ok(Dispatched::Reply(WrittenReply {
         xid: h.xid,
         header: h,
         len,

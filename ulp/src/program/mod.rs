@@ -11,7 +11,7 @@ mod service;
 
 pub use auth::AuthPolicy;
 pub use dispatch::{
-    DispatchError, DispatchStats, Dispatched, Dispatcher, InboundCall, RegisterError, Reply,
+    DispatchError, DispatchStats, Dispatched, Dispatcher, InboundCall, RegisterError, WrittenReply,
 };
 pub use drc::{
     ClientAddr, Drc, DrcConfig, DrcConfigError, DrcKey, DrcLookup, DrcPending, DrcStats,
