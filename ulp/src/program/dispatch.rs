@@ -297,7 +297,7 @@ impl Dispatcher {
     /// Answers one call.
     ///
     /// The reply is written at the start of `reply`; DDP-eligible results the requester
-    /// offered Write chunks for are returned by reference in [`Reply::write_chunks`], for
+    /// offered Write chunks for are returned by reference in [`WrittenReply::write_chunks`], for
     /// the transport to RDMA Write.
     pub fn dispatch<'d>(
         &'d mut self,
