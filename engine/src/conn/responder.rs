@@ -11,7 +11,7 @@ use crate::core::fixed::FixedQueue;
 use crate::core::{ConnEvent, ConnState, ResponderCore, ResponderStats};
 use crate::credits::GrantPolicy;
 use crate::fabric::{
-    CmEvent, Completion, ConnId, ConnectionManager, Device, PrivateData, Provider, QpInit,
+    CmEvent, CmPrivateData, Completion, ConnId, ConnectionManager, Device, Provider, QpInit,
     QueuePair, RNR_RETRY_INFINITE,
 };
 use crate::service::Service;
@@ -46,7 +46,7 @@ pub struct ResponderConn<P: Provider, S> {
     core: ResponderCore<S>,
     qp: P::Qp,
     conn: ConnId,
-    peer_pd: PrivateData,
+    peer_pd: CmPrivateData,
     wants_disconnect: bool,
     events: FixedQueue<ConnEvent>,
     /// Completion batch, reused by every poll.
@@ -66,7 +66,7 @@ impl<P: Provider, S: Service> ResponderConn<P, S> {
         listener: &mut Listener<P>,
         dev: &P::Device,
         request: P::ConnRequest,
-        peer_private_data: &PrivateData,
+        peer_private_data: &CmPrivateData,
         cfg: &ConnConfig,
         service: S,
     ) -> Result<Self, ConnError> {
@@ -426,7 +426,7 @@ where
         }
     }
 
-    fn on_request(&mut self, request: P::ConnRequest, private_data: &PrivateData) {
+    fn on_request(&mut self, request: P::ConnRequest, private_data: &CmPrivateData) {
         let live = self
             .conns
             .iter()

@@ -5,7 +5,7 @@ use core::fmt;
 
 use super::error::FabricError;
 
-/// Capacity of [`PrivateData`]: the most private-data bytes any provider carries in a
+/// Capacity of [`CmPrivateData`]: the most private-data bytes any provider carries in a
 /// connection message (512, the MPA field of RFC 5044 §7.1).
 ///
 /// A device's own, usually smaller, limits per message are in
@@ -90,27 +90,27 @@ impl fmt::Display for ConnId {
 /// Up to [`MAX_PRIVATE_DATA`] bytes exchanged with connect, accept and reject; stored
 /// inline so events do not allocate.
 #[derive(Clone, Copy)]
-pub struct PrivateData {
+pub struct CmPrivateData {
     len: u16,
     bytes: [u8; MAX_PRIVATE_DATA],
 }
 
-impl PrivateData {
+impl CmPrivateData {
     /// No private data.
-    pub const EMPTY: PrivateData = PrivateData {
+    pub const EMPTY: CmPrivateData = CmPrivateData {
         len: 0,
         bytes: [0; MAX_PRIVATE_DATA],
     };
 
     /// Copies `data`, which must not exceed [`MAX_PRIVATE_DATA`] bytes.
-    pub fn new(data: &[u8]) -> Result<PrivateData, FabricError> {
+    pub fn new(data: &[u8]) -> Result<CmPrivateData, FabricError> {
         if data.len() > MAX_PRIVATE_DATA {
             return Err(FabricError::PrivateDataTooLong {
                 len: data.len(),
                 max: MAX_PRIVATE_DATA,
             });
         }
-        let mut p = PrivateData::EMPTY;
+        let mut p = CmPrivateData::EMPTY;
         p.bytes[..data.len()].copy_from_slice(data);
         // MAX_PRIVATE_DATA fits in u16, checked just above.
         p.len = data.len() as u16;
@@ -136,23 +136,23 @@ impl PrivateData {
     }
 }
 
-impl Default for PrivateData {
+impl Default for CmPrivateData {
     fn default() -> Self {
-        PrivateData::EMPTY
+        CmPrivateData::EMPTY
     }
 }
 
-impl PartialEq for PrivateData {
+impl PartialEq for CmPrivateData {
     fn eq(&self, other: &Self) -> bool {
         self.as_bytes() == other.as_bytes()
     }
 }
 
-impl Eq for PrivateData {}
+impl Eq for CmPrivateData {}
 
-impl fmt::Debug for PrivateData {
+impl fmt::Debug for CmPrivateData {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "PrivateData({:02x?})", self.as_bytes())
+        write!(f, "CmPrivateData({:02x?})", self.as_bytes())
     }
 }
 
@@ -166,21 +166,21 @@ pub enum CmEvent<R> {
         /// Answer with `accept` or `reject`; dropping it rejects without private data.
         request: R,
         /// The peer's private data.
-        private_data: PrivateData,
+        private_data: CmPrivateData,
     },
     /// The connection is up; both directions may be used.
     Established {
         /// Which connection.
         conn: ConnId,
         /// The accepting peer's private data (active side), or empty (passive side).
-        private_data: PrivateData,
+        private_data: CmPrivateData,
     },
     /// The peer rejected our connect request (or went away before answering).
     Rejected {
         /// Which connection.
         conn: ConnId,
         /// The peer's private data.
-        private_data: PrivateData,
+        private_data: CmPrivateData,
     },
     /// No listener answered at the address.
     Unreachable {
@@ -214,15 +214,15 @@ mod tests {
 
     #[test]
     fn private_data_bounds() {
-        let p = PrivateData::new(&[1, 2, 3]).unwrap();
+        let p = CmPrivateData::new(&[1, 2, 3]).unwrap();
         assert_eq!(p.as_bytes(), &[1, 2, 3]);
         assert_eq!(p.len(), 3);
-        assert!(PrivateData::new(&[0; MAX_PRIVATE_DATA]).is_ok());
+        assert!(CmPrivateData::new(&[0; MAX_PRIVATE_DATA]).is_ok());
         assert!(matches!(
-            PrivateData::new(&[0; MAX_PRIVATE_DATA + 1]),
+            CmPrivateData::new(&[0; MAX_PRIVATE_DATA + 1]),
             Err(FabricError::PrivateDataTooLong { len: 513, max: 512 })
         ));
-        assert!(PrivateData::EMPTY.is_empty());
+        assert!(CmPrivateData::EMPTY.is_empty());
     }
 
     #[test]

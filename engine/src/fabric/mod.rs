@@ -48,7 +48,7 @@ pub mod verbs;
 
 pub use abort::{AbortKind, AbortSite, AbortSource, PeerAbort};
 pub use clock::Clock;
-pub use cm::{CmEvent, CmMessage, ConnId, PrivateData, PrivateDataLimits, MAX_PRIVATE_DATA};
+pub use cm::{CmEvent, CmMessage, CmPrivateData, ConnId, PrivateDataLimits, MAX_PRIVATE_DATA};
 pub use error::{FabricError, PostError, PostErrorKind};
 pub use mr::Access;
 pub use provider::{

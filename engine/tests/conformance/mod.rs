@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use rpcrdma::fabric::mr::{key_generation, key_index, make_key, next_key, MAX_KEY_INDEX};
 use rpcrdma::fabric::{
-    Access, CmEvent, Completion, CompletionQueue, ConnectionManager, Device, DeviceCaps,
-    FabricError, MemoryRegion, PostErrorKind, PrivateData, PrivateDataLimits, ProtectionDomain,
+    Access, CmEvent, CmPrivateData, Completion, CompletionQueue, ConnectionManager, Device,
+    DeviceCaps, FabricError, MemoryRegion, PostErrorKind, PrivateDataLimits, ProtectionDomain,
     Provider, QpCaps, QpConfig, QpInit, QpState, QueuePair, RecvWr, RemoteAddr, SendFlags, SendOp,
     SendWr, Sge, WcOpcode, WcStatus, RNR_RETRY_INFINITE,
 };
@@ -295,7 +295,7 @@ pub fn connect_with<F: Fixture>(
     o: &Opts,
     client_pd: &[u8],
     server_pd: &[u8],
-) -> (Pair<F::P>, PrivateData, PrivateData) {
+) -> (Pair<F::P>, CmPrivateData, CmPrivateData) {
     let addr = F::unique_addr();
     let mut s = Host::<F::P>::new::<F>(o, &o.server);
     let mut c = Host::<F::P>::new::<F>(o, &o.client);
@@ -555,7 +555,7 @@ pub fn cm_exchanges_private_data<F: Fixture>() {
 
 /// Checks a rejection's private data as the device delivers it: exactly what was sent,
 /// or (IB CM REJ, no length on the wire) that followed by zeros up to the field size.
-fn assert_reject_data(limits: PrivateDataLimits, got: &PrivateData, sent: &[u8]) {
+fn assert_reject_data(limits: PrivateDataLimits, got: &CmPrivateData, sent: &[u8]) {
     if limits.reject_padded {
         assert_eq!(got.len(), limits.reject, "the whole REJ field arrives");
         assert_eq!(&got.as_bytes()[..sent.len()], sent);

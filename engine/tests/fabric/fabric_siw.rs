@@ -15,7 +15,7 @@ use std::time::Instant;
 use conformance::{connect, connect_with, pattern, Fixture, Opts, Pair, DEADLINE};
 use rpcrdma::fabric::siw::{SiwConfig, SiwConnRequest, SiwDevice, SiwProvider, WireTap};
 use rpcrdma::fabric::{
-    CmEvent, Completion, CompletionQueue, ConnectionManager, Device, MemoryRegion, PrivateData,
+    CmEvent, CmPrivateData, Completion, CompletionQueue, ConnectionManager, Device, MemoryRegion,
     QpConfig, QpInit, QpState, QueuePair, RecvWr, RemoteAddr, SendWr, Sge, WcOpcode, WcStatus,
     RNR_RETRY_INFINITE,
 };
@@ -98,7 +98,7 @@ impl Server {
     }
 
     /// Waits for the connect request and accepts it.
-    fn accept(&mut self, raw: &mut Raw, private_data: &[u8]) -> PrivateData {
+    fn accept(&mut self, raw: &mut Raw, private_data: &[u8]) -> CmPrivateData {
         let end = Instant::now() + DEADLINE;
         let (request, pd) = loop {
             self.pump();

@@ -30,7 +30,7 @@ use super::qp::{QpParts, QpShared, ShmQp};
 use super::segment::Segment;
 use super::sock::{self, Recv, ShmAddr};
 use super::ShmProvider;
-use crate::fabric::cm::{CmEvent, ConnId, PrivateData};
+use crate::fabric::cm::{CmEvent, CmPrivateData, ConnId};
 use crate::fabric::error::FabricError;
 use crate::fabric::provider::{ConnectionManager, QpInit};
 use crate::fabric::types::RNR_RETRY_INFINITE;
@@ -168,7 +168,7 @@ impl ShmCm {
         Ok((qp, announcer, rx))
     }
 
-    fn hello(qp: &ShmQp, private: PrivateData) -> Hello {
+    fn hello(qp: &ShmQp, private: CmPrivateData) -> Hello {
         Hello {
             seg_len: qp.shared.own.len() as u64,
             qp_num: qp.shared.qp_num,
@@ -268,7 +268,7 @@ impl ShmCm {
             c.qp.set_error();
             self.events.push_back(CmEvent::Rejected {
                 conn: c.id,
-                private_data: PrivateData::EMPTY,
+                private_data: CmPrivateData::EMPTY,
             });
         } else {
             c.qp.set_disconnected();
@@ -312,7 +312,7 @@ impl ShmCm {
                 self.conns[i].phase = Phase::Established;
                 self.events.push_back(CmEvent::Established {
                     conn: id,
-                    private_data: PrivateData::EMPTY,
+                    private_data: CmPrivateData::EMPTY,
                 });
                 true
             }
@@ -384,7 +384,7 @@ impl ConnectionManager for ShmCm {
         init: QpInit<'_, ShmProvider>,
         private_data: &[u8],
     ) -> Result<ShmQp, FabricError> {
-        let private = PrivateData::new(private_data)?;
+        let private = CmPrivateData::new(private_data)?;
         let id = ConnId(NEXT_CONN.fetch_add(1, Ordering::Relaxed));
         let (qp, announcer, rx) = self.new_qp(&init, id)?;
         let sent = match sock::connect(addr)? {
@@ -418,7 +418,7 @@ impl ConnectionManager for ShmCm {
         init: QpInit<'_, ShmProvider>,
         private_data: &[u8],
     ) -> Result<ShmQp, FabricError> {
-        let private = PrivateData::new(private_data)?;
+        let private = CmPrivateData::new(private_data)?;
         let id = ConnId(NEXT_CONN.fetch_add(1, Ordering::Relaxed));
         let (qp, announcer, rx) = self.new_qp(&init, id)?;
         Self::link(&qp.shared, request.seg, &request.hello, request.announce)?;
@@ -441,7 +441,7 @@ impl ConnectionManager for ShmCm {
     }
 
     fn reject(&mut self, request: ShmConnRequest, private_data: &[u8]) -> Result<(), FabricError> {
-        let private = PrivateData::new(private_data)?;
+        let private = CmPrivateData::new(private_data)?;
         send_msg(&request.sock, &Msg::Rej(private), &[]).map_err(|err| FabricError::Os {
             op: "send REJ",
             err,

@@ -3,7 +3,7 @@
 //! REQ and REP carry two descriptors: the sender's connection segment and the receiving
 //! end of its arena-announcement socket pair.
 
-use crate::fabric::cm::{PrivateData, MAX_PRIVATE_DATA};
+use crate::fabric::cm::{CmPrivateData, MAX_PRIVATE_DATA};
 use crate::fabric::error::FabricError;
 
 const MAGIC: [u8; 4] = *b"RSCM";
@@ -28,7 +28,7 @@ pub(crate) struct Hello {
     /// The sender's RNR retry count (the receiver enforces it on the sender's Sends).
     pub rnr_retry: u8,
     /// The consumer's private data.
-    pub private: PrivateData,
+    pub private: CmPrivateData,
 }
 
 /// One message.
@@ -36,18 +36,18 @@ pub(crate) struct Hello {
 pub(crate) enum Msg {
     Req(Hello),
     Rep(Hello),
-    Rej(PrivateData),
+    Rej(CmPrivateData),
     Rtu,
     Dreq,
 }
 
-fn put_private(buf: &mut [u8; MSG_MAX], at: usize, p: &PrivateData) -> usize {
+fn put_private(buf: &mut [u8; MSG_MAX], at: usize, p: &CmPrivateData) -> usize {
     buf[at..at + 2].copy_from_slice(&(p.len() as u16).to_le_bytes());
     buf[at + 2..at + 2 + p.len()].copy_from_slice(p.as_bytes());
     at + 2 + p.len()
 }
 
-fn get_private(b: &[u8], at: usize) -> Result<PrivateData, FabricError> {
+fn get_private(b: &[u8], at: usize) -> Result<CmPrivateData, FabricError> {
     let len = b
         .get(at..at + 2)
         .map(|s| usize::from(u16::from_le_bytes([s[0], s[1]])))
@@ -58,7 +58,7 @@ fn get_private(b: &[u8], at: usize) -> Result<PrivateData, FabricError> {
     let bytes = b
         .get(at + 2..at + 2 + len)
         .ok_or(FabricError::Protocol("truncated private data"))?;
-    PrivateData::new(bytes)
+    CmPrivateData::new(bytes)
 }
 
 impl Msg {
@@ -142,14 +142,14 @@ mod tests {
             seg_len: 1 << 20,
             qp_num: 77,
             rnr_retry: 7,
-            private: PrivateData::new(&[9; MAX_PRIVATE_DATA]).unwrap(),
+            private: CmPrivateData::new(&[9; MAX_PRIVATE_DATA]).unwrap(),
         };
         round_trip(Msg::Req(h));
         round_trip(Msg::Rep(Hello {
-            private: PrivateData::EMPTY,
+            private: CmPrivateData::EMPTY,
             ..h
         }));
-        round_trip(Msg::Rej(PrivateData::new(b"no").unwrap()));
+        round_trip(Msg::Rej(CmPrivateData::new(b"no").unwrap()));
         round_trip(Msg::Rtu);
         round_trip(Msg::Dreq);
     }

@@ -9,7 +9,7 @@ use super::slab::Idx;
 use super::state::PendingEvent;
 use super::world::{Scope, World};
 use super::Sim;
-use crate::fabric::cm::{CmEvent, ConnId, PrivateData};
+use crate::fabric::cm::{CmEvent, CmPrivateData, ConnId};
 use crate::fabric::error::FabricError;
 use crate::fabric::provider::{ConnectionManager, QpInit};
 
@@ -68,7 +68,9 @@ impl Drop for SimConnRequest {
     fn drop(&mut self) {
         if !self.answered {
             let (cm, conn) = (self.cm, self.conn);
-            let _ = self.world.with(|w| w.reject(cm, conn, PrivateData::EMPTY));
+            let _ = self
+                .world
+                .with(|w| w.reject(cm, conn, CmPrivateData::EMPTY));
         }
     }
 }
@@ -123,7 +125,7 @@ impl ConnectionManager for SimCm {
         init: QpInit<'_, Sim>,
         private_data: &[u8],
     ) -> Result<SimQp, FabricError> {
-        let data = PrivateData::new(private_data)?;
+        let data = CmPrivateData::new(private_data)?;
         let spec = self.spec(&init)?;
         let (idx, addr) = (self.idx, *addr);
         let (q, conn) = self
@@ -143,7 +145,7 @@ impl ConnectionManager for SimCm {
             return Err(FabricError::WrongDevice);
         }
         // On failure the request is rejected (by its drop), so the active side hears.
-        let data = PrivateData::new(private_data)?;
+        let data = CmPrivateData::new(private_data)?;
         let spec = self.spec(&init)?;
         let idx = self.idx;
         let conn = request.conn;
@@ -160,7 +162,7 @@ impl ConnectionManager for SimCm {
         if !Arc::ptr_eq(&request.world, &self.world) {
             return Err(FabricError::WrongDevice);
         }
-        let data = PrivateData::new(private_data)?;
+        let data = CmPrivateData::new(private_data)?;
         let (cm, conn) = request.take();
         self.world
             .with(|w| w.reject(cm, conn, data))

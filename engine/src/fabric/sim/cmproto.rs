@@ -8,7 +8,7 @@ use super::state::{CmMsg, CmMsgKind, CmSlot, ConnSide, PendingEvent, Phase};
 use super::trace::{CmTrace, FaultTrace, TraceKind};
 use super::world::WorldState;
 use super::SimAddr;
-use crate::fabric::cm::{ConnId, PrivateData};
+use crate::fabric::cm::{CmPrivateData, ConnId};
 use crate::fabric::error::FabricError;
 use crate::fabric::types::QpState;
 
@@ -35,7 +35,7 @@ impl WorldState {
         for (id, phase) in mine {
             match phase {
                 Phase::Requested => {
-                    let _ = self.reject(cm, ConnId(id), PrivateData::EMPTY);
+                    let _ = self.reject(cm, ConnId(id), CmPrivateData::EMPTY);
                 }
                 Phase::Closed => {}
                 _ => self.close_side(ConnId(id), false),
@@ -57,7 +57,7 @@ impl WorldState {
         cm: Idx,
         addr: SimAddr,
         spec: QpSpec,
-        data: PrivateData,
+        data: CmPrivateData,
     ) -> Result<(Idx, ConnId), FabricError> {
         self.check_cm(cm, spec.device)?;
         let conn = self.new_conn_id();
@@ -88,7 +88,7 @@ impl WorldState {
         cm: Idx,
         request: ConnId,
         spec: QpSpec,
-        data: PrivateData,
+        data: CmPrivateData,
     ) -> Result<(Idx, ConnId), FabricError> {
         self.check_cm(cm, spec.device)?;
         let active = match self.conns.get(&request.0) {
@@ -117,7 +117,7 @@ impl WorldState {
         &mut self,
         cm: Idx,
         request: ConnId,
-        data: PrivateData,
+        data: CmPrivateData,
     ) -> Result<(), FabricError> {
         let active = match self.conns.get_mut(&request.0) {
             Some(s) if s.cm == cm && s.phase == Phase::Requested => {
@@ -368,7 +368,7 @@ impl WorldState {
                     cm,
                     PendingEvent::Established {
                         conn: to,
-                        data: PrivateData::EMPTY,
+                        data: CmPrivateData::EMPTY,
                     },
                 );
             }

@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use super::config::SIM_MAX_SGE;
 use super::slab::Idx;
 use super::SimAddr;
-use crate::fabric::cm::{ConnId, PrivateData};
+use crate::fabric::cm::{CmPrivateData, ConnId};
 use crate::fabric::types::{Completion, QpConfig, QpState, SendOp, Sge, WcOpcode, WcStatus};
 
 /// The verdict on an executed send-queue request, waiting to be reported in queue order.
@@ -166,9 +166,9 @@ pub(super) struct ConnSide {
 /// A connection-manager event waiting to be polled.
 #[derive(Debug, Clone, Copy)]
 pub(super) enum PendingEvent {
-    ConnectRequest { conn: ConnId, data: PrivateData },
-    Established { conn: ConnId, data: PrivateData },
-    Rejected { conn: ConnId, data: PrivateData },
+    ConnectRequest { conn: ConnId, data: CmPrivateData },
+    Established { conn: ConnId, data: CmPrivateData },
+    Rejected { conn: ConnId, data: CmPrivateData },
     Unreachable { conn: ConnId },
     Disconnected { conn: ConnId },
 }
@@ -186,14 +186,14 @@ pub(super) enum CmMsgKind {
     Req {
         from: ConnId,
         addr: SimAddr,
-        data: PrivateData,
+        data: CmPrivateData,
     },
     /// Accept reply to the active side `to`.
-    Rep { to: ConnId, data: PrivateData },
+    Rep { to: ConnId, data: CmPrivateData },
     /// Ready-to-use to the passive side `to`.
     Rtu { to: ConnId },
     /// Reject to the active side `to`.
-    Rej { to: ConnId, data: PrivateData },
+    Rej { to: ConnId, data: CmPrivateData },
     /// Disconnect notice to side `to`.
     Disc { to: ConnId },
 }

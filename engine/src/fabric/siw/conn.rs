@@ -16,7 +16,7 @@ use super::engine::{Engine, Link};
 use super::keys::KeyTable;
 use super::sock;
 use super::tx::{TermState, Wire};
-use crate::fabric::cm::{CmEvent, ConnId, PrivateData};
+use crate::fabric::cm::{CmEvent, CmPrivateData, ConnId};
 use crate::fabric::types::QpState;
 use crate::iwarp::fpdu::mulpdu;
 use crate::iwarp::handshake::{Established, Initiator, Responder};
@@ -151,7 +151,7 @@ impl Conn {
     pub(crate) fn expire_handshake(&mut self, ctx: &mut Ctx<'_>) -> Keep {
         match self.phase {
             Phase::Connecting(_) => self.unreachable(ctx),
-            Phase::AwaitReply(_) => self.rejected(ctx, PrivateData::EMPTY),
+            Phase::AwaitReply(_) => self.rejected(ctx, CmPrivateData::EMPTY),
             Phase::AwaitRequest(_) => {
                 self.close();
                 return Keep::Remove;
@@ -337,7 +337,7 @@ impl Conn {
     }
 
     /// The active side's attempt ended without a connection.
-    fn rejected(&mut self, ctx: &mut Ctx<'_>, private_data: PrivateData) {
+    fn rejected(&mut self, ctx: &mut Ctx<'_>, private_data: CmPrivateData) {
         if let Some(e) = self.engine.as_mut() {
             e.fail();
         }
@@ -424,14 +424,14 @@ impl Conn {
     fn step_await_reply(&mut self, ctx: &mut Ctx<'_>) {
         match self.flush_frame() {
             Ok(_) => {}
-            Err(_) => return self.rejected(ctx, PrivateData::EMPTY),
+            Err(_) => return self.rejected(ctx, CmPrivateData::EMPTY),
         }
         while self.readable || self.rx_start < self.rx_end {
             match self.fill() {
-                Ok(0) => return self.rejected(ctx, PrivateData::EMPTY),
+                Ok(0) => return self.rejected(ctx, CmPrivateData::EMPTY),
                 Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(_) => return self.rejected(ctx, PrivateData::EMPTY),
+                Err(_) => return self.rejected(ctx, CmPrivateData::EMPTY),
             }
             let Phase::AwaitReply(ini) = &mut self.phase else {
                 return;
@@ -441,15 +441,15 @@ impl Conn {
                 Ok(p) => {
                     self.rx_start += p.consumed;
                     if let Some(est) = p.done {
-                        let pd = PrivateData::new(ini.peer_private_data());
+                        let pd = CmPrivateData::new(ini.peer_private_data());
                         return self.active_established(ctx, est, pd.ok());
                     }
                 }
                 Err(MpaError::Rejected) => {
-                    let pd = PrivateData::new(ini.peer_private_data()).unwrap_or_default();
+                    let pd = CmPrivateData::new(ini.peer_private_data()).unwrap_or_default();
                     return self.rejected(ctx, pd);
                 }
-                Err(_) => return self.rejected(ctx, PrivateData::EMPTY),
+                Err(_) => return self.rejected(ctx, CmPrivateData::EMPTY),
             }
         }
     }
@@ -458,15 +458,15 @@ impl Conn {
         &mut self,
         ctx: &mut Ctx<'_>,
         est: Established,
-        private_data: Option<PrivateData>,
+        private_data: Option<CmPrivateData>,
     ) {
         // A reply whose private data we cannot hand over is treated as a refusal.
         let Some(private_data) = private_data else {
-            return self.rejected(ctx, PrivateData::EMPTY);
+            return self.rejected(ctx, CmPrivateData::EMPTY);
         };
         let link = self.link(&est, ctx.cfg);
         let Some(e) = self.engine.as_mut() else {
-            return self.rejected(ctx, PrivateData::EMPTY);
+            return self.rejected(ctx, CmPrivateData::EMPTY);
         };
         e.establish(link);
         e.qp.advance(QpState::ReadyToSend);
@@ -499,7 +499,7 @@ impl Conn {
                     if p.done.is_none() {
                         continue;
                     }
-                    match PrivateData::new(resp.peer_private_data()) {
+                    match CmPrivateData::new(resp.peer_private_data()) {
                         Ok(private_data) => {
                             let Phase::AwaitRequest(resp) =
                                 std::mem::replace(&mut self.phase, Phase::Closed)
@@ -593,7 +593,7 @@ impl Conn {
             ctx,
             CmEvent::Established {
                 conn,
-                private_data: PrivateData::EMPTY,
+                private_data: CmPrivateData::EMPTY,
             },
         );
         self.step_running(ctx);

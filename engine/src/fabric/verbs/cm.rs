@@ -25,7 +25,9 @@ use rdma_sys::{
 };
 
 use crate::fabric::provider::ConnectionManager;
-use crate::fabric::{CmEvent, ConnId, FabricError, PrivateData, QpInit, QpState, MAX_PRIVATE_DATA};
+use crate::fabric::{
+    CmEvent, CmPrivateData, ConnId, FabricError, QpInit, QpState, MAX_PRIVATE_DATA,
+};
 
 use super::addr::VerbsAddr;
 use super::device::{DeviceShared, PrivateDataKind};
@@ -112,7 +114,7 @@ struct Conn {
     qp: Arc<QpShared>,
     phase: Phase,
     /// Active side: what the connect request carries.
-    private_data: PrivateData,
+    private_data: CmPrivateData,
     /// `disconnect` was called or the provider disconnected a failed queue pair.
     closing: bool,
 }
@@ -157,17 +159,17 @@ fn conn_of(id: *mut rdma_cm_id) -> u64 {
     unsafe { (*id).context as u64 }
 }
 
-fn private_data_from(ev: &rdma_cm_event) -> PrivateData {
+fn private_data_from(ev: &rdma_cm_event) -> CmPrivateData {
     // SAFETY: every event this provider reads is a connection event, whose parameter is
     // the `conn` member; the data pointer is valid until the event is acked.
     let (ptr, len) = unsafe { (ev.param.conn.private_data, ev.param.conn.private_data_len) };
     if ptr.is_null() || len == 0 {
-        return PrivateData::EMPTY;
+        return CmPrivateData::EMPTY;
     }
     let len = usize::from(len).min(MAX_PRIVATE_DATA);
     // SAFETY: RDMA-CM guarantees `private_data_len` readable bytes.
     let bytes = unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) };
-    PrivateData::new(bytes).unwrap_or(PrivateData::EMPTY)
+    CmPrivateData::new(bytes).unwrap_or(CmPrivateData::EMPTY)
 }
 
 fn check_private(
@@ -350,7 +352,7 @@ impl VerbsCm {
         id: *mut rdma_cm_id,
         kind: rdma_cm_event_type::Type,
         status: i32,
-        data: PrivateData,
+        data: CmPrivateData,
     ) -> Option<CmEvent<VerbsConnRequest>> {
         use rdma_cm_event_type::*;
         if kind == RDMA_CM_EVENT_CONNECT_REQUEST {
@@ -415,7 +417,7 @@ impl VerbsCm {
                 }
                 self.established(key, &qp);
                 let private_data = if phase == Phase::Accepting {
-                    PrivateData::EMPTY
+                    CmPrivateData::EMPTY
                 } else {
                     data
                 };
@@ -498,7 +500,7 @@ impl ConnectionManager for VerbsCm {
         private_data: &[u8],
     ) -> Result<VerbsQp, FabricError> {
         check_private(&self.dev, private_data, PrivateDataKind::Connect)?;
-        let data = PrivateData::new(private_data)?;
+        let data = CmPrivateData::new(private_data)?;
         let key = NEXT_CONN.fetch_add(1, Ordering::Relaxed);
         let id = self.create_id(key)?;
         let qp = match VerbsQp::create(init, ConnId(key), self.alarm.clone()) {
@@ -584,7 +586,7 @@ impl ConnectionManager for VerbsCm {
                 id,
                 qp: qp.shared.clone(),
                 phase: Phase::Accepting,
-                private_data: PrivateData::EMPTY,
+                private_data: CmPrivateData::EMPTY,
                 closing: false,
             },
         );
