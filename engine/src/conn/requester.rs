@@ -20,7 +20,11 @@ use crate::wire::private_data::InlineThresholds;
 
 /// A requester connection: submit calls, poll, collect outcomes.
 pub struct RequesterConn<P: Provider> {
-    core: RequesterCore<P::Mr>,
+    core: RequesterCore,
+    /// The fast-registration slots' handles (the core holds their keys): dropped, which
+    /// deregisters them, once the core has closed, so no key it handed out outlives
+    /// the connection.
+    fast_regs: Vec<P::Mr>,
     qp: P::Qp,
     cm: P::Cm,
     conn: ConnId,
@@ -44,16 +48,22 @@ impl<P: Provider> RequesterConn<P> {
     ) -> Result<Self, ConnError> {
         let res = ConnResources::<P>::new(dev, cfg, Role::Requester)?;
         let credits = Arc::new(CreditTable::new(cfg.credits, cfg.keepalive.is_some()));
-        let mut core = match res.registration() {
+        let (fast_regs, core) = match res.registration() {
             RegMode::FastReg => {
-                let mrs = res.fast_mrs(res.sizes.mr_slots, cfg.large_buf_size as usize)?;
-                RequesterCore::requester(cfg, &res.pools, mrs, credits)
+                let (mrs, slots) = res.fast_mrs(res.sizes.mr_slots, cfg.large_buf_size as usize)?;
+                (
+                    mrs,
+                    RequesterCore::requester(cfg, &res.pools, &slots, credits),
+                )
             }
-            RegMode::Persistent => RequesterCore::requester_persistent(cfg, &res.pools, credits),
-        }
-        .map_err(ConnError::Core)?;
+            RegMode::Persistent => (
+                Vec::new(),
+                RequesterCore::requester_persistent(cfg, &res.pools, credits),
+            ),
+        };
+        let mut core = core.map_err(ConnError::Core)?;
         let mut cm = dev.create_cm().map_err(ConnError::Fabric)?;
-        let mut config = res.sizes.qp_config();
+        let mut config = res.qp_config();
         // Credits make RNR impossible once both sides run; retrying covers a responder
         // whose receives are posted a moment after it accepts.
         config.rnr_retry = RNR_RETRY_INFINITE;
@@ -72,6 +82,7 @@ impl<P: Provider> RequesterConn<P> {
         let conn = qp.conn_id();
         Ok(RequesterConn {
             core,
+            fast_regs,
             qp,
             cm,
             conn,
@@ -114,7 +125,18 @@ impl<P: Provider> RequesterConn<P> {
             }
             let _ = self.events.push_back(ev);
         }
+        self.deregister_if_closed();
         work
+    }
+
+    /// Once the core has closed, deregisters the fast-registration slots: their keys
+    /// can no longer be invalidated with work requests, and the handles are the only
+    /// thing still granting them.
+    #[inline]
+    fn deregister_if_closed(&mut self) {
+        if !self.fast_regs.is_empty() && self.core.state() == ConnState::Closed {
+            self.fast_regs.clear();
+        }
     }
 
     /// Handles every pending connection-manager event.
@@ -192,6 +214,7 @@ impl<P: Provider> RequesterConn<P> {
     /// Starts an orderly close: the CM disconnects, every call gets its outcome.
     pub fn close(&mut self) {
         self.core.close();
+        self.deregister_if_closed();
     }
 
     /// The connection state.
@@ -240,7 +263,7 @@ impl<P: Provider> RequesterConn<P> {
 
     /// The core, for inspection (test hook: feature `testing`).
     #[cfg(feature = "testing")]
-    pub fn core(&self) -> &RequesterCore<P::Mr> {
+    pub fn core(&self) -> &RequesterCore {
         &self.core
     }
 

@@ -13,7 +13,8 @@ use rpcrdma_pools::{Arena, Pool, PoolConfig};
 use super::ConnError;
 use crate::core::config::{ConnConfig, RegMode, Role, Sizes, POOL_CACHE};
 use crate::core::CorePools;
-use crate::fabric::{Access, Device, ProtectionDomain, Provider};
+use crate::core::FastRegSlot;
+use crate::fabric::{Access, Device, MemoryRegion, ProtectionDomain, Provider, QpCaps, QpConfig};
 
 /// What one connection allocates from its device.
 pub struct ConnResources<P: Provider> {
@@ -37,7 +38,7 @@ impl<P: Provider> ConnResources<P> {
         let sizes = cfg.sizes(role);
         // Only a requester advertises chunks; a responder's memory stays local.
         let mode = match role {
-            Role::Requester => cfg.registration.resolve(&dev.caps()),
+            Role::Requester => cfg.registration.resolve(dev.caps().fast_reg),
             Role::Responder => RegMode::FastReg,
         };
         // Asked for per-RPC keys on a device that has none: refuse by name rather than
@@ -119,11 +120,37 @@ impl<P: Provider> ConnResources<P> {
         self.mode
     }
 
-    /// Allocates `n` fast-registration slots of `max_len` bytes each.
-    pub fn fast_mrs(&self, n: u32, max_len: usize) -> Result<Vec<P::Mr>, ConnError> {
-        (0..n)
+    /// Allocates `n` fast-registration slots of `max_len` bytes each: the handles (the
+    /// driver keeps them until the connection has closed) and their keys (for the core).
+    pub fn fast_mrs(
+        &self,
+        n: u32,
+        max_len: usize,
+    ) -> Result<(Vec<P::Mr>, Vec<FastRegSlot>), ConnError> {
+        let mrs = (0..n)
             .map(|_| self.pd.alloc_fast_mr(max_len).map_err(ConnError::Fabric))
-            .collect()
+            .collect::<Result<Vec<_>, _>>()?;
+        let slots = mrs
+            .iter()
+            .map(|m| FastRegSlot {
+                key: m.rkey(),
+                max_len: m.len(),
+            })
+            .collect();
+        Ok((mrs, slots))
+    }
+
+    /// The queue-pair configuration this connection's sizes need.
+    pub fn qp_config(&self) -> QpConfig {
+        QpConfig {
+            caps: QpCaps {
+                max_send_wr: self.sizes.sq_depth,
+                max_recv_wr: self.sizes.rq_depth,
+                max_send_sge: self.sizes.max_send_sge,
+                max_recv_sge: 1,
+            },
+            ..QpConfig::default()
+        }
     }
 
     /// The pools the core draws from.

@@ -74,7 +74,7 @@ impl<P: Provider, S: Service> ResponderConn<P, S> {
         let policy = Arc::new(GrantPolicy::new(cfg.credits, res.sizes.rq_depth));
         let mut core =
             ResponderCore::responder(cfg, &res.pools, service, policy).map_err(ConnError::Core)?;
-        let mut config = res.sizes.qp_config();
+        let mut config = res.qp_config();
         config.rnr_retry = RNR_RETRY_INFINITE;
         let init = QpInit {
             pd: &res.pd,

@@ -5,7 +5,6 @@ use core::time::Duration;
 
 use rpcrdma_pools::HugePages;
 
-use crate::fabric::{DeviceCaps, QpCaps, QpConfig};
 use crate::wire::header::Limits;
 use crate::wire::private_data::{PrivateData, SizeError, MIN_INLINE_SIZE};
 
@@ -51,7 +50,7 @@ pub const POOL_CACHE: usize = 16;
 ///   no outstanding call is counted (`RequesterStats::stray_chunk_replies`) and ends
 ///   the connection, since its writes may have landed in a buffer another call owns.
 /// - [`Auto`](Registration::Auto): `FastReg` when the device supports it
-///   ([`DeviceCaps::fast_reg`]), else `Persistent`.
+///   ([`DeviceCaps::fast_reg`](crate::fabric::DeviceCaps::fast_reg)), else `Persistent`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Registration {
     /// Choose from the device's capabilities.
@@ -89,14 +88,15 @@ impl core::fmt::Display for RegMode {
 }
 
 impl Registration {
-    /// The mode this choice means on a device with `caps`. An explicit `FastReg` stays
-    /// `FastReg` even where the device lacks it (connection setup then refuses it with
+    /// The mode this choice means on a device that has fast registration or not
+    /// (`DeviceCaps::fast_reg`). An explicit `FastReg` stays `FastReg` even where the
+    /// device lacks it (connection setup then refuses it with
     /// [`ConfigError::FastRegUnsupported`]).
-    pub fn resolve(self, caps: &DeviceCaps) -> RegMode {
+    pub fn resolve(self, device_fast_reg: bool) -> RegMode {
         match self {
             Registration::FastReg => RegMode::FastReg,
             Registration::Persistent => RegMode::Persistent,
-            Registration::Auto if caps.fast_reg => RegMode::FastReg,
+            Registration::Auto if device_fast_reg => RegMode::FastReg,
             Registration::Auto => RegMode::Persistent,
         }
     }
@@ -314,19 +314,6 @@ impl Sizes {
             max_send_sge: requester.max_send_sge.max(responder.max_send_sge),
         }
     }
-
-    /// The queue-pair configuration these sizes need.
-    pub fn qp_config(&self) -> QpConfig {
-        QpConfig {
-            caps: QpCaps {
-                max_send_wr: self.sq_depth,
-                max_recv_wr: self.rq_depth,
-                max_send_sge: self.max_send_sge,
-                max_recv_sge: 1,
-            },
-            ..QpConfig::default()
-        }
-    }
 }
 
 impl ConnConfig {
@@ -457,30 +444,14 @@ mod tests {
         assert_eq!(r.slots, 64);
     }
 
-    fn caps(fast_reg: bool) -> DeviceCaps {
-        DeviceCaps {
-            fast_reg,
-            ..crate::fabric::sim::SimConfig::seeded(1).caps
-        }
-    }
-
     #[test]
     fn auto_registration_follows_the_device() {
         assert_eq!(Registration::default(), Registration::Auto);
-        assert_eq!(Registration::Auto.resolve(&caps(true)), RegMode::FastReg);
-        assert_eq!(
-            Registration::Auto.resolve(&caps(false)),
-            RegMode::Persistent
-        );
+        assert_eq!(Registration::Auto.resolve(true), RegMode::FastReg);
+        assert_eq!(Registration::Auto.resolve(false), RegMode::Persistent);
         // Explicit choices are kept, even one the device cannot honour.
-        assert_eq!(
-            Registration::FastReg.resolve(&caps(false)),
-            RegMode::FastReg
-        );
-        assert_eq!(
-            Registration::Persistent.resolve(&caps(true)),
-            RegMode::Persistent
-        );
+        assert_eq!(Registration::FastReg.resolve(false), RegMode::FastReg);
+        assert_eq!(Registration::Persistent.resolve(true), RegMode::Persistent);
         assert_eq!("persistent".parse(), Ok(Registration::Persistent));
         assert_eq!("fastreg".parse(), Ok(Registration::FastReg));
         assert_eq!(

@@ -21,6 +21,7 @@ use std::time::Instant;
 use super::config::{ConnConfig, RegMode, Role, Sizes};
 use super::demux::{direction, Direction};
 use super::event::ConnEvent;
+use super::mrs::FastRegSlot;
 use super::outbox::{PostFailure, Transmit, Transmitter};
 use super::regbuf::RegBuf;
 use super::requester::{ProbeError, RequesterHalf, RequesterStats};
@@ -29,7 +30,7 @@ use super::transport::{flush_of, settle_refused, CloseReason, ConnState, Staged,
 use super::wrid::{WrId, WrKind};
 use super::{CoreError, CorePools};
 use crate::credits::{CreditTable, GrantPolicy};
-use crate::fabric::{Completion, MemoryRegion, PeerAbort};
+use crate::fabric::{Completion, PeerAbort};
 use crate::requester::{CallRequest, Outcome, SubmitError};
 use crate::service::Service;
 use crate::wire::header::Limits;
@@ -44,13 +45,13 @@ pub struct NoRequester;
 pub struct NoResponder;
 
 /// A requester-only connection core.
-pub type RequesterCore<M> = Connection<RequesterHalf<M>, NoResponder>;
+pub type RequesterCore = Connection<RequesterHalf, NoResponder>;
 
 /// A responder-only connection core.
 pub type ResponderCore<S> = Connection<NoRequester, ResponderHalf<S>>;
 
 /// A connection core playing both roles (RFC 8167).
-pub type BidiCore<M, S> = Connection<RequesterHalf<M>, ResponderHalf<S>>;
+pub type BidiCore<S> = Connection<RequesterHalf, ResponderHalf<S>>;
 
 /// What a connection asks of its requester slot: a [`RequesterHalf`] or
 /// [`NoRequester`]. Sealed: the slot types are the engine's own. Dispatch is static, so
@@ -101,13 +102,13 @@ pub trait ResponderRole: roles::Sealed {
 
 mod roles {
     pub trait Sealed {}
-    impl<M> Sealed for super::RequesterHalf<M> {}
+    impl Sealed for super::RequesterHalf {}
     impl<S> Sealed for super::ResponderHalf<S> {}
     impl Sealed for super::NoRequester {}
     impl Sealed for super::NoResponder {}
 }
 
-impl<M: MemoryRegion> RequesterRole for RequesterHalf<M> {
+impl RequesterRole for RequesterHalf {
     const PRESENT: bool = true;
     #[inline(always)]
     fn on_recv(&mut self, t: &mut Transport, buf: RegBuf, swi: Option<u32>, now: Instant) {
@@ -228,7 +229,7 @@ pub struct Connection<R, P> {
     resp: P,
 }
 
-impl<M: MemoryRegion> Connection<RequesterHalf<M>, NoResponder> {
+impl Connection<RequesterHalf, NoResponder> {
     /// A requester for `cfg` over registered `pools`, with fast-registration slots
     /// `mrs` (each covering at least `cfg.large_buf_size` bytes) and a credit table
     /// shared with application threads. Receives are staged at once; nothing is sent
@@ -236,7 +237,7 @@ impl<M: MemoryRegion> Connection<RequesterHalf<M>, NoResponder> {
     pub fn requester(
         cfg: &ConnConfig,
         pools: &CorePools,
-        mrs: Vec<M>,
+        mrs: &[FastRegSlot],
         credits: Arc<CreditTable>,
     ) -> Result<Self, CoreError> {
         let half = RequesterHalf::new(cfg, pools, mrs, credits)?;
@@ -270,7 +271,7 @@ impl<S: Service> Connection<NoRequester, ResponderHalf<S>> {
     }
 }
 
-impl<M: MemoryRegion, S: Service> Connection<RequesterHalf<M>, ResponderHalf<S>> {
+impl<S: Service> Connection<RequesterHalf, ResponderHalf<S>> {
     /// A connection playing both roles (RFC 8167): calls go out through the requester
     /// half (fast registration with `mrs`, or persistent registration when `mrs` is
     /// `None`) and come in to `service`. The receive table and send queue are sized
@@ -278,7 +279,7 @@ impl<M: MemoryRegion, S: Service> Connection<RequesterHalf<M>, ResponderHalf<S>>
     pub fn both_roles(
         cfg: &ConnConfig,
         pools: &CorePools,
-        mrs: Option<Vec<M>>,
+        mrs: Option<&[FastRegSlot]>,
         credits: Arc<CreditTable>,
         service: S,
         policy: Arc<GrantPolicy>,
@@ -531,7 +532,7 @@ impl<R: RequesterRole, P: ResponderRole> Connection<R, P> {
     }
 }
 
-impl<M: MemoryRegion, P: ResponderRole> Connection<RequesterHalf<M>, P> {
+impl<P: ResponderRole> Connection<RequesterHalf, P> {
     /// Submits a call tagged `tag` (returned in its outcome). It starts at once if
     /// resources allow, else waits in order.
     #[inline]

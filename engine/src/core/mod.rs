@@ -36,6 +36,7 @@ pub use connection::{
     ResponderRole,
 };
 pub use event::ConnEvent;
+pub use mrs::FastRegSlot;
 pub use outbox::{Outbox, OutboxFull, PostFailure, Transmit, Transmitter};
 pub use regbuf::{RegBuf, RegBufError};
 pub use requester::RequesterHalf;

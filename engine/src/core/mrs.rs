@@ -1,17 +1,35 @@
-//! Fast-registration slots of a requester: `P::Mr` handles allocated once at setup,
+//! Fast-registration slots of a requester: allocated once at setup by the driver,
 //! re-keyed for every chunk they cover, so registering caller memory per RPC is a
 //! FastReg work request and never a system call.
+//!
+//! The core holds each slot's key only ([`FastRegSlot`], plain data): the provider's
+//! handle stays with the driver, which drops it when the connection has closed
+//! (deregistering the slot, so no key the core handed out grants anything after).
+//! Providers keep nothing per key generation in the handle (the FastReg work request
+//! carries the key), so the core steps keys itself.
 //!
 //! Each re-key moves a slot to a random generation byte (never its current one) from a
 //! seeded generator, not to the next byte: a peer that saw one key of a slot cannot
 //! name the key the slot gets next. One splitmix64 step per key, no system call.
 
 use super::fixed::IndexStack;
-use crate::fabric::MemoryRegion;
+use crate::fabric::mr::retag_key;
+
+/// One fast-registration slot as the core sees it: the key the provider gave it (index
+/// and generation, as `ib_alloc_mr` or `ibv_alloc_mw` return it) and the most bytes one
+/// registration through it may cover.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FastRegSlot {
+    /// The slot's current key.
+    pub key: u32,
+    /// Largest region one registration through the slot covers.
+    pub max_len: usize,
+}
 
 /// The requester's fast-registration slots.
-pub(crate) struct MrTable<M> {
-    mrs: Vec<M>,
+pub(crate) struct MrTable {
+    /// Each slot's current key.
+    keys: Vec<u32>,
     free: IndexStack,
     max_len: usize,
     /// splitmix64 state for the keys' generation bytes.
@@ -35,14 +53,13 @@ fn splitmix64(state: &mut u64) -> u64 {
     z ^ (z >> 31)
 }
 
-impl<M: MemoryRegion> MrTable<M> {
-    /// Takes ownership of `mrs` (fast-registration slots of at least `max_len` bytes);
-    /// their keys' generation bytes come from `seed`.
-    pub(crate) fn new(mrs: Vec<M>, seed: u64) -> Self {
-        let max_len = mrs.iter().map(|m| m.len()).min().unwrap_or(0);
-        let n = mrs.len() as u32;
+impl MrTable {
+    /// The table of `slots`; their keys' generation bytes come from `seed`.
+    pub(crate) fn new(slots: &[FastRegSlot], seed: u64) -> Self {
+        let max_len = slots.iter().map(|m| m.max_len).min().unwrap_or(0);
+        let n = slots.len() as u32;
         MrTable {
-            mrs,
+            keys: slots.iter().map(|m| m.key).collect(),
             free: IndexStack::full(n),
             max_len,
             rng: seed,
@@ -56,7 +73,7 @@ impl<M: MemoryRegion> MrTable<M> {
 
     /// Free slots.
     pub(crate) fn available(&self) -> usize {
-        if self.mrs.is_empty() {
+        if self.keys.is_empty() {
             0
         } else {
             self.free.len()
@@ -67,9 +84,10 @@ impl<M: MemoryRegion> MrTable<M> {
     pub(crate) fn take(&mut self) -> Option<(u32, u32)> {
         let i = self.free.pop()?;
         let tag = splitmix64(&mut self.rng) as u8;
-        self.mrs
-            .get_mut(i as usize)
-            .map(|mr| (i, mr.rekey_with(tag)))
+        self.keys.get_mut(i as usize).map(|key| {
+            *key = retag_key(*key, tag);
+            (i, *key)
+        })
     }
 
     /// Returns a slot whose key is invalid (locally or remotely invalidated).
@@ -77,11 +95,11 @@ impl<M: MemoryRegion> MrTable<M> {
         let _ = self.free.push(i);
     }
 
-    /// Deregisters every slot (drops the handles): after this no key the table ever
-    /// handed out grants access to anything. Used when a connection ends, when the
-    /// slots' keys can no longer be invalidated with work requests.
+    /// Forgets every slot: the connection ended, and the slots' keys can no longer be
+    /// invalidated with work requests. The driver deregisters the slots themselves (drops
+    /// its handles) once the core reports the connection closed.
     pub(crate) fn destroy(&mut self) {
-        self.mrs.clear();
+        self.keys.clear();
         self.free = IndexStack::full(0);
     }
 }

@@ -116,9 +116,10 @@ pub trait MemoryRegion {
     fn rekey(&mut self) -> u32;
     /// Like [`rekey`](Self::rekey), but to generation byte `tag` (the one after when
     /// `tag` is the current one: the key always changes), so the successor of a key
-    /// the peer saw is not guessable. The requester core calls this with bytes from its
-    /// seeded generator (`ConnConfig::seed`). The default ignores `tag` and steps the
-    /// generation, for handles whose provider picks keys itself.
+    /// the peer saw is not guessable; the same step as [`mr::retag_key`](super::mr::retag_key),
+    /// which the engine's requester core applies to the keys it holds
+    /// ([`FastRegSlot`](crate::core::FastRegSlot)) while the driver keeps the handle. The
+    /// default ignores `tag` and steps the generation.
     fn rekey_with(&mut self, tag: u8) -> u32 {
         let _ = tag;
         self.rekey()

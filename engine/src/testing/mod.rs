@@ -5,3 +5,17 @@
 
 pub mod peer_fuzz;
 pub mod wire;
+
+use crate::core::FastRegSlot;
+use crate::fabric::mr::make_key;
+
+/// `n` fast-registration slots as a provider would hand them out (indices `first..`,
+/// generation 0, 1 MiB each), for cores built without a provider.
+pub fn fast_reg_slots(first: u32, n: u32) -> Vec<FastRegSlot> {
+    (first..first + n)
+        .map(|i| FastRegSlot {
+            key: make_key(i, 0),
+            max_len: 1 << 20,
+        })
+        .collect()
+}

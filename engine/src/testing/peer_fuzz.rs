@@ -21,8 +21,7 @@ use rpcrdma_pools::{HugePages, Pool, PoolConfig, RegKeys};
 use super::wire::{completion_of, Wire};
 use crate::core::{ConnConfig, CorePools, RegBuf, RequesterCore, ResponderCore};
 use crate::credits::{CreditTable, GrantPolicy};
-use crate::fabric::mr::{make_key, next_key, retag_key};
-use crate::fabric::{Completion, MemoryRegion, SendOp, WcOpcode, WcStatus};
+use crate::fabric::{Completion, SendOp, WcOpcode, WcStatus};
 use crate::requester::CallRequest;
 use crate::service::{CallView, ReplyWriter, Service, ServiceError};
 use crate::wire::private_data::PrivateData;
@@ -77,34 +76,6 @@ impl<'a> Input<'a> {
         let (b, rest) = self.data.split_at(n);
         self.data = rest;
         b
-    }
-}
-
-/// A fast-registration slot that only tracks its key.
-struct FuzzMr {
-    key: u32,
-}
-
-impl MemoryRegion for FuzzMr {
-    fn lkey(&self) -> u32 {
-        self.key
-    }
-    fn rkey(&self) -> u32 {
-        self.key
-    }
-    fn addr(&self) -> u64 {
-        0
-    }
-    fn len(&self) -> usize {
-        1 << 20
-    }
-    fn rekey(&mut self) -> u32 {
-        self.key = next_key(self.key);
-        self.key
-    }
-    fn rekey_with(&mut self, tag: u8) -> u32 {
-        self.key = retag_key(self.key, tag);
-        self.key
     }
 }
 
@@ -247,12 +218,7 @@ pub fn run(data: &[u8]) -> Report {
     let req = if persistent {
         RequesterCore::requester_persistent(&cfg, &rp, credits)
     } else {
-        let mrs = (1..=24)
-            .map(|i| FuzzMr {
-                key: make_key(i, 0),
-            })
-            .collect();
-        RequesterCore::requester(&cfg, &rp, mrs, credits)
+        RequesterCore::requester(&cfg, &rp, &super::fast_reg_slots(1, 24), credits)
     };
     let policy = Arc::new(GrantPolicy::new(4, 8));
     let (Ok(mut req), Ok(mut resp)) = (
@@ -468,7 +434,7 @@ fn mangle(b: &mut [u8], (at, how): (u16, u8)) {
 }
 
 fn step(
-    req: &mut RequesterCore<FuzzMr>,
+    req: &mut RequesterCore,
     rq: &mut Wire,
     resp: &mut ResponderCore<FuzzService>,
     sq: &mut Wire,
@@ -479,7 +445,7 @@ fn step(
 }
 
 fn drain(
-    req: &mut RequesterCore<FuzzMr>,
+    req: &mut RequesterCore,
     resp: &mut ResponderCore<FuzzService>,
     ledger: &mut Ledger,
     report: &mut Report,

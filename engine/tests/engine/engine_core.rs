@@ -10,39 +10,15 @@ use rpcrdma::core::{
     CloseReason, ConnConfig, ConnEvent, ConnState, CorePools, RegBuf, RequesterCore, ResponderCore,
 };
 use rpcrdma::credits::{CreditTable, GrantPolicy};
-use rpcrdma::fabric::mr::{make_key, next_key};
 use rpcrdma::fabric::RemoteAddr;
-use rpcrdma::fabric::{Completion, MemoryRegion, SendOp, WcOpcode, WcStatus};
+use rpcrdma::fabric::{Completion, SendOp, WcOpcode, WcStatus};
 use rpcrdma::requester::{CallRequest, CallStatus, SubmitRefusal, TransportError};
 use rpcrdma::service::{CallView, Padding, ReplyWriter, Service, ServiceError};
+use rpcrdma::testing::fast_reg_slots;
 use rpcrdma::testing::wire::{Posted, PostedRecv, Wire};
 use rpcrdma::wire::header::{encode_err_chunk, encode_err_vers, RdmaError};
 use rpcrdma::wire::private_data::PrivateData;
 use rpcrdma_pools::{HugePages, Pool, PoolConfig, RegKeys};
-
-/// A fast-registration slot that only tracks its key.
-struct FakeMr {
-    key: u32,
-}
-
-impl MemoryRegion for FakeMr {
-    fn lkey(&self) -> u32 {
-        self.key
-    }
-    fn rkey(&self) -> u32 {
-        self.key
-    }
-    fn addr(&self) -> u64 {
-        0
-    }
-    fn len(&self) -> usize {
-        1 << 20
-    }
-    fn rekey(&mut self) -> u32 {
-        self.key = next_key(self.key);
-        self.key
-    }
-}
 
 fn pools() -> CorePools {
     let mk = |name, size, count, key| {
@@ -83,12 +59,12 @@ fn peer_pd() -> [u8; 8] {
         .expect("encodes")
 }
 
-fn requester() -> (RequesterCore<FakeMr>, CorePools, Wire, Instant) {
+fn requester() -> (RequesterCore, CorePools, Wire, Instant) {
     requester_with(&cfg())
 }
 
 /// A requester configured by `conf`, established with receives posted.
-fn requester_with(conf: &ConnConfig) -> (RequesterCore<FakeMr>, CorePools, Wire, Instant) {
+fn requester_with(conf: &ConnConfig) -> (RequesterCore, CorePools, Wire, Instant) {
     let (mut core, pools) = unestablished(conf);
     let now = Instant::now();
     let mut qp = Wire::new([&pools.recv, &pools.send, &pools.large]);
@@ -99,15 +75,11 @@ fn requester_with(conf: &ConnConfig) -> (RequesterCore<FakeMr>, CorePools, Wire,
 
 /// A requester configured by `conf` whose connection is not yet established, with the
 /// pools it draws from.
-fn unestablished(conf: &ConnConfig) -> (RequesterCore<FakeMr>, CorePools) {
+fn unestablished(conf: &ConnConfig) -> (RequesterCore, CorePools) {
     let pools = pools();
-    let mrs = (1..=40)
-        .map(|i| FakeMr {
-            key: make_key(i, 0),
-        })
-        .collect();
+    let mrs = fast_reg_slots(1, 40);
     let credits = Arc::new(CreditTable::new(8, false));
-    let core = RequesterCore::requester(conf, &pools, mrs, credits).expect("core");
+    let core = RequesterCore::requester(conf, &pools, &mrs, credits).expect("core");
     (core, pools)
 }
 
@@ -648,7 +620,7 @@ fn rdma_done_is_routed_to_the_service_and_not_answered() {
 fn persistent_requester_advertises_pool_keys_and_posts_only_the_send() {
     let pools = pools();
     let credits = Arc::new(CreditTable::new(8, false));
-    let mut core: RequesterCore<FakeMr> =
+    let mut core: RequesterCore =
         RequesterCore::requester_persistent(&cfg(), &pools, credits).expect("core");
     assert_eq!(core.registration(), rpcrdma::core::RegMode::Persistent);
     let local = PrivateData::decode(&core.local_private_data()).expect("decodes");
@@ -732,15 +704,11 @@ fn stray_chunk_reply_ends_a_persistent_connection() {
     for persistent in [false, true] {
         let pools = pools();
         let credits = Arc::new(CreditTable::new(8, false));
-        let mut core: RequesterCore<FakeMr> = if persistent {
+        let mut core: RequesterCore = if persistent {
             RequesterCore::requester_persistent(&cfg(), &pools, credits).expect("core")
         } else {
-            let mrs = (1..=40)
-                .map(|i| FakeMr {
-                    key: make_key(i, 0),
-                })
-                .collect();
-            RequesterCore::requester(&cfg(), &pools, mrs, credits).expect("core")
+            let mrs = fast_reg_slots(1, 40);
+            RequesterCore::requester(&cfg(), &pools, &mrs, credits).expect("core")
         };
         let now = Instant::now();
         let mut qp = Wire::new([&pools.recv, &pools.send, &pools.large]);
@@ -1024,15 +992,11 @@ fn a_two_role_connection_serves_and_calls_on_one_transport() {
     let now = Instant::now();
     let make = |key: u32| {
         let pools = pools();
-        let mrs = (1..=40)
-            .map(|i| FakeMr {
-                key: make_key(i + key, 0),
-            })
-            .collect();
+        let mrs = fast_reg_slots(1 + key, 40);
         let credits = Arc::new(CreditTable::new(8, false));
         let policy = Arc::new(GrantPolicy::new(8, 8));
         let mut core =
-            rpcrdma::core::BidiCore::both_roles(&cfg(), &pools, Some(mrs), credits, Ok0, policy)
+            rpcrdma::core::BidiCore::both_roles(&cfg(), &pools, Some(&mrs), credits, Ok0, policy)
                 .expect("two-role core");
         let mut wire = Wire::new([&pools.recv, &pools.send, &pools.large]);
         core.on_established(&peer_pd(), now);
@@ -1047,9 +1011,7 @@ fn a_two_role_connection_serves_and_calls_on_one_transport() {
         .expect("b calls a");
     wa.pump(&mut a, now);
     wb.pump(&mut b, now);
-    let feed = |c: &mut rpcrdma::core::BidiCore<FakeMr, Ok0>, wc: &Completion| {
-        c.handle_completion(wc, now)
-    };
+    let feed = |c: &mut rpcrdma::core::BidiCore<Ok0>, wc: &Completion| c.handle_completion(wc, now);
     let (mut oa, mut ob) = (None, None);
     for _ in 0..8 {
         carry(&mut wa, &mut a, &mut wb, &mut b, now, feed, feed);

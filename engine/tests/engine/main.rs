@@ -11,6 +11,7 @@ mod engine_support;
 
 mod engine_chunks;
 mod engine_core;
+mod engine_core_boundary;
 mod engine_credits;
 mod engine_disconnect;
 mod engine_errors;

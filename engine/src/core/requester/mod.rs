@@ -38,14 +38,14 @@ use self::slot::{Answer, CallSlot, MrState, SlotState};
 use super::config::{ConnConfig, RegMode, Role, Sizes};
 use super::event::ConnEvent;
 use super::fixed::{FixedQueue, IndexStack};
-use super::mrs::MrTable;
+use super::mrs::{FastRegSlot, MrTable};
 use super::regbuf::RegBuf;
 use super::rpcmsg::{encode_null_call, NULL_CALL_LEN};
 use super::transport::{CloseReason, ConnState, Transport, Violation};
 use super::wrid::{WrId, WrKind};
 use super::{CoreError, CorePools};
 use crate::credits::CreditTable;
-use crate::fabric::{Completion, MemoryRegion, SendOp};
+use crate::fabric::{Completion, SendOp};
 use crate::requester::{
     CallRequest, CallStatus, Outcome, Reply, SubmitError, SubmitRefusal, TransportError,
     WriteSinks, MAX_WRITE_SINKS,
@@ -155,10 +155,10 @@ struct Params {
     max_chunks: usize,
 }
 
-/// The requester side of one connection. `M` is the fabric's memory-region handle; the
-/// core re-keys its fast-registration slots itself and stages every fabric operation in
+/// The requester side of one connection. The core re-keys its fast-registration slots
+/// itself (it holds their keys, the driver their handles) and stages every fabric operation in
 /// its outbox (the connection's, borrowed per input).
-pub struct RequesterHalf<M> {
+pub struct RequesterHalf {
     params: Params,
     local_pd: PrivateData,
     credits: Arc<CreditTable>,
@@ -172,7 +172,7 @@ pub struct RequesterHalf<M> {
     mode: RegMode,
     /// Largest chunk one registration covers.
     max_chunk: usize,
-    mrs: MrTable<M>,
+    mrs: MrTable,
     large: PoolCache,
     send_pool: Pool,
     queue: FixedQueue<Queued>,
@@ -184,7 +184,7 @@ pub struct RequesterHalf<M> {
     stats: RequesterStats,
 }
 
-impl<M: MemoryRegion> RequesterHalf<M> {
+impl RequesterHalf {
     /// A requester for `cfg` over registered `pools`, with fast-registration slots
     /// `mrs` (each covering at least `cfg.large_buf_size` bytes) and a credit table
     /// shared with application threads. Receives are staged at once; nothing is sent
@@ -192,7 +192,7 @@ impl<M: MemoryRegion> RequesterHalf<M> {
     pub fn new(
         cfg: &ConnConfig,
         pools: &CorePools,
-        mrs: Vec<M>,
+        mrs: &[FastRegSlot],
         credits: Arc<CreditTable>,
     ) -> Result<Self, CoreError> {
         if mrs.is_empty() {
@@ -209,14 +209,14 @@ impl<M: MemoryRegion> RequesterHalf<M> {
         pools: &CorePools,
         credits: Arc<CreditTable>,
     ) -> Result<Self, CoreError> {
-        Self::with_mode(cfg, pools, RegMode::Persistent, Vec::new(), credits)
+        Self::with_mode(cfg, pools, RegMode::Persistent, &[], credits)
     }
 
     fn with_mode(
         cfg: &ConnConfig,
         pools: &CorePools,
         mode: RegMode,
-        mrs: Vec<M>,
+        mrs: &[FastRegSlot],
         credits: Arc<CreditTable>,
     ) -> Result<Self, CoreError> {
         cfg.validate().map_err(CoreError::Config)?;

@@ -10,7 +10,7 @@ use crate::core::config::{RegMode, MAX_MRS_PER_CALL};
 use crate::core::fixed::FixedVec;
 use crate::core::regbuf::RegBuf;
 use crate::core::wrid::{WrId, WrKind};
-use crate::fabric::{Access, MemoryRegion, SendOp, Sge};
+use crate::fabric::{Access, SendOp, Sge};
 use crate::requester::{CallRequest, SubmitRefusal, MAX_DDP_ARGS, MAX_WRITE_SINKS};
 use crate::wire::header::{
     BodyRepr, ChunkListsRepr, HeaderRepr, ReadSegment, Segment, FIXED_HEADER_LEN,
@@ -87,7 +87,7 @@ struct Reg {
     rkey: Option<u32>,
 }
 
-impl<M: MemoryRegion> RequesterHalf<M> {
+impl RequesterHalf {
     /// Registers the chunks of `req` and stages its work requests on `slot`, in the
     /// shape `plan` (from [`plan`] for this request and the connection's thresholds,
     /// computed once by the caller). True when staged: the caller then hands the
