@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rpcrdma::conn::{Pair, RequesterConn, Server};
+use rpcrdma::conn::{Pair, Requester, Responder};
 use rpcrdma::core::{ConnConfig, ConnState, RegBuf};
 use rpcrdma::fabric::shm::{ShmAddr, ShmDevice, ShmProvider};
 use rpcrdma::requester::{CallRequest, CallStatus};
@@ -66,13 +66,13 @@ fn header(buf: &mut RegBuf, proc: u32, extra: Option<u32>) {
     buf.set_len(n).expect("fits");
 }
 
-fn null_call(r: &RequesterConn<ShmProvider>) -> CallRequest {
+fn null_call(r: &Requester<ShmProvider>) -> CallRequest {
     let mut m = r.alloc_msg().expect("msg");
     header(&mut m, 0, None);
     CallRequest::new(m, 256)
 }
 
-fn ddp_call(r: &RequesterConn<ShmProvider>, data: &[u8]) -> CallRequest {
+fn ddp_call(r: &Requester<ShmProvider>, data: &[u8]) -> CallRequest {
     let mut m = r.alloc_msg().expect("msg");
     header(&mut m, 2, Some(data.len() as u32));
     let mut arg = r.alloc_large().expect("arg");
@@ -182,7 +182,7 @@ fn two_threads() {
     let server = {
         let (cfg, addr, stop) = (cfg.clone(), addr.clone(), stop.clone());
         let mut srv =
-            Server::<ShmProvider, _, _>::bind(ShmDevice::new(), &addr, cfg, || Some(Bench))
+            Responder::<ShmProvider, _, _>::bind(ShmDevice::new(), &addr, cfg, || Some(Bench))
                 .expect("server");
         std::thread::spawn(move || {
             let _ = core_affinity::set_for_current(core_affinity::CoreId { id: 1 });
@@ -192,7 +192,7 @@ fn two_threads() {
         })
     };
     let _ = core_affinity::set_for_current(core_affinity::CoreId { id: 0 });
-    let mut r = RequesterConn::<ShmProvider>::connect_with(&ShmDevice::new(), &addr, &cfg)
+    let mut r = Requester::<ShmProvider>::connect_with(&ShmDevice::new(), &addr, &cfg)
         .expect("connect");
     let end = Instant::now() + DEADLINE;
     while r.state() != ConnState::Established {

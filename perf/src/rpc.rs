@@ -9,7 +9,7 @@
 //! - `write chunk` (bw): SOURCE of `size` octets into a Write chunk, so the responder
 //!   pushes the result with RDMA Writes.
 //!
-//! The responder (a [`Server`]) busy-polls on the server core; the measuring thread
+//! The responder (a [`Responder`]) busy-polls on the server core; the measuring thread
 //! owns every requester connection and busy-polls them round-robin on the client core.
 //! Every buffer a call needs is taken before the measured loop starts and comes back in
 //! the call's outcome, so the loop allocates nothing: the message buffer comes from the
@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use rpcrdma::conn::{RequesterConn, Server};
+use rpcrdma::conn::{Requester, Responder};
 use rpcrdma::core::{ConnConfig, ConnState, RegBuf};
 use rpcrdma::fabric::Provider;
 use rpcrdma::requester::{CallStatus, Outcome};
@@ -169,7 +169,7 @@ fn payload_byte(i: usize) -> u8 {
 
 /// One requester connection and the buffers its calls cycle through.
 struct Conn<P: Provider> {
-    conn: RequesterConn<P>,
+    conn: Requester<P>,
     /// Free call tags (indices into `posted_at`).
     tags: Vec<u32>,
     posted_at: Vec<Instant>,
@@ -360,7 +360,7 @@ pub fn run<F: FabricKind>(
     let addr = F::unique_addr();
     let source_max = spec.size.max(1);
     let mut server =
-        Server::<F::P, Dispatcher, _>::bind(F::open()?, &addr, cfg.clone(), move || {
+        Responder::<F::P, Dispatcher, _>::bind(F::open()?, &addr, cfg.clone(), move || {
             Some(dispatcher(source_max))
         })
         .map_err(|e| BenchError::Setup(format!("server: {e}")))?;
@@ -420,7 +420,7 @@ fn client<F: FabricKind>(
     let dev = F::open()?;
     let mut conns = Vec::with_capacity(spec.connections.max(1) as usize);
     for _ in 0..spec.connections.max(1) {
-        let conn = RequesterConn::<F::P>::connect_with(&dev, addr, cfg)
+        let conn = Requester::<F::P>::connect_with(&dev, addr, cfg)
             .map_err(|e| BenchError::Setup(format!("connect: {e}")))?;
         conns.push(Conn {
             conn,

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use rpcrdma::conn::RequesterConn;
+use rpcrdma::conn::Requester;
 use rpcrdma::core::{ConnConfig, ConnEvent, ConnState, RegBuf};
 use rpcrdma::fabric::shm::{ShmDevice, ShmProvider};
 use rpcrdma::fabric::siw::{SiwDevice, SiwProvider};
@@ -259,7 +259,7 @@ fn call<P: Provider>(
         reason,
     };
     let t0 = Instant::now();
-    let mut conn = RequesterConn::<P>::connect_with(dev, addr, &o.conn)
+    let mut conn = Requester::<P>::connect_with(dev, addr, &o.conn)
         .map_err(|e| connect_error(ep.provider(), ep.to_string(), e))?;
     let end = t0 + o.timeout;
     loop {

@@ -442,7 +442,7 @@ fn run_serve(a: &ServeArgs) -> Result<(), CliError> {
         duration,
         conn: conn_config(&a.conn, a.max_size as usize),
         source_max: a.max_size as usize,
-        limits: rpcrdma::conn::ServerLimits {
+        limits: rpcrdma::conn::ResponderLimits {
             max_connections: a.max_connections,
             handshake_timeout: seconds("--handshake-timeout", a.handshake_timeout)?,
             idle_timeout: idle,

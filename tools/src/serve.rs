@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use rpcrdma::conn::{Server, ServerLimits};
+use rpcrdma::conn::{Responder, ResponderLimits};
 use rpcrdma::core::{ConnConfig, ConnState};
 use rpcrdma::fabric::shm::{ShmConfig, ShmDevice, ShmProvider};
 use rpcrdma::fabric::siw::{SiwConfig, SiwDevice, SiwProvider};
@@ -53,7 +53,7 @@ pub struct ServeOpts {
     /// Largest SOURCE reply.
     pub source_max: usize,
     /// Connection cap, handshake and idle timeouts.
-    pub limits: ServerLimits,
+    pub limits: ResponderLimits,
     /// Serve NFSv3 too.
     pub nfs: Option<NfsOpts>,
 }
@@ -269,7 +269,7 @@ fn serve<P: Provider>(
             })
         }
     };
-    let mut server = Server::<P, Counted, _>::bind(dev, addr, opts.conn.clone(), factory)
+    let mut server = Responder::<P, Counted, _>::bind(dev, addr, opts.conn.clone(), factory)
         .map_err(|e| CliError::Serve(format!("cannot listen on {ep} ({}): {e}", ep.provider())))?;
     server.set_limits(opts.limits);
     say(&format!(
@@ -366,7 +366,7 @@ fn serve<P: Provider>(
 }
 
 /// Prints connections that came up or went away since the last look.
-fn track<P: Provider, F>(server: &Server<P, Counted, F>, known: &mut Vec<(ConnId, bool)>)
+fn track<P: Provider, F>(server: &Responder<P, Counted, F>, known: &mut Vec<(ConnId, bool)>)
 where
     F: FnMut() -> Option<Counted>,
 {

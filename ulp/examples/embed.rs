@@ -3,7 +3,7 @@
 //! shows this file; CI runs it (`cargo run --example embed -p rpcrdma-ulp`).
 //!
 //! `Pair` drives both ends from this one thread, which keeps the example short. An
-//! appliance instead runs `rpcrdma::conn::task::{ServerTask, RequesterTask}` on pinned
+//! appliance instead runs `rpcrdma::conn::task::{ResponderTask, RequesterTask}` on pinned
 //! pollers and calls through `Client` from application threads
 //! (see engine/tests/engine/engine_poller.rs).
 

@@ -27,7 +27,7 @@ pub enum EchoError {
 }
 
 /// An ECHO call of `data`, encoded into `msg` (a registered send buffer, e.g.
-/// `RequesterConn::alloc_msg`), with reply room for the echo. The engine assigns the
+/// `Requester::alloc_msg`), with reply room for the echo. The engine assigns the
 /// XID and picks the message's shape.
 pub fn call(msg: RegBuf, data: &[u8]) -> Result<CallRequest, BuildError> {
     let header = CallHeader {

@@ -1,18 +1,18 @@
 //! Builders for the two ends, and the blocking conveniences an embedding application
 //! wants first: a requester that is connected when it is handed over and answers
-//! [`call`](RequesterConn::call) with the outcome, and a server that runs on a thread of
+//! [`call`](Requester::call) with the outcome, and a server that runs on a thread of
 //! its own until told to stop.
 //!
 //! ```text
-//! Requester::connect(&dev, &addr).credits(32).open()?   -> RequesterConn (established)
-//! Responder::listen(dev, &addr).limits(..).serve(factory)? -> Server (listening)
+//! Requester::connect(&dev, &addr).credits(32).open()?   -> Requester (established)
+//! Responder::listen(dev, &addr).limits(..).serve(factory)? -> Responder (listening)
 //! ```
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{ConnError, RequesterConn, Server, ServerLimits};
+use super::{ConnError, Requester, Responder, ResponderLimits};
 use crate::core::{ConnConfig, ConnState};
 use crate::fabric::{Device, Provider};
 use crate::requester::{CallRequest, Outcome, SubmitError};
@@ -21,7 +21,7 @@ use crate::service::Service;
 /// How long [`RequesterBuilder::open`] waits for the connection by default.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Settings for a requester connection; see [`RequesterConn::connect`].
+/// Settings for a requester connection; see [`Requester::connect`].
 #[derive(Debug)]
 #[must_use = "a builder does nothing until `open`"]
 pub struct RequesterBuilder<'a, P: Provider> {
@@ -31,7 +31,7 @@ pub struct RequesterBuilder<'a, P: Provider> {
     timeout: Duration,
 }
 
-impl<P: Provider> RequesterConn<P> {
+impl<P: Provider> Requester<P> {
     /// Starts building a requester connection to `addr` through `dev`, with
     /// [`ConnConfig::default`] settings until told otherwise. The provider is the
     /// device's.
@@ -112,8 +112,8 @@ impl<'a, P: Provider> RequesterBuilder<'a, P> {
 
     /// Connects and polls until the connection is established: the connection is
     /// ready for calls when this returns.
-    pub fn open(self) -> Result<RequesterConn<P>, ConnError> {
-        let mut conn = RequesterConn::connect_with(self.dev, self.addr, &self.cfg)?;
+    pub fn open(self) -> Result<Requester<P>, ConnError> {
+        let mut conn = Requester::connect_with(self.dev, self.addr, &self.cfg)?;
         let end = Instant::now() + self.timeout;
         loop {
             let now = conn.clock().now();
@@ -130,17 +130,17 @@ impl<'a, P: Provider> RequesterBuilder<'a, P> {
     }
 }
 
-/// Settings for a listening server; see [`Server::listen`].
+/// Settings for a listening server; see [`Responder::listen`].
 #[derive(Debug)]
 #[must_use = "a builder does nothing until `serve`"]
-pub struct ServerBuilder<'a, P: Provider> {
+pub struct ResponderBuilder<'a, P: Provider> {
     dev: P::Device,
     addr: &'a P::Addr,
     cfg: ConnConfig,
-    limits: ServerLimits,
+    limits: ResponderLimits,
 }
 
-impl<P: Provider> ServerBuilder<'_, P> {
+impl<P: Provider> ResponderBuilder<'_, P> {
     /// Every connection setting at once.
     pub fn config(mut self, cfg: ConnConfig) -> Self {
         self.cfg = cfg;
@@ -154,25 +154,25 @@ impl<P: Provider> ServerBuilder<'_, P> {
     }
 
     /// Connection cap, handshake and idle timeouts.
-    pub fn limits(mut self, limits: ServerLimits) -> Self {
+    pub fn limits(mut self, limits: ResponderLimits) -> Self {
         self.limits = limits;
         self
     }
 
     /// Listens, serving each accepted connection with a service from `factory` (which
     /// may refuse a connection by returning `None`).
-    pub fn serve<S, F>(self, factory: F) -> Result<Server<P, S, F>, ConnError>
+    pub fn serve<S, F>(self, factory: F) -> Result<Responder<P, S, F>, ConnError>
     where
         S: Service,
         F: FnMut() -> Option<S>,
     {
-        let mut server = Server::bind(self.dev, self.addr, self.cfg, factory)?;
+        let mut server = Responder::bind(self.dev, self.addr, self.cfg, factory)?;
         server.set_limits(self.limits);
         Ok(server)
     }
 }
 
-/// Tells a server running on its own thread ([`Server::run`]) to return.
+/// Tells a server running on its own thread ([`Responder::run`]) to return.
 #[derive(Debug, Clone, Default)]
 pub struct StopHandle(Arc<AtomicBool>);
 
@@ -188,24 +188,24 @@ impl StopHandle {
     }
 }
 
-impl<P: Provider> Server<P, (), ()> {
+impl<P: Provider> Responder<P, (), ()> {
     /// Starts building a server listening on `addr` with `dev`; the service comes
-    /// with [`ServerBuilder::serve`]. The provider is the device's.
-    pub fn listen<D>(dev: D, addr: &P::Addr) -> ServerBuilder<'_, P>
+    /// with [`ResponderBuilder::serve`]. The provider is the device's.
+    pub fn listen<D>(dev: D, addr: &P::Addr) -> ResponderBuilder<'_, P>
     where
         D: Device<P = P>,
         P: Provider<Device = D>,
     {
-        ServerBuilder {
+        ResponderBuilder {
             dev,
             addr,
             cfg: ConnConfig::default(),
-            limits: ServerLimits::default(),
+            limits: ResponderLimits::default(),
         }
     }
 }
 
-impl<P, S, F> Server<P, S, F>
+impl<P, S, F> Responder<P, S, F>
 where
     P: Provider,
     S: Service,
@@ -237,17 +237,17 @@ where
     }
 }
 
-/// A server running on its own thread ([`Server::spawn`]).
+/// A server running on its own thread ([`Responder::spawn`]).
 #[derive(Debug)]
 pub struct Serving<P: Provider, S, F> {
     stop: StopHandle,
-    thread: std::thread::JoinHandle<Server<P, S, F>>,
+    thread: std::thread::JoinHandle<Responder<P, S, F>>,
 }
 
 impl<P: Provider, S, F> Serving<P, S, F> {
     /// Stops the server after its current poll and waits for its thread; the server
     /// comes back with its connections still open. `Err` carries the thread's panic.
-    pub fn stop(self) -> std::thread::Result<Server<P, S, F>> {
+    pub fn stop(self) -> std::thread::Result<Responder<P, S, F>> {
         self.stop.stop();
         self.thread.join()
     }

@@ -2,13 +2,13 @@
 //! connection manager.
 //!
 //! A driver owns the queue pair, the completion queue and the registered pools of one
-//! connection. Each [`poll`](RequesterConn::poll) reaps up to [`CQ_BATCH`] completions,
+//! connection. Each [`poll`](Requester::poll) reaps up to [`CQ_BATCH`] completions,
 //! feeds them to the core, lets the core restock receives and start queued work, and
 //! posts what the core staged: the receive chain, then the send chain, one doorbell
 //! each.
 //!
-//! - [`RequesterConn`]: the active side; connects, submits calls, yields outcomes.
-//! - [`Listener`] and [`ResponderConn`]: the passive side; [`Server`] bundles a listener
+//! - [`Requester`]: the active side; connects, submits calls, yields outcomes.
+//! - [`Listener`] and [`ResponderConn`]: the passive side; [`Responder`] bundles a listener
 //!   with the connections it accepts.
 //! - [`Pair`]: a requester and a responder connected over one provider and driven from
 //!   one thread, for tests and benchmarks.
@@ -25,12 +25,12 @@ mod resources;
 mod responder;
 pub mod task;
 
-pub use builder::{RequesterBuilder, ServerBuilder, Serving, StopHandle, DEFAULT_CONNECT_TIMEOUT};
+pub use builder::{RequesterBuilder, ResponderBuilder, Serving, StopHandle, DEFAULT_CONNECT_TIMEOUT};
 pub use pair::{Pair, PairError, PairWait};
 pub use post::{post_transmit, transmit, POST_CHUNK};
-pub use requester::RequesterConn;
+pub use requester::Requester;
 pub use resources::ConnResources;
-pub use responder::{Listener, ResponderConn, Server, ServerCounters, ServerLimits};
+pub use responder::{Listener, ResponderConn, Responder, ResponderCounters, ResponderLimits};
 
 use crate::core::{ConfigError, CoreError};
 use crate::fabric::{Completion, CompletionQueue, FabricError};

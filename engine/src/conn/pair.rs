@@ -4,8 +4,8 @@
 use core::time::Duration;
 use std::time::Instant;
 
-use super::requester::RequesterConn;
-use super::responder::{ResponderConn, Server};
+use super::requester::Requester;
+use super::responder::{ResponderConn, Responder};
 use super::ConnError;
 use crate::core::config::ConnConfig;
 use crate::core::fixed::FixedQueue;
@@ -47,9 +47,9 @@ type OneShot<S> = Box<dyn FnMut() -> Option<S> + Send>;
 /// A connected requester/responder pair.
 pub struct Pair<P: Provider, S> {
     /// The requester.
-    pub requester: RequesterConn<P>,
+    pub requester: Requester<P>,
     /// The responder's server (one accepted connection).
-    pub server: Server<P, S, OneShot<S>>,
+    pub server: Responder<P, S, OneShot<S>>,
     stash: FixedQueue<Outcome>,
     next_tag: u64,
 }
@@ -69,10 +69,10 @@ impl<P: Provider, S: Service + Send + 'static> Pair<P, S> {
         let mut once = Some(service);
         let factory: OneShot<S> = Box::new(move || once.take());
         let mut server =
-            Server::bind(server_dev, addr, server_cfg.clone(), factory).map_err(PairError::Conn)?;
+            Responder::bind(server_dev, addr, server_cfg.clone(), factory).map_err(PairError::Conn)?;
         server.keep_closed(true);
         let requester =
-            RequesterConn::connect_with(client_dev, addr, client_cfg).map_err(PairError::Conn)?;
+            Requester::connect_with(client_dev, addr, client_cfg).map_err(PairError::Conn)?;
         let mut pair = Pair {
             requester,
             server,

@@ -19,7 +19,7 @@ use crate::requester::{CallRequest, Outcome, SubmitError};
 use crate::wire::private_data::InlineThresholds;
 
 /// A requester connection: submit calls, poll, collect outcomes.
-pub struct RequesterConn<P: Provider> {
+pub struct Requester<P: Provider> {
     core: RequesterCore,
     /// The fast-registration slots' handles (the core holds their keys): dropped, which
     /// deregisters them, once the core has closed, so no key it handed out outlives
@@ -37,7 +37,7 @@ pub struct RequesterConn<P: Provider> {
     clock: Clock,
 }
 
-impl<P: Provider> RequesterConn<P> {
+impl<P: Provider> Requester<P> {
     /// Creates the connection's resources on `dev` and starts connecting to `addr`,
     /// offering RFC 8797 private data. Receives are posted at once; calls can be
     /// submitted once [`state`](Self::state) is `Established`.
@@ -80,7 +80,7 @@ impl<P: Provider> RequesterConn<P> {
         let now = clock.now();
         super::post::transmit(&mut core, &mut qp, now);
         let conn = qp.conn_id();
-        Ok(RequesterConn {
+        Ok(Requester {
             core,
             fast_regs,
             qp,

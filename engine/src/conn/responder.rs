@@ -224,7 +224,7 @@ impl<P: Provider, S: Service> ResponderConn<P, S> {
 
 /// A listener and the responder connections it accepted, each served by a service
 /// from `factory` (which may refuse a connection by returning `None`).
-pub struct Server<P: Provider, S, F> {
+pub struct Responder<P: Provider, S, F> {
     listener: Listener<P>,
     dev: P::Device,
     cfg: ConnConfig,
@@ -233,8 +233,8 @@ pub struct Server<P: Provider, S, F> {
     keep_closed: bool,
     refused: u64,
     polls: u32,
-    limits: ServerLimits,
-    counters: ServerCounters,
+    limits: ResponderLimits,
+    counters: ResponderCounters,
     /// When the limits were last checked (they are checked on CM polls only).
     last_check: Option<Instant>,
 }
@@ -243,7 +243,7 @@ pub struct Server<P: Provider, S, F> {
 /// holds its pools), and how long a peer that stops talking, or never finishes
 /// connecting, can hold them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ServerLimits {
+pub struct ResponderLimits {
     /// Connections served at once; connect requests beyond it are rejected.
     pub max_connections: usize,
     /// A connection accepted but not established within this time is closed (the
@@ -255,9 +255,9 @@ pub struct ServerLimits {
     pub idle_timeout: Option<Duration>,
 }
 
-impl Default for ServerLimits {
+impl Default for ResponderLimits {
     fn default() -> Self {
-        ServerLimits {
+        ResponderLimits {
             max_connections: 1024,
             handshake_timeout: Duration::from_secs(10),
             idle_timeout: Some(Duration::from_secs(360)),
@@ -267,10 +267,10 @@ impl Default for ServerLimits {
 
 /// What a server refused or closed, by reason.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ServerCounters {
+pub struct ResponderCounters {
     /// Connect requests accepted.
     pub accepted: u64,
-    /// Connect requests refused because [`ServerLimits::max_connections`] were served.
+    /// Connect requests refused because [`ResponderLimits::max_connections`] were served.
     pub over_limit: u64,
     /// Connect requests refused by the service factory or failed setup.
     pub refused: u64,
@@ -280,7 +280,7 @@ pub struct ServerCounters {
     pub idle_closed: u64,
 }
 
-impl<P, S, F> Server<P, S, F>
+impl<P, S, F> Responder<P, S, F>
 where
     P: Provider,
     S: Service,
@@ -295,7 +295,7 @@ where
     ) -> Result<Self, ConnError> {
         cfg.validate().map_err(ConnError::Config)?;
         let listener = Listener::bind(&dev, addr)?;
-        Ok(Server {
+        Ok(Responder {
             listener,
             dev,
             cfg,
@@ -304,25 +304,25 @@ where
             keep_closed: false,
             refused: 0,
             polls: 0,
-            limits: ServerLimits::default(),
-            counters: ServerCounters::default(),
+            limits: ResponderLimits::default(),
+            counters: ResponderCounters::default(),
             last_check: None,
         })
     }
 
     /// Applies `limits` (connections already served stay, even above a lowered cap).
-    pub fn set_limits(&mut self, limits: ServerLimits) {
+    pub fn set_limits(&mut self, limits: ResponderLimits) {
         self.limits = limits;
     }
 
     /// The limits in force.
-    pub fn limits(&self) -> ServerLimits {
+    pub fn limits(&self) -> ResponderLimits {
         self.limits
     }
 
     /// Accepted, refused and closed connections, by reason.
-    pub fn counters(&self) -> ServerCounters {
-        ServerCounters {
+    pub fn counters(&self) -> ResponderCounters {
+        ResponderCounters {
             refused: self.refused,
             ..self.counters
         }

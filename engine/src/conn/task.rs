@@ -8,7 +8,7 @@
 //! lock-free bounded queue, the mailbox a lock-free ring.
 //!
 //! Code already running on the poller thread (another task) skips all this and drives a
-//! [`RequesterConn`] directly: `submit`, `poll`, `poll_outcome`.
+//! [`Requester`] directly: `submit`, `poll`, `poll_outcome`.
 
 use core::cell::UnsafeCell;
 use core::fmt;
@@ -22,8 +22,8 @@ use crossbeam_queue::ArrayQueue;
 use rpcrdma_poller::{PollCtx, PollerHandle, SendErrorKind, Task, TaskId, TimerId};
 use rpcrdma_pools::Pool;
 
-use super::requester::RequesterConn;
-use super::responder::Server;
+use super::requester::Requester;
+use super::responder::Responder;
 use crate::core::{ConnState, RegBuf, RegBufError};
 use crate::credits::CreditTable;
 use crate::fabric::Provider;
@@ -341,7 +341,7 @@ impl Client {
 
 /// A requester connection run as a poller task.
 pub struct RequesterTask<P: Provider> {
-    conn: RequesterConn<P>,
+    conn: Requester<P>,
     table: Arc<CallTable>,
     timer: Option<(Instant, TimerId)>,
     park_while_busy: bool,
@@ -350,7 +350,7 @@ pub struct RequesterTask<P: Provider> {
 impl<P: Provider> RequesterTask<P> {
     /// Wraps an (ideally established) connection, with `tickets` call tickets for
     /// application threads. Hand the table to [`Client::new`].
-    pub fn new(conn: RequesterConn<P>, tickets: usize) -> (Self, Arc<CallTable>) {
+    pub fn new(conn: Requester<P>, tickets: usize) -> (Self, Arc<CallTable>) {
         let table = Arc::new(CallTable::new(
             tickets,
             conn.resources().pools().send.clone(),
@@ -389,7 +389,7 @@ impl<P: Provider> RequesterTask<P> {
 
 impl<P: Provider> Task<ConnMsg> for RequesterTask<P>
 where
-    RequesterConn<P>: Send,
+    Requester<P>: Send,
 {
     fn poll(&mut self, ctx: &mut PollCtx<'_>) -> usize {
         let now = ctx.now();
@@ -471,15 +471,15 @@ fn refused(tag: u64, e: SubmitError) -> Outcome {
 
 /// A server run as a poller task. By default it never lets its poller park: a
 /// responder learns of an arriving call only by polling.
-pub struct ServerTask<P: Provider, S, F> {
-    server: Server<P, S, F>,
+pub struct ResponderTask<P: Provider, S, F> {
+    server: Responder<P, S, F>,
     allow_park: bool,
 }
 
-impl<P: Provider, S, F> ServerTask<P, S, F> {
+impl<P: Provider, S, F> ResponderTask<P, S, F> {
     /// Wraps `server`.
-    pub fn new(server: Server<P, S, F>) -> Self {
-        ServerTask {
+    pub fn new(server: Responder<P, S, F>) -> Self {
+        ResponderTask {
             server,
             allow_park: false,
         }
@@ -493,12 +493,12 @@ impl<P: Provider, S, F> ServerTask<P, S, F> {
     }
 }
 
-impl<P, S, F> Task<ConnMsg> for ServerTask<P, S, F>
+impl<P, S, F> Task<ConnMsg> for ResponderTask<P, S, F>
 where
     P: Provider,
     S: Service,
     F: FnMut() -> Option<S>,
-    Server<P, S, F>: Send,
+    Responder<P, S, F>: Send,
 {
     fn poll(&mut self, ctx: &mut PollCtx<'_>) -> usize {
         self.server.poll(ctx.now())

@@ -7,8 +7,8 @@ use crate::engine_support;
 use std::time::{Duration, Instant};
 
 use engine_support::*;
-use rpcrdma::conn::task::{Client, ConnMsg, RequesterTask, ServerTask};
-use rpcrdma::conn::{RequesterConn, Server};
+use rpcrdma::conn::task::{Client, ConnMsg, RequesterTask, ResponderTask};
+use rpcrdma::conn::{Requester, Responder};
 use rpcrdma::core::ConnState;
 use rpcrdma::fabric::shm::{ShmDevice, ShmProvider};
 use rpcrdma::requester::{CallRequest, CallStatus};
@@ -24,11 +24,11 @@ fn application_threads_call_through_the_mailbox() {
         ..PollerConfig::default()
     };
     let group = PollerGroup::<ConnMsg>::start(&[0, 1], config).expect("pollers");
-    let server = Server::<ShmProvider, _, _>::bind(ShmDevice::new(), &addr, cfg.clone(), || {
+    let server = Responder::<ShmProvider, _, _>::bind(ShmDevice::new(), &addr, cfg.clone(), || {
         Some(TestService::default())
     })
     .expect("server");
-    let server_task = ServerTask::new(server).allow_park(true);
+    let server_task = ResponderTask::new(server).allow_park(true);
     group
         .handle(0)
         .expect("poller 0")
@@ -38,7 +38,7 @@ fn application_threads_call_through_the_mailbox() {
 
     // Connect from this thread while the server task answers, then hand over.
     let dev = ShmDevice::new();
-    let mut conn = RequesterConn::<ShmProvider>::connect_with(&dev, &addr, &cfg).expect("connect");
+    let mut conn = Requester::<ShmProvider>::connect_with(&dev, &addr, &cfg).expect("connect");
     let end = Instant::now() + DEADLINE;
     while conn.state() != ConnState::Established {
         conn.poll(Instant::now());

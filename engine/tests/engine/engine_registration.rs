@@ -3,7 +3,7 @@
 //! silent fall-back), and `Auto` there picks persistent registration and says so in the
 //! connection's stats.
 
-use rpcrdma::conn::{ConnError, RequesterConn};
+use rpcrdma::conn::{ConnError, Requester};
 use rpcrdma::core::{ConfigError, ConnConfig, RegMode, Registration};
 use rpcrdma::fabric::sim::{Sim, SimAddr, SimConfig, SimNet};
 use rpcrdma_pools::HugePages;
@@ -31,7 +31,7 @@ fn net(fast_reg: bool) -> SimNet {
 fn fastreg_on_a_device_without_it_is_a_typed_error() {
     let net = net(false);
     let dev = net.open_device();
-    let r = RequesterConn::<Sim>::connect_with(&dev, &SimAddr(1), &config(Registration::FastReg));
+    let r = Requester::<Sim>::connect_with(&dev, &SimAddr(1), &config(Registration::FastReg));
     match r {
         Err(ConnError::Config(ConfigError::FastRegUnsupported)) => {}
         Err(e) => panic!("wrong error: {e}"),
@@ -52,7 +52,7 @@ fn auto_picks_persistent_without_fast_registration_and_says_so() {
     ] {
         let net = net(fast_reg);
         let dev = net.open_device();
-        let conn = RequesterConn::<Sim>::connect_with(&dev, &SimAddr(1), &config(registration))
+        let conn = Requester::<Sim>::connect_with(&dev, &SimAddr(1), &config(registration))
             .expect("connect starts");
         assert_eq!(conn.registration(), want, "{registration:?}");
         assert_eq!(

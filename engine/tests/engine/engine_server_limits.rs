@@ -1,4 +1,4 @@
-//! The limits a server operator sets (`ServerLimits`), end to end over shm, sim and siw:
+//! The limits a server operator sets (`ResponderLimits`), end to end over shm, sim and siw:
 //! a connection cap that rejects the request past it, an idle timeout that closes a
 //! silent connection (and only a silent one), and a handshake timeout for a connection
 //! whose requester never finishes connecting. Every wait has a deadline.
@@ -8,17 +8,17 @@ use crate::engine_support;
 use std::time::{Duration, Instant};
 
 use engine_support::*;
-use rpcrdma::conn::{RequesterConn, Server, ServerLimits};
+use rpcrdma::conn::{Requester, Responder, ResponderLimits};
 use rpcrdma::core::ConnState;
 use rpcrdma::fabric::Provider;
 use rpcrdma::requester::{CallRequest, CallStatus};
 
-type TestServer<P> = Server<P, TestService, fn() -> Option<TestService>>;
+type TestServer<P> = Responder<P, TestService, fn() -> Option<TestService>>;
 
-fn server<N: Net>(net: &N, limits: ServerLimits) -> (TestServer<N::P>, <N::P as Provider>::Addr) {
+fn server<N: Net>(net: &N, limits: ResponderLimits) -> (TestServer<N::P>, <N::P as Provider>::Addr) {
     let addr = net.addr();
     let factory: fn() -> Option<TestService> = || Some(TestService::default());
-    let mut s = Server::bind(net.device(), &addr, test_config(), factory).expect("server binds");
+    let mut s = Responder::bind(net.device(), &addr, test_config(), factory).expect("server binds");
     s.set_limits(limits);
     (s, addr)
 }
@@ -26,9 +26,9 @@ fn server<N: Net>(net: &N, limits: ServerLimits) -> (TestServer<N::P>, <N::P as 
 /// Polls the server and `clients` until `done` says so, or fails at the deadline.
 fn drive<P: Provider>(
     server: &mut TestServer<P>,
-    clients: &mut [&mut RequesterConn<P>],
+    clients: &mut [&mut Requester<P>],
     what: &str,
-    mut done: impl FnMut(&TestServer<P>, &[&mut RequesterConn<P>]) -> bool,
+    mut done: impl FnMut(&TestServer<P>, &[&mut Requester<P>]) -> bool,
 ) {
     let end = Instant::now() + DEADLINE;
     loop {
@@ -45,7 +45,7 @@ fn drive<P: Provider>(
     }
 }
 
-fn null_call<P: Provider>(server: &mut TestServer<P>, c: &mut RequesterConn<P>) {
+fn null_call<P: Provider>(server: &mut TestServer<P>, c: &mut Requester<P>) {
     let mut m = c.alloc_msg().expect("message buffer");
     write_call(&mut m, PROC_NULL, &[]);
     c.submit(CallRequest::new(m, 256), 1).expect("submitted");
@@ -63,17 +63,17 @@ fn null_call<P: Provider>(server: &mut TestServer<P>, c: &mut RequesterConn<P>) 
     }
 }
 
-fn connect<N: Net>(net: &N, addr: &<N::P as Provider>::Addr) -> RequesterConn<N::P> {
+fn connect<N: Net>(net: &N, addr: &<N::P as Provider>::Addr) -> Requester<N::P> {
     let dev = net.device();
     let mut cfg = test_config();
     cfg.registration = net.registration();
-    RequesterConn::connect_with(&dev, addr, &cfg).expect("connect starts")
+    Requester::connect_with(&dev, addr, &cfg).expect("connect starts")
 }
 
 fn connections_past_the_cap_are_rejected<N: Net>(net: N) {
-    let limits = ServerLimits {
+    let limits = ResponderLimits {
         max_connections: 1,
-        ..ServerLimits::default()
+        ..ResponderLimits::default()
     };
     let (mut s, addr) = server(&net, limits);
     let mut a = connect(&net, &addr);
@@ -108,9 +108,9 @@ fn connections_past_the_cap_are_rejected<N: Net>(net: N) {
 
 fn a_silent_connection_is_closed_after_the_idle_timeout<N: Net>(net: N) {
     let idle = Duration::from_millis(400);
-    let limits = ServerLimits {
+    let limits = ResponderLimits {
         idle_timeout: Some(idle),
-        ..ServerLimits::default()
+        ..ResponderLimits::default()
     };
     let (mut s, addr) = server(&net, limits);
     let mut busy = connect(&net, &addr);
@@ -158,9 +158,9 @@ per_provider!(
 #[test]
 fn a_connection_that_never_establishes_is_closed_at_the_handshake_timeout() {
     let net = ShmNet;
-    let limits = ServerLimits {
+    let limits = ResponderLimits {
         handshake_timeout: Duration::from_millis(300),
-        ..ServerLimits::default()
+        ..ResponderLimits::default()
     };
     let (mut s, addr) = server(&net, limits);
     let stuck = connect(&net, &addr);

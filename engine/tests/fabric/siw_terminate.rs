@@ -13,7 +13,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::Instant;
 
 use engine_support::{test_config, write_call, TestService, DEADLINE, PROC_NULL};
-use rpcrdma::conn::{RequesterConn, Server};
+use rpcrdma::conn::{Requester, Responder};
 use rpcrdma::core::{CloseReason, ConnEvent, ConnState};
 use rpcrdma::fabric::siw::{SiwConfig, SiwDevice, SiwProvider};
 use rpcrdma::fabric::{AbortKind, AbortSite, PeerAbort};
@@ -143,7 +143,7 @@ impl KernelLike {
     }
 }
 
-fn call(conn: &RequesterConn<SiwProvider>) -> CallRequest {
+fn call(conn: &Requester<SiwProvider>) -> CallRequest {
     let mut msg = conn.alloc_msg().expect("send buffer");
     write_call(&mut msg, PROC_NULL, &[]);
     CallRequest::new(msg, 1024)
@@ -156,7 +156,7 @@ fn a_kernel_terminate_is_the_calls_error_and_the_close_reason() {
     let addr: SocketAddr = listener.local_addr().expect("address");
     let dev = SiwDevice::with_config(SiwConfig::default()).expect("siw device");
     let mut conn =
-        RequesterConn::<SiwProvider>::connect_with(&dev, &addr, &test_config()).expect("connect");
+        Requester::<SiwProvider>::connect_with(&dev, &addr, &test_config()).expect("connect");
     let end = Instant::now() + DEADLINE;
     let mut peer = loop {
         conn.poll(Instant::now());
@@ -261,7 +261,7 @@ fn a_requesters_terminate_is_the_servers_close_reason() {
         let l = TcpListener::bind("127.0.0.1:0").expect("bind");
         l.local_addr().expect("address")
     };
-    let mut server = Server::<SiwProvider, TestService, _>::bind(dev, &addr, test_config(), || {
+    let mut server = Responder::<SiwProvider, TestService, _>::bind(dev, &addr, test_config(), || {
         Some(TestService::default())
     })
     .expect("server");

@@ -13,7 +13,7 @@ use std::net::SocketAddr;
 use std::time::Instant;
 
 use engine_support::*;
-use rpcrdma::conn::{ConnError, RequesterConn, Server};
+use rpcrdma::conn::{ConnError, Requester, Responder};
 use rpcrdma::core::{ConfigError, ConnConfig, ConnState, RegMode, Registration};
 use rpcrdma::fabric::siw::{SiwDevice, SiwProvider};
 use rpcrdma::fabric::verbs::{list_devices, Transport, VerbsProvider};
@@ -38,7 +38,7 @@ fn requester_registration_follows_the_device() {
     let info = device_info(&net);
     let dev = net.device();
     assert_eq!(dev.caps().fast_reg, info.mw_type2);
-    let auto = RequesterConn::<VerbsProvider>::connect_with(&dev, &net.addr(), &test_config())
+    let auto = Requester::<VerbsProvider>::connect_with(&dev, &net.addr(), &test_config())
         .unwrap_or_else(|e| panic!("requester on {}: {e}", net.dev));
     let want = if info.mw_type2 {
         RegMode::FastReg
@@ -50,7 +50,7 @@ fn requester_registration_follows_the_device() {
         registration: Registration::FastReg,
         ..test_config()
     };
-    match RequesterConn::<VerbsProvider>::connect_with(&dev, &net.addr(), &forced) {
+    match Requester::<VerbsProvider>::connect_with(&dev, &net.addr(), &forced) {
         Ok(r) => {
             assert!(info.mw_type2, "{}: FastReg without windows", net.dev);
             assert_eq!(r.registration(), RegMode::FastReg);
@@ -67,8 +67,8 @@ fn requester_registration_follows_the_device() {
 /// A verbs responder on the kernel's siw device and a requester over our userspace siw
 /// provider, polled from one thread.
 struct Mixed {
-    server: Server<VerbsProvider, TestService, Box<dyn FnMut() -> Option<TestService>>>,
-    requester: RequesterConn<SiwProvider>,
+    server: Responder<VerbsProvider, TestService, Box<dyn FnMut() -> Option<TestService>>>,
+    requester: Requester<SiwProvider>,
     next_tag: u64,
 }
 
@@ -82,7 +82,7 @@ impl Mixed {
         let addr = net.addr();
         let mut once = Some(TestService::default());
         let factory: Box<dyn FnMut() -> Option<TestService>> = Box::new(move || once.take());
-        let mut server = Server::bind(net.device(), &addr, test_config(), factory)
+        let mut server = Responder::bind(net.device(), &addr, test_config(), factory)
             .expect("verbs responder listens");
         server.keep_closed(true);
         let sdev = SiwDevice::new().expect("userspace siw device");
@@ -91,7 +91,7 @@ impl Mixed {
             registration,
             ..test_config()
         };
-        let requester = RequesterConn::<SiwProvider>::connect_with(&sdev, &to, &cfg)
+        let requester = Requester::<SiwProvider>::connect_with(&sdev, &to, &cfg)
             .expect("siw requester starts connecting");
         let mut m = Mixed {
             server,

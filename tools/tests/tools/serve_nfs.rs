@@ -13,7 +13,7 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use rpcrdma::conn::RequesterConn;
+use rpcrdma::conn::Requester;
 use rpcrdma::core::{ConnConfig, ConnState};
 use rpcrdma::fabric::shm::{ShmAddr, ShmDevice, ShmProvider};
 use rpcrdma::requester::{CallRequest, CallStatus, Outcome};
@@ -123,7 +123,7 @@ fn spawn_nfs_serve(
     (g, mount_at)
 }
 
-fn call(conn: &mut RequesterConn<ShmProvider>, req: CallRequest) -> Outcome {
+fn call(conn: &mut Requester<ShmProvider>, req: CallRequest) -> Outcome {
     conn.submit(req, 1).expect("submit");
     let end = Instant::now() + DEADLINE;
     loop {
@@ -207,7 +207,7 @@ fn serve_nfs_mount_over_tcp_and_nfs_over_shm() {
         hugepages: HugePages::Never,
         ..ConnConfig::default()
     };
-    let mut conn = RequesterConn::<ShmProvider>::connect_with(
+    let mut conn = Requester::<ShmProvider>::connect_with(
         &ShmDevice::new(),
         &ShmAddr::Path(sock.clone()),
         &cfg,

@@ -11,7 +11,7 @@ use std::io::{self, Write as _};
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use rpcrdma::conn::RequesterConn;
+use rpcrdma::conn::Requester;
 use rpcrdma::core::{ConnConfig, ConnState};
 use rpcrdma::fabric::Provider;
 use rpcrdma::requester::{CallRequest, CallStatus, Outcome, TransportError};
@@ -149,7 +149,7 @@ pub(crate) fn random_xid() -> u32 {
 /// Submits `req` tagged `tag` under the client's next XID (`xid` holds the latest): NFS
 /// clients keep their own XIDs, which a server's duplicate request cache keys on.
 pub(crate) fn submit_next<P: Provider>(
-    conn: &mut RequesterConn<P>,
+    conn: &mut Requester<P>,
     xid: &mut u32,
     req: CallRequest,
     tag: u64,
@@ -161,7 +161,7 @@ pub(crate) fn submit_next<P: Provider>(
 
 /// Polls `conn` until a call's outcome comes, whatever it says, for at most `timeout`.
 pub(crate) fn wait_outcome<P: Provider>(
-    conn: &mut RequesterConn<P>,
+    conn: &mut Requester<P>,
     timeout: Duration,
 ) -> Result<Outcome> {
     let end = Instant::now() + timeout;
@@ -270,8 +270,8 @@ pub(crate) fn establish<P: Provider>(
     addr: &P::Addr,
     cfg: &ConnConfig,
     timeout: Duration,
-) -> Result<RequesterConn<P>> {
-    let mut conn = RequesterConn::<P>::connect_with(dev, addr, cfg)
+) -> Result<Requester<P>> {
+    let mut conn = Requester::<P>::connect_with(dev, addr, cfg)
         .map_err(|e| NfsClientError::Connect(e.to_string()))?;
     let end = Instant::now() + timeout;
     loop {
@@ -308,7 +308,7 @@ pub struct Listed {
 
 /// An NFSv3 client on one RPC-over-RDMA connection. Calls are made one at a time.
 pub struct Nfs3Client<P: Provider> {
-    conn: RequesterConn<P>,
+    conn: Requester<P>,
     timeout: Duration,
     root: Vec<u8>,
     rsize: u32,

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rpcrdma::conn::Server;
+use rpcrdma::conn::Responder;
 use rpcrdma::core::ConnConfig;
 use rpcrdma::fabric::shm::{ShmAddr, ShmDevice, ShmProvider};
 use rpcrdma_ulp::binding::ProcInfo;
@@ -347,7 +347,7 @@ fn nfs41_client_against_a_fake_server() {
                 Some(d)
             };
             let mut s =
-                Server::<ShmProvider, Dispatcher, _>::bind(ShmDevice::new(), &addr, cfg(), factory)
+                Responder::<ShmProvider, Dispatcher, _>::bind(ShmDevice::new(), &addr, cfg(), factory)
                     .expect("server binds");
             while !stop.load(Ordering::Relaxed) {
                 if s.poll(Instant::now()) == 0 {

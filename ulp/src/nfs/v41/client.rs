@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use std::io;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use rpcrdma::conn::RequesterConn;
+use rpcrdma::conn::Requester;
 use rpcrdma::core::ConnConfig;
 use rpcrdma::fabric::Provider;
 use rpcrdma::requester::{CallRequest, CallStatus, Outcome, TransportError};
@@ -100,7 +100,7 @@ struct Pending {
 
 /// An NFSv4.1 client on one RPC-over-RDMA connection and one session.
 pub struct Nfs41Client<P: Provider> {
-    conn: RequesterConn<P>,
+    conn: Requester<P>,
     timeout: Duration,
     clientid: u64,
     sessionid: SessionId,
