@@ -55,16 +55,16 @@ pub use core::fixed::FixedVec;
 #[doc(hidden)]
 pub use core::transport::Transport;
 pub use core::{
-    BidiCore, Connection, CoreError, CorePools, FastRegSlot, NoRequester,
-    NoResponder, OutboxFull, PostFailure, RequesterCore, RequesterHalf, RequesterRole,
-    ResponderCore, ResponderHalf, ResponderRole, Transmit, Transmitter, WrId, WrKind,
+    BidiCore, Connection, CoreError, CorePools, FastRegSlot, NoRequester, NoResponder, OutboxFull,
+    PostFailure, RequesterCore, RequesterHalf, RequesterRole, ResponderCore, ResponderHalf,
+    ResponderRole, Transmit, Transmitter, WrId, WrKind,
 };
 // Credits.
 pub use credits::{CreditSnapshot, CreditTable, GrantPolicy};
 // Calls and their outcomes (requester).
 pub use requester::{
-    BadReply, CallRequest, CallStatus, DdpArg, DdpArgs, Outcome, Reply, RpcReplyError,
-    SubmitError, SubmitRefusal, TransportError, WriteSinks,
+    BadReply, CallRequest, CallStatus, DdpArg, DdpArgs, Outcome, Reply, RpcReplyError, SubmitError,
+    SubmitRefusal, TransportError, WriteSinks,
 };
 // The ULP's side of a responder.
 pub use service::{

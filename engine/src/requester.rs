@@ -23,7 +23,7 @@ use crate::core::regbuf::RegBuf;
 use crate::service::Padding;
 use crate::wire::header::RdmaError;
 
-pub use crate::limits::{MAX_DDP_ARGS, MAX_WRITE_SINKS};
+pub(crate) use crate::limits::{MAX_DDP_ARGS, MAX_WRITE_SINKS};
 
 /// A DDP-eligible argument: its data in a registered buffer and its XDR position.
 #[derive(Debug)]

@@ -71,7 +71,7 @@ use crate::core::fixed::FixedVec;
 use crate::core::regbuf::{RegBuf, RegBufError};
 use crate::fabric::Sge;
 
-pub use crate::limits::{MAX_DDP_ITEMS, MAX_WRITE_CHUNKS};
+pub(crate) use crate::limits::{MAX_DDP_ITEMS, MAX_WRITE_CHUNKS};
 
 /// One DDP-eligible call argument, pulled from its Read chunk into registered memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

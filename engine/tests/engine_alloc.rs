@@ -6,11 +6,11 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use rpcrdma::conn::Pair;
-use rpcrdma::core::{ConnConfig, RegBuf};
 use rpcrdma::fabric::shm::{ShmAddr, ShmDevice, ShmProvider};
-use rpcrdma::requester::{CallRequest, CallStatus};
-use rpcrdma::service::{CallView, ReplyWriter, Service, ServiceError};
+use rpcrdma::Pair;
+use rpcrdma::{CallRequest, CallStatus};
+use rpcrdma::{CallView, ReplyWriter, Service, ServiceError};
+use rpcrdma::{ConnConfig, RegBuf};
 use rpcrdma_pools::HugePages;
 
 struct Counting;

@@ -9,11 +9,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rpcrdma::conn::{Pair, Requester, Responder};
-use rpcrdma::core::{ConnConfig, ConnState, RegBuf};
 use rpcrdma::fabric::shm::{ShmAddr, ShmDevice, ShmProvider};
-use rpcrdma::requester::{CallRequest, CallStatus};
-use rpcrdma::service::{CallView, ReplyWriter, Service, ServiceError};
+use rpcrdma::{CallRequest, CallStatus};
+use rpcrdma::{CallView, ReplyWriter, Service, ServiceError};
+use rpcrdma::{ConnConfig, ConnState, RegBuf};
+use rpcrdma::{Pair, Requester, Responder};
 use rpcrdma_pools::HugePages;
 
 const DEADLINE: Duration = Duration::from_secs(20);
@@ -192,8 +192,8 @@ fn two_threads() {
         })
     };
     let _ = core_affinity::set_for_current(core_affinity::CoreId { id: 0 });
-    let mut r = Requester::<ShmProvider>::connect_with(&ShmDevice::new(), &addr, &cfg)
-        .expect("connect");
+    let mut r =
+        Requester::<ShmProvider>::connect_with(&ShmDevice::new(), &addr, &cfg).expect("connect");
     let end = Instant::now() + DEADLINE;
     while r.state() != ConnState::Established {
         r.poll(Instant::now());

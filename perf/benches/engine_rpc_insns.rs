@@ -24,10 +24,10 @@ mod support;
 use std::hint::black_box;
 use std::time::Instant;
 
-use rpcrdma::conn::Pair;
-use rpcrdma::core::ConnConfig;
 use rpcrdma::fabric::shm::ShmProvider;
-use rpcrdma::requester::{CallStatus, Outcome};
+use rpcrdma::ConnConfig;
+use rpcrdma::Pair;
+use rpcrdma::{CallStatus, Outcome};
 use rpcrdma_pools::HugePages;
 use rpcrdma_ulp::builtin::{echo_proc, EchoData, ECHO_PROGRAM, ECHO_VERSION};
 use rpcrdma_ulp::client::{inline_call, OutcomeResults};

@@ -192,10 +192,10 @@ impl Config {
             return Err(bad("0", "--credits must be at least 1"));
         }
         let inline = u32::try_from(o.inline).unwrap_or(u32::MAX);
-        let probe = rpcrdma::core::ConnConfig {
+        let probe = rpcrdma::ConnConfig {
             inline_send: inline,
             inline_recv: inline,
-            ..rpcrdma::core::ConnConfig::default()
+            ..rpcrdma::ConnConfig::default()
         };
         if let Err(e) = probe.validate() {
             return Err(bad(&o.inline.to_string(), format!("--inline: {e}")));

@@ -22,10 +22,10 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use rpcrdma::conn::{Requester, Responder};
-use rpcrdma::core::{ConnConfig, ConnState, RegBuf};
 use rpcrdma::fabric::Provider;
-use rpcrdma::requester::{CallStatus, Outcome};
+use rpcrdma::{CallStatus, Outcome};
+use rpcrdma::{ConnConfig, ConnState, RegBuf};
+use rpcrdma::{Requester, Responder};
 use rpcrdma_pools::HugePages;
 use rpcrdma_ulp::builtin::{
     echo_proc, is_source_pattern, EchoData, EchoProgram, NullProgram, SinkRes, SourceArgs,

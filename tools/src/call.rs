@@ -4,13 +4,13 @@
 
 use std::time::{Duration, Instant};
 
-use rpcrdma::conn::Requester;
-use rpcrdma::core::{ConnConfig, ConnEvent, ConnState, RegBuf};
 use rpcrdma::fabric::shm::{ShmDevice, ShmProvider};
 use rpcrdma::fabric::siw::{SiwDevice, SiwProvider};
 use rpcrdma::fabric::Provider;
 use rpcrdma::iwarp::crc32c::crc32c;
-use rpcrdma::requester::{CallRequest, CallStatus, Outcome};
+use rpcrdma::Requester;
+use rpcrdma::{CallRequest, CallStatus, Outcome};
+use rpcrdma::{ConnConfig, ConnEvent, ConnState, RegBuf};
 use rpcrdma_ulp::binding::with_keepalive;
 use rpcrdma_ulp::builtin::{
     echo_proc, is_source_pattern, EchoData, EchoProgram, SinkRes, SourceArgs, ECHO_MAX_DATA,
@@ -587,7 +587,7 @@ pub fn render(s: &Summary) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rpcrdma::core::config::DEFAULT_PROBE_PROGRAM;
+    use rpcrdma::DEFAULT_PROBE_PROGRAM;
 
     #[test]
     fn keepalive_probes_name_the_called_program() {

@@ -5,10 +5,10 @@ use core::fmt;
 use std::io;
 use std::path::PathBuf;
 
-use rpcrdma::conn::ConnError;
 use rpcrdma::fabric::FabricError;
 use rpcrdma::wire::header::{HeaderError, ResponderAction, RPCRDMA_VERSION};
 use rpcrdma::wire::private_data::{PrivateDataError, FORMAT_IDENTIFIER, MIN_INLINE_SIZE};
+use rpcrdma::ConnError;
 
 use crate::hex::HexError;
 

@@ -26,9 +26,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{ArgGroup, Args, Parser, Subcommand};
-use rpcrdma::core::{ConnConfig, Registration};
 use rpcrdma::wire::header::Limits;
 use rpcrdma::wire::private_data::{PrivateData, MAX_INLINE_SIZE};
+use rpcrdma::{ConnConfig, Registration};
 use rpcrdma_ulp::builtin::echo_proc;
 use serde::Serialize;
 
@@ -442,7 +442,7 @@ fn run_serve(a: &ServeArgs) -> Result<(), CliError> {
         duration,
         conn: conn_config(&a.conn, a.max_size as usize),
         source_max: a.max_size as usize,
-        limits: rpcrdma::conn::ResponderLimits {
+        limits: rpcrdma::ResponderLimits {
             max_connections: a.max_connections,
             handshake_timeout: seconds("--handshake-timeout", a.handshake_timeout)?,
             idle_timeout: idle,

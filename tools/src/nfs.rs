@@ -9,10 +9,10 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use rpcrdma::core::ConnConfig;
 use rpcrdma::fabric::shm::{ShmDevice, ShmProvider};
 use rpcrdma::fabric::siw::{SiwConfig, SiwDevice, SiwProvider};
 use rpcrdma::fabric::Provider;
+use rpcrdma::ConnConfig;
 use rpcrdma_ulp::nfs::client::{getport, mount, Nfs3Client, NfsClientError};
 use rpcrdma_ulp::nfs::mount::{MOUNT_PROGRAM, MOUNT_V3};
 use rpcrdma_ulp::nfs::v3::types::Ftype3;

@@ -17,12 +17,12 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use rpcrdma::conn::{Responder, ResponderLimits};
-use rpcrdma::core::{ConnConfig, ConnState};
 use rpcrdma::fabric::shm::{ShmConfig, ShmDevice, ShmProvider};
 use rpcrdma::fabric::siw::{SiwConfig, SiwDevice, SiwProvider};
 use rpcrdma::fabric::{ConnId, Provider};
-use rpcrdma::service::{CallView, ReplyWriter, Service, ServiceError};
+use rpcrdma::{CallView, ReplyWriter, Service, ServiceError};
+use rpcrdma::{ConnConfig, ConnState};
+use rpcrdma::{Responder, ResponderLimits};
 use rpcrdma_ulp::builtin::{
     echo_proc, EchoProgram, NullProgram, ECHO_MAX_DATA, ECHO_PROGRAM, NULL_PROGRAM,
 };

@@ -3,17 +3,17 @@
 //! shows this file; CI runs it (`cargo run --example embed -p rpcrdma-ulp`).
 //!
 //! `Pair` drives both ends from this one thread, which keeps the example short. An
-//! appliance instead runs `rpcrdma::conn::task::{ResponderTask, RequesterTask}` on pinned
+//! appliance instead runs `rpcrdma::{ResponderTask, RequesterTask}` on pinned
 //! pollers and calls through `Client` from application threads
 //! (see engine/tests/engine/engine_poller.rs).
 
 use std::error::Error;
 use std::time::Duration;
 
-use rpcrdma::conn::Pair;
-use rpcrdma::core::{ConnConfig, ConnEvent};
 use rpcrdma::fabric::shm::{ShmAddr, ShmDevice, ShmProvider};
-use rpcrdma::requester::CallStatus;
+use rpcrdma::CallStatus;
+use rpcrdma::Pair;
+use rpcrdma::{ConnConfig, ConnEvent};
 use rpcrdma_ulp::binding::with_keepalive;
 use rpcrdma_ulp::builtin::{
     echo_proc, EchoData, EchoProgram, NullProgram, ECHO_PROGRAM, ECHO_VERSION,

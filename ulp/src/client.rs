@@ -4,9 +4,10 @@
 
 use core::fmt;
 
-use rpcrdma::core::fixed::FixedVec;
-use rpcrdma::core::{RegBuf, RegBufError};
-use rpcrdma::requester::{CallRequest, Outcome, MAX_DDP_ARGS, MAX_WRITE_SINKS};
+use rpcrdma::limits::{MAX_DDP_ARGS, MAX_WRITE_SINKS};
+use rpcrdma::FixedVec;
+use rpcrdma::{CallRequest, Outcome};
+use rpcrdma::{RegBuf, RegBufError};
 
 use crate::ddp::{
     encode_call, reply_results, DdpCursor, DdpEncodeError, EncodedCall, ReplyError, XdrCodec,

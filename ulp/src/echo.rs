@@ -4,8 +4,8 @@
 //! The program itself is [`EchoProgram`] (serve it with a
 //! [`Dispatcher`](crate::program::Dispatcher)); its procedures are in [`echo_proc`].
 
-use rpcrdma::core::RegBuf;
-use rpcrdma::requester::{CallRequest, CallStatus, Outcome};
+use rpcrdma::RegBuf;
+use rpcrdma::{CallRequest, CallStatus, Outcome};
 
 pub use crate::builtin::{echo_proc, EchoData, EchoProgram, ECHO_PROGRAM, ECHO_VERSION};
 use crate::client::{inline_call, BuildError, OutcomeResults};

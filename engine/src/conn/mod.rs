@@ -23,26 +23,28 @@ mod post;
 mod requester;
 mod resources;
 mod responder;
-pub mod task;
+pub(crate) mod task;
 
-pub use builder::{RequesterBuilder, ResponderBuilder, Serving, StopHandle, DEFAULT_CONNECT_TIMEOUT};
+pub use builder::{
+    RequesterBuilder, ResponderBuilder, Serving, StopHandle, DEFAULT_CONNECT_TIMEOUT,
+};
 pub use pair::{Pair, PairError, PairWait};
-pub use post::{post_transmit, transmit, POST_CHUNK};
+#[cfg(any(test, feature = "testing"))]
+pub(crate) use post::post_transmit;
 pub use requester::Requester;
-pub use resources::ConnResources;
-pub use responder::{Listener, ResponderConn, Responder, ResponderCounters, ResponderLimits};
+pub use responder::{Listener, Responder, ResponderConn, ResponderCounters, ResponderLimits};
 
 use crate::core::{ConfigError, CoreError};
 use crate::fabric::{Completion, CompletionQueue, FabricError};
 use rpcrdma_pools::PoolError;
 
 /// Completions reaped per poll.
-pub const CQ_BATCH: usize = 32;
+pub(crate) const CQ_BATCH: usize = 32;
 
 /// Once a connection is up, its connection manager is polled every this many polls:
 /// CM progress can cost a system call (shm reads a socket), and a disconnect shows up
 /// on the data path anyway (every posted request is flushed).
-pub const CM_POLL_INTERVAL: u32 = 64;
+pub(crate) const CM_POLL_INTERVAL: u32 = 64;
 
 const _: () = assert!(CM_POLL_INTERVAL.is_power_of_two());
 

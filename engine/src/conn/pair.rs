@@ -5,7 +5,7 @@ use core::time::Duration;
 use std::time::Instant;
 
 use super::requester::Requester;
-use super::responder::{ResponderConn, Responder};
+use super::responder::{Responder, ResponderConn};
 use super::ConnError;
 use crate::core::config::ConnConfig;
 use crate::core::fixed::FixedQueue;
@@ -68,8 +68,8 @@ impl<P: Provider, S: Service + Send + 'static> Pair<P, S> {
     ) -> Result<Self, PairError> {
         let mut once = Some(service);
         let factory: OneShot<S> = Box::new(move || once.take());
-        let mut server =
-            Responder::bind(server_dev, addr, server_cfg.clone(), factory).map_err(PairError::Conn)?;
+        let mut server = Responder::bind(server_dev, addr, server_cfg.clone(), factory)
+            .map_err(PairError::Conn)?;
         server.keep_closed(true);
         let requester =
             Requester::connect_with(client_dev, addr, client_cfg).map_err(PairError::Conn)?;

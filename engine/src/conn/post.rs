@@ -15,7 +15,7 @@ use crate::fabric::{PostError, QueuePair, RecvWr, SendWr};
 
 /// Requests handed to one `post_send` or `post_recv` call at most. Longer chains (rare:
 /// one poll staging more than this) take more than one doorbell.
-pub const POST_CHUNK: usize = 64;
+pub(super) const POST_CHUNK: usize = 64;
 
 /// Chains up to this long are built in a short stack array: most polls stage one or
 /// two requests, so this spares initialising a full [`POST_CHUNK`] one each time.
@@ -24,7 +24,7 @@ const SHORT_CHAIN: usize = 4;
 /// One poll's posting: the core's transmit onto `qp`, and the report back. Drivers
 /// call this once per poll, after feeding completions and timers.
 #[inline]
-pub fn transmit<C: Transmitter, Q: QueuePair>(core: &mut C, qp: &mut Q, now: Instant) {
+pub(super) fn transmit<C: Transmitter, Q: QueuePair>(core: &mut C, qp: &mut Q, now: Instant) {
     let Some(t) = core.poll_transmit(now) else {
         return;
     };
@@ -37,7 +37,7 @@ pub fn transmit<C: Transmitter, Q: QueuePair>(core: &mut C, qp: &mut Q, now: Ins
 /// Posts `t` through `post_recv` and `post_send` (a queue pair's, or a test wire's),
 /// receives first; on a refusal, how far each chain got.
 #[inline]
-pub fn post_transmit<Q, R, S>(
+pub(crate) fn post_transmit<Q, R, S>(
     t: &Transmit<'_>,
     q: &mut Q,
     mut post_recv: R,
@@ -125,7 +125,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::Outbox;
+    use crate::core::outbox::Outbox;
     use crate::fabric::{PostErrorKind, QpState, SendFlags, SendOp, Sge};
 
     fn staged(sends: u64, recvs: u64) -> Outbox {

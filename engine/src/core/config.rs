@@ -8,7 +8,7 @@ use rpcrdma_pools::HugePages;
 use crate::wire::header::Limits;
 use crate::wire::private_data::{PrivateData, SizeError, MIN_INLINE_SIZE};
 
-pub use crate::limits::{DEFAULT_MAX_CHUNKS, MAX_MRS_PER_CALL};
+pub(crate) use crate::limits::{DEFAULT_MAX_CHUNKS, MAX_MRS_PER_CALL};
 
 /// The keepalive probe's program and version when the ULP names none (a private
 /// number from RFC 5531 §8.3's local range): the probe still proves liveness through
@@ -22,7 +22,7 @@ pub const DEFAULT_CREDIT_RECLAIM: Duration = Duration::from_secs(30);
 
 /// Per-thread cache size of the connection's pools: small, so buffers parked in a
 /// cache are a small share of a pool.
-pub const POOL_CACHE: usize = 16;
+pub(crate) const POOL_CACHE: usize = 16;
 
 /// How a requester makes its chunk memory reachable by the responder.
 ///

@@ -196,7 +196,7 @@ impl<T: fmt::Debug, const N: usize> fmt::Debug for FixedVec<T, N> {
 }
 
 /// A FIFO ring of `capacity` values, allocated once.
-pub struct FixedQueue<T> {
+pub(crate) struct FixedQueue<T> {
     slots: Box<[Option<T>]>,
     head: usize,
     len: usize,
@@ -204,7 +204,7 @@ pub struct FixedQueue<T> {
 
 impl<T> FixedQueue<T> {
     /// A queue holding at most `capacity` values (at least one).
-    pub fn with_capacity(capacity: usize) -> Self {
+    pub(crate) fn with_capacity(capacity: usize) -> Self {
         let capacity = capacity.max(1);
         FixedQueue {
             slots: (0..capacity).map(|_| None).collect(),
@@ -215,7 +215,7 @@ impl<T> FixedQueue<T> {
 
     /// Appends `value` at the back, or hands it back when full.
     #[inline(always)]
-    pub fn push_back(&mut self, value: T) -> Result<(), T> {
+    pub(crate) fn push_back(&mut self, value: T) -> Result<(), T> {
         if self.len == self.slots.len() {
             return Err(value);
         }
@@ -226,7 +226,7 @@ impl<T> FixedQueue<T> {
     }
 
     /// Puts `value` back at the front (undoing a `pop_front`), or hands it back when full.
-    pub fn push_front(&mut self, value: T) -> Result<(), T> {
+    pub(crate) fn push_front(&mut self, value: T) -> Result<(), T> {
         if self.len == self.slots.len() {
             return Err(value);
         }
@@ -238,7 +238,7 @@ impl<T> FixedQueue<T> {
 
     /// Takes the value at the front.
     #[inline(always)]
-    pub fn pop_front(&mut self) -> Option<T> {
+    pub(crate) fn pop_front(&mut self) -> Option<T> {
         if self.len == 0 {
             return None;
         }
@@ -249,7 +249,7 @@ impl<T> FixedQueue<T> {
     }
 
     /// The value at the front.
-    pub fn front(&self) -> Option<&T> {
+    pub(crate) fn front(&self) -> Option<&T> {
         if self.len == 0 {
             return None;
         }
@@ -258,26 +258,14 @@ impl<T> FixedQueue<T> {
 
     /// Number of values queued.
     #[inline]
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.len
     }
 
     /// True when nothing is queued.
     #[inline]
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.len == 0
-    }
-
-    /// True when another push would be refused.
-    #[inline]
-    pub fn is_full(&self) -> bool {
-        self.len == self.slots.len()
-    }
-
-    /// Most values the queue holds.
-    #[inline]
-    pub fn capacity(&self) -> usize {
-        self.slots.len()
     }
 }
 
@@ -292,14 +280,14 @@ impl<T> fmt::Debug for FixedQueue<T> {
 
 /// A stack of free indices `0..n`, allocated once: the free list of a slot table.
 #[derive(Debug)]
-pub struct IndexStack {
+pub(crate) struct IndexStack {
     free: Box<[u32]>,
     len: usize,
 }
 
 impl IndexStack {
     /// Every index of `0..n` free, lowest handed out first.
-    pub fn full(n: u32) -> Self {
+    pub(crate) fn full(n: u32) -> Self {
         IndexStack {
             free: (0..n).rev().collect(),
             len: n as usize,
@@ -308,7 +296,7 @@ impl IndexStack {
 
     /// Takes a free index.
     #[inline]
-    pub fn pop(&mut self) -> Option<u32> {
+    pub(crate) fn pop(&mut self) -> Option<u32> {
         if self.len == 0 {
             return None;
         }
@@ -319,7 +307,7 @@ impl IndexStack {
     /// Returns an index. Returning more indices than the stack was built with is refused
     /// (it would mean a double free in the caller's bookkeeping).
     #[inline]
-    pub fn push(&mut self, index: u32) -> Result<(), u32> {
+    pub(crate) fn push(&mut self, index: u32) -> Result<(), u32> {
         match self.free.get_mut(self.len) {
             Some(slot) => {
                 *slot = index;
@@ -332,20 +320,14 @@ impl IndexStack {
 
     /// Free indices.
     #[inline]
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.len
     }
 
     /// True when every index is taken.
     #[inline]
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.len == 0
-    }
-
-    /// Total indices managed.
-    #[inline]
-    pub fn capacity(&self) -> usize {
-        self.free.len()
     }
 }
 

@@ -12,19 +12,19 @@
 //!
 //! [`Completion`]: crate::fabric::Completion
 
-pub mod config;
+pub(crate) mod config;
 mod connection;
 mod demux;
-pub mod event;
-pub mod fixed;
+pub(crate) mod event;
+pub(crate) mod fixed;
 mod mrs;
-pub mod outbox;
-pub mod regbuf;
-pub mod requester;
-pub mod responder;
-pub mod rpcmsg;
-pub mod transport;
-pub mod wrid;
+pub(crate) mod outbox;
+pub(crate) mod regbuf;
+pub(crate) mod requester;
+pub(crate) mod responder;
+pub(crate) mod rpcmsg;
+pub(crate) mod transport;
+pub(crate) mod wrid;
 
 use core::fmt;
 
@@ -37,7 +37,7 @@ pub use connection::{
 };
 pub use event::ConnEvent;
 pub use mrs::FastRegSlot;
-pub use outbox::{Outbox, OutboxFull, PostFailure, Transmit, Transmitter};
+pub use outbox::{OutboxFull, PostFailure, Transmit, Transmitter};
 pub use regbuf::{RegBuf, RegBufError};
 pub use requester::RequesterHalf;
 pub use requester::{ProbeError, RequesterStats};

@@ -41,7 +41,7 @@ struct StagedSend {
 }
 
 /// Staged send and receive chains.
-pub struct Outbox {
+pub(crate) struct Outbox {
     sends: Vec<StagedSend>,
     sges: Vec<Sge>,
     recvs: Vec<(u64, Sge)>,
@@ -60,7 +60,7 @@ impl fmt::Debug for Outbox {
 impl Outbox {
     /// An outbox for up to `sends` send-queue requests carrying `sges` gather entries
     /// in total, and `recvs` receives.
-    pub fn with_capacity(sends: usize, sges: usize, recvs: usize) -> Outbox {
+    pub(crate) fn with_capacity(sends: usize, sges: usize, recvs: usize) -> Outbox {
         Outbox {
             sends: Vec::with_capacity(sends),
             sges: Vec::with_capacity(sges),
@@ -69,7 +69,7 @@ impl Outbox {
     }
 
     /// Stages a send-queue request.
-    pub fn push_send(
+    pub(crate) fn push_send(
         &mut self,
         wr_id: u64,
         op: SendOp,
@@ -101,7 +101,7 @@ impl Outbox {
     }
 
     /// Stages a receive of one buffer.
-    pub fn push_recv(&mut self, wr_id: u64, sge: Sge) -> Result<(), OutboxFull> {
+    pub(crate) fn push_recv(&mut self, wr_id: u64, sge: Sge) -> Result<(), OutboxFull> {
         if self.recvs.len() == self.recvs.capacity() {
             return Err(OutboxFull {
                 what: "receive chain",
@@ -114,25 +114,19 @@ impl Outbox {
 
     /// Staged send-queue requests.
     #[inline]
-    pub fn send_len(&self) -> usize {
+    pub(crate) fn send_len(&self) -> usize {
         self.sends.len()
     }
 
     /// Staged receives.
     #[inline]
-    pub fn recv_len(&self) -> usize {
+    pub(crate) fn recv_len(&self) -> usize {
         self.recvs.len()
-    }
-
-    /// Room left in the send chain.
-    #[inline]
-    pub fn send_room(&self) -> usize {
-        self.sends.capacity() - self.sends.len()
     }
 
     /// True when nothing is staged.
     #[inline]
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.sends.is_empty() && self.recvs.is_empty()
     }
 
@@ -149,16 +143,6 @@ impl Outbox {
             sgl,
             flags: s.flags,
         }
-    }
-
-    /// The staged send chain, in order (for tests and tracing).
-    pub fn sends(&self) -> impl Iterator<Item = SendWr<'_>> + '_ {
-        self.sends.iter().map(|s| self.wr(s))
-    }
-
-    /// The staged receives, in order (for tests and tracing).
-    pub fn recvs(&self) -> impl Iterator<Item = (u64, Sge)> + '_ {
-        self.recvs.iter().copied()
     }
 
     /// The `wr_id` of staged send request `i`.

@@ -17,13 +17,10 @@ const SUCCESS: u32 = 0;
 const MAX_AUTH_BYTES: u32 = 400;
 
 /// Octets of [`encode_null_call`]'s output.
-pub const NULL_CALL_LEN: usize = 40;
-
-/// Octets of an accepted error reply (more for PROG_MISMATCH).
-pub const ACCEPTED_ERROR_LEN: usize = 24;
+pub(crate) const NULL_CALL_LEN: usize = 40;
 
 /// Writes a NULL call (procedure 0, AUTH_NONE) of `prog`/`vers` and returns its length.
-pub fn encode_null_call(
+pub(crate) fn encode_null_call(
     xid: u32,
     prog: u32,
     vers: u32,
@@ -48,7 +45,7 @@ pub fn encode_null_call(
 }
 
 /// Writes the accepted reply that reports `err` for `xid`, with an AUTH_NONE verifier.
-pub fn encode_accepted_error(
+pub(crate) fn encode_accepted_error(
     xid: u32,
     err: ServiceError,
     buf: &mut [u8],
@@ -70,7 +67,7 @@ const PLAIN_SUCCESS_LEN: usize = 24;
 
 /// Sorts an RPC reply: `Ok` for MSG_ACCEPTED/SUCCESS, otherwise what it is.
 #[inline]
-pub fn classify_reply(msg: &[u8]) -> Result<(), RpcReplyError> {
+pub(crate) fn classify_reply(msg: &[u8]) -> Result<(), RpcReplyError> {
     // Nearly every reply is a success with an empty verifier (AUTH_NONE or a flavor
     // without body): six fixed words, checked without the general decoder.
     if let Some(w) = msg.get(..PLAIN_SUCCESS_LEN) {
@@ -122,7 +119,7 @@ mod tests {
     fn accepted_errors_classify_back() {
         let mut b = [0u8; 32];
         let n = encode_accepted_error(5, ServiceError::GarbageArgs, &mut b).unwrap();
-        assert_eq!(n, ACCEPTED_ERROR_LEN);
+        assert_eq!(n, 24, "an accepted error reply is six words");
         assert_eq!(classify_reply(&b[..n]), Err(RpcReplyError::Accepted(4)));
         let n = encode_accepted_error(5, ServiceError::ProgMismatch { low: 2, high: 3 }, &mut b)
             .unwrap();

@@ -59,7 +59,7 @@ impl WrKind {
 }
 
 /// Largest `aux` value (28 bits).
-pub const MAX_AUX: u32 = (1 << 28) - 1;
+pub(crate) const MAX_AUX: u32 = (1 << 28) - 1;
 
 /// A decoded `wr_id`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -68,7 +68,7 @@ pub struct WrId {
     pub kind: WrKind,
     /// Index into the table `kind` names.
     pub slot: u32,
-    /// Kind-specific refinement (at most [`MAX_AUX`]).
+    /// Kind-specific refinement (at most 2^28 - 1).
     pub aux: u32,
 }
 

@@ -29,8 +29,8 @@ use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::atomic::{fence, AtomicU16, AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use crate::fabric::error::FabricError;
 use crate::fabric::mr::{key_generation, key_index, make_key, Access, MAX_KEY_INDEX};
+use crate::fabric::FabricError;
 
 const ALLOCATED: u8 = 1;
 const VALID: u8 = 2;

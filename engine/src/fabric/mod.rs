@@ -31,18 +31,18 @@
 //! on shm the arena must be shareable, because the peer maps it; a verbs provider
 //! accepts any arena. Keys are `index << 8 | generation`; see [`mr`].
 
-pub mod abort;
+mod abort;
 mod clock;
-pub mod cm;
-pub mod error;
+mod cm;
+mod error;
 pub(crate) mod keytable;
 pub mod mr;
-pub mod provider;
+mod provider;
 pub mod shm;
 pub mod sim;
 pub mod siw;
 pub(crate) mod slots;
-pub mod types;
+mod types;
 #[cfg(feature = "verbs")]
 pub mod verbs;
 

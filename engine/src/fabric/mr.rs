@@ -125,7 +125,7 @@ pub const fn retag_key(key: u32, tag: u8) -> u32 {
 /// slot moves to its key's next generation on `rekey` (like `ib_update_fast_reg_key`).
 macro_rules! soft_memory_region {
     ($t:ty) => {
-        impl $crate::fabric::provider::MemoryRegion for $t {
+        impl $crate::fabric::MemoryRegion for $t {
             fn lkey(&self) -> u32 {
                 self.key
             }

@@ -6,7 +6,7 @@
 use crate::engine_support;
 
 use engine_support::*;
-use rpcrdma::requester::{CallRequest, CallStatus};
+use rpcrdma::{CallRequest, CallStatus};
 
 fn long_call_and_reply_chunk<N: Net>(net: N) {
     let cfg = test_config();

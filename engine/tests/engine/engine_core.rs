@@ -6,18 +6,18 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rpcrdma::core::{
-    CloseReason, ConnConfig, ConnEvent, ConnState, CorePools, RegBuf, RequesterCore, ResponderCore,
-};
-use rpcrdma::credits::{CreditTable, GrantPolicy};
 use rpcrdma::fabric::RemoteAddr;
 use rpcrdma::fabric::{Completion, SendOp, WcOpcode, WcStatus};
-use rpcrdma::requester::{CallRequest, CallStatus, SubmitRefusal, TransportError};
-use rpcrdma::service::{CallView, Padding, ReplyWriter, Service, ServiceError};
 use rpcrdma::testing::fast_reg_slots;
 use rpcrdma::testing::wire::{Posted, PostedRecv, Wire};
 use rpcrdma::wire::header::{encode_err_chunk, encode_err_vers, RdmaError};
 use rpcrdma::wire::private_data::PrivateData;
+use rpcrdma::{CallRequest, CallStatus, SubmitRefusal, TransportError};
+use rpcrdma::{CallView, Padding, ReplyWriter, Service, ServiceError};
+use rpcrdma::{
+    CloseReason, ConnConfig, ConnEvent, ConnState, CorePools, RegBuf, RequesterCore, ResponderCore,
+};
+use rpcrdma::{CreditTable, GrantPolicy};
 use rpcrdma_pools::{HugePages, Pool, PoolConfig, RegKeys};
 
 fn pools() -> CorePools {
@@ -312,7 +312,7 @@ fn stray_completions_are_counted_not_trusted() {
     core.handle_completion(&wc, now);
     // A CallSend completion for a free slot.
     let wc = Completion {
-        wr_id: rpcrdma::core::WrId::new(rpcrdma::core::WrKind::CallSend, 3).encode(),
+        wr_id: rpcrdma::WrId::new(rpcrdma::WrKind::CallSend, 3).encode(),
         ..wc
     };
     core.handle_completion(&wc, now);
@@ -622,7 +622,7 @@ fn persistent_requester_advertises_pool_keys_and_posts_only_the_send() {
     let credits = Arc::new(CreditTable::new(8, false));
     let mut core: RequesterCore =
         RequesterCore::requester_persistent(&cfg(), &pools, credits).expect("core");
-    assert_eq!(core.registration(), rpcrdma::core::RegMode::Persistent);
+    assert_eq!(core.registration(), rpcrdma::RegMode::Persistent);
     let local = PrivateData::decode(&core.local_private_data()).expect("decodes");
     assert!(
         !local.remote_invalidate,
@@ -958,7 +958,7 @@ fn a_queued_call_whose_xid_was_taken_meanwhile_is_refused_alone() {
 
 /// Carries every Send `from` posted into `to`'s receives (feeding `to_core` the receive
 /// completions), completes everything `from` posted, and returns how many Sends crossed.
-fn carry<A: rpcrdma::core::Transmitter, B: rpcrdma::core::Transmitter>(
+fn carry<A: rpcrdma::Transmitter, B: rpcrdma::Transmitter>(
     from: &mut Wire,
     from_core: &mut A,
     to: &mut Wire,
@@ -996,7 +996,7 @@ fn a_two_role_connection_serves_and_calls_on_one_transport() {
         let credits = Arc::new(CreditTable::new(8, false));
         let policy = Arc::new(GrantPolicy::new(8, 8));
         let mut core =
-            rpcrdma::core::BidiCore::both_roles(&cfg(), &pools, Some(&mrs), credits, Ok0, policy)
+            rpcrdma::BidiCore::both_roles(&cfg(), &pools, Some(&mrs), credits, Ok0, policy)
                 .expect("two-role core");
         let mut wire = Wire::new([&pools.recv, &pools.send, &pools.large]);
         core.on_established(&peer_pd(), now);
@@ -1011,7 +1011,7 @@ fn a_two_role_connection_serves_and_calls_on_one_transport() {
         .expect("b calls a");
     wa.pump(&mut a, now);
     wb.pump(&mut b, now);
-    let feed = |c: &mut rpcrdma::core::BidiCore<Ok0>, wc: &Completion| c.handle_completion(wc, now);
+    let feed = |c: &mut rpcrdma::BidiCore<Ok0>, wc: &Completion| c.handle_completion(wc, now);
     let (mut oa, mut ob) = (None, None);
     for _ in 0..8 {
         carry(&mut wa, &mut a, &mut wb, &mut b, now, feed, feed);

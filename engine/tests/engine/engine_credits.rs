@@ -7,8 +7,8 @@ use crate::engine_support;
 use engine_support::*;
 use std::time::Duration;
 
-use rpcrdma::core::{CloseReason, ConnEvent};
-use rpcrdma::requester::{CallRequest, CallStatus, TransportError};
+use rpcrdma::{CallRequest, CallStatus, TransportError};
+use rpcrdma::{CloseReason, ConnEvent};
 
 fn more_calls_than_credits_queue_in_order<N: Net>(net: N) {
     let client = test_config();
@@ -60,7 +60,7 @@ fn grant_follows_the_responder_policy<N: Net>(net: N) {
     let mut server = test_config();
     server.credits = 6;
     let mut p = pair(&net, &client, &server);
-    let null = |p: &mut rpcrdma::conn::Pair<N::P, TestService>| {
+    let null = |p: &mut rpcrdma::Pair<N::P, TestService>| {
         let req = CallRequest::new(msg(p, PROC_NULL, &[]), 256);
         assert_eq!(call(p, req).status, CallStatus::Success);
     };

@@ -8,10 +8,10 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use engine_support::*;
-use rpcrdma::conn::Pair;
-use rpcrdma::core::{ConnEvent, ConnState, CorePools, RegMode};
 use rpcrdma::fabric::Provider;
-use rpcrdma::requester::{CallRequest, CallStatus, Outcome, TransportError};
+use rpcrdma::Pair;
+use rpcrdma::{CallRequest, CallStatus, Outcome, TransportError};
+use rpcrdma::{ConnEvent, ConnState, CorePools, RegMode};
 
 /// Ten calls of every shape, submitted after a first reply granted 8 credits, and
 /// posted (but not executed: the responder is not polled).
@@ -192,8 +192,8 @@ fn timeout_kills_the_keys_before_reporting<N: Net>(net: N) {
 /// buffers, which stay out of every pool until the late reply proves the responder is
 /// done with them; the connection survives.
 fn timeout_quarantines_persistent_buffers<P: rpcrdma::fabric::Provider>(
-    mut p: rpcrdma::conn::Pair<P, TestService>,
-    o: rpcrdma::requester::Outcome,
+    mut p: rpcrdma::Pair<P, TestService>,
+    o: rpcrdma::Outcome,
     large: rpcrdma_pools::Pool,
     held: Vec<rpcrdma_pools::Buf>,
 ) {

@@ -4,10 +4,10 @@
 use crate::engine_support;
 
 use engine_support::*;
-use rpcrdma::core::{ConnState, RegMode};
 use rpcrdma::fabric::{QueuePair, SendWr};
-use rpcrdma::requester::{CallRequest, CallStatus, TransportError};
 use rpcrdma::wire::header::RdmaError;
+use rpcrdma::{CallRequest, CallStatus, TransportError};
+use rpcrdma::{ConnState, RegMode};
 
 fn reply_that_fits_nothing_gets_err_chunk<N: Net>(net: N) {
     let cfg = test_config();
@@ -73,7 +73,7 @@ fn injected_bad_headers_get_rdma_errors<N: Net>(net: N) {
 
 /// A call with a write sink and a Reply chunk: three registrations, of which a Send
 /// With Invalidate kills one.
-fn chunky_call<P: rpcrdma::fabric::Provider>(p: &mut rpcrdma::conn::Pair<P, TestService>) {
+fn chunky_call<P: rpcrdma::fabric::Provider>(p: &mut rpcrdma::Pair<P, TestService>) {
     let data = pattern(3000, 1);
     let mut req = CallRequest::new(msg(p, PROC_ECHO_DDP, &(3000u32).to_be_bytes()), 20_000);
     req.push_ddp_arg((CALL_HDR + 4) as u32, large_with(p, &data))
@@ -89,7 +89,7 @@ fn chunky_call<P: rpcrdma::fabric::Provider>(p: &mut rpcrdma::conn::Pair<P, Test
 /// invalidation, so the responder answers with plain Sends, and nothing is invalidated
 /// locally either.
 fn persistent_mode_never_invalidates<P: rpcrdma::fabric::Provider>(
-    p: &mut rpcrdma::conn::Pair<P, TestService>,
+    p: &mut rpcrdma::Pair<P, TestService>,
 ) {
     assert!(!p.requester.thresholds().remote_invalidate);
     chunky_call(p);

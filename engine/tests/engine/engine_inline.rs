@@ -4,9 +4,9 @@
 use crate::engine_support;
 
 use engine_support::*;
-use rpcrdma::core::ConnState;
 use rpcrdma::fabric::Provider;
-use rpcrdma::requester::{CallRequest, CallStatus, RpcReplyError};
+use rpcrdma::ConnState;
+use rpcrdma::{CallRequest, CallStatus, RpcReplyError};
 
 fn null_call_round_trips<N: Net>(net: N) {
     let cfg = test_config();
@@ -100,7 +100,7 @@ trait ConnConfigExt {
     fn with_inline(self, send: u32, recv: u32, ri: bool) -> Self;
 }
 
-impl ConnConfigExt for rpcrdma::core::ConnConfig {
+impl ConnConfigExt for rpcrdma::ConnConfig {
     fn with_inline(mut self, send: u32, recv: u32, ri: bool) -> Self {
         self.inline_send = send;
         self.inline_recv = recv;

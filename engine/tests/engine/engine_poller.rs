@@ -7,11 +7,11 @@ use crate::engine_support;
 use std::time::{Duration, Instant};
 
 use engine_support::*;
-use rpcrdma::conn::task::{Client, ConnMsg, RequesterTask, ResponderTask};
-use rpcrdma::conn::{Requester, Responder};
-use rpcrdma::core::ConnState;
 use rpcrdma::fabric::shm::{ShmDevice, ShmProvider};
-use rpcrdma::requester::{CallRequest, CallStatus};
+use rpcrdma::ConnState;
+use rpcrdma::{CallRequest, CallStatus};
+use rpcrdma::{Client, ConnMsg, RequesterTask, ResponderTask};
+use rpcrdma::{Requester, Responder};
 use rpcrdma_poller::{IdlePolicy, PollerConfig, PollerGroup};
 
 #[test]

@@ -3,9 +3,9 @@
 //! silent fall-back), and `Auto` there picks persistent registration and says so in the
 //! connection's stats.
 
-use rpcrdma::conn::{ConnError, Requester};
-use rpcrdma::core::{ConfigError, ConnConfig, RegMode, Registration};
 use rpcrdma::fabric::sim::{Sim, SimAddr, SimConfig, SimNet};
+use rpcrdma::{ConfigError, ConnConfig, RegMode, Registration};
+use rpcrdma::{ConnError, Requester};
 use rpcrdma_pools::HugePages;
 
 fn config(registration: Registration) -> ConnConfig {

@@ -8,14 +8,17 @@ use crate::engine_support;
 use std::time::{Duration, Instant};
 
 use engine_support::*;
-use rpcrdma::conn::{Requester, Responder, ResponderLimits};
-use rpcrdma::core::ConnState;
 use rpcrdma::fabric::Provider;
-use rpcrdma::requester::{CallRequest, CallStatus};
+use rpcrdma::ConnState;
+use rpcrdma::{CallRequest, CallStatus};
+use rpcrdma::{Requester, Responder, ResponderLimits};
 
 type TestServer<P> = Responder<P, TestService, fn() -> Option<TestService>>;
 
-fn server<N: Net>(net: &N, limits: ResponderLimits) -> (TestServer<N::P>, <N::P as Provider>::Addr) {
+fn server<N: Net>(
+    net: &N,
+    limits: ResponderLimits,
+) -> (TestServer<N::P>, <N::P as Provider>::Addr) {
     let addr = net.addr();
     let factory: fn() -> Option<TestService> = || Some(TestService::default());
     let mut s = Responder::bind(net.device(), &addr, test_config(), factory).expect("server binds");

@@ -7,11 +7,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use rpcrdma::conn::Pair;
-use rpcrdma::core::{ConnConfig, RegBuf};
 use rpcrdma::fabric::shm::{ShmAddr, ShmDevice, ShmProvider};
-use rpcrdma::requester::{CallRequest, CallStatus, Outcome};
-use rpcrdma::service::{CallView, DdpRefusal, ReplyWriter, Service, ServiceError};
+use rpcrdma::Pair;
+use rpcrdma::{CallRequest, CallStatus, Outcome};
+use rpcrdma::{CallView, DdpRefusal, ReplyWriter, Service, ServiceError};
+use rpcrdma::{ConnConfig, RegBuf};
 use rpcrdma_pools::HugePages;
 
 const DEADLINE: Duration = Duration::from_secs(10);

@@ -14,11 +14,11 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use engine_support::*;
-use rpcrdma::conn::Pair;
-use rpcrdma::core::{ConnState, CorePools};
 use rpcrdma::fabric::sim::{FaultConfig, Sim, SimConfig, SimNet, SimRng};
-use rpcrdma::requester::{CallRequest, CallStatus, Outcome, RpcReplyError, TransportError};
 use rpcrdma::wire::header::RdmaError;
+use rpcrdma::Pair;
+use rpcrdma::{CallRequest, CallStatus, Outcome, RpcReplyError, TransportError};
+use rpcrdma::{ConnState, CorePools};
 
 /// What a call must come back with, if it comes back with a reply.
 #[derive(Debug)]
@@ -189,7 +189,7 @@ fn run_seed_with(
     seed: u64,
     faults: FaultConfig,
     inline_timeout: Option<Duration>,
-    tune: impl Fn(&mut rpcrdma::core::ConnConfig),
+    tune: impl Fn(&mut rpcrdma::ConnConfig),
 ) -> Run {
     let cfg = SimConfig::seeded(seed)
         .with_latency(Duration::from_micros(1), Duration::from_micros(200))
@@ -302,7 +302,7 @@ fn run_seed_with(
         .filter(|s| s.0 == CallStatus::Timeout)
         .count() as u64;
     while let Some(ev) = p.requester.poll_event() {
-        if let rpcrdma::core::ConnEvent::ProbeAnswered(_) = ev {
+        if let rpcrdma::ConnEvent::ProbeAnswered(_) = ev {
             probes_answered += 1;
         }
     }
@@ -373,7 +373,7 @@ fn a_seed_replays_the_same_history() {
 #[test]
 fn a_seed_replays_its_timeouts_and_probes() {
     let timers = |seed: u64| {
-        move |c: &mut rpcrdma::core::ConnConfig| {
+        move |c: &mut rpcrdma::ConnConfig| {
             c.seed = Some(seed);
             c.keepalive = Some(Duration::from_micros(300));
             c.probe_timeout = Duration::from_millis(5);

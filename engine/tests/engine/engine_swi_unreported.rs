@@ -7,9 +7,9 @@
 use crate::engine_support;
 
 use engine_support::*;
-use rpcrdma::core::RegMode;
 use rpcrdma::fabric::sim::{SimConfig, SimNet};
-use rpcrdma::requester::{CallRequest, CallStatus};
+use rpcrdma::RegMode;
+use rpcrdma::{CallRequest, CallStatus};
 
 #[test]
 fn unreported_remote_invalidation_is_covered_by_local_invalidation() {

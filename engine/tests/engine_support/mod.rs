@@ -6,14 +6,14 @@ use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use rpcrdma::conn::Pair;
-use rpcrdma::core::{ConnConfig, RegBuf, Registration};
 use rpcrdma::fabric::shm::{ShmAddr, ShmDevice, ShmProvider};
 use rpcrdma::fabric::sim::{Sim, SimAddr, SimConfig, SimNet};
 use rpcrdma::fabric::siw::{SiwConfig, SiwDevice, SiwProvider};
 use rpcrdma::fabric::Provider;
-use rpcrdma::requester::{CallRequest, Outcome};
-use rpcrdma::service::{CallView, ReplyWriter, Service, ServiceError};
+use rpcrdma::Pair;
+use rpcrdma::{CallRequest, Outcome};
+use rpcrdma::{CallView, ReplyWriter, Service, ServiceError};
+use rpcrdma::{ConnConfig, RegBuf, Registration};
 use rpcrdma_pools::HugePages;
 
 /// Longest any single wait may take.

@@ -31,11 +31,11 @@ use std::time::{Duration, Instant};
 use engine_support::*;
 use rpcrdma::fabric::siw::{SiwConfig, SiwDevice, SiwProvider, WireTap};
 use rpcrdma::iwarp::rdmap::{Opcode, Placement, SegmentHeader};
-use rpcrdma::requester::{CallRequest, CallStatus, Outcome, TransportError};
 use rpcrdma::wire::header::{
     ChunkLists, Header, HeaderBody, Limits, RdmaError, Segment, RDMA_ERROR, RDMA_MSG, RDMA_NOMSG,
     RPCRDMA_VERSION,
 };
+use rpcrdma::{CallRequest, CallStatus, Outcome, TransportError};
 
 const INSTALL_HINT: &str = "tshark with capture rights on `lo` is required for this test: \
      install it with `DEBIAN_FRONTEND=noninteractive apt-get install -y tshark` and run as \

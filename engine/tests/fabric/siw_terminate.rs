@@ -13,8 +13,6 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::Instant;
 
 use engine_support::{test_config, write_call, TestService, DEADLINE, PROC_NULL};
-use rpcrdma::conn::{Requester, Responder};
-use rpcrdma::core::{CloseReason, ConnEvent, ConnState};
 use rpcrdma::fabric::siw::{SiwConfig, SiwDevice, SiwProvider};
 use rpcrdma::fabric::{AbortKind, AbortSite, PeerAbort};
 use rpcrdma::iwarp::ddp::{MsnCounters, QueueNumber};
@@ -27,7 +25,9 @@ use rpcrdma::iwarp::terminate::{
     DdpUntaggedError, RdmapOperationError, Terminate, TerminateCode, TerminateLayout,
     TerminateReason, TerminatedSegment,
 };
-use rpcrdma::requester::{CallRequest, CallStatus, Outcome, TransportError};
+use rpcrdma::{CallRequest, CallStatus, Outcome, TransportError};
+use rpcrdma::{CloseReason, ConnEvent, ConnState};
+use rpcrdma::{Requester, Responder};
 
 /// The raw responder's side of the stream.
 struct KernelLike {
@@ -261,10 +261,11 @@ fn a_requesters_terminate_is_the_servers_close_reason() {
         let l = TcpListener::bind("127.0.0.1:0").expect("bind");
         l.local_addr().expect("address")
     };
-    let mut server = Responder::<SiwProvider, TestService, _>::bind(dev, &addr, test_config(), || {
-        Some(TestService::default())
-    })
-    .expect("server");
+    let mut server =
+        Responder::<SiwProvider, TestService, _>::bind(dev, &addr, test_config(), || {
+            Some(TestService::default())
+        })
+        .expect("server");
     server.keep_closed(true);
     let mut peer = KernelLike::connect(addr);
     let end = Instant::now() + DEADLINE;

@@ -13,12 +13,12 @@ use std::net::SocketAddr;
 use std::time::Instant;
 
 use engine_support::*;
-use rpcrdma::conn::{ConnError, Requester, Responder};
-use rpcrdma::core::{ConfigError, ConnConfig, ConnState, RegMode, Registration};
 use rpcrdma::fabric::siw::{SiwDevice, SiwProvider};
 use rpcrdma::fabric::verbs::{list_devices, Transport, VerbsProvider};
 use rpcrdma::fabric::Device;
-use rpcrdma::requester::{CallRequest, CallStatus, Outcome};
+use rpcrdma::{CallRequest, CallStatus, Outcome};
+use rpcrdma::{ConfigError, ConnConfig, ConnState, RegMode, Registration};
+use rpcrdma::{ConnError, Requester, Responder};
 
 fn device_info(net: &VerbsNet) -> rpcrdma::fabric::verbs::DeviceInfo {
     list_devices()
@@ -142,7 +142,7 @@ impl Mixed {
         }
     }
 
-    fn msg(&self, proc: u32, args: &[u8]) -> rpcrdma::core::RegBuf {
+    fn msg(&self, proc: u32, args: &[u8]) -> rpcrdma::RegBuf {
         let mut b = if CALL_HDR + args.len() <= 4096 {
             self.requester.alloc_msg().expect("send buffer")
         } else {
@@ -152,7 +152,7 @@ impl Mixed {
         b
     }
 
-    fn large(&self, data: &[u8]) -> rpcrdma::core::RegBuf {
+    fn large(&self, data: &[u8]) -> rpcrdma::RegBuf {
         let mut b = self.requester.alloc_large().expect("large buffer");
         b.fill(data).expect("fits");
         b

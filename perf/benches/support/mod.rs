@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
-use rpcrdma::conn::Pair;
-use rpcrdma::core::ConnConfig;
 use rpcrdma::fabric::shm::{ShmAddr, ShmDevice, ShmProvider};
+use rpcrdma::ConnConfig;
+use rpcrdma::Pair;
 use rpcrdma_ulp::builtin::EchoProgram;
 use rpcrdma_ulp::program::Dispatcher;
 

@@ -13,10 +13,10 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use rpcrdma::conn::Requester;
-use rpcrdma::core::{ConnConfig, ConnState};
 use rpcrdma::fabric::shm::{ShmAddr, ShmDevice, ShmProvider};
-use rpcrdma::requester::{CallRequest, CallStatus, Outcome};
+use rpcrdma::Requester;
+use rpcrdma::{CallRequest, CallStatus, Outcome};
+use rpcrdma::{ConnConfig, ConnState};
 use rpcrdma_pools::HugePages;
 use rpcrdma_ulp::client::{inline_call, OutcomeResults};
 use rpcrdma_ulp::ddp::{encode_call, reply_results, Void, XdrCodec};

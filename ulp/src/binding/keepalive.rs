@@ -11,7 +11,7 @@
 
 use core::time::Duration;
 
-use rpcrdma::core::ConnConfig;
+use rpcrdma::ConnConfig;
 
 /// `cfg` with keepalive probes every `interval` of silence, each an RPC NULL call to
 /// `prog`/`vers` (the program the connection's calls go to), as the Linux client does.

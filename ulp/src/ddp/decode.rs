@@ -3,8 +3,8 @@
 
 use core::fmt;
 
-use rpcrdma::service::Padding;
 use rpcrdma::wire::xdr::{pad4, XdrCursor, XdrError};
+use rpcrdma::Padding;
 
 use super::list::{ReadItem, MAX_DDP_ITEMS};
 

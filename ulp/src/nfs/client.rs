@@ -11,11 +11,11 @@ use std::io::{self, Write as _};
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use rpcrdma::conn::Requester;
-use rpcrdma::core::{ConnConfig, ConnState};
 use rpcrdma::fabric::Provider;
-use rpcrdma::requester::{CallRequest, CallStatus, Outcome, TransportError};
 use rpcrdma::wire::header::RdmaError;
+use rpcrdma::Requester;
+use rpcrdma::{CallRequest, CallStatus, Outcome, TransportError};
+use rpcrdma::{ConnConfig, ConnState};
 
 use super::mount::{self, DirPath, MountRes3, MountStat3, MOUNT_PROGRAM, MOUNT_V3};
 use super::server::tcp::{read_record, write_record};

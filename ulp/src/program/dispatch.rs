@@ -11,7 +11,7 @@ use super::Program;
 use crate::binding::ProcInfo;
 use crate::ddp::{DdpCursor, DdpEncodeError, DdpEncoder, DdpList, ReadItem, WriteItem};
 use crate::rpc::{CallHeader, EncodeError, ReplyHeader, RpcError, ServerReply};
-use rpcrdma::service::Padding;
+use rpcrdma::Padding;
 
 /// A received call as the transport delivers it.
 #[derive(Debug, Clone, Copy, Default)]

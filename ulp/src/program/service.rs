@@ -1,6 +1,6 @@
-//! The engine's responder upcall: [`Dispatcher`] as an `rpcrdma::service::Service`.
+//! The engine's responder upcall: [`Dispatcher`] as an `rpcrdma::Service`.
 
-use rpcrdma::service::{CallView, DdpRefusal, ReplyWriter, Service, ServiceError};
+use rpcrdma::{CallView, DdpRefusal, ReplyWriter, Service, ServiceError};
 
 use super::dispatch::{DispatchError, Dispatched, Dispatcher, InboundCall};
 use crate::ddp::{ReadItem, MAX_DDP_ITEMS};

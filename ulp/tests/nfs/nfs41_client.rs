@@ -10,9 +10,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rpcrdma::conn::Responder;
-use rpcrdma::core::ConnConfig;
 use rpcrdma::fabric::shm::{ShmAddr, ShmDevice, ShmProvider};
+use rpcrdma::ConnConfig;
+use rpcrdma::Responder;
 use rpcrdma_ulp::binding::ProcInfo;
 use rpcrdma_ulp::ddp::{DdpCursor, DdpEncoder, XdrCodec};
 use rpcrdma_ulp::nfs::client::NfsClientError;
@@ -346,9 +346,13 @@ fn nfs41_client_against_a_fake_server() {
                 d.register(Box::new(Fake(state.clone()))).ok()?;
                 Some(d)
             };
-            let mut s =
-                Responder::<ShmProvider, Dispatcher, _>::bind(ShmDevice::new(), &addr, cfg(), factory)
-                    .expect("server binds");
+            let mut s = Responder::<ShmProvider, Dispatcher, _>::bind(
+                ShmDevice::new(),
+                &addr,
+                cfg(),
+                factory,
+            )
+            .expect("server binds");
             while !stop.load(Ordering::Relaxed) {
                 if s.poll(Instant::now()) == 0 {
                     std::thread::yield_now();

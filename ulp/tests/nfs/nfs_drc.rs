@@ -10,10 +10,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use rpcrdma::conn::Pair;
-use rpcrdma::core::ConnConfig;
 use rpcrdma::fabric::shm::{ShmAddr, ShmDevice, ShmProvider};
-use rpcrdma::requester::{CallStatus, Outcome};
+use rpcrdma::ConnConfig;
+use rpcrdma::Pair;
+use rpcrdma::{CallStatus, Outcome};
 use rpcrdma_pools::HugePages;
 use rpcrdma_ulp::client::{inline_call, CallPlan, DdpBufs};
 use rpcrdma_ulp::ddp::{encode_call, reply_results, XdrCodec};

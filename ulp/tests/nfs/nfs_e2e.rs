@@ -9,10 +9,10 @@ use std::net::{TcpListener, TcpStream};
 use std::sync::Arc;
 use std::time::Duration;
 
-use rpcrdma::conn::Pair;
-use rpcrdma::core::ConnConfig;
 use rpcrdma::fabric::shm::{ShmAddr, ShmDevice, ShmProvider};
-use rpcrdma::requester::{CallRequest, CallStatus, Outcome};
+use rpcrdma::ConnConfig;
+use rpcrdma::Pair;
+use rpcrdma::{CallRequest, CallStatus, Outcome};
 use rpcrdma_pools::HugePages;
 use rpcrdma_ulp::client::{inline_call, CallPlan, DdpBufs, OutcomeResults};
 use rpcrdma_ulp::ddp::{encode_call, reply_results, XdrCodec};
@@ -552,7 +552,7 @@ fn nfs3_over_rdma_with_mount_over_tcp() {
         .expect("outcome");
     assert_eq!(
         o.status,
-        CallStatus::RpcError(rpcrdma::requester::RpcReplyError::Accepted(4)),
+        CallStatus::RpcError(rpcrdma::RpcReplyError::Accepted(4)),
         "GARBAGE_ARGS"
     );
 

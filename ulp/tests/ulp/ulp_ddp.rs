@@ -3,8 +3,8 @@
 //! the reconstructed stream, chunks and the inline stream both omit the roundup of a
 //! moved item, and later positions still count it.
 
-use rpcrdma::service::Padding;
 use rpcrdma::wire::xdr::XdrError;
+use rpcrdma::Padding;
 use rpcrdma_ulp::builtin::{echo_proc, Echo2, EchoData, ECHO_PROGRAM};
 use rpcrdma_ulp::ddp::{
     encode_call, reply_results, CallEncoder, DdpCursor, DdpDecodeError, DdpEncodeError, DdpEncoder,

@@ -4,12 +4,13 @@
 
 use std::time::Duration;
 
-use rpcrdma::conn::Pair;
-use rpcrdma::core::config::DEFAULT_MAX_CHUNKS;
-use rpcrdma::core::{ConnConfig, ConnEvent, RegBuf};
 use rpcrdma::fabric::shm::{ShmAddr, ShmDevice, ShmProvider};
-use rpcrdma::requester::{CallRequest, CallStatus, Outcome, TransportError, MAX_DDP_ARGS};
+use rpcrdma::limits::DEFAULT_MAX_CHUNKS;
+use rpcrdma::limits::MAX_DDP_ARGS;
 use rpcrdma::wire::header::RdmaError;
+use rpcrdma::Pair;
+use rpcrdma::{CallRequest, CallStatus, Outcome, TransportError};
+use rpcrdma::{ConnConfig, ConnEvent, RegBuf};
 use rpcrdma_pools::HugePages;
 use rpcrdma_ulp::binding::{with_keepalive, ProcInfo};
 use rpcrdma_ulp::builtin::{echo_proc, Echo2, EchoProgram, ECHO_PROGRAM, ECHO_VERSION};

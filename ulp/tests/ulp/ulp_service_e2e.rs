@@ -6,14 +6,14 @@
 
 use std::time::Duration;
 
-use rpcrdma::conn::Pair;
-use rpcrdma::core::{ConnConfig, RegBuf};
 use rpcrdma::fabric::shm::{ShmAddr, ShmDevice, ShmProvider};
 use rpcrdma::fabric::sim::{Sim, SimAddr, SimConfig, SimNet};
 use rpcrdma::fabric::siw::{SiwDevice, SiwProvider};
 use rpcrdma::fabric::Provider;
-use rpcrdma::requester::{CallRequest, CallStatus, Outcome, RpcReplyError, TransportError};
 use rpcrdma::wire::header::RdmaError;
+use rpcrdma::Pair;
+use rpcrdma::{CallRequest, CallStatus, Outcome, RpcReplyError, TransportError};
+use rpcrdma::{ConnConfig, RegBuf};
 use rpcrdma_pools::HugePages;
 use rpcrdma_ulp::builtin::{
     echo_proc, is_source_pattern, Echo2, EchoData, EchoProgram, NullProgram, SinkRes, SourceArgs,

@@ -17,7 +17,7 @@ use rpcrdma_pools::Arena;
 use super::segment::Segment;
 use super::sock;
 use super::table::Place;
-use crate::fabric::error::FabricError;
+use crate::fabric::FabricError;
 
 /// A channel that tells one connected peer about its protection domain's arenas: the
 /// sending end of a socket pair whose other end the peer holds, and the counter in our

@@ -30,10 +30,10 @@ use super::qp::{QpParts, QpShared, ShmQp};
 use super::segment::Segment;
 use super::sock::{self, Recv, ShmAddr};
 use super::ShmProvider;
-use crate::fabric::cm::{CmEvent, CmPrivateData, ConnId};
-use crate::fabric::error::FabricError;
-use crate::fabric::provider::{ConnectionManager, QpInit};
-use crate::fabric::types::RNR_RETRY_INFINITE;
+use crate::fabric::FabricError;
+use crate::fabric::RNR_RETRY_INFINITE;
+use crate::fabric::{CmEvent, CmPrivateData, ConnId};
+use crate::fabric::{ConnectionManager, QpInit};
 
 static NEXT_CONN: AtomicU64 = AtomicU64::new(1);
 

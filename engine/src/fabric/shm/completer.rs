@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 
 use super::qp::QpShared;
 use super::segment::{ack, AckState, Acks};
-use crate::fabric::types::{Completion, WcStatus};
+use crate::fabric::{Completion, WcStatus};
 
 /// Retires one queue pair's send queue.
 pub(crate) struct Completer {

@@ -11,9 +11,9 @@ use crossbeam_queue::ArrayQueue;
 
 use super::device::DeviceShared;
 use super::qp::QpShared;
-use crate::fabric::error::FabricError;
-use crate::fabric::provider::CompletionQueue;
-use crate::fabric::types::Completion;
+use crate::fabric::Completion;
+use crate::fabric::CompletionQueue;
+use crate::fabric::FabricError;
 
 /// Most queue pairs one completion queue serves.
 const MAX_ATTACHED: usize = 1024;

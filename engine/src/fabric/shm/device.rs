@@ -13,11 +13,11 @@ use super::pd::{PdShared, ShmPd};
 use super::segment::MAX_SGE;
 use super::table::MrTable;
 use super::ShmProvider;
-use crate::fabric::cm::{PrivateDataLimits, MAX_PRIVATE_DATA};
-use crate::fabric::error::FabricError;
 use crate::fabric::mr::MAX_KEY_INDEX;
-use crate::fabric::provider::Device;
-use crate::fabric::types::DeviceCaps;
+use crate::fabric::Device;
+use crate::fabric::DeviceCaps;
+use crate::fabric::FabricError;
+use crate::fabric::{PrivateDataLimits, MAX_PRIVATE_DATA};
 
 /// Limits of a shm device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -18,9 +18,9 @@ use super::qp::{QpShared, RqEntry};
 use super::ring::Consumer;
 use super::segment::{ack, copy_small, op, ReqHeader, ReqSlot, Segment, INLINE_MAX, MAX_SGE};
 use super::sock::{self, Recv};
-use crate::fabric::error::FabricError;
 use crate::fabric::mr::Access;
-use crate::fabric::types::{Completion, Sge, WcOpcode, WcStatus, RNR_RETRY_INFINITE};
+use crate::fabric::FabricError;
+use crate::fabric::{Completion, Sge, WcOpcode, WcStatus, RNR_RETRY_INFINITE};
 
 /// Requests executed per poll before yielding to the caller.
 const BUDGET: usize = 64;

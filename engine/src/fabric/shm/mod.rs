@@ -138,7 +138,7 @@ pub use pd::{ShmMr, ShmPd};
 pub use qp::ShmQp;
 pub use sock::ShmAddr;
 
-use crate::fabric::provider::Provider;
+use crate::fabric::Provider;
 
 /// Entry points for the fuzz targets (`engine/fuzz`): the decoders of what a local
 /// peer sends over the connection manager's sockets. Not a stable interface.

@@ -3,8 +3,8 @@
 //! REQ and REP carry two descriptors: the sender's connection segment and the receiving
 //! end of its arena-announcement socket pair.
 
-use crate::fabric::cm::{CmPrivateData, MAX_PRIVATE_DATA};
-use crate::fabric::error::FabricError;
+use crate::fabric::FabricError;
+use crate::fabric::{CmPrivateData, MAX_PRIVATE_DATA};
 
 const MAGIC: [u8; 4] = *b"RSCM";
 const VERSION: u16 = 1;

@@ -8,9 +8,9 @@ use super::arenas::PdArenas;
 use super::device::DeviceShared;
 use super::table::Mapping;
 use super::ShmProvider;
-use crate::fabric::error::FabricError;
 use crate::fabric::mr::Access;
-use crate::fabric::provider::ProtectionDomain;
+use crate::fabric::FabricError;
+use crate::fabric::ProtectionDomain;
 
 /// What outlives a [`ShmPd`] handle while its registrations or queue pairs live: its
 /// id and its arenas. Dropping the last reference releases both.

@@ -20,13 +20,13 @@ use super::exec::Executor;
 use super::pd::PdShared;
 use super::ring::Producer;
 use super::segment::{copy_small, op, ReqHeader, ReqSlot, Segment, WireSge, INLINE_MAX, MAX_SGE};
-use crate::fabric::cm::ConnId;
-use crate::fabric::error::{FabricError, PostError, PostErrorKind};
 use crate::fabric::mr::Access;
-use crate::fabric::provider::QueuePair;
-use crate::fabric::types::{
+use crate::fabric::ConnId;
+use crate::fabric::QueuePair;
+use crate::fabric::{
     Completion, QpCaps, QpState, RecvWr, SendFlags, SendOp, SendWr, Sge, WcOpcode, WcStatus,
 };
+use crate::fabric::{FabricError, PostError, PostErrorKind};
 
 const ST_INIT: u8 = 0;
 const ST_RTR: u8 = 1;

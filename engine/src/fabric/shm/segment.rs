@@ -17,7 +17,7 @@ use rpcrdma_pools::arena::PAGE_SIZE;
 use rpcrdma_pools::{Arena, ArenaError, ArenaOptions, HugePages};
 
 use super::ring::{Consumer, Producer, RingMem, Slot};
-use crate::fabric::error::FabricError;
+use crate::fabric::FabricError;
 
 /// Most scatter-gather entries one request carries.
 pub(crate) const MAX_SGE: usize = 8;
@@ -36,22 +36,22 @@ const OFF_REQ_SLOTS: usize = 3 * LINE;
 
 /// Request opcodes in [`ReqHeader::op`].
 pub(crate) mod op {
-    pub const SEND: u32 = 1;
-    pub const SEND_INV: u32 = 2;
-    pub const WRITE: u32 = 3;
-    pub const READ: u32 = 4;
+    pub(crate) const SEND: u32 = 1;
+    pub(crate) const SEND_INV: u32 = 2;
+    pub(crate) const WRITE: u32 = 3;
+    pub(crate) const READ: u32 = 4;
     /// Flag on SEND and SEND_INV: the payload itself is in the slot's body (up to
     /// [`INLINE_MAX`](super::INLINE_MAX) bytes), not entries pointing at it.
-    pub const INLINE: u32 = 1 << 8;
+    pub(crate) const INLINE: u32 = 1 << 8;
 }
 
 /// NAK statuses in the NAK record.
 pub(crate) mod ack {
-    pub const OK: u32 = 0;
-    pub const RNR_EXCEEDED: u32 = 1;
-    pub const REMOTE_ACCESS: u32 = 2;
-    pub const REMOTE_INVALID: u32 = 3;
-    pub const REMOTE_OP: u32 = 4;
+    pub(crate) const OK: u32 = 0;
+    pub(crate) const RNR_EXCEEDED: u32 = 1;
+    pub(crate) const REMOTE_ACCESS: u32 = 2;
+    pub(crate) const REMOTE_INVALID: u32 = 3;
+    pub(crate) const REMOTE_OP: u32 = 4;
 }
 
 /// A scatter-gather entry translated by the initiator: bytes at `offset` in the

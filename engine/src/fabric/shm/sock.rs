@@ -8,7 +8,7 @@ use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
-use crate::fabric::error::FabricError;
+use crate::fabric::FabricError;
 
 /// Where a shm listener listens: a Unix socket address.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

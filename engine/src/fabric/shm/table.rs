@@ -10,10 +10,10 @@
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use crate::fabric::error::FabricError;
 use crate::fabric::keytable::{KeyFault, KeyTable, SlotExtra};
 use crate::fabric::mr::Access;
-use crate::fabric::types::Sge;
+use crate::fabric::FabricError;
+use crate::fabric::Sge;
 
 /// Why a key check failed.
 pub(crate) type Fault = KeyFault;

@@ -9,9 +9,9 @@ use super::slab::Idx;
 use super::state::PendingEvent;
 use super::world::{Scope, World};
 use super::Sim;
-use crate::fabric::cm::{CmEvent, CmPrivateData, ConnId};
-use crate::fabric::error::FabricError;
-use crate::fabric::provider::{ConnectionManager, QpInit};
+use crate::fabric::FabricError;
+use crate::fabric::{CmEvent, CmPrivateData, ConnId};
+use crate::fabric::{ConnectionManager, QpInit};
 
 /// An address on the simulated network: any number; one listener per number.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

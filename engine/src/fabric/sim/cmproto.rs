@@ -8,9 +8,9 @@ use super::state::{CmMsg, CmMsgKind, CmSlot, ConnSide, PendingEvent, Phase};
 use super::trace::{CmTrace, FaultTrace, TraceKind};
 use super::world::WorldState;
 use super::SimAddr;
-use crate::fabric::cm::{CmPrivateData, ConnId};
-use crate::fabric::error::FabricError;
-use crate::fabric::types::QpState;
+use crate::fabric::FabricError;
+use crate::fabric::QpState;
+use crate::fabric::{CmPrivateData, ConnId};
 
 use std::collections::VecDeque;
 

@@ -6,8 +6,8 @@ use super::slab::Idx;
 use super::state::{opcode_of, CqEntry, Done, RqEntry, SqEntry};
 use super::trace::{FaultTrace, TraceKind};
 use super::world::WorldState;
-use crate::fabric::error::{PostError, PostErrorKind};
-use crate::fabric::types::{Completion, QpState, RecvWr, SendOp, SendWr, Sge, WcOpcode, WcStatus};
+use crate::fabric::{Completion, QpState, RecvWr, SendOp, SendWr, Sge, WcOpcode, WcStatus};
+use crate::fabric::{PostError, PostErrorKind};
 
 const NO_SGL: &str = "fast registration and local invalidation take no scatter-gather list";
 
@@ -61,7 +61,7 @@ impl WorldState {
                 op: wr.op,
                 sgl,
                 nsge: wr.sgl.len() as u8,
-                signaled: wr.flags.contains(crate::fabric::types::SendFlags::SIGNALED),
+                signaled: wr.flags.contains(crate::fabric::SendFlags::SIGNALED),
                 len,
                 exec_at,
                 tiebreak,

@@ -3,8 +3,8 @@
 
 use core::time::Duration;
 
-use crate::fabric::cm::{PrivateDataLimits, MAX_PRIVATE_DATA};
-use crate::fabric::types::{DeviceCaps, WcOpcode, WcStatus};
+use crate::fabric::{DeviceCaps, WcOpcode, WcStatus};
+use crate::fabric::{PrivateDataLimits, MAX_PRIVATE_DATA};
 
 /// Most scatter-gather entries per work request on `sim` (entries are stored inline in
 /// the queues, so this bounds the queue slots' size).

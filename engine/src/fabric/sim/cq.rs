@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use super::slab::Idx;
 use super::world::{Scope, World};
-use crate::fabric::provider::CompletionQueue;
-use crate::fabric::types::Completion;
+use crate::fabric::Completion;
+use crate::fabric::CompletionQueue;
 
 /// A completion queue of the simulated network.
 ///

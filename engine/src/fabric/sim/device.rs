@@ -11,10 +11,10 @@ use super::mr::SimMr;
 use super::state::CqSlot;
 use super::world::World;
 use super::Sim;
-use crate::fabric::error::FabricError;
 use crate::fabric::mr::Access;
-use crate::fabric::provider::{Device, ProtectionDomain};
-use crate::fabric::types::DeviceCaps;
+use crate::fabric::DeviceCaps;
+use crate::fabric::FabricError;
+use crate::fabric::{Device, ProtectionDomain};
 
 /// A simulated device (one "NIC"): open as many as there are endpoints with
 /// [`SimNet::open_device`](super::SimNet::open_device).

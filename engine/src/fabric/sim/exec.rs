@@ -7,7 +7,7 @@ use super::state::{opcode_of, CqEntry, Done, SqEntry};
 use super::trace::{FaultTrace, TraceKind};
 use super::world::WorldState;
 use crate::fabric::mr::Access;
-use crate::fabric::types::{Completion, QpState, SendOp, WcOpcode, WcStatus, RNR_RETRY_INFINITE};
+use crate::fabric::{Completion, QpState, SendOp, WcOpcode, WcStatus, RNR_RETRY_INFINITE};
 
 /// What executing a request led to.
 #[derive(Debug, Clone, Copy)]

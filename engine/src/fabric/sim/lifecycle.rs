@@ -7,9 +7,9 @@ use std::collections::VecDeque;
 use super::slab::Idx;
 use super::state::QpSlot;
 use super::world::WorldState;
-use crate::fabric::cm::ConnId;
-use crate::fabric::error::FabricError;
-use crate::fabric::types::{QpConfig, QpState, RNR_RETRY_INFINITE};
+use crate::fabric::ConnId;
+use crate::fabric::FabricError;
+use crate::fabric::{QpConfig, QpState, RNR_RETRY_INFINITE};
 
 /// The objects a new queue pair is made of, resolved from the caller's handles.
 #[derive(Debug, Clone, Copy)]

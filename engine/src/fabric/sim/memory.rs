@@ -12,10 +12,10 @@ use std::sync::Arc;
 use rpcrdma_pools::Arena;
 
 use super::config::SIM_MAX_SGE;
-use crate::fabric::error::FabricError;
 use crate::fabric::keytable::{KeyFault, KeyTable};
 use crate::fabric::mr::{Access, MAX_KEY_INDEX};
-use crate::fabric::types::Sge;
+use crate::fabric::FabricError;
+use crate::fabric::Sge;
 
 /// Resolved memory: up to [`SIM_MAX_SGE`] pointer ranges, each checked.
 pub(super) struct Segments {

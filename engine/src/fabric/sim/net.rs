@@ -12,8 +12,8 @@ use super::rng::SimRng;
 use super::state::ScheduledDrop;
 use super::trace::{SimStats, TraceEvent};
 use super::world::{dur_ns, World};
-use crate::fabric::cm::ConnId;
-use crate::fabric::error::FabricError;
+use crate::fabric::ConnId;
+use crate::fabric::FabricError;
 
 /// A simulated network ("the world"): every device opened from it shares one virtual
 /// clock, one seeded random stream and one scheduler.

@@ -5,10 +5,10 @@ use std::sync::Arc;
 
 use super::slab::Idx;
 use super::world::World;
-use crate::fabric::cm::ConnId;
-use crate::fabric::error::PostError;
-use crate::fabric::provider::QueuePair;
-use crate::fabric::types::{QpCaps, QpState, RecvWr, SendWr};
+use crate::fabric::ConnId;
+use crate::fabric::PostError;
+use crate::fabric::QueuePair;
+use crate::fabric::{QpCaps, QpState, RecvWr, SendWr};
 
 /// A reliable-connected queue pair of the simulated network.
 ///

@@ -6,8 +6,8 @@ use std::collections::VecDeque;
 use super::config::SIM_MAX_SGE;
 use super::slab::Idx;
 use super::SimAddr;
-use crate::fabric::cm::{CmPrivateData, ConnId};
-use crate::fabric::types::{Completion, QpConfig, QpState, SendOp, Sge, WcOpcode, WcStatus};
+use crate::fabric::{CmPrivateData, ConnId};
+use crate::fabric::{Completion, QpConfig, QpState, SendOp, Sge, WcOpcode, WcStatus};
 
 /// The verdict on an executed send-queue request, waiting to be reported in queue order.
 #[derive(Debug, Clone, Copy)]

@@ -4,7 +4,7 @@
 
 use core::fmt;
 
-use crate::fabric::types::{WcOpcode, WcStatus};
+use crate::fabric::{WcOpcode, WcStatus};
 
 /// Counters of one simulated network.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

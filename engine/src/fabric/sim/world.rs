@@ -34,7 +34,7 @@ use super::slab::{Idx, Slab};
 use super::state::{CmMsg, CmSlot, ConnSide, CqSlot, QpSlot, ScheduledDrop};
 use super::trace::{SimStats, Trace, TraceKind};
 use super::SimAddr;
-use crate::fabric::error::{FabricError, PostError, PostErrorKind};
+use crate::fabric::{FabricError, PostError, PostErrorKind};
 
 /// Why the world refused a call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -268,10 +268,10 @@ impl WorldState {
         n
     }
 
-    pub(super) fn new_conn_id(&mut self) -> crate::fabric::cm::ConnId {
+    pub(super) fn new_conn_id(&mut self) -> crate::fabric::ConnId {
         let c = self.next_conn;
         self.next_conn += 1;
-        crate::fabric::cm::ConnId(c)
+        crate::fabric::ConnId(c)
     }
 
     /// A one-way delay for a request or a connection message.
@@ -357,8 +357,8 @@ impl WorldState {
 
     /// The device whose polls execute the next request of `qp`: the target's for data
     /// requests (the "NIC" lives at the target), the owner's otherwise.
-    fn executor(&self, qp: &QpSlot, op: crate::fabric::types::SendOp) -> u32 {
-        use crate::fabric::types::SendOp;
+    fn executor(&self, qp: &QpSlot, op: crate::fabric::SendOp) -> u32 {
+        use crate::fabric::SendOp;
         match op {
             SendOp::FastReg { .. } | SendOp::LocalInvalidate { .. } => qp.device,
             _ => qp

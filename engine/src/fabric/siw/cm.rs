@@ -13,9 +13,9 @@ use std::sync::{Arc, Weak};
 use super::device::{DeviceShared, Retire};
 use super::qp::SiwQp;
 use super::SiwProvider;
-use crate::fabric::cm::{CmEvent, CmMessage, ConnId};
-use crate::fabric::error::FabricError;
-use crate::fabric::provider::{ConnectionManager, QpInit};
+use crate::fabric::FabricError;
+use crate::fabric::{CmEvent, CmMessage, ConnId};
+use crate::fabric::{ConnectionManager, QpInit};
 
 /// A connect request waiting for `accept` or `reject`. Dropping it rejects the
 /// connection without private data.

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::fabric::cm::PrivateDataLimits;
+use crate::fabric::PrivateDataLimits;
 use crate::iwarp::mpa::{Revision, MAX_PRIVATE_DATA_LEN, MAX_ULP_PRIVATE_DATA_LEN};
 
 /// Sees every MPA frame and FPDU a device writes, for tests that compare the wire with

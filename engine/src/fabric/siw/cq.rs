@@ -6,9 +6,9 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use super::device::{DeviceShared, Retire};
-use crate::fabric::error::FabricError;
-use crate::fabric::provider::CompletionQueue;
-use crate::fabric::types::Completion;
+use crate::fabric::Completion;
+use crate::fabric::CompletionQueue;
+use crate::fabric::FabricError;
 
 /// The engine's side of a completion queue.
 pub(crate) struct CqRing {

@@ -15,11 +15,11 @@ use super::keys::KeyTable;
 use super::mr::SiwPd;
 use super::qp::MAX_MSG_SIZE;
 use super::{SiwProvider, MAX_SGE};
-use crate::fabric::cm::ConnId;
-use crate::fabric::error::FabricError;
 use crate::fabric::mr::MAX_KEY_INDEX;
-use crate::fabric::provider::Device;
-use crate::fabric::types::DeviceCaps;
+use crate::fabric::ConnId;
+use crate::fabric::Device;
+use crate::fabric::DeviceCaps;
+use crate::fabric::FabricError;
 use crate::iwarp::mpa::MAX_IRD_ORD;
 
 static NEXT_DEVICE: AtomicU64 = AtomicU64::new(1);

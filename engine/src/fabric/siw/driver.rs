@@ -21,10 +21,10 @@ use super::device::{DeviceShared, Retire};
 use super::engine::Engine;
 use super::qp::{QpShared, SiwQp};
 use super::{sock, SiwProvider, MAX_SGE};
-use crate::fabric::cm::{CmEvent, ConnId};
-use crate::fabric::error::FabricError;
-use crate::fabric::provider::QpInit;
-use crate::fabric::types::{QpState, RNR_RETRY_INFINITE};
+use crate::fabric::FabricError;
+use crate::fabric::QpInit;
+use crate::fabric::{CmEvent, ConnId};
+use crate::fabric::{QpState, RNR_RETRY_INFINITE};
 use crate::iwarp::handshake::{Initiator, InitiatorConfig, Responder, ResponderConfig};
 
 /// Connection ids are unique in the process, across devices.

@@ -25,7 +25,7 @@ use super::qp::{QpShared, RqWqe};
 use super::rx::RxState;
 use super::term::{blames_a_message, status_for, TermOut};
 use super::tx::TxState;
-use crate::fabric::types::{Completion, SendOp, WcOpcode, WcStatus};
+use crate::fabric::{Completion, SendOp, WcOpcode, WcStatus};
 use crate::iwarp::ddp::MsnCounters;
 use crate::iwarp::rdmap::{Opcode, Placement, SegmentHeader};
 use crate::iwarp::terminate::{Terminate, TerminateCode};

@@ -8,10 +8,10 @@
 //! entry, are checked here before a byte moves, on the poller thread; registrations and
 //! deregistrations may happen on any thread.
 
-use crate::fabric::error::FabricError;
 use crate::fabric::keytable::{self, KeyFault};
 use crate::fabric::mr::Access;
-use crate::fabric::types::Sge;
+use crate::fabric::FabricError;
+use crate::fabric::Sge;
 use crate::iwarp::terminate::RdmapProtectionError;
 
 /// Why a key check failed.

@@ -79,7 +79,7 @@ pub use qp::SiwQp;
 
 use std::net::SocketAddr;
 
-use crate::fabric::provider::Provider;
+use crate::fabric::Provider;
 
 /// Most scatter-gather entries per work request.
 pub const MAX_SGE: usize = 8;
@@ -109,9 +109,9 @@ pub mod fuzzing {
     use super::keys::KeyTable;
     use super::qp::{QpShared, RqWqe};
     use super::MAX_SGE;
-    use crate::fabric::cm::ConnId;
     use crate::fabric::mr::Access;
-    use crate::fabric::types::{QpCaps, QpState, Sge};
+    use crate::fabric::ConnId;
+    use crate::fabric::{QpCaps, QpState, Sge};
 
     /// Octets of registered memory the engine may place into.
     const REGION: usize = 16 * 1024;

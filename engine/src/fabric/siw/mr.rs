@@ -7,9 +7,9 @@ use rpcrdma_pools::Arena;
 
 use super::device::DeviceShared;
 use super::SiwProvider;
-use crate::fabric::error::FabricError;
 use crate::fabric::mr::Access;
-use crate::fabric::provider::ProtectionDomain;
+use crate::fabric::FabricError;
+use crate::fabric::ProtectionDomain;
 
 /// Most distinct arenas one protection domain registers memory in.
 const MAX_ARENAS: usize = 1024;

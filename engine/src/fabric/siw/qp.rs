@@ -13,10 +13,10 @@ use std::sync::Arc;
 
 use super::device::DeviceShared;
 use super::MAX_SGE;
-use crate::fabric::cm::ConnId;
-use crate::fabric::error::{PostError, PostErrorKind};
-use crate::fabric::provider::QueuePair;
-use crate::fabric::types::{QpCaps, QpState, RecvWr, SendFlags, SendOp, SendWr, Sge, WcOpcode};
+use crate::fabric::ConnId;
+use crate::fabric::QueuePair;
+use crate::fabric::{PostError, PostErrorKind};
+use crate::fabric::{QpCaps, QpState, RecvWr, SendFlags, SendOp, SendWr, Sge, WcOpcode};
 use crate::iwarp::terminate::TerminateReason;
 
 /// Largest single message or RDMA transfer (verbs' usual 2 GiB; DDP's 32-bit message

@@ -11,7 +11,7 @@ use super::qp::RqWqe;
 use super::term::TermOut;
 use super::MAX_SGE;
 use crate::fabric::mr::Access;
-use crate::fabric::types::{Sge, WcStatus};
+use crate::fabric::{Sge, WcStatus};
 use crate::iwarp::ddp::QueueNumber;
 use crate::iwarp::fpdu::FpduError;
 use crate::iwarp::rdmap::{Opcode, Placement, ReadRequest, SegmentHeader, READ_REQUEST_LEN};

@@ -1,6 +1,6 @@
 //! What a Terminate means for the work request it names, and building the ones we send.
 
-use crate::fabric::types::WcStatus;
+use crate::fabric::WcStatus;
 use crate::iwarp::ddp::MAX_HEADER_LEN;
 use crate::iwarp::rdmap::SegmentHeader;
 use crate::iwarp::terminate::{

@@ -21,7 +21,7 @@ use super::keys::KeyTable;
 use super::term::TermOut;
 use super::MAX_SGE;
 use crate::fabric::mr::Access;
-use crate::fabric::types::{SendOp, Sge, WcStatus};
+use crate::fabric::{SendOp, Sge, WcStatus};
 use crate::iwarp::crc32c::Crc32c;
 use crate::iwarp::ddp::QueueNumber;
 use crate::iwarp::fpdu::{

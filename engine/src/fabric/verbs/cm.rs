@@ -24,7 +24,7 @@ use rdma_sys::{
     rdma_listen, rdma_port_space, rdma_reject, rdma_resolve_addr, rdma_resolve_route,
 };
 
-use crate::fabric::provider::ConnectionManager;
+use crate::fabric::ConnectionManager;
 use crate::fabric::{
     CmEvent, CmPrivateData, ConnId, FabricError, QpInit, QpState, MAX_PRIVATE_DATA,
 };

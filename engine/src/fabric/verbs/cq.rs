@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use crossbeam_queue::ArrayQueue;
 use rdma_sys::{ibv_cq, ibv_create_cq, ibv_destroy_cq, ibv_poll_cq, ibv_wc};
 
-use crate::fabric::provider::CompletionQueue;
+use crate::fabric::CompletionQueue;
 use crate::fabric::{Completion, FabricError, WcOpcode, WcStatus};
 
 use super::device::DeviceShared;

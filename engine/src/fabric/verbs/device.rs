@@ -15,7 +15,7 @@ use rdma_sys::{
     rdma_free_devices, rdma_get_devices,
 };
 
-use crate::fabric::provider::Device;
+use crate::fabric::Device;
 use crate::fabric::{DeviceCaps, FabricError, PrivateDataLimits};
 
 use super::cm::VerbsCm;

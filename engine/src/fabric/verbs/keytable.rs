@@ -27,7 +27,7 @@ struct Slot {
 }
 
 /// A fixed-capacity map from 32-bit keys to a pointer and one extra word.
-pub struct KeyTable {
+pub(crate) struct KeyTable {
     slots: Box<[Slot]>,
     /// Live entries; also serialises writers.
     live: Mutex<usize>,
@@ -35,7 +35,7 @@ pub struct KeyTable {
 }
 
 /// Held by a poster between looking pointers up and handing them to the device.
-pub struct ReadGuard<'a>(&'a KeyTable);
+pub(crate) struct ReadGuard<'a>(&'a KeyTable);
 
 impl Drop for ReadGuard<'_> {
     fn drop(&mut self) {
@@ -46,7 +46,7 @@ impl Drop for ReadGuard<'_> {
 impl KeyTable {
     /// A table with `capacity` slots (rounded up to a power of two); it holds up to
     /// three quarters of that.
-    pub fn new(capacity: usize) -> KeyTable {
+    pub(crate) fn new(capacity: usize) -> KeyTable {
         let n = capacity.next_power_of_two().max(8);
         KeyTable {
             slots: (0..n)
@@ -62,7 +62,7 @@ impl KeyTable {
     }
 
     /// Most entries the table takes.
-    pub fn max_entries(&self) -> usize {
+    pub(crate) fn max_entries(&self) -> usize {
         self.slots.len() / 4 * 3
     }
 
@@ -72,13 +72,13 @@ impl KeyTable {
     }
 
     /// Starts a read-side critical section.
-    pub fn read(&self) -> ReadGuard<'_> {
+    pub(crate) fn read(&self) -> ReadGuard<'_> {
         self.readers.fetch_add(1, Ordering::SeqCst);
         ReadGuard(self)
     }
 
     /// The pointer and extra word stored for `key`.
-    pub fn get(&self, _guard: &ReadGuard<'_>, key: u32) -> Option<(*mut c_void, u64)> {
+    pub(crate) fn get(&self, _guard: &ReadGuard<'_>, key: u32) -> Option<(*mut c_void, u64)> {
         let want = stored(key);
         let mask = self.slots.len() - 1;
         let mut i = self.start(key);
@@ -97,7 +97,7 @@ impl KeyTable {
 
     /// Adds `key`; false when the table is full. Keys must be unique (device keys of
     /// live objects are).
-    pub fn insert(&self, key: u32, ptr: *mut c_void, aux: u64) -> bool {
+    pub(crate) fn insert(&self, key: u32, ptr: *mut c_void, aux: u64) -> bool {
         let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
         if *live >= self.max_entries() {
             return false;
@@ -119,7 +119,7 @@ impl KeyTable {
     }
 
     /// Removes `key` and returns once no reader can still be using its pointer.
-    pub fn remove(&self, key: u32) {
+    pub(crate) fn remove(&self, key: u32) {
         let want = stored(key);
         {
             let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());

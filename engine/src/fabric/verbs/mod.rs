@@ -73,7 +73,7 @@ pub use qp::VerbsQp;
 pub use rnr::min_rnr_timer_code;
 pub use status::{wc_opcode, wc_status};
 
-use crate::fabric::provider::Provider;
+use crate::fabric::Provider;
 
 /// The verbs provider's family of types.
 #[derive(Debug)]

@@ -18,8 +18,8 @@ use rdma_sys::{
 use rpcrdma_pools::Arena;
 
 use crate::fabric::mr::{key_index, next_key, retag_key};
-use crate::fabric::provider::{MemoryRegion, ProtectionDomain};
 use crate::fabric::{Access, FabricError};
+use crate::fabric::{MemoryRegion, ProtectionDomain};
 
 use super::device::DeviceShared;
 use super::keytable::KeyTable;

@@ -17,7 +17,7 @@ use rdma_sys::{
 };
 
 use crate::fabric::mr::key_index;
-use crate::fabric::provider::QueuePair;
+use crate::fabric::QueuePair;
 use crate::fabric::{
     ConnId, FabricError, PostError, PostErrorKind, QpCaps, QpConfig, QpInit, QpState, RecvWr,
     SendFlags, SendOp, SendWr, WcOpcode,

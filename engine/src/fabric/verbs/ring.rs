@@ -21,11 +21,11 @@ use super::status::{code_status, status_code};
 
 /// Tag bit of receive sequence numbers, so one CQ can tell the two queues apart even on
 /// failed completions.
-pub const RECV_TAG: u64 = 1 << 63;
+pub(super) const RECV_TAG: u64 = 1 << 63;
 
 /// What the completion of one request reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Entry {
+pub(crate) struct Entry {
     /// The caller's identifier.
     pub wr_id: u64,
     /// The operation.
@@ -45,7 +45,7 @@ struct Slot {
 }
 
 /// A single-producer, single-consumer record of posted requests.
-pub struct WrRing {
+pub(crate) struct WrRing {
     slots: Box<[Slot]>,
     /// Next sequence number to hand out; written by the producer only.
     head: AtomicU64,
@@ -80,7 +80,7 @@ fn code_opcode(code: u64) -> WcOpcode {
 impl WrRing {
     /// A ring for `depth` outstanding requests (at least one) whose sequence numbers
     /// start at `base`.
-    pub fn new(depth: u32, base: u64) -> WrRing {
+    pub(crate) fn new(depth: u32, base: u64) -> WrRing {
         let depth = depth.max(1) as usize;
         WrRing {
             slots: (0..depth)
@@ -101,24 +101,24 @@ impl WrRing {
     }
 
     /// The depth.
-    pub fn depth(&self) -> u32 {
+    pub(crate) fn depth(&self) -> u32 {
         // Built from a u32.
         self.slots.len() as u32
     }
 
     /// Producer: the next sequence number (nothing is reserved until [`WrRing::publish`]).
-    pub fn head(&self) -> u64 {
+    pub(crate) fn head(&self) -> u64 {
         self.head.load(Ordering::Relaxed)
     }
 
     /// Producer: how many more requests fit.
-    pub fn room(&self) -> u64 {
+    pub(crate) fn room(&self) -> u64 {
         let used = self.head() - self.tail.load(Ordering::Acquire);
         self.slots.len() as u64 - used
     }
 
     /// Producer: records request `seq` (which must be below `head() + room()`).
-    pub fn write(&self, seq: u64, e: Entry) {
+    pub(crate) fn write(&self, seq: u64, e: Entry) {
         let s = self.slot(seq);
         s.wr_id.store(e.wr_id, Ordering::Relaxed);
         s.meta.store(
@@ -129,7 +129,7 @@ impl WrRing {
 
     /// Producer: makes every entry below `head` visible to the consumer. Called before
     /// the requests are handed to the device, so their completions find them.
-    pub fn publish(&self, head: u64) {
+    pub(crate) fn publish(&self, head: u64) {
         self.head.store(head, Ordering::Release);
     }
 
@@ -147,7 +147,7 @@ impl WrRing {
     /// Consumer: the device reported `seq` with `status`. False when `seq` is outside
     /// the outstanding window or was reported already (a second report for one split
     /// request keeps the first).
-    pub fn record(&self, seq: u64, status: WcStatus) -> bool {
+    pub(crate) fn record(&self, seq: u64, status: WcStatus) -> bool {
         let tail = self.tail.load(Ordering::Relaxed);
         if seq < tail || seq >= self.head.load(Ordering::Acquire) {
             return false;
@@ -165,7 +165,7 @@ impl WrRing {
 
     /// Consumer: the next completion to hand out in posting order, releasing slots on
     /// the way; `None` when the oldest outstanding request has not been reported.
-    pub fn pop(&self) -> Option<(Entry, WcStatus)> {
+    pub(crate) fn pop(&self) -> Option<(Entry, WcStatus)> {
         let head = self.head.load(Ordering::Acquire);
         let reported = self.reported.load(Ordering::Relaxed);
         let mut t = self.tail.load(Ordering::Relaxed);

@@ -17,7 +17,7 @@
 //! use rpcrdma_ulp::program::Dispatcher;
 //!
 //! let shared = NfsShared::new(Arc::new(MemFs::default()), NfsConfig::default());
-//! // One per accepted connection, e.g. from an `rpcrdma::conn::Responder` factory:
+//! // One per accepted connection, e.g. from an `rpcrdma::Responder` factory:
 //! let service = NfsService::new(Dispatcher::new(), shared.clone(), 4096).unwrap();
 //! # let _ = service;
 //! ```

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use rpcrdma::service::{CallView, ReplyWriter, Service, ServiceError};
+use rpcrdma::{CallView, ReplyWriter, Service, ServiceError};
 
 use super::counters::bump;
 use super::program::{NfsProgram, NfsShared};

@@ -17,11 +17,11 @@ use std::collections::HashMap;
 use std::io;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use rpcrdma::conn::Requester;
-use rpcrdma::core::ConnConfig;
 use rpcrdma::fabric::Provider;
-use rpcrdma::requester::{CallRequest, CallStatus, Outcome, TransportError};
 use rpcrdma::wire::header::RdmaError;
+use rpcrdma::ConnConfig;
+use rpcrdma::Requester;
+use rpcrdma::{CallRequest, CallStatus, Outcome, TransportError};
 
 use super::compound::{
     ArgOp, CompoundArgs, CompoundRes, CreateHow, CreateSessionArgs, ExchangeIdArgs, OpenArgs,
