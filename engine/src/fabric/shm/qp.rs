@@ -581,6 +581,24 @@ impl ShmQp {
             .get()
             .map_or(0, |s| s.arenas_announced().load(Ordering::Acquire))
     }
+
+    /// Test hook (feature `testing`): plays a hostile peer by storing `word` at
+    /// `offset` of this queue pair's own connection segment (its request ring and the
+    /// fields beside it), which the peer's target side reads. Returns false past the
+    /// segment's end.
+    #[cfg(any(test, feature = "testing"))]
+    #[doc(hidden)]
+    pub fn scribble_own_segment(&self, offset: usize, word: u64) -> bool {
+        self.shared.own.scribble(offset, word)
+    }
+
+    /// Octets in this queue pair's own connection segment (test hook, feature
+    /// `testing`).
+    #[cfg(any(test, feature = "testing"))]
+    #[doc(hidden)]
+    pub fn own_segment_len(&self) -> usize {
+        self.shared.own.len()
+    }
 }
 
 impl QueuePair for ShmQp {

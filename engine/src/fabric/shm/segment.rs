@@ -317,6 +317,22 @@ impl Segment {
         self.map.base().wrapping_add(off).cast()
     }
 
+    /// Test hook for a hostile peer: stores `word` at `offset` (rounded down to 8
+    /// octets) of this segment, as a process holding the mapping could. Returns false
+    /// (storing nothing) past the end.
+    #[cfg(any(test, feature = "testing"))]
+    pub(crate) fn scribble(&self, offset: usize, word: u64) -> bool {
+        let off = offset & !7;
+        if off + 8 > self.map.len() {
+            return false;
+        }
+        // SAFETY: inside the mapping (checked above), 8-aligned (the base is page
+        // aligned), and the mapping lives as long as `self.map`; an atomic store is how
+        // either side writes shared memory.
+        unsafe { (*self.at::<AtomicU64>(off)).store(word, Ordering::Release) };
+        true
+    }
+
     /// The initiator's "my queue pair failed" flag.
     pub(crate) fn failed(&self) -> &AtomicU32 {
         // SAFETY: OFF_FLAGS is inside the mapping, 128-byte aligned, and lives as long as

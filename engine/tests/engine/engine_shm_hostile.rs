@@ -1,0 +1,206 @@
+//! A hostile shm peer: a second process that connects as a client, then writes random
+//! words all over the connection segment the server's target side reads (its request
+//! ring, sequence words, flags, the ack and NAK fields) while submitting calls. The
+//! server (a `Responder` on its own thread) must stay up, keep serving a well-behaved
+//! client in this process byte-exact, free the hostile connections' resources when
+//! they go, and accept new clients afterwards. A crash (a fault on a bad index or
+//! length) kills this test process, so the test fails then too. Every wait has a
+//! deadline.
+
+use crate::engine_support;
+
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use engine_support::*;
+use rpcrdma::fabric::shm::{ShmAddr, ShmDevice, ShmProvider};
+use rpcrdma::{CallRequest, CallStatus, Requester, Responder};
+
+const CHILD_ADDR: &str = "RPCRDMA_HOSTILE_CHILD_ADDR";
+const CHILD_SEED: &str = "RPCRDMA_HOSTILE_CHILD_SEED";
+/// How long each hostile child scribbles.
+const SCRIBBLE_FOR: Duration = Duration::from_millis(1500);
+const HOSTILE_CHILDREN: u64 = 3;
+
+fn xorshift(x: &mut u64) -> u64 {
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    *x
+}
+
+/// A word a fuzzer would try: zero, all ones, small counts and lengths, values just
+/// past ring and table sizes, or random bits.
+fn nasty_word(x: &mut u64) -> u64 {
+    let r = xorshift(x);
+    match r % 8 {
+        0 => 0,
+        1 => u64::MAX,
+        2 => r >> 56,
+        3 => (r >> 40) & 0xffff_ffff,
+        4 => 1 << (r >> 58),
+        5 => u64::from(u32::MAX) << 32 | (r & 0xffff),
+        _ => xorshift(x),
+    }
+}
+
+fn echo(conn: &Requester<ShmProvider>, data: &[u8]) -> CallRequest {
+    let mut b = conn.alloc_msg().expect("send buffer");
+    write_call(&mut b, PROC_ECHO, &opaque(data));
+    CallRequest::new(b, 4000)
+}
+
+/// In a child process started by the test below (and only there): connects, proves
+/// the connection works, then scribbles over its own segment while calling. Exits 0
+/// whatever happens to its own connection; a panic here exits non-zero.
+#[test]
+fn hostile_peer_child() {
+    let (Ok(name), Ok(seed)) = (std::env::var(CHILD_ADDR), std::env::var(CHILD_SEED)) else {
+        return;
+    };
+    let mut x: u64 = seed.parse::<u64>().expect("seed") | 1;
+    let dev = ShmDevice::new();
+    let addr = ShmAddr::abstract_name(name);
+    let mut conn = Requester::connect(&dev, &addr)
+        .config(test_config())
+        .open()
+        .expect("the hostile child connects");
+    for i in 0..5u8 {
+        let data = pattern(64, i);
+        let o = conn.call(echo(&conn, &data), DEADLINE).expect("submits");
+        assert_eq!(
+            o.status,
+            CallStatus::Success,
+            "a call before the scribbling"
+        );
+        assert_eq!(results(&o), opaque(&data), "echoed");
+    }
+    let len = conn.qp_mut().own_segment_len();
+    assert!(len >= 4096, "the segment holds a ring");
+    let end = Instant::now() + SCRIBBLE_FOR;
+    let mut words = 0u64;
+    while Instant::now() < end {
+        for _ in 0..32 {
+            let off = (xorshift(&mut x) as usize) % len;
+            let w = nasty_word(&mut x);
+            assert!(conn.qp_mut().scribble_own_segment(off, w), "in bounds");
+            words += 1;
+        }
+        // Keep requests flowing so the target reads the scribbled slots as they are
+        // (re)published; refusals (and no free buffers) are expected once the
+        // connection breaks.
+        if let Ok(mut b) = conn.alloc_msg() {
+            write_call(&mut b, PROC_ECHO, &opaque(&pattern(32, x as u8)));
+            let _ = conn.submit(CallRequest::new(b, 4000), 0);
+        }
+        conn.poll(Instant::now());
+        while conn.poll_outcome().is_some() {}
+    }
+    eprintln!("hostile child {seed}: {words} words scribbled");
+    std::process::exit(0);
+}
+
+fn spawn_child(name: &str, seed: u64) -> Child {
+    Command::new(std::env::current_exe().expect("test binary"))
+        .args([
+            "--exact",
+            "engine_shm_hostile::hostile_peer_child",
+            "--nocapture",
+        ])
+        .env(CHILD_ADDR, name)
+        .env(CHILD_SEED, seed.to_string())
+        .spawn()
+        .expect("spawn the hostile child")
+}
+
+/// One echo round trip on the good connection, checked byte for byte.
+fn good_call(conn: &mut Requester<ShmProvider>, n: u64) {
+    let data = pattern(48 + (n % 200) as usize, n as u8);
+    let o = conn.call(echo(conn, &data), DEADLINE).expect("submits");
+    assert_eq!(o.status, CallStatus::Success, "good call {n}");
+    assert_eq!(results(&o), opaque(&data), "good call {n} echoed exactly");
+}
+
+#[test]
+fn a_peer_scribbling_over_its_ring_hurts_only_its_own_connection() {
+    let sdev = ShmDevice::new();
+    let name = format!("rpcrdma-hostile-{}-{}", std::process::id(), unique());
+    let addr = ShmAddr::abstract_name(name.clone());
+    let factory: fn() -> Option<TestService> = || Some(TestService::default());
+    let server = Responder::listen(sdev.clone(), &addr)
+        .config(test_config())
+        .serve(factory)
+        .expect("server listens");
+    let serving = server.spawn();
+
+    let cdev = ShmDevice::new();
+    let mut good = Requester::connect(&cdev, &addr)
+        .config(test_config())
+        .open()
+        .expect("good client connects");
+    good_call(&mut good, 0);
+    let baseline = (
+        sdev.live_pds(),
+        sdev.live_arenas(),
+        sdev.live_registrations(),
+    );
+
+    let mut children: Vec<Child> = (0..HOSTILE_CHILDREN)
+        .map(|i| spawn_child(&name, 0x5eed_0000 + i))
+        .collect();
+    let end = Instant::now() + SCRIBBLE_FOR + DEADLINE * 2;
+    let mut n = 1;
+    let mut codes = Vec::new();
+    while !children.is_empty() {
+        assert!(Instant::now() < end, "hostile children did not finish");
+        good_call(&mut good, n);
+        n += 1;
+        children.retain_mut(|c| match c.try_wait().expect("child status") {
+            Some(status) => {
+                codes.push(status.code());
+                false
+            }
+            None => true,
+        });
+    }
+    assert!(
+        codes.iter().all(|c| *c == Some(0)),
+        "every hostile child ran to its end: {codes:?}"
+    );
+    assert!(n > 10, "the good client kept calling meanwhile ({n} calls)");
+
+    // The hostile connections end with their processes; the server frees them.
+    let end = Instant::now() + DEADLINE;
+    loop {
+        good_call(&mut good, n);
+        n += 1;
+        let now = (
+            sdev.live_pds(),
+            sdev.live_arenas(),
+            sdev.live_registrations(),
+        );
+        if now == baseline {
+            break;
+        }
+        assert!(
+            Instant::now() < end,
+            "server resources back to one connection's: {now:?} vs {baseline:?}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+
+    // And it still takes new clients.
+    let mut late = Requester::connect(&cdev, &addr)
+        .config(test_config())
+        .open()
+        .expect("a new client connects after the attack");
+    good_call(&mut late, n);
+    good_call(&mut good, n + 1);
+    let server = serving.stop().expect("the server thread did not panic");
+    let c = server.counters();
+    assert_eq!(
+        c.accepted,
+        HOSTILE_CHILDREN + 2,
+        "every client was accepted"
+    );
+}
