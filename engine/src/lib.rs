@@ -40,9 +40,9 @@ pub mod wire;
 // The embedding API: connections and their drivers.
 pub use conn::task::{Client, ClientError, ConnMsg, PendingCall, RequesterTask, ResponderTask};
 pub use conn::{
-    ConnError, Listener, Pair, PairError, PairWait, Requester, RequesterBuilder, Responder,
-    ResponderBuilder, ResponderConn, ResponderCounters, ResponderLimits, Serving, StopHandle,
-    DEFAULT_CONNECT_TIMEOUT,
+    ConnError, ConnResources, Listener, Pair, PairError, PairWait, Requester, RequesterBuilder,
+    Responder, ResponderBuilder, ResponderConn, ResponderCounters, ResponderLimits, Serving,
+    StopHandle, DEFAULT_CONNECT_TIMEOUT,
 };
 // Configuration, events and buffers every connection shares.
 pub use core::config::{DEFAULT_CREDIT_RECLAIM, DEFAULT_PROBE_PROGRAM};
@@ -56,8 +56,8 @@ pub use core::fixed::FixedVec;
 pub use core::transport::Transport;
 pub use core::{
     BidiCore, Connection, CoreError, CorePools, FastRegSlot, NoRequester, NoResponder, OutboxFull,
-    PostFailure, RequesterCore, RequesterHalf, RequesterRole, ResponderCore, ResponderHalf,
-    ResponderRole, Transmit, Transmitter, WrId, WrKind,
+    OutboxPart, PostFailure, RequesterCore, RequesterHalf, RequesterRole, ResponderCore,
+    ResponderHalf, ResponderRole, Transmit, Transmitter, WrId, WrKind,
 };
 // Credits.
 pub use credits::{CreditSnapshot, CreditTable, GrantPolicy};

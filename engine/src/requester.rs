@@ -110,45 +110,38 @@ impl CallRequest {
 }
 
 /// Why a call failed below the RPC layer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum TransportError {
     /// The connection ended before the reply arrived. The responder may or may not have
     /// executed the call.
+    #[error("connection lost before the reply")]
     Disconnected,
     /// The responder answered this XID with RDMA_ERROR (ERR_VERS or ERR_CHUNK).
+    #[error(fmt = fmt_rdma_error)]
     Rdma(RdmaError),
     /// The reply for this XID broke the protocol (e.g. it claims more bytes in a chunk
     /// than the chunk holds, or came in a Reply chunk we never offered).
-    BadReply(BadReply),
+    #[error("malformed reply: {0}")]
+    BadReply(#[source] BadReply),
     /// The peer aborted the connection before the reply (an iWARP Terminate); this is
     /// what it said, in provider-neutral terms. As with [`Disconnected`](Self::Disconnected), the call may or may
     /// not have been executed.
+    #[error("peer terminated the connection: {0}")]
     PeerAborted(crate::fabric::PeerAbort),
 }
 
-impl fmt::Display for TransportError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            TransportError::Disconnected => write!(f, "connection lost before the reply"),
-            TransportError::Rdma(RdmaError::Vers { low, high }) => write!(
-                f,
-                "responder refused the transport version (supports {low}..={high})"
-            ),
-            TransportError::Rdma(RdmaError::Chunk) => {
-                write!(
-                    f,
-                    "responder could not process the call's chunks (ERR_CHUNK)"
-                )
-            }
-            TransportError::BadReply(why) => write!(f, "malformed reply: {why}"),
-            TransportError::PeerAborted(why) => {
-                write!(f, "peer terminated the connection: {why}")
-            }
+/// [`TransportError::Rdma`]'s message.
+fn fmt_rdma_error(e: &RdmaError, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    match e {
+        RdmaError::Vers { low, high } => write!(
+            f,
+            "responder refused the transport version (supports {low}..={high})"
+        ),
+        RdmaError::Chunk => {
+            f.write_str("responder could not process the call's chunks (ERR_CHUNK)")
         }
     }
 }
-
-impl std::error::Error for TransportError {}
 
 /// How a reply's transport header broke the protocol for its call (RFC 8166 §3.4,
 /// §3.5): the call fails with [`TransportError::BadReply`], the connection lives on.
@@ -297,7 +290,8 @@ impl Outcome {
 }
 
 /// Why a call was not accepted for sending. The request comes back whole.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("call not submitted: {reason}")]
 pub struct SubmitError {
     /// Why.
     pub reason: SubmitRefusal,
@@ -306,54 +300,39 @@ pub struct SubmitError {
 }
 
 /// Reasons for [`SubmitError`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum SubmitRefusal {
     /// The connection is not established, or is closing.
+    #[error("connection is not established")]
     NotConnected,
     /// The queue of calls waiting for a credit is full.
+    #[error("call queue is full")]
     QueueFull,
     /// The message is shorter than an XID.
+    #[error("RPC message shorter than an XID")]
     MessageTooShort,
     /// A buffer is not in a registered arena.
+    #[error("buffer is not registered")]
     NotRegistered,
     /// DDP positions are not multiples of four in increasing order inside the message.
+    #[error("DDP positions are not aligned, ordered and in range")]
     BadPosition,
     /// The transport header alone exceeds the inline threshold (too many chunks).
+    #[error("transport header exceeds the inline threshold")]
     HeaderTooLarge,
     /// The message or a chunk exceeds what one memory registration covers.
+    #[error("chunk exceeds the largest registration")]
     ChunkTooLarge,
     /// `max_reply_len` exceeds the largest Reply chunk buffer.
+    #[error("maximum reply exceeds the largest reply buffer")]
     ReplyTooLarge,
     /// More DDP arguments (Read chunks) or write sinks (Write chunks) than the
     /// connection's `ConnConfig::max_chunks`: a responder with the same setting would
     /// refuse the call with ERR_CHUNK, so it is not sent.
+    #[error("more Read or Write chunks than max_chunks allows")]
     TooManyChunks,
     /// [`CallRequest::xid`] names an XID another call in flight on this connection
     /// carries.
+    #[error("another call in flight carries this XID")]
     DuplicateXid,
 }
-
-impl fmt::Display for SubmitRefusal {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            SubmitRefusal::NotConnected => "connection is not established",
-            SubmitRefusal::QueueFull => "call queue is full",
-            SubmitRefusal::MessageTooShort => "RPC message shorter than an XID",
-            SubmitRefusal::NotRegistered => "buffer is not registered",
-            SubmitRefusal::BadPosition => "DDP positions are not aligned, ordered and in range",
-            SubmitRefusal::HeaderTooLarge => "transport header exceeds the inline threshold",
-            SubmitRefusal::ChunkTooLarge => "chunk exceeds the largest registration",
-            SubmitRefusal::ReplyTooLarge => "maximum reply exceeds the largest reply buffer",
-            SubmitRefusal::TooManyChunks => "more Read or Write chunks than max_chunks allows",
-            SubmitRefusal::DuplicateXid => "another call in flight carries this XID",
-        })
-    }
-}
-
-impl fmt::Display for SubmitError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "call not submitted: {}", self.reason)
-    }
-}
-
-impl std::error::Error for SubmitError {}

@@ -180,17 +180,22 @@ impl<'a> CallView<'a> {
 /// How a handler declines a call. The engine answers with an accepted RPC reply
 /// carrying the matching `accept_stat` (RFC 5531 §9) and an AUTH_NONE verifier, so the
 /// requester gets an RPC error for exactly this XID; the connection is unaffected.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum ServiceError {
     /// The arguments did not decode: GARBAGE_ARGS (4).
+    #[error("garbage arguments")]
     GarbageArgs,
     /// The server failed internally: SYSTEM_ERR (5).
+    #[error("system error")]
     SystemErr,
     /// No such procedure: PROC_UNAVAIL (3).
+    #[error("procedure unavailable")]
     ProcUnavail,
     /// No such program: PROG_UNAVAIL (1).
+    #[error("program unavailable")]
     ProgUnavail,
     /// Program version outside `low..=high`: PROG_MISMATCH (2).
+    #[error("program version mismatch (supported {low}..={high})")]
     ProgMismatch {
         /// Lowest supported version.
         low: u32,
@@ -211,22 +216,6 @@ impl ServiceError {
         }
     }
 }
-
-impl fmt::Display for ServiceError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ServiceError::GarbageArgs => write!(f, "garbage arguments"),
-            ServiceError::SystemErr => write!(f, "system error"),
-            ServiceError::ProcUnavail => write!(f, "procedure unavailable"),
-            ServiceError::ProgUnavail => write!(f, "program unavailable"),
-            ServiceError::ProgMismatch { low, high } => {
-                write!(f, "program version mismatch (supported {low}..={high})")
-            }
-        }
-    }
-}
-
-impl std::error::Error for ServiceError {}
 
 /// The upper layer of a responder: called once per received call, on the poller thread.
 pub trait Service {
@@ -249,7 +238,8 @@ pub trait Service {
 }
 
 /// The reply body did not fit the buffer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("reply needs {needed} octets, the requester can take {capacity}")]
 pub struct ReplyOverflow {
     /// Octets the body would need.
     pub needed: usize,
@@ -257,67 +247,37 @@ pub struct ReplyOverflow {
     pub capacity: usize,
 }
 
-impl fmt::Display for ReplyOverflow {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "reply needs {} octets, the requester can take {}",
-            self.needed, self.capacity
-        )
-    }
-}
-
-impl std::error::Error for ReplyOverflow {}
-
 /// Why [`ReplyWriter::ddp_result`] did not take a result.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum DdpRefusal {
     /// The requester offered no (further) Write chunk: inline the data instead.
+    #[error("no Write chunk left for the result")]
     NoWriteChunk,
     /// The next Write chunk is smaller than the data.
+    #[error("result exceeds the {capacity}-octet Write chunk")]
     TooLarge {
         /// The chunk's capacity.
         capacity: u64,
     },
     /// The buffer's arena is not registered, so the data cannot be RDMA-written.
+    #[error("result buffer is not registered")]
     NotRegistered,
     /// The bytes are not inside memory the engine can keep valid until the Write
     /// completes (not within the call's pulled Read chunks, or outside the shared
     /// buffer's valid bytes): copy them into [`ReplyWriter::alloc_buf`] instead.
+    #[error("result bytes are not in memory the engine holds")]
     NotHeld,
 }
 
-impl fmt::Display for DdpRefusal {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            DdpRefusal::NoWriteChunk => write!(f, "no Write chunk left for the result"),
-            DdpRefusal::TooLarge { capacity } => {
-                write!(f, "result exceeds the {capacity}-octet Write chunk")
-            }
-            DdpRefusal::NotRegistered => write!(f, "result buffer is not registered"),
-            DdpRefusal::NotHeld => write!(f, "result bytes are not in memory the engine holds"),
-        }
-    }
-}
-
 /// A refused DDP result, with the data handed back so the handler can inline it.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("{reason}")]
 pub struct DdpRefused {
     /// Why.
     pub reason: DdpRefusal,
     /// The data, untouched.
     pub data: RegBuf,
 }
-
-impl fmt::Display for DdpRefused {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.reason.fmt(f)
-    }
-}
-
-impl std::error::Error for DdpRefused {}
-
-impl std::error::Error for DdpRefusal {}
 
 /// A call's pulled Read chunks, in Read list order (a long call's message first).
 pub(crate) type Sinks = FixedVec<RegBuf, { 1 + MAX_DDP_ITEMS }>;

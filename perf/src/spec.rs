@@ -78,13 +78,16 @@ pub struct RowSpec {
 }
 
 /// Why a row produced no figures.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum BenchError {
     /// Creating a fabric object failed.
-    Fabric(FabricError),
+    #[error("fabric: {0}")]
+    Fabric(#[from] FabricError),
     /// A post was refused.
-    Post(PostError),
+    #[error("post refused: {0}")]
+    Post(#[from] PostError),
     /// A work request completed with an error status.
+    #[error("{opcode:?} completed with {status}")]
     Completion {
         /// What completed.
         opcode: WcOpcode,
@@ -92,40 +95,14 @@ pub enum BenchError {
         status: WcStatus,
     },
     /// Memory for the row could not be had.
+    #[error("memory: {0}")]
     Memory(String),
     /// Connection set-up did not finish.
+    #[error("set-up: {0}")]
     Setup(String),
     /// An RPC could not be built or submitted, or did not succeed.
+    #[error("rpc: {0}")]
     Rpc(String),
-}
-
-impl fmt::Display for BenchError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            BenchError::Fabric(e) => write!(f, "fabric: {e}"),
-            BenchError::Post(e) => write!(f, "post refused: {e}"),
-            BenchError::Completion { opcode, status } => {
-                write!(f, "{opcode:?} completed with {status}")
-            }
-            BenchError::Memory(e) => write!(f, "memory: {e}"),
-            BenchError::Setup(e) => write!(f, "set-up: {e}"),
-            BenchError::Rpc(e) => write!(f, "rpc: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for BenchError {}
-
-impl From<FabricError> for BenchError {
-    fn from(e: FabricError) -> Self {
-        BenchError::Fabric(e)
-    }
-}
-
-impl From<PostError> for BenchError {
-    fn from(e: PostError) -> Self {
-        BenchError::Post(e)
-    }
 }
 
 /// Pins the calling thread to `core`; false if the core does not exist or pinning failed

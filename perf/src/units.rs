@@ -6,21 +6,14 @@ use core::fmt;
 use std::time::Duration;
 
 /// A command-line value that does not parse, with the reason in words.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{input:?}: {reason}")]
 pub struct ParseError {
     /// The text given.
     pub input: String,
     /// What is wrong and what would be right.
     pub reason: String,
 }
-
-impl fmt::Display for ParseError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:?}: {}", self.input, self.reason)
-    }
-}
-
-impl std::error::Error for ParseError {}
 
 fn err(input: &str, reason: impl Into<String>) -> ParseError {
     ParseError {

@@ -52,47 +52,68 @@ impl Default for PollerConfig {
 }
 
 /// A [`PollerConfig`] value that cannot work.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
     /// A size that must be at least 1 was 0.
+    #[error("poller config: {field} must be at least 1")]
     Zero {
         /// The offending field.
-        field: &'static str,
+        field: ConfigField,
     },
     /// A size too large for the poller's 32-bit indices (or for a power-of-two ring).
+    #[error("poller config: {field} must be at most {max}")]
     TooLarge {
         /// The offending field.
-        field: &'static str,
+        field: ConfigField,
         /// The largest accepted value.
         max: usize,
     },
     /// `idle.park` was `Some(Duration::ZERO)`, which would spin through syscalls.
+    #[error("poller config: idle.park must be None or a non-zero duration")]
     ZeroPark,
     /// `thread_name` contains a NUL byte, which no OS thread name can hold.
+    #[error("poller config: thread_name contains a NUL byte")]
     ThreadName,
 }
 
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+/// A count of [`PollerConfig`] that [`ConfigError::Zero`] or [`ConfigError::TooLarge`]
+/// names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ConfigField {
+    /// [`PollerConfig::mailbox_capacity`].
+    MailboxCapacity,
+    /// [`PollerConfig::max_tasks`].
+    MaxTasks,
+    /// [`PollerConfig::max_timers`].
+    MaxTimers,
+    /// [`PollerConfig::mailbox_batch`].
+    MailboxBatch,
+    /// [`PollerConfig::stats_interval`].
+    StatsInterval,
+    /// [`PollerConfig::timer_check_interval`].
+    TimerCheckInterval,
+}
+
+impl ConfigField {
+    /// The field's name, as [`ConfigError`]'s message gives it.
+    pub const fn what(self) -> &'static str {
         match self {
-            ConfigError::Zero { field } => write!(f, "poller config: {field} must be at least 1"),
-            ConfigError::TooLarge { field, max } => {
-                write!(f, "poller config: {field} must be at most {max}")
-            }
-            ConfigError::ZeroPark => {
-                write!(
-                    f,
-                    "poller config: idle.park must be None or a non-zero duration"
-                )
-            }
-            ConfigError::ThreadName => {
-                f.write_str("poller config: thread_name contains a NUL byte")
-            }
+            ConfigField::MailboxCapacity => "mailbox_capacity",
+            ConfigField::MaxTasks => "max_tasks",
+            ConfigField::MaxTimers => "max_timers",
+            ConfigField::MailboxBatch => "mailbox_batch",
+            ConfigField::StatsInterval => "stats_interval",
+            ConfigField::TimerCheckInterval => "timer_check_interval",
         }
     }
 }
 
-impl std::error::Error for ConfigError {}
+impl fmt::Display for ConfigField {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.what())
+    }
+}
 
 /// Upper bound for every count: keeps slot indices in `u32` and rings allocatable.
 const MAX_COUNT: usize = 1 << 24;
@@ -101,12 +122,15 @@ impl PollerConfig {
     /// Checks every field; [`PollerGroup::start`](crate::PollerGroup::start) calls this.
     pub fn validate(&self) -> Result<(), ConfigError> {
         for (field, value) in [
-            ("mailbox_capacity", self.mailbox_capacity),
-            ("max_tasks", self.max_tasks),
-            ("max_timers", self.max_timers),
-            ("mailbox_batch", self.mailbox_batch),
-            ("stats_interval", self.stats_interval as usize),
-            ("timer_check_interval", self.timer_check_interval as usize),
+            (ConfigField::MailboxCapacity, self.mailbox_capacity),
+            (ConfigField::MaxTasks, self.max_tasks),
+            (ConfigField::MaxTimers, self.max_timers),
+            (ConfigField::MailboxBatch, self.mailbox_batch),
+            (ConfigField::StatsInterval, self.stats_interval as usize),
+            (
+                ConfigField::TimerCheckInterval,
+                self.timer_check_interval as usize,
+            ),
         ] {
             if value == 0 {
                 return Err(ConfigError::Zero { field });
@@ -140,7 +164,16 @@ mod tests {
             max_tasks: 0,
             ..PollerConfig::default()
         };
-        assert_eq!(c.validate(), Err(ConfigError::Zero { field: "max_tasks" }));
+        assert_eq!(
+            c.validate(),
+            Err(ConfigError::Zero {
+                field: ConfigField::MaxTasks
+            })
+        );
+        assert_eq!(
+            c.validate().unwrap_err().to_string(),
+            "poller config: max_tasks must be at least 1"
+        );
         let c = PollerConfig {
             mailbox_capacity: usize::MAX,
             ..PollerConfig::default()
@@ -148,7 +181,7 @@ mod tests {
         assert!(matches!(
             c.validate(),
             Err(ConfigError::TooLarge {
-                field: "mailbox_capacity",
+                field: ConfigField::MailboxCapacity,
                 ..
             })
         ));

@@ -28,51 +28,26 @@ pub struct PinReport {
 }
 
 /// Why [`PollerGroup::start`] failed. Pollers already started are stopped again.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum StartError {
     /// The core list was empty.
+    #[error("no cores given for pollers")]
     NoCores,
     /// The configuration was rejected.
-    Config(ConfigError),
+    #[error("{0}")]
+    Config(#[from] ConfigError),
     /// Creating a poller's eventfd failed.
-    EventFd(io::Error),
+    #[error("creating a poller eventfd: {0}")]
+    EventFd(#[source] io::Error),
     /// Spawning a poller thread failed.
-    Spawn(io::Error),
+    #[error("spawning a poller thread: {0}")]
+    Spawn(#[source] io::Error),
     /// A poller thread did not report in before `startup_timeout`, or died first.
+    #[error("poller {index} did not start before the startup timeout")]
     NotStarted {
         /// The first poller that did not report.
         index: usize,
     },
-}
-
-impl fmt::Display for StartError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            StartError::NoCores => f.write_str("no cores given for pollers"),
-            StartError::Config(e) => write!(f, "{e}"),
-            StartError::EventFd(e) => write!(f, "creating a poller eventfd: {e}"),
-            StartError::Spawn(e) => write!(f, "spawning a poller thread: {e}"),
-            StartError::NotStarted { index } => {
-                write!(f, "poller {index} did not start before the startup timeout")
-            }
-        }
-    }
-}
-
-impl std::error::Error for StartError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            StartError::Config(e) => Some(e),
-            StartError::EventFd(e) | StartError::Spawn(e) => Some(e),
-            StartError::NoCores | StartError::NotStarted { .. } => None,
-        }
-    }
-}
-
-impl From<ConfigError> for StartError {
-    fn from(e: ConfigError) -> Self {
-        StartError::Config(e)
-    }
 }
 
 /// A poller that had not stopped by the shutdown deadline. Its thread is still running
@@ -107,7 +82,12 @@ impl StuckPoller {
 }
 
 /// Why [`PollerGroup::shutdown`] was not clean.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "poller shutdown incomplete: still running {:?}, panicked {:?}",
+    stuck_indices(.stuck),
+    .panicked
+)]
 pub struct ShutdownError {
     /// Counters of every poller: final for those that stopped, last published for the rest.
     pub stats: GroupStats,
@@ -117,15 +97,10 @@ pub struct ShutdownError {
     pub panicked: Vec<usize>,
 }
 
-impl fmt::Display for ShutdownError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let stuck: Vec<usize> = self.stuck.iter().map(|s| s.index).collect();
-        write!(f, "poller shutdown incomplete: still running {stuck:?}")?;
-        write!(f, ", panicked {:?}", self.panicked)
-    }
+/// The group indices of `stuck`, for [`ShutdownError`]'s message.
+fn stuck_indices(stuck: &[StuckPoller]) -> Vec<usize> {
+    stuck.iter().map(|s| s.index).collect()
 }
-
-impl std::error::Error for ShutdownError {}
 
 struct Member<M> {
     handle: PollerHandle<M>,

@@ -57,7 +57,7 @@ mod task;
 mod timer;
 mod wake;
 
-pub use config::{ConfigError, PollerConfig};
+pub use config::{ConfigError, ConfigField, PollerConfig};
 pub use group::{PinReport, PollerGroup, ShutdownError, StartError, StuckPoller};
 pub use handle::PollerHandle;
 pub use idle::IdlePolicy;

@@ -17,33 +17,26 @@ use crate::task::{Task, TaskId, TaskKey};
 use crate::wake::Doorbell;
 
 /// Why a mailbox refused something; the refused value comes back in [`SendError`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum SendErrorKind {
     /// The mailbox is full: the poller is behind. Retry later or shed load.
+    #[error("poller mailbox is full")]
     Full,
     /// The poller is stopping or stopped (or its thread died).
+    #[error("poller is shut down")]
     Closed,
     /// Every task slot of the poller is taken (`PollerConfig::max_tasks`).
+    #[error("poller has no free task slot")]
     NoTaskSlot,
     /// The task id belongs to another poller than the one asked.
+    #[error("task id belongs to a different poller")]
     WrongPoller,
 }
 
-impl fmt::Display for SendErrorKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            SendErrorKind::Full => "poller mailbox is full",
-            SendErrorKind::Closed => "poller is shut down",
-            SendErrorKind::NoTaskSlot => "poller has no free task slot",
-            SendErrorKind::WrongPoller => "task id belongs to a different poller",
-        })
-    }
-}
-
-impl std::error::Error for SendErrorKind {}
-
 /// A refused send, carrying the value back to the sender so nothing is lost or dropped
 /// behind its back.
+#[derive(thiserror::Error)]
+#[error("{kind}")]
 pub struct SendError<T> {
     kind: SendErrorKind,
     value: T,
@@ -73,14 +66,6 @@ impl<T> fmt::Debug for SendError<T> {
             .finish_non_exhaustive()
     }
 }
-
-impl<T> fmt::Display for SendError<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&self.kind, f)
-    }
-}
-
-impl<T> std::error::Error for SendError<T> {}
 
 /// What travels through the ring.
 pub(crate) struct Command<M> {

@@ -6,8 +6,6 @@
 //! when a keepalive is re-armed on every message). The earliest deadline is cached in a
 //! plain field so "is anything due?" is one comparison.
 
-use std::fmt;
-
 use crate::task::TaskKey;
 
 /// Deadlines are nanoseconds since the owning poller's clock epoch.
@@ -27,26 +25,15 @@ pub struct TimerId {
 }
 
 /// Why a timer could not be armed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum TimerError {
     /// Every preallocated timer slot is in use (`PollerConfig::max_timers`).
+    #[error("all {capacity} timer slots of this poller are armed")]
     Full {
         /// The configured capacity.
         capacity: usize,
     },
 }
-
-impl fmt::Display for TimerError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            TimerError::Full { capacity } => {
-                write!(f, "all {capacity} timer slots of this poller are armed")
-            }
-        }
-    }
-}
-
-impl std::error::Error for TimerError {}
 
 /// What a due timer carries back to the poller.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

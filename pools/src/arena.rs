@@ -81,36 +81,44 @@ impl ArenaOptions {
 }
 
 /// Why an arena could not be created.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum ArenaError {
     /// A zero-length arena was asked for.
+    #[error("an arena cannot be zero bytes long")]
     ZeroLength,
     /// Hugepages were required but none could be had.
-    NoHugePages(io::Error),
+    #[error(
+        "hugepages required but unavailable ({0}); reserve some with \
+         `sysctl -w vm.nr_hugepages=N`"
+    )]
+    NoHugePages(#[source] io::Error),
     /// The operating system refused the mapping or memfd.
-    Os(io::Error),
+    #[error("arena mapping failed: {0}")]
+    Os(#[source] io::Error),
     /// A descriptor passed in is not memory that can be mapped safely: not a regular
     /// file, not sealed against shrinking (its owner could truncate it under the
     /// mapping), shorter than claimed, or longer than allowed.
-    Untrusted(&'static str),
+    #[error("refusing to map a shared arena: {0}")]
+    Untrusted(UntrustedFd),
 }
 
-impl fmt::Display for ArenaError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ArenaError::ZeroLength => write!(f, "an arena cannot be zero bytes long"),
-            ArenaError::NoHugePages(e) => write!(
-                f,
-                "hugepages required but unavailable ({e}); reserve some with \
-                 `sysctl -w vm.nr_hugepages=N`"
-            ),
-            ArenaError::Os(e) => write!(f, "arena mapping failed: {e}"),
-            ArenaError::Untrusted(why) => write!(f, "refusing to map a shared arena: {why}"),
-        }
-    }
+/// Why a descriptor passed in is not safe to map ([`ArenaError::Untrusted`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
+#[non_exhaustive]
+pub enum UntrustedFd {
+    /// The announced length is above the bound the receiver allows.
+    #[error("announced length above the allowed bound")]
+    TooLong,
+    /// The descriptor is not a regular file (a memfd).
+    #[error("descriptor is not a regular file (memfd)")]
+    NotRegularFile,
+    /// The file is not sealed against shrinking.
+    #[error("file is not sealed against shrinking")]
+    NotSealed,
+    /// The file is shorter than announced.
+    #[error("file is shorter than announced")]
+    TooShort,
 }
-
-impl std::error::Error for ArenaError {}
 
 /// Registration keys a fabric stored on an arena.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -203,9 +211,7 @@ fn check_shared_fd(fd: &OwnedFd, len: usize, max_len: usize) -> Result<(), Arena
         return Err(ArenaError::ZeroLength);
     }
     if len > max_len {
-        return Err(ArenaError::Untrusted(
-            "announced length above the allowed bound",
-        ));
+        return Err(ArenaError::Untrusted(UntrustedFd::TooLong));
     }
     // SAFETY: all-zero is a valid `stat`; fstat fills it for a valid descriptor.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
@@ -214,19 +220,15 @@ fn check_shared_fd(fd: &OwnedFd, len: usize, max_len: usize) -> Result<(), Arena
         return Err(ArenaError::Os(io::Error::last_os_error()));
     }
     if st.st_mode & libc::S_IFMT != libc::S_IFREG {
-        return Err(ArenaError::Untrusted(
-            "descriptor is not a regular file (memfd)",
-        ));
+        return Err(ArenaError::Untrusted(UntrustedFd::NotRegularFile));
     }
     // SAFETY: fcntl with no argument on a valid descriptor.
     let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
     if seals < 0 || seals & libc::F_SEAL_SHRINK == 0 {
-        return Err(ArenaError::Untrusted(
-            "file is not sealed against shrinking",
-        ));
+        return Err(ArenaError::Untrusted(UntrustedFd::NotSealed));
     }
     if (st.st_size as u128) < len as u128 || st.st_size < 0 {
-        return Err(ArenaError::Untrusted("file is shorter than announced"));
+        return Err(ArenaError::Untrusted(UntrustedFd::TooShort));
     }
     Ok(())
 }

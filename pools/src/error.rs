@@ -1,18 +1,18 @@
 //! Errors returned by pools, caches and buffers.
 
-use std::fmt;
-
 use crate::arena::ArenaError;
 use crate::buf::Buf;
 
 /// Why a pool operation failed.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum PoolError {
     /// No free buffer: every buffer is in use or parked in other threads' caches.
     /// This is backpressure; retry after buffers come back.
+    #[error("buffer pool exhausted")]
     Exhausted,
     /// A bulk get asked for more buffers than a cache can hold at once.
+    #[error("bulk get of {requested} buffers exceeds the cache's limit of {max}")]
     BulkTooLarge {
         /// Buffers asked for.
         requested: usize,
@@ -20,8 +20,10 @@ pub enum PoolError {
         max: usize,
     },
     /// The pool configuration is unusable.
-    InvalidConfig(&'static str),
+    #[error("invalid pool configuration: {0}")]
+    InvalidConfig(ConfigFault),
     /// The pool does not fit in the arena at the offset given.
+    #[error("pool needs {needed} bytes at offset {offset} but the arena is {arena_len} bytes")]
     OutOfArena {
         /// Offset the pool was to start at.
         offset: usize,
@@ -31,18 +33,23 @@ pub enum PoolError {
         arena_len: usize,
     },
     /// Creating the pool's arena failed.
-    Arena(ArenaError),
+    #[error("pool arena: {0}")]
+    Arena(#[from] ArenaError),
     /// A bulk put was handed buffers of another pool; they were left in place.
+    #[error("{count} buffers belong to another pool and were not taken")]
     ForeignBuffers {
         /// How many such buffers were left.
         count: usize,
     },
     /// A token does not name a buffer of this pool that is currently parked as a token
     /// (wrong pool, out of range, already redeemed, or never issued).
+    #[error("buffer token {0:#x} is not redeemable here")]
     BadToken(u64),
     /// A scatter-gather entry was asked for before the arena was registered.
+    #[error("the pool's arena has no registration keys")]
     NotRegistered,
     /// A scatter-gather entry longer than the buffer was asked for.
+    #[error("segment of {requested} bytes exceeds the {len}-byte buffer")]
     TooLong {
         /// Length asked for.
         requested: usize,
@@ -51,69 +58,46 @@ pub enum PoolError {
     },
 }
 
-impl fmt::Display for PoolError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            PoolError::Exhausted => write!(f, "buffer pool exhausted"),
-            PoolError::BulkTooLarge { requested, max } => write!(
-                f,
-                "bulk get of {requested} buffers exceeds the cache's limit of {max}"
-            ),
-            PoolError::InvalidConfig(why) => write!(f, "invalid pool configuration: {why}"),
-            PoolError::OutOfArena {
-                offset,
-                needed,
-                arena_len,
-            } => write!(
-                f,
-                "pool needs {needed} bytes at offset {offset} but the arena is {arena_len} bytes"
-            ),
-            PoolError::Arena(e) => write!(f, "pool arena: {e}"),
-            PoolError::ForeignBuffers { count } => {
-                write!(
-                    f,
-                    "{count} buffers belong to another pool and were not taken"
-                )
-            }
-            PoolError::BadToken(t) => write!(f, "buffer token {t:#x} is not redeemable here"),
-            PoolError::NotRegistered => write!(f, "the pool's arena has no registration keys"),
-            PoolError::TooLong { requested, len } => {
-                write!(
-                    f,
-                    "segment of {requested} bytes exceeds the {len}-byte buffer"
-                )
-            }
-        }
-    }
-}
-
-impl std::error::Error for PoolError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            PoolError::Arena(e) => Some(e),
-            _ => None,
-        }
-    }
-}
-
-impl From<ArenaError> for PoolError {
-    fn from(e: ArenaError) -> Self {
-        PoolError::Arena(e)
-    }
+/// What is wrong with a pool configuration ([`PoolError::InvalidConfig`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigFault {
+    /// The buffer size rounded up to the alignment overflows `usize`.
+    #[error("buffer size overflows")]
+    BufSizeOverflow,
+    /// Stride times count overflows `usize`.
+    #[error("pool size overflows")]
+    PoolSizeOverflow,
+    /// The buffer size is zero.
+    #[error("buffer size is zero")]
+    ZeroBufSize,
+    /// The buffer size does not fit in 32 bits.
+    #[error("buffer size exceeds 4 GiB")]
+    BufSizeTooLarge,
+    /// The buffer count is zero.
+    #[error("buffer count is zero")]
+    ZeroCount,
+    /// More buffers than a ring can index.
+    #[error("more than 2^31 buffers")]
+    TooManyBufs,
+    /// The alignment is not a power of two.
+    #[error("alignment is not a power of two")]
+    AlignNotPowerOfTwo,
+    /// The per-thread cache size is zero.
+    #[error("cache size is zero")]
+    ZeroCacheSize,
+    /// The per-thread cache size is above half the ring capacity.
+    #[error("cache size is too large")]
+    CacheSizeTooLarge,
+    /// The arena offset leaves the first buffer misaligned.
+    #[error("arena offset does not give aligned buffers")]
+    MisalignedOffset,
+    /// The arena's base address is null.
+    #[error("null arena")]
+    NullArena,
 }
 
 /// A buffer handed to the wrong pool's `put`; it is given back so it is not lost.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("buffer of pool {} returned to another pool", .0.pool_id())]
 pub struct ForeignBuf(pub Buf);
-
-impl fmt::Display for ForeignBuf {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "buffer of pool {} returned to another pool",
-            self.0.pool_id()
-        )
-    }
-}
-
-impl std::error::Error for ForeignBuf {}

@@ -47,8 +47,8 @@ pub mod error;
 pub mod pool;
 mod ring;
 
-pub use arena::{Arena, ArenaError, ArenaOptions, HugePages, RegKeys};
+pub use arena::{Arena, ArenaError, ArenaOptions, HugePages, RegKeys, UntrustedFd};
 pub use buf::{Buf, BufToken, SgEntry};
 pub use cache::PoolCache;
-pub use error::{ForeignBuf, PoolError};
+pub use error::{ConfigFault, ForeignBuf, PoolError};
 pub use pool::{Pool, PoolConfig, PoolStats, CACHE_LINE};

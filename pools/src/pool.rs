@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use crate::arena::{Arena, ArenaOptions, HugePages, RegKeys};
 use crate::buf::{Buf, BufToken};
 use crate::cache::PoolCache;
-use crate::error::{ForeignBuf, PoolError};
+use crate::error::{ConfigFault, ForeignBuf, PoolError};
 use crate::ring::{CachePadded, IndexRing, MAX_RING_CAPACITY};
 
 /// Slots are at least cache-line aligned so two buffers never share a line (no false
@@ -101,37 +101,37 @@ impl PoolConfig {
         let align = self.effective_align();
         self.buf_size
             .checked_next_multiple_of(align)
-            .ok_or(PoolError::InvalidConfig("buffer size overflows"))
+            .ok_or(PoolError::InvalidConfig(ConfigFault::BufSizeOverflow))
     }
 
     /// Bytes of arena the pool occupies.
     pub fn footprint(&self) -> Result<usize, PoolError> {
         self.stride()?
             .checked_mul(self.count as usize)
-            .ok_or(PoolError::InvalidConfig("pool size overflows"))
+            .ok_or(PoolError::InvalidConfig(ConfigFault::PoolSizeOverflow))
     }
 
     fn validate(&self) -> Result<(), PoolError> {
         if self.buf_size == 0 {
-            return Err(PoolError::InvalidConfig("buffer size is zero"));
+            return Err(PoolError::InvalidConfig(ConfigFault::ZeroBufSize));
         }
         if self.buf_size > u32::MAX as usize {
-            return Err(PoolError::InvalidConfig("buffer size exceeds 4 GiB"));
+            return Err(PoolError::InvalidConfig(ConfigFault::BufSizeTooLarge));
         }
         if self.count == 0 {
-            return Err(PoolError::InvalidConfig("buffer count is zero"));
+            return Err(PoolError::InvalidConfig(ConfigFault::ZeroCount));
         }
         if self.count as usize > MAX_RING_CAPACITY {
-            return Err(PoolError::InvalidConfig("more than 2^31 buffers"));
+            return Err(PoolError::InvalidConfig(ConfigFault::TooManyBufs));
         }
         if !self.align.is_power_of_two() {
-            return Err(PoolError::InvalidConfig("alignment is not a power of two"));
+            return Err(PoolError::InvalidConfig(ConfigFault::AlignNotPowerOfTwo));
         }
         if self.cache_size == 0 {
-            return Err(PoolError::InvalidConfig("cache size is zero"));
+            return Err(PoolError::InvalidConfig(ConfigFault::ZeroCacheSize));
         }
         if self.cache_size > MAX_RING_CAPACITY / 2 {
-            return Err(PoolError::InvalidConfig("cache size is too large"));
+            return Err(PoolError::InvalidConfig(ConfigFault::CacheSizeTooLarge));
         }
         Ok(())
     }
@@ -379,13 +379,11 @@ impl Pool {
         }
         let first = arena.base().wrapping_add(offset);
         if (first as usize) & (cfg.effective_align() - 1) != 0 {
-            return Err(PoolError::InvalidConfig(
-                "arena offset does not give aligned buffers",
-            ));
+            return Err(PoolError::InvalidConfig(ConfigFault::MisalignedOffset));
         }
-        let slots = NonNull::new(first).ok_or(PoolError::InvalidConfig("null arena"))?;
+        let slots = NonNull::new(first).ok_or(PoolError::InvalidConfig(ConfigFault::NullArena))?;
         let ring = IndexRing::with_capacity(cfg.count as usize)
-            .ok_or(PoolError::InvalidConfig("more than 2^31 buffers"))?;
+            .ok_or(PoolError::InvalidConfig(ConfigFault::TooManyBufs))?;
         // Ascending order, so a fresh pool hands out low addresses first.
         let all: Vec<u32> = (0..cfg.count).collect();
         ring.enqueue_all(&all);

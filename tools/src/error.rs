@@ -13,9 +13,10 @@ use rpcrdma::ConnError;
 use crate::hex::HexError;
 
 /// A failed subcommand. `main` prints it on one line and exits with status 1.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum CliError {
     /// Reading an input file or standard input failed.
+    #[error(fmt = fmt_read)]
     Read {
         /// The file, or `None` for standard input.
         path: Option<PathBuf>,
@@ -23,23 +24,44 @@ pub enum CliError {
         source: io::Error,
     },
     /// Writing the result failed (e.g. a closed pipe).
-    Write(io::Error),
+    #[error("cannot write the output: {0}")]
+    Write(#[source] io::Error),
     /// `--hex` text that is not hex.
-    Hex(HexError),
+    #[error("{0}")]
+    Hex(#[from] HexError),
     /// The transport header was rejected.
-    Header(HeaderError),
+    #[error("{0}; {says}", says = responder_says(.0))]
+    Header(#[from] HeaderError),
     /// `--private-data`: the format identifier does not occur in the input.
+    #[error(
+        "no RFC 8797 private data in {len} octets (format identifier {FORMAT_IDENTIFIER:08x} \
+         not found); the peer counts as having sent none and both ends use the RFC 8166 \
+         defaults: {MIN_INLINE_SIZE}-octet inline thresholds, no remote invalidation"
+    )]
     NoPrivateData {
         /// Octets searched.
         len: usize,
     },
     /// `--private-data`: the identifier occurs but no occurrence is a usable message.
-    PrivateData(PrivateDataError),
+    #[error(
+        "unusable RFC 8797 private data: {0}; per RFC 8797 §5.1 the peer counts as having \
+         sent none: {MIN_INLINE_SIZE}-octet inline thresholds, no remote invalidation"
+    )]
+    PrivateData(#[source] PrivateDataError),
     /// `encode`: the input is not a header in the JSON form `decode` prints.
-    Json(serde_json::Error),
+    #[error(
+        "not a transport header in rpcrdma JSON form: {0} (expected what `rpcrdma decode` \
+         prints, or its \"header\" object)"
+    )]
+    Json(#[source] serde_json::Error),
     /// `encode`: binary output would go to a terminal.
+    #[error("refusing to write binary octets to a terminal; add --hex or redirect the output")]
     BinaryToTerminal,
     /// `call`: no server answered at the address.
+    #[error(
+        "cannot reach an rpcrdma server at {addr} over {provider}: {reason}; start one \
+         with `rpcrdma serve --provider {provider} --addr {addr}`"
+    )]
     Unreachable {
         /// Provider name.
         provider: &'static str,
@@ -50,6 +72,10 @@ pub enum CliError {
     },
     /// `call`: the local end could not be set up, so nothing was sent (e.g. memory
     /// registration refused by the locked-memory limit).
+    #[error(
+        "cannot set up the local {provider} endpoint (nothing was sent to the server): \
+         {reason}"
+    )]
     LocalSetup {
         /// Provider name.
         provider: &'static str,
@@ -57,12 +83,16 @@ pub enum CliError {
         reason: String,
     },
     /// `serve`: the server could not start.
+    #[error("serve: {0}")]
     Serve(String),
     /// `call`: the call could not be made, failed, or its reply did not check out.
+    #[error("call failed: {0}")]
     Call(String),
     /// `nfs`: the operation failed (the message names the RPC or NFS status).
+    #[error("nfs: {0}")]
     Nfs(String),
     /// A command-line value that clap could not check by itself.
+    #[error("{option}: {reason}")]
     BadArgument {
         /// The option.
         option: &'static str,
@@ -71,89 +101,11 @@ pub enum CliError {
     },
 }
 
-impl fmt::Display for CliError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            CliError::Read { path: Some(p), source } => {
-                write!(f, "cannot read {}: {source}", p.display())
-            }
-            CliError::Read { path: None, source } => {
-                write!(f, "cannot read standard input: {source}")
-            }
-            CliError::Write(e) => write!(f, "cannot write the output: {e}"),
-            CliError::Hex(e) => e.fmt(f),
-            CliError::Header(e) => write!(f, "{e}; {}", responder_says(e)),
-            CliError::NoPrivateData { len } => write!(
-                f,
-                "no RFC 8797 private data in {len} octets (format identifier {FORMAT_IDENTIFIER:08x} \
-                 not found); the peer counts as having sent none and both ends use the RFC 8166 \
-                 defaults: {MIN_INLINE_SIZE}-octet inline thresholds, no remote invalidation"
-            ),
-            CliError::PrivateData(e) => write!(
-                f,
-                "unusable RFC 8797 private data: {e}; per RFC 8797 §5.1 the peer counts as having \
-                 sent none: {MIN_INLINE_SIZE}-octet inline thresholds, no remote invalidation"
-            ),
-            CliError::Json(e) => write!(
-                f,
-                "not a transport header in rpcrdma JSON form: {e} (expected what `rpcrdma decode` \
-                 prints, or its \"header\" object)"
-            ),
-            CliError::BinaryToTerminal => f.write_str(
-                "refusing to write binary octets to a terminal; add --hex or redirect the output",
-            ),
-            CliError::BadArgument { option, reason } => write!(f, "{option}: {reason}"),
-            CliError::Unreachable {
-                provider,
-                addr,
-                reason,
-            } => write!(
-                f,
-                "cannot reach an rpcrdma server at {addr} over {provider}: {reason}; start one \
-                 with `rpcrdma serve --provider {provider} --addr {addr}`"
-            ),
-            CliError::LocalSetup { provider, reason } => write!(
-                f,
-                "cannot set up the local {provider} endpoint (nothing was sent to the server): \
-                 {reason}"
-            ),
-            CliError::Serve(e) => write!(f, "serve: {e}"),
-            CliError::Call(e) => write!(f, "call failed: {e}"),
-            CliError::Nfs(e) => write!(f, "nfs: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for CliError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            CliError::Read { source, .. } => Some(source),
-            CliError::Write(e) => Some(e),
-            CliError::Hex(e) => Some(e),
-            CliError::Header(e) => Some(e),
-            CliError::PrivateData(e) => Some(e),
-            CliError::Json(e) => Some(e),
-            CliError::NoPrivateData { .. }
-            | CliError::BinaryToTerminal
-            | CliError::BadArgument { .. }
-            | CliError::Unreachable { .. }
-            | CliError::LocalSetup { .. }
-            | CliError::Serve(_)
-            | CliError::Call(_)
-            | CliError::Nfs(_) => None,
-        }
-    }
-}
-
-impl From<HexError> for CliError {
-    fn from(e: HexError) -> Self {
-        CliError::Hex(e)
-    }
-}
-
-impl From<HeaderError> for CliError {
-    fn from(e: HeaderError) -> Self {
-        CliError::Header(e)
+/// [`CliError::Read`]'s message: the file, or standard input, and why.
+fn fmt_read(path: &Option<PathBuf>, source: &io::Error, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    match path {
+        Some(p) => write!(f, "cannot read {}: {source}", p.display()),
+        None => write!(f, "cannot read standard input: {source}"),
     }
 }
 

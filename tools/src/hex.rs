@@ -1,11 +1,13 @@
 //! Hexadecimal text as people paste it: `11223344 00000001`, `11:22:33:44`, `0x1122`.
 
-use core::fmt;
-
 /// Why a piece of text is not a run of hex octets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum HexError {
     /// A character that is neither a hex digit nor an accepted separator.
+    #[error(
+        "invalid hex: {found:?} at character {position} is not a hex digit \
+         (spaces, colons and 0x prefixes are allowed)"
+    )]
     BadDigit {
         /// The character.
         found: char,
@@ -13,29 +15,12 @@ pub enum HexError {
         position: usize,
     },
     /// The digits do not pair up into octets.
+    #[error("invalid hex: {count} digits do not make whole octets (each octet is two digits)")]
     OddDigits {
         /// How many digits there were.
         count: usize,
     },
 }
-
-impl fmt::Display for HexError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            HexError::BadDigit { found, position } => write!(
-                f,
-                "invalid hex: {found:?} at character {position} is not a hex digit \
-                 (spaces, colons and 0x prefixes are allowed)"
-            ),
-            HexError::OddDigits { count } => write!(
-                f,
-                "invalid hex: {count} digits do not make whole octets (each octet is two digits)"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for HexError {}
 
 fn nibble(c: char) -> Option<u8> {
     c.to_digit(16).and_then(|d| u8::try_from(d).ok())

@@ -2,8 +2,6 @@
 //! encoded call into a `CallRequest` ([`CallPlan`], [`inline_call`]) and open an
 //! `Outcome`'s results ([`OutcomeResults`]). Nothing here allocates.
 
-use core::fmt;
-
 use rpcrdma::limits::{MAX_DDP_ARGS, MAX_WRITE_SINKS};
 use rpcrdma::FixedVec;
 use rpcrdma::{CallRequest, Outcome};
@@ -18,44 +16,24 @@ use crate::rpc::CallHeader;
 pub type DdpBufs = FixedVec<RegBuf, MAX_DDP_ARGS>;
 
 /// Why a call could not be built.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum BuildError {
     /// The header or arguments did not encode into the message buffer.
-    Encode(DdpEncodeError),
+    #[error(transparent)]
+    Encode(#[from] DdpEncodeError),
     /// The message buffer could not take the encoded length.
-    Msg(RegBufError),
+    #[error("message buffer: {0}")]
+    Msg(#[source] RegBufError),
     /// A DDP-eligible argument was not the whole of one of the given buffers: the engine
     /// sends a buffer's valid bytes as one Read chunk, so an item must be exactly that.
+    #[error("DDP argument at position {position} is not the whole of a registered buffer")]
     NotWholeBuffer {
         /// The item's XDR position.
         position: u32,
     },
     /// More Read chunks than the engine takes per call.
+    #[error("more than {MAX_DDP_ARGS} DDP arguments in one call")]
     TooManyDdpArgs,
-}
-
-impl fmt::Display for BuildError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            BuildError::Encode(e) => e.fmt(f),
-            BuildError::Msg(e) => write!(f, "message buffer: {e}"),
-            BuildError::NotWholeBuffer { position } => write!(
-                f,
-                "DDP argument at position {position} is not the whole of a registered buffer"
-            ),
-            BuildError::TooManyDdpArgs => {
-                write!(f, "more than {MAX_DDP_ARGS} DDP arguments in one call")
-            }
-        }
-    }
-}
-
-impl std::error::Error for BuildError {}
-
-impl From<DdpEncodeError> for BuildError {
-    fn from(e: DdpEncodeError) -> Self {
-        BuildError::Encode(e)
-    }
 }
 
 /// How an encoded call maps onto the engine's `CallRequest`: its inline length and,

@@ -32,6 +32,7 @@ pub use pair::{Pair, PairError, PairWait};
 #[cfg(any(test, feature = "testing"))]
 pub(crate) use post::post_transmit;
 pub use requester::Requester;
+pub use resources::ConnResources;
 pub use responder::{Listener, Responder, ResponderConn, ResponderCounters, ResponderLimits};
 
 use crate::core::{ConfigError, CoreError};

@@ -230,25 +230,16 @@ impl Drop for PendingCall {
 }
 
 /// Why [`Client::call`] did not submit.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     /// Every ticket is in use.
+    #[error("no free call ticket")]
     NoTicket(Box<CallRequest>),
     /// The poller's mailbox refused the message (full, or the poller is gone); the
     /// request comes back.
+    #[error("poller mailbox refused the call")]
     Mailbox(Option<Box<CallRequest>>),
 }
-
-impl fmt::Display for ClientError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ClientError::NoTicket(_) => write!(f, "no free call ticket"),
-            ClientError::Mailbox(_) => write!(f, "poller mailbox refused the call"),
-        }
-    }
-}
-
-impl std::error::Error for ClientError {}
 
 /// A requester's face for application threads: cheap to clone, `Send + Sync`.
 #[derive(Clone)]

@@ -26,8 +26,6 @@ pub(crate) mod rpcmsg;
 pub(crate) mod transport;
 pub(crate) mod wrid;
 
-use core::fmt;
-
 use rpcrdma_pools::Pool;
 
 pub use config::{ConfigError, ConnConfig, CountField, RegMode, Registration, Role, Sizes};
@@ -37,7 +35,7 @@ pub use connection::{
 };
 pub use event::ConnEvent;
 pub use mrs::FastRegSlot;
-pub use outbox::{OutboxFull, PostFailure, Transmit, Transmitter};
+pub use outbox::{OutboxFull, OutboxPart, PostFailure, Transmit, Transmitter};
 pub use regbuf::{RegBuf, RegBufError};
 pub use requester::RequesterHalf;
 pub use requester::{ProbeError, RequesterStats};
@@ -59,24 +57,15 @@ pub struct CorePools {
 }
 
 /// Why a core could not be built.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum CoreError {
     /// The configuration is unusable.
-    Config(ConfigError),
+    #[error("configuration: {0}")]
+    Config(#[source] ConfigError),
     /// A pool could not supply the buffers every slot keeps, or is not registered.
-    Buffers(RegBufError),
+    #[error("connection buffers: {0}")]
+    Buffers(#[source] RegBufError),
     /// A requester needs fast-registration slots.
+    #[error("no fast-registration slots")]
     NoMemoryRegions,
 }
-
-impl fmt::Display for CoreError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            CoreError::Config(e) => write!(f, "configuration: {e}"),
-            CoreError::Buffers(e) => write!(f, "connection buffers: {e}"),
-            CoreError::NoMemoryRegions => write!(f, "no fast-registration slots"),
-        }
-    }
-}
-
-impl std::error::Error for CoreError {}

@@ -14,21 +14,42 @@ use std::time::Instant;
 use crate::fabric::{PostError, RecvWr, SendFlags, SendOp, SendWr, Sge};
 
 /// The outbox had no room for a request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("outbox {what} full ({capacity} entries)")]
 pub struct OutboxFull {
     /// Which part was full.
-    pub what: &'static str,
+    pub what: OutboxPart,
     /// Its capacity.
     pub capacity: usize,
 }
 
-impl fmt::Display for OutboxFull {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "outbox {} full ({} entries)", self.what, self.capacity)
+/// The part of a connection's outbox that was full ([`OutboxFull::what`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OutboxPart {
+    /// The chain of staged send-queue requests.
+    SendChain,
+    /// The scatter-gather entries of the staged sends.
+    SgeStorage,
+    /// The chain of staged receives.
+    RecvChain,
+}
+
+impl OutboxPart {
+    /// The part in words, as [`OutboxFull`]'s message names it.
+    pub const fn what(self) -> &'static str {
+        match self {
+            OutboxPart::SendChain => "send chain",
+            OutboxPart::SgeStorage => "scatter-gather storage",
+            OutboxPart::RecvChain => "receive chain",
+        }
     }
 }
 
-impl std::error::Error for OutboxFull {}
+impl fmt::Display for OutboxPart {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.what())
+    }
+}
 
 /// A staged send-queue request; its gather list lives in the outbox's SGE array.
 #[derive(Debug, Clone, Copy)]
@@ -78,13 +99,13 @@ impl Outbox {
     ) -> Result<(), OutboxFull> {
         if self.sends.len() == self.sends.capacity() {
             return Err(OutboxFull {
-                what: "send chain",
+                what: OutboxPart::SendChain,
                 capacity: self.sends.capacity(),
             });
         }
         if self.sges.capacity() - self.sges.len() < sgl.len() {
             return Err(OutboxFull {
-                what: "scatter-gather storage",
+                what: OutboxPart::SgeStorage,
                 capacity: self.sges.capacity(),
             });
         }
@@ -104,7 +125,7 @@ impl Outbox {
     pub(crate) fn push_recv(&mut self, wr_id: u64, sge: Sge) -> Result<(), OutboxFull> {
         if self.recvs.len() == self.recvs.capacity() {
             return Err(OutboxFull {
-                what: "receive chain",
+                what: OutboxPart::RecvChain,
                 capacity: self.recvs.capacity(),
             });
         }
@@ -290,7 +311,7 @@ mod tests {
         assert_eq!(
             o.push_send(2, SendOp::Send, &[], SendFlags::NONE),
             Err(OutboxFull {
-                what: "send chain",
+                what: OutboxPart::SendChain,
                 capacity: 1
             })
         );

@@ -15,15 +15,19 @@ use rpcrdma_pools::{Buf, Pool, PoolCache, PoolError};
 use crate::fabric::Sge;
 
 /// Why a [`RegBuf`] could not be made or used.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum RegBufError {
     /// The pool had no free buffer.
+    #[error("buffer pool exhausted")]
     Exhausted,
     /// The buffer's arena has not been registered with a fabric, so it has no keys.
+    #[error("buffer's arena is not registered with the fabric")]
     NotRegistered,
     /// The buffer does not belong to the pool it was paired with.
+    #[error("buffer does not belong to the given pool")]
     ForeignBuf,
     /// A length beyond the buffer's capacity.
+    #[error("length {len} exceeds the buffer capacity {capacity}")]
     TooLong {
         /// Length asked for.
         len: usize,
@@ -31,23 +35,6 @@ pub enum RegBufError {
         capacity: usize,
     },
 }
-
-impl fmt::Display for RegBufError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            RegBufError::Exhausted => write!(f, "buffer pool exhausted"),
-            RegBufError::NotRegistered => {
-                write!(f, "buffer's arena is not registered with the fabric")
-            }
-            RegBufError::ForeignBuf => write!(f, "buffer does not belong to the given pool"),
-            RegBufError::TooLong { len, capacity } => {
-                write!(f, "length {len} exceeds the buffer capacity {capacity}")
-            }
-        }
-    }
-}
-
-impl std::error::Error for RegBufError {}
 
 fn from_pool_error(e: PoolError) -> RegBufError {
     match e {

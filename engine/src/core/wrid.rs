@@ -19,8 +19,6 @@
 //! free slot or an unknown kind (a provider bug, never peer input) are counted and
 //! dropped, never trusted.
 
-use core::fmt;
-
 /// What a work request was posted for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]
@@ -73,16 +71,9 @@ pub struct WrId {
 }
 
 /// A `wr_id` that does not decode: its kind bits name no [`WrKind`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("work request id {0:#018x} names no known kind")]
 pub struct BadWrId(pub u64);
-
-impl fmt::Display for BadWrId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "work request id {:#018x} names no known kind", self.0)
-    }
-}
-
-impl std::error::Error for BadWrId {}
 
 impl WrId {
     /// An id for `kind` on `slot` with no refinement.

@@ -2,7 +2,6 @@
 //! [`WcStatus`](super::WcStatus); these are the errors returned synchronously: setup
 //! failures ([`FabricError`]) and refused posts ([`PostError`]).
 
-use core::fmt;
 use std::io;
 
 use super::cm::ConnId;
@@ -10,12 +9,14 @@ use super::mr::Access;
 use super::types::QpState;
 
 /// Why a setup call (registration, queue creation, connection management) failed.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum FabricError {
     /// The memory cannot be registered with this provider (shm: the arena is not
     /// shareable, so the peer could not map it).
+    #[error("memory is not registrable with this provider (shm registers only shareable arenas)")]
     NotShareable,
     /// The range does not lie inside the arena.
+    #[error("range {offset}+{len} lies outside the {arena_len}-byte arena")]
     OutOfRange {
         /// Requested offset.
         offset: usize,
@@ -25,10 +26,13 @@ pub enum FabricError {
         arena_len: usize,
     },
     /// A registration of zero bytes, or longer than the device allows.
+    #[error("registration length {0} is not allowed")]
     BadLength(usize),
     /// The access combination is invalid (remote write without local write).
+    #[error("invalid access flags {0:?} (remote write needs local write)")]
     InvalidAccess(Access),
     /// A fixed-size device table is full.
+    #[error("no free {what} (limit {max})")]
     Exhausted {
         /// Which table.
         what: &'static str,
@@ -36,6 +40,7 @@ pub enum FabricError {
         max: usize,
     },
     /// A queue size or SGE count is zero or above the device limit.
+    #[error("{what} = {requested} is outside 1..={max}")]
     InvalidCaps {
         /// Which capability.
         what: &'static str,
@@ -45,6 +50,9 @@ pub enum FabricError {
         max: u32,
     },
     /// Attaching the queue pair would let its completions overrun the completion queue.
+    #[error(
+        "completion queue of depth {depth} cannot hold the {needed} entries its queues may produce"
+    )]
     CqTooSmall {
         /// Entries needed by every queue attached to the CQ.
         needed: u64,
@@ -52,6 +60,7 @@ pub enum FabricError {
         depth: u32,
     },
     /// Private data longer than the provider carries.
+    #[error("{len} bytes of private data exceed the {max}-byte limit")]
     PrivateDataTooLong {
         /// Bytes given.
         len: usize,
@@ -59,18 +68,31 @@ pub enum FabricError {
         max: usize,
     },
     /// The address cannot be used (e.g. too long for a socket address).
+    #[error("bad address: {0}")]
     BadAddress(&'static str),
     /// The objects belong to different devices.
+    #[error("objects belong to different devices")]
     WrongDevice,
     /// The connection id is unknown or already closed.
+    #[error("unknown or closed connection {0}")]
     UnknownConn(ConnId),
     /// The queue pair is not in a state that allows the call.
+    #[error("not allowed in queue-pair state {0:?}")]
     InvalidState(QpState),
     /// The peer sent something that does not follow the provider's protocol.
+    #[error("peer protocol violation: {0}")]
     Protocol(&'static str),
     /// A registration would pin more memory than the process may lock
     /// (`RLIMIT_MEMLOCK`, `ulimit -l`): verbs devices pin every registered page, and the
     /// kernel refuses with ENOMEM past the limit.
+    #[error(
+        "cannot register {len} bytes: the device pins registered memory and the \
+         locked-memory limit RLIMIT_MEMLOCK is {} KiB (`ulimit -l`), too small for \
+         this process's pools; raise it (`ulimit -l unlimited`, LimitMEMLOCK=infinity \
+         for a systemd service, or memlock in /etc/security/limits.conf) or shrink \
+         the pools",
+        .limit / 1024
+    )]
     LockedMemoryLimit {
         /// Bytes the registration asked to pin.
         len: usize,
@@ -78,10 +100,12 @@ pub enum FabricError {
         limit: u64,
     },
     /// An operating-system call failed.
+    #[error("{op} failed: {err}")]
     Os {
         /// What was being done.
         op: &'static str,
         /// The error.
+        #[source]
         err: io::Error,
     },
 }
@@ -96,75 +120,17 @@ impl FabricError {
     }
 }
 
-impl fmt::Display for FabricError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            FabricError::NotShareable => write!(
-                f,
-                "memory is not registrable with this provider (shm registers only shareable arenas)"
-            ),
-            FabricError::OutOfRange {
-                offset,
-                len,
-                arena_len,
-            } => write!(
-                f,
-                "range {offset}+{len} lies outside the {arena_len}-byte arena"
-            ),
-            FabricError::BadLength(l) => write!(f, "registration length {l} is not allowed"),
-            FabricError::InvalidAccess(a) => {
-                write!(f, "invalid access flags {a:?} (remote write needs local write)")
-            }
-            FabricError::Exhausted { what, max } => write!(f, "no free {what} (limit {max})"),
-            FabricError::InvalidCaps {
-                what,
-                requested,
-                max,
-            } => write!(f, "{what} = {requested} is outside 1..={max}"),
-            FabricError::CqTooSmall { needed, depth } => write!(
-                f,
-                "completion queue of depth {depth} cannot hold the {needed} entries its queues may produce"
-            ),
-            FabricError::PrivateDataTooLong { len, max } => {
-                write!(f, "{len} bytes of private data exceed the {max}-byte limit")
-            }
-            FabricError::BadAddress(why) => write!(f, "bad address: {why}"),
-            FabricError::WrongDevice => write!(f, "objects belong to different devices"),
-            FabricError::UnknownConn(c) => write!(f, "unknown or closed connection {c}"),
-            FabricError::InvalidState(s) => write!(f, "not allowed in queue-pair state {s:?}"),
-            FabricError::Protocol(why) => write!(f, "peer protocol violation: {why}"),
-            FabricError::LockedMemoryLimit { len, limit } => write!(
-                f,
-                "cannot register {len} bytes: the device pins registered memory and the \
-                 locked-memory limit RLIMIT_MEMLOCK is {} KiB (`ulimit -l`), too small for \
-                 this process's pools; raise it (`ulimit -l unlimited`, LimitMEMLOCK=infinity \
-                 for a systemd service, or memlock in /etc/security/limits.conf) or shrink \
-                 the pools",
-                limit / 1024
-            ),
-            FabricError::Os { op, err } => write!(f, "{op} failed: {err}"),
-        }
-    }
-}
-
-impl std::error::Error for FabricError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            FabricError::Os { err, .. } => Some(err),
-            _ => None,
-        }
-    }
-}
-
 /// Why a work request was refused at post time (verbs' `ENOMEM`/`EINVAL` with `bad_wr`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum PostErrorKind {
     /// The queue already holds its depth of outstanding requests.
+    #[error("queue full ({depth} outstanding requests)")]
     QueueFull {
         /// The queue depth.
         depth: u32,
     },
     /// More scatter-gather entries than the queue pair was created for.
+    #[error("{given} scatter-gather entries, at most {max}")]
     TooManySge {
         /// Entries given.
         given: usize,
@@ -172,6 +138,7 @@ pub enum PostErrorKind {
         max: u32,
     },
     /// The total length exceeds the device's message size.
+    #[error("{len} bytes exceed {max}")]
     TooLong {
         /// Bytes requested.
         len: u64,
@@ -179,36 +146,20 @@ pub enum PostErrorKind {
         max: u32,
     },
     /// The request is malformed (e.g. a FastReg with a scatter list).
+    #[error("malformed: {0}")]
     Malformed(&'static str),
     /// The queue pair's state does not allow this queue to be posted to.
+    #[error("queue pair is in state {0:?}")]
     InvalidState(QpState),
 }
 
 /// A refused post. As with verbs' `bad_wr`, the `posted` requests before the refused
 /// one were posted (and will complete); the refused one and the rest were not.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("work request {posted} refused: {kind}")]
 pub struct PostError {
     /// Requests of the chain that were posted.
     pub posted: usize,
     /// Why request number `posted` was refused.
     pub kind: PostErrorKind,
 }
-
-impl fmt::Display for PostError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "work request {} refused: ", self.posted)?;
-        match self.kind {
-            PostErrorKind::QueueFull { depth } => {
-                write!(f, "queue full ({depth} outstanding requests)")
-            }
-            PostErrorKind::TooManySge { given, max } => {
-                write!(f, "{given} scatter-gather entries, at most {max}")
-            }
-            PostErrorKind::TooLong { len, max } => write!(f, "{len} bytes exceed {max}"),
-            PostErrorKind::Malformed(why) => write!(f, "malformed: {why}"),
-            PostErrorKind::InvalidState(s) => write!(f, "queue pair is in state {s:?}"),
-        }
-    }
-}
-
-impl std::error::Error for PostError {}

@@ -24,7 +24,6 @@
 //! [`SlotExtra`], stored in the slot under the same sequence counter; each maps a
 //! [`KeyFault`] to its own completion status or Terminate code.
 
-use core::fmt;
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::atomic::{fence, AtomicU16, AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -37,50 +36,41 @@ const VALID: u8 = 2;
 const FAST: u8 = 4;
 
 /// Why the table refused a key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum KeyFault {
     /// No such slot, a slot not allocated, or a generation that is not the slot's current.
+    #[error("unknown memory key")]
     UnknownKey,
     /// The key is current but not usable now: a fast slot never mapped or invalidated,
     /// or a slot being rewritten while it was read.
+    #[error("memory key not valid")]
     Invalid,
     /// The registration belongs to another protection domain.
+    #[error("memory key of another protection domain")]
     WrongPd,
     /// The registration does not grant the access needed.
+    #[error("memory key lacks the access needed")]
     Access,
     /// The range falls outside the registration, or wraps.
+    #[error("range outside the registration")]
     Bounds,
     /// Fast registration or invalidation of a key that is not a fast-registration key.
+    #[error("not a fast-registration key")]
     NotFast,
     /// A fast registration naming the slot's current key: the generation must move on,
     /// or a peer still holding the old key could reach the new mapping.
+    #[error("fast registration reuses the current key")]
     StaleKey,
     /// A fast registration longer than the slot was allocated for.
+    #[error("fast registration longer than its slot")]
     TooLong,
     /// A fast registration asking for an access combination verbs refuses.
+    #[error("invalid access combination")]
     BadAccess,
     /// A fast registration whose region is not covered by a valid local key.
+    #[error("fast-registration region not locally registered")]
     BadRegion,
 }
-
-impl fmt::Display for KeyFault {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            KeyFault::UnknownKey => "unknown memory key",
-            KeyFault::Invalid => "memory key not valid",
-            KeyFault::WrongPd => "memory key of another protection domain",
-            KeyFault::Access => "memory key lacks the access needed",
-            KeyFault::Bounds => "range outside the registration",
-            KeyFault::NotFast => "not a fast-registration key",
-            KeyFault::StaleKey => "fast registration reuses the current key",
-            KeyFault::TooLong => "fast registration longer than its slot",
-            KeyFault::BadAccess => "invalid access combination",
-            KeyFault::BadRegion => "fast-registration region not locally registered",
-        })
-    }
-}
-
-impl std::error::Error for KeyFault {}
 
 /// Per-slot data a provider keeps beside the key (where the bytes live), written and
 /// read under the slot's sequence counter, so plain relaxed atomics suffice.

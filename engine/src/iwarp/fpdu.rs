@@ -29,8 +29,6 @@
 //! `engine/tests/iwarp/iwarp_tshark.rs`). Wireshark displays the field as the big-endian
 //! reading of those four octets, i.e. `value.swap_bytes()`.
 
-use core::fmt;
-
 use super::crc32c::Crc32c;
 use super::ddp::{TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
 use super::octets::{be16, put16};
@@ -237,9 +235,10 @@ pub(crate) fn check_ulpdu_len(ulpdu: usize, max_ulpdu: usize) -> Result<(), Fpdu
 }
 
 /// What went wrong framing or parsing an FPDU.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum FpduError {
     /// (Contiguous decode only) the input ends inside the FPDU.
+    #[error("incomplete FPDU: needed {needed} octets, have {available}")]
     Incomplete {
         /// Octets the FPDU needs.
         needed: usize,
@@ -247,6 +246,7 @@ pub enum FpduError {
         available: usize,
     },
     /// ULPDU_LENGTH smaller than the DDP header it must hold.
+    #[error("MPA ULPDU length {len} is shorter than the {min}-octet DDP header")]
     UlpduTooShort {
         /// Length found.
         len: usize,
@@ -254,6 +254,7 @@ pub enum FpduError {
         min: usize,
     },
     /// ULPDU_LENGTH above the receiver's limit, or a segment too big to frame.
+    #[error("MPA ULPDU length {len} exceeds the limit of {max}")]
     UlpduTooLong {
         /// Length found or needed.
         len: usize,
@@ -261,6 +262,7 @@ pub enum FpduError {
         max: usize,
     },
     /// The CRC field does not match the data.
+    #[error("MPA CRC mismatch: computed {computed:#010x}, received {received:#010x}")]
     CrcMismatch {
         /// CRC of the received octets.
         computed: u32,
@@ -268,8 +270,10 @@ pub enum FpduError {
         received: u32,
     },
     /// The DDP/RDMAP header is invalid.
-    Segment(SegmentError),
+    #[error("bad DDP/RDMAP header: {0}")]
+    Segment(#[source] SegmentError),
     /// A MULPDU too small to carry a header and four payload octets.
+    #[error("MULPDU {mulpdu} is below the usable minimum of {min}")]
     MulpduTooSmall {
         /// MULPDU given.
         mulpdu: usize,
@@ -278,11 +282,13 @@ pub enum FpduError {
     },
     /// A message whose offsets cannot be represented: an untagged message over 4 GiB
     /// (MO is 32 bits) or a tagged one running past TO 2^64.
+    #[error("message of {len} octets does not fit the DDP offset fields")]
     MessageTooLong {
         /// Message length.
         len: usize,
     },
     /// (Encoding only) the output buffer is too small.
+    #[error(transparent)]
     BufferTooSmall(BufferTooSmall),
 }
 
@@ -303,36 +309,3 @@ impl FpduError {
         }
     }
 }
-
-impl fmt::Display for FpduError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match *self {
-            FpduError::Incomplete { needed, available } => write!(
-                f,
-                "incomplete FPDU: needed {needed} octets, have {available}"
-            ),
-            FpduError::UlpduTooShort { len, min } => write!(
-                f,
-                "MPA ULPDU length {len} is shorter than the {min}-octet DDP header"
-            ),
-            FpduError::UlpduTooLong { len, max } => {
-                write!(f, "MPA ULPDU length {len} exceeds the limit of {max}")
-            }
-            FpduError::CrcMismatch { computed, received } => write!(
-                f,
-                "MPA CRC mismatch: computed {computed:#010x}, received {received:#010x}"
-            ),
-            FpduError::Segment(e) => write!(f, "bad DDP/RDMAP header: {e}"),
-            FpduError::MulpduTooSmall { mulpdu, min } => {
-                write!(f, "MULPDU {mulpdu} is below the usable minimum of {min}")
-            }
-            FpduError::MessageTooLong { len } => write!(
-                f,
-                "message of {len} octets does not fit the DDP offset fields"
-            ),
-            FpduError::BufferTooSmall(e) => e.fmt(f),
-        }
-    }
-}
-
-impl std::error::Error for FpduError {}

@@ -32,8 +32,6 @@
 //! Wireshark 4.0 predates RFC 6581: it shows S as `iwarp_mpa.res == 0x10`, warns that
 //! Rev is not 1, and shows the IRD/ORD words as the start of the private data.
 
-use core::fmt;
-
 use super::octets::{be16, put16};
 use super::terminate::{MpaLlpError, TerminateCode};
 use crate::wire::xdr::BufferTooSmall;
@@ -382,9 +380,10 @@ pub fn decode_frame(input: &[u8]) -> Result<Frame<'_>, MpaError> {
 }
 
 /// What went wrong with an MPA frame or the start-up exchange.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum MpaError {
     /// (Contiguous decode only) the input ends inside the frame.
+    #[error("incomplete MPA frame: needed {needed} octets, have {available}")]
     Incomplete {
         /// Octets the frame needs.
         needed: usize,
@@ -393,13 +392,16 @@ pub enum MpaError {
     },
     /// The first 16 octets are not an MPA key, or not the one expected: the peer does
     /// not speak MPA (or sent the wrong frame).
+    #[error("not the expected MPA Request/Reply frame key")]
     BadKey,
     /// A Rev other than 1 or 2, or a reply revision the request did not allow.
+    #[error("unsupported MPA revision {revision}")]
     BadRevision {
         /// Rev found.
         revision: u8,
     },
     /// PD_Length (or the private data we were asked to send) exceeds 512.
+    #[error("MPA private data of {len} octets exceeds the maximum of {max}")]
     PrivateDataTooLong {
         /// Length.
         len: usize,
@@ -408,24 +410,33 @@ pub enum MpaError {
     },
     /// Revision 2 with S set but fewer than four octets of private data; or a revision 2
     /// reply to our enhanced request without S.
+    #[error(
+        "MPA revision 2 enhanced frame lacks the IRD/ORD words ({len} octets of private data)"
+    )]
     MissingEnhancedData {
         /// Private data length found.
         len: usize,
     },
     /// IRD or ORD above 14 bits.
+    #[error("IRD/ORD value {value} exceeds the 14-bit maximum {MAX_IRD_ORD}")]
     IrdOrdOutOfRange {
         /// The value.
         value: u16,
     },
     /// IRD/ORD words asked for in a revision 1 frame.
+    #[error("IRD/ORD words require MPA revision 2")]
     EnhancedNeedsRevision2,
     /// The peer requires markers, which we do not implement (Linux siw does not either).
+    #[error("peer requires MPA markers, which are not supported")]
     MarkersRequired,
     /// The peer's reply has R set: it refused the connection.
+    #[error("peer rejected the MPA connection")]
     Rejected,
     /// A call that does not fit the handshake's state (e.g. accepting twice).
+    #[error("operation not valid in this handshake state")]
     InvalidState,
     /// (Encoding only) the output buffer is too small.
+    #[error(transparent)]
     BufferTooSmall(BufferTooSmall),
 }
 
@@ -435,41 +446,3 @@ impl MpaError {
         TerminateCode::Mpa(MpaLlpError::InvalidRequestOrReply)
     }
 }
-
-impl fmt::Display for MpaError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match *self {
-            MpaError::Incomplete { needed, available } => write!(
-                f,
-                "incomplete MPA frame: needed {needed} octets, have {available}"
-            ),
-            MpaError::BadKey => f.write_str("not the expected MPA Request/Reply frame key"),
-            MpaError::BadRevision { revision } => {
-                write!(f, "unsupported MPA revision {revision}")
-            }
-            MpaError::PrivateDataTooLong { len, max } => write!(
-                f,
-                "MPA private data of {len} octets exceeds the maximum of {max}"
-            ),
-            MpaError::MissingEnhancedData { len } => write!(
-                f,
-                "MPA revision 2 enhanced frame lacks the IRD/ORD words ({len} octets of private data)"
-            ),
-            MpaError::IrdOrdOutOfRange { value } => write!(
-                f,
-                "IRD/ORD value {value} exceeds the 14-bit maximum {MAX_IRD_ORD}"
-            ),
-            MpaError::EnhancedNeedsRevision2 => {
-                f.write_str("IRD/ORD words require MPA revision 2")
-            }
-            MpaError::MarkersRequired => {
-                f.write_str("peer requires MPA markers, which are not supported")
-            }
-            MpaError::Rejected => f.write_str("peer rejected the MPA connection"),
-            MpaError::InvalidState => f.write_str("operation not valid in this handshake state"),
-            MpaError::BufferTooSmall(e) => e.fmt(f),
-        }
-    }
-}
-
-impl std::error::Error for MpaError {}

@@ -347,9 +347,10 @@ impl SegmentHeader {
 }
 
 /// What was wrong with a DDP/RDMAP segment header.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum SegmentError {
     /// Fewer octets than the header needs.
+    #[error("DDP segment too short for its header: needed {needed} octets, have {available}")]
     Truncated {
         /// Octets the header needs.
         needed: usize,
@@ -357,6 +358,7 @@ pub enum SegmentError {
         available: usize,
     },
     /// DDP version other than 1.
+    #[error("unsupported DDP version {version} (expected {DDP_VERSION})")]
     DdpVersion {
         /// Version found.
         version: u8,
@@ -364,16 +366,19 @@ pub enum SegmentError {
         tagged: bool,
     },
     /// RDMAP version other than 1.
+    #[error("unsupported RDMAP version {version} (expected {RDMAP_VERSION})")]
     RdmapVersion {
         /// Version found.
         version: u8,
     },
     /// Opcode 8..=15: reserved in RFC 5040 (atomics of RFC 7306 are not supported).
+    #[error("reserved RDMAP opcode {opcode:#x}")]
     UnknownOpcode {
         /// Opcode found.
         opcode: u8,
     },
     /// The opcode is not defined for the buffer model the T flag selects.
+    #[error("{opcode} is not defined for the {} buffer model", if *tagged { "tagged" } else { "untagged" })]
     WrongBufferModel {
         /// Opcode found.
         opcode: Opcode,
@@ -381,6 +386,7 @@ pub enum SegmentError {
         tagged: bool,
     },
     /// An untagged opcode arrived on a queue RDMAP does not use for it.
+    #[error("{opcode} on queue number {qn}")]
     WrongQueue {
         /// Opcode found.
         opcode: Opcode,
@@ -388,11 +394,13 @@ pub enum SegmentError {
         qn: u32,
     },
     /// (Encoding only) a non-zero Invalidate STag on an opcode that has none.
+    #[error("{opcode} carries no Invalidate STag but one was given")]
     UnexpectedInvalidateStag {
         /// The opcode.
         opcode: Opcode,
     },
     /// (Encoding only) the output buffer is too small.
+    #[error(transparent)]
     BufferTooSmall(BufferTooSmall),
 }
 
@@ -424,44 +432,6 @@ impl SegmentError {
         }
     }
 }
-
-impl fmt::Display for SegmentError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match *self {
-            SegmentError::Truncated { needed, available } => write!(
-                f,
-                "DDP segment too short for its header: needed {needed} octets, have {available}"
-            ),
-            SegmentError::DdpVersion { version, .. } => {
-                write!(
-                    f,
-                    "unsupported DDP version {version} (expected {DDP_VERSION})"
-                )
-            }
-            SegmentError::RdmapVersion { version } => write!(
-                f,
-                "unsupported RDMAP version {version} (expected {RDMAP_VERSION})"
-            ),
-            SegmentError::UnknownOpcode { opcode } => {
-                write!(f, "reserved RDMAP opcode {opcode:#x}")
-            }
-            SegmentError::WrongBufferModel { opcode, tagged } => write!(
-                f,
-                "{opcode} is not defined for the {} buffer model",
-                if tagged { "tagged" } else { "untagged" }
-            ),
-            SegmentError::WrongQueue { opcode, qn } => {
-                write!(f, "{opcode} on queue number {qn}")
-            }
-            SegmentError::UnexpectedInvalidateStag { opcode } => {
-                write!(f, "{opcode} carries no Invalidate STag but one was given")
-            }
-            SegmentError::BufferTooSmall(e) => e.fmt(f),
-        }
-    }
-}
-
-impl std::error::Error for SegmentError {}
 
 /// The body of an RDMA Read Request message (RFC 5040 §4.4), the whole payload of the
 /// untagged message on QN 1.
@@ -524,7 +494,8 @@ impl ReadRequest {
 }
 
 /// An RDMA Read Request message whose payload is not 28 octets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("RDMA Read Request payload is {len} octets, expected {READ_REQUEST_LEN}")]
 pub struct ReadRequestLengthError {
     /// Payload length found.
     pub len: usize,
@@ -537,15 +508,3 @@ impl ReadRequestLengthError {
         TerminateCode::DdpUntagged(DdpUntaggedError::MessageTooLong)
     }
 }
-
-impl fmt::Display for ReadRequestLengthError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "RDMA Read Request payload is {} octets, expected {READ_REQUEST_LEN}",
-            self.len
-        )
-    }
-}
-
-impl std::error::Error for ReadRequestLengthError {}

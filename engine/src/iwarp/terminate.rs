@@ -704,9 +704,10 @@ fn expected_ddp_header_len(h: &[u8]) -> Option<usize> {
 }
 
 /// What was wrong with a Terminate body.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum TerminateError {
     /// The body ended early.
+    #[error("Terminate message truncated: needed {needed} octets, have {available}")]
     Truncated {
         /// Octets needed.
         needed: usize,
@@ -714,8 +715,10 @@ pub enum TerminateError {
         available: usize,
     },
     /// M (segment length valid) without D (DDP header included).
+    #[error("Terminate has the segment-length-valid bit (M) without a DDP header (D)")]
     SegmentLengthWithoutDdpHeader,
     /// A copied DDP header whose length disagrees with its own T bit.
+    #[error("terminated DDP header is {len} octets but its control octet implies {expected}")]
     DdpHeaderLength {
         /// Length given.
         len: usize,
@@ -723,46 +726,21 @@ pub enum TerminateError {
         expected: usize,
     },
     /// More than 28 octets of terminated RDMA header.
+    #[error("terminated RDMA header is {len} octets, more than {MAX_TERMINATED_RDMA_HEADER_LEN}")]
     RdmaHeaderTooLong {
         /// Length found.
         len: usize,
     },
     /// Octets after the last part the header control bits announce.
+    #[error("{len} unexpected octets after the Terminate header")]
     TrailingOctets {
         /// How many.
         len: usize,
     },
     /// (Encoding only) the output buffer is too small.
+    #[error(transparent)]
     BufferTooSmall(BufferTooSmall),
 }
-
-impl fmt::Display for TerminateError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match *self {
-            TerminateError::Truncated { needed, available } => write!(
-                f,
-                "Terminate message truncated: needed {needed} octets, have {available}"
-            ),
-            TerminateError::SegmentLengthWithoutDdpHeader => f.write_str(
-                "Terminate has the segment-length-valid bit (M) without a DDP header (D)",
-            ),
-            TerminateError::DdpHeaderLength { len, expected } => write!(
-                f,
-                "terminated DDP header is {len} octets but its control octet implies {expected}"
-            ),
-            TerminateError::RdmaHeaderTooLong { len } => write!(
-                f,
-                "terminated RDMA header is {len} octets, more than {MAX_TERMINATED_RDMA_HEADER_LEN}"
-            ),
-            TerminateError::TrailingOctets { len } => {
-                write!(f, "{len} unexpected octets after the Terminate header")
-            }
-            TerminateError::BufferTooSmall(e) => e.fmt(f),
-        }
-    }
-}
-
-impl std::error::Error for TerminateError {}
 
 impl From<TerminateReason> for crate::fabric::PeerAbort {
     fn from(r: TerminateReason) -> Self {

@@ -22,8 +22,6 @@
 //! e.g. that a `maxrdmaread` of zero forbids the peer from relying on RDMA Read
 //! (RFC 5666 §6.2) — is for the caller to apply.
 
-use core::fmt;
-
 use super::xdr::{BufferTooSmall, XdrCursor, XdrEncoder, XdrError};
 
 /// RPC program number of the Connection Configuration Protocol (RFC 5666 §6.2, §10:
@@ -37,45 +35,20 @@ pub const CONFIG_RDMA_VERS: u32 = 1;
 pub const CONF_RDMA: u32 = 1;
 
 /// Why CCP arguments or results could not be decoded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum CcpError {
     /// The XDR was malformed (here that can only mean truncated).
-    Xdr(XdrError),
+    #[error("malformed CONF_RDMA XDR: {0}")]
+    Xdr(#[from] XdrError),
     /// Octets were left over after the structure. Both structures have a fixed size, so
     /// extra octets mean the RPC framing around them is wrong.
+    #[error("{extra} unexpected octets after CONF_RDMA data at offset {offset}")]
     TrailingBytes {
         /// Offset of the first extra octet.
         offset: usize,
         /// Number of extra octets.
         extra: usize,
     },
-}
-
-impl fmt::Display for CcpError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            CcpError::Xdr(e) => write!(f, "malformed CONF_RDMA XDR: {e}"),
-            CcpError::TrailingBytes { offset, extra } => write!(
-                f,
-                "{extra} unexpected octets after CONF_RDMA data at offset {offset}"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for CcpError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            CcpError::Xdr(e) => Some(e),
-            CcpError::TrailingBytes { .. } => None,
-        }
-    }
-}
-
-impl From<XdrError> for CcpError {
-    fn from(e: XdrError) -> Self {
-        CcpError::Xdr(e)
-    }
 }
 
 /// Decodes exactly one fixed-size value from `buf`, rejecting leftovers.

@@ -19,8 +19,6 @@
 //!
 //! Nothing here allocates or panics on received bytes.
 
-use core::fmt;
-
 use super::xdr::BufferTooSmall;
 
 /// The format identifier that opens an RPC-over-RDMA version 1 private-data message
@@ -53,38 +51,23 @@ const RECV_SIZE_OFFSET: usize = 7;
 const REMOTE_INVALIDATE_BIT: u8 = 0x01;
 
 /// A buffer size that the Send Size / Receive Size encoding cannot express.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum SizeError {
     /// Below [`MIN_INLINE_SIZE`]: RPC-over-RDMA version 1 cannot run with buffers this
     /// small, so there is nothing safe to advertise.
+    #[error("inline size {bytes} is below the RPC-over-RDMA minimum of {MIN_INLINE_SIZE} octets")]
     BelowMinimum {
         /// The size asked for, in octets.
         bytes: u32,
     },
     /// Above [`MAX_INLINE_SIZE`]. Use [`encode_size_saturating`] (or
     /// [`PrivateData::from_buffer_sizes`]) to advertise the maximum instead.
+    #[error("inline size {bytes} exceeds the largest encodable size of {MAX_INLINE_SIZE} octets")]
     AboveMaximum {
         /// The size asked for, in octets.
         bytes: u32,
     },
 }
-
-impl fmt::Display for SizeError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match *self {
-            SizeError::BelowMinimum { bytes } => write!(
-                f,
-                "inline size {bytes} is below the RPC-over-RDMA minimum of {MIN_INLINE_SIZE} octets"
-            ),
-            SizeError::AboveMaximum { bytes } => write!(
-                f,
-                "inline size {bytes} exceeds the largest encodable size of {MAX_INLINE_SIZE} octets"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for SizeError {}
 
 /// Encodes a buffer size as a Send Size / Receive Size octet: `bytes / 1024 - 1`
 /// (RFC 8797 §4.2).
@@ -133,15 +116,17 @@ pub const fn decode_size(code: u8) -> u32 {
 /// Per RFC 8797 §5.1 every one of these means the same thing to the connection: behave
 /// as if the peer sent nothing and use the RFC 8166 defaults (see
 /// [`InlineThresholds::negotiate`]). The detail is for logging.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum PrivateDataError {
     /// [`PrivateData::decode`] did not find the format identifier at offset 0.
+    #[error("private data starts with {found:#010x}, not the RPC-over-RDMA identifier {FORMAT_IDENTIFIER:#010x}")]
     NotPrivateData {
         /// The first word of the buffer.
         found: u32,
     },
     /// The format identifier is followed by a version other than [`VERSION_1`], so the
     /// layout of what follows is unknown (RFC 8797 §5.2, §6).
+    #[error("RPC-over-RDMA private data at offset {offset} has unsupported version {version}")]
     UnsupportedVersion {
         /// Offset of the format identifier in the buffer.
         offset: usize,
@@ -149,6 +134,7 @@ pub enum PrivateDataError {
         version: u8,
     },
     /// The message would run past the end of the buffer (RFC 8797 §5.2).
+    #[error("RPC-over-RDMA private data at offset {offset} needs {needed} octets, buffer has {available}")]
     Overrun {
         /// Offset of the message (its format identifier) in the buffer.
         offset: usize,
@@ -159,68 +145,21 @@ pub enum PrivateDataError {
     },
 }
 
-impl fmt::Display for PrivateDataError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match *self {
-            PrivateDataError::NotPrivateData { found } => write!(
-                f,
-                "private data starts with {found:#010x}, not the RPC-over-RDMA identifier {FORMAT_IDENTIFIER:#010x}"
-            ),
-            PrivateDataError::UnsupportedVersion { offset, version } => write!(
-                f,
-                "RPC-over-RDMA private data at offset {offset} has unsupported version {version}"
-            ),
-            PrivateDataError::Overrun {
-                offset,
-                needed,
-                available,
-            } => write!(
-                f,
-                "RPC-over-RDMA private data at offset {offset} needs {needed} octets, buffer has {available}"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for PrivateDataError {}
-
 /// Why a [`PrivateData`] could not be encoded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum PrivateDataEncodeError {
     /// Only [`VERSION_1`] has a known layout.
+    #[error("cannot encode private data version {0}; only version 1 is defined")]
     UnsupportedVersion(u8),
     /// `send_size` cannot be expressed.
-    SendSize(SizeError),
+    #[error("send size: {0}")]
+    SendSize(#[source] SizeError),
     /// `recv_size` cannot be expressed.
-    RecvSize(SizeError),
+    #[error("receive size: {0}")]
+    RecvSize(#[source] SizeError),
     /// The output buffer is shorter than [`ENCODED_LEN`].
-    BufferTooSmall(BufferTooSmall),
-}
-
-impl fmt::Display for PrivateDataEncodeError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            PrivateDataEncodeError::UnsupportedVersion(v) => {
-                write!(
-                    f,
-                    "cannot encode private data version {v}; only version 1 is defined"
-                )
-            }
-            PrivateDataEncodeError::SendSize(e) => write!(f, "send size: {e}"),
-            PrivateDataEncodeError::RecvSize(e) => write!(f, "receive size: {e}"),
-            PrivateDataEncodeError::BufferTooSmall(e) => e.fmt(f),
-        }
-    }
-}
-
-impl std::error::Error for PrivateDataEncodeError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            PrivateDataEncodeError::UnsupportedVersion(_) => None,
-            PrivateDataEncodeError::SendSize(e) | PrivateDataEncodeError::RecvSize(e) => Some(e),
-            PrivateDataEncodeError::BufferTooSmall(e) => Some(e),
-        }
-    }
+    #[error("{0}")]
+    BufferTooSmall(#[source] BufferTooSmall),
 }
 
 /// One peer's RFC 8797 advertisement.

@@ -5,8 +5,6 @@
 //! octets (RFC 4506 §3). Variable-length opaque data and strings carry a 32-bit length
 //! and are zero-padded to the next four-octet boundary (§4.10, §4.11).
 
-use core::fmt;
-
 /// The XDR basic block size (RFC 4506 §3).
 pub const XDR_UNIT: usize = 4;
 
@@ -23,9 +21,10 @@ pub const fn pad4(len: usize) -> usize {
 }
 
 /// What went wrong while decoding XDR.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum XdrError {
     /// The input ended before an item was complete.
+    #[error("truncated XDR at offset {offset}: needed {needed} octets, {available} left")]
     Truncated {
         /// Offset at which the item started.
         offset: usize,
@@ -35,6 +34,7 @@ pub enum XdrError {
         available: usize,
     },
     /// A counted item (opaque, string or array) announced more than its bound allows.
+    #[error("XDR length {len} at offset {offset} exceeds the maximum of {max}")]
     TooLong {
         /// Offset of the length word.
         offset: usize,
@@ -44,6 +44,7 @@ pub enum XdrError {
         max: u32,
     },
     /// A boolean or optional-data discriminant other than 0 or 1 (RFC 4506 §4.4, §4.19).
+    #[error("XDR boolean/discriminant at offset {offset} is {value}, not 0 or 1")]
     BadDiscriminant {
         /// Offset of the discriminant word.
         offset: usize,
@@ -51,39 +52,12 @@ pub enum XdrError {
         value: u32,
     },
     /// Padding octets after opaque data or a string were not zero (RFC 4506 §4.10).
+    #[error("XDR padding at offset {offset} is not zero")]
     NonZeroPadding {
         /// Offset of the padding.
         offset: usize,
     },
 }
-
-impl fmt::Display for XdrError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match *self {
-            XdrError::Truncated {
-                offset,
-                needed,
-                available,
-            } => write!(
-                f,
-                "truncated XDR at offset {offset}: needed {needed} octets, {available} left"
-            ),
-            XdrError::TooLong { offset, len, max } => write!(
-                f,
-                "XDR length {len} at offset {offset} exceeds the maximum of {max}"
-            ),
-            XdrError::BadDiscriminant { offset, value } => write!(
-                f,
-                "XDR boolean/discriminant at offset {offset} is {value}, not 0 or 1"
-            ),
-            XdrError::NonZeroPadding { offset } => {
-                write!(f, "XDR padding at offset {offset} is not zero")
-            }
-        }
-    }
-}
-
-impl std::error::Error for XdrError {}
 
 /// A decoding cursor over borrowed XDR bytes.
 ///
@@ -246,25 +220,14 @@ impl<'a> XdrCursor<'a> {
 }
 
 /// Encoding failed because the caller's buffer is too small.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("encode buffer too small: needed {needed} octets, have {available}")]
 pub struct BufferTooSmall {
     /// Octets the whole encoding needed up to and including the failing item.
     pub needed: usize,
     /// Size of the caller's buffer.
     pub available: usize,
 }
-
-impl fmt::Display for BufferTooSmall {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "encode buffer too small: needed {} octets, have {}",
-            self.needed, self.available
-        )
-    }
-}
-
-impl std::error::Error for BufferTooSmall {}
 
 /// An XDR encoder writing into a caller-provided buffer.
 #[derive(Debug)]

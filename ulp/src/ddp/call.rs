@@ -117,11 +117,13 @@ pub fn encode_call<'d, A: XdrCodec<'d>>(
 }
 
 /// Why a reply's results could not be opened.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum ReplyError {
     /// The reply header did not decode.
-    Header(RpcError),
+    #[error("{0}")]
+    Header(#[source] RpcError),
     /// The call was accepted but did not succeed (anything but SUCCESS).
+    #[error("xid {xid:#010x}: call accepted with accept_stat {}", .status.code())]
     NotSuccess {
         /// Transaction id.
         xid: u32,
@@ -129,6 +131,7 @@ pub enum ReplyError {
         status: AcceptStatus,
     },
     /// The call was denied.
+    #[error(fmt = fmt_denied)]
     Denied {
         /// Transaction id.
         xid: u32,
@@ -136,39 +139,24 @@ pub enum ReplyError {
         rejection: Rejection,
     },
     /// The caller passed more Write chunks than a cursor takes.
-    Results(DdpDecodeError),
+    #[error("{0}")]
+    Results(#[source] DdpDecodeError),
 }
 
-impl core::fmt::Display for ReplyError {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        match self {
-            ReplyError::Header(e) => e.fmt(f),
-            ReplyError::NotSuccess { xid, status } => write!(
+/// [`ReplyError::Denied`]'s message.
+fn fmt_denied(
+    xid: &u32,
+    rejection: &Rejection,
+    f: &mut core::fmt::Formatter<'_>,
+) -> core::fmt::Result {
+    match rejection {
+        Rejection::RpcMismatch { low, high } => {
+            write!(
                 f,
-                "xid {xid:#010x}: call accepted with accept_stat {}",
-                status.code()
-            ),
-            ReplyError::Denied { xid, rejection } => match rejection {
-                Rejection::RpcMismatch { low, high } => {
-                    write!(
-                        f,
-                        "xid {xid:#010x}: RPC_MISMATCH, server speaks {low}..={high}"
-                    )
-                }
-                Rejection::AuthError(stat) => write!(f, "xid {xid:#010x}: AUTH_ERROR {stat}"),
-            },
-            ReplyError::Results(e) => e.fmt(f),
+                "xid {xid:#010x}: RPC_MISMATCH, server speaks {low}..={high}"
+            )
         }
-    }
-}
-
-impl std::error::Error for ReplyError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            ReplyError::Header(e) => Some(e),
-            ReplyError::Results(e) => Some(e),
-            _ => None,
-        }
+        Rejection::AuthError(stat) => write!(f, "xid {xid:#010x}: AUTH_ERROR {stat}"),
     }
 }
 

@@ -1,8 +1,6 @@
 //! [`DdpCursor`]: decoding procedure arguments or results whose DDP-eligible items may
 //! have arrived in chunks rather than inline.
 
-use core::fmt;
-
 use rpcrdma::wire::xdr::{pad4, XdrCursor, XdrError};
 use rpcrdma::Padding;
 
@@ -11,14 +9,16 @@ use super::list::{ReadItem, MAX_DDP_ITEMS};
 /// Why arguments or results did not decode. For a call, every variant means GARBAGE_ARGS
 /// (RFC 5531 §9); offsets count from the first octet of the RPC message as received
 /// inline.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum DdpDecodeError {
     /// The inline bytes ended early, a counted item exceeded its bound, a boolean was not 0
     /// or 1, or padding was not zero.
-    Xdr(XdrError),
+    #[error("{0}")]
+    Xdr(#[from] XdrError),
     /// A chunk's length disagreed with the length word of the item it carries: it must
     /// hold the item's octets, optionally followed by its XDR roundup (RFC 5666 §3.7 allows
     /// a sender to include it) and nothing more.
+    #[error("item of {len} octets (length word at offset {offset}) arrived in a chunk of {chunk_len} octets")]
     ChunkLength {
         /// Offset of the item's length word.
         offset: usize,
@@ -29,16 +29,19 @@ pub enum DdpDecodeError {
     },
     /// A chunk was left over: no DDP-eligible item sat at its position (Read chunks) or
     /// in its place in the Write list (Write chunks).
+    #[error("chunk {index} matches no DDP-eligible item")]
     UnusedChunk {
         /// Index of the chunk in the list the cursor was given.
         index: usize,
     },
     /// A Write chunk carried data where the results had no DDP-eligible item.
+    #[error("write chunk {index} carries data for an item that has none")]
     UnexpectedChunkData {
         /// Index of the chunk in the Write list.
         index: usize,
     },
     /// Inline octets were left after the last item.
+    #[error("{count} octets left over at offset {offset}")]
     TrailingBytes {
         /// Offset of the first unused octet.
         offset: usize,
@@ -46,61 +49,19 @@ pub enum DdpDecodeError {
         count: usize,
     },
     /// The cursor was given more than [`MAX_DDP_ITEMS`] chunks.
+    #[error("{count} chunks exceed the limit of {MAX_DDP_ITEMS}")]
     TooManyChunks {
         /// How many it was given.
         count: usize,
     },
     /// A value decoded but is outside what the procedure accepts.
+    #[error("at offset {offset}: {what}")]
     Invalid {
         /// Offset of the value.
         offset: usize,
         /// What was wrong, for logs.
         what: &'static str,
     },
-}
-
-impl fmt::Display for DdpDecodeError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match *self {
-            DdpDecodeError::Xdr(e) => e.fmt(f),
-            DdpDecodeError::ChunkLength {
-                offset,
-                len,
-                chunk_len,
-            } => write!(
-                f,
-                "item of {len} octets (length word at offset {offset}) arrived in a chunk of {chunk_len} octets"
-            ),
-            DdpDecodeError::UnusedChunk { index } => {
-                write!(f, "chunk {index} matches no DDP-eligible item")
-            }
-            DdpDecodeError::UnexpectedChunkData { index } => {
-                write!(f, "write chunk {index} carries data for an item that has none")
-            }
-            DdpDecodeError::TrailingBytes { offset, count } => {
-                write!(f, "{count} octets left over at offset {offset}")
-            }
-            DdpDecodeError::TooManyChunks { count } => {
-                write!(f, "{count} chunks exceed the limit of {MAX_DDP_ITEMS}")
-            }
-            DdpDecodeError::Invalid { offset, what } => write!(f, "at offset {offset}: {what}"),
-        }
-    }
-}
-
-impl std::error::Error for DdpDecodeError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            DdpDecodeError::Xdr(e) => Some(e),
-            _ => None,
-        }
-    }
-}
-
-impl From<XdrError> for DdpDecodeError {
-    fn from(e: XdrError) -> Self {
-        DdpDecodeError::Xdr(e)
-    }
 }
 
 /// Where the DDP-eligible items that are not inline come from.

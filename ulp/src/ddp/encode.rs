@@ -1,8 +1,6 @@
 //! [`DdpEncoder`]: encoding procedure arguments or results, moving DDP-eligible items
 //! into chunks instead of copying them inline.
 
-use core::fmt;
-
 use rpcrdma::wire::xdr::{pad4, BufferTooSmall, XdrEncoder};
 
 use super::list::{DdpList, ListFull, ReadItem, WriteItem, MAX_DDP_ITEMS};
@@ -10,9 +8,10 @@ use crate::rpc::EncodeError;
 
 /// Why arguments or results could not be encoded. Nothing of the failing item was
 /// written or recorded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum DdpEncodeError {
     /// The caller's buffer is too small; offsets count from the start of the message.
+    #[error("message needs {needed} octets inline, buffer holds {available}")]
     BufferTooSmall {
         /// Octets needed up to and including the failing item.
         needed: usize,
@@ -20,6 +19,7 @@ pub enum DdpEncodeError {
         available: usize,
     },
     /// More DDP items than [`MAX_DDP_ITEMS`], or more Write chunks offered than that.
+    #[error("more than {capacity} chunks in one message")]
     TooManyChunks {
         /// The limit.
         capacity: usize,
@@ -27,6 +27,7 @@ pub enum DdpEncodeError {
     /// A DDP-eligible result is longer than the Write chunk the requester offered for it.
     /// RFC 8267 §6.4.1 requires the result to use a matching non-empty chunk, so it cannot
     /// fall back to inline; the responder reports the overrun instead (RFC 8267 §3.1).
+    #[error("result of {len} octets does not fit write chunk {chunk} of {capacity} octets")]
     WriteChunkTooSmall {
         /// Index of the chunk in the Write list.
         chunk: u32,
@@ -37,47 +38,14 @@ pub enum DdpEncodeError {
     },
     /// An item is longer than an XDR length word can say, or a Read chunk would sit
     /// beyond the 32-bit XDR position range.
+    #[error("{value} does not fit a 32-bit XDR length or position")]
     TooLong {
         /// The length or position that does not fit.
         value: usize,
     },
     /// The RPC header could not be encoded.
-    Header(EncodeError),
-}
-
-impl fmt::Display for DdpEncodeError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match *self {
-            DdpEncodeError::BufferTooSmall { needed, available } => write!(
-                f,
-                "message needs {needed} octets inline, buffer holds {available}"
-            ),
-            DdpEncodeError::TooManyChunks { capacity } => {
-                write!(f, "more than {capacity} chunks in one message")
-            }
-            DdpEncodeError::WriteChunkTooSmall {
-                chunk,
-                capacity,
-                len,
-            } => write!(
-                f,
-                "result of {len} octets does not fit write chunk {chunk} of {capacity} octets"
-            ),
-            DdpEncodeError::TooLong { value } => {
-                write!(f, "{value} does not fit a 32-bit XDR length or position")
-            }
-            DdpEncodeError::Header(e) => e.fmt(f),
-        }
-    }
-}
-
-impl std::error::Error for DdpEncodeError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            DdpEncodeError::Header(e) => Some(e),
-            _ => None,
-        }
-    }
+    #[error("{0}")]
+    Header(#[source] EncodeError),
 }
 
 impl From<ListFull> for DdpEncodeError {

@@ -31,19 +31,12 @@ pub struct WriteItem<'d> {
 }
 
 /// The list was full.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("more than {capacity} DDP items in one message")]
 pub struct ListFull {
     /// Capacity of the list.
     pub capacity: usize,
 }
-
-impl fmt::Display for ListFull {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "more than {} DDP items in one message", self.capacity)
-    }
-}
-
-impl std::error::Error for ListFull {}
 
 /// Up to [`MAX_DDP_ITEMS`] items held inline, in the order they were added, so that
 /// encoding a message never allocates.

@@ -33,17 +33,22 @@ use crate::ddp::{encode_call, reply_results, DdpCursor, DdpDecodeError, ReplyErr
 use crate::rpc::{AcceptStatus, AuthSys, CallHeader, Gids, OpaqueAuth, Rejection};
 
 /// Why an NFS client operation failed.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum NfsClientError {
     /// The connection could not be set up.
+    #[error("cannot connect: {0}")]
     Connect(String),
     /// The call failed below RPC (transport error, timeout, refused submit).
+    #[error("transport: {0}")]
     Transport(String),
     /// The server answered with an RPC error.
-    Rpc(ReplyError),
+    #[error(fmt = fmt_rpc_error)]
+    Rpc(#[source] ReplyError),
     /// The server answered with an NFS error.
+    #[error("{0}")]
     Nfs(Nfsstat3),
     /// An NFSv4 operation failed: the operation number and its `nfsstat4`.
+    #[error(fmt = fmt_nfs4_error)]
     Nfs4 {
         /// The failing operation (e.g. LOOKUP, 15).
         op: u32,
@@ -51,11 +56,14 @@ pub enum NfsClientError {
         status: Nfsstat4,
     },
     /// MOUNT refused the export.
+    #[error("MOUNT refused the export: {0}")]
     Mount(MountStat3),
     /// The reply did not decode.
-    Decode(DdpDecodeError),
+    #[error("reply did not decode: {0}")]
+    Decode(#[from] DdpDecodeError),
     /// A TCP or local I/O error.
-    Io(io::Error),
+    #[error(transparent)]
+    Io(#[from] io::Error),
 }
 
 /// The RFC 5531 name of an `accept_stat`.
@@ -70,48 +78,31 @@ pub fn accept_stat_name(s: &AcceptStatus) -> &'static str {
     }
 }
 
-impl fmt::Display for NfsClientError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            NfsClientError::Connect(e) => write!(f, "cannot connect: {e}"),
-            NfsClientError::Transport(e) => write!(f, "transport: {e}"),
-            NfsClientError::Rpc(ReplyError::NotSuccess { status, .. }) => {
-                write!(f, "RPC error {}", accept_stat_name(status))?;
-                if let AcceptStatus::ProgMismatch { low, high } = status {
-                    write!(f, " (server speaks versions {low}..={high})")?;
-                }
-                Ok(())
+/// [`NfsClientError::Rpc`]'s message: the RPC status by its RFC 5531 name.
+fn fmt_rpc_error(e: &ReplyError, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    match e {
+        ReplyError::NotSuccess { status, .. } => {
+            write!(f, "RPC error {}", accept_stat_name(status))?;
+            if let AcceptStatus::ProgMismatch { low, high } = status {
+                write!(f, " (server speaks versions {low}..={high})")?;
             }
-            NfsClientError::Rpc(ReplyError::Denied { rejection, .. }) => match rejection {
-                Rejection::RpcMismatch { low, high } => {
-                    write!(f, "RPC_MISMATCH (server speaks RPC {low}..={high})")
-                }
-                Rejection::AuthError(s) => write!(f, "AUTH_ERROR {}", s.name()),
-            },
-            NfsClientError::Rpc(e) => write!(f, "RPC reply: {e}"),
-            NfsClientError::Nfs(s) => write!(f, "{s}"),
-            NfsClientError::Nfs4 { op, status } => match super::v4::op_name(*op) {
-                Some(name) => write!(f, "{status} (from {name})"),
-                None => write!(f, "{status} (from operation {op})"),
-            },
-            NfsClientError::Mount(s) => write!(f, "MOUNT refused the export: {s}"),
-            NfsClientError::Decode(e) => write!(f, "reply did not decode: {e}"),
-            NfsClientError::Io(e) => e.fmt(f),
+            Ok(())
         }
+        ReplyError::Denied { rejection, .. } => match rejection {
+            Rejection::RpcMismatch { low, high } => {
+                write!(f, "RPC_MISMATCH (server speaks RPC {low}..={high})")
+            }
+            Rejection::AuthError(s) => write!(f, "AUTH_ERROR {}", s.name()),
+        },
+        e => write!(f, "RPC reply: {e}"),
     }
 }
 
-impl std::error::Error for NfsClientError {}
-
-impl From<io::Error> for NfsClientError {
-    fn from(e: io::Error) -> Self {
-        NfsClientError::Io(e)
-    }
-}
-
-impl From<DdpDecodeError> for NfsClientError {
-    fn from(e: DdpDecodeError) -> Self {
-        NfsClientError::Decode(e)
+/// [`NfsClientError::Nfs4`]'s message: the status and the operation, by name if known.
+fn fmt_nfs4_error(op: &u32, status: &Nfsstat4, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    match super::v4::op_name(*op) {
+        Some(name) => write!(f, "{status} (from {name})"),
+        None => write!(f, "{status} (from operation {op})"),
     }
 }
 

@@ -84,9 +84,10 @@ pub struct WrittenReply<'d> {
 }
 
 /// The dispatcher could not produce a reply message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum DispatchError {
     /// The reply buffer cannot hold even a header-only reply.
+    #[error("xid {xid:#010x}: reply header needs {needed} octets, buffer holds {available}")]
     ReplyBufferTooSmall {
         /// Transaction id of the call.
         xid: u32,
@@ -98,10 +99,12 @@ pub enum DispatchError {
     /// The results do not fit the resources the requester provided (the reply buffer,
     /// a Write chunk, or the chunk count): a reply resource overrun (RFC 8267 §3), which
     /// the transport reports with RDMA_ERROR / ERR_CHUNK rather than an RPC reply.
+    #[error("xid {xid:#010x}: reply overrun: {error}")]
     ReplyOverrun {
         /// Transaction id of the call.
         xid: u32,
         /// What did not fit.
+        #[source]
         error: DdpEncodeError,
     },
 }
@@ -116,47 +119,13 @@ impl DispatchError {
     }
 }
 
-impl fmt::Display for DispatchError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            DispatchError::ReplyBufferTooSmall {
-                xid,
-                needed,
-                available,
-            } => write!(
-                f,
-                "xid {xid:#010x}: reply header needs {needed} octets, buffer holds {available}"
-            ),
-            DispatchError::ReplyOverrun { xid, error } => {
-                write!(f, "xid {xid:#010x}: reply overrun: {error}")
-            }
-        }
-    }
-}
-
-impl std::error::Error for DispatchError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            DispatchError::ReplyOverrun { error, .. } => Some(error),
-            DispatchError::ReplyBufferTooSmall { .. } => None,
-        }
-    }
-}
-
 /// Two programs with the same number were registered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("program {prog} is already registered")]
 pub struct RegisterError {
     /// The program number.
     pub prog: u32,
 }
-
-impl fmt::Display for RegisterError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "program {} is already registered", self.prog)
-    }
-}
-
-impl std::error::Error for RegisterError {}
 
 /// Routes calls to a fixed set of [`Program`]s and writes complete RPC replies.
 ///

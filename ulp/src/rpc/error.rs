@@ -26,65 +26,59 @@ impl fmt::Display for AuthField {
 }
 
 /// Why an AUTH_SYS body (RFC 5531 Appendix A, `authsys_parms`) was rejected.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum AuthSysError {
     /// `machinename` announced more than 255 octets.
+    #[error("machinename of {len} octets exceeds 255")]
     MachineNameTooLong {
         /// Announced length.
         len: u32,
     },
     /// `gids` announced more than 16 entries.
+    #[error("{count} gids exceed 16")]
     TooManyGids {
         /// Announced count.
         count: u32,
     },
     /// Octets were left in the body after `authsys_parms`.
+    #[error("{extra} octets follow authsys_parms inside the body")]
     TrailingBytes {
         /// How many octets were left over.
         extra: usize,
     },
     /// The body ended inside `authsys_parms`, or the name's padding was not zero. Offsets
     /// count from the start of the message.
+    #[error(transparent)]
     Xdr(XdrError),
-}
-
-impl fmt::Display for AuthSysError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match *self {
-            AuthSysError::MachineNameTooLong { len } => {
-                write!(f, "machinename of {len} octets exceeds 255")
-            }
-            AuthSysError::TooManyGids { count } => write!(f, "{count} gids exceed 16"),
-            AuthSysError::TrailingBytes { extra } => {
-                write!(f, "{extra} octets follow authsys_parms inside the body")
-            }
-            AuthSysError::Xdr(e) => e.fmt(f),
-        }
-    }
 }
 
 /// What was wrong with an RPC header.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum RpcErrorKind {
     /// The input ended before the header was complete, or padding after an `opaque_auth`
     /// body was not zero (RFC 4506 §4.10).
+    #[error(transparent)]
     Xdr(XdrError),
     /// `msg_type` was neither CALL (0) nor REPLY (1).
+    #[error("msg_type {value} is not 0 or 1")]
     BadMsgType {
         /// The value found.
         value: u32,
     },
     /// The message was a well-formed CALL where a REPLY was expected, or the reverse.
+    #[error("unexpected {found} message")]
     UnexpectedMsgType {
         /// The direction that was found.
         found: MsgType,
     },
     /// `rpcvers` was not 2; a server answers RPC_MISMATCH (RFC 5531 §9).
+    #[error("rpcvers {found} is not 2")]
     RpcVersionMismatch {
         /// The version the caller asked for.
         found: u32,
     },
     /// An `opaque_auth` body announced more than 400 octets (RFC 5531 §8.2).
+    #[error("{field} body of {len} octets exceeds 400")]
     AuthBodyTooLong {
         /// Credential or verifier.
         field: AuthField,
@@ -92,6 +86,7 @@ pub enum RpcErrorKind {
         len: u32,
     },
     /// An AUTH_NONE credential or verifier carried a non-empty body.
+    #[error("AUTH_NONE {field} has a {len}-octet body")]
     AuthNoneBody {
         /// Credential or verifier.
         field: AuthField,
@@ -99,6 +94,7 @@ pub enum RpcErrorKind {
         len: u32,
     },
     /// An AUTH_SYS body did not hold exactly one valid `authsys_parms`.
+    #[error("bad AUTH_SYS {field}: {reason}")]
     BadAuthSys {
         /// Credential or verifier.
         field: AuthField,
@@ -106,21 +102,25 @@ pub enum RpcErrorKind {
         reason: AuthSysError,
     },
     /// `reply_stat` was neither MSG_ACCEPTED (0) nor MSG_DENIED (1).
+    #[error("unknown reply_stat {value}")]
     UnknownReplyStat {
         /// The value found.
         value: u32,
     },
     /// `accept_stat` was outside SUCCESS..=SYSTEM_ERR (0..=5).
+    #[error("unknown accept_stat {value}")]
     UnknownAcceptStat {
         /// The value found.
         value: u32,
     },
     /// `reject_stat` was neither RPC_MISMATCH (0) nor AUTH_ERROR (1).
+    #[error("unknown reject_stat {value}")]
     UnknownRejectStat {
         /// The value found.
         value: u32,
     },
     /// `auth_stat` was outside AUTH_OK..=RPCSEC_GSS_CTXPROBLEM (0..=14).
+    #[error("unknown auth_stat {value}")]
     UnknownAuthStat {
         /// The value found.
         value: u32,
@@ -151,34 +151,7 @@ impl fmt::Display for RpcError {
         if !matches!(self.kind, RpcErrorKind::Xdr(_)) {
             write!(f, " at offset {}", self.offset)?;
         }
-        f.write_str(": ")?;
-        match self.kind {
-            RpcErrorKind::Xdr(e) => e.fmt(f),
-            RpcErrorKind::BadMsgType { value } => write!(f, "msg_type {value} is not 0 or 1"),
-            RpcErrorKind::UnexpectedMsgType { found } => {
-                write!(f, "unexpected {found} message")
-            }
-            RpcErrorKind::RpcVersionMismatch { found } => {
-                write!(f, "rpcvers {found} is not 2")
-            }
-            RpcErrorKind::AuthBodyTooLong { field, len } => {
-                write!(f, "{field} body of {len} octets exceeds 400")
-            }
-            RpcErrorKind::AuthNoneBody { field, len } => {
-                write!(f, "AUTH_NONE {field} has a {len}-octet body")
-            }
-            RpcErrorKind::BadAuthSys { field, reason } => {
-                write!(f, "bad AUTH_SYS {field}: {reason}")
-            }
-            RpcErrorKind::UnknownReplyStat { value } => write!(f, "unknown reply_stat {value}"),
-            RpcErrorKind::UnknownAcceptStat { value } => {
-                write!(f, "unknown accept_stat {value}")
-            }
-            RpcErrorKind::UnknownRejectStat { value } => {
-                write!(f, "unknown reject_stat {value}")
-            }
-            RpcErrorKind::UnknownAuthStat { value } => write!(f, "unknown auth_stat {value}"),
-        }
+        write!(f, ": {}", self.kind)
     }
 }
 
@@ -196,10 +169,11 @@ impl std::error::Error for RpcError {
 }
 
 /// Why a header could not be encoded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub enum EncodeError {
     /// The caller's buffer is shorter than `encoded_len()`; nothing was written.
+    #[error("RPC header needs {needed} octets, buffer holds {available}")]
     BufferTooSmall {
         /// Octets the header needs.
         needed: usize,
@@ -207,6 +181,7 @@ pub enum EncodeError {
         available: usize,
     },
     /// A raw `opaque_auth` body is longer than 400 octets.
+    #[error("{field} body of {len} octets exceeds 400")]
     AuthBodyTooLong {
         /// Credential or verifier.
         field: AuthField,
@@ -214,6 +189,7 @@ pub enum EncodeError {
         len: usize,
     },
     /// An AUTH_SYS machine name is longer than 255 octets.
+    #[error("AUTH_SYS {field} machinename of {len} octets exceeds 255")]
     MachineNameTooLong {
         /// Credential or verifier.
         field: AuthField,
@@ -222,6 +198,7 @@ pub enum EncodeError {
     },
     /// A raw `opaque_auth` used flavor AUTH_NONE or AUTH_SYS, whose bodies must be given as
     /// typed values so that what is sent is guaranteed to decode.
+    #[error("{field} flavor {flavor} must be encoded from its typed form, not raw bytes")]
     TypedFlavorAsRaw {
         /// Credential or verifier.
         field: AuthField,
@@ -238,34 +215,6 @@ impl From<BufferTooSmall> for EncodeError {
         }
     }
 }
-
-impl fmt::Display for EncodeError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match *self {
-            EncodeError::BufferTooSmall { needed, available } => write!(
-                f,
-                "RPC header needs {needed} octets, buffer holds {available}"
-            ),
-            EncodeError::AuthBodyTooLong { field, len } => {
-                write!(f, "{field} body of {len} octets exceeds 400")
-            }
-            EncodeError::MachineNameTooLong { field, len } => {
-                write!(
-                    f,
-                    "AUTH_SYS {field} machinename of {len} octets exceeds 255"
-                )
-            }
-            EncodeError::TypedFlavorAsRaw { field, flavor } => write!(
-                f,
-                "{field} flavor {flavor} must be encoded from its typed form, not raw bytes"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for EncodeError {}
-
-impl std::error::Error for AuthSysError {}
 
 /// A decoding fault before it is tagged with the xid and direction known to the caller.
 #[derive(Debug, Clone, Copy)]

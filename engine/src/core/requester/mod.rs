@@ -117,30 +117,21 @@ struct Queued {
 }
 
 /// Why a health check could not start.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum ProbeError {
     /// The connection is not established.
+    #[error("connection is not established")]
     NotConnected,
     /// A probe is already out.
+    #[error("a probe is already in flight")]
     InFlight,
     /// No credit is free for it (the grant is one and a call holds it).
+    #[error("no credit is free for a probe")]
     NoCredit,
     /// The send queue is full.
+    #[error("send queue is full")]
     Busy,
 }
-
-impl core::fmt::Display for ProbeError {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.write_str(match self {
-            ProbeError::NotConnected => "connection is not established",
-            ProbeError::InFlight => "a probe is already in flight",
-            ProbeError::NoCredit => "no credit is free for a probe",
-            ProbeError::Busy => "send queue is full",
-        })
-    }
-}
-
-impl std::error::Error for ProbeError {}
 
 /// Fixed settings copied out of the [`ConnConfig`].
 struct Params {

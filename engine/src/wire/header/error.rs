@@ -65,9 +65,10 @@ impl fmt::Display for Field {
 }
 
 /// What exactly was wrong with a header.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum HeaderErrorKind {
     /// The input ended inside `field`.
+    #[error("truncated in {field} at offset {offset}: needed {needed} octets, {available} left")]
     Truncated {
         /// Where the input ended.
         field: Field,
@@ -79,16 +80,19 @@ pub enum HeaderErrorKind {
         available: usize,
     },
     /// `rdma_vers` is not 1 (RFC 8166 §4.5.1).
+    #[error("version {version}, only {RPCRDMA_VERSION} is supported")]
     VersionMismatch {
         /// The version found.
         version: u32,
     },
     /// `rdma_proc` is not one of the five procedures (RFC 8166 §4.5.2).
+    #[error("unknown procedure {proc}")]
     UnknownProcedure {
         /// The value found.
         proc: u32,
     },
     /// A list "more entries" word or the Reply chunk's optional marker is neither 0 nor 1.
+    #[error("{field} discriminator at offset {offset} is {value}, not 0 or 1")]
     BadDiscriminant {
         /// The list it belongs to.
         field: Field,
@@ -98,6 +102,7 @@ pub enum HeaderErrorKind {
         value: u32,
     },
     /// The Read list has more entries than [`Limits::max_read_segments`](super::Limits).
+    #[error("read list has more than {max} segments (entry at offset {offset})")]
     TooManyReadSegments {
         /// Offset of the first entry past the limit.
         offset: usize,
@@ -106,6 +111,7 @@ pub enum HeaderErrorKind {
     },
     /// A run of Read list entries sharing a position is longer than
     /// [`Limits::max_segments_per_chunk`](super::Limits).
+    #[error("read chunk at position {position} has more than {max} segments")]
     ReadChunkTooLong {
         /// The run's position.
         position: u32,
@@ -113,6 +119,7 @@ pub enum HeaderErrorKind {
         max: u32,
     },
     /// The Write list has more chunks than [`Limits::max_write_chunks`](super::Limits).
+    #[error("write list has more than {max} chunks (chunk at offset {offset})")]
     TooManyWriteChunks {
         /// Offset of the first chunk past the limit.
         offset: usize,
@@ -121,6 +128,7 @@ pub enum HeaderErrorKind {
     },
     /// A Write chunk or the Reply chunk announces more segments than
     /// [`Limits::max_segments_per_chunk`](super::Limits).
+    #[error("{field} chunk at offset {offset} has {count} segments, more than {max}")]
     TooManySegments {
         /// The Write list or the Reply chunk.
         field: Field,
@@ -133,6 +141,7 @@ pub enum HeaderErrorKind {
     },
     /// A segment runs past the end of the 64-bit address space: its last octet's offset,
     /// `offset + length - 1`, overflows.
+    #[error("{field} segment at offset {offset}: offset {:#x} + length {} wraps", .segment.offset, .segment.length)]
     SegmentWraps {
         /// The list it belongs to.
         field: Field,
@@ -143,34 +152,41 @@ pub enum HeaderErrorKind {
     },
     /// `rdma_err` is neither ERR_VERS nor ERR_CHUNK. RFC 8166 §4.1.2's union has no
     /// default arm (RFC 5666's `rdma_extra[8]` is gone).
+    #[error("unknown RDMA_ERROR code {code}")]
     UnknownErrorCode {
         /// The value found.
         code: u32,
     },
     /// An RDMA_NOMSG header with no Read list, no Write list and no Reply chunk: there is
     /// nowhere the RPC message could be (RFC 8166 §4.5.2 names this case).
+    #[error("RDMA_NOMSG without any chunk to carry the RPC message")]
     NomsgWithoutChunks,
     /// An RDMA_MSG or RDMA_MSGP header is not followed by at least an RPC XID.
+    #[error("RPC message missing: {available} octets after the header, need an XID")]
     MissingRpcMessage {
         /// Octets after the header.
         available: usize,
     },
     /// The XID of the RPC message differs from `rdma_xid` (RFC 8166 §4.2.1, §4.5.2).
+    #[error("RPC message xid {rpc_xid:#010x} differs")]
     RpcXidMismatch {
         /// The XID at the start of the RPC message.
         rpc_xid: u32,
     },
     /// An XDR primitive failed in a way none of the kinds above describes.
+    #[error("{field}: {error}")]
     Xdr {
         /// Where.
         field: Field,
         /// The primitive's error.
+        #[source]
         error: XdrError,
     },
 }
 
 /// A rejected transport header: what was wrong, and the XID if it could be read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("RPC-over-RDMA header{}: {kind}", xid_words(*.xid))]
 pub struct HeaderError {
     xid: Option<u32>,
     kind: HeaderErrorKind,
@@ -212,84 +228,10 @@ impl HeaderError {
     }
 }
 
-impl fmt::Display for HeaderError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("RPC-over-RDMA header")?;
-        if let Some(xid) = self.xid {
-            write!(f, " xid {xid:#010x}")?;
-        }
-        f.write_str(": ")?;
-        match self.kind {
-            HeaderErrorKind::Truncated {
-                field,
-                offset,
-                needed,
-                available,
-            } => write!(
-                f,
-                "truncated in {field} at offset {offset}: needed {needed} octets, {available} left"
-            ),
-            HeaderErrorKind::VersionMismatch { version } => {
-                write!(f, "version {version}, only {RPCRDMA_VERSION} is supported")
-            }
-            HeaderErrorKind::UnknownProcedure { proc } => write!(f, "unknown procedure {proc}"),
-            HeaderErrorKind::BadDiscriminant {
-                field,
-                offset,
-                value,
-            } => write!(
-                f,
-                "{field} discriminator at offset {offset} is {value}, not 0 or 1"
-            ),
-            HeaderErrorKind::TooManyReadSegments { offset, max } => write!(
-                f,
-                "read list has more than {max} segments (entry at offset {offset})"
-            ),
-            HeaderErrorKind::ReadChunkTooLong { position, max } => write!(
-                f,
-                "read chunk at position {position} has more than {max} segments"
-            ),
-            HeaderErrorKind::TooManyWriteChunks { offset, max } => write!(
-                f,
-                "write list has more than {max} chunks (chunk at offset {offset})"
-            ),
-            HeaderErrorKind::TooManySegments {
-                field,
-                offset,
-                count,
-                max,
-            } => write!(
-                f,
-                "{field} chunk at offset {offset} has {count} segments, more than {max}"
-            ),
-            HeaderErrorKind::SegmentWraps {
-                field,
-                offset,
-                segment,
-            } => write!(
-                f,
-                "{field} segment at offset {offset}: offset {:#x} + length {} wraps",
-                segment.offset, segment.length
-            ),
-            HeaderErrorKind::UnknownErrorCode { code } => {
-                write!(f, "unknown RDMA_ERROR code {code}")
-            }
-            HeaderErrorKind::NomsgWithoutChunks => {
-                f.write_str("RDMA_NOMSG without any chunk to carry the RPC message")
-            }
-            HeaderErrorKind::MissingRpcMessage { available } => write!(
-                f,
-                "RPC message missing: {available} octets after the header, need an XID"
-            ),
-            HeaderErrorKind::RpcXidMismatch { rpc_xid } => {
-                write!(f, "RPC message xid {rpc_xid:#010x} differs")
-            }
-            HeaderErrorKind::Xdr { field, error } => write!(f, "{field}: {error}"),
-        }
-    }
+/// The XID part of [`HeaderError`]'s message: empty when the XID was unreadable.
+fn xid_words(xid: Option<u32>) -> String {
+    xid.map(|x| format!(" xid {x:#010x}")).unwrap_or_default()
 }
-
-impl std::error::Error for HeaderError {}
 
 /// What a responder does about a header it could not accept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
