@@ -1,6 +1,9 @@
-//! A hostile shm peer: a second process that connects as a client, then writes random
-//! words all over the connection segment the server's target side reads (its request
-//! ring, sequence words, flags, the ack and NAK fields) while submitting calls. The
+//! A hostile shm peer: second processes that connect as clients, then either forge
+//! requests (garbled headers, entry lists, lengths, keys and offsets published with
+//! correct sequence numbers, so the server's target parses them) or write random words
+//! all over the connection segment the server's target reads (its request ring,
+//! sequence words, flags, the ack and NAK fields) while calling, reconnecting whenever
+//! their connection breaks. The
 //! server (a `Responder` on its own thread) must stay up, keep serving a well-behaved
 //! client in this process byte-exact, free the hostile connections' resources when
 //! they go, and accept new clients afterwards. A crash (a fault on a bad index or
@@ -14,13 +17,13 @@ use std::time::{Duration, Instant};
 
 use engine_support::*;
 use rpcrdma::fabric::shm::{ShmAddr, ShmDevice, ShmProvider};
-use rpcrdma::{CallRequest, CallStatus, Requester, Responder};
+use rpcrdma::{CallRequest, CallStatus, ConnState, Requester, Responder};
 
 const CHILD_ADDR: &str = "RPCRDMA_HOSTILE_CHILD_ADDR";
 const CHILD_SEED: &str = "RPCRDMA_HOSTILE_CHILD_SEED";
 /// How long each hostile child scribbles.
 const SCRIBBLE_FOR: Duration = Duration::from_millis(1500);
-const HOSTILE_CHILDREN: u64 = 3;
+const HOSTILE_CHILDREN: u64 = 4;
 
 fn xorshift(x: &mut u64) -> u64 {
     *x ^= *x << 13;
@@ -51,44 +54,56 @@ fn echo(conn: &Requester<ShmProvider>, data: &[u8]) -> CallRequest {
 }
 
 /// In a child process started by the test below (and only there): connects, proves
-/// the connection works, then scribbles over its own segment while calling. Exits 0
-/// whatever happens to its own connection; a panic here exits non-zero.
+/// the connection works, then attacks until its time is up, reconnecting whenever its
+/// connection breaks. Even seeds forge requests (every request it publishes has its
+/// header and body garbled, with the right sequence number, so the server's target
+/// parses garbage); odd seeds scribble random words anywhere in the segment while
+/// calling. Exits 0 having counted what it did; a panic here exits non-zero.
 #[test]
 fn hostile_peer_child() {
     let (Ok(name), Ok(seed)) = (std::env::var(CHILD_ADDR), std::env::var(CHILD_SEED)) else {
         return;
     };
-    let mut x: u64 = seed.parse::<u64>().expect("seed") | 1;
+    let seed: u64 = seed.parse().expect("seed");
+    let forge = seed % 2 == 0;
+    let mut x = seed | 1;
     let dev = ShmDevice::new();
     let addr = ShmAddr::abstract_name(name);
-    let mut conn = Requester::connect(&dev, &addr)
-        .config(test_config())
-        .open()
-        .expect("the hostile child connects");
+    let connect = || {
+        Requester::connect(&dev, &addr)
+            .config(test_config())
+            .open()
+            .expect("the hostile child connects")
+    };
+    let mut conn = connect();
     for i in 0..5u8 {
         let data = pattern(64, i);
         let o = conn.call(echo(&conn, &data), DEADLINE).expect("submits");
-        assert_eq!(
-            o.status,
-            CallStatus::Success,
-            "a call before the scribbling"
-        );
+        assert_eq!(o.status, CallStatus::Success, "a call before the attack");
         assert_eq!(results(&o), opaque(&data), "echoed");
     }
-    let len = conn.qp_mut().own_segment_len();
-    assert!(len >= 4096, "the segment holds a ring");
     let end = Instant::now() + SCRIBBLE_FOR;
-    let mut words = 0u64;
+    let (mut words, mut connections, mut broken) = (0u64, 1u64, 0u64);
     while Instant::now() < end {
-        for _ in 0..32 {
-            let off = (xorshift(&mut x) as usize) % len;
-            let w = nasty_word(&mut x);
-            assert!(conn.qp_mut().scribble_own_segment(off, w), "in bounds");
-            words += 1;
+        if conn.state() != ConnState::Established {
+            broken += 1;
+            drop(conn);
+            conn = connect();
+            connections += 1;
         }
-        // Keep requests flowing so the target reads the scribbled slots as they are
-        // (re)published; refusals (and no free buffers) are expected once the
-        // connection breaks.
+        if forge {
+            conn.qp_mut().forge_requests(xorshift(&mut x) | 1);
+        } else {
+            let len = conn.qp_mut().own_segment_len();
+            for _ in 0..32 {
+                let off = (xorshift(&mut x) as usize) % len;
+                let w = nasty_word(&mut x);
+                assert!(conn.qp_mut().scribble_own_segment(off, w), "in bounds");
+                words += 1;
+            }
+        }
+        // Keep requests flowing so the target reads what was forged or scribbled;
+        // refusals (and no free buffers) are expected once the connection breaks.
         if let Ok(mut b) = conn.alloc_msg() {
             write_call(&mut b, PROC_ECHO, &opaque(&pattern(32, x as u8)));
             let _ = conn.submit(CallRequest::new(b, 4000), 0);
@@ -96,7 +111,17 @@ fn hostile_peer_child() {
         conn.poll(Instant::now());
         while conn.poll_outcome().is_some() {}
     }
-    eprintln!("hostile child {seed}: {words} words scribbled");
+    eprintln!(
+        "hostile child {seed} ({}): {connections} connections, {broken} broken, \
+         {words} words scribbled",
+        if forge { "forging" } else { "scribbling" }
+    );
+    if forge {
+        assert!(
+            broken > 0,
+            "forged requests were refused by the server's target"
+        );
+    }
     std::process::exit(0);
 }
 
@@ -198,9 +223,9 @@ fn a_peer_scribbling_over_its_ring_hurts_only_its_own_connection() {
     good_call(&mut good, n + 1);
     let server = serving.stop().expect("the server thread did not panic");
     let c = server.counters();
-    assert_eq!(
-        c.accepted,
-        HOSTILE_CHILDREN + 2,
-        "every client was accepted"
+    // Each hostile child reconnects after every break, so at least one connection each.
+    assert!(
+        c.accepted >= HOSTILE_CHILDREN + 2,
+        "every client was accepted: {c:?}"
     );
 }

@@ -300,6 +300,10 @@ pub struct ShmQp {
     rq_head: u64,
     rq_consumed_seen: u64,
     cq_reservations: [Option<(Arc<CqShared>, u64)>; 2],
+    /// Test hook: while non-zero, the xorshift state that garbles every request this
+    /// side publishes ([`ShmQp::forge_requests`]).
+    #[cfg(any(test, feature = "testing"))]
+    forge: u64,
 }
 
 impl std::fmt::Debug for ShmQp {
@@ -410,6 +414,8 @@ impl ShmQp {
             req: shared.own.req_producer(),
             shared,
             reads_until: 0,
+            #[cfg(any(test, feature = "testing"))]
+            forge: 0,
             sq_head: 0,
             sq_signaled: 0,
             sq_freed_seen: 0,
@@ -485,6 +491,10 @@ impl ShmQp {
     /// Publishes the filled slot; returns its sequence number.
     #[inline]
     fn commit(&mut self) -> u64 {
+        #[cfg(any(test, feature = "testing"))]
+        if self.forge != 0 {
+            self.garble_slot();
+        }
         let ssn = self.req.position();
         self.shared
             .posted
@@ -590,6 +600,70 @@ impl ShmQp {
     #[doc(hidden)]
     pub fn scribble_own_segment(&self, offset: usize, word: u64) -> bool {
         self.shared.own.scribble(offset, word)
+    }
+
+    /// Test hook (feature `testing`): plays a hostile peer that knows the ring
+    /// protocol. While `seed` is non-zero, every request this side publishes has its
+    /// header and body replaced by pseudo-random words (plausible opcodes, entry
+    /// counts, lengths, keys and offsets, or plain noise) seeded by `seed`, and is
+    /// published with its correct sequence number, so the peer's target parses it.
+    /// Zero turns it off. This side's own bookkeeping stays as posted.
+    #[cfg(any(test, feature = "testing"))]
+    #[doc(hidden)]
+    pub fn forge_requests(&mut self, seed: u64) {
+        self.forge = seed;
+    }
+
+    #[cfg(any(test, feature = "testing"))]
+    fn garble_slot(&mut self) {
+        let mut next = || {
+            let x = &mut self.forge;
+            *x ^= *x << 13;
+            *x ^= *x >> 7;
+            *x ^= *x << 17;
+            *x
+        };
+        let r = next();
+        let plausible = r & 1 == 0;
+        let h = if plausible {
+            ReqHeader {
+                op: (r >> 8) as u32 % 6 | if r & 2 == 0 { op::INLINE } else { 0 },
+                num_sge: (r >> 16) as u32 % 10,
+                remote_addr: next() % (1 << 24),
+                total_len: [0, 1, 160, 161, 4096, u32::MAX][(r >> 24) as usize % 6],
+                key: (next() as u32) & 0xffff,
+            }
+        } else {
+            ReqHeader {
+                op: next() as u32,
+                num_sge: next() as u32,
+                remote_addr: next(),
+                total_len: next() as u32,
+                key: next() as u32,
+            }
+        };
+        let slot = self.req.slot();
+        let mut body = [0u64; INLINE_MAX as usize / 8];
+        for (i, w) in body.iter_mut().enumerate() {
+            *w = if plausible && i % 2 == 0 {
+                // A WireSge's arena and length word: small arena numbers, any length.
+                (next() % 8) | (next() % 0x2_0000) << 32
+            } else if plausible {
+                next() % (1 << 20)
+            } else {
+                next()
+            };
+        }
+        // SAFETY: called from `commit` on the filled, still unpublished slot; we are
+        // the ring's only producer, and the body holds INLINE_MAX octets.
+        unsafe {
+            ReqSlot::set_header(slot, h);
+            std::ptr::copy_nonoverlapping(
+                body.as_ptr().cast::<u8>(),
+                ReqSlot::body(slot),
+                INLINE_MAX as usize,
+            );
+        }
     }
 
     /// Octets in this queue pair's own connection segment (test hook, feature
