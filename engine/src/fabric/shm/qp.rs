@@ -627,7 +627,7 @@ impl ShmQp {
         let plausible = r & 1 == 0;
         let h = if plausible {
             ReqHeader {
-                op: (r >> 8) as u32 % 6 | if r & 2 == 0 { op::INLINE } else { 0 },
+                op: ((r >> 8) as u32 % 6) | if r & 2 == 0 { op::INLINE } else { 0 },
                 num_sge: (r >> 16) as u32 % 10,
                 remote_addr: next() % (1 << 24),
                 total_len: [0, 1, 160, 161, 4096, u32::MAX][(r >> 24) as usize % 6],
