@@ -65,7 +65,7 @@ fn hostile_peer_child() {
         return;
     };
     let seed: u64 = seed.parse().expect("seed");
-    let forge = seed % 2 == 0;
+    let forge = seed.is_multiple_of(2);
     let mut x = seed | 1;
     let dev = ShmDevice::new();
     let addr = ShmAddr::abstract_name(name);
