@@ -230,6 +230,14 @@ pub trait Service {
         reply: &mut ReplyWriter<'_>,
     ) -> Result<(), ServiceError>;
 
+    /// Who the connection's peer is, as the provider knows it
+    /// ([`QueuePair::peer_addr`](crate::fabric::QueuePair::peer_addr)): told once, when
+    /// the connection is accepted, before any call. A service that keeps per-client
+    /// state (a duplicate request cache) keys it on this; the default ignores it.
+    fn set_peer(&mut self, peer: crate::fabric::PeerAddr) {
+        let _ = peer;
+    }
+
     /// An RDMA_DONE arrived for `xid` (RFC 5666 §3.8). This engine never sends Read
     /// chunks in replies, so the default ignores it.
     fn on_done(&mut self, xid: u32) {

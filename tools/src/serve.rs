@@ -121,6 +121,13 @@ fn be32(b: &[u8], at: usize) -> Option<u32> {
 }
 
 impl Service for Counted {
+    fn set_peer(&mut self, peer: rpcrdma::fabric::PeerAddr) {
+        match &mut self.inner {
+            Inner::Plain(d) => d.set_peer(peer),
+            Inner::Nfs(n) => n.set_peer(peer),
+        }
+    }
+
     fn handle_call(
         &mut self,
         call: &CallView<'_>,

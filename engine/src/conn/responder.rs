@@ -93,6 +93,8 @@ impl<P: Provider, S: Service> ResponderConn<P, S> {
             })
             .map_err(ConnError::Fabric)?;
         let conn = qp.conn_id();
+        // Before the first call is handled: the service keys per-client state on it.
+        core.service_mut().set_peer(qp.peer_addr());
         Ok(ResponderConn {
             core,
             qp,

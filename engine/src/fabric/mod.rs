@@ -56,8 +56,8 @@ pub use provider::{
     QueuePair,
 };
 pub use types::{
-    Completion, DeviceCaps, QpCaps, QpConfig, QpState, RecvWr, RemoteAddr, SendFlags, SendOp,
-    SendWr, Sge, WcOpcode, WcStatus, RNR_RETRY_INFINITE,
+    Completion, DeviceCaps, PeerAddr, QpCaps, QpConfig, QpState, RecvWr, RemoteAddr, SendFlags,
+    SendOp, SendWr, Sge, WcOpcode, WcStatus, RNR_RETRY_INFINITE,
 };
 
 /// `len` deterministic pseudo-random octets from the xorshift state `x`: the inputs a

@@ -149,6 +149,11 @@ pub trait QueuePair {
     fn state(&self) -> QpState;
     /// The queue sizes.
     fn caps(&self) -> QpCaps;
+    /// Who the peer is (known from connect or accept on): what a responder's upper
+    /// layer keys per-client state on. Providers that cannot tell report `Unknown`.
+    fn peer_addr(&self) -> super::PeerAddr {
+        super::PeerAddr::Unknown
+    }
     /// Why the peer aborted the connection, once its abort (an iWARP peer's Terminate)
     /// put the queue pair in error; providers that cannot see one report `None`. Read
     /// it when a completion fails: the abort is recorded before anything it flushes.

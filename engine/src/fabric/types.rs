@@ -343,6 +343,25 @@ impl QpState {
     }
 }
 
+/// Who is at the other end of a connection, as the provider knows it: what an upper layer
+/// keys per-client state on (a duplicate request cache keys on the client's address, as
+/// Linux nfsd does).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum PeerAddr {
+    /// Not known: not connected yet, or a provider that cannot tell (sim).
+    #[default]
+    Unknown,
+    /// An IP endpoint: the TCP peer (siw) or the RDMA CM's destination address (verbs).
+    Ip(std::net::SocketAddr),
+    /// A local process, from the connection socket's `SO_PEERCRED` (shm).
+    Local {
+        /// The peer's process id (as seen from this process's pid namespace).
+        pid: u32,
+        /// The peer's user id.
+        uid: u32,
+    },
+}
+
 /// Queue sizes of a queue pair (`ibv_qp_cap`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QpCaps {

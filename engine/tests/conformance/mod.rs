@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 use rpcrdma::fabric::mr::{key_generation, key_index, make_key, next_key, MAX_KEY_INDEX};
 use rpcrdma::fabric::{
     Access, CmEvent, CmPrivateData, Completion, CompletionQueue, ConnectionManager, Device,
-    DeviceCaps, FabricError, MemoryRegion, PostErrorKind, PrivateDataLimits, ProtectionDomain,
-    Provider, QpCaps, QpConfig, QpInit, QpState, QueuePair, RecvWr, RemoteAddr, SendFlags, SendOp,
-    SendWr, Sge, WcOpcode, WcStatus, RNR_RETRY_INFINITE,
+    DeviceCaps, FabricError, MemoryRegion, PeerAddr, PostErrorKind, PrivateDataLimits,
+    ProtectionDomain, Provider, QpCaps, QpConfig, QpInit, QpState, QueuePair, RecvWr, RemoteAddr,
+    SendFlags, SendOp, SendWr, Sge, WcOpcode, WcStatus, RNR_RETRY_INFINITE,
 };
 use rpcrdma_pools::{Arena, ArenaOptions, HugePages};
 
@@ -31,6 +31,9 @@ pub trait Fixture: 'static {
     fn open_device() -> <Self::P as Provider>::Device;
     /// An address nobody listens on yet; distinct on every call (tests run in parallel).
     fn unique_addr() -> <Self::P as Provider>::Addr;
+    /// Whether the provider knows who the peer is (`QueuePair::peer_addr`); the
+    /// simulated network does not.
+    const REPORTS_PEER: bool = true;
     /// Memory the provider can register.
     fn arena(len: usize) -> Arc<Arena> {
         let opts = ArenaOptions::new(len)
@@ -638,6 +641,31 @@ pub fn cm_reject_delivers_private_data<F: Fixture>() {
             assert_eq!(private_data.as_bytes(), &full[..]);
         }
         e => panic!("expected Rejected, got {e:?}"),
+    }
+}
+
+/// Both sides of a connection know who the other is: the same local process (shm,
+/// both ends here) or the same host's IP (siw, verbs: both ends on this host), or,
+/// where the provider cannot tell, neither does.
+pub fn cm_reports_the_peer<F: Fixture>() {
+    let p = pair::<F>();
+    let (c, s) = (p.c.qp.peer_addr(), p.s.qp.peer_addr());
+    if !F::REPORTS_PEER {
+        assert_eq!((c, s), (PeerAddr::Unknown, PeerAddr::Unknown));
+        return;
+    }
+    match (c, s) {
+        (PeerAddr::Local { pid, uid }, PeerAddr::Local { pid: p2, uid: u2 }) => {
+            assert_eq!((pid, p2), (std::process::id(), std::process::id()));
+            // SAFETY: geteuid has no inputs and cannot fail.
+            let me = unsafe { libc::geteuid() };
+            assert_eq!((uid, u2), (me, me));
+        }
+        (PeerAddr::Ip(to_server), PeerAddr::Ip(from_client)) => {
+            assert_eq!(to_server.ip(), from_client.ip(), "one host, one address");
+            assert_ne!(from_client.port(), 0, "the client's own port");
+        }
+        other => panic!("both sides name their peer alike: {other:?}"),
     }
 }
 
@@ -1851,6 +1879,7 @@ macro_rules! conformance_tests {
             cm_exchanges_private_data,
             cm_reject_delivers_private_data,
             cm_unreachable,
+            cm_reports_the_peer,
             cm_disconnect_flushes_both_sides,
             send_recv_integrity,
             rdma_write_integrity,

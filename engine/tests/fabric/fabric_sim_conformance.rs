@@ -28,6 +28,7 @@ macro_rules! sim_fixture {
 
         impl conformance::Fixture for $name {
             type P = rpcrdma::fabric::sim::Sim;
+            const REPORTS_PEER: bool = false;
 
             fn open_device() -> rpcrdma::fabric::sim::SimDevice {
                 Self::net().open_device()

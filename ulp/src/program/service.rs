@@ -6,6 +6,15 @@ use super::dispatch::{DispatchError, Dispatched, Dispatcher, InboundCall};
 use crate::ddp::{ReadItem, MAX_DDP_ITEMS};
 
 impl Service for Dispatcher {
+    /// Keys the duplicate request cache on the peer
+    /// ([`ClientAddr::from`](super::ClientAddr)), unless the embedder already named the
+    /// client with [`Dispatcher::set_client`].
+    fn set_peer(&mut self, peer: rpcrdma::fabric::PeerAddr) {
+        if self.client() == super::ClientAddr::Unknown {
+            self.set_client(super::ClientAddr::from(peer));
+        }
+    }
+
     /// Dispatches the call and writes the complete RPC reply into the engine's send
     /// buffer.
     ///

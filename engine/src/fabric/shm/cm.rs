@@ -386,9 +386,10 @@ impl ConnectionManager for ShmCm {
     ) -> Result<ShmQp, FabricError> {
         let private = CmPrivateData::new(private_data)?;
         let id = ConnId(NEXT_CONN.fetch_add(1, Ordering::Relaxed));
-        let (qp, announcer, rx) = self.new_qp(&init, id)?;
+        let (mut qp, announcer, rx) = self.new_qp(&init, id)?;
         let sent = match sock::connect(addr)? {
             Ok(s) => {
+                qp.peer_addr = peer_of(&s);
                 let own = qp.shared.own.fd().ok_or(FabricError::NotShareable)?;
                 let m = Msg::Req(Self::hello(&qp, private));
                 send_msg(&s, &m, &[own, rx.as_fd()]).map(|()| s)
@@ -420,7 +421,8 @@ impl ConnectionManager for ShmCm {
     ) -> Result<ShmQp, FabricError> {
         let private = CmPrivateData::new(private_data)?;
         let id = ConnId(NEXT_CONN.fetch_add(1, Ordering::Relaxed));
-        let (qp, announcer, rx) = self.new_qp(&init, id)?;
+        let (mut qp, announcer, rx) = self.new_qp(&init, id)?;
+        qp.peer_addr = peer_of(&request.sock);
         Self::link(&qp.shared, request.seg, &request.hello, request.announce)?;
         qp.shared.set_rtr();
         let own = qp.shared.own.fd().ok_or(FabricError::NotShareable)?;
@@ -478,4 +480,12 @@ impl Drop for ShmCm {
             c.qp.set_disconnected();
         }
     }
+}
+
+/// The process at the other end of a connection socket, or `Unknown` when the kernel
+/// does not say.
+fn peer_of(s: &OwnedFd) -> crate::fabric::PeerAddr {
+    cred::peer_cred(s).map_or(crate::fabric::PeerAddr::Unknown, |(pid, uid)| {
+        crate::fabric::PeerAddr::Local { pid, uid }
+    })
 }

@@ -32,6 +32,12 @@ impl PeerCheck {
 
 /// The user id of the process at the other end of the connected Unix socket `s`.
 pub(crate) fn peer_uid(s: &OwnedFd) -> io::Result<u32> {
+    peer_cred(s).map(|(_, uid)| uid)
+}
+
+/// The process and user ids at the other end of the connected Unix socket `s`
+/// (`SO_PEERCRED`: the peer's at `connect` or `listen` time).
+pub(crate) fn peer_cred(s: &OwnedFd) -> io::Result<(u32, u32)> {
     let mut cred = libc::ucred {
         pid: 0,
         uid: 0,
@@ -57,7 +63,7 @@ pub(crate) fn peer_uid(s: &OwnedFd) -> io::Result<u32> {
             "short SO_PEERCRED answer",
         ));
     }
-    Ok(cred.uid)
+    Ok((cred.pid as u32, cred.uid))
 }
 
 /// This process's effective user id.

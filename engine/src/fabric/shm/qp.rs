@@ -24,7 +24,8 @@ use crate::fabric::mr::Access;
 use crate::fabric::ConnId;
 use crate::fabric::QueuePair;
 use crate::fabric::{
-    Completion, QpCaps, QpState, RecvWr, SendFlags, SendOp, SendWr, Sge, WcOpcode, WcStatus,
+    Completion, PeerAddr, QpCaps, QpState, RecvWr, SendFlags, SendOp, SendWr, Sge, WcOpcode,
+    WcStatus,
 };
 use crate::fabric::{FabricError, PostError, PostErrorKind};
 
@@ -300,6 +301,8 @@ pub struct ShmQp {
     rq_head: u64,
     rq_consumed_seen: u64,
     cq_reservations: [Option<(Arc<CqShared>, u64)>; 2],
+    /// The peer process (`SO_PEERCRED` of the connection's socket), set by the CM.
+    pub(crate) peer_addr: PeerAddr,
     /// Test hook: while non-zero, the xorshift state that garbles every request this
     /// side publishes ([`ShmQp::forge_requests`]).
     #[cfg(any(test, feature = "testing"))]
@@ -414,6 +417,7 @@ impl ShmQp {
             req: shared.own.req_producer(),
             shared,
             reads_until: 0,
+            peer_addr: PeerAddr::Unknown,
             #[cfg(any(test, feature = "testing"))]
             forge: 0,
             sq_head: 0,
@@ -830,6 +834,10 @@ impl QueuePair for ShmQp {
 
     fn caps(&self) -> QpCaps {
         self.shared.caps
+    }
+
+    fn peer_addr(&self) -> PeerAddr {
+        self.peer_addr
     }
 }
 

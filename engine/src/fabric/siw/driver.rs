@@ -438,6 +438,7 @@ impl Driver {
         Ok(SiwQp {
             shared: qp,
             dev: dev.clone(),
+            peer_addr: crate::fabric::PeerAddr::Ip(*addr),
         })
     }
 
@@ -485,6 +486,7 @@ impl Driver {
         Ok(SiwQp {
             shared: qp,
             dev: dev.clone(),
+            peer_addr: crate::fabric::PeerAddr::Ip(c.peer),
         })
     }
 

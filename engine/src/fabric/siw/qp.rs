@@ -204,6 +204,8 @@ impl QpShared {
 pub struct SiwQp {
     pub(crate) shared: Arc<QpShared>,
     pub(crate) dev: Arc<DeviceShared>,
+    /// The TCP peer: where we connected, or where the accepted request came from.
+    pub(crate) peer_addr: crate::fabric::PeerAddr,
 }
 
 impl std::fmt::Debug for SiwQp {
@@ -346,6 +348,10 @@ impl QueuePair for SiwQp {
 
     fn peer_abort(&self) -> Option<crate::fabric::PeerAbort> {
         self.peer_terminate().map(Into::into)
+    }
+
+    fn peer_addr(&self) -> crate::fabric::PeerAddr {
+        self.peer_addr
     }
 
     fn caps(&self) -> QpCaps {

@@ -8,6 +8,34 @@ use std::net::SocketAddr;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct VerbsAddr(pub SocketAddr);
 
+/// The IP endpoint a C socket address names, if it is one.
+///
+/// # Safety
+/// `sa` must point into storage as long as its family's structure (a `sockaddr_in` or
+/// `sockaddr_in6`), as the RDMA CM's address unions are.
+pub(crate) unsafe fn from_sockaddr(sa: &libc::sockaddr) -> Option<SocketAddr> {
+    match i32::from(sa.sa_family) {
+        libc::AF_INET => {
+            // SAFETY: per the contract, for AF_INET.
+            let sin = unsafe { &*(sa as *const libc::sockaddr).cast::<libc::sockaddr_in>() };
+            let ip = std::net::Ipv4Addr::from(sin.sin_addr.s_addr.to_ne_bytes());
+            Some(SocketAddr::new(ip.into(), u16::from_be(sin.sin_port)))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: per the contract, for AF_INET6.
+            let sin6 = unsafe { &*(sa as *const libc::sockaddr).cast::<libc::sockaddr_in6>() };
+            let ip = std::net::Ipv6Addr::from(sin6.sin6_addr.s6_addr);
+            Some(SocketAddr::V6(std::net::SocketAddrV6::new(
+                ip,
+                u16::from_be(sin6.sin6_port),
+                sin6.sin6_flowinfo,
+                sin6.sin6_scope_id,
+            )))
+        }
+        _ => None,
+    }
+}
+
 impl VerbsAddr {
     /// The address as a C socket address and its length.
     pub(crate) fn to_sockaddr(self) -> libc::sockaddr_storage {

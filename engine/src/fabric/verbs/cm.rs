@@ -20,8 +20,9 @@ use rdma_sys::{
     ibv_qp_attr, ibv_qp_attr_mask, ibv_qp_state, rdma_accept, rdma_ack_cm_event, rdma_bind_addr,
     rdma_cm_event, rdma_cm_event_type, rdma_cm_id, rdma_conn_param, rdma_connect,
     rdma_create_event_channel, rdma_create_id, rdma_destroy_event_channel, rdma_destroy_id,
-    rdma_disconnect, rdma_establish, rdma_event_channel, rdma_get_cm_event, rdma_init_qp_attr,
-    rdma_listen, rdma_port_space, rdma_reject, rdma_resolve_addr, rdma_resolve_route,
+    rdma_disconnect, rdma_establish, rdma_event_channel, rdma_get_cm_event, rdma_get_peer_addr,
+    rdma_init_qp_attr, rdma_listen, rdma_port_space, rdma_reject, rdma_resolve_addr,
+    rdma_resolve_route,
 };
 
 use crate::fabric::ConnectionManager;
@@ -29,7 +30,7 @@ use crate::fabric::{
     CmEvent, CmPrivateData, ConnId, FabricError, QpInit, QpState, MAX_PRIVATE_DATA,
 };
 
-use super::addr::VerbsAddr;
+use super::addr::{from_sockaddr, VerbsAddr};
 use super::device::{DeviceShared, PrivateDataKind};
 use super::qp::{QpShared, VerbsQp};
 use super::rnr::min_rnr_timer_code;
@@ -503,7 +504,7 @@ impl ConnectionManager for VerbsCm {
         let data = CmPrivateData::new(private_data)?;
         let key = NEXT_CONN.fetch_add(1, Ordering::Relaxed);
         let id = self.create_id(key)?;
-        let qp = match VerbsQp::create(init, ConnId(key), self.alarm.clone()) {
+        let mut qp = match VerbsQp::create(init, ConnId(key), self.alarm.clone()) {
             Ok(qp) => qp,
             Err(e) => {
                 // SAFETY: live id, never shared; destroyed once.
@@ -511,6 +512,7 @@ impl ConnectionManager for VerbsCm {
                 return Err(e);
             }
         };
+        qp.peer_addr = crate::fabric::PeerAddr::Ip(addr.0);
         let mut dst = addr.to_sockaddr();
         // SAFETY: id is live; dst is a valid socket address for the call.
         let rc = unsafe {
@@ -563,6 +565,13 @@ impl ConnectionManager for VerbsCm {
         }
         let key = NEXT_CONN.fetch_add(1, Ordering::Relaxed);
         let mut qp = VerbsQp::create(init, ConnId(key), self.alarm.clone())?;
+        // SAFETY: the request's id is live until taken; the CM filled in its route's
+        // destination (the requester's address) when it reported the request.
+        let peer = unsafe { from_sockaddr(rdma_get_peer_addr(&*request.id)) };
+        qp.peer_addr = peer.map_or(
+            crate::fabric::PeerAddr::Unknown,
+            crate::fabric::PeerAddr::Ip,
+        );
         if !self.dev.is_iwarp() {
             self.ready(request.id, &qp.shared)?;
         }

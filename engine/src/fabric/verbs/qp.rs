@@ -180,6 +180,8 @@ pub struct VerbsQp {
     owner: Box<[u32]>,
     recv_wrs: Box<[ibv_recv_wr]>,
     recv_sges: Box<[ibv_sge]>,
+    /// The RDMA CM's peer: where we connected, or the accepted request's source.
+    pub(crate) peer_addr: crate::fabric::PeerAddr,
 }
 
 // SAFETY: the arrays hold raw pointers into themselves only while a post is under way
@@ -346,6 +348,7 @@ impl VerbsQp {
             owner: vec![0; send_slots].into_boxed_slice(),
             recv_wrs: zeroed_array(caps.max_recv_wr as usize),
             recv_sges: zeroed_array((caps.max_recv_wr * caps.max_recv_sge) as usize),
+            peer_addr: crate::fabric::PeerAddr::Unknown,
         })
     }
 
@@ -795,5 +798,9 @@ impl QueuePair for VerbsQp {
 
     fn caps(&self) -> QpCaps {
         self.shared.config.caps
+    }
+
+    fn peer_addr(&self) -> crate::fabric::PeerAddr {
+        self.peer_addr
     }
 }

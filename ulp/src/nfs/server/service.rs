@@ -49,10 +49,9 @@ impl NfsService {
     ///
     /// Non-idempotent calls go through the server's duplicate request cache
     /// ([`NfsShared::reply_cache`]) under `dispatcher`'s
-    /// [client address](Dispatcher::set_client): the engine does not tell a service
-    /// its peer's address, so unless the embedder set one it is
-    /// [`ClientAddr::Unknown`](crate::program::ClientAddr::Unknown), and retransmissions
-    /// are recognised by XID, credential and arguments, on any connection.
+    /// [client address](Dispatcher::set_client): the one the embedder set, else the
+    /// peer the engine reports when it accepts the connection (`Service::set_peer`:
+    /// the client's IP over siw and verbs, its process over shm).
     pub fn new(
         mut dispatcher: Dispatcher,
         shared: Arc<NfsShared>,
@@ -78,6 +77,10 @@ fn be32(b: &[u8], at: usize) -> Option<u32> {
 }
 
 impl Service for NfsService {
+    fn set_peer(&mut self, peer: rpcrdma::fabric::PeerAddr) {
+        self.inner.set_peer(peer);
+    }
+
     fn handle_call(
         &mut self,
         call: &CallView<'_>,

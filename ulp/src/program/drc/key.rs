@@ -13,9 +13,8 @@ use crate::rpc::{CallHeader, OpaqueAuth};
 /// [`Dispatcher::set_client`](crate::program::Dispatcher::set_client).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum ClientAddr {
-    /// The transport does not say. RPC-over-RDMA through `rpcrdma::service` is like this:
-    /// the engine's providers do not report the peer's address to the service. Calls
-    /// are then told apart by XID, credential and arguments alone (see [`DrcKey`]).
+    /// The transport does not say (the sim provider). Calls are then told apart by XID,
+    /// credential and arguments alone (see [`DrcKey`]).
     #[default]
     Unknown,
     /// The peer's IP address. The port is left out on purpose: a client that
@@ -25,6 +24,21 @@ pub enum ClientAddr {
     Ip(IpAddr),
     /// Any other stable identity an embedder has for the peer.
     Id(u64),
+}
+
+/// What the engine's provider knows of the peer (`Service::set_peer`): siw and verbs
+/// give its IP address (the port left out, as above), shm the local process, as
+/// `Id(uid << 32 | pid)` (a process that reconnects keeps both; two processes never
+/// share them).
+impl From<rpcrdma::fabric::PeerAddr> for ClientAddr {
+    fn from(peer: rpcrdma::fabric::PeerAddr) -> Self {
+        use rpcrdma::fabric::PeerAddr;
+        match peer {
+            PeerAddr::Unknown => ClientAddr::Unknown,
+            PeerAddr::Ip(a) => ClientAddr::Ip(a.ip()),
+            PeerAddr::Local { pid, uid } => ClientAddr::Id(u64::from(uid) << 32 | u64::from(pid)),
+        }
+    }
 }
 
 impl ClientAddr {
