@@ -732,3 +732,63 @@ fn a_replay_too_long_for_the_buffer_is_an_overrun() {
         Err(DispatchError::ReplyOverrun { xid: XID, .. })
     ));
 }
+
+/// Polls `server` and `client` until the server holds one established connection, or
+/// fails at the deadline; returns what its dispatcher was told of the client.
+fn client_seen_by<P: rpcrdma::fabric::Provider>(
+    dev: P::Device,
+    addr: P::Addr,
+    client_dev: &P::Device,
+) -> ClientAddr
+where
+    P::Device: Clone,
+{
+    use rpcrdma::{ConnConfig, Requester, Responder};
+    use std::time::{Duration, Instant};
+    let cfg = ConnConfig {
+        credits: 4,
+        hugepages: rpcrdma_pools::HugePages::Never,
+        ..ConnConfig::default()
+    };
+    let factory: fn() -> Option<Dispatcher> = || Some(Dispatcher::new());
+    let mut server =
+        Responder::<P, Dispatcher, _>::bind(dev, &addr, cfg.clone(), factory).expect("binds");
+    let mut client = Requester::<P>::connect_with(client_dev, &addr, &cfg).expect("connects");
+    let end = Instant::now() + Duration::from_secs(10);
+    loop {
+        let now = Instant::now();
+        server.poll(now);
+        client.poll(now);
+        if client.state() == rpcrdma::ConnState::Established && server.connections().len() == 1 {
+            return server.connections()[0].service().client();
+        }
+        assert!(Instant::now() < end, "connection established in time");
+        std::thread::yield_now();
+    }
+}
+
+/// The engine tells the dispatcher who its connection's client is when it accepts the
+/// connection (`Service::set_peer`), so the reply cache keys on it: over shm the
+/// client's process (user and process id), over siw its IP address.
+#[test]
+fn an_accepted_connection_names_its_client() {
+    use rpcrdma::fabric::shm::{ShmAddr, ShmDevice, ShmProvider};
+    use rpcrdma::fabric::siw::{SiwDevice, SiwProvider};
+    let addr = ShmAddr::abstract_name(format!("rpcrdma-ulp-peer-{}", std::process::id()));
+    let seen = client_seen_by::<ShmProvider>(ShmDevice::new(), addr, &ShmDevice::new());
+    // SAFETY: geteuid has no inputs and cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    assert_eq!(
+        seen,
+        ClientAddr::Id(u64::from(uid) << 32 | u64::from(std::process::id()))
+    );
+
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+    let dev = SiwDevice::new().expect("siw device");
+    let seen = client_seen_by::<SiwProvider>(dev.clone(), addr, &dev);
+    assert_eq!(seen, ClientAddr::Ip([127, 0, 0, 1].into()));
+}
