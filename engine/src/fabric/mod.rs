@@ -35,6 +35,7 @@ mod abort;
 mod clock;
 mod cm;
 mod error;
+pub mod faulty;
 pub(crate) mod keytable;
 pub mod mr;
 mod provider;

@@ -15,6 +15,7 @@ mod engine_core_boundary;
 mod engine_credits;
 mod engine_disconnect;
 mod engine_errors;
+mod engine_faults;
 mod engine_inline;
 mod engine_poller;
 mod engine_registration;
