@@ -9,7 +9,7 @@ use rpcrdma::core::{RegBuf, RegBufError};
 use rpcrdma::requester::{CallRequest, Outcome, MAX_DDP_ARGS, MAX_WRITE_SINKS};
 
 use crate::ddp::{
-    encode_call, reply_results, DdpCursor, DdpEncodeError, EncodedCall, ReplyError, XdrCodec,
+    reply_results, CallEncoder, DdpCursor, DdpEncodeError, EncodedCall, ReplyError, XdrCodec,
 };
 use crate::rpc::CallHeader;
 
@@ -151,14 +151,18 @@ pub fn inline_call<'d, A: XdrCodec<'d>>(
     args: &A,
     max_reply_len: u32,
 ) -> Result<CallRequest, BuildError> {
-    let call = encode_call(msg.storage_mut(), header, args, usize::MAX)?;
-    if call.read_chunks.is_empty() {
+    // `encode_call` unrolled: the usual call has no Read chunk, and reading its length
+    // off the encoder saves copying the (empty) chunk list out into an `EncodedCall`.
+    let mut enc = CallEncoder::with_ddp_threshold(msg.storage_mut(), header, usize::MAX)?;
+    args.encode(&mut enc)?;
+    if enc.read_items().is_empty() {
         // The usual case, built directly: no chunk to match, and the request is
         // returned without passing through a plan.
-        let len = call.len;
+        let len = enc.position();
         msg.set_len(len).map_err(BuildError::Msg)?;
         return Ok(CallRequest::new(msg, max_reply_len));
     }
+    let call = enc.finish();
     CallPlan::new(&call, &DdpBufs::new())?.into_request(msg, DdpBufs::new(), max_reply_len)
 }
 
