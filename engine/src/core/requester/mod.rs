@@ -32,12 +32,17 @@ macro_rules! adopt {
         let s = &mut $half.slots[$slot as usize];
         s.msg = Some($req.msg);
         // A free slot's lists are empty: moving an empty list in would only copy its
-        // uninitialised places.
+        // uninitialised places. An empty list holds nothing to drop, so it is
+        // forgotten rather than run through its (out-of-line) drop glue.
         if !$req.ddp_args.is_empty() {
             s.ddp_args = $req.ddp_args;
+        } else {
+            core::mem::forget($req.ddp_args);
         }
         if !$req.write_sinks.is_empty() {
             s.sinks = $req.write_sinks;
+        } else {
+            core::mem::forget($req.write_sinks);
         }
     }};
 }
