@@ -165,8 +165,24 @@ pub fn inline_call<'d, A: XdrCodec<'d>>(
         msg.set_len(len).map_err(BuildError::Msg)?;
         return Ok(CallRequest::new(msg, max_reply_len));
     }
-    let call = enc.finish();
-    CallPlan::new(&call, &DdpBufs::new())?.into_request(msg, DdpBufs::new(), max_reply_len)
+    // Read chunks need registered buffers, and an inline call has none. Refused without
+    // building a request on this path too: two paths that each build one would make the
+    // caller copy the one it got (a few hundred octets) on the common path as well.
+    Err(unplaceable(&enc.finish()))
+}
+
+/// Why [`inline_call`] refuses a call whose arguments became Read chunks: with no
+/// registered buffers to carry them, it fails as [`CallPlan::new`] fails for them.
+#[cold]
+#[inline(never)]
+fn unplaceable(call: &EncodedCall<'_>) -> BuildError {
+    match CallPlan::new(call, &DdpBufs::new()) {
+        Err(e) => e,
+        // With no buffers no chunk matches one, so `new` fails on the first chunk.
+        Ok(_) => BuildError::NotWholeBuffer {
+            position: call.read_chunks.first().map_or(0, |c| c.position),
+        },
+    }
 }
 
 /// An outcome's reply and Write chunk data, ready to decode.
