@@ -402,11 +402,10 @@ impl<M: MemoryRegion> RequesterHalf<M> {
 
     /// Submits a call tagged `tag` (returned in its outcome). It starts at once if
     /// resources allow, else waits in order.
-    ///
-    /// Never inlined: the request is passed by reference to the caller's copy, and
-    /// nothing here moves it whole, so it is not copied on the way in (an inlined call
-    /// takes its by-value argument into a local of its own, a copy of a few hundred
-    /// octets).
+    // Never inlined: the request is passed by reference to the caller's copy, and
+    // nothing here moves it whole, so it is not copied on the way in (an inlined call
+    // takes its by-value argument into a local of its own, a copy of a few hundred
+    // octets).
     #[inline(never)]
     pub fn submit(
         &mut self,

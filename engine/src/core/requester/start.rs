@@ -94,7 +94,7 @@ impl<M: MemoryRegion> RequesterHalf<M> {
     /// request's buffers to the slot (`adopt!`). False on any shortage:
     /// nothing is staged and the request stays the caller's. The request is borrowed,
     /// not moved, so the few hundred octets of it are copied once (into the slot's
-    /// fields by `adopt`) rather than at every call on the way.
+    /// fields by `adopt!`) rather than at every call on the way.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn stage_call(
         &mut self,
