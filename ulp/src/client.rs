@@ -8,7 +8,7 @@ use rpcrdma::{CallRequest, Outcome};
 use rpcrdma::{RegBuf, RegBufError};
 
 use crate::ddp::{
-    encode_call, reply_results, DdpCursor, DdpEncodeError, EncodedCall, ReplyError, XdrCodec,
+    reply_results, CallEncoder, DdpCursor, DdpEncodeError, EncodedCall, ReplyError, XdrCodec,
 };
 use crate::rpc::CallHeader;
 
@@ -123,22 +123,45 @@ impl CallPlan {
 
 /// Builds a `CallRequest` for a call whose arguments have no DDP-eligible data in
 /// registered buffers (everything inline): encodes `header` and `args` into `msg`.
-#[inline]
+// Always inlined: the function is small (encoding is calls out of it), and inlined the
+// request is built where the caller keeps it instead of in a returned `Result` that the
+// caller then copies it out of (a few hundred octets).
+#[inline(always)]
 pub fn inline_call<'d, A: XdrCodec<'d>>(
     mut msg: RegBuf,
     header: &CallHeader<'_>,
     args: &A,
     max_reply_len: u32,
 ) -> Result<CallRequest, BuildError> {
-    let call = encode_call(msg.storage_mut(), header, args, usize::MAX)?;
-    if call.read_chunks.is_empty() {
+    // `encode_call` unrolled: the usual call has no Read chunk, and reading its length
+    // off the encoder saves copying the (empty) chunk list out into an `EncodedCall`.
+    let mut enc = CallEncoder::with_ddp_threshold(msg.storage_mut(), header, usize::MAX)?;
+    args.encode(&mut enc)?;
+    if enc.read_items().is_empty() {
         // The usual case, built directly: no chunk to match, and the request is
         // returned without passing through a plan.
-        let len = call.len;
+        let len = enc.position();
         msg.set_len(len).map_err(BuildError::Msg)?;
         return Ok(CallRequest::new(msg, max_reply_len));
     }
-    CallPlan::new(&call, &DdpBufs::new())?.into_request(msg, DdpBufs::new(), max_reply_len)
+    // Read chunks need registered buffers, and an inline call has none. Refused without
+    // building a request on this path too: two paths that each build one would make the
+    // caller copy the one it got (a few hundred octets) on the common path as well.
+    Err(unplaceable(&enc.finish()))
+}
+
+/// Why [`inline_call`] refuses a call whose arguments became Read chunks: with no
+/// registered buffers to carry them, it fails as [`CallPlan::new`] fails for them.
+#[cold]
+#[inline(never)]
+fn unplaceable(call: &EncodedCall<'_>) -> BuildError {
+    match CallPlan::new(call, &DdpBufs::new()) {
+        Err(e) => e,
+        // With no buffers no chunk matches one, so `new` fails on the first chunk.
+        Ok(_) => BuildError::NotWholeBuffer {
+            position: call.read_chunks.first().map_or(0, |c| c.position),
+        },
+    }
 }
 
 /// An outcome's reply and Write chunk data, ready to decode.

@@ -18,7 +18,8 @@ use crate::fabric::{PostError, QueuePair, RecvWr, SendWr};
 pub(super) const POST_CHUNK: usize = 64;
 
 /// Chains up to this long are built in a short stack array: most polls stage one or
-/// two requests, so this spares initialising a full [`POST_CHUNK`] one each time.
+/// two requests, so this spares initialising a full [`POST_CHUNK`] one each time (and a
+/// chain of one is posted from where it lies, with no array).
 const SHORT_CHAIN: usize = 4;
 
 /// One poll's posting: the core's transmit onto `qp`, and the report back. Drivers
@@ -88,7 +89,13 @@ where
     let mut done = 0;
     while done < total {
         let n = (total - done).min(POST_CHUNK);
-        let r = if n <= SHORT_CHAIN {
+        // One request (the usual poll: a Send, a receive) needs no chain array at all.
+        let r = if n == 1 {
+            // As `post_one_chunk` does, a place the iterator leaves unfilled (it never
+            // does: its length is exact) stays `blank`.
+            let w = it.next().unwrap_or(blank);
+            post(q, core::slice::from_ref(&w))
+        } else if n <= SHORT_CHAIN {
             post_one_chunk::<SHORT_CHAIN, _, _, _>(q, &mut it, n, blank, post)
         } else {
             post_one_chunk::<POST_CHUNK, _, _, _>(q, &mut it, n, blank, post)

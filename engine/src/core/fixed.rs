@@ -196,8 +196,14 @@ impl<T: fmt::Debug, const N: usize> fmt::Debug for FixedVec<T, N> {
 }
 
 /// A FIFO ring of `capacity` values, allocated once.
+///
+/// Its places are uninitialised until pushed to, like [`FixedVec`]'s: a push writes the
+/// value once, where an `Option` per place would first build the `Some` and then move
+/// it in (and a pop would move it out twice), which for an outcome of a few hundred
+/// octets is most of what the queue costs.
 pub(crate) struct FixedQueue<T> {
-    slots: Box<[Option<T>]>,
+    /// The `len` places from `head` (wrapping) are initialised; the rest are not.
+    slots: Box<[MaybeUninit<T>]>,
     head: usize,
     len: usize,
 }
@@ -207,9 +213,22 @@ impl<T> FixedQueue<T> {
     pub(crate) fn with_capacity(capacity: usize) -> Self {
         let capacity = capacity.max(1);
         FixedQueue {
-            slots: (0..capacity).map(|_| None).collect(),
+            slots: (0..capacity).map(|_| MaybeUninit::uninit()).collect(),
             head: 0,
             len: 0,
+        }
+    }
+
+    /// The index of the place `n` after the head.
+    #[inline(always)]
+    fn wrap(&self, n: usize) -> usize {
+        let at = self.head + n;
+        // `head < capacity` and `n <= capacity`, so one subtraction wraps it (cheaper
+        // than a division on every push and pop).
+        if at >= self.slots.len() {
+            at - self.slots.len()
+        } else {
+            at
         }
     }
 
@@ -219,10 +238,23 @@ impl<T> FixedQueue<T> {
         if self.len == self.slots.len() {
             return Err(value);
         }
-        let at = (self.head + self.len) % self.slots.len();
-        self.slots[at] = Some(value);
+        let at = self.wrap(self.len);
+        self.slots[at].write(value);
         self.len += 1;
         Ok(())
+    }
+
+    /// Appends the value `make` builds at the back, building it only when there is room
+    /// for it (`None` when full), and returns it in place. Built where it is stored, the
+    /// value is not moved after.
+    #[inline(always)]
+    pub(crate) fn push_back_with(&mut self, make: impl FnOnce() -> T) -> Option<&mut T> {
+        if self.len == self.slots.len() {
+            return None;
+        }
+        let at = self.wrap(self.len);
+        self.len += 1;
+        Some(self.slots[at].write(make()))
     }
 
     /// Puts `value` back at the front (undoing a `pop_front`), or hands it back when full.
@@ -230,8 +262,8 @@ impl<T> FixedQueue<T> {
         if self.len == self.slots.len() {
             return Err(value);
         }
-        self.head = (self.head + self.slots.len() - 1) % self.slots.len();
-        self.slots[self.head] = Some(value);
+        self.head = self.wrap(self.slots.len() - 1);
+        self.slots[self.head].write(value);
         self.len += 1;
         Ok(())
     }
@@ -242,10 +274,13 @@ impl<T> FixedQueue<T> {
         if self.len == 0 {
             return None;
         }
-        let v = self.slots[self.head].take();
-        self.head = (self.head + 1) % self.slots.len();
+        let at = self.head;
+        self.head = self.wrap(1);
         self.len -= 1;
-        v
+        // SAFETY: the place at the old head was initialised (one of the `len` from it)
+        // and, with `head` moved past it and `len` lowered, is outside the initialised
+        // range now, so it is read only here and never dropped.
+        Some(unsafe { self.slots[at].assume_init_read() })
     }
 
     /// The value at the front.
@@ -253,7 +288,8 @@ impl<T> FixedQueue<T> {
         if self.len == 0 {
             return None;
         }
-        self.slots[self.head].as_ref()
+        // SAFETY: with `len > 0` the place at `head` is initialised.
+        Some(unsafe { self.slots[self.head].assume_init_ref() })
     }
 
     /// Number of values queued.
@@ -266,6 +302,13 @@ impl<T> FixedQueue<T> {
     #[inline]
     pub(crate) fn is_empty(&self) -> bool {
         self.len == 0
+    }
+}
+
+impl<T> Drop for FixedQueue<T> {
+    fn drop(&mut self) {
+        // Drops the queued values, front first.
+        while self.pop_front().is_some() {}
     }
 }
 
@@ -387,6 +430,25 @@ mod tests {
         assert!(q.push_front(1).is_ok());
         let all: Vec<_> = core::iter::from_fn(|| q.pop_front()).collect();
         assert_eq!(all, vec![1, 2, 3]);
+    }
+
+    #[test]
+    fn queue_drops_what_it_holds_once() {
+        use std::rc::Rc;
+        let counter = Rc::new(());
+        {
+            let mut q = FixedQueue::with_capacity(3);
+            for _ in 0..3 {
+                assert!(q.push_back_with(|| counter.clone()).is_some());
+            }
+            assert!(q.push_back_with(|| counter.clone()).is_none());
+            assert_eq!(Rc::strong_count(&counter), 4);
+            drop(q.pop_front());
+            assert!(q.push_back(counter.clone()).is_ok());
+            assert!(q.front().is_some_and(|r| Rc::ptr_eq(r, &counter)));
+            assert_eq!(Rc::strong_count(&counter), 4);
+        }
+        assert_eq!(Rc::strong_count(&counter), 1);
     }
 
     #[test]

@@ -13,7 +13,6 @@ use std::time::{Duration, Instant};
 
 use engine_support::*;
 use rpcrdma::fabric::faulty::{FaultConfig, FaultCounters, Faulty, FaultyDevice};
-use rpcrdma::fabric::Provider;
 use rpcrdma::{CallRequest, CallStatus, ConnState, Requester, Responder};
 
 /// Rates high enough that a few thousand calls meet every kind of fault many times.
@@ -55,7 +54,7 @@ type Server<P> = Responder<Faulty<P>, TestService, fn() -> Option<TestService>>;
 /// injected faults (both ends).
 fn run<N: Net>(net: &N, seed: u64, target: u64) -> (Run, Server<N::P>, FaultCounters) {
     let sdev = FaultyDevice::<N::P>::new(net.device(), faults(seed));
-    let cdev = FaultyDevice::<N::P>::new(net.device(), faults(seed ^ 0xc11e_47));
+    let cdev = FaultyDevice::<N::P>::new(net.device(), faults(seed ^ 0x00c1_1e47));
     let addr = net.addr();
     let server_faults = sdev.report();
     let factory: fn() -> Option<TestService> = || Some(TestService::default());

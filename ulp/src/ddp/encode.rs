@@ -107,6 +107,7 @@ pub struct DdpEncoder<'b, 'd> {
 }
 
 impl<'b, 'd> DdpEncoder<'b, 'd> {
+    #[inline]
     fn with_mode(buf: &'b mut [u8], base: usize, mode: Mode) -> Self {
         let available = base.saturating_add(buf.len());
         DdpEncoder {
@@ -136,6 +137,7 @@ impl<'b, 'd> DdpEncoder<'b, 'd> {
     /// Encodes results into `buf` (starting `base` octets into the message) for a
     /// requester that offered Write chunks of `capacities` octets, in Write list order
     /// (zero for an empty chunk).
+    #[inline]
     pub fn write_chunks(
         buf: &'b mut [u8],
         base: usize,
@@ -176,6 +178,14 @@ impl<'b, 'd> DdpEncoder<'b, 'd> {
     /// The Write chunks filled so far.
     pub fn write_items(&self) -> &[WriteItem<'d>] {
         self.writes.as_slice()
+    }
+
+    /// Ends encoding of a reply, returning only its filled Write chunks: for the caller
+    /// that has read [`position`](Self::position) and has no use for the (empty) Read
+    /// chunks, which [`finish`](Self::finish) would copy out too.
+    #[inline]
+    pub(crate) fn into_writes(self) -> DdpList<WriteItem<'d>> {
+        self.writes
     }
 
     /// Ends encoding, returning the inline length of the message, the Read chunks

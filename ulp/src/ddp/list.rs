@@ -1,6 +1,7 @@
 //! The fixed-capacity list that carries DDP items alongside an RPC message.
 
 use core::fmt;
+use core::mem::MaybeUninit;
 
 /// Most DDP items (Read chunks of a call, or Write chunks of a reply) one message may
 /// carry through this crate.
@@ -40,17 +41,32 @@ pub struct ListFull {
 
 /// Up to [`MAX_DDP_ITEMS`] items held inline, in the order they were added, so that
 /// encoding a message never allocates.
-#[derive(Clone, Copy)]
+///
+/// The places past the length are left uninitialised: every call and reply builds
+/// lists that are mostly empty, and filling eight places with defaults each time is
+/// work nothing reads.
 pub struct DdpList<T> {
-    items: [T; MAX_DDP_ITEMS],
+    /// `items[..len]` are initialised; the rest are not.
+    items: [MaybeUninit<T>; MAX_DDP_ITEMS],
     len: usize,
 }
 
+// By hand rather than derived: a derived `Clone` would ask `MaybeUninit<T>: Clone`,
+// which holds only for `T: Copy` (the only items a list is ever built with).
+impl<T: Copy> Clone for DdpList<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T: Copy> Copy for DdpList<T> {}
+
 impl<T: Copy + Default> DdpList<T> {
     /// An empty list.
+    #[inline]
     pub fn new() -> Self {
         DdpList {
-            items: [T::default(); MAX_DDP_ITEMS],
+            items: [const { MaybeUninit::uninit() }; MAX_DDP_ITEMS],
             len: 0,
         }
     }
@@ -65,11 +81,12 @@ impl<T: Copy + Default> DdpList<T> {
     }
 
     /// Appends an item.
+    #[inline]
     pub fn push(&mut self, item: T) -> Result<(), ListFull> {
         let slot = self.items.get_mut(self.len).ok_or(ListFull {
             capacity: MAX_DDP_ITEMS,
         })?;
-        *slot = item;
+        slot.write(item);
         self.len += 1;
         Ok(())
     }
@@ -82,8 +99,12 @@ impl<T: Copy + Default> DdpList<T> {
 
 impl<T> DdpList<T> {
     /// The items, in order.
+    #[inline]
     pub fn as_slice(&self) -> &[T] {
-        &self.items[..self.len]
+        let init = &self.items[..self.len];
+        // SAFETY: `items[..len]` are initialised (the type's invariant: `push` writes a
+        // place before counting it) and `MaybeUninit<T>` has the layout of `T`.
+        unsafe { core::slice::from_raw_parts(init.as_ptr().cast::<T>(), init.len()) }
     }
 
     /// Number of items.

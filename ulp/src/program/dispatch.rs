@@ -318,35 +318,54 @@ impl Dispatcher {
         let Some(info) = program.proc_info(call.vers, call.procedure) else {
             return header_only(ReplyHeader::proc_unavail(xid), reply);
         };
+        let Some(drc) = drc.as_deref().filter(|_| !info.idempotent) else {
+            // No reply cache to consult (none, or the procedure is idempotent), which is
+            // the common case: the reply is built and returned in place.
+            let success = ReplyHeader::success(xid);
+            let results_at = success.encode(reply).map_err(|e| too_small(xid, e))?;
+            let (_, rest) = reply.split_at_mut(results_at);
+            let mut results = DdpEncoder::write_chunks(rest, results_at, write_chunks)
+                .map_err(|error| DispatchError::ReplyOverrun { xid, error })?;
+            let ran = program
+                .call(&call, &mut args, &mut results)
+                .and_then(|()| args.finish().map_err(ProcError::GarbageArgs));
+            return match ran {
+                Ok(()) => Ok(Dispatched::Reply(WrittenReply {
+                    xid,
+                    header: success,
+                    len: results.position(),
+                    write_chunks: results.into_writes(),
+                })),
+                Err(e) => failed(e, xid, reply, &mut self.stats),
+            };
+        };
         // Dropped on every path that does not complete it: a call that got no cacheable
         // reply is forgotten, so that its retransmission runs again.
         let mut pending: Option<DrcPending<'_>> = None;
-        if let (Some(drc), false) = (drc.as_deref(), info.idempotent) {
-            let inline_args = msg.get(args_at..).unwrap_or(&[]);
-            let key = DrcKey::of_call(&call, self.client, inline_args, reads);
-            match drc.lookup(&key, reply) {
-                DrcLookup::New(p) => pending = Some(p),
-                DrcLookup::InProgress => return Ok(Dispatched::NoReply { xid }),
-                DrcLookup::Replayed { len } => {
-                    return Ok(Dispatched::Reply(WrittenReply {
-                        xid,
-                        header: ReplyHeader::success(xid),
-                        len,
-                        write_chunks: DdpList::new(),
-                    }))
-                }
-                // As the original reply would have overrun this call's buffer.
-                DrcLookup::ReplayOverrun { len } => {
-                    return Err(DispatchError::ReplyOverrun {
-                        xid,
-                        error: DdpEncodeError::BufferTooSmall {
-                            needed: len,
-                            available: reply.len(),
-                        },
-                    })
-                }
-                DrcLookup::Full => {}
+        let inline_args = msg.get(args_at..).unwrap_or(&[]);
+        let key = DrcKey::of_call(&call, self.client, inline_args, reads);
+        match drc.lookup(&key, reply) {
+            DrcLookup::New(p) => pending = Some(p),
+            DrcLookup::InProgress => return Ok(Dispatched::NoReply { xid }),
+            DrcLookup::Replayed { len } => {
+                return Ok(Dispatched::Reply(WrittenReply {
+                    xid,
+                    header: ReplyHeader::success(xid),
+                    len,
+                    write_chunks: DdpList::new(),
+                }))
             }
+            // As the original reply would have overrun this call's buffer.
+            DrcLookup::ReplayOverrun { len } => {
+                return Err(DispatchError::ReplyOverrun {
+                    xid,
+                    error: DdpEncodeError::BufferTooSmall {
+                        needed: len,
+                        available: reply.len(),
+                    },
+                })
+            }
+            DrcLookup::Full => {}
         }
         let success = ReplyHeader::success(xid);
         let results_at = success.encode(reply).map_err(|e| too_small(xid, e))?;
@@ -373,15 +392,28 @@ impl Dispatcher {
                     write_chunks: done.writes,
                 }))
             }
-            Err(ProcError::GarbageArgs(_)) => header_only(ReplyHeader::garbage_args(xid), reply),
-            Err(ProcError::ProcUnavail) => header_only(ReplyHeader::proc_unavail(xid), reply),
-            Err(ProcError::SystemErr) => header_only(ReplyHeader::system_err(xid), reply),
-            Err(ProcError::Auth(stat)) => header_only(ReplyHeader::auth_error(xid, stat), reply),
-            Err(ProcError::Results(error)) => Err(DispatchError::ReplyOverrun { xid, error }),
-            Err(ProcError::NoReply) => {
-                self.stats.no_reply += 1;
-                Ok(Dispatched::NoReply { xid })
-            }
+            Err(e) => failed(e, xid, reply, &mut self.stats),
+        }
+    }
+}
+
+/// The reply to a call whose procedure failed with `e`: a header-only RPC error, a reply
+/// overrun for the transport to report, or no reply at all.
+fn failed<'d>(
+    e: ProcError,
+    xid: u32,
+    reply: &mut [u8],
+    stats: &mut DispatchStats,
+) -> Result<Dispatched<'d>, DispatchError> {
+    match e {
+        ProcError::GarbageArgs(_) => header_only(ReplyHeader::garbage_args(xid), reply),
+        ProcError::ProcUnavail => header_only(ReplyHeader::proc_unavail(xid), reply),
+        ProcError::SystemErr => header_only(ReplyHeader::system_err(xid), reply),
+        ProcError::Auth(stat) => header_only(ReplyHeader::auth_error(xid, stat), reply),
+        ProcError::Results(error) => Err(DispatchError::ReplyOverrun { xid, error }),
+        ProcError::NoReply => {
+            stats.no_reply += 1;
+            Ok(Dispatched::NoReply { xid })
         }
     }
 }

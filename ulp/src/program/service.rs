@@ -3,7 +3,7 @@
 use rpcrdma::{CallView, DdpRefusal, ReplyWriter, Service, ServiceError};
 
 use super::dispatch::{DispatchError, Dispatched, Dispatcher, InboundCall};
-use crate::ddp::{ReadItem, MAX_DDP_ITEMS};
+use crate::ddp::{DdpList, ReadItem};
 
 impl Service for Dispatcher {
     /// Keys the duplicate request cache on the peer
@@ -40,24 +40,28 @@ impl Service for Dispatcher {
         call: &CallView<'_>,
         reply: &mut ReplyWriter<'_>,
     ) -> Result<(), ServiceError> {
-        let items = call.ddp_items();
-        let mut reads = [ReadItem::default(); MAX_DDP_ITEMS];
-        if items.len() > reads.len() {
-            return Err(ServiceError::GarbageArgs);
-        }
-        for (r, i) in reads.iter_mut().zip(items) {
-            *r = ReadItem {
+        // A list rather than an array of defaults: most calls have no DDP items, and
+        // an empty list costs nothing to make.
+        let mut reads = DdpList::new();
+        for i in call.ddp_items() {
+            let item = ReadItem {
                 position: i.position,
                 data: i.data,
             };
+            if reads.push(item).is_err() {
+                return Err(ServiceError::GarbageArgs);
+            }
         }
         let inbound = InboundCall {
             msg: call.msg(),
-            reads: &reads[..items.len()],
+            reads: reads.as_slice(),
             write_chunks: call.write_chunks(),
             padding: call.padding(),
         };
-        let done = match self.dispatch(&inbound, reply.spare_mut()) {
+        // Matched where it lies, not moved out: a written reply carries its Write list
+        // (a few hundred octets).
+        let dispatched = self.dispatch(&inbound, reply.spare_mut());
+        let done = match &dispatched {
             Ok(Dispatched::Reply(r)) => r,
             Ok(Dispatched::Drop(_)) => return Err(ServiceError::GarbageArgs),
             Ok(Dispatched::NoReply { .. }) => {

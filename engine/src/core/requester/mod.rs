@@ -23,6 +23,30 @@
 //! slot, until a late reply proves the responder finished with them or the connection
 //! is drained; its outcome carries no buffers.
 
+/// Hands the buffers of `$req` (a `CallRequest` the caller owns), just staged on slot
+/// `$slot`, to the slot. A macro rather than a method so that the request's fields move
+/// straight from where the caller holds it: passed by value, the whole request (a few
+/// hundred octets, the lists' uninitialised places and all) would be copied first.
+macro_rules! adopt {
+    ($half:expr, $slot:expr, $req:expr) => {{
+        let s = &mut $half.slots[$slot as usize];
+        s.msg = Some($req.msg);
+        // A free slot's lists are empty: moving an empty list in would only copy its
+        // uninitialised places. An empty list holds nothing to drop, so it is
+        // forgotten rather than run through its (out-of-line) drop glue.
+        if !$req.ddp_args.is_empty() {
+            s.ddp_args = $req.ddp_args;
+        } else {
+            core::mem::forget($req.ddp_args);
+        }
+        if !$req.write_sinks.is_empty() {
+            s.sinks = $req.write_sinks;
+        } else {
+            core::mem::forget($req.write_sinks);
+        }
+    }};
+}
+
 mod reply;
 mod slot;
 mod start;
@@ -47,7 +71,7 @@ use super::{CoreError, CorePools};
 use crate::credits::CreditTable;
 use crate::fabric::{Completion, SendOp};
 use crate::requester::{
-    CallRequest, CallStatus, Outcome, Reply, SubmitError, SubmitRefusal, TransportError,
+    CallRequest, CallStatus, DdpArgs, Outcome, Reply, SubmitError, SubmitRefusal, TransportError,
     WriteSinks, MAX_WRITE_SINKS,
 };
 use crate::wire::header::{HeaderView, Limits};
@@ -107,6 +131,16 @@ pub struct RequesterStats {
     /// per-RPC fast registration. `Registration::Auto` picks persistent on devices
     /// without fast registration; this is how operators see it.
     pub persistent_registration: bool,
+}
+
+/// What [`RequesterHalf::try_start`] did with a call.
+enum Start {
+    /// Staged on this slot; its buffers are to be adopted.
+    Started(u32),
+    /// Not now: resources are short (the call can wait for them).
+    Short,
+    /// Never: the call is refused.
+    Refused(SubmitRefusal),
 }
 
 /// A call waiting for resources.
@@ -359,7 +393,11 @@ impl RequesterHalf {
 
     /// Submits a call tagged `tag` (returned in its outcome). It starts at once if
     /// resources allow, else waits in order.
-    #[inline]
+    // Never inlined: the request is passed by reference to the caller's copy, and
+    // nothing here moves it whole, so it is not copied on the way in (an inlined call
+    // takes its by-value argument into a local of its own, a copy of a few hundred
+    // octets).
+    #[inline(never)]
     pub fn submit(
         &mut self,
         t: &mut Transport,
@@ -377,11 +415,14 @@ impl RequesterHalf {
         let deadline = now.checked_add(timeout);
         if self.queue.is_empty() {
             // try_start refuses a caller-chosen XID already in flight.
-            req = match self.try_start(t, req, tag, deadline, now) {
-                Ok(()) => return Ok(()),
-                Err(Err(r)) => return Err(r),
-                Err(Ok(req)) => req,
-            };
+            match self.try_start(t, &mut req, tag, deadline, now) {
+                Start::Started(slot) => {
+                    adopt!(self, slot, req);
+                    return Ok(());
+                }
+                Start::Refused(r) => return Err(refuse(r, req)),
+                Start::Short => {}
+            }
         } else if req.xid.is_some_and(|x| self.xid_in_flight(x)) {
             // Refused now rather than as an outcome once it would start.
             return Err(refuse(SubmitRefusal::DuplicateXid, req));
@@ -473,7 +514,7 @@ impl RequesterHalf {
             return Err(ProbeError::Busy);
         };
         if self.stage_call(t, slot, xid, plan, &mut req, u64::MAX, deadline, now) {
-            self.adopt(slot, req);
+            adopt!(self, slot, req);
             self.slots[slot as usize].holds_credit = true;
             self.note_deadline(deadline);
             Ok(())
@@ -518,24 +559,25 @@ impl RequesterHalf {
         xid & ((1u32 << self.slot_bits) - 1)
     }
 
-    /// Tries to start `req` now. `Err(Ok(req))`: not now, resources are short;
-    /// `Err(Err(e))`: never (the request comes back in `e`).
-    #[allow(clippy::result_large_err)]
+    /// Tries to start `req` now. On [`Start::Started`] the call is staged on the slot
+    /// it names, and the caller hands the request's buffers over with
+    /// `adopt!`; otherwise nothing changed. The request is borrowed so
+    /// that it is not moved (a few hundred octets) on the way in and back out.
     #[inline(always)]
     fn try_start(
         &mut self,
         t: &mut Transport,
-        mut req: CallRequest,
+        req: &mut CallRequest,
         tag: u64,
         deadline: Option<Instant>,
         now: Instant,
-    ) -> Result<(), Result<CallRequest, SubmitError>> {
-        let plan = match start::plan(&req, &t.thresholds, self.params.max_chunks) {
+    ) -> Start {
+        let plan = match start::plan(req, &t.thresholds, self.params.max_chunks) {
             Ok(p) => p,
-            Err(r) => return Err(Err(refuse(r, req))),
+            Err(r) => return Start::Refused(r),
         };
         if req.xid.is_some_and(|x| self.xid_in_flight(x)) {
-            return Err(Err(refuse(SubmitRefusal::DuplicateXid, req)));
+            return Start::Refused(SubmitRefusal::DuplicateXid);
         }
         let needs_reply_buf = plan.reply_chunk;
         if self.free_slots.is_empty()
@@ -543,32 +585,31 @@ impl RequesterHalf {
             || t.sq.free() < self.sq_need(&plan)
             || (needs_reply_buf && self.large.is_empty() && self.large.pool().available() == 0)
         {
-            return Err(Ok(req));
+            return Start::Short;
         }
         if !self.credits.try_acquire() {
-            return Err(Ok(req));
+            return Start::Short;
         }
         let Some(slot) = self.free_slots.pop() else {
             self.credits.release();
-            return Err(Ok(req));
+            return Start::Short;
         };
         let own = req.xid;
         let xid = match own {
             Some(x) => x,
             None => self.make_xid(slot),
         };
-        if self.stage_call(t, slot, xid, plan, &mut req, tag, deadline, now) {
-            self.adopt(slot, req);
+        if self.stage_call(t, slot, xid, plan, req, tag, deadline, now) {
             let s = &mut self.slots[slot as usize];
             s.holds_credit = true;
             // The map holds one entry per slot at most and has room for all of them.
             s.own_xid = own.is_some() && self.own_xids.insert(xid, slot);
             self.note_deadline(deadline);
-            Ok(())
+            Start::Started(slot)
         } else {
             let _ = self.free_slots.push(slot);
             self.credits.release();
-            Err(Ok(req))
+            Start::Short
         }
     }
 
@@ -581,31 +622,27 @@ impl RequesterHalf {
     /// Starts calls that were waiting, in order, as far as resources allow.
     fn admit_queued(&mut self, t: &mut Transport, now: Instant) {
         while t.is_open() {
-            let Some(q) = self.queue.pop_front() else {
+            let Some(mut q) = self.queue.pop_front() else {
                 break;
             };
-            match self.try_start(t, q.req, q.tag, q.deadline, now) {
-                Ok(()) => {}
-                Err(Ok(req)) => {
-                    let _ = self.queue.push_front(Queued {
-                        req,
-                        tag: q.tag,
-                        deadline: q.deadline,
-                    });
+            match self.try_start(t, &mut q.req, q.tag, q.deadline, now) {
+                Start::Started(slot) => adopt!(self, slot, q.req),
+                Start::Short => {
+                    let _ = self.queue.push_front(q);
                     break;
                 }
-                Err(Err(e)) => {
+                Start::Refused(reason) => {
                     // Thresholds are fixed once established, so a request that fit at
                     // submission still fits; what can refuse it now is a caller-chosen
                     // XID that a call started since then also carries. It fails alone.
                     self.push_outcome(Outcome {
                         tag: q.tag,
-                        xid: e.request.xid.unwrap_or(0),
-                        status: CallStatus::Refused(e.reason),
+                        xid: q.req.xid.unwrap_or(0),
+                        status: CallStatus::Refused(reason),
                         reply: None,
-                        msg: Some(e.request.msg),
-                        ddp_args: e.request.ddp_args,
-                        write_sinks: e.request.write_sinks,
+                        msg: Some(q.req.msg),
+                        ddp_args: q.req.ddp_args,
+                        write_sinks: q.req.write_sinks,
                     });
                 }
             }
@@ -981,13 +1018,6 @@ impl RequesterHalf {
                 // chunks. Its buffers stay in the slot until it retires (late reply or
                 // drained connection) so no other call can be handed them meanwhile.
                 let quarantine = self.mode == RegMode::Persistent && s.holds_credit;
-                let mut sinks = WriteSinks::new();
-                if !quarantine && !s.sinks.is_empty() {
-                    for (i, mut sink) in s.sinks.drain().enumerate() {
-                        let _ = sink.set_len(a.sink_lens.get(i).copied().unwrap_or(0) as usize);
-                        let _ = sinks.push(sink);
-                    }
-                }
                 if !quarantine {
                     if let Some(rb) = s.reply_buf.take() {
                         rb.release_into(&mut self.large);
@@ -995,24 +1025,35 @@ impl RequesterHalf {
                 } else {
                     self.stats.quarantined += 1;
                 }
-                let outcome = Outcome {
+                // Built where the outcome queue stores it (an outcome is a few hundred
+                // octets), with empty lists: on the common path they are, and building
+                // them only to move them in would copy their uninitialised places.
+                let lists = !quarantine && (!s.ddp_args.is_empty() || !s.sinks.is_empty());
+                let make = || Outcome {
                     tag: s.tag,
                     xid: s.xid,
                     status: a.status,
                     reply: a.reply,
                     msg: if quarantine { None } else { s.msg.take() },
-                    ddp_args: if quarantine || s.ddp_args.is_empty() {
-                        Default::default()
-                    } else {
-                        core::mem::take(&mut s.ddp_args)
-                    },
-                    write_sinks: sinks,
+                    ddp_args: DdpArgs::new(),
+                    write_sinks: WriteSinks::new(),
                 };
                 if s.is_probe {
                     // The probe's buffers go back to their pools here.
-                    drop(outcome);
+                    let mut o = make();
+                    if lists {
+                        hand_back_lists(&mut o, s, &a.sink_lens);
+                    }
+                    drop(o);
                 } else {
-                    self.push_outcome(outcome);
+                    self.stats.outcomes += 1;
+                    // Capacity is slots plus queue length, and each call has one outcome
+                    // in it at most until the driver drains it, so this cannot be full.
+                    if let Some(o) = self.outcomes.push_back_with(make) {
+                        if lists {
+                            hand_back_lists(o, s, &a.sink_lens);
+                        }
+                    }
                 }
             }
         }
@@ -1113,6 +1154,17 @@ impl RequesterHalf {
         if !self.queue.is_empty() && t.is_open() {
             self.admit_queued(t, now);
         }
+    }
+}
+
+/// Moves the DDP arguments and write sinks of the call in `slot` into its outcome `o`,
+/// each sink with its length set to the octets the responder wrote (`lens`, by sink).
+#[cold]
+fn hand_back_lists(o: &mut Outcome, slot: &mut CallSlot, lens: &[u32; MAX_WRITE_SINKS]) {
+    o.ddp_args = core::mem::take(&mut slot.ddp_args);
+    for (i, mut sink) in slot.sinks.drain().enumerate() {
+        let _ = sink.set_len(lens.get(i).copied().unwrap_or(0) as usize);
+        let _ = o.write_sinks.push(sink);
     }
 }
 

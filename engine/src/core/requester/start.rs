@@ -91,10 +91,10 @@ impl RequesterHalf {
     /// Registers the chunks of `req` and stages its work requests on `slot`, in the
     /// shape `plan` (from [`plan`] for this request and the connection's thresholds,
     /// computed once by the caller). True when staged: the caller then hands the
-    /// request's buffers to the slot with [`adopt`](Self::adopt). False on any shortage:
+    /// request's buffers to the slot (`adopt!`). False on any shortage:
     /// nothing is staged and the request stays the caller's. The request is borrowed,
     /// not moved, so the few hundred octets of it are copied once (into the slot's
-    /// fields by `adopt`) rather than at every call on the way.
+    /// fields by `adopt!`) rather than at every call on the way.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn stage_call(
         &mut self,
@@ -322,27 +322,6 @@ impl RequesterHalf {
         self.stats.long_calls += u64::from(plan.long);
         self.stats.reply_chunks += u64::from(plan.reply_chunk);
         true
-    }
-
-    /// Hands the buffers of `req`, just staged on `slot`, to the slot.
-    #[inline(always)]
-    pub(super) fn adopt(&mut self, slot: u32, req: CallRequest) {
-        let CallRequest {
-            msg,
-            ddp_args,
-            write_sinks,
-            ..
-        } = req;
-        let s = &mut self.slots[slot as usize];
-        s.msg = Some(msg);
-        // A free slot's lists are empty: moving an empty list in would only copy its
-        // uninitialised places.
-        if !ddp_args.is_empty() {
-            s.ddp_args = ddp_args;
-        }
-        if !write_sinks.is_empty() {
-            s.sinks = write_sinks;
-        }
     }
 
     /// [`stage_call`](Self::stage_call) for the common shape: an inline RDMA_MSG with

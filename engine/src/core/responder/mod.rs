@@ -28,7 +28,7 @@ use rpcrdma_pools::PoolCache;
 use self::context::{Context, Delivery, Step};
 use self::inspect::inspect;
 use super::config::{ConnConfig, Role};
-use super::fixed::{FixedQueue, IndexStack};
+use super::fixed::{FixedQueue, FixedVec, IndexStack};
 use super::regbuf::RegBuf;
 use super::rpcmsg::encode_accepted_error;
 use super::transport::{ConnState, Transport};
@@ -190,7 +190,9 @@ impl<S: Service> ResponderHalf<S> {
                     self.stats.stray_completions += 1;
                     return;
                 };
-                if c.step == Step::Free || c.wrs == 0 {
+                // `matches!` rather than `==`: the derived `eq` (the enum has a variant
+                // with data) is not always inlined, and this runs for every completion.
+                if matches!(c.step, Step::Free) || c.wrs == 0 {
                     self.stats.stray_completions += 1;
                     return;
                 }
@@ -198,10 +200,10 @@ impl<S: Service> ResponderHalf<S> {
                 t.sq.give(1);
                 if c.wrs == 0 {
                     if matches!(t.state, ConnState::Draining | ConnState::Closed)
-                        || c.step == Step::Sent
+                        || matches!(c.step, Step::Sent)
                     {
                         self.release(t, i as u32);
-                    } else if c.step == Step::Reading {
+                    } else if matches!(c.step, Step::Reading) {
                         c.step = Step::Dispatch;
                         self.run(t, i as u32);
                     }
@@ -310,7 +312,7 @@ impl<S: Service> ResponderHalf<S> {
     /// the buffer when the context was released meanwhile.
     fn put_back_recv(&mut self, t: &mut Transport, i: u32, recv: RegBuf) {
         let c = &mut self.ctxs[i as usize];
-        if c.step == Step::Free {
+        if matches!(c.step, Step::Free) {
             t.recvs.recycle(recv);
         } else {
             c.recv = Some(recv);
@@ -520,12 +522,9 @@ impl<S: Service> ResponderHalf<S> {
         } else {
             h.after_header()
         };
-        let mut items = [DdpItem {
-            position: 0,
-            msg_offset: 0,
-            data: &[],
-        }; MAX_DDP_ITEMS];
-        let mut n_items = 0;
+        // A list rather than an array of placeholders: most calls have no DDP items,
+        // and an empty list costs nothing to make.
+        let mut items: FixedVec<DdpItem<'_>, MAX_DDP_ITEMS> = FixedVec::new();
         let mut moved = 0usize;
         for (k, chunk) in h.read_chunks().enumerate() {
             if long && k == 0 {
@@ -534,23 +533,22 @@ impl<S: Service> ResponderHalf<S> {
             let Some(sink) = sinks.get(k) else {
                 break;
             };
-            let Some(item) = items.get_mut(n_items) else {
-                break;
-            };
             let position = chunk.position();
-            *item = DdpItem {
+            let item = DdpItem {
                 position,
                 msg_offset: (position as usize).saturating_sub(moved),
                 data: sink.as_slice(),
             };
+            if items.push(item).is_err() {
+                break;
+            }
             moved += pad4(sink.len());
-            n_items += 1;
         }
         let view = CallView {
             xid: h.xid(),
             credit: h.credit(),
             msg,
-            ddp: &items[..n_items],
+            ddp: items.as_slice(),
             write_chunks: &write_caps[..n_writes],
             reply_chunk: reply_cap,
             padding,
@@ -578,6 +576,8 @@ impl<S: Service> ResponderHalf<S> {
             Some(sinks),
         );
         let result = self.service.handle_call(&view, &mut writer);
+        // The items borrow the context's buffers; done with them before it is released.
+        drop(items);
         let len = writer.len();
         let overflow = writer.overflow();
         let no_reply = writer.is_no_reply();

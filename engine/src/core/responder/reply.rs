@@ -5,6 +5,7 @@
 use super::context::{Context, Delivery, Step};
 use super::inspect::MAX_CHUNK_SEGMENTS;
 use super::ResponderHalf;
+use crate::core::fixed::FixedVec;
 use crate::core::transport::Transport;
 use crate::core::wrid::{WrId, WrKind};
 use crate::fabric::{RemoteAddr, SendOp, Sge};
@@ -84,9 +85,13 @@ impl<S: Service> ResponderHalf<S> {
             }
         }
         let echo: &[[Segment; MAX_CHUNK_SEGMENTS]] = echo;
-        let refs: [&[Segment]; MAX_WRITE_CHUNKS] =
-            core::array::from_fn(|k| echo.get(k).map_or(&[][..], |e| &e[..echo_n[k]]));
-        let writes = &refs[..n_chunks];
+        // Only the chunks there are (none, for most replies), rather than all
+        // `MAX_WRITE_CHUNKS` places of an array.
+        let mut refs: FixedVec<&[Segment], MAX_WRITE_CHUNKS> = FixedVec::new();
+        for k in 0..n_chunks {
+            let _ = refs.push(echo.get(k).map_or(&[][..], |e| &e[..echo_n[k]]));
+        }
+        let writes = refs.as_slice();
         let inline_repr = HeaderRepr {
             xid: *xid,
             credit,
