@@ -25,5 +25,6 @@ pub mod plot;
 pub mod report;
 pub mod rpc;
 pub mod run;
+pub mod soak;
 pub mod spec;
 pub mod units;

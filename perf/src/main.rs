@@ -41,6 +41,10 @@ fn describe(cfg: &Config) -> String {
 }
 
 fn main() -> ExitCode {
+    // `soak` has its own options (`rpcrdma-perf soak --help`).
+    if std::env::args().nth(1).as_deref() == Some("soak") {
+        return rpcrdma_perf::soak::main(std::env::args().skip(2));
+    }
     let cli = Cli::parse();
     let cfg = match Config::from_cli(&cli) {
         Ok(c) => c,

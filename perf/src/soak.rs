@@ -1,0 +1,523 @@
+//! `rpcrdma-perf soak`: many connections, mixed call shapes, random faults and a server
+//! killed with SIGKILL and restarted halfway, for a while; then the accounting: every
+//! call had exactly one outcome, every success echoed its own bytes, and nothing is left
+//! registered on either side.
+//!
+//! The server is a child process (this binary with `soak --serve`): the ULP's
+//! `Dispatcher` with the echo program behind a `Responder`, over `Faulty<P>` when
+//! `--faults` is given. It runs until its stdin closes, then closes its connections and
+//! reports what its device still holds (`leaked N`). The client side (this process)
+//! keeps `--connections` requesters busy with ECHO calls of 16 octets to 40 KiB (inline,
+//! long calls through Position-Zero Read chunks, Reply chunks), reconnecting each
+//! connection after it closes, and kills and restarts the server at half time.
+//!
+//! The engine does not retransmit across connections yet, so `retried` counts the calls
+//! the application re-issued after a transport failure; every failure is counted by kind.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use rpcrdma::fabric::faulty::{FaultConfig, Faulty, FaultyDevice};
+use rpcrdma::fabric::shm::{ShmAddr, ShmDevice, ShmProvider};
+use rpcrdma::fabric::siw::{SiwDevice, SiwProvider};
+use rpcrdma::fabric::{Device, Provider};
+use rpcrdma::{CallStatus, ConnConfig, ConnState, Requester, Responder};
+use rpcrdma_pools::HugePages;
+use rpcrdma_ulp::echo;
+use rpcrdma_ulp::program::Dispatcher;
+
+use crate::cli::ProviderName;
+
+/// `rpcrdma-perf soak`.
+#[derive(Debug, Parser)]
+#[command(name = "rpcrdma-perf soak")]
+pub struct SoakArgs {
+    /// Provider (shm or siw).
+    #[arg(long, value_enum, default_value = "shm")]
+    pub provider: ProviderName,
+    /// Client connections.
+    #[arg(long, default_value_t = 8)]
+    pub connections: usize,
+    /// How long to run, in seconds.
+    #[arg(long, default_value_t = 10.0)]
+    pub duration: f64,
+    /// Inject faults on both sides (refused posts, dropped connections, peer aborts,
+    /// delayed completions, stalls).
+    #[arg(long)]
+    pub faults: bool,
+    /// Seed of the faults and call sizes.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Do not kill and restart the server halfway.
+    #[arg(long)]
+    pub no_kill: bool,
+    /// Run the server side on this address (used by the soak itself).
+    #[arg(long, hide = true)]
+    pub serve: Option<String>,
+}
+
+/// The fault rates of a soak: enough to break a connection every few hundred calls.
+fn fault_config(seed: u64) -> FaultConfig {
+    FaultConfig {
+        seed,
+        post_failure_ppm: 1_000,
+        disconnect_ppm: 5_000,
+        abort_ppm: 500,
+        delay_ppm: 50_000,
+        max_completion_delay: 20,
+        stall_ppm: 1_000,
+        max_stall_polls: 500,
+    }
+}
+
+fn conn_config() -> ConnConfig {
+    ConnConfig {
+        credits: 16,
+        large_buf_size: 64 * 1024,
+        large_bufs: 32,
+        hugepages: HugePages::Never,
+        ..ConnConfig::default()
+    }
+}
+
+/// Sizes of the echoed data: inline, around the 4 KiB thresholds, and large.
+const SIZES: [usize; 8] = [16, 200, 1000, 3000, 4000, 5000, 9000, 40_000];
+
+/// A provider the soak runs on: its device, and what the device still holds.
+trait SoakFabric {
+    type P: Provider;
+    fn device() -> Result<<Self::P as Provider>::Device, String>;
+    fn parse(addr: &str) -> Result<<Self::P as Provider>::Addr, String>;
+    fn fresh_addr() -> String;
+    /// Registrations and arenas still alive on `dev`.
+    fn held(dev: &<Self::P as Provider>::Device) -> usize;
+    /// Another handle on the same device.
+    fn same(dev: &<Self::P as Provider>::Device) -> <Self::P as Provider>::Device;
+}
+
+struct Shm;
+impl SoakFabric for Shm {
+    type P = ShmProvider;
+    fn device() -> Result<ShmDevice, String> {
+        Ok(ShmDevice::new())
+    }
+    fn parse(addr: &str) -> Result<ShmAddr, String> {
+        Ok(ShmAddr::abstract_name(addr.to_owned()))
+    }
+    fn fresh_addr() -> String {
+        format!("rpcrdma-soak-{}", std::process::id())
+    }
+    fn held(dev: &ShmDevice) -> usize {
+        dev.live_registrations() + dev.live_arenas() + dev.live_pds()
+    }
+    fn same(dev: &ShmDevice) -> ShmDevice {
+        dev.clone()
+    }
+}
+
+struct Siw;
+impl SoakFabric for Siw {
+    type P = SiwProvider;
+    fn device() -> Result<SiwDevice, String> {
+        SiwDevice::new().map_err(|e| e.to_string())
+    }
+    fn parse(addr: &str) -> Result<std::net::SocketAddr, String> {
+        addr.parse().map_err(|e| format!("{addr}: {e}"))
+    }
+    fn fresh_addr() -> String {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map_or_else(|_| "127.0.0.1:20049".to_owned(), |a| a.to_string())
+    }
+    fn held(dev: &SiwDevice) -> usize {
+        dev.live_registrations() + dev.live_arenas()
+    }
+    fn same(dev: &SiwDevice) -> SiwDevice {
+        dev.clone()
+    }
+}
+
+/// Entry point: `rpcrdma-perf soak ...` (argv without the program name and `soak`).
+pub fn main(args: impl IntoIterator<Item = String>) -> std::process::ExitCode {
+    let args = SoakArgs::parse_from(std::iter::once("rpcrdma-perf soak".to_owned()).chain(args));
+    let r = match args.provider {
+        ProviderName::Shm => run::<Shm>(&args),
+        ProviderName::Siw => run::<Siw>(&args),
+        ProviderName::Verbs => Err("soak runs on shm and siw".to_owned()),
+    };
+    match r {
+        Ok(true) => std::process::ExitCode::SUCCESS,
+        Ok(false) => std::process::ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("rpcrdma-perf soak: {e}");
+            std::process::ExitCode::from(2)
+        }
+    }
+}
+
+fn run<F: SoakFabric>(args: &SoakArgs) -> Result<bool, String> {
+    match &args.serve {
+        Some(addr) => serve::<F>(args, addr).map(|()| true),
+        None => drive::<F>(args),
+    }
+}
+
+/// The server process: serves until stdin closes, then reports what it still holds.
+fn serve<F: SoakFabric>(args: &SoakArgs, addr: &str) -> Result<(), String> {
+    let addr = F::parse(addr)?;
+    let inner = F::device()?;
+    let probe = F::same(&inner);
+    let dev = FaultyDevice::<F::P>::new(
+        inner,
+        if args.faults {
+            fault_config(args.seed ^ std::process::id() as u64)
+        } else {
+            FaultConfig::default()
+        },
+    );
+    let factory = || Some(crate::rpc::dispatcher(64 * 1024));
+    let mut server =
+        Responder::<Faulty<F::P>, Dispatcher, _>::bind(dev, &addr, conn_config(), factory)
+            .map_err(|e| format!("server binds: {e}"))?;
+    let stop = Arc::new(AtomicBool::new(false));
+    {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut sink = Vec::new();
+            let _ = std::io::stdin().read_to_end(&mut sink);
+            stop.store(true, Ordering::Release);
+        });
+    }
+    println!("ready");
+    let _ = std::io::stdout().flush();
+    let clock = server.clock();
+    while !stop.load(Ordering::Acquire) {
+        if server.poll(clock.now()) == 0 {
+            std::thread::yield_now();
+        }
+    }
+    // Orderly end: disconnect everything, let the connections drain and go.
+    let ids: Vec<_> = server.connections().iter().map(|c| c.conn_id()).collect();
+    for id in ids {
+        let _ = server.disconnect(id);
+    }
+    let end = Instant::now() + Duration::from_secs(10);
+    while !server.connections().is_empty() && Instant::now() < end {
+        server.poll(clock.now());
+    }
+    let left = server.connections().len();
+    drop(server);
+    // With the server gone, its device holds nothing, or what it holds leaked.
+    println!("server leaked {}", left + settle::<F>(&probe));
+    Ok(())
+}
+
+/// What `dev` still holds once its provider has had time to retire what closed
+/// connections left (siw's driver thread frees a queue pair's memory when its last
+/// transfer is done, not when the handle drops).
+fn settle<F: SoakFabric>(dev: &<F::P as Provider>::Device) -> usize {
+    use rpcrdma::fabric::CompletionQueue;
+    // Software providers make progress (retirements included) only while something
+    // polls: a scratch completion queue does.
+    let mut scratch = dev.create_cq(1).ok();
+    let mut wc = [rpcrdma::fabric::Completion::EMPTY; 1];
+    let end = Instant::now() + Duration::from_secs(5);
+    loop {
+        if let Some(cq) = scratch.as_mut() {
+            cq.poll(&mut wc);
+        }
+        let held = F::held(dev);
+        if held == 0 || Instant::now() > end {
+            return held;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// A server child process.
+struct ServerProc {
+    child: Child,
+}
+
+impl ServerProc {
+    fn start(args: &SoakArgs, addr: &str, generation: u64) -> Result<ServerProc, String> {
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let mut cmd = Command::new(exe);
+        cmd.args([
+            "soak",
+            "--provider",
+            args.provider.name(),
+            "--seed",
+            &(args.seed + generation).to_string(),
+            "--serve",
+            addr,
+        ]);
+        if args.faults {
+            cmd.arg("--faults");
+        }
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("start the server: {e}"))?;
+        let mut line = String::new();
+        let out = child.stdout.as_mut().ok_or("server stdout")?;
+        BufReader::new(out)
+            .read_line(&mut line)
+            .map_err(|e| e.to_string())?;
+        if line.trim() != "ready" {
+            let _ = child.kill();
+            return Err(format!("server did not start: {line:?}"));
+        }
+        Ok(ServerProc { child })
+    }
+
+    fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Closes its stdin and reads its report.
+    fn finish(mut self) -> Result<usize, String> {
+        drop(self.child.stdin.take());
+        let mut out = String::new();
+        if let Some(mut s) = self.child.stdout.take() {
+            let _ = s.read_to_string(&mut out);
+        }
+        let status = self.child.wait().map_err(|e| e.to_string())?;
+        if !status.success() {
+            return Err(format!("server exited with {status}"));
+        }
+        out.lines()
+            .find_map(|l| l.strip_prefix("server leaked "))
+            .and_then(|n| n.trim().parse().ok())
+            .ok_or_else(|| format!("no report from the server: {out:?}"))
+    }
+}
+
+/// One client connection and its calls without an outcome (tag -> data sent).
+struct Client<P: Provider> {
+    conn: Option<Requester<Faulty<P>>>,
+    pending: HashMap<u64, Vec<u8>>,
+    retry_at: Instant,
+}
+
+#[derive(Debug, Default)]
+struct Tally {
+    issued: u64,
+    completed: u64,
+    retried: u64,
+    failed: BTreeMap<String, u64>,
+    lost: u64,
+    duplicated: u64,
+    wrong: u64,
+    connections: u64,
+}
+
+fn failure_kind(s: &CallStatus) -> String {
+    match s {
+        CallStatus::Transport(_) => "transport",
+        CallStatus::Timeout => "timeout",
+        CallStatus::RpcError(_) => "rpc",
+        CallStatus::Refused(_) => "refused",
+        CallStatus::Success => "undecodable",
+    }
+    .to_owned()
+}
+
+fn drive<F: SoakFabric>(args: &SoakArgs) -> Result<bool, String> {
+    let addr_s = F::fresh_addr();
+    let addr = F::parse(&addr_s)?;
+    let mut server = Some(ServerProc::start(args, &addr_s, 0)?);
+    let cdev = FaultyDevice::<F::P>::new(
+        F::device()?,
+        if args.faults {
+            fault_config(args.seed ^ 0x00c1_1e47)
+        } else {
+            FaultConfig::default()
+        },
+    );
+    let clock = cdev.clock();
+    let cfg = conn_config();
+    let start = Instant::now();
+    let run_for = Duration::from_secs_f64(args.duration.max(0.5));
+    let kill_at = start + run_for / 2;
+    let mut killed = args.no_kill;
+    let mut clients: Vec<Client<F::P>> = (0..args.connections.max(1))
+        .map(|_| Client {
+            conn: None,
+            pending: HashMap::new(),
+            retry_at: start,
+        })
+        .collect();
+    let mut t = Tally::default();
+    let mut failed_tags: Vec<u64> = Vec::new();
+    let mut next_tag = 0u64;
+    let mut x = args.seed | 1;
+    let mut draw = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let mut seen: HashMap<u64, u8> = HashMap::new();
+    let stop_issuing = start + run_for;
+    let hard_end = stop_issuing + Duration::from_secs(30);
+    loop {
+        let now = Instant::now();
+        if !killed && now >= kill_at {
+            if let Some(s) = server.take() {
+                s.kill();
+            }
+            server = Some(ServerProc::start(args, &addr_s, 1)?);
+            killed = true;
+        }
+        let issuing = now < stop_issuing;
+        if !issuing && clients.iter().all(|c| c.pending.is_empty()) {
+            break;
+        }
+        if now > hard_end {
+            for c in &clients {
+                t.lost += c.pending.len() as u64;
+            }
+            break;
+        }
+        let tick = clock.now();
+        for c in clients.iter_mut() {
+            let Some(conn) = c.conn.as_mut() else {
+                if issuing && now >= c.retry_at {
+                    if let Ok(conn) = Requester::<Faulty<F::P>>::connect_with(&cdev, &addr, &cfg) {
+                        c.conn = Some(conn);
+                        t.connections += 1;
+                    }
+                    c.retry_at = now + Duration::from_millis(5);
+                }
+                continue;
+            };
+            conn.poll(tick);
+            while let Some(o) = conn.poll_outcome() {
+                let n = seen.entry(o.tag).or_insert(0);
+                *n += 1;
+                if *n > 1 {
+                    t.duplicated += 1;
+                    continue;
+                }
+                let Some(sent) = c.pending.remove(&o.tag) else {
+                    t.wrong += 1;
+                    continue;
+                };
+                match echo::reply_data(&o) {
+                    Ok(got) if got == sent => t.completed += 1,
+                    Ok(_) => t.wrong += 1,
+                    Err(_) => {
+                        *t.failed.entry(failure_kind(&o.status)).or_insert(0) += 1;
+                        failed_tags.push(o.tag);
+                    }
+                }
+            }
+            match conn.state() {
+                ConnState::Closed => {
+                    // Every call has its outcome by the time the connection reports
+                    // closed; whatever is still pending here is lost.
+                    t.lost += c.pending.len() as u64;
+                    c.pending.clear();
+                    c.conn = None;
+                    c.retry_at = now + Duration::from_millis(5);
+                }
+                ConnState::Established if issuing && c.pending.len() < 4 => {
+                    let size = SIZES[(draw() % SIZES.len() as u64) as usize];
+                    let data: Vec<u8> = (0..size).map(|i| (i as u64 ^ next_tag) as u8).collect();
+                    let msg = if size + 128 <= 4096 {
+                        conn.alloc_msg()
+                    } else {
+                        conn.alloc_large()
+                    };
+                    let Ok(msg) = msg else { continue };
+                    let Ok(mut req) = echo::call(msg, &data) else {
+                        continue;
+                    };
+                    req.timeout = Some(Duration::from_secs(3));
+                    if conn.submit(req, next_tag).is_ok() {
+                        c.pending.insert(next_tag, data);
+                        t.issued += 1;
+                        // A call re-issued after a transport failure counts as a retry.
+                        if failed_tags.pop().is_some() {
+                            t.retried += 1;
+                        }
+                    }
+                    next_tag += 1;
+                }
+                _ => {}
+            }
+        }
+    }
+    // Close every connection and wait for them to end.
+    for c in clients.iter_mut() {
+        if let Some(conn) = c.conn.as_mut() {
+            conn.close();
+        }
+    }
+    let end = Instant::now() + Duration::from_secs(10);
+    while clients.iter().any(|c| {
+        c.conn
+            .as_ref()
+            .is_some_and(|conn| conn.state() != ConnState::Closed)
+    }) && Instant::now() < end
+    {
+        for c in clients.iter_mut() {
+            if let Some(conn) = c.conn.as_mut() {
+                conn.poll(clock.now());
+                while conn.poll_outcome().is_some() {}
+            }
+        }
+    }
+    clients.clear();
+    let client_leaked = settle::<F>(cdev.inner());
+    let server_leaked = server.take().map_or(Ok(0), ServerProc::finish)?;
+    let leaked = client_leaked + server_leaked;
+    let failed: u64 = t.failed.values().sum();
+    let faults = cdev.counters();
+    println!(
+        "soak {} {}s, {} connections{}{}: issued {} completed {} retried {} failed {} {:?} \
+         connections made {}; client faults {:?}",
+        args.provider.name(),
+        args.duration,
+        args.connections,
+        if args.faults { ", faults" } else { "" },
+        if args.no_kill {
+            ""
+        } else {
+            ", server killed and restarted"
+        },
+        t.issued,
+        t.completed,
+        t.retried,
+        failed,
+        t.failed,
+        t.connections,
+        faults,
+    );
+    println!(
+        "lost {} duplicated {} leaked {} (client {client_leaked}, server {server_leaked}){}",
+        t.lost,
+        t.duplicated,
+        leaked,
+        if t.wrong > 0 {
+            format!(" wrong {}", t.wrong)
+        } else {
+            String::new()
+        }
+    );
+    let accounted = t.issued == t.completed + failed + t.lost;
+    Ok(t.lost == 0
+        && t.duplicated == 0
+        && leaked == 0
+        && t.wrong == 0
+        && accounted
+        && t.completed > 0)
+}
