@@ -123,6 +123,11 @@ pub struct Opts {
     /// Do not measure the baselines.
     #[arg(long, global = true, overrides_with = "baseline")]
     pub no_baseline: bool,
+    /// Measure against a responder in another process or on another host (`rpcrdma-perf
+    /// server`, or any `rpcrdma serve`) at this address: shm NAME or /PATH, siw and
+    /// verbs IP:PORT. RPC rows only (the baselines need both ends here).
+    #[arg(long, global = true, value_name = "ADDR")]
+    pub connect: Option<String>,
     /// Print the results and the full configuration as JSON instead of a table.
     #[arg(long, global = true)]
     pub json: bool,

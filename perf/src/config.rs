@@ -49,6 +49,8 @@ pub struct Config {
     pub credits: u32,
     /// Baseline rows are measured.
     pub baseline: bool,
+    /// RPC rows go to this remote responder instead of one in this process.
+    pub connect: Option<String>,
     /// RPC rows exist in this build.
     pub rpc_available: bool,
     /// Print JSON instead of the table.
@@ -188,6 +190,12 @@ impl Config {
                 ))
             }
         }
+        if o.connect.is_some() && o.baseline_choice() == Some(true) {
+            return Err(bad(
+                "--baseline",
+                "the baselines run both ends in this process; they cannot go with --connect",
+            ));
+        }
         if o.credits == 0 {
             return Err(bad("0", "--credits must be at least 1"));
         }
@@ -241,7 +249,9 @@ impl Config {
             cores,
             inline_threshold: o.inline,
             credits: o.credits,
-            baseline: o.baseline_choice().unwrap_or(suite),
+            // Baselines need both ends in this process.
+            baseline: o.connect.is_none() && o.baseline_choice().unwrap_or(suite),
+            connect: o.connect.clone(),
             rpc_available: RPC_AVAILABLE,
             json: o.json,
             plot: o.plot.clone(),

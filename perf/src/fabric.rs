@@ -41,6 +41,13 @@ pub trait FabricKind {
     fn open() -> Result<<Self::P as Provider>::Device, BenchError>;
     /// A listening address nobody else uses.
     fn unique_addr() -> <Self::P as Provider>::Addr;
+    /// An address from the command line (`--connect`, `server --addr`).
+    fn parse_addr(s: &str) -> Result<<Self::P as Provider>::Addr, BenchError>;
+}
+
+fn socket_addr(s: &str) -> Result<SocketAddr, BenchError> {
+    s.parse()
+        .map_err(|e| BenchError::Setup(format!("address {s:?}: {e} (want IP:PORT)")))
 }
 
 /// The shared-memory provider.
@@ -62,6 +69,15 @@ impl FabricKind for Shm {
             NEXT.fetch_add(1, Ordering::Relaxed)
         ))
     }
+
+    fn parse_addr(s: &str) -> Result<ShmAddr, BenchError> {
+        // A path names a socket file; anything else an abstract-namespace name.
+        Ok(if s.starts_with('/') {
+            ShmAddr::Path(s.into())
+        } else {
+            ShmAddr::abstract_name(s.to_owned())
+        })
+    }
 }
 
 /// Software iWARP over loopback TCP.
@@ -81,6 +97,10 @@ impl FabricKind for Siw {
             .and_then(|l| l.local_addr())
             .map_or(0, |a| a.port());
         SocketAddr::from((Ipv4Addr::LOCALHOST, port))
+    }
+
+    fn parse_addr(s: &str) -> Result<SocketAddr, BenchError> {
+        socket_addr(s)
     }
 }
 
@@ -115,6 +135,10 @@ impl FabricKind for Verbs {
         let port =
             20_000 + (std::process::id() % 40) * 1000 + NEXT.fetch_add(1, Ordering::Relaxed) % 1000;
         rpcrdma::fabric::verbs::VerbsAddr(SocketAddr::new(ip, port as u16))
+    }
+
+    fn parse_addr(s: &str) -> Result<rpcrdma::fabric::verbs::VerbsAddr, BenchError> {
+        socket_addr(s).map(rpcrdma::fabric::verbs::VerbsAddr)
     }
 }
 

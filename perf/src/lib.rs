@@ -25,6 +25,7 @@ pub mod plot;
 pub mod report;
 pub mod rpc;
 pub mod run;
+pub mod server;
 pub mod soak;
 pub mod spec;
 pub mod units;

@@ -41,9 +41,12 @@ fn describe(cfg: &Config) -> String {
 }
 
 fn main() -> ExitCode {
-    // `soak` has its own options (`rpcrdma-perf soak --help`).
-    if std::env::args().nth(1).as_deref() == Some("soak") {
-        return rpcrdma_perf::soak::main(std::env::args().skip(2));
+    // `soak` and `server` have their own options (`rpcrdma-perf soak --help`).
+    match std::env::args().nth(1).as_deref() {
+        Some("soak") => return rpcrdma_perf::soak::main(std::env::args().skip(2)),
+        // The responder of a two-host run (`rpcrdma-perf server --help`).
+        Some("server") => return rpcrdma_perf::server::main(std::env::args().skip(2)),
+        _ => {}
     }
     let cli = Cli::parse();
     let cfg = match Config::from_cli(&cli) {

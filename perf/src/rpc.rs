@@ -162,6 +162,21 @@ fn conn_config(spec: &RowSpec, p: RpcParams) -> ConnConfig {
     }
 }
 
+/// The responder's configuration for `rpcrdma-perf server`: calls of up to `max_size`
+/// octets, `p.credits` of them in flight per connection.
+pub fn server_config(max_size: usize, p: RpcParams) -> ConnConfig {
+    let large = max_size.max(MIN_LARGE_BUF).next_multiple_of(4096);
+    ConnConfig {
+        inline_send: p.inline,
+        inline_recv: p.inline,
+        credits: p.credits.max(1),
+        large_buf_size: u32::try_from(large).unwrap_or(u32::MAX),
+        large_bufs: 4 * (p.credits.max(1) + 1) + 8,
+        hugepages: HugePages::Auto,
+        ..ConnConfig::default()
+    }
+}
+
 /// A deterministic payload, so a check call can tell it from garbage.
 fn payload_byte(i: usize) -> u8 {
     (i as u8).wrapping_mul(31).wrapping_add(7)
@@ -352,11 +367,17 @@ pub fn run<F: FabricKind>(
     bench: RpcBench,
     params: RpcParams,
     mut meter: Meter,
+    connect: Option<&str>,
 ) -> Result<Measurement, BenchError> {
     let cfg = conn_config(spec, params);
     cfg.validate()
         .map_err(|e| BenchError::Setup(format!("connection configuration: {e}")))?;
     let shape = Shape::of(bench, spec.size, params.inline);
+    if let Some(remote) = connect {
+        let addr = F::parse_addr(remote)?;
+        client::<F>(spec, &cfg, shape, &addr, &mut meter)?;
+        return Ok(meter.finish());
+    }
     let addr = F::unique_addr();
     let source_max = spec.size.max(1);
     let mut server =

@@ -133,7 +133,7 @@ fn run_on<F: FabricKind>(
                 inline: u32::try_from(cfg.inline_threshold).unwrap_or(u32::MAX),
                 credits: cfg.credits,
             };
-            rpc::run::<F>(&p.spec, b, params, meter)
+            rpc::run::<F>(&p.spec, b, params, meter, cfg.connect.as_deref())
         }
     }
 }
@@ -197,7 +197,13 @@ pub fn notes(cfg: &Config) -> Vec<String> {
                 .to_owned(),
         );
     }
-    if cfg.client_core() == cfg.server_core() {
+    if let Some(addr) = &cfg.connect {
+        n.push(format!(
+            "remote responder at {addr}: RPC rows only; its core, threads and settings are \
+             its own (run it as `rpcrdma-perf server --provider {} --addr {addr}`).",
+            cfg.provider.name()
+        ));
+    } else if cfg.client_core() == cfg.server_core() {
         n.push(format!(
             "client and server threads share core {}: figures include scheduler hand-offs.",
             cfg.client_core()

@@ -3,4 +3,5 @@
 
 mod cli;
 mod histogram;
+mod remote;
 mod soak;
