@@ -40,12 +40,12 @@ pub mod wire;
 // The embedding API: connections and their drivers.
 pub use conn::task::{Client, ClientError, ConnMsg, PendingCall, RequesterTask, ResponderTask};
 pub use conn::{
-    ConnError, ConnResources, Listener, Pair, PairError, PairWait, Requester, RequesterBuilder,
-    Responder, ResponderBuilder, ResponderConn, ResponderCounters, ResponderLimits, Serving,
-    StopHandle, DEFAULT_CONNECT_TIMEOUT,
+    ConnError, ConnResources, Listener, Pair, PairError, PairWait, ReconnectStats, Requester,
+    RequesterBuilder, Responder, ResponderBuilder, ResponderConn, ResponderCounters,
+    ResponderLimits, Serving, StopHandle, DEFAULT_CONNECT_TIMEOUT,
 };
 // Configuration, events and buffers every connection shares.
-pub use core::config::{DEFAULT_CREDIT_RECLAIM, DEFAULT_PROBE_PROGRAM};
+pub use core::config::{Reconnect, DEFAULT_CREDIT_RECLAIM, DEFAULT_PROBE_PROGRAM};
 pub use core::{
     CloseReason, ConfigError, ConnConfig, ConnEvent, ConnState, CountField, ProbeError, RegBuf,
     RegBufError, RegMode, Registration, RequesterStats, ResponderStats, Role, Sizes, Violation,
@@ -63,8 +63,8 @@ pub use core::{
 pub use credits::{CreditSnapshot, CreditTable, GrantPolicy};
 // Calls and their outcomes (requester).
 pub use requester::{
-    BadReply, CallRequest, CallStatus, DdpArg, DdpArgs, Outcome, Reply, RpcReplyError, SubmitError,
-    SubmitRefusal, TransportError, WriteSinks,
+    BadReply, CallRequest, CallStatus, DdpArg, DdpArgs, Outcome, Reply, Resend, RpcReplyError,
+    SubmitError, SubmitRefusal, TransportError, WriteSinks,
 };
 // The ULP's side of a responder.
 pub use service::{

@@ -68,6 +68,13 @@ pub struct CallRequest {
     pub max_reply_len: u32,
     /// How long to wait for the reply; `None` uses the connection's default.
     pub timeout: Option<Duration>,
+    /// Running the call twice has the effect of running it once (the ULP's
+    /// `ProcInfo::idempotent`). A connection that reconnects
+    /// ([`ConnConfig::reconnect`](crate::ConnConfig::reconnect)) retransmits a call
+    /// lost with its connection when it is idempotent or the server keeps a duplicate
+    /// request cache ([`Reconnect::server_has_drc`](crate::Reconnect::server_has_drc)),
+    /// and fails it with [`TransportError::NotRetransmitted`] otherwise.
+    pub idempotent: bool,
 }
 
 impl CallRequest {
@@ -80,7 +87,14 @@ impl CallRequest {
             max_reply_len,
             timeout: None,
             xid: None,
+            idempotent: false,
         }
+    }
+
+    /// Marks the call idempotent (see [`idempotent`](Self::idempotent)).
+    pub fn idempotent(mut self, yes: bool) -> Self {
+        self.idempotent = yes;
+        self
     }
 
     /// Sets the XID the call carries instead of an engine-assigned one.
@@ -128,6 +142,12 @@ pub enum TransportError {
     /// not have been executed.
     #[error("peer terminated the connection: {0}")]
     PeerAborted(crate::fabric::PeerAbort),
+    /// The connection ended before the reply and the call was not sent again on the
+    /// next one: it is not idempotent and the server keeps no duplicate request cache
+    /// (`Reconnect::server_has_drc`), so a second execution could not be ruled out. It
+    /// may or may not have been executed once.
+    #[error("connection lost before the reply; not retransmitted (not idempotent, no server reply cache)")]
+    NotRetransmitted,
 }
 
 /// [`TransportError::Rdma`]'s message.
@@ -275,6 +295,71 @@ pub struct Outcome {
     /// The write sinks, each with its length set to the octets the responder wrote
     /// (zero when it left the chunk empty or the call failed).
     pub write_sinks: WriteSinks,
+    /// Set on a call lost with its connection before any answer when the connection
+    /// retransmits (`ConnConfig::reconnect`): what sending it again needs besides the
+    /// buffers above. The driver takes such outcomes back; applications see it only on
+    /// outcomes a sans-IO core hands them directly.
+    pub resend: Option<Resend>,
+}
+
+/// What a call lost with its connection needs to be sent again on the next one, besides
+/// its buffers and XID (which its [`Outcome`] carries).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Resend {
+    /// The XID to send it with: the one it went out with, or the caller's choice for a
+    /// call that never went out (`None`: the engine assigns one).
+    pub xid: Option<u32>,
+    /// [`CallRequest::max_reply_len`].
+    pub max_reply_len: u32,
+    /// [`CallRequest::timeout`].
+    pub timeout: Option<Duration>,
+    /// [`CallRequest::idempotent`].
+    pub idempotent: bool,
+}
+
+impl Outcome {
+    /// The request again, for a call lost with its connection ([`Outcome::resend`]):
+    /// the same buffers and XID. Any other outcome comes back as it is.
+    // The outcome comes back whole, by value, on a path taken only after a connection
+    // ended; boxing it would allocate there for nothing.
+    #[allow(clippy::result_large_err)]
+    pub fn into_resend(self) -> Result<CallRequest, Outcome> {
+        let Some(r) = self.resend else {
+            return Err(self);
+        };
+        let Outcome {
+            tag,
+            xid,
+            status,
+            reply,
+            msg,
+            ddp_args,
+            write_sinks,
+            resend,
+        } = self;
+        let Some(msg) = msg else {
+            return Err(Outcome {
+                tag,
+                xid,
+                status,
+                reply,
+                msg: None,
+                ddp_args,
+                write_sinks,
+                resend,
+            });
+        };
+        let _ = xid;
+        Ok(CallRequest {
+            msg,
+            xid: r.xid,
+            ddp_args,
+            write_sinks,
+            max_reply_len: r.max_reply_len,
+            timeout: r.timeout,
+            idempotent: r.idempotent,
+        })
+    }
 }
 
 impl Outcome {

@@ -20,6 +20,7 @@
 mod builder;
 mod pair;
 mod post;
+mod reconnect;
 mod requester;
 mod resources;
 mod responder;
@@ -31,6 +32,7 @@ pub use builder::{
 pub use pair::{Pair, PairError, PairWait};
 #[cfg(any(test, feature = "testing"))]
 pub(crate) use post::post_transmit;
+pub use reconnect::ReconnectStats;
 pub use requester::Requester;
 pub use resources::ConnResources;
 pub use responder::{Listener, Responder, ResponderConn, ResponderCounters, ResponderLimits};

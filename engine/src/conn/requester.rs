@@ -20,7 +20,7 @@ use crate::wire::private_data::InlineThresholds;
 
 /// A requester connection: submit calls, poll, collect outcomes.
 pub struct Requester<P: Provider> {
-    core: RequesterCore,
+    pub(super) core: RequesterCore,
     /// The fast-registration slots' handles (the core holds their keys): dropped, which
     /// deregisters them, once the core has closed, so no key it handed out outlives
     /// the connection.
@@ -35,6 +35,50 @@ pub struct Requester<P: Provider> {
     res: ConnResources<P>,
     /// The device's clock: the system's, or a simulation's virtual one.
     clock: Clock,
+    /// Reconnection and retransmission state (`ConnConfig::reconnect`); `None` when off.
+    pub(super) again: Option<Box<super::reconnect::Again<P>>>,
+}
+
+/// Makes a core (with fresh fast-registration slots) and starts connecting it to `addr`
+/// over `res`, posting its receives.
+#[allow(clippy::type_complexity)]
+fn open<P: Provider>(
+    res: &ConnResources<P>,
+    cm: &mut P::Cm,
+    addr: &P::Addr,
+    cfg: &ConnConfig,
+    credits: &Arc<CreditTable>,
+    now: Instant,
+) -> Result<(Vec<P::Mr>, RequesterCore, P::Qp), ConnError> {
+    let (fast_regs, core) = match res.registration() {
+        RegMode::FastReg => {
+            let (mrs, slots) = res.fast_mrs(res.sizes.mr_slots, cfg.large_buf_size as usize)?;
+            (
+                mrs,
+                RequesterCore::requester(cfg, &res.pools, &slots, credits.clone()),
+            )
+        }
+        RegMode::Persistent => (
+            Vec::new(),
+            RequesterCore::requester_persistent(cfg, &res.pools, credits.clone()),
+        ),
+    };
+    let mut core = core.map_err(ConnError::Core)?;
+    let mut config = res.qp_config();
+    // Credits make RNR impossible once both sides run; retrying covers a responder
+    // whose receives are posted a moment after it accepts.
+    config.rnr_retry = RNR_RETRY_INFINITE;
+    let init = QpInit {
+        pd: &res.pd,
+        send_cq: &res.cq,
+        recv_cq: &res.cq,
+        config,
+    };
+    let mut qp = cm
+        .connect(addr, init, &core.local_private_data())
+        .map_err(ConnError::Fabric)?;
+    super::post::transmit(&mut core, &mut qp, now);
+    Ok((fast_regs, core, qp))
 }
 
 impl<P: Provider> Requester<P> {
@@ -48,38 +92,13 @@ impl<P: Provider> Requester<P> {
     ) -> Result<Self, ConnError> {
         let res = ConnResources::<P>::new(dev, cfg, Role::Requester)?;
         let credits = Arc::new(CreditTable::new(cfg.credits, cfg.keepalive.is_some()));
-        let (fast_regs, core) = match res.registration() {
-            RegMode::FastReg => {
-                let (mrs, slots) = res.fast_mrs(res.sizes.mr_slots, cfg.large_buf_size as usize)?;
-                (
-                    mrs,
-                    RequesterCore::requester(cfg, &res.pools, &slots, credits),
-                )
-            }
-            RegMode::Persistent => (
-                Vec::new(),
-                RequesterCore::requester_persistent(cfg, &res.pools, credits),
-            ),
-        };
-        let mut core = core.map_err(ConnError::Core)?;
         let mut cm = dev.create_cm().map_err(ConnError::Fabric)?;
-        let mut config = res.qp_config();
-        // Credits make RNR impossible once both sides run; retrying covers a responder
-        // whose receives are posted a moment after it accepts.
-        config.rnr_retry = RNR_RETRY_INFINITE;
-        let init = QpInit {
-            pd: &res.pd,
-            send_cq: &res.cq,
-            recv_cq: &res.cq,
-            config,
-        };
-        let mut qp = cm
-            .connect(addr, init, &core.local_private_data())
-            .map_err(ConnError::Fabric)?;
         let clock = dev.clock();
-        let now = clock.now();
-        super::post::transmit(&mut core, &mut qp, now);
+        let (fast_regs, core, qp) = open(&res, &mut cm, addr, cfg, &credits, clock.now())?;
         let conn = qp.conn_id();
+        let again = cfg
+            .reconnect
+            .map(|policy| Box::new(super::reconnect::Again::new(policy, addr, cfg, credits)));
         Ok(Requester {
             core,
             fast_regs,
@@ -91,7 +110,26 @@ impl<P: Provider> Requester<P> {
             wcs: [Completion::EMPTY; CQ_BATCH],
             res,
             clock,
+            again,
         })
+    }
+
+    /// A new connection over the same resources (protection domain, pools, completion
+    /// queue) with a fresh core and fresh fast-registration slots: what
+    /// `ConnConfig::reconnect` does after a loss. The old queue pair and core go.
+    pub(super) fn reopen(&mut self, now: Instant) -> Result<(), ConnError> {
+        let Some(a) = self.again.as_deref() else {
+            return Ok(());
+        };
+        // The old slots' keys die with their handles before new ones are made.
+        self.fast_regs.clear();
+        let (fast_regs, core, qp) =
+            open(&self.res, &mut self.cm, &a.addr, &a.cfg, &a.credits, now)?;
+        self.conn = qp.conn_id();
+        self.fast_regs = fast_regs;
+        self.core = core;
+        self.qp = qp;
+        Ok(())
     }
 
     /// One round: connection events, a batch of completions, timers, queued calls,
@@ -126,6 +164,9 @@ impl<P: Provider> Requester<P> {
             let _ = self.events.push_back(ev);
         }
         self.deregister_if_closed();
+        if self.again.is_some() {
+            work += self.reconnect_step(now);
+        }
         work
     }
 
@@ -182,6 +223,9 @@ impl<P: Provider> Requester<P> {
     /// The next finished call.
     #[inline]
     pub fn poll_outcome(&mut self) -> Option<Outcome> {
+        if self.again.is_some() {
+            return self.poll_outcome_again();
+        }
         self.core.poll_outcome()
     }
 
@@ -211,8 +255,11 @@ impl<P: Provider> Requester<P> {
         }
     }
 
-    /// Starts an orderly close: the CM disconnects, every call gets its outcome.
+    /// Starts an orderly close: the CM disconnects, every call gets its outcome (with
+    /// `ConnConfig::reconnect`, calls waiting to be sent again fail now, and no new
+    /// connection is made).
     pub fn close(&mut self) {
+        self.closing_for_good();
         self.core.close();
         self.deregister_if_closed();
     }

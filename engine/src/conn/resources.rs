@@ -49,7 +49,14 @@ impl<P: Provider> ConnResources<P> {
             ));
         }
         let pd = dev.alloc_pd().map_err(ConnError::Fabric)?;
-        let cq = dev.create_cq(sizes.cq_depth).map_err(ConnError::Fabric)?;
+        // A requester that reconnects builds its next core and queue pair while the old
+        // ones still hold their receive buffers, slot headers and completion-queue
+        // room (they go once the new ones are in place): room for both, so a reconnect
+        // never fails for want of what the old connection is about to give back.
+        let overlap = u32::from(cfg.reconnect.is_some() && role == Role::Requester);
+        let cq = dev
+            .create_cq(sizes.cq_depth * (1 + overlap))
+            .map_err(ConnError::Fabric)?;
         let mk = |name: &'static str, size: u32, count: u32| {
             let pc = PoolConfig::new(name, size as usize, count)
                 .cache_size(POOL_CACHE)
@@ -58,8 +65,16 @@ impl<P: Provider> ConnResources<P> {
             Pool::new(&pc).map_err(ConnError::Pool)
         };
         let pools = CorePools {
-            recv: mk("rpcrdma-recv", cfg.inline_recv, sizes.recv_bufs)?,
-            send: mk("rpcrdma-send", cfg.inline_send, sizes.send_bufs)?,
+            recv: mk(
+                "rpcrdma-recv",
+                cfg.inline_recv,
+                sizes.recv_bufs * (1 + overlap),
+            )?,
+            send: mk(
+                "rpcrdma-send",
+                cfg.inline_send,
+                sizes.send_bufs + overlap * sizes.slots,
+            )?,
             large: mk("rpcrdma-large", cfg.large_buf_size, sizes.large_bufs)?,
         };
         let app = if sizes.app_bufs > 0 {

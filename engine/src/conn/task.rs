@@ -457,6 +457,7 @@ fn refused(tag: u64, e: SubmitError) -> Outcome {
         msg: Some(req.msg),
         ddp_args: req.ddp_args,
         write_sinks: req.write_sinks,
+        resend: None,
     }
 }
 

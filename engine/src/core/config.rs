@@ -191,6 +191,40 @@ pub struct ConnConfig {
     pub probe_program: (u32, u32),
     /// Hugepage policy of the pools a driver creates for the connection.
     pub hugepages: HugePages,
+    /// Requester: when the connection ends, connect again (with backoff) and send every
+    /// call that had no answer again, with its XID, on the new connection (RFC 8267
+    /// §6.7.2: retransmission belongs on a new connection). `None`: calls in flight
+    /// when a connection ends fail with `TransportError::Disconnected`.
+    pub reconnect: Option<Reconnect>,
+}
+
+/// How a requester reconnects and retransmits ([`ConnConfig::reconnect`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reconnect {
+    /// First wait before connecting again; doubled after each attempt that fails, up to
+    /// `max_backoff`, and back to this once connected.
+    pub backoff: Duration,
+    /// Longest wait between attempts.
+    pub max_backoff: Duration,
+    /// Times one call may be sent, the first included; past it the call fails with the
+    /// error of its last loss.
+    pub max_sends: u32,
+    /// The server keeps a duplicate request cache (Linux nfsd does): calls not marked
+    /// idempotent are retransmitted too, since a retransmission of one it executed gets
+    /// the cached reply instead of running again. `false`: they fail with
+    /// `TransportError::NotRetransmitted`.
+    pub server_has_drc: bool,
+}
+
+impl Default for Reconnect {
+    fn default() -> Self {
+        Reconnect {
+            backoff: Duration::from_millis(10),
+            max_backoff: Duration::from_secs(2),
+            max_sends: 5,
+            server_has_drc: false,
+        }
+    }
 }
 
 impl Default for ConnConfig {
@@ -216,6 +250,7 @@ impl Default for ConnConfig {
             seed: None,
             probe_program: DEFAULT_PROBE_PROGRAM,
             hugepages: HugePages::Auto,
+            reconnect: None,
         }
     }
 }

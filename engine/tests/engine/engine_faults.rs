@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 
 use engine_support::*;
 use rpcrdma::fabric::faulty::{FaultConfig, FaultCounters, Faulty, FaultyDevice};
-use rpcrdma::{CallRequest, CallStatus, ConnState, Requester, Responder};
+use rpcrdma::{
+    CallRequest, CallStatus, ConnState, Reconnect, Requester, Responder, TransportError,
+};
 
 /// Rates high enough that a few thousand calls meet every kind of fault many times.
 fn faults(seed: u64) -> FaultConfig {
@@ -36,6 +38,21 @@ struct Run {
     succeeded: u64,
     failed: u64,
     connections: u64,
+    /// Failures by kind.
+    not_retransmitted: u64,
+    /// Calls the requester sent again on a new connection (reconnecting runs).
+    retransmitted: u64,
+    reconnects: u64,
+}
+
+/// How the requester copes with a lost connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// The application makes a new requester; lost calls fail.
+    Remake,
+    /// `ConnConfig::reconnect`: the requester connects again and resends; every
+    /// `non_idempotent_every`-th call is not idempotent (0: none).
+    Reconnect { non_idempotent_every: u64 },
 }
 
 fn sum(a: FaultCounters, b: FaultCounters) -> FaultCounters {
@@ -53,6 +70,15 @@ type Server<P> = Responder<Faulty<P>, TestService, fn() -> Option<TestService>>;
 /// Runs until `target` calls have outcomes. Returns the run, the server and the
 /// injected faults (both ends).
 fn run<N: Net>(net: &N, seed: u64, target: u64) -> (Run, Server<N::P>, FaultCounters) {
+    run_mode(net, seed, target, Mode::Remake)
+}
+
+fn run_mode<N: Net>(
+    net: &N,
+    seed: u64,
+    target: u64,
+    mode: Mode,
+) -> (Run, Server<N::P>, FaultCounters) {
     let sdev = FaultyDevice::<N::P>::new(net.device(), faults(seed));
     let cdev = FaultyDevice::<N::P>::new(net.device(), faults(seed ^ 0x00c1_1e47));
     let addr = net.addr();
@@ -60,7 +86,15 @@ fn run<N: Net>(net: &N, seed: u64, target: u64) -> (Run, Server<N::P>, FaultCoun
     let factory: fn() -> Option<TestService> = || Some(TestService::default());
     let mut server =
         Server::<N::P>::bind(sdev, &addr, test_config(), factory).expect("server binds");
-    let cfg = test_config();
+    let mut cfg = test_config();
+    if mode != Mode::Remake {
+        cfg.reconnect = Some(Reconnect {
+            backoff: Duration::from_millis(1),
+            max_backoff: Duration::from_millis(50),
+            max_sends: 50,
+            server_has_drc: false,
+        });
+    }
     let clock = rpcrdma::fabric::Device::clock(&cdev);
     let mut client = Requester::<Faulty<N::P>>::connect_with(&cdev, &addr, &cfg).expect("connects");
     let mut r = Run {
@@ -83,6 +117,7 @@ fn run<N: Net>(net: &N, seed: u64, target: u64) -> (Run, Server<N::P>, FaultCoun
             let sent = pending.remove(&o.tag).unwrap_or_else(|| {
                 panic!("outcome for call {} once, and only for a call sent", o.tag)
             });
+            assert!(o.resend.is_none(), "the driver keeps lost calls to itself");
             if o.status == CallStatus::Success {
                 assert_eq!(
                     results(&o),
@@ -92,11 +127,14 @@ fn run<N: Net>(net: &N, seed: u64, target: u64) -> (Run, Server<N::P>, FaultCoun
                 );
                 r.succeeded += 1;
             } else {
+                if o.status == CallStatus::Transport(TransportError::NotRetransmitted) {
+                    r.not_retransmitted += 1;
+                }
                 r.failed += 1;
             }
         }
         match client.state() {
-            ConnState::Closed => {
+            ConnState::Closed if mode == Mode::Remake => {
                 // The engine gives every call an outcome by the time it reports the
                 // connection closed: nothing may be left to lose with it.
                 assert!(
@@ -113,7 +151,13 @@ fn run<N: Net>(net: &N, seed: u64, target: u64) -> (Run, Server<N::P>, FaultCoun
                 let data = pattern(16 + (next_tag % 300) as usize, next_tag as u8);
                 if let Ok(mut b) = client.alloc_msg() {
                     write_call(&mut b, PROC_ECHO, &opaque(&data));
-                    let mut req = CallRequest::new(b, 4000);
+                    let idempotent = match mode {
+                        Mode::Reconnect {
+                            non_idempotent_every: n,
+                        } if n > 0 => !next_tag.is_multiple_of(n),
+                        _ => true,
+                    };
+                    let mut req = CallRequest::new(b, 4000).idempotent(idempotent);
                     req.timeout = Some(Duration::from_secs(2));
                     if client.submit(req, next_tag).is_ok() {
                         pending.insert(next_tag, data);
@@ -125,7 +169,27 @@ fn run<N: Net>(net: &N, seed: u64, target: u64) -> (Run, Server<N::P>, FaultCoun
             _ => {}
         }
     }
-    // Finish the calls still out, then close.
+    // Let the calls still out finish (a reconnecting requester sends lost ones again),
+    // then close.
+    let end = Instant::now() + DEADLINE * 3;
+    while !pending.is_empty() && client.state() != ConnState::Closed {
+        assert!(Instant::now() < end, "the last calls end: {pending:?}");
+        let now = clock.now();
+        server.poll(now);
+        client.poll(now);
+        while let Some(o) = client.poll_outcome() {
+            let sent = pending.remove(&o.tag).expect("one outcome per call");
+            if o.status == CallStatus::Success {
+                assert_eq!(results(&o), opaque(&sent), "echoed");
+                r.succeeded += 1;
+            } else {
+                if o.status == CallStatus::Transport(TransportError::NotRetransmitted) {
+                    r.not_retransmitted += 1;
+                }
+                r.failed += 1;
+            }
+        }
+    }
     client.close();
     let end = Instant::now() + DEADLINE;
     while client.state() != ConnState::Closed || !pending.is_empty() {
@@ -141,6 +205,10 @@ fn run<N: Net>(net: &N, seed: u64, target: u64) -> (Run, Server<N::P>, FaultCoun
                 r.failed += 1;
             }
         }
+    }
+    if let Some(s) = client.reconnect_stats() {
+        r.retransmitted = s.retransmitted;
+        r.reconnects = s.reconnects;
     }
     drop(client);
     // The server lets go of every connection once the client's is gone too.
@@ -192,4 +260,51 @@ fn no_outcome_lost_or_duplicated_under_faults_sim() {
     let (r, _server, f) = run(&net, 0x5eed_0003, 5000);
     eprintln!("sim: {r:?} {f:?}");
     check(&r, &f);
+}
+
+/// Reconnecting and resending idempotent calls: every call succeeds (each exactly once
+/// in the outcomes), though connections keep breaking.
+fn reconnecting<N: Net>(net: &N, seed: u64, target: u64) {
+    let mode = Mode::Reconnect {
+        non_idempotent_every: 0,
+    };
+    let (r, _server, f) = run_mode(net, seed, target, mode);
+    eprintln!("reconnecting: {r:?} {f:?}");
+    assert_eq!(r.failed, 0, "every call succeeded: {r:?}");
+    assert_eq!(r.succeeded, r.submitted, "{r:?}");
+    assert!(r.reconnects > 3, "connections were lost and remade: {r:?}");
+    assert!(r.retransmitted > 0, "lost calls were sent again: {r:?}");
+    assert_eq!(r.connections, 1, "one requester throughout: {r:?}");
+}
+
+#[test]
+fn reconnecting_requester_loses_no_idempotent_call_shm() {
+    reconnecting(&ShmNet, 0x5eed_0011, 3000);
+}
+
+#[test]
+fn reconnecting_requester_loses_no_idempotent_call_siw() {
+    let net = SiwNet {
+        confirm_completions: true,
+    };
+    reconnecting(&net, 0x5eed_0012, 1500);
+}
+
+#[test]
+fn reconnecting_requester_loses_no_idempotent_call_sim() {
+    reconnecting(&SimNetFixture::seeded(0x5eed_0013), 0x5eed_0013, 3000);
+}
+
+/// Calls that are not idempotent, to a server without a reply cache, are not sent
+/// again: lost ones fail with `NotRetransmitted`, and only those fail.
+#[test]
+fn calls_that_are_not_idempotent_are_not_resent_without_a_server_reply_cache() {
+    let mode = Mode::Reconnect {
+        non_idempotent_every: 3,
+    };
+    let (r, _server, _f) = run_mode(&ShmNet, 0x5eed_0014, 3000, mode);
+    eprintln!("mixed: {r:?}");
+    assert!(r.not_retransmitted > 0, "some were lost: {r:?}");
+    assert_eq!(r.failed, r.not_retransmitted, "only those failed: {r:?}");
+    assert!(r.retransmitted > 0, "{r:?}");
 }

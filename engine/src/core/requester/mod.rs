@@ -71,8 +71,8 @@ use super::{CoreError, CorePools};
 use crate::credits::CreditTable;
 use crate::fabric::{Completion, SendOp};
 use crate::requester::{
-    CallRequest, CallStatus, DdpArgs, Outcome, Reply, SubmitError, SubmitRefusal, TransportError,
-    WriteSinks, MAX_WRITE_SINKS,
+    CallRequest, CallStatus, DdpArgs, Outcome, Reply, Resend, SubmitError, SubmitRefusal,
+    TransportError, WriteSinks, MAX_WRITE_SINKS,
 };
 use crate::wire::header::{HeaderView, Limits};
 use crate::wire::private_data::PrivateData;
@@ -204,6 +204,9 @@ pub struct RequesterHalf {
     outcomes: FixedQueue<Outcome>,
     /// The connection's failure has been handled here ([`Self::on_fail`]).
     failed: bool,
+    /// Calls lost with the connection come out with `Outcome::resend` set, so the
+    /// driver can send them again on the next one (`ConnConfig::reconnect`).
+    hand_back: bool,
     next_deadline: Option<Instant>,
     last_rx: Option<Instant>,
     stats: RequesterStats,
@@ -295,6 +298,7 @@ impl RequesterHalf {
             queue: FixedQueue::with_capacity(cfg.queue_len),
             outcomes: FixedQueue::with_capacity(sizes.slots as usize + cfg.queue_len),
             failed: false,
+            hand_back: cfg.reconnect.is_some(),
             next_deadline: None,
             last_rx: None,
             stats: RequesterStats::default(),
@@ -643,6 +647,7 @@ impl RequesterHalf {
                         msg: Some(q.req.msg),
                         ddp_args: q.req.ddp_args,
                         write_sinks: q.req.write_sinks,
+                        resend: None,
                     });
                 }
             }
@@ -704,6 +709,7 @@ impl RequesterHalf {
                     msg: Some(q.req.msg),
                     ddp_args: q.req.ddp_args,
                     write_sinks: q.req.write_sinks,
+                    resend: None,
                 });
             } else {
                 self.note_deadline(q.deadline);
@@ -973,6 +979,7 @@ impl RequesterHalf {
                 status,
                 reply,
                 sink_lens,
+                lost: false,
             });
             for (i, m) in s.mrs.iter_mut().enumerate() {
                 if m.state != MrState::Registered {
@@ -1007,6 +1014,7 @@ impl RequesterHalf {
     /// Delivers the outcome once every key is dead, and frees the slot once nothing is
     /// outstanding.
     fn progress(&mut self, slot: u32) {
+        let hand_back = self.hand_back;
         let s = &mut self.slots[slot as usize];
         if !s.state.in_use() {
             return;
@@ -1029,6 +1037,10 @@ impl RequesterHalf {
                 // octets), with empty lists: on the common path they are, and building
                 // them only to move them in would copy their uninitialised places.
                 let lists = !quarantine && (!s.ddp_args.is_empty() || !s.sinks.is_empty());
+                let resend = (a.lost && hand_back).then_some(Resend {
+                    xid: Some(s.xid),
+                    ..s.resend
+                });
                 let make = || Outcome {
                     tag: s.tag,
                     xid: s.xid,
@@ -1037,6 +1049,7 @@ impl RequesterHalf {
                     msg: if quarantine { None } else { s.msg.take() },
                     ddp_args: DdpArgs::new(),
                     write_sinks: WriteSinks::new(),
+                    resend,
                 };
                 if s.is_probe {
                     // The probe's buffers go back to their pools here.
@@ -1096,8 +1109,15 @@ impl RequesterHalf {
         }
         self.failed = true;
         let lost = self.lost(t);
-        // Calls that never touched the wire fail now.
+        // Calls that never touched the wire fail now (and may go on the next
+        // connection, under their own XID or, if none was chosen, none yet).
         while let Some(q) = self.queue.pop_front() {
+            let resend = self.hand_back.then_some(Resend {
+                xid: q.req.xid,
+                max_reply_len: q.req.max_reply_len,
+                timeout: q.req.timeout,
+                idempotent: q.req.idempotent,
+            });
             self.push_outcome(Outcome {
                 tag: q.tag,
                 xid: q.req.xid.unwrap_or(0),
@@ -1106,6 +1126,7 @@ impl RequesterHalf {
                 msg: Some(q.req.msg),
                 ddp_args: q.req.ddp_args,
                 write_sinks: q.req.write_sinks,
+                resend,
             });
         }
         self.credits.set_waiting(0);
@@ -1140,6 +1161,7 @@ impl RequesterHalf {
                     status: CallStatus::Transport(lost),
                     reply: None,
                     sink_lens: [0; MAX_WRITE_SINKS],
+                    lost: true,
                 });
             }
             self.progress(slot);

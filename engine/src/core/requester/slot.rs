@@ -6,7 +6,7 @@ use std::time::Instant;
 use crate::core::config::MAX_MRS_PER_CALL;
 use crate::core::fixed::FixedVec;
 use crate::core::regbuf::RegBuf;
-use crate::requester::{CallStatus, DdpArgs, Reply, WriteSinks, MAX_WRITE_SINKS};
+use crate::requester::{CallStatus, DdpArgs, Reply, Resend, WriteSinks, MAX_WRITE_SINKS};
 
 /// Where a slot is in its life (the diagram in `engine/DESIGN.md`, "Requester: a call
 /// slot"). Whether it holds a credit is separate: a call that timed out keeps its
@@ -64,6 +64,8 @@ pub(super) struct Answer {
     pub(super) status: CallStatus,
     pub(super) reply: Option<Reply>,
     pub(super) sink_lens: [u32; MAX_WRITE_SINKS],
+    /// The call was lost with its connection, never answered: it may be sent again.
+    pub(super) lost: bool,
 }
 
 pub(super) struct CallSlot {
@@ -92,6 +94,8 @@ pub(super) struct CallSlot {
     pub(super) is_probe: bool,
     /// The XID was chosen by the caller and is mapped in the requester's `XidMap`.
     pub(super) own_xid: bool,
+    /// What sending the call again would need (see `Outcome::resend`).
+    pub(super) resend: Resend,
 }
 
 impl CallSlot {
@@ -115,6 +119,12 @@ impl CallSlot {
             started: None,
             is_probe,
             own_xid: false,
+            resend: Resend {
+                xid: None,
+                max_reply_len: 0,
+                timeout: None,
+                idempotent: false,
+            },
         }
     }
 

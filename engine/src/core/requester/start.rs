@@ -11,7 +11,7 @@ use crate::core::fixed::FixedVec;
 use crate::core::regbuf::RegBuf;
 use crate::core::wrid::{WrId, WrKind};
 use crate::fabric::{Access, SendOp, Sge};
-use crate::requester::{CallRequest, SubmitRefusal, MAX_DDP_ARGS, MAX_WRITE_SINKS};
+use crate::requester::{CallRequest, Resend, SubmitRefusal, MAX_DDP_ARGS, MAX_WRITE_SINKS};
 use crate::wire::header::{
     BodyRepr, ChunkListsRepr, HeaderRepr, ReadSegment, Segment, FIXED_HEADER_LEN,
     MIN_MSG_HEADER_LEN, RDMA_MSG, READ_LIST_ENTRY_LEN, RPCRDMA_VERSION, SEGMENT_LEN, WORD_LEN,
@@ -318,6 +318,12 @@ impl RequesterHalf {
         s.reply_buf = reply_buf;
         s.deadline = deadline;
         s.started = Some(now);
+        s.resend = Resend {
+            xid: None,
+            max_reply_len: req.max_reply_len,
+            timeout: req.timeout,
+            idempotent: req.idempotent,
+        };
         self.stats.calls_sent += 1;
         self.stats.long_calls += u64::from(plan.long);
         self.stats.reply_chunks += u64::from(plan.reply_chunk);
@@ -366,6 +372,12 @@ impl RequesterHalf {
         s.reply_buf = None;
         s.deadline = deadline;
         s.started = Some(now);
+        s.resend = Resend {
+            xid: None,
+            max_reply_len: req.max_reply_len,
+            timeout: req.timeout,
+            idempotent: req.idempotent,
+        };
         self.stats.calls_sent += 1;
         true
     }
