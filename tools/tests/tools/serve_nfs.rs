@@ -655,3 +655,82 @@ fn nfs_client_over_siw_without_confirmation_reads() {
     let _ = std::fs::remove_file(&local);
     let _ = std::fs::remove_file(&back);
 }
+
+/// The NFSv3 client keeps going through lost connections: over a shm device that drops
+/// connections and aborts them at random (`fabric::faulty`, client side), against
+/// `rpcrdma serve --nfs`, it reconnects and sends each lost call again under its XID
+/// (the server's reply cache answers a retransmission of a call it ran); every file
+/// written reads back exactly, and no operation fails.
+#[test]
+fn nfs_client_reconnects_and_retransmits_through_lost_connections() {
+    use rpcrdma::fabric::faulty::{FaultConfig, Faulty, FaultyDevice};
+    use rpcrdma_ulp::nfs::client::{mount, Nfs3Client};
+    let dir = std::env::temp_dir().join(format!("rpcrdma-nfs-rc-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let sock = std::env::temp_dir().join(format!("rpcrdma-nfs-rc-{}.sock", std::process::id()));
+    let _ = std::fs::remove_file(&sock);
+    let (g, mount_at) = spawn_nfs_serve("shm", sock.as_os_str(), &dir, sock.clone(), &[]);
+    let root = mount(mount_at, "/", DEADLINE).expect("MNT");
+    // The NFS client's own policy, with a larger send budget: faults come much faster
+    // here than on any real network.
+    let cfg = ConnConfig {
+        hugepages: HugePages::Never,
+        reconnect: Some(rpcrdma::Reconnect {
+            max_sends: 50,
+            server_has_drc: true,
+            ..rpcrdma::Reconnect::default()
+        }),
+        ..ConnConfig::default()
+    };
+    let dev = FaultyDevice::<ShmProvider>::new(
+        ShmDevice::new(),
+        FaultConfig {
+            seed: 0x0ef5,
+            disconnect_ppm: 5_000,
+            abort_ppm: 1_000,
+            post_failure_ppm: 1_000,
+            ..FaultConfig::default()
+        },
+    );
+    let mut c = Nfs3Client::<Faulty<ShmProvider>>::connect(
+        &dev,
+        &ShmAddr::Path(sock.clone()),
+        &cfg,
+        root.clone(),
+        DEADLINE,
+    )
+    .expect("connect");
+    let mut written = Vec::new();
+    for i in 0..120u32 {
+        let name = format!("f{i:03}");
+        let data: Vec<u8> = (0..(i * 97 % 9000 + 1)).map(|j| (j ^ i) as u8).collect();
+        let fh = c
+            .put(&root, name.as_bytes(), &data)
+            .unwrap_or_else(|e| panic!("put {name}: {e} ({:?})", c.reconnect_stats()));
+        written.push((fh, data));
+    }
+    for (i, (fh, data)) in written.iter().enumerate() {
+        let mut got = Vec::new();
+        c.get(fh, &mut got)
+            .unwrap_or_else(|e| panic!("get f{i:03}: {e}"));
+        assert_eq!(&got, data, "f{i:03} reads back as written");
+        assert_eq!(
+            std::fs::read(dir.join(format!("f{i:03}"))).unwrap(),
+            *data,
+            "and the server's file holds it"
+        );
+    }
+    let s = c.reconnect_stats().expect("reconnecting by default");
+    let f = dev.counters();
+    eprintln!("{s:?} {f:?}");
+    assert!(
+        f.disconnects + f.aborts + f.posts_refused > 3,
+        "faults happened: {f:?}"
+    );
+    assert!(s.reconnects > 3, "connections were remade: {s:?}");
+    assert!(s.retransmitted > 0, "lost calls were sent again: {s:?}");
+    assert_eq!(s.gave_up + s.not_retransmitted, 0, "{s:?}");
+    drop(c);
+    drop(g);
+}

@@ -15,7 +15,7 @@ use rpcrdma::fabric::Provider;
 use rpcrdma::wire::header::RdmaError;
 use rpcrdma::Requester;
 use rpcrdma::{CallRequest, CallStatus, Outcome, TransportError};
-use rpcrdma::{ConnConfig, ConnState};
+use rpcrdma::{ConnConfig, ConnState, Reconnect};
 
 use super::mount::{self, DirPath, MountRes3, MountStat3, MOUNT_PROGRAM, MOUNT_V3};
 use super::server::tcp::{read_record, write_record};
@@ -345,7 +345,9 @@ fn status<T>(r: super::v3::res::NfsRes<T, impl Sized>) -> Result<T> {
 impl<P: Provider> Nfs3Client<P> {
     /// Connects to the NFS server at `addr` and asks FSINFO of `root` (the handle from
     /// [`mount()`]) for its transfer sizes, which are capped at the connection's large
-    /// buffer size (one chunk per READ or WRITE).
+    /// buffer size (one chunk per READ or WRITE). The connection reconnects and sends
+    /// lost calls again under their XIDs (`ConnConfig::reconnect`, with
+    /// `server_has_drc`) unless `cfg` sets its own policy.
     pub fn connect(
         dev: &P::Device,
         addr: &P::Addr,
@@ -353,6 +355,15 @@ impl<P: Provider> Nfs3Client<P> {
         root: Vec<u8>,
         timeout: Duration,
     ) -> Result<Self> {
+        // Reconnect and retransmit unless the configuration says how: NFS servers keep
+        // a duplicate request cache (Linux nfsd, and ours: `NfsConfig::reply_cache`), so
+        // every lost call is sent again under its XID. `max_sends: 1` turns it off.
+        let mut cfg = cfg.clone();
+        cfg.reconnect = cfg.reconnect.or(Some(Reconnect {
+            server_has_drc: true,
+            ..Reconnect::default()
+        }));
+        let cfg = &cfg;
         let conn = establish::<P>(dev, addr, cfg, timeout)?;
         let mut c = Nfs3Client {
             conn,
@@ -391,6 +402,11 @@ impl<P: Provider> Nfs3Client<P> {
         self.xid
     }
 
+    /// What reconnection did so far: connections remade, calls sent again.
+    pub fn reconnect_stats(&self) -> Option<rpcrdma::ReconnectStats> {
+        self.conn.reconnect_stats()
+    }
+
     /// Offers idempotent calls (GETATTR, LOOKUP, READDIR, READDIRPLUS, ...) at most
     /// `octets` of reply room on the first try, instead of the RFC 8267 bound for their
     /// arguments: a READDIRPLUS of a small directory then needs no Reply chunk, so
@@ -413,7 +429,16 @@ impl<P: Provider> Nfs3Client<P> {
     }
 
     /// Runs one call to its outcome, whatever the outcome says.
-    fn run_any(&mut self, req: CallRequest) -> Result<Outcome> {
+    fn run_any(&mut self, mut req: CallRequest) -> Result<Outcome> {
+        // Whether the call may run twice (it is sent again after a reconnect only then,
+        // unless the server keeps a reply cache): the procedure's declaration, read
+        // from the call header's procedure word.
+        let procedure = req
+            .msg
+            .as_slice()
+            .get(20..24)
+            .map_or(u32::MAX, |w| u32::from_be_bytes([w[0], w[1], w[2], w[3]]));
+        req.idempotent = v3::proc_info(procedure).is_some_and(|i| i.idempotent);
         submit_next(&mut self.conn, &mut self.xid, req, 0)?;
         wait_outcome(&mut self.conn, self.timeout)
     }
