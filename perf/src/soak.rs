@@ -11,8 +11,11 @@
 //! long calls through Position-Zero Read chunks, Reply chunks), reconnecting each
 //! connection after it closes, and kills and restarts the server at half time.
 //!
-//! The engine does not retransmit across connections yet, so `retried` counts the calls
-//! the application re-issued after a transport failure; every failure is counted by kind.
+//! By default each requester reconnects and retransmits by itself (`ConnConfig::reconnect`,
+//! the calls marked idempotent: ECHO is), so `retried` counts the calls it sent again and
+//! failures are calls that ran out of sends; with `--no-reconnect` the soak makes a new
+//! requester after each loss and `retried` counts the calls it re-issued. Every failure
+//! is counted by kind.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -56,6 +59,10 @@ pub struct SoakArgs {
     /// Do not kill and restart the server halfway.
     #[arg(long)]
     pub no_kill: bool,
+    /// Do not let the requesters reconnect and retransmit (`ConnConfig::reconnect`):
+    /// the soak makes a new requester after each loss and counts the lost calls failed.
+    #[arg(long)]
+    pub no_reconnect: bool,
     /// Run the server side on this address (used by the soak itself).
     #[arg(long, hide = true)]
     pub serve: Option<String>,
@@ -343,7 +350,15 @@ fn drive<F: SoakFabric>(args: &SoakArgs) -> Result<bool, String> {
         },
     );
     let clock = cdev.clock();
-    let cfg = conn_config();
+    let mut cfg = conn_config();
+    if !args.no_reconnect {
+        cfg.reconnect = Some(rpcrdma::Reconnect {
+            backoff: Duration::from_millis(2),
+            max_backoff: Duration::from_millis(200),
+            max_sends: 20,
+            server_has_drc: false,
+        });
+    }
     let start = Instant::now();
     let run_for = Duration::from_secs_f64(args.duration.max(0.5));
     let kill_at = start + run_for / 2;
@@ -421,7 +436,7 @@ fn drive<F: SoakFabric>(args: &SoakArgs) -> Result<bool, String> {
                 }
             }
             match conn.state() {
-                ConnState::Closed => {
+                ConnState::Closed if args.no_reconnect => {
                     // Every call has its outcome by the time the connection reports
                     // closed; whatever is still pending here is lost.
                     t.lost += c.pending.len() as u64;
@@ -438,10 +453,13 @@ fn drive<F: SoakFabric>(args: &SoakArgs) -> Result<bool, String> {
                         conn.alloc_large()
                     };
                     let Ok(msg) = msg else { continue };
-                    let Ok(mut req) = echo::call(msg, &data) else {
+                    let Ok(req) = echo::call(msg, &data) else {
                         continue;
                     };
-                    req.timeout = Some(Duration::from_secs(3));
+                    let mut req = req.idempotent(true);
+                    // Long enough that a loaded machine does not turn slowness into
+                    // failures; the faults are what this run is about.
+                    req.timeout = Some(Duration::from_secs(10));
                     if conn.submit(req, next_tag).is_ok() {
                         c.pending.insert(next_tag, data);
                         t.issued += 1;
@@ -474,6 +492,12 @@ fn drive<F: SoakFabric>(args: &SoakArgs) -> Result<bool, String> {
                 conn.poll(clock.now());
                 while conn.poll_outcome().is_some() {}
             }
+        }
+    }
+    for c in &clients {
+        if let Some(s) = c.conn.as_ref().and_then(|conn| conn.reconnect_stats()) {
+            t.retried += s.retransmitted;
+            t.connections += s.reconnects;
         }
     }
     clients.clear();
