@@ -356,6 +356,7 @@ fn drive<F: SoakFabric>(args: &SoakArgs) -> Result<bool, String> {
             backoff: Duration::from_millis(2),
             max_backoff: Duration::from_millis(200),
             max_sends: 20,
+            resend_for: Some(Duration::from_secs(30)),
             server_has_drc: false,
         });
     }

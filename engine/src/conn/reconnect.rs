@@ -37,8 +37,9 @@ pub(crate) struct Again<P: Provider> {
     /// Calls to send again once connected, in their original order, with the number of
     /// times each was sent so far.
     pending: VecDeque<(u64, CallRequest, u32)>,
-    /// Calls sent more than once and not finished: tag and sends so far.
-    sends: Vec<(u64, u32)>,
+    /// Calls lost at least once and not finished: tag, sends so far, and when the call
+    /// was first lost.
+    sends: Vec<(u64, u32, Instant)>,
     /// Outcomes ready for the application (failed for good, or from a replaced core).
     finished: VecDeque<Outcome>,
     /// When to try connecting next, once the connection has ended.
@@ -90,18 +91,19 @@ impl<P: Provider> Again<P> {
         }
     }
 
-    /// Times `tag` was sent so far (once unless it was sent again).
-    fn sends_of(&self, tag: u64) -> u32 {
+    /// Times `tag` was sent so far (once unless it was sent again) and when it was
+    /// first lost (`now` if this is the first time).
+    fn sends_of(&self, tag: u64, now: Instant) -> (u32, Instant) {
         self.sends
             .iter()
-            .find(|(t, _)| *t == tag)
-            .map_or(1, |(_, n)| *n)
+            .find(|(t, _, _)| *t == tag)
+            .map_or((1, now), |(_, n, at)| (*n, *at))
     }
 
     /// `tag` finished: forget its count.
     fn forget(&mut self, tag: u64) {
         if !self.sends.is_empty() {
-            self.sends.retain(|(t, _)| *t != tag);
+            self.sends.retain(|(t, _, _)| *t != tag);
         }
     }
 
@@ -113,15 +115,19 @@ impl<P: Provider> Again<P> {
     }
 
     /// Takes in a call lost with its connection: to send again, or to fail for good.
-    fn take_back(&mut self, mut o: Outcome) {
+    fn take_back(&mut self, mut o: Outcome, now: Instant) {
         let Some(r) = o.resend else {
             self.finish(o);
             return;
         };
-        let sends = self.sends_of(o.tag);
+        let (sends, first_lost) = self.sends_of(o.tag, now);
+        let too_late = self
+            .policy
+            .resend_for
+            .is_some_and(|d| now.saturating_duration_since(first_lost) >= d);
         if self.closing {
             self.finish(o);
-        } else if sends >= self.policy.max_sends {
+        } else if sends >= self.policy.max_sends || too_late {
             self.stats.gave_up += 1;
             self.finish(o);
         } else if !r.idempotent && !self.policy.server_has_drc {
@@ -131,7 +137,13 @@ impl<P: Provider> Again<P> {
         } else {
             let tag = o.tag;
             match o.into_resend() {
-                Ok(req) => self.pending.push_back((tag, req, sends)),
+                Ok(req) => {
+                    match self.sends.iter_mut().find(|(t, _, _)| *t == tag) {
+                        Some(_) => {}
+                        None => self.sends.push((tag, sends, first_lost)),
+                    }
+                    self.pending.push_back((tag, req, sends));
+                }
                 Err(o) => self.finish(o),
             }
         }
@@ -164,7 +176,7 @@ impl<P: Provider> Requester<P> {
             }
             let o = self.core.poll_outcome()?;
             if o.resend.is_some() {
-                a.take_back(o);
+                a.take_back(o, self.clock.now());
                 continue;
             }
             a.forget(o.tag);
@@ -185,7 +197,7 @@ impl<P: Provider> Requester<P> {
             ConnState::Closed if !a.closing => {
                 // Everything the old core still holds moves here before it is replaced.
                 while let Some(o) = self.core.poll_outcome() {
-                    a.take_back(o);
+                    a.take_back(o, now);
                     work += 1;
                 }
                 let at = *a.next_attempt.get_or_insert_with(|| {
@@ -223,9 +235,8 @@ impl<P: Provider> Requester<P> {
                         Ok(()) => {
                             work += 1;
                             a.stats.retransmitted += 1;
-                            match a.sends.iter_mut().find(|(t, _)| *t == tag) {
-                                Some(e) => e.1 = sends + 1,
-                                None => a.sends.push((tag, sends + 1)),
+                            if let Some(e) = a.sends.iter_mut().find(|(t, _, _)| *t == tag) {
+                                e.1 = sends + 1;
                             }
                         }
                         Err(e) => match e.reason {

@@ -34,7 +34,7 @@ pub struct Requester<P: Provider> {
     wcs: [Completion; CQ_BATCH],
     res: ConnResources<P>,
     /// The device's clock: the system's, or a simulation's virtual one.
-    clock: Clock,
+    pub(super) clock: Clock,
     /// Reconnection and retransmission state (`ConnConfig::reconnect`); `None` when off.
     pub(super) again: Option<Box<super::reconnect::Again<P>>>,
 }

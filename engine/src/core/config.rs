@@ -209,6 +209,10 @@ pub struct Reconnect {
     /// Times one call may be sent, the first included; past it the call fails with the
     /// error of its last loss.
     pub max_sends: u32,
+    /// How long after a call is first lost it may still be sent again (zero: never);
+    /// past it the call fails with the error of its last loss. `None`: only `max_sends`
+    /// bounds it.
+    pub resend_for: Option<Duration>,
     /// The server keeps a duplicate request cache (Linux nfsd does): calls not marked
     /// idempotent are retransmitted too, since a retransmission of one it executed gets
     /// the cached reply instead of running again. `false`: they fail with
@@ -222,6 +226,7 @@ impl Default for Reconnect {
             backoff: Duration::from_millis(10),
             max_backoff: Duration::from_secs(2),
             max_sends: 5,
+            resend_for: Some(Duration::from_secs(60)),
             server_has_drc: false,
         }
     }

@@ -52,7 +52,10 @@ enum Mode {
     Remake,
     /// `ConnConfig::reconnect`: the requester connects again and resends; every
     /// `non_idempotent_every`-th call is not idempotent (0: none).
-    Reconnect { non_idempotent_every: u64 },
+    Reconnect {
+        non_idempotent_every: u64,
+        resend_for: Option<Duration>,
+    },
 }
 
 fn sum(a: FaultCounters, b: FaultCounters) -> FaultCounters {
@@ -87,11 +90,12 @@ fn run_mode<N: Net>(
     let mut server =
         Server::<N::P>::bind(sdev, &addr, test_config(), factory).expect("server binds");
     let mut cfg = test_config();
-    if mode != Mode::Remake {
+    if let Mode::Reconnect { resend_for, .. } = mode {
         cfg.reconnect = Some(Reconnect {
             backoff: Duration::from_millis(1),
             max_backoff: Duration::from_millis(50),
             max_sends: 50,
+            resend_for,
             server_has_drc: false,
         });
     }
@@ -129,6 +133,8 @@ fn run_mode<N: Net>(
             } else {
                 if o.status == CallStatus::Transport(TransportError::NotRetransmitted) {
                     r.not_retransmitted += 1;
+                } else if std::env::var("FAULTS_DEBUG").is_ok() {
+                    eprintln!("failed: {:?}", o.status);
                 }
                 r.failed += 1;
             }
@@ -154,6 +160,7 @@ fn run_mode<N: Net>(
                     let idempotent = match mode {
                         Mode::Reconnect {
                             non_idempotent_every: n,
+                            ..
                         } if n > 0 => !next_tag.is_multiple_of(n),
                         _ => true,
                     };
@@ -172,7 +179,8 @@ fn run_mode<N: Net>(
     // Let the calls still out finish (a reconnecting requester sends lost ones again),
     // then close.
     let end = Instant::now() + DEADLINE * 3;
-    while !pending.is_empty() && client.state() != ConnState::Closed {
+    // (A reconnecting requester may be between connections: it still owes outcomes.)
+    while !pending.is_empty() && (mode != Mode::Remake || client.state() != ConnState::Closed) {
         assert!(Instant::now() < end, "the last calls end: {pending:?}");
         let now = clock.now();
         server.poll(now);
@@ -185,6 +193,8 @@ fn run_mode<N: Net>(
             } else {
                 if o.status == CallStatus::Transport(TransportError::NotRetransmitted) {
                     r.not_retransmitted += 1;
+                } else if std::env::var("FAULTS_DEBUG").is_ok() {
+                    eprintln!("failed: {:?}", o.status);
                 }
                 r.failed += 1;
             }
@@ -267,6 +277,7 @@ fn no_outcome_lost_or_duplicated_under_faults_sim() {
 fn reconnecting<N: Net>(net: &N, seed: u64, target: u64) {
     let mode = Mode::Reconnect {
         non_idempotent_every: 0,
+        resend_for: None,
     };
     let (r, _server, f) = run_mode(net, seed, target, mode);
     eprintln!("reconnecting: {r:?} {f:?}");
@@ -301,10 +312,26 @@ fn reconnecting_requester_loses_no_idempotent_call_sim() {
 fn calls_that_are_not_idempotent_are_not_resent_without_a_server_reply_cache() {
     let mode = Mode::Reconnect {
         non_idempotent_every: 3,
+        resend_for: None,
     };
     let (r, _server, _f) = run_mode(&ShmNet, 0x5eed_0014, 3000, mode);
     eprintln!("mixed: {r:?}");
     assert!(r.not_retransmitted > 0, "some were lost: {r:?}");
     assert_eq!(r.failed, r.not_retransmitted, "only those failed: {r:?}");
     assert!(r.retransmitted > 0, "{r:?}");
+}
+
+/// A call lost after its resend window (`Reconnect::resend_for`, zero here) is not sent
+/// again: it fails with the error of its loss, and nothing is retransmitted.
+#[test]
+fn a_call_past_its_resend_window_fails_with_its_loss() {
+    let mode = Mode::Reconnect {
+        non_idempotent_every: 0,
+        resend_for: Some(Duration::ZERO),
+    };
+    let (r, _server, _f) = run_mode(&ShmNet, 0x5eed_0015, 2000, mode);
+    eprintln!("window: {r:?}");
+    assert!(r.failed > 0, "lost calls failed: {r:?}");
+    assert_eq!(r.not_retransmitted, 0, "{r:?}");
+    assert!(r.reconnects > 3, "the connection itself was remade: {r:?}");
 }
