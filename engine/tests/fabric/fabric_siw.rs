@@ -1263,3 +1263,52 @@ fn siw_sockets_carry_the_configured_keepalive() {
     );
     drop(p);
 }
+
+/// A hostile peer's endless message: Send segments that never say "last", each further
+/// into the message, are placed into the one posted receive until the next would pass
+/// its end; that one is terminated as too long (RFC 5041 §7.2), nothing is buffered on
+/// the peer's behalf, and the receive completes in error (local length error, as verbs
+/// reports a message longer than its receive), never as a delivered message.
+#[test]
+fn an_endless_message_is_terminated_at_the_receive_buffers_end() {
+    let (mut s, mut raw) = raw_pair(SiwConfig::default(), true);
+    let rb = [s.sge(0, 4096)];
+    s.qp()
+        .post_recv(&[RecvWr { wr_id: 1, sgl: &rb }])
+        .expect("post");
+    let msn = raw.msn.take(QueueNumber::Send);
+    let chunk = [0x5a_u8; 1024];
+    let mut last_h = None;
+    for i in 0..8u32 {
+        // Four segments fill the 4 KiB receive; the fifth runs past it.
+        let h = SegmentHeader::untagged(Opcode::Send, false, 0, msn, i * 1024);
+        raw.send(h, &chunk);
+        last_h = Some(h);
+        s.pump();
+        raw.fill();
+        if !raw.inbox.is_empty() || raw.eof {
+            // The Terminate is on its way: nothing more is taken in after it.
+            break;
+        }
+    }
+    let (th, body) = next_fpdu(&mut s, &mut raw);
+    assert_eq!(th.opcode, Opcode::Terminate);
+    let t = Terminate::decode(&body).expect("decodes");
+    assert_eq!(
+        t.code,
+        TerminateCode::DdpUntagged(DdpUntaggedError::MessageTooLong),
+        "after {last_h:?}"
+    );
+    s.wait(&mut raw, "error and close", |s, r| {
+        s.qp.as_ref().is_some_and(|q| q.state().is_error()) && r.eof
+    });
+    s.wait(&mut raw, "the receive completes", |s, _| !s.done.is_empty());
+    assert_eq!(s.done[0].status, WcStatus::LocalLengthError);
+    // Exactly the receive's 4 KiB were placed; nothing past it.
+    assert_eq!(s.read(0, 4096), vec![0x5a; 4096]);
+    assert_eq!(
+        s.read(4096, 64),
+        vec![0; 64],
+        "nothing placed past the receive"
+    );
+}
