@@ -12,8 +12,7 @@ use crate::core::{
 };
 use crate::credits::CreditTable;
 use crate::fabric::{
-    Clock, CmEvent, Completion, ConnId, ConnectionManager, Device, Provider, QpInit, QueuePair,
-    RNR_RETRY_INFINITE,
+    Clock, CmEvent, Completion, ConnId, ConnectionManager, Device, Provider, QueuePair,
 };
 use crate::requester::{CallRequest, Outcome, SubmitError};
 use crate::wire::private_data::InlineThresholds;
@@ -64,18 +63,8 @@ fn open<P: Provider>(
         ),
     };
     let mut core = core.map_err(ConnError::Core)?;
-    let mut config = res.qp_config();
-    // Credits make RNR impossible once both sides run; retrying covers a responder
-    // whose receives are posted a moment after it accepts.
-    config.rnr_retry = RNR_RETRY_INFINITE;
-    let init = QpInit {
-        pd: &res.pd,
-        send_cq: &res.cq,
-        recv_cq: &res.cq,
-        config,
-    };
     let mut qp = cm
-        .connect(addr, init, &core.local_private_data())
+        .connect(addr, res.qp_init(), &core.local_private_data())
         .map_err(ConnError::Fabric)?;
     super::post::transmit(&mut core, &mut qp, now);
     Ok((fast_regs, core, qp))

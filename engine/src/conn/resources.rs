@@ -14,7 +14,10 @@ use super::ConnError;
 use crate::core::config::{ConnConfig, RegMode, Role, Sizes, POOL_CACHE};
 use crate::core::CorePools;
 use crate::core::FastRegSlot;
-use crate::fabric::{Access, Device, MemoryRegion, ProtectionDomain, Provider, QpCaps, QpConfig};
+use crate::fabric::{
+    Access, Device, MemoryRegion, ProtectionDomain, Provider, QpCaps, QpConfig, QpInit,
+    RNR_RETRY_INFINITE,
+};
 
 /// What one connection allocates from its device.
 pub struct ConnResources<P: Provider> {
@@ -153,6 +156,20 @@ impl<P: Provider> ConnResources<P> {
             })
             .collect();
         Ok((mrs, slots))
+    }
+
+    /// The queue pair's set-up: this connection's domain, completion queue and sizes,
+    /// with infinite RNR retry (credits make RNR impossible once both sides run;
+    /// retrying covers a peer whose receives are posted a moment after it connects).
+    pub fn qp_init(&self) -> QpInit<'_, P> {
+        let mut config = self.qp_config();
+        config.rnr_retry = RNR_RETRY_INFINITE;
+        QpInit {
+            pd: &self.pd,
+            send_cq: &self.cq,
+            recv_cq: &self.cq,
+            config,
+        }
     }
 
     /// The queue-pair configuration this connection's sizes need.

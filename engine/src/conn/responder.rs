@@ -11,8 +11,7 @@ use crate::core::fixed::FixedQueue;
 use crate::core::{ConnEvent, ConnState, ResponderCore, ResponderStats};
 use crate::credits::GrantPolicy;
 use crate::fabric::{
-    CmEvent, CmPrivateData, Completion, ConnId, ConnectionManager, Device, Provider, QpInit,
-    QueuePair, RNR_RETRY_INFINITE,
+    CmEvent, CmPrivateData, Completion, ConnId, ConnectionManager, Device, Provider, QueuePair,
 };
 use crate::service::Service;
 
@@ -74,14 +73,7 @@ impl<P: Provider, S: Service> ResponderConn<P, S> {
         let policy = Arc::new(GrantPolicy::new(cfg.credits, res.sizes.rq_depth));
         let mut core =
             ResponderCore::responder(cfg, &res.pools, service, policy).map_err(ConnError::Core)?;
-        let mut config = res.qp_config();
-        config.rnr_retry = RNR_RETRY_INFINITE;
-        let init = QpInit {
-            pd: &res.pd,
-            send_cq: &res.cq,
-            recv_cq: &res.cq,
-            config,
-        };
+        let init = res.qp_init();
         let private_data = core.local_private_data();
         let now = dev.clock().now();
         // Receives go in before the peer hears of the acceptance: an iWARP peer may send

@@ -68,6 +68,30 @@ fn sum(a: FaultCounters, b: FaultCounters) -> FaultCounters {
     }
 }
 
+/// Counts one outcome: it must be for a call without one yet (`pending` holds the bytes
+/// each sent), a success echoes its own bytes, and a lost call never reaches the
+/// application with `resend` set.
+fn record(r: &mut Run, pending: &mut HashMap<u64, Vec<u8>>, o: &rpcrdma::Outcome) {
+    let sent = pending
+        .remove(&o.tag)
+        .unwrap_or_else(|| panic!("outcome for call {} once, and only for a call sent", o.tag));
+    assert!(o.resend.is_none(), "the driver keeps lost calls to itself");
+    if o.status == CallStatus::Success {
+        assert_eq!(
+            results(o),
+            opaque(&sent),
+            "call {} echoed its own bytes",
+            o.tag
+        );
+        r.succeeded += 1;
+    } else {
+        if o.status == CallStatus::Transport(TransportError::NotRetransmitted) {
+            r.not_retransmitted += 1;
+        }
+        r.failed += 1;
+    }
+}
+
 type Server<P> = Responder<Faulty<P>, TestService, fn() -> Option<TestService>>;
 
 /// Runs until `target` calls have outcomes. Returns the run, the server and the
@@ -118,26 +142,7 @@ fn run_mode<N: Net>(
         server.poll(now);
         client.poll(now);
         while let Some(o) = client.poll_outcome() {
-            let sent = pending.remove(&o.tag).unwrap_or_else(|| {
-                panic!("outcome for call {} once, and only for a call sent", o.tag)
-            });
-            assert!(o.resend.is_none(), "the driver keeps lost calls to itself");
-            if o.status == CallStatus::Success {
-                assert_eq!(
-                    results(&o),
-                    opaque(&sent),
-                    "call {} echoed its own bytes",
-                    o.tag
-                );
-                r.succeeded += 1;
-            } else {
-                if o.status == CallStatus::Transport(TransportError::NotRetransmitted) {
-                    r.not_retransmitted += 1;
-                } else if std::env::var("FAULTS_DEBUG").is_ok() {
-                    eprintln!("failed: {:?}", o.status);
-                }
-                r.failed += 1;
-            }
+            record(&mut r, &mut pending, &o);
         }
         match client.state() {
             ConnState::Closed if mode == Mode::Remake => {
@@ -186,18 +191,7 @@ fn run_mode<N: Net>(
         server.poll(now);
         client.poll(now);
         while let Some(o) = client.poll_outcome() {
-            let sent = pending.remove(&o.tag).expect("one outcome per call");
-            if o.status == CallStatus::Success {
-                assert_eq!(results(&o), opaque(&sent), "echoed");
-                r.succeeded += 1;
-            } else {
-                if o.status == CallStatus::Transport(TransportError::NotRetransmitted) {
-                    r.not_retransmitted += 1;
-                } else if std::env::var("FAULTS_DEBUG").is_ok() {
-                    eprintln!("failed: {:?}", o.status);
-                }
-                r.failed += 1;
-            }
+            record(&mut r, &mut pending, &o);
         }
     }
     client.close();
@@ -208,12 +202,7 @@ fn run_mode<N: Net>(
         server.poll(now);
         client.poll(now);
         while let Some(o) = client.poll_outcome() {
-            assert!(pending.remove(&o.tag).is_some(), "one outcome per call");
-            if o.status == CallStatus::Success {
-                r.succeeded += 1;
-            } else {
-                r.failed += 1;
-            }
+            record(&mut r, &mut pending, &o);
         }
     }
     if let Some(s) = client.reconnect_stats() {
