@@ -323,42 +323,38 @@ impl Outcome {
     // The outcome comes back whole, by value, on a path taken only after a connection
     // ended; boxing it would allocate there for nothing.
     #[allow(clippy::result_large_err)]
-    pub fn into_resend(self) -> Result<CallRequest, Outcome> {
-        let Some(r) = self.resend else {
-            return Err(self);
-        };
-        let Outcome {
+    pub fn into_resend(mut self) -> Result<CallRequest, Outcome> {
+        match (self.resend, self.msg.take()) {
+            (Some(r), Some(msg)) => Ok(CallRequest {
+                msg,
+                xid: r.xid,
+                ddp_args: self.ddp_args,
+                write_sinks: self.write_sinks,
+                max_reply_len: r.max_reply_len,
+                timeout: r.timeout,
+                idempotent: r.idempotent,
+            }),
+            (_, msg) => {
+                self.msg = msg;
+                Err(self)
+            }
+        }
+    }
+
+    /// The outcome of a call that never went out on the wire (refused, timed out while
+    /// queued, or lost with its connection before it was sent): `status`, no reply, and
+    /// the request's buffers back.
+    pub(crate) fn unsent(tag: u64, xid: u32, req: CallRequest, status: CallStatus) -> Outcome {
+        Outcome {
             tag,
             xid,
             status,
-            reply,
-            msg,
-            ddp_args,
-            write_sinks,
-            resend,
-        } = self;
-        let Some(msg) = msg else {
-            return Err(Outcome {
-                tag,
-                xid,
-                status,
-                reply,
-                msg: None,
-                ddp_args,
-                write_sinks,
-                resend,
-            });
-        };
-        let _ = xid;
-        Ok(CallRequest {
-            msg,
-            xid: r.xid,
-            ddp_args,
-            write_sinks,
-            max_reply_len: r.max_reply_len,
-            timeout: r.timeout,
-            idempotent: r.idempotent,
-        })
+            reply: None,
+            msg: Some(req.msg),
+            ddp_args: req.ddp_args,
+            write_sinks: req.write_sinks,
+            resend: None,
+        }
     }
 }
 

@@ -162,6 +162,28 @@ fn conn_config(spec: &RowSpec, p: RpcParams) -> ConnConfig {
     }
 }
 
+/// Busy-polls `server` until `stop` is set or, looked at only while idle (every 1024
+/// empty polls), `deadline` has passed.
+pub fn busy_serve<P: Provider, F: FnMut() -> Option<Dispatcher>>(
+    server: &mut Responder<P, Dispatcher, F>,
+    stop: &AtomicBool,
+    deadline: Option<Instant>,
+) {
+    let clock = server.clock();
+    let mut idle = 0u32;
+    while !stop.load(Ordering::Relaxed) {
+        if server.poll(clock.now()) == 0 {
+            idle = idle.wrapping_add(1);
+            if idle & 1023 == 0 && deadline.is_some_and(|d| Instant::now() >= d) {
+                return;
+            }
+            std::hint::spin_loop();
+        } else {
+            idle = 0;
+        }
+    }
+}
+
 /// The responder's configuration for `rpcrdma-perf server`: calls of up to `max_size`
 /// octets, `p.credits` of them in flight per connection.
 pub fn server_config(max_size: usize, p: RpcParams) -> ConnConfig {
@@ -394,18 +416,7 @@ pub fn run<F: FabricKind>(
         let stop = stop.clone();
         thread::spawn(move || {
             pin(server_core);
-            let mut idle = 0u32;
-            while !stop.load(Ordering::Relaxed) {
-                if server.poll(Instant::now()) == 0 {
-                    idle = idle.wrapping_add(1);
-                    if idle & 1023 == 0 && Instant::now() >= server_deadline {
-                        break;
-                    }
-                    std::hint::spin_loop();
-                } else {
-                    idle = 0;
-                }
-            }
+            busy_serve(&mut server, &stop, Some(server_deadline));
         })
     };
     let result = client::<F>(spec, &cfg, shape, &addr, &mut meter);

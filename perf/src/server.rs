@@ -13,7 +13,7 @@ use rpcrdma_ulp::program::Dispatcher;
 
 use crate::cli::ProviderName;
 use crate::fabric::{FabricKind, Shm, Siw};
-use crate::rpc::{dispatcher, server_config, RpcParams};
+use crate::rpc::{busy_serve, dispatcher, server_config, RpcParams};
 use crate::spec::{pin, BenchError};
 use crate::units;
 
@@ -101,17 +101,6 @@ fn serve<F: FabricKind>(args: &ServerArgs, default_addr: &str) -> Result<(), Ben
     let end = args
         .run_for
         .map(|s| Instant::now() + Duration::from_secs_f64(s.max(0.0)));
-    let clock = server.clock();
-    let mut idle = 0u32;
-    loop {
-        if server.poll(clock.now()) == 0 {
-            idle = idle.wrapping_add(1);
-            if idle & 1023 == 0 && end.is_some_and(|e| Instant::now() >= e) {
-                return Ok(());
-            }
-            std::hint::spin_loop();
-        } else {
-            idle = 0;
-        }
-    }
+    busy_serve(&mut server, &std::sync::atomic::AtomicBool::new(false), end);
+    Ok(())
 }

@@ -26,8 +26,9 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use rpcrdma::fabric::faulty::{FaultConfig, Faulty, FaultyDevice};
-use rpcrdma::fabric::shm::{ShmAddr, ShmDevice, ShmProvider};
-use rpcrdma::fabric::siw::{SiwDevice, SiwProvider};
+use rpcrdma::fabric::shm::ShmDevice;
+use rpcrdma::fabric::sim::SimRng;
+use rpcrdma::fabric::siw::SiwDevice;
 use rpcrdma::fabric::{Device, Provider};
 use rpcrdma::{CallStatus, ConnConfig, ConnState, Requester, Responder};
 use rpcrdma_pools::HugePages;
@@ -35,6 +36,7 @@ use rpcrdma_ulp::echo;
 use rpcrdma_ulp::program::Dispatcher;
 
 use crate::cli::ProviderName;
+use crate::fabric::{FabricKind, Shm, Siw};
 
 /// `rpcrdma-perf soak`.
 #[derive(Debug, Parser)]
@@ -95,11 +97,10 @@ fn conn_config() -> ConnConfig {
 /// Sizes of the echoed data: inline, around the 4 KiB thresholds, and large.
 const SIZES: [usize; 8] = [16, 200, 1000, 3000, 4000, 5000, 9000, 40_000];
 
-/// A provider the soak runs on: its device, and what the device still holds.
-trait SoakFabric {
-    type P: Provider;
-    fn device() -> Result<<Self::P as Provider>::Device, String>;
-    fn parse(addr: &str) -> Result<<Self::P as Provider>::Addr, String>;
+/// What the soak needs of a provider beyond [`FabricKind`] (devices, addresses): an
+/// address as text for the server process, and what a device still holds.
+trait SoakFabric: FabricKind {
+    /// A fresh listening address, as `--serve` takes it.
     fn fresh_addr() -> String;
     /// Registrations and arenas still alive on `dev`.
     fn held(dev: &<Self::P as Provider>::Device) -> usize;
@@ -107,15 +108,7 @@ trait SoakFabric {
     fn same(dev: &<Self::P as Provider>::Device) -> <Self::P as Provider>::Device;
 }
 
-struct Shm;
 impl SoakFabric for Shm {
-    type P = ShmProvider;
-    fn device() -> Result<ShmDevice, String> {
-        Ok(ShmDevice::new())
-    }
-    fn parse(addr: &str) -> Result<ShmAddr, String> {
-        Ok(ShmAddr::abstract_name(addr.to_owned()))
-    }
     fn fresh_addr() -> String {
         format!("rpcrdma-soak-{}", std::process::id())
     }
@@ -127,19 +120,9 @@ impl SoakFabric for Shm {
     }
 }
 
-struct Siw;
 impl SoakFabric for Siw {
-    type P = SiwProvider;
-    fn device() -> Result<SiwDevice, String> {
-        SiwDevice::new().map_err(|e| e.to_string())
-    }
-    fn parse(addr: &str) -> Result<std::net::SocketAddr, String> {
-        addr.parse().map_err(|e| format!("{addr}: {e}"))
-    }
     fn fresh_addr() -> String {
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map_or_else(|_| "127.0.0.1:20049".to_owned(), |a| a.to_string())
+        Siw::unique_addr().to_string()
     }
     fn held(dev: &SiwDevice) -> usize {
         dev.live_registrations() + dev.live_arenas()
@@ -147,6 +130,16 @@ impl SoakFabric for Siw {
     fn same(dev: &SiwDevice) -> SiwDevice {
         dev.clone()
     }
+}
+
+/// A device of `F`, or why not.
+fn device<F: SoakFabric>() -> Result<<F::P as Provider>::Device, String> {
+    F::open().map_err(|e| e.to_string())
+}
+
+/// `addr` as `F`'s address, or why not.
+fn parse<F: SoakFabric>(addr: &str) -> Result<<F::P as Provider>::Addr, String> {
+    F::parse_addr(addr).map_err(|e| e.to_string())
 }
 
 /// Entry point: `rpcrdma-perf soak ...` (argv without the program name and `soak`).
@@ -176,8 +169,8 @@ fn run<F: SoakFabric>(args: &SoakArgs) -> Result<bool, String> {
 
 /// The server process: serves until stdin closes, then reports what it still holds.
 fn serve<F: SoakFabric>(args: &SoakArgs, addr: &str) -> Result<(), String> {
-    let addr = F::parse(addr)?;
-    let inner = F::device()?;
+    let addr = parse::<F>(addr)?;
+    let inner = device::<F>()?;
     let probe = F::same(&inner);
     let dev = FaultyDevice::<F::P>::new(
         inner,
@@ -339,10 +332,10 @@ fn failure_kind(s: &CallStatus) -> String {
 
 fn drive<F: SoakFabric>(args: &SoakArgs) -> Result<bool, String> {
     let addr_s = F::fresh_addr();
-    let addr = F::parse(&addr_s)?;
+    let addr = parse::<F>(&addr_s)?;
     let mut server = Some(ServerProc::start(args, &addr_s, 0)?);
     let cdev = FaultyDevice::<F::P>::new(
-        F::device()?,
+        device::<F>()?,
         if args.faults {
             fault_config(args.seed ^ 0x00c1_1e47)
         } else {
@@ -372,15 +365,11 @@ fn drive<F: SoakFabric>(args: &SoakArgs) -> Result<bool, String> {
         })
         .collect();
     let mut t = Tally::default();
-    let mut failed_tags: Vec<u64> = Vec::new();
+    // Failures not yet made up for by a new call (`--no-reconnect`: the application
+    // re-issues what failed, and each call issued while one is owed is a retry).
+    let mut owed = 0u64;
     let mut next_tag = 0u64;
-    let mut x = args.seed | 1;
-    let mut draw = move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
+    let mut rng = SimRng::new(args.seed);
     let mut seen: HashMap<u64, u8> = HashMap::new();
     let stop_issuing = start + run_for;
     let hard_end = stop_issuing + Duration::from_secs(30);
@@ -432,7 +421,7 @@ fn drive<F: SoakFabric>(args: &SoakArgs) -> Result<bool, String> {
                     Ok(_) => t.wrong += 1,
                     Err(_) => {
                         *t.failed.entry(failure_kind(&o.status)).or_insert(0) += 1;
-                        failed_tags.push(o.tag);
+                        owed += 1;
                     }
                 }
             }
@@ -446,7 +435,7 @@ fn drive<F: SoakFabric>(args: &SoakArgs) -> Result<bool, String> {
                     c.retry_at = now + Duration::from_millis(5);
                 }
                 ConnState::Established if issuing && c.pending.len() < 4 => {
-                    let size = SIZES[(draw() % SIZES.len() as u64) as usize];
+                    let size = SIZES[rng.below(SIZES.len() as u64) as usize];
                     let data: Vec<u8> = (0..size).map(|i| (i as u64 ^ next_tag) as u8).collect();
                     let msg = if size + 128 <= 4096 {
                         conn.alloc_msg()
@@ -465,7 +454,8 @@ fn drive<F: SoakFabric>(args: &SoakArgs) -> Result<bool, String> {
                         c.pending.insert(next_tag, data);
                         t.issued += 1;
                         // A call re-issued after a transport failure counts as a retry.
-                        if failed_tags.pop().is_some() {
+                        if owed > 0 {
+                            owed -= 1;
                             t.retried += 1;
                         }
                     }

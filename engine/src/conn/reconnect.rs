@@ -138,9 +138,8 @@ impl<P: Provider> Again<P> {
             let tag = o.tag;
             match o.into_resend() {
                 Ok(req) => {
-                    match self.sends.iter_mut().find(|(t, _, _)| *t == tag) {
-                        Some(_) => {}
-                        None => self.sends.push((tag, sends, first_lost)),
+                    if !self.sends.iter().any(|(t, _, _)| *t == tag) {
+                        self.sends.push((tag, sends, first_lost));
                     }
                     self.pending.push_back((tag, req, sends));
                 }
@@ -152,16 +151,13 @@ impl<P: Provider> Again<P> {
 
 /// The outcome of a call that will not be sent again, built from its request.
 fn lost_outcome(tag: u64, req: CallRequest) -> Outcome {
-    Outcome {
+    let xid = req.xid.unwrap_or(0);
+    Outcome::unsent(
         tag,
-        xid: req.xid.unwrap_or(0),
-        status: CallStatus::Transport(TransportError::Disconnected),
-        reply: None,
-        msg: Some(req.msg),
-        ddp_args: req.ddp_args,
-        write_sinks: req.write_sinks,
-        resend: None,
-    }
+        xid,
+        req,
+        CallStatus::Transport(TransportError::Disconnected),
+    )
 }
 
 impl<P: Provider> Requester<P> {

@@ -448,17 +448,7 @@ where
 
 /// The outcome of a call the requester refused.
 fn refused(tag: u64, e: SubmitError) -> Outcome {
-    let req = *e.request;
-    Outcome {
-        tag,
-        xid: 0,
-        status: CallStatus::Refused(e.reason),
-        reply: None,
-        msg: Some(req.msg),
-        ddp_args: req.ddp_args,
-        write_sinks: req.write_sinks,
-        resend: None,
-    }
+    Outcome::unsent(tag, 0, *e.request, CallStatus::Refused(e.reason))
 }
 
 /// A server run as a poller task. By default it never lets its poller park: a

@@ -41,6 +41,7 @@ use super::mr::Access;
 use super::provider::{
     CompletionQueue, ConnectionManager, Device, ProtectionDomain, Provider, QpInit, QueuePair,
 };
+use super::sim::SimRng;
 use super::types::{Completion, DeviceCaps, PeerAddr, QpCaps, QpState, RecvWr, SendWr};
 use rpcrdma_pools::Arena;
 
@@ -95,31 +96,28 @@ struct Counters {
 #[derive(Debug)]
 struct Shared {
     cfg: FaultConfig,
-    /// xorshift64 state; a lock because every object of the device draws from it (this
-    /// is a test tool: the lock is taken per decision, never on a production path).
-    rng: Mutex<u64>,
+    /// The decisions' generator; a lock because every object of the device draws from
+    /// it (this is a test tool: the lock is taken per decision, never on a production
+    /// path).
+    rng: Mutex<SimRng>,
     /// Connections whose queue pair decided on an abort; their manager disconnects them.
     doomed: Mutex<Vec<ConnId>>,
     counters: Counters,
 }
 
 impl Shared {
-    fn draw(&self) -> u64 {
-        let mut x = self.rng.lock().unwrap_or_else(|e| e.into_inner());
-        *x ^= *x << 13;
-        *x ^= *x >> 7;
-        *x ^= *x << 17;
-        *x
+    fn rng(&self) -> std::sync::MutexGuard<'_, SimRng> {
+        self.rng.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// True with probability `ppm` per million.
     fn chance(&self, ppm: u32) -> bool {
-        ppm > 0 && (self.draw() % u64::from(PER_MILLION)) < u64::from(ppm)
+        ppm > 0 && self.rng().below(u64::from(PER_MILLION)) < u64::from(ppm)
     }
 
     /// Uniform in `1..=max` (1 when `max` is 0).
     fn upto(&self, max: u32) -> u64 {
-        1 + self.draw() % u64::from(max.max(1))
+        self.rng().range_inclusive(1, u64::from(max.max(1)))
     }
 }
 
@@ -167,14 +165,13 @@ impl<P: Provider> std::fmt::Debug for FaultyDevice<P> {
 }
 
 impl<P: Provider> FaultyDevice<P> {
-    /// Wraps `inner`, injecting what `cfg` says. A zero seed is replaced by a fixed one
-    /// (xorshift needs a non-zero state).
+    /// Wraps `inner`, injecting what `cfg` says.
     pub fn new(inner: P::Device, cfg: FaultConfig) -> Self {
         FaultyDevice {
             inner,
             shared: Arc::new(Shared {
                 cfg,
-                rng: Mutex::new(if cfg.seed == 0 { 0x5eed } else { cfg.seed }),
+                rng: Mutex::new(SimRng::new(cfg.seed)),
                 doomed: Mutex::new(Vec::new()),
                 counters: Counters::default(),
             }),
@@ -477,7 +474,7 @@ impl<P: Provider> FaultyCm<P> {
             let _ = self.inner.disconnect(conn);
         }
         if !self.live.is_empty() && self.shared.chance(self.shared.cfg.disconnect_ppm) {
-            let i = (self.shared.draw() % self.live.len() as u64) as usize;
+            let i = self.shared.rng().below(self.live.len() as u64) as usize;
             let conn = self.live[i];
             if self.inner.disconnect(conn).is_ok() {
                 self.shared

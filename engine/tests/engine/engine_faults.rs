@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use engine_support::*;
 use rpcrdma::fabric::faulty::{FaultConfig, FaultCounters, Faulty, FaultyDevice};
+use rpcrdma::fabric::Provider;
 use rpcrdma::{
     CallRequest, CallStatus, ConnState, Reconnect, Requester, Responder, TransportError,
 };
@@ -89,6 +90,35 @@ fn record(r: &mut Run, pending: &mut HashMap<u64, Vec<u8>>, o: &rpcrdma::Outcome
             r.not_retransmitted += 1;
         }
         r.failed += 1;
+    }
+}
+
+/// Both ends of a run, polled together by one thread.
+struct Ends<'a, P: Provider> {
+    server: &'a mut Server<P>,
+    client: &'a mut Requester<Faulty<P>>,
+    clock: &'a rpcrdma::fabric::Clock,
+}
+
+impl<P: Provider> Ends<'_, P> {
+    /// Polls both ends, recording outcomes, while `more` says so; fails after `within`.
+    fn drain(
+        &mut self,
+        r: &mut Run,
+        pending: &mut HashMap<u64, Vec<u8>>,
+        within: Duration,
+        more: impl Fn(&Requester<Faulty<P>>, &HashMap<u64, Vec<u8>>) -> bool,
+    ) {
+        let end = Instant::now() + within;
+        while more(self.client, pending) {
+            assert!(Instant::now() < end, "the last calls end: {pending:?}");
+            let now = self.clock.now();
+            self.server.poll(now);
+            self.client.poll(now);
+            while let Some(o) = self.client.poll_outcome() {
+                record(r, pending, &o);
+            }
+        }
     }
 }
 
@@ -183,28 +213,19 @@ fn run_mode<N: Net>(
     }
     // Let the calls still out finish (a reconnecting requester sends lost ones again),
     // then close.
-    let end = Instant::now() + DEADLINE * 3;
     // (A reconnecting requester may be between connections: it still owes outcomes.)
-    while !pending.is_empty() && (mode != Mode::Remake || client.state() != ConnState::Closed) {
-        assert!(Instant::now() < end, "the last calls end: {pending:?}");
-        let now = clock.now();
-        server.poll(now);
-        client.poll(now);
-        while let Some(o) = client.poll_outcome() {
-            record(&mut r, &mut pending, &o);
-        }
-    }
-    client.close();
-    let end = Instant::now() + DEADLINE;
-    while client.state() != ConnState::Closed || !pending.is_empty() {
-        assert!(Instant::now() < end, "the last calls end: {pending:?}");
-        let now = clock.now();
-        server.poll(now);
-        client.poll(now);
-        while let Some(o) = client.poll_outcome() {
-            record(&mut r, &mut pending, &o);
-        }
-    }
+    let mut ends = Ends {
+        server: &mut server,
+        client: &mut client,
+        clock: &clock,
+    };
+    ends.drain(&mut r, &mut pending, DEADLINE * 3, |c, p| {
+        !p.is_empty() && (mode != Mode::Remake || c.state() != ConnState::Closed)
+    });
+    ends.client.close();
+    ends.drain(&mut r, &mut pending, DEADLINE, |c, p| {
+        c.state() != ConnState::Closed || !p.is_empty()
+    });
     if let Some(s) = client.reconnect_stats() {
         r.retransmitted = s.retransmitted;
         r.reconnects = s.reconnects;

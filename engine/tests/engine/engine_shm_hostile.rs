@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use engine_support::*;
 use rpcrdma::fabric::shm::{ShmAddr, ShmDevice, ShmProvider};
+use rpcrdma::fabric::sim::SimRng;
 use rpcrdma::{CallRequest, CallStatus, ConnState, Requester, Responder};
 
 const CHILD_ADDR: &str = "RPCRDMA_HOSTILE_CHILD_ADDR";
@@ -25,17 +26,8 @@ const CHILD_SEED: &str = "RPCRDMA_HOSTILE_CHILD_SEED";
 const SCRIBBLE_FOR: Duration = Duration::from_millis(1500);
 const HOSTILE_CHILDREN: u64 = 4;
 
-fn xorshift(x: &mut u64) -> u64 {
-    *x ^= *x << 13;
-    *x ^= *x >> 7;
-    *x ^= *x << 17;
-    *x
-}
-
-/// A word a fuzzer would try: zero, all ones, small counts and lengths, values just
-/// past ring and table sizes, or random bits.
-fn nasty_word(x: &mut u64) -> u64 {
-    let r = xorshift(x);
+fn nasty_word(rng: &mut SimRng) -> u64 {
+    let r = rng.next_u64();
     match r % 8 {
         0 => 0,
         1 => u64::MAX,
@@ -43,7 +35,7 @@ fn nasty_word(x: &mut u64) -> u64 {
         3 => (r >> 40) & 0xffff_ffff,
         4 => 1 << (r >> 58),
         5 => u64::from(u32::MAX) << 32 | (r & 0xffff),
-        _ => xorshift(x),
+        _ => rng.next_u64(),
     }
 }
 
@@ -66,7 +58,7 @@ fn hostile_peer_child() {
     };
     let seed: u64 = seed.parse().expect("seed");
     let forge = seed.is_multiple_of(2);
-    let mut x = seed | 1;
+    let mut rng = SimRng::new(seed);
     let dev = ShmDevice::new();
     let addr = ShmAddr::abstract_name(name);
     let connect = || {
@@ -92,12 +84,12 @@ fn hostile_peer_child() {
             connections += 1;
         }
         if forge {
-            conn.qp_mut().forge_requests(xorshift(&mut x) | 1);
+            conn.qp_mut().forge_requests(rng.next_u64() | 1);
         } else {
             let len = conn.qp_mut().own_segment_len();
             for _ in 0..32 {
-                let off = (xorshift(&mut x) as usize) % len;
-                let w = nasty_word(&mut x);
+                let off = rng.below(len as u64) as usize;
+                let w = nasty_word(&mut rng);
                 assert!(conn.qp_mut().scribble_own_segment(off, w), "in bounds");
                 words += 1;
             }
@@ -105,7 +97,11 @@ fn hostile_peer_child() {
         // Keep requests flowing so the target reads what was forged or scribbled;
         // refusals (and no free buffers) are expected once the connection breaks.
         if let Ok(mut b) = conn.alloc_msg() {
-            write_call(&mut b, PROC_ECHO, &opaque(&pattern(32, x as u8)));
+            write_call(
+                &mut b,
+                PROC_ECHO,
+                &opaque(&pattern(32, rng.next_u64() as u8)),
+            );
             let _ = conn.submit(CallRequest::new(b, 4000), 0);
         }
         conn.poll(Instant::now());

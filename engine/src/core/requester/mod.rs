@@ -639,16 +639,9 @@ impl RequesterHalf {
                     // Thresholds are fixed once established, so a request that fit at
                     // submission still fits; what can refuse it now is a caller-chosen
                     // XID that a call started since then also carries. It fails alone.
-                    self.push_outcome(Outcome {
-                        tag: q.tag,
-                        xid: q.req.xid.unwrap_or(0),
-                        status: CallStatus::Refused(reason),
-                        reply: None,
-                        msg: Some(q.req.msg),
-                        ddp_args: q.req.ddp_args,
-                        write_sinks: q.req.write_sinks,
-                        resend: None,
-                    });
+                    let xid = q.req.xid.unwrap_or(0);
+                    let status = CallStatus::Refused(reason);
+                    self.push_outcome(Outcome::unsent(q.tag, xid, q.req, status));
                 }
             }
         }
@@ -701,16 +694,7 @@ impl RequesterHalf {
                 break;
             };
             if q.deadline.is_some_and(|d| d <= now) {
-                self.push_outcome(Outcome {
-                    tag: q.tag,
-                    xid: 0,
-                    status: CallStatus::Timeout,
-                    reply: None,
-                    msg: Some(q.req.msg),
-                    ddp_args: q.req.ddp_args,
-                    write_sinks: q.req.write_sinks,
-                    resend: None,
-                });
+                self.push_outcome(Outcome::unsent(q.tag, 0, q.req, CallStatus::Timeout));
             } else {
                 self.note_deadline(q.deadline);
                 let _ = self.queue.push_back(q);
@@ -1118,16 +1102,10 @@ impl RequesterHalf {
                 timeout: q.req.timeout,
                 idempotent: q.req.idempotent,
             });
-            self.push_outcome(Outcome {
-                tag: q.tag,
-                xid: q.req.xid.unwrap_or(0),
-                status: CallStatus::Transport(lost),
-                reply: None,
-                msg: Some(q.req.msg),
-                ddp_args: q.req.ddp_args,
-                write_sinks: q.req.write_sinks,
-                resend,
-            });
+            let xid = q.req.xid.unwrap_or(0);
+            let mut o = Outcome::unsent(q.tag, xid, q.req, CallStatus::Transport(lost));
+            o.resend = resend;
+            self.push_outcome(o);
         }
         self.credits.set_waiting(0);
         // Invalidations not yet staged never will be: give their send-queue room back.

@@ -303,10 +303,10 @@ pub struct ShmQp {
     cq_reservations: [Option<(Arc<CqShared>, u64)>; 2],
     /// The peer process (`SO_PEERCRED` of the connection's socket), set by the CM.
     pub(crate) peer_addr: PeerAddr,
-    /// Test hook: while non-zero, the xorshift state that garbles every request this
-    /// side publishes ([`ShmQp::forge_requests`]).
+    /// Test hook: while set, the generator that garbles every request this side
+    /// publishes ([`ShmQp::forge_requests`]).
     #[cfg(any(test, feature = "testing"))]
-    forge: u64,
+    forge: Option<crate::fabric::sim::SimRng>,
 }
 
 impl std::fmt::Debug for ShmQp {
@@ -419,7 +419,7 @@ impl ShmQp {
             reads_until: 0,
             peer_addr: PeerAddr::Unknown,
             #[cfg(any(test, feature = "testing"))]
-            forge: 0,
+            forge: None,
             sq_head: 0,
             sq_signaled: 0,
             sq_freed_seen: 0,
@@ -496,7 +496,7 @@ impl ShmQp {
     #[inline]
     fn commit(&mut self) -> u64 {
         #[cfg(any(test, feature = "testing"))]
-        if self.forge != 0 {
+        if self.forge.is_some() {
             self.garble_slot();
         }
         let ssn = self.req.position();
@@ -615,18 +615,15 @@ impl ShmQp {
     #[cfg(any(test, feature = "testing"))]
     #[doc(hidden)]
     pub fn forge_requests(&mut self, seed: u64) {
-        self.forge = seed;
+        self.forge = (seed != 0).then(|| crate::fabric::sim::SimRng::new(seed));
     }
 
     #[cfg(any(test, feature = "testing"))]
     fn garble_slot(&mut self) {
-        let mut next = || {
-            let x = &mut self.forge;
-            *x ^= *x << 13;
-            *x ^= *x >> 7;
-            *x ^= *x << 17;
-            *x
+        let Some(rng) = self.forge.as_mut() else {
+            return;
         };
+        let mut next = || rng.next_u64();
         let r = next();
         let plausible = r & 1 == 0;
         let h = if plausible {
