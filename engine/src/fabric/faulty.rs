@@ -7,8 +7,10 @@
 //!
 //! - **a refused post**: `post_send` refuses the chain's first request
 //!   ([`PostErrorKind::Malformed`], nothing posted), as a device out of resources would;
-//! - **a dropped connection**: the connection manager disconnects one of its live
-//!   connections while it is polled, as a peer or network failure would;
+//! - **a dropped connection**: after a `post_send`, the connection manager disconnects
+//!   that connection at its next poll, as a peer or network failure would (drawn per
+//!   message, not per poll, so the rate per call does not depend on how fast the
+//!   machine polls);
 //! - **an abort from the peer**: a connection is disconnected and its queue pair
 //!   reports [`PeerAbort`] (kind [`Operation`](AbortKind::Operation)), as after an iWARP
 //!   Terminate; a mock of the peer's decision, since only siw peers can send one, but
@@ -55,7 +57,8 @@ pub struct FaultConfig {
     pub seed: u64,
     /// Per `post_send` call: refuse it.
     pub post_failure_ppm: u32,
-    /// Per connection-manager poll: disconnect one live connection.
+    /// Per `post_send` call: the connection is dropped (its manager disconnects it at
+    /// its next poll).
     pub disconnect_ppm: u32,
     /// Per `post_send` call: the peer aborts the connection.
     pub abort_ppm: u32,
@@ -100,7 +103,8 @@ struct Shared {
     /// it (this is a test tool: the lock is taken per decision, never on a production
     /// path).
     rng: Mutex<SimRng>,
-    /// Connections whose queue pair decided on an abort; their manager disconnects them.
+    /// Connections whose queue pair decided on an abort or a drop; their manager
+    /// disconnects them.
     doomed: Mutex<Vec<ConnId>>,
     counters: Counters,
 }
@@ -113,6 +117,14 @@ impl Shared {
     /// True with probability `ppm` per million.
     fn chance(&self, ppm: u32) -> bool {
         ppm > 0 && self.rng().below(u64::from(PER_MILLION)) < u64::from(ppm)
+    }
+
+    /// `conn` is to be disconnected at its manager's next poll.
+    fn doom(&self, conn: ConnId) {
+        self.doomed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(conn);
     }
 
     /// Uniform in `1..=max` (1 when `max` is 0).
@@ -350,6 +362,8 @@ pub struct FaultyQp<P: Provider> {
     inner: P::Qp,
     shared: Arc<Shared>,
     aborted: Option<PeerAbort>,
+    /// The connection was chosen to be dropped (once is enough).
+    dropped: bool,
 }
 
 impl<P: Provider> std::fmt::Debug for FaultyQp<P> {
@@ -381,14 +395,19 @@ impl<P: Provider> QueuePair for FaultyQp<P> {
                 kind: PostErrorKind::Malformed("refused by fault injection"),
             });
         }
-        if self.aborted.is_none() && self.shared.chance(cfg.abort_ppm) {
-            self.aborted = Some(PeerAbort::of_kind(AbortKind::Operation));
-            self.shared.counters.aborts.fetch_add(1, Ordering::Relaxed);
-            self.shared
-                .doomed
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(self.inner.conn_id());
+        if self.aborted.is_none() && !self.dropped {
+            if self.shared.chance(cfg.abort_ppm) {
+                self.aborted = Some(PeerAbort::of_kind(AbortKind::Operation));
+                self.shared.counters.aborts.fetch_add(1, Ordering::Relaxed);
+                self.shared.doom(self.inner.conn_id());
+            } else if self.shared.chance(cfg.disconnect_ppm) {
+                self.dropped = true;
+                self.shared
+                    .counters
+                    .disconnects
+                    .fetch_add(1, Ordering::Relaxed);
+                self.shared.doom(self.inner.conn_id());
+            }
         }
         self.inner.post_send(wrs)
     }
@@ -454,11 +473,12 @@ impl<P: Provider> FaultyCm<P> {
             inner,
             shared: self.shared.clone(),
             aborted: None,
+            dropped: false,
         }
     }
 
     /// Disconnects what the faults decided: connections whose queue pair chose an
-    /// abort, and, by chance, one live connection.
+    /// abort or a drop.
     fn inject(&mut self) {
         let doomed: Vec<ConnId> = {
             let mut d = self.shared.doomed.lock().unwrap_or_else(|e| e.into_inner());
@@ -472,16 +492,6 @@ impl<P: Provider> FaultyCm<P> {
         };
         for conn in doomed {
             let _ = self.inner.disconnect(conn);
-        }
-        if !self.live.is_empty() && self.shared.chance(self.shared.cfg.disconnect_ppm) {
-            let i = self.shared.rng().below(self.live.len() as u64) as usize;
-            let conn = self.live[i];
-            if self.inner.disconnect(conn).is_ok() {
-                self.shared
-                    .counters
-                    .disconnects
-                    .fetch_add(1, Ordering::Relaxed);
-            }
         }
     }
 }
