@@ -4,18 +4,22 @@
 //! registered on either side.
 //!
 //! The server is a child process (this binary with `soak --serve`): the ULP's
-//! `Dispatcher` with the echo program behind a `Responder`, over `Faulty<P>` when
-//! `--faults` is given. It runs until its stdin closes, then closes its connections and
-//! reports what its device still holds (`leaked N`). The client side (this process)
-//! keeps `--connections` requesters busy with ECHO calls of 16 octets to 40 KiB (inline,
-//! long calls through Position-Zero Read chunks, Reply chunks), reconnecting each
+//! `Dispatcher` with the echo program and the soak's [`ledger`] program behind a
+//! `Responder`, over `Faulty<P>` when `--faults` is given, with one duplicate request
+//! cache for all its connections. It runs until its stdin closes, then closes its
+//! connections and reports what its device still holds (`leaked N`); while it runs it
+//! reports what its cache replayed and whether any call ran twice. The client side (this
+//! process) keeps `--connections` requesters busy with ECHO calls of 16 octets to 40 KiB
+//! (inline, long calls through Position-Zero Read chunks, Reply chunks) and, one call in
+//! four, ledger RECORD calls (not idempotent, up to 1 KiB), reconnecting each
 //! connection after it closes, and kills and restarts the server at half time.
 //!
 //! By default each requester reconnects and retransmits by itself (`ConnConfig::reconnect`,
-//! the calls marked idempotent: ECHO is), so `retried` counts the calls it sent again and
-//! failures are calls that ran out of sends; with `--no-reconnect` the soak makes a new
-//! requester after each loss and `retried` counts the calls it re-issued. Every failure
-//! is counted by kind.
+//! ECHO marked idempotent, RECORD not, and the server keeping a cache), so `retried`
+//! counts the calls it sent again, `duplicates suppressed` the retransmissions the
+//! server's cache answered without running them again, and failures are calls that ran
+//! out of sends; with `--no-reconnect` the soak makes a new requester after each loss
+//! and `retried` counts the calls it re-issued. Every failure is counted by kind.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -34,6 +38,8 @@ use rpcrdma::{CallStatus, ConnConfig, ConnState, Requester, Responder};
 use rpcrdma_pools::HugePages;
 use rpcrdma_ulp::echo;
 use rpcrdma_ulp::program::Dispatcher;
+
+mod ledger;
 
 use crate::cli::ProviderName;
 use crate::fabric::{FabricKind, Shm, Siw};
@@ -65,6 +71,11 @@ pub struct SoakArgs {
     /// the soak makes a new requester after each loss and counts the lost calls failed.
     #[arg(long)]
     pub no_reconnect: bool,
+    /// The server keeps no duplicate request cache while the requesters still count on
+    /// one: retransmitted RECORDs then run twice and the soak must fail (a check that
+    /// the ledger catches what a missing cache lets through).
+    #[arg(long)]
+    pub no_reply_cache: bool,
     /// Run the server side on this address (used by the soak itself).
     #[arg(long, hide = true)]
     pub serve: Option<String>,
@@ -96,6 +107,9 @@ fn conn_config() -> ConnConfig {
 
 /// Sizes of the echoed data: inline, around the 4 KiB thresholds, and large.
 const SIZES: [usize; 8] = [16, 200, 1000, 3000, 4000, 5000, 9000, 40_000];
+
+/// Sizes of the ledger's RECORD data (inline, so the server's cache keeps the replies).
+const RECORD_SIZES: [usize; 3] = [16, 200, ledger::MAX_RECORD];
 
 /// What the soak needs of a provider beyond [`FabricKind`] (devices, addresses): an
 /// address as text for the server process, and what a device still holds.
@@ -180,7 +194,18 @@ fn serve<F: SoakFabric>(args: &SoakArgs, addr: &str) -> Result<(), String> {
             FaultConfig::default()
         },
     );
-    let factory = || Some(crate::rpc::dispatcher(64 * 1024));
+    let book = Arc::new(ledger::Ledger::default());
+    let drc = ledger::reply_cache();
+    let no_cache = args.no_reply_cache;
+    let factory = {
+        let (book, drc) = (book.clone(), drc.clone());
+        move || {
+            let mut d = crate::rpc::dispatcher(64 * 1024);
+            let program = ledger::LedgerProgram::new(book.clone(), drc.clone(), !no_cache);
+            d.register(Box::new(program)).ok()?;
+            Some(d)
+        }
+    };
     let mut server =
         Responder::<Faulty<F::P>, Dispatcher, _>::bind(dev, &addr, conn_config(), factory)
             .map_err(|e| format!("server binds: {e}"))?;
@@ -196,11 +221,28 @@ fn serve<F: SoakFabric>(args: &SoakArgs, addr: &str) -> Result<(), String> {
     println!("ready");
     let _ = std::io::stdout().flush();
     let clock = server.clock();
+    // What the cache replayed and what ran twice, reported as it changes (a server killed
+    // with SIGKILL has said what it knew up to its last report).
+    let mut reported = (0, 0);
+    let report = |reported: &mut (u64, u64)| {
+        let now = (drc.stats().hits, book.ran_twice());
+        if now != *reported {
+            *reported = now;
+            println!("server replayed {} ran-twice {}", now.0, now.1);
+            let _ = std::io::stdout().flush();
+        }
+    };
+    let mut next_report = Instant::now();
     while !stop.load(Ordering::Acquire) {
         if server.poll(clock.now()) == 0 {
             std::thread::yield_now();
         }
+        if Instant::now() >= next_report {
+            report(&mut reported);
+            next_report = Instant::now() + Duration::from_millis(50);
+        }
     }
+    report(&mut reported);
     // Orderly end: disconnect everything, let the connections drain and go.
     let ids: Vec<_> = server.connections().iter().map(|c| c.conn_id()).collect();
     for id in ids {
@@ -239,9 +281,41 @@ fn settle<F: SoakFabric>(dev: &<F::P as Provider>::Device) -> usize {
     }
 }
 
-/// A server child process.
+/// A server child process, and the thread reading its reports.
 struct ServerProc {
     child: Child,
+    reports: std::thread::JoinHandle<ServerReport>,
+}
+
+/// What a server process reported (its last word on each).
+#[derive(Debug, Default, Clone, Copy)]
+struct ServerReport {
+    /// Retransmissions its cache answered.
+    replayed: u64,
+    /// Calls that ran twice.
+    ran_twice: u64,
+    /// What its device still held at the end (`None`: it did not say).
+    leaked: Option<usize>,
+}
+
+impl ServerReport {
+    fn read(out: impl BufRead) -> ServerReport {
+        let mut r = ServerReport::default();
+        for line in out.lines() {
+            let Ok(line) = line else { break };
+            if let Some(n) = line.strip_prefix("server leaked ") {
+                r.leaked = n.trim().parse().ok();
+            } else if let Some(rest) = line.strip_prefix("server replayed ") {
+                let mut words = rest.split_whitespace();
+                let replayed = words.next().and_then(|w| w.parse().ok());
+                let twice = words.nth(1).and_then(|w| w.parse().ok());
+                if let (Some(a), Some(b)) = (replayed, twice) {
+                    (r.replayed, r.ran_twice) = (a, b);
+                }
+            }
+        }
+        r
+    }
 }
 
 impl ServerProc {
@@ -260,43 +334,46 @@ impl ServerProc {
         if args.faults {
             cmd.arg("--faults");
         }
+        if args.no_reply_cache {
+            cmd.arg("--no-reply-cache");
+        }
         let mut child = cmd
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
             .map_err(|e| format!("start the server: {e}"))?;
         let mut line = String::new();
-        let out = child.stdout.as_mut().ok_or("server stdout")?;
-        BufReader::new(out)
-            .read_line(&mut line)
-            .map_err(|e| e.to_string())?;
+        let out = child.stdout.take().ok_or("server stdout")?;
+        let mut out = BufReader::new(out);
+        out.read_line(&mut line).map_err(|e| e.to_string())?;
         if line.trim() != "ready" {
             let _ = child.kill();
+            let _ = child.wait();
             return Err(format!("server did not start: {line:?}"));
         }
-        Ok(ServerProc { child })
+        let reports = std::thread::spawn(move || ServerReport::read(out));
+        Ok(ServerProc { child, reports })
     }
 
-    fn kill(mut self) {
+    /// Kills it (SIGKILL) and returns what it reported until then.
+    fn kill(mut self) -> ServerReport {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        self.reports.join().unwrap_or_default()
     }
 
-    /// Closes its stdin and reads its report.
-    fn finish(mut self) -> Result<usize, String> {
+    /// Closes its stdin and reads its reports to the end.
+    fn finish(mut self) -> Result<ServerReport, String> {
         drop(self.child.stdin.take());
-        let mut out = String::new();
-        if let Some(mut s) = self.child.stdout.take() {
-            let _ = s.read_to_string(&mut out);
-        }
         let status = self.child.wait().map_err(|e| e.to_string())?;
+        let report = self.reports.join().unwrap_or_default();
         if !status.success() {
             return Err(format!("server exited with {status}"));
         }
-        out.lines()
-            .find_map(|l| l.strip_prefix("server leaked "))
-            .and_then(|n| n.trim().parse().ok())
-            .ok_or_else(|| format!("no report from the server: {out:?}"))
+        match report.leaked {
+            Some(_) => Ok(report),
+            None => Err("no final report from the server".to_owned()),
+        }
     }
 }
 
@@ -312,6 +389,10 @@ struct Tally {
     issued: u64,
     completed: u64,
     retried: u64,
+    /// Retransmissions the servers' caches answered without running the call again.
+    suppressed: u64,
+    /// Calls that ran twice on one server.
+    ran_twice: u64,
     failed: BTreeMap<String, u64>,
     lost: u64,
     duplicated: u64,
@@ -350,7 +431,7 @@ fn drive<F: SoakFabric>(args: &SoakArgs) -> Result<bool, String> {
             max_backoff: Duration::from_millis(200),
             max_sends: 20,
             resend_for: Some(Duration::from_secs(30)),
-            server_has_drc: false,
+            server_has_drc: true,
         });
     }
     let start = Instant::now();
@@ -377,7 +458,9 @@ fn drive<F: SoakFabric>(args: &SoakArgs) -> Result<bool, String> {
         let now = Instant::now();
         if !killed && now >= kill_at {
             if let Some(s) = server.take() {
-                s.kill();
+                let r = s.kill();
+                t.suppressed += r.replayed;
+                t.ran_twice += r.ran_twice;
             }
             server = Some(ServerProc::start(args, &addr_s, 1)?);
             killed = true;
@@ -435,18 +518,30 @@ fn drive<F: SoakFabric>(args: &SoakArgs) -> Result<bool, String> {
                     c.retry_at = now + Duration::from_millis(5);
                 }
                 ConnState::Established if issuing && c.pending.len() < 4 => {
-                    let size = SIZES[rng.below(SIZES.len() as u64) as usize];
-                    let data: Vec<u8> = (0..size).map(|i| (i as u64 ^ next_tag) as u8).collect();
+                    // One call in four records in the ledger (small, not idempotent).
+                    let record = rng.below(4) == 0;
+                    let size = if record {
+                        RECORD_SIZES[rng.below(RECORD_SIZES.len() as u64) as usize]
+                    } else {
+                        SIZES[rng.below(SIZES.len() as u64) as usize]
+                    };
+                    let mut data: Vec<u8> =
+                        (0..size).map(|i| (i as u64 ^ next_tag) as u8).collect();
                     let msg = if size + 128 <= 4096 {
                         conn.alloc_msg()
                     } else {
                         conn.alloc_large()
                     };
                     let Ok(msg) = msg else { continue };
-                    let Ok(req) = echo::call(msg, &data) else {
+                    let req = if record {
+                        data[..8].copy_from_slice(&next_tag.to_le_bytes());
+                        ledger::record(msg, &data).map(|r| r.idempotent(false))
+                    } else {
+                        echo::call(msg, &data).map(|r| r.idempotent(true))
+                    };
+                    let Ok(mut req) = req else {
                         continue;
                     };
-                    let mut req = req.idempotent(true);
                     // Long enough that a loaded machine does not turn slowness into
                     // failures; the faults are what this run is about.
                     req.timeout = Some(Duration::from_secs(10));
@@ -493,13 +588,18 @@ fn drive<F: SoakFabric>(args: &SoakArgs) -> Result<bool, String> {
     }
     clients.clear();
     let client_leaked = settle::<F>(cdev.inner());
-    let server_leaked = server.take().map_or(Ok(0), ServerProc::finish)?;
+    let last = server
+        .take()
+        .map_or(Ok(ServerReport::default()), ServerProc::finish)?;
+    t.suppressed += last.replayed;
+    t.ran_twice += last.ran_twice;
+    let server_leaked = last.leaked.unwrap_or(0);
     let leaked = client_leaked + server_leaked;
     let failed: u64 = t.failed.values().sum();
     let faults = cdev.counters();
     println!(
-        "soak {} {}s, {} connections{}{}: issued {} completed {} retried {} failed {} {:?} \
-         connections made {}; client faults {:?}",
+        "soak {} {}s, {} connections{}{}: issued {} completed {} retried {} \
+         duplicates suppressed {} failed {} {:?} connections made {}; client faults {:?}",
         args.provider.name(),
         args.duration,
         args.connections,
@@ -512,16 +612,19 @@ fn drive<F: SoakFabric>(args: &SoakArgs) -> Result<bool, String> {
         t.issued,
         t.completed,
         t.retried,
+        t.suppressed,
         failed,
         t.failed,
         t.connections,
         faults,
     );
     println!(
-        "lost {} duplicated {} leaked {} (client {client_leaked}, server {server_leaked}){}",
+        "lost {} duplicated {} leaked {} (client {client_leaked}, server {server_leaked}) \
+         ran twice {}{}",
         t.lost,
         t.duplicated,
         leaked,
+        t.ran_twice,
         if t.wrong > 0 {
             format!(" wrong {}", t.wrong)
         } else {
@@ -533,6 +636,7 @@ fn drive<F: SoakFabric>(args: &SoakArgs) -> Result<bool, String> {
         && t.duplicated == 0
         && leaked == 0
         && t.wrong == 0
+        && t.ran_twice == 0
         && accounted
         && t.completed > 0)
 }
