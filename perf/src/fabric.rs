@@ -227,7 +227,11 @@ impl<P: Provider> Host<P> {
 fn queue_depth(spec: &RowSpec) -> u32 {
     match spec.mode {
         Mode::Lat => 4,
-        Mode::Bw | Mode::Rate => spec.depth.max(1) + 1,
+        Mode::Bw => spec.depth.max(1) + 1,
+        // A request/response server may hold an answer per request in flight plus one
+        // per request answered whose Send it has not yet seen complete (the client
+        // consumed it and asked again within the same poll): twice the depth.
+        Mode::Rate => 2 * spec.depth.max(1) + 1,
     }
 }
 
@@ -366,15 +370,16 @@ fn post_recv<P: Provider>(
     Ok(())
 }
 
-/// The server thread: reposts receives and, for latency, answers each with a Send.
+/// The server thread: reposts receives and, if `reply` (latency, request/response),
+/// answers each with a Send.
 fn serve<P: Provider>(
     mut h: Host<P>,
     spec: RowSpec,
+    reply: bool,
     stop: Arc<AtomicBool>,
     deadline: Instant,
 ) -> Result<(), BenchError> {
     pin(spec.server_core);
-    let reply = spec.mode == Mode::Lat;
     let mut sends_out = vec![0u32; h.qps.len()];
     let max_send = queue_depth(&spec);
     let mut wc = [Completion::EMPTY; POLL_BATCH];
@@ -444,7 +449,8 @@ pub fn run_op<F: FabricKind>(
     let stop = Arc::new(AtomicBool::new(false));
     let server_thread = {
         let (stop, spec, deadline) = (stop.clone(), *spec, meter.deadline());
-        thread::spawn(move || serve(server, spec, stop, deadline))
+        let reply = spec.mode == Mode::Lat;
+        thread::spawn(move || serve(server, spec, reply, stop, deadline))
     };
     pin(spec.client_core);
     let result = match spec.mode {
@@ -458,6 +464,111 @@ pub fn run_op<F: FabricKind>(
     result?;
     served?;
     Ok(meter.finish())
+}
+
+/// Runs the request/response row on provider `F`: `spec.depth` Sends in flight per
+/// connection, each answered by the server with a Send of the same size, an operation
+/// counted (and its time taken) when its answer is received. The RPC rate row's like for
+/// like: a request/response at the same depth, without RPC. Every Send is signaled, as
+/// the engine's are.
+pub fn run_request_response<F: FabricKind>(
+    spec: &RowSpec,
+    mut meter: Meter,
+) -> Result<Measurement, BenchError> {
+    let (mut client, mut server, _) = connect::<F>(spec)?;
+    let conns = client.qps.len();
+    let depth = spec.depth.max(1) as usize;
+    for conn in 0..conns {
+        for slot in 0..queue_depth(spec) as usize {
+            post_recv(&mut server, spec, conn, slot)?;
+        }
+        for slot in 0..depth {
+            post_recv(&mut client, spec, conn, slot)?;
+        }
+    }
+    meter.restart();
+    let stop = Arc::new(AtomicBool::new(false));
+    let server_thread = {
+        let (stop, spec, deadline) = (stop.clone(), *spec, meter.deadline());
+        thread::spawn(move || serve(server, spec, true, stop, deadline))
+    };
+    pin(spec.client_core);
+    let result = client_request_response(&mut client, spec, &mut meter);
+    stop.store(true, Ordering::Relaxed);
+    let served = server_thread
+        .join()
+        .unwrap_or_else(|_| Err(BenchError::Setup("server thread panicked".into())));
+    result?;
+    served?;
+    Ok(meter.finish())
+}
+
+fn client_request_response<P: Provider>(
+    h: &mut Host<P>,
+    spec: &RowSpec,
+    meter: &mut Meter,
+) -> Result<(), BenchError> {
+    let conns = h.qps.len();
+    let depth = spec.depth.max(1) as usize;
+    let max_send = queue_depth(spec);
+    let send_off = slot_off(spec, conns, 0);
+    // Requests awaiting their answer, and Sends not yet completed, per connection.
+    let mut awaiting = vec![0usize; conns];
+    let mut sends_out = vec![0u32; conns];
+    // When each request went out: a ring per connection, answers come in order (RC).
+    let mut posted_at = vec![Instant::now(); conns * depth];
+    let mut head = vec![0usize; conns];
+    let mut wc = [Completion::EMPTY; POLL_BATCH];
+    let mut idle = 0u32;
+    loop {
+        let now = Instant::now();
+        for conn in 0..conns {
+            while awaiting[conn] < depth && sends_out[conn] < max_send {
+                let sge = [h.sge(send_off, spec.size)];
+                h.qps[conn].post_send(&[SendWr::send(wr_id(conn, 0), &sge)])?;
+                posted_at[conn * depth + (head[conn] + awaiting[conn]) % depth] = now;
+                awaiting[conn] += 1;
+                sends_out[conn] += 1;
+            }
+        }
+        let n = h.cq.poll(&mut wc);
+        if n == 0 {
+            idle = idle.wrapping_add(1);
+            if idle & 1023 == 0 && meter.expired(Instant::now()) {
+                return Ok(());
+            }
+            std::hint::spin_loop();
+            continue;
+        }
+        idle = 0;
+        let done_at = Instant::now();
+        for c in &wc[..n] {
+            check(c)?;
+            let (conn, slot) = split_wr_id(c.wr_id);
+            if conn >= conns {
+                return Err(BenchError::Setup(format!(
+                    "unknown work request id {:#x}",
+                    c.wr_id
+                )));
+            }
+            if c.opcode != WcOpcode::Recv {
+                sends_out[conn] = sends_out[conn].saturating_sub(1);
+                continue;
+            }
+            post_recv(h, spec, conn, slot)?;
+            if awaiting[conn] == 0 {
+                return Err(BenchError::Setup(format!(
+                    "an answer nobody asked for on connection {conn}"
+                )));
+            }
+            let at = posted_at[conn * depth + head[conn]];
+            head[conn] = (head[conn] + 1) % depth;
+            awaiting[conn] -= 1;
+            if !meter.tick(done_at, (done_at - at).as_nanos() as u64) {
+                return Ok(());
+            }
+        }
+    }
 }
 
 fn client_lat<P: Provider>(

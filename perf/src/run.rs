@@ -24,6 +24,8 @@ pub enum Bench {
     PhysMemcpy,
     /// [`fabric::run_op`] on the configured provider (`op` for bandwidth rows).
     Fabric(BwOp),
+    /// [`fabric::run_request_response`] on the configured provider.
+    FabricRequestResponse,
     /// [`rpc::run`] on the configured provider.
     Rpc(RpcBench),
 }
@@ -91,7 +93,18 @@ pub fn plan(cfg: &Config) -> Vec<Planned> {
                         Bench::Fabric(BwOp::Write),
                         None,
                     );
-                    push(rpc, Layer::Rpc, RpcBench::Echo.name(), echo, None);
+                    // One-way sends are no measure for an RPC, which waits for an
+                    // answer: the echo rate is compared with a request/response at the
+                    // same depth.
+                    push(
+                        base,
+                        Layer::Fabric,
+                        "req/resp",
+                        Bench::FabricRequestResponse,
+                        None,
+                    );
+                    let rr = Some("req/resp");
+                    push(rpc, Layer::Rpc, RpcBench::Echo.name(), echo, rr);
                 }
                 Mode::Bw => {
                     // memcpy first: an RDMA Write or Read on shm is one copy, so that is
@@ -128,6 +141,7 @@ fn run_on<F: FabricKind>(
         Bench::PhysRing => physical::ring(&p.spec, meter),
         Bench::PhysMemcpy => physical::memcpy(&p.spec, meter),
         Bench::Fabric(op) => fabric::run_op::<F>(&p.spec, op, meter),
+        Bench::FabricRequestResponse => fabric::run_request_response::<F>(&p.spec, meter),
         Bench::Rpc(b) => {
             let params = RpcParams {
                 inline: u32::try_from(cfg.inline_threshold).unwrap_or(u32::MAX),
@@ -211,7 +225,10 @@ pub fn notes(cfg: &Config) -> Vec<String> {
     }
     n.push(
         "latency: lat = one round trip (request and reply of SIZE octets each); bw and rate \
-         = post to completion with DEPTH in flight. GB/s counts SIZE octets per operation."
+         = post to completion with DEPTH in flight (fabric send: one-way, to the Send's \
+         completion; fabric req/resp: a Send answered by a Send of SIZE octets, to the \
+         answer's arrival, the rate RPC echo is compared with). GB/s counts SIZE octets \
+         per operation."
             .to_owned(),
     );
     n

@@ -177,9 +177,13 @@ fn tiny_bw_run_prints_the_table() {
 
 #[test]
 fn tiny_rate_run_prints_the_table() {
-    let t = tiny("rate", &["--depth", "8"]);
+    let t = tiny("rate", &["--depth", "8", "--connections", "2"]);
     assert!(t.contains("fabric   send"), "{t}");
+    assert!(t.contains("fabric   req/resp"), "{t}");
     assert!(t.contains("rate rpc      echo"), "{t}");
+    // The RPC rate is compared with the request/response, not with one-way sends.
+    let after_echo = t.split("rate rpc      echo").nth(1).unwrap_or("");
+    assert!(after_echo.contains("vs fabric req/resp"), "{t}");
 }
 
 #[test]
