@@ -28,4 +28,5 @@ pub mod run;
 pub mod server;
 pub mod soak;
 pub mod spec;
+pub mod tcp;
 pub mod units;

@@ -12,6 +12,7 @@ use crate::physical;
 use crate::report::{compute_ratios, Row};
 use crate::rpc::{self, RpcBench, RpcParams};
 use crate::spec::{Layer, Mode, RowSpec};
+use crate::tcp;
 
 /// Which code measures a row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,6 +23,10 @@ pub enum Bench {
     PhysRing,
     /// [`physical::memcpy`].
     PhysMemcpy,
+    /// [`tcp::pingpong`].
+    TcpPingpong,
+    /// [`tcp::stream`].
+    TcpStream,
     /// [`fabric::run_op`] on the configured provider (`op` for bandwidth rows).
     Fabric(BwOp),
     /// [`fabric::run_request_response`] on the configured provider.
@@ -75,12 +80,21 @@ pub fn plan(cfg: &Config) -> Vec<Planned> {
             match m.mode {
                 Mode::Lat => {
                     push(base, Layer::Physical, "pingpong", Bench::PhysPingpong, None);
+                    // siw runs over kernel TCP: its floor is a busy-polled TCP ping-pong.
+                    let tcp = base && cfg.provider == ProviderName::Siw;
+                    push(
+                        tcp,
+                        Layer::Physical,
+                        "tcp pingpong",
+                        Bench::TcpPingpong,
+                        None,
+                    );
                     push(
                         base,
                         Layer::Fabric,
                         "send/recv",
                         Bench::Fabric(BwOp::Write),
-                        None,
+                        tcp.then_some("tcp pingpong"),
                     );
                     push(rpc, Layer::Rpc, RpcBench::Echo.name(), echo, None);
                 }
@@ -111,14 +125,23 @@ pub fn plan(cfg: &Config) -> Vec<Planned> {
                     // the floor the fabric rows are compared with.
                     push(base, Layer::Physical, "memcpy", Bench::PhysMemcpy, None);
                     push(base, Layer::Physical, "ring", Bench::PhysRing, None);
+                    let tcp = base && cfg.provider == ProviderName::Siw;
+                    push(tcp, Layer::Physical, "tcp stream", Bench::TcpStream, None);
+                    let floor = tcp.then_some("tcp stream");
                     push(
                         base,
                         Layer::Fabric,
                         "write",
                         Bench::Fabric(BwOp::Write),
-                        None,
+                        floor,
                     );
-                    push(base, Layer::Fabric, "read", Bench::Fabric(BwOp::Read), None);
+                    push(
+                        base,
+                        Layer::Fabric,
+                        "read",
+                        Bench::Fabric(BwOp::Read),
+                        floor,
+                    );
                     // A Read chunk is pulled with RDMA Reads, a Write chunk pushed with
                     // RDMA Writes: each is compared with that raw operation.
                     let (rd, wr) = (RpcBench::ReadChunk, RpcBench::WriteChunk);
@@ -140,6 +163,8 @@ fn run_on<F: FabricKind>(
         Bench::PhysPingpong => physical::pingpong(&p.spec, meter),
         Bench::PhysRing => physical::ring(&p.spec, meter),
         Bench::PhysMemcpy => physical::memcpy(&p.spec, meter),
+        Bench::TcpPingpong => tcp::pingpong(&p.spec, meter),
+        Bench::TcpStream => tcp::stream(&p.spec, meter),
         Bench::Fabric(op) => fabric::run_op::<F>(&p.spec, op, meter),
         Bench::FabricRequestResponse => fabric::run_request_response::<F>(&p.spec, meter),
         Bench::Rpc(b) => {

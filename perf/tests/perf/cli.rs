@@ -346,9 +346,44 @@ fn siw_runs_rpc_and_fabric_rows_over_loopback() {
     let v: Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
     assert_eq!(v["config"]["provider"], "siw");
     let rows = v["rows"].as_array().unwrap();
-    assert_eq!(rows.len(), 3);
-    assert_eq!(rows[2]["ratio"]["against"], "fabric send/recv");
+    let names: Vec<&str> = rows.iter().map(|r| r["bench"].as_str().unwrap()).collect();
+    assert_eq!(names, ["pingpong", "tcp pingpong", "send/recv", "echo"]);
+    // siw's floor is kernel TCP: the fabric row is compared with the TCP ping-pong.
+    assert_eq!(rows[2]["ratio"]["against"], "physical tcp pingpong");
+    assert_eq!(rows[3]["ratio"]["against"], "fabric send/recv");
     for r in rows {
         assert_eq!(r["figures"]["ops"], 200, "{r}");
     }
+}
+
+#[test]
+fn siw_bandwidth_is_compared_with_a_tcp_stream() {
+    let out = perf(&[
+        "bw",
+        "--provider",
+        "siw",
+        "--size",
+        "64k",
+        "--depth",
+        "2",
+        "--iters",
+        "50",
+        "--baseline",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+    let rows = v["rows"].as_array().unwrap();
+    let find = |name: &str| {
+        rows.iter()
+            .find(|r| r["bench"] == name)
+            .unwrap_or_else(|| panic!("{name} in {rows:?}"))
+    };
+    assert!(find("tcp stream")["figures"]["gb_per_s"].as_f64().unwrap() > 0.0);
+    assert_eq!(find("write")["ratio"]["against"], "physical tcp stream");
+    assert_eq!(find("read")["ratio"]["against"], "physical tcp stream");
 }

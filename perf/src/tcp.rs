@@ -1,0 +1,202 @@
+//! Kernel TCP baselines on loopback, for the siw rows: siw is iWARP over TCP sockets, so
+//! what the kernel's TCP does between two busy-polling threads is the floor its fabric
+//! rows are compared with.
+//!
+//! - `tcp pingpong` (lat): a request of `size` octets written on one socket, read on the
+//!   other (non-blocking, busy-polled: `read` until it has them all), answered with a
+//!   reply of `size` octets the same way. Two `write`s and at least two `read`s per
+//!   round trip, no copies beyond the kernel's; `TCP_NODELAY` on both ends.
+//! - `tcp stream` (bw): one thread writes `size`-octet messages back to back, the other
+//!   reads them (busy-polled); an operation is one message read whole, its time the gap
+//!   since the one before (as the memcpy row's).
+//!
+//! Both are a physical layer: no RDMA, no framing, no CRC. Everything is allocated before
+//! the measurement starts.
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::Instant;
+
+use crate::measure::{Measurement, Meter};
+use crate::spec::{pin, BenchError, RowSpec};
+
+fn io(what: &str, e: std::io::Error) -> BenchError {
+    BenchError::Setup(format!("tcp {what}: {e}"))
+}
+
+/// A connected, non-blocking, `TCP_NODELAY` pair of loopback sockets.
+fn socket_pair() -> Result<(TcpStream, TcpStream), BenchError> {
+    let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| io("bind", e))?;
+    let addr = listener.local_addr().map_err(|e| io("bind", e))?;
+    let client = TcpStream::connect(addr).map_err(|e| io("connect", e))?;
+    let (server, _) = listener.accept().map_err(|e| io("accept", e))?;
+    for s in [&client, &server] {
+        s.set_nodelay(true).map_err(|e| io("nodelay", e))?;
+        s.set_nonblocking(true).map_err(|e| io("nonblocking", e))?;
+    }
+    Ok((client, server))
+}
+
+/// Fills `buf` from `s`, busy-polling; false if `stop` is set or `deadline` passes first
+/// or the peer closed.
+fn read_all(
+    s: &mut TcpStream,
+    buf: &mut [u8],
+    stop: &AtomicBool,
+    deadline: Instant,
+) -> Result<bool, BenchError> {
+    let mut got = 0;
+    let mut spins = 0u32;
+    while got < buf.len() {
+        match s.read(&mut buf[got..]) {
+            Ok(0) => return Ok(false),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                spins = spins.wrapping_add(1);
+                if spins & 1023 == 0 && (stop.load(Ordering::Relaxed) || Instant::now() >= deadline)
+                {
+                    return Ok(false);
+                }
+                std::hint::spin_loop();
+            }
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(io("read", e)),
+        }
+    }
+    Ok(true)
+}
+
+/// Writes all of `buf` to `s`, busy-polling while the socket buffer is full.
+fn write_all(
+    s: &mut TcpStream,
+    buf: &[u8],
+    stop: &AtomicBool,
+    deadline: Instant,
+) -> Result<bool, BenchError> {
+    let mut put = 0;
+    let mut spins = 0u32;
+    while put < buf.len() {
+        match s.write(&buf[put..]) {
+            Ok(0) => return Ok(false),
+            Ok(n) => put += n,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                spins = spins.wrapping_add(1);
+                if spins & 1023 == 0 && (stop.load(Ordering::Relaxed) || Instant::now() >= deadline)
+                {
+                    return Ok(false);
+                }
+                std::hint::spin_loop();
+            }
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            // The reader closed (at the end of the run, with data unread: a reset).
+            Err(e) if matches!(e.kind(), ErrorKind::BrokenPipe | ErrorKind::ConnectionReset) => {
+                return Ok(false)
+            }
+            Err(e) => return Err(io("write", e)),
+        }
+    }
+    Ok(true)
+}
+
+/// Runs the `tcp pingpong` latency baseline.
+pub fn pingpong(spec: &RowSpec, mut meter: Meter) -> Result<Measurement, BenchError> {
+    let size = spec.size.max(1);
+    let (mut client, mut server) = socket_pair()?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let deadline = meter.deadline();
+    let responder = {
+        let (stop, core) = (stop.clone(), spec.server_core);
+        thread::spawn(move || -> Result<(), BenchError> {
+            pin(core);
+            let mut buf = vec![0x5au8; size];
+            while read_all(&mut server, &mut buf, &stop, deadline)? {
+                if !write_all(&mut server, &buf, &stop, deadline)? {
+                    break;
+                }
+            }
+            Ok(())
+        })
+    };
+    pin(spec.client_core);
+    let req = vec![0xa5u8; size];
+    let mut resp = vec![0u8; size];
+    meter.restart();
+    let mut t = Instant::now();
+    let result = loop {
+        match write_all(&mut client, &req, &stop, meter.deadline()) {
+            Ok(true) => {}
+            Ok(false) => break Ok(()),
+            Err(e) => break Err(e),
+        }
+        match read_all(&mut client, &mut resp, &stop, meter.deadline()) {
+            Ok(true) => {}
+            Ok(false) => {
+                meter.expired(Instant::now());
+                break Ok(());
+            }
+            Err(e) => break Err(e),
+        }
+        let now = Instant::now();
+        let lat = (now - t).as_nanos() as u64;
+        t = now;
+        if !meter.tick(now, lat) {
+            break Ok(());
+        }
+    };
+    stop.store(true, Ordering::Relaxed);
+    drop(client);
+    let served = responder
+        .join()
+        .unwrap_or_else(|_| Err(BenchError::Setup("tcp responder panicked".into())));
+    result?;
+    served?;
+    Ok(meter.finish())
+}
+
+/// Runs the `tcp stream` bandwidth baseline.
+pub fn stream(spec: &RowSpec, mut meter: Meter) -> Result<Measurement, BenchError> {
+    let size = spec.size.max(1);
+    let (mut client, mut server) = socket_pair()?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let deadline = meter.deadline();
+    let writer = {
+        let (stop, core) = (stop.clone(), spec.server_core);
+        thread::spawn(move || -> Result<(), BenchError> {
+            pin(core);
+            let buf = vec![0xa5u8; size];
+            while write_all(&mut server, &buf, &stop, deadline)? {}
+            Ok(())
+        })
+    };
+    pin(spec.client_core);
+    let mut buf = vec![0u8; size];
+    meter.restart();
+    let mut t = Instant::now();
+    let result = loop {
+        match read_all(&mut client, &mut buf, &stop, meter.deadline()) {
+            Ok(true) => {}
+            Ok(false) => {
+                meter.expired(Instant::now());
+                break Ok(());
+            }
+            Err(e) => break Err(e),
+        }
+        let now = Instant::now();
+        let lat = (now - t).as_nanos() as u64;
+        t = now;
+        if !meter.tick(now, lat) {
+            break Ok(());
+        }
+    };
+    stop.store(true, Ordering::Relaxed);
+    drop(client);
+    let wrote = writer
+        .join()
+        .unwrap_or_else(|_| Err(BenchError::Setup("tcp writer panicked".into())));
+    result?;
+    wrote?;
+    Ok(meter.finish())
+}
