@@ -77,5 +77,8 @@ p50() { echo "$perf" | awk -v l="$1" -v b="$2" '$1 == "lat" && $2 == l && $3 == 
 fab=$(p50 fabric send/recv); rpc=$(p50 rpc echo)
 [ -n "$fab" ] || fail "no fabric send/recv row from rpcrdma-perf on $DEV"
 [ -n "$rpc" ] || fail "no rpc echo row from rpcrdma-perf on $DEV"
-ratio() { if [ -n "$1" ] && [ -n "$base" ]; then awk -v a="$1" -v b="$base" 'BEGIN {printf "%.2f", a / b}'; else echo n/a; fi; }
-echo "LAB_METRIC verbs_lat dev=$DEV size=$SIZE ib_send_lat_typical_us=${base:-unavailable} fabric_p50_us=$fab rpc_echo_p50_us=${rpc:-unavailable} fabric_vs_ib_send_lat=x$(ratio "$fab") rpc_vs_ib_send_lat=x$(ratio "$rpc")"
+# ib_send_lat reports half a round trip (its t_typical is the ping-pong time over two);
+# our rows are whole round trips, so the like-for-like figure is twice t_typical.
+rtt=$(awk -v b="$base" 'BEGIN {printf "%.2f", 2 * b}')
+ratio() { if [ -n "$1" ] && [ -n "$rtt" ]; then awk -v a="$1" -v b="$rtt" 'BEGIN {printf "%.2f", a / b}'; else echo n/a; fi; }
+echo "LAB_METRIC verbs_lat dev=$DEV size=$SIZE ib_send_lat_typical_us=${base:-unavailable} ib_send_lat_rtt_us=$rtt fabric_p50_us=$fab rpc_echo_p50_us=${rpc:-unavailable} fabric_vs_ib_send_lat_rtt=x$(ratio "$fab") rpc_vs_ib_send_lat_rtt=x$(ratio "$rpc")"

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# System calls per operation of the RPC rows, counted with strace on both threads (the
+# measuring requester and the busy-polling responder): each row runs twice, with N and
+# 2N operations after the same 200-operation warm-up, and the difference is divided by
+# N, so set-up and tear-down cancel out. What remains is what the steady state costs per
+# round trip (lat) or per operation of SIZE octets (bw: per MiB at 1m), idle polling
+# included: a system call a poller makes every k polls shows up in proportion to the
+# polls each operation takes.
+#
+# usage: perf/syscalls.sh [N]        # default N=2000; release build of rpcrdma-perf
+# prints: row, calls per operation in total, and the calls that make it up (>= 0.01 per op)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+command -v strace >/dev/null || { echo "perf/syscalls.sh: strace is missing (apt-get install strace)"; exit 1; }
+N=${1:-2000}
+cargo build -q --release -p rpcrdma-perf
+bin=target/release/rpcrdma-perf
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+# Runs `rpcrdma-perf ARGS --iters $2` under strace -f -c; prints "name calls" per line.
+counts() {
+  local iters=$1; shift
+  strace -f -c -S name -o "$out/trace" "$bin" "$@" --warmup 200 --iters "$iters" >/dev/null 2>&1
+  awk '$4 ~ /^[0-9]+$/ && $NF != "total" {print $NF, $4}' "$out/trace"
+}
+
+# row LABEL ROWS ARGS...: ROWS is how many RPC rows ARGS runs (each runs the --iters).
+row() {
+  local label=$1 rows=$2; shift 2
+  counts "$N" "$@" > "$out/a"
+  counts $((2 * N)) "$@" > "$out/b"
+  python3 - "$out/a" "$out/b" "$((N * rows))" "$label" <<'PY'
+import sys
+def load(p):
+    d = {}
+    for line in open(p):
+        name, n = line.split()
+        d[name] = d.get(name, 0) + int(n)
+    return d
+a, b, n, label = load(sys.argv[1]), load(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+per = {k: (b.get(k, 0) - a.get(k, 0)) / n for k in set(a) | set(b)}
+total = sum(per.values())
+parts = ", ".join(f"{k} {v:.2f}" for k, v in sorted(per.items(), key=lambda kv: -kv[1]) if v >= 0.01)
+print(f"{label:<42} {total:7.2f} per op   ({parts})")
+PY
+}
+
+echo "system calls per operation (strace -f -c, difference of ${N} and $((2 * N)) operations)"
+row "shm lat echo 64 B (per RTT)" 1 lat --provider shm --size 64
+row "siw lat echo 64 B (per RTT)" 1 lat --provider siw --size 64
+row "siw lat echo 4 KiB (per RTT)" 1 lat --provider siw --size 4k
+row "siw bw read+write chunk 1 MiB (per MiB)" 2 bw --provider siw --size 1m --depth 2
