@@ -15,6 +15,8 @@
 //!   and releases it. Latency is post-to-release, like a fabric completion.
 //! - `memcpy` (bw): one thread copying `size` octets between two buffers: the memory
 //!   system's copy bandwidth at that size, the floor of an RDMA Write on shm.
+//! - `memcpy+crc` (bw): the same copy, then a CRC32c over it: the floor of a sink that
+//!   checks what it pulled.
 
 use std::hint::spin_loop;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -258,6 +260,27 @@ pub fn ring(spec: &RowSpec, mut meter: Meter) -> Result<Measurement, BenchError>
     }
     stop.store(true, Ordering::Relaxed);
     let _ = consumer.join();
+    Ok(meter.finish())
+}
+
+/// Runs the single-thread `memcpy+crc` baseline: a copy, then a CRC32c of the copy (the
+/// engine's CRC), what a sink that checks every octet it pulled costs at the least.
+pub fn memcpy_crc(spec: &RowSpec, mut meter: Meter) -> Result<Measurement, BenchError> {
+    pin(spec.client_core);
+    let src = vec![0xa5u8; spec.size];
+    let mut dst = vec![0u8; spec.size];
+    meter.restart();
+    let mut t = Instant::now();
+    loop {
+        dst.copy_from_slice(std::hint::black_box(&src));
+        std::hint::black_box(rpcrdma::iwarp::crc32c::crc32c(&dst));
+        let now = Instant::now();
+        let lat = (now - t).as_nanos() as u64;
+        t = now;
+        if !meter.tick(now, lat) {
+            break;
+        }
+    }
     Ok(meter.finish())
 }
 

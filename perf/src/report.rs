@@ -189,11 +189,24 @@ impl Row {
     }
 }
 
-/// Fills in every row's ratio to the first row of the layer below with the same mode,
-/// size, depth and connections.
+/// The layer and bench a row's `against` names: a bench of the layer below, or, written
+/// `"physical NAME"`, a bench of the physical layer (for an RPC row whose floor is a
+/// physical baseline, such as the CRC'd sink beside memcpy+CRC).
+fn against_of(row: &Row) -> (Option<Layer>, Option<&'static str>) {
+    match row.against {
+        Some(a) => match a.strip_prefix("physical ") {
+            Some(bench) => (Some(Layer::Physical), Some(bench)),
+            None => (row.layer.reference(), Some(a)),
+        },
+        None => (row.layer.reference(), None),
+    }
+}
+
+/// Fills in every row's ratio to the first row of the layer below (or the row its
+/// `against` names) with the same mode, size, depth and connections.
 pub fn compute_ratios(rows: &mut [Row]) {
     for i in 0..rows.len() {
-        let Some(want) = rows[i].layer.reference() else {
+        let (Some(want), bench) = against_of(&rows[i]) else {
             continue;
         };
         let base = rows.iter().find(|r| {
@@ -202,7 +215,7 @@ pub fn compute_ratios(rows: &mut [Row]) {
                 && r.size == rows[i].size
                 && r.depth == rows[i].depth
                 && r.connections == rows[i].connections
-                && rows[i].against.is_none_or(|b| b == r.bench)
+                && bench.is_none_or(|b| b == r.bench)
                 && r.figures.is_some()
         });
         let ratio = match (base, &rows[i].figures) {

@@ -4,8 +4,11 @@
 //! - `echo` (lat, rate): ECHO of `size` octets; inline when the call and the reply fit
 //!   the inline threshold, else the argument in a Read chunk and the result in a Write
 //!   chunk (the engine's shape for large payloads).
-//! - `read chunk` (bw): SINK with its `size`-octet argument in a Read chunk, so the
-//!   responder pulls it with RDMA Reads; the reply is inline.
+//! - `read chunk` (bw): DISCARD with its `size`-octet argument in a Read chunk, so the
+//!   responder pulls it with RDMA Reads and reads none of it; the reply (the length) is
+//!   inline.
+//! - `read chunk+crc` (bw): the same with SINK, which CRCs every octet it pulled (a
+//!   second pass over the data, compared with memcpy+CRC).
 //! - `write chunk` (bw): SOURCE of `size` octets into a Write chunk, so the responder
 //!   pushes the result with RDMA Writes.
 //!
@@ -55,8 +58,10 @@ const MIN_LARGE_BUF: usize = 64 << 10;
 pub enum RpcBench {
     /// ECHO: inline when it fits, else Read chunk in and Write chunk out.
     Echo,
-    /// SINK with the argument in a Read chunk.
+    /// DISCARD with the argument in a Read chunk.
     ReadChunk,
+    /// SINK (CRC32c of every octet) with the argument in a Read chunk.
+    ReadChunkCrc,
     /// SOURCE into a Write chunk.
     WriteChunk,
 }
@@ -67,6 +72,7 @@ impl RpcBench {
         match self {
             RpcBench::Echo => "echo",
             RpcBench::ReadChunk => "read chunk",
+            RpcBench::ReadChunkCrc => "read chunk+crc",
             RpcBench::WriteChunk => "write chunk",
         }
     }
@@ -103,6 +109,11 @@ impl Shape {
                 }
             }
             RpcBench::ReadChunk => Shape {
+                procedure: echo_proc::DISCARD,
+                read_chunk: true,
+                write_chunk: false,
+            },
+            RpcBench::ReadChunkCrc => Shape {
                 procedure: echo_proc::SINK,
                 read_chunk: true,
                 write_chunk: false,
@@ -327,6 +338,12 @@ impl Caller<'_> {
                         "SINK saw {} octets (crc {:#x}), sent {}",
                         res.len, res.crc32c, self.size
                     ));
+                }
+            }
+            echo_proc::DISCARD => {
+                let len = cur.u32().map_err(|e| e.to_string())?;
+                if len as usize != self.size {
+                    return Err(format!("DISCARD saw {len} octets, sent {}", self.size));
                 }
             }
             echo_proc::SOURCE => {

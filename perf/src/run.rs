@@ -23,6 +23,8 @@ pub enum Bench {
     PhysRing,
     /// [`physical::memcpy`].
     PhysMemcpy,
+    /// [`physical::memcpy_crc`].
+    PhysMemcpyCrc,
     /// [`tcp::pingpong`].
     TcpPingpong,
     /// [`tcp::stream`].
@@ -125,6 +127,13 @@ pub fn plan(cfg: &Config) -> Vec<Planned> {
                     // the floor the fabric rows are compared with.
                     push(base, Layer::Physical, "memcpy", Bench::PhysMemcpy, None);
                     push(base, Layer::Physical, "ring", Bench::PhysRing, None);
+                    push(
+                        base,
+                        Layer::Physical,
+                        "memcpy+crc",
+                        Bench::PhysMemcpyCrc,
+                        None,
+                    );
                     let tcp = base && cfg.provider == ProviderName::Siw;
                     push(tcp, Layer::Physical, "tcp stream", Bench::TcpStream, None);
                     let floor = tcp.then_some("tcp stream");
@@ -147,6 +156,11 @@ pub fn plan(cfg: &Config) -> Vec<Planned> {
                     let (rd, wr) = (RpcBench::ReadChunk, RpcBench::WriteChunk);
                     push(rpc, Layer::Rpc, rd.name(), Bench::Rpc(rd), Some("read"));
                     push(rpc, Layer::Rpc, wr.name(), Bench::Rpc(wr), Some("write"));
+                    // The sink that CRCs what it pulled, beside its floor: a copy and a
+                    // CRC (the Read is the copy).
+                    let crc = RpcBench::ReadChunkCrc;
+                    let floor = base.then_some("physical memcpy+crc");
+                    push(rpc, Layer::Rpc, crc.name(), Bench::Rpc(crc), floor);
                 }
             }
         }
@@ -163,6 +177,7 @@ fn run_on<F: FabricKind>(
         Bench::PhysPingpong => physical::pingpong(&p.spec, meter),
         Bench::PhysRing => physical::ring(&p.spec, meter),
         Bench::PhysMemcpy => physical::memcpy(&p.spec, meter),
+        Bench::PhysMemcpyCrc => physical::memcpy_crc(&p.spec, meter),
         Bench::TcpPingpong => tcp::pingpong(&p.spec, meter),
         Bench::TcpStream => tcp::stream(&p.spec, meter),
         Bench::Fabric(op) => fabric::run_op::<F>(&p.spec, op, meter),
@@ -223,8 +238,9 @@ pub fn notes(cfg: &Config) -> Vec<String> {
             "rpc rows: the engine serving the built-in echo program over {}, responder \
              busy-polling the server core, requester(s) on the measuring thread. echo = ECHO \
              of SIZE octets, inline when it fits the {} octet inline threshold, else Read \
-             chunk in and Write chunk out; read chunk = SINK with a Read chunk (compared \
-             with fabric read); write chunk = SOURCE into a Write chunk (compared with \
+             chunk in and Write chunk out; read chunk = DISCARD with a Read chunk, the data \
+             pulled and not read (compared with fabric read); read chunk+crc = SINK, which \
+             CRCs every octet pulled (compared with physical memcpy+crc); write chunk = SOURCE into a Write chunk (compared with \
              fabric write).",
             cfg.provider.name(),
             cfg.inline_threshold

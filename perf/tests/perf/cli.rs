@@ -170,6 +170,9 @@ fn tiny_bw_run_prints_the_table() {
         "vs fabric read",
         "rpc      write chunk",
         "vs fabric write",
+        "physical memcpy+crc",
+        "rpc      read chunk+crc",
+        "vs physical memcpy+crc",
     ] {
         assert!(t.contains(want), "{want}: {t}");
     }
@@ -300,7 +303,7 @@ fn rpc_rows_of_every_mode_are_in_the_json() {
         (
             "bw",
             &["--size", "64k", "--depth", "2"],
-            &["read chunk", "write chunk"],
+            &["read chunk", "write chunk", "read chunk+crc"],
         ),
     ] {
         let mut args = vec![mode, "--iters", "200", "--json"];

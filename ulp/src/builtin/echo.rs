@@ -48,6 +48,16 @@ static SINK: ProcInfo = ProcInfo {
     idempotent: true,
 };
 
+static DISCARD: ProcInfo = ProcInfo {
+    procedure: echo_proc::DISCARD,
+    name: "DISCARD",
+    ddp_args: &[DATA],
+    ddp_results: &[],
+    reply: ReplySize::fixed(4),
+    short_reply_retry: false,
+    idempotent: true,
+};
+
 static SOURCE: ProcInfo = ProcInfo {
     procedure: echo_proc::SOURCE,
     name: "SOURCE",
@@ -129,6 +139,7 @@ impl EchoProgram {
             echo_proc::SINK => Some(&SINK),
             echo_proc::SOURCE => Some(&SOURCE),
             echo_proc::ECHO2 => Some(&ECHO2),
+            echo_proc::DISCARD => Some(&DISCARD),
             _ => None,
         }
     }
@@ -182,6 +193,12 @@ impl Program for EchoProgram {
                 let a = Echo2::decode(args)?;
                 args.finish()?;
                 a.encode(results)?;
+            }
+            echo_proc::DISCARD => {
+                let a = EchoData::decode(args)?;
+                args.finish()?;
+                // Bounded by ECHO_MAX_DATA when decoded.
+                results.u32(a.data.len() as u32)?;
             }
             _ => return Err(ProcError::ProcUnavail),
         }

@@ -47,4 +47,8 @@ pub mod echo_proc {
     pub const SOURCE: u32 = 3;
     /// ECHO2: returns its two opaques and the word between them.
     pub const ECHO2: u32 = 4;
+    /// DISCARD: returns the length of its `opaque data<>` argument and nothing about
+    /// its octets, which it never reads: a bandwidth sink costing nothing per octet
+    /// (SINK's CRC is a second pass over the data).
+    pub const DISCARD: u32 = 5;
 }

@@ -174,7 +174,7 @@ fn unsupported_version_is_prog_mismatch_with_range() {
 #[test]
 fn unknown_procedure_is_proc_unavail() {
     let mut d = dispatcher();
-    for (prog, vers, procedure) in [(ECHO_PROGRAM, 1, 5), (NULL_PROGRAM, 1, 1), (PROBE, 2, 2)] {
+    for (prog, vers, procedure) in [(ECHO_PROGRAM, 1, 6), (NULL_PROGRAM, 1, 1), (PROBE, 2, 2)] {
         let reply = answer(&mut d, &call_msg(&header(prog, vers, procedure), &[]));
         assert_eq!(reply, accepted(3, &[]), "prog {prog:#x} proc {procedure}");
     }
@@ -377,6 +377,26 @@ fn sink_returns_length_and_crc32c() {
         &call_msg(&header(ECHO_PROGRAM, 1, echo_proc::SINK), &args),
     );
     assert_eq!(reply, accepted(0, &[9, 0xe306_9283]));
+}
+
+// DISCARD answers the data's length only, and checks the argument's XDR like SINK.
+#[test]
+fn discard_returns_the_length_only() {
+    let mut d = dispatcher();
+    let args = [words(&[9]), b"123456789\0\0\0".to_vec()].concat();
+    let reply = answer(
+        &mut d,
+        &call_msg(&header(ECHO_PROGRAM, 1, echo_proc::DISCARD), &args),
+    );
+    assert_eq!(reply, accepted(0, &[9]));
+    let too_long = answer(
+        &mut d,
+        &call_msg(
+            &header(ECHO_PROGRAM, 1, echo_proc::DISCARD),
+            &words(&[(1 << 24) + 1]),
+        ),
+    );
+    assert_eq!(too_long, accepted(4, &[]), "GARBAGE_ARGS");
 }
 
 // SOURCE returns the pattern 0, 1, 2, ... (mod 251).
