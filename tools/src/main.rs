@@ -19,6 +19,7 @@ mod rpc_summary;
 mod rpcbind;
 mod serve;
 mod signal;
+mod stats;
 
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -60,6 +61,22 @@ enum Command {
     /// NFSv3 or NFSv4.1 client over RPC-over-RDMA: ls, get, put and bench against an NFS
     /// server (ours or Linux nfsd); NFSv3 gets the root handle from MOUNT over TCP.
     Nfs(NfsArgs),
+    /// Live counters of a running `rpcrdma serve`: per connection calls, octets, chunk
+    /// shapes, RDMA errors sent, credits in use, receive-queue depth.
+    Stats(StatsArgs),
+}
+
+#[derive(Debug, Args)]
+struct StatsArgs {
+    /// The server's process id (read over its local stats socket), or the IP:PORT of
+    /// its `--metrics` endpoint.
+    target: String,
+    /// Print the snapshot as JSON.
+    #[arg(long, conflicts_with = "prometheus")]
+    json: bool,
+    /// Print the Prometheus text exposition format.
+    #[arg(long)]
+    prometheus: bool,
 }
 
 #[derive(Debug, Args)]
@@ -200,6 +217,11 @@ struct ServeArgs {
     /// Register MOUNT and NFS with the local rpcbind (port 111) while serving.
     #[arg(long)]
     rpcbind: bool,
+    /// Serve live counters over HTTP on this IP:PORT: GET /metrics (Prometheus text)
+    /// and GET /json (port 0: any free port, printed at start). `rpcrdma stats PID`
+    /// works without it.
+    #[arg(long, value_name = "IP:PORT")]
+    metrics: Option<std::net::SocketAddr>,
 }
 
 #[derive(Debug, Args)]
@@ -353,6 +375,7 @@ fn main() -> ExitCode {
         Command::Serve(a) => run_serve(&a),
         Command::Call(a) => run_call(&a),
         Command::Nfs(a) => run_nfs(&a),
+        Command::Stats(a) => run_stats(&a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -448,8 +471,20 @@ fn run_serve(a: &ServeArgs) -> Result<(), CliError> {
             idle_timeout: idle,
         },
         nfs: nfs_opts(a)?,
+        metrics: a.metrics,
     };
     serve::run(&ep, &opts)
+}
+
+fn run_stats(a: &StatsArgs) -> Result<(), CliError> {
+    let snap = stats::fetch(&stats::Target::parse(&a.target)?)?;
+    if a.json {
+        print_json(&snap, false)
+    } else if a.prometheus {
+        write_stdout(snap.prometheus().as_bytes())
+    } else {
+        write_stdout(snap.table().as_bytes())
+    }
 }
 
 fn run_nfs(a: &NfsArgs) -> Result<(), CliError> {

@@ -5,7 +5,9 @@
 //! with `--tcp-port`, NFSv3 on TCP too).
 //!
 //! Prints each connection as it comes and goes and, once a second, calls and payload
-//! octets per second. Stops on Ctrl-C (SIGINT), SIGTERM or after `--duration`:
+//! octets per second. Publishes live counters per connection a few times a second
+//! ([`crate::stats`]): `rpcrdma stats PID`, and with `--metrics ADDR` a Prometheus
+//! endpoint. Stops on Ctrl-C (SIGINT), SIGTERM or after `--duration`:
 //! connections are disconnected and given a bounded time to drain, then the process
 //! exits 0.
 
@@ -36,6 +38,7 @@ use rpcrdma_ulp::program::{DispatchStats, Dispatcher};
 use crate::endpoint::Endpoint;
 use crate::error::CliError;
 use crate::signal;
+use crate::stats::{Board, ConnSample, Exporter, Snapshot};
 
 /// How long connections may take to drain at shutdown.
 const DRAIN: Duration = Duration::from_secs(3);
@@ -56,6 +59,9 @@ pub struct ServeOpts {
     pub limits: ResponderLimits,
     /// Serve NFSv3 too.
     pub nfs: Option<NfsOpts>,
+    /// Serve the live counters over HTTP here (`--metrics`), beside the process's
+    /// abstract stats socket.
+    pub metrics: Option<SocketAddr>,
 }
 
 /// What NFS serves from.
@@ -109,10 +115,14 @@ impl Inner {
     }
 }
 
-/// The dispatcher with counting around it.
+/// The dispatcher with counting around it: into the server's totals, and into the
+/// connection's own counters (plain fields: only the serving loop touches them).
 struct Counted {
     inner: Inner,
     counters: Arc<Counters>,
+    calls: u64,
+    bytes_in: u64,
+    bytes_out: u64,
 }
 
 fn be32(b: &[u8], at: usize) -> Option<u32> {
@@ -149,8 +159,10 @@ impl Service for Counted {
             Ordering::Relaxed,
         );
         let ddp_in: usize = call.ddp_items().iter().map(|d| d.data.len()).sum();
-        c.bytes_in
-            .fetch_add((call.msg().len() + ddp_in) as u64, Ordering::Relaxed);
+        let bytes_in = (call.msg().len() + ddp_in) as u64;
+        c.bytes_in.fetch_add(bytes_in, Ordering::Relaxed);
+        self.calls += 1;
+        self.bytes_in += bytes_in;
         let mut out = reply.len() as u64;
         // A result sent through a Write chunk is not in the body; for ECHO, SOURCE and
         // NFS READ/READLINK (one such result, last) the body's last word is its length.
@@ -165,6 +177,7 @@ impl Service for Counted {
             out += u64::from(be32(reply.as_slice(), reply.len() - 4).unwrap_or(0));
         }
         c.bytes_out.fetch_add(out, Ordering::Relaxed);
+        self.bytes_out += out;
         r
     }
 
@@ -273,6 +286,9 @@ fn serve<P: Provider>(
             Some(Counted {
                 inner,
                 counters: counters.clone(),
+                calls: 0,
+                bytes_in: 0,
+                bytes_out: 0,
             })
         }
     };
@@ -290,7 +306,18 @@ fn serve<P: Provider>(
     if let Some(n) = &nfs {
         n.announce(ep);
     }
+    let board = Arc::new(Board::default());
+    let exporter = Exporter::start(board.clone(), opts.metrics)?;
+    say(&format!(
+        "rpcrdma serve: live counters: rpcrdma stats {}{}",
+        std::process::id(),
+        exporter
+            .metrics
+            .map(|a| format!(", http://{a}/metrics (Prometheus), http://{a}/json"))
+            .unwrap_or_default()
+    ));
     let start = Instant::now();
+    let mut next_sample = start;
     let end = opts.duration.map(|d| start + d);
     let mut known: Vec<(ConnId, bool)> = Vec::new();
     let mut last = (start, 0u64, 0u64, 0u64);
@@ -309,6 +336,10 @@ fn serve<P: Provider>(
         // Everything below is bookkeeping, done between bursts of polls.
         let now = Instant::now();
         track(&server, &mut known);
+        if now >= next_sample {
+            board.publish(snapshot(&server, &counters, ep, start));
+            next_sample = now + SAMPLE_EVERY;
+        }
         if now.duration_since(last.0) >= Duration::from_secs(1) {
             let secs = now.duration_since(last.0).as_secs_f64();
             let calls = counters.calls.load(Ordering::Relaxed);
@@ -344,6 +375,8 @@ fn serve<P: Provider>(
         server.poll(Instant::now());
         track(&server, &mut known);
     }
+    board.publish(snapshot(&server, &counters, ep, start));
+    drop(exporter);
     let left = server.connections().len();
     let cc = server.counters();
     say(&format!(
@@ -370,6 +403,70 @@ fn serve<P: Provider>(
         n.stop();
     }
     Ok(())
+}
+
+/// How often the live counters are sampled.
+const SAMPLE_EVERY: Duration = Duration::from_millis(200);
+
+/// The server's counters and each connection's, now.
+fn snapshot<P: Provider, F>(
+    server: &Responder<P, Counted, F>,
+    counters: &Counters,
+    ep: &Endpoint,
+    start: Instant,
+) -> Snapshot
+where
+    F: FnMut() -> Option<Counted>,
+{
+    use rpcrdma::fabric::QueuePair;
+    let cc = server.counters();
+    let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    Snapshot {
+        pid: std::process::id(),
+        provider: ep.provider().to_string(),
+        addr: ep.to_string(),
+        uptime_s: start.elapsed().as_secs_f64(),
+        accepted: cc.accepted,
+        refused_over_limit: cc.over_limit,
+        refused_setup: cc.refused,
+        handshake_timeouts: cc.handshake_timeouts,
+        idle_closed: cc.idle_closed,
+        calls: load(&counters.calls),
+        nulls: load(&counters.nulls),
+        prog_unavail: load(&counters.prog_unavail),
+        bytes_in: load(&counters.bytes_in),
+        bytes_out: load(&counters.bytes_out),
+        connections: server
+            .connections()
+            .iter()
+            .map(|c| {
+                let st = c.stats();
+                let svc = c.service();
+                ConnSample {
+                    id: c.conn_id().to_string(),
+                    peer: format!("{:?}", c.qp().peer_addr()),
+                    state: format!("{:?}", c.state()),
+                    calls: svc.calls,
+                    bytes_in: svc.bytes_in,
+                    bytes_out: svc.bytes_out,
+                    long_calls: st.long_calls,
+                    read_chunks: st.ddp_args,
+                    write_chunks: st.ddp_results,
+                    inline_replies: st.inline_replies,
+                    reply_chunks: st.chunk_replies,
+                    err_vers: st.err_vers,
+                    err_chunk: st.err_chunk,
+                    rpc_errors: st.service_errors,
+                    dropped: st.dropped,
+                    overruns: st.overruns,
+                    stalls: st.stalls,
+                    in_progress: c.active() as u64,
+                    recvs_posted: u64::from(c.recvs_posted()),
+                    credit_target: u64::from(c.policy().target()),
+                }
+            })
+            .collect(),
+    }
 }
 
 /// Prints connections that came up or went away since the last look.

@@ -194,6 +194,11 @@ impl<P: Provider, S: Service> ResponderConn<P, S> {
         self.core.active()
     }
 
+    /// Receives posted and not yet completed (the receive queue's depth).
+    pub fn recvs_posted(&self) -> u32 {
+        self.core.recvs_posted()
+    }
+
     /// The core, for inspection (test hook: feature `testing`).
     #[cfg(feature = "testing")]
     pub fn core(&self) -> &ResponderCore<S> {

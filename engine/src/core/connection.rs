@@ -530,6 +530,12 @@ impl<R: RequesterRole, P: ResponderRole> Connection<R, P> {
     pub fn active(&self) -> usize {
         self.req.active() + self.resp.active()
     }
+
+    /// Receives posted (or staged to be) and not yet completed: the depth of the
+    /// receive queue, for operators.
+    pub fn recvs_posted(&self) -> u32 {
+        self.t.recvs.posted()
+    }
 }
 
 impl<P: ResponderRole> Connection<RequesterHalf, P> {

@@ -6,4 +6,5 @@
 mod cli;
 mod serve_call;
 mod serve_nfs;
+mod serve_stats;
 mod serve_stays_up;
