@@ -8,7 +8,8 @@
 # polls each operation takes.
 #
 # usage: perf/syscalls.sh [N]        # default N=2000; release build of rpcrdma-perf
-# prints: row, calls per operation in total, and the calls that make it up (>= 0.01 per op)
+# prints: row, calls per operation in total and those that moved data (sends, and
+# receives that returned data), and the calls that make it up (>= 0.01 per op)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v strace >/dev/null || { echo "perf/syscalls.sh: strace is missing (apt-get install strace)"; exit 1; }
@@ -22,7 +23,8 @@ trap 'rm -rf "$out"' EXIT
 counts() {
   local iters=$1; shift
   strace -f -c -S name -o "$out/trace" "$bin" "$@" --warmup 200 --iters "$iters" >/dev/null 2>&1
-  awk '$4 ~ /^[0-9]+$/ && $NF != "total" {print $NF, $4}' "$out/trace"
+  # Columns: % time, seconds, usecs/call, calls, [errors,] syscall.
+  awk '$4 ~ /^[0-9]+$/ && $NF != "total" {e = (NF == 6) ? $5 : 0; print $NF, $4, e}' "$out/trace"
 }
 
 # row LABEL ROWS ARGS...: ROWS is how many RPC rows ARGS runs (each runs the --iters).
@@ -35,14 +37,24 @@ import sys
 def load(p):
     d = {}
     for line in open(p):
-        name, n = line.split()
-        d[name] = d.get(name, 0) + int(n)
+        name, n, e = line.split()
+        c, f = d.get(name, (0, 0))
+        d[name] = (c + int(n), f + int(e))
     return d
 a, b, n, label = load(sys.argv[1]), load(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-per = {k: (b.get(k, 0) - a.get(k, 0)) / n for k in set(a) | set(b)}
-total = sum(per.values())
-parts = ", ".join(f"{k} {v:.2f}" for k, v in sorted(per.items(), key=lambda kv: -kv[1]) if v >= 0.01)
-print(f"{label:<42} {total:7.2f} per op   ({parts})")
+per = {}
+for k in set(a) | set(b):
+    (ca, ea), (cb, eb) = a.get(k, (0, 0)), b.get(k, (0, 0))
+    per[k] = ((cb - ca) / n, (eb - ea) / n)
+total = sum(c for c, _ in per.values())
+# Calls that moved data (sends, and receives that returned some), as opposed to polls
+# that found nothing (epoll_wait, EAGAIN) and bookkeeping.
+MOVERS = {"sendmsg", "sendto", "send", "write", "writev", "recvfrom", "recvmsg", "read", "readv"}
+moved = sum(c - e for k, (c, e) in per.items() if k in MOVERS)
+def part(k, c, e):
+    return f"{k} {c:.2f}" + (f" ({e:.2f} EAGAIN/err)" if e >= 0.01 else "")
+parts = ", ".join(part(k, c, e) for k, (c, e) in sorted(per.items(), key=lambda kv: -kv[1][0]) if c >= 0.01)
+print(f"{label:<42} {total:7.2f} per op, {moved:6.2f} moving data   ({parts})")
 PY
 }
 
