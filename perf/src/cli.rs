@@ -32,6 +32,21 @@ pub enum ModeCmd {
     Rate,
 }
 
+/// When a siw Send or RDMA Write completes (the `siw` provider's
+/// `SiwConfig::confirm_completions` and `confirmation_own_segment`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SiwCompletions {
+    /// Once a zero-length Read, in a TCP segment of its own, proves the peer executed
+    /// it (the provider's default: strict, one FPDU per segment on the wire).
+    #[default]
+    Strict,
+    /// The same proof, the Read sharing the segment of the FPDU it confirms.
+    SharedSegment,
+    /// Once written to the socket, as Linux siw does (no confirmation Reads).
+    OnTransmit,
+}
+
 /// Fabric providers by name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -117,6 +132,10 @@ pub struct Opts {
     /// RPC credits to request (RPC rows).
     #[arg(long, global = true, default_value_t = 128)]
     pub credits: u32,
+    /// siw only: when Sends and Writes complete (what strict completions cost is the
+    /// difference between the rows).
+    #[arg(long, global = true, value_enum, default_value = "strict")]
+    pub siw_completions: SiwCompletions,
     /// Also measure the raw-fabric and physical baselines (default in the suite).
     #[arg(long, global = true, overrides_with = "no_baseline")]
     pub baseline: bool,

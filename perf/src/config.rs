@@ -47,6 +47,8 @@ pub struct Config {
     pub inline_threshold: u64,
     /// RPC credits requested (RPC rows only).
     pub credits: u32,
+    /// When siw Sends and Writes complete.
+    pub siw_completions: crate::cli::SiwCompletions,
     /// Baseline rows are measured.
     pub baseline: bool,
     /// RPC rows go to this remote responder instead of one in this process.
@@ -249,6 +251,7 @@ impl Config {
             cores,
             inline_threshold: o.inline,
             credits: o.credits,
+            siw_completions: o.siw_completions,
             // Baselines need both ends in this process.
             baseline: o.connect.is_none() && o.baseline_choice().unwrap_or(suite),
             connect: o.connect.clone(),

@@ -29,6 +29,7 @@ use rpcrdma::fabric::{
 };
 use rpcrdma_pools::{Arena, ArenaOptions, HugePages};
 
+use crate::cli::SiwCompletions;
 use crate::measure::{Measurement, Meter};
 use crate::spec::{pin, BenchError, Mode, RowSpec};
 
@@ -87,7 +88,13 @@ impl FabricKind for Siw {
     type P = SiwProvider;
 
     fn open() -> Result<SiwDevice, BenchError> {
-        Ok(SiwDevice::new()?)
+        let mut cfg = rpcrdma::fabric::siw::SiwConfig::default();
+        match siw_completions() {
+            SiwCompletions::Strict => {}
+            SiwCompletions::SharedSegment => cfg.confirmation_own_segment = false,
+            SiwCompletions::OnTransmit => cfg.confirm_completions = false,
+        }
+        Ok(SiwDevice::with_config(cfg)?)
     }
 
     fn unique_addr() -> SocketAddr {
@@ -140,6 +147,20 @@ impl FabricKind for Verbs {
     fn parse_addr(s: &str) -> Result<rpcrdma::fabric::verbs::VerbsAddr, BenchError> {
         socket_addr(s).map(rpcrdma::fabric::verbs::VerbsAddr)
     }
+}
+
+/// The process's choice of siw completions (set once from the configuration; a device
+/// is opened per row, and `FabricKind::open` takes no arguments).
+static SIW_COMPLETIONS: std::sync::OnceLock<SiwCompletions> = std::sync::OnceLock::new();
+
+/// Sets when siw Sends and Writes complete, for every siw device opened afterwards (the
+/// first call wins).
+pub fn set_siw_completions(c: SiwCompletions) {
+    let _ = SIW_COMPLETIONS.set(c);
+}
+
+fn siw_completions() -> SiwCompletions {
+    SIW_COMPLETIONS.get().copied().unwrap_or_default()
 }
 
 /// What a bandwidth row's client posts.

@@ -221,6 +221,7 @@ pub fn run_one(cfg: &Config, p: &Planned, index: usize, total: usize) -> Row {
 
 /// Runs every planned row and computes the ratios.
 pub fn run_all(cfg: &Config, planned: &[Planned]) -> Vec<Row> {
+    fabric::set_siw_completions(cfg.siw_completions);
     let mut rows: Vec<Row> = planned
         .iter()
         .enumerate()
@@ -251,6 +252,19 @@ pub fn notes(cfg: &Config) -> Vec<String> {
              baselines are measured."
                 .to_owned(),
         );
+    }
+    if cfg.provider == ProviderName::Siw {
+        n.push(format!(
+            "siw completions: {} (--siw-completions strict: a Send or Write completes once a \
+             zero-length Read in its own TCP segment proves the peer executed it; \
+             shared-segment: that Read shares the FPDU's segment; on-transmit: no proof, \
+             as Linux siw).",
+            match cfg.siw_completions {
+                crate::cli::SiwCompletions::Strict => "strict",
+                crate::cli::SiwCompletions::SharedSegment => "shared-segment",
+                crate::cli::SiwCompletions::OnTransmit => "on-transmit",
+            }
+        ));
     }
     if let Some(addr) = &cfg.connect {
         n.push(format!(

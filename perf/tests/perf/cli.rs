@@ -390,3 +390,30 @@ fn siw_bandwidth_is_compared_with_a_tcp_stream() {
     assert_eq!(find("write")["ratio"]["against"], "physical tcp stream");
     assert_eq!(find("read")["ratio"]["against"], "physical tcp stream");
 }
+
+/// `--siw-completions` reaches the provider: without confirmation Reads a Send completes
+/// on transmit, and the note says which was measured.
+#[test]
+fn siw_completions_are_chosen_and_reported() {
+    for mode in ["strict", "shared-segment", "on-transmit"] {
+        let out = perf(&[
+            "lat",
+            "--provider",
+            "siw",
+            "--iters",
+            "100",
+            "--baseline",
+            "--siw-completions",
+            mode,
+        ]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{mode}: {text}");
+        assert!(
+            text.contains(&format!("note: siw completions: {mode} ")),
+            "{text}"
+        );
+        assert!(text.contains("lat  fabric   send/recv"), "{text}");
+    }
+    let out = perf(&["lat", "--siw-completions", "sometimes"]);
+    assert!(!out.status.success());
+}
