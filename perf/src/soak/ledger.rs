@@ -147,3 +147,85 @@ pub fn record(msg: RegBuf, data: &[u8]) -> Result<CallRequest, BuildError> {
     let max_reply = RECORD_INFO.max_reply_len(data.len() as u32, false, 0) as u32;
     inline_call(msg, &header, &EchoData { data }, max_reply)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rpcrdma_ulp::ddp::encode_call;
+    use rpcrdma_ulp::program::{Dispatched, Dispatcher, InboundCall};
+
+    /// Sends one RECORD (XID 7, tag 42) to `d` twice, as a retransmission would.
+    fn record_twice(d: &mut Dispatcher) {
+        let mut data = vec![0u8; 64];
+        data[..8].copy_from_slice(&42u64.to_le_bytes());
+        let header = CallHeader {
+            xid: 7,
+            prog: LEDGER_PROGRAM,
+            vers: LEDGER_VERSION,
+            procedure: RECORD,
+            cred: OpaqueAuth::None,
+            verf: OpaqueAuth::None,
+        };
+        let mut msg = vec![0u8; 256];
+        let len = encode_call(&mut msg, &header, &EchoData { data: &data }, 4096)
+            .expect("encodes")
+            .len;
+        for _ in 0..2 {
+            let mut out = vec![0u8; 512];
+            let r = d.dispatch(&InboundCall::inline(&msg[..len]), &mut out);
+            assert!(matches!(r, Ok(Dispatched::Reply(_))), "answered: {r:?}");
+        }
+    }
+
+    fn ledger_server(cached: bool) -> (Dispatcher, Arc<Ledger>, Arc<Drc>) {
+        let (book, drc) = (Arc::new(Ledger::default()), reply_cache());
+        let mut d = Dispatcher::new();
+        d.register(Box::new(LedgerProgram::new(
+            book.clone(),
+            drc.clone(),
+            cached,
+        )))
+        .expect("registers");
+        (d, book, drc)
+    }
+
+    #[test]
+    fn the_cache_answers_a_retransmitted_record_without_running_it() {
+        let (mut d, book, drc) = ledger_server(true);
+        record_twice(&mut d);
+        assert_eq!(book.ran_twice(), 0);
+        assert_eq!(drc.stats().hits, 1, "the second was replayed");
+    }
+
+    #[test]
+    fn without_the_cache_the_ledger_sees_a_record_run_twice() {
+        let (mut d, book, drc) = ledger_server(false);
+        record_twice(&mut d);
+        assert_eq!(book.ran_twice(), 1);
+        assert_eq!(drc.stats().hits, 0);
+    }
+
+    #[test]
+    fn a_record_without_its_tag_is_garbage() {
+        let (mut d, book, _) = ledger_server(true);
+        let header = CallHeader {
+            xid: 9,
+            prog: LEDGER_PROGRAM,
+            vers: LEDGER_VERSION,
+            procedure: RECORD,
+            cred: OpaqueAuth::None,
+            verf: OpaqueAuth::None,
+        };
+        let mut msg = vec![0u8; 256];
+        let len = encode_call(&mut msg, &header, &EchoData { data: &[1, 2, 3] }, 4096)
+            .expect("encodes")
+            .len;
+        let mut out = vec![0u8; 512];
+        match d.dispatch(&InboundCall::inline(&msg[..len]), &mut out) {
+            // accept_stat GARBAGE_ARGS (4) is the reply's sixth word.
+            Ok(Dispatched::Reply(r)) => assert_eq!(&out[..r.len][20..24], &4u32.to_be_bytes()),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(book.ran_twice(), 0);
+    }
+}

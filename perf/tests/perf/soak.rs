@@ -58,7 +58,9 @@ fn soak(provider: &str, reconnect: bool) {
     assert!(field("retried") > 0, "{summary}");
     // How many retransmissions the server's cache answered depends on where the faults
     // fell (it was 8 to 26 in four-second runs); that none ran twice is the invariant,
-    // checked above, and `soak_without_a_reply_cache` shows the check can fail.
+    // checked above. That the ledger sees a call run twice when no cache stops it is
+    // shown deterministically by the ledger's unit tests (`soak::ledger::tests`): a
+    // brief soak with `--no-reply-cache` may meet no retransmitted RECORD at all.
     let _ = field("suppressed");
     if reconnect {
         assert_eq!(field("failed"), 0, "every call got through: {summary}");
@@ -85,34 +87,4 @@ fn soak_on_siw_accounts_for_every_call() {
 #[test]
 fn soak_without_reconnecting_counts_every_failure() {
     soak("shm", false);
-}
-
-/// The negative check: a server without a reply cache, requesters that count on one.
-/// Retransmitted RECORDs run twice, the ledger sees it and the soak fails.
-#[test]
-fn soak_without_a_reply_cache() {
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let out = Command::new(env!("CARGO_BIN_EXE_rpcrdma-perf"))
-        .args([
-            "soak",
-            "--provider",
-            "shm",
-            "--connections",
-            "4",
-            "--duration",
-            "3",
-            "--faults",
-            "--no-reply-cache",
-        ])
-        .output()
-        .expect("runs rpcrdma-perf soak");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(!out.status.success(), "the soak fails:\n{text}");
-    let twice: u64 = text
-        .lines()
-        .last()
-        .and_then(|l| l.rsplit_once("ran twice "))
-        .and_then(|(_, n)| n.trim().parse().ok())
-        .unwrap_or_else(|| panic!("ran twice in {text}"));
-    assert!(twice > 0, "{text}");
 }
