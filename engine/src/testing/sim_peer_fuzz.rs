@@ -627,7 +627,7 @@ fn rogue_responder(net: &SimNet, mut ops: Input<'_>, mut input: Input<'_>) -> Re
         return report;
     }
     // How the rogue answers the connect request: private data, or a rejection.
-    let answer = (input.u8() % 16 != 0).then(|| rogue_private_data(&mut input));
+    let answer = (!input.u8().is_multiple_of(16)).then(|| rogue_private_data(&mut input));
     let size = |b: u8| if b & 1 == 0 { 1024 } else { 4096 };
     let cfg = ConnConfig {
         inline_send: size(input.u8()),
@@ -902,7 +902,7 @@ fn rogue_responder(net: &SimNet, mut ops: Input<'_>, mut input: Input<'_>) -> Re
             ledger.seen.iter().filter(|&&x| x == 0).count()
         );
         round(&mut req, &mut rogue, &mut calls, &mut ledger, &mut report);
-        if n % 256 == 0 {
+        if n.is_multiple_of(256) {
             net.advance(Duration::from_millis(1));
         }
     }
@@ -1455,7 +1455,7 @@ fn rogue_requester(net: &SimNet, mut ops: Input<'_>, mut input: Input<'_>) -> Re
                 .collect::<Vec<_>>()
         );
         round(&mut server, &mut rogue, &mut pools, &mut report);
-        if n % 256 == 0 {
+        if n.is_multiple_of(256) {
             net.advance(Duration::from_millis(1));
         }
     }
@@ -1575,7 +1575,7 @@ mod tests {
     fn shaped(seed: u64, which: u8, picks: &[u8], steps: u16) -> Vec<u8> {
         let mut v = vec![which];
         v.extend(bytes(seed, 8));
-        v.push(if seed % 4 == 0 { 0xff } else { 0 });
+        v.push(if seed.is_multiple_of(4) { 0xff } else { 0 });
         v.extend(bytes(seed ^ 5, 5));
         v.extend_from_slice(&steps.to_le_bytes());
         v.extend(
