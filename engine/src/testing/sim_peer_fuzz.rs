@@ -93,6 +93,10 @@ pub struct Report {
     pub from_responder: u64,
     /// Keys found dead when their call's outcome was delivered (fast registration).
     pub keys_dead_at_outcome: u64,
+    /// New connections our requester made after losing one, and calls it sent again.
+    pub reconnects: u64,
+    /// See [`Report::reconnects`].
+    pub retransmitted: u64,
 }
 
 impl Report {
@@ -115,6 +119,8 @@ impl Report {
         self.responder_errors += o.responder_errors;
         self.from_responder += o.from_responder;
         self.keys_dead_at_outcome += o.keys_dead_at_outcome;
+        self.reconnects += o.reconnects;
+        self.retransmitted += o.retransmitted;
     }
 }
 
@@ -189,10 +195,13 @@ pub fn run(data: &[u8]) -> Report {
     let ops = Input {
         data: input.bytes(n_ops),
     };
-    let cfg = SimConfig::seeded(seed)
+    let mut cfg = SimConfig::seeded(seed)
         .with_latency(Duration::from_micros(1), Duration::from_micros(30))
         .with_trace_capacity(0)
         .with_faults(faults);
+    // A few hundred keys cover both drivers and the rogue; the default 64 K-slot key
+    // table would cost more to build than most runs take.
+    cfg.caps.max_mr = 512;
     let net = SimNet::new(cfg);
     if which & 1 == 0 {
         rogue_responder(&net, ops, input)
@@ -422,6 +431,10 @@ impl Rogue {
     }
 
     fn on_completion(&mut self, wc: &Completion) {
+        // A replaced queue pair's flushed requests and receives concern nobody now.
+        if self.qp.as_ref().is_none_or(|q| q.qp_num() != wc.qp_num) {
+            return;
+        }
         if wc.opcode == WcOpcode::Recv {
             if !wc.status.is_success() {
                 return;
@@ -464,7 +477,13 @@ impl Rogue {
         while let Ok(Some(ev)) = self.cm.poll_event() {
             match ev {
                 CmEvent::ConnectRequest { request, .. } => {
-                    if self.qp.is_some() {
+                    // One connection at a time: a new one (a requester reconnecting)
+                    // replaces the old only once that has failed.
+                    let old_dead = self
+                        .qp
+                        .as_ref()
+                        .is_none_or(|q| self.disconnected || q.state().is_error());
+                    if !old_dead {
                         let _ = self.cm.reject(request, &[]);
                         continue;
                     }
@@ -481,6 +500,9 @@ impl Rogue {
                     if let Ok(qp) = self.cm.accept(request, init, pd) {
                         self.conn = Some(qp.conn_id());
                         self.qp = Some(qp);
+                        self.disconnected = false;
+                        self.established = false;
+                        self.in_flight = 0;
                         self.post_recvs();
                     }
                 }
@@ -649,6 +671,15 @@ fn rogue_responder(net: &SimNet, mut ops: Input<'_>, mut input: Input<'_>) -> Re
         },
         seed: Some(net.seed()),
         hugepages: HugePages::Never,
+        // Now and then the requester reconnects and sends lost calls again: outcomes
+        // must stay exactly once across connections.
+        reconnect: (input.u8() & 3 == 0).then(|| crate::core::config::Reconnect {
+            backoff: Duration::from_micros(100),
+            max_backoff: Duration::from_millis(2),
+            max_sends: 1 + u32::from(input.u8() % 4),
+            resend_for: (input.u8() & 1 == 0).then(|| Duration::from_millis(20)),
+            server_has_drc: input.u8() & 1 == 0,
+        }),
         ..ConnConfig::default()
     };
     let dev = net.open_device();
@@ -907,6 +938,10 @@ fn rogue_responder(net: &SimNet, mut ops: Input<'_>, mut input: Input<'_>) -> Re
         }
     }
     report.to_requester = rogue.sends_ok;
+    if let Some(r) = req.reconnect_stats() {
+        report.reconnects = r.reconnects;
+        report.retransmitted = r.retransmitted;
+    }
     report.rogue_rdma_ok = rogue.rdma_ok;
     report.rogue_rdma_refused = rogue.rdma_refused;
     let seen_keys: Vec<u32> = calls
@@ -1035,7 +1070,7 @@ fn call_request(input: &mut Input<'_>, req: &Requester<Sim>) -> Option<CallReque
     if shape & 32 == 32 {
         call = call.with_timeout(Duration::from_micros(50 + u64::from(input.u16())));
     }
-    Some(call)
+    Some(call.idempotent(shape & 64 == 64))
 }
 
 /// The rogue answers a call it saw, in a shape the input picks.
@@ -1619,6 +1654,7 @@ mod tests {
         assert!(total.responder_errors > 20, "errors answered: {total:?}");
         assert!(total.from_responder > 200, "{total:?}");
         assert!(total.keys_dead_at_outcome > 20, "{total:?}");
+        assert!(total.reconnects > 0 && total.retransmitted > 0, "{total:?}");
     }
 
     #[test]
@@ -1628,6 +1664,21 @@ mod tests {
         run(&[0; 64]);
         run(&[1; 64]);
         run(&[0xff; 64]);
+    }
+
+    #[test]
+    #[ignore = "timing, run by hand"]
+    fn time_per_run() {
+        let t = std::time::Instant::now();
+        for seed in 0..50 {
+            run(&bytes(seed, 16));
+        }
+        eprintln!("tiny: {:?} per run", t.elapsed() / 50);
+        let t = std::time::Instant::now();
+        for seed in 0..50 {
+            run(&shaped(seed, 0, &[0, 3, 0, 4, 1, 5, 2, 3, 12], 200));
+        }
+        eprintln!("traffic: {:?} per run", t.elapsed() / 50);
     }
 
     #[test]
