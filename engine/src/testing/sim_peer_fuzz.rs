@@ -97,6 +97,8 @@ pub struct Report {
     pub reconnects: u64,
     /// See [`Report::reconnects`].
     pub retransmitted: u64,
+    /// Calls a well-behaved requester made successfully after the rogue left.
+    pub good_calls: u64,
 }
 
 impl Report {
@@ -121,6 +123,7 @@ impl Report {
         self.keys_dead_at_outcome += o.keys_dead_at_outcome;
         self.reconnects += o.reconnects;
         self.retransmitted += o.retransmitted;
+        self.good_calls += o.good_calls;
     }
 }
 
@@ -206,7 +209,7 @@ pub fn run(data: &[u8]) -> Report {
     if which & 1 == 0 {
         rogue_responder(&net, ops, input)
     } else {
-        rogue_requester(&net, ops, input)
+        rogue_requester(&net, faults == FaultConfig::NONE, ops, input)
     }
 }
 
@@ -583,10 +586,8 @@ struct SeenCall {
 impl SeenCall {
     /// Every segment the call advertised: Read list, Write list, Reply chunk.
     fn segments(&self) -> Vec<Segment> {
-        let lists = match &self.header.body {
-            HeaderBody::Msg(l) | HeaderBody::Nomsg(l) => l,
-            HeaderBody::Msgp { lists, .. } => lists,
-            _ => return Vec::new(),
+        let Some(lists) = self.lists() else {
+            return Vec::new();
         };
         let mut v: Vec<Segment> = lists.reads.iter().map(|r| r.segment).collect();
         v.extend(lists.writes.iter().flatten().copied());
@@ -594,6 +595,7 @@ impl SeenCall {
         v
     }
 
+    /// The call's chunk lists (none for a message that is not a call).
     fn lists(&self) -> Option<&crate::wire::header::ChunkLists> {
         match &self.header.body {
             HeaderBody::Msg(l) | HeaderBody::Nomsg(l) => Some(l),
@@ -912,7 +914,9 @@ fn rogue_responder(net: &SimNet, mut ops: Input<'_>, mut input: Input<'_>) -> Re
             14 => {
                 let _ = req.health_check();
             }
-            _ => fail_point(&mut input, net),
+            _ => {
+                fail_point(&mut input, net);
+            }
         }
         for _ in 0..1 + input.u8() % 8 {
             round(&mut req, &mut rogue, &mut calls, &mut ledger, &mut report);
@@ -988,8 +992,9 @@ fn pick_xid(input: &mut Input<'_>, calls: &VecDeque<SeenCall>) -> u32 {
     }
 }
 
-/// Arms a targeted failure: the nth execution of some operation fails.
-fn fail_point(input: &mut Input<'_>, net: &SimNet) {
+/// Arms a targeted failure (the nth execution of some operation fails), now and then;
+/// true when it did.
+fn fail_point(input: &mut Input<'_>, net: &SimNet) -> bool {
     const OPS: [WcOpcode; 6] = [
         WcOpcode::Send,
         WcOpcode::RdmaWrite,
@@ -1006,13 +1011,14 @@ fn fail_point(input: &mut Input<'_>, net: &SimNet) {
     ];
     let b = input.u8();
     if b & 3 != 0 {
-        return;
+        return false;
     }
     net.fail_op(FailPoint {
         opcode: OPS[usize::from(input.u8()) % OPS.len()],
         nth: 1 + u64::from(input.u8() % 32),
         status: STATUSES[usize::from(input.u8()) % STATUSES.len()],
     });
+    true
 }
 
 /// A call from the input: an RPC call header and payload (inline or long), perhaps
@@ -1281,7 +1287,12 @@ fn rpc_call(xid: u32, proc_: u32, args: &[u8]) -> Vec<u8> {
 }
 
 /// Rogue requester vs our responder.
-fn rogue_requester(net: &SimNet, mut ops: Input<'_>, mut input: Input<'_>) -> Report {
+fn rogue_requester(
+    net: &SimNet,
+    clean_fabric: bool,
+    mut ops: Input<'_>,
+    mut input: Input<'_>,
+) -> Report {
     let mut report = Report {
         responder_runs: 1,
         ..Report::default()
@@ -1331,6 +1342,7 @@ fn rogue_requester(net: &SimNet, mut ops: Input<'_>, mut input: Input<'_>) -> Re
     let mut was_up = false;
     let mut xids: Vec<u32> = Vec::new();
     let mut next_xid = input.u32();
+    let mut armed = false;
 
     let mut round = |server: &mut Responder<Sim, Echo, _>,
                      rogue: &mut Rogue,
@@ -1467,7 +1479,7 @@ fn rogue_requester(net: &SimNet, mut ops: Input<'_>, mut input: Input<'_>) -> Re
                 }
                 _ => {}
             },
-            _ => fail_point(&mut input, net),
+            _ => armed |= fail_point(&mut input, net),
         }
         for _ in 0..1 + input.u8() % 8 {
             round(&mut server, &mut rogue, &mut pools, &mut report);
@@ -1499,6 +1511,12 @@ fn rogue_requester(net: &SimNet, mut ops: Input<'_>, mut input: Input<'_>) -> Re
         assert!(p.send.is_full(), "responder send pool leaked");
         assert!(p.large.is_full(), "responder large pool leaked");
     }
+    // After all that, the responder still serves a well-behaved requester (when no
+    // fault is left that could break that connection too).
+    if clean_fabric && !armed {
+        good_call(net, &addr, &mut server);
+        report.good_calls += 1;
+    }
     drop(server);
     assert_eq!(
         net.registrations_in_use(),
@@ -1509,6 +1527,57 @@ fn rogue_requester(net: &SimNet, mut ops: Input<'_>, mut input: Input<'_>) -> Re
     drop(rogue);
     assert_eq!(net.registrations_in_use(), 0);
     report
+}
+
+/// Connects a real requester to `server` at `addr`, makes one call that must succeed,
+/// closes, and waits until the server has let the connection go.
+fn good_call<F: FnMut() -> Option<Echo>>(
+    net: &SimNet,
+    addr: &SimAddr,
+    server: &mut Responder<Sim, Echo, F>,
+) {
+    let cfg = ConnConfig {
+        credits: 2,
+        large_buf_size: 64 * 1024,
+        large_bufs: 2,
+        send_bufs: 8,
+        seed: Some(1),
+        hugepages: HugePages::Never,
+        ..ConnConfig::default()
+    };
+    let dev = net.open_device();
+    let mut req = Requester::<Sim>::connect_with(&dev, addr, &cfg).expect("connect");
+    let step = |req: &mut Requester<Sim>, server: &mut Responder<Sim, Echo, F>| {
+        let now = req.clock().now();
+        req.poll(now);
+        server.poll(now);
+    };
+    let mut n = 0;
+    while req.state() == ConnState::Connecting && n < DRAIN_POLLS {
+        step(&mut req, server);
+        n += 1;
+    }
+    assert_eq!(req.state(), ConnState::Established, "the responder accepts");
+    let mut msg = req.alloc_msg().expect("a send buffer");
+    msg.fill(&rpc_call(0, 0, &[])).expect("fits");
+    req.submit(CallRequest::new(msg, 512), 0)
+        .expect("submitted");
+    let outcome = loop {
+        if let Some(o) = req.poll_outcome() {
+            break o;
+        }
+        n += 1;
+        assert!(n < 2 * DRAIN_POLLS, "the responder answers");
+        step(&mut req, server);
+    };
+    assert_eq!(outcome.status, CallStatus::Success, "the responder answers");
+    drop(outcome);
+    req.close();
+    while req.state() != ConnState::Closed || !server.connections().is_empty() {
+        n += 1;
+        assert!(n < 3 * DRAIN_POLLS, "both ends close");
+        step(&mut req, server);
+    }
 }
 
 /// A call from the rogue requester: inline (RDMA_MSG) or long (RDMA_NOMSG, the call in
@@ -1635,6 +1704,9 @@ mod tests {
             total.add(&run(&shaped(seed, 0, &calm, 200)));
             let resp = [0, 1, 2, 3, 4, 0, 1, 5, 6, 7, 8, 9, 11];
             total.add(&run(&shaped(seed, 1, &resp, 200)));
+            // No fail points: then a good requester is served after the rogue leaves.
+            let calm = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9];
+            total.add(&run(&shaped(seed, 1, &calm, 120)));
         }
         eprintln!("{total:#?}");
         assert!(total.requester_runs > 100 && total.responder_runs > 100);
@@ -1655,6 +1727,7 @@ mod tests {
         assert!(total.from_responder > 200, "{total:?}");
         assert!(total.keys_dead_at_outcome > 20, "{total:?}");
         assert!(total.reconnects > 0 && total.retransmitted > 0, "{total:?}");
+        assert!(total.good_calls > 50, "{total:?}");
     }
 
     #[test]
