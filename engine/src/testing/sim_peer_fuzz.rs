@@ -751,6 +751,11 @@ fn rogue_responder(net: &SimNet, mut ops: Input<'_>, mut input: Input<'_>) -> Re
             }
         }
         while req.poll_event().is_some() {}
+        // The rogue never touches our queue pair: a completion naming nothing, or
+        // work the outbox had no room for, would be the engine's own bug.
+        let st = req.stats();
+        assert_eq!(st.stray_completions, 0, "requester: stray completions");
+        assert_eq!(st.outbox_overflows, 0, "requester: outbox overflow");
     };
 
     let mut steps = 0;
@@ -1362,6 +1367,8 @@ fn rogue_requester(
         }
         for c in server.connections_mut() {
             let s = c.stats();
+            assert_eq!(s.stray_completions, 0, "responder: stray completions");
+            assert_eq!(s.outbox_overflows, 0, "responder: outbox overflow");
             report.responder_calls = report.responder_calls.max(s.calls);
             report.responder_errors = report.responder_errors.max(s.err_vers + s.err_chunk);
             while c.poll_event().is_some() {}
