@@ -112,8 +112,11 @@ impl<P: Provider> Requester<P> {
         };
         // The old slots' keys die with their handles before new ones are made.
         self.fast_regs.clear();
-        let (fast_regs, core, qp) =
+        let (fast_regs, mut core, qp) =
             open(&self.res, &mut self.cm, &a.addr, &a.cfg, &a.credits, now)?;
+        // XIDs go on from the old connection's: the calls sent again keep theirs, and
+        // no new call may take one a server has seen.
+        core.continue_xids(self.core.xid_sequence());
         self.conn = qp.conn_id();
         self.fast_regs = fast_regs;
         self.core = core;

@@ -578,6 +578,17 @@ impl<P: ResponderRole> Connection<RequesterHalf, P> {
         self.req.queued()
     }
 
+    /// Where the requester's XID sequence stands (see [`Self::continue_xids`]).
+    pub(crate) fn xid_sequence(&self) -> u32 {
+        self.req.xid_sequence()
+    }
+
+    /// Continues the XID sequence of the core this one replaces, so a requester never
+    /// reuses an XID across its connections.
+    pub(crate) fn continue_xids(&mut self, seq: u32) {
+        self.req.continue_xids(seq);
+    }
+
     /// The requester half's counters.
     pub fn requester_stats(&self) -> RequesterStats {
         let mut s = self.req.stats();

@@ -329,6 +329,14 @@ impl<X: SlotExtra> KeyTable<X> {
         self.capacity() - alloc.free.len()
     }
 
+    /// True when `key` is the current key of an allocated slot and usable now (a plain
+    /// registration, or a fast-registration slot mapped under it): what a peer holding
+    /// it could reach. For tests asserting that keys die; not the data path.
+    #[cfg(any(test, feature = "testing"))]
+    pub(crate) fn is_live(&self, key: u32) -> bool {
+        self.view(key).and_then(|v| v.usable(key)).is_ok()
+    }
+
     #[inline]
     fn slot(&self, key: u32) -> Result<&Slot<X>, KeyFault> {
         // Slots below `first` exist but are never allocated, so every check of them

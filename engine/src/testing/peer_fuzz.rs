@@ -39,17 +39,18 @@ pub struct Report {
     pub delivered: u64,
 }
 
-/// Reads the input as a stream of small numbers; zeros once it is used up.
-struct Input<'a> {
-    data: &'a [u8],
+/// Reads the input as a stream of small numbers; zeros once it is used up. Shared with
+/// the `sim_peer_fuzz` driver, so both read their inputs alike.
+pub(super) struct Input<'a> {
+    pub(super) data: &'a [u8],
 }
 
 impl<'a> Input<'a> {
-    fn is_empty(&self) -> bool {
+    pub(super) fn is_empty(&self) -> bool {
         self.data.is_empty()
     }
 
-    fn u8(&mut self) -> u8 {
+    pub(super) fn u8(&mut self) -> u8 {
         match self.data.split_first() {
             Some((b, rest)) => {
                 self.data = rest;
@@ -59,19 +60,19 @@ impl<'a> Input<'a> {
         }
     }
 
-    fn u16(&mut self) -> u16 {
+    pub(super) fn u16(&mut self) -> u16 {
         u16::from_le_bytes([self.u8(), self.u8()])
     }
 
-    fn u32(&mut self) -> u32 {
+    pub(super) fn u32(&mut self) -> u32 {
         u32::from_le_bytes([self.u8(), self.u8(), self.u8(), self.u8()])
     }
 
-    fn u64(&mut self) -> u64 {
+    pub(super) fn u64(&mut self) -> u64 {
         u64::from(self.u32()) | (u64::from(self.u32()) << 32)
     }
 
-    fn bytes(&mut self, n: usize) -> &'a [u8] {
+    pub(super) fn bytes(&mut self, n: usize) -> &'a [u8] {
         let n = n.min(self.data.len());
         let (b, rest) = self.data.split_at(n);
         self.data = rest;
@@ -179,17 +180,17 @@ fn config(seed: u64) -> ConnConfig {
 }
 
 /// Outcomes seen per accepted call; panics on a second one or one for no call.
-struct Ledger {
-    seen: Vec<u8>,
+pub(super) struct Ledger {
+    pub(super) seen: Vec<u8>,
 }
 
 impl Ledger {
-    fn accept(&mut self) -> u64 {
+    pub(super) fn accept(&mut self) -> u64 {
         self.seen.push(0);
         (self.seen.len() - 1) as u64
     }
 
-    fn outcome(&mut self, tag: u64) {
+    pub(super) fn outcome(&mut self, tag: u64) {
         let n = self
             .seen
             .get_mut(tag as usize)

@@ -345,3 +345,62 @@ fn a_call_past_its_resend_window_fails_with_its_loss() {
     assert_eq!(r.not_retransmitted, 0, "{r:?}");
     assert!(r.reconnects > 3, "the connection itself was remade: {r:?}");
 }
+
+/// A requester that reconnects continues its XID sequence on each new connection
+/// instead of restarting it from its seed: a new call never takes the XID of a call
+/// made before, which a server's duplicate request cache would answer with that call's
+/// cached reply (and a call sent again would be refused as a duplicate of the new one,
+/// as the `sim_peer` fuzz target found).
+#[test]
+fn a_reconnecting_requester_never_reuses_an_xid() {
+    use rpcrdma::fabric::sim::{Sim, SimAddr, SimNet};
+    let net = SimNet::seeded(0x5eed_0021);
+    let _report = net.report_on_panic();
+    let (sdev, cdev) = (net.open_device(), net.open_device());
+    let addr = SimAddr(unique());
+    let mut cfg = test_config();
+    cfg.seed = Some(7);
+    cfg.reconnect = Some(Reconnect {
+        backoff: Duration::from_micros(10),
+        ..Reconnect::default()
+    });
+    let mut server =
+        Responder::<Sim, _, _>::bind(sdev, &addr, test_config(), || Some(TestService::default()))
+            .expect("listen");
+    let mut req = Requester::<Sim>::connect_with(&cdev, &addr, &cfg).expect("connect");
+    let mut poll = |req: &mut Requester<Sim>,
+                    until: &mut dyn FnMut(&mut Requester<Sim>) -> bool| {
+        for _ in 0..100_000 {
+            let now = req.clock().now();
+            req.poll(now);
+            server.poll(now);
+            if until(req) {
+                return;
+            }
+        }
+        panic!("no progress");
+    };
+    let mut xids = Vec::new();
+    for round in 0..3u64 {
+        poll(&mut req, &mut |r| r.state() == ConnState::Established);
+        for i in 0..2 {
+            let mut b = req.alloc_msg().expect("buffer");
+            write_call(&mut b, PROC_NULL, &[]);
+            req.submit(CallRequest::new(b, 512), round * 2 + i)
+                .expect("submitted");
+            let mut got = None;
+            poll(&mut req, &mut |r| {
+                got = r.poll_outcome();
+                got.is_some()
+            });
+            let o = got.expect("an outcome");
+            assert_eq!(o.status, CallStatus::Success);
+            assert!(!xids.contains(&o.xid), "XID {:#x} again: {xids:x?}", o.xid);
+            xids.push(o.xid);
+        }
+        assert!(net.drop_connection(req.conn_id()));
+        poll(&mut req, &mut |r| r.state() != ConnState::Established);
+    }
+    let reconnects = req.reconnect_stats().map_or(0, |s| s.reconnects);
+    assert!(reconnects >= 2, "{reconnects} reconnects");
+}

@@ -528,6 +528,21 @@ impl RequesterHalf {
         }
     }
 
+    /// Where the XID sequence stands: a core that replaces this one on a new
+    /// connection ([`Self::continue_xids`]) goes on from here.
+    pub(crate) fn xid_sequence(&self) -> u32 {
+        self.next_seq
+    }
+
+    /// Continues the XID sequence of the core this one replaces (a reconnecting
+    /// driver). Restarting it from the seed would hand new calls the XIDs of calls made
+    /// on earlier connections, which a server's duplicate request cache takes for
+    /// retransmissions (and answers with the old call's reply), and which calls sent
+    /// again under their own XIDs would collide with.
+    pub(crate) fn continue_xids(&mut self, seq: u32) {
+        self.next_seq = seq;
+    }
+
     fn make_xid(&mut self, slot: u32) -> u32 {
         loop {
             self.next_seq = self.next_seq.wrapping_add(1);

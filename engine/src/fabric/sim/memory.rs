@@ -88,6 +88,18 @@ impl MrTable {
         self.arenas[i] = arena;
     }
 
+    /// Registrations and fast-registration slots allocated and not released.
+    #[cfg(any(test, feature = "testing"))]
+    pub(super) fn in_use(&self) -> usize {
+        self.keys.in_use()
+    }
+
+    /// True when `key` currently grants access to something (see `KeyTable::is_live`).
+    #[cfg(any(test, feature = "testing"))]
+    pub(super) fn is_live(&self, key: u32) -> bool {
+        self.keys.is_live(key)
+    }
+
     /// Registers `[offset, offset + len)` of `arena`; returns the key.
     pub(super) fn register(
         &mut self,

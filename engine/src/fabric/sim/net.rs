@@ -139,6 +139,23 @@ impl SimNet {
         SimRng::stream(self.seed(), stream.wrapping_add(1 << 32))
     }
 
+    /// Registrations (and fast-registration slots) of every device of this network
+    /// that are allocated and not yet released: 0 once every handle is dropped, so a
+    /// test can assert that nothing a connection registered outlives it. Test hook
+    /// (feature `testing`).
+    #[cfg(any(test, feature = "testing"))]
+    pub fn registrations_in_use(&self) -> usize {
+        self.with(0, |w| w.mrs.in_use())
+    }
+
+    /// True when `key` currently grants access (a live registration, or a fast slot
+    /// mapped under this very key): what a peer that learnt it could still reach. Test
+    /// hook (feature `testing`).
+    #[cfg(any(test, feature = "testing"))]
+    pub fn key_is_live(&self, key: u32) -> bool {
+        self.with(false, |w| w.mrs.is_live(key))
+    }
+
     /// Kills connection `conn` (either side's id) now: both queue pairs fail and flush,
     /// both connection managers report `Disconnected`. False if it was not connected.
     pub fn drop_connection(&self, conn: ConnId) -> bool {
