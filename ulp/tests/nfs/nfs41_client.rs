@@ -188,17 +188,20 @@ impl State {
                     self.delayed_open = true;
                     return (Nfsstat4::DELAY, ResBody::None);
                 }
+                let OpenClaim::Null(name) = a.claim else {
+                    return (Nfsstat4::NOTSUPP, ResBody::None);
+                };
                 match &a.how {
-                    OpenHow::NoCreate if !self.files.contains_key(a.name) => {
+                    OpenHow::NoCreate if !self.files.contains_key(name) => {
                         return (Nfsstat4::NOENT, ResBody::None)
                     }
                     OpenHow::NoCreate => {}
                     OpenHow::Create(_) => {
-                        self.files.insert(a.name.to_vec(), Vec::new());
+                        self.files.insert(name.to_vec(), Vec::new());
                     }
                 }
                 self.opens += 1;
-                *cur = Some([b"F", a.name].concat());
+                *cur = Some([b"F", name].concat());
                 ok(ResBody::Open(OpenRes {
                     stateid: Stateid4 {
                         seqid: 1,

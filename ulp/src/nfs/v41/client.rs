@@ -24,8 +24,8 @@ use rpcrdma::Requester;
 use rpcrdma::{CallRequest, CallStatus, Outcome, TransportError};
 
 use super::compound::{
-    ArgOp, CompoundArgs, CompoundRes, CreateHow, CreateSessionArgs, ExchangeIdArgs, OpenArgs,
-    OpenHow, ReadArgs, ReaddirArgs, ResBody, ResOp, SequenceArgs, WriteArgs,
+    ArgOp, CbSecParms, CompoundArgs, CompoundRes, CreateHow, CreateSessionArgs, ExchangeIdArgs,
+    OpenArgs, OpenClaim, OpenHow, ReadArgs, ReaddirArgs, ResBody, ResOp, SequenceArgs, WriteArgs,
     OPEN4_SHARE_ACCESS_BOTH, OPEN4_SHARE_ACCESS_READ, OPEN4_SHARE_ACCESS_WANT_NO_DELEG,
     OPEN4_SHARE_DENY_NONE, UNSTABLE4,
 };
@@ -263,7 +263,7 @@ impl<P: Provider> Nfs41Client<P> {
                     fore,
                     back,
                     cb_program: 0x4000_0000,
-                    sec_none: 1,
+                    cb_sec: CbSecParms::AUTH_NONE,
                 })],
                 SMALL_REPLY,
                 |r| match r.first().map(|r| &r.body) {
@@ -675,7 +675,7 @@ impl<P: Provider> Nfs41Client<P> {
                     owner_clientid: clientid,
                     owner: &owner,
                     how,
-                    name,
+                    claim: OpenClaim::Null(name),
                 }),
                 ArgOp::GetFh,
             ],

@@ -69,7 +69,7 @@ fn all_args() -> Vec<ArgOp<'static>> {
                 ..ChannelAttrs4::default()
             },
             cb_program: 0x4000_0000,
-            sec_none: 1,
+            cb_sec: CbSecParms::AUTH_NONE,
         }),
         ArgOp::Sequence(SequenceArgs {
             sessionid: SID,
@@ -94,7 +94,7 @@ fn all_args() -> Vec<ArgOp<'static>> {
                 mask: Bitmap4::of(&[attr::SIZE, attr::MODE]),
                 vals: &[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0xa4],
             })),
-            name: b"file",
+            claim: OpenClaim::Null(b"file"),
         }),
         ArgOp::Open(OpenArgs {
             seqid: 0,
@@ -103,7 +103,7 @@ fn all_args() -> Vec<ArgOp<'static>> {
             owner_clientid: 42,
             owner: b"o",
             how: OpenHow::NoCreate,
-            name: b"f",
+            claim: OpenClaim::Null(b"f"),
         }),
         ArgOp::Open(OpenArgs {
             seqid: 0,
@@ -112,7 +112,7 @@ fn all_args() -> Vec<ArgOp<'static>> {
             owner_clientid: 1,
             owner: b"o",
             how: OpenHow::Create(CreateHow::Exclusive([3; 8])),
-            name: b"g",
+            claim: OpenClaim::Null(b"g"),
         }),
         ArgOp::Read(ReadArgs {
             stateid: STATEID,
@@ -382,7 +382,7 @@ fn create_session_bytes_by_hand() {
         fore: attrs,
         back: attrs,
         cb_program: 0x4000_0000,
-        sec_none: 1,
+        cb_sec: CbSecParms::AUTH_NONE,
     });
     let a = [0, 0x1000, 0x2000, 0x400, 8, 4, 0];
     let mut w = vec![43, 1, 2, 1, 0];
@@ -426,7 +426,7 @@ fn open_create_bytes_by_hand() {
         owner_clientid: 0x0000_0001_0000_0002,
         owner: b"me",
         how: OpenHow::Create(CreateHow::Unchecked(Fattr4 { mask, vals: &vals })),
-        name: b"x",
+        claim: OpenClaim::Null(b"x"),
     });
     let mut want = words(&[18, 0, 3, 0, 1, 2, 2]);
     want.extend_from_slice(b"me\0\0");
