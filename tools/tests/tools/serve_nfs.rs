@@ -319,8 +319,8 @@ fn serve_nfs_mount_over_tcp_and_nfs_over_shm() {
             "RPC error PROC_UNAVAIL",
         ),
         (
-            &["--prog", "100003", "--vers", "4", "--proc", "0"][..],
-            "RPC error PROG_MISMATCH (server speaks versions 3..=3)",
+            &["--prog", "100003", "--vers", "5", "--proc", "0"][..],
+            "RPC error PROG_MISMATCH (server speaks versions 3..=4)",
         ),
         (
             &["--prog", "100003", "--vers", "3", "--proc", "1"][..],

@@ -112,7 +112,10 @@ impl State {
                 impl_id: None,
             })),
             ArgOp::CreateSession(a) => {
-                assert_eq!((a.clientid, a.sequence, a.flags, a.sec_none), (7, 1, 0, 1));
+                assert_eq!(
+                    (a.clientid, a.sequence, a.flags, a.cb_sec.count),
+                    (7, 1, 0, 1)
+                );
                 let fore = ChannelAttrs4 {
                     maxrequestsize: a.fore.maxrequestsize.min(MAX_MSG),
                     maxresponsesize: a.fore.maxresponsesize.min(MAX_MSG),
@@ -277,6 +280,7 @@ impl State {
                 self.clientid_destroyed = true;
                 ok(ResBody::None)
             }
+            _ => (Nfsstat4::NOTSUPP, ResBody::None),
         }
     }
 }
