@@ -1166,6 +1166,23 @@ impl<'d> XdrCodec<'d> for ResOp<'d> {
     fn decode(c: &mut DdpCursor<'d>) -> Result<Self, DdpDecodeError> {
         let op = c.u32()?;
         let status = Nfsstat4(c.u32()?);
+        if !status.is_ok() {
+            if matches!(op, ops::READ | ops::READLINK) {
+                c.skip_ddp()?;
+            }
+            if op == ops::SETATTR {
+                // `attrsset` is there whatever the status; only an empty one is canonical
+                // here (the body is not kept).
+                if Bitmap4::decode(c)? != Bitmap4::default() {
+                    return Err(invalid(c, "failed SETATTR with attributes set"));
+                }
+            }
+            return Ok(ResOp {
+                op,
+                status,
+                body: ResBody::None,
+            });
+        }
         let known = matches!(
             op,
             ops::EXCHANGE_ID
@@ -1208,23 +1225,6 @@ impl<'d> XdrCodec<'d> for ResOp<'d> {
                 c,
                 "result of an operation this codec does not know",
             ));
-        }
-        if !status.is_ok() {
-            if matches!(op, ops::READ | ops::READLINK) {
-                c.skip_ddp()?;
-            }
-            if op == ops::SETATTR {
-                // `attrsset` is there whatever the status; only an empty one is canonical
-                // here (the body is not kept).
-                if Bitmap4::decode(c)? != Bitmap4::default() {
-                    return Err(invalid(c, "failed SETATTR with attributes set"));
-                }
-            }
-            return Ok(ResOp {
-                op,
-                status,
-                body: ResBody::None,
-            });
         }
         let body = match op {
             ops::EXCHANGE_ID => {

@@ -327,6 +327,8 @@ fn run<'d>(
         let op = match op {
             Ok(op) => op,
             Err(n) => {
+                // Where its arguments end is unknown: the rest goes undecoded.
+                c.skip_rest();
                 let (opnum, s) = undecodable(n);
                 status = plain(e, opnum, Err(s))?;
                 break;

@@ -15,6 +15,9 @@ pub mod attrs;
 mod compound;
 pub mod state;
 
+#[cfg(test)]
+mod tests;
+
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
