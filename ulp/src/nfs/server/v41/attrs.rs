@@ -367,9 +367,9 @@ pub fn decode_settable(mask: &[u32], vals: &[u8]) -> Result<(Sattr3, Mask), Nfss
     let m = read_mask(mask);
     let mut s = Sattr3::default();
     let mut c = DdpCursor::inline(vals, 0);
-    for w in 0..WORDS {
+    for (w, word) in m.iter().enumerate() {
         for b in 0..32u32 {
-            if m[w] & (1 << b) == 0 {
+            if word & (1 << b) == 0 {
                 continue;
             }
             let n = w as u32 * 32 + b;

@@ -87,7 +87,10 @@ impl World {
         let r = &self.reply[..len];
         let (h, _) = ReplyHeader::decode(r).unwrap();
         match h.body {
-            ReplyBody::Accepted { status, .. } if status == AcceptStatus::Success => {
+            ReplyBody::Accepted {
+                status: AcceptStatus::Success,
+                ..
+            } => {
                 let (_, c) = reply_results(r, &[]).unwrap();
                 Ok(c.input()[c.position()..].to_vec())
             }
