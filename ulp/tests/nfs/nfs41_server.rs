@@ -162,6 +162,12 @@ fn nfs41_files_through_our_server() {
         "READ data went to Write chunks: {read:?}"
     );
     assert!(shared.counters.nfs4_op(ops::WRITE).calls >= 4);
+    let compounds = shared.counters.compounds.get();
+    // Three 1 MiB WRITEs; the last 123 octets go inline (under the 1 KiB chunk threshold).
+    assert_eq!(
+        compounds.read_chunks, 3,
+        "WRITE data came in Read chunks: {compounds:?}"
+    );
     assert!(shared.counters.nfs4_op(ops::SEQUENCE).calls > 10);
     assert!(shared
         .counters
@@ -261,6 +267,10 @@ fn nfs41_files_through_our_server() {
     assert!(
         shared.counters.nfs4_op(ops::READDIR).calls >= 2,
         "700 entries take more than one 32 KiB page"
+    );
+    assert!(
+        shared.counters.compounds.get().reply_chunks >= 2,
+        "READDIR pages went through the Reply chunk"
     );
 
     c.shutdown().unwrap();

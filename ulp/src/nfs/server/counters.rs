@@ -57,7 +57,8 @@ pub struct NfsCounters {
     pub nfs: [ProcCounters; 22],
     /// MOUNT v3 procedures, indexed by number.
     pub mount: [ProcCounters; 6],
-    /// NFSv4.1 COMPOUNDs (calls only).
+    /// NFSv4.1 COMPOUNDs: calls, and those with Read chunks or a Reply chunk (errors
+    /// and Write chunks are counted per operation in [`nfs4`](Self::nfs4)).
     pub compounds: ProcCounters,
     /// NFSv4.1 operations, indexed by operation number (ILLEGAL is not counted).
     pub nfs4: [ProcCounters; 76],
@@ -118,7 +119,10 @@ impl NfsCounters {
         }
         let compounds = self.compounds.get();
         if compounds != ProcCount::default() {
-            out.push(format!("NFS4 COMPOUND {} calls", compounds.calls));
+            out.push(format!(
+                "NFS4 COMPOUND {} calls (chunks: read {}, reply {})",
+                compounds.calls, compounds.read_chunks, compounds.reply_chunks
+            ));
         }
         for (i, p) in self.nfs4.iter().enumerate() {
             let c = p.get();
