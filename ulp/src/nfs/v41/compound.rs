@@ -38,6 +38,8 @@ pub const EXCLUSIVE4: u32 = 2;
 pub const EXCLUSIVE4_1: u32 = 3;
 /// `open_claim_type4` CLAIM_NULL.
 pub const CLAIM_NULL: u32 = 0;
+/// `open_claim_type4` CLAIM_PREVIOUS.
+pub const CLAIM_PREVIOUS: u32 = 1;
 /// `open_claim_type4` CLAIM_FH (4.1): the current file handle is the file.
 pub const CLAIM_FH: u32 = 4;
 /// The most stateids this crate decodes in one TEST_STATEID (not an RFC limit).
@@ -192,6 +194,8 @@ pub enum OpenClaim<'d> {
     Null(&'d [u8]),
     /// CLAIM_FH: the current file handle is the file.
     Fh,
+    /// CLAIM_PREVIOUS: reclaim after a server restart, with the delegation type held.
+    Previous(u32),
 }
 
 /// `openflag4`.
@@ -481,6 +485,10 @@ impl<'d> XdrCodec<'d> for ArgOp<'d> {
                         e.string(name)
                     }
                     OpenClaim::Fh => e.u32(CLAIM_FH),
+                    OpenClaim::Previous(t) => {
+                        e.u32(CLAIM_PREVIOUS)?;
+                        e.u32(t)
+                    }
                 }
             }
             ArgOp::Read(a) => {
@@ -624,6 +632,7 @@ impl<'d> XdrCodec<'d> for ArgOp<'d> {
                 let claim = match c.u32()? {
                     CLAIM_NULL => OpenClaim::Null(c.string(NAME_LIMIT)?),
                     CLAIM_FH => OpenClaim::Fh,
+                    CLAIM_PREVIOUS => OpenClaim::Previous(c.u32()?),
                     _ => return Err(invalid(c, "open claim other than CLAIM_NULL or CLAIM_FH")),
                 };
                 ArgOp::Open(OpenArgs {

@@ -185,6 +185,15 @@ fn all_args() -> Vec<ArgOp<'static>> {
             how: OpenHow::Create(CreateHow::Exclusive41([3; 8], Fattr4::default())),
             claim: OpenClaim::Fh,
         }),
+        ArgOp::Open(OpenArgs {
+            seqid: 0,
+            share_access: OPEN4_SHARE_ACCESS_READ,
+            share_deny: 0,
+            owner_clientid: 1,
+            owner: b"o",
+            how: OpenHow::NoCreate,
+            claim: OpenClaim::Previous(0),
+        }),
     ]
 }
 

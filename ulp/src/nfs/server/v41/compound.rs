@@ -986,11 +986,16 @@ fn open<'r>(ctx: &mut Ctx<'_>, a: &OpenArgs<'_>) -> Result<ResBody<'r>, Nfsstat4
     let client = client(ctx)?;
     let access = a.share_access & 3;
     let deny = a.share_deny & 3;
-    if access == 0 || a.share_access & !0xff03 != 0 || a.share_deny & !3 != 0 {
+    // The bits above the access mode are delegation wishes (OPEN4_SHARE_ACCESS_WANT_*),
+    // which a server without delegations may ignore.
+    if access == 0 || a.share_deny & !3 != 0 {
         return Err(Nfsstat4::INVAL);
     }
     let mut attrset = [0u32; attrs::WORDS];
     let (file, ci) = match a.claim {
+        // This server keeps no state across restarts, so there is no grace period in
+        // which to reclaim (RFC 8881 §8.4.2.1).
+        OpenClaim::Previous(_) => return Err(Nfsstat4::NO_GRACE),
         OpenClaim::Fh => {
             if !matches!(a.how, OpenHow::NoCreate) {
                 return Err(Nfsstat4::INVAL);
