@@ -391,3 +391,114 @@ fn tables_are_bounded() {
     });
     assert_eq!(w.compound(&[x]).0, Nfsstat4::OK);
 }
+
+/// RFC 8267 §6.4.1: the Nth Write chunk pairs with the Nth READ of the COMPOUND; a READ
+/// that fails leaves its chunk empty and the next READ takes the next chunk. The data
+/// in the chunks is not in the inline reply; the results decode with the chunks' data.
+#[test]
+fn reads_pair_with_write_chunks_in_compound_order() {
+    let mut w = world(StateLimits::default());
+    let (clientid, sid) = w.session(b"c5");
+    let root = w.shared.root_handle().as_bytes().to_vec();
+    let open = ArgOp::Open(OpenArgs {
+        seqid: 0,
+        share_access: OPEN4_SHARE_ACCESS_BOTH,
+        share_deny: 0,
+        owner_clientid: clientid,
+        owner: b"me",
+        how: OpenHow::Create(CreateHow::Unchecked(crate::nfs::v41::Fattr4::default())),
+        claim: OpenClaim::Null(b"f"),
+    });
+    // The current stateid (seqid 1, other 0) names the OPEN's in the same COMPOUND.
+    let current = crate::nfs::v41::Stateid4 {
+        seqid: 1,
+        other: [0; 12],
+    };
+    let write = ArgOp::Write(WriteArgs {
+        stateid: current,
+        offset: 0,
+        stable: FILE_SYNC4,
+        data: b"hello world",
+    });
+    let (s, _) = w.compound(&[seq(sid, 0, 1), ArgOp::PutFh(&root), open, write]);
+    assert_eq!(s, Nfsstat4::OK);
+    let fh = {
+        let (s, _) = w.compound(&[seq(sid, 0, 2), ArgOp::PutFh(&root), ArgOp::Lookup(b"f")]);
+        assert_eq!(s, Nfsstat4::OK);
+        let k = w
+            .shared
+            .backend()
+            .lookup(w.shared.backend().root(), b"f")
+            .unwrap();
+        w.shared.handle(k).as_bytes().to_vec()
+    };
+    let anon = crate::nfs::v41::Stateid4::default();
+    let read = |offset, count| {
+        ArgOp::Read(ReadArgs {
+            stateid: anon,
+            offset,
+            count,
+        })
+    };
+    let ops = [
+        seq(sid, 0, 3),
+        ArgOp::PutFh(&fh),
+        read(0, 5),
+        ArgOp::SaveFh,
+        ArgOp::PutFh(&root),
+        // A READ of a directory fails...
+        read(0, 5),
+    ];
+    let msg = call(1, ops.len() as u32, &enc_ops(&ops));
+    let chunks = [4096u64, 4096, 4096];
+    let inbound = InboundCall {
+        msg: &msg,
+        reads: &[],
+        write_chunks: &chunks,
+        padding: None,
+    };
+    let (len, items) = match w.d.dispatch(&inbound, &mut w.reply) {
+        Ok(Dispatched::Reply(r)) => (
+            r.len,
+            r.write_chunks
+                .as_slice()
+                .iter()
+                .map(|i| (i.chunk, i.data.to_vec()))
+                .collect::<Vec<_>>(),
+        ),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(items, vec![(0, b"hello".to_vec())]);
+    let (_, c) = reply_results(&w.reply[..len], &[]).unwrap();
+    let at = c.position();
+    let written: [&[u8]; 3] = [b"hello", b"", b""];
+    let mut c = DdpCursor::with_write_chunks(&w.reply[..len], at, &written).unwrap();
+    let r = CompoundRes::decode(&mut c).unwrap();
+    c.finish().unwrap();
+    assert_eq!(r.status, Nfsstat4::ISDIR);
+    assert_eq!(r.results[2].body, ResBody::Read(false, b"hello"));
+    // Two READs that both succeed: chunk 0 and chunk 1, in order.
+    let ops = [seq(sid, 0, 4), ArgOp::PutFh(&fh), read(6, 5), read(0, 5)];
+    let msg = call(1, ops.len() as u32, &enc_ops(&ops));
+    let inbound = InboundCall {
+        msg: &msg,
+        reads: &[],
+        write_chunks: &chunks,
+        padding: None,
+    };
+    match w.d.dispatch(&inbound, &mut w.reply) {
+        Ok(Dispatched::Reply(r)) => {
+            let items: Vec<_> = r
+                .write_chunks
+                .as_slice()
+                .iter()
+                .map(|i| (i.chunk, i.data.to_vec()))
+                .collect();
+            assert_eq!(items, vec![(0, b"world".to_vec()), (1, b"hello".to_vec())]);
+        }
+        other => panic!("{other:?}"),
+    }
+    // The reply used Write chunks, so the slot could not cache it: a retry is told so.
+    let (s, _) = w.compound(&[seq(sid, 0, 4), ArgOp::PutFh(&fh)]);
+    assert_eq!(s, Nfsstat4::RETRY_UNCACHED_REP);
+}
