@@ -212,14 +212,10 @@ pub(crate) fn compound<'d>(
         let mut t = sh.v41().lock();
         if let Some(s) = t.sessions.get_mut(&sid).and_then(|s| s.slots.get_mut(slot)) {
             s.reply = if cacheable {
-                let mut v = match core::mem::replace(&mut s.reply, SlotReply::InProgress) {
-                    SlotReply::Cached(v) => v,
-                    _ => Vec::new(),
-                };
                 // The slot's buffer is reused: no allocation once it has grown.
-                v.clear();
-                v.extend_from_slice(&e.written()[start..]);
-                SlotReply::Cached(v)
+                s.cache.clear();
+                s.cache.extend_from_slice(&e.written()[start..]);
+                SlotReply::Cached
             } else {
                 SlotReply::Uncached
             };
@@ -253,11 +249,11 @@ fn sequence(ctx: &mut Ctx<'_>, a: &SequenceArgs, e: &mut DdpEncoder<'_, '_>) -> 
         return Seq::New(Nfsstat4::BADSLOT);
     };
     if a.sequenceid == slot.seqid && slot.seqid != 0 {
-        return match &slot.reply {
-            SlotReply::Cached(bytes) => {
+        return match slot.reply {
+            SlotReply::Cached => {
                 // The cached octets are whole words; a reply buffer too small for them
                 // is an overrun the transport reports, as for the original.
-                if e.opaque_fixed(bytes).is_err() {
+                if e.opaque_fixed(&slot.cache).is_err() {
                     return Seq::New(Nfsstat4::REP_TOO_BIG);
                 }
                 Seq::Replay

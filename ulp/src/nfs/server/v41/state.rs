@@ -48,14 +48,15 @@ impl Default for StateLimits {
 }
 
 /// What a slot remembers of its last request.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SlotReply {
     /// Nothing yet (the slot's sequence id is 0).
     Unused,
     /// The request is running.
     InProgress,
-    /// The complete COMPOUND4res of the last request, for a retry to replay.
-    Cached(Vec<u8>),
+    /// The complete COMPOUND4res of the last request is in [`Slot::cache`], for a retry
+    /// to replay.
+    Cached,
     /// The last reply was not cached (too large, or its data went to Write chunks).
     Uncached,
 }
@@ -67,6 +68,10 @@ pub struct Slot {
     pub seqid: u32,
     /// Its reply.
     pub reply: SlotReply,
+    /// The cached reply's octets when [`reply`](Self::reply) is `Cached`. The buffer is
+    /// kept across requests, so a slot allocates only while it grows to its largest
+    /// cached reply (bounded by `ca_maxresponsesize_cached`).
+    pub cache: Vec<u8>,
 }
 
 /// A session.
@@ -315,6 +320,7 @@ impl StateTable {
             .map(|_| Slot {
                 seqid: 0,
                 reply: SlotReply::Unused,
+                cache: Vec::new(),
             })
             .collect();
         let back = ChannelAttrs4 {
