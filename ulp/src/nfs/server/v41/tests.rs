@@ -502,3 +502,66 @@ fn reads_pair_with_write_chunks_in_compound_order() {
     let (s, _) = w.compound(&[seq(sid, 0, 4), ArgOp::PutFh(&fh)]);
     assert_eq!(s, Nfsstat4::RETRY_UNCACHED_REP);
 }
+
+/// GETATTR returns the requested attributes this server supports, in bit order, and
+/// leaves the others out of the mask; share reservations conflict as RFC 8881 §9.7 says.
+#[test]
+fn getattr_values_and_share_reservations() {
+    use super::attrs::a;
+    let mut w = world(StateLimits::default());
+    let (clientid, sid) = w.session(b"c6");
+    let req = crate::nfs::v41::Bitmap4::of(&[
+        a::SUPPORTED_ATTRS,
+        a::TYPE,
+        a::FH_EXPIRE_TYPE,
+        a::LEASE_TIME,
+        a::FILEHANDLE,
+        a::MAXREAD,
+        12, // acl: not supported, left out
+        a::SUPPATTR_EXCLCREAT,
+    ]);
+    let ops = [seq(sid, 0, 1), ArgOp::PutRootFh, ArgOp::Getattr(req)];
+    let bytes = w.raw(&call(1, 3, &enc_ops(&ops))).unwrap();
+    let r = CompoundRes::decode(&mut DdpCursor::inline(&bytes, 0)).unwrap();
+    let ResBody::Getattr(f) = &r.results[2].body else {
+        panic!("{r:?}")
+    };
+    assert!(!f.mask.contains(12));
+    assert!(f.mask.contains(a::SUPPATTR_EXCLCREAT));
+    let mut c = DdpCursor::inline(f.vals, 0);
+    let n = c.count(8).unwrap();
+    let words: Vec<u32> = (0..n).map(|_| c.u32().unwrap()).collect();
+    assert_eq!(words, super::attrs::SUPPORTED.to_vec());
+    assert_eq!(c.u32().unwrap(), crate::nfs::v41::ftype::NF4DIR);
+    assert_eq!(c.u32().unwrap(), 0, "FH4_PERSISTENT");
+    assert_eq!(c.u32().unwrap(), 90, "lease_time");
+    let root = w.shared.root_handle();
+    assert_eq!(c.opaque(128).unwrap(), root.as_bytes());
+    assert_eq!(c.u64().unwrap(), u64::from(NfsConfig::default().max_read));
+    let n = c.count(8).unwrap();
+    let words: Vec<u32> = (0..n).map(|_| c.u32().unwrap()).collect();
+    assert_eq!(words, super::attrs::SETTABLE[..2].to_vec());
+    c.finish().unwrap();
+
+    // Owner "a" opens with deny WRITE; owner "b" asking for write access is denied,
+    // read access is granted.
+    let open = |owner: &'static [u8], access: u32, deny: u32| {
+        ArgOp::Open(OpenArgs {
+            seqid: 0,
+            share_access: access,
+            share_deny: deny,
+            owner_clientid: clientid,
+            owner,
+            how: OpenHow::Create(CreateHow::Unchecked(crate::nfs::v41::Fattr4::default())),
+            claim: OpenClaim::Null(b"shared"),
+        })
+    };
+    let root = root.as_bytes().to_vec();
+    let (s, _) = w.compound(&[seq(sid, 0, 2), ArgOp::PutFh(&root), open(b"a", 1, 2)]);
+    assert_eq!(s, Nfsstat4::OK);
+    let (s, _) = w.compound(&[seq(sid, 0, 3), ArgOp::PutFh(&root), open(b"b", 3, 0)]);
+    assert_eq!(s, Nfsstat4::SHARE_DENIED);
+    let (s, _) = w.compound(&[seq(sid, 0, 4), ArgOp::PutFh(&root), open(b"b", 1, 0)]);
+    assert_eq!(s, Nfsstat4::OK);
+    assert_eq!(w.shared.v41().lock().opens.len(), 2);
+}
