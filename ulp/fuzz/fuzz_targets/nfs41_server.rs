@@ -89,7 +89,8 @@ fn world() -> &'static Mutex<World> {
             },
         );
         let mut d = Dispatcher::new();
-        d.register(Box::new(NfsProgram::new(shared.clone()))).unwrap();
+        d.register(Box::new(NfsProgram::new(shared.clone())))
+            .unwrap();
         let mut reply = vec![0; 256 * 1024];
         let x = run(
             &mut d,
@@ -103,7 +104,9 @@ fn world() -> &'static Mutex<World> {
         )
         .unwrap();
         let r = CompoundRes::decode(&mut DdpCursor::inline(&x, 0)).unwrap();
-        let ResBody::ExchangeId(x) = &r.results[0].body else { panic!() };
+        let ResBody::ExchangeId(x) = &r.results[0].body else {
+            panic!()
+        };
         let attrs = ChannelAttrs4 {
             maxrequestsize: 1 << 20,
             maxresponsesize: 1 << 20,
@@ -127,7 +130,9 @@ fn world() -> &'static Mutex<World> {
         )
         .unwrap();
         let r = CompoundRes::decode(&mut DdpCursor::inline(&cs, 0)).unwrap();
-        let ResBody::CreateSession(s) = &r.results[0].body else { panic!() };
+        let ResBody::CreateSession(s) = &r.results[0].body else {
+            panic!()
+        };
         Mutex::new(World {
             d,
             root: shared.root_handle().as_bytes().to_vec(),
@@ -140,13 +145,19 @@ fn world() -> &'static Mutex<World> {
 }
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&sel, rest)) = data.split_first() else { return };
+    let Some((&sel, rest)) = data.split_first() else {
+        return;
+    };
     let mut w = world().lock().unwrap_or_else(|p| p.into_inner());
     w.n += 1;
     // RTFH -> the root handle.
     let mut ops = Vec::with_capacity(rest.len() + 64);
     let mut i = 0;
-    let src = if sel & 1 == 1 { rest.get(1..).unwrap_or(&[]) } else { rest };
+    let src = if sel & 1 == 1 {
+        rest.get(1..).unwrap_or(&[])
+    } else {
+        rest
+    };
     while i < src.len() {
         if src[i..].starts_with(b"RTFH") {
             ops.extend_from_slice(&(w.root.len() as u32).to_be_bytes());
@@ -167,7 +178,11 @@ fuzz_target!(|data: &[u8]| {
                 .get(&w.sid)
                 .map_or(1, |s| s.slots[0].seqid.wrapping_add(1))
         };
-        let seqid = if w.n % 8 == 0 { next.wrapping_sub(1) } else { next };
+        let seqid = if w.n % 8 == 0 {
+            next.wrapping_sub(1)
+        } else {
+            next
+        };
         let mut b = Vec::new();
         b.extend_from_slice(&[0, 0, 0, 0, 0, 0, 0, 1]);
         b.extend_from_slice(&count.to_be_bytes());
