@@ -5,8 +5,8 @@
 # Steps: setup, selftest (host-built binary inside the guest, status plumbing), smoke (rxe0 +
 # siw0: ibv_devices, rping, ib_send_lat), mpa (host TCP -> guest siw MPA Request/Reply),
 # nfs (kernel NFSv3/v4.2 over RDMA on siw0 and rxe0; LAB_NFS=0 skips it), nfs-ours (the
-# kernel NFSv3 client against our `rpcrdma serve --nfs`, and `rpcrdma nfs` against kernel
-# nfsd, on siw0 and rxe0).
+# kernel NFSv3 and NFSv4.1 clients against our `rpcrdma serve --nfs`, and `rpcrdma nfs`
+# against kernel nfsd, on siw0 and rxe0).
 # env: LAB, LAB_CI_BUDGET (seconds, default 900: printed, and exceeded is reported loudly),
 #      LAB_VERBOSE=1 streams the guest consoles.
 set -uo pipefail
@@ -71,13 +71,14 @@ run_step verbs "$HERE/verbs.sh"; [ $? = 2 ] && finish
 # type; a failure names each direction-case (h2g-echo-write, g2h-long-reply, ...).
 run_step verbs-interop "$HERE/verbs-interop.sh"; [ $? = 2 ] && finish
 [ "${LAB_NFS:-1}" = 0 ] || run_step nfs guest_step nfs nfs-rdma.sh 900
-# The kernel NFSv3 client against our `rpcrdma serve --nfs`, and our `rpcrdma nfs` client (NFSv3, NFSv4.1)
+# The kernel NFSv3 and NFSv4.1 clients against our `rpcrdma serve --nfs`, and our `rpcrdma nfs` client (NFSv3, NFSv4.1)
 # against kernel nfsd (verbs provider), each on siw0 and rxe0.
 # shellcheck disable=SC2317  # called through run_step
 nfs_ours() {
   (cd "$HERE/../.." && cargo build -q -p rpcrdma-tools --features verbs) \
     2>"$LAB/nfs-ours-build.log" || { tail -n 30 "$LAB/nfs-ours-build.log"; return 1; }
-  guest_step nfs-ours nfs-ours.sh 900 && guest_step nfs-client nfs-client.sh 900
+  guest_step nfs-ours nfs-ours.sh 900 && guest_step nfs-ours41 nfs-ours41.sh 900 &&
+    guest_step nfs-client nfs-client.sh 900
 }
 [ "${LAB_NFS:-1}" = 0 ] || run_step nfs-ours nfs_ours
 # The guest kernel's NFSv3 client on siw0 against the host's `rpcrdma serve --nfs --provider

@@ -1,8 +1,9 @@
 //! `rpcrdma serve`: the built-in programs (NULL, and echo/sink/source/echo2 with
 //! DDP-eligible payloads) on one provider and address, busy-polled on this thread. With
-//! `--nfs DIR` or `--nfs-mem` it also serves NFSv3 (RFC 1813, bound to RPC-over-RDMA by
-//! RFC 8267) from a host directory or from memory, with MOUNT v3 on TCP beside it (and,
-//! with `--tcp-port`, NFSv3 on TCP too).
+//! `--nfs DIR` or `--nfs-mem` it also serves NFSv3 (RFC 1813) and NFSv4.1 (RFC 8881), both
+//! bound to RPC-over-RDMA by RFC 8267, from a host directory or from memory, with MOUNT v3
+//! on TCP beside it (and, with `--tcp-port`, NFS on TCP too). NFSv4.1 clients find the
+//! export at the root of the namespace (`/`).
 //!
 //! Prints each connection as it comes and goes and, once a second, calls and payload
 //! octets per second. Publishes live counters per connection a few times a second
@@ -629,7 +630,7 @@ impl NfsSide {
 
     fn announce(&self, ep: &Endpoint) {
         say(&format!(
-            "rpcrdma serve: NFSv3 (program 100003 v3) on {} {ep}, exporting {} as {}; \
+            "rpcrdma serve: NFSv3 and NFSv4.1 (program 100003 v3 and v4) on {} {ep}, exporting {} as {}; \
              MOUNT v3 on tcp {}{}{}",
             ep.provider(),
             self.what,

@@ -255,6 +255,19 @@ impl<'a> XdrEncoder<'a> {
         self.pos
     }
 
+    /// The octets written so far.
+    #[inline]
+    pub fn written(&self) -> &[u8] {
+        &self.buf[..self.pos]
+    }
+
+    /// The octets written so far, to patch a value whose final content is known only
+    /// later (e.g. a count written before the items).
+    #[inline]
+    pub fn written_mut(&mut self) -> &mut [u8] {
+        &mut self.buf[..self.pos]
+    }
+
     #[inline]
     fn reserve(&mut self, n: usize) -> Result<&mut [u8], BufferTooSmall> {
         let end = self.pos.checked_add(n).ok_or(BufferTooSmall {

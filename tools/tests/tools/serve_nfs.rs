@@ -319,8 +319,8 @@ fn serve_nfs_mount_over_tcp_and_nfs_over_shm() {
             "RPC error PROC_UNAVAIL",
         ),
         (
-            &["--prog", "100003", "--vers", "4", "--proc", "0"][..],
-            "RPC error PROG_MISMATCH (server speaks versions 3..=3)",
+            &["--prog", "100003", "--vers", "5", "--proc", "0"][..],
+            "RPC error PROG_MISMATCH (server speaks versions 3..=4)",
         ),
         (
             &["--prog", "100003", "--vers", "3", "--proc", "1"][..],
@@ -347,6 +347,16 @@ fn serve_nfs_mount_over_tcp_and_nfs_over_shm() {
     );
     conn.close();
 
+    // NFSv4.1 beside NFSv3: one session, one READ of the file into a Write chunk.
+    let o = Command::new(env!("CARGO_BIN_EXE_rpcrdma"))
+        .args(["nfs", "--provider", "shm", "--addr"])
+        .arg(&sock)
+        .args(["--vers", "4.1", "--export", "/", "get", "hello.txt", "-"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(o.stdout, b"hello over rdma\n");
+
     // SIGINT: the stop lines count calls per procedure and chunk type.
     // SAFETY: signalling our own child.
     unsafe { libc::kill(g.child.id() as i32, libc::SIGINT) };
@@ -369,6 +379,19 @@ fn serve_nfs_mount_over_tcp_and_nfs_over_shm() {
     assert!(all.contains("nfs: MOUNT3 MNT 1 calls"), "{all}");
     assert!(all.contains("nfs: MOUNT3 EXPORT 1 calls"), "{all}");
     assert!(all.contains("nfs: NFS3 REMOVE 1 calls (0 errors"), "{all}");
+    assert!(all.contains("nfs: NFS4 COMPOUND "), "{all}");
+    assert!(
+        all.contains("nfs: NFS4 EXCHANGE_ID 1 calls (0 errors"),
+        "{all}"
+    );
+    assert!(
+        all.contains("nfs: NFS4 CREATE_SESSION 1 calls (0 errors"),
+        "{all}"
+    );
+    assert!(
+        all.contains("nfs: NFS4 READ 1 calls (0 errors; chunks: read 0, write 1, reply 0)"),
+        "{all}"
+    );
     assert!(
         all.contains("nfs: duplicate request cache: 1 replayed, 0 dropped in progress, 1 inserted"),
         "{all}"
@@ -500,15 +523,37 @@ fn nfs_client_put_ls_get_against_serve() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("MNT3ERR_NOENT"));
     let o = nfs(&["put", "/nonexistent-local-file", "x"]);
     assert!(!o.status.success());
-    // Our server speaks NFSv3 only: the NFSv4.1 client's EXCHANGE_ID gets PROG_MISMATCH,
-    // named with the versions the server speaks.
-    let o = nfs(&["--vers", "4.1", "ls"]);
+    // NFSv4.1 on the same server and connection type: the export is the root of the
+    // NFSv4 namespace. put, ls and get through a session, READs into Write chunks.
+    let nfs4 = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_rpcrdma"))
+            .args(["nfs", "--provider", "shm", "--addr"])
+            .arg(&sock)
+            .args(["--vers", "4.1", "--export", "/"])
+            .args(args)
+            .output()
+            .expect("run rpcrdma nfs --vers 4.1")
+    };
+    let small = dir.with_extension("src4");
+    let data4: Vec<u8> = (0..1_500_000u32).map(|i| (i % 253) as u8).collect();
+    std::fs::write(&small, &data4).unwrap();
+    let o = nfs4(&["put", small.to_str().unwrap(), "sub/v4.bin"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(std::fs::read(dir.join("sub/v4.bin")).unwrap(), data4);
+    let o = nfs4(&["ls", "sub"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let ls = String::from_utf8_lossy(&o.stdout);
+    assert!(ls.contains(&format!("{} v4.bin", data4.len())), "{ls}");
+    assert!(ls.contains(" big.bin"), "{ls}");
+    let back4 = dir.with_extension("back4");
+    let o = nfs4(&["get", "sub/v4.bin", back4.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(std::fs::read(&back4).unwrap() == data4);
+    let o = nfs4(&["get", "sub/missing", "-"]);
     assert_eq!(o.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(
-        err.contains("PROG_MISMATCH (server speaks versions 3..=3)"),
-        "{err}"
-    );
+    assert!(String::from_utf8_lossy(&o.stderr).contains("NFS4ERR_NOENT"));
+    let _ = std::fs::remove_file(&small);
+    let _ = std::fs::remove_file(&back4);
     let o = nfs(&["--vers", "4.2", "ls"]);
     assert!(String::from_utf8_lossy(&o.stderr).contains("(3, 4.1)"));
     // bench: pipelined READs into Write chunks and WRITEs from Read chunks.

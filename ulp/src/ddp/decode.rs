@@ -168,6 +168,29 @@ impl<'a> DdpCursor<'a> {
         self.xdr.position() + self.gap - self.padded
     }
 
+    /// The whole inline message this cursor reads.
+    pub const fn input(&self) -> &'a [u8] {
+        self.xdr.input()
+    }
+
+    /// Passes over everything left, inline and in Read chunks, so that
+    /// [`finish`](Self::finish) succeeds: for a server that stopped decoding on purpose
+    /// (an NFSv4 COMPOUND ends at its first failing operation, leaving later operations
+    /// undecoded).
+    pub fn skip_rest(&mut self) {
+        let _ = self.xdr.skip(self.xdr.remaining());
+        if let Chunks::Read(reads) = self.chunks {
+            self.used = if reads.len() >= 32 {
+                u32::MAX
+            } else {
+                (1u32 << reads.len()) - 1
+            };
+        }
+        if let Chunks::Write(written) = self.chunks {
+            self.used = self.used.max(written.len() as u32);
+        }
+    }
+
     /// Inline octets left.
     pub const fn remaining(&self) -> usize {
         self.xdr.remaining()

@@ -170,6 +170,20 @@ impl<'b, 'd> DdpEncoder<'b, 'd> {
         self.position() + self.gap
     }
 
+    /// The inline octets this encoder wrote so far (from the start of its buffer, not of
+    /// the message), e.g. for a server's reply cache.
+    pub fn written(&self) -> &[u8] {
+        self.xdr.written()
+    }
+
+    /// Overwrites the 32-bit word at `at` (an offset in this encoder's buffer, as in
+    /// [`written`](Self::written)) that was encoded earlier; out of range does nothing.
+    pub fn patch_u32(&mut self, at: usize, v: u32) {
+        if let Some(w) = self.xdr.written_mut().get_mut(at..at + 4) {
+            w.copy_from_slice(&v.to_be_bytes());
+        }
+    }
+
     /// The Read chunks recorded so far.
     pub fn read_items(&self) -> &[ReadItem<'d>] {
         self.reads.as_slice()

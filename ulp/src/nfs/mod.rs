@@ -2,7 +2,7 @@
 //! tables: which XDR items of each NFS procedure are DDP-eligible, how large each reply
 //! can be, and the binding's transport rules. This is not an NFS server; it is what an
 //! NFS client or server on this engine consults to build and parse chunk lists, plus the
-//! NFSv3 and MOUNT codecs ([`v3::args`], [`v3::res`], [`mount`]) and an embeddable NFSv3
+//! NFSv3 and MOUNT codecs ([`v3::args`], [`v3::res`], [`mount`]) and an embeddable NFSv3/NFSv4.1
 //! server ([`server`]).
 //!
 //! - [`v2`] and [`v3`]: the Legacy NFS binding (RFC 8267 §4): only WRITE data, the
@@ -12,7 +12,7 @@
 //!   with "READ operations" in COMPOUND order (§6.4.1); default chunk-list complexity
 //!   limits (§6.4.2); reply size rules (§6.2).
 //! - [`aux`]: MOUNT, NLM, NSM and NFSACL (RFC 8267 §5).
-//! - [`mount`]: MOUNT v3 procedures and codecs; [`server`]: an embeddable NFSv3 server
+//! - [`mount`]: MOUNT v3 procedures and codecs; [`server`]: an embeddable NFSv3 and NFSv4.1 server
 //!   (backends, programs, the engine service, RPC over TCP); [`client`]: a blocking NFSv3
 //!   client over the engine; [`v41`]: NFSv4.1 COMPOUND codecs and a session client.
 //!

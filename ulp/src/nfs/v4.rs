@@ -32,14 +32,22 @@ pub mod ops {
     pub const COMMIT: u32 = 5;
     /// CREATE.
     pub const CREATE: u32 = 6;
+    /// DELEGRETURN.
+    pub const DELEGRETURN: u32 = 8;
     /// GETATTR.
     pub const GETATTR: u32 = 9;
     /// GETFH.
     pub const GETFH: u32 = 10;
+    /// LINK.
+    pub const LINK: u32 = 11;
     /// LOOKUP.
     pub const LOOKUP: u32 = 15;
+    /// LOOKUPP.
+    pub const LOOKUPP: u32 = 16;
     /// OPEN.
     pub const OPEN: u32 = 18;
+    /// OPEN_DOWNGRADE.
+    pub const OPEN_DOWNGRADE: u32 = 21;
     /// PUTFH.
     pub const PUTFH: u32 = 22;
     /// PUTROOTFH.
@@ -54,16 +62,30 @@ pub mod ops {
     pub const REMOVE: u32 = 28;
     /// RENAME.
     pub const RENAME: u32 = 29;
+    /// RESTOREFH.
+    pub const RESTOREFH: u32 = 31;
+    /// SAVEFH.
+    pub const SAVEFH: u32 = 32;
+    /// SETATTR.
+    pub const SETATTR: u32 = 34;
     /// WRITE.
     pub const WRITE: u32 = 38;
+    /// BIND_CONN_TO_SESSION (4.1).
+    pub const BIND_CONN_TO_SESSION: u32 = 41;
     /// EXCHANGE_ID (4.1).
     pub const EXCHANGE_ID: u32 = 42;
     /// CREATE_SESSION (4.1).
     pub const CREATE_SESSION: u32 = 43;
     /// DESTROY_SESSION (4.1).
     pub const DESTROY_SESSION: u32 = 44;
+    /// FREE_STATEID (4.1).
+    pub const FREE_STATEID: u32 = 45;
+    /// SECINFO_NO_NAME (4.1).
+    pub const SECINFO_NO_NAME: u32 = 52;
     /// SEQUENCE (4.1).
     pub const SEQUENCE: u32 = 53;
+    /// TEST_STATEID (4.1).
+    pub const TEST_STATEID: u32 = 55;
     /// DESTROY_CLIENTID (4.1).
     pub const DESTROY_CLIENTID: u32 = 57;
     /// RECLAIM_COMPLETE (4.1).

@@ -6,6 +6,7 @@
 mod nfs_support;
 
 mod nfs41_client;
+mod nfs41_server;
 mod nfs_drc;
 mod nfs_e2e;
 mod nfs_hostfs;

@@ -112,7 +112,10 @@ impl State {
                 impl_id: None,
             })),
             ArgOp::CreateSession(a) => {
-                assert_eq!((a.clientid, a.sequence, a.flags, a.sec_none), (7, 1, 0, 1));
+                assert_eq!(
+                    (a.clientid, a.sequence, a.flags, a.cb_sec.count),
+                    (7, 1, 0, 1)
+                );
                 let fore = ChannelAttrs4 {
                     maxrequestsize: a.fore.maxrequestsize.min(MAX_MSG),
                     maxresponsesize: a.fore.maxresponsesize.min(MAX_MSG),
@@ -188,17 +191,20 @@ impl State {
                     self.delayed_open = true;
                     return (Nfsstat4::DELAY, ResBody::None);
                 }
+                let OpenClaim::Null(name) = a.claim else {
+                    return (Nfsstat4::NOTSUPP, ResBody::None);
+                };
                 match &a.how {
-                    OpenHow::NoCreate if !self.files.contains_key(a.name) => {
+                    OpenHow::NoCreate if !self.files.contains_key(name) => {
                         return (Nfsstat4::NOENT, ResBody::None)
                     }
                     OpenHow::NoCreate => {}
                     OpenHow::Create(_) => {
-                        self.files.insert(a.name.to_vec(), Vec::new());
+                        self.files.insert(name.to_vec(), Vec::new());
                     }
                 }
                 self.opens += 1;
-                *cur = Some([b"F", a.name].concat());
+                *cur = Some([b"F", name].concat());
                 ok(ResBody::Open(OpenRes {
                     stateid: Stateid4 {
                         seqid: 1,
@@ -274,6 +280,7 @@ impl State {
                 self.clientid_destroyed = true;
                 ok(ResBody::None)
             }
+            _ => (Nfsstat4::NOTSUPP, ResBody::None),
         }
     }
 }

@@ -454,9 +454,14 @@ fn malformed_arguments_are_garbage_args() {
     assert_eq!(not_success(&r), AcceptStatus::ProcUnavail);
     let mut m = msg(procs::GETATTR, &fh_words(&root));
     m[16..20].copy_from_slice(&4u32.to_be_bytes());
+    // Version 4 is served too: its procedure 1 is COMPOUND, which a v3 handle is not.
+    assert_eq!(not_success(&l.raw(&m)), AcceptStatus::GarbageArgs);
+    m[20..24].copy_from_slice(&2u32.to_be_bytes());
+    assert_eq!(not_success(&l.raw(&m)), AcceptStatus::ProcUnavail);
+    m[16..20].copy_from_slice(&5u32.to_be_bytes());
     assert_eq!(
         not_success(&l.raw(&m)),
-        AcceptStatus::ProgMismatch { low: 3, high: 3 }
+        AcceptStatus::ProgMismatch { low: 3, high: 4 }
     );
 }
 

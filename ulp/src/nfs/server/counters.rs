@@ -49,14 +49,19 @@ impl ProcCounters {
     }
 }
 
-/// Counters of the NFSv3 and MOUNT programs.
-#[derive(Debug, Default)]
+/// Counters of the NFSv3, NFSv4.1 and MOUNT programs.
+#[derive(Debug)]
 pub struct NfsCounters {
     /// NFSv3 procedures, indexed by number (NULL is answered by the dispatcher and
     /// counted only when it used chunks, which it never does).
     pub nfs: [ProcCounters; 22],
     /// MOUNT v3 procedures, indexed by number.
     pub mount: [ProcCounters; 6],
+    /// NFSv4.1 COMPOUNDs: calls, and those with Read chunks or a Reply chunk (errors
+    /// and Write chunks are counted per operation in [`nfs4`](Self::nfs4)).
+    pub compounds: ProcCounters,
+    /// NFSv4.1 operations, indexed by operation number (ILLEGAL is not counted).
+    pub nfs4: [ProcCounters; 76],
     /// Calls refused for exceeding the chunk complexity limits (RFC 8267 §6.4.2).
     pub chunk_limit: AtomicU64,
     /// READs whose data the backend read straight into the registered buffer the engine
@@ -64,7 +69,28 @@ pub struct NfsCounters {
     pub zero_copy_reads: AtomicU64,
 }
 
+impl Default for NfsCounters {
+    fn default() -> Self {
+        NfsCounters {
+            nfs: Default::default(),
+            mount: Default::default(),
+            compounds: ProcCounters::default(),
+            nfs4: std::array::from_fn(|_| ProcCounters::default()),
+            chunk_limit: AtomicU64::new(0),
+            zero_copy_reads: AtomicU64::new(0),
+        }
+    }
+}
+
 impl NfsCounters {
+    /// A snapshot of NFSv4 operation `op`.
+    pub fn nfs4_op(&self, op: u32) -> ProcCount {
+        self.nfs4
+            .get(op as usize)
+            .map(ProcCounters::get)
+            .unwrap_or_default()
+    }
+
     /// A snapshot of NFSv3 procedure `procedure`.
     pub fn nfs_proc(&self, procedure: u32) -> ProcCount {
         self.nfs
@@ -89,6 +115,20 @@ impl NfsCounters {
             if c != ProcCount::default() {
                 let name = v3::PROCEDURES.get(i).map_or("?", |p| p.name);
                 out.push(fmt("NFS3 ", name, c));
+            }
+        }
+        let compounds = self.compounds.get();
+        if compounds != ProcCount::default() {
+            out.push(format!(
+                "NFS4 COMPOUND {} calls (chunks: read {}, reply {})",
+                compounds.calls, compounds.read_chunks, compounds.reply_chunks
+            ));
+        }
+        for (i, p) in self.nfs4.iter().enumerate() {
+            let c = p.get();
+            if c != ProcCount::default() {
+                let name = super::super::v4::op_name(i as u32).unwrap_or("?");
+                out.push(fmt("NFS4 ", name, c));
             }
         }
         for (i, p) in self.mount.iter().enumerate() {

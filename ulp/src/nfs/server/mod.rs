@@ -1,5 +1,5 @@
-//! An embeddable NFSv3 server (RFC 1813) over RPC-over-RDMA, with MOUNT and NFS over TCP
-//! beside it.
+//! An embeddable NFSv3 (RFC 1813) and NFSv4.1 (RFC 8881, [`v41`]) server over
+//! RPC-over-RDMA, with MOUNT and NFS over TCP beside it.
 //!
 //! - [`NfsBackend`]: what an appliance implements; [`MemFs`] (in memory) and
 //!   [`HostFs`] (a host directory, confined to it) are provided.
@@ -31,6 +31,7 @@ mod mountprog;
 mod program;
 mod service;
 pub mod tcp;
+pub mod v41;
 
 pub use backend::{
     CreateMode, DirEntry, FileKey, FsLimits, FsSpace, NfsBackend, ReadDone, WriteDone,

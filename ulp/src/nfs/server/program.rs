@@ -14,6 +14,8 @@ use std::sync::Arc;
 use super::backend::{CreateMode, DirEntry, FileKey, NfsBackend};
 use super::counters::{bump, NfsCounters};
 use super::handle::{Handle, HandleKey};
+use super::v41::state::StateLimits;
+use super::v41::{Clock, Nfs41Conn, Nfs41State};
 use crate::binding::ProcInfo;
 use crate::ddp::{DdpCursor, DdpEncoder, Void, XdrCodec};
 use crate::nfs::v3::args::{
@@ -32,6 +34,16 @@ use crate::nfs::v3::{self as tables, procs};
 use crate::nfs::NFS_PROGRAM;
 use crate::program::{Drc, DrcConfig, ProcError, Program};
 use crate::rpc::CallHeader;
+
+/// COMPOUND as this server declares it: like [`crate::nfs::v4::COMPOUND`], but marked
+/// idempotent so that the dispatcher's duplicate request cache leaves it alone. NFSv4.1
+/// retries are answered by the session's slot reply cache (RFC 8881 §2.10.6.1), which
+/// is what makes them safe, and a COMPOUND without SEQUENCE holds only operations that
+/// are safe to run again (EXCHANGE_ID, CREATE_SESSION with its own replay, DESTROY_*).
+static COMPOUND_SERVED: ProcInfo = ProcInfo {
+    idempotent: true,
+    ..crate::nfs::v4::COMPOUND
+};
 
 /// Server-wide NFS settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,6 +78,7 @@ impl Default for NfsConfig {
 /// What every connection's [`NfsProgram`] (and the MOUNT program) share.
 pub struct NfsShared {
     backend: Arc<dyn NfsBackend>,
+    v41: super::v41::Nfs41State,
     key: HandleKey,
     config: NfsConfig,
     drc: Option<Arc<Drc>>,
@@ -86,8 +99,20 @@ impl NfsShared {
     /// Shares `backend` with a fresh random handle key (and an empty duplicate request
     /// cache, allocated now, if `config` asks for one).
     pub fn new(backend: Arc<dyn NfsBackend>, config: NfsConfig) -> Arc<NfsShared> {
+        Self::with_v41(backend, config, StateLimits::default(), None)
+    }
+
+    /// As [`new`](Self::new), with the NFSv4.1 state under `limits` and its leases timed
+    /// by `clock` (`None`: a monotonic clock).
+    pub fn with_v41(
+        backend: Arc<dyn NfsBackend>,
+        config: NfsConfig,
+        limits: StateLimits,
+        clock: Option<Clock>,
+    ) -> Arc<NfsShared> {
         let key = HandleKey::new(backend.fsid());
         Arc::new(NfsShared {
+            v41: Nfs41State::new(limits, clock),
             backend,
             key,
             config,
@@ -100,6 +125,11 @@ impl NfsShared {
     /// counters ([`Drc::stats`]).
     pub fn reply_cache(&self) -> Option<&Arc<Drc>> {
         self.drc.as_ref()
+    }
+
+    /// The NFSv4.1 state (clients, sessions, opens).
+    pub fn v41(&self) -> &Nfs41State {
+        &self.v41
     }
 
     /// The backend.
@@ -188,11 +218,12 @@ struct Scratch {
     fh: Option<Handle>,
 }
 
-/// NFSv3 for one connection.
+/// NFSv3 and NFSv4.1 for one connection (the dispatcher routes by version).
 #[derive(Debug)]
 pub struct NfsProgram {
     shared: Arc<NfsShared>,
     s: Scratch,
+    v4: Nfs41Conn,
 }
 
 impl NfsProgram {
@@ -201,6 +232,7 @@ impl NfsProgram {
         NfsProgram {
             shared,
             s: Scratch::default(),
+            v4: Nfs41Conn::default(),
         }
     }
 }
@@ -224,11 +256,15 @@ impl Program for NfsProgram {
     }
 
     fn versions(&self) -> (u32, u32) {
-        (3, 3)
+        (3, 4)
     }
 
     fn proc_info(&self, vers: u32, procedure: u32) -> Option<&'static ProcInfo> {
-        (vers == 3).then(|| tables::proc_info(procedure)).flatten()
+        match (vers, procedure) {
+            (3, p) => tables::proc_info(p),
+            (4, crate::nfs::v4::procs::COMPOUND) => Some(&COMPOUND_SERVED),
+            _ => None,
+        }
     }
 
     fn reply_cache(&self) -> Option<Arc<Drc>> {
@@ -242,6 +278,10 @@ impl Program for NfsProgram {
         e: &mut DdpEncoder<'_, 'd>,
     ) -> R {
         let sh: &'d NfsShared = &self.shared;
+        if call.vers == 4 {
+            bump(&sh.counters.compounds.calls);
+            return super::v41::compound(sh, &mut self.v4, c, e);
+        }
         let s: &'d mut Scratch = &mut self.s;
         let p = call.procedure;
         let status = match p {

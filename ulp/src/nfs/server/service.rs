@@ -110,6 +110,22 @@ impl Service for NfsService {
             }
         }
         let r = self.inner.handle_call(call, reply);
+        let nfs4 = be32(msg, 12) == Some(NFS_PROGRAM) && be32(msg, 16) == Some(4);
+        if nfs4 && r.is_ok() {
+            // Per COMPOUND: operations share the chunks, so they are counted here, and
+            // READ's Write chunks per operation by the program.
+            let k = &self.shared.counters.compounds;
+            if !call.ddp_items().is_empty() {
+                bump(&k.read_chunks);
+            }
+            let header = RDMA_HEADER + PER_WRITE_CHUNK * call.write_chunks().len();
+            if call.reply_chunk().is_some()
+                && reply.overflow().is_none()
+                && reply.len() + header > self.inline_send
+            {
+                bump(&k.reply_chunks);
+            }
+        }
         if nfs && r.is_ok() {
             if let Some(k) = self.shared.counters.nfs.get(procedure) {
                 if !call.ddp_items().is_empty() {

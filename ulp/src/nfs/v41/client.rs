@@ -24,10 +24,10 @@ use rpcrdma::Requester;
 use rpcrdma::{CallRequest, CallStatus, Outcome, TransportError};
 
 use super::compound::{
-    ArgOp, CompoundArgs, CompoundRes, CreateHow, CreateSessionArgs, ExchangeIdArgs, OpenArgs,
-    OpenHow, ReadArgs, ReaddirArgs, ResBody, ResOp, SequenceArgs, WriteArgs,
-    OPEN4_SHARE_ACCESS_BOTH, OPEN4_SHARE_ACCESS_READ, OPEN4_SHARE_ACCESS_WANT_NO_DELEG,
-    OPEN4_SHARE_DENY_NONE, UNSTABLE4,
+    ArgOp, CbSecParms, CompoundArgs, CompoundRes, CreateArgs, CreateHow, CreateSessionArgs,
+    CreateType, ExchangeIdArgs, OpenArgs, OpenClaim, OpenHow, ReadArgs, ReaddirArgs, ResBody,
+    ResOp, SequenceArgs, WriteArgs, OPEN4_SHARE_ACCESS_BOTH, OPEN4_SHARE_ACCESS_READ,
+    OPEN4_SHARE_ACCESS_WANT_NO_DELEG, OPEN4_SHARE_DENY_NONE, UNSTABLE4,
 };
 use super::{attrs_request, Attrs, ChannelAttrs4, Fattr4, Nfsstat4, SessionId, Stateid4, Verifier};
 use crate::client::{CallPlan, DdpBufs, OutcomeResults};
@@ -263,7 +263,7 @@ impl<P: Provider> Nfs41Client<P> {
                     fore,
                     back,
                     cb_program: 0x4000_0000,
-                    sec_none: 1,
+                    cb_sec: CbSecParms::AUTH_NONE,
                 })],
                 SMALL_REPLY,
                 |r| match r.first().map(|r| &r.body) {
@@ -675,7 +675,7 @@ impl<P: Provider> Nfs41Client<P> {
                     owner_clientid: clientid,
                     owner: &owner,
                     how,
-                    name,
+                    claim: OpenClaim::Null(name),
                 }),
                 ArgOp::GetFh,
             ],
@@ -689,6 +689,95 @@ impl<P: Provider> Nfs41Client<P> {
                 _ => Err(unexpected("no OPEN and GETFH results")),
             },
         )
+    }
+
+    /// Runs `ops` after SEQUENCE on a free slot (retrying NFS4ERR_DELAY); the first
+    /// failure is the error. For operations without a method of their own.
+    pub fn ops(&mut self, ops: &[ArgOp<'_>]) -> Result<()> {
+        self.compound(ops, SMALL_REPLY, false, |_| Ok(()))
+    }
+
+    /// RENAME of `from` in directory `from_dir` to `to` in `to_dir` (SAVEFH carries the
+    /// source directory).
+    pub fn rename(&mut self, from_dir: &[u8], from: &[u8], to_dir: &[u8], to: &[u8]) -> Result<()> {
+        self.ops(&[
+            ArgOp::PutFh(from_dir),
+            ArgOp::SaveFh,
+            ArgOp::PutFh(to_dir),
+            ArgOp::Rename(from, to),
+        ])
+    }
+
+    /// SETATTR of the size of an open file (truncate or extend).
+    pub fn set_size(&mut self, f: &OpenFile, size: u64) -> Result<()> {
+        let (mask, vals) = Attrs {
+            size: Some(size),
+            ..Attrs::default()
+        }
+        .encode_settable();
+        self.ops(&[
+            ArgOp::PutFh(&f.fh),
+            ArgOp::Setattr(f.stateid, Fattr4 { mask, vals: &vals }),
+        ])
+    }
+
+    /// CREATE of directory `name` in `dir`; returns its handle.
+    pub fn mkdir(&mut self, dir: &[u8], name: &[u8]) -> Result<Vec<u8>> {
+        self.compound(
+            &[
+                ArgOp::PutFh(dir),
+                ArgOp::Create(CreateArgs {
+                    objtype: CreateType::Plain(super::ftype::NF4DIR),
+                    name,
+                    attrs: Fattr4::default(),
+                }),
+                ArgOp::GetFh,
+            ],
+            SMALL_REPLY,
+            false,
+            |r| match r.last().map(|r| &r.body) {
+                Some(ResBody::GetFh(h)) => Ok(h.to_vec()),
+                _ => Err(unexpected("no GETFH result")),
+            },
+        )
+    }
+
+    /// The session id.
+    pub fn session_id(&self) -> SessionId {
+        self.sessionid
+    }
+
+    /// The sequence id the next request on `slot` carries.
+    pub fn slot_seqid(&self, slot: usize) -> u32 {
+        self.slots.get(slot).map_or(0, |s| s.seqid)
+    }
+
+    /// Sets the sequence id the next request on `slot` carries (after
+    /// [`raw_sequenced`](Self::raw_sequenced) calls).
+    pub fn set_slot_seqid(&mut self, slot: usize, seqid: u32) {
+        if let Some(s) = self.slots.get_mut(slot) {
+            s.seqid = seqid;
+        }
+    }
+
+    /// Sends SEQUENCE (`slotid`, `seqid` exactly as given, nothing checked or advanced)
+    /// and `ops` once; returns the COMPOUND4res octets as received. For tests of a
+    /// server's slot handling (retries, misordered sequence ids, bad slots).
+    pub fn raw_sequenced(&mut self, slotid: u32, seqid: u32, ops: &[ArgOp<'_>]) -> Result<Vec<u8>> {
+        let mut all = Vec::with_capacity(ops.len() + 1);
+        all.push(ArgOp::Sequence(SequenceArgs {
+            sessionid: self.sessionid,
+            sequenceid: seqid,
+            slotid,
+            highest_slotid: self.slots.len() as u32 - 1,
+            cachethis: true,
+        }));
+        all.extend(ops.iter().cloned());
+        let req = self.build(&all, false, SMALL_REPLY)?;
+        let o = self.run(req, 0)?;
+        let r = OutcomeResults::new(&o);
+        let (_, c) = r.cursor().map_err(NfsClientError::Rpc)?;
+        Ok(c.input()[c.position()..].to_vec())
     }
 
     /// CLOSE.

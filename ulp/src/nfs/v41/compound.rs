@@ -34,8 +34,18 @@ pub const UNCHECKED4: u32 = 0;
 pub const GUARDED4: u32 = 1;
 /// `createmode4` EXCLUSIVE4.
 pub const EXCLUSIVE4: u32 = 2;
+/// `createmode4` EXCLUSIVE4_1 (verifier and attributes).
+pub const EXCLUSIVE4_1: u32 = 3;
 /// `open_claim_type4` CLAIM_NULL.
 pub const CLAIM_NULL: u32 = 0;
+/// `open_claim_type4` CLAIM_PREVIOUS.
+pub const CLAIM_PREVIOUS: u32 = 1;
+/// `open_claim_type4` CLAIM_FH (4.1): the current file handle is the file.
+pub const CLAIM_FH: u32 = 4;
+/// The most stateids this crate decodes in one TEST_STATEID (not an RFC limit).
+pub const MAX_TEST_STATEIDS: u32 = 64;
+/// The most security flavors this crate decodes in one SECINFO_NO_NAME result.
+pub const MAX_SECINFO: u32 = 8;
 /// Share access READ.
 pub const OPEN4_SHARE_ACCESS_READ: u32 = 1;
 /// Share access WRITE.
@@ -82,9 +92,57 @@ pub struct ExchangeIdArgs<'d> {
     pub impl_id: Option<ImplId<'d>>,
 }
 
-/// CREATE_SESSION4args with `csa_sec_parms` of AUTH_NONE entries only.
+/// `csa_sec_parms` (`callback_sec_parms4<>`) of AUTH_NONE and AUTH_SYS entries, kept as
+/// their XDR (validated when decoded) so that they re-encode exactly.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CreateSessionArgs {
+pub struct CbSecParms<'d> {
+    /// Entries.
+    pub count: u32,
+    /// Their XDR, after the count.
+    pub raw: &'d [u8],
+}
+
+impl CbSecParms<'static> {
+    /// One AUTH_NONE entry (what this crate's client sends).
+    pub const AUTH_NONE: CbSecParms<'static> = CbSecParms {
+        count: 1,
+        raw: &[0, 0, 0, 0],
+    };
+}
+
+impl<'d> CbSecParms<'d> {
+    fn decode(c: &mut DdpCursor<'d>) -> Result<Self, DdpDecodeError> {
+        let count = c.count(16)?;
+        let start = c.position();
+        for _ in 0..count {
+            match c.u32()? {
+                0 => {}
+                1 => {
+                    // authsys_parms: stamp, machinename<255>, uid, gid, gids<16>.
+                    c.u32()?;
+                    c.string(255)?;
+                    c.u32()?;
+                    c.u32()?;
+                    for _ in 0..c.count(16)? {
+                        c.u32()?;
+                    }
+                }
+                _ => {
+                    return Err(invalid(
+                        c,
+                        "callback security other than AUTH_NONE or AUTH_SYS",
+                    ))
+                }
+            }
+        }
+        let raw = c.input().get(start..c.position()).unwrap_or(&[]);
+        Ok(CbSecParms { count, raw })
+    }
+}
+
+/// CREATE_SESSION4args with `csa_sec_parms` of AUTH_NONE and AUTH_SYS entries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CreateSessionArgs<'d> {
     /// `csa_clientid`.
     pub clientid: u64,
     /// `csa_sequence`: the `eir_sequenceid` of EXCHANGE_ID.
@@ -97,8 +155,8 @@ pub struct CreateSessionArgs {
     pub back: ChannelAttrs4,
     /// `csa_cb_program`.
     pub cb_program: u32,
-    /// How many AUTH_NONE `callback_sec_parms4` entries (Linux nfsd wants at least one).
-    pub sec_none: u32,
+    /// `csa_sec_parms` (Linux nfsd wants at least one entry).
+    pub cb_sec: CbSecParms<'d>,
 }
 
 /// SEQUENCE4args.
@@ -125,6 +183,19 @@ pub enum CreateHow<'d> {
     Guarded(Fattr4<'d>),
     /// EXCLUSIVE4 with its verifier.
     Exclusive(Verifier),
+    /// EXCLUSIVE4_1 with its verifier and attributes (4.1).
+    Exclusive41(Verifier, Fattr4<'d>),
+}
+
+/// `open_claim4` arms this crate speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpenClaim<'d> {
+    /// CLAIM_NULL: this name in the current (directory) file handle.
+    Null(&'d [u8]),
+    /// CLAIM_FH: the current file handle is the file.
+    Fh,
+    /// CLAIM_PREVIOUS: reclaim after a server restart, with the delegation type held.
+    Previous(u32),
 }
 
 /// `openflag4`.
@@ -136,7 +207,7 @@ pub enum OpenHow<'d> {
     Create(CreateHow<'d>),
 }
 
-/// OPEN4args with claim CLAIM_NULL.
+/// OPEN4args with claim CLAIM_NULL or CLAIM_FH.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OpenArgs<'d> {
     /// `seqid` (0 in 4.1).
@@ -151,8 +222,8 @@ pub struct OpenArgs<'d> {
     pub owner: &'d [u8],
     /// `openhow`.
     pub how: OpenHow<'d>,
-    /// CLAIM_NULL `file`: the name in the current (directory) file handle.
-    pub name: &'d [u8],
+    /// `claim`.
+    pub claim: OpenClaim<'d>,
 }
 
 /// READ4args.
@@ -194,13 +265,48 @@ pub struct ReaddirArgs {
     pub attr_request: Bitmap4,
 }
 
+/// `createtype4` arms of CREATE.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CreateType<'d> {
+    /// NF4LNK with its target (`linkdata`, DDP-eligible).
+    Link(&'d [u8]),
+    /// NF4BLK or NF4CHR with `specdata4`.
+    Device(u32, u32, u32),
+    /// NF4DIR, NF4SOCK or NF4FIFO (the type).
+    Plain(u32),
+}
+
+/// CREATE4args.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CreateArgs<'d> {
+    /// `objtype`.
+    pub objtype: CreateType<'d>,
+    /// `objname`.
+    pub name: &'d [u8],
+    /// `createattrs`.
+    pub attrs: Fattr4<'d>,
+}
+
+/// OPEN_DOWNGRADE4args.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpenDowngradeArgs {
+    /// `open_stateid`.
+    pub stateid: Stateid4,
+    /// `seqid` (0 in 4.1).
+    pub seqid: u32,
+    /// `share_access`.
+    pub share_access: u32,
+    /// `share_deny`.
+    pub share_deny: u32,
+}
+
 /// One operation of COMPOUND4args (`nfs_argop4`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ArgOp<'d> {
     /// EXCHANGE_ID.
     ExchangeId(ExchangeIdArgs<'d>),
     /// CREATE_SESSION.
-    CreateSession(CreateSessionArgs),
+    CreateSession(CreateSessionArgs<'d>),
     /// SEQUENCE.
     Sequence(SequenceArgs),
     /// RECLAIM_COMPLETE (`rca_one_fs`).
@@ -233,6 +339,34 @@ pub enum ArgOp<'d> {
     DestroySession(SessionId),
     /// DESTROY_CLIENTID.
     DestroyClientid(u64),
+    /// ACCESS (`access` bits).
+    Access(u32),
+    /// CREATE (a non-regular file).
+    Create(CreateArgs<'d>),
+    /// LINK: the saved file handle as `newname` in the current directory.
+    Link(&'d [u8]),
+    /// LOOKUPP.
+    Lookupp,
+    /// OPEN_DOWNGRADE.
+    OpenDowngrade(OpenDowngradeArgs),
+    /// READLINK.
+    Readlink,
+    /// RENAME (`oldname` in the saved directory, `newname` in the current one).
+    Rename(&'d [u8], &'d [u8]),
+    /// RESTOREFH.
+    RestoreFh,
+    /// SAVEFH.
+    SaveFh,
+    /// SECINFO_NO_NAME (`secinfo_style4`).
+    SecinfoNoName(u32),
+    /// SETATTR (`stateid`, `obj_attributes`).
+    Setattr(Stateid4, Fattr4<'d>),
+    /// TEST_STATEID.
+    TestStateid(Vec<Stateid4>),
+    /// FREE_STATEID.
+    FreeStateid(Stateid4),
+    /// DELEGRETURN.
+    Delegreturn(Stateid4),
 }
 
 impl ArgOp<'_> {
@@ -257,6 +391,20 @@ impl ArgOp<'_> {
             ArgOp::Remove(_) => ops::REMOVE,
             ArgOp::DestroySession(_) => ops::DESTROY_SESSION,
             ArgOp::DestroyClientid(_) => ops::DESTROY_CLIENTID,
+            ArgOp::Access(_) => ops::ACCESS,
+            ArgOp::Create(_) => ops::CREATE,
+            ArgOp::Link(_) => ops::LINK,
+            ArgOp::Lookupp => ops::LOOKUPP,
+            ArgOp::OpenDowngrade(_) => ops::OPEN_DOWNGRADE,
+            ArgOp::Readlink => ops::READLINK,
+            ArgOp::Rename(..) => ops::RENAME,
+            ArgOp::RestoreFh => ops::RESTOREFH,
+            ArgOp::SaveFh => ops::SAVEFH,
+            ArgOp::SecinfoNoName(_) => ops::SECINFO_NO_NAME,
+            ArgOp::Setattr(..) => ops::SETATTR,
+            ArgOp::TestStateid(_) => ops::TEST_STATEID,
+            ArgOp::FreeStateid(_) => ops::FREE_STATEID,
+            ArgOp::Delegreturn(_) => ops::DELEGRETURN,
         }
     }
 }
@@ -285,11 +433,8 @@ impl<'d> XdrCodec<'d> for ArgOp<'d> {
                 a.fore.encode(e)?;
                 a.back.encode(e)?;
                 e.u32(a.cb_program)?;
-                e.u32(a.sec_none)?;
-                for _ in 0..a.sec_none {
-                    e.u32(0)?; // AUTH_NONE: no body
-                }
-                Ok(())
+                e.u32(a.cb_sec.count)?;
+                e.opaque_fixed(a.cb_sec.raw)
             }
             ArgOp::Sequence(a) => {
                 e.opaque_fixed(&a.sessionid)?;
@@ -326,11 +471,25 @@ impl<'d> XdrCodec<'d> for ArgOp<'d> {
                                 e.u32(EXCLUSIVE4)?;
                                 e.opaque_fixed(v)?;
                             }
+                            CreateHow::Exclusive41(v, f) => {
+                                e.u32(EXCLUSIVE4_1)?;
+                                e.opaque_fixed(v)?;
+                                f.encode(e)?;
+                            }
                         }
                     }
                 }
-                e.u32(CLAIM_NULL)?;
-                e.string(a.name)
+                match a.claim {
+                    OpenClaim::Null(name) => {
+                        e.u32(CLAIM_NULL)?;
+                        e.string(name)
+                    }
+                    OpenClaim::Fh => e.u32(CLAIM_FH),
+                    OpenClaim::Previous(t) => {
+                        e.u32(CLAIM_PREVIOUS)?;
+                        e.u32(t)
+                    }
+                }
             }
             ArgOp::Read(a) => {
                 a.stateid.encode(e)?;
@@ -360,6 +519,44 @@ impl<'d> XdrCodec<'d> for ArgOp<'d> {
             }
             ArgOp::DestroySession(s) => e.opaque_fixed(s),
             ArgOp::DestroyClientid(id) => e.u64(*id),
+            ArgOp::Access(a) | ArgOp::SecinfoNoName(a) => e.u32(*a),
+            ArgOp::Create(a) => {
+                match a.objtype {
+                    CreateType::Link(target) => {
+                        e.u32(super::ftype::NF4LNK)?;
+                        e.string_ddp(target)?;
+                    }
+                    CreateType::Device(t, major, minor) => {
+                        e.u32(t)?;
+                        e.u32(major)?;
+                        e.u32(minor)?;
+                    }
+                    CreateType::Plain(t) => e.u32(t)?,
+                }
+                e.string(a.name)?;
+                a.attrs.encode(e)
+            }
+            ArgOp::Link(name) => e.string(name),
+            ArgOp::Lookupp | ArgOp::Readlink | ArgOp::RestoreFh | ArgOp::SaveFh => Ok(()),
+            ArgOp::OpenDowngrade(a) => {
+                a.stateid.encode(e)?;
+                e.u32(a.seqid)?;
+                e.u32(a.share_access)?;
+                e.u32(a.share_deny)
+            }
+            ArgOp::Rename(from, to) => {
+                e.string(from)?;
+                e.string(to)
+            }
+            ArgOp::Setattr(s, f) => {
+                s.encode(e)?;
+                f.encode(e)
+            }
+            ArgOp::TestStateid(ids) => {
+                e.u32(ids.len() as u32)?;
+                ids.iter().try_for_each(|s| s.encode(e))
+            }
+            ArgOp::FreeStateid(s) | ArgOp::Delegreturn(s) => s.encode(e),
         }
     }
 
@@ -391,12 +588,7 @@ impl<'d> XdrCodec<'d> for ArgOp<'d> {
                 let fore = ChannelAttrs4::decode(c)?;
                 let back = ChannelAttrs4::decode(c)?;
                 let cb_program = c.u32()?;
-                let sec_none = c.count(16)?;
-                for _ in 0..sec_none {
-                    if c.u32()? != 0 {
-                        return Err(invalid(c, "callback security other than AUTH_NONE"));
-                    }
-                }
+                let cb_sec = CbSecParms::decode(c)?;
                 ArgOp::CreateSession(CreateSessionArgs {
                     clientid,
                     sequence,
@@ -404,7 +596,7 @@ impl<'d> XdrCodec<'d> for ArgOp<'d> {
                     fore,
                     back,
                     cb_program,
-                    sec_none,
+                    cb_sec,
                 })
             }
             ops::SEQUENCE => ArgOp::Sequence(SequenceArgs {
@@ -432,13 +624,17 @@ impl<'d> XdrCodec<'d> for ArgOp<'d> {
                         UNCHECKED4 => CreateHow::Unchecked(Fattr4::decode(c)?),
                         GUARDED4 => CreateHow::Guarded(Fattr4::decode(c)?),
                         EXCLUSIVE4 => CreateHow::Exclusive(verifier(c)?),
-                        _ => return Err(invalid(c, "createmode4 not supported")),
+                        EXCLUSIVE4_1 => CreateHow::Exclusive41(verifier(c)?, Fattr4::decode(c)?),
+                        _ => return Err(invalid(c, "createmode4 out of range")),
                     }),
                     _ => return Err(invalid(c, "opentype4 out of range")),
                 };
-                if c.u32()? != CLAIM_NULL {
-                    return Err(invalid(c, "open claim other than CLAIM_NULL"));
-                }
+                let claim = match c.u32()? {
+                    CLAIM_NULL => OpenClaim::Null(c.string(NAME_LIMIT)?),
+                    CLAIM_FH => OpenClaim::Fh,
+                    CLAIM_PREVIOUS => OpenClaim::Previous(c.u32()?),
+                    _ => return Err(invalid(c, "open claim other than CLAIM_NULL or CLAIM_FH")),
+                };
                 ArgOp::Open(OpenArgs {
                     seqid,
                     share_access,
@@ -446,7 +642,7 @@ impl<'d> XdrCodec<'d> for ArgOp<'d> {
                     owner_clientid,
                     owner,
                     how,
-                    name: c.string(NAME_LIMIT)?,
+                    claim,
                 })
             }
             ops::READ => ArgOp::Read(ReadArgs {
@@ -472,6 +668,48 @@ impl<'d> XdrCodec<'d> for ArgOp<'d> {
             ops::REMOVE => ArgOp::Remove(c.string(NAME_LIMIT)?),
             ops::DESTROY_SESSION => ArgOp::DestroySession(sessionid(c)?),
             ops::DESTROY_CLIENTID => ArgOp::DestroyClientid(c.u64()?),
+            ops::ACCESS => ArgOp::Access(c.u32()?),
+            ops::CREATE => {
+                let objtype = match c.u32()? {
+                    super::ftype::NF4LNK => CreateType::Link(c.string_ddp(NAME_LIMIT)?),
+                    t @ (super::ftype::NF4BLK | super::ftype::NF4CHR) => {
+                        CreateType::Device(t, c.u32()?, c.u32()?)
+                    }
+                    t @ (super::ftype::NF4DIR | super::ftype::NF4SOCK | super::ftype::NF4FIFO) => {
+                        CreateType::Plain(t)
+                    }
+                    _ => return Err(invalid(c, "createtype4 out of range")),
+                };
+                ArgOp::Create(CreateArgs {
+                    objtype,
+                    name: c.string(NAME_LIMIT)?,
+                    attrs: Fattr4::decode(c)?,
+                })
+            }
+            ops::LINK => ArgOp::Link(c.string(NAME_LIMIT)?),
+            ops::LOOKUPP => ArgOp::Lookupp,
+            ops::OPEN_DOWNGRADE => ArgOp::OpenDowngrade(OpenDowngradeArgs {
+                stateid: Stateid4::decode(c)?,
+                seqid: c.u32()?,
+                share_access: c.u32()?,
+                share_deny: c.u32()?,
+            }),
+            ops::READLINK => ArgOp::Readlink,
+            ops::RENAME => ArgOp::Rename(c.string(NAME_LIMIT)?, c.string(NAME_LIMIT)?),
+            ops::RESTOREFH => ArgOp::RestoreFh,
+            ops::SAVEFH => ArgOp::SaveFh,
+            ops::SECINFO_NO_NAME => ArgOp::SecinfoNoName(c.u32()?),
+            ops::SETATTR => ArgOp::Setattr(Stateid4::decode(c)?, Fattr4::decode(c)?),
+            ops::TEST_STATEID => {
+                let n = c.count(MAX_TEST_STATEIDS)?;
+                let mut ids = Vec::with_capacity(n as usize);
+                for _ in 0..n {
+                    ids.push(Stateid4::decode(c)?);
+                }
+                ArgOp::TestStateid(ids)
+            }
+            ops::FREE_STATEID => ArgOp::FreeStateid(Stateid4::decode(c)?),
+            ops::DELEGRETURN => ArgOp::Delegreturn(Stateid4::decode(c)?),
             _ => return Err(invalid(c, "operation not supported by this codec")),
         })
     }
@@ -578,13 +816,21 @@ pub struct Nfsace4<'d> {
     pub who: &'d [u8],
 }
 
-impl<'d> XdrCodec<'d> for Nfsace4<'d> {
-    fn encode(&self, e: &mut DdpEncoder<'_, 'd>) -> Result<(), DdpEncodeError> {
+impl Nfsace4<'_> {
+    /// Encodes into an encoder of any lifetime (nothing is DDP-eligible here).
+    pub fn encode_any(&self, e: &mut DdpEncoder<'_, '_>) -> Result<(), DdpEncodeError> {
         e.u32(self.acetype)?;
         e.u32(self.flag)?;
         e.u32(self.access_mask)?;
         e.string(self.who)
     }
+}
+
+impl<'d> XdrCodec<'d> for Nfsace4<'d> {
+    fn encode(&self, e: &mut DdpEncoder<'_, 'd>) -> Result<(), DdpEncodeError> {
+        self.encode_any(e)
+    }
+
     fn decode(c: &mut DdpCursor<'d>) -> Result<Self, DdpDecodeError> {
         Ok(Nfsace4 {
             acetype: c.u32()?,
@@ -618,15 +864,16 @@ pub enum OpenDelegation<'d> {
     NoneExt(u32, Option<bool>),
 }
 
-impl<'d> XdrCodec<'d> for OpenDelegation<'d> {
-    fn encode(&self, e: &mut DdpEncoder<'_, 'd>) -> Result<(), DdpEncodeError> {
+impl OpenDelegation<'_> {
+    /// Encodes into an encoder of any lifetime (nothing is DDP-eligible here).
+    pub fn encode_any(&self, e: &mut DdpEncoder<'_, '_>) -> Result<(), DdpEncodeError> {
         match self {
             OpenDelegation::None => e.u32(OPEN_DELEGATE_NONE),
             OpenDelegation::Read(s, recall, ace) => {
                 e.u32(OPEN_DELEGATE_READ)?;
                 s.encode(e)?;
                 e.bool(*recall)?;
-                ace.encode(e)
+                ace.encode_any(e)
             }
             OpenDelegation::Write(s, recall, limit, ace) => {
                 e.u32(OPEN_DELEGATE_WRITE)?;
@@ -643,7 +890,7 @@ impl<'d> XdrCodec<'d> for OpenDelegation<'d> {
                         e.u32(*b)?;
                     }
                 }
-                ace.encode(e)
+                ace.encode_any(e)
             }
             OpenDelegation::NoneExt(why, b) => {
                 e.u32(OPEN_DELEGATE_NONE_EXT)?;
@@ -655,6 +902,13 @@ impl<'d> XdrCodec<'d> for OpenDelegation<'d> {
             }
         }
     }
+}
+
+impl<'d> XdrCodec<'d> for OpenDelegation<'d> {
+    fn encode(&self, e: &mut DdpEncoder<'_, 'd>) -> Result<(), DdpEncodeError> {
+        self.encode_any(e)
+    }
+
     fn decode(c: &mut DdpCursor<'d>) -> Result<Self, DdpDecodeError> {
         Ok(match c.u32()? {
             OPEN_DELEGATE_NONE => OpenDelegation::None,
@@ -750,6 +1004,24 @@ pub enum ResBody<'d> {
     Readdir(ReaddirRes<'d>),
     /// REMOVE (`cinfo`).
     Remove(ChangeInfo4),
+    /// ACCESS (`supported`, `access`).
+    Access(u32, u32),
+    /// CREATE (`cinfo`, `attrset`).
+    Create(ChangeInfo4, Bitmap4),
+    /// LINK (`cinfo`).
+    Link(ChangeInfo4),
+    /// OPEN_DOWNGRADE (`open_stateid`).
+    OpenDowngrade(Stateid4),
+    /// READLINK (`link`; DDP-eligible).
+    Readlink(&'d [u8]),
+    /// RENAME (`source_cinfo`, `target_cinfo`).
+    Rename(ChangeInfo4, ChangeInfo4),
+    /// SECINFO_NO_NAME: the flavors (AUTH_NONE, AUTH_SYS; no RPCSEC_GSS info).
+    SecinfoNoName(Vec<u32>),
+    /// SETATTR (`attrsset`); a failed SETATTR carries one too, encoded empty.
+    Setattr(Bitmap4),
+    /// TEST_STATEID (`tsr_status_codes`).
+    TestStateid(Vec<Nfsstat4>),
 }
 
 /// One result of COMPOUND4res (`nfs_resop4`).
@@ -763,15 +1035,33 @@ pub struct ResOp<'d> {
     pub body: ResBody<'d>,
 }
 
-impl<'d> XdrCodec<'d> for ResOp<'d> {
-    fn encode(&self, e: &mut DdpEncoder<'_, 'd>) -> Result<(), DdpEncodeError> {
+impl ResOp<'_> {
+    /// Encodes a result whose body is not borrowed for the encoder's lifetime: every arm
+    /// but READ and READLINK data, which [`XdrCodec::encode`] places in Write chunks
+    /// (here they would go inline). A server encodes short-lived results this way.
+    pub fn encode_plain(&self, e: &mut DdpEncoder<'_, '_>) -> Result<(), DdpEncodeError> {
         e.u32(self.op)?;
         e.u32(self.status.0)?;
         match &self.body {
             ResBody::None => {
-                if self.op == ops::READ {
+                if matches!(self.op, ops::READ | ops::READLINK) {
                     e.skip_ddp();
                 }
+                if self.op == ops::SETATTR {
+                    // SETATTR4res carries `attrsset` whatever the status.
+                    e.u32(0)?;
+                }
+                Ok(())
+            }
+            ResBody::Read(eof, data) => {
+                e.bool(*eof)?;
+                e.opaque(data)?;
+                e.skip_ddp();
+                Ok(())
+            }
+            ResBody::Readlink(data) => {
+                e.opaque(data)?;
+                e.skip_ddp();
                 Ok(())
             }
             ResBody::ExchangeId(r) => {
@@ -785,7 +1075,7 @@ impl<'d> XdrCodec<'d> for ResOp<'d> {
                 match &r.impl_id {
                     Some(id) => {
                         e.u32(1)?;
-                        id.encode(e)
+                        id.encode_any(e)
                     }
                     None => e.u32(0),
                 }
@@ -811,17 +1101,13 @@ impl<'d> XdrCodec<'d> for ResOp<'d> {
                 Ok(())
             }
             ResBody::GetFh(fh) => e.opaque(fh),
-            ResBody::Getattr(f) => f.encode(e),
+            ResBody::Getattr(f) => f.encode_any(e),
             ResBody::Open(r) => {
                 r.stateid.encode(e)?;
                 r.cinfo.encode(e)?;
                 e.u32(r.rflags)?;
                 r.attrset.encode(e)?;
-                r.delegation.encode(e)
-            }
-            ResBody::Read(eof, data) => {
-                e.bool(*eof)?;
-                e.opaque_ddp(data)
+                r.delegation.encode_any(e)
             }
             ResBody::Write(count, committed, verf) => {
                 e.u32(*count)?;
@@ -836,18 +1122,76 @@ impl<'d> XdrCodec<'d> for ResOp<'d> {
                     e.optional(true)?;
                     e.u64(d.cookie)?;
                     e.string(d.name)?;
-                    d.attrs.encode(e)?;
+                    d.attrs.encode_any(e)?;
                 }
                 e.optional(false)?;
                 e.bool(r.eof)
             }
-            ResBody::Remove(ci) => ci.encode(e),
+            ResBody::Remove(ci) | ResBody::Link(ci) => ci.encode(e),
+            ResBody::Access(supported, access) => {
+                e.u32(*supported)?;
+                e.u32(*access)
+            }
+            ResBody::Create(ci, set) => {
+                ci.encode(e)?;
+                set.encode(e)
+            }
+            ResBody::OpenDowngrade(s) => s.encode(e),
+            ResBody::Rename(a, b) => {
+                a.encode(e)?;
+                b.encode(e)
+            }
+            ResBody::SecinfoNoName(flavors) => {
+                e.u32(flavors.len() as u32)?;
+                flavors.iter().try_for_each(|&f| e.u32(f))
+            }
+            ResBody::Setattr(set) => set.encode(e),
+            ResBody::TestStateid(codes) => {
+                e.u32(codes.len() as u32)?;
+                codes.iter().try_for_each(|s| e.u32(s.0))
+            }
+        }
+    }
+}
+
+impl<'d> XdrCodec<'d> for ResOp<'d> {
+    fn encode(&self, e: &mut DdpEncoder<'_, 'd>) -> Result<(), DdpEncodeError> {
+        match &self.body {
+            ResBody::Read(eof, data) if self.status.is_ok() => {
+                e.u32(self.op)?;
+                e.u32(self.status.0)?;
+                e.bool(*eof)?;
+                e.opaque_ddp(data)
+            }
+            ResBody::Readlink(data) if self.status.is_ok() => {
+                e.u32(self.op)?;
+                e.u32(self.status.0)?;
+                e.string_ddp(data)
+            }
+            _ => self.encode_plain(e),
         }
     }
 
     fn decode(c: &mut DdpCursor<'d>) -> Result<Self, DdpDecodeError> {
         let op = c.u32()?;
         let status = Nfsstat4(c.u32()?);
+        if !status.is_ok() {
+            if matches!(op, ops::READ | ops::READLINK) {
+                c.skip_ddp()?;
+            }
+            if op == ops::SETATTR {
+                // `attrsset` is there whatever the status; only an empty one is canonical
+                // here (the body is not kept).
+                if Bitmap4::decode(c)? != Bitmap4::default() {
+                    return Err(invalid(c, "failed SETATTR with attributes set"));
+                }
+            }
+            return Ok(ResOp {
+                op,
+                status,
+                body: ResBody::None,
+            });
+        }
         let known = matches!(
             op,
             ops::EXCHANGE_ID
@@ -869,22 +1213,27 @@ impl<'d> XdrCodec<'d> for ResOp<'d> {
                 | ops::DESTROY_SESSION
                 | ops::DESTROY_CLIENTID
                 | ops::ILLEGAL
+                | ops::ACCESS
+                | ops::CREATE
+                | ops::LINK
+                | ops::LOOKUPP
+                | ops::OPEN_DOWNGRADE
+                | ops::READLINK
+                | ops::RENAME
+                | ops::RESTOREFH
+                | ops::SAVEFH
+                | ops::SECINFO_NO_NAME
+                | ops::SETATTR
+                | ops::TEST_STATEID
+                | ops::FREE_STATEID
+                | ops::DELEGRETURN
+                | ops::BIND_CONN_TO_SESSION
         );
         if !known {
             return Err(invalid(
                 c,
                 "result of an operation this codec does not know",
             ));
-        }
-        if !status.is_ok() {
-            if op == ops::READ {
-                c.skip_ddp()?;
-            }
-            return Ok(ResOp {
-                op,
-                status,
-                body: ResBody::None,
-            });
         }
         let body = match op {
             ops::EXCHANGE_ID => {
@@ -958,6 +1307,33 @@ impl<'d> XdrCodec<'d> for ResOp<'d> {
                 })
             }
             ops::REMOVE => ResBody::Remove(ChangeInfo4::decode(c)?),
+            ops::ACCESS => ResBody::Access(c.u32()?, c.u32()?),
+            ops::CREATE => ResBody::Create(ChangeInfo4::decode(c)?, Bitmap4::decode(c)?),
+            ops::LINK => ResBody::Link(ChangeInfo4::decode(c)?),
+            ops::OPEN_DOWNGRADE => ResBody::OpenDowngrade(Stateid4::decode(c)?),
+            ops::READLINK => ResBody::Readlink(c.string_ddp(NAME_LIMIT)?),
+            ops::RENAME => ResBody::Rename(ChangeInfo4::decode(c)?, ChangeInfo4::decode(c)?),
+            ops::SECINFO_NO_NAME => {
+                let n = c.count(MAX_SECINFO)?;
+                let mut v = Vec::with_capacity(n as usize);
+                for _ in 0..n {
+                    let flavor = c.u32()?;
+                    if flavor == 6 {
+                        return Err(invalid(c, "RPCSEC_GSS secinfo is not decoded"));
+                    }
+                    v.push(flavor);
+                }
+                ResBody::SecinfoNoName(v)
+            }
+            ops::SETATTR => ResBody::Setattr(Bitmap4::decode(c)?),
+            ops::TEST_STATEID => {
+                let n = c.count(MAX_TEST_STATEIDS)?;
+                let mut v = Vec::with_capacity(n as usize);
+                for _ in 0..n {
+                    v.push(Nfsstat4(c.u32()?));
+                }
+                ResBody::TestStateid(v)
+            }
             _ => ResBody::None,
         };
         Ok(ResOp { op, status, body })

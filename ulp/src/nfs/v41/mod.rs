@@ -239,11 +239,19 @@ pub struct Fattr4<'d> {
     pub vals: &'d [u8],
 }
 
-impl<'d> XdrCodec<'d> for Fattr4<'d> {
-    fn encode(&self, e: &mut DdpEncoder<'_, 'd>) -> Result<(), DdpEncodeError> {
+impl Fattr4<'_> {
+    /// Encodes into an encoder of any lifetime (nothing is DDP-eligible here).
+    pub fn encode_any(&self, e: &mut DdpEncoder<'_, '_>) -> Result<(), DdpEncodeError> {
         self.mask.encode(e)?;
         e.opaque(self.vals)
     }
+}
+
+impl<'d> XdrCodec<'d> for Fattr4<'d> {
+    fn encode(&self, e: &mut DdpEncoder<'_, 'd>) -> Result<(), DdpEncodeError> {
+        self.encode_any(e)
+    }
+
     fn decode(c: &mut DdpCursor<'d>) -> Result<Self, DdpDecodeError> {
         Ok(Fattr4 {
             mask: Bitmap4::decode(c)?,
@@ -471,13 +479,21 @@ pub struct ImplId<'d> {
     pub date: NfsTime4,
 }
 
-impl<'d> XdrCodec<'d> for ImplId<'d> {
-    fn encode(&self, e: &mut DdpEncoder<'_, 'd>) -> Result<(), DdpEncodeError> {
+impl ImplId<'_> {
+    /// Encodes into an encoder of any lifetime (nothing is DDP-eligible here).
+    pub fn encode_any(&self, e: &mut DdpEncoder<'_, '_>) -> Result<(), DdpEncodeError> {
         e.string(self.domain)?;
         e.string(self.name)?;
         e.u64(self.date.seconds as u64)?;
         e.u32(self.date.nseconds)
     }
+}
+
+impl<'d> XdrCodec<'d> for ImplId<'d> {
+    fn encode(&self, e: &mut DdpEncoder<'_, 'd>) -> Result<(), DdpEncodeError> {
+        self.encode_any(e)
+    }
+
     fn decode(c: &mut DdpCursor<'d>) -> Result<Self, DdpDecodeError> {
         Ok(ImplId {
             domain: c.string(NAME_LIMIT)?,

@@ -69,7 +69,7 @@ fn all_args() -> Vec<ArgOp<'static>> {
                 ..ChannelAttrs4::default()
             },
             cb_program: 0x4000_0000,
-            sec_none: 1,
+            cb_sec: CbSecParms::AUTH_NONE,
         }),
         ArgOp::Sequence(SequenceArgs {
             sessionid: SID,
@@ -94,7 +94,7 @@ fn all_args() -> Vec<ArgOp<'static>> {
                 mask: Bitmap4::of(&[attr::SIZE, attr::MODE]),
                 vals: &[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0xa4],
             })),
-            name: b"file",
+            claim: OpenClaim::Null(b"file"),
         }),
         ArgOp::Open(OpenArgs {
             seqid: 0,
@@ -103,7 +103,7 @@ fn all_args() -> Vec<ArgOp<'static>> {
             owner_clientid: 42,
             owner: b"o",
             how: OpenHow::NoCreate,
-            name: b"f",
+            claim: OpenClaim::Null(b"f"),
         }),
         ArgOp::Open(OpenArgs {
             seqid: 0,
@@ -112,7 +112,7 @@ fn all_args() -> Vec<ArgOp<'static>> {
             owner_clientid: 1,
             owner: b"o",
             how: OpenHow::Create(CreateHow::Exclusive([3; 8])),
-            name: b"g",
+            claim: OpenClaim::Null(b"g"),
         }),
         ArgOp::Read(ReadArgs {
             stateid: STATEID,
@@ -137,6 +137,63 @@ fn all_args() -> Vec<ArgOp<'static>> {
         ArgOp::Remove(b"old"),
         ArgOp::DestroySession(SID),
         ArgOp::DestroyClientid(0x0102_0304_0506_0708),
+        ArgOp::Access(0x3f),
+        ArgOp::Create(CreateArgs {
+            objtype: CreateType::Plain(ftype::NF4DIR),
+            name: b"d",
+            attrs: Fattr4::default(),
+        }),
+        ArgOp::Create(CreateArgs {
+            objtype: CreateType::Link(b"../t"),
+            name: b"l",
+            attrs: Fattr4::default(),
+        }),
+        ArgOp::Create(CreateArgs {
+            objtype: CreateType::Device(ftype::NF4CHR, 1, 3),
+            name: b"c",
+            attrs: Fattr4::default(),
+        }),
+        ArgOp::Link(b"l2"),
+        ArgOp::Lookupp,
+        ArgOp::OpenDowngrade(OpenDowngradeArgs {
+            stateid: STATEID,
+            seqid: 0,
+            share_access: 1,
+            share_deny: 0,
+        }),
+        ArgOp::Readlink,
+        ArgOp::Rename(b"a", b"b"),
+        ArgOp::RestoreFh,
+        ArgOp::SaveFh,
+        ArgOp::SecinfoNoName(0),
+        ArgOp::Setattr(
+            STATEID,
+            Fattr4 {
+                mask: Bitmap4::of(&[attr::SIZE]),
+                vals: &[0, 0, 0, 0, 0, 0, 0, 9],
+            },
+        ),
+        ArgOp::TestStateid(vec![STATEID, Stateid4::default()]),
+        ArgOp::FreeStateid(STATEID),
+        ArgOp::Delegreturn(STATEID),
+        ArgOp::Open(OpenArgs {
+            seqid: 0,
+            share_access: OPEN4_SHARE_ACCESS_READ,
+            share_deny: 0,
+            owner_clientid: 1,
+            owner: b"o",
+            how: OpenHow::Create(CreateHow::Exclusive41([3; 8], Fattr4::default())),
+            claim: OpenClaim::Fh,
+        }),
+        ArgOp::Open(OpenArgs {
+            seqid: 0,
+            share_access: OPEN4_SHARE_ACCESS_READ,
+            share_deny: 0,
+            owner_clientid: 1,
+            owner: b"o",
+            how: OpenHow::NoCreate,
+            claim: OpenClaim::Previous(0),
+        }),
     ]
 }
 
@@ -297,6 +354,35 @@ fn all_results() -> Vec<ResOp<'static>> {
             status: Nfsstat4::BAD_STATEID,
             body: ResBody::None,
         },
+        ok(ops::ACCESS, ResBody::Access(0x3f, 0x1f)),
+        ok(
+            ops::CREATE,
+            ResBody::Create(ChangeInfo4::default(), Bitmap4::of(&[attr::MODE])),
+        ),
+        ok(ops::LINK, ResBody::Link(ChangeInfo4::default())),
+        ok(ops::OPEN_DOWNGRADE, ResBody::OpenDowngrade(STATEID)),
+        ok(ops::READLINK, ResBody::Readlink(b"../target")),
+        ok(
+            ops::RENAME,
+            ResBody::Rename(ChangeInfo4::default(), ChangeInfo4::default()),
+        ),
+        ok(ops::SECINFO_NO_NAME, ResBody::SecinfoNoName(vec![1, 0])),
+        ok(ops::SETATTR, ResBody::Setattr(Bitmap4::of(&[attr::SIZE]))),
+        ok(
+            ops::TEST_STATEID,
+            ResBody::TestStateid(vec![Nfsstat4::OK, Nfsstat4::BAD_STATEID]),
+        ),
+        ResOp {
+            op: ops::SETATTR,
+            status: Nfsstat4::ACCESS,
+            body: ResBody::None,
+        },
+        // A failed operation this codec has no body for is still a status.
+        ResOp {
+            op: 60,
+            status: Nfsstat4::NOTSUPP,
+            body: ResBody::None,
+        },
     ]
 }
 
@@ -382,7 +468,7 @@ fn create_session_bytes_by_hand() {
         fore: attrs,
         back: attrs,
         cb_program: 0x4000_0000,
-        sec_none: 1,
+        cb_sec: CbSecParms::AUTH_NONE,
     });
     let a = [0, 0x1000, 0x2000, 0x400, 8, 4, 0];
     let mut w = vec![43, 1, 2, 1, 0];
@@ -426,7 +512,7 @@ fn open_create_bytes_by_hand() {
         owner_clientid: 0x0000_0001_0000_0002,
         owner: b"me",
         how: OpenHow::Create(CreateHow::Unchecked(Fattr4 { mask, vals: &vals })),
-        name: b"x",
+        claim: OpenClaim::Null(b"x"),
     });
     let mut want = words(&[18, 0, 3, 0, 1, 2, 2]);
     want.extend_from_slice(b"me\0\0");
@@ -515,9 +601,9 @@ fn truncated_and_unknown_input_is_an_error() {
         assert!(CompoundRes::decode(&mut cur).is_err(), "cut at {cut}");
     }
     // An operation number the codec does not know.
-    let b = words(&[0, 0, 1, 3, 0]);
+    let b = words(&[0, 0, 1, 1, 0]);
     assert!(CompoundRes::decode(&mut DdpCursor::inline(&b, 0)).is_err());
-    let b = words(&[0, 1, 1, 3]);
+    let b = words(&[0, 1, 1, 1]);
     assert!(CompoundArgs::decode(&mut DdpCursor::inline(&b, 0)).is_err());
     assert_eq!(Nfsstat4(99_999).to_string(), "nfsstat4(99999)");
     assert_eq!(Nfsstat4::DELAY.to_string(), "NFS4ERR_DELAY");
