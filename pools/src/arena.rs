@@ -1,5 +1,8 @@
-//! Arenas: one large, pre-faulted memory mapping, on 2 MiB hugepages when the host has
-//! them, optionally backed by a file descriptor that another process can map.
+//! Arenas: one large memory mapping, on 2 MiB hugepages when the host has them,
+//! optionally backed by a file descriptor that another process can map. Pre-faulted by
+//! default; an arena built with [`ArenaOptions::prefault`]`(false)` on 4 KiB pages is
+//! mapped lazily instead, so only the pages someone touches become resident (what a
+//! server holding many mostly idle connections wants).
 //!
 //! An arena is the unit a fabric registers: it carries the registration keys whoever
 //! registered it stored, so buffers carved from it can become scatter-gather entries
@@ -48,6 +51,11 @@ pub struct ArenaOptions {
     pub shareable: bool,
     /// Name shown in `/proc/PID/maps` for shareable arenas.
     pub name: &'static str,
+    /// Fault every page in at creation (`MAP_POPULATE`), so the first use of a buffer
+    /// never takes a page fault. `false` maps lazily: memory becomes resident page by
+    /// page as it is first touched. Hugepage arenas are always pre-faulted (and
+    /// locked): a hugetlb page that cannot be had must fail here, not as a SIGBUS later.
+    pub prefault: bool,
 }
 
 impl ArenaOptions {
@@ -58,7 +66,14 @@ impl ArenaOptions {
             hugepages: HugePages::Auto,
             shareable: false,
             name: "rpcrdma-arena",
+            prefault: true,
         }
+    }
+
+    /// Pre-faults the arena, or maps it lazily (see [`ArenaOptions::prefault`]).
+    pub fn prefault(mut self, yes: bool) -> Self {
+        self.prefault = yes;
+        self
     }
 
     /// Makes the arena shareable (memfd-backed).
@@ -244,7 +259,8 @@ fn map_fd(fd: &OwnedFd, len: usize, populate: bool) -> io::Result<MmapRaw> {
 }
 
 impl Arena {
-    /// Creates an arena as `opts` says. The memory is zeroed and pre-faulted.
+    /// Creates an arena as `opts` says. The memory is zeroed, and pre-faulted unless
+    /// `opts.prefault` is false (and the arena is not on hugepages).
     pub fn new(opts: &ArenaOptions) -> Result<Arena, ArenaError> {
         if opts.len == 0 {
             return Err(ArenaError::ZeroLength);
@@ -263,6 +279,7 @@ impl Arena {
 
     fn try_new(opts: &ArenaOptions, huge: bool) -> io::Result<Arena> {
         let len = round_up(opts.len, if huge { HUGEPAGE_SIZE } else { PAGE_SIZE });
+        let populate = opts.prefault || huge;
         let (map, fd) = if opts.shareable {
             let fd = memfd(opts.name, huge)?;
             let flen = libc::off_t::try_from(len).map_err(|_| io::ErrorKind::InvalidInput)?;
@@ -271,10 +288,13 @@ impl Arena {
                 return Err(io::Error::last_os_error());
             }
             seal_size(&fd)?;
-            (map_fd(&fd, len, true)?, Some(fd))
+            (map_fd(&fd, len, populate)?, Some(fd))
         } else {
             let mut o = MmapOptions::new();
-            o.len(len).populate();
+            o.len(len);
+            if populate {
+                o.populate();
+            }
             if huge {
                 o.huge(Some(21));
             }

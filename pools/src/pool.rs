@@ -46,6 +46,9 @@ pub struct PoolConfig {
     pub hugepages: HugePages,
     /// Back an arena the pool creates itself with a memfd another process can map.
     pub shareable: bool,
+    /// Pre-fault an arena the pool creates itself ([`ArenaOptions::prefault`]);
+    /// `false` makes a buffer's pages resident only once it is first written or read.
+    pub prefault: bool,
 }
 
 impl PoolConfig {
@@ -63,7 +66,14 @@ impl PoolConfig {
             cache_size: Self::DEFAULT_CACHE_SIZE,
             hugepages: HugePages::Auto,
             shareable: false,
+            prefault: true,
         }
+    }
+
+    /// Pre-faults a self-created arena, or maps it lazily (see [`PoolConfig::prefault`]).
+    pub fn prefault(mut self, yes: bool) -> Self {
+        self.prefault = yes;
+        self
     }
 
     /// Sets the buffer alignment.
@@ -356,6 +366,7 @@ impl Pool {
         let opts = ArenaOptions::new(footprint)
             .hugepages(cfg.hugepages)
             .shareable(cfg.shareable)
+            .prefault(cfg.prefault)
             .name(cfg.name);
         let arena = Arena::new(&opts)?;
         Pool::in_arena(cfg, Arc::new(arena), 0)

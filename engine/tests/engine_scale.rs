@@ -1,0 +1,312 @@
+//! What an idle connection costs a server (issue #13): one `Responder` with the default
+//! connection settings in this process, and N clients in a second process (this binary
+//! again, `scale_clients_child`), so the resident memory read from `/proc/self/status`
+//! is the server's alone. Every client connects and makes one NULL call; then the
+//! server's growth in resident memory (VmRSS, anonymous and shared pages alike) per
+//! connection must be at most [`BUDGET`]; then every client calls NULL again, so each
+//! of the N connections is shown to work after the measurement too.
+//!
+//! A binary of its own: tests running beside it in one process would move VmRSS. Every
+//! wait has a deadline; the child is killed if the test fails.
+//!
+//! shm runs 1000 clients (the issue's count), siw 200 (each siw connection is a TCP
+//! socket served by the device's one driver thread on each side; 1000 take too long in
+//! a debug build on two cores).
+
+#[path = "engine_support/mod.rs"]
+mod engine_support;
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::SocketAddr;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::{mpsc, Mutex};
+use std::time::{Duration, Instant};
+
+use engine_support::*;
+use rpcrdma::fabric::shm::{ShmAddr, ShmDevice, ShmProvider};
+use rpcrdma::fabric::siw::{SiwDevice, SiwProvider};
+use rpcrdma::fabric::{Device, Provider};
+use rpcrdma::{CallRequest, CallStatus, ConnConfig, ConnState, Requester, Responder};
+use rpcrdma::{ResponderLimits, Serving};
+use rpcrdma_pools::HugePages;
+
+/// Most resident memory one idle connection may add to the server.
+const BUDGET: u64 = 256 * 1024;
+/// Longest the whole exchange with the child may take.
+const OVERALL: Duration = Duration::from_secs(120);
+
+const CHILD_PROVIDER: &str = "RPCRDMA_SCALE_CHILD_PROVIDER";
+const CHILD_ADDR: &str = "RPCRDMA_SCALE_CHILD_ADDR";
+const CHILD_COUNT: &str = "RPCRDMA_SCALE_CHILD_COUNT";
+const READY: &str = "RPCRDMA_SCALE_READY";
+const DONE: &str = "RPCRDMA_SCALE_DONE";
+/// Overrides the number of clients (to measure other counts by hand).
+const COUNT: &str = "RPCRDMA_SCALE_COUNT";
+
+/// `default` clients, or what [`COUNT`] says.
+fn count(default: usize) -> usize {
+    std::env::var(COUNT)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The server's settings: the defaults (64 large buffers of 256 KiB, 32 credits, 4 KiB
+/// inline), without hugepages: a hugepage arena is resident whole, so a host with
+/// hugepages reserved pays at least 2 MiB per pool.
+fn server_config() -> ConnConfig {
+    ConnConfig {
+        hugepages: HugePages::Never,
+        ..ConnConfig::default()
+    }
+}
+
+/// The clients' settings: small, as they only make NULL calls (their memory is the
+/// child's, not measured).
+fn client_config() -> ConnConfig {
+    ConnConfig {
+        credits: 2,
+        large_buf_size: 4096,
+        large_bufs: 1,
+        send_bufs: 4,
+        queue_len: 4,
+        hugepages: HugePages::Never,
+        ..ConnConfig::default()
+    }
+}
+
+/// Raises this process's open-file limit to its hard limit: every connection holds a
+/// few descriptors (its CM socket, memfds of its segment and pools, the peer's).
+fn raise_nofile() -> u64 {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit with a valid rlimit struct.
+    unsafe {
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut r), 0);
+        r.rlim_cur = r.rlim_max;
+        assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &r), 0);
+    }
+    r.rlim_cur
+}
+
+/// A field of `/proc/self/status`, in bytes.
+fn status_bytes(field: &str) -> u64 {
+    let s = std::fs::read_to_string("/proc/self/status").expect("read /proc/self/status");
+    s.lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().strip_suffix("kB"))
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("no {field} in /proc/self/status"))
+        * 1024
+}
+
+/// Resident memory now: total, anonymous (heap), shared (pools, segments).
+fn rss() -> [u64; 3] {
+    ["VmRSS", "RssAnon", "RssShmem"].map(status_bytes)
+}
+
+fn null_call<P: Provider>(conn: &mut Requester<P>, i: usize) {
+    let mut b = conn.alloc_msg().expect("a send buffer");
+    write_call(&mut b, PROC_NULL, &[]);
+    let o = conn
+        .call(CallRequest::new(b, 256), DEADLINE)
+        .expect("submits");
+    assert_eq!(o.status, CallStatus::Success, "NULL on connection {i}");
+}
+
+/// The child's part: `n` clients of `dev`, one NULL call each; reports ready, waits for
+/// a line on stdin, calls NULL on each again, reports done.
+fn clients<P: Provider>(dev: &P::Device, addr: &P::Addr, n: usize)
+where
+    P: Provider,
+    P::Device: Device<P = P>,
+{
+    raise_nofile();
+    let start = Instant::now();
+    let mut conns = Vec::with_capacity(n);
+    for i in 0..n {
+        let mut c = Requester::connect(dev, addr)
+            .config(client_config())
+            .timeout(DEADLINE)
+            .open()
+            .unwrap_or_else(|e| panic!("client {i} connects: {e}"));
+        null_call(&mut c, i);
+        conns.push(c);
+    }
+    eprintln!(
+        "scale child: {n} clients connected and called in {:.1?}",
+        start.elapsed()
+    );
+    println!("{READY}");
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).expect("stdin");
+    assert_eq!(line.trim(), "go", "the parent says go (EOF: it gave up)");
+    for (i, c) in conns.iter_mut().enumerate() {
+        assert_eq!(c.state(), ConnState::Established, "client {i} still up");
+        null_call(c, i);
+    }
+    println!("{DONE}");
+}
+
+/// In the child process started by [`measure`] (and only there).
+#[test]
+fn scale_clients_child() {
+    let (Ok(provider), Ok(addr), Ok(n)) = (
+        std::env::var(CHILD_PROVIDER),
+        std::env::var(CHILD_ADDR),
+        std::env::var(CHILD_COUNT),
+    ) else {
+        return;
+    };
+    let n: usize = n.parse().expect("count");
+    match provider.as_str() {
+        "shm" => clients::<ShmProvider>(&ShmDevice::new(), &ShmAddr::abstract_name(addr), n),
+        "siw" => {
+            let addr: SocketAddr = addr.parse().expect("siw address");
+            clients::<SiwProvider>(&SiwDevice::new().expect("siw device"), &addr, n)
+        }
+        other => panic!("unknown provider {other}"),
+    }
+    std::process::exit(0);
+}
+
+/// Kills the child when the test fails before it exits.
+struct ChildGuard(Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Lines of the child's stdout, through a channel (so each wait has a deadline).
+fn lines(child: &mut Child) -> mpsc::Receiver<String> {
+    let out = child.stdout.take().expect("piped stdout");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+fn wait_for(rx: &mpsc::Receiver<String>, what: &str, end: Instant) {
+    loop {
+        let left = end.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) if line.trim() == what => return,
+            Ok(_) => {}
+            Err(e) => panic!("the child never said {what}: {e}"),
+        }
+    }
+}
+
+/// Serves `n` clients of a child process on `dev` at `addr` (`addr_arg` as the child
+/// parses it) and checks the server's resident memory per connection.
+fn measure<P>(dev: P::Device, addr: &P::Addr, provider: &str, addr_arg: &str, n: usize)
+where
+    P: Provider,
+    P::Device: Device<P = P>,
+    Responder<P, TestService, fn() -> Option<TestService>>: Send + 'static,
+{
+    // One measurement at a time: two servers in one process would share VmRSS.
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let end = Instant::now() + OVERALL;
+    let limit = raise_nofile();
+    assert!(
+        limit >= 8 * n as u64,
+        "{n} connections need more descriptors than RLIMIT_NOFILE's hard limit {limit}"
+    );
+    let factory: fn() -> Option<TestService> = || Some(TestService::default());
+    let server = Responder::listen(dev, addr)
+        .config(server_config())
+        .limits(ResponderLimits {
+            max_connections: n + 16,
+            ..ResponderLimits::default()
+        })
+        .serve(factory)
+        .expect("server listens");
+    let before = rss();
+    let serving: Serving<P, _, _> = server.spawn();
+
+    let mut child = ChildGuard(
+        Command::new(std::env::current_exe().expect("test binary"))
+            .args(["--exact", "scale_clients_child", "--nocapture"])
+            .env(CHILD_PROVIDER, provider)
+            .env(CHILD_ADDR, addr_arg)
+            .env(CHILD_COUNT, n.to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn the clients"),
+    );
+    let rx = lines(&mut child.0);
+    let mut stdin: ChildStdin = child.0.stdin.take().expect("piped stdin");
+    wait_for(&rx, READY, end);
+
+    // Every client has connected and been answered once: stop the server to look.
+    let server = serving.stop().expect("the server thread ran");
+    let conns = server.connections();
+    assert_eq!(conns.len(), n, "one server connection per client");
+    assert!(conns.iter().all(|c| c.state() == ConnState::Established));
+    assert!(conns.iter().all(|c| c.stats().calls == 1), "one call each");
+    let after = rss();
+    let grown = after[0].saturating_sub(before[0]);
+    let per = grown / n as u64;
+    let kib = |b: u64| b as f64 / 1024.0;
+    eprintln!(
+        "{provider}: {n} idle connections: server VmRSS {:.0} KiB -> {:.0} KiB \
+         (anonymous {:.0} -> {:.0}, shared {:.0} -> {:.0}): {:.1} KiB per connection",
+        kib(before[0]),
+        kib(after[0]),
+        kib(before[1]),
+        kib(after[1]),
+        kib(before[2]),
+        kib(after[2]),
+        kib(per)
+    );
+    assert!(
+        per <= BUDGET,
+        "{provider}: {:.1} KiB resident per idle connection, budget {} KiB",
+        kib(per),
+        BUDGET / 1024
+    );
+
+    // Serve again: every connection still works.
+    let serving = server.spawn();
+    writeln!(stdin, "go").expect("tell the child to go on");
+    wait_for(&rx, DONE, end);
+    loop {
+        if let Some(status) = child.0.try_wait().expect("child status") {
+            assert!(status.success(), "the clients exited with {status}");
+            break;
+        }
+        assert!(Instant::now() < end, "the clients did not exit");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Each client checked its second answer; the connections go with the child.
+    drop(serving.stop().expect("the server thread ran"));
+}
+
+#[test]
+fn shm_a_thousand_idle_connections_cost_at_most_256_kib_each() {
+    let name = format!("rpcrdma-scale-{}-{}", std::process::id(), unique());
+    let addr = ShmAddr::abstract_name(name.clone());
+    measure::<ShmProvider>(ShmDevice::new(), &addr, "shm", &name, count(1000));
+}
+
+#[test]
+fn siw_idle_connections_cost_at_most_256_kib_each() {
+    let net = SiwNet {
+        confirm_completions: true,
+    };
+    let addr = net.addr();
+    measure::<SiwProvider>(net.device(), &addr, "siw", &addr.to_string(), count(200));
+}
