@@ -535,6 +535,52 @@ impl Pool {
         unsafe { Buf::new(NonNull::from(&*self.shared), index) }
     }
 
+    /// Gives the memory of every buffer now in the shared ring back to the operating
+    /// system ([`Arena::release`]): such a buffer reads as zero afterwards and is
+    /// resident again only once used. Buffers in use or parked in a cache keep theirs
+    /// (flush a cache first to include its buffers). Returns the bytes released.
+    ///
+    /// The free buffers are taken out of the ring while their pages go (a concurrent
+    /// [`get`](Self::get) may find the pool exhausted meanwhile), so no buffer handed
+    /// out can lose its contents; adjacent buffers are released together, and they go
+    /// back in address order. A cold path: it allocates, and makes a system call per
+    /// run of adjacent free buffers. Nothing is released on hugepages or for an arena
+    /// mapped from another process, and it must not be used on memory an RDMA device
+    /// has pinned (see [`Arena::release`]).
+    pub fn release_free(&self) -> Result<usize, PoolError> {
+        let sh = &self.shared;
+        let mut free = vec![0u32; sh.count as usize];
+        let mut n = 0;
+        while n < free.len() {
+            let got = sh.ring.dequeue(&mut free[n..]);
+            if got == 0 {
+                break;
+            }
+            n += got;
+        }
+        let free = &mut free[..n];
+        free.sort_unstable();
+        let mut released = 0;
+        let mut result = Ok(());
+        let mut i = 0;
+        while i < free.len() && result.is_ok() {
+            // A run of adjacent buffers: one range of the arena.
+            let mut j = i + 1;
+            while j < free.len() && free[j] == free[j - 1] + 1 {
+                j += 1;
+            }
+            let start = sh.offset + free[i] as usize * sh.stride;
+            let len = (j - i) * sh.stride;
+            match sh.arena.release(start, len) {
+                Ok(b) => released += b,
+                Err(e) => result = Err(PoolError::Arena(e)),
+            }
+            i = j;
+        }
+        sh.ring.enqueue_all(free);
+        result.map(|()| released)
+    }
+
     /// Buffers in the shared ring.
     pub fn available(&self) -> usize {
         self.shared.ring.len()
