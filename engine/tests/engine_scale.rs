@@ -1,10 +1,19 @@
 //! What an idle connection costs a server (issue #13): one `Responder` with the default
 //! connection settings in this process, and N clients in a second process (this binary
 //! again, `scale_clients_child`), so the resident memory read from `/proc/self/status`
-//! is the server's alone. Every client connects and makes one NULL call; then the
-//! server's growth in resident memory (VmRSS, anonymous and shared pages alike) per
-//! connection must be at most [`BUDGET`]; then every client calls NULL again, so each
-//! of the N connections is shown to work after the measurement too.
+//! is the server's alone.
+//!
+//! 1. Every client connects and makes one NULL call: the server's growth in resident
+//!    memory (VmRSS: heap and shared pages alike) per connection must be at most
+//!    [`BUDGET`], measured at once and again after the server released the idle
+//!    connections' free buffers.
+//! 2. [`BUSY`] clients then work: 300 NULL calls (every posted receive and ring slot
+//!    used) and long ECHO calls of 200 KiB each way (a Read chunk pulled into a large
+//!    buffer, the reply through a Reply chunk from another). Once they are idle again
+//!    the server releases their free buffers, and the average growth per connection
+//!    must still be within the budget; what a busy-then-idle connection keeps is
+//!    printed (the README's table).
+//! 3. Every client calls NULL again: all N connections still work.
 //!
 //! A binary of its own: tests running beside it in one process would move VmRSS. Every
 //! wait has a deadline; the child is killed if the test fails.
@@ -40,6 +49,11 @@ const CHILD_ADDR: &str = "RPCRDMA_SCALE_CHILD_ADDR";
 const CHILD_COUNT: &str = "RPCRDMA_SCALE_CHILD_COUNT";
 const READY: &str = "RPCRDMA_SCALE_READY";
 const DONE: &str = "RPCRDMA_SCALE_DONE";
+const BUSY_DONE: &str = "RPCRDMA_SCALE_BUSY_DONE";
+/// Clients that work between the measurements.
+const BUSY: usize = 50;
+/// Payload of the long ECHO calls.
+const LONG: usize = 200 * 1024;
 /// Overrides the number of clients (to measure other counts by hand).
 const COUNT: &str = "RPCRDMA_SCALE_COUNT";
 
@@ -61,12 +75,12 @@ fn server_config() -> ConnConfig {
     }
 }
 
-/// The clients' settings: small, as they only make NULL calls (their memory is the
-/// child's, not measured).
+/// The clients' settings: few credits and buffers (their memory is the child's, not
+/// measured), large buffers big enough for the long ECHO calls.
 fn client_config() -> ConnConfig {
     ConnConfig {
         credits: 2,
-        large_buf_size: 4096,
+        large_buf_size: 256 * 1024,
         large_bufs: 1,
         send_bufs: 4,
         queue_len: 4,
@@ -116,8 +130,28 @@ fn null_call<P: Provider>(conn: &mut Requester<P>, i: usize) {
     assert_eq!(o.status, CallStatus::Success, "NULL on connection {i}");
 }
 
-/// The child's part: `n` clients of `dev`, one NULL call each; reports ready, waits for
-/// a line on stdin, calls NULL on each again, reports done.
+/// A long ECHO: `LONG` octets out in a Read chunk, back through a Reply chunk.
+fn long_echo<P: Provider>(conn: &mut Requester<P>, i: usize, seed: u8) {
+    let data = pattern(LONG, seed);
+    let mut b = conn.alloc_large().expect("a large buffer");
+    write_call(&mut b, PROC_ECHO, &opaque(&data));
+    let o = conn
+        .call(CallRequest::new(b, LONG as u32 + 1024), DEADLINE)
+        .expect("submits");
+    assert_eq!(o.status, CallStatus::Success, "ECHO on connection {i}");
+    assert!(results(&o) == opaque(&data), "echoed exactly on {i}");
+}
+
+/// The next line from the parent.
+fn order() -> String {
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).expect("stdin");
+    line.trim().to_owned()
+}
+
+/// The child's part: `n` clients of `dev`, one NULL call each, then `READY`; on
+/// `busy`, the first [`BUSY`] work, then `BUSY_DONE`; on `go`, a NULL call on every
+/// one, then `DONE`. Anything else (EOF: the parent gave up) fails.
 fn clients<P: Provider>(dev: &P::Device, addr: &P::Addr, n: usize)
 where
     P: Provider,
@@ -132,13 +166,7 @@ where
             .timeout(DEADLINE)
             .open()
             .unwrap_or_else(|e| panic!("client {i} connects: {e}"));
-        let calls: usize = std::env::var("RPCRDMA_SCALE_CALLS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(1);
-        for _ in 0..calls {
-            null_call(&mut c, i);
-        }
+        null_call(&mut c, i);
         conns.push(c);
     }
     eprintln!(
@@ -146,9 +174,22 @@ where
         start.elapsed()
     );
     println!("{READY}");
-    let mut line = String::new();
-    std::io::stdin().read_line(&mut line).expect("stdin");
-    assert_eq!(line.trim(), "go", "the parent says go (EOF: it gave up)");
+    assert_eq!(order(), "busy", "the parent says busy");
+    let start = Instant::now();
+    for (i, c) in conns.iter_mut().take(BUSY).enumerate() {
+        for _ in 0..300 {
+            null_call(c, i);
+        }
+        for seed in 0..4 {
+            long_echo(c, i, seed);
+        }
+    }
+    eprintln!(
+        "scale child: {BUSY} clients worked in {:.1?}",
+        start.elapsed()
+    );
+    println!("{BUSY_DONE}");
+    assert_eq!(order(), "go", "the parent says go");
     for (i, c) in conns.iter_mut().enumerate() {
         assert_eq!(c.state(), ConnState::Established, "client {i} still up");
         null_call(c, i);
@@ -262,27 +303,48 @@ where
     let conns = server.connections();
     assert_eq!(conns.len(), n, "one server connection per client");
     assert!(conns.iter().all(|c| c.state() == ConnState::Established));
+    assert!(conns.iter().all(|c| c.stats().calls == 1), "one call each");
+    let fresh = rss();
+    report(provider, "idle, one call each", n, before, fresh);
 
-    let after = rss();
-    let grown = after[0].saturating_sub(before[0]);
-    let per = grown / n as u64;
-    let kib = |b: u64| b as f64 / 1024.0;
+    // Idle for DEFAULT_RELEASE_IDLE: the server gives their free buffers' memory back.
+    let server = released(server, n as u64, end);
+    let idle = rss();
+    report(provider, "idle, free buffers released", n, before, idle);
+
+    // Some work, then idle again.
+    let serving = server.spawn();
+    writeln!(stdin, "busy").expect("tell the child to work");
+    wait_for(&rx, BUSY_DONE, end);
+    let server = released(
+        serving.stop().expect("the server ran"),
+        (n + BUSY) as u64,
+        end,
+    );
+    let busy: u64 = server.connections()[..BUSY]
+        .iter()
+        .map(|c| c.stats().calls)
+        .sum();
+    assert_eq!(
+        busy,
+        BUSY as u64 * 305,
+        "the busy clients' calls were served"
+    );
+    let worked = rss();
+    report(provider, "after 50 worked, released", n, before, worked);
     eprintln!(
-        "{provider}: {n} idle connections: server VmRSS {:.0} KiB -> {:.0} KiB \
-         (anonymous {:.0} -> {:.0}, shared {:.0} -> {:.0}): {:.1} KiB per connection",
-        kib(before[0]),
-        kib(after[0]),
-        kib(before[1]),
-        kib(after[1]),
-        kib(before[2]),
-        kib(after[2]),
-        kib(per)
+        "{provider}: a connection that worked keeps {:.1} KiB more once idle",
+        (worked[0].saturating_sub(idle[0])) as f64 / 1024.0 / BUSY as f64
+    );
+    let counters = server.counters();
+    eprintln!(
+        "{provider}: {} idle releases, {:.1} MiB released",
+        counters.idle_releases,
+        counters.released_bytes as f64 / (1 << 20) as f64
     );
     assert!(
-        per <= BUDGET,
-        "{provider}: {:.1} KiB resident per idle connection, budget {} KiB",
-        kib(per),
-        BUDGET / 1024
+        counters.released_bytes >= (BUSY * 2 * 256 * 1024) as u64,
+        "the busy connections' large buffers were released"
     );
 
     // Serve again: every connection still works.
@@ -299,6 +361,55 @@ where
     }
     // Each client checked its second answer; the connections go with the child.
     drop(serving.stop().expect("the server thread ran"));
+}
+
+/// Prints the growth from `before` to `after` per connection, and checks it is within
+/// [`BUDGET`].
+fn report(provider: &str, what: &str, n: usize, before: [u64; 3], after: [u64; 3]) {
+    let per = after[0].saturating_sub(before[0]) / n as u64;
+    let kib = |b: u64| b as f64 / 1024.0;
+    eprintln!(
+        "{provider}: {n} connections, {what}: server VmRSS {:.0} -> {:.0} KiB (heap {:.0} -> \
+         {:.0}, shared {:.0} -> {:.0}): {:.1} KiB per connection",
+        kib(before[0]),
+        kib(after[0]),
+        kib(before[1]),
+        kib(after[1]),
+        kib(before[2]),
+        kib(after[2]),
+        kib(per)
+    );
+    assert!(
+        per <= BUDGET,
+        "{provider}, {what}: {:.1} KiB resident per connection, budget {} KiB",
+        kib(per),
+        BUDGET / 1024
+    );
+}
+
+/// Runs `server` until it has released idle connections' free buffers `releases`
+/// times in all, and returns it stopped.
+fn released<P, F>(
+    mut server: Responder<P, TestService, F>,
+    releases: u64,
+    end: Instant,
+) -> Responder<P, TestService, F>
+where
+    P: Provider,
+    F: FnMut() -> Option<TestService>,
+    Responder<P, TestService, F>: Send + 'static,
+{
+    while server.counters().idle_releases < releases {
+        assert!(
+            Instant::now() < end,
+            "idle connections were not released ({} of {releases})",
+            server.counters().idle_releases
+        );
+        let serving = server.spawn();
+        std::thread::sleep(Duration::from_millis(100));
+        server = serving.stop().expect("the server thread ran");
+    }
+    server
 }
 
 #[test]

@@ -598,6 +598,15 @@ impl<R: RequesterRole, S: Service> Connection<R, ResponderHalf<S>> {
         self.resp.service_mut()
     }
 
+    /// Returns the buffers parked in this connection's receive and large-buffer caches
+    /// to their pools' shared rings, where a pool can release their memory
+    /// (`Pool::release_free`): what a server does for an idle connection. The caches
+    /// refill from the rings on their next use.
+    pub fn flush_pool_caches(&mut self) {
+        self.t.recvs.flush_cache();
+        self.resp.flush_cache();
+    }
+
     /// The responder half's counters.
     pub fn responder_stats(&self) -> ResponderStats {
         let mut s = self.resp.stats();

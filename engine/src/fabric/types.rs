@@ -494,14 +494,23 @@ pub struct DeviceCaps {
     /// nothing": it invalidates its keys locally (invalidating an already invalid key
     /// succeeds) before reusing their memory.
     pub reports_remote_invalidation: bool,
+    /// Whether the pages of registered memory may be given back to the operating
+    /// system while registered (`rpcrdma_pools::Pool::release_free`), as a server does
+    /// for its idle connections' free buffers. True where the provider moves data
+    /// through the process's own mapping (shm, siw, sim): a released page reads as zero
+    /// and is faulted in again when next used. False on verbs: a registration pins the
+    /// pages the device writes to, and a released page would leave the device writing
+    /// to memory the process no longer sees.
+    pub release_registered: bool,
 }
 
 impl DeviceCaps {
     /// The capabilities of a software provider that holds every guarantee strictly, with
     /// the limits given: fast registration, completions that carry the peer's verdict,
     /// exact error statuses, whole-key remote invalidation, access-checked RDMA Reads and
-    /// reported remote invalidation. A Send without a posted receive is retried, as on
-    /// InfiniBand; an iWARP provider overrides `rnr_retry`.
+    /// reported remote invalidation, and registered memory whose free pages may be
+    /// released. A Send without a posted receive is retried, as on InfiniBand; an iWARP
+    /// provider overrides `rnr_retry`.
     pub const fn strict_software(
         max_qp_wr: u32,
         max_sge: u32,
@@ -524,6 +533,7 @@ impl DeviceCaps {
             invalidate_checks_generation: true,
             read_checks_access: true,
             reports_remote_invalidation: true,
+            release_registered: true,
         }
     }
 }
