@@ -57,6 +57,8 @@ pub struct ResponderConn<P: Provider, S> {
     last_activity: (u64, Instant),
     /// The device lets free registered pages go (`DeviceCaps::release_registered`).
     may_release: bool,
+    /// Posted receives are written only during our polls (`DeviceCaps::places_in_poll`).
+    placed_in_poll: bool,
     /// Free buffers were released since the last activity (once per idle spell).
     released: bool,
 }
@@ -103,6 +105,7 @@ impl<P: Provider, S: Service> ResponderConn<P, S> {
             accepted_at: now,
             last_activity: (0, now),
             may_release: dev.caps().release_registered,
+            placed_in_poll: dev.caps().places_in_poll,
             released: false,
         })
     }
@@ -110,10 +113,14 @@ impl<P: Provider, S: Service> ResponderConn<P, S> {
     /// Gives the memory of this connection's free buffers back to the operating system
     /// (`Pool::release_free`): the buffers parked in the core's caches go back to their
     /// pools first, then every buffer in a pool's ring has its pages released (they read
-    /// as zero, and are faulted in again when next used). Posted receives, the reply
-    /// contexts' header buffers and buffers a call holds keep theirs. Does nothing while
-    /// a call is in progress, or on a device whose registrations pin their pages
-    /// (`DeviceCaps::release_registered`: verbs). Returns the bytes released.
+    /// as zero, and are faulted in again when next used). Where the provider places a
+    /// peer's messages only during this side's polls (`DeviceCaps::places_in_poll`:
+    /// shm), the posted receives' pages go too: nothing can land in them until the next
+    /// poll, which runs on this thread after this returns. The reply contexts' header
+    /// buffers and buffers a call holds keep theirs. Does nothing while a call is in
+    /// progress, or on a device whose registrations pin their pages
+    /// (`DeviceCaps::release_registered`: verbs). Returns the bytes released (whether
+    /// they were resident or not).
     ///
     /// A cold path (a system call per run of free buffers, and an allocation): the
     /// server calls it once per idle spell of a connection
@@ -124,11 +131,20 @@ impl<P: Provider, S: Service> ResponderConn<P, S> {
         }
         self.core.flush_pool_caches();
         let p = &self.res.pools;
-        // A failure leaves that pool's memory resident, nothing worse: count what went.
-        [&p.large, &p.recv, &p.send]
+        // A failure leaves that memory resident, nothing worse: count what went.
+        let mut released: usize = [&p.large, &p.recv, &p.send]
             .iter()
             .map(|pool| pool.release_free().unwrap_or(0))
-            .sum()
+            .sum();
+        if self.placed_in_poll {
+            let (arena, len) = (p.recv.arena(), p.recv.stride());
+            self.core.for_each_posted_receive(|addr| {
+                if let Some(off) = arena.offset_of(addr as *const u8) {
+                    released += arena.release(off, len).unwrap_or(0);
+                }
+            });
+        }
+        released
     }
 
     /// Messages received so far, of any kind: the server's idle check compares it

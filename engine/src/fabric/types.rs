@@ -502,6 +502,13 @@ pub struct DeviceCaps {
     /// pages the device writes to, and a released page would leave the device writing
     /// to memory the process no longer sees.
     pub release_registered: bool,
+    /// Whether the peer's Sends and RDMA Writes are placed into this side's memory only
+    /// while this side polls its completion queue (shm: the target executes its peer's
+    /// requests in its own poll). Then memory a request could land in, such as a
+    /// posted receive, is untouched between polls, and a server may release the pages
+    /// of an idle connection's posted receives there too. False where placement runs
+    /// elsewhere: siw's driver thread, a verbs device, sim (either side's poll).
+    pub places_in_poll: bool,
 }
 
 impl DeviceCaps {
@@ -534,6 +541,7 @@ impl DeviceCaps {
             read_checks_access: true,
             reports_remote_invalidation: true,
             release_registered: true,
+            places_in_poll: false,
         }
     }
 }

@@ -353,6 +353,7 @@ impl Device for VerbsDevice {
             // ibv_reg_mr pins the pages: the device keeps writing to them even if the
             // process's mapping were given new ones.
             release_registered: false,
+            places_in_poll: false,
         }
     }
 
