@@ -121,6 +121,15 @@ fn status_bytes(field: &str) -> u64 {
         * 1024
 }
 
+/// Open descriptors and memory mappings of this process.
+fn kernel_handles() -> (usize, usize) {
+    let fds = std::fs::read_dir("/proc/self/fd")
+        .expect("/proc/self/fd")
+        .count();
+    let maps = std::fs::read_to_string("/proc/self/maps").expect("/proc/self/maps");
+    (fds, maps.lines().count())
+}
+
 /// Resident memory now: total, anonymous (heap), shared (pools, segments).
 fn rss() -> [u64; 3] {
     ["VmRSS", "RssAnon", "RssShmem"].map(status_bytes)
@@ -306,6 +315,7 @@ where
         .serve(factory)
         .expect("server listens");
     let before = rss();
+    let handles = kernel_handles();
     let serving: Serving<P, _, _> = server.spawn();
 
     let mut child = ChildGuard(
@@ -331,6 +341,12 @@ where
     assert!(conns.iter().all(|c| c.stats().calls == 1), "one call each");
     let fresh = rss();
     report(provider, "idle, one call each", n, before, fresh);
+    let now = kernel_handles();
+    eprintln!(
+        "{provider}: per connection {:.1} descriptors, {:.1} mappings",
+        (now.0 - handles.0) as f64 / n as f64,
+        (now.1 - handles.1) as f64 / n as f64
+    );
 
     // Idle for DEFAULT_RELEASE_IDLE: the server gives their free buffers' memory back.
     let server = released(server, n as u64, end);
