@@ -329,7 +329,8 @@ pub struct ResponderCounters {
     /// Idle spells in which a connection's free buffers were released
     /// ([`Responder::set_release_idle`]).
     pub idle_releases: u64,
-    /// Bytes of free buffers released in them.
+    /// Octets of free buffers given back in them (the ranges released, whether their
+    /// pages were resident or not).
     pub released_bytes: u64,
 }
 

@@ -503,11 +503,13 @@ pub struct DeviceCaps {
     /// to memory the process no longer sees.
     pub release_registered: bool,
     /// Whether the peer's Sends and RDMA Writes are placed into this side's memory only
-    /// while this side polls its completion queue (shm: the target executes its peer's
-    /// requests in its own poll). Then memory a request could land in, such as a
-    /// posted receive, is untouched between polls, and a server may release the pages
-    /// of an idle connection's posted receives there too. False where placement runs
-    /// elsewhere: siw's driver thread, a verbs device, sim (either side's poll).
+    /// while this side polls its completion queue, and that poll (or, past a full
+    /// batch, the next ones) reports them (shm: the target executes its peer's requests
+    /// in its own poll). Then memory a request could land in, such as a posted receive,
+    /// is untouched between polls of a connection that reported nothing, and a server
+    /// may release the pages of an idle connection's posted receives too. False where
+    /// placement runs elsewhere (siw's driver thread, a verbs device, sim: either
+    /// side's poll) or completions can be held back (`Faulty`).
     pub places_in_poll: bool,
 }
 
