@@ -42,7 +42,7 @@ pub use conn::task::{Client, ClientError, ConnMsg, PendingCall, RequesterTask, R
 pub use conn::{
     ConnError, ConnResources, Listener, Pair, PairError, PairWait, ReconnectStats, Requester,
     RequesterBuilder, Responder, ResponderBuilder, ResponderConn, ResponderCounters,
-    ResponderLimits, Serving, StopHandle, DEFAULT_CONNECT_TIMEOUT,
+    ResponderLimits, Serving, StopHandle, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RELEASE_IDLE,
 };
 // Configuration, events and buffers every connection shares.
 pub use core::config::{Reconnect, DEFAULT_CREDIT_RECLAIM, DEFAULT_PROBE_PROGRAM};

@@ -3,7 +3,8 @@
 //! a DDP argument and a write sink, over shm. The goal (and the assertion) is zero.
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use rpcrdma::fabric::shm::{ShmAddr, ShmDevice, ShmProvider};
@@ -15,13 +16,24 @@ use rpcrdma_pools::HugePages;
 
 struct Counting;
 
-static COUNTING: AtomicBool = AtomicBool::new(false);
+thread_local! {
+    /// Counting is per thread: the test harness's own threads (its main thread records
+    /// the running test after spawning it) allocate whenever they please, and the
+    /// connection under test runs entirely on the test's thread (shm makes progress
+    /// only in its polls).
+    static COUNTING: Cell<bool> = const { Cell::new(false) };
+}
+
+fn counting() -> bool {
+    // try_with: a thread being torn down has no value, and counts nothing.
+    COUNTING.try_with(Cell::get).unwrap_or(false)
+}
 static ALLOCS: AtomicU64 = AtomicU64::new(0);
 
 // SAFETY: forwards to the system allocator; only counts.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if COUNTING.load(Ordering::Relaxed) {
+        if counting() {
             ALLOCS.fetch_add(1, Ordering::Relaxed);
         }
         // SAFETY: same contract as ours.
@@ -32,7 +44,7 @@ unsafe impl GlobalAlloc for Counting {
         unsafe { System.dealloc(ptr, layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if COUNTING.load(Ordering::Relaxed) {
+        if counting() {
             ALLOCS.fetch_add(1, Ordering::Relaxed);
         }
         // SAFETY: same contract as ours.
@@ -173,11 +185,11 @@ fn steady_state_rpcs_do_not_allocate() {
         }
         const N: u64 = 500;
         ALLOCS.store(0, Ordering::Relaxed);
-        COUNTING.store(true, Ordering::Relaxed);
+        COUNTING.with(|c| c.set(true));
         for _ in 0..N {
             one_call(&mut p, shape, data);
         }
-        COUNTING.store(false, Ordering::Relaxed);
+        COUNTING.with(|c| c.set(false));
         let n = ALLOCS.load(Ordering::Relaxed);
         report.push(format!("{name}: {n} allocations in {N} RPCs"));
         assert_eq!(

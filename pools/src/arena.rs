@@ -1,5 +1,8 @@
-//! Arenas: one large, pre-faulted memory mapping, on 2 MiB hugepages when the host has
-//! them, optionally backed by a file descriptor that another process can map.
+//! Arenas: one large memory mapping, on 2 MiB hugepages when the host has them,
+//! optionally backed by a file descriptor that another process can map. Pre-faulted by
+//! default; an arena built with [`ArenaOptions::prefault`]`(false)` on 4 KiB pages is
+//! mapped lazily instead, so only the pages someone touches become resident (what a
+//! server holding many mostly idle connections wants).
 //!
 //! An arena is the unit a fabric registers: it carries the registration keys whoever
 //! registered it stored, so buffers carved from it can become scatter-gather entries
@@ -48,6 +51,11 @@ pub struct ArenaOptions {
     pub shareable: bool,
     /// Name shown in `/proc/PID/maps` for shareable arenas.
     pub name: &'static str,
+    /// Fault every page in at creation (`MAP_POPULATE`), so the first use of a buffer
+    /// never takes a page fault. `false` maps lazily: memory becomes resident page by
+    /// page as it is first touched. Hugepage arenas are always pre-faulted (and
+    /// locked): a hugetlb page that cannot be had must fail here, not as a SIGBUS later.
+    pub prefault: bool,
 }
 
 impl ArenaOptions {
@@ -58,7 +66,14 @@ impl ArenaOptions {
             hugepages: HugePages::Auto,
             shareable: false,
             name: "rpcrdma-arena",
+            prefault: true,
         }
+    }
+
+    /// Pre-faults the arena, or maps it lazily (see [`ArenaOptions::prefault`]).
+    pub fn prefault(mut self, yes: bool) -> Self {
+        self.prefault = yes;
+        self
     }
 
     /// Makes the arena shareable (memfd-backed).
@@ -152,6 +167,9 @@ pub struct Arena {
     map: MmapRaw,
     fd: Option<OwnedFd>,
     huge: bool,
+    /// Created here (not mapped from another process's descriptor): only then may its
+    /// pages be released ([`Arena::release`]).
+    own: bool,
     keys: AtomicU64,
 }
 
@@ -244,7 +262,8 @@ fn map_fd(fd: &OwnedFd, len: usize, populate: bool) -> io::Result<MmapRaw> {
 }
 
 impl Arena {
-    /// Creates an arena as `opts` says. The memory is zeroed and pre-faulted.
+    /// Creates an arena as `opts` says. The memory is zeroed, and pre-faulted unless
+    /// `opts.prefault` is false (and the arena is not on hugepages).
     pub fn new(opts: &ArenaOptions) -> Result<Arena, ArenaError> {
         if opts.len == 0 {
             return Err(ArenaError::ZeroLength);
@@ -263,6 +282,7 @@ impl Arena {
 
     fn try_new(opts: &ArenaOptions, huge: bool) -> io::Result<Arena> {
         let len = round_up(opts.len, if huge { HUGEPAGE_SIZE } else { PAGE_SIZE });
+        let populate = opts.prefault || huge;
         let (map, fd) = if opts.shareable {
             let fd = memfd(opts.name, huge)?;
             let flen = libc::off_t::try_from(len).map_err(|_| io::ErrorKind::InvalidInput)?;
@@ -271,10 +291,13 @@ impl Arena {
                 return Err(io::Error::last_os_error());
             }
             seal_size(&fd)?;
-            (map_fd(&fd, len, true)?, Some(fd))
+            (map_fd(&fd, len, populate)?, Some(fd))
         } else {
             let mut o = MmapOptions::new();
-            o.len(len).populate();
+            o.len(len);
+            if populate {
+                o.populate();
+            }
             if huge {
                 o.huge(Some(21));
             }
@@ -294,6 +317,7 @@ impl Arena {
             map,
             fd,
             huge,
+            own: true,
             keys: AtomicU64::new(NO_KEYS),
         })
     }
@@ -324,6 +348,7 @@ impl Arena {
             map,
             fd: Some(fd),
             huge: false,
+            own: false,
             keys: AtomicU64::new(NO_KEYS),
         })
     }
@@ -374,6 +399,58 @@ impl Arena {
         let base = self.base() as usize;
         let p = ptr as usize;
         (p >= base && p < base + self.len()).then(|| p - base)
+    }
+
+    /// Gives the pages of `[offset, offset + len)` back to the operating system: they
+    /// read as zero afterwards, and become resident again only when touched. A
+    /// shareable arena's range is punched out of its memfd, so the memory is freed for
+    /// every process mapping it; a private one is dropped with `MADV_DONTNEED`.
+    ///
+    /// Only whole 4 KiB pages inside the arena are released (the range is shrunk to
+    /// them); nothing is done for hugepage arenas (locked, 2 MiB granular) or arenas
+    /// mapped from another process's descriptor (their memory is not ours to free).
+    /// Returns the bytes released.
+    ///
+    /// The caller must own the range: nobody may be using that memory, since its
+    /// contents are lost. Do not release memory an RDMA device has pinned (a verbs
+    /// registration): the device would keep the old pages while the process sees new
+    /// ones.
+    pub fn release(&self, offset: usize, len: usize) -> Result<usize, ArenaError> {
+        if self.huge || !self.own {
+            return Ok(0);
+        }
+        let end = offset.saturating_add(len).min(self.len());
+        let start = round_up(offset.min(end), PAGE_SIZE);
+        let end = end / PAGE_SIZE * PAGE_SIZE;
+        if end <= start {
+            return Ok(0);
+        }
+        let n = end - start;
+        let r = match &self.fd {
+            Some(fd) => {
+                let (off, len) = match (libc::off_t::try_from(start), libc::off_t::try_from(n)) {
+                    (Ok(o), Ok(l)) => (o, l),
+                    _ => return Err(ArenaError::Os(io::ErrorKind::InvalidInput.into())),
+                };
+                let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+                // SAFETY: fallocate on a memfd we created, inside its length (the range
+                // was clamped to the mapping, which is the file's length).
+                unsafe { libc::fallocate(fd.as_raw_fd(), mode, off, len) }
+            }
+            // SAFETY: the range is inside our private mapping (clamped above) and page
+            // aligned; the caller owns the memory, whose contents may go.
+            None => unsafe {
+                libc::madvise(
+                    self.base().add(start).cast::<libc::c_void>(),
+                    n,
+                    libc::MADV_DONTNEED,
+                )
+            },
+        };
+        if r != 0 {
+            return Err(ArenaError::Os(io::Error::last_os_error()));
+        }
+        Ok(n)
     }
 
     /// Stores the keys a fabric registration produced.
@@ -482,6 +559,65 @@ mod tests {
         // Sealed and long enough: mapped, lazily for a peer.
         let ok = Arena::from_peer_fd(raw_memfd(8192, true), 8192, 1 << 30).unwrap();
         assert_eq!(ok.len(), 8192);
+    }
+
+    /// Pages of `[base, base + len)` in memory (`mincore`: for a memfd, whether the
+    /// file has the page at all), unaffected by what other tests map meanwhile.
+    fn resident_pages(a: &Arena, len: usize) -> usize {
+        let mut v = vec![0u8; len.div_ceil(PAGE_SIZE)];
+        // SAFETY: the range is inside the mapping; v has one byte per page.
+        let r = unsafe { libc::mincore(a.base().cast(), len, v.as_mut_ptr()) };
+        assert_eq!(r, 0, "mincore");
+        v.iter().filter(|b| **b & 1 != 0).count()
+    }
+
+    #[test]
+    fn lazy_arenas_become_resident_where_touched_and_release_gives_pages_back() {
+        const LEN: usize = 64 << 20;
+        let opts = ArenaOptions::new(LEN)
+            .shareable(true)
+            .hugepages(HugePages::Never)
+            .prefault(false);
+        let a = Arena::new(&opts).unwrap();
+        assert_eq!(resident_pages(&a, LEN), 0, "nothing resident before use");
+        // SAFETY: inside the arena, which this test owns.
+        unsafe { a.base().add(5 * PAGE_SIZE + 7).write(0x5a) };
+        assert_eq!(resident_pages(&a, LEN), 1, "one page touched, one resident");
+        // SAFETY: as above.
+        let s = unsafe { std::slice::from_raw_parts_mut(a.base(), LEN) };
+        s[..16 << 20].fill(1);
+        assert_eq!(resident_pages(&a, LEN), (16 << 20) / PAGE_SIZE);
+        // Not page aligned at either end: only the whole pages inside go.
+        let n = a.release(100, (16 << 20) - 200).unwrap();
+        assert_eq!(n, (16 << 20) - 2 * PAGE_SIZE);
+        assert_eq!(
+            resident_pages(&a, LEN),
+            2,
+            "only the partial end pages stay"
+        );
+        assert_eq!(s[100], 1, "the partial first page is kept");
+        assert_eq!(s[PAGE_SIZE], 0, "a released page reads as zero");
+        assert_eq!(s[(16 << 20) - 1], 1, "the partial last page is kept");
+        s[PAGE_SIZE] = 3;
+        assert_eq!(s[PAGE_SIZE], 3, "and is usable again");
+        assert_eq!(resident_pages(&a, LEN), 3);
+        // Past the end: clamped, nothing beyond the arena.
+        s[LEN - 1] = 1;
+        assert_eq!(a.release(LEN - PAGE_SIZE, 1 << 40).unwrap(), PAGE_SIZE);
+        assert_eq!(a.release(LEN, 4096).unwrap(), 0);
+        assert_eq!(resident_pages(&a, LEN), 3);
+        // A peer's arena is never released by us.
+        let fd = a.fd().unwrap().try_clone_to_owned().unwrap();
+        let peer = Arena::from_peer_fd(fd, a.len(), usize::MAX).unwrap();
+        assert_eq!(peer.release(0, a.len()).unwrap(), 0);
+        assert_eq!(s[100], 1);
+        // A private arena releases with MADV_DONTNEED: zero afterwards.
+        let p = Arena::new(&ArenaOptions::new(4 * PAGE_SIZE).hugepages(HugePages::Never)).unwrap();
+        // SAFETY: inside the arena.
+        unsafe { p.base().add(PAGE_SIZE).write(9) };
+        assert_eq!(p.release(0, p.len()).unwrap(), p.len());
+        // SAFETY: as above.
+        assert_eq!(unsafe { p.base().add(PAGE_SIZE).read() }, 0);
     }
 
     #[test]

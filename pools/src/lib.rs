@@ -9,6 +9,9 @@
 //!   cache, which refills from and flushes to the ring in bulk.
 //! - [`Buf`]: a move-only handle to one buffer that knows its address, length, arena
 //!   offset and registration keys.
+//! - Memory by use: an arena made with [`ArenaOptions::prefault`]`(false)` (or a pool
+//!   with [`PoolConfig::prefault`]`(false)`) is resident only where touched, and
+//!   [`Pool::release_free`] gives the pages of the buffers now free back to the OS.
 //!
 //! ```
 //! use rpcrdma_pools::{HugePages, Pool, PoolConfig, PoolError, RegKeys};

@@ -46,6 +46,9 @@ pub struct PoolConfig {
     pub hugepages: HugePages,
     /// Back an arena the pool creates itself with a memfd another process can map.
     pub shareable: bool,
+    /// Pre-fault an arena the pool creates itself ([`ArenaOptions::prefault`]);
+    /// `false` makes a buffer's pages resident only once it is first written or read.
+    pub prefault: bool,
 }
 
 impl PoolConfig {
@@ -63,7 +66,14 @@ impl PoolConfig {
             cache_size: Self::DEFAULT_CACHE_SIZE,
             hugepages: HugePages::Auto,
             shareable: false,
+            prefault: true,
         }
+    }
+
+    /// Pre-faults a self-created arena, or maps it lazily (see [`PoolConfig::prefault`]).
+    pub fn prefault(mut self, yes: bool) -> Self {
+        self.prefault = yes;
+        self
     }
 
     /// Sets the buffer alignment.
@@ -356,6 +366,7 @@ impl Pool {
         let opts = ArenaOptions::new(footprint)
             .hugepages(cfg.hugepages)
             .shareable(cfg.shareable)
+            .prefault(cfg.prefault)
             .name(cfg.name);
         let arena = Arena::new(&opts)?;
         Pool::in_arena(cfg, Arc::new(arena), 0)
@@ -522,6 +533,52 @@ impl Pool {
         self.shared.check_live(index);
         // SAFETY: the caller guarantees exclusive ownership of the slot.
         unsafe { Buf::new(NonNull::from(&*self.shared), index) }
+    }
+
+    /// Gives the memory of every buffer now in the shared ring back to the operating
+    /// system ([`Arena::release`]): such a buffer reads as zero afterwards and is
+    /// resident again only once used. Buffers in use or parked in a cache keep theirs
+    /// (flush a cache first to include its buffers). Returns the bytes released.
+    ///
+    /// The free buffers are taken out of the ring while their pages go (a concurrent
+    /// [`get`](Self::get) may find the pool exhausted meanwhile), so no buffer handed
+    /// out can lose its contents; adjacent buffers are released together, and they go
+    /// back in address order. A cold path: it allocates, and makes a system call per
+    /// run of adjacent free buffers. Nothing is released on hugepages or for an arena
+    /// mapped from another process, and it must not be used on memory an RDMA device
+    /// has pinned (see [`Arena::release`]).
+    pub fn release_free(&self) -> Result<usize, PoolError> {
+        let sh = &self.shared;
+        let mut free = vec![0u32; sh.count as usize];
+        let mut n = 0;
+        while n < free.len() {
+            let got = sh.ring.dequeue(&mut free[n..]);
+            if got == 0 {
+                break;
+            }
+            n += got;
+        }
+        let free = &mut free[..n];
+        free.sort_unstable();
+        let mut released = 0;
+        let mut result = Ok(());
+        let mut i = 0;
+        while i < free.len() && result.is_ok() {
+            // A run of adjacent buffers: one range of the arena.
+            let mut j = i + 1;
+            while j < free.len() && free[j] == free[j - 1] + 1 {
+                j += 1;
+            }
+            let start = sh.offset + free[i] as usize * sh.stride;
+            let len = (j - i) * sh.stride;
+            match sh.arena.release(start, len) {
+                Ok(b) => released += b,
+                Err(e) => result = Err(PoolError::Arena(e)),
+            }
+            i = j;
+        }
+        sh.ring.enqueue_all(free);
+        result.map(|()| released)
     }
 
     /// Buffers in the shared ring.

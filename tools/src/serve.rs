@@ -190,14 +190,12 @@ impl Service for Counted {
     }
 }
 
-/// The built-in programs.
-pub fn dispatcher(source_max: usize) -> Result<Dispatcher, CliError> {
+/// The built-in programs, with `echo` (a clone: every connection shares its SOURCE
+/// pattern, which is as long as `--max-size`).
+pub fn dispatcher(echo: &EchoProgram) -> Result<Dispatcher, CliError> {
     let mut d = Dispatcher::new();
     let err = |e: rpcrdma_ulp::program::RegisterError| CliError::Serve(format!("{e}"));
-    d.register(Box::new(EchoProgram::with_source_max(
-        source_max.min(ECHO_MAX_DATA as usize),
-    )))
-    .map_err(err)?;
+    d.register(Box::new(echo.clone())).map_err(err)?;
     d.register(Box::new(NullProgram::default())).map_err(err)?;
     Ok(d)
 }
@@ -267,19 +265,19 @@ fn serve<P: Provider>(
 ) -> Result<(), CliError> {
     let counters = Arc::new(Counters::default());
     // Build one dispatcher up front so a registration problem is reported before
-    // listening; each connection gets its own.
-    dispatcher(opts.source_max)?;
+    // listening; each connection gets its own, sharing one echo program's pattern.
+    let echo = EchoProgram::with_source_max(opts.source_max.min(ECHO_MAX_DATA as usize));
+    dispatcher(&echo)?;
     let nfs = match &opts.nfs {
         Some(n) => Some(NfsSide::start(n, ep, &opts.conn)?),
         None => None,
     };
     let factory = {
         let counters = counters.clone();
-        let source_max = opts.source_max;
         let shared = nfs.as_ref().map(|n| n.shared.clone());
         let inline_send = opts.conn.inline_send as usize;
         move || {
-            let d = dispatcher(source_max).ok()?;
+            let d = dispatcher(&echo).ok()?;
             let inner = match &shared {
                 None => Inner::Plain(d),
                 Some(s) => Inner::Nfs(NfsService::new(d, s.clone(), inline_send).ok()?),

@@ -138,6 +138,8 @@ pub struct ResponderBuilder<'a, P: Provider> {
     addr: &'a P::Addr,
     cfg: ConnConfig,
     limits: ResponderLimits,
+    /// Set by [`release_idle`](Self::release_idle); the server's default otherwise.
+    release_idle: Option<Option<Duration>>,
 }
 
 impl<P: Provider> ResponderBuilder<'_, P> {
@@ -159,6 +161,13 @@ impl<P: Provider> ResponderBuilder<'_, P> {
         self
     }
 
+    /// How long an idle connection waits before its free buffers' memory is released
+    /// (see [`Responder::set_release_idle`]).
+    pub fn release_idle(mut self, after: Option<Duration>) -> Self {
+        self.release_idle = Some(after);
+        self
+    }
+
     /// Listens, serving each accepted connection with a service from `factory` (which
     /// may refuse a connection by returning `None`).
     pub fn serve<S, F>(self, factory: F) -> Result<Responder<P, S, F>, ConnError>
@@ -168,6 +177,9 @@ impl<P: Provider> ResponderBuilder<'_, P> {
     {
         let mut server = Responder::bind(self.dev, self.addr, self.cfg, factory)?;
         server.set_limits(self.limits);
+        if let Some(after) = self.release_idle {
+            server.set_release_idle(after);
+        }
         Ok(server)
     }
 }
@@ -201,6 +213,7 @@ impl<P: Provider> Responder<P, (), ()> {
             addr,
             cfg: ConnConfig::default(),
             limits: ResponderLimits::default(),
+            release_idle: None,
         }
     }
 }

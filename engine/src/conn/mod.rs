@@ -35,7 +35,9 @@ pub(crate) use post::post_transmit;
 pub use reconnect::ReconnectStats;
 pub use requester::Requester;
 pub use resources::ConnResources;
-pub use responder::{Listener, Responder, ResponderConn, ResponderCounters, ResponderLimits};
+pub use responder::{
+    Listener, Responder, ResponderConn, ResponderCounters, ResponderLimits, DEFAULT_RELEASE_IDLE,
+};
 
 use crate::core::{ConfigError, CoreError};
 use crate::fabric::{Completion, CompletionQueue, FabricError};

@@ -1,5 +1,6 @@
 //! Per-connection fabric resources: protection domain, completion queue, and the three
-//! registered pools a core draws from, all created (and registered) up front.
+//! registered pools a core draws from, all created (and registered) up front, and
+//! mapped lazily (resident only where used).
 //!
 //! A requester in [`RegMode::Persistent`] registers its chunk pools (send, large,
 //! application) with remote read and write access, once: that registration is what
@@ -60,10 +61,14 @@ impl<P: Provider> ConnResources<P> {
         let cq = dev
             .create_cq(sizes.cq_depth * (1 + overlap))
             .map_err(ConnError::Fabric)?;
+        // Mapped lazily: a buffer's pages become resident when it is first used, so
+        // an idle connection costs the buffers it has touched, not its pools' size
+        // (a server's large pool alone is 64 x 256 KiB by default).
         let mk = |name: &'static str, size: u32, count: u32| {
             let pc = PoolConfig::new(name, size as usize, count)
                 .cache_size(POOL_CACHE)
                 .shareable(true)
+                .prefault(false)
                 .hugepages(cfg.hugepages);
             Pool::new(&pc).map_err(ConnError::Pool)
         };

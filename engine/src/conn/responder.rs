@@ -55,6 +55,12 @@ pub struct ResponderConn<P: Provider, S> {
     accepted_at: Instant,
     /// Receive activity last seen by the server's idle check, and when it changed.
     last_activity: (u64, Instant),
+    /// The device lets free registered pages go (`DeviceCaps::release_registered`).
+    may_release: bool,
+    /// Posted receives are written only during our polls (`DeviceCaps::places_in_poll`).
+    placed_in_poll: bool,
+    /// Free buffers were released since the last activity (once per idle spell).
+    released: bool,
 }
 
 impl<P: Provider, S: Service> ResponderConn<P, S> {
@@ -98,7 +104,47 @@ impl<P: Provider, S: Service> ResponderConn<P, S> {
             res,
             accepted_at: now,
             last_activity: (0, now),
+            may_release: dev.caps().release_registered,
+            placed_in_poll: dev.caps().places_in_poll,
+            released: false,
         })
+    }
+
+    /// Gives the memory of this connection's free buffers back to the operating system
+    /// (`Pool::release_free`): the buffers parked in the core's caches go back to their
+    /// pools first, then every buffer in a pool's ring has its pages released (they read
+    /// as zero, and are faulted in again when next used). Where the provider places a
+    /// peer's messages only during this side's polls (`DeviceCaps::places_in_poll`:
+    /// shm), the posted receives' pages go too: nothing can land in them until the next
+    /// poll, which runs on this thread after this returns. The reply contexts' header
+    /// buffers and buffers a call holds keep theirs. Does nothing while a call is in
+    /// progress, or on a device whose registrations pin their pages
+    /// (`DeviceCaps::release_registered`: verbs). Returns the bytes released (whether
+    /// they were resident or not).
+    ///
+    /// A cold path (a system call per run of free buffers, and an allocation): the
+    /// server calls it once per idle spell of a connection
+    /// ([`Responder::set_release_idle`]).
+    pub fn release_free_memory(&mut self) -> usize {
+        if !self.may_release || self.core.active() != 0 {
+            return 0;
+        }
+        self.core.flush_pool_caches();
+        let p = &self.res.pools;
+        // A failure leaves that memory resident, nothing worse: count what went.
+        let mut released: usize = [&p.large, &p.recv, &p.send]
+            .iter()
+            .map(|pool| pool.release_free().unwrap_or(0))
+            .sum();
+        if self.placed_in_poll {
+            let (arena, len) = (p.recv.arena(), p.recv.stride());
+            self.core.for_each_posted_receive(|addr| {
+                if let Some(off) = arena.offset_of(addr as *const u8) {
+                    released += arena.release(off, len).unwrap_or(0);
+                }
+            });
+        }
+        released
     }
 
     /// Messages received so far, of any kind: the server's idle check compares it
@@ -236,10 +282,18 @@ pub struct Responder<P: Provider, S, F> {
     counters: ResponderCounters,
     /// When the limits were last checked (they are checked on CM polls only).
     last_check: Option<Instant>,
+    /// How long a connection is idle before its free buffers' memory is released.
+    release_idle: Option<Duration>,
 }
 
+/// Default of [`Responder::set_release_idle`]: a connection that received nothing for
+/// this long gives its free buffers' memory back. Long enough that a connection busy in
+/// bursts does not fault its buffers in again after every pause; short enough that a
+/// server's resident memory follows the connections that are working.
+pub const DEFAULT_RELEASE_IDLE: Duration = Duration::from_secs(1);
+
 /// Limits a server operator sets. What they bound: resident memory (every connection
-/// holds its pools), and how long a peer that stops talking, or never finishes
+/// holds its pools, mapped lazily: resident where used), and how long a peer that stops talking, or never finishes
 /// connecting, can hold them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ResponderLimits {
@@ -277,6 +331,12 @@ pub struct ResponderCounters {
     pub handshake_timeouts: u64,
     /// Connections closed after the idle timeout.
     pub idle_closed: u64,
+    /// Idle spells in which a connection's free buffers were released
+    /// ([`Responder::set_release_idle`]).
+    pub idle_releases: u64,
+    /// Octets of free buffers given back in them (the ranges released, whether their
+    /// pages were resident or not).
+    pub released_bytes: u64,
 }
 
 impl<P, S, F> Responder<P, S, F>
@@ -306,7 +366,18 @@ where
             limits: ResponderLimits::default(),
             counters: ResponderCounters::default(),
             last_check: None,
+            release_idle: Some(DEFAULT_RELEASE_IDLE),
         })
+    }
+
+    /// How long a connection must have received nothing, with no call in progress,
+    /// before the memory of its free buffers is given back to the operating system
+    /// ([`ResponderConn::release_free_memory`]; once per idle spell; default
+    /// [`DEFAULT_RELEASE_IDLE`]). The buffers stay in their pools and registered, and
+    /// are faulted in again when used. `None` keeps whatever a connection has touched
+    /// resident. Checked with the limits, from counters: nothing per RPC.
+    pub fn set_release_idle(&mut self, after: Option<Duration>) {
+        self.release_idle = after;
     }
 
     /// Applies `limits` (connections already served stay, even above a lowered cap).
@@ -397,6 +468,7 @@ where
         }
         self.last_check = Some(now);
         let limits = self.limits;
+        let release_idle = self.release_idle;
         for c in &mut self.conns {
             match c.state() {
                 ConnState::Connecting
@@ -407,14 +479,20 @@ where
                 }
                 ConnState::Established => {
                     let seen = c.received();
+                    let idle = now.saturating_duration_since(c.last_activity.1);
                     if seen != c.last_activity.0 {
                         c.last_activity = (seen, now);
-                    } else if limits
-                        .idle_timeout
-                        .is_some_and(|t| now.saturating_duration_since(c.last_activity.1) >= t)
-                    {
+                        c.released = false;
+                    } else if limits.idle_timeout.is_some_and(|t| idle >= t) {
                         self.counters.idle_closed += 1;
                         c.close();
+                    } else if !c.released
+                        && release_idle.is_some_and(|t| idle >= t)
+                        && c.active() == 0
+                    {
+                        c.released = true;
+                        self.counters.idle_releases += 1;
+                        self.counters.released_bytes += c.release_free_memory() as u64;
                     }
                 }
                 _ => {}

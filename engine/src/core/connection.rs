@@ -615,6 +615,24 @@ impl<R: RequesterRole, S: Service> Connection<R, ResponderHalf<S>> {
         self.resp.service_mut()
     }
 
+    /// Returns the buffers parked in this connection's receive and large-buffer caches
+    /// to their pools' shared rings, where a pool can release their memory
+    /// (`Pool::release_free`): what a server does for an idle connection. The caches
+    /// refill from the rings on their next use.
+    pub fn flush_pool_caches(&mut self) {
+        self.t.recvs.flush_cache();
+        self.resp.flush_cache();
+    }
+
+    /// The address of every receive buffer staged or posted now: where a driver whose
+    /// provider places messages only during its own polls may release their pages
+    /// while the connection is idle (`DeviceCaps::places_in_poll`).
+    pub fn for_each_posted_receive(&self, mut f: impl FnMut(u64)) {
+        for b in self.t.recvs.posted_bufs() {
+            f(b.addr());
+        }
+    }
+
     /// The responder half's counters.
     pub fn responder_stats(&self) -> ResponderStats {
         let mut s = self.resp.stats();

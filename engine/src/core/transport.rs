@@ -213,6 +213,11 @@ impl RecvTable {
         buf.release_into(&mut self.cache);
     }
 
+    /// The buffers of the receives staged or posted now.
+    pub(crate) fn posted_bufs(&self) -> impl Iterator<Item = &RegBuf> {
+        self.bufs.iter().flatten()
+    }
+
     /// Returns cached buffers to the pool, so it reads as full once everything is back.
     pub(crate) fn flush_cache(&mut self) {
         self.cache.flush();

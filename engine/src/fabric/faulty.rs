@@ -229,7 +229,12 @@ impl<P: Provider> Device for FaultyDevice<P> {
     type P = Faulty<P>;
 
     fn caps(&self) -> DeviceCaps {
-        self.inner.caps()
+        DeviceCaps {
+            // A completion held back outlives the poll that placed its message, so
+            // memory may be written before the consumer hears of it.
+            places_in_poll: false,
+            ..self.inner.caps()
+        }
     }
 
     fn alloc_pd(&self) -> Result<FaultyPd<P>, FabricError> {

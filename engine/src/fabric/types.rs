@@ -494,14 +494,32 @@ pub struct DeviceCaps {
     /// nothing": it invalidates its keys locally (invalidating an already invalid key
     /// succeeds) before reusing their memory.
     pub reports_remote_invalidation: bool,
+    /// Whether the pages of registered memory may be given back to the operating
+    /// system while registered (`rpcrdma_pools::Pool::release_free`), as a server does
+    /// for its idle connections' free buffers. True where the provider moves data
+    /// through the process's own mapping (shm, siw, sim): a released page reads as zero
+    /// and is faulted in again when next used. False on verbs: a registration pins the
+    /// pages the device writes to, and a released page would leave the device writing
+    /// to memory the process no longer sees.
+    pub release_registered: bool,
+    /// Whether the peer's Sends and RDMA Writes are placed into this side's memory only
+    /// while this side polls its completion queue, and that poll (or, past a full
+    /// batch, the next ones) reports them (shm: the target executes its peer's requests
+    /// in its own poll). Then memory a request could land in, such as a posted receive,
+    /// is untouched between polls of a connection that reported nothing, and a server
+    /// may release the pages of an idle connection's posted receives too. False where
+    /// placement runs elsewhere (siw's driver thread, a verbs device, sim: either
+    /// side's poll) or completions can be held back (`Faulty`).
+    pub places_in_poll: bool,
 }
 
 impl DeviceCaps {
     /// The capabilities of a software provider that holds every guarantee strictly, with
     /// the limits given: fast registration, completions that carry the peer's verdict,
     /// exact error statuses, whole-key remote invalidation, access-checked RDMA Reads and
-    /// reported remote invalidation. A Send without a posted receive is retried, as on
-    /// InfiniBand; an iWARP provider overrides `rnr_retry`.
+    /// reported remote invalidation, and registered memory whose free pages may be
+    /// released. A Send without a posted receive is retried, as on InfiniBand; an iWARP
+    /// provider overrides `rnr_retry`.
     pub const fn strict_software(
         max_qp_wr: u32,
         max_sge: u32,
@@ -524,6 +542,8 @@ impl DeviceCaps {
             invalidate_checks_generation: true,
             read_checks_access: true,
             reports_remote_invalidation: true,
+            release_registered: true,
+            places_in_poll: false,
         }
     }
 }

@@ -1,7 +1,9 @@
 //! The limits a server operator sets (`ResponderLimits`), end to end over shm, sim and siw:
 //! a connection cap that rejects the request past it, an idle timeout that closes a
-//! silent connection (and only a silent one), and a handshake timeout for a connection
-//! whose requester never finishes connecting. Every wait has a deadline.
+//! silent connection (and only a silent one), a handshake timeout for a connection
+//! whose requester never finishes connecting, and the memory of an idle connection's
+//! free buffers given back (`Responder::set_release_idle`) without breaking it. Every
+//! wait has a deadline.
 
 use crate::engine_support;
 
@@ -150,9 +152,82 @@ fn a_silent_connection_is_closed_after_the_idle_timeout<N: Net>(net: N) {
     null_call(&mut s, &mut busy);
 }
 
+/// A long ECHO of `data` (a Read chunk out, a Reply chunk back), checked byte for byte.
+fn long_echo<P: Provider>(server: &mut TestServer<P>, c: &mut Requester<P>, data: &[u8]) {
+    let mut m = c.alloc_large().expect("large buffer");
+    write_call(&mut m, PROC_ECHO, &opaque(data));
+    c.submit(CallRequest::new(m, data.len() as u32 + 1024), 2)
+        .expect("submitted");
+    let end = Instant::now() + DEADLINE;
+    loop {
+        let now = Instant::now();
+        server.poll(now);
+        c.poll(now);
+        if let Some(o) = c.poll_outcome() {
+            assert_eq!(o.status, CallStatus::Success);
+            assert!(results(&o) == opaque(data), "echoed exactly");
+            return;
+        }
+        assert!(Instant::now() < end, "no reply to ECHO");
+        std::thread::yield_now();
+    }
+}
+
+/// Whether every buffer now free in `pool` reads as zero.
+fn free_buffers_zero(pool: &rpcrdma_pools::Pool) -> bool {
+    let mut bufs = Vec::new();
+    while let Ok(b) = pool.get() {
+        bufs.push(b);
+    }
+    assert!(!bufs.is_empty(), "free buffers to look at");
+    let zero = bufs.iter().all(|b| b.as_slice().iter().all(|&x| x == 0));
+    for b in bufs {
+        pool.put(b).expect("its own buffer");
+    }
+    zero
+}
+
+/// A connection idle past `set_release_idle` gives its free buffers' memory back (they
+/// read as zero: the pages were released), once per idle spell, and serves calls
+/// byte-exact afterwards.
+fn an_idle_connection_gives_its_free_buffers_back_and_still_works<N: Net>(net: N) {
+    let (mut s, addr) = server(&net, ResponderLimits::default());
+    s.set_release_idle(Some(Duration::from_millis(50)));
+    let mut c = connect(&net, &addr);
+    drive(&mut s, &mut [&mut c], "established", |s, c| {
+        c[0].state() == ConnState::Established
+            && s.connections().first().map(|x| x.state()) == Some(ConnState::Established)
+    });
+    let first = pattern(40 * 1024, 1);
+    long_echo(&mut s, &mut c, &first);
+    let releases = s.counters().idle_releases;
+    let large = s.connections()[0].resources().pools().large.clone();
+    drive(&mut s, &mut [&mut c], "released", |s, _| {
+        s.counters().idle_releases > releases
+    });
+    assert!(s.counters().released_bytes > 0);
+    // The Read chunk's sink held the call's data: every free buffer reads as zero now,
+    // so its pages were given back (the core's cache was flushed into the pool first).
+    assert!(
+        free_buffers_zero(&large),
+        "the free large buffers were released"
+    );
+    // It still works, with the data exact, and is released again after.
+    let second = pattern(40 * 1024, 2);
+    long_echo(&mut s, &mut c, &second);
+    null_call(&mut s, &mut c);
+    let releases = s.counters().idle_releases;
+    drive(&mut s, &mut [&mut c], "released again", |s, _| {
+        s.counters().idle_releases > releases
+    });
+    assert!(free_buffers_zero(&large));
+    long_echo(&mut s, &mut c, &pattern(1000, 3));
+}
+
 per_provider!(
     connections_past_the_cap_are_rejected,
     a_silent_connection_is_closed_after_the_idle_timeout,
+    an_idle_connection_gives_its_free_buffers_back_and_still_works,
 );
 
 /// shm accepts on the requester's REQ and establishes on its RTU, which the requester

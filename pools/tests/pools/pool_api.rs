@@ -363,3 +363,69 @@ fn handles_are_small_and_option_is_free() {
     assert_eq!(std::mem::size_of::<Buf>(), 16);
     assert_eq!(std::mem::size_of::<Option<Buf>>(), 16);
 }
+
+#[test]
+fn release_free_gives_back_only_free_buffers_and_keeps_every_buffer() {
+    for shareable in [true, false] {
+        let pool = Pool::new(
+            &cfg("release", 8192, 16)
+                .shareable(shareable)
+                .prefault(false),
+        )
+        .unwrap();
+        let mut cache = pool.cache();
+        let mut held = Vec::new();
+        let mut filled = std::collections::HashMap::new();
+        for i in 0..16u8 {
+            let mut b = cache.get().unwrap();
+            b.as_mut_slice().fill(i + 1);
+            filled.insert(b.index(), i + 1);
+            held.push(b);
+        }
+        // Six go back to the ring, two to the cache; eight stay in use.
+        let in_ring: Vec<_> = held.drain(..6).collect();
+        let ring_idx: HashSet<u32> = in_ring.iter().map(|b| b.index()).collect();
+        for b in in_ring {
+            pool.put(b).unwrap();
+        }
+        let in_cache: Vec<_> = held.drain(..2).collect();
+        let cache_idx: HashSet<u32> = in_cache.iter().map(|b| b.index()).collect();
+        for b in in_cache {
+            cache.put(b).unwrap();
+        }
+        assert_eq!(
+            pool.release_free().unwrap(),
+            6 * 8192,
+            "shareable {shareable}"
+        );
+        assert_eq!(pool.available(), 6, "every free buffer is back in the ring");
+        // Buffers in use keep their contents.
+        for b in &held {
+            let want = filled[&b.index()];
+            assert!(b.as_slice().iter().all(|&x| x == want), "held buffer kept");
+        }
+        // Released buffers read as zero; cached ones were not touched.
+        for _ in 0..8 {
+            let b = cache.get().unwrap();
+            let zero = b.as_slice().iter().all(|&x| x == 0);
+            if ring_idx.contains(&b.index()) {
+                assert!(zero, "a released buffer reads as zero");
+            } else {
+                assert!(cache_idx.contains(&b.index()));
+                assert!(!zero, "a cached buffer keeps its contents");
+            }
+            held.push(b);
+        }
+        for b in held {
+            cache.put(b).unwrap();
+        }
+        cache.flush();
+        assert!(pool.is_full());
+        // Nothing is free to release in a pool whose buffers are all out.
+        let all: Vec<_> = (0..16).map(|_| pool.get().unwrap()).collect();
+        assert_eq!(pool.release_free().unwrap(), 0);
+        for b in all {
+            pool.put(b).unwrap();
+        }
+    }
+}

@@ -1,5 +1,7 @@
 //! [`EchoProgram`]: payload procedures with DDP-eligible arguments and results.
 
+use std::sync::Arc;
+
 use rpcrdma::iwarp::crc32c::crc32c;
 
 use super::echo_codec::{Echo2, EchoData, SinkRes, SourceArgs};
@@ -100,10 +102,11 @@ static ECHO2: ProcInfo = ProcInfo {
 /// whether it arrived inline or in Read chunks. SOURCE returns the first `len` octets of
 /// the [source pattern](super::source_byte) from a buffer filled once at construction;
 /// asking for more than that buffer holds is SYSTEM_ERR (a server resource limit, not
-/// malformed arguments).
+/// malformed arguments). Clones share that buffer, so a server that gives each
+/// connection a clone holds the pattern once, not once per connection.
 #[derive(Debug, Clone)]
 pub struct EchoProgram {
-    pattern: Box<[u8]>,
+    pattern: Arc<[u8]>,
 }
 
 impl Default for EchoProgram {
@@ -123,7 +126,9 @@ impl EchoProgram {
     pub fn with_source_max(max: usize) -> Self {
         let mut pattern = vec![0u8; max.min(ECHO_MAX_DATA as usize)].into_boxed_slice();
         fill_source_pattern(&mut pattern);
-        EchoProgram { pattern }
+        EchoProgram {
+            pattern: pattern.into(),
+        }
     }
 
     /// Most octets SOURCE returns.

@@ -165,6 +165,11 @@ impl<S: Service> ResponderHalf<S> {
         self.stats
     }
 
+    /// Returns the large buffers parked in this half's cache to the pool's ring.
+    pub(crate) fn flush_cache(&mut self) {
+        self.large.flush();
+    }
+
     /// Calls received and not yet fully answered.
     pub fn active(&self) -> usize {
         self.ctxs.iter().filter(|c| c.step != Step::Free).count()

@@ -86,7 +86,7 @@ impl CqShared {
             })
             .map_err(|_| FabricError::Exhausted {
                 what: "queue pairs waiting to attach to a completion queue",
-                max: MAX_ATTACHED,
+                max: self.incoming.capacity(),
             })?;
         self.changed();
         Ok(())
@@ -124,7 +124,11 @@ impl ShmCq {
                 dev_id: dev.id,
                 depth,
                 reserved: AtomicU64::new(0),
-                incoming: ArrayQueue::new(MAX_ATTACHED),
+                // Every live queue pair reserves at least one entry of the depth, so
+                // about `depth` at most wait to attach between polls (a few more if
+                // some are destroyed before the poll adopts them: room for 64 at
+                // least). Allocated whole, so a connection's own queue stays small.
+                incoming: ArrayQueue::new((depth as usize).clamp(64, MAX_ATTACHED)),
                 epoch: AtomicU64::new(0),
             }),
             qps: Vec::new(),

@@ -263,14 +263,18 @@ impl Device for ShmDevice {
     type P = ShmProvider;
 
     fn caps(&self) -> DeviceCaps {
-        DeviceCaps::strict_software(
-            self.shared.cfg.max_qp_wr,
-            MAX_SGE as u32,
-            self.shared.table.capacity() as u32,
-            self.shared.cfg.max_cq_depth,
-            MAX_MSG_SIZE,
-            PrivateDataLimits::uniform(MAX_PRIVATE_DATA),
-        )
+        DeviceCaps {
+            // The NIC lives at the target: a peer's requests execute in our CQ poll.
+            places_in_poll: true,
+            ..DeviceCaps::strict_software(
+                self.shared.cfg.max_qp_wr,
+                MAX_SGE as u32,
+                self.shared.table.capacity() as u32,
+                self.shared.cfg.max_cq_depth,
+                MAX_MSG_SIZE,
+                PrivateDataLimits::uniform(MAX_PRIVATE_DATA),
+            )
+        }
     }
 
     fn alloc_pd(&self) -> Result<ShmPd, FabricError> {

@@ -239,9 +239,13 @@ impl Segment {
                 max: MAX_SLOTS,
             });
         }
+        // Lazily mapped: a ring's slots become resident as they are first used, so an
+        // idle connection holds its header page and the slots it has used, not its
+        // whole ring.
         let opts = ArenaOptions::new(layout_len(slots))
             .shareable(true)
             .hugepages(HugePages::Never)
+            .prefault(false)
             .name("rpcrdma-shm-seg");
         let map = Arena::new(&opts).map_err(|e| FabricError::Os {
             op: "create connection segment",
@@ -268,11 +272,13 @@ impl Segment {
         if len < OFF_REQ_SLOTS {
             return Err(FabricError::Protocol("segment too short"));
         }
-        // Bounded before mapping (and pre-faulting) what the peer claims.
-        if len > layout_len(MAX_SLOTS).next_multiple_of(PAGE_SIZE) {
+        // Bounded before mapping what the peer claims; mapped without pre-faulting
+        // (only the slots the peer publishes become resident here).
+        let max = layout_len(MAX_SLOTS).next_multiple_of(PAGE_SIZE);
+        if len > max {
             return Err(FabricError::Protocol("segment longer than any ring needs"));
         }
-        let map = Arena::from_fd(fd, len).map_err(|e| match e {
+        let map = Arena::from_peer_fd(fd, len, max).map_err(|e| match e {
             ArenaError::Untrusted(_) => {
                 FabricError::Protocol("peer segment is not sealed memory of its length")
             }

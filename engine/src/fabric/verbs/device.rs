@@ -350,6 +350,10 @@ impl Device for VerbsDevice {
             invalidate_checks_generation: !self.shared.is_iwarp(),
             read_checks_access: !self.shared.is_iwarp(),
             reports_remote_invalidation: !self.shared.is_kernel_siw(),
+            // ibv_reg_mr pins the pages: the device keeps writing to them even if the
+            // process's mapping were given new ones.
+            release_registered: false,
+            places_in_poll: false,
         }
     }
 
