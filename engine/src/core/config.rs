@@ -6,7 +6,7 @@ use core::time::Duration;
 use rpcrdma_pools::HugePages;
 
 use crate::wire::header::Limits;
-use crate::wire::private_data::{PrivateData, SizeError, MIN_INLINE_SIZE};
+use crate::wire::private_data::{Extensions, PrivateData, SizeError, MIN_INLINE_SIZE};
 
 pub(crate) use crate::limits::{DEFAULT_MAX_CHUNKS, MAX_MRS_PER_CALL};
 
@@ -196,6 +196,16 @@ pub struct ConnConfig {
     /// §6.7.2: retransmission belongs on a new connection). `None`: calls in flight
     /// when a connection ends fail with `TransportError::Disconnected`.
     pub reconnect: Option<Reconnect>,
+    /// Offer this engine's extensions to RPC-over-RDMA version 1 in the CM private data
+    /// (today: responder-provided Read chunks with RDMA_DONE, from
+    /// draft-cel-nfsv4-rpcrdma-reliable-reply). Each is used only when both peers offer
+    /// it, so a version-1-only peer (the Linux kernel) sees plain version 1 either way.
+    /// `false` turns every extension off.
+    pub extensions: bool,
+    /// Responder: how long a reply exposed in a responder-provided Read chunk waits for
+    /// the requester's RDMA_DONE before the responder invalidates it anyway (the draft's
+    /// §4.1.3); counted in `ResponderStats::done_timeouts`.
+    pub done_timeout: Duration,
 }
 
 /// How a requester reconnects and retransmits ([`ConnConfig::reconnect`]).
@@ -256,6 +266,8 @@ impl Default for ConnConfig {
             probe_program: DEFAULT_PROBE_PROGRAM,
             hugepages: HugePages::Auto,
             reconnect: None,
+            extensions: true,
+            done_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -383,6 +395,15 @@ impl ConnConfig {
         PrivateData::from_buffer_sizes(self.inline_send, self.inline_recv, self.remote_invalidate)
     }
 
+    /// The extensions this side offers ([`ConnConfig::extensions`]).
+    pub fn offered_extensions(&self) -> Extensions {
+        if self.extensions {
+            Extensions::ALL
+        } else {
+            Extensions::NONE
+        }
+    }
+
     /// The RFC 8797 private data a requester in `mode` advertises: persistent keys
     /// must never be invalidated by the peer, so remote invalidation is not offered.
     pub fn private_data_for(&self, mode: RegMode) -> Result<PrivateData, SizeError> {
@@ -449,16 +470,23 @@ impl ConnConfig {
                 } else {
                     self.sq_depth
                 };
+                // Responder-provided Read chunks: one fast-registration slot per credit
+                // exposes replies, and as many receives again are posted beyond the
+                // credits granted, for the RDMA_DONEs that answer them (a DONE
+                // consumes a receive no credit accounts for: the draft's §5.2.3;
+                // DESIGN.md, "Responder-provided Read chunks").
+                let exposed = if self.extensions { c } else { 0 };
+                let rq = c + exposed;
                 Sizes {
                     sq_depth: sq,
-                    rq_depth: c,
-                    cq_depth: sq + c,
+                    rq_depth: rq,
+                    cq_depth: sq + rq,
                     slots: contexts,
-                    recv_bufs: c + contexts + slack,
+                    recv_bufs: rq + contexts + slack,
                     send_bufs: self.send_bufs.max(contexts + slack),
                     large_bufs: self.large_bufs,
                     app_bufs: 0,
-                    mr_slots: 0,
+                    mr_slots: exposed,
                     max_send_sge: 2,
                 }
             }

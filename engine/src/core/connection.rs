@@ -34,7 +34,7 @@ use crate::fabric::{Completion, PeerAbort};
 use crate::requester::{CallRequest, Outcome, SubmitError};
 use crate::service::Service;
 use crate::wire::header::Limits;
-use crate::wire::private_data::{InlineThresholds, PrivateData};
+use crate::wire::private_data::{find_private_data, Advertisement, Extensions, InlineThresholds, PrivateData};
 
 /// The requester slot of a connection that makes no calls.
 #[derive(Debug, Default)]
@@ -87,15 +87,15 @@ pub trait ResponderRole: roles::Sealed {
     #[doc(hidden)]
     const PRESENT: bool;
     #[doc(hidden)]
-    fn on_recv(&mut self, t: &mut Transport, buf: RegBuf);
+    fn on_recv(&mut self, t: &mut Transport, buf: RegBuf, swi: Option<u32>);
     #[doc(hidden)]
-    fn on_send_completion(&mut self, t: &mut Transport, id: WrId);
+    fn on_send_completion(&mut self, t: &mut Transport, id: WrId, wc: &Completion);
     #[doc(hidden)]
     fn on_fail(&mut self, t: &mut Transport);
     #[doc(hidden)]
     fn close_drained(&mut self, t: &mut Transport);
     #[doc(hidden)]
-    fn prepare(&mut self, t: &mut Transport);
+    fn prepare(&mut self, t: &mut Transport, now: Instant);
     #[doc(hidden)]
     fn active(&self) -> usize;
 }
@@ -177,12 +177,12 @@ impl RequesterRole for NoRequester {
 impl<S: Service> ResponderRole for ResponderHalf<S> {
     const PRESENT: bool = true;
     #[inline(always)]
-    fn on_recv(&mut self, t: &mut Transport, buf: RegBuf) {
-        ResponderHalf::on_recv(self, t, buf)
+    fn on_recv(&mut self, t: &mut Transport, buf: RegBuf, swi: Option<u32>) {
+        ResponderHalf::on_recv(self, t, buf, swi)
     }
     #[inline(always)]
-    fn on_send_completion(&mut self, t: &mut Transport, id: WrId) {
-        ResponderHalf::on_send_completion(self, t, id)
+    fn on_send_completion(&mut self, t: &mut Transport, id: WrId, wc: &Completion) {
+        ResponderHalf::on_send_completion(self, t, id, wc)
     }
     fn on_fail(&mut self, t: &mut Transport) {
         ResponderHalf::on_fail(self, t)
@@ -191,8 +191,8 @@ impl<S: Service> ResponderRole for ResponderHalf<S> {
         ResponderHalf::close_drained(self, t)
     }
     #[inline(always)]
-    fn prepare(&mut self, t: &mut Transport) {
-        ResponderHalf::prepare(self, t)
+    fn prepare(&mut self, t: &mut Transport, now: Instant) {
+        ResponderHalf::prepare(self, t, now)
     }
     fn active(&self) -> usize {
         ResponderHalf::active(self)
@@ -202,17 +202,17 @@ impl<S: Service> ResponderRole for ResponderHalf<S> {
 impl ResponderRole for NoResponder {
     const PRESENT: bool = false;
     #[inline(always)]
-    fn on_recv(&mut self, t: &mut Transport, buf: RegBuf) {
+    fn on_recv(&mut self, t: &mut Transport, buf: RegBuf, _swi: Option<u32>) {
         t.recvs.recycle(buf);
     }
     #[inline(always)]
-    fn on_send_completion(&mut self, t: &mut Transport, _id: WrId) {
+    fn on_send_completion(&mut self, t: &mut Transport, _id: WrId, _wc: &Completion) {
         t.stray_completions += 1;
     }
     fn on_fail(&mut self, _t: &mut Transport) {}
     fn close_drained(&mut self, _t: &mut Transport) {}
     #[inline(always)]
-    fn prepare(&mut self, _t: &mut Transport) {}
+    fn prepare(&mut self, _t: &mut Transport, _now: Instant) {}
     fn active(&self) -> usize {
         0
     }
@@ -223,6 +223,8 @@ pub struct Connection<R, P> {
     t: Transport,
     /// The RFC 8797 private data this end offers.
     local_pd: PrivateData,
+    /// The extensions this end offers ([`ConnConfig::extensions`]).
+    local_ext: Extensions,
     /// Header limits, for telling calls from replies on a two-role connection.
     limits: Limits,
     req: R,
@@ -319,15 +321,23 @@ impl<R: RequesterRole, P: ResponderRole> Connection<R, P> {
         Ok(Connection {
             t,
             local_pd,
+            local_ext: cfg.offered_extensions(),
             limits: cfg.limits,
             req,
             resp,
         })
     }
 
-    /// The RFC 8797 private data to offer when connecting or accepting.
-    pub fn local_private_data(&self) -> [u8; 8] {
-        self.local_pd.to_bytes().unwrap_or([0; 8])
+    /// The private data to offer when connecting or accepting: the RFC 8797 message,
+    /// then the extension advertisement when [`ConnConfig::extensions`] is on.
+    pub fn local_private_data(&self) -> Advertisement {
+        Advertisement::new(&self.local_pd, self.local_ext)
+            .unwrap_or(Advertisement::DEFAULT)
+    }
+
+    /// The extensions both peers offered (none before the connection is established).
+    pub fn extensions(&self) -> Extensions {
+        self.t.extensions
     }
 
     /// The connection state.
@@ -351,6 +361,14 @@ impl<R: RequesterRole, P: ResponderRole> Connection<R, P> {
             return;
         }
         t.thresholds = InlineThresholds::from_received(Some(&self.local_pd), peer_private_data);
+        // Extensions only ride along with a valid version 1 message (they extend it).
+        let peer_v1 = matches!(find_private_data(peer_private_data), Ok(Some(_)));
+        let peer_ext = if peer_v1 {
+            Extensions::find(peer_private_data)
+        } else {
+            Extensions::NONE
+        };
+        t.extensions = Extensions::negotiate(self.local_ext, peer_ext);
         t.state = ConnState::Established;
         self.req.on_established(now);
         let _ = t.events.push_back(ConnEvent::Established(t.thresholds));
@@ -471,15 +489,19 @@ impl<R: RequesterRole, P: ResponderRole> Connection<R, P> {
                 {
                     self.req.on_recv(t, buf, wc.invalidated_rkey, now);
                 } else {
-                    self.resp.on_recv(t, buf);
+                    self.resp.on_recv(t, buf, wc.invalidated_rkey);
                 }
             }
-            WrKind::CallSend | WrKind::FastReg | WrKind::LocalInv => {
-                self.req.on_send_completion(t, id, wc)
-            }
-            WrKind::ChunkRead | WrKind::ChunkWrite | WrKind::ReplySend => {
-                self.resp.on_send_completion(t, id)
-            }
+            WrKind::CallSend
+            | WrKind::FastReg
+            | WrKind::LocalInv
+            | WrKind::ReplyPull
+            | WrKind::DoneSend => self.req.on_send_completion(t, id, wc),
+            WrKind::ChunkRead
+            | WrKind::ChunkWrite
+            | WrKind::ReplySend
+            | WrKind::ReplyReg
+            | WrKind::ReplyInv => self.resp.on_send_completion(t, id, wc),
         }
         self.settle();
     }
@@ -491,7 +513,7 @@ impl<R: RequesterRole, P: ResponderRole> Connection<R, P> {
         match self.t.state {
             ConnState::Established => {
                 self.req.prepare(&mut self.t, now);
-                self.resp.prepare(&mut self.t);
+                self.resp.prepare(&mut self.t, now);
                 self.t.recvs.refill(&mut self.t.outbox);
             }
             ConnState::Connecting => self.t.recvs.refill(&mut self.t.outbox),
@@ -596,6 +618,15 @@ impl<R: RequesterRole, S: Service> Connection<R, ResponderHalf<S>> {
     /// The service, writable.
     pub fn service_mut(&mut self) -> &mut S {
         self.resp.service_mut()
+    }
+
+    /// Gives the responder half fast-registration slots to expose replies in
+    /// responder-provided Read chunks (one reply per slot; key generation bytes from
+    /// `seed`). The driver keeps the slots' handles and drops them once the connection
+    /// has closed. Without slots, a reply too large for what the requester offered gets
+    /// ERR_CHUNK.
+    pub fn set_reply_mrs(&mut self, slots: &[FastRegSlot], seed: u64) {
+        self.resp.set_reply_mrs(slots, seed);
     }
 
     /// The responder half's counters.
