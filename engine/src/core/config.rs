@@ -452,7 +452,8 @@ impl ConnConfig {
                     slots,
                     // Posted, plus replies the application holds, plus caches.
                     recv_bufs: rq + slots + slack,
-                    send_bufs: self.send_bufs.max(slots + slack),
+                    // Headers, and RDMA_DONE's few when extensions are offered.
+                    send_bufs: self.send_bufs.max(slots + slack + 4),
                     // Reply chunk buffers: one per slot, and as many again for replies
                     // the application still holds.
                     large_bufs: 2 * slots,

@@ -79,6 +79,8 @@ pub trait RequesterRole: roles::Sealed {
     fn active(&self) -> usize;
     #[doc(hidden)]
     fn local_pd(&self) -> Option<PrivateData>;
+    #[doc(hidden)]
+    fn awaits_reply(&self, xid: u32) -> bool;
 }
 
 /// What a connection asks of its responder slot: a [`ResponderHalf`] or
@@ -144,6 +146,9 @@ impl RequesterRole for RequesterHalf {
     fn local_pd(&self) -> Option<PrivateData> {
         Some(RequesterHalf::local_pd(self))
     }
+    fn awaits_reply(&self, xid: u32) -> bool {
+        RequesterHalf::awaits_reply(self, xid)
+    }
 }
 
 impl RequesterRole for NoRequester {
@@ -171,6 +176,9 @@ impl RequesterRole for NoRequester {
     }
     fn local_pd(&self) -> Option<PrivateData> {
         None
+    }
+    fn awaits_reply(&self, _xid: u32) -> bool {
+        false
     }
 }
 
@@ -485,7 +493,13 @@ impl<R: RequesterRole, P: ResponderRole> Connection<R, P> {
                 if !wc.status.is_success() {
                     t.recvs.recycle(buf);
                 } else if !P::PRESENT
-                    || (R::PRESENT && direction(buf.as_slice(), &self.limits) == Direction::Reply)
+                    || (R::PRESENT
+                        && direction(
+                            buf.as_slice(),
+                            &self.limits,
+                            t.extensions.reply_read_chunks,
+                            |x| self.req.awaits_reply(x),
+                        ) == Direction::Reply)
                 {
                     self.req.on_recv(t, buf, wc.invalidated_rkey, now);
                 } else {

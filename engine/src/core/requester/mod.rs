@@ -47,6 +47,7 @@ macro_rules! adopt {
     }};
 }
 
+mod pull;
 mod reply;
 mod slot;
 mod start;
@@ -57,6 +58,7 @@ use std::time::Instant;
 
 use rpcrdma_pools::{Pool, PoolCache};
 
+use self::pull::{Dones, PullState, DONE_BUFS};
 use self::reply::{interpret, status_of, Body, Interpreted};
 use self::slot::{Answer, CallSlot, MrState, SlotState};
 use super::config::{ConnConfig, RegMode, Role, Sizes};
@@ -111,6 +113,15 @@ pub struct RequesterStats {
     pub quarantined: u64,
     /// RDMA_DONE messages received (ignored by a requester).
     pub done_received: u64,
+    /// Replies pulled from responder-provided Read chunks and delivered.
+    pub read_chunk_replies: u64,
+    /// RDMA_DONE messages sent (pull completion notifications).
+    pub dones_sent: u64,
+    /// Of the replies with a Read chunk, those for no call in flight: answered with
+    /// RDMA_DONE all the same (the draft's §4.1.3).
+    pub dones_for_unknown_xids: u64,
+    /// DONEs that found their queue full (never while its sizing holds).
+    pub dones_dropped: u64,
     /// Completions whose `wr_id` named nothing outstanding (provider bugs).
     pub stray_completions: u64,
     /// Refills that found the receive pool empty.
@@ -209,6 +220,10 @@ pub struct RequesterHalf {
     hand_back: bool,
     next_deadline: Option<Instant>,
     last_rx: Option<Instant>,
+    /// RDMA_DONE buffers, and DONEs and pulls waiting for resources.
+    dones: Dones,
+    /// Largest responder-provided Read chunk pulled (a large buffer).
+    max_pull: u32,
     stats: RequesterStats,
 }
 
@@ -264,6 +279,14 @@ impl RequesterHalf {
             slots.push(CallSlot::new(header, i == sizes.slots - 1));
         }
         let probe_slot = sizes.slots - 1;
+        let mut done_bufs = Vec::new();
+        if cfg.extensions {
+            for _ in 0..DONE_BUFS {
+                let b = RegBuf::from_pool(&pools.send).map_err(CoreError::Buffers)?;
+                b.lkey().map_err(CoreError::Buffers)?;
+                done_bufs.push(b);
+            }
+        }
         let slot_bits = 32 - (sizes.slots.max(2) - 1).leading_zeros();
         credits.reset();
         // XIDs start at a point drawn from the configured seed (reproducible runs) or
@@ -301,6 +324,8 @@ impl RequesterHalf {
             hand_back: cfg.reconnect.is_some(),
             next_deadline: None,
             last_rx: None,
+            dones: Dones::new(done_bufs, 2 * sizes.slots as usize),
+            max_pull: cfg.large_buf_size,
             stats: RequesterStats::default(),
         })
     }
@@ -790,6 +815,8 @@ impl RequesterHalf {
                 }
                 self.progress(id.slot);
             }
+            WrKind::ReplyPull => self.on_pull_completion(t, id, wc),
+            WrKind::DoneSend => self.on_done_completion(t, id),
             _ => self.stats.stray_completions += 1,
         }
     }
@@ -807,6 +834,15 @@ impl RequesterHalf {
             }
         };
         let xid = hdr.xid();
+        // A reply that exposes responder memory gets RDMA_DONE whatever becomes of it,
+        // so the responder can invalidate (the draft's §4.1.3).
+        let done_key = if hdr.read_segment_count() > 0 {
+            hdr.chunk_lists()
+                .and_then(|l| l.read_list().next())
+                .map(|r| r.segment.handle)
+        } else {
+            None
+        };
         let slot = self.slot_for_reply(xid);
         let matched = self
             .slots
@@ -821,6 +857,10 @@ impl RequesterHalf {
             let wrote = hdr.write_segment_count() > 0 || hdr.reply_segment_count() > 0;
             self.note_foreign_swi(t, swi, None);
             t.recvs.recycle(buf);
+            if done_key.is_some() {
+                self.stats.dones_for_unknown_xids += 1;
+                self.send_done(t, xid, done_key);
+            }
             if wrote {
                 self.stats.stray_chunk_replies += 1;
                 if self.mode == RegMode::Persistent {
@@ -834,7 +874,12 @@ impl RequesterHalf {
         self.credits.set_granted(hdr.credit());
         let s = &self.slots[slot as usize];
         let offered = &s.sink_caps[..s.sinks.len()];
-        let interp = interpret(&hdr, offered, s.reply_cap);
+        let max_pull = if t.extensions.reply_read_chunks {
+            self.max_pull
+        } else {
+            0
+        };
+        let interp = interpret(&hdr, offered, s.reply_cap, max_pull);
         if interp == Interpreted::Done {
             self.stats.done_received += 1;
             t.recvs.recycle(buf);
@@ -849,6 +894,7 @@ impl RequesterHalf {
             self.note_foreign_swi(t, swi, None);
             t.recvs.recycle(buf);
             self.progress(slot);
+            self.send_done(t, xid, done_key);
             return;
         }
         if self.slots[slot as usize].is_probe {
@@ -856,6 +902,37 @@ impl RequesterHalf {
             let _ = t.events.push_back(ConnEvent::ProbeAnswered(rtt));
         }
         match interp {
+            Interpreted::Reply {
+                body: Body::Pull(plan),
+                sink_lens,
+            } => {
+                t.recvs.recycle(buf);
+                self.slots[slot as usize].pull = Some(PullState {
+                    plan,
+                    sink_lens,
+                    swi,
+                    pending: 0,
+                    started: false,
+                    ok: true,
+                });
+                if !self.start_pull(t, slot)
+                    && self.dones.pulls_waiting.push_back(slot).is_err()
+                {
+                    // Never: the queue holds every slot twice over.
+                    self.slots[slot as usize].pull = None;
+                    self.answer(
+                        t,
+                        slot,
+                        CallStatus::Transport(TransportError::BadReply(
+                            crate::requester::BadReply::ReadChunkTooLarge,
+                        )),
+                        None,
+                        [0; MAX_WRITE_SINKS],
+                        swi,
+                    );
+                    self.send_done(t, xid, done_key);
+                }
+            }
             Interpreted::Reply { body, sink_lens } => {
                 let reply = match body {
                     Body::Inline {
@@ -868,6 +945,7 @@ impl RequesterHalf {
                         len,
                         padding,
                     },
+                    Body::Pull(_) => return,
                     Body::InChunk { len } => {
                         t.recvs.recycle(buf);
                         match self.slots[slot as usize].reply_buf.take() {
@@ -902,9 +980,20 @@ impl RequesterHalf {
                     [0; MAX_WRITE_SINKS],
                     swi,
                 );
+                // A Read chunk this requester will not pull still gets its DONE.
+                self.send_done(t, xid, done_key);
             }
             Interpreted::Done => t.recvs.recycle(buf),
         }
+    }
+
+    /// Whether `xid` names a call in flight that has no reply yet (the demux of a
+    /// two-role connection asks, for RDMA_NOMSG with a Read chunk).
+    pub(crate) fn awaits_reply(&self, xid: u32) -> bool {
+        let slot = self.slot_for_reply(xid);
+        self.slots
+            .get(slot as usize)
+            .is_some_and(|s| matches!(s.state, SlotState::Sent) && s.xid == xid && s.holds_credit)
     }
 
     fn release_credit(&mut self, slot: u32) {
@@ -1062,6 +1151,9 @@ impl RequesterHalf {
                 self.own_xids.remove(s.xid);
             }
             s.mrs.clear();
+            if let Some(b) = s.pull_buf.take() {
+                b.release_into(&mut self.large);
+            }
             // Quarantined buffers (persistent mode) are safe to reuse now: the peer
             // answered, or the queue pair is drained.
             s.msg = None;
@@ -1108,6 +1200,7 @@ impl RequesterHalf {
             self.push_outcome(o);
         }
         self.credits.set_waiting(0);
+        self.dones.clear();
         // Invalidations not yet staged never will be: give their send-queue room back.
         for s in self.slots.iter_mut() {
             if s.reserved > 0 {
@@ -1133,6 +1226,10 @@ impl RequesterHalf {
             for m in s.mrs.iter_mut() {
                 m.state = MrState::Invalid;
             }
+            s.pull = None;
+            if let Some(b) = s.pull_buf.take() {
+                b.release_into(&mut self.large);
+            }
             s.wrs = 0;
             if matches!(s.state, SlotState::Sent) {
                 s.state = SlotState::Answered(Answer {
@@ -1151,6 +1248,9 @@ impl RequesterHalf {
     /// Per-poll work before posting: start queued calls.
     #[inline]
     pub(crate) fn prepare(&mut self, t: &mut Transport, now: Instant) {
+        if self.dones.busy() && t.is_open() {
+            self.resume_pulls(t);
+        }
         if !self.queue.is_empty() && t.is_open() {
             self.admit_queued(t, now);
         }
