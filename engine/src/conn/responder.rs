@@ -82,7 +82,9 @@ impl<P: Provider, S: Service> ResponderConn<P, S> {
         // without fast registration (such replies then get ERR_CHUNK).
         let reply_mrs = if res.sizes.mr_slots > 0 && dev.caps().fast_reg {
             let (mrs, slots) = res.fast_mrs(res.sizes.mr_slots, cfg.large_buf_size as usize)?;
-            let seed = cfg.seed.map_or_else(crate::core::mrs::os_seed, |s| s ^ 0x7265_706c_795f_6d72);
+            let seed = cfg
+                .seed
+                .map_or_else(crate::core::mrs::os_seed, |s| s ^ 0x7265_706c_795f_6d72);
             core.set_reply_mrs(&slots, seed);
             mrs
         } else {

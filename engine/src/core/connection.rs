@@ -34,7 +34,9 @@ use crate::fabric::{Completion, PeerAbort};
 use crate::requester::{CallRequest, Outcome, SubmitError};
 use crate::service::Service;
 use crate::wire::header::Limits;
-use crate::wire::private_data::{find_private_data, Advertisement, Extensions, InlineThresholds, PrivateData};
+use crate::wire::private_data::{
+    find_private_data, Advertisement, Extensions, InlineThresholds, PrivateData,
+};
 
 /// The requester slot of a connection that makes no calls.
 #[derive(Debug, Default)]
@@ -339,8 +341,7 @@ impl<R: RequesterRole, P: ResponderRole> Connection<R, P> {
     /// The private data to offer when connecting or accepting: the RFC 8797 message,
     /// then the extension advertisement when [`ConnConfig::extensions`] is on.
     pub fn local_private_data(&self) -> Advertisement {
-        Advertisement::new(&self.local_pd, self.local_ext)
-            .unwrap_or(Advertisement::DEFAULT)
+        Advertisement::new(&self.local_pd, self.local_ext).unwrap_or(Advertisement::DEFAULT)
     }
 
     /// The extensions both peers offered (none before the connection is established).
@@ -596,6 +597,22 @@ impl<P: ResponderRole> Connection<RequesterHalf, P> {
     /// The credit table (shareable with application threads).
     pub fn credits(&self) -> &Arc<CreditTable> {
         self.req.credits()
+    }
+
+    /// Test hook (feature `testing`): stop or resume sending RDMA_DONE after pulling a
+    /// responder-provided Read chunk, to play a requester that neglects it.
+    #[cfg(feature = "testing")]
+    #[doc(hidden)]
+    pub fn set_drop_dones(&mut self, on: bool) {
+        self.req.set_drop_dones(on);
+    }
+
+    /// Test hook (feature `testing`): the first segment of the last responder-provided
+    /// Read chunk pulled.
+    #[cfg(feature = "testing")]
+    #[doc(hidden)]
+    pub fn last_pulled_segment(&self) -> Option<crate::wire::header::Segment> {
+        self.req.last_pulled_segment()
     }
 
     /// How chunk memory is registered.

@@ -95,17 +95,35 @@ mod tests {
         );
         // RDMA_NOMSG with a Position-Zero Read chunk is a long call ...
         let pzrc = [1, 0, 1, 0x100, 0, 0x1000, 0, 0, 0];
-        assert_eq!(direction(&msg(1, &pzrc, &[]), &l, false, |_| false), Direction::Call);
+        assert_eq!(
+            direction(&msg(1, &pzrc, &[]), &l, false, |_| false),
+            Direction::Call
+        );
         // ... unless the extension is on and its XID is a call of ours awaiting a reply:
         // a responder-provided Read chunk.
-        assert_eq!(direction(&msg(1, &pzrc, &[]), &l, true, |x| x == 7), Direction::Reply);
-        assert_eq!(direction(&msg(1, &pzrc, &[]), &l, true, |x| x == 8), Direction::Call);
-        assert_eq!(direction(&msg(1, &pzrc, &[]), &l, false, |x| x == 7), Direction::Call);
+        assert_eq!(
+            direction(&msg(1, &pzrc, &[]), &l, true, |x| x == 7),
+            Direction::Reply
+        );
+        assert_eq!(
+            direction(&msg(1, &pzrc, &[]), &l, true, |x| x == 8),
+            Direction::Call
+        );
+        assert_eq!(
+            direction(&msg(1, &pzrc, &[]), &l, false, |x| x == 7),
+            Direction::Call
+        );
         // ... and without one, a reply that went into the Reply chunk.
         let reply_chunk = [0, 0, 1, 1, 9, 64, 0, 0x2000];
-        assert_eq!(direction(&msg(1, &reply_chunk, &[]), &l, false, |_| false), Direction::Reply);
+        assert_eq!(
+            direction(&msg(1, &reply_chunk, &[]), &l, false, |_| false),
+            Direction::Reply
+        );
         // RDMA_DONE goes to the responder; RDMA_ERROR to the requester.
-        assert_eq!(direction(&msg(3, &[], &[]), &l, false, |_| false), Direction::Call);
+        assert_eq!(
+            direction(&msg(3, &[], &[]), &l, false, |_| false),
+            Direction::Call
+        );
         let mut e = [0u8; 64];
         let n = encode_err_chunk(7, 8, &mut e).unwrap();
         assert_eq!(direction(&e[..n], &l, false, |_| false), Direction::Reply);

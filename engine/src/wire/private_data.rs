@@ -540,11 +540,12 @@ pub struct Advertisement {
 
 impl Advertisement {
     /// [`PrivateData::DEFAULT`] and no extensions.
-    pub const DEFAULT: Advertisement = match Advertisement::new(&PrivateData::DEFAULT, Extensions::NONE) {
-        Ok(a) => a,
-        // Evaluated at compile time: the default always encodes.
-        Err(_) => panic!("the default private data encodes"),
-    };
+    pub const DEFAULT: Advertisement =
+        match Advertisement::new(&PrivateData::DEFAULT, Extensions::NONE) {
+            Ok(a) => a,
+            // Evaluated at compile time: the default always encodes.
+            Err(_) => panic!("the default private data encodes"),
+        };
 
     /// `pd` (which must encode), then `ext` unless it is empty.
     ///

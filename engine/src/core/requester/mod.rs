@@ -224,6 +224,12 @@ pub struct RequesterHalf {
     dones: Dones,
     /// Largest responder-provided Read chunk pulled (a large buffer).
     max_pull: u32,
+    /// The first segment of the last responder-provided Read chunk pulled (tests read
+    /// it again to prove the key dead).
+    pub(super) last_pull: Option<crate::wire::header::Segment>,
+    /// Test hook: DONEs are not sent (a requester that neglects them, the draft's
+    /// §4.1.3).
+    pub(super) drop_dones: bool,
     stats: RequesterStats,
 }
 
@@ -326,6 +332,8 @@ impl RequesterHalf {
             last_rx: None,
             dones: Dones::new(done_bufs, 2 * sizes.slots as usize),
             max_pull: cfg.large_buf_size,
+            last_pull: None,
+            drop_dones: false,
             stats: RequesterStats::default(),
         })
     }
@@ -915,9 +923,7 @@ impl RequesterHalf {
                     started: false,
                     ok: true,
                 });
-                if !self.start_pull(t, slot)
-                    && self.dones.pulls_waiting.push_back(slot).is_err()
-                {
+                if !self.start_pull(t, slot) && self.dones.pulls_waiting.push_back(slot).is_err() {
                     // Never: the queue holds every slot twice over.
                     self.slots[slot as usize].pull = None;
                     self.answer(
@@ -985,6 +991,16 @@ impl RequesterHalf {
             }
             Interpreted::Done => t.recvs.recycle(buf),
         }
+    }
+
+    /// Test hook: stop (or resume) sending RDMA_DONE.
+    pub(crate) fn set_drop_dones(&mut self, on: bool) {
+        self.drop_dones = on;
+    }
+
+    /// The first segment of the last responder-provided Read chunk pulled.
+    pub(crate) fn last_pulled_segment(&self) -> Option<crate::wire::header::Segment> {
+        self.last_pull
     }
 
     /// Whether `xid` names a call in flight that has no reply yet (the demux of a

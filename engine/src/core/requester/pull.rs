@@ -164,6 +164,7 @@ impl RequesterHalf {
         };
         let xid = s.xid;
         let key = p.plan.segs.first().map(|g| g.handle);
+        self.last_pull = p.plan.segs.first().copied();
         let buf = s.pull_buf.take();
         let live = matches!(s.state, SlotState::Sent) && t.is_open() && p.ok;
         match buf {
@@ -190,7 +191,7 @@ impl RequesterHalf {
     /// Sends RDMA_DONE for `xid` (its chunk's first key `key`), now or, when a DONE
     /// buffer or send-queue room is short, from the next poll on.
     pub(super) fn send_done(&mut self, t: &mut Transport, xid: u32, key: Option<u32>) {
-        if !t.is_open() {
+        if !t.is_open() || self.drop_dones {
             // The connection is ending: the responder's keys die with it.
             return;
         }
