@@ -902,7 +902,9 @@ impl RequesterHalf {
             self.note_foreign_swi(t, swi, None);
             t.recvs.recycle(buf);
             self.progress(slot);
-            self.send_done(t, xid, done_key);
+            if done_key.is_some() {
+                self.send_done(t, xid, done_key);
+            }
             return;
         }
         if self.slots[slot as usize].is_probe {
@@ -987,7 +989,9 @@ impl RequesterHalf {
                     swi,
                 );
                 // A Read chunk this requester will not pull still gets its DONE.
-                self.send_done(t, xid, done_key);
+                if done_key.is_some() {
+                    self.send_done(t, xid, done_key);
+                }
             }
             Interpreted::Done => t.recvs.recycle(buf),
         }
