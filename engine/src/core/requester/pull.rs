@@ -195,12 +195,13 @@ impl RequesterHalf {
             // The connection is ending: the responder's keys die with it.
             return;
         }
-        if !self.dones.waiting.is_empty() || !self.stage_done(t, xid, key) {
-            if self.dones.waiting.push_back((xid, key)).is_err() {
-                // Never: the queue has room for a DONE per call slot and more. The
-                // responder's timeout invalidates the chunk all the same.
-                self.stats.dones_dropped += 1;
-            }
+        // In order behind DONEs already waiting. The queue has room for a DONE per call
+        // slot and more, so it is never full; if it were, the responder's timeout would
+        // invalidate the chunk all the same.
+        if (!self.dones.waiting.is_empty() || !self.stage_done(t, xid, key))
+            && self.dones.waiting.push_back((xid, key)).is_err()
+        {
+            self.stats.dones_dropped += 1;
         }
     }
 
