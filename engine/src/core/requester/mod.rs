@@ -998,11 +998,13 @@ impl RequesterHalf {
     }
 
     /// Test hook: stop (or resume) sending RDMA_DONE.
+    #[cfg(feature = "testing")]
     pub(crate) fn set_drop_dones(&mut self, on: bool) {
         self.drop_dones = on;
     }
 
     /// The first segment of the last responder-provided Read chunk pulled.
+    #[cfg(feature = "testing")]
     pub(crate) fn last_pulled_segment(&self) -> Option<crate::wire::header::Segment> {
         self.last_pull
     }
