@@ -62,9 +62,17 @@ pub fn decode_header(buf: &[u8], limits: &Limits) -> Result<Decoded, CliError> {
              an RFC 8166 responder answers it with ERR_CHUNK"
                 .to_owned(),
         ),
-        Procedure::Done => notes.push(
-            "RDMA_DONE is not used by RPC-over-RDMA version 1; \
-             RFC 8166 §4.6.2 says receivers ignore it"
+        Procedure::Done => notes.push(format!(
+            "RDMA_DONE: pull completion notification for XID {:#010x} \
+             (draft-cel-nfsv4-rpcrdma-reliable-reply §4.1.3): the requester has pulled \
+             the Read chunk the responder provided for that reply, which may now be \
+             invalidated; sent only between peers that negotiated the extension \
+             (RFC 8166 §4.6.2 receivers ignore it)",
+            view.xid()
+        )),
+        Procedure::Nomsg if view.read_segment_count() > 0 => notes.push(
+            "RDMA_NOMSG with a Position-Zero Read chunk: a long call, or a reply in a \
+             responder-provided Read chunk (answered with RDMA_DONE)"
                 .to_owned(),
         ),
         Procedure::Nomsg if !view.after_header().is_empty() => notes.push(format!(

@@ -189,6 +189,14 @@ fn hex_input_tolerates_colons_and_prefixes_and_compact_is_one_line() {
     let text = String::from_utf8(out.stdout.clone()).unwrap();
     assert_eq!(text.lines().count(), 1, "{text}");
     assert_eq!(stdout_json(&out)["header"]["proc"], "RDMA_DONE");
+    let note = stdout_json(&out)["notes"][0]
+        .as_str()
+        .unwrap_or("")
+        .to_owned();
+    assert!(
+        note.contains("pull completion notification for XID 0x00000009"),
+        "{note}"
+    );
     // --hex - reads hex text from stdin.
     let out = run(
         &["decode", "--hex", "-"],
