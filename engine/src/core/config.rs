@@ -509,8 +509,15 @@ mod tests {
         assert!(s.sq_depth >= 2 * MAX_MRS_PER_CALL as u32 + 2);
         assert_eq!(s.cq_depth, s.sq_depth + s.rq_depth);
         let r = c.sizes(Role::Responder);
-        assert_eq!(r.rq_depth, 32);
+        // 32 receives for the credits, 32 more for RDMA_DONE (one per reply MR slot).
+        assert_eq!((r.rq_depth, r.mr_slots), (64, 32));
         assert_eq!(r.slots, 64);
+        let plain = ConnConfig {
+            extensions: false,
+            ..ConnConfig::default()
+        }
+        .sizes(Role::Responder);
+        assert_eq!((plain.rq_depth, plain.mr_slots), (32, 0));
     }
 
     #[test]

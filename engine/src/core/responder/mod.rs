@@ -255,6 +255,17 @@ impl<S: Service> ResponderHalf<S> {
         // Restock first: the grant in the reply this call gets counts posted receives.
         t.recvs.refill(&mut t.outbox);
         let Some(i) = self.free.pop() else {
+            // A DONE needs no context: it still frees its exposed reply.
+            if let Ok(h) = HeaderView::parse(buf.as_slice(), &self.limits) {
+                if h.procedure() == Procedure::Done {
+                    let xid = h.xid();
+                    self.stats.done_received += 1;
+                    t.recvs.recycle(buf);
+                    self.on_done(t, xid, swi);
+                    self.service.on_done(xid);
+                    return;
+                }
+            }
             // More calls than credits granted (RFC 8166 §3.3.1 lets us drop them).
             self.stats.overruns += 1;
             t.recvs.recycle(buf);
