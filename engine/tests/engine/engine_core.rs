@@ -1051,3 +1051,174 @@ fn a_two_role_connection_serves_and_calls_on_one_transport() {
         assert_eq!(c.state(), ConnState::Closed);
     }
 }
+
+// ---- responder-provided Read chunks, requester side, by hand ---------------------------
+
+mod read_chunk_replies {
+    use super::*;
+    use rpcrdma::BadReply;
+    use rpcrdma::wire::header::{BodyRepr, ChunkListsRepr, HeaderRepr, ReadSegment, Segment};
+    use rpcrdma::wire::private_data::{Advertisement, Extensions};
+
+    /// A requester established with a peer that offered `ext`.
+    fn requester_ext(ext: Extensions) -> (RequesterCore, CorePools, Wire, Instant) {
+        let (mut core, pools) = unestablished(&cfg());
+        let now = Instant::now();
+        let mut qp = Wire::new([&pools.recv, &pools.send, &pools.large]);
+        let adv = Advertisement::new(&PrivateData::new(4096, 4096, true), ext).expect("encodes");
+        core.on_established(adv.as_bytes(), now);
+        qp.pump(&mut core, now);
+        (core, pools, qp, now)
+    }
+
+    /// Sends a NULL call (no Reply chunk offered) and returns its XID.
+    fn one_call(core: &mut RequesterCore, pools: &CorePools, qp: &mut Wire, now: Instant) -> u32 {
+        core.submit(null_call(pools), 1, now).expect("submitted");
+        qp.pump(core, now);
+        let xid = be(&qp.sends[0].bytes, 0);
+        for wc in qp.complete_sends() {
+            core.handle_completion(&wc, now);
+        }
+        xid
+    }
+
+    /// RDMA_NOMSG whose Position-Zero Read chunk is `segs`.
+    fn nomsg_reply(xid: u32, segs: &[Segment]) -> Vec<u8> {
+        let reads: Vec<ReadSegment> = segs
+            .iter()
+            .map(|&segment| ReadSegment {
+                position: 0,
+                segment,
+            })
+            .collect();
+        let repr = HeaderRepr {
+            xid,
+            credit: 8,
+            body: BodyRepr::Nomsg(ChunkListsRepr {
+                reads: &reads,
+                writes: &[],
+                reply: None,
+            }),
+        };
+        let mut out = vec![0u8; 512];
+        let n = repr.encode(&mut out).expect("encodes");
+        out.truncate(n);
+        out
+    }
+
+    /// Three segments are pulled with three RDMA Reads into one contiguous buffer, the
+    /// reply is delivered from it, and RDMA_DONE follows as Send With Invalidate naming
+    /// the chunk's first key. The call's credit came back with the reply.
+    #[test]
+    fn a_three_segment_chunk_is_pulled_delivered_and_done() {
+        let (mut core, pools, mut qp, now) = requester_ext(Extensions::ALL);
+        assert!(core.extensions().reply_read_chunks);
+        let xid = one_call(&mut core, &pools, &mut qp, now);
+        // The reply: accepted SUCCESS and 3000 octets of results.
+        let mut msg = Vec::new();
+        for w in [xid, 1, 0, 0, 0, 0] {
+            msg.extend_from_slice(&w.to_be_bytes());
+        }
+        msg.extend((0..3000u32).map(|i| (i * 7) as u8));
+        let lens = [1000u32, 1000, msg.len() as u32 - 2000];
+        let segs: Vec<Segment> = lens
+            .iter()
+            .enumerate()
+            .map(|(k, &l)| {
+                Segment::new(0x100 * (k as u32 + 1), l, 0x7000_0000 + 0x10000 * k as u64)
+            })
+            .collect();
+        let wc = qp.deliver(&nomsg_reply(xid, &segs));
+        core.handle_completion(&wc, now);
+        assert_eq!(core.credits().in_flight(), 0, "the credit came back");
+        assert!(core.poll_outcome().is_none(), "not before the pull");
+        qp.pump(&mut core, now);
+        assert_eq!(qp.sends.len(), 3, "one Read per segment");
+        let mut off = 0usize;
+        let mut next_addr = None;
+        for (p, seg) in qp.sends.iter().zip(&segs) {
+            match p.op {
+                SendOp::RdmaRead { remote } => {
+                    assert_eq!((remote.rkey, remote.addr), (seg.handle, seg.offset));
+                }
+                other => panic!("{other:?}"),
+            }
+            assert_eq!(p.sgl.len(), 1);
+            assert_eq!(p.sgl[0].length, seg.length);
+            if let Some(a) = next_addr {
+                assert_eq!(p.sgl[0].addr, a, "contiguous in one buffer");
+            }
+            next_addr = Some(p.sgl[0].addr + u64::from(seg.length));
+            // The responder's octets land where the Read scatters them.
+            qp.write(p.sgl[0].addr, &msg[off..off + seg.length as usize])
+                .expect("inside a pool");
+            off += seg.length as usize;
+        }
+        for wc in qp.complete_sends() {
+            core.handle_completion(&wc, now);
+        }
+        let o = core.poll_outcome().expect("delivered after the pull");
+        assert_eq!(o.status, CallStatus::Success);
+        assert_eq!(o.reply.as_ref().expect("reply").bytes(), &msg[..]);
+        qp.pump(&mut core, now);
+        assert_eq!(qp.sends.len(), 1, "RDMA_DONE");
+        let done = &qp.sends[0];
+        assert!(
+            matches!(done.op, SendOp::SendWithInvalidate { rkey: 0x100 }),
+            "{:?}",
+            done.op
+        );
+        assert_eq!(done.bytes.len(), 16);
+        assert_eq!(
+            [be(&done.bytes, 0), be(&done.bytes, 1), be(&done.bytes, 3)],
+            [xid, 1, 3]
+        );
+        assert!(qp.faults.is_empty(), "{:?}", qp.faults);
+        let s = core.requester_stats();
+        assert_eq!((s.read_chunk_replies, s.dones_sent), (1, 1));
+        for wc in qp.complete_sends() {
+            core.handle_completion(&wc, now);
+        }
+        assert_eq!(core.requester_stats().stray_completions, 0);
+    }
+
+    /// A Read chunk reply for no call in flight still gets its DONE (draft §4.1.3).
+    #[test]
+    fn an_unknown_xid_gets_done_too() {
+        let (mut core, _pools, mut qp, now) = requester_ext(Extensions::ALL);
+        let seg = Segment::new(0x4242, 5000, 0x9000_0000);
+        let wc = qp.deliver(&nomsg_reply(0x1234_5678, &[seg]));
+        core.handle_completion(&wc, now);
+        qp.pump(&mut core, now);
+        assert_eq!(qp.sends.len(), 1);
+        assert!(matches!(
+            qp.sends[0].op,
+            SendOp::SendWithInvalidate { rkey: 0x4242 }
+        ));
+        assert_eq!(be(&qp.sends[0].bytes, 0), 0x1234_5678);
+        assert_eq!(core.requester_stats().dones_for_unknown_xids, 1);
+    }
+
+    /// Without the extension negotiated the call fails (`BadReply::ReadChunks`), nothing
+    /// is read, and DONE still goes out so the responder can let go (draft §4.1.3).
+    #[test]
+    fn without_the_extension_the_call_fails_and_done_goes_out() {
+        let (mut core, pools, mut qp, now) = requester_ext(Extensions::NONE);
+        assert!(!core.extensions().reply_read_chunks);
+        let xid = one_call(&mut core, &pools, &mut qp, now);
+        let seg = Segment::new(0x4242, 5000, 0x9000_0000);
+        let wc = qp.deliver(&nomsg_reply(xid, &[seg]));
+        core.handle_completion(&wc, now);
+        let o = core.poll_outcome().expect("outcome");
+        assert_eq!(
+            o.status,
+            CallStatus::Transport(TransportError::BadReply(BadReply::ReadChunks))
+        );
+        qp.pump(&mut core, now);
+        assert_eq!(qp.sends.len(), 1, "only the DONE, no Read");
+        assert!(matches!(
+            qp.sends[0].op,
+            SendOp::SendWithInvalidate { rkey: 0x4242 }
+        ));
+    }
+}
