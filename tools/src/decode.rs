@@ -9,7 +9,7 @@
 //! header, when there is one).
 
 use rpcrdma::wire::header::{Header, HeaderView, Limits, Procedure, RPCRDMA_VERSION};
-use rpcrdma::wire::private_data::{find_private_data, InlineThresholds, PrivateData};
+use rpcrdma::wire::private_data::{find_private_data, Extensions, InlineThresholds, PrivateData};
 use serde::Serialize;
 
 use crate::error::CliError;
@@ -126,6 +126,9 @@ pub struct DecodedPrivateData {
     pub local: Advertised,
     /// Inline thresholds from this end's point of view (RFC 8797 §4.2).
     pub negotiated: InlineThresholds,
+    /// The rpcrdma extensions the peer offered in the word after its RFC 8797 message
+    /// (none from a version-1-only peer such as Linux).
+    pub extensions: Extensions,
     /// The same in words.
     pub meaning: String,
 }
@@ -136,10 +139,11 @@ pub fn decode_private_data(buf: &[u8], local: PrivateData) -> Result<DecodedPriv
         .map_err(CliError::PrivateData)?
         .ok_or(CliError::NoPrivateData { len: buf.len() })?;
     let negotiated = InlineThresholds::negotiate(Some(&local), Some(&peer));
+    let extensions = Extensions::find(buf);
     let meaning = format!(
         "the peer sends at most {} octets per RDMA Send and receives up to {}; {}. \
          Against the local side shown, this end may send {} octets inline and must post \
-         receives of {} octets; remote invalidation is {}",
+         receives of {} octets; remote invalidation is {}{}",
         peer.send_size,
         peer.recv_size,
         if peer.remote_invalidate {
@@ -154,12 +158,18 @@ pub fn decode_private_data(buf: &[u8], local: PrivateData) -> Result<DecodedPriv
         } else {
             "not usable"
         },
+        if extensions.reply_read_chunks {
+            ". It offers responder-provided Read chunks for replies (rpcrdma extension)"
+        } else {
+            ""
+        },
     );
     Ok(DecodedPrivateData {
         offset,
         peer: peer.into(),
         local: local.into(),
         negotiated,
+        extensions,
         meaning,
     })
 }

@@ -1056,9 +1056,9 @@ fn a_two_role_connection_serves_and_calls_on_one_transport() {
 
 mod read_chunk_replies {
     use super::*;
-    use rpcrdma::BadReply;
     use rpcrdma::wire::header::{BodyRepr, ChunkListsRepr, HeaderRepr, ReadSegment, Segment};
     use rpcrdma::wire::private_data::{Advertisement, Extensions};
+    use rpcrdma::BadReply;
 
     /// A requester established with a peer that offered `ext`.
     fn requester_ext(ext: Extensions) -> (RequesterCore, CorePools, Wire, Instant) {

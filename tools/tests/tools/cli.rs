@@ -435,6 +435,24 @@ fn private_data_is_found_at_any_offset_and_negotiated() {
         json!({"send": 2048, "recv": 4096, "remote_invalidate": false})
     );
     assert!(v["meaning"].as_str().unwrap().contains("4096 octets"));
+    assert_eq!(v["extensions"], json!({"reply_read_chunks": false}));
+    // An rpcrdma peer's advertisement: the same message, then its extension word.
+    let v = stdout_json(&run(
+        &[
+            "decode",
+            "--private-data",
+            "--hex",
+            "f6ab0e18 01 01 03 07 72647801 00000001",
+        ],
+        b"",
+    ));
+    assert_eq!(v["offset"], 0);
+    assert_eq!(v["peer"]["send_size"], 4096);
+    assert_eq!(v["extensions"], json!({"reply_read_chunks": true}));
+    assert!(v["meaning"]
+        .as_str()
+        .unwrap()
+        .contains("responder-provided Read chunks"));
 }
 
 #[test]
