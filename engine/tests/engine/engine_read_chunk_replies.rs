@@ -329,4 +329,28 @@ per_provider!(
     unknown_xid_done_is_dropped,
     peer_without_extension_gets_err_chunk,
     old_key_is_dead_after_done,
+    exhausted_slots_wait_for_a_timeout,
 );
+
+/// Every reply MR slot holds a reply whose DONE does not come: the next large reply
+/// waits for one to time out, then goes out; nothing hangs and nothing is refused.
+fn exhausted_slots_wait_for_a_timeout<N: Net>(net: N) {
+    let cfg = test_config();
+    let server = ConnConfig {
+        credits: 2,
+        done_timeout: Duration::from_millis(30),
+        ..test_config()
+    };
+    let mut p = pair(&net, &cfg, &server);
+    p.requester.core_mut().set_drop_dones(true);
+    for n in [10_000u32, 11_000, 12_000, 13_000, 14_000] {
+        let o = call_big(&mut p, n, 512);
+        assert_eq!(o.status, CallStatus::Success, "size {n}");
+        assert_eq!(results(&o), &opaque(&pattern(n as usize, 7))[..]);
+        assert!(p.responder().expect("responder").stats().exposed <= 2);
+    }
+    until_nothing_exposed(&mut p);
+    let r = p.responder().expect("responder").stats();
+    assert_eq!((r.read_chunk_replies, r.done_timeouts), (5, 5));
+    assert!(r.stalls > 0, "a reply waited for a slot");
+}
