@@ -1222,3 +1222,148 @@ mod read_chunk_replies {
         ));
     }
 }
+
+mod read_chunk_replies_two_roles {
+    use super::*;
+    use rpcrdma::wire::private_data::{Advertisement, Extensions};
+
+    /// Answers every call with 20000 octets of results: too large for inline.
+    struct Big;
+
+    impl Service for Big {
+        fn handle_call(
+            &mut self,
+            call: &CallView<'_>,
+            w: &mut ReplyWriter<'_>,
+        ) -> Result<(), ServiceError> {
+            for v in [call.xid(), 1, 0, 0, 0, 0] {
+                w.put_u32(v).map_err(|_| ServiceError::SystemErr)?;
+            }
+            w.put(&[0x5a; 20_000]).map_err(|_| ServiceError::SystemErr)
+        }
+    }
+
+    /// Carries what `from` posted: Sends into `to`'s receives, RDMA Reads from `to`'s
+    /// memory into `from`'s; completes everything `from` posted.
+    fn carry(
+        from: &mut Wire,
+        a: &mut BidiCore<Big>,
+        to: &mut Wire,
+        b: &mut BidiCore<Big>,
+        now: Instant,
+    ) {
+        let posted: Vec<Posted> = from.sends.drain(..).collect();
+        for p in &posted {
+            match p.op {
+                SendOp::Send => {
+                    let wc = to.deliver(&p.bytes);
+                    b.handle_completion(&wc, now);
+                }
+                SendOp::SendWithInvalidate { rkey } => {
+                    let wc = to
+                        .deliver_invalidating(&p.bytes, Some(rkey))
+                        .expect("a posted receive");
+                    b.handle_completion(&wc, now);
+                }
+                SendOp::RdmaRead { remote } => {
+                    let mut data = vec![0u8; p.sgl[0].length as usize];
+                    to.read(remote.addr, &mut data)
+                        .expect("inside the peer's pools");
+                    from.write(p.sgl[0].addr, &data).expect("inside our pools");
+                }
+                _ => {}
+            }
+            let done = rpcrdma::testing::wire::completion_of(p, WcStatus::Success);
+            a.handle_completion(&done, now);
+        }
+        from.pump(a, now);
+        to.pump(b, now);
+    }
+
+    use rpcrdma::BidiCore;
+
+    /// RFC 8167 with responder-provided Read chunks on both sides: A's call gets a reply
+    /// in B's Read chunk (RDMA_NOMSG + Position-Zero Read chunk, like a long call), which
+    /// A's demux routes to its requester half because the XID is a call of A's awaiting
+    /// its reply; B's long call (the same shape) reaches A's responder half. Both pull,
+    /// both send RDMA_DONE, which the other's responder half takes, and everything
+    /// exposed is freed.
+    #[test]
+    fn reply_read_chunks_and_long_calls_are_told_apart_on_two_role_connections() {
+        let now = Instant::now();
+        let adv = Advertisement::new(&PrivateData::new(4096, 4096, true), Extensions::ALL)
+            .expect("encodes");
+        let make = |key: u32| {
+            let pools = pools();
+            let mrs = fast_reg_slots(1 + key, 40);
+            let credits = Arc::new(CreditTable::new(8, false));
+            let policy = Arc::new(GrantPolicy::new(8, 8));
+            let mut core = BidiCore::both_roles(&cfg(), &pools, Some(&mrs), credits, Big, policy)
+                .expect("two-role core");
+            core.set_reply_mrs(&fast_reg_slots(200 + key, 8), u64::from(key));
+            let mut wire = Wire::new([&pools.recv, &pools.send, &pools.large]);
+            core.on_established(adv.as_bytes(), now);
+            wire.pump(&mut core, now);
+            (core, pools, wire)
+        };
+        let (mut a, apools, mut wa) = make(0);
+        let (mut b, bpools, mut wb) = make(100);
+        assert!(a.extensions().reply_read_chunks && b.extensions().reply_read_chunks);
+        a.submit(null_call(&apools).with_xid(0xA1), 1, now)
+            .expect("a calls b");
+        // B's call is too long for inline: RDMA_NOMSG with a Position-Zero Read chunk.
+        let mut long = RegBuf::from_pool(&bpools.large).expect("buffer");
+        let mut v = Vec::new();
+        for w in [0u32, 0, 2, 7, 1, 0, 0, 0, 0, 0] {
+            v.extend_from_slice(&w.to_be_bytes());
+        }
+        v.resize(6000, 0x11);
+        long.fill(&v).expect("fits");
+        b.submit(CallRequest::new(long, 256).with_xid(0xB1), 2, now)
+            .expect("b calls a");
+        wa.pump(&mut a, now);
+        wb.pump(&mut b, now);
+        let (mut oa, mut ob) = (None, None);
+        for _ in 0..12 {
+            carry(&mut wa, &mut a, &mut wb, &mut b, now);
+            carry(&mut wb, &mut b, &mut wa, &mut a, now);
+            oa = oa.or_else(|| a.poll_outcome());
+            ob = ob.or_else(|| b.poll_outcome());
+        }
+        let (oa, ob) = (
+            oa.expect("a's call answered"),
+            ob.expect("b's call answered"),
+        );
+        for (o, tag, xid) in [(&oa, 1, 0xA1), (&ob, 2, 0xB1)] {
+            assert_eq!((o.tag, o.xid, o.status), (tag, xid, CallStatus::Success));
+            let bytes = o.reply.as_ref().expect("reply").bytes();
+            assert_eq!(bytes.len(), 24 + 20_000);
+            assert!(bytes[24..].iter().all(|&x| x == 0x5a));
+        }
+        for c in [&a, &b] {
+            let (rq, rs) = (c.requester_stats(), c.responder_stats());
+            assert_eq!((rq.read_chunk_replies, rq.dones_sent), (1, 1));
+            assert_eq!(rs.calls, 1, "exactly the peer's call reached the service");
+            assert_eq!(
+                (rs.read_chunk_replies, rs.done_received, rs.exposed),
+                (1, 1, 0)
+            );
+            assert_eq!(
+                (rq.unmatched, rq.bad_headers, rq.stray_completions),
+                (0, 0, 0)
+            );
+            assert_eq!(
+                (rs.dropped, rs.err_chunk, rs.done_unknown, rs.overruns),
+                (0, 0, 0, 0)
+            );
+            assert_eq!(c.active(), 0);
+        }
+        assert_eq!(b.responder_stats().long_calls, 0);
+        assert_eq!(
+            a.responder_stats().long_calls,
+            1,
+            "B's long call reached A's service"
+        );
+        assert!(wa.faults.is_empty() && wb.faults.is_empty());
+    }
+}
