@@ -202,10 +202,29 @@ pub struct ConnConfig {
     /// it, so a version-1-only peer (the Linux kernel) sees plain version 1 either way.
     /// `false` turns every extension off.
     pub extensions: bool,
+    /// Requester: when to offer a Reply chunk (the draft's §5.3.1). With
+    /// [`ReplyChunks::ReadChunkWhenNegotiated`] and a peer that provides Read chunks for
+    /// replies, no Reply chunk is offered and no reply size need be guessed.
+    pub reply_chunks: ReplyChunks,
     /// Responder: how long a reply exposed in a responder-provided Read chunk waits for
     /// the requester's RDMA_DONE before the responder invalidates it anyway (the draft's
     /// §4.1.3); counted in `ResponderStats::done_timeouts`.
     pub done_timeout: Duration,
+}
+
+/// When a requester offers a Reply chunk ([`ConnConfig::reply_chunks`];
+/// draft-cel-nfsv4-rpcrdma-reliable-reply §5.3.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ReplyChunks {
+    /// Whenever the call's `max_reply_len` may not fit the receive threshold (RFC 8166
+    /// §3.5.4): a reply never depends on the responder exposing memory.
+    #[default]
+    BySize,
+    /// Never, when the peer negotiated responder-provided Read chunks: a reply too large
+    /// for inline comes in one (a round trip more, no registration and invalidation of
+    /// a Reply chunk on every call that might need one). With a peer that did not
+    /// negotiate them, as [`ReplyChunks::BySize`].
+    ReadChunkWhenNegotiated,
 }
 
 /// How a requester reconnects and retransmits ([`ConnConfig::reconnect`]).
@@ -268,6 +287,7 @@ impl Default for ConnConfig {
             reconnect: None,
             extensions: true,
             done_timeout: Duration::from_secs(10),
+            reply_chunks: ReplyChunks::BySize,
         }
     }
 }

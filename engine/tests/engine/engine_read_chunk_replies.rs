@@ -330,6 +330,7 @@ per_provider!(
     peer_without_extension_gets_err_chunk,
     old_key_is_dead_after_done,
     exhausted_slots_wait_for_a_timeout,
+    read_chunk_policy_offers_no_reply_chunk,
 );
 
 /// Every reply MR slot holds a reply whose DONE does not come: the next large reply
@@ -353,4 +354,33 @@ fn exhausted_slots_wait_for_a_timeout<N: Net>(net: N) {
     let r = p.responder().expect("responder").stats();
     assert_eq!((r.read_chunk_replies, r.done_timeouts), (5, 5));
     assert!(r.stalls > 0, "a reply waited for a slot");
+}
+
+/// `ReplyChunks::ReadChunkWhenNegotiated` (the draft's §5.3.1): with a peer that provides
+/// Read chunks no Reply chunk is offered, however large the reply may be; with one that
+/// does not, the Reply chunk is offered as before.
+fn read_chunk_policy_offers_no_reply_chunk<N: Net>(net: N) {
+    let client = ConnConfig {
+        reply_chunks: rpcrdma::ReplyChunks::ReadChunkWhenNegotiated,
+        ..test_config()
+    };
+    let plain = ConnConfig {
+        extensions: false,
+        ..test_config()
+    };
+    for (server, via_read_chunk) in [(test_config(), true), (plain, false)] {
+        let mut p = pair(&net, &client, &server);
+        for n in [100u32, 30_000] {
+            let o = call_big(&mut p, n, 60_000);
+            assert_eq!(o.status, CallStatus::Success, "size {n}");
+            assert_eq!(results(&o), &opaque(&pattern(n as usize, 7))[..]);
+        }
+        let q = p.requester.stats();
+        if via_read_chunk {
+            assert_eq!((q.reply_chunks, q.read_chunk_replies), (0, 1));
+        } else {
+            assert_eq!((q.reply_chunks, q.read_chunk_replies), (2, 0));
+        }
+        until_nothing_exposed(&mut p);
+    }
 }

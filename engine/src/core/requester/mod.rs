@@ -61,7 +61,7 @@ use rpcrdma_pools::{Pool, PoolCache};
 use self::pull::{Dones, PullState, DONE_BUFS};
 use self::reply::{interpret, status_of, Body, Interpreted};
 use self::slot::{Answer, CallSlot, MrState, SlotState};
-use super::config::{ConnConfig, RegMode, Role, Sizes};
+use super::config::{ConnConfig, RegMode, ReplyChunks, Role, Sizes};
 use super::event::ConnEvent;
 use super::fixed::{FixedQueue, IndexStack};
 use super::mrs::{FastRegSlot, MrTable};
@@ -189,6 +189,8 @@ struct Params {
     limits: Limits,
     /// `ConnConfig::max_chunks`: DDP Read chunks and Write chunks allowed per call.
     max_chunks: usize,
+    /// `ConnConfig::reply_chunks`.
+    reply_chunks: ReplyChunks,
 }
 
 /// The requester side of one connection. The core re-keys its fast-registration slots
@@ -310,6 +312,7 @@ impl RequesterHalf {
                 probe_program: cfg.probe_program,
                 limits: cfg.limits,
                 max_chunks: cfg.max_chunks as usize,
+                reply_chunks: cfg.reply_chunks,
             },
             local_pd,
             credits,
@@ -546,7 +549,12 @@ impl RequesterHalf {
         }
         let mut req = CallRequest::new(msg, 1024);
         let deadline = now.checked_add(self.params.probe_timeout);
-        let Ok(plan) = start::plan(&req, &t.thresholds, self.params.max_chunks) else {
+        let Ok(plan) = start::plan(
+            &req,
+            &t.thresholds,
+            self.params.max_chunks,
+            self.read_chunk_replies(t),
+        ) else {
             self.credits.release_probe();
             return Err(ProbeError::Busy);
         };
@@ -609,7 +617,12 @@ impl RequesterHalf {
         deadline: Option<Instant>,
         now: Instant,
     ) -> Start {
-        let plan = match start::plan(req, &t.thresholds, self.params.max_chunks) {
+        let plan = match start::plan(
+            req,
+            &t.thresholds,
+            self.params.max_chunks,
+            self.read_chunk_replies(t),
+        ) {
             Ok(p) => p,
             Err(r) => return Start::Refused(r),
         };
@@ -1007,6 +1020,14 @@ impl RequesterHalf {
     #[cfg(feature = "testing")]
     pub(crate) fn last_pulled_segment(&self) -> Option<crate::wire::header::Segment> {
         self.last_pull
+    }
+
+    /// No Reply chunk is offered: the peer provides Read chunks for replies and the
+    /// policy relies on them.
+    #[inline]
+    fn read_chunk_replies(&self, t: &Transport) -> bool {
+        self.params.reply_chunks == ReplyChunks::ReadChunkWhenNegotiated
+            && t.extensions.reply_read_chunks
     }
 
     /// Whether `xid` names a call in flight that has no reply yet (the demux of a
