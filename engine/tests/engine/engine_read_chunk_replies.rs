@@ -79,6 +79,13 @@ fn replies_around_the_thresholds<N: Net>(net: N) {
     assert_eq!(r.done_received, q.dones_sent);
     assert_eq!((r.err_chunk, r.done_unknown, r.done_timeouts), (0, 0, 0));
     assert_eq!(r.chunk_replies, 0, "the small Reply chunk was not used");
+    // Both set R (fast registration): every DONE was a Send With Invalidate naming the
+    // exposed key, and these devices say so; else (persistent requester) plain Sends.
+    if p.requester.thresholds().remote_invalidate {
+        assert_eq!(r.done_remote_invalidations, r.done_received);
+    } else {
+        assert_eq!(r.done_remote_invalidations, 0);
+    }
 }
 
 /// A DDP result in a Write chunk, and the rest of the reply in the Read chunk.
