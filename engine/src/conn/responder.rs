@@ -79,16 +79,20 @@ impl<P: Provider, S: Service> ResponderConn<P, S> {
         let mut core =
             ResponderCore::responder(cfg, &res.pools, service, policy).map_err(ConnError::Core)?;
         // Slots to expose replies in responder-provided Read chunks; none on a device
-        // without fast registration (such replies then get ERR_CHUNK).
-        let reply_mrs = if res.sizes.mr_slots > 0 && dev.caps().fast_reg {
-            let (mrs, slots) = res.fast_mrs(res.sizes.mr_slots, cfg.large_buf_size as usize)?;
-            let seed = cfg
-                .seed
-                .map_or_else(crate::core::mrs::os_seed, |s| s ^ 0x7265_706c_795f_6d72);
-            core.set_reply_mrs(&slots, seed);
-            mrs
-        } else {
-            Vec::new()
+        // without fast registration, or whose keys ran out: such replies then get
+        // ERR_CHUNK, as from a responder without the extension (the connection is
+        // worth more than the extension).
+        let fast = res.sizes.mr_slots > 0 && dev.caps().fast_reg;
+        let slots = fast.then(|| res.fast_mrs(res.sizes.mr_slots, cfg.large_buf_size as usize));
+        let reply_mrs = match slots {
+            Some(Ok((mrs, slots))) => {
+                let seed = cfg
+                    .seed
+                    .map_or_else(crate::core::mrs::os_seed, |s| s ^ 0x7265_706c_795f_6d72);
+                core.set_reply_mrs(&slots, seed);
+                mrs
+            }
+            Some(Err(_)) | None => Vec::new(),
         };
         let init = res.qp_init();
         let private_data = core.local_private_data();

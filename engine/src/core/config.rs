@@ -8,7 +8,7 @@ use rpcrdma_pools::HugePages;
 use crate::wire::header::Limits;
 use crate::wire::private_data::{Extensions, PrivateData, SizeError, MIN_INLINE_SIZE};
 
-pub(crate) use crate::limits::{DEFAULT_MAX_CHUNKS, MAX_MRS_PER_CALL};
+pub(crate) use crate::limits::{DEFAULT_MAX_CHUNKS, MAX_EXPOSED_REPLIES, MAX_MRS_PER_CALL};
 
 /// The keepalive probe's program and version when the ULP names none (a private
 /// number from RFC 5531 §8.3's local range): the probe still proves liveness through
@@ -491,12 +491,17 @@ impl ConnConfig {
                 } else {
                     self.sq_depth
                 };
-                // Responder-provided Read chunks: one fast-registration slot per credit
-                // exposes replies, and as many receives again are posted beyond the
-                // credits granted, for the RDMA_DONEs that answer them (a DONE
-                // consumes a receive no credit accounts for: the draft's §5.2.3;
-                // DESIGN.md, "Responder-provided Read chunks").
-                let exposed = if self.extensions { c } else { 0 };
+                // Responder-provided Read chunks: a few fast-registration slots expose
+                // replies (one each; such replies are the rare ones, and a device's
+                // keys are shared by all its connections), and as many receives again
+                // are posted beyond the credits granted, for the RDMA_DONEs that answer
+                // them (a DONE consumes a receive no credit accounts for: the draft's
+                // §5.2.3; DESIGN.md, "Responder-provided Read chunks").
+                let exposed = if self.extensions {
+                    c.min(MAX_EXPOSED_REPLIES)
+                } else {
+                    0
+                };
                 let rq = c + exposed;
                 Sizes {
                     sq_depth: sq,
@@ -529,8 +534,8 @@ mod tests {
         assert!(s.sq_depth >= 2 * MAX_MRS_PER_CALL as u32 + 2);
         assert_eq!(s.cq_depth, s.sq_depth + s.rq_depth);
         let r = c.sizes(Role::Responder);
-        // 32 receives for the credits, 32 more for RDMA_DONE (one per reply MR slot).
-        assert_eq!((r.rq_depth, r.mr_slots), (64, 32));
+        // 32 receives for the credits, 8 more for RDMA_DONE (one per reply MR slot).
+        assert_eq!((r.rq_depth, r.mr_slots), (40, MAX_EXPOSED_REPLIES));
         assert_eq!(r.slots, 64);
         let plain = ConnConfig {
             extensions: false,
