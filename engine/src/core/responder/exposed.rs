@@ -10,14 +10,20 @@
 //! once the key is dead and its work requests are all complete, so the peer can never
 //! read memory that is holding something else.
 //!
-//! The table is sized at setup (one entry per reply MR slot, `ConnConfig::credits`) and a
-//! DONE is matched by a scan of it: DONEs are as rare as replies too large for anything
-//! the requester offered.
+//! The table is sized at setup (one entry per reply MR slot, at most
+//! [`crate::limits::MAX_EXPOSED_REPLIES`]) and a DONE is matched by a scan of it: DONEs
+//! are as rare as replies too large for anything the requester offered.
 
 use std::time::Instant;
 
+use super::ResponderHalf;
 use crate::core::mrs::{FastRegSlot, MrTable};
 use crate::core::regbuf::RegBuf;
+use crate::core::transport::Transport;
+use crate::core::wrid::{WrId, WrKind};
+use crate::fabric::{Access, Completion, SendOp};
+use crate::service::Service;
+use crate::wire::header::Segment;
 
 /// Where an exposed reply is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,7 +128,7 @@ impl ExposedTable {
     }
 }
 
-impl<S: crate::service::Service> super::ResponderHalf<S> {
+impl<S: Service> ResponderHalf<S> {
     /// RDMA_DONE for `xid` arrived; `swi` is the key its Send With Invalidate killed.
     /// The exposed reply's key dies (already, or by a LocalInvalidate on the room held
     /// for it); a DONE for no exposed reply is dropped silently (draft §4.1.3).
@@ -210,11 +216,6 @@ impl<S: crate::service::Service> super::ResponderHalf<S> {
         self.exposed.recompute_deadline();
     }
 }
-
-use crate::core::transport::Transport;
-use crate::core::wrid::{WrId, WrKind};
-use crate::fabric::{Access, Completion, SendOp};
-use crate::wire::header::Segment;
 
 impl ExposedTable {
     /// Exposes `body` (`len` octets of reply) for `xid` until `deadline`: takes an MR
