@@ -19,7 +19,7 @@ use crate::core::regbuf::RegBuf;
 use crate::core::transport::Transport;
 use crate::core::wrid::{WrId, WrKind};
 use crate::fabric::{Completion, RemoteAddr, SendOp};
-use crate::requester::{Reply, MAX_WRITE_SINKS};
+use crate::requester::{BadReply, CallStatus, Reply, TransportError, MAX_WRITE_SINKS};
 use crate::wire::header::{BodyRepr, HeaderRepr};
 
 /// Send buffers kept for RDMA_DONE.
@@ -166,9 +166,9 @@ impl RequesterHalf {
         let key = p.plan.segs.first().map(|g| g.handle);
         self.last_pull = p.plan.segs.first().copied();
         let buf = s.pull_buf.take();
-        let live = matches!(s.state, SlotState::Sent) && t.is_open() && p.ok;
+        let waiting = matches!(s.state, SlotState::Sent) && t.is_open();
         match buf {
-            Some(buf) if live => {
+            Some(buf) if waiting && p.ok => {
                 self.stats.read_chunk_replies += 1;
                 let reply = Reply {
                     buf,
@@ -178,6 +178,14 @@ impl RequesterHalf {
                 };
                 let status = status_of(reply.bytes());
                 self.answer(t, slot, status, Some(reply), p.sink_lens, p.swi);
+            }
+            // Not every segment could be read into the buffer (never: `interpret` bounds
+            // the chunk by the buffer's size): the call fails now rather than time out.
+            Some(buf) if waiting => {
+                buf.release_into(&mut self.large);
+                let st =
+                    CallStatus::Transport(TransportError::BadReply(BadReply::ReadChunkTooLarge));
+                self.answer(t, slot, st, None, [0; MAX_WRITE_SINKS], p.swi);
             }
             Some(buf) => {
                 buf.release_into(&mut self.large);
