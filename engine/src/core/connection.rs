@@ -102,6 +102,8 @@ pub trait ResponderRole: roles::Sealed {
     fn prepare(&mut self, t: &mut Transport, now: Instant);
     #[doc(hidden)]
     fn active(&self) -> usize;
+    #[doc(hidden)]
+    fn can_expose(&self) -> bool;
 }
 
 mod roles {
@@ -207,6 +209,9 @@ impl<S: Service> ResponderRole for ResponderHalf<S> {
     fn active(&self) -> usize {
         ResponderHalf::active(self)
     }
+    fn can_expose(&self) -> bool {
+        ResponderHalf::can_expose(self)
+    }
 }
 
 impl ResponderRole for NoResponder {
@@ -225,6 +230,9 @@ impl ResponderRole for NoResponder {
     fn prepare(&mut self, _t: &mut Transport, _now: Instant) {}
     fn active(&self) -> usize {
         0
+    }
+    fn can_expose(&self) -> bool {
+        true
     }
 }
 
@@ -341,7 +349,19 @@ impl<R: RequesterRole, P: ResponderRole> Connection<R, P> {
     /// The private data to offer when connecting or accepting: the RFC 8797 message,
     /// then the extension advertisement when [`ConnConfig::extensions`] is on.
     pub fn local_private_data(&self) -> Advertisement {
-        Advertisement::new(&self.local_pd, self.local_ext).unwrap_or(Advertisement::DEFAULT)
+        Advertisement::new(&self.local_pd, self.offered_extensions())
+            .unwrap_or(Advertisement::DEFAULT)
+    }
+
+    /// What this end offers: [`ConnConfig::extensions`], but nothing from a responder
+    /// that cannot expose replies (no fast-registration slots on its device), so a peer
+    /// never leaves out a Reply chunk counting on a Read chunk that cannot come.
+    fn offered_extensions(&self) -> Extensions {
+        if self.resp.can_expose() {
+            self.local_ext
+        } else {
+            Extensions::NONE
+        }
     }
 
     /// The extensions both peers offered (none before the connection is established).
@@ -365,6 +385,7 @@ impl<R: RequesterRole, P: ResponderRole> Connection<R, P> {
     /// or foreign data means RFC 8166 defaults). Calls that arrived before this wait
     /// for it.
     pub fn on_established(&mut self, peer_private_data: &[u8], now: Instant) {
+        let local_ext = self.offered_extensions();
         let t = &mut self.t;
         if t.state != ConnState::Connecting {
             return;
@@ -377,7 +398,7 @@ impl<R: RequesterRole, P: ResponderRole> Connection<R, P> {
         } else {
             Extensions::NONE
         };
-        t.extensions = Extensions::negotiate(self.local_ext, peer_ext);
+        t.extensions = Extensions::negotiate(local_ext, peer_ext);
         t.state = ConnState::Established;
         self.req.on_established(now);
         let _ = t.events.push_back(ConnEvent::Established(t.thresholds));

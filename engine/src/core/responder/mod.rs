@@ -179,6 +179,12 @@ impl<S: Service> ResponderHalf<S> {
         self.exposed = ExposedTable::new(slots, seed);
     }
 
+    /// Whether replies can be exposed in responder-provided Read chunks (the driver gave
+    /// fast-registration slots).
+    pub(crate) fn can_expose(&self) -> bool {
+        self.exposed.enabled()
+    }
+
     /// The grant policy.
     pub fn policy(&self) -> &Arc<GrantPolicy> {
         &self.policy
