@@ -35,3 +35,10 @@ const _: () = assert!(MAX_WRITE_CHUNKS >= MAX_WRITE_SINKS && MAX_DDP_ITEMS >= MA
 
 pub use crate::wire::header::Limits as HeaderLimits;
 pub use crate::wire::private_data::{MAX_INLINE_SIZE, MIN_INLINE_SIZE};
+
+/// Most replies one responder connection exposes in responder-provided Read chunks at
+/// once (draft-cel-nfsv4-rpcrdma-reliable-reply): its reply fast-registration slots, and
+/// the receives it keeps beyond the credits for their RDMA_DONEs. Such replies are the
+/// rare ones and a device's keys are shared by all its connections, so a few suffice;
+/// more wait for a DONE or a timeout.
+pub const MAX_EXPOSED_REPLIES: u32 = 8;

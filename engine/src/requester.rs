@@ -170,10 +170,15 @@ pub enum BadReply {
     /// RDMA_MSGP with an alignment that is not a power of two (RFC 5666 §3.9).
     #[error("RDMA_MSGP alignment is not a power of two")]
     MsgpAlignment,
-    /// A Read list in a reply (RFC 5666 §3.8's Read chunks in replies need an
-    /// RDMA_DONE exchange this requester does not ask for).
+    /// A Read list in a reply that is not a responder-provided Position-Zero Read chunk
+    /// this requester can pull: the extension was not negotiated (the draft's §4.1.3:
+    /// RDMA_DONE is sent and the call ends), or the list is not one RDMA_NOMSG chunk at
+    /// position zero of at most eight segments without a Reply chunk beside it.
     #[error("reply carries Read chunks")]
     ReadChunks,
+    /// A responder-provided Read chunk larger than the requester's large buffers.
+    #[error("reply's Read chunk exceeds the largest reply buffer")]
+    ReadChunkTooLarge,
     /// More Write chunks than the call offered.
     #[error("reply returns more Write chunks than the call offered")]
     TooManyWriteChunks,

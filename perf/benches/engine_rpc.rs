@@ -3,7 +3,8 @@
 //! out), with both sides on one thread (pure engine cost: the loop runs requester and
 //! responder back to back) and on two busy-polling threads.
 //!
-//! `cargo bench -p rpcrdma-perf --bench engine_rpc` — about 10 s.
+//! `cargo bench -p rpcrdma-perf --bench engine_rpc` — about 10 s
+//! (`RPCRDMA_BENCH_NO_EXTENSIONS=1`: without the engine's protocol extensions).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -43,12 +44,16 @@ impl Service for Bench {
     }
 }
 
+/// `RPCRDMA_BENCH_NO_EXTENSIONS=1` runs plain version 1 (no responder-provided Read
+/// chunks, so the responder does not write every reply into a large buffer), to
+/// compare.
 fn config() -> ConnConfig {
     ConnConfig {
         credits: 32,
         large_buf_size: DDP as u32,
         large_bufs: 128,
         hugepages: HugePages::Auto,
+        extensions: std::env::var_os("RPCRDMA_BENCH_NO_EXTENSIONS").is_none(),
         ..ConnConfig::default()
     }
 }

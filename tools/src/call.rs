@@ -51,6 +51,9 @@ pub enum Choice {
     Auto,
     /// Use the chunk.
     On,
+    /// Never use the chunk (Reply chunk: a reply too large for inline then comes in a
+    /// responder-provided Read chunk, where the server supports it).
+    Off,
 }
 
 /// `call` settings.
@@ -105,6 +108,10 @@ pub struct Shape {
     pub write_chunks: usize,
     /// Reply chunks offered (0 or 1).
     pub reply_chunks: u64,
+    /// Replies pulled from a responder-provided Read chunk (0 or 1).
+    pub reply_read_chunks: u64,
+    /// RDMA_DONE sent for that chunk.
+    pub done_sent: bool,
 }
 
 /// The JSON (and text) summary.
@@ -298,6 +305,10 @@ fn call<P: Provider>(
         // A bound above the receive threshold is what makes the engine offer one.
         max_reply = max_reply.max(o.conn.inline_recv);
     }
+    if o.reply_chunk == Choice::Off {
+        // A bound well within the receive threshold: no Reply chunk is offered.
+        max_reply = max_reply.min(256);
+    }
     let header = CallHeader {
         xid: 0,
         prog,
@@ -370,7 +381,11 @@ fn call<P: Provider>(
         read_chunks: ddp_args + usize::from(long),
         write_chunks: sinks,
         reply_chunks: after.reply_chunks - before.reply_chunks,
+        reply_read_chunks: after.read_chunk_replies - before.read_chunk_replies,
+        done_sent: after.dones_sent > before.dones_sent,
     };
+    // The DONE is staged with the outcome: one more poll posts it before closing.
+    conn.poll(Instant::now());
     let check = check_reply(o, &outcome, &payload);
     // The probes asked for go out while the connection idles after the reply; each
     // needs `keepalive` of silence and may take a probe timeout to be answered.
@@ -546,7 +561,7 @@ pub fn render(s: &Summary) -> String {
     };
     format!(
         "call {} (prog {:#010x} vers {} proc {}) size {} to {} {}\n\
-         shape: {}, {}, {}, {}\n\
+         shape: {}, {}, {}, {}{}\n\
          reply: {} xid {:#010x}, {} octet message{}; {}\n\
          registration: {}\n\
          time: connect {:.1} us, call {:.1} us\n{}",
@@ -561,6 +576,18 @@ pub fn render(s: &Summary) -> String {
         chunks(s.shape.read_chunks, "read"),
         chunks(s.shape.write_chunks, "write"),
         chunks(s.shape.reply_chunks as usize, "reply"),
+        if s.shape.reply_read_chunks > 0 {
+            format!(
+                ", reply pulled from the server's Read chunk{}",
+                if s.shape.done_sent {
+                    " (RDMA_DONE sent)"
+                } else {
+                    ""
+                }
+            )
+        } else {
+            String::new()
+        },
         s.status,
         s.xid,
         s.reply_len,

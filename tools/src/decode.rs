@@ -9,7 +9,7 @@
 //! header, when there is one).
 
 use rpcrdma::wire::header::{Header, HeaderView, Limits, Procedure, RPCRDMA_VERSION};
-use rpcrdma::wire::private_data::{find_private_data, InlineThresholds, PrivateData};
+use rpcrdma::wire::private_data::{find_private_data, Extensions, InlineThresholds, PrivateData};
 use serde::Serialize;
 
 use crate::error::CliError;
@@ -62,9 +62,17 @@ pub fn decode_header(buf: &[u8], limits: &Limits) -> Result<Decoded, CliError> {
              an RFC 8166 responder answers it with ERR_CHUNK"
                 .to_owned(),
         ),
-        Procedure::Done => notes.push(
-            "RDMA_DONE is not used by RPC-over-RDMA version 1; \
-             RFC 8166 §4.6.2 says receivers ignore it"
+        Procedure::Done => notes.push(format!(
+            "RDMA_DONE: pull completion notification for XID {:#010x} \
+             (draft-cel-nfsv4-rpcrdma-reliable-reply §4.1.3): the requester has pulled \
+             the Read chunk the responder provided for that reply, which may now be \
+             invalidated; sent only between peers that negotiated the extension \
+             (RFC 8166 §4.6.2 receivers ignore it)",
+            view.xid()
+        )),
+        Procedure::Nomsg if view.read_segment_count() > 0 => notes.push(
+            "RDMA_NOMSG with a Position-Zero Read chunk: a long call, or a reply in a \
+             responder-provided Read chunk (answered with RDMA_DONE)"
                 .to_owned(),
         ),
         Procedure::Nomsg if !view.after_header().is_empty() => notes.push(format!(
@@ -118,6 +126,9 @@ pub struct DecodedPrivateData {
     pub local: Advertised,
     /// Inline thresholds from this end's point of view (RFC 8797 §4.2).
     pub negotiated: InlineThresholds,
+    /// The rpcrdma extensions the peer offered in the word after its RFC 8797 message
+    /// (none from a version-1-only peer such as Linux).
+    pub extensions: Extensions,
     /// The same in words.
     pub meaning: String,
 }
@@ -128,10 +139,11 @@ pub fn decode_private_data(buf: &[u8], local: PrivateData) -> Result<DecodedPriv
         .map_err(CliError::PrivateData)?
         .ok_or(CliError::NoPrivateData { len: buf.len() })?;
     let negotiated = InlineThresholds::negotiate(Some(&local), Some(&peer));
+    let extensions = Extensions::find(buf);
     let meaning = format!(
         "the peer sends at most {} octets per RDMA Send and receives up to {}; {}. \
          Against the local side shown, this end may send {} octets inline and must post \
-         receives of {} octets; remote invalidation is {}",
+         receives of {} octets; remote invalidation is {}{}",
         peer.send_size,
         peer.recv_size,
         if peer.remote_invalidate {
@@ -146,12 +158,18 @@ pub fn decode_private_data(buf: &[u8], local: PrivateData) -> Result<DecodedPriv
         } else {
             "not usable"
         },
+        if extensions.reply_read_chunks {
+            ". It offers responder-provided Read chunks for replies (rpcrdma extension)"
+        } else {
+            ""
+        },
     );
     Ok(DecodedPrivateData {
         offset,
         peer: peer.into(),
         local: local.into(),
         negotiated,
+        extensions,
         meaning,
     })
 }

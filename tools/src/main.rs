@@ -176,6 +176,10 @@ struct ConnArgs {
     /// Credits (requester: asked for; server: most granted).
     #[arg(long, default_value_t = 32)]
     credits: u32,
+    /// Offer no protocol extension (plain RPC-over-RDMA version 1, as the Linux kernel
+    /// speaks it): no responder-provided Read chunks for replies.
+    #[arg(long)]
+    no_extensions: bool,
 }
 
 #[derive(Debug, Args)]
@@ -260,8 +264,12 @@ struct CallArgs {
     #[arg(long)]
     write_chunk: bool,
     /// Offer a Reply chunk for the whole reply (default: when the reply may not fit).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "no_reply_chunk")]
     reply_chunk: bool,
+    /// Never offer a Reply chunk: a reply too large for inline comes in a Read chunk the
+    /// server provides (when both sides offer extensions), else fails with ERR_CHUNK.
+    #[arg(long)]
+    no_reply_chunk: bool,
     /// Give up connecting, and waiting for the reply, after this many seconds.
     #[arg(long, default_value_t = 5.0, value_name = "SECONDS")]
     timeout: f64,
@@ -313,6 +321,7 @@ fn conn_config(a: &ConnArgs, largest: usize) -> ConnConfig {
         inline_recv: a.inline,
         credits: a.credits,
         large_buf_size: u32::try_from(large).unwrap_or(u32::MAX),
+        extensions: !a.no_extensions,
         ..ConnConfig::default()
     }
 }
@@ -607,7 +616,11 @@ fn run_call(a: &CallArgs) -> Result<(), CliError> {
         },
         read_chunk: on(a.read_chunk),
         write_chunk: on(a.write_chunk),
-        reply_chunk: on(a.reply_chunk),
+        reply_chunk: if a.no_reply_chunk {
+            Choice::Off
+        } else {
+            on(a.reply_chunk)
+        },
         // One call gains nothing from hugepages, and should not warn about them.
         conn: call::requester_config(
             ConnConfig {

@@ -306,6 +306,12 @@ impl<P: Provider> Requester<P> {
         &self.core
     }
 
+    /// The core, writable (test hook: feature `testing`).
+    #[cfg(feature = "testing")]
+    pub fn core_mut(&mut self) -> &mut RequesterCore {
+        &mut self.core
+    }
+
     /// The connection's resources (pools, protection domain).
     pub fn resources(&self) -> &ConnResources<P> {
         &self.res

@@ -46,6 +46,10 @@ pub struct ResponderConn<P: Provider, S> {
     qp: P::Qp,
     conn: ConnId,
     peer_pd: CmPrivateData,
+    /// Fast-registration slots exposing replies (responder-provided Read chunks); kept
+    /// until the connection is dropped, which deregisters them and kills their keys.
+    #[allow(dead_code)]
+    reply_mrs: Vec<P::Mr>,
     wants_disconnect: bool,
     events: FixedQueue<ConnEvent>,
     /// Completion batch, reused by every poll.
@@ -76,9 +80,26 @@ impl<P: Provider, S: Service> ResponderConn<P, S> {
         service: S,
     ) -> Result<Self, ConnError> {
         let res = ConnResources::<P>::new(dev, cfg, Role::Responder)?;
-        let policy = Arc::new(GrantPolicy::new(cfg.credits, res.sizes.rq_depth));
+        // Credits never count the receives kept for RDMA_DONE beyond them.
+        let policy = Arc::new(GrantPolicy::new(cfg.credits, cfg.credits.max(1)));
         let mut core =
             ResponderCore::responder(cfg, &res.pools, service, policy).map_err(ConnError::Core)?;
+        // Slots to expose replies in responder-provided Read chunks; none on a device
+        // without fast registration, or whose keys ran out: such replies then get
+        // ERR_CHUNK, as from a responder without the extension (the connection is
+        // worth more than the extension).
+        let fast = res.sizes.mr_slots > 0 && dev.caps().fast_reg;
+        let slots = fast.then(|| res.fast_mrs(res.sizes.mr_slots, cfg.large_buf_size as usize));
+        let reply_mrs = match slots {
+            Some(Ok((mrs, slots))) => {
+                let seed = cfg
+                    .seed
+                    .map_or_else(crate::core::mrs::os_seed, |s| s ^ 0x7265_706c_795f_6d72);
+                core.set_reply_mrs(&slots, seed);
+                mrs
+            }
+            Some(Err(_)) | None => Vec::new(),
+        };
         let init = res.qp_init();
         let private_data = core.local_private_data();
         let now = dev.clock().now();
@@ -98,6 +119,7 @@ impl<P: Provider, S: Service> ResponderConn<P, S> {
             qp,
             conn,
             peer_pd: *peer_private_data,
+            reply_mrs,
             wants_disconnect: false,
             events: FixedQueue::with_capacity(32),
             wcs: [Completion::EMPTY; CQ_BATCH],

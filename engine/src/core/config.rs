@@ -6,9 +6,9 @@ use core::time::Duration;
 use rpcrdma_pools::HugePages;
 
 use crate::wire::header::Limits;
-use crate::wire::private_data::{PrivateData, SizeError, MIN_INLINE_SIZE};
+use crate::wire::private_data::{Extensions, PrivateData, SizeError, MIN_INLINE_SIZE};
 
-pub(crate) use crate::limits::{DEFAULT_MAX_CHUNKS, MAX_MRS_PER_CALL};
+pub(crate) use crate::limits::{DEFAULT_MAX_CHUNKS, MAX_EXPOSED_REPLIES, MAX_MRS_PER_CALL};
 
 /// The keepalive probe's program and version when the ULP names none (a private
 /// number from RFC 5531 §8.3's local range): the probe still proves liveness through
@@ -196,6 +196,35 @@ pub struct ConnConfig {
     /// §6.7.2: retransmission belongs on a new connection). `None`: calls in flight
     /// when a connection ends fail with `TransportError::Disconnected`.
     pub reconnect: Option<Reconnect>,
+    /// Offer this engine's extensions to RPC-over-RDMA version 1 in the CM private data
+    /// (today: responder-provided Read chunks with RDMA_DONE, from
+    /// draft-cel-nfsv4-rpcrdma-reliable-reply). Each is used only when both peers offer
+    /// it, so a version-1-only peer (the Linux kernel) sees plain version 1 either way.
+    /// `false` turns every extension off.
+    pub extensions: bool,
+    /// Requester: when to offer a Reply chunk (the draft's §5.3.1). With
+    /// [`ReplyChunks::ReadChunkWhenNegotiated`] and a peer that provides Read chunks for
+    /// replies, no Reply chunk is offered and no reply size need be guessed.
+    pub reply_chunks: ReplyChunks,
+    /// Responder: how long a reply exposed in a responder-provided Read chunk waits for
+    /// the requester's RDMA_DONE before the responder invalidates it anyway (the draft's
+    /// §4.1.3); counted in `ResponderStats::done_timeouts`.
+    pub done_timeout: Duration,
+}
+
+/// When a requester offers a Reply chunk ([`ConnConfig::reply_chunks`];
+/// draft-cel-nfsv4-rpcrdma-reliable-reply §5.3.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ReplyChunks {
+    /// Whenever the call's `max_reply_len` may not fit the receive threshold (RFC 8166
+    /// §3.5.4): a reply never depends on the responder exposing memory.
+    #[default]
+    BySize,
+    /// Never, when the peer negotiated responder-provided Read chunks: a reply too large
+    /// for inline comes in one (a round trip more, no registration and invalidation of
+    /// a Reply chunk on every call that might need one). With a peer that did not
+    /// negotiate them, as [`ReplyChunks::BySize`].
+    ReadChunkWhenNegotiated,
 }
 
 /// How a requester reconnects and retransmits ([`ConnConfig::reconnect`]).
@@ -256,6 +285,9 @@ impl Default for ConnConfig {
             probe_program: DEFAULT_PROBE_PROGRAM,
             hugepages: HugePages::Auto,
             reconnect: None,
+            extensions: true,
+            done_timeout: Duration::from_secs(10),
+            reply_chunks: ReplyChunks::BySize,
         }
     }
 }
@@ -383,6 +415,15 @@ impl ConnConfig {
         PrivateData::from_buffer_sizes(self.inline_send, self.inline_recv, self.remote_invalidate)
     }
 
+    /// The extensions this side offers ([`ConnConfig::extensions`]).
+    pub fn offered_extensions(&self) -> Extensions {
+        if self.extensions {
+            Extensions::ALL
+        } else {
+            Extensions::NONE
+        }
+    }
+
     /// The RFC 8797 private data a requester in `mode` advertises: persistent keys
     /// must never be invalidated by the peer, so remote invalidation is not offered.
     pub fn private_data_for(&self, mode: RegMode) -> Result<PrivateData, SizeError> {
@@ -431,7 +472,8 @@ impl ConnConfig {
                     slots,
                     // Posted, plus replies the application holds, plus caches.
                     recv_bufs: rq + slots + slack,
-                    send_bufs: self.send_bufs.max(slots + slack),
+                    // Headers, and RDMA_DONE's few when extensions are offered.
+                    send_bufs: self.send_bufs.max(slots + slack + 4),
                     // Reply chunk buffers: one per slot, and as many again for replies
                     // the application still holds.
                     large_bufs: 2 * slots,
@@ -449,16 +491,28 @@ impl ConnConfig {
                 } else {
                     self.sq_depth
                 };
+                // Responder-provided Read chunks: a few fast-registration slots expose
+                // replies (one each; such replies are the rare ones, and a device's
+                // keys are shared by all its connections), and as many receives again
+                // are posted beyond the credits granted, for the RDMA_DONEs that answer
+                // them (a DONE consumes a receive no credit accounts for: the draft's
+                // §5.2.3; DESIGN.md, "Responder-provided Read chunks").
+                let exposed = if self.extensions {
+                    c.min(MAX_EXPOSED_REPLIES)
+                } else {
+                    0
+                };
+                let rq = c + exposed;
                 Sizes {
                     sq_depth: sq,
-                    rq_depth: c,
-                    cq_depth: sq + c,
+                    rq_depth: rq,
+                    cq_depth: sq + rq,
                     slots: contexts,
-                    recv_bufs: c + contexts + slack,
+                    recv_bufs: rq + contexts + slack,
                     send_bufs: self.send_bufs.max(contexts + slack),
                     large_bufs: self.large_bufs,
                     app_bufs: 0,
-                    mr_slots: 0,
+                    mr_slots: exposed,
                     max_send_sge: 2,
                 }
             }
@@ -480,8 +534,15 @@ mod tests {
         assert!(s.sq_depth >= 2 * MAX_MRS_PER_CALL as u32 + 2);
         assert_eq!(s.cq_depth, s.sq_depth + s.rq_depth);
         let r = c.sizes(Role::Responder);
-        assert_eq!(r.rq_depth, 32);
+        // 32 receives for the credits, 8 more for RDMA_DONE (one per reply MR slot).
+        assert_eq!((r.rq_depth, r.mr_slots), (40, MAX_EXPOSED_REPLIES));
         assert_eq!(r.slots, 64);
+        let plain = ConnConfig {
+            extensions: false,
+            ..ConnConfig::default()
+        }
+        .sizes(Role::Responder);
+        assert_eq!((plain.rq_depth, plain.mr_slots), (32, 0));
     }
 
     #[test]

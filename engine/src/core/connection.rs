@@ -34,7 +34,9 @@ use crate::fabric::{Completion, PeerAbort};
 use crate::requester::{CallRequest, Outcome, SubmitError};
 use crate::service::Service;
 use crate::wire::header::Limits;
-use crate::wire::private_data::{InlineThresholds, PrivateData};
+use crate::wire::private_data::{
+    find_private_data, Advertisement, Extensions, InlineThresholds, PrivateData,
+};
 
 /// The requester slot of a connection that makes no calls.
 #[derive(Debug, Default)]
@@ -79,6 +81,8 @@ pub trait RequesterRole: roles::Sealed {
     fn active(&self) -> usize;
     #[doc(hidden)]
     fn local_pd(&self) -> Option<PrivateData>;
+    #[doc(hidden)]
+    fn awaits_reply(&self, xid: u32) -> bool;
 }
 
 /// What a connection asks of its responder slot: a [`ResponderHalf`] or
@@ -87,17 +91,19 @@ pub trait ResponderRole: roles::Sealed {
     #[doc(hidden)]
     const PRESENT: bool;
     #[doc(hidden)]
-    fn on_recv(&mut self, t: &mut Transport, buf: RegBuf);
+    fn on_recv(&mut self, t: &mut Transport, buf: RegBuf, swi: Option<u32>);
     #[doc(hidden)]
-    fn on_send_completion(&mut self, t: &mut Transport, id: WrId);
+    fn on_send_completion(&mut self, t: &mut Transport, id: WrId, wc: &Completion);
     #[doc(hidden)]
     fn on_fail(&mut self, t: &mut Transport);
     #[doc(hidden)]
     fn close_drained(&mut self, t: &mut Transport);
     #[doc(hidden)]
-    fn prepare(&mut self, t: &mut Transport);
+    fn prepare(&mut self, t: &mut Transport, now: Instant);
     #[doc(hidden)]
     fn active(&self) -> usize;
+    #[doc(hidden)]
+    fn can_expose(&self) -> bool;
 }
 
 mod roles {
@@ -144,6 +150,9 @@ impl RequesterRole for RequesterHalf {
     fn local_pd(&self) -> Option<PrivateData> {
         Some(RequesterHalf::local_pd(self))
     }
+    fn awaits_reply(&self, xid: u32) -> bool {
+        RequesterHalf::awaits_reply(self, xid)
+    }
 }
 
 impl RequesterRole for NoRequester {
@@ -172,17 +181,20 @@ impl RequesterRole for NoRequester {
     fn local_pd(&self) -> Option<PrivateData> {
         None
     }
+    fn awaits_reply(&self, _xid: u32) -> bool {
+        false
+    }
 }
 
 impl<S: Service> ResponderRole for ResponderHalf<S> {
     const PRESENT: bool = true;
     #[inline(always)]
-    fn on_recv(&mut self, t: &mut Transport, buf: RegBuf) {
-        ResponderHalf::on_recv(self, t, buf)
+    fn on_recv(&mut self, t: &mut Transport, buf: RegBuf, swi: Option<u32>) {
+        ResponderHalf::on_recv(self, t, buf, swi)
     }
     #[inline(always)]
-    fn on_send_completion(&mut self, t: &mut Transport, id: WrId) {
-        ResponderHalf::on_send_completion(self, t, id)
+    fn on_send_completion(&mut self, t: &mut Transport, id: WrId, wc: &Completion) {
+        ResponderHalf::on_send_completion(self, t, id, wc)
     }
     fn on_fail(&mut self, t: &mut Transport) {
         ResponderHalf::on_fail(self, t)
@@ -191,30 +203,36 @@ impl<S: Service> ResponderRole for ResponderHalf<S> {
         ResponderHalf::close_drained(self, t)
     }
     #[inline(always)]
-    fn prepare(&mut self, t: &mut Transport) {
-        ResponderHalf::prepare(self, t)
+    fn prepare(&mut self, t: &mut Transport, now: Instant) {
+        ResponderHalf::prepare(self, t, now)
     }
     fn active(&self) -> usize {
         ResponderHalf::active(self)
+    }
+    fn can_expose(&self) -> bool {
+        ResponderHalf::can_expose(self)
     }
 }
 
 impl ResponderRole for NoResponder {
     const PRESENT: bool = false;
     #[inline(always)]
-    fn on_recv(&mut self, t: &mut Transport, buf: RegBuf) {
+    fn on_recv(&mut self, t: &mut Transport, buf: RegBuf, _swi: Option<u32>) {
         t.recvs.recycle(buf);
     }
     #[inline(always)]
-    fn on_send_completion(&mut self, t: &mut Transport, _id: WrId) {
+    fn on_send_completion(&mut self, t: &mut Transport, _id: WrId, _wc: &Completion) {
         t.stray_completions += 1;
     }
     fn on_fail(&mut self, _t: &mut Transport) {}
     fn close_drained(&mut self, _t: &mut Transport) {}
     #[inline(always)]
-    fn prepare(&mut self, _t: &mut Transport) {}
+    fn prepare(&mut self, _t: &mut Transport, _now: Instant) {}
     fn active(&self) -> usize {
         0
+    }
+    fn can_expose(&self) -> bool {
+        true
     }
 }
 
@@ -223,6 +241,8 @@ pub struct Connection<R, P> {
     t: Transport,
     /// The RFC 8797 private data this end offers.
     local_pd: PrivateData,
+    /// The extensions this end offers ([`ConnConfig::extensions`]).
+    local_ext: Extensions,
     /// Header limits, for telling calls from replies on a two-role connection.
     limits: Limits,
     req: R,
@@ -319,15 +339,34 @@ impl<R: RequesterRole, P: ResponderRole> Connection<R, P> {
         Ok(Connection {
             t,
             local_pd,
+            local_ext: cfg.offered_extensions(),
             limits: cfg.limits,
             req,
             resp,
         })
     }
 
-    /// The RFC 8797 private data to offer when connecting or accepting.
-    pub fn local_private_data(&self) -> [u8; 8] {
-        self.local_pd.to_bytes().unwrap_or([0; 8])
+    /// The private data to offer when connecting or accepting: the RFC 8797 message,
+    /// then the extension advertisement when [`ConnConfig::extensions`] is on.
+    pub fn local_private_data(&self) -> Advertisement {
+        Advertisement::new(&self.local_pd, self.offered_extensions())
+            .unwrap_or(Advertisement::DEFAULT)
+    }
+
+    /// What this end offers: [`ConnConfig::extensions`], but nothing from a responder
+    /// that cannot expose replies (no fast-registration slots on its device), so a peer
+    /// never leaves out a Reply chunk counting on a Read chunk that cannot come.
+    fn offered_extensions(&self) -> Extensions {
+        if self.resp.can_expose() {
+            self.local_ext
+        } else {
+            Extensions::NONE
+        }
+    }
+
+    /// The extensions both peers offered (none before the connection is established).
+    pub fn extensions(&self) -> Extensions {
+        self.t.extensions
     }
 
     /// The connection state.
@@ -346,11 +385,20 @@ impl<R: RequesterRole, P: ResponderRole> Connection<R, P> {
     /// or foreign data means RFC 8166 defaults). Calls that arrived before this wait
     /// for it.
     pub fn on_established(&mut self, peer_private_data: &[u8], now: Instant) {
+        let local_ext = self.offered_extensions();
         let t = &mut self.t;
         if t.state != ConnState::Connecting {
             return;
         }
         t.thresholds = InlineThresholds::from_received(Some(&self.local_pd), peer_private_data);
+        // Extensions only ride along with a valid version 1 message (they extend it).
+        let peer_v1 = matches!(find_private_data(peer_private_data), Ok(Some(_)));
+        let peer_ext = if peer_v1 {
+            Extensions::find(peer_private_data)
+        } else {
+            Extensions::NONE
+        };
+        t.extensions = Extensions::negotiate(local_ext, peer_ext);
         t.state = ConnState::Established;
         self.req.on_established(now);
         let _ = t.events.push_back(ConnEvent::Established(t.thresholds));
@@ -467,19 +515,29 @@ impl<R: RequesterRole, P: ResponderRole> Connection<R, P> {
                 if !wc.status.is_success() {
                     t.recvs.recycle(buf);
                 } else if !P::PRESENT
-                    || (R::PRESENT && direction(buf.as_slice(), &self.limits) == Direction::Reply)
+                    || (R::PRESENT
+                        && direction(
+                            buf.as_slice(),
+                            &self.limits,
+                            t.extensions.reply_read_chunks,
+                            |x| self.req.awaits_reply(x),
+                        ) == Direction::Reply)
                 {
                     self.req.on_recv(t, buf, wc.invalidated_rkey, now);
                 } else {
-                    self.resp.on_recv(t, buf);
+                    self.resp.on_recv(t, buf, wc.invalidated_rkey);
                 }
             }
-            WrKind::CallSend | WrKind::FastReg | WrKind::LocalInv => {
-                self.req.on_send_completion(t, id, wc)
-            }
-            WrKind::ChunkRead | WrKind::ChunkWrite | WrKind::ReplySend => {
-                self.resp.on_send_completion(t, id)
-            }
+            WrKind::CallSend
+            | WrKind::FastReg
+            | WrKind::LocalInv
+            | WrKind::ReplyPull
+            | WrKind::DoneSend => self.req.on_send_completion(t, id, wc),
+            WrKind::ChunkRead
+            | WrKind::ChunkWrite
+            | WrKind::ReplySend
+            | WrKind::ReplyReg
+            | WrKind::ReplyInv => self.resp.on_send_completion(t, id, wc),
         }
         self.settle();
     }
@@ -491,7 +549,7 @@ impl<R: RequesterRole, P: ResponderRole> Connection<R, P> {
         match self.t.state {
             ConnState::Established => {
                 self.req.prepare(&mut self.t, now);
-                self.resp.prepare(&mut self.t);
+                self.resp.prepare(&mut self.t, now);
                 self.t.recvs.refill(&mut self.t.outbox);
             }
             ConnState::Connecting => self.t.recvs.refill(&mut self.t.outbox),
@@ -568,6 +626,22 @@ impl<P: ResponderRole> Connection<RequesterHalf, P> {
         self.req.credits()
     }
 
+    /// Test hook (feature `testing`): stop or resume sending RDMA_DONE after pulling a
+    /// responder-provided Read chunk, to play a requester that neglects it.
+    #[cfg(feature = "testing")]
+    #[doc(hidden)]
+    pub fn set_drop_dones(&mut self, on: bool) {
+        self.req.set_drop_dones(on);
+    }
+
+    /// Test hook (feature `testing`): the first segment of the last responder-provided
+    /// Read chunk pulled.
+    #[cfg(feature = "testing")]
+    #[doc(hidden)]
+    pub fn last_pulled_segment(&self) -> Option<crate::wire::header::Segment> {
+        self.req.last_pulled_segment()
+    }
+
     /// How chunk memory is registered.
     pub fn registration(&self) -> RegMode {
         self.req.registration()
@@ -631,6 +705,15 @@ impl<R: RequesterRole, S: Service> Connection<R, ResponderHalf<S>> {
         for b in self.t.recvs.posted_bufs() {
             f(b.addr());
         }
+    }
+
+    /// Gives the responder half fast-registration slots to expose replies in
+    /// responder-provided Read chunks (one reply per slot; key generation bytes from
+    /// `seed`). The driver keeps the slots' handles and drops them once the connection
+    /// has closed. Without slots, a reply too large for what the requester offered gets
+    /// ERR_CHUNK.
+    pub fn set_reply_mrs(&mut self, slots: &[FastRegSlot], seed: u64) {
+        self.resp.set_reply_mrs(slots, seed);
     }
 
     /// The responder half's counters.

@@ -17,7 +17,7 @@ mod connection;
 mod demux;
 pub(crate) mod event;
 pub(crate) mod fixed;
-mod mrs;
+pub(crate) mod mrs;
 pub(crate) mod outbox;
 pub(crate) mod regbuf;
 pub(crate) mod requester;

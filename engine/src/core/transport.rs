@@ -13,7 +13,7 @@ use super::outbox::PostFailure;
 use super::regbuf::RegBuf;
 use super::wrid::{WrId, WrKind};
 use crate::fabric::{Completion, SendFlags, SendOp, Sge, WcOpcode, WcStatus};
-use crate::wire::private_data::InlineThresholds;
+use crate::wire::private_data::{Extensions, InlineThresholds};
 
 /// Where a connection is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -231,6 +231,8 @@ pub struct Transport {
     pub(crate) state: ConnState,
     pub(crate) close_reason: Option<CloseReason>,
     pub(crate) thresholds: InlineThresholds,
+    /// Extensions both peers offered (none until established).
+    pub(crate) extensions: Extensions,
     pub(crate) outbox: Outbox,
     pub(crate) sq: SqBudget,
     pub(crate) recvs: RecvTable,
@@ -248,6 +250,7 @@ impl Transport {
             state: ConnState::Connecting,
             close_reason: None,
             thresholds: InlineThresholds::DEFAULT,
+            extensions: Extensions::NONE,
             outbox: Outbox::with_capacity(
                 sq_depth as usize,
                 (sq_depth * max_send_sge.max(1)) as usize,

@@ -39,6 +39,16 @@ pub enum WrKind {
     /// An RDMA Write pushing results into a Write or Reply chunk; `slot` is the reply
     /// context, `aux` the segment number.
     ChunkWrite = 7,
+    /// The read-only FastReg exposing a reply in a responder-provided Read chunk; `slot`
+    /// is the exposed reply (its MR slot).
+    ReplyReg = 8,
+    /// The LocalInvalidate ending an exposed reply; `slot` is the exposed reply.
+    ReplyInv = 9,
+    /// An RDMA Read pulling a reply's responder-provided Read chunk; `slot` is the call
+    /// slot, `aux` the segment number.
+    ReplyPull = 10,
+    /// The Send of an RDMA_DONE; `slot` is the DONE buffer.
+    DoneSend = 11,
 }
 
 impl WrKind {
@@ -51,6 +61,10 @@ impl WrKind {
             5 => WrKind::ReplySend,
             6 => WrKind::ChunkRead,
             7 => WrKind::ChunkWrite,
+            8 => WrKind::ReplyReg,
+            9 => WrKind::ReplyInv,
+            10 => WrKind::ReplyPull,
+            11 => WrKind::DoneSend,
             _ => return None,
         })
     }

@@ -436,3 +436,159 @@ impl Default for InlineThresholds {
         InlineThresholds::DEFAULT
     }
 }
+
+/// The identifier that opens this engine's extension advertisement, the eight octets it
+/// appends after its RFC 8797 version 1 message.
+///
+/// RFC 8797 §6 foresees new formats "that use a different value for the first four
+/// bytes", and §5.2 has a receiver search the whole private-data buffer for the
+/// identifier it knows, because other layers put data there too. So the version 1
+/// message stays exactly as RFC 8797 §4 defines it (Reserved bits zero, octets 0-7),
+/// and a peer that knows only version 1 (the Linux client and server read the first
+/// eight octets and ignore the rest of the buffer) never sees the extensions: to it
+/// they are some other layer's private data. Two rpcrdma peers find each other's word.
+/// The value spells "rdx" and a format number 1.
+pub const EXTENSIONS_IDENTIFIER: u32 = 0x7264_7801;
+
+/// Octets in an extension advertisement: the identifier, then a 32-bit flags word in
+/// network byte order.
+pub const EXTENSIONS_LEN: usize = 8;
+
+/// Octets an [`Advertisement`] can hold: the version 1 message and the extensions.
+pub const ADVERTISEMENT_MAX: usize = ENCODED_LEN + EXTENSIONS_LEN;
+
+const EXTENSIONS_ID_BYTES: [u8; 4] = EXTENSIONS_IDENTIFIER.to_be_bytes();
+
+/// Flag bit: responder-provided Read chunks with RDMA_DONE pull completion
+/// (draft-cel-nfsv4-rpcrdma-reliable-reply §4).
+const EXT_REPLY_READ_CHUNKS: u32 = 0x1;
+
+/// Protocol extensions beyond RPC-over-RDMA version 1 that one peer supports, or (after
+/// [`Extensions::negotiate`]) that both do and so may be used (the draft's §6: "MUST
+/// be used only when both peers support them").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct Extensions {
+    /// Responder-provided Position-Zero Read chunks in replies, answered with
+    /// RDMA_DONE (draft-cel-nfsv4-rpcrdma-reliable-reply §4.1).
+    pub reply_read_chunks: bool,
+}
+
+impl Extensions {
+    /// No extension: plain RPC-over-RDMA version 1.
+    pub const NONE: Extensions = Extensions {
+        reply_read_chunks: false,
+    };
+
+    /// Every extension this engine implements.
+    pub const ALL: Extensions = Extensions {
+        reply_read_chunks: true,
+    };
+
+    /// True when no extension is set.
+    pub const fn is_empty(&self) -> bool {
+        !self.reply_read_chunks
+    }
+
+    /// What both ends may use: each extension needs both advertisements.
+    pub const fn negotiate(local: Extensions, peer: Extensions) -> Extensions {
+        Extensions {
+            reply_read_chunks: local.reply_read_chunks && peer.reply_read_chunks,
+        }
+    }
+
+    /// The advertisement's eight octets (identifier, flags word).
+    pub const fn to_bytes(&self) -> [u8; EXTENSIONS_LEN] {
+        let flags = if self.reply_read_chunks {
+            EXT_REPLY_READ_CHUNKS
+        } else {
+            0
+        };
+        let id = EXTENSIONS_ID_BYTES;
+        let f = flags.to_be_bytes();
+        [id[0], id[1], id[2], id[3], f[0], f[1], f[2], f[3]]
+    }
+
+    /// Searches a received private-data buffer for an extension advertisement, at any
+    /// octet offset (as RFC 8797 §5.2 does for its own identifier). Absent, or cut short
+    /// by the end of the buffer: no extensions. Flag bits this engine does not know are
+    /// ignored, so a later format can add some.
+    pub fn find(buf: &[u8]) -> Extensions {
+        for (offset, window) in buf.windows(EXTENSIONS_ID_BYTES.len()).enumerate() {
+            if window != EXTENSIONS_ID_BYTES {
+                continue;
+            }
+            if let Some(f) = buf.get(offset + 4..offset + EXTENSIONS_LEN) {
+                let flags = u32::from_be_bytes([f[0], f[1], f[2], f[3]]);
+                return Extensions {
+                    reply_read_chunks: flags & EXT_REPLY_READ_CHUNKS != 0,
+                };
+            }
+        }
+        Extensions::NONE
+    }
+}
+
+/// What one end puts into the CM private data: the RFC 8797 version 1 message, followed
+/// by the extension advertisement when any extension is offered (see
+/// [`EXTENSIONS_IDENTIFIER`] for why a version-1-only peer never notices it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Advertisement {
+    bytes: [u8; ADVERTISEMENT_MAX],
+    len: u8,
+}
+
+impl Advertisement {
+    /// [`PrivateData::DEFAULT`] and no extensions.
+    pub const DEFAULT: Advertisement =
+        match Advertisement::new(&PrivateData::DEFAULT, Extensions::NONE) {
+            Ok(a) => a,
+            // Evaluated at compile time: the default always encodes.
+            Err(_) => panic!("the default private data encodes"),
+        };
+
+    /// `pd` (which must encode), then `ext` unless it is empty.
+    ///
+    /// # Errors
+    /// As [`PrivateData::to_bytes`].
+    pub const fn new(pd: &PrivateData, ext: Extensions) -> Result<Self, PrivateDataEncodeError> {
+        let v1 = match pd.to_bytes() {
+            Ok(b) => b,
+            Err(e) => return Err(e),
+        };
+        let mut bytes = [0u8; ADVERTISEMENT_MAX];
+        let mut i = 0;
+        while i < ENCODED_LEN {
+            bytes[i] = v1[i];
+            i += 1;
+        }
+        if ext.is_empty() {
+            return Ok(Advertisement {
+                bytes,
+                len: ENCODED_LEN as u8,
+            });
+        }
+        let e = ext.to_bytes();
+        let mut j = 0;
+        while j < EXTENSIONS_LEN {
+            bytes[ENCODED_LEN + j] = e[j];
+            j += 1;
+        }
+        Ok(Advertisement {
+            bytes,
+            len: ADVERTISEMENT_MAX as u8,
+        })
+    }
+
+    /// The octets to send.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
+    }
+}
+
+impl core::ops::Deref for Advertisement {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        self.as_bytes()
+    }
+}

@@ -1051,3 +1051,319 @@ fn a_two_role_connection_serves_and_calls_on_one_transport() {
         assert_eq!(c.state(), ConnState::Closed);
     }
 }
+
+// ---- responder-provided Read chunks, requester side, by hand ---------------------------
+
+mod read_chunk_replies {
+    use super::*;
+    use rpcrdma::wire::header::{BodyRepr, ChunkListsRepr, HeaderRepr, ReadSegment, Segment};
+    use rpcrdma::wire::private_data::{Advertisement, Extensions};
+    use rpcrdma::BadReply;
+
+    /// A requester established with a peer that offered `ext`.
+    fn requester_ext(ext: Extensions) -> (RequesterCore, CorePools, Wire, Instant) {
+        let (mut core, pools) = unestablished(&cfg());
+        let now = Instant::now();
+        let mut qp = Wire::new([&pools.recv, &pools.send, &pools.large]);
+        let adv = Advertisement::new(&PrivateData::new(4096, 4096, true), ext).expect("encodes");
+        core.on_established(adv.as_bytes(), now);
+        qp.pump(&mut core, now);
+        (core, pools, qp, now)
+    }
+
+    /// Sends a NULL call (no Reply chunk offered) and returns its XID.
+    fn one_call(core: &mut RequesterCore, pools: &CorePools, qp: &mut Wire, now: Instant) -> u32 {
+        core.submit(null_call(pools), 1, now).expect("submitted");
+        qp.pump(core, now);
+        let xid = be(&qp.sends[0].bytes, 0);
+        for wc in qp.complete_sends() {
+            core.handle_completion(&wc, now);
+        }
+        xid
+    }
+
+    /// RDMA_NOMSG whose Position-Zero Read chunk is `segs`.
+    fn nomsg_reply(xid: u32, segs: &[Segment]) -> Vec<u8> {
+        let reads: Vec<ReadSegment> = segs
+            .iter()
+            .map(|&segment| ReadSegment {
+                position: 0,
+                segment,
+            })
+            .collect();
+        let repr = HeaderRepr {
+            xid,
+            credit: 8,
+            body: BodyRepr::Nomsg(ChunkListsRepr {
+                reads: &reads,
+                writes: &[],
+                reply: None,
+            }),
+        };
+        let mut out = vec![0u8; 512];
+        let n = repr.encode(&mut out).expect("encodes");
+        out.truncate(n);
+        out
+    }
+
+    /// Three segments are pulled with three RDMA Reads into one contiguous buffer, the
+    /// reply is delivered from it, and RDMA_DONE follows as Send With Invalidate naming
+    /// the chunk's first key. The call's credit came back with the reply.
+    #[test]
+    fn a_three_segment_chunk_is_pulled_delivered_and_done() {
+        let (mut core, pools, mut qp, now) = requester_ext(Extensions::ALL);
+        assert!(core.extensions().reply_read_chunks);
+        let xid = one_call(&mut core, &pools, &mut qp, now);
+        // The reply: accepted SUCCESS and 3000 octets of results.
+        let mut msg = Vec::new();
+        for w in [xid, 1, 0, 0, 0, 0] {
+            msg.extend_from_slice(&w.to_be_bytes());
+        }
+        msg.extend((0..3000u32).map(|i| (i * 7) as u8));
+        let lens = [1000u32, 1000, msg.len() as u32 - 2000];
+        let segs: Vec<Segment> = lens
+            .iter()
+            .enumerate()
+            .map(|(k, &l)| {
+                Segment::new(0x100 * (k as u32 + 1), l, 0x7000_0000 + 0x10000 * k as u64)
+            })
+            .collect();
+        let wc = qp.deliver(&nomsg_reply(xid, &segs));
+        core.handle_completion(&wc, now);
+        assert_eq!(core.credits().in_flight(), 0, "the credit came back");
+        assert!(core.poll_outcome().is_none(), "not before the pull");
+        qp.pump(&mut core, now);
+        assert_eq!(qp.sends.len(), 3, "one Read per segment");
+        let mut off = 0usize;
+        let mut next_addr = None;
+        for (p, seg) in qp.sends.iter().zip(&segs) {
+            match p.op {
+                SendOp::RdmaRead { remote } => {
+                    assert_eq!((remote.rkey, remote.addr), (seg.handle, seg.offset));
+                }
+                other => panic!("{other:?}"),
+            }
+            assert_eq!(p.sgl.len(), 1);
+            assert_eq!(p.sgl[0].length, seg.length);
+            if let Some(a) = next_addr {
+                assert_eq!(p.sgl[0].addr, a, "contiguous in one buffer");
+            }
+            next_addr = Some(p.sgl[0].addr + u64::from(seg.length));
+            // The responder's octets land where the Read scatters them.
+            qp.write(p.sgl[0].addr, &msg[off..off + seg.length as usize])
+                .expect("inside a pool");
+            off += seg.length as usize;
+        }
+        for wc in qp.complete_sends() {
+            core.handle_completion(&wc, now);
+        }
+        let o = core.poll_outcome().expect("delivered after the pull");
+        assert_eq!(o.status, CallStatus::Success);
+        assert_eq!(o.reply.as_ref().expect("reply").bytes(), &msg[..]);
+        qp.pump(&mut core, now);
+        assert_eq!(qp.sends.len(), 1, "RDMA_DONE");
+        let done = &qp.sends[0];
+        assert!(
+            matches!(done.op, SendOp::SendWithInvalidate { rkey: 0x100 }),
+            "{:?}",
+            done.op
+        );
+        assert_eq!(done.bytes.len(), 16);
+        assert_eq!(
+            [be(&done.bytes, 0), be(&done.bytes, 1), be(&done.bytes, 3)],
+            [xid, 1, 3]
+        );
+        assert!(qp.faults.is_empty(), "{:?}", qp.faults);
+        let s = core.requester_stats();
+        assert_eq!((s.read_chunk_replies, s.dones_sent), (1, 1));
+        for wc in qp.complete_sends() {
+            core.handle_completion(&wc, now);
+        }
+        assert_eq!(core.requester_stats().stray_completions, 0);
+    }
+
+    /// A Read chunk reply for no call in flight still gets its DONE (draft §4.1.3).
+    #[test]
+    fn an_unknown_xid_gets_done_too() {
+        let (mut core, _pools, mut qp, now) = requester_ext(Extensions::ALL);
+        let seg = Segment::new(0x4242, 5000, 0x9000_0000);
+        let wc = qp.deliver(&nomsg_reply(0x1234_5678, &[seg]));
+        core.handle_completion(&wc, now);
+        qp.pump(&mut core, now);
+        assert_eq!(qp.sends.len(), 1);
+        assert!(matches!(
+            qp.sends[0].op,
+            SendOp::SendWithInvalidate { rkey: 0x4242 }
+        ));
+        assert_eq!(be(&qp.sends[0].bytes, 0), 0x1234_5678);
+        assert_eq!(core.requester_stats().dones_for_unknown_xids, 1);
+    }
+
+    /// Without the extension negotiated the call fails (`BadReply::ReadChunks`), nothing
+    /// is read, and DONE still goes out so the responder can let go (draft §4.1.3).
+    #[test]
+    fn without_the_extension_the_call_fails_and_done_goes_out() {
+        let (mut core, pools, mut qp, now) = requester_ext(Extensions::NONE);
+        assert!(!core.extensions().reply_read_chunks);
+        let xid = one_call(&mut core, &pools, &mut qp, now);
+        let seg = Segment::new(0x4242, 5000, 0x9000_0000);
+        let wc = qp.deliver(&nomsg_reply(xid, &[seg]));
+        core.handle_completion(&wc, now);
+        let o = core.poll_outcome().expect("outcome");
+        assert_eq!(
+            o.status,
+            CallStatus::Transport(TransportError::BadReply(BadReply::ReadChunks))
+        );
+        qp.pump(&mut core, now);
+        assert_eq!(qp.sends.len(), 1, "only the DONE, no Read");
+        assert!(matches!(
+            qp.sends[0].op,
+            SendOp::SendWithInvalidate { rkey: 0x4242 }
+        ));
+    }
+}
+
+mod read_chunk_replies_two_roles {
+    use super::*;
+    use rpcrdma::wire::private_data::{Advertisement, Extensions};
+
+    /// Answers every call with 20000 octets of results: too large for inline.
+    struct Big;
+
+    impl Service for Big {
+        fn handle_call(
+            &mut self,
+            call: &CallView<'_>,
+            w: &mut ReplyWriter<'_>,
+        ) -> Result<(), ServiceError> {
+            for v in [call.xid(), 1, 0, 0, 0, 0] {
+                w.put_u32(v).map_err(|_| ServiceError::SystemErr)?;
+            }
+            w.put(&[0x5a; 20_000]).map_err(|_| ServiceError::SystemErr)
+        }
+    }
+
+    /// Carries what `from` posted: Sends into `to`'s receives, RDMA Reads from `to`'s
+    /// memory into `from`'s; completes everything `from` posted.
+    fn carry(
+        from: &mut Wire,
+        a: &mut BidiCore<Big>,
+        to: &mut Wire,
+        b: &mut BidiCore<Big>,
+        now: Instant,
+    ) {
+        let posted: Vec<Posted> = from.sends.drain(..).collect();
+        for p in &posted {
+            match p.op {
+                SendOp::Send => {
+                    let wc = to.deliver(&p.bytes);
+                    b.handle_completion(&wc, now);
+                }
+                SendOp::SendWithInvalidate { rkey } => {
+                    let wc = to
+                        .deliver_invalidating(&p.bytes, Some(rkey))
+                        .expect("a posted receive");
+                    b.handle_completion(&wc, now);
+                }
+                SendOp::RdmaRead { remote } => {
+                    let mut data = vec![0u8; p.sgl[0].length as usize];
+                    to.read(remote.addr, &mut data)
+                        .expect("inside the peer's pools");
+                    from.write(p.sgl[0].addr, &data).expect("inside our pools");
+                }
+                _ => {}
+            }
+            let done = rpcrdma::testing::wire::completion_of(p, WcStatus::Success);
+            a.handle_completion(&done, now);
+        }
+        from.pump(a, now);
+        to.pump(b, now);
+    }
+
+    use rpcrdma::BidiCore;
+
+    /// RFC 8167 with responder-provided Read chunks on both sides: A's call gets a reply
+    /// in B's Read chunk (RDMA_NOMSG + Position-Zero Read chunk, like a long call), which
+    /// A's demux routes to its requester half because the XID is a call of A's awaiting
+    /// its reply; B's long call (the same shape) reaches A's responder half. Both pull,
+    /// both send RDMA_DONE, which the other's responder half takes, and everything
+    /// exposed is freed.
+    #[test]
+    fn reply_read_chunks_and_long_calls_are_told_apart_on_two_role_connections() {
+        let now = Instant::now();
+        let adv = Advertisement::new(&PrivateData::new(4096, 4096, true), Extensions::ALL)
+            .expect("encodes");
+        let make = |key: u32| {
+            let pools = pools();
+            let mrs = fast_reg_slots(1 + key, 40);
+            let credits = Arc::new(CreditTable::new(8, false));
+            let policy = Arc::new(GrantPolicy::new(8, 8));
+            let mut core = BidiCore::both_roles(&cfg(), &pools, Some(&mrs), credits, Big, policy)
+                .expect("two-role core");
+            core.set_reply_mrs(&fast_reg_slots(200 + key, 8), u64::from(key));
+            let mut wire = Wire::new([&pools.recv, &pools.send, &pools.large]);
+            core.on_established(adv.as_bytes(), now);
+            wire.pump(&mut core, now);
+            (core, pools, wire)
+        };
+        let (mut a, apools, mut wa) = make(0);
+        let (mut b, bpools, mut wb) = make(100);
+        assert!(a.extensions().reply_read_chunks && b.extensions().reply_read_chunks);
+        a.submit(null_call(&apools).with_xid(0xA1), 1, now)
+            .expect("a calls b");
+        // B's call is too long for inline: RDMA_NOMSG with a Position-Zero Read chunk.
+        let mut long = RegBuf::from_pool(&bpools.large).expect("buffer");
+        let mut v = Vec::new();
+        for w in [0u32, 0, 2, 7, 1, 0, 0, 0, 0, 0] {
+            v.extend_from_slice(&w.to_be_bytes());
+        }
+        v.resize(6000, 0x11);
+        long.fill(&v).expect("fits");
+        b.submit(CallRequest::new(long, 256).with_xid(0xB1), 2, now)
+            .expect("b calls a");
+        wa.pump(&mut a, now);
+        wb.pump(&mut b, now);
+        let (mut oa, mut ob) = (None, None);
+        for _ in 0..12 {
+            carry(&mut wa, &mut a, &mut wb, &mut b, now);
+            carry(&mut wb, &mut b, &mut wa, &mut a, now);
+            oa = oa.or_else(|| a.poll_outcome());
+            ob = ob.or_else(|| b.poll_outcome());
+        }
+        let (oa, ob) = (
+            oa.expect("a's call answered"),
+            ob.expect("b's call answered"),
+        );
+        for (o, tag, xid) in [(&oa, 1, 0xA1), (&ob, 2, 0xB1)] {
+            assert_eq!((o.tag, o.xid, o.status), (tag, xid, CallStatus::Success));
+            let bytes = o.reply.as_ref().expect("reply").bytes();
+            assert_eq!(bytes.len(), 24 + 20_000);
+            assert!(bytes[24..].iter().all(|&x| x == 0x5a));
+        }
+        for c in [&a, &b] {
+            let (rq, rs) = (c.requester_stats(), c.responder_stats());
+            assert_eq!((rq.read_chunk_replies, rq.dones_sent), (1, 1));
+            assert_eq!(rs.calls, 1, "exactly the peer's call reached the service");
+            assert_eq!(
+                (rs.read_chunk_replies, rs.done_received, rs.exposed),
+                (1, 1, 0)
+            );
+            assert_eq!(
+                (rq.unmatched, rq.bad_headers, rq.stray_completions),
+                (0, 0, 0)
+            );
+            assert_eq!(
+                (rs.dropped, rs.err_chunk, rs.done_unknown, rs.overruns),
+                (0, 0, 0, 0)
+            );
+            assert_eq!(c.active(), 0);
+        }
+        assert_eq!(b.responder_stats().long_calls, 0);
+        assert_eq!(
+            a.responder_stats().long_calls,
+            1,
+            "B's long call reached A's service"
+        );
+        assert!(wa.faults.is_empty() && wb.faults.is_empty());
+    }
+}

@@ -126,8 +126,16 @@ fn submit_random(
             (req, Expect::RpcError(4))
         }
         _ => {
-            let req = CallRequest::new(msg(p, PROC_BIG, &6000u32.to_be_bytes()), 100);
-            (req, Expect::ErrChunk)
+            // Fits neither inline nor a Reply chunk (none offered): a responder-provided
+            // Read chunk, pulled and answered with RDMA_DONE.
+            // Past the large buffers (64 KiB) even that is impossible: ERR_CHUNK.
+            let n = r(rng, 5000, 70_000);
+            let req = CallRequest::new(msg(p, PROC_BIG, &(n as u32).to_be_bytes()), 100);
+            if REPLY_HDR + 4 + n.next_multiple_of(4) > 64 * 1024 {
+                (req, Expect::ErrChunk)
+            } else {
+                (req, Expect::Results(opaque(&pattern(n, 7))))
+            }
         }
     };
     p.requester.submit(req, tag).expect("submitted or queued");
@@ -292,6 +300,22 @@ fn run_seed_with(
     if let Some(r) = p.responder() {
         assert_eq!(r.stats().stray_completions, 0);
         assert_eq!(r.stats().outbox_overflows, 0);
+        // Every exposed reply was freed by its DONE, its timeout or the close: no
+        // responder key outlives the connection.
+        assert_eq!(r.stats().exposed, 0, "seed {seed}: no exposed reply left");
+    }
+    if !dropped {
+        let (q, r) = (p.requester.stats(), p.responder().map(|r| r.stats()));
+        // A DONE for every reply pulled (and for pulls whose call timed out meanwhile);
+        // every reply pulled was one the responder exposed.
+        assert!(q.dones_sent >= q.read_chunk_replies, "seed {seed}: {q:?}");
+        if let Some(r) = r {
+            assert!(r.read_chunk_replies >= q.read_chunk_replies, "seed {seed}");
+            assert!(
+                q.read_chunk_replies > 0,
+                "seed {seed}: the path was exercised"
+            );
+        }
     }
     let successes = outcomes
         .values()

@@ -54,3 +54,37 @@ fn unreported_remote_invalidation_is_covered_by_local_invalidation() {
         "the responder still invalidated one key per reply"
     );
 }
+
+/// The responder's side of it: RDMA_DONE arrives as Send With Invalidate naming the
+/// exposed reply's key, but the device does not say so. The responder invalidates the
+/// key locally all the same (already dead: that succeeds) and reuses its reply slots,
+/// more rounds than it has.
+#[test]
+fn unreported_invalidation_by_done_is_covered_by_local_invalidation() {
+    let mut sc = SimConfig::seeded(11);
+    sc.caps.reports_remote_invalidation = false;
+    let net = SimNetFixture(SimNet::new(sc));
+    let cfg = test_config();
+    let mut p = pair(&net, &cfg, &cfg);
+    assert!(p.requester.thresholds().remote_invalidate);
+    const ROUNDS: u32 = 20;
+    for round in 0..ROUNDS {
+        let n = 9000 + round;
+        let req = CallRequest::new(msg(&p, PROC_BIG, &n.to_be_bytes()), 512);
+        let o = call(&mut p, req);
+        assert_eq!(o.status, CallStatus::Success, "round {round}");
+        assert_eq!(results(&o), &opaque(&pattern(n as usize, 7))[..]);
+    }
+    let ok = p.run_until(DEADLINE, |p| {
+        p.responder().is_some_and(|r| r.stats().exposed == 0)
+    });
+    assert!(ok, "every exposed reply freed");
+    let r = p.responder().expect("responder").stats();
+    assert_eq!(r.read_chunk_replies, u64::from(ROUNDS));
+    assert_eq!(r.done_received, u64::from(ROUNDS));
+    assert_eq!(
+        r.done_remote_invalidations, 0,
+        "no report reached the responder"
+    );
+    assert_eq!(r.stray_completions, 0);
+}

@@ -18,6 +18,7 @@ mod engine_errors;
 mod engine_faults;
 mod engine_inline;
 mod engine_poller;
+mod engine_read_chunk_replies;
 mod engine_registration;
 mod engine_server_limits;
 mod engine_service_api;

@@ -20,4 +20,5 @@ mod engine_verbs_credits;
 mod engine_verbs_disconnect;
 mod engine_verbs_errors;
 mod engine_verbs_inline;
+mod engine_verbs_read_chunk_replies;
 mod fabric_verbs_conformance;

@@ -596,3 +596,77 @@ proptest! {
         prop_assert!(at_a.send >= 1024 && at_a.recv >= 1024);
     }
 }
+
+// ---- the engine's extension advertisement ---------------------------------------------
+
+mod extensions {
+    use rpcrdma::wire::private_data::{
+        find_private_data, Advertisement, Extensions, InlineThresholds, PrivateData,
+        EXTENSIONS_IDENTIFIER,
+    };
+
+    use super::{MSG_R_4K_8K, PD_R_4K_8K};
+
+    /// With extensions: the version 1 message unchanged in octets 0..8 (Reserved bits
+    /// still zero), then the identifier and the flags word.
+    #[test]
+    fn the_version_1_message_comes_first_unchanged() {
+        let a = Advertisement::new(&PD_R_4K_8K, Extensions::ALL).expect("encodes");
+        let b = a.as_bytes();
+        assert_eq!(b.len(), 16);
+        assert_eq!(b[..8], MSG_R_4K_8K);
+        assert_eq!(b[5] & 0xfe, 0, "no Reserved bit set (RFC 8797 §4)");
+        assert_eq!(b[8..12], EXTENSIONS_IDENTIFIER.to_be_bytes());
+        assert_eq!(b[12..], [0, 0, 0, 1]);
+        // Without extensions the bare eight octets.
+        let plain = Advertisement::new(&PD_R_4K_8K, Extensions::NONE).expect("encodes");
+        assert_eq!(plain.as_bytes(), &MSG_R_4K_8K[..]);
+    }
+
+    /// What a version-1-only peer makes of it: exactly what it makes of the bare message
+    /// (the same thresholds and R), as the Linux client and server read only the first
+    /// eight octets, and RFC 8797 §5.2 searches find the same message.
+    #[test]
+    fn a_version_1_peer_sees_only_version_1() {
+        let a = Advertisement::new(&PD_R_4K_8K, Extensions::ALL).expect("encodes");
+        assert_eq!(PrivateData::decode(a.as_bytes()), Ok(PD_R_4K_8K));
+        assert_eq!(find_private_data(a.as_bytes()), Ok(Some((0, PD_R_4K_8K))));
+        let local = PrivateData::new(4096, 4096, true);
+        assert_eq!(
+            InlineThresholds::from_received(Some(&local), a.as_bytes()),
+            InlineThresholds::from_received(Some(&local), &MSG_R_4K_8K),
+        );
+    }
+
+    /// Found at any offset (MPA or other layers first), padded with zeros after (IB's
+    /// fixed-size private data); absent, cut short or in a Linux peer's zero padding:
+    /// none. Unknown flag bits are ignored.
+    #[test]
+    fn found_anywhere_ignored_when_absent_or_short() {
+        let a = Advertisement::new(&PD_R_4K_8K, Extensions::ALL).expect("encodes");
+        for lead in [0usize, 3, 8, 40] {
+            let mut buf = vec![0x55u8; lead];
+            buf.extend_from_slice(a.as_bytes());
+            buf.resize(buf.len() + 40, 0);
+            assert_eq!(Extensions::find(&buf), Extensions::ALL, "lead {lead}");
+        }
+        let mut linux = MSG_R_4K_8K.to_vec();
+        linux.resize(56, 0);
+        assert_eq!(Extensions::find(&linux), Extensions::NONE);
+        assert_eq!(Extensions::find(&a.as_bytes()[..14]), Extensions::NONE);
+        let mut future = a.as_bytes().to_vec();
+        future[12..].copy_from_slice(&[0x80, 0, 0, 0]);
+        assert_eq!(Extensions::find(&future), Extensions::NONE);
+        future[15] = 0x81;
+        assert_eq!(Extensions::find(&future), Extensions::ALL);
+    }
+
+    /// Each extension needs both peers.
+    #[test]
+    fn negotiation_needs_both() {
+        use Extensions as E;
+        assert_eq!(E::negotiate(E::ALL, E::ALL), E::ALL);
+        assert_eq!(E::negotiate(E::ALL, E::NONE), E::NONE);
+        assert_eq!(E::negotiate(E::NONE, E::ALL), E::NONE);
+    }
+}

@@ -189,6 +189,14 @@ fn hex_input_tolerates_colons_and_prefixes_and_compact_is_one_line() {
     let text = String::from_utf8(out.stdout.clone()).unwrap();
     assert_eq!(text.lines().count(), 1, "{text}");
     assert_eq!(stdout_json(&out)["header"]["proc"], "RDMA_DONE");
+    let note = stdout_json(&out)["notes"][0]
+        .as_str()
+        .unwrap_or("")
+        .to_owned();
+    assert!(
+        note.contains("pull completion notification for XID 0x00000009"),
+        "{note}"
+    );
     // --hex - reads hex text from stdin.
     let out = run(
         &["decode", "--hex", "-"],
@@ -427,6 +435,24 @@ fn private_data_is_found_at_any_offset_and_negotiated() {
         json!({"send": 2048, "recv": 4096, "remote_invalidate": false})
     );
     assert!(v["meaning"].as_str().unwrap().contains("4096 octets"));
+    assert_eq!(v["extensions"], json!({"reply_read_chunks": false}));
+    // An rpcrdma peer's advertisement: the same message, then its extension word.
+    let v = stdout_json(&run(
+        &[
+            "decode",
+            "--private-data",
+            "--hex",
+            "f6ab0e18 01 01 03 07 72647801 00000001",
+        ],
+        b"",
+    ));
+    assert_eq!(v["offset"], 0);
+    assert_eq!(v["peer"]["send_size"], 4096);
+    assert_eq!(v["extensions"], json!({"reply_read_chunks": true}));
+    assert!(v["meaning"]
+        .as_str()
+        .unwrap()
+        .contains("responder-provided Read chunks"));
 }
 
 #[test]

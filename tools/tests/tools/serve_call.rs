@@ -377,3 +377,54 @@ fn call_says_how_chunk_memory_is_registered() {
     assert!(err.contains("auto, fastreg or persistent"), "{err}");
     interrupt(&mut server);
 }
+
+/// A reply too large for inline, with no Reply chunk offered, comes in a Read chunk the
+/// server provides; the client pulls it and sends RDMA_DONE. Without extensions on the
+/// client the same call fails with ERR_CHUNK, at once.
+#[test]
+fn call_pulls_a_reply_from_the_servers_read_chunk() {
+    let socket = socket_path("readchunk");
+    let mut server = start_server(&socket);
+    let v = call_json(
+        &socket,
+        &["--source", "--size", "200000", "--no-reply-chunk"],
+    );
+    assert_eq!(v["status"], "SUCCESS");
+    assert_eq!(v["check"], "200000 octets of the source pattern");
+    assert_eq!(v["reply_len"], 28 + 200000);
+    assert_eq!(shape(&v), ("RDMA_MSG".into(), 0, 0, 0));
+    assert_eq!(v["shape"]["reply_read_chunks"], 1);
+    assert_eq!(v["shape"]["done_sent"], true);
+
+    let out = call(
+        &socket,
+        &[
+            "--source",
+            "--size",
+            "200000",
+            "--no-reply-chunk",
+            "--no-extensions",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("ERR_CHUNK"), "{err}");
+
+    // The text form says where the reply came from.
+    let out = call(
+        &socket,
+        &["--source", "--size", "100000", "--no-reply-chunk"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("reply pulled from the server's Read chunk (RDMA_DONE sent)"),
+        "{text}"
+    );
+    let stdout = interrupt(&mut server);
+    assert!(stdout.contains("stopping (signal)"), "{stdout}");
+}

@@ -588,7 +588,9 @@ fn nfs_client_put_ls_get_against_serve() {
 
 /// The NFSv3 client library against `rpcrdma serve --nfs`: its calls carry the client's
 /// own XIDs (counted up), and a READDIRPLUS whose reply outgrows the room first offered
-/// (no Reply chunk) is refused with ERR_CHUNK and resent once with a Reply chunk.
+/// (no Reply chunk) is refused with ERR_CHUNK and resent once with a Reply chunk when
+/// the client offers no extensions; with them, the server provides a Read chunk instead
+/// and nothing is resent.
 #[test]
 fn nfs_client_keeps_its_xids_and_recovers_from_a_reply_that_did_not_fit() {
     use rpcrdma_ulp::nfs::client::{mount, Nfs3Client};
@@ -606,8 +608,10 @@ fn nfs_client_keeps_its_xids_and_recovers_from_a_reply_that_did_not_fit() {
     let _ = std::fs::remove_file(&sock);
     let (g, mount_at) = spawn_nfs_serve("shm", sock.as_os_str(), &dir, sock.clone(), &[]);
     let root = mount(mount_at, "/", DEADLINE).expect("MNT");
+    // Plain version 1: a reply that fits nothing offered gets ERR_CHUNK.
     let cfg = ConnConfig {
         hugepages: HugePages::Never,
+        extensions: false,
         ..ConnConfig::default()
     };
     let mut c = Nfs3Client::<ShmProvider>::connect(
@@ -645,6 +649,25 @@ fn nfs_client_keeps_its_xids_and_recovers_from_a_reply_that_did_not_fit() {
     // Small replies fit the guess and are not resent.
     c.getattr(&root).expect("GETATTR");
     assert_eq!(c.reply_retries(), retries);
+    drop(c);
+    // With extensions (the default) the same guess costs nothing: every page that
+    // outgrows it comes in a Read chunk the server provides.
+    let cfg = ConnConfig {
+        extensions: true,
+        ..cfg
+    };
+    let mut c = Nfs3Client::<ShmProvider>::connect(
+        &ShmDevice::new(),
+        &ShmAddr::Path(sock.clone()),
+        &cfg,
+        root.clone(),
+        DEADLINE,
+    )
+    .expect("connect");
+    c.set_reply_guess(Some(1024));
+    let listed = c.list(&many).expect("READDIRPLUS through Read chunks");
+    assert_eq!(files(&listed), 200);
+    assert_eq!(c.reply_retries(), 0, "nothing resent");
     drop(c);
     drop(g);
 }

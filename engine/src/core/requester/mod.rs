@@ -47,6 +47,7 @@ macro_rules! adopt {
     }};
 }
 
+mod pull;
 mod reply;
 mod slot;
 mod start;
@@ -57,9 +58,10 @@ use std::time::Instant;
 
 use rpcrdma_pools::{Pool, PoolCache};
 
+use self::pull::{Dones, PullState, DONE_BUFS};
 use self::reply::{interpret, status_of, Body, Interpreted};
 use self::slot::{Answer, CallSlot, MrState, SlotState};
-use super::config::{ConnConfig, RegMode, Role, Sizes};
+use super::config::{ConnConfig, RegMode, ReplyChunks, Role, Sizes};
 use super::event::ConnEvent;
 use super::fixed::{FixedQueue, IndexStack};
 use super::mrs::{FastRegSlot, MrTable};
@@ -111,6 +113,15 @@ pub struct RequesterStats {
     pub quarantined: u64,
     /// RDMA_DONE messages received (ignored by a requester).
     pub done_received: u64,
+    /// Replies pulled from responder-provided Read chunks and delivered.
+    pub read_chunk_replies: u64,
+    /// RDMA_DONE messages sent (pull completion notifications).
+    pub dones_sent: u64,
+    /// Of the replies with a Read chunk, those for no call in flight: answered with
+    /// RDMA_DONE all the same (the draft's §4.1.3).
+    pub dones_for_unknown_xids: u64,
+    /// DONEs that found their queue full (never while its sizing holds).
+    pub dones_dropped: u64,
     /// Completions whose `wr_id` named nothing outstanding (provider bugs).
     pub stray_completions: u64,
     /// Refills that found the receive pool empty.
@@ -178,6 +189,8 @@ struct Params {
     limits: Limits,
     /// `ConnConfig::max_chunks`: DDP Read chunks and Write chunks allowed per call.
     max_chunks: usize,
+    /// `ConnConfig::reply_chunks`.
+    reply_chunks: ReplyChunks,
 }
 
 /// The requester side of one connection. The core re-keys its fast-registration slots
@@ -209,6 +222,16 @@ pub struct RequesterHalf {
     hand_back: bool,
     next_deadline: Option<Instant>,
     last_rx: Option<Instant>,
+    /// RDMA_DONE buffers, and DONEs and pulls waiting for resources.
+    dones: Dones,
+    /// Largest responder-provided Read chunk pulled (a large buffer).
+    max_pull: u32,
+    /// The first segment of the last responder-provided Read chunk pulled (tests read
+    /// it again to prove the key dead).
+    pub(super) last_pull: Option<crate::wire::header::Segment>,
+    /// Test hook: DONEs are not sent (a requester that neglects them, the draft's
+    /// §4.1.3).
+    pub(super) drop_dones: bool,
     stats: RequesterStats,
 }
 
@@ -264,6 +287,14 @@ impl RequesterHalf {
             slots.push(CallSlot::new(header, i == sizes.slots - 1));
         }
         let probe_slot = sizes.slots - 1;
+        let mut done_bufs = Vec::new();
+        if cfg.extensions {
+            for _ in 0..DONE_BUFS {
+                let b = RegBuf::from_pool(&pools.send).map_err(CoreError::Buffers)?;
+                b.lkey().map_err(CoreError::Buffers)?;
+                done_bufs.push(b);
+            }
+        }
         let slot_bits = 32 - (sizes.slots.max(2) - 1).leading_zeros();
         credits.reset();
         // XIDs start at a point drawn from the configured seed (reproducible runs) or
@@ -281,6 +312,7 @@ impl RequesterHalf {
                 probe_program: cfg.probe_program,
                 limits: cfg.limits,
                 max_chunks: cfg.max_chunks as usize,
+                reply_chunks: cfg.reply_chunks,
             },
             local_pd,
             credits,
@@ -301,6 +333,10 @@ impl RequesterHalf {
             hand_back: cfg.reconnect.is_some(),
             next_deadline: None,
             last_rx: None,
+            dones: Dones::new(done_bufs, 2 * sizes.slots as usize),
+            max_pull: cfg.large_buf_size,
+            last_pull: None,
+            drop_dones: false,
             stats: RequesterStats::default(),
         })
     }
@@ -513,7 +549,12 @@ impl RequesterHalf {
         }
         let mut req = CallRequest::new(msg, 1024);
         let deadline = now.checked_add(self.params.probe_timeout);
-        let Ok(plan) = start::plan(&req, &t.thresholds, self.params.max_chunks) else {
+        let Ok(plan) = start::plan(
+            &req,
+            &t.thresholds,
+            self.params.max_chunks,
+            self.read_chunk_replies(t),
+        ) else {
             self.credits.release_probe();
             return Err(ProbeError::Busy);
         };
@@ -591,7 +632,12 @@ impl RequesterHalf {
         deadline: Option<Instant>,
         now: Instant,
     ) -> Start {
-        let plan = match start::plan(req, &t.thresholds, self.params.max_chunks) {
+        let plan = match start::plan(
+            req,
+            &t.thresholds,
+            self.params.max_chunks,
+            self.read_chunk_replies(t),
+        ) {
             Ok(p) => p,
             Err(r) => return Start::Refused(r),
         };
@@ -805,6 +851,8 @@ impl RequesterHalf {
                 }
                 self.progress(id.slot);
             }
+            WrKind::ReplyPull => self.on_pull_completion(t, id, wc),
+            WrKind::DoneSend => self.on_done_completion(t, id),
             _ => self.stats.stray_completions += 1,
         }
     }
@@ -822,6 +870,15 @@ impl RequesterHalf {
             }
         };
         let xid = hdr.xid();
+        // A reply that exposes responder memory gets RDMA_DONE whatever becomes of it,
+        // so the responder can invalidate (the draft's §4.1.3).
+        let done_key = if hdr.read_segment_count() > 0 {
+            hdr.chunk_lists()
+                .and_then(|l| l.read_list().next())
+                .map(|r| r.segment.handle)
+        } else {
+            None
+        };
         let slot = self.slot_for_reply(xid);
         let matched = self
             .slots
@@ -836,6 +893,10 @@ impl RequesterHalf {
             let wrote = hdr.write_segment_count() > 0 || hdr.reply_segment_count() > 0;
             self.note_foreign_swi(t, swi, None);
             t.recvs.recycle(buf);
+            if done_key.is_some() {
+                self.stats.dones_for_unknown_xids += 1;
+                self.send_done(t, xid, done_key);
+            }
             if wrote {
                 self.stats.stray_chunk_replies += 1;
                 if self.mode == RegMode::Persistent {
@@ -849,7 +910,12 @@ impl RequesterHalf {
         self.credits.set_granted(hdr.credit());
         let s = &self.slots[slot as usize];
         let offered = &s.sink_caps[..s.sinks.len()];
-        let interp = interpret(&hdr, offered, s.reply_cap);
+        let max_pull = if t.extensions.reply_read_chunks {
+            self.max_pull
+        } else {
+            0
+        };
+        let interp = interpret(&hdr, offered, s.reply_cap, max_pull);
         if interp == Interpreted::Done {
             self.stats.done_received += 1;
             t.recvs.recycle(buf);
@@ -864,6 +930,9 @@ impl RequesterHalf {
             self.note_foreign_swi(t, swi, None);
             t.recvs.recycle(buf);
             self.progress(slot);
+            if done_key.is_some() {
+                self.send_done(t, xid, done_key);
+            }
             return;
         }
         if self.slots[slot as usize].is_probe {
@@ -871,6 +940,35 @@ impl RequesterHalf {
             let _ = t.events.push_back(ConnEvent::ProbeAnswered(rtt));
         }
         match interp {
+            Interpreted::Reply {
+                body: Body::Pull(plan),
+                sink_lens,
+            } => {
+                t.recvs.recycle(buf);
+                self.slots[slot as usize].pull = Some(PullState {
+                    plan,
+                    sink_lens,
+                    swi,
+                    pending: 0,
+                    started: false,
+                    ok: true,
+                });
+                if !self.start_pull(t, slot) && self.dones.pulls_waiting.push_back(slot).is_err() {
+                    // Never: the queue holds every slot twice over.
+                    self.slots[slot as usize].pull = None;
+                    self.answer(
+                        t,
+                        slot,
+                        CallStatus::Transport(TransportError::BadReply(
+                            crate::requester::BadReply::ReadChunkTooLarge,
+                        )),
+                        None,
+                        [0; MAX_WRITE_SINKS],
+                        swi,
+                    );
+                    self.send_done(t, xid, done_key);
+                }
+            }
             Interpreted::Reply { body, sink_lens } => {
                 let reply = match body {
                     Body::Inline {
@@ -883,6 +981,7 @@ impl RequesterHalf {
                         len,
                         padding,
                     },
+                    Body::Pull(_) => return,
                     Body::InChunk { len } => {
                         t.recvs.recycle(buf);
                         match self.slots[slot as usize].reply_buf.take() {
@@ -917,9 +1016,42 @@ impl RequesterHalf {
                     [0; MAX_WRITE_SINKS],
                     swi,
                 );
+                // A Read chunk this requester will not pull still gets its DONE.
+                if done_key.is_some() {
+                    self.send_done(t, xid, done_key);
+                }
             }
             Interpreted::Done => t.recvs.recycle(buf),
         }
+    }
+
+    /// Test hook: stop (or resume) sending RDMA_DONE.
+    #[cfg(feature = "testing")]
+    pub(crate) fn set_drop_dones(&mut self, on: bool) {
+        self.drop_dones = on;
+    }
+
+    /// The first segment of the last responder-provided Read chunk pulled.
+    #[cfg(feature = "testing")]
+    pub(crate) fn last_pulled_segment(&self) -> Option<crate::wire::header::Segment> {
+        self.last_pull
+    }
+
+    /// No Reply chunk is offered: the peer provides Read chunks for replies and the
+    /// policy relies on them.
+    #[inline]
+    fn read_chunk_replies(&self, t: &Transport) -> bool {
+        self.params.reply_chunks == ReplyChunks::ReadChunkWhenNegotiated
+            && t.extensions.reply_read_chunks
+    }
+
+    /// Whether `xid` names a call in flight that has no reply yet (the demux of a
+    /// two-role connection asks, for RDMA_NOMSG with a Read chunk).
+    pub(crate) fn awaits_reply(&self, xid: u32) -> bool {
+        let slot = self.slot_for_reply(xid);
+        self.slots
+            .get(slot as usize)
+            .is_some_and(|s| matches!(s.state, SlotState::Sent) && s.xid == xid && s.holds_credit)
     }
 
     fn release_credit(&mut self, slot: u32) {
@@ -1077,6 +1209,9 @@ impl RequesterHalf {
                 self.own_xids.remove(s.xid);
             }
             s.mrs.clear();
+            if let Some(b) = s.pull_buf.take() {
+                b.release_into(&mut self.large);
+            }
             // Quarantined buffers (persistent mode) are safe to reuse now: the peer
             // answered, or the queue pair is drained.
             s.msg = None;
@@ -1123,6 +1258,7 @@ impl RequesterHalf {
             self.push_outcome(o);
         }
         self.credits.set_waiting(0);
+        self.dones.clear();
         // Invalidations not yet staged never will be: give their send-queue room back.
         for s in self.slots.iter_mut() {
             if s.reserved > 0 {
@@ -1148,6 +1284,10 @@ impl RequesterHalf {
             for m in s.mrs.iter_mut() {
                 m.state = MrState::Invalid;
             }
+            s.pull = None;
+            if let Some(b) = s.pull_buf.take() {
+                b.release_into(&mut self.large);
+            }
             s.wrs = 0;
             if matches!(s.state, SlotState::Sent) {
                 s.state = SlotState::Answered(Answer {
@@ -1166,6 +1306,9 @@ impl RequesterHalf {
     /// Per-poll work before posting: start queued calls.
     #[inline]
     pub(crate) fn prepare(&mut self, t: &mut Transport, now: Instant) {
+        if self.dones.busy() && t.is_open() {
+            self.resume_pulls(t);
+        }
         if !self.queue.is_empty() && t.is_open() {
             self.admit_queued(t, now);
         }

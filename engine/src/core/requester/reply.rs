@@ -3,7 +3,19 @@
 use crate::core::rpcmsg::classify_reply;
 use crate::requester::{BadReply, CallStatus, TransportError, MAX_WRITE_SINKS};
 use crate::service::Padding;
-use crate::wire::header::{BodyView, HeaderView};
+use crate::wire::header::{BodyView, HeaderView, Segment};
+
+/// Most segments of a responder-provided Read chunk this requester pulls.
+pub(super) const MAX_PULL_SEGMENTS: usize = 8;
+
+/// A reply's responder-provided Position-Zero Read chunk, boiled down to plain values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct PullPlan {
+    pub(super) segs: [Segment; MAX_PULL_SEGMENTS],
+    pub(super) n: u8,
+    /// Octets of the whole chunk (the RPC reply message).
+    pub(super) total: u32,
+}
 
 /// Where the reply's RPC message is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -16,6 +28,9 @@ pub(super) enum Body {
     },
     /// In the Reply chunk buffer, `len` octets.
     InChunk { len: u32 },
+    /// In the responder's memory: a Position-Zero Read chunk to pull with RDMA Read
+    /// (draft-cel-nfsv4-rpcrdma-reliable-reply §4.1.2).
+    Pull(PullPlan),
 }
 
 /// A reply header boiled down to plain values, so the receive buffer can move.
@@ -33,8 +48,15 @@ pub(super) enum Interpreted {
 }
 
 /// Reads `hdr`, the reply to a call that offered write sinks of `sink_caps[..sinks]`
-/// octets and a Reply chunk of `reply_cap` octets (0: none).
-pub(super) fn interpret(hdr: &HeaderView<'_>, sink_caps: &[u32], reply_cap: u32) -> Interpreted {
+/// octets and a Reply chunk of `reply_cap` octets (0: none). `max_pull` is the largest
+/// responder-provided Read chunk this requester pulls; 0 when the extension was not
+/// negotiated (such a reply then fails its call: the draft's §4.1.3).
+pub(super) fn interpret(
+    hdr: &HeaderView<'_>,
+    sink_caps: &[u32],
+    reply_cap: u32,
+    max_pull: u32,
+) -> Interpreted {
     let (lists, padding) = match hdr.body() {
         BodyView::Msg(l) | BodyView::Nomsg(l) => (l, None),
         BodyView::Msgp {
@@ -57,10 +79,35 @@ pub(super) fn interpret(hdr: &HeaderView<'_>, sink_caps: &[u32], reply_cap: u32)
         BodyView::Done => return Interpreted::Done,
         BodyView::Error(e) => return Interpreted::Failed(TransportError::Rdma(*e)),
     };
+    let mut pull = None;
     if lists.read_segment_count() != 0 {
-        // Read chunks in replies (RFC 5666 §3.8) need an RDMA_DONE exchange this engine
-        // never asks for: it always offers Write and Reply chunks instead.
-        return bad(BadReply::ReadChunks);
+        // A responder-provided Read chunk (the draft's §4.1): only when negotiated, only
+        // in RDMA_NOMSG, only at position zero, and never beside a Reply chunk.
+        if max_pull == 0
+            || !matches!(hdr.body(), BodyView::Nomsg(_))
+            || lists.reply_chunk().is_some()
+        {
+            return bad(BadReply::ReadChunks);
+        }
+        let mut plan = PullPlan {
+            segs: [Segment::default(); MAX_PULL_SEGMENTS],
+            n: 0,
+            total: 0,
+        };
+        let mut total = 0u64;
+        for r in lists.read_list() {
+            if r.position != 0 || usize::from(plan.n) == MAX_PULL_SEGMENTS {
+                return bad(BadReply::ReadChunks);
+            }
+            total += u64::from(r.segment.length);
+            plan.segs[usize::from(plan.n)] = r.segment;
+            plan.n += 1;
+        }
+        if total > u64::from(max_pull) {
+            return bad(BadReply::ReadChunkTooLarge);
+        }
+        plan.total = total as u32;
+        pull = Some(plan);
     }
     let mut sink_lens = [0u32; MAX_WRITE_SINKS];
     if lists.write_chunk_count() > sink_caps.len() {
@@ -78,6 +125,10 @@ pub(super) fn interpret(hdr: &HeaderView<'_>, sink_caps: &[u32], reply_cap: u32)
         sink_lens[i] = written as u32;
     }
     let body = match hdr.body() {
+        BodyView::Nomsg(_) if pull.is_some() => match pull {
+            Some(p) => Body::Pull(p),
+            None => return bad(BadReply::ReadChunks),
+        },
         BodyView::Nomsg(_) => {
             let Some(chunk) = lists.reply_chunk() else {
                 return bad(BadReply::NomsgWithoutReplyChunk);

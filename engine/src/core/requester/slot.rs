@@ -96,6 +96,10 @@ pub(super) struct CallSlot {
     pub(super) own_xid: bool,
     /// What sending the call again would need (see `Outcome::resend`).
     pub(super) resend: Resend,
+    /// The reply is being pulled from a responder-provided Read chunk.
+    pub(super) pull: Option<super::pull::PullState>,
+    /// Where the pull lands.
+    pub(super) pull_buf: Option<RegBuf>,
 }
 
 impl CallSlot {
@@ -125,6 +129,8 @@ impl CallSlot {
                 timeout: None,
                 idempotent: false,
             },
+            pull: None,
+            pull_buf: None,
         }
     }
 

@@ -47,10 +47,13 @@ fn write_list_len(sinks: usize) -> usize {
 /// connection's `ConnConfig::max_chunks`) is refused here: a responder configured
 /// alike answers it with ERR_CHUNK, which would cost a round trip and a credit.
 /// Empty DDP arguments are not counted, since they travel as no chunk at all.
+/// `read_chunk_replies`: the peer provides Read chunks for replies and the policy is to
+/// rely on them, so no Reply chunk is offered.
 pub(super) fn plan(
     req: &CallRequest,
     th: &InlineThresholds,
     max_chunks: usize,
+    read_chunk_replies: bool,
 ) -> Result<Plan, SubmitRefusal> {
     let args = req.ddp_args.iter().filter(|a| !a.data.is_empty()).count();
     let sinks = req.write_sinks.len();
@@ -59,7 +62,8 @@ pub(super) fn plan(
     }
     let writes = write_list_len(sinks);
     let max_reply_header = FIXED_HEADER_LEN + WORD_LEN + writes + WORD_LEN;
-    let reply_chunk = req.max_reply_len as usize + max_reply_header > th.recv as usize;
+    let reply_chunk =
+        !read_chunk_replies && req.max_reply_len as usize + max_reply_header > th.recv as usize;
     let reply = if reply_chunk {
         2 * WORD_LEN + SEGMENT_LEN
     } else {

@@ -18,24 +18,28 @@
 //!    the inline body. When the Send completes the context's buffers go back.
 
 mod context;
+mod exposed;
 mod inspect;
 mod reply;
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use rpcrdma_pools::PoolCache;
 
 use self::context::{Context, Delivery, Step};
+use self::exposed::{ExpState, ExposedTable};
 use self::inspect::inspect;
 use super::config::{ConnConfig, Role};
 use super::fixed::{FixedQueue, FixedVec, IndexStack};
+use super::mrs::FastRegSlot;
 use super::regbuf::RegBuf;
 use super::rpcmsg::encode_accepted_error;
 use super::transport::{ConnState, Transport};
 use super::wrid::{WrId, WrKind};
 use super::{CoreError, CorePools};
 use crate::credits::GrantPolicy;
-use crate::fabric::{RemoteAddr, SendOp};
+use crate::fabric::{Completion, RemoteAddr, SendOp};
 use crate::service::{
     CallView, DdpItem, Padding, ReplyWriter, Service, MAX_DDP_ITEMS, MAX_WRITE_CHUNKS,
 };
@@ -78,6 +82,18 @@ pub struct ResponderStats {
     pub overruns: u64,
     /// RDMA_DONE messages received.
     pub done_received: u64,
+    /// Replies sent as RDMA_NOMSG with a responder-provided Position-Zero Read chunk
+    /// (draft-cel-nfsv4-rpcrdma-reliable-reply §4.1.1).
+    pub read_chunk_replies: u64,
+    /// RDMA_DONE for an XID with no exposed reply: dropped silently (§4.1.3).
+    pub done_unknown: u64,
+    /// Exposed replies whose DONE never came within `ConnConfig::done_timeout`,
+    /// invalidated anyway.
+    pub done_timeouts: u64,
+    /// Exposed replies whose key died by the DONE's Send With Invalidate.
+    pub done_remote_invalidations: u64,
+    /// Exposed replies now: registered, or not yet given back (a gauge, not a counter).
+    pub exposed: u64,
     /// Replies sent with Send With Invalidate.
     pub remote_invalidations: u64,
     /// Times a context waited for buffers or send-queue room.
@@ -105,6 +121,13 @@ pub struct ResponderHalf<S> {
     sq_depth: u32,
     /// The connection's failure has been handled here ([`Self::on_fail`]).
     failed: bool,
+    /// Replies exposed in responder-provided Read chunks (empty until the driver gives
+    /// fast-registration slots: [`Self::set_reply_mrs`]).
+    exposed: ExposedTable,
+    /// `ConnConfig::done_timeout`.
+    done_timeout: Duration,
+    /// The latest `now` seen (each poll's): the start of an exposed reply's wait.
+    now: Option<Instant>,
     stats: ResponderStats,
 }
 
@@ -141,8 +164,25 @@ impl<S: Service> ResponderHalf<S> {
             large: pools.large.cache(),
             sq_depth: sizes.sq_depth,
             failed: false,
+            exposed: ExposedTable::empty(),
+            done_timeout: cfg.done_timeout,
+            now: None,
             stats: ResponderStats::default(),
         })
+    }
+
+    /// Gives the responder fast-registration slots to expose replies with (one reply
+    /// each); keys' generation bytes come from `seed`. Without them a reply too large
+    /// for what the requester offered gets ERR_CHUNK even when the peer negotiated
+    /// responder-provided Read chunks.
+    pub(crate) fn set_reply_mrs(&mut self, slots: &[FastRegSlot], seed: u64) {
+        self.exposed = ExposedTable::new(slots, seed);
+    }
+
+    /// Whether replies can be exposed in responder-provided Read chunks (the driver gave
+    /// fast-registration slots).
+    pub(crate) fn can_expose(&self) -> bool {
+        self.exposed.enabled()
     }
 
     /// The grant policy.
@@ -162,7 +202,9 @@ impl<S: Service> ResponderHalf<S> {
 
     /// Counters.
     pub fn stats(&self) -> ResponderStats {
-        self.stats
+        let mut s = self.stats;
+        s.exposed = u64::from(self.exposed.live);
+        s
     }
 
     /// Returns the large buffers parked in this half's cache to the pool's ring.
@@ -175,11 +217,12 @@ impl<S: Service> ResponderHalf<S> {
         self.ctxs.iter().filter(|c| c.step != Step::Free).count()
     }
 
-    /// A receive completed successfully: a call (or something to answer or drop).
+    /// A receive completed successfully: a call (or something to answer or drop);
+    /// `swi` is the key its Send With Invalidate killed.
     #[inline(always)]
-    pub(crate) fn on_recv(&mut self, t: &mut Transport, buf: RegBuf) {
+    pub(crate) fn on_recv(&mut self, t: &mut Transport, buf: RegBuf, swi: Option<u32>) {
         if matches!(t.state, ConnState::Established | ConnState::Connecting) {
-            self.on_receive(t, buf);
+            self.on_receive(t, buf, swi);
         } else {
             t.recvs.recycle(buf);
         }
@@ -187,8 +230,9 @@ impl<S: Service> ResponderHalf<S> {
 
     /// A send-queue request of this half completed (or was flushed).
     #[inline]
-    pub(crate) fn on_send_completion(&mut self, t: &mut Transport, id: WrId) {
+    pub(crate) fn on_send_completion(&mut self, t: &mut Transport, id: WrId, wc: &Completion) {
         match id.kind {
+            WrKind::ReplyReg | WrKind::ReplyInv => self.on_exposed_completion(t, id, wc),
             WrKind::ChunkRead | WrKind::ChunkWrite | WrKind::ReplySend => {
                 let i = id.slot as usize;
                 let Some(c) = self.ctxs.get_mut(i) else {
@@ -218,10 +262,21 @@ impl<S: Service> ResponderHalf<S> {
         }
     }
 
-    fn on_receive(&mut self, t: &mut Transport, buf: RegBuf) {
+    fn on_receive(&mut self, t: &mut Transport, buf: RegBuf, swi: Option<u32>) {
         // Restock first: the grant in the reply this call gets counts posted receives.
         t.recvs.refill(&mut t.outbox);
         let Some(i) = self.free.pop() else {
+            // A DONE needs no context: it still frees its exposed reply.
+            if let Ok(h) = HeaderView::parse(buf.as_slice(), &self.limits) {
+                if h.procedure() == Procedure::Done {
+                    let xid = h.xid();
+                    self.stats.done_received += 1;
+                    t.recvs.recycle(buf);
+                    self.on_done(t, xid, swi);
+                    self.service.on_done(xid);
+                    return;
+                }
+            }
             // More calls than credits granted (RFC 8166 §3.3.1 lets us drop them).
             self.stats.overruns += 1;
             t.recvs.recycle(buf);
@@ -268,6 +323,7 @@ impl<S: Service> ResponderHalf<S> {
                 self.stats.done_received += 1;
                 t.recvs.recycle(buf);
                 let _ = self.free.push(i);
+                self.on_done(t, xid, swi);
                 self.service.on_done(xid);
             }
             Next::Error(xid, e) => {
@@ -507,7 +563,11 @@ impl<S: Service> ResponderHalf<S> {
         let send_limit = (th.send as usize).min(send.capacity());
         let inline_cap = send_limit.saturating_sub(inline_hdr_max);
         let reply_cap = lists.reply_chunk().map(|r| r.total_length());
-        if reply_cap.is_some() && body.is_none() {
+        // With responder-provided Read chunks negotiated, no reply is too large for the
+        // requester: the service writes into a large buffer, which is exposed when the
+        // reply fits neither inline nor the Reply chunk (draft §4.1.1).
+        let expose = t.extensions.reply_read_chunks && self.exposed.enabled();
+        if (reply_cap.is_some() || expose) && body.is_none() {
             match RegBuf::from_cache(&mut self.large) {
                 Ok(b) => *body = Some(b),
                 Err(_) => return false,
@@ -561,7 +621,11 @@ impl<S: Service> ResponderHalf<S> {
         };
         let body_slice: &mut [u8] = match body.as_mut() {
             Some(b) => {
-                let cap = inline_cap.max(reply_cap.unwrap_or(0) as usize);
+                let cap = if expose {
+                    self.exposed.max_len()
+                } else {
+                    inline_cap.max(reply_cap.unwrap_or(0) as usize)
+                };
                 let all = b.storage_mut();
                 let n = cap.min(all.len());
                 &mut all[..n]
@@ -692,6 +756,12 @@ impl<S: Service> ResponderHalf<S> {
         }
         self.failed = true;
         while self.stalled.pop_front().is_some() {}
+        // Invalidations not yet staged never will be: their room comes back (the keys
+        // die when the driver deregisters the slots, after the drain).
+        for e in self.exposed.entries.iter_mut() {
+            t.sq.give(e.reserved);
+            e.reserved = 0;
+        }
         for i in 0..self.ctxs.len() {
             if self.ctxs[i].step != Step::Free && self.ctxs[i].wrs == 0 {
                 self.release(t, i as u32);
@@ -705,12 +775,29 @@ impl<S: Service> ResponderHalf<S> {
         for i in 0..self.ctxs.len() {
             self.release(t, i as u32);
         }
+        // Nothing is outstanding: every exposed reply lets go; the driver drops the
+        // slots' handles next, which kills every key handed out.
+        for e in self.exposed.entries.iter_mut() {
+            if let Some(b) = e.body.take() {
+                b.release_into(&mut self.large);
+            }
+            e.state = ExpState::Free;
+            e.wrs = 0;
+            e.reserved = 0;
+        }
+        self.exposed.live = 0;
+        self.exposed.next_deadline = None;
+        self.exposed.mrs.destroy();
         self.large.flush();
     }
 
     /// Per-poll work before posting: resume contexts that waited for resources.
     #[inline]
-    pub(crate) fn prepare(&mut self, t: &mut Transport) {
+    pub(crate) fn prepare(&mut self, t: &mut Transport, now: Instant) {
+        self.now = Some(now);
+        if self.exposed.next_deadline.is_some_and(|d| now >= d) {
+            self.expire(t, now);
+        }
         if t.is_open() {
             while let Some(&i) = self.stalled.front() {
                 if !self.advance(t, i) {

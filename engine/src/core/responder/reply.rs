@@ -10,7 +10,9 @@ use crate::core::transport::Transport;
 use crate::core::wrid::{WrId, WrKind};
 use crate::fabric::{RemoteAddr, SendOp, Sge};
 use crate::service::{Service, MAX_WRITE_CHUNKS};
-use crate::wire::header::{BodyRepr, ChunkListsRepr, HeaderRepr, HeaderView, RdmaError, Segment};
+use crate::wire::header::{
+    BodyRepr, ChunkListsRepr, HeaderRepr, HeaderView, RdmaError, ReadSegment, Segment,
+};
 
 /// Splits `len` octets over `segs` in order, filling `echo` with each segment's
 /// written length (the segments after the data come back with length zero, RFC 8166
@@ -39,6 +41,7 @@ impl<S: Service> ResponderHalf<S> {
     /// queue lacks room.
     pub(super) fn stage_reply(&mut self, t: &mut Transport, i: u32, h: &HeaderView<'_>) -> bool {
         let th = t.thresholds;
+        let th_ext = t.extensions;
         let credit = self.policy.grant(t.recvs.posted());
         let c = &mut self.ctxs[i as usize];
         let Context {
@@ -108,12 +111,23 @@ impl<S: Service> ResponderHalf<S> {
         let mut reply_echo = [Segment::default(); MAX_CHUNK_SEGMENTS];
         let mut reply_n = 0;
         let mut reply_writes = 0;
+        // A reply that fits neither inline nor the Reply chunk goes in a
+        // responder-provided Read chunk when both peers support them (draft §4.1.1):
+        // a FastReg now and a LocalInvalidate later, on room held from now.
+        let mut expose = false;
         if !inline {
             match (&reply_chunk, body.as_ref()) {
                 (Some(r), Some(_)) if len as u64 <= r.total_length() => {
                     let (n, pieces) = split(len as u64, r.clone(), &mut reply_echo);
                     reply_n = n;
                     reply_writes = pieces;
+                }
+                (_, Some(_))
+                    if th_ext.reply_read_chunks
+                        && self.exposed.enabled()
+                        && len <= self.exposed.max_len() =>
+                {
+                    expose = true;
                 }
                 _ => {
                     results.clear();
@@ -122,10 +136,38 @@ impl<S: Service> ResponderHalf<S> {
                 }
             }
         }
-        let need = ddp_writes + reply_writes + 1;
+        let need = ddp_writes + reply_writes + 1 + 2 * u32::from(expose);
         if !t.sq.take(need) {
             return false;
         }
+        // Registered first, so the key is valid before the Send advertises it.
+        let mut read_seg = [ReadSegment::default(); 1];
+        if expose {
+            let Some(b) = body.take() else {
+                t.sq.give(need);
+                *step = Step::Error(RdmaError::Chunk);
+                return true;
+            };
+            let deadline = self.now.map(|n| n + self.done_timeout);
+            match self.exposed.expose(t, *xid, b, len, deadline) {
+                Ok(seg) => {
+                    read_seg[0] = ReadSegment {
+                        position: 0,
+                        segment: seg,
+                    };
+                    self.stats.read_chunk_replies += 1;
+                }
+                Err(b) => {
+                    // Every slot holds a reply whose DONE has not come: wait for one
+                    // (or for its timeout).
+                    *body = Some(b);
+                    t.sq.give(need);
+                    return false;
+                }
+            }
+        }
+        // The FastReg is the exposed entry's; the LocalInvalidate's room stays held.
+        let need = need - 2 * u32::from(expose);
 
         let mut staged = 0u32;
         let mut seq = 0u32;
@@ -189,6 +231,19 @@ impl<S: Service> ResponderHalf<S> {
                 }
             }
             self.stats.inline_replies += 1;
+        } else if expose {
+            let repr = HeaderRepr {
+                xid: *xid,
+                credit,
+                body: BodyRepr::Nomsg(ChunkListsRepr {
+                    reads: &read_seg,
+                    writes,
+                    reply: None,
+                }),
+            };
+            let hlen = repr.encode(send.storage_mut()).unwrap_or(0);
+            sgl[0] = send.sge(0, hlen).unwrap_or_default();
+            n_sge = 1;
         } else {
             let repr = HeaderRepr {
                 xid: *xid,
