@@ -451,7 +451,7 @@ pub fn run<F: FabricKind>(spec: &RowSpec, meter: Meter) -> Result<Measurement, B
 pub fn run_op<F: FabricKind>(
     spec: &RowSpec,
     op: BwOp,
-    mut meter: Meter,
+    meter: Meter,
 ) -> Result<Measurement, BenchError> {
     let (mut client, mut server, remote) = connect::<F>(spec)?;
     let conns = client.qps.len();
@@ -466,18 +466,31 @@ pub fn run_op<F: FabricKind>(
             }
         }
     }
+    let reply = spec.mode == Mode::Lat;
+    measure_against(server, spec, reply, meter, |meter| match spec.mode {
+        Mode::Lat => client_lat(&mut client, spec, meter),
+        Mode::Bw | Mode::Rate => client_stream(&mut client, spec, op, remote, meter),
+    })
+}
+
+/// Runs `client` on the client core, measuring with `meter`, while `server` is served
+/// (answering each receive with a Send if `reply`) on its own thread; then stops the
+/// server and reports the first error of either side.
+fn measure_against<P: Provider>(
+    server: Host<P>,
+    spec: &RowSpec,
+    reply: bool,
+    mut meter: Meter,
+    client: impl FnOnce(&mut Meter) -> Result<(), BenchError>,
+) -> Result<Measurement, BenchError> {
     meter.restart();
     let stop = Arc::new(AtomicBool::new(false));
     let server_thread = {
         let (stop, spec, deadline) = (stop.clone(), *spec, meter.deadline());
-        let reply = spec.mode == Mode::Lat;
         thread::spawn(move || serve(server, spec, reply, stop, deadline))
     };
     pin(spec.client_core);
-    let result = match spec.mode {
-        Mode::Lat => client_lat(&mut client, spec, &mut meter),
-        Mode::Bw | Mode::Rate => client_stream(&mut client, spec, op, remote, &mut meter),
-    };
+    let result = client(&mut meter);
     stop.store(true, Ordering::Relaxed);
     let served = server_thread
         .join()
@@ -494,7 +507,7 @@ pub fn run_op<F: FabricKind>(
 /// the engine's are.
 pub fn run_request_response<F: FabricKind>(
     spec: &RowSpec,
-    mut meter: Meter,
+    meter: Meter,
 ) -> Result<Measurement, BenchError> {
     let (mut client, mut server, _) = connect::<F>(spec)?;
     let conns = client.qps.len();
@@ -507,21 +520,9 @@ pub fn run_request_response<F: FabricKind>(
             post_recv(&mut client, spec, conn, slot)?;
         }
     }
-    meter.restart();
-    let stop = Arc::new(AtomicBool::new(false));
-    let server_thread = {
-        let (stop, spec, deadline) = (stop.clone(), *spec, meter.deadline());
-        thread::spawn(move || serve(server, spec, true, stop, deadline))
-    };
-    pin(spec.client_core);
-    let result = client_request_response(&mut client, spec, &mut meter);
-    stop.store(true, Ordering::Relaxed);
-    let served = server_thread
-        .join()
-        .unwrap_or_else(|_| Err(BenchError::Setup("server thread panicked".into())));
-    result?;
-    served?;
-    Ok(meter.finish())
+    measure_against(server, spec, true, meter, |meter| {
+        client_request_response(&mut client, spec, meter)
+    })
 }
 
 fn client_request_response<P: Provider>(

@@ -101,37 +101,35 @@ fn write_all(
     Ok(true)
 }
 
-/// Runs the `tcp pingpong` latency baseline.
-pub fn pingpong(spec: &RowSpec, mut meter: Meter) -> Result<Measurement, BenchError> {
-    let size = spec.size.max(1);
-    let (mut client, mut server) = socket_pair()?;
+/// Runs `peer` on the server core with one end of a fresh socket pair, and `step` in a
+/// loop on the client core with the other, one operation per `step` that returns true,
+/// timed from the previous one, until the meter says enough or `step` returns false;
+/// then stops the peer and reports the first error of either side.
+fn measure<P, S>(
+    spec: &RowSpec,
+    mut meter: Meter,
+    peer: P,
+    mut step: S,
+) -> Result<Measurement, BenchError>
+where
+    P: FnOnce(TcpStream, &AtomicBool, Instant) -> Result<(), BenchError> + Send + 'static,
+    S: FnMut(&mut TcpStream, &AtomicBool, Instant) -> Result<bool, BenchError>,
+{
+    let (mut client, server) = socket_pair()?;
     let stop = Arc::new(AtomicBool::new(false));
     let deadline = meter.deadline();
-    let responder = {
+    let peer = {
         let (stop, core) = (stop.clone(), spec.server_core);
-        thread::spawn(move || -> Result<(), BenchError> {
+        thread::spawn(move || {
             pin(core);
-            let mut buf = vec![0x5au8; size];
-            while read_all(&mut server, &mut buf, &stop, deadline)? {
-                if !write_all(&mut server, &buf, &stop, deadline)? {
-                    break;
-                }
-            }
-            Ok(())
+            peer(server, &stop, deadline)
         })
     };
     pin(spec.client_core);
-    let req = vec![0xa5u8; size];
-    let mut resp = vec![0u8; size];
     meter.restart();
     let mut t = Instant::now();
     let result = loop {
-        match write_all(&mut client, &req, &stop, meter.deadline()) {
-            Ok(true) => {}
-            Ok(false) => break Ok(()),
-            Err(e) => break Err(e),
-        }
-        match read_all(&mut client, &mut resp, &stop, meter.deadline()) {
+        match step(&mut client, &stop, meter.deadline()) {
             Ok(true) => {}
             Ok(false) => {
                 meter.expired(Instant::now());
@@ -148,55 +146,43 @@ pub fn pingpong(spec: &RowSpec, mut meter: Meter) -> Result<Measurement, BenchEr
     };
     stop.store(true, Ordering::Relaxed);
     drop(client);
-    let served = responder
+    let peer_result = peer
         .join()
-        .unwrap_or_else(|_| Err(BenchError::Setup("tcp responder panicked".into())));
+        .unwrap_or_else(|_| Err(BenchError::Setup("tcp peer thread panicked".into())));
     result?;
-    served?;
+    peer_result?;
     Ok(meter.finish())
 }
 
-/// Runs the `tcp stream` bandwidth baseline.
-pub fn stream(spec: &RowSpec, mut meter: Meter) -> Result<Measurement, BenchError> {
+/// Runs the `tcp pingpong` latency baseline.
+pub fn pingpong(spec: &RowSpec, meter: Meter) -> Result<Measurement, BenchError> {
     let size = spec.size.max(1);
-    let (mut client, mut server) = socket_pair()?;
-    let stop = Arc::new(AtomicBool::new(false));
-    let deadline = meter.deadline();
-    let writer = {
-        let (stop, core) = (stop.clone(), spec.server_core);
-        thread::spawn(move || -> Result<(), BenchError> {
-            pin(core);
-            let buf = vec![0xa5u8; size];
-            while write_all(&mut server, &buf, &stop, deadline)? {}
-            Ok(())
-        })
-    };
-    pin(spec.client_core);
-    let mut buf = vec![0u8; size];
-    meter.restart();
-    let mut t = Instant::now();
-    let result = loop {
-        match read_all(&mut client, &mut buf, &stop, meter.deadline()) {
-            Ok(true) => {}
-            Ok(false) => {
-                meter.expired(Instant::now());
-                break Ok(());
+    let responder = move |mut s: TcpStream, stop: &AtomicBool, deadline: Instant| {
+        let mut buf = vec![0x5au8; size];
+        while read_all(&mut s, &mut buf, stop, deadline)? {
+            if !write_all(&mut s, &buf, stop, deadline)? {
+                break;
             }
-            Err(e) => break Err(e),
         }
-        let now = Instant::now();
-        let lat = (now - t).as_nanos() as u64;
-        t = now;
-        if !meter.tick(now, lat) {
-            break Ok(());
-        }
+        Ok(())
     };
-    stop.store(true, Ordering::Relaxed);
-    drop(client);
-    let wrote = writer
-        .join()
-        .unwrap_or_else(|_| Err(BenchError::Setup("tcp writer panicked".into())));
-    result?;
-    wrote?;
-    Ok(meter.finish())
+    let req = vec![0xa5u8; size];
+    let mut resp = vec![0u8; size];
+    measure(spec, meter, responder, |c, stop, deadline| {
+        Ok(write_all(c, &req, stop, deadline)? && read_all(c, &mut resp, stop, deadline)?)
+    })
+}
+
+/// Runs the `tcp stream` bandwidth baseline.
+pub fn stream(spec: &RowSpec, meter: Meter) -> Result<Measurement, BenchError> {
+    let size = spec.size.max(1);
+    let writer = move |mut s: TcpStream, stop: &AtomicBool, deadline: Instant| {
+        let buf = vec![0xa5u8; size];
+        while write_all(&mut s, &buf, stop, deadline)? {}
+        Ok(())
+    };
+    let mut buf = vec![0u8; size];
+    measure(spec, meter, writer, |c, stop, deadline| {
+        read_all(c, &mut buf, stop, deadline)
+    })
 }
