@@ -21,3 +21,18 @@ load_rdma_modules() {
   local m
   for m in rdma_rxe siw rdma_ucm; do modprobe "$m" || fail "modprobe $m"; done
 }
+
+# ours_setup MB: what the steps serving NFS from OUR server need: the RDMA modules and
+# rpcrdma, a tmpfs export at /export-ours (with server.txt), /tmp/blob of MB MiB of
+# random octets, and unlimited locked memory (registered pools are pinned memory).
+ours_setup() {
+  local mb=$1
+  step "load modules"
+  load_rdma_modules
+  modprobe rpcrdma || fail "modprobe rpcrdma"
+  mkdir -p /export-ours /mnt/ours
+  mount -t tmpfs -o size=$((mb * 3 + 64))m tmpfs /export-ours || fail "tmpfs"
+  echo hello-from-rpcrdma > /export-ours/server.txt
+  dd if=/dev/urandom of=/tmp/blob bs=1M count="$mb" status=none
+  ulimit -l unlimited || fail "ulimit -l unlimited"
+}

@@ -15,15 +15,7 @@ IP=$LAB_GUEST_IP
 MB=${NFS_MB:-32}
 [ -x "$BIN" ] || fail "rpcrdma binary $BIN missing (cargo build -p rpcrdma-tools --features verbs)"
 
-step "load modules"
-load_rdma_modules
-modprobe rpcrdma || fail "modprobe rpcrdma"
-mkdir -p /export-ours /mnt/ours
-mount -t tmpfs -o size=$((MB * 3 + 64))m tmpfs /export-ours || fail "tmpfs"
-echo hello-from-rpcrdma > /export-ours/server.txt
-dd if=/dev/urandom of=/tmp/blob bs=1M count="$MB" status=none
-# Registered pools are pinned memory.
-ulimit -l unlimited || fail "ulimit -l unlimited"
+ours_setup "$MB"
 
 # chunks_used LOG PROC KIND: the count of KIND chunks PROC's stop line reports (0 when
 # PROC was never called).
