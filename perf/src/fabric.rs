@@ -534,6 +534,17 @@ pub fn run_request_response<F: FabricKind>(
     })
 }
 
+/// After an empty poll: spins, and every 1024 empty polls in a row asks the meter
+/// whether the row is over.
+fn idle_expired(idle: &mut u32, meter: &mut Meter) -> bool {
+    *idle = idle.wrapping_add(1);
+    if *idle & 1023 == 0 && meter.expired(Instant::now()) {
+        return true;
+    }
+    std::hint::spin_loop();
+    false
+}
+
 fn client_request_response<P: Provider>(
     h: &mut Host<P>,
     spec: &RowSpec,
@@ -564,11 +575,9 @@ fn client_request_response<P: Provider>(
         }
         let n = h.cq.poll(&mut wc);
         if n == 0 {
-            idle = idle.wrapping_add(1);
-            if idle & 1023 == 0 && meter.expired(Instant::now()) {
+            if idle_expired(&mut idle, meter) {
                 return Ok(());
             }
-            std::hint::spin_loop();
             continue;
         }
         idle = 0;
@@ -714,11 +723,9 @@ fn client_stream<P: Provider>(
         }
         let n = h.cq.poll(&mut wc);
         if n == 0 {
-            idle = idle.wrapping_add(1);
-            if idle & 1023 == 0 && meter.expired(Instant::now()) {
+            if idle_expired(&mut idle, meter) {
                 return Ok(());
             }
-            std::hint::spin_loop();
             continue;
         }
         idle = 0;

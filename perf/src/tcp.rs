@@ -40,65 +40,61 @@ fn socket_pair() -> Result<(TcpStream, TcpStream), BenchError> {
     Ok((client, server))
 }
 
-/// Fills `buf` from `s`, busy-polling; false if `stop` is set or `deadline` passes first
-/// or the peer closed.
+/// Moves `len` octets with `step` (given the octets done so far, it reads or writes
+/// the rest and says how many it moved), busy-polling while the socket would block.
+/// False if the peer closed (end of file, a reset or a broken pipe: how a run ends), or
+/// `stop` is set or `deadline` passes first.
+fn transfer(
+    len: usize,
+    what: &'static str,
+    stop: &AtomicBool,
+    deadline: Instant,
+    mut step: impl FnMut(usize) -> std::io::Result<usize>,
+) -> Result<bool, BenchError> {
+    let mut done = 0;
+    let mut spins = 0u32;
+    while done < len {
+        match step(done) {
+            Ok(0) => return Ok(false),
+            Ok(n) => done += n,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                spins = spins.wrapping_add(1);
+                if spins & 1023 == 0 && (stop.load(Ordering::Relaxed) || Instant::now() >= deadline)
+                {
+                    return Ok(false);
+                }
+                std::hint::spin_loop();
+            }
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) if matches!(e.kind(), ErrorKind::BrokenPipe | ErrorKind::ConnectionReset) => {
+                return Ok(false)
+            }
+            Err(e) => return Err(io(what, e)),
+        }
+    }
+    Ok(true)
+}
+
+/// Fills `buf` from `s` ([`transfer`]).
 fn read_all(
     s: &mut TcpStream,
     buf: &mut [u8],
     stop: &AtomicBool,
     deadline: Instant,
 ) -> Result<bool, BenchError> {
-    let mut got = 0;
-    let mut spins = 0u32;
-    while got < buf.len() {
-        match s.read(&mut buf[got..]) {
-            Ok(0) => return Ok(false),
-            Ok(n) => got += n,
-            Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                spins = spins.wrapping_add(1);
-                if spins & 1023 == 0 && (stop.load(Ordering::Relaxed) || Instant::now() >= deadline)
-                {
-                    return Ok(false);
-                }
-                std::hint::spin_loop();
-            }
-            Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) => return Err(io("read", e)),
-        }
-    }
-    Ok(true)
+    transfer(buf.len(), "read", stop, deadline, |at| {
+        s.read(&mut buf[at..])
+    })
 }
 
-/// Writes all of `buf` to `s`, busy-polling while the socket buffer is full.
+/// Writes all of `buf` to `s` ([`transfer`]).
 fn write_all(
     s: &mut TcpStream,
     buf: &[u8],
     stop: &AtomicBool,
     deadline: Instant,
 ) -> Result<bool, BenchError> {
-    let mut put = 0;
-    let mut spins = 0u32;
-    while put < buf.len() {
-        match s.write(&buf[put..]) {
-            Ok(0) => return Ok(false),
-            Ok(n) => put += n,
-            Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                spins = spins.wrapping_add(1);
-                if spins & 1023 == 0 && (stop.load(Ordering::Relaxed) || Instant::now() >= deadline)
-                {
-                    return Ok(false);
-                }
-                std::hint::spin_loop();
-            }
-            Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            // The reader closed (at the end of the run, with data unread: a reset).
-            Err(e) if matches!(e.kind(), ErrorKind::BrokenPipe | ErrorKind::ConnectionReset) => {
-                return Ok(false)
-            }
-            Err(e) => return Err(io("write", e)),
-        }
-    }
-    Ok(true)
+    transfer(buf.len(), "write", stop, deadline, |at| s.write(&buf[at..]))
 }
 
 /// Runs `peer` on the server core with one end of a fresh socket pair, and `step` in a

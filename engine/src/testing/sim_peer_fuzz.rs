@@ -1747,21 +1747,6 @@ mod tests {
     }
 
     #[test]
-    #[ignore = "timing, run by hand"]
-    fn time_per_run() {
-        let t = std::time::Instant::now();
-        for seed in 0..50 {
-            run(&bytes(seed, 16));
-        }
-        eprintln!("tiny: {:?} per run", t.elapsed() / 50);
-        let t = std::time::Instant::now();
-        for seed in 0..50 {
-            run(&shaped(seed, 0, &[0, 3, 0, 4, 1, 5, 2, 3, 12], 200));
-        }
-        eprintln!("traffic: {:?} per run", t.elapsed() / 50);
-    }
-
-    #[test]
     fn a_run_is_reproducible() {
         let data = shaped(7, 0, &[0, 3, 0, 3, 11, 12], 100);
         assert_eq!(run(&data), run(&data));
