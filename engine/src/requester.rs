@@ -75,6 +75,12 @@ pub struct CallRequest {
     /// request cache ([`Reconnect::server_has_drc`](crate::Reconnect::server_has_drc)),
     /// and fails it with [`TransportError::NotRetransmitted`] otherwise.
     pub idempotent: bool,
+    /// The reply's maximum is unknown or the reply is usually small, so under
+    /// [`ReplyChunks::PerCall`](crate::ReplyChunks::PerCall) no Reply chunk is offered when
+    /// the peer provides Read chunks for replies (the ULP's
+    /// `ProcInfo::prefers_read_chunk_reply`; draft-cel-nfsv4-rpcrdma-reliable-reply
+    /// §5.3.1). Ignored under the other policies.
+    pub prefers_read_chunk_reply: bool,
 }
 
 impl CallRequest {
@@ -88,7 +94,16 @@ impl CallRequest {
             timeout: None,
             xid: None,
             idempotent: false,
+            prefers_read_chunk_reply: false,
         }
+    }
+
+    /// Marks the call as one whose reply may come in a responder-provided Read chunk
+    /// instead of a Reply chunk (see
+    /// [`prefers_read_chunk_reply`](Self::prefers_read_chunk_reply)).
+    pub fn prefer_read_chunk_reply(mut self, yes: bool) -> Self {
+        self.prefers_read_chunk_reply = yes;
+        self
     }
 
     /// Marks the call idempotent (see [`idempotent`](Self::idempotent)).
@@ -320,6 +335,8 @@ pub struct Resend {
     pub timeout: Option<Duration>,
     /// [`CallRequest::idempotent`].
     pub idempotent: bool,
+    /// [`CallRequest::prefers_read_chunk_reply`].
+    pub prefers_read_chunk_reply: bool,
 }
 
 impl Outcome {
@@ -338,6 +355,7 @@ impl Outcome {
                 max_reply_len: r.max_reply_len,
                 timeout: r.timeout,
                 idempotent: r.idempotent,
+                prefers_read_chunk_reply: r.prefers_read_chunk_reply,
             }),
             (_, msg) => {
                 self.msg = msg;

@@ -327,6 +327,7 @@ impl RequesterHalf {
             max_reply_len: req.max_reply_len,
             timeout: req.timeout,
             idempotent: req.idempotent,
+            prefers_read_chunk_reply: req.prefers_read_chunk_reply,
         };
         self.stats.calls_sent += 1;
         self.stats.long_calls += u64::from(plan.long);
@@ -381,6 +382,7 @@ impl RequesterHalf {
             max_reply_len: req.max_reply_len,
             timeout: req.timeout,
             idempotent: req.idempotent,
+            prefers_read_chunk_reply: req.prefers_read_chunk_reply,
         };
         self.stats.calls_sent += 1;
         true
