@@ -47,8 +47,9 @@ pub use conn::{
 // Configuration, events and buffers every connection shares.
 pub use core::config::{Reconnect, ReplyChunks, DEFAULT_CREDIT_RECLAIM, DEFAULT_PROBE_PROGRAM};
 pub use core::{
-    CloseReason, ConfigError, ConnConfig, ConnEvent, ConnState, CountField, ProbeError, RegBuf,
-    RegBufError, RegMode, Registration, RequesterStats, ResponderStats, Role, Sizes, Violation,
+    CloseReason, ConfigError, ConnConfig, ConnEvent, ConnState, CountField, PeerConfig, ProbeError,
+    RegBuf, RegBufError, RegMode, Registration, RequesterStats, ResponderStats, Role, Sizes,
+    Violation,
 };
 // The sans-IO protocol core, for drivers of one's own.
 pub use core::fixed::FixedVec;

@@ -81,6 +81,15 @@ pub struct CallRequest {
     /// `ProcInfo::prefers_read_chunk_reply`; draft-cel-nfsv4-rpcrdma-reliable-reply
     /// §5.3.1). Ignored under the other policies.
     pub prefers_read_chunk_reply: bool,
+    /// The DDP arguments may travel inline, padded, in RDMA_MSGP (RFC 5666 §3.9) when
+    /// the peer's receive-buffer alignment is known
+    /// ([`Requester::apply_peer_config`](crate::Requester::apply_peer_config)) and they
+    /// fit the send threshold with their padding; a Read chunk each otherwise. The
+    /// engine sets `rdma_thresh` to the shortest argument's length, so the upper layer
+    /// vouches that no other opaque item in the message is that long (the peer would
+    /// look for padding before it): true of an ECHO's one opaque, of NFSv3 WRITE data
+    /// longer than a file handle.
+    pub pad_inline_ddp: bool,
 }
 
 impl CallRequest {
@@ -95,7 +104,15 @@ impl CallRequest {
             xid: None,
             idempotent: false,
             prefers_read_chunk_reply: false,
+            pad_inline_ddp: false,
         }
+    }
+
+    /// Lets the DDP arguments travel inline, padded (see
+    /// [`pad_inline_ddp`](Self::pad_inline_ddp)).
+    pub fn pad_inline_ddp(mut self, yes: bool) -> Self {
+        self.pad_inline_ddp = yes;
+        self
     }
 
     /// Marks the call as one whose reply may come in a responder-provided Read chunk
@@ -337,6 +354,8 @@ pub struct Resend {
     pub idempotent: bool,
     /// [`CallRequest::prefers_read_chunk_reply`].
     pub prefers_read_chunk_reply: bool,
+    /// [`CallRequest::pad_inline_ddp`].
+    pub pad_inline_ddp: bool,
 }
 
 impl Outcome {
@@ -356,6 +375,7 @@ impl Outcome {
                 timeout: r.timeout,
                 idempotent: r.idempotent,
                 prefers_read_chunk_reply: r.prefers_read_chunk_reply,
+                pad_inline_ddp: r.pad_inline_ddp,
             }),
             (_, msg) => {
                 self.msg = msg;

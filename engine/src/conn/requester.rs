@@ -266,6 +266,13 @@ impl<P: Provider> Requester<P> {
         self.core.thresholds()
     }
 
+    /// Applies the peer's `CONF_RDMA` results (RFC 5666 §6.2) to this connection; see
+    /// [`Connection::apply_peer_config`](crate::Connection::apply_peer_config). Returns
+    /// the thresholds now in force.
+    pub fn apply_peer_config(&mut self, peer: crate::PeerConfig) -> InlineThresholds {
+        self.core.apply_peer_config(peer)
+    }
+
     /// The credit table (shareable with other threads).
     pub fn credits(&self) -> &Arc<CreditTable> {
         self.core.credits()

@@ -86,6 +86,8 @@ pub struct RequesterStats {
     pub calls_sent: u64,
     /// Of those, sent as long calls (Position-Zero Read chunk).
     pub long_calls: u64,
+    /// Of those, sent as RDMA_MSGP: DDP arguments inline, padded (RFC 5666 §3.9).
+    pub padded_calls: u64,
     /// Calls that offered a Reply chunk.
     pub reply_chunks: u64,
     /// Outcomes delivered.
@@ -554,6 +556,7 @@ impl RequesterHalf {
             &t.thresholds,
             self.params.max_chunks,
             self.read_chunk_replies(t, &req),
+            None,
         ) else {
             self.credits.release_probe();
             return Err(ProbeError::Busy);
@@ -637,6 +640,7 @@ impl RequesterHalf {
             &t.thresholds,
             self.params.max_chunks,
             self.read_chunk_replies(t, req),
+            t.peer_align,
         ) {
             Ok(p) => p,
             Err(r) => return Start::Refused(r),
@@ -1253,6 +1257,7 @@ impl RequesterHalf {
                 timeout: q.req.timeout,
                 idempotent: q.req.idempotent,
                 prefers_read_chunk_reply: q.req.prefers_read_chunk_reply,
+                pad_inline_ddp: q.req.pad_inline_ddp,
             });
             let xid = q.req.xid.unwrap_or(0);
             let mut o = Outcome::unsent(q.tag, xid, q.req, CallStatus::Transport(lost));

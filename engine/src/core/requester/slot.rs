@@ -129,6 +129,7 @@ impl CallSlot {
                 timeout: None,
                 idempotent: false,
                 prefers_read_chunk_reply: false,
+                pad_inline_ddp: false,
             },
             pull: None,
             pull_buf: None,
