@@ -286,6 +286,11 @@ struct CallArgs {
     /// connection's life). The summary says which was used.
     #[arg(long, default_value = "auto", value_name = "MODE", value_parser = parse_registration)]
     registration: Registration,
+    /// Run RFC 5666's Connection Configuration Protocol first (CONF_RDMA) and apply what
+    /// the server answers: its inline call limit and its receive-buffer alignment, which
+    /// lets a Read-chunk payload that fits inline with padding go as RDMA_MSGP instead.
+    #[arg(long)]
+    ccp: bool,
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
@@ -633,6 +638,7 @@ fn run_call(a: &CallArgs) -> Result<(), CliError> {
         ),
         timeout: seconds("--timeout", a.timeout)?,
         probes: a.probes,
+        ccp: a.ccp,
     };
     let summary = call::run(&ep, &opts)?;
     if a.json {
