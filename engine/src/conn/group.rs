@@ -30,17 +30,13 @@ use rpcrdma_poller::{PollCtx, Task};
 
 use super::responder::{Listener, ResponderConn, ResponderCounters, ResponderLimits};
 use super::{ConnError, CM_POLL_INTERVAL, CQ_BATCH, DEFAULT_RELEASE_IDLE};
-use crate::core::config::ConnConfig;
+use crate::core::config::{ConnConfig, Role};
 use crate::core::ConnState;
 use crate::fabric::{
     CmEvent, CmPrivateData, Completion, CompletionQueue, ConnId, ConnectionManager, Device,
     Provider, QueuePair,
 };
 use crate::service::Service;
-
-/// Completions a group's queue holds when the device allows it: room for 1024
-/// connections of the default sizes (each may have about 130 outstanding).
-const GROUP_CQ_DEPTH: u32 = 1 << 17;
 
 /// What one group did, readable from any thread. Written by the group's thread only
 /// (plain stores: no read-modify-write on its path).
@@ -205,7 +201,12 @@ where
         cfg.validate().map_err(ConnError::Config)?;
         let groups = groups.max(1);
         let listener = Listener::bind(&dev, addr)?;
-        let depth = GROUP_CQ_DEPTH.min(dev.caps().max_cq_depth);
+        // Room for every connection a group may get (its share of the cap, and one
+        // more for a request routed while another is closing), within the device's
+        // limit: beyond it, accepts fail (CqTooSmall) and are counted as refused.
+        let per_conn = u64::from(cfg.sizes(Role::Responder).cq_depth);
+        let share = (limits.max_connections.div_ceil(groups) + 1) as u64;
+        let depth = (per_conn * share).min(u64::from(dev.caps().max_cq_depth)) as u32;
         let cqs = (0..groups)
             .map(|_| dev.create_cq(depth).map_err(ConnError::Fabric))
             .collect::<Result<Vec<_>, _>>()?;

@@ -17,7 +17,10 @@ use rpcrdma_poller::{IdlePolicy, PollerConfig, PollerGroup};
 type Factory = fn() -> Option<TestService>;
 
 /// Two groups serving at `addr`, one per poller; their counters.
-fn start<N: Net>(net: &N, addr: &<N::P as Provider>::Addr) -> (PollerGroup<()>, Vec<Arc<GroupCounters>>)
+fn start<N: Net>(
+    net: &N,
+    addr: &<N::P as Provider>::Addr,
+) -> (PollerGroup<()>, Vec<Arc<GroupCounters>>)
 where
     PollGroup<N::P, TestService, Factory>: Send,
 {
@@ -75,7 +78,10 @@ fn nulls<P: Provider>(conn: &mut Requester<P>, k: usize) {
     }
 }
 
-fn connect<N: Net>(dev: &<N::P as Provider>::Device, addr: &<N::P as Provider>::Addr) -> Requester<N::P>
+fn connect<N: Net>(
+    dev: &<N::P as Provider>::Device,
+    addr: &<N::P as Provider>::Addr,
+) -> Requester<N::P>
 where
     <N::P as Provider>::Device: Device<P = N::P>,
 {
