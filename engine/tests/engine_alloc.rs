@@ -238,7 +238,7 @@ fn poll_group_rpcs_do_not_allocate() {
         assert!(now < end, "connected");
     }
     let data = [7u8; 100];
-    let mut call = |c: &mut Requester<ShmProvider>, g: &mut PollGroup<ShmProvider, Echo, _>| {
+    let call = |c: &mut Requester<ShmProvider>, g: &mut PollGroup<ShmProvider, Echo, _>| {
         let mut m = c.alloc_msg().expect("msg");
         write_call(&mut m, &data, true);
         c.submit(CallRequest::new(m, 1024), 1).expect("submits");
