@@ -19,7 +19,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::AtomicU64;
 use std::sync::{mpsc, Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use clap::Parser;
 use serde::Serialize;
@@ -84,7 +84,8 @@ pub struct ScaleRow {
     pub p50_ns: u64,
     /// The server's busy time per call over all groups, ns.
     pub server_busy_ns_per_call: f64,
-    /// Each group's busy fraction of the row's time.
+    /// Each group's busy fraction while the row was measured (its busy time per call of
+    /// the row times the measured rate): near 1, the group was the bottleneck.
     pub group_busy: Vec<f64>,
     /// Each group's share of the row's calls.
     pub group_calls: Vec<u64>,
@@ -255,11 +256,9 @@ fn run<F: FabricKind>(a: &ScaleArgs) -> Result<Vec<ScaleRow>, BenchError> {
             };
             let meter = Meter::new(budget, Arc::new(AtomicU64::new(0)));
             let before = latest(&l);
-            let t0 = Instant::now();
             let m = rpc::run::<F>(&spec, RpcBench::Echo, params, meter, Some(&addr))?;
             // The server prints every 50 ms: wait for the lines that cover the row.
             std::thread::sleep(crate::groups::REPORT_EVERY * 3);
-            let wall = t0.elapsed().as_secs_f64();
             let after = latest(&l);
             let diff: Vec<(u64, u64)> = after
                 .iter()
@@ -281,7 +280,19 @@ fn run<F: FabricKind>(a: &ScaleArgs) -> Result<Vec<ScaleRow>, BenchError> {
                 } else {
                     f64::NAN
                 },
-                group_busy: diff.iter().map(|d| d.1 as f64 / 1e9 / wall).collect(),
+                // The server's counters cover more than the measured stretch (set-up,
+                // warm-up, the drain after it), so a group's busy fraction is its busy
+                // time per call of the window times the measured rate.
+                group_busy: diff
+                    .iter()
+                    .map(|d| {
+                        if calls > 0 {
+                            d.1 as f64 / calls as f64 * ops / 1e9
+                        } else {
+                            0.0
+                        }
+                    })
+                    .collect(),
                 group_calls: diff.iter().map(|d| d.0).collect(),
             });
         }
