@@ -40,9 +40,10 @@ pub mod wire;
 // The embedding API: connections and their drivers.
 pub use conn::task::{Client, ClientError, ConnMsg, PendingCall, RequesterTask, ResponderTask};
 pub use conn::{
-    ConnError, ConnResources, Listener, Pair, PairError, PairWait, ReconnectStats, Requester,
-    RequesterBuilder, Responder, ResponderBuilder, ResponderConn, ResponderCounters,
-    ResponderLimits, Serving, StopHandle, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RELEASE_IDLE,
+    ConnError, ConnResources, GroupCounters, GroupSample, Listener, Pair, PairError, PairWait,
+    PollGroup, PollGroupTask, ReconnectStats, Requester, RequesterBuilder, Responder,
+    ResponderBuilder, ResponderConn, ResponderCounters, ResponderLimits, Serving, StopHandle,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_RELEASE_IDLE,
 };
 // Configuration, events and buffers every connection shares.
 pub use core::config::{Reconnect, ReplyChunks, DEFAULT_CREDIT_RECLAIM, DEFAULT_PROBE_PROGRAM};

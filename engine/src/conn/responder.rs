@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::resources::ConnResources;
-use super::{poll_cq, ConnError, CQ_BATCH};
+use super::{ConnError, CQ_BATCH};
 use crate::core::config::{ConnConfig, Role};
 use crate::core::fixed::FixedQueue;
 use crate::core::{ConnEvent, ConnState, ResponderCore, ResponderStats};
@@ -17,7 +17,7 @@ use crate::service::Service;
 
 /// A connection manager listening for requesters.
 pub struct Listener<P: Provider> {
-    cm: P::Cm,
+    pub(super) cm: P::Cm,
 }
 
 impl<P: Provider> Listener<P> {
@@ -79,7 +79,34 @@ impl<P: Provider, S: Service> ResponderConn<P, S> {
         cfg: &ConnConfig,
         service: S,
     ) -> Result<Self, ConnError> {
-        let res = ConnResources::<P>::new(dev, cfg, Role::Responder)?;
+        Self::accept_on(
+            listener,
+            dev,
+            request,
+            peer_private_data,
+            cfg,
+            service,
+            None,
+        )
+    }
+
+    /// [`accept`](Self::accept); with `group_cq`, the queue pair completes into that
+    /// queue (a poll group's, shared by its connections), which the group polls and
+    /// routes by queue-pair number ([`on_completion`](Self::on_completion)), instead of
+    /// a queue of the connection's own.
+    pub(super) fn accept_on(
+        listener: &mut Listener<P>,
+        dev: &P::Device,
+        request: P::ConnRequest,
+        peer_private_data: &CmPrivateData,
+        cfg: &ConnConfig,
+        service: S,
+        group_cq: Option<&P::Cq>,
+    ) -> Result<Self, ConnError> {
+        let res = match group_cq {
+            Some(_) => ConnResources::<P>::without_cq(dev, cfg, Role::Responder)?,
+            None => ConnResources::<P>::new(dev, cfg, Role::Responder)?,
+        };
         // Credits never count the receives kept for RDMA_DONE beyond them.
         let policy = Arc::new(GrantPolicy::new(cfg.credits, cfg.credits.max(1)));
         let mut core =
@@ -100,7 +127,10 @@ impl<P: Provider, S: Service> ResponderConn<P, S> {
             }
             Some(Err(_)) | None => Vec::new(),
         };
-        let init = res.qp_init();
+        let init = match group_cq {
+            Some(cq) => res.qp_init_on(cq),
+            None => res.qp_init()?,
+        };
         let private_data = core.local_private_data();
         let now = dev.clock().now();
         // Receives go in before the peer hears of the acceptance: an iWARP peer may send
@@ -176,6 +206,44 @@ impl<P: Provider, S: Service> ResponderConn<P, S> {
         s.calls + s.err_vers + s.err_chunk + s.dropped + s.done_received + s.overruns
     }
 
+    /// Closes the connection past the handshake or idle timeout, or releases its free
+    /// buffers' memory once per idle spell, counting what it did in `counters`.
+    pub(super) fn check_limits(
+        &mut self,
+        now: Instant,
+        limits: &ResponderLimits,
+        release_idle: Option<Duration>,
+        counters: &mut ResponderCounters,
+    ) {
+        match self.state() {
+            ConnState::Connecting
+                if now.saturating_duration_since(self.accepted_at) >= limits.handshake_timeout =>
+            {
+                counters.handshake_timeouts += 1;
+                self.close();
+            }
+            ConnState::Established => {
+                let seen = self.received();
+                let idle = now.saturating_duration_since(self.last_activity.1);
+                if seen != self.last_activity.0 {
+                    self.last_activity = (seen, now);
+                    self.released = false;
+                } else if limits.idle_timeout.is_some_and(|t| idle >= t) {
+                    counters.idle_closed += 1;
+                    self.close();
+                } else if !self.released
+                    && release_idle.is_some_and(|t| idle >= t)
+                    && self.active() == 0
+                {
+                    self.released = true;
+                    counters.idle_releases += 1;
+                    counters.released_bytes += self.release_free_memory() as u64;
+                }
+            }
+            _ => {}
+        }
+    }
+
     /// Hands the connection a CM event that names it.
     pub fn on_cm_event<R>(&mut self, ev: &CmEvent<R>, now: Instant) {
         match ev {
@@ -197,23 +265,31 @@ impl<P: Provider, S: Service> ResponderConn<P, S> {
     pub fn poll(&mut self, now: Instant) -> usize {
         let core = &mut self.core;
         let qp = &self.qp;
-        let work = poll_cq(&mut self.res.cq, &mut self.wcs, |wc| {
-            // Only a failure can follow a Terminate, so the fast path never asks.
-            if !wc.status.is_success() {
-                if let Some(why) = qp.peer_abort() {
-                    core.on_peer_abort(why);
-                }
-            }
-            core.handle_completion(wc, now)
-        });
-        super::post::transmit(core, &mut self.qp, now);
+        let work = self
+            .res
+            .poll_own_cq(&mut self.wcs, |wc| complete(core, qp, wc, now));
+        self.after_completions(now);
+        work
+    }
+
+    /// Hands the core one completion of this connection's queue pair, reaped by its
+    /// poll group from the queue the group's connections share.
+    #[inline]
+    pub(super) fn on_completion(&mut self, wc: &Completion, now: Instant) {
+        complete(&mut self.core, &self.qp, wc, now);
+    }
+
+    /// What follows a batch of completions: stalled work, posting (one doorbell per
+    /// queue), and the core's events.
+    #[inline]
+    pub(super) fn after_completions(&mut self, now: Instant) {
+        super::post::transmit(&mut self.core, &mut self.qp, now);
         while let Some(ev) = self.core.poll_event() {
             if let ConnEvent::DisconnectRequested(_) = ev {
                 self.wants_disconnect = true;
             }
             let _ = self.events.push_back(ev);
         }
-        work
     }
 
     /// True (once) when the core asked for a disconnect the listener's CM must carry
@@ -287,6 +363,23 @@ impl<P: Provider, S: Service> ResponderConn<P, S> {
     pub fn qp(&self) -> &P::Qp {
         &self.qp
     }
+}
+
+/// Feeds one completion to `core` (the fast path never asks for a peer's abort: only a
+/// failure can follow a Terminate).
+#[inline]
+fn complete<S: Service, Q: QueuePair>(
+    core: &mut ResponderCore<S>,
+    qp: &Q,
+    wc: &Completion,
+    now: Instant,
+) {
+    if !wc.status.is_success() {
+        if let Some(why) = qp.peer_abort() {
+            core.on_peer_abort(why);
+        }
+    }
+    core.handle_completion(wc, now);
 }
 
 /// A listener and the responder connections it accepted, each served by a service
@@ -492,33 +585,7 @@ where
         let limits = self.limits;
         let release_idle = self.release_idle;
         for c in &mut self.conns {
-            match c.state() {
-                ConnState::Connecting
-                    if now.saturating_duration_since(c.accepted_at) >= limits.handshake_timeout =>
-                {
-                    self.counters.handshake_timeouts += 1;
-                    c.close();
-                }
-                ConnState::Established => {
-                    let seen = c.received();
-                    let idle = now.saturating_duration_since(c.last_activity.1);
-                    if seen != c.last_activity.0 {
-                        c.last_activity = (seen, now);
-                        c.released = false;
-                    } else if limits.idle_timeout.is_some_and(|t| idle >= t) {
-                        self.counters.idle_closed += 1;
-                        c.close();
-                    } else if !c.released
-                        && release_idle.is_some_and(|t| idle >= t)
-                        && c.active() == 0
-                    {
-                        c.released = true;
-                        self.counters.idle_releases += 1;
-                        self.counters.released_bytes += c.release_free_memory() as u64;
-                    }
-                }
-                _ => {}
-            }
+            c.check_limits(now, &limits, release_idle, &mut self.counters);
             if c.take_disconnect_request() {
                 let _ = self.listener.cm.disconnect(c.conn);
             }
