@@ -154,6 +154,11 @@ pub struct ConnConfig {
     pub send_bufs: u32,
     /// Send-queue depth; 0 derives one from `credits`.
     pub sq_depth: u32,
+    /// Selective signaling: at most `signal_every - 1` Sends of calls in a row go
+    /// unsignaled (their slots retire with the next completion; see
+    /// `core/signal.rs`). Clamped to a quarter of the send queue, of the call slots or
+    /// reply contexts and of the send buffers; 1 signals every request.
+    pub signal_every: u32,
     /// Requester: fast-registration slots; 0 gives `credits * 4` (none are made in
     /// persistent mode).
     pub mr_slots: u32,
@@ -261,6 +266,9 @@ impl Default for Reconnect {
     }
 }
 
+/// [`ConnConfig::signal_every`]'s default: one Send in 16 asks for a completion.
+pub const DEFAULT_SIGNAL_EVERY: u32 = 16;
+
 impl Default for ConnConfig {
     fn default() -> Self {
         ConnConfig {
@@ -274,6 +282,7 @@ impl Default for ConnConfig {
             large_bufs: 64,
             send_bufs: 256,
             sq_depth: 0,
+            signal_every: DEFAULT_SIGNAL_EVERY,
             mr_slots: 0,
             registration: Registration::Auto,
             queue_len: 1024,
