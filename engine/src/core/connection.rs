@@ -508,8 +508,13 @@ impl<R: RequesterRole, P: ResponderRole> Connection<R, P> {
         // Unsignaled Sends before a send-queue completion executed and retire with it
         // (`core/signal.rs`): each is fed as the success it reported nothing for.
         if self.t.ledger.enabled() && (wc.wr_id >> 60) != WrKind::Recv as u64 {
-            while let Some(earlier) = self.t.ledger.next_implied(wc.wr_id) {
-                self.handle_one(&implied_success(earlier, wc.qp_num), now);
+            if let Some(before) = self.t.ledger.position(wc.wr_id) {
+                for _ in 0..before {
+                    if let Some(earlier) = self.t.ledger.pop() {
+                        self.handle_one(&implied_success(earlier, wc.qp_num), now);
+                    }
+                }
+                self.t.ledger.pop();
             }
         }
         self.handle_one(wc, now);

@@ -42,8 +42,12 @@ pub(crate) const IDLE_BARRIER: Duration = Duration::from_micros(200);
 /// Staged send-queue requests not yet retired, in posting order, and the signaling
 /// policy.
 pub(crate) struct SendLedger {
-    /// `wr_id`s, a ring of `cap` entries from `head`.
+    /// `wr_id`s, a ring of `cap` (a power of two) entries from `head`.
     ids: Box<[u64]>,
+    /// `cap - 1`.
+    mask: usize,
+    /// The newest entry is unsignaled (nothing after it will retire it).
+    unsignaled_tail: bool,
     /// Whether each entry was signaled.
     signaled: Box<[bool]>,
     head: usize,
@@ -53,9 +57,9 @@ pub(crate) struct SendLedger {
     interval: u32,
     /// Unsignaled requests staged since the last signaled one.
     run: u32,
-    /// The first poll that saw the last unsignaled request staged (`None` until one
-    /// has).
-    last_unsignaled: Option<Instant>,
+    /// When a barrier is due for the last unsignaled request staged: `IDLE_BARRIER`
+    /// after the first poll that saw it (`None` until one has).
+    barrier_at: Option<Instant>,
     /// A barrier was refused by the provider: no further one is tried.
     barrier_refused: bool,
 }
@@ -66,15 +70,22 @@ impl SendLedger {
     /// unsignaled tail never holds more than a quarter of the queue or of `slots`.
     pub(crate) fn new(depth: u32, slots: u32, interval: u32) -> SendLedger {
         let interval = interval.min(depth / 4).min(slots / 4).max(1);
-        let cap = if interval > 1 { depth as usize } else { 0 };
+        // A power of two, so positions wrap with a mask.
+        let cap = if interval > 1 {
+            (depth as usize).next_power_of_two()
+        } else {
+            0
+        };
         SendLedger {
             ids: vec![0; cap].into_boxed_slice(),
             signaled: vec![false; cap].into_boxed_slice(),
+            mask: cap.saturating_sub(1),
+            unsignaled_tail: false,
             head: 0,
             len: 0,
             interval,
             run: 0,
-            last_unsignaled: None,
+            barrier_at: None,
             barrier_refused: false,
         }
     }
@@ -104,51 +115,53 @@ impl SendLedger {
             self.run += 1;
             // Timed from the next poll that sees it (see `barrier_due`): staging
             // has no clock.
-            self.last_unsignaled = None;
+            self.barrier_at = None;
         }
         self.push(wr_id, signaled);
         signaled
     }
 
     fn push(&mut self, wr_id: u64, signaled: bool) {
-        let cap = self.ids.len();
-        if self.len == cap {
+        if self.len == self.ids.len() {
             // Never: the ledger is as deep as the send queue, whose budget bounds what
             // is staged. Should it happen the request is simply not tracked.
             return;
         }
-        let at = (self.head + self.len) % cap;
+        let at = (self.head + self.len) & self.mask;
         self.ids[at] = wr_id;
         self.signaled[at] = signaled;
         self.len += 1;
+        self.unsignaled_tail = !signaled;
     }
 
-    /// For a completion of `wr_id`: the next request before it that retires with it
-    /// (executed, unsignaled, so it reported nothing), or `None` once `wr_id` itself is
-    /// taken off the ledger (or when `wr_id` is not on it: a stray or synthetic
-    /// completion retires nothing).
+    /// For a completion of `wr_id`: how many requests before it retire with it
+    /// (executed, unsignaled, so they reported nothing); take them with
+    /// [`pop`](Self::pop), then `wr_id` itself. `None` when `wr_id` is not on the
+    /// ledger (a stray or synthetic completion retires nothing).
     #[inline]
-    pub(crate) fn next_implied(&mut self, wr_id: u64) -> Option<u64> {
+    pub(crate) fn position(&self, wr_id: u64) -> Option<usize> {
         if self.len == 0 {
             return None;
         }
-        let cap = self.ids.len();
-        let front = self.ids[self.head];
-        if front == wr_id {
-            self.pop_front();
-            return None;
+        if self.ids[self.head] == wr_id {
+            return Some(0);
         }
-        let on_ledger = (1..self.len).any(|i| self.ids[(self.head + i) % cap] == wr_id);
-        if !on_ledger {
-            return None;
-        }
-        self.pop_front();
-        Some(front)
+        (1..self.len).find(|&i| self.ids[(self.head + i) & self.mask] == wr_id)
     }
 
-    fn pop_front(&mut self) {
-        self.head = (self.head + 1) % self.ids.len();
+    /// Takes the oldest request off the ledger.
+    #[inline]
+    pub(crate) fn pop(&mut self) -> Option<u64> {
+        if self.len == 0 {
+            return None;
+        }
+        let id = self.ids[self.head];
+        self.head = (self.head + 1) & self.mask;
         self.len -= 1;
+        if self.len == 0 {
+            self.unsignaled_tail = false;
+        }
+        Some(id)
     }
 
     /// Forgets the `n` requests staged last (the provider refused them; they are
@@ -156,35 +169,37 @@ impl SendLedger {
     pub(crate) fn forget_last(&mut self, n: usize) {
         self.len -= n.min(self.len);
         self.run = 0;
+        self.unsignaled_tail =
+            self.len > 0 && !self.signaled[(self.head + self.len - 1) & self.mask];
     }
 
     /// Whether the newest request on the ledger is unsignaled: nothing after it will
     /// retire it.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn tail_unsignaled(&self) -> bool {
-        if self.len == 0 {
-            return false;
-        }
-        let at = (self.head + self.len - 1) % self.ids.len();
-        !self.signaled[at]
+        self.unsignaled_tail
     }
 
     /// Whether a barrier is due: an unsignaled tail that waited `IDLE_BARRIER`, or
     /// any unsignaled tail while `draining`.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn barrier_due(&mut self, now: Instant, draining: bool) -> bool {
-        if !self.tail_unsignaled() || self.barrier_refused {
+        self.unsignaled_tail && self.barrier_due_slow(now, draining)
+    }
+
+    fn barrier_due_slow(&mut self, now: Instant, draining: bool) -> bool {
+        if self.barrier_refused {
             return false;
         }
         if draining {
             return true;
         }
-        match self.last_unsignaled {
+        match self.barrier_at {
             None => {
-                self.last_unsignaled = Some(now);
+                self.barrier_at = Some(now + IDLE_BARRIER);
                 false
             }
-            Some(t) => now.saturating_duration_since(t) >= IDLE_BARRIER,
+            Some(t) => now >= t,
         }
     }
 
@@ -200,12 +215,10 @@ impl SendLedger {
         if !self.barrier_refused || self.len == 0 {
             return None;
         }
-        if (0..self.len).any(|i| self.signaled[(self.head + i) % self.ids.len()]) {
+        if (0..self.len).any(|i| self.signaled[(self.head + i) & self.mask]) {
             return None;
         }
-        let id = self.ids[self.head];
-        self.pop_front();
-        Some(id)
+        self.pop()
     }
 }
 
@@ -228,17 +241,22 @@ mod tests {
             [false, false, false, true, false, false, false, true]
         );
         // The completion of the 4th retires the three before it, then itself.
-        assert_eq!(l.next_implied(ids[3]), Some(ids[0]));
-        assert_eq!(l.next_implied(ids[3]), Some(ids[1]));
-        assert_eq!(l.next_implied(ids[3]), Some(ids[2]));
-        assert_eq!(l.next_implied(ids[3]), None);
+        assert_eq!(l.position(ids[3]), Some(3));
+        assert_eq!(
+            (l.pop(), l.pop(), l.pop()),
+            (Some(ids[0]), Some(ids[1]), Some(ids[2]))
+        );
+        assert_eq!(l.position(ids[3]), Some(0));
+        assert_eq!(l.pop(), Some(ids[3]));
         // A flush reported for an unsignaled one retires only what is before it.
-        assert_eq!(l.next_implied(ids[5]), Some(ids[4]));
-        assert_eq!(l.next_implied(ids[5]), None);
+        assert_eq!(l.position(ids[5]), Some(1));
         // A stray id retires nothing.
-        assert_eq!(l.next_implied(send(WrKind::ReplySend, 99)), None);
-        assert_eq!(l.next_implied(ids[7]), Some(ids[6]));
-        assert_eq!(l.next_implied(ids[7]), None);
+        assert_eq!(l.position(send(WrKind::ReplySend, 99)), None);
+        assert!(!l.tail_unsignaled(), "the newest is signaled");
+        for _ in 0..4 {
+            l.pop();
+        }
+        assert_eq!(l.pop(), None);
         assert!(!l.tail_unsignaled());
     }
 

@@ -323,11 +323,16 @@ impl Transport {
 
     /// Stages a barrier (`core/signal.rs`) when unsignaled Sends at the end of the send
     /// queue have waited long enough for a later request, or the connection drains.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn barrier_if_due(&mut self, now: Instant) {
-        if !self.ledger.enabled() {
-            return;
+        // Never true with the ledger off.
+        if self.ledger.tail_unsignaled() {
+            self.barrier_if_due_slow(now);
         }
+    }
+
+    #[inline(never)]
+    fn barrier_if_due_slow(&mut self, now: Instant) {
         let draining = self.state == ConnState::Draining;
         if !self.ledger.barrier_due(now, draining) || !self.sq.take(1) {
             return;
