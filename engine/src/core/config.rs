@@ -156,8 +156,8 @@ pub struct ConnConfig {
     pub sq_depth: u32,
     /// Selective signaling: at most `signal_every - 1` Sends of calls in a row go
     /// unsignaled (their slots retire with the next completion; see
-    /// `core/signal.rs`). Clamped to a quarter of the send queue, of the call slots or
-    /// reply contexts and of the send buffers; 1 signals every request.
+    /// `core/signal.rs`). Clamped to a quarter of the send queue and to one less than the
+    /// call slots (the probe's included) and the send buffers; 1 signals every request.
     pub signal_every: u32,
     /// Requester: fast-registration slots; 0 gives `credits * 4` (none are made in
     /// persistent mode).
@@ -266,8 +266,9 @@ impl Default for Reconnect {
     }
 }
 
-/// [`ConnConfig::signal_every`]'s default: one Send in 16 asks for a completion.
-pub const DEFAULT_SIGNAL_EVERY: u32 = 16;
+/// [`ConnConfig::signal_every`]'s default: every request signaled (see `core/signal.rs`
+/// for why selective signaling is off by default).
+pub const DEFAULT_SIGNAL_EVERY: u32 = 1;
 
 impl Default for ConnConfig {
     fn default() -> Self {

@@ -67,9 +67,12 @@ pub(crate) struct SendLedger {
 impl SendLedger {
     /// A ledger for a send queue of `depth` requests; `interval` as
     /// [`ConnConfig::signal_every`](super::ConnConfig::signal_every), clamped so that the
-    /// unsignaled tail never holds more than a quarter of the queue or of `slots`.
+    /// unsignaled tail never holds more than a quarter of the queue, and leaves one of
+    /// `slots` (call slots, probe included, or send buffers) free: among any `interval`
+    /// calls in a row one is signaled, so when every slot is taken one of them will
+    /// complete and retire those before it.
     pub(crate) fn new(depth: u32, slots: u32, interval: u32) -> SendLedger {
-        let interval = interval.min(depth / 4).min(slots / 4).max(1);
+        let interval = interval.min(depth / 4).min(slots.saturating_sub(1)).max(1);
         // A power of two, so positions wrap with a mask.
         let cap = if interval > 1 {
             (depth as usize).next_power_of_two()
@@ -277,7 +280,7 @@ mod tests {
 
     #[test]
     fn small_queues_signal_everything() {
-        let mut l = SendLedger::new(64, 4, 16);
+        let mut l = SendLedger::new(64, 2, 16);
         assert!(!l.enabled());
         assert!(l.stage(send(WrKind::CallSend, 0), &SendOp::Send));
         let l = SendLedger::new(4, 64, 16);
