@@ -508,20 +508,34 @@ impl<R: RequesterRole, P: ResponderRole> Connection<R, P> {
         // Unsignaled Sends before a send-queue completion executed and retire with it
         // (`core/signal.rs`): each is fed as the success it reported nothing for.
         if self.t.ledger.enabled() && (wc.wr_id >> 60) != WrKind::Recv as u64 {
-            if let Some(before) = self.t.ledger.position(wc.wr_id) {
-                for _ in 0..before {
-                    if let Some(earlier) = self.t.ledger.pop() {
-                        self.handle_one(&implied_success(earlier, wc.qp_num), now);
-                    }
-                }
-                self.t.ledger.pop();
-            }
+            self.retire_implied(wc, now);
         }
         self.handle_one(wc, now);
     }
 
+    /// Takes `wc`'s request off the send ledger, first feeding the unsignaled ones
+    /// before it as successes. Out of line: with selective signaling off (the default)
+    /// the hot path keeps only the branch.
+    #[inline(never)]
+    fn retire_implied(&mut self, wc: &Completion, now: Instant) {
+        if let Some(before) = self.t.ledger.position(wc.wr_id) {
+            for _ in 0..before {
+                if let Some(earlier) = self.t.ledger.pop() {
+                    self.handle_one_outlined(&implied_success(earlier, wc.qp_num), now);
+                }
+            }
+            self.t.ledger.pop();
+        }
+    }
+
+    /// [`handle_one`](Self::handle_one) as a call, for the rare paths.
+    #[inline(never)]
+    fn handle_one_outlined(&mut self, wc: &Completion, now: Instant) {
+        self.handle_one(wc, now);
+    }
+
     /// [`handle_completion`](Self::handle_completion) of one request.
-    #[inline]
+    #[inline(always)]
     fn handle_one(&mut self, wc: &Completion, now: Instant) {
         let Ok(id) = WrId::decode(wc.wr_id) else {
             self.t.stray_completions += 1;
@@ -574,7 +588,7 @@ impl<R: RequesterRole, P: ResponderRole> Connection<R, P> {
     #[cold]
     fn retire_unreported(&mut self, now: Instant) {
         while let Some(id) = self.t.ledger.take_unreported() {
-            self.handle_one(&implied_success(id, 0), now);
+            self.handle_one_outlined(&implied_success(id, 0), now);
         }
     }
 

@@ -303,22 +303,36 @@ impl Transport {
     /// every staged request holds a send-queue slot (taken or reserved before staging),
     /// so this cannot find it full; should that invariant ever break, the request is
     /// counted in `outbox_overflows` instead of being lost silently.
+    #[inline]
     pub(crate) fn stage(&mut self, wr_id: u64, op: SendOp, sgl: &[Sge]) -> bool {
-        let tracked = self.ledger.enabled();
-        let flags = if !tracked || self.ledger.stage(wr_id, &op) {
-            SendFlags::SIGNALED
+        let flags = if self.ledger.enabled() {
+            self.ledger_flags(wr_id, &op)
         } else {
-            SendFlags::NONE
+            SendFlags::SIGNALED
         };
         let ok = self.outbox.push_send(wr_id, op, sgl, flags).is_ok();
         debug_assert!(ok, "outbox smaller than the send queue");
         if !ok {
-            if tracked {
-                self.ledger.forget_last(1);
-            }
-            self.outbox_overflows += 1;
+            self.overflowed();
         }
         ok
+    }
+
+    #[cold]
+    fn overflowed(&mut self) {
+        self.ledger.forget_last(1);
+        self.outbox_overflows += 1;
+    }
+
+    /// Records a request on the send ledger and says whether it is signaled. Out of
+    /// line: with selective signaling off (the default) staging keeps only the branch.
+    #[inline(never)]
+    fn ledger_flags(&mut self, wr_id: u64, op: &SendOp) -> SendFlags {
+        if self.ledger.stage(wr_id, op) {
+            SendFlags::SIGNALED
+        } else {
+            SendFlags::NONE
+        }
     }
 
     /// Stages a barrier (`core/signal.rs`) when unsignaled Sends at the end of the send
