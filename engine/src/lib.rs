@@ -46,7 +46,9 @@ pub use conn::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_RELEASE_IDLE,
 };
 // Configuration, events and buffers every connection shares.
-pub use core::config::{Reconnect, ReplyChunks, DEFAULT_CREDIT_RECLAIM, DEFAULT_PROBE_PROGRAM};
+pub use core::config::{
+    Reconnect, ReplyChunks, DEFAULT_CREDIT_RECLAIM, DEFAULT_PROBE_PROGRAM, DEFAULT_SIGNAL_EVERY,
+};
 pub use core::{
     CloseReason, ConfigError, ConnConfig, ConnEvent, ConnState, CountField, PeerConfig, ProbeError,
     RegBuf, RegBufError, RegMode, Registration, RequesterStats, ResponderStats, Role, Sizes,

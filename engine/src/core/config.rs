@@ -154,6 +154,11 @@ pub struct ConnConfig {
     pub send_bufs: u32,
     /// Send-queue depth; 0 derives one from `credits`.
     pub sq_depth: u32,
+    /// Selective signaling: at most `signal_every - 1` Sends of calls in a row go
+    /// unsignaled (their slots retire with the next completion; see
+    /// `core/signal.rs`). Clamped to a quarter of the send queue and to one less than the
+    /// call slots (the probe's included) and the send buffers; 1 signals every request.
+    pub signal_every: u32,
     /// Requester: fast-registration slots; 0 gives `credits * 4` (none are made in
     /// persistent mode).
     pub mr_slots: u32,
@@ -282,6 +287,10 @@ impl Default for Reconnect {
     }
 }
 
+/// [`ConnConfig::signal_every`]'s default: every request signaled (see `core/signal.rs`
+/// for why selective signaling is off by default).
+pub const DEFAULT_SIGNAL_EVERY: u32 = 1;
+
 impl Default for ConnConfig {
     fn default() -> Self {
         ConnConfig {
@@ -295,6 +304,7 @@ impl Default for ConnConfig {
             large_bufs: 64,
             send_bufs: 256,
             sq_depth: 0,
+            signal_every: DEFAULT_SIGNAL_EVERY,
             mr_slots: 0,
             registration: Registration::Auto,
             queue_len: 1024,

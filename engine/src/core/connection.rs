@@ -26,11 +26,12 @@ use super::outbox::{PostFailure, Transmit, Transmitter};
 use super::regbuf::RegBuf;
 use super::requester::{ProbeError, RequesterHalf, RequesterStats};
 use super::responder::{ResponderHalf, ResponderStats};
+use super::signal::SendLedger;
 use super::transport::{flush_of, settle_refused, CloseReason, ConnState, Staged, Transport};
 use super::wrid::{WrId, WrKind};
 use super::{CoreError, CorePools};
 use crate::credits::{CreditTable, GrantPolicy};
-use crate::fabric::{Completion, PeerAbort};
+use crate::fabric::{Completion, PeerAbort, WcOpcode, WcStatus};
 use crate::requester::{CallRequest, Outcome, SubmitError};
 use crate::service::Service;
 use crate::wire::header::Limits;
@@ -345,6 +346,12 @@ impl<R: RequesterRole, P: ResponderRole> Connection<R, P> {
             sizes.rq_depth,
             sizes.max_send_sge,
             &pools.recv,
+            // Only calls go unsignaled: a responder alone keeps no ledger.
+            SendLedger::new(
+                sizes.sq_depth,
+                sizes.slots.min(sizes.send_bufs),
+                if R::PRESENT { cfg.signal_every } else { 1 },
+            ),
         );
         Ok(Connection {
             t,
@@ -530,6 +537,38 @@ impl<R: RequesterRole, P: ResponderRole> Connection<R, P> {
     /// Feeds one completion.
     #[inline]
     pub fn handle_completion(&mut self, wc: &Completion, now: Instant) {
+        // Unsignaled Sends before a send-queue completion executed and retire with it
+        // (`core/signal.rs`): each is fed as the success it reported nothing for.
+        if self.t.ledger.enabled() && (wc.wr_id >> 60) != WrKind::Recv as u64 {
+            self.retire_implied(wc, now);
+        }
+        self.handle_one(wc, now);
+    }
+
+    /// Takes `wc`'s request off the send ledger, first feeding the unsignaled ones
+    /// before it as successes. Out of line: with selective signaling off (the default)
+    /// the hot path keeps only the branch.
+    #[inline(never)]
+    fn retire_implied(&mut self, wc: &Completion, now: Instant) {
+        if let Some(before) = self.t.ledger.position(wc.wr_id) {
+            for _ in 0..before {
+                if let Some(earlier) = self.t.ledger.pop() {
+                    self.handle_one_outlined(&implied_success(earlier, wc.qp_num), now);
+                }
+            }
+            self.t.ledger.pop();
+        }
+    }
+
+    /// [`handle_one`](Self::handle_one) as a call, for the rare paths.
+    #[inline(never)]
+    fn handle_one_outlined(&mut self, wc: &Completion, now: Instant) {
+        self.handle_one(wc, now);
+    }
+
+    /// [`handle_completion`](Self::handle_completion) of one request.
+    #[inline(always)]
+    fn handle_one(&mut self, wc: &Completion, now: Instant) {
         let Ok(id) = WrId::decode(wc.wr_id) else {
             self.t.stray_completions += 1;
             return;
@@ -570,8 +609,19 @@ impl<R: RequesterRole, P: ResponderRole> Connection<R, P> {
             | WrKind::ReplySend
             | WrKind::ReplyReg
             | WrKind::ReplyInv => self.resp.on_send_completion(t, id, wc),
+            WrKind::Barrier => t.sq.give(1),
         }
         self.settle();
+    }
+
+    /// After the provider refused a barrier while draining: the unsignaled Sends left
+    /// are retired as executed (a queue pair that takes no requests reports its
+    /// flushes on its own), so the connection can close.
+    #[cold]
+    fn retire_unreported(&mut self, now: Instant) {
+        while let Some(id) = self.t.ledger.take_unreported() {
+            self.handle_one_outlined(&implied_success(id, 0), now);
+        }
     }
 
     /// Per-poll work before posting: start queued calls, resume replies that waited
@@ -582,10 +632,15 @@ impl<R: RequesterRole, P: ResponderRole> Connection<R, P> {
             ConnState::Established => {
                 self.req.prepare(&mut self.t, now);
                 self.resp.prepare(&mut self.t, now);
+                self.t.barrier_if_due(now);
                 self.t.recvs.refill(&mut self.t.outbox);
             }
             ConnState::Connecting => self.t.recvs.refill(&mut self.t.outbox),
-            ConnState::Draining => self.maybe_close(),
+            ConnState::Draining => {
+                self.t.barrier_if_due(now);
+                self.retire_unreported(now);
+                self.maybe_close();
+            }
             ConnState::Closed => {}
         }
     }
@@ -790,5 +845,17 @@ impl<R: RequesterRole, P: ResponderRole> Staged for Connection<R, P> {
                 .push_back(ConnEvent::DisconnectRequested(CloseReason::PostRefused));
         }
         self.fail(CloseReason::PostRefused);
+    }
+}
+
+/// The success an unsignaled request did not report, retired by a later completion.
+fn implied_success(wr_id: u64, qp_num: u32) -> Completion {
+    Completion {
+        wr_id,
+        opcode: WcOpcode::Send,
+        status: WcStatus::Success,
+        byte_len: 0,
+        qp_num,
+        invalidated_rkey: None,
     }
 }

@@ -23,6 +23,7 @@ pub(crate) mod regbuf;
 pub(crate) mod requester;
 pub(crate) mod responder;
 pub(crate) mod rpcmsg;
+mod signal;
 pub(crate) mod transport;
 pub(crate) mod wrid;
 

@@ -11,8 +11,9 @@ use super::fixed::{FixedQueue, IndexStack};
 use super::outbox::Outbox;
 use super::outbox::PostFailure;
 use super::regbuf::RegBuf;
+use super::signal::SendLedger;
 use super::wrid::{WrId, WrKind};
-use crate::fabric::{Completion, SendFlags, SendOp, Sge, WcOpcode, WcStatus};
+use crate::fabric::{Completion, RemoteAddr, SendFlags, SendOp, Sge, WcOpcode, WcStatus};
 use crate::wire::private_data::{Extensions, InlineThresholds};
 
 /// Where a connection is in its life.
@@ -91,7 +92,7 @@ impl fmt::Display for CloseReason {
 }
 
 /// Counts of send-queue slots: each staged request holds one until its completion
-/// (every request is signaled), and calls reserve slots for work they will stage later
+/// (an unsignaled one until the completion that retires it, `core/signal.rs`), and calls reserve slots for work they will stage later
 /// (local invalidations) so that it can never find the queue full.
 #[derive(Debug)]
 pub(crate) struct SqBudget {
@@ -238,6 +239,8 @@ pub struct Transport {
     pub(crate) peer_align: Option<u32>,
     pub(crate) outbox: Outbox,
     pub(crate) sq: SqBudget,
+    /// Which staged requests are signaled, and those not yet retired.
+    pub(crate) ledger: SendLedger,
     pub(crate) recvs: RecvTable,
     /// Requests the outbox refused (never, while its sizing invariant holds).
     pub(crate) outbox_overflows: u64,
@@ -248,7 +251,13 @@ pub struct Transport {
 }
 
 impl Transport {
-    pub(crate) fn new(sq_depth: u32, rq_depth: u32, max_send_sge: u32, recv_pool: &Pool) -> Self {
+    pub(crate) fn new(
+        sq_depth: u32,
+        rq_depth: u32,
+        max_send_sge: u32,
+        recv_pool: &Pool,
+        ledger: SendLedger,
+    ) -> Self {
         let mut t = Transport {
             state: ConnState::Connecting,
             close_reason: None,
@@ -261,6 +270,7 @@ impl Transport {
                 rq_depth as usize,
             ),
             sq: SqBudget::new(sq_depth),
+            ledger,
             recvs: RecvTable::new(rq_depth, recv_pool),
             outbox_overflows: 0,
             stray_completions: 0,
@@ -292,20 +302,66 @@ impl Transport {
         }
     }
 
-    /// Stages a signaled send-queue request. The outbox holds as many requests as the
-    /// send queue, and every staged request holds a send-queue slot (taken or reserved
-    /// before staging), so this cannot find it full; should that invariant ever break,
-    /// the request is counted in `outbox_overflows` instead of being lost silently.
+    /// Stages a send-queue request, signaled unless the ledger lets it go without
+    /// (`core/signal.rs`). The outbox holds as many requests as the send queue, and
+    /// every staged request holds a send-queue slot (taken or reserved before staging),
+    /// so this cannot find it full; should that invariant ever break, the request is
+    /// counted in `outbox_overflows` instead of being lost silently.
+    #[inline]
     pub(crate) fn stage(&mut self, wr_id: u64, op: SendOp, sgl: &[Sge]) -> bool {
-        let ok = self
-            .outbox
-            .push_send(wr_id, op, sgl, SendFlags::SIGNALED)
-            .is_ok();
+        let flags = if self.ledger.enabled() {
+            self.ledger_flags(wr_id, &op)
+        } else {
+            SendFlags::SIGNALED
+        };
+        let ok = self.outbox.push_send(wr_id, op, sgl, flags).is_ok();
         debug_assert!(ok, "outbox smaller than the send queue");
         if !ok {
-            self.outbox_overflows += 1;
+            self.overflowed();
         }
         ok
+    }
+
+    #[cold]
+    fn overflowed(&mut self) {
+        self.ledger.forget_last(1);
+        self.outbox_overflows += 1;
+    }
+
+    /// Records a request on the send ledger and says whether it is signaled. Out of
+    /// line: with selective signaling off (the default) staging keeps only the branch.
+    #[inline(never)]
+    fn ledger_flags(&mut self, wr_id: u64, op: &SendOp) -> SendFlags {
+        if self.ledger.stage(wr_id, op) {
+            SendFlags::SIGNALED
+        } else {
+            SendFlags::NONE
+        }
+    }
+
+    /// Stages a barrier (`core/signal.rs`) when unsignaled Sends at the end of the send
+    /// queue have waited long enough for a later request, or the connection drains.
+    #[inline(always)]
+    pub(crate) fn barrier_if_due(&mut self, now: Instant) {
+        // Never true with the ledger off.
+        if self.ledger.tail_unsignaled() {
+            self.barrier_if_due_slow(now);
+        }
+    }
+
+    #[inline(never)]
+    fn barrier_if_due_slow(&mut self, now: Instant) {
+        let draining = self.state == ConnState::Draining;
+        if !self.ledger.barrier_due(now, draining) || !self.sq.take(1) {
+            return;
+        }
+        // Moves nothing: a zero-length Read checks no key and names no local memory.
+        let op = SendOp::RdmaRead {
+            remote: RemoteAddr { addr: 0, rkey: 0 },
+        };
+        if !self.stage(WrId::new(WrKind::Barrier, 0).encode(), op, &[]) {
+            self.sq.give(1);
+        }
     }
 
     /// True while new work may be staged.
@@ -358,6 +414,14 @@ pub(crate) fn settle_refused<C: Staged>(core: &mut C, f: PostFailure, now: Insta
         if let Some(id) = core.transport().outbox.recv_id(i) {
             core.flushed(id, now);
         }
+    }
+    // The refused sends were the last staged: they retire nothing before them.
+    let refused = sends.saturating_sub(f.sends_posted);
+    let barrier = WrId::new(WrKind::Barrier, 0).encode();
+    let t = core.transport();
+    t.ledger.forget_last(refused);
+    if (f.sends_posted..sends).any(|i| t.outbox.send_id(i) == Some(barrier)) {
+        t.ledger.barrier_refused();
     }
     for i in f.sends_posted..sends {
         if let Some(id) = core.transport().outbox.send_id(i) {

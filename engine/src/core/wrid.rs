@@ -49,6 +49,9 @@ pub enum WrKind {
     ReplyPull = 10,
     /// The Send of an RDMA_DONE; `slot` is the DONE buffer.
     DoneSend = 11,
+    /// A zero-length RDMA Read posted only to retire unsignaled Sends before it
+    /// (`core/signal.rs`); `slot` is 0.
+    Barrier = 12,
 }
 
 impl WrKind {
@@ -65,6 +68,7 @@ impl WrKind {
             9 => WrKind::ReplyInv,
             10 => WrKind::ReplyPull,
             11 => WrKind::DoneSend,
+            12 => WrKind::Barrier,
             _ => return None,
         })
     }
@@ -137,6 +141,7 @@ mod tests {
             WrKind::ReplySend,
             WrKind::ChunkRead,
             WrKind::ChunkWrite,
+            WrKind::Barrier,
         ] {
             for (slot, aux) in [(0, 0), (u32::MAX, MAX_AUX), (7, 3)] {
                 let id = WrId::new(kind, slot).with_aux(aux);

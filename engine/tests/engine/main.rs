@@ -24,5 +24,6 @@ mod engine_registration;
 mod engine_server_limits;
 mod engine_service_api;
 mod engine_shm_hostile;
+mod engine_signaling;
 mod engine_sim_random;
 mod engine_swi_unreported;

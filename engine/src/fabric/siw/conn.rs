@@ -234,6 +234,7 @@ impl Conn {
             match s.read(&mut self.rxbuf[..end]) {
                 Ok(n) => {
                     self.rx_end = n;
+                    self.drained_if_short(n, end);
                     return Ok(n);
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -244,6 +245,18 @@ impl Conn {
                     return Err(e);
                 }
             }
+        }
+    }
+
+    /// A read that returned less than it asked for (and not the end of the stream)
+    /// emptied the socket's receive queue, so the socket counts as not readable without
+    /// the read that would fail with EAGAIN: one `recv` per message, not two. Data that
+    /// arrives later raises a new edge-triggered readiness event (Linux reports every
+    /// arrival), and speculative rounds read anyway.
+    #[inline]
+    fn drained_if_short(&mut self, got: usize, asked: usize) {
+        if got > 0 && got < asked {
+            self.readable = false;
         }
     }
 
@@ -281,6 +294,7 @@ impl Conn {
                 let n = n as usize;
                 let placed = n.min(len);
                 self.rx_end = n - placed;
+                self.drained_if_short(n, len + iov[1].iov_len);
                 return Ok((placed, self.rx_end));
             }
             let e = io::Error::last_os_error();

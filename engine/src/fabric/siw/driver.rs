@@ -32,6 +32,16 @@ static NEXT_CONN: AtomicU64 = AtomicU64::new(1);
 
 const EVENTS: usize = 256;
 
+/// At most this many running connections are read speculatively, without asking epoll
+/// first (see [`Driver::progress`]); with more, one `epoll_wait` is cheaper than a
+/// `recv` on each.
+const DIRECT_MAX_CONNS: usize = 4;
+
+/// While reading speculatively, epoll is still asked every this many progress rounds,
+/// for what only it reports: listeners with connections to accept, hang-ups of idle
+/// sockets. A new connection waits at most this many polls to be accepted.
+const EPOLL_EVERY: u32 = 32;
+
 struct Listener {
     sock: TcpListener,
     cm: usize,
@@ -60,6 +70,12 @@ pub(crate) struct Driver {
     pub(crate) cms: CmTable,
     cfg: SiwConfig,
     dev: Weak<DeviceShared>,
+    /// Every socket is a running connection not waiting for room, and there are few:
+    /// the next data round reads them directly instead of asking epoll (set at the end
+    /// of each round).
+    direct: bool,
+    /// Progress rounds since epoll was last asked.
+    since_epoll: u32,
 }
 
 impl Driver {
@@ -74,6 +90,8 @@ impl Driver {
             cms: CmTable::default(),
             cfg: cfg.clone(),
             dev,
+            direct: false,
+            since_epoll: 0,
         }
     }
 
@@ -86,11 +104,21 @@ impl Driver {
         while let Some(r) = dev.next_retired() {
             self.retire(r);
         }
-        if self
-            .poll
-            .poll(&mut self.events, Some(Duration::ZERO))
-            .is_ok()
+        // Speculative reads (issue 14): with a few running connections and nothing only
+        // epoll can tell (a handshake's progress, room in a full socket), a round reads
+        // each connection directly. An idle round then costs one `recv` per connection
+        // (EAGAIN) instead of an `epoll_wait`, and a message costs one `recv` instead of
+        // an `epoll_wait` plus a `recv`. Readiness events queued meanwhile are harmless:
+        // they only make a later round try one read more.
+        let direct = data && self.direct;
+        self.since_epoll += 1;
+        if (!direct || self.since_epoll >= EPOLL_EVERY)
+            && self
+                .poll
+                .poll(&mut self.events, Some(Duration::ZERO))
+                .is_ok()
         {
+            self.since_epoll = 0;
             for ev in self.events.iter() {
                 let t = ev.token().0;
                 if t & 1 == 1 {
@@ -106,12 +134,17 @@ impl Driver {
         self.accept_incoming();
         // Read once per progress, and only while some connection is in its handshake.
         let mut now: Option<Instant> = None;
+        let mut running = 0;
+        let mut need_epoll = false;
         for slot in 0..self.conns.len() {
             let Some(c) = self.conns[slot].as_mut() else {
                 continue;
             };
             if !data && matches!(c.phase, Phase::Running | Phase::Closed) {
                 continue;
+            }
+            if direct && matches!(c.phase, Phase::Running) {
+                c.readable = true;
             }
             let mut ctx = Ctx {
                 keys: &dev.keys,
@@ -130,7 +163,16 @@ impl Driver {
             }
             if keep == Keep::Remove {
                 self.remove_conn(slot);
+                continue;
             }
+            if c.sock.is_some() {
+                running += 1;
+                need_epoll |= !matches!(c.phase, Phase::Running)
+                    || (!c.writable && c.engine.as_ref().is_some_and(Engine::tx_waiting));
+            }
+        }
+        if data {
+            self.direct = !need_epoll && running <= DIRECT_MAX_CONNS;
         }
     }
 

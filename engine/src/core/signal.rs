@@ -1,0 +1,305 @@
+//! Selective signaling: which send-queue requests ask for a completion, and the ledger
+//! that accounts for the ones that do not.
+//!
+//! Verbs (and every provider here) complete a queue pair's send queue in order, and an
+//! unsignaled request that succeeds reports nothing: its slot is released when a later
+//! signaled request completes. A failed or flushed request always reports, signaled or
+//! not. So when a completion for request X arrives, every request posted before X that
+//! has not reported has executed successfully. The ledger keeps every staged send-queue
+//! request in posting order; a completion retires the ones before it, and the core feeds
+//! each of those to the same handlers as a successful completion, so the per-slot and
+//! send-queue accounting stays exact.
+//!
+//! Only plain Sends of calls go unsignaled, at most `interval - 1` in a row; everything
+//! else (Reads, Writes, registrations, invalidations, sends that invalidate, RDMA_DONE,
+//! replies) is signaled as before. Replies stay signaled because the barrier below
+//! completes only once the peer executes it, and on the userspace providers (shm, siw)
+//! a peer executes nothing unless it polls: a server may poll for ever, but a client
+//! that got its last reply may never poll again, and the reply's context and buffer
+//! would stay held (an idle connection could not release them). A call's barrier is
+//! executed by the server, which always polls. Unsignaled Sends at the end of the queue
+//! would hold
+//! their slots and buffers until some later request completes, so when the connection
+//! stages nothing for [`IDLE_BARRIER`], or starts draining, the core posts a barrier: a
+//! signaled zero-length RDMA Read, which moves nothing, checks no key (InfiniBand, iWARP
+//! RFC 5040 and every provider here) and completes only after every request before it.
+//!
+//! Why it matters: siw reports a Send complete only after a zero-length Read proves the
+//! peer executed it (`SiwConfig::confirm_completions`), one extra message each way per
+//! signaled Send; and on every provider a completion costs a CQ entry and a pass through
+//! the core.
+
+use std::time::{Duration, Instant};
+
+use super::wrid::WrKind;
+use crate::fabric::SendOp;
+
+/// How long trailing unsignaled Sends may wait for a later request before a barrier is
+/// posted for them. Long against a round trip (so a busy connection never needs one),
+/// short against anything a caller would wait on (their slots and buffers are held).
+pub(crate) const IDLE_BARRIER: Duration = Duration::from_micros(200);
+
+/// Staged send-queue requests not yet retired, in posting order, and the signaling
+/// policy.
+pub(crate) struct SendLedger {
+    /// `wr_id`s, a ring of `cap` (a power of two) entries from `head`.
+    ids: Box<[u64]>,
+    /// `cap - 1`.
+    mask: usize,
+    /// The newest entry is unsignaled (nothing after it will retire it).
+    unsignaled_tail: bool,
+    /// Whether each entry was signaled.
+    signaled: Box<[bool]>,
+    head: usize,
+    len: usize,
+    /// At most `interval - 1` unsignaled requests in a row; 1 signals every request and
+    /// turns the ledger off.
+    interval: u32,
+    /// Unsignaled requests staged since the last signaled one.
+    run: u32,
+    /// When a barrier is due for the last unsignaled request staged: `IDLE_BARRIER`
+    /// after the first poll that saw it (`None` until one has).
+    barrier_at: Option<Instant>,
+    /// A barrier was refused by the provider: no further one is tried.
+    barrier_refused: bool,
+}
+
+impl SendLedger {
+    /// A ledger for a send queue of `depth` requests; `interval` as
+    /// [`ConnConfig::signal_every`](super::ConnConfig::signal_every), clamped so that the
+    /// unsignaled tail never holds more than a quarter of the queue, and leaves one of
+    /// `slots` (call slots, probe included, or send buffers) free: among any `interval`
+    /// calls in a row one is signaled, so when every slot is taken one of them will
+    /// complete and retire those before it.
+    pub(crate) fn new(depth: u32, slots: u32, interval: u32) -> SendLedger {
+        let interval = interval.min(depth / 4).min(slots.saturating_sub(1)).max(1);
+        // A power of two, so positions wrap with a mask.
+        let cap = if interval > 1 {
+            (depth as usize).next_power_of_two()
+        } else {
+            0
+        };
+        SendLedger {
+            ids: vec![0; cap].into_boxed_slice(),
+            signaled: vec![false; cap].into_boxed_slice(),
+            mask: cap.saturating_sub(1),
+            unsignaled_tail: false,
+            head: 0,
+            len: 0,
+            interval,
+            run: 0,
+            barrier_at: None,
+            barrier_refused: false,
+        }
+    }
+
+    /// Whether some requests go unsignaled (and the ledger is kept).
+    #[inline(always)]
+    pub(crate) fn enabled(&self) -> bool {
+        self.interval > 1
+    }
+
+    /// Decides whether the request about to be staged is signaled, and records it.
+    /// `false` only for a plain Send of a call within the interval.
+    #[inline]
+    pub(crate) fn stage(&mut self, wr_id: u64, op: &SendOp) -> bool {
+        if !self.enabled() {
+            return true;
+        }
+        let kind = (wr_id >> 60) as u8;
+        let may_skip = matches!(op, SendOp::Send)
+            && kind == WrKind::CallSend as u8
+            && self.run + 1 < self.interval
+            && self.len < self.ids.len();
+        let signaled = !may_skip;
+        if signaled {
+            self.run = 0;
+        } else {
+            self.run += 1;
+            // Timed from the next poll that sees it (see `barrier_due`): staging
+            // has no clock.
+            self.barrier_at = None;
+        }
+        self.push(wr_id, signaled);
+        signaled
+    }
+
+    fn push(&mut self, wr_id: u64, signaled: bool) {
+        if self.len == self.ids.len() {
+            // Never: the ledger is as deep as the send queue, whose budget bounds what
+            // is staged. Should it happen the request is simply not tracked.
+            return;
+        }
+        let at = (self.head + self.len) & self.mask;
+        self.ids[at] = wr_id;
+        self.signaled[at] = signaled;
+        self.len += 1;
+        self.unsignaled_tail = !signaled;
+    }
+
+    /// For a completion of `wr_id`: how many requests before it retire with it
+    /// (executed, unsignaled, so they reported nothing); take them with
+    /// [`pop`](Self::pop), then `wr_id` itself. `None` when `wr_id` is not on the
+    /// ledger (a stray or synthetic completion retires nothing).
+    #[inline]
+    pub(crate) fn position(&self, wr_id: u64) -> Option<usize> {
+        if self.len == 0 {
+            return None;
+        }
+        if self.ids[self.head] == wr_id {
+            return Some(0);
+        }
+        (1..self.len).find(|&i| self.ids[(self.head + i) & self.mask] == wr_id)
+    }
+
+    /// Takes the oldest request off the ledger.
+    #[inline]
+    pub(crate) fn pop(&mut self) -> Option<u64> {
+        if self.len == 0 {
+            return None;
+        }
+        let id = self.ids[self.head];
+        self.head = (self.head + 1) & self.mask;
+        self.len -= 1;
+        if self.len == 0 {
+            self.unsignaled_tail = false;
+        }
+        Some(id)
+    }
+
+    /// Forgets the `n` requests staged last (the provider refused them; they are
+    /// accounted as flushed without retiring anything before them).
+    pub(crate) fn forget_last(&mut self, n: usize) {
+        self.len -= n.min(self.len);
+        self.run = 0;
+        self.unsignaled_tail =
+            self.len > 0 && !self.signaled[(self.head + self.len - 1) & self.mask];
+    }
+
+    /// Whether the newest request on the ledger is unsignaled: nothing after it will
+    /// retire it.
+    #[inline(always)]
+    pub(crate) fn tail_unsignaled(&self) -> bool {
+        self.unsignaled_tail
+    }
+
+    /// Whether a barrier is due: an unsignaled tail that waited `IDLE_BARRIER`, or
+    /// any unsignaled tail while `draining`.
+    #[inline(always)]
+    pub(crate) fn barrier_due(&mut self, now: Instant, draining: bool) -> bool {
+        self.unsignaled_tail && self.barrier_due_slow(now, draining)
+    }
+
+    fn barrier_due_slow(&mut self, now: Instant, draining: bool) -> bool {
+        if self.barrier_refused {
+            return false;
+        }
+        if draining {
+            return true;
+        }
+        match self.barrier_at {
+            None => {
+                self.barrier_at = Some(now + IDLE_BARRIER);
+                false
+            }
+            Some(t) => now >= t,
+        }
+    }
+
+    /// The provider refused a barrier: the queue pair takes no more requests, and what
+    /// it holds reports through its own flushes. The unsignaled tail is retired as
+    /// executed: handed back, oldest first, by [`take_unreported`](Self::take_unreported).
+    pub(crate) fn barrier_refused(&mut self) {
+        self.barrier_refused = true;
+    }
+
+    /// After a refused barrier: takes the oldest request of an all-unsignaled ledger.
+    pub(crate) fn take_unreported(&mut self) -> Option<u64> {
+        if !self.barrier_refused || self.len == 0 {
+            return None;
+        }
+        if (0..self.len).any(|i| self.signaled[(self.head + i) & self.mask]) {
+            return None;
+        }
+        self.pop()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::wrid::WrId;
+
+    fn send(kind: WrKind, slot: u32) -> u64 {
+        WrId::new(kind, slot).encode()
+    }
+
+    #[test]
+    fn every_nth_send_is_signaled_and_a_completion_retires_those_before_it() {
+        let mut l = SendLedger::new(64, 64, 4);
+        let ids: Vec<u64> = (0..8).map(|i| send(WrKind::CallSend, i)).collect();
+        let flags: Vec<bool> = ids.iter().map(|&id| l.stage(id, &SendOp::Send)).collect();
+        assert_eq!(
+            flags,
+            [false, false, false, true, false, false, false, true]
+        );
+        // The completion of the 4th retires the three before it, then itself.
+        assert_eq!(l.position(ids[3]), Some(3));
+        assert_eq!(
+            (l.pop(), l.pop(), l.pop()),
+            (Some(ids[0]), Some(ids[1]), Some(ids[2]))
+        );
+        assert_eq!(l.position(ids[3]), Some(0));
+        assert_eq!(l.pop(), Some(ids[3]));
+        // A flush reported for an unsignaled one retires only what is before it.
+        assert_eq!(l.position(ids[5]), Some(1));
+        // A stray id retires nothing.
+        assert_eq!(l.position(send(WrKind::ReplySend, 99)), None);
+        assert!(!l.tail_unsignaled(), "the newest is signaled");
+        for _ in 0..4 {
+            l.pop();
+        }
+        assert_eq!(l.pop(), None);
+        assert!(!l.tail_unsignaled());
+    }
+
+    #[test]
+    fn reads_writes_and_other_kinds_are_always_signaled() {
+        let mut l = SendLedger::new(64, 64, 16);
+        let remote = crate::fabric::RemoteAddr { addr: 0, rkey: 0 };
+        assert!(l.stage(send(WrKind::ChunkWrite, 0), &SendOp::RdmaWrite { remote }));
+        assert!(l.stage(
+            send(WrKind::ReplySend, 0),
+            &SendOp::SendWithInvalidate { rkey: 7 }
+        ));
+        assert!(l.stage(send(WrKind::DoneSend, 0), &SendOp::Send));
+        assert!(l.stage(send(WrKind::ReplySend, 1), &SendOp::Send));
+        assert!(!l.stage(send(WrKind::CallSend, 1), &SendOp::Send));
+        assert!(l.tail_unsignaled());
+    }
+
+    #[test]
+    fn small_queues_signal_everything() {
+        let mut l = SendLedger::new(64, 2, 16);
+        assert!(!l.enabled());
+        assert!(l.stage(send(WrKind::CallSend, 0), &SendOp::Send));
+        let l = SendLedger::new(4, 64, 16);
+        assert!(!l.enabled());
+    }
+
+    #[test]
+    fn an_unsignaled_tail_asks_for_a_barrier_when_idle_or_draining() {
+        let t0 = Instant::now();
+        let mut l = SendLedger::new(64, 64, 8);
+        assert!(!l.barrier_due(t0, true));
+        l.stage(send(WrKind::CallSend, 0), &SendOp::Send);
+        assert!(!l.barrier_due(t0, false), "timed from the first poll");
+        assert!(!l.barrier_due(t0, false));
+        assert!(l.barrier_due(t0, true));
+        assert!(l.barrier_due(t0 + IDLE_BARRIER, false));
+        l.barrier_refused();
+        assert!(!l.barrier_due(t0 + IDLE_BARRIER, true));
+        assert_eq!(l.take_unreported(), Some(send(WrKind::CallSend, 0)));
+        assert_eq!(l.take_unreported(), None);
+    }
+}
