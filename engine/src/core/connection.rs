@@ -37,6 +37,7 @@ use crate::wire::header::Limits;
 use crate::wire::private_data::{
     find_private_data, Advertisement, Extensions, InlineThresholds, PrivateData,
 };
+use crate::wire::rtr::TransportChars;
 
 /// The requester slot of a connection that makes no calls.
 #[derive(Debug, Default)]
@@ -357,16 +358,21 @@ impl<R: RequesterRole, P: ResponderRole> Connection<R, P> {
     /// that cannot expose replies (no fast-registration slots on its device), so a peer
     /// never leaves out a Reply chunk counting on a Read chunk that cannot come.
     fn offered_extensions(&self) -> Extensions {
-        if self.resp.can_expose() {
-            self.local_ext
-        } else {
-            Extensions::NONE
+        Extensions {
+            reply_read_chunks: self.local_ext.reply_read_chunks && self.resp.can_expose(),
+            ..self.local_ext
         }
     }
 
     /// The extensions both peers offered (none before the connection is established).
     pub fn extensions(&self) -> Extensions {
         self.t.extensions
+    }
+
+    /// The peer's round-trip-reduction transport characteristics, fixed at
+    /// establishment (defaults unless both peers negotiated continuation).
+    pub fn peer_chars(&self) -> TransportChars {
+        self.t.peer_chars
     }
 
     /// The connection state.
@@ -399,6 +405,13 @@ impl<R: RequesterRole, P: ResponderRole> Connection<R, P> {
             Extensions::NONE
         };
         t.extensions = Extensions::negotiate(local_ext, peer_ext);
+        // The peer's characteristics (draft-dnoveck-rpcrdma-rtrext §8): what it sent
+        // with continuation, else the defaults (one transmission each way).
+        t.peer_chars = if t.extensions.continuation {
+            Extensions::find_chars(peer_private_data)
+        } else {
+            TransportChars::DEFAULT
+        };
         t.state = ConnState::Established;
         self.req.on_established(now);
         let _ = t.events.push_back(ConnEvent::Established(t.thresholds));

@@ -14,6 +14,7 @@ use super::regbuf::RegBuf;
 use super::wrid::{WrId, WrKind};
 use crate::fabric::{Completion, SendFlags, SendOp, Sge, WcOpcode, WcStatus};
 use crate::wire::private_data::{Extensions, InlineThresholds};
+use crate::wire::rtr::TransportChars;
 
 /// Where a connection is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -233,6 +234,8 @@ pub struct Transport {
     pub(crate) thresholds: InlineThresholds,
     /// Extensions both peers offered (none until established).
     pub(crate) extensions: Extensions,
+    /// The peer's transport characteristics (draft-dnoveck-rpcrdma-rtrext §8).
+    pub(crate) peer_chars: TransportChars,
     pub(crate) outbox: Outbox,
     pub(crate) sq: SqBudget,
     pub(crate) recvs: RecvTable,
@@ -251,6 +254,7 @@ impl Transport {
             close_reason: None,
             thresholds: InlineThresholds::DEFAULT,
             extensions: Extensions::NONE,
+            peer_chars: TransportChars::DEFAULT,
             outbox: Outbox::with_capacity(
                 sq_depth as usize,
                 (sq_depth * max_send_sge.max(1)) as usize,
