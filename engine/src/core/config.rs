@@ -10,6 +10,9 @@ use crate::wire::private_data::{Extensions, PrivateData, SizeError, MIN_INLINE_S
 
 pub(crate) use crate::limits::{DEFAULT_MAX_CHUNKS, MAX_EXPOSED_REPLIES, MAX_MRS_PER_CALL};
 
+/// Receives a requester posts for reply continuation groups when extensions are on.
+pub(crate) const CONT_RECV_RESERVE: u32 = 8;
+
 /// The keepalive probe's program and version when the ULP names none (a private
 /// number from RFC 5531 §8.3's local range): the probe still proves liveness through
 /// the PROG_UNAVAIL reply it gets.
@@ -453,7 +456,9 @@ impl ConnConfig {
                 let slots = c + 1;
                 // Room for replies to every slot, plus strays (RDMA_ERROR for a garbled
                 // call, duplicates) that must not find the queue empty.
-                let rq = c + 4;
+                // Plus, with extensions, the receives lent to reply continuation groups
+                // (`optxrq_rsbuf`; DESIGN.md, "Message continuation").
+                let rq = c + 4 + if self.extensions { CONT_RECV_RESERVE } else { 0 };
                 let mrs = if self.mr_slots == 0 {
                     c * 4
                 } else {

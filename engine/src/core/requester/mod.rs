@@ -47,6 +47,7 @@ macro_rules! adopt {
     }};
 }
 
+mod cont;
 mod pull;
 mod reply;
 mod slot;
@@ -142,6 +143,22 @@ pub struct RequesterStats {
     /// per-RPC fast registration. `Registration::Auto` picks persistent on devices
     /// without fast registration; this is how operators see it.
     pub persistent_registration: bool,
+    /// Calls sent as a continuation group of more than one Send
+    /// (draft-dnoveck-rpcrdma-rtrext §4).
+    pub cont_calls: u64,
+    /// Sends that carried calls (one per call, or a group's count).
+    pub call_messages: u64,
+    /// Receives that carried replies, or parts of reply groups (RDMA_OPTIONAL included).
+    pub reply_messages: u64,
+    /// Replies received as continuation groups of more than one message.
+    pub cont_replies: u64,
+    /// ROPT_XMTCONT with no reply group in progress (dropped).
+    pub bad_continuations: u64,
+    /// Reply groups broken off (wrong XID, sequence or type, an intervening message):
+    /// their calls fail with `BadReply::Continuation`.
+    pub broken_reply_groups: u64,
+    /// ROPT_XMTERR received (a call group the responder found broken).
+    pub transmit_errors_received: u64,
 }
 
 /// What [`RequesterHalf::try_start`] did with a call.
@@ -232,6 +249,8 @@ pub struct RequesterHalf {
     /// Test hook: DONEs are not sent (a requester that neglects them, the draft's
     /// §4.1.3).
     pub(super) drop_dones: bool,
+    /// Message continuation: the reserve of receives and the reply group in progress.
+    cont: cont::ReqCont,
     stats: RequesterStats,
 }
 
@@ -337,6 +356,7 @@ impl RequesterHalf {
             max_pull: cfg.large_buf_size,
             last_pull: None,
             drop_dones: false,
+            cont: cont::ReqCont::new(cfg.extensions),
             stats: RequesterStats::default(),
         })
     }
@@ -632,12 +652,19 @@ impl RequesterHalf {
         deadline: Option<Instant>,
         now: Instant,
     ) -> Start {
+        let cont = self.plan_cont(t, req);
         let plan = match start::plan(
             req,
             &t.thresholds,
             self.params.max_chunks,
             self.read_chunk_replies(t),
         ) {
+            // Continuation needs no chunk and no registration.
+            Ok(_) | Err(SubmitRefusal::HeaderTooLarge) if cont.is_some() => start::Plan {
+                long: false,
+                reply_chunk: false,
+                mrs: 0,
+            },
             Ok(p) => p,
             Err(r) => return Start::Refused(r),
         };
@@ -664,7 +691,11 @@ impl RequesterHalf {
             Some(x) => x,
             None => self.make_xid(slot),
         };
-        if self.stage_call(t, slot, xid, plan, req, tag, deadline, now) {
+        let staged = match cont {
+            Some(cp) => self.stage_cont(t, slot, xid, cp, req, tag, deadline, now),
+            None => self.stage_call(t, slot, xid, plan, req, tag, deadline, now),
+        };
+        if staged {
             let s = &mut self.slots[slot as usize];
             s.holds_credit = true;
             // The map holds one entry per slot at most and has room for all of them.
@@ -858,6 +889,24 @@ impl RequesterHalf {
     }
 
     fn on_receive(&mut self, t: &mut Transport, buf: RegBuf, swi: Option<u32>, now: Instant) {
+        if t.extensions.continuation {
+            if crate::wire::rtr::is_optional(buf.as_slice()) {
+                self.on_optional(t, buf, swi, now);
+                return;
+            }
+            if self.reply_group_open() {
+                // §4.2: a group "must be received in order without any intervening
+                // message".
+                let current = buf.as_slice().get(12..16).map_or(0, |w| {
+                    u32::from_be_bytes([w[0], w[1], w[2], w[3]])
+                });
+                let info = crate::wire::rtr::OptxInfo::BadHmt {
+                    expect: crate::wire::rtr::RDMA_OPTIONAL,
+                    current,
+                };
+                self.broken_reply_group(t, Some(info));
+            }
+        }
         self.last_rx = Some(now);
         let hdr = match HeaderView::parse(buf.as_slice(), &self.params.limits) {
             Ok(h) => h,
@@ -908,6 +957,7 @@ impl RequesterHalf {
             return;
         }
         self.credits.set_granted(hdr.credit());
+        self.stats.reply_messages += 1;
         let s = &self.slots[slot as usize];
         let offered = &s.sink_caps[..s.sinks.len()];
         let max_pull = if t.extensions.reply_read_chunks {
@@ -1055,6 +1105,7 @@ impl RequesterHalf {
     }
 
     fn release_credit(&mut self, slot: u32) {
+        self.release_cont(slot);
         let s = &mut self.slots[slot as usize];
         if s.holds_credit {
             s.holds_credit = false;

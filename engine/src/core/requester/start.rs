@@ -329,6 +329,7 @@ impl RequesterHalf {
             idempotent: req.idempotent,
         };
         self.stats.calls_sent += 1;
+        self.stats.call_messages += 1;
         self.stats.long_calls += u64::from(plan.long);
         self.stats.reply_chunks += u64::from(plan.reply_chunk);
         true
@@ -383,6 +384,7 @@ impl RequesterHalf {
             idempotent: req.idempotent,
         };
         self.stats.calls_sent += 1;
+        self.stats.call_messages += 1;
         true
     }
 }
