@@ -127,7 +127,11 @@ fn missing_or_foreign_private_data_means_rfc8166_defaults() {
 #[test]
 fn requester_sends_rdma_msg_with_empty_lists_and_the_xid_in_both_headers() {
     let (mut core, pools, mut qp, now) = requester();
-    assert_eq!(qp.recvs.len(), 12, "credits + 4 receives posted up front");
+    assert_eq!(
+        qp.recvs.len(),
+        20,
+        "credits + 4 receives posted up front, + 8 for reply continuation groups"
+    );
     core.submit(null_call(&pools), 7, now).expect("submitted");
     qp.pump(&mut core, now);
     assert_eq!(qp.sends.len(), 1);
