@@ -655,6 +655,13 @@ impl<P: ResponderRole> Connection<RequesterHalf, P> {
         self.req.last_pulled_segment()
     }
 
+    /// Test hook (feature `testing`): the last ROPT_XMTERR the requester received.
+    #[cfg(feature = "testing")]
+    #[doc(hidden)]
+    pub fn last_transmit_error(&self) -> Option<crate::wire::rtr::XmtErr> {
+        self.req.last_transmit_error()
+    }
+
     /// How chunk memory is registered.
     pub fn registration(&self) -> RegMode {
         self.req.registration()

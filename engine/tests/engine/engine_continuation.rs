@@ -7,8 +7,9 @@
 use crate::engine_support;
 
 use engine_support::*;
-use rpcrdma::fabric::Provider;
+use rpcrdma::fabric::{Provider, QueuePair, SendWr};
 use rpcrdma::wire::private_data::CONTINUATION_GROUP_MAX;
+use rpcrdma::wire::rtr::{MsgDir, OptxInfo, RDMA_OPTIONAL, ROPT_XMTCONT, ROPT_XMTREQ, ROPT_XMTRESP};
 use rpcrdma::{CallRequest, CallStatus, ConnConfig, Pair};
 
 const ECHO_LEN: usize = 20_000;
@@ -103,4 +104,159 @@ fn either_disabled_goes_as_before<N: Net>(net: N) {
     }
 }
 
-per_provider!(both_enabled_goes_by_continuation, either_disabled_goes_as_before);
+
+fn words(ws: &[u32]) -> Vec<u8> {
+    ws.iter().flat_map(|w| w.to_be_bytes()).collect()
+}
+
+/// An RDMA_OPTIONAL message: header, optinfo words, then `payload` octets of 0x5a.
+fn optional(xid: u32, opttype: u32, info: &[u32], payload: usize) -> Vec<u8> {
+    let mut v = words(&[xid, 1, 8, RDMA_OPTIONAL, opttype, 4 * info.len() as u32]);
+    v.extend_from_slice(&words(info));
+    v.resize(v.len() + payload, 0x5a);
+    v
+}
+
+fn xmtreq(xid: u32, count: u32, pslen: u32) -> Vec<u8> {
+    optional(xid, ROPT_XMTREQ, &[0, 0, count, 0, pslen], pslen as usize)
+}
+
+fn xmtcont(xid: u32, xnum: u32, itype: u32, pslen: u32) -> Vec<u8> {
+    optional(xid, ROPT_XMTCONT, &[xnum, itype, pslen], pslen as usize)
+}
+
+/// Posts `msgs` in order from the requester's queue pair, as a broken peer would.
+fn inject<P: Provider>(p: &mut Pair<P, TestService>, msgs: &[Vec<u8>]) {
+    let mut bufs = Vec::new();
+    for m in msgs {
+        let mut buf = p.requester.alloc_msg().expect("buffer");
+        buf.fill(m).expect("fits");
+        let sge = buf.sge(0, m.len()).expect("registered");
+        // wr_id 0 names no kind: the requester counts its completion as stray.
+        p.requester
+            .qp_mut()
+            .post_send(&[SendWr::send(0, &[sge])])
+            .expect("posted");
+        bufs.push(buf);
+    }
+    // The Sends complete before their buffers go back.
+    let want = p.responder().map_or(0, |r| r.stats().optional_messages);
+    let ok = p.run_until(DEADLINE, |p| {
+        p.responder()
+            .is_some_and(|r| r.stats().optional_messages + r.stats().calls > want)
+    });
+    assert!(ok, "the responder received them");
+    drop(bufs);
+}
+
+/// Every broken call group is answered with the ROPT_XMTERR the draft's §9.5 names,
+/// once per group, and the connection carries on.
+fn broken_call_groups_get_transmit_errors<N: Net>(net: N) {
+    let mut p = pair(&net, &cfg(true), &cfg(true));
+    open_window(&mut p);
+    let cases: Vec<(Vec<Vec<u8>>, OptxInfo, u32)> = vec![
+        // A continuation with no group.
+        (vec![xmtcont(0x61, 1, ROPT_XMTREQ, 8)], OptxInfo::BadCont, 0x61),
+        // Another XID in the middle of a group.
+        (
+            vec![xmtreq(0x62, 3, 64), xmtcont(0x99, 1, ROPT_XMTREQ, 8)],
+            OptxInfo::BadXid {
+                expect: 0x62,
+                current: 0x99,
+            },
+            0x62,
+        ),
+        // Transmission 2 where 1 was due.
+        (
+            vec![xmtreq(0x63, 3, 64), xmtcont(0x63, 2, ROPT_XMTREQ, 8)],
+            OptxInfo::BadSeq {
+                expect: 1,
+                current: 2,
+            },
+            0x63,
+        ),
+        // A continuation of a reply inside a call group.
+        (
+            vec![xmtreq(0x64, 2, 64), xmtcont(0x64, 1, ROPT_XMTRESP, 8)],
+            OptxInfo::BadOmt {
+                expect: ROPT_XMTREQ,
+                current: ROPT_XMTRESP,
+            },
+            0x64,
+        ),
+        // A new request before the group ended (its own group then completes).
+        (
+            vec![
+                xmtreq(0x65, 2, 64),
+                xmtreq(0x66, 2, 64),
+                xmtcont(0x66, 1, ROPT_XMTREQ, 8),
+            ],
+            OptxInfo::BadOmt {
+                expect: ROPT_XMTCONT,
+                current: ROPT_XMTREQ,
+            },
+            0x65,
+        ),
+        // A version 1 message in the middle of a group.
+        (
+            vec![xmtreq(0x67, 2, 64), words(&[0x68, 1, 8, 0, 0, 0, 0])],
+            OptxInfo::BadHmt {
+                expect: RDMA_OPTIONAL,
+                current: 0,
+            },
+            0x67,
+        ),
+        // A payload length past the end of the transmission.
+        (
+            vec![{
+                let mut m = xmtreq(0x69, 1, 64);
+                m.truncate(m.len() - 10);
+                m
+            }],
+            OptxInfo::BadPl {
+                value: 64,
+                min: 0,
+                max: 54,
+            },
+            0x69,
+        ),
+        // More transmissions than the advertised request receive limit.
+        (
+            vec![xmtreq(0x6a, CONTINUATION_GROUP_MAX + 1, 8)],
+            OptxInfo::BadSeq {
+                expect: CONTINUATION_GROUP_MAX,
+                current: CONTINUATION_GROUP_MAX + 1,
+            },
+            0x6a,
+        ),
+    ];
+    for (k, (msgs, want, xid)) in cases.into_iter().enumerate() {
+        let before = p.requester.stats().transmit_errors_received;
+        inject(&mut p, &msgs);
+        let ok = p.run_until(DEADLINE, |p| {
+            p.requester.stats().transmit_errors_received > before
+        });
+        assert!(ok, "case {k}: ROPT_XMTERR came back");
+        let e = p
+            .requester
+            .core()
+            .last_transmit_error()
+            .expect("recorded");
+        assert_eq!(e.info, want, "case {k}");
+        assert_eq!(e.lead.map_or(e.bad.xid, |l| l.xid), xid, "case {k}");
+        assert_eq!(e.bad.dir, MsgDir::Call);
+    }
+    // Eight groups broken, one ROPT_XMTERR each.
+    let r = p.responder().expect("responder").stats();
+    assert_eq!(r.broken_call_groups, 8);
+    assert_eq!(r.transmit_errors_sent, 8);
+    // The connection carries on: a group of our own still goes through.
+    echo(&mut p, 9);
+    assert!(p.requester.stats().cont_calls >= 1);
+}
+
+per_provider!(
+    both_enabled_goes_by_continuation,
+    either_disabled_goes_as_before,
+    broken_call_groups_get_transmit_errors,
+);

@@ -59,6 +59,8 @@ pub(super) struct ReqCont {
     /// Receives lent to reply groups in progress, returned one per continuation.
     lent_to_asm: u32,
     asm: Option<ReplyAsm>,
+    /// The last ROPT_XMTERR received (tests read it).
+    pub(super) last_err: Option<crate::wire::rtr::XmtErr>,
 }
 
 impl ReqCont {
@@ -67,6 +69,7 @@ impl ReqCont {
             reserve_free: if extensions { CONT_RECV_RESERVE } else { 0 },
             lent_to_asm: 0,
             asm: None,
+            last_err: None,
         }
     }
 }
@@ -414,7 +417,9 @@ impl RequesterHalf {
             Msg::Err(e) => {
                 t.recvs.recycle(buf);
                 self.stats.transmit_errors_received += 1;
-                let xid = e.bad.xid;
+                self.cont.last_err = Some(e);
+                // The group's lead names the call when the error was found later on.
+                let xid = e.lead.map_or(e.bad.xid, |l| l.xid);
                 let slot = self.slot_for_reply(xid);
                 let in_flight = self.slots.get(slot as usize).is_some_and(|s| {
                     matches!(s.state, SlotState::Sent) && s.xid == xid && s.holds_credit
@@ -453,6 +458,12 @@ impl RequesterHalf {
             let info = info.unwrap_or(OptxInfo::BadCont);
             self.fail_call(t, slot, BadReply::Continuation(info), None);
         }
+    }
+
+    /// The last ROPT_XMTERR received.
+    #[cfg(feature = "testing")]
+    pub(crate) fn last_transmit_error(&self) -> Option<crate::wire::rtr::XmtErr> {
+        self.cont.last_err
     }
 
     /// True while a reply group is being received (a version 1 message now breaks it).
