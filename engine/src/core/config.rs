@@ -418,6 +418,18 @@ impl ConnConfig {
         PrivateData::from_buffer_sizes(self.inline_send, self.inline_recv, self.remote_invalidate)
     }
 
+    /// The transport characteristics this side offers with continuation
+    /// (draft-dnoveck-rpcrdma-rtrext §8): as a responder it posts at least `credits`
+    /// receives, so it accepts a request group of that many transmissions even before
+    /// its first grant (DESIGN.md, "Message continuation").
+    pub fn local_chars(&self) -> crate::wire::rtr::TransportChars {
+        use crate::wire::private_data::{CONTINUATION_GROUP_MAX, LOCAL_CHARS};
+        crate::wire::rtr::TransportChars {
+            req_rx_limit: CONTINUATION_GROUP_MAX.min(self.credits.max(1)),
+            ..LOCAL_CHARS
+        }
+    }
+
     /// The extensions this side offers ([`ConnConfig::extensions`]).
     pub fn offered_extensions(&self) -> Extensions {
         if self.extensions {

@@ -244,6 +244,8 @@ pub struct Connection<R, P> {
     local_pd: PrivateData,
     /// The extensions this end offers ([`ConnConfig::extensions`]).
     local_ext: Extensions,
+    /// The characteristics offered with continuation.
+    local_chars: TransportChars,
     /// Header limits, for telling calls from replies on a two-role connection.
     limits: Limits,
     req: R,
@@ -341,6 +343,7 @@ impl<R: RequesterRole, P: ResponderRole> Connection<R, P> {
             t,
             local_pd,
             local_ext: cfg.offered_extensions(),
+            local_chars: cfg.local_chars(),
             limits: cfg.limits,
             req,
             resp,
@@ -350,7 +353,7 @@ impl<R: RequesterRole, P: ResponderRole> Connection<R, P> {
     /// The private data to offer when connecting or accepting: the RFC 8797 message,
     /// then the extension advertisement when [`ConnConfig::extensions`] is on.
     pub fn local_private_data(&self) -> Advertisement {
-        Advertisement::new(&self.local_pd, self.offered_extensions())
+        Advertisement::with_chars(&self.local_pd, self.offered_extensions(), &self.local_chars)
             .unwrap_or(Advertisement::DEFAULT)
     }
 

@@ -692,6 +692,31 @@ impl Advertisement {
         })
     }
 
+    /// [`Advertisement::new`] with `chars` in place of [`LOCAL_CHARS`] when
+    /// continuation is offered (its receive buffer structure, if any, is not sent: it
+    /// would not fit).
+    ///
+    /// # Errors
+    /// As [`PrivateData::to_bytes`].
+    pub fn with_chars(
+        pd: &PrivateData,
+        ext: Extensions,
+        chars: &TransportChars,
+    ) -> Result<Self, PrivateDataEncodeError> {
+        let mut a = Advertisement::new(pd, ext)?;
+        if ext.continuation {
+            let c = TransportChars {
+                recv_buf: None,
+                ..*chars
+            };
+            let at = ENCODED_LEN + EXTENSIONS_LEN;
+            let mut enc = super::xdr::XdrEncoder::new(&mut a.bytes[at..]);
+            c.encode(&mut enc)
+                .map_err(PrivateDataEncodeError::BufferTooSmall)?;
+        }
+        Ok(a)
+    }
+
     /// The octets to send.
     pub fn as_bytes(&self) -> &[u8] {
         &self.bytes[..usize::from(self.len)]

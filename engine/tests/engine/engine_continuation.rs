@@ -48,7 +48,7 @@ fn both_enabled_goes_by_continuation<N: Net>(net: N) {
     assert!(ext.continuation);
     let chars = p.requester.core().peer_chars();
     assert!(chars.continuation());
-    assert_eq!(chars.req_rx_limit, CONTINUATION_GROUP_MAX);
+    assert_eq!(chars.req_rx_limit, CONTINUATION_GROUP_MAX.min(8), "the server's credits");
     open_window(&mut p);
     let before = p.requester.stats();
     let rbefore = p.responder().expect("responder").stats();
@@ -81,6 +81,18 @@ fn both_enabled_goes_by_continuation<N: Net>(net: N) {
     let o = call(&mut p, CallRequest::new(small, 256));
     assert_eq!(o.status, CallStatus::Success);
     assert_eq!(p.requester.stats().call_messages, after.call_messages + 1);
+}
+
+/// The first call of a connection has one credit (RFC 8166 §3.3.1) but may go as a
+/// group alone: the responder's XCHAR_REQRXLIM (its credits, 8 here) says it takes one.
+fn first_call_goes_as_a_group_alone<N: Net>(net: N) {
+    let mut p = pair(&net, &cfg(true), &cfg(true));
+    assert_eq!(p.requester.core().peer_chars().req_rx_limit, 8);
+    assert_eq!(p.requester.credits().granted(), 1);
+    echo(&mut p, 3);
+    let st = p.requester.stats();
+    assert_eq!((st.cont_calls, st.call_messages, st.long_calls), (1, 5, 0));
+    assert_eq!(p.requester.credits().in_flight(), 0);
 }
 
 fn either_disabled_goes_as_before<N: Net>(net: N) {
@@ -257,6 +269,7 @@ fn broken_call_groups_get_transmit_errors<N: Net>(net: N) {
 
 per_provider!(
     both_enabled_goes_by_continuation,
+    first_call_goes_as_a_group_alone,
     either_disabled_goes_as_before,
     broken_call_groups_get_transmit_errors,
 );

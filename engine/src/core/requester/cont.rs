@@ -31,6 +31,10 @@ pub(super) struct ContPlan {
     pub(super) count: u32,
     /// Receives lent for the reply's continuations (`optxrq_rsbuf`).
     pub(super) rsbuf: u32,
+    /// Fewer credits than transmissions are free, but nothing is in flight: the group
+    /// goes alone, holding every credit there is (the peer's XCHAR_REQRXLIM says it
+    /// takes a group this long).
+    pub(super) alone: bool,
 }
 
 /// What a received optional message says, out of its view.
@@ -107,7 +111,8 @@ impl RequesterHalf {
         let per_call = (th.send as usize).checked_sub(XMTREQ_HEADER_LEN)?;
         let count = div_ceil(req.msg.len(), per_call).max(1) as u32;
         let limit = t.peer_chars.req_rx_limit.min(CONTINUATION_GROUP_MAX);
-        if count > limit || count > self.credits.available() {
+        let alone = count > self.credits.available();
+        if count > limit || (alone && self.credits.in_flight() != 0) {
             return None;
         }
         if req.msg.len() > self.max_pull as usize || reply_max > self.max_pull as usize {
@@ -123,7 +128,11 @@ impl RequesterHalf {
         if rsbuf + 1 > resp_limit || rsbuf > self.cont.reserve_free {
             return None;
         }
-        Some(ContPlan { count, rsbuf })
+        Some(ContPlan {
+            count,
+            rsbuf,
+            alone,
+        })
     }
 
     /// Stages `req` on `slot` as a continuation group of `cp.count` Sends; the caller
@@ -149,6 +158,9 @@ impl RequesterHalf {
         let mut extra = 0;
         while extra + 1 < cp.count {
             if !self.credits.try_acquire() {
+                if cp.alone {
+                    break;
+                }
                 for _ in 0..extra {
                     self.credits.release();
                 }
