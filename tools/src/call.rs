@@ -112,6 +112,11 @@ pub struct Shape {
     pub reply_read_chunks: u64,
     /// RDMA_DONE sent for that chunk.
     pub done_sent: bool,
+    /// Sends the call took: 1, or a continuation group's count
+    /// (draft-dnoveck-rpcrdma-rtrext ROPT_XMTREQ + ROPT_XMTCONTs).
+    pub call_messages: u64,
+    /// Receives the reply took: 1, or its continuation group's count.
+    pub reply_messages: u64,
 }
 
 /// The JSON (and text) summary.
@@ -317,9 +322,14 @@ fn call<P: Provider>(
         cred: OpaqueAuth::None,
         verf: OpaqueAuth::None,
     };
-    let msg = conn
-        .alloc_msg()
-        .map_err(|e| call_err(format!("message buffer: {e}")))?;
+    // A message larger than inline (no Read chunk asked for) is built in a large
+    // buffer: it goes as a continuation group, or in a Position-Zero Read chunk.
+    let msg = if !read_chunk && has_arg(o.target) && o.size > inline_room {
+        conn.alloc_large()
+    } else {
+        conn.alloc_msg()
+    }
+    .map_err(|e| call_err(format!("message buffer: {e}")))?;
     let build =
         |e: rpcrdma_ulp::client::BuildError| call_err(format!("cannot encode the call: {e}"));
     let mut req: CallRequest = if read_chunk {
@@ -376,13 +386,22 @@ fn call<P: Provider>(
     let call_us = t1.elapsed().as_secs_f64() * 1e6;
     let after = conn.stats();
     let long = after.long_calls > before.long_calls;
+    let call_messages = after.call_messages - before.call_messages;
     let shape = Shape {
-        call: if long { "RDMA_NOMSG" } else { "RDMA_MSG" },
+        call: if long {
+            "RDMA_NOMSG"
+        } else if after.cont_calls > before.cont_calls {
+            "ROPT_XMTREQ"
+        } else {
+            "RDMA_MSG"
+        },
         read_chunks: ddp_args + usize::from(long),
         write_chunks: sinks,
         reply_chunks: after.reply_chunks - before.reply_chunks,
         reply_read_chunks: after.read_chunk_replies - before.read_chunk_replies,
         done_sent: after.dones_sent > before.dones_sent,
+        call_messages,
+        reply_messages: after.reply_messages - before.reply_messages,
     };
     // The DONE is staged with the outcome: one more poll posts it before closing.
     conn.poll(Instant::now());
@@ -561,7 +580,7 @@ pub fn render(s: &Summary) -> String {
     };
     format!(
         "call {} (prog {:#010x} vers {} proc {}) size {} to {} {}\n\
-         shape: {}, {}, {}, {}{}\n\
+         shape: {}, {}, {}, {}{}{}\n\
          reply: {} xid {:#010x}, {} octet message{}; {}\n\
          registration: {}\n\
          time: connect {:.1} us, call {:.1} us\n{}",
@@ -584,6 +603,14 @@ pub fn render(s: &Summary) -> String {
                 } else {
                     ""
                 }
+            )
+        } else {
+            String::new()
+        },
+        if s.shape.call_messages > 1 || s.shape.reply_messages > 1 {
+            format!(
+                ", message continuation: call in {} Send(s), reply in {}",
+                s.shape.call_messages, s.shape.reply_messages
             )
         } else {
             String::new()

@@ -9,7 +9,12 @@ use engine_support::*;
 use rpcrdma::{CallRequest, CallStatus, ConnConfig};
 
 fn long_call_and_reply_chunk<N: Net>(net: N) {
-    let cfg = test_config();
+    // Version 1 alone: between two rpcrdma peers with extensions a long call goes as a
+    // continuation group instead (engine_continuation).
+    let cfg = ConnConfig {
+        extensions: false,
+        ..test_config()
+    };
     let mut p = pair(&net, &cfg, &cfg);
     let data = pattern(10_001, 3);
     let req = CallRequest::new(msg(&p, PROC_ECHO, &opaque(&data)), 12_000);
@@ -26,12 +31,7 @@ fn long_call_and_reply_chunk<N: Net>(net: N) {
 }
 
 fn reply_chunk_only_when_needed<N: Net>(net: N) {
-    // Version 1 alone: between two rpcrdma peers with extensions a reply too large
-    // for inline goes as a continuation group instead (engine_continuation).
-    let cfg = ConnConfig {
-        extensions: false,
-        ..test_config()
-    };
+    let cfg = test_config();
     let mut p = pair(&net, &cfg, &cfg);
     // Offered (the maximum is large) but not needed: the reply goes inline.
     let req = CallRequest::new(msg(&p, PROC_BIG, &100u32.to_be_bytes()), 30_000);

@@ -1295,7 +1295,13 @@ mod read_chunk_replies_two_roles {
     #[test]
     fn reply_read_chunks_and_long_calls_are_told_apart_on_two_role_connections() {
         let now = Instant::now();
-        let adv = Advertisement::new(&PrivateData::new(4096, 4096, true), Extensions::ALL)
+        // Read-chunk replies without continuation: B's long call then goes in a
+        // Position-Zero Read chunk, the shape this test tells apart from a reply.
+        let read_chunks_only = Extensions {
+            continuation: false,
+            ..Extensions::ALL
+        };
+        let adv = Advertisement::new(&PrivateData::new(4096, 4096, true), read_chunks_only)
             .expect("encodes");
         let make = |key: u32| {
             let pools = pools();

@@ -89,7 +89,8 @@ fn div_ceil(a: usize, b: usize) -> usize {
 
 impl RequesterHalf {
     /// The continuation shape for `req`, when both peers negotiated it and it beats a
-    /// chunk: the call or its largest reply does not fit inline, the call has no DDP
+    /// chunk: the call does not fit inline (its reply then comes as a group too when
+    /// it may not fit inline), the call has no DDP
     /// arguments or Write sinks (ROPT_XMTREQ here carries no version 1 chunk lists), the
     /// group fits the peer's limits, enough credits are free now (the draft's §4.3:
     /// else a Position-Zero Read chunk), and enough reserved receives for the reply.
@@ -105,7 +106,10 @@ impl RequesterHalf {
         let call_inline = plain_hdr + req.msg.len() <= th.send as usize;
         let reply_max = req.max_reply_len as usize;
         let reply_inline = reply_max + plain_hdr <= th.recv as usize;
-        if call_inline && reply_inline {
+        // A call that fits inline goes as RDMA_MSG, with a Reply chunk when its reply
+        // may not fit: that costs no round trip either, and keeps the reserved
+        // receives for groups (DESIGN.md, "Message continuation").
+        if call_inline {
             return None;
         }
         let per_call = (th.send as usize).checked_sub(XMTREQ_HEADER_LEN)?;

@@ -444,7 +444,7 @@ impl RtrRepr {
 /// An optional message as tools show it: the header, the DDP arrays' entry counts, and
 /// the payload's length.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct RtrMessage {
     /// The header (DDP arrays shown as counts below).
     pub header: RtrRepr,
