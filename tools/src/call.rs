@@ -2,6 +2,7 @@
 //! inline or in chunks as asked, and a summary of the reply, the message shape and the
 //! timing.
 
+use rpcrdma::wire::rtr::XMTREQ_HEADER_LEN;
 use std::time::{Duration, Instant};
 
 use rpcrdma::fabric::shm::{ShmDevice, ShmProvider};
@@ -292,13 +293,24 @@ fn call<P: Provider>(
     let (prog, vers, procedure, name) = names(o.target);
     let payload = pattern(o.size);
     let inline_room = (o.conn.inline_send as usize).saturating_sub(INLINE_OVERHEAD);
-    let read_chunk =
-        has_arg(o.target) && o.size > 0 && (o.read_chunk == Choice::On || o.size > inline_room);
+    // With message continuation negotiated, a payload that a group of Sends can carry
+    // goes in the message itself (the engine then sends it as a group, its reply
+    // likewise): no DDP chunk by default.
+    let by_group = {
+        let chars = conn.peer_chars();
+        let per = (conn.thresholds().send as usize).saturating_sub(XMTREQ_HEADER_LEN);
+        let limit = chars.req_rx_limit.min(chars.resp_sx_limit) as usize;
+        conn.extensions().continuation && o.size + INLINE_OVERHEAD <= limit * per
+    };
+    let read_chunk = has_arg(o.target)
+        && o.size > 0
+        && (o.read_chunk == Choice::On || (o.size > inline_room && !by_group));
     let write_chunk = has_result(o.target)
         && (o.write_chunk == Choice::On
             || (o.write_chunk == Choice::Auto
                 && o.reply_chunk == Choice::Auto
-                && o.size > inline_room));
+                && o.size > inline_room
+                && !(by_group && has_arg(o.target))));
     let mut max_reply = match o.target {
         Target::Echo(p) => EchoProgram::info(p)
             .map_or(0, |i| i.max_reply_len(o.size as u32, write_chunk, 0))
