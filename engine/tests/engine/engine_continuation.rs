@@ -273,3 +273,130 @@ per_provider!(
     either_disabled_goes_as_before,
     broken_call_groups_get_transmit_errors,
 );
+
+/// The seeded simulation with message loss (each lost message breaks the connection,
+/// as on a real RC queue pair), delays and CQ stalls, under a workload of continuation
+/// groups each way and small calls: every call gets one outcome (its 20 KB echoed
+/// exactly, or a transport failure when the connection broke, mid-group or not), no
+/// credit or reserved receive leaks while connected, and every pool is full once both
+/// sides closed. Across the seeds some connections break while groups are in flight.
+#[test]
+fn seeded_sim_with_lost_messages_and_disconnects_mid_group() {
+    use rpcrdma::fabric::sim::{FaultConfig, SimConfig, SimNet};
+    use rpcrdma::{ConnState, TransportError};
+    use std::time::Duration;
+
+    let mut broke_with_groups_out = 0;
+    let mut groups = 0;
+    for seed in 0x70u64..0x78 {
+        let faults = FaultConfig {
+            drop_per_mille: 4,
+            rnr_per_mille: 0,
+            max_recv_delay: Duration::from_micros(50),
+            cq_stall_per_mille: 20,
+            max_cq_stall: Duration::from_micros(100),
+        };
+        let net = SimNet::new(
+            SimConfig::seeded(seed)
+                .with_latency(Duration::from_micros(1), Duration::from_micros(100))
+                .with_faults(faults),
+        );
+        let _report = net.report_on_panic();
+        let fixture = SimNetFixture(net.clone());
+        let mut p = pair(&fixture, &cfg(true), &cfg(true));
+        let cpools = p.requester.resources().pools().clone();
+        let spools = p
+            .responder()
+            .expect("responder")
+            .resources()
+            .pools()
+            .clone();
+        let mut rng = net.workload_rng(2);
+        let mut expect = std::collections::BTreeMap::new();
+        let mut outcomes = 0usize;
+        let mut broke_mid = false;
+        for tag in 0..40u64 {
+            if p.requester.state() != ConnState::Established {
+                break;
+            }
+            let big = rng.below(3) != 0;
+            let n = if big { 5000 + rng.below(15_000) as usize } else { 100 };
+            let data = pattern(n, tag as u8);
+            let m = msg(&p, PROC_ECHO, &opaque(&data));
+            let req = CallRequest::new(m, (n + 200) as u32);
+            p.requester.submit(req, tag).expect("submitted");
+            expect.insert(tag, data);
+            for _ in 0..rng.range_inclusive(1, 6) {
+                let now = p.requester.clock().now();
+                p.poll(now);
+            }
+            while let Some(o) = p.next_outcome() {
+                outcomes += 1;
+                match o.status {
+                    CallStatus::Success => {
+                        let want = &expect[&o.tag];
+                        assert_eq!(&results(&o)[4..4 + want.len()], &want[..], "seed {seed}");
+                    }
+                    // A group call lost with the connection (sent, or its reply group
+                    // on the way).
+                    CallStatus::Transport(TransportError::Disconnected) => {
+                        broke_mid |= expect[&o.tag].len() > 4096;
+                    }
+                    other => panic!("seed {seed}: tag {}: {other:?}", o.tag),
+                }
+            }
+        }
+        let n = expect.len();
+        let expect = &expect;
+        let broke_mid = &mut broke_mid;
+        let done = p.run_until(DEADLINE, |p| {
+            while let Some(o) = p.next_outcome() {
+                outcomes += 1;
+                if o.status == CallStatus::Transport(TransportError::Disconnected) {
+                    *broke_mid |= expect[&o.tag].len() > 4096;
+                }
+                assert!(
+                    matches!(
+                        o.status,
+                        CallStatus::Success | CallStatus::Transport(TransportError::Disconnected)
+                    ),
+                    "seed {seed}: {:?}",
+                    o.status
+                );
+            }
+            outcomes == n
+        });
+        assert!(done, "seed {seed}: {outcomes} of {n} outcomes");
+        groups += p.requester.stats().cont_calls;
+        eprintln!(
+            "seed {seed}: {n} calls, state {:?}, groups {}, broke mid {}, sim {:?}",
+            p.requester.state(),
+            p.requester.stats().cont_calls,
+            *broke_mid,
+            net.stats()
+        );
+        if p.requester.state() == ConnState::Established {
+            assert_eq!(p.requester.credits().in_flight(), 0, "seed {seed}: credits");
+            p.requester.close();
+        } else if *broke_mid {
+            broke_with_groups_out += 1;
+        }
+        let closed = p.run_until(DEADLINE, |p| {
+            p.requester.state() == ConnState::Closed
+                && p.responder().is_none_or(|r| r.state() == ConnState::Closed)
+        });
+        assert!(closed, "seed {seed}: both sides close");
+        drop(p);
+        for (who, pools) in [("requester", &cpools), ("responder", &spools)] {
+            assert!(
+                pools.recv.is_full() && pools.send.is_full() && pools.large.is_full(),
+                "seed {seed}: {who} pools full"
+            );
+        }
+    }
+    assert!(groups > 20, "continuation groups were exercised: {groups}");
+    assert!(
+        broke_with_groups_out > 0,
+        "some connection broke with calls in flight"
+    );
+}
