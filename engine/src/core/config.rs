@@ -470,7 +470,13 @@ impl ConnConfig {
                 // call, duplicates) that must not find the queue empty.
                 // Plus, with extensions, the receives lent to reply continuation groups
                 // (`optxrq_rsbuf`; DESIGN.md, "Message continuation").
-                let rq = c + 4 + if self.extensions { CONT_RECV_RESERVE } else { 0 };
+                let rq = c
+                    + 4
+                    + if self.extensions {
+                        CONT_RECV_RESERVE
+                    } else {
+                        0
+                    };
                 let mrs = if self.mr_slots == 0 {
                     c * 4
                 } else {

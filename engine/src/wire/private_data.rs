@@ -619,7 +619,7 @@ const fn local_chars_bytes() -> [u8; CHARS_LEN] {
     let mut out = [0u8; CHARS_LEN];
     let mut i = 0;
     while i < words.len() {
-        let b = (words[i] as u32).to_be_bytes();
+        let b = words[i].to_be_bytes();
         out[4 * i] = b[0];
         out[4 * i + 1] = b[1];
         out[4 * i + 2] = b[2];

@@ -9,7 +9,9 @@ use crate::engine_support;
 use engine_support::*;
 use rpcrdma::fabric::{Provider, QueuePair, SendWr};
 use rpcrdma::wire::private_data::CONTINUATION_GROUP_MAX;
-use rpcrdma::wire::rtr::{MsgDir, OptxInfo, RDMA_OPTIONAL, ROPT_XMTCONT, ROPT_XMTREQ, ROPT_XMTRESP};
+use rpcrdma::wire::rtr::{
+    MsgDir, OptxInfo, RDMA_OPTIONAL, ROPT_XMTCONT, ROPT_XMTREQ, ROPT_XMTRESP,
+};
 use rpcrdma::{CallRequest, CallStatus, ConnConfig, Pair};
 
 const ECHO_LEN: usize = 20_000;
@@ -28,7 +30,10 @@ fn cfg(extensions: bool) -> ConnConfig {
 /// Position-Zero Read chunk instead (the draft's §4.3).
 fn open_window<P: Provider>(p: &mut Pair<P, TestService>) {
     let m = msg(p, PROC_NULL, &[]);
-    assert_eq!(call(p, CallRequest::new(m, 256)).status, CallStatus::Success);
+    assert_eq!(
+        call(p, CallRequest::new(m, 256)).status,
+        CallStatus::Success
+    );
     assert!(p.requester.credits().granted() >= 6);
 }
 
@@ -48,7 +53,11 @@ fn both_enabled_goes_by_continuation<N: Net>(net: N) {
     assert!(ext.continuation);
     let chars = p.requester.core().peer_chars();
     assert!(chars.continuation());
-    assert_eq!(chars.req_rx_limit, CONTINUATION_GROUP_MAX.min(8), "the server's credits");
+    assert_eq!(
+        chars.req_rx_limit,
+        CONTINUATION_GROUP_MAX.min(8),
+        "the server's credits"
+    );
     open_window(&mut p);
     let before = p.requester.stats();
     let rbefore = p.responder().expect("responder").stats();
@@ -108,14 +117,21 @@ fn either_disabled_goes_as_before<N: Net>(net: N) {
         let r = p.responder().expect("responder").stats();
         assert_eq!(after.cont_calls, 0);
         assert_eq!(after.call_messages - before.call_messages, 1);
-        assert_eq!(after.long_calls - before.long_calls, 1, "Position-Zero Read chunk");
-        assert_eq!(r.long_calls - rbefore.long_calls, 1, "the responder read it");
+        assert_eq!(
+            after.long_calls - before.long_calls,
+            1,
+            "Position-Zero Read chunk"
+        );
+        assert_eq!(
+            r.long_calls - rbefore.long_calls,
+            1,
+            "the responder read it"
+        );
         assert_eq!(after.reply_chunks - before.reply_chunks, 1);
         assert_eq!(r.chunk_replies - rbefore.chunk_replies, 1);
         assert_eq!(r.optional_messages, 0);
     }
 }
-
 
 fn words(ws: &[u32]) -> Vec<u8> {
     ws.iter().flat_map(|w| w.to_be_bytes()).collect()
@@ -168,7 +184,11 @@ fn broken_call_groups_get_transmit_errors<N: Net>(net: N) {
     open_window(&mut p);
     let cases: Vec<(Vec<Vec<u8>>, OptxInfo, u32)> = vec![
         // A continuation with no group.
-        (vec![xmtcont(0x61, 1, ROPT_XMTREQ, 8)], OptxInfo::BadCont, 0x61),
+        (
+            vec![xmtcont(0x61, 1, ROPT_XMTREQ, 8)],
+            OptxInfo::BadCont,
+            0x61,
+        ),
         // Another XID in the middle of a group.
         (
             vec![xmtreq(0x62, 3, 64), xmtcont(0x99, 1, ROPT_XMTREQ, 8)],
@@ -249,11 +269,7 @@ fn broken_call_groups_get_transmit_errors<N: Net>(net: N) {
             p.requester.stats().transmit_errors_received > before
         });
         assert!(ok, "case {k}: ROPT_XMTERR came back");
-        let e = p
-            .requester
-            .core()
-            .last_transmit_error()
-            .expect("recorded");
+        let e = p.requester.core().last_transmit_error().expect("recorded");
         assert_eq!(e.info, want, "case {k}");
         assert_eq!(e.lead.map_or(e.bad.xid, |l| l.xid), xid, "case {k}");
         assert_eq!(e.bad.dir, MsgDir::Call);
@@ -320,7 +336,11 @@ fn seeded_sim_with_lost_messages_and_disconnects_mid_group() {
                 break;
             }
             let big = rng.below(3) != 0;
-            let n = if big { 5000 + rng.below(15_000) as usize } else { 100 };
+            let n = if big {
+                5000 + rng.below(15_000) as usize
+            } else {
+                100
+            };
             let data = pattern(n, tag as u8);
             let m = msg(&p, PROC_ECHO, &opaque(&data));
             let req = CallRequest::new(m, (n + 200) as u32);

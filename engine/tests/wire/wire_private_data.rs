@@ -693,7 +693,10 @@ mod continuation_advertisement {
     fn continuation_carries_the_characteristics_encoded_by_the_codec() {
         let a = Advertisement::new(&PrivateData::DEFAULT, Extensions::ALL).expect("encodes");
         assert_eq!(a.len(), ADVERTISEMENT_MAX);
-        assert_eq!(ADVERTISEMENT_MAX, 56, "fits an InfiniBand REQ's RDMA CM private data");
+        assert_eq!(
+            ADVERTISEMENT_MAX, 56,
+            "fits an InfiniBand REQ's RDMA CM private data"
+        );
         // The hand-encoded constant is what the characteristics codec writes.
         let mut want = [0u8; ADVERTISEMENT_MAX - ENCODED_LEN - EXTENSIONS_LEN];
         let mut enc = XdrEncoder::new(&mut want);

@@ -459,7 +459,10 @@ fn private_data_is_found_at_any_offset_and_negotiated() {
         .as_str()
         .unwrap()
         .contains("responder-provided Read chunks"));
-    assert_eq!(v["characteristics"]["req_rx_limit"], 1, "the draft's default");
+    assert_eq!(
+        v["characteristics"]["req_rx_limit"], 1,
+        "the draft's default"
+    );
     // With continuation (flag bit 1) the characteristics follow the flags word.
     let v = stdout_json(&run(
         &[

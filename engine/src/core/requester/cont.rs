@@ -15,8 +15,8 @@ use crate::requester::{BadReply, CallRequest, CallStatus, Reply, TransportError,
 use crate::wire::header::{FIXED_HEADER_LEN, WORD_LEN};
 use crate::wire::private_data::CONTINUATION_GROUP_MAX;
 use crate::wire::rtr::{
-    OptxInfo, RtrBody, RtrOp, RtrRepr, RtrView, XmtCont, ROPT_XMTCONT, ROPT_XMTREQ,
-    ROPT_XMTRESP, XMTREQ_HEADER_LEN, XMTRESP_HEADER_LEN,
+    OptxInfo, RtrBody, RtrOp, RtrRepr, RtrView, XmtCont, ROPT_XMTCONT, ROPT_XMTREQ, ROPT_XMTRESP,
+    XMTREQ_HEADER_LEN, XMTRESP_HEADER_LEN,
 };
 
 use crate::core::config::CONT_RECV_RESERVE;

@@ -897,9 +897,10 @@ impl RequesterHalf {
             if self.reply_group_open() {
                 // §4.2: a group "must be received in order without any intervening
                 // message".
-                let current = buf.as_slice().get(12..16).map_or(0, |w| {
-                    u32::from_be_bytes([w[0], w[1], w[2], w[3]])
-                });
+                let current = buf
+                    .as_slice()
+                    .get(12..16)
+                    .map_or(0, |w| u32::from_be_bytes([w[0], w[1], w[2], w[3]]));
                 let info = crate::wire::rtr::OptxInfo::BadHmt {
                     expect: crate::wire::rtr::RDMA_OPTIONAL,
                     current,

@@ -318,12 +318,10 @@ impl<'a> RtrView<'a> {
             RtrBody::XmtCont(c) => c.pslen,
             RtrBody::XmtErr(_) => 0,
         };
-        let payload = rest
-            .get(..pslen as usize)
-            .ok_or(RtrError::PayloadLength {
-                pslen,
-                available: rest.len() as u32,
-            })?;
+        let payload = rest.get(..pslen as usize).ok_or(RtrError::PayloadLength {
+            pslen,
+            available: rest.len() as u32,
+        })?;
         Ok(RtrView {
             xid,
             credit,

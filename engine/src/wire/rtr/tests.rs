@@ -57,7 +57,19 @@ fn xmtreq_decodes_field_by_field() {
     // xid, vers, credit, proc, opttype, optinfo length, ddp<>, rsd<>, count, rsbuf, pslen
     assert_eq!(
         words,
-        [0xdead_beef, 1, 32, RDMA_OPTIONAL, ROPT_XMTREQ, 20, 0, 0, 5, 3, 4]
+        [
+            0xdead_beef,
+            1,
+            32,
+            RDMA_OPTIONAL,
+            ROPT_XMTREQ,
+            20,
+            0,
+            0,
+            5,
+            3,
+            4
+        ]
     );
     let v = RtrView::parse(&buf).expect("parses");
     assert!(is_optional(&buf));
@@ -170,7 +182,9 @@ fn nonempty_ddp_arrays_are_walked() {
     buf[at..at + 4].copy_from_slice(&ddp::XMDTYPE_NOITEM.to_be_bytes());
     assert!(matches!(
         RtrView::parse(&buf),
-        Err(RtrError::BadDdpType { value: ddp::XMDTYPE_NOITEM })
+        Err(RtrError::BadDdpType {
+            value: ddp::XMDTYPE_NOITEM
+        })
     ));
 }
 
@@ -279,8 +293,8 @@ fn arb_op() -> impl Strategy<Value = RtrOp> {
         dir: if r { MsgDir::Reply } else { MsgDir::Call },
         seq,
     });
-    let info = (0u32..8, any::<u32>(), any::<u32>(), any::<u32>()).prop_map(|(k, a, b, c)| {
-        match k {
+    let info =
+        (0u32..8, any::<u32>(), any::<u32>(), any::<u32>()).prop_map(|(k, a, b, c)| match k {
             0 => OptxInfo::BadHmt {
                 expect: a,
                 current: b,
@@ -313,8 +327,7 @@ fn arb_op() -> impl Strategy<Value = RtrOp> {
                 min: b,
                 max: c,
             },
-        }
-    });
+        });
     prop_oneof![
         (any::<u32>(), any::<u32>(), 0u32..64).prop_map(|(count, rsbuf, pslen)| {
             RtrOp::XmtReq {
