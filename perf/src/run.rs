@@ -99,6 +99,27 @@ pub fn plan(cfg: &Config) -> Vec<Planned> {
                         tcp.then_some("tcp pingpong"),
                     );
                     push(rpc, Layer::Rpc, RpcBench::Echo.name(), echo, None);
+                    // Once per run: a 16 KiB call by continuation against the same call
+                    // by Position-Zero Read chunk (the round trip the draft saves).
+                    if rpc && Some(&size) == m.sizes.first() {
+                        let long = RowSpec {
+                            size: RpcBench::LONG_CALL_SIZE,
+                            ..spec
+                        };
+                        let (g, r) = (RpcBench::LongByGroup, RpcBench::LongByReadChunk);
+                        for (b, against) in [
+                            (r, None),
+                            (g, Some("rpc long call by read chunk (2 round trips)")),
+                        ] {
+                            out.push(Planned {
+                                layer: Layer::Rpc,
+                                name: b.name(),
+                                bench: Bench::Rpc(b),
+                                spec: long,
+                                against,
+                            });
+                        }
+                    }
                 }
                 Mode::Rate => {
                     push(base, Layer::Physical, "ring", Bench::PhysRing, None);
