@@ -84,9 +84,11 @@ impl RpcBench {
             RpcBench::LongByReadChunk => "long call by read chunk (2 round trips)",
         }
     }
+}
 
-    /// The long-call rows' message size.
-    pub const LONG_CALL_SIZE: usize = 16 << 10;
+/// Whether a call of `size` octets is too long for `inline` (the long-call rows run).
+pub fn is_long(size: u64, inline: u64) -> bool {
+    size + INLINE_OVERHEAD as u64 > inline
 }
 
 /// RPC settings from the command line.

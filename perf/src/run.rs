@@ -99,13 +99,10 @@ pub fn plan(cfg: &Config) -> Vec<Planned> {
                         tcp.then_some("tcp pingpong"),
                     );
                     push(rpc, Layer::Rpc, RpcBench::Echo.name(), echo, None);
-                    // Once per run: a 16 KiB call by continuation against the same call
+                    // A call too long for inline: by continuation against the same call
                     // by Position-Zero Read chunk (the round trip the draft saves).
-                    if rpc && Some(&size) == m.sizes.first() {
-                        let long = RowSpec {
-                            size: RpcBench::LONG_CALL_SIZE,
-                            ..spec
-                        };
+                    if rpc && rpc::is_long(spec.size as u64, cfg.inline_threshold) {
+                        let long = spec;
                         let (g, r) = (RpcBench::LongByGroup, RpcBench::LongByReadChunk);
                         for (b, against) in [
                             (r, None),
@@ -263,7 +260,11 @@ pub fn notes(cfg: &Config) -> Vec<String> {
              chunk in and Write chunk out; read chunk = DISCARD with a Read chunk, the data \
              pulled and not read (compared with fabric read); read chunk+crc = SINK, which \
              CRCs every octet pulled (compared with physical memcpy+crc); write chunk = SOURCE into a Write chunk (compared with \
-             fabric write).",
+             fabric write); long call by group = DISCARD of SIZE octets too long for inline, \
+             sent as a continuation group of Sends (draft-dnoveck-rpcrdma-rtrext, one round \
+             trip; compared with the same call by read chunk = RDMA_NOMSG and a Position-Zero \
+             Read chunk the responder pulls, two round trips, between peers without \
+             extensions); a long-call row fails unless every call took its shape.",
             cfg.provider.name(),
             cfg.inline_threshold
         ));
