@@ -21,6 +21,9 @@ use crate::wire::rtr::{
 
 use crate::core::config::CONT_RECV_RESERVE;
 
+/// Octets of a chunkless RDMA_MSG header: a call longer than inline less this is long.
+pub(super) const PLAIN_HEADER_LEN: usize = FIXED_HEADER_LEN + 3 * WORD_LEN;
+
 /// Octets a call's group headers take in the slot's header buffer, per transmission.
 const HEADER_STRIDE: usize = 48;
 
@@ -248,6 +251,7 @@ impl RequesterHalf {
         true
     }
 
+    #[cold]
     /// Gives back what a call holds for continuation beyond its first credit: the
     /// extra credits of its group, and the receives lent for its reply (those a reply
     /// group still expects stay lent until they arrive).

@@ -652,7 +652,12 @@ impl RequesterHalf {
         deadline: Option<Instant>,
         now: Instant,
     ) -> Start {
-        let cont = self.plan_cont(t, req);
+        // Only a call too long for inline can go as a group.
+        let cont = if req.msg.len() + cont::PLAIN_HEADER_LEN > t.thresholds.send as usize {
+            self.plan_cont(t, req)
+        } else {
+            None
+        };
         let plan = match start::plan(
             req,
             &t.thresholds,
@@ -889,12 +894,15 @@ impl RequesterHalf {
     }
 
     fn on_receive(&mut self, t: &mut Transport, buf: RegBuf, swi: Option<u32>, now: Instant) {
-        if t.extensions.continuation {
+        // Message continuation costs the common path one test: RDMA_OPTIONAL fails the
+        // version 1 parse below and is taken there; only a reply group in progress
+        // needs a look at every message (§4.2: no intervening message).
+        if self.reply_group_open() {
             if crate::wire::rtr::is_optional(buf.as_slice()) {
                 self.on_optional(t, buf, swi, now);
                 return;
             }
-            if self.reply_group_open() {
+            {
                 // §4.2: a group "must be received in order without any intervening
                 // message".
                 let current = buf
@@ -911,6 +919,12 @@ impl RequesterHalf {
         self.last_rx = Some(now);
         let hdr = match HeaderView::parse(buf.as_slice(), &self.params.limits) {
             Ok(h) => h,
+            Err(_)
+                if t.extensions.continuation && crate::wire::rtr::is_optional(buf.as_slice()) =>
+            {
+                self.on_optional(t, buf, swi, now);
+                return;
+            }
             Err(_) => {
                 // RFC 8166 §4.5.2: a requester drops what it cannot parse.
                 self.stats.bad_headers += 1;
@@ -1106,7 +1120,10 @@ impl RequesterHalf {
     }
 
     fn release_credit(&mut self, slot: u32) {
-        self.release_cont(slot);
+        let s = &self.slots[slot as usize];
+        if s.cont_credits | s.rsbuf != 0 {
+            self.release_cont(slot);
+        }
         let s = &mut self.slots[slot as usize];
         if s.holds_credit {
             s.holds_credit = false;

@@ -75,6 +75,12 @@ fn word(buf: &[u8], at: usize) -> u32 {
 }
 
 impl<S: Service> ResponderHalf<S> {
+    /// A call group is being received.
+    #[inline(always)]
+    pub(super) fn cont_group_open(&self) -> bool {
+        self.cont.asm.is_some()
+    }
+
     /// Whether a receive is continuation traffic to handle here.
     #[inline]
     pub(super) fn takes_optional(&self, t: &Transport, buf: &[u8]) -> bool {

@@ -283,14 +283,22 @@ impl<S: Service> ResponderHalf<S> {
     fn on_receive(&mut self, t: &mut Transport, buf: RegBuf, swi: Option<u32>) {
         // Restock first: the grant in the reply this call gets counts posted receives.
         t.recvs.refill(&mut t.outbox);
-        if self.takes_optional(t, buf.as_slice()) {
-            self.on_optional(t, buf);
-            return;
-        }
-        if t.extensions.continuation {
+        // Message continuation costs the common path one test: RDMA_OPTIONAL fails the
+        // version 1 parse below and is taken there; only a group in progress needs a
+        // look at every message (§4.2: no intervening message).
+        if self.cont_group_open() {
+            if self.takes_optional(t, buf.as_slice()) {
+                self.on_optional(t, buf);
+                return;
+            }
             self.intervening(t, buf.as_slice());
         }
         let Some(i) = self.free.pop() else {
+            // Continuation transmissions need no context until their group completes.
+            if self.takes_optional(t, buf.as_slice()) {
+                self.on_optional(t, buf);
+                return;
+            }
             // A DONE needs no context: it still frees its exposed reply.
             if let Ok(h) = HeaderView::parse(buf.as_slice(), &self.limits) {
                 if h.procedure() == Procedure::Done {
@@ -314,6 +322,11 @@ impl<S: Service> ResponderHalf<S> {
             Call(u32, bool),
         }
         let parsed = HeaderView::parse(buf.as_slice(), &self.limits);
+        if parsed.is_err() && self.takes_optional(t, buf.as_slice()) {
+            let _ = self.free.push(i);
+            self.on_optional(t, buf);
+            return;
+        }
         let next = match &parsed {
             Err(e) => match e.responder_reply() {
                 ResponderAction::Drop => Next::Drop,
