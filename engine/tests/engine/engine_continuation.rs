@@ -420,3 +420,294 @@ fn seeded_sim_with_lost_messages_and_disconnects_mid_group() {
         "some connection broke with calls in flight"
     );
 }
+
+/// The requester core by hand (`testing::Wire`): what its group looks like on the
+/// wire, a reply group reassembled, a broken reply group and a ROPT_XMTERR naming a
+/// call in flight.
+mod by_hand {
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    use rpcrdma::testing::fast_reg_slots;
+    use rpcrdma::testing::wire::Wire;
+    use rpcrdma::wire::private_data::{Advertisement, Extensions, PrivateData};
+    use rpcrdma::wire::rtr::{
+        MsgDir, OptxInfo, RtrBody, RtrOp, RtrRepr, RtrView, XmsId, XmtCont, XmtErr, ROPT_XMTREQ,
+        ROPT_XMTRESP,
+    };
+    use rpcrdma::{
+        BadReply, CallRequest, CallStatus, ConnConfig, CorePools, CreditTable, RegBuf,
+        RequesterCore, TransportError,
+    };
+    use rpcrdma_pools::{HugePages, Pool, PoolConfig, RegKeys};
+
+    fn pools() -> CorePools {
+        let mk = |name, size, count, key| {
+            let p = Pool::new(
+                &PoolConfig::new(name, size, count)
+                    .cache_size(4)
+                    .hugepages(HugePages::Never),
+            )
+            .expect("pool");
+            p.arena().set_keys(RegKeys {
+                lkey: key,
+                rkey: key,
+            });
+            p
+        };
+        CorePools {
+            recv: mk("recv", 4096, 64, 0x10),
+            send: mk("send", 4096, 256, 0x20),
+            large: mk("large", 65536, 32, 0x30),
+        }
+    }
+
+    fn setup() -> (RequesterCore, CorePools, Wire, Instant, Arc<CreditTable>) {
+        let cfg = ConnConfig {
+            credits: 8,
+            large_buf_size: 65536,
+            large_bufs: 8,
+            send_bufs: 128,
+            queue_len: 8,
+            hugepages: HugePages::Never,
+            ..ConnConfig::default()
+        };
+        let pools = pools();
+        let credits = Arc::new(CreditTable::new(8, false));
+        let mrs = fast_reg_slots(1, 40);
+        let mut core = RequesterCore::requester(&cfg, &pools, &mrs, credits.clone()).expect("core");
+        let now = Instant::now();
+        let mut qp = Wire::new([&pools.recv, &pools.send, &pools.large]);
+        let adv = Advertisement::new(&PrivateData::new(4096, 4096, true), Extensions::ALL)
+            .expect("encodes");
+        core.on_established(adv.as_bytes(), now);
+        qp.pump(&mut core, now);
+        (core, pools, qp, now, credits)
+    }
+
+    /// A call of `len` octets (RPC header, then 0x33s) in a large buffer.
+    fn long_call(pools: &CorePools, len: usize, max_reply: u32) -> CallRequest {
+        let mut m = RegBuf::from_pool(&pools.large).expect("buffer");
+        let mut v = Vec::new();
+        for w in [0u32, 0, 2, 7, 1, 0, 0, 0, 0, 0] {
+            v.extend_from_slice(&w.to_be_bytes());
+        }
+        v.resize(len, 0x33);
+        m.fill(&v).expect("fits");
+        CallRequest::new(m, max_reply)
+    }
+
+    fn encode(xid: u32, op: RtrOp, payload: &[u8]) -> Vec<u8> {
+        let r = RtrRepr { xid, credit: 8, op };
+        let mut v = vec![0u8; r.encoded_len()];
+        r.encode(&mut v).expect("fits");
+        v.extend_from_slice(payload);
+        v
+    }
+
+    /// An accepted-success reply header for `xid` followed by `n` octets of 0x44.
+    fn reply_bytes(xid: u32, n: usize) -> Vec<u8> {
+        let mut v = Vec::new();
+        for w in [xid, 1, 0, 0, 0, 0] {
+            v.extend_from_slice(&w.to_be_bytes());
+        }
+        v.resize(24 + n, 0x44);
+        v
+    }
+
+    #[test]
+    fn a_long_call_goes_as_a_group_and_its_reply_group_is_reassembled() {
+        let (mut core, pools, mut qp, now, credits) = setup();
+        // 6000 octets: 4052 + 1948, in two Sends; a reply of up to 9000 lends two receives.
+        core.submit(long_call(&pools, 6000, 9000), 1, now)
+            .expect("submitted");
+        qp.pump(&mut core, now);
+        assert_eq!(qp.sends.len(), 2);
+        let first = RtrView::parse(&qp.sends[0].bytes).expect("RDMA_OPTIONAL");
+        let xid = first.xid;
+        let RtrBody::XmtReq(q) = first.body else {
+            panic!("{:?}", first.body)
+        };
+        assert_eq!((q.count, q.rsbuf, q.pslen), (2, 2, 4052));
+        assert_eq!(
+            &first.payload[..4],
+            &xid.to_be_bytes(),
+            "the XID in the RPC header"
+        );
+        let second = RtrView::parse(&qp.sends[1].bytes).expect("RDMA_OPTIONAL");
+        assert_eq!(
+            second.body,
+            RtrBody::XmtCont(XmtCont {
+                xnum: 1,
+                itype: ROPT_XMTREQ,
+                pslen: 1948
+            })
+        );
+        // Before any reply the grant is one credit (RFC 8166 §3.3.1): the group goes
+        // alone, holding it (the responder's XCHAR_REQRXLIM takes the group).
+        assert_eq!(credits.in_flight(), 1, "every credit there is");
+        for wc in qp.complete_sends() {
+            core.handle_completion(&wc, now);
+        }
+        // The reply: 24 + 7000 octets in three transmissions.
+        let body = reply_bytes(xid, 7000);
+        let (a, rest) = body.split_at(4000);
+        let (b, c) = rest.split_at(2000);
+        let msgs = [
+            encode(
+                xid,
+                RtrOp::XmtResp {
+                    count: 3,
+                    pslen: a.len() as u32,
+                },
+                a,
+            ),
+            encode(
+                xid,
+                RtrOp::XmtCont(XmtCont {
+                    xnum: 1,
+                    itype: ROPT_XMTRESP,
+                    pslen: b.len() as u32,
+                }),
+                b,
+            ),
+            encode(
+                xid,
+                RtrOp::XmtCont(XmtCont {
+                    xnum: 2,
+                    itype: ROPT_XMTRESP,
+                    pslen: c.len() as u32,
+                }),
+                c,
+            ),
+        ];
+        for m in &msgs {
+            assert!(core.poll_outcome().is_none(), "not before the whole group");
+            let wc = qp.deliver(m);
+            core.handle_completion(&wc, now);
+        }
+        let o = core.poll_outcome().expect("outcome");
+        assert_eq!(o.status, CallStatus::Success);
+        assert_eq!(o.reply.as_ref().expect("reply").bytes(), &body[..]);
+        assert_eq!(credits.in_flight(), 0);
+        let st = core.requester_stats();
+        assert_eq!((st.cont_calls, st.cont_replies), (1, 1));
+        assert_eq!((st.call_messages, st.reply_messages), (2, 3));
+    }
+
+    #[test]
+    fn a_broken_reply_group_fails_its_call() {
+        let (mut core, pools, mut qp, now, credits) = setup();
+        core.submit(long_call(&pools, 6000, 9000), 1, now)
+            .expect("submitted");
+        qp.pump(&mut core, now);
+        let xid = RtrView::parse(&qp.sends[0].bytes).expect("parses").xid;
+        for wc in qp.complete_sends() {
+            core.handle_completion(&wc, now);
+        }
+        let first = encode(
+            xid,
+            RtrOp::XmtResp {
+                count: 3,
+                pslen: 100,
+            },
+            &reply_bytes(xid, 76),
+        );
+        let skip = encode(
+            xid,
+            RtrOp::XmtCont(XmtCont {
+                xnum: 2,
+                itype: ROPT_XMTRESP,
+                pslen: 0,
+            }),
+            &[],
+        );
+        for m in [&first, &skip] {
+            let wc = qp.deliver(m);
+            core.handle_completion(&wc, now);
+        }
+        let o = core.poll_outcome().expect("outcome");
+        assert_eq!(
+            o.status,
+            CallStatus::Transport(TransportError::BadReply(BadReply::Continuation(
+                OptxInfo::BadSeq {
+                    expect: 1,
+                    current: 2
+                }
+            )))
+        );
+        assert_eq!(credits.in_flight(), 0);
+        assert_eq!(core.requester_stats().broken_reply_groups, 1);
+        // More transmissions than receives lent: refused at the first message.
+        core.submit(long_call(&pools, 6000, 9000), 2, now)
+            .expect("submitted");
+        qp.pump(&mut core, now);
+        let xid2 = RtrView::parse(&qp.sends.back().expect("sent").bytes)
+            .expect("parses")
+            .xid;
+        assert_ne!(xid2, xid);
+        let too_long = encode(
+            xid2,
+            RtrOp::XmtResp {
+                count: 4,
+                pslen: 100,
+            },
+            &reply_bytes(xid2, 76),
+        );
+        let wc = qp.deliver(&too_long);
+        core.handle_completion(&wc, now);
+        let o = core.poll_outcome().expect("outcome");
+        assert_eq!(
+            o.status,
+            CallStatus::Transport(TransportError::BadReply(BadReply::Continuation(
+                OptxInfo::BadSeq {
+                    expect: 3,
+                    current: 4
+                }
+            )))
+        );
+    }
+
+    #[test]
+    fn a_transmit_error_fails_the_call_it_names() {
+        let (mut core, pools, mut qp, now, credits) = setup();
+        core.submit(long_call(&pools, 9000, 256), 1, now)
+            .expect("submitted");
+        qp.pump(&mut core, now);
+        assert_eq!(qp.sends.len(), 3);
+        let xid = RtrView::parse(&qp.sends[0].bytes).expect("parses").xid;
+        let info = OptxInfo::BadSeq {
+            expect: 1,
+            current: 2,
+        };
+        let err = encode(
+            xid,
+            RtrOp::XmtErr(XmtErr {
+                bad: XmsId {
+                    xid,
+                    dir: MsgDir::Call,
+                    seq: 2,
+                },
+                lead: Some(XmsId {
+                    xid,
+                    dir: MsgDir::Call,
+                    seq: 0,
+                }),
+                info,
+            }),
+            &[],
+        );
+        let wc = qp.deliver(&err);
+        core.handle_completion(&wc, now);
+        for wc in qp.complete_sends() {
+            core.handle_completion(&wc, now);
+        }
+        let o = core.poll_outcome().expect("outcome");
+        assert_eq!(
+            o.status,
+            CallStatus::Transport(TransportError::TransmitError(info))
+        );
+        assert_eq!(credits.in_flight(), 0, "all three credits back");
+        assert_eq!(core.last_transmit_error().map(|e| e.info), Some(info));
+    }
+}
