@@ -180,6 +180,10 @@ pub enum TransportError {
     /// may or may not have been executed once.
     #[error("connection lost before the reply; not retransmitted (not idempotent, no server reply cache)")]
     NotRetransmitted,
+    /// The responder found this call's continuation group broken and said so with
+    /// ROPT_XMTERR (draft-dnoveck-rpcrdma-rtrext §9.5); the call was not executed.
+    #[error("responder reported a broken transmission group: {}", .0.name())]
+    TransmitError(crate::wire::rtr::OptxInfo),
 }
 
 /// [`TransportError::Rdma`]'s message.
@@ -199,6 +203,10 @@ fn fmt_rdma_error(e: &RdmaError, f: &mut fmt::Formatter<'_>) -> fmt::Result {
 /// §3.5): the call fails with [`TransportError::BadReply`], the connection lives on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, thiserror::Error)]
 pub enum BadReply {
+    /// The reply's continuation group broke a rule of draft-dnoveck-rpcrdma-rtrext §4
+    /// (the error the requester detected, as the draft names it).
+    #[error("broken reply continuation group: {}", .0.name())]
+    Continuation(crate::wire::rtr::OptxInfo),
     /// RDMA_MSGP with an alignment that is not a power of two (RFC 5666 §3.9).
     #[error("RDMA_MSGP alignment is not a power of two")]
     MsgpAlignment,

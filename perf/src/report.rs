@@ -194,9 +194,11 @@ impl Row {
 /// physical baseline, such as the CRC'd sink beside memcpy+CRC).
 fn against_of(row: &Row) -> (Option<Layer>, Option<&'static str>) {
     match row.against {
-        Some(a) => match a.strip_prefix("physical ") {
-            Some(bench) => (Some(Layer::Physical), Some(bench)),
-            None => (row.layer.reference(), Some(a)),
+        Some(a) => match (a.strip_prefix("physical "), a.strip_prefix("rpc ")) {
+            (Some(bench), _) => (Some(Layer::Physical), Some(bench)),
+            // A row of the same RPC layer (a shape against another shape).
+            (_, Some(bench)) => (Some(Layer::Rpc), Some(bench)),
+            _ => (row.layer.reference(), Some(a)),
         },
         None => (row.layer.reference(), None),
     }

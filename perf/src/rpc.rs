@@ -64,6 +64,12 @@ pub enum RpcBench {
     ReadChunkCrc,
     /// SOURCE into a Write chunk.
     WriteChunk,
+    /// DISCARD of a message too long for inline, sent as a continuation group of Sends
+    /// (draft-dnoveck-rpcrdma-rtrext: one round trip).
+    LongByGroup,
+    /// The same call with extensions off: RDMA_NOMSG and a Position-Zero Read chunk
+    /// (the responder's RDMA Read is a second round trip).
+    LongByReadChunk,
 }
 
 impl RpcBench {
@@ -74,8 +80,15 @@ impl RpcBench {
             RpcBench::ReadChunk => "read chunk",
             RpcBench::ReadChunkCrc => "read chunk+crc",
             RpcBench::WriteChunk => "write chunk",
+            RpcBench::LongByGroup => "long call by group (1 round trip)",
+            RpcBench::LongByReadChunk => "long call by read chunk (2 round trips)",
         }
     }
+}
+
+/// Whether a call of `size` octets is too long for `inline` (the long-call rows run).
+pub fn is_long(size: u64, inline: u64) -> bool {
+    size + INLINE_OVERHEAD as u64 > inline
 }
 
 /// RPC settings from the command line.
@@ -95,6 +108,8 @@ struct Shape {
     read_chunk: bool,
     /// The result comes back in a Write chunk.
     write_chunk: bool,
+    /// The payload goes in the message, built in a large buffer (a long call).
+    long_msg: bool,
 }
 
 impl Shape {
@@ -106,22 +121,32 @@ impl Shape {
                     procedure: echo_proc::ECHO,
                     read_chunk: chunks,
                     write_chunk: chunks,
+                    long_msg: false,
                 }
             }
+            RpcBench::LongByGroup | RpcBench::LongByReadChunk => Shape {
+                procedure: echo_proc::DISCARD,
+                read_chunk: false,
+                write_chunk: false,
+                long_msg: true,
+            },
             RpcBench::ReadChunk => Shape {
                 procedure: echo_proc::DISCARD,
                 read_chunk: true,
                 write_chunk: false,
+                long_msg: false,
             },
             RpcBench::ReadChunkCrc => Shape {
                 procedure: echo_proc::SINK,
                 read_chunk: true,
                 write_chunk: false,
+                long_msg: false,
             },
             RpcBench::WriteChunk => Shape {
                 procedure: echo_proc::SOURCE,
                 read_chunk: false,
                 write_chunk: true,
+                long_msg: false,
             },
         }
     }
@@ -244,10 +269,12 @@ impl Caller<'_> {
             .tags
             .pop()
             .ok_or_else(|| BenchError::Rpc("no free call tag".into()))?;
-        let mut msg = c
-            .conn
-            .alloc_msg()
-            .map_err(|e| BenchError::Rpc(format!("message buffer: {e}")))?;
+        let mut msg = if self.shape.long_msg {
+            c.conn.alloc_large()
+        } else {
+            c.conn.alloc_msg()
+        }
+        .map_err(|e| BenchError::Rpc(format!("message buffer: {e}")))?;
         let h = header(self.shape.procedure);
         let build = |e: rpcrdma_ulp::client::BuildError| BenchError::Rpc(format!("encode: {e}"));
         let mut req = match self.shape.procedure {
@@ -408,7 +435,14 @@ pub fn run<F: FabricKind>(
     mut meter: Meter,
     connect: Option<&str>,
 ) -> Result<Measurement, BenchError> {
-    let cfg = conn_config(spec, params);
+    let mut cfg = conn_config(spec, params);
+    // The read-chunk row is the same call between peers without extensions; both
+    // long-call rows have credits enough for a group of 16 KiB at 4 KiB inline (a
+    // responder accepts groups of up to its credits: XCHAR_REQRXLIM).
+    cfg.extensions = bench != RpcBench::LongByReadChunk;
+    if matches!(bench, RpcBench::LongByGroup | RpcBench::LongByReadChunk) {
+        cfg.credits = cfg.credits.max(8);
+    }
     cfg.validate()
         .map_err(|e| BenchError::Setup(format!("connection configuration: {e}")))?;
     let shape = Shape::of(bench, spec.size, params.inline);
@@ -516,7 +550,22 @@ fn client<F: FabricKind>(
         Caller::recycle(c, o);
     }
     meter.restart();
+    let before: Vec<_> = conns.iter().map(|c| c.conn.stats()).collect();
     let result = measure(&mut conns, &caller, depth, spec.mode == Mode::Lat, meter);
+    // A long-call row measures the shape its name says (its round trips), or fails.
+    if shape.long_msg {
+        for (c, b) in conns.iter().zip(&before) {
+            let a = c.conn.stats();
+            let calls = a.calls_sent - b.calls_sent;
+            let (groups, long) = (a.cont_calls - b.cont_calls, a.long_calls - b.long_calls);
+            let want = if cfg.extensions { groups } else { long };
+            if want != calls {
+                return Err(BenchError::Rpc(format!(
+                    "{calls} calls: {groups} by group, {long} by read chunk"
+                )));
+            }
+        }
+    }
     // Let what is still in flight finish, so buffers go home before the connections
     // close (bounded: the server is still polling).
     let end = Instant::now() + SETUP_TIMEOUT;

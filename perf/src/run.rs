@@ -99,6 +99,24 @@ pub fn plan(cfg: &Config) -> Vec<Planned> {
                         tcp.then_some("tcp pingpong"),
                     );
                     push(rpc, Layer::Rpc, RpcBench::Echo.name(), echo, None);
+                    // A call too long for inline: by continuation against the same call
+                    // by Position-Zero Read chunk (the round trip the draft saves).
+                    if rpc && rpc::is_long(spec.size as u64, cfg.inline_threshold) {
+                        let long = spec;
+                        let (g, r) = (RpcBench::LongByGroup, RpcBench::LongByReadChunk);
+                        for (b, against) in [
+                            (r, None),
+                            (g, Some("rpc long call by read chunk (2 round trips)")),
+                        ] {
+                            out.push(Planned {
+                                layer: Layer::Rpc,
+                                name: b.name(),
+                                bench: Bench::Rpc(b),
+                                spec: long,
+                                against,
+                            });
+                        }
+                    }
                 }
                 Mode::Rate => {
                     push(base, Layer::Physical, "ring", Bench::PhysRing, None);
@@ -242,7 +260,11 @@ pub fn notes(cfg: &Config) -> Vec<String> {
              chunk in and Write chunk out; read chunk = DISCARD with a Read chunk, the data \
              pulled and not read (compared with fabric read); read chunk+crc = SINK, which \
              CRCs every octet pulled (compared with physical memcpy+crc); write chunk = SOURCE into a Write chunk (compared with \
-             fabric write).",
+             fabric write); long call by group = DISCARD of SIZE octets too long for inline, \
+             sent as a continuation group of Sends (draft-dnoveck-rpcrdma-rtrext, one round \
+             trip; compared with the same call by read chunk = RDMA_NOMSG and a Position-Zero \
+             Read chunk the responder pulls, two round trips, between peers without \
+             extensions); a long-call row fails unless every call took its shape.",
             cfg.provider.name(),
             cfg.inline_threshold
         ));

@@ -2,6 +2,7 @@
 //! inline or in chunks as asked, and a summary of the reply, the message shape and the
 //! timing.
 
+use rpcrdma::wire::rtr::XMTREQ_HEADER_LEN;
 use std::time::{Duration, Instant};
 
 use rpcrdma::fabric::shm::{ShmDevice, ShmProvider};
@@ -116,6 +117,11 @@ pub struct Shape {
     pub reply_read_chunks: u64,
     /// RDMA_DONE sent for that chunk.
     pub done_sent: bool,
+    /// Sends the call took: 1, or a continuation group's count
+    /// (draft-dnoveck-rpcrdma-rtrext ROPT_XMTREQ + ROPT_XMTCONTs).
+    pub call_messages: u64,
+    /// Receives the reply took: 1, or its continuation group's count.
+    pub reply_messages: u64,
 }
 
 /// The JSON (and text) summary.
@@ -312,13 +318,24 @@ fn call<P: Provider>(
     let (prog, vers, procedure, name) = names(o.target);
     let payload = pattern(o.size);
     let inline_room = (o.conn.inline_send as usize).saturating_sub(INLINE_OVERHEAD);
-    let read_chunk =
-        has_arg(o.target) && o.size > 0 && (o.read_chunk == Choice::On || o.size > inline_room);
+    // With message continuation negotiated, a payload that a group of Sends can carry
+    // goes in the message itself (the engine then sends it as a group, its reply
+    // likewise): no DDP chunk by default.
+    let by_group = {
+        let chars = conn.peer_chars();
+        let per = (conn.thresholds().send as usize).saturating_sub(XMTREQ_HEADER_LEN);
+        let limit = chars.req_rx_limit.min(chars.resp_sx_limit) as usize;
+        conn.extensions().continuation && o.size + INLINE_OVERHEAD <= limit * per
+    };
+    let read_chunk = has_arg(o.target)
+        && o.size > 0
+        && (o.read_chunk == Choice::On || (o.size > inline_room && !by_group));
     let write_chunk = has_result(o.target)
         && (o.write_chunk == Choice::On
             || (o.write_chunk == Choice::Auto
                 && o.reply_chunk == Choice::Auto
-                && o.size > inline_room));
+                && o.size > inline_room
+                && !(by_group && has_arg(o.target))));
     let mut max_reply = match o.target {
         Target::Echo(p) => EchoProgram::info(p)
             .map_or(0, |i| i.max_reply_len(o.size as u32, write_chunk, 0))
@@ -342,9 +359,14 @@ fn call<P: Provider>(
         cred: OpaqueAuth::None,
         verf: OpaqueAuth::None,
     };
-    let msg = conn
-        .alloc_msg()
-        .map_err(|e| call_err(format!("message buffer: {e}")))?;
+    // A message larger than inline (no Read chunk asked for) is built in a large
+    // buffer: it goes as a continuation group, or in a Position-Zero Read chunk.
+    let msg = if !read_chunk && has_arg(o.target) && o.size > inline_room {
+        conn.alloc_large()
+    } else {
+        conn.alloc_msg()
+    }
+    .map_err(|e| call_err(format!("message buffer: {e}")))?;
     let build =
         |e: rpcrdma_ulp::client::BuildError| call_err(format!("cannot encode the call: {e}"));
     let mut req: CallRequest = if read_chunk {
@@ -404,17 +426,24 @@ fn call<P: Provider>(
     let after = conn.stats();
     let long = after.long_calls > before.long_calls;
     let padded = after.padded_calls > before.padded_calls;
+    let call_messages = after.call_messages - before.call_messages;
     let shape = Shape {
-        call: match (long, padded) {
-            (true, _) => "RDMA_NOMSG",
-            (false, true) => "RDMA_MSGP",
-            (false, false) => "RDMA_MSG",
+        call: if long {
+            "RDMA_NOMSG"
+        } else if after.cont_calls > before.cont_calls {
+            "ROPT_XMTREQ"
+        } else if padded {
+            "RDMA_MSGP"
+        } else {
+            "RDMA_MSG"
         },
         read_chunks: if padded { 0 } else { ddp_args } + usize::from(long),
         write_chunks: sinks,
         reply_chunks: after.reply_chunks - before.reply_chunks,
         reply_read_chunks: after.read_chunk_replies - before.read_chunk_replies,
         done_sent: after.dones_sent > before.dones_sent,
+        call_messages,
+        reply_messages: after.reply_messages - before.reply_messages,
     };
     // The DONE is staged with the outcome: one more poll posts it before closing.
     conn.poll(Instant::now());
@@ -641,7 +670,7 @@ fn render_call(s: &Summary) -> String {
     };
     format!(
         "call {} (prog {:#010x} vers {} proc {}) size {} to {} {}\n\
-         shape: {}, {}, {}, {}{}\n\
+         shape: {}, {}, {}, {}{}{}\n\
          reply: {} xid {:#010x}, {} octet message{}; {}\n\
          registration: {}\n\
          time: connect {:.1} us, call {:.1} us\n{}",
@@ -664,6 +693,14 @@ fn render_call(s: &Summary) -> String {
                 } else {
                     ""
                 }
+            )
+        } else {
+            String::new()
+        },
+        if s.shape.call_messages > 1 || s.shape.reply_messages > 1 {
+            format!(
+                ", message continuation: call in {} Send(s), reply in {}",
+                s.shape.call_messages, s.shape.reply_messages
             )
         } else {
             String::new()

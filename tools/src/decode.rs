@@ -10,6 +10,7 @@
 
 use rpcrdma::wire::header::{Header, HeaderView, Limits, Procedure, RPCRDMA_VERSION};
 use rpcrdma::wire::private_data::{find_private_data, Extensions, InlineThresholds, PrivateData};
+use rpcrdma::wire::rtr::{RtrBody, RtrMessage, RtrView, TransportChars, ROPT_XMTREQ};
 use serde::Serialize;
 
 use crate::error::CliError;
@@ -91,6 +92,62 @@ pub fn decode_header(buf: &[u8], limits: &Limits) -> Result<Decoded, CliError> {
     })
 }
 
+/// A decoded RDMA_OPTIONAL message (message continuation between rpcrdma peers,
+/// draft-dnoveck-rpcrdma-rtrext on version 1; engine/DESIGN.md "Message continuation").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DecodedOptional {
+    /// The header, the DDP arrays' entry counts and the payload section's length.
+    pub optional: RtrMessage,
+    /// `rdma_vers` (1).
+    pub version: u32,
+    /// Octets of the transport header (where the payload section starts).
+    pub header_len: usize,
+    /// The ONC RPC header at the start of the payload section, for the group's first
+    /// transmission (ROPT_XMTREQ, ROPT_XMTRESP).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rpc: Option<RpcSummary>,
+    /// What the message is.
+    pub notes: Vec<String>,
+}
+
+/// Decodes an RDMA_OPTIONAL message (`rtr::is_optional` said it is one).
+pub fn decode_optional(buf: &[u8]) -> Result<DecodedOptional, CliError> {
+    let view = RtrView::parse(buf).map_err(|e| CliError::Call(format!("RDMA_OPTIONAL: {e}")))?;
+    let m = view.to_message();
+    let first = matches!(view.body, RtrBody::XmtReq(_) | RtrBody::XmtResp(_));
+    let rpc = (first && !view.payload.is_empty()).then(|| summarize(view.payload, view.header_len));
+    let note = match view.body {
+        RtrBody::XmtReq(q) => format!(
+            "ROPT_XMTREQ: transmission 0 of {} of a call, {} octets of its message here;              {} receives lent for the reply's continuations",
+            q.count, q.pslen, q.rsbuf
+        ),
+        RtrBody::XmtResp(r) => format!(
+            "ROPT_XMTRESP: transmission 0 of {} of a reply, {} octets of its message here",
+            r.count, r.pslen
+        ),
+        RtrBody::XmtCont(c) => format!(
+            "ROPT_XMTCONT: transmission {} of the {} group for XID {:#010x}, {} octets",
+            c.xnum,
+            if c.itype == ROPT_XMTREQ { "call" } else { "reply" },
+            view.xid,
+            c.pslen
+        ),
+        RtrBody::XmtErr(e) => format!(
+            "ROPT_XMTERR: {} on transmission {} of XID {:#010x}",
+            e.info.name(),
+            e.bad.seq,
+            e.bad.xid
+        ),
+    };
+    Ok(DecodedOptional {
+        optional: m,
+        version: RPCRDMA_VERSION,
+        header_len: view.header_len,
+        rpc,
+        notes: vec![note],
+    })
+}
+
 /// One side's advertisement, as shown in JSON.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Advertised {
@@ -129,6 +186,9 @@ pub struct DecodedPrivateData {
     /// The rpcrdma extensions the peer offered in the word after its RFC 8797 message
     /// (none from a version-1-only peer such as Linux).
     pub extensions: Extensions,
+    /// The transport characteristics the peer sent with continuation
+    /// (draft-dnoveck-rpcrdma-rtrext §8), else the draft's defaults.
+    pub characteristics: TransportChars,
     /// The same in words.
     pub meaning: String,
 }
@@ -140,6 +200,7 @@ pub fn decode_private_data(buf: &[u8], local: PrivateData) -> Result<DecodedPriv
         .ok_or(CliError::NoPrivateData { len: buf.len() })?;
     let negotiated = InlineThresholds::negotiate(Some(&local), Some(&peer));
     let extensions = Extensions::find(buf);
+    let characteristics = Extensions::find_chars(buf);
     let meaning = format!(
         "the peer sends at most {} octets per RDMA Send and receives up to {}; {}. \
          Against the local side shown, this end may send {} octets inline and must post \
@@ -163,13 +224,22 @@ pub fn decode_private_data(buf: &[u8], local: PrivateData) -> Result<DecodedPriv
         } else {
             ""
         },
-    );
+    ) + &if extensions.continuation {
+        format!(
+            ". It offers message continuation, accepting requests of up to {} Sends and \
+             sending responses of up to {}",
+            characteristics.req_rx_limit, characteristics.resp_sx_limit
+        )
+    } else {
+        String::new()
+    };
     Ok(DecodedPrivateData {
         offset,
         peer: peer.into(),
         local: local.into(),
         negotiated,
         extensions,
+        characteristics,
         meaning,
     })
 }

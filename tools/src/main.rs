@@ -465,6 +465,9 @@ fn run_decode(a: &DecodeArgs) -> Result<(), CliError> {
     } else {
         Limits::DEFAULT
     };
+    if rpcrdma::wire::rtr::is_optional(&buf) {
+        return print_json(&decode::decode_optional(&buf)?, a.compact);
+    }
     let d = decode::decode_header(&buf, &limits)?;
     print_json(&d, a.compact)
 }

@@ -301,6 +301,16 @@ impl<P: Provider> Requester<P> {
         self.core.next_timeout()
     }
 
+    /// The extensions both peers offered (none before the connection is established).
+    pub fn extensions(&self) -> crate::wire::private_data::Extensions {
+        self.core.extensions()
+    }
+
+    /// The peer's transport characteristics (draft-dnoveck-rpcrdma-rtrext §8).
+    pub fn peer_chars(&self) -> crate::wire::rtr::TransportChars {
+        self.core.peer_chars()
+    }
+
     /// Calls started whose outcome is not yet delivered, plus timed-out calls still
     /// holding a credit.
     pub fn active(&self) -> usize {

@@ -10,6 +10,9 @@ use crate::wire::private_data::{Extensions, PrivateData, SizeError, MIN_INLINE_S
 
 pub(crate) use crate::limits::{DEFAULT_MAX_CHUNKS, MAX_EXPOSED_REPLIES, MAX_MRS_PER_CALL};
 
+/// Receives a requester posts for reply continuation groups when extensions are on.
+pub(crate) const CONT_RECV_RESERVE: u32 = 8;
+
 /// The keepalive probe's program and version when the ULP names none (a private
 /// number from RFC 5531 §8.3's local range): the probe still proves liveness through
 /// the PROG_UNAVAIL reply it gets.
@@ -446,6 +449,18 @@ impl ConnConfig {
         PrivateData::from_buffer_sizes(self.inline_send, self.inline_recv, self.remote_invalidate)
     }
 
+    /// The transport characteristics this side offers with continuation
+    /// (draft-dnoveck-rpcrdma-rtrext §8): as a responder it posts at least `credits`
+    /// receives, so it accepts a request group of that many transmissions even before
+    /// its first grant (DESIGN.md, "Message continuation").
+    pub fn local_chars(&self) -> crate::wire::rtr::TransportChars {
+        use crate::wire::private_data::{CONTINUATION_GROUP_MAX, LOCAL_CHARS};
+        crate::wire::rtr::TransportChars {
+            req_rx_limit: CONTINUATION_GROUP_MAX.min(self.credits.max(1)),
+            ..LOCAL_CHARS
+        }
+    }
+
     /// The extensions this side offers ([`ConnConfig::extensions`]).
     pub fn offered_extensions(&self) -> Extensions {
         if self.extensions {
@@ -484,7 +499,15 @@ impl ConnConfig {
                 let slots = c + 1;
                 // Room for replies to every slot, plus strays (RDMA_ERROR for a garbled
                 // call, duplicates) that must not find the queue empty.
-                let rq = c + 4;
+                // Plus, with extensions, the receives lent to reply continuation groups
+                // (`optxrq_rsbuf`; DESIGN.md, "Message continuation").
+                let rq = c
+                    + 4
+                    + if self.extensions {
+                        CONT_RECV_RESERVE
+                    } else {
+                        0
+                    };
                 let mrs = if self.mr_slots == 0 {
                     c * 4
                 } else {

@@ -38,6 +38,7 @@ use crate::wire::header::Limits;
 use crate::wire::private_data::{
     find_private_data, Advertisement, Extensions, InlineThresholds, PrivateData,
 };
+use crate::wire::rtr::TransportChars;
 
 /// The requester slot of a connection that makes no calls.
 #[derive(Debug, Default)]
@@ -254,6 +255,8 @@ pub struct Connection<R, P> {
     local_pd: PrivateData,
     /// The extensions this end offers ([`ConnConfig::extensions`]).
     local_ext: Extensions,
+    /// The characteristics offered with continuation.
+    local_chars: TransportChars,
     /// Header limits, for telling calls from replies on a two-role connection.
     limits: Limits,
     req: R,
@@ -357,6 +360,7 @@ impl<R: RequesterRole, P: ResponderRole> Connection<R, P> {
             t,
             local_pd,
             local_ext: cfg.offered_extensions(),
+            local_chars: cfg.local_chars(),
             limits: cfg.limits,
             req,
             resp,
@@ -366,7 +370,7 @@ impl<R: RequesterRole, P: ResponderRole> Connection<R, P> {
     /// The private data to offer when connecting or accepting: the RFC 8797 message,
     /// then the extension advertisement when [`ConnConfig::extensions`] is on.
     pub fn local_private_data(&self) -> Advertisement {
-        Advertisement::new(&self.local_pd, self.offered_extensions())
+        Advertisement::with_chars(&self.local_pd, self.offered_extensions(), &self.local_chars)
             .unwrap_or(Advertisement::DEFAULT)
     }
 
@@ -374,16 +378,21 @@ impl<R: RequesterRole, P: ResponderRole> Connection<R, P> {
     /// that cannot expose replies (no fast-registration slots on its device), so a peer
     /// never leaves out a Reply chunk counting on a Read chunk that cannot come.
     fn offered_extensions(&self) -> Extensions {
-        if self.resp.can_expose() {
-            self.local_ext
-        } else {
-            Extensions::NONE
+        Extensions {
+            reply_read_chunks: self.local_ext.reply_read_chunks && self.resp.can_expose(),
+            ..self.local_ext
         }
     }
 
     /// The extensions both peers offered (none before the connection is established).
     pub fn extensions(&self) -> Extensions {
         self.t.extensions
+    }
+
+    /// The peer's round-trip-reduction transport characteristics, fixed at
+    /// establishment (defaults unless both peers negotiated continuation).
+    pub fn peer_chars(&self) -> TransportChars {
+        self.t.peer_chars
     }
 
     /// The connection state.
@@ -438,6 +447,13 @@ impl<R: RequesterRole, P: ResponderRole> Connection<R, P> {
             Extensions::NONE
         };
         t.extensions = Extensions::negotiate(local_ext, peer_ext);
+        // The peer's characteristics (draft-dnoveck-rpcrdma-rtrext §8): what it sent
+        // with continuation, else the defaults (one transmission each way).
+        t.peer_chars = if t.extensions.continuation {
+            Extensions::find_chars(peer_private_data)
+        } else {
+            TransportChars::DEFAULT
+        };
         t.state = ConnState::Established;
         self.req.on_established(now);
         let _ = t.events.push_back(ConnEvent::Established(t.thresholds));
@@ -727,6 +743,13 @@ impl<P: ResponderRole> Connection<RequesterHalf, P> {
     #[doc(hidden)]
     pub fn last_pulled_segment(&self) -> Option<crate::wire::header::Segment> {
         self.req.last_pulled_segment()
+    }
+
+    /// Test hook (feature `testing`): the last ROPT_XMTERR the requester received.
+    #[cfg(feature = "testing")]
+    #[doc(hidden)]
+    pub fn last_transmit_error(&self) -> Option<crate::wire::rtr::XmtErr> {
+        self.req.last_transmit_error()
     }
 
     /// How chunk memory is registered.

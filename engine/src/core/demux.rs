@@ -39,6 +39,9 @@ pub(crate) fn direction(
     reply_reads: bool,
     awaits_reply: impl Fn(u32) -> bool,
 ) -> Direction {
+    if crate::wire::rtr::is_optional(msg) {
+        return optional_direction(msg);
+    }
     let Ok(h) = HeaderView::parse(msg, limits) else {
         return Direction::Call;
     };
@@ -65,6 +68,19 @@ pub(crate) fn direction(
                 _ => Direction::Call,
             }
         }
+    }
+}
+
+/// Message continuation (draft-dnoveck-rpcrdma-rtrext): a call group's transmissions
+/// go to the responder, a reply group's to the requester; ROPT_XMTERR to the half whose
+/// group it reports (a call's: the requester). Unparseable: the responder answers it.
+fn optional_direction(msg: &[u8]) -> Direction {
+    use crate::wire::rtr::{MsgDir, RtrBody, RtrView, ROPT_XMTREQ};
+    match RtrView::parse(msg).map(|v| v.body) {
+        Ok(RtrBody::XmtResp(_)) => Direction::Reply,
+        Ok(RtrBody::XmtCont(c)) if c.itype != ROPT_XMTREQ => Direction::Reply,
+        Ok(RtrBody::XmtErr(e)) if e.bad.dir == MsgDir::Call => Direction::Reply,
+        _ => Direction::Call,
     }
 }
 

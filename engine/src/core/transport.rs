@@ -15,6 +15,7 @@ use super::signal::SendLedger;
 use super::wrid::{WrId, WrKind};
 use crate::fabric::{Completion, RemoteAddr, SendFlags, SendOp, Sge, WcOpcode, WcStatus};
 use crate::wire::private_data::{Extensions, InlineThresholds};
+use crate::wire::rtr::TransportChars;
 
 /// Where a connection is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -237,6 +238,8 @@ pub struct Transport {
     /// The peer's receive-buffer alignment, when its CONF_RDMA results gave one
     /// (RFC 5666 §6): calls that allow it go as RDMA_MSGP.
     pub(crate) peer_align: Option<u32>,
+    /// The peer's transport characteristics (draft-dnoveck-rpcrdma-rtrext §8).
+    pub(crate) peer_chars: TransportChars,
     pub(crate) outbox: Outbox,
     pub(crate) sq: SqBudget,
     /// Which staged requests are signaled, and those not yet retired.
@@ -264,6 +267,7 @@ impl Transport {
             thresholds: InlineThresholds::DEFAULT,
             extensions: Extensions::NONE,
             peer_align: None,
+            peer_chars: TransportChars::DEFAULT,
             outbox: Outbox::with_capacity(
                 sq_depth as usize,
                 (sq_depth * max_send_sge.max(1)) as usize,

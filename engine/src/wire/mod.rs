@@ -6,4 +6,5 @@
 pub mod ccp;
 pub mod header;
 pub mod private_data;
+pub mod rtr;
 pub mod xdr;

@@ -19,7 +19,11 @@
 //!
 //! Nothing here allocates or panics on received bytes.
 
-use super::xdr::BufferTooSmall;
+use super::rtr::chars::{
+    TransportChars, RTRS_XCONT, RTRS_XREQ, RTRS_XRESP, XCHAR_REQRXLIM, XCHAR_RESPSXLIM,
+    XCHAR_RTRSUPP,
+};
+use super::xdr::{BufferTooSmall, XdrCursor};
 
 /// The format identifier that opens an RPC-over-RDMA version 1 private-data message
 /// (RFC 8797 §4, IANA "RDMA-CM Private Data Identifiers").
@@ -450,18 +454,34 @@ impl Default for InlineThresholds {
 /// The value spells "rdx" and a format number 1.
 pub const EXTENSIONS_IDENTIFIER: u32 = 0x7264_7801;
 
-/// Octets in an extension advertisement: the identifier, then a 32-bit flags word in
-/// network byte order.
+/// Octets in an extension advertisement's head: the identifier, then a 32-bit flags
+/// word in network byte order. With [`EXT_CONTINUATION`] set the head is followed by
+/// the sender's transport characteristics ([`CHARS_LEN`] octets).
 pub const EXTENSIONS_LEN: usize = 8;
 
-/// Octets an [`Advertisement`] can hold: the version 1 message and the extensions.
-pub const ADVERTISEMENT_MAX: usize = ENCODED_LEN + EXTENSIONS_LEN;
+/// Octets of the characteristics that follow the flags word when message continuation
+/// is offered: the `xcharvals` list of draft-dnoveck-rpcrdma-rtrext §8 with RTR support,
+/// the request transmission receive limit and the response transmission send limit
+/// (count word, then three entries of id, length 4, value).
+pub const CHARS_LEN: usize = 4 + 3 * 12;
+
+/// Octets an [`Advertisement`] can hold: the version 1 message, the extension head and
+/// the characteristics (56: what an InfiniBand REQ leaves the RDMA CM).
+pub const ADVERTISEMENT_MAX: usize = ENCODED_LEN + EXTENSIONS_LEN + CHARS_LEN;
+
+/// The most transmissions this engine puts in one message's continuation group, and
+/// accepts in one: its XCHAR_REQRXLIM and XCHAR_RESPSXLIM.
+pub const CONTINUATION_GROUP_MAX: u32 = 16;
 
 const EXTENSIONS_ID_BYTES: [u8; 4] = EXTENSIONS_IDENTIFIER.to_be_bytes();
 
 /// Flag bit: responder-provided Read chunks with RDMA_DONE pull completion
 /// (draft-cel-nfsv4-rpcrdma-reliable-reply §4).
 const EXT_REPLY_READ_CHUNKS: u32 = 0x1;
+
+/// Flag bit: message continuation (draft-dnoveck-rpcrdma-rtrext §4: ROPT_XMTREQ,
+/// ROPT_XMTRESP, ROPT_XMTCONT, ROPT_XMTERR); the characteristics follow the flags.
+pub const EXT_CONTINUATION: u32 = 0x2;
 
 /// Protocol extensions beyond RPC-over-RDMA version 1 that one peer supports, or (after
 /// [`Extensions::negotiate`]) that both do and so may be used (the draft's §6: "MUST
@@ -472,61 +492,141 @@ pub struct Extensions {
     /// Responder-provided Position-Zero Read chunks in replies, answered with
     /// RDMA_DONE (draft-cel-nfsv4-rpcrdma-reliable-reply §4.1).
     pub reply_read_chunks: bool,
+    /// Message continuation: a call or reply over several Sends
+    /// (draft-dnoveck-rpcrdma-rtrext §4).
+    pub continuation: bool,
 }
 
 impl Extensions {
     /// No extension: plain RPC-over-RDMA version 1.
     pub const NONE: Extensions = Extensions {
         reply_read_chunks: false,
+        continuation: false,
     };
 
     /// Every extension this engine implements.
     pub const ALL: Extensions = Extensions {
         reply_read_chunks: true,
+        continuation: true,
     };
 
     /// True when no extension is set.
     pub const fn is_empty(&self) -> bool {
-        !self.reply_read_chunks
+        !self.reply_read_chunks && !self.continuation
     }
 
     /// What both ends may use: each extension needs both advertisements.
     pub const fn negotiate(local: Extensions, peer: Extensions) -> Extensions {
         Extensions {
             reply_read_chunks: local.reply_read_chunks && peer.reply_read_chunks,
+            continuation: local.continuation && peer.continuation,
         }
     }
 
-    /// The advertisement's eight octets (identifier, flags word).
+    const fn flags(&self) -> u32 {
+        let mut flags = 0;
+        if self.reply_read_chunks {
+            flags |= EXT_REPLY_READ_CHUNKS;
+        }
+        if self.continuation {
+            flags |= EXT_CONTINUATION;
+        }
+        flags
+    }
+
+    /// The advertisement's head (identifier, flags word).
     pub const fn to_bytes(&self) -> [u8; EXTENSIONS_LEN] {
-        let flags = if self.reply_read_chunks {
-            EXT_REPLY_READ_CHUNKS
-        } else {
-            0
-        };
         let id = EXTENSIONS_ID_BYTES;
-        let f = flags.to_be_bytes();
+        let f = self.flags().to_be_bytes();
         [id[0], id[1], id[2], id[3], f[0], f[1], f[2], f[3]]
     }
 
-    /// Searches a received private-data buffer for an extension advertisement, at any
-    /// octet offset (as RFC 8797 §5.2 does for its own identifier). Absent, or cut short
-    /// by the end of the buffer: no extensions. Flag bits this engine does not know are
-    /// ignored, so a later format can add some.
-    pub fn find(buf: &[u8]) -> Extensions {
+    /// The offset just after the first extension head in `buf`, and its flags.
+    fn find_head(buf: &[u8]) -> Option<(usize, u32)> {
         for (offset, window) in buf.windows(EXTENSIONS_ID_BYTES.len()).enumerate() {
             if window != EXTENSIONS_ID_BYTES {
                 continue;
             }
             if let Some(f) = buf.get(offset + 4..offset + EXTENSIONS_LEN) {
-                let flags = u32::from_be_bytes([f[0], f[1], f[2], f[3]]);
-                return Extensions {
-                    reply_read_chunks: flags & EXT_REPLY_READ_CHUNKS != 0,
-                };
+                return Some((
+                    offset + EXTENSIONS_LEN,
+                    u32::from_be_bytes([f[0], f[1], f[2], f[3]]),
+                ));
             }
         }
-        Extensions::NONE
+        None
     }
+
+    /// Searches a received private-data buffer for an extension advertisement, at any
+    /// octet offset (as RFC 8797 §5.2 does for its own identifier). Absent, or cut short
+    /// by the end of the buffer: no extensions. Flag bits this engine does not know are
+    /// ignored, so a later format can add some. Continuation whose characteristics do
+    /// not decode counts as not offered.
+    pub fn find(buf: &[u8]) -> Extensions {
+        match Extensions::find_head(buf) {
+            Some((at, flags)) => Extensions {
+                reply_read_chunks: flags & EXT_REPLY_READ_CHUNKS != 0,
+                continuation: flags & EXT_CONTINUATION != 0
+                    && Extensions::chars_at(buf, at).is_some(),
+            },
+            None => Extensions::NONE,
+        }
+    }
+
+    fn chars_at(buf: &[u8], at: usize) -> Option<TransportChars> {
+        let mut cur = XdrCursor::new(buf.get(at..)?);
+        TransportChars::decode(&mut cur).ok()
+    }
+
+    /// The peer's transport characteristics in a received private-data buffer: those it
+    /// advertised with continuation, else the draft's defaults (§8.1: no RTR support,
+    /// one transmission each way).
+    pub fn find_chars(buf: &[u8]) -> TransportChars {
+        match Extensions::find_head(buf) {
+            Some((at, flags)) if flags & EXT_CONTINUATION != 0 => {
+                Extensions::chars_at(buf, at).unwrap_or(TransportChars::DEFAULT)
+            }
+            _ => TransportChars::DEFAULT,
+        }
+    }
+}
+
+/// The characteristics this engine advertises with continuation: all three RTR
+/// operations, [`CONTINUATION_GROUP_MAX`] transmissions each way, no receive buffer
+/// structure (so the default: one non-DDP segment, no send-based DDP).
+pub const LOCAL_CHARS: TransportChars = TransportChars {
+    rtr_support: RTRS_XREQ | RTRS_XRESP | RTRS_XCONT,
+    recv_buf: None,
+    req_rx_limit: CONTINUATION_GROUP_MAX,
+    resp_sx_limit: CONTINUATION_GROUP_MAX,
+};
+
+/// [`LOCAL_CHARS`] encoded, by hand so that [`Advertisement::new`] stays `const`
+/// (`wire_private_data` checks it against the codec).
+const fn local_chars_bytes() -> [u8; CHARS_LEN] {
+    let words = [
+        3,
+        XCHAR_RTRSUPP,
+        4,
+        LOCAL_CHARS.rtr_support,
+        XCHAR_REQRXLIM,
+        4,
+        LOCAL_CHARS.req_rx_limit,
+        XCHAR_RESPSXLIM,
+        4,
+        LOCAL_CHARS.resp_sx_limit,
+    ];
+    let mut out = [0u8; CHARS_LEN];
+    let mut i = 0;
+    while i < words.len() {
+        let b = words[i].to_be_bytes();
+        out[4 * i] = b[0];
+        out[4 * i + 1] = b[1];
+        out[4 * i + 2] = b[2];
+        out[4 * i + 3] = b[3];
+        i += 1;
+    }
+    out
 }
 
 /// What one end puts into the CM private data: the RFC 8797 version 1 message, followed
@@ -574,10 +674,47 @@ impl Advertisement {
             bytes[ENCODED_LEN + j] = e[j];
             j += 1;
         }
+        if !ext.continuation {
+            return Ok(Advertisement {
+                bytes,
+                len: (ENCODED_LEN + EXTENSIONS_LEN) as u8,
+            });
+        }
+        let c = local_chars_bytes();
+        let mut k = 0;
+        while k < CHARS_LEN {
+            bytes[ENCODED_LEN + EXTENSIONS_LEN + k] = c[k];
+            k += 1;
+        }
         Ok(Advertisement {
             bytes,
             len: ADVERTISEMENT_MAX as u8,
         })
+    }
+
+    /// [`Advertisement::new`] with `chars` in place of [`LOCAL_CHARS`] when
+    /// continuation is offered (its receive buffer structure, if any, is not sent: it
+    /// would not fit).
+    ///
+    /// # Errors
+    /// As [`PrivateData::to_bytes`].
+    pub fn with_chars(
+        pd: &PrivateData,
+        ext: Extensions,
+        chars: &TransportChars,
+    ) -> Result<Self, PrivateDataEncodeError> {
+        let mut a = Advertisement::new(pd, ext)?;
+        if ext.continuation {
+            let c = TransportChars {
+                recv_buf: None,
+                ..*chars
+            };
+            let at = ENCODED_LEN + EXTENSIONS_LEN;
+            let mut enc = super::xdr::XdrEncoder::new(&mut a.bytes[at..]);
+            c.encode(&mut enc)
+                .map_err(PrivateDataEncodeError::BufferTooSmall)?;
+        }
+        Ok(a)
     }
 
     /// The octets to send.

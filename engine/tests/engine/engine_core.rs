@@ -127,7 +127,11 @@ fn missing_or_foreign_private_data_means_rfc8166_defaults() {
 #[test]
 fn requester_sends_rdma_msg_with_empty_lists_and_the_xid_in_both_headers() {
     let (mut core, pools, mut qp, now) = requester();
-    assert_eq!(qp.recvs.len(), 12, "credits + 4 receives posted up front");
+    assert_eq!(
+        qp.recvs.len(),
+        20,
+        "credits + 4 receives posted up front, + 8 for reply continuation groups"
+    );
     core.submit(null_call(&pools), 7, now).expect("submitted");
     qp.pump(&mut core, now);
     assert_eq!(qp.sends.len(), 1);
@@ -1291,7 +1295,13 @@ mod read_chunk_replies_two_roles {
     #[test]
     fn reply_read_chunks_and_long_calls_are_told_apart_on_two_role_connections() {
         let now = Instant::now();
-        let adv = Advertisement::new(&PrivateData::new(4096, 4096, true), Extensions::ALL)
+        // Read-chunk replies without continuation: B's long call then goes in a
+        // Position-Zero Read chunk, the shape this test tells apart from a reply.
+        let read_chunks_only = Extensions {
+            continuation: false,
+            ..Extensions::ALL
+        };
+        let adv = Advertisement::new(&PrivateData::new(4096, 4096, true), read_chunks_only)
             .expect("encodes");
         let make = |key: u32| {
             let pools = pools();

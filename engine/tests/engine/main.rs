@@ -10,6 +10,7 @@
 mod engine_support;
 
 mod engine_chunks;
+mod engine_continuation;
 mod engine_core;
 mod engine_core_boundary;
 mod engine_credits;

@@ -607,11 +607,17 @@ mod extensions {
 
     use super::{MSG_R_4K_8K, PD_R_4K_8K};
 
+    /// The first format: Read-chunk replies only (16 octets, no characteristics).
+    const READ_CHUNKS_ONLY: Extensions = Extensions {
+        reply_read_chunks: true,
+        continuation: false,
+    };
+
     /// With extensions: the version 1 message unchanged in octets 0..8 (Reserved bits
     /// still zero), then the identifier and the flags word.
     #[test]
     fn the_version_1_message_comes_first_unchanged() {
-        let a = Advertisement::new(&PD_R_4K_8K, Extensions::ALL).expect("encodes");
+        let a = Advertisement::new(&PD_R_4K_8K, READ_CHUNKS_ONLY).expect("encodes");
         let b = a.as_bytes();
         assert_eq!(b.len(), 16);
         assert_eq!(b[..8], MSG_R_4K_8K);
@@ -655,9 +661,11 @@ mod extensions {
         assert_eq!(Extensions::find(&linux), Extensions::NONE);
         assert_eq!(Extensions::find(&a.as_bytes()[..14]), Extensions::NONE);
         let mut future = a.as_bytes().to_vec();
-        future[12..].copy_from_slice(&[0x80, 0, 0, 0]);
+        future[12..16].copy_from_slice(&[0x80, 0, 0, 0]);
         assert_eq!(Extensions::find(&future), Extensions::NONE);
         future[15] = 0x81;
+        assert_eq!(Extensions::find(&future), READ_CHUNKS_ONLY);
+        future[15] = 0x83;
         assert_eq!(Extensions::find(&future), Extensions::ALL);
     }
 
@@ -668,5 +676,75 @@ mod extensions {
         assert_eq!(E::negotiate(E::ALL, E::ALL), E::ALL);
         assert_eq!(E::negotiate(E::ALL, E::NONE), E::NONE);
         assert_eq!(E::negotiate(E::NONE, E::ALL), E::NONE);
+    }
+}
+
+// ---- the engine's extension advertisement (engine/DESIGN.md) ------------------------
+
+mod continuation_advertisement {
+    use rpcrdma::wire::private_data::{
+        Advertisement, Extensions, PrivateData, ADVERTISEMENT_MAX, CONTINUATION_GROUP_MAX,
+        ENCODED_LEN, EXTENSIONS_LEN, LOCAL_CHARS,
+    };
+    use rpcrdma::wire::rtr::TransportChars;
+    use rpcrdma::wire::xdr::XdrEncoder;
+
+    #[test]
+    fn continuation_carries_the_characteristics_encoded_by_the_codec() {
+        let a = Advertisement::new(&PrivateData::DEFAULT, Extensions::ALL).expect("encodes");
+        assert_eq!(a.len(), ADVERTISEMENT_MAX);
+        assert_eq!(
+            ADVERTISEMENT_MAX, 56,
+            "fits an InfiniBand REQ's RDMA CM private data"
+        );
+        // The hand-encoded constant is what the characteristics codec writes.
+        let mut want = [0u8; ADVERTISEMENT_MAX - ENCODED_LEN - EXTENSIONS_LEN];
+        let mut enc = XdrEncoder::new(&mut want);
+        LOCAL_CHARS.encode(&mut enc).expect("fits");
+        assert_eq!(enc.finish(), want.len());
+        assert_eq!(&a[ENCODED_LEN + EXTENSIONS_LEN..], &want[..]);
+        // Flags word: bit 0 Read-chunk replies, bit 1 continuation.
+        assert_eq!(&a[12..16], &[0, 0, 0, 3]);
+        assert_eq!(Extensions::find(&a), Extensions::ALL);
+        let c = Extensions::find_chars(&a);
+        assert!(c.continuation());
+        assert_eq!(c.req_rx_limit, CONTINUATION_GROUP_MAX);
+        assert_eq!(c.resp_sx_limit, CONTINUATION_GROUP_MAX);
+    }
+
+    #[test]
+    fn read_chunks_alone_keep_the_sixteen_octet_format() {
+        let only = Extensions {
+            reply_read_chunks: true,
+            continuation: false,
+        };
+        let a = Advertisement::new(&PrivateData::DEFAULT, only).expect("encodes");
+        assert_eq!(a.len(), ENCODED_LEN + EXTENSIONS_LEN);
+        assert_eq!(Extensions::find(&a), only);
+        assert_eq!(Extensions::find_chars(&a), TransportChars::DEFAULT);
+        let none = Advertisement::new(&PrivateData::DEFAULT, Extensions::NONE).expect("encodes");
+        assert_eq!(none.len(), ENCODED_LEN);
+        assert_eq!(Extensions::find(&none), Extensions::NONE);
+    }
+
+    #[test]
+    fn continuation_cut_short_or_malformed_is_not_offered() {
+        let a = Advertisement::new(&PrivateData::DEFAULT, Extensions::ALL).expect("encodes");
+        let cut = &a[..a.len() - 2];
+        assert_eq!(
+            Extensions::find(cut),
+            Extensions {
+                reply_read_chunks: true,
+                continuation: false
+            }
+        );
+        assert_eq!(Extensions::find_chars(cut), TransportChars::DEFAULT);
+        // A peer with an older format (flags only) but the bit set: not offered either.
+        let mut old = a.to_vec();
+        old.truncate(ENCODED_LEN + EXTENSIONS_LEN);
+        assert!(!Extensions::find(&old).continuation);
+        // Negotiation needs both.
+        let both = Extensions::negotiate(Extensions::ALL, Extensions::find(&old));
+        assert!(!both.continuation && both.reply_read_chunks);
     }
 }

@@ -435,7 +435,10 @@ fn private_data_is_found_at_any_offset_and_negotiated() {
         json!({"send": 2048, "recv": 4096, "remote_invalidate": false})
     );
     assert!(v["meaning"].as_str().unwrap().contains("4096 octets"));
-    assert_eq!(v["extensions"], json!({"reply_read_chunks": false}));
+    assert_eq!(
+        v["extensions"],
+        json!({"reply_read_chunks": false, "continuation": false})
+    );
     // An rpcrdma peer's advertisement: the same message, then its extension word.
     let v = stdout_json(&run(
         &[
@@ -448,11 +451,79 @@ fn private_data_is_found_at_any_offset_and_negotiated() {
     ));
     assert_eq!(v["offset"], 0);
     assert_eq!(v["peer"]["send_size"], 4096);
-    assert_eq!(v["extensions"], json!({"reply_read_chunks": true}));
+    assert_eq!(
+        v["extensions"],
+        json!({"reply_read_chunks": true, "continuation": false})
+    );
     assert!(v["meaning"]
         .as_str()
         .unwrap()
         .contains("responder-provided Read chunks"));
+    assert_eq!(
+        v["characteristics"]["req_rx_limit"], 1,
+        "the draft's default"
+    );
+    // With continuation (flag bit 1) the characteristics follow the flags word.
+    let v = stdout_json(&run(
+        &[
+            "decode",
+            "--private-data",
+            "--hex",
+            "f6ab0e18 01 01 03 07 72647801 00000003 00000003 \
+             00000004 00000004 00000007 00000006 00000004 00000008 \
+             00000007 00000004 00000010",
+        ],
+        b"",
+    ));
+    assert_eq!(
+        v["extensions"],
+        json!({"reply_read_chunks": true, "continuation": true})
+    );
+    assert_eq!(v["characteristics"]["rtr_support"], 7);
+    assert_eq!(v["characteristics"]["req_rx_limit"], 8);
+    assert_eq!(v["characteristics"]["resp_sx_limit"], 16);
+    assert!(v["meaning"]
+        .as_str()
+        .unwrap()
+        .contains("accepting requests of up to 8 Sends"));
+}
+
+#[test]
+fn decode_shows_continuation_messages() {
+    // ROPT_XMTREQ of XID 0x11223344: a group of 3, 2 receives lent, 8 payload octets
+    // (the start of an ONC RPC call).
+    let v = stdout_json(&run(
+        &[
+            "decode",
+            "--hex",
+            "11223344 00000001 00000020 00000005 00000005 00000014 \
+             00000000 00000000 00000003 00000002 00000008 11223344 00000000",
+        ],
+        b"",
+    ));
+    assert_eq!(v["optional"]["opttype"], "ROPT_XMTREQ");
+    assert_eq!(v["optional"]["header"]["xid"], 0x1122_3344);
+    assert_eq!(
+        v["optional"]["header"]["op"]["XmtReq"],
+        json!({"count": 3, "rsbuf": 2, "pslen": 8})
+    );
+    assert_eq!(v["optional"]["payload_len"], 8);
+    assert_eq!(v["header_len"], 44);
+    // ROPT_XMTERR: OPTXERR_BADSEQ on transmission 2 of a call group.
+    let v = stdout_json(&run(
+        &[
+            "decode",
+            "--hex",
+            "11223344 00000001 00000020 00000005 00000008 0000001c \
+             11223344 00000000 00000002 00000000 00000004 00000001 00000002",
+        ],
+        b"",
+    ));
+    assert_eq!(v["optional"]["opttype"], "ROPT_XMTERR");
+    assert!(v["notes"][0]
+        .as_str()
+        .unwrap()
+        .contains("OPTXERR_BADSEQ on transmission 2"));
 }
 
 #[test]

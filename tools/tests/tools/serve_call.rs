@@ -475,3 +475,23 @@ fn call_runs_ccp_and_pads_the_payload_inline() {
     let stdout = interrupt(&mut server);
     assert!(stdout.contains("CCP 100417 v1"), "{stdout}");
 }
+
+/// Between two rpcrdma peers a 20 KB ECHO goes as a continuation group each way (4 KiB
+/// inline: five Sends, no chunk); with `--no-extensions` as version 1 chunks.
+#[test]
+fn call_shows_message_continuation() {
+    let socket = socket_path("continuation");
+    let mut server = start_server(&socket);
+    let v = call_json(&socket, &["--echo", "--size", "20000"]);
+    assert_eq!(v["check"], "echoed 20000 octets match");
+    assert_eq!(shape(&v), ("ROPT_XMTREQ".into(), 0, 0, 0));
+    assert_eq!(v["shape"]["call_messages"], 5);
+    assert_eq!(v["shape"]["reply_messages"], 5);
+    let v = call_json(&socket, &["--echo", "--size", "20000", "--no-extensions"]);
+    assert_eq!(v["check"], "echoed 20000 octets match");
+    assert_eq!(shape(&v), ("RDMA_MSG".into(), 1, 1, 0));
+    assert_eq!(v["shape"]["call_messages"], 1);
+    assert_eq!(v["shape"]["reply_messages"], 1);
+    let stdout = interrupt(&mut server);
+    assert!(stdout.contains("stopping (signal)"), "{stdout}");
+}

@@ -89,11 +89,13 @@ fn stats_and_metrics_show_each_connection_live() {
     let v = stats_until(pid, |v| v["uptime_s"].as_f64().unwrap_or(0.0) > 0.0);
     assert_eq!(v["connections"].as_array().unwrap().len(), 0);
 
+    // Version 1 shapes only: with extensions a long call goes as a continuation group.
     let cfg = ConnConfig {
         credits: 8,
         large_buf_size: 64 * 1024,
         large_bufs: 8,
         hugepages: HugePages::Never,
+        extensions: false,
         ..ConnConfig::default()
     };
     let mut conn = Requester::<ShmProvider>::connect_with(

@@ -47,6 +47,7 @@ macro_rules! adopt {
     }};
 }
 
+mod cont;
 mod pull;
 mod reply;
 mod slot;
@@ -144,6 +145,22 @@ pub struct RequesterStats {
     /// per-RPC fast registration. `Registration::Auto` picks persistent on devices
     /// without fast registration; this is how operators see it.
     pub persistent_registration: bool,
+    /// Calls sent as a continuation group of more than one Send
+    /// (draft-dnoveck-rpcrdma-rtrext §4).
+    pub cont_calls: u64,
+    /// Sends that carried calls (one per call, or a group's count).
+    pub call_messages: u64,
+    /// Receives that carried replies, or parts of reply groups (RDMA_OPTIONAL included).
+    pub reply_messages: u64,
+    /// Replies received as continuation groups of more than one message.
+    pub cont_replies: u64,
+    /// ROPT_XMTCONT with no reply group in progress (dropped).
+    pub bad_continuations: u64,
+    /// Reply groups broken off (wrong XID, sequence or type, an intervening message):
+    /// their calls fail with `BadReply::Continuation`.
+    pub broken_reply_groups: u64,
+    /// ROPT_XMTERR received (a call group the responder found broken).
+    pub transmit_errors_received: u64,
 }
 
 /// What [`RequesterHalf::try_start`] did with a call.
@@ -234,6 +251,8 @@ pub struct RequesterHalf {
     /// Test hook: DONEs are not sent (a requester that neglects them, the draft's
     /// §4.1.3).
     pub(super) drop_dones: bool,
+    /// Message continuation: the reserve of receives and the reply group in progress.
+    cont: cont::ReqCont,
     stats: RequesterStats,
 }
 
@@ -339,6 +358,7 @@ impl RequesterHalf {
             max_pull: cfg.large_buf_size,
             last_pull: None,
             drop_dones: false,
+            cont: cont::ReqCont::new(cfg.extensions),
             stats: RequesterStats::default(),
         })
     }
@@ -635,6 +655,12 @@ impl RequesterHalf {
         deadline: Option<Instant>,
         now: Instant,
     ) -> Start {
+        // Only a call too long for inline can go as a group.
+        let cont = if req.msg.len() + cont::PLAIN_HEADER_LEN > t.thresholds.send as usize {
+            self.plan_cont(t, req)
+        } else {
+            None
+        };
         let plan = match start::plan(
             req,
             &t.thresholds,
@@ -642,6 +668,13 @@ impl RequesterHalf {
             self.read_chunk_replies(t, req),
             t.peer_align,
         ) {
+            // Continuation needs no chunk and no registration.
+            Ok(_) | Err(SubmitRefusal::HeaderTooLarge) if cont.is_some() => start::Plan {
+                long: false,
+                reply_chunk: false,
+                mrs: 0,
+                msgp: None,
+            },
             Ok(p) => p,
             Err(r) => return Start::Refused(r),
         };
@@ -668,7 +701,11 @@ impl RequesterHalf {
             Some(x) => x,
             None => self.make_xid(slot),
         };
-        if self.stage_call(t, slot, xid, plan, req, tag, deadline, now) {
+        let staged = match cont {
+            Some(cp) => self.stage_cont(t, slot, xid, cp, req, tag, deadline, now),
+            None => self.stage_call(t, slot, xid, plan, req, tag, deadline, now),
+        };
+        if staged {
             let s = &mut self.slots[slot as usize];
             s.holds_credit = true;
             // The map holds one entry per slot at most and has room for all of them.
@@ -862,9 +899,37 @@ impl RequesterHalf {
     }
 
     fn on_receive(&mut self, t: &mut Transport, buf: RegBuf, swi: Option<u32>, now: Instant) {
+        // Message continuation costs the common path one test: RDMA_OPTIONAL fails the
+        // version 1 parse below and is taken there; only a reply group in progress
+        // needs a look at every message (§4.2: no intervening message).
+        if self.reply_group_open() {
+            if crate::wire::rtr::is_optional(buf.as_slice()) {
+                self.on_optional(t, buf, swi, now);
+                return;
+            }
+            {
+                // §4.2: a group "must be received in order without any intervening
+                // message".
+                let current = buf
+                    .as_slice()
+                    .get(12..16)
+                    .map_or(0, |w| u32::from_be_bytes([w[0], w[1], w[2], w[3]]));
+                let info = crate::wire::rtr::OptxInfo::BadHmt {
+                    expect: crate::wire::rtr::RDMA_OPTIONAL,
+                    current,
+                };
+                self.broken_reply_group(t, Some(info));
+            }
+        }
         self.last_rx = Some(now);
         let hdr = match HeaderView::parse(buf.as_slice(), &self.params.limits) {
             Ok(h) => h,
+            Err(_)
+                if t.extensions.continuation && crate::wire::rtr::is_optional(buf.as_slice()) =>
+            {
+                self.on_optional(t, buf, swi, now);
+                return;
+            }
             Err(_) => {
                 // RFC 8166 §4.5.2: a requester drops what it cannot parse.
                 self.stats.bad_headers += 1;
@@ -912,6 +977,7 @@ impl RequesterHalf {
             return;
         }
         self.credits.set_granted(hdr.credit());
+        self.stats.reply_messages += 1;
         let s = &self.slots[slot as usize];
         let offered = &s.sink_caps[..s.sinks.len()];
         let max_pull = if t.extensions.reply_read_chunks {
@@ -1060,6 +1126,10 @@ impl RequesterHalf {
     }
 
     fn release_credit(&mut self, slot: u32) {
+        let s = &self.slots[slot as usize];
+        if s.cont_credits | s.rsbuf != 0 {
+            self.release_cont(slot);
+        }
         let s = &mut self.slots[slot as usize];
         if s.holds_credit {
             s.holds_credit = false;

@@ -100,6 +100,11 @@ pub(super) struct CallSlot {
     pub(super) pull: Option<super::pull::PullState>,
     /// Where the pull lands.
     pub(super) pull_buf: Option<RegBuf>,
+    /// Credits held beyond the first by a call sent as a continuation group.
+    pub(super) cont_credits: u32,
+    /// Receives lent from the continuation reserve for this call's reply group
+    /// (`optxrq_rsbuf`), until its reply arrives.
+    pub(super) rsbuf: u32,
 }
 
 impl CallSlot {
@@ -133,6 +138,8 @@ impl CallSlot {
             },
             pull: None,
             pull_buf: None,
+            cont_credits: 0,
+            rsbuf: 0,
         }
     }
 

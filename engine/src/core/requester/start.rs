@@ -428,6 +428,7 @@ impl RequesterHalf {
             pad_inline_ddp: req.pad_inline_ddp,
         };
         self.stats.calls_sent += 1;
+        self.stats.call_messages += 1;
         self.stats.long_calls += u64::from(plan.long);
         self.stats.padded_calls += u64::from(plan.msgp.is_some());
         self.stats.reply_chunks += u64::from(plan.reply_chunk);
@@ -485,6 +486,7 @@ impl RequesterHalf {
             pad_inline_ddp: req.pad_inline_ddp,
         };
         self.stats.calls_sent += 1;
+        self.stats.call_messages += 1;
         true
     }
 }

@@ -53,6 +53,11 @@ pub(super) struct Context {
     pub(super) delivery: Delivery,
     /// Work requests posted and not yet completed.
     pub(super) wrs: u32,
+    /// Receives the requester lent for a continuation reply (`optxrq_rsbuf`).
+    pub(super) rsbuf: u32,
+    /// The call came as a continuation group (its header is synthesized: no Read
+    /// segment of it may be invalidated).
+    pub(super) assembled: bool,
 }
 
 impl Context {
@@ -68,6 +73,8 @@ impl Context {
             results: DdpResults::new(),
             delivery: Delivery::TooLarge,
             wrs: 0,
+            rsbuf: 0,
+            assembled: false,
         }
     }
 }

@@ -17,6 +17,7 @@
 //!    Send (with Invalidate, when both peers allow it: RFC 8797 §4.1) of the header and
 //!    the inline body. When the Send completes the context's buffers go back.
 
+mod cont;
 mod context;
 mod exposed;
 mod inspect;
@@ -104,6 +105,20 @@ pub struct ResponderStats {
     pub recv_starved: u64,
     /// Work requests the outbox refused (zero unless its sizing invariant broke).
     pub outbox_overflows: u64,
+    /// RDMA_OPTIONAL messages received (draft-dnoveck-rpcrdma-rtrext transmissions).
+    pub optional_messages: u64,
+    /// Calls received as continuation groups of more than one message.
+    pub cont_calls: u64,
+    /// Replies sent as continuation groups.
+    pub cont_replies: u64,
+    /// Sends those reply groups took.
+    pub cont_reply_messages: u64,
+    /// Call groups found broken (each answered with ROPT_XMTERR when it could be).
+    pub broken_call_groups: u64,
+    /// ROPT_XMTERR sent.
+    pub transmit_errors_sent: u64,
+    /// ROPT_XMTERR received (a reply group the requester found broken).
+    pub transmit_errors_received: u64,
 }
 
 /// The responder side of one connection, serving calls with `S`.
@@ -128,6 +143,8 @@ pub struct ResponderHalf<S> {
     done_timeout: Duration,
     /// The latest `now` seen (each poll's): the start of an exposed reply's wait.
     now: Option<Instant>,
+    /// Message continuation: the call group in progress.
+    cont: cont::RespCont,
     stats: ResponderStats,
 }
 
@@ -167,6 +184,7 @@ impl<S: Service> ResponderHalf<S> {
             exposed: ExposedTable::empty(),
             done_timeout: cfg.done_timeout,
             now: None,
+            cont: cont::RespCont::new(cfg.extensions),
             stats: ResponderStats::default(),
         })
     }
@@ -265,7 +283,22 @@ impl<S: Service> ResponderHalf<S> {
     fn on_receive(&mut self, t: &mut Transport, buf: RegBuf, swi: Option<u32>) {
         // Restock first: the grant in the reply this call gets counts posted receives.
         t.recvs.refill(&mut t.outbox);
+        // Message continuation costs the common path one test: RDMA_OPTIONAL fails the
+        // version 1 parse below and is taken there; only a group in progress needs a
+        // look at every message (§4.2: no intervening message).
+        if self.cont_group_open() {
+            if self.takes_optional(t, buf.as_slice()) {
+                self.on_optional(t, buf);
+                return;
+            }
+            self.intervening(t, buf.as_slice());
+        }
         let Some(i) = self.free.pop() else {
+            // Continuation transmissions need no context until their group completes.
+            if self.takes_optional(t, buf.as_slice()) {
+                self.on_optional(t, buf);
+                return;
+            }
             // A DONE needs no context: it still frees its exposed reply.
             if let Ok(h) = HeaderView::parse(buf.as_slice(), &self.limits) {
                 if h.procedure() == Procedure::Done {
@@ -289,6 +322,11 @@ impl<S: Service> ResponderHalf<S> {
             Call(u32, bool),
         }
         let parsed = HeaderView::parse(buf.as_slice(), &self.limits);
+        if parsed.is_err() && self.takes_optional(t, buf.as_slice()) {
+            let _ = self.free.push(i);
+            self.on_optional(t, buf);
+            return;
+        }
         let next = match &parsed {
             Err(e) => match e.responder_reply() {
                 ResponderAction::Drop => Next::Drop,
@@ -534,6 +572,14 @@ impl<S: Service> ResponderHalf<S> {
     fn dispatch(&mut self, t: &mut Transport, i: u32, h: &HeaderView<'_>) -> bool {
         let th = t.thresholds;
         let c = &mut self.ctxs[i as usize];
+        // A continuation call whose requester lent receives: the reply may go as a
+        // group, so it is written into a large buffer.
+        let cont_cap = if c.rsbuf > 0 && t.extensions.continuation {
+            (c.rsbuf as usize + 1)
+                * (th.send as usize).saturating_sub(crate::wire::rtr::XMTRESP_HEADER_LEN)
+        } else {
+            0
+        };
         let Context {
             send,
             body_off,
@@ -567,7 +613,7 @@ impl<S: Service> ResponderHalf<S> {
         // requester: the service writes into a large buffer, which is exposed when the
         // reply fits neither inline nor the Reply chunk (draft §4.1.1).
         let expose = t.extensions.reply_read_chunks && self.exposed.enabled();
-        if (reply_cap.is_some() || expose) && body.is_none() {
+        if (reply_cap.is_some() || expose || cont_cap > 0) && body.is_none() {
             match RegBuf::from_cache(&mut self.large) {
                 Ok(b) => *body = Some(b),
                 Err(_) => return false,
@@ -625,7 +671,8 @@ impl<S: Service> ResponderHalf<S> {
                     self.exposed.max_len()
                 } else {
                     inline_cap.max(reply_cap.unwrap_or(0) as usize)
-                };
+                }
+                .max(cont_cap);
                 let all = b.storage_mut();
                 let n = cap.min(all.len());
                 &mut all[..n]
@@ -744,6 +791,8 @@ impl<S: Service> ResponderHalf<S> {
         }
         c.results.clear();
         c.wrs = 0;
+        c.rsbuf = 0;
+        c.assembled = false;
         c.step = Step::Free;
         let _ = self.free.push(i);
     }
@@ -756,6 +805,7 @@ impl<S: Service> ResponderHalf<S> {
         }
         self.failed = true;
         while self.stalled.pop_front().is_some() {}
+        self.drop_group(t);
         // Invalidations not yet staged never will be: their room comes back (the keys
         // die when the driver deregisters the slots, after the drain).
         for e in self.exposed.entries.iter_mut() {

@@ -40,6 +40,9 @@ impl<S: Service> ResponderHalf<S> {
     /// Stages the reply of context `i`, whose call header is `h`; false when the send
     /// queue lacks room.
     pub(super) fn stage_reply(&mut self, t: &mut Transport, i: u32, h: &HeaderView<'_>) -> bool {
+        if let Some(progressed) = self.stage_cont_reply(t, i) {
+            return progressed;
+        }
         let th = t.thresholds;
         let th_ext = t.extensions;
         let credit = self.policy.grant(t.recvs.posted());
@@ -259,7 +262,8 @@ impl<S: Service> ResponderHalf<S> {
             n_sge = 1;
             self.stats.chunk_replies += 1;
         }
-        let swi = if th.remote_invalidate {
+        // A reassembled call's header names no key of the requester's.
+        let swi = if th.remote_invalidate && !c.assembled {
             reply_chunk
                 .and_then(|mut r| r.next())
                 .or_else(|| lists.write_list().find_map(|mut w| w.next()))

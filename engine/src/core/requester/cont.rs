@@ -1,0 +1,554 @@
+//! Message continuation, requester side (draft-dnoveck-rpcrdma-rtrext §4): a call sent
+//! as a group of Sends (ROPT_XMTREQ then ROPT_XMTCONTs), and a reply received as a group
+//! (ROPT_XMTRESP then ROPT_XMTCONTs) reassembled into one large buffer. See
+//! `engine/DESIGN.md`, "Message continuation".
+
+use std::time::Instant;
+
+use super::slot::SlotState;
+use super::RequesterHalf;
+use crate::core::regbuf::RegBuf;
+use crate::core::transport::Transport;
+use crate::core::wrid::{WrId, WrKind};
+use crate::fabric::{SendOp, Sge};
+use crate::requester::{BadReply, CallRequest, CallStatus, Reply, TransportError, MAX_WRITE_SINKS};
+use crate::wire::header::{FIXED_HEADER_LEN, WORD_LEN};
+use crate::wire::private_data::CONTINUATION_GROUP_MAX;
+use crate::wire::rtr::{
+    OptxInfo, RtrBody, RtrOp, RtrRepr, RtrView, XmtCont, ROPT_XMTCONT, ROPT_XMTREQ, ROPT_XMTRESP,
+    XMTREQ_HEADER_LEN, XMTRESP_HEADER_LEN,
+};
+
+use crate::core::config::CONT_RECV_RESERVE;
+
+/// Octets of a chunkless RDMA_MSG header: a call longer than inline less this is long.
+pub(super) const PLAIN_HEADER_LEN: usize = FIXED_HEADER_LEN + 3 * WORD_LEN;
+
+/// Octets a call's group headers take in the slot's header buffer, per transmission.
+const HEADER_STRIDE: usize = 48;
+
+/// How a call goes by continuation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct ContPlan {
+    /// Transmissions of the call (`optxrq_count`).
+    pub(super) count: u32,
+    /// Receives lent for the reply's continuations (`optxrq_rsbuf`).
+    pub(super) rsbuf: u32,
+    /// Fewer credits than transmissions are free, but nothing is in flight: the group
+    /// goes alone, holding every credit there is (the peer's XCHAR_REQRXLIM says it
+    /// takes a group this long).
+    pub(super) alone: bool,
+}
+
+/// What a received optional message says, out of its view.
+enum Msg {
+    Resp { count: u32, ddp_empty: bool },
+    Cont(XmtCont),
+    Err(crate::wire::rtr::XmtErr),
+    Req,
+}
+
+/// A reply group being received.
+pub(super) struct ReplyAsm {
+    xid: u32,
+    slot: u32,
+    count: u32,
+    next: u32,
+    buf: Option<RegBuf>,
+    len: usize,
+    swi: Option<u32>,
+}
+
+/// Continuation state of a requester.
+pub(super) struct ReqCont {
+    /// Reserved receives not lent to any call.
+    pub(super) reserve_free: u32,
+    /// Receives lent to reply groups in progress, returned one per continuation.
+    lent_to_asm: u32,
+    asm: Option<ReplyAsm>,
+    /// The last ROPT_XMTERR received (tests read it).
+    pub(super) last_err: Option<crate::wire::rtr::XmtErr>,
+}
+
+impl ReqCont {
+    pub(super) fn new(extensions: bool) -> Self {
+        ReqCont {
+            reserve_free: if extensions { CONT_RECV_RESERVE } else { 0 },
+            lent_to_asm: 0,
+            asm: None,
+            last_err: None,
+        }
+    }
+}
+
+/// The payload section of a received message, by its place.
+fn payload_of(b: &RegBuf, off: usize, len: usize) -> &[u8] {
+    b.as_slice().get(off..off + len).unwrap_or(&[])
+}
+
+fn div_ceil(a: usize, b: usize) -> usize {
+    a.div_ceil(b.max(1))
+}
+
+impl RequesterHalf {
+    /// The continuation shape for `req`, when both peers negotiated it and it beats a
+    /// chunk: the call does not fit inline (its reply then comes as a group too when
+    /// it may not fit inline), the call has no DDP
+    /// arguments or Write sinks (ROPT_XMTREQ here carries no version 1 chunk lists), the
+    /// group fits the peer's limits, enough credits are free now (the draft's §4.3:
+    /// else a Position-Zero Read chunk), and enough reserved receives for the reply.
+    pub(super) fn plan_cont(&self, t: &Transport, req: &CallRequest) -> Option<ContPlan> {
+        if !t.extensions.continuation || !t.peer_chars.continuation() {
+            return None;
+        }
+        if req.ddp_args.iter().any(|a| !a.data.is_empty()) || !req.write_sinks.is_empty() {
+            return None;
+        }
+        let th = t.thresholds;
+        let plain_hdr = FIXED_HEADER_LEN + 3 * WORD_LEN;
+        let call_inline = plain_hdr + req.msg.len() <= th.send as usize;
+        let reply_max = req.max_reply_len as usize;
+        let reply_inline = reply_max + plain_hdr <= th.recv as usize;
+        // A call that fits inline goes as RDMA_MSG, with a Reply chunk when its reply
+        // may not fit: that costs no round trip either, and keeps the reserved
+        // receives for groups (DESIGN.md, "Message continuation").
+        if call_inline {
+            return None;
+        }
+        let per_call = (th.send as usize).checked_sub(XMTREQ_HEADER_LEN)?;
+        let count = div_ceil(req.msg.len(), per_call).max(1) as u32;
+        let limit = t.peer_chars.req_rx_limit.min(CONTINUATION_GROUP_MAX);
+        let alone = count > self.credits.available();
+        if count > limit || (alone && self.credits.in_flight() != 0) {
+            return None;
+        }
+        if req.msg.len() > self.max_pull as usize || reply_max > self.max_pull as usize {
+            return None;
+        }
+        let rsbuf = if reply_inline {
+            0
+        } else {
+            let per_reply = (th.recv as usize).checked_sub(XMTRESP_HEADER_LEN)?;
+            div_ceil(reply_max, per_reply) as u32 - 1
+        };
+        let resp_limit = t.peer_chars.resp_sx_limit.min(CONTINUATION_GROUP_MAX);
+        if rsbuf + 1 > resp_limit || rsbuf > self.cont.reserve_free {
+            return None;
+        }
+        Some(ContPlan {
+            count,
+            rsbuf,
+            alone,
+        })
+    }
+
+    /// Stages `req` on `slot` as a continuation group of `cp.count` Sends; the caller
+    /// holds one credit for it, the rest are taken here. False on any shortage, with
+    /// nothing staged or taken.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn stage_cont(
+        &mut self,
+        t: &mut Transport,
+        slot: u32,
+        xid: u32,
+        cp: ContPlan,
+        req: &mut CallRequest,
+        tag: u64,
+        deadline: Option<Instant>,
+        now: Instant,
+    ) -> bool {
+        let n = cp.count as usize;
+        if t.sq.free() < cp.count || self.slots[slot as usize].header.capacity() < n * HEADER_STRIDE
+        {
+            return false;
+        }
+        let mut extra = 0;
+        while extra + 1 < cp.count {
+            if !self.credits.try_acquire() {
+                if cp.alone {
+                    break;
+                }
+                for _ in 0..extra {
+                    self.credits.release();
+                }
+                return false;
+            }
+            extra += 1;
+        }
+        if let Some(x) = req.msg.storage_mut().get_mut(..4) {
+            x.copy_from_slice(&xid.to_be_bytes());
+        }
+        let total = req.msg.len();
+        let per = t.thresholds.send as usize - XMTREQ_HEADER_LEN;
+        let credit = self.params.credits_requested;
+        let s = &mut self.slots[slot as usize];
+        let mut sgls = [[Sge::default(); 2]; CONTINUATION_GROUP_MAX as usize];
+        let mut off = 0usize;
+        for (k, sgl) in sgls.iter_mut().enumerate().take(n) {
+            let piece = per.min(total - off);
+            let op = if k == 0 {
+                RtrOp::XmtReq {
+                    count: cp.count,
+                    rsbuf: cp.rsbuf,
+                    pslen: piece as u32,
+                }
+            } else {
+                RtrOp::XmtCont(XmtCont {
+                    xnum: k as u32,
+                    itype: ROPT_XMTREQ,
+                    pslen: piece as u32,
+                })
+            };
+            let repr = RtrRepr { xid, credit, op };
+            let at = k * HEADER_STRIDE;
+            let hdr = s
+                .header
+                .storage_mut()
+                .get_mut(at..at + HEADER_STRIDE)
+                .and_then(|b| repr.encode(b).ok())
+                .and_then(|hlen| s.header.sge(at, hlen).ok());
+            let (Some(h), Ok(m)) = (hdr, req.msg.sge(off, piece)) else {
+                for _ in 0..extra {
+                    self.credits.release();
+                }
+                return false;
+            };
+            *sgl = [h, m];
+            off += piece;
+        }
+        t.sq.take(cp.count);
+        let mut staged = 0u32;
+        for sgl in sgls.iter().take(n) {
+            let wr_id = WrId::new(WrKind::CallSend, slot).encode();
+            // An empty payload piece (a zero-length message) goes as the header alone.
+            let k = if sgl[1].length == 0 { 1 } else { 2 };
+            staged += u32::from(t.stage(wr_id, SendOp::Send, &sgl[..k]));
+        }
+        t.sq.give(cp.count - staged);
+        self.cont.reserve_free -= cp.rsbuf;
+        s.state = SlotState::Sent;
+        s.xid = xid;
+        s.tag = tag;
+        s.mrs.clear();
+        s.wrs = staged;
+        s.reserved = 0;
+        s.sink_caps = [0; MAX_WRITE_SINKS];
+        s.reply_cap = 0;
+        s.reply_buf = None;
+        s.deadline = deadline;
+        s.started = Some(now);
+        s.cont_credits = extra;
+        s.rsbuf = cp.rsbuf;
+        s.resend = crate::requester::Resend {
+            xid: None,
+            max_reply_len: req.max_reply_len,
+            timeout: req.timeout,
+            idempotent: req.idempotent,
+            prefers_read_chunk_reply: req.prefers_read_chunk_reply,
+            pad_inline_ddp: req.pad_inline_ddp,
+        };
+        self.stats.calls_sent += 1;
+        self.stats.cont_calls += u64::from(cp.count > 1);
+        self.stats.call_messages += u64::from(cp.count);
+        true
+    }
+
+    #[cold]
+    /// Gives back what a call holds for continuation beyond its first credit: the
+    /// extra credits of its group, and the receives lent for its reply (those a reply
+    /// group still expects stay lent until they arrive).
+    pub(super) fn release_cont(&mut self, slot: u32) {
+        let s = &mut self.slots[slot as usize];
+        for _ in 0..s.cont_credits {
+            self.credits.release();
+        }
+        s.cont_credits = 0;
+        self.cont.reserve_free += s.rsbuf;
+        s.rsbuf = 0;
+    }
+
+    /// A received RDMA_OPTIONAL message.
+    pub(super) fn on_optional(
+        &mut self,
+        t: &mut Transport,
+        buf: RegBuf,
+        swi: Option<u32>,
+        now: Instant,
+    ) {
+        self.last_rx = Some(now);
+        let view = match RtrView::parse(buf.as_slice()) {
+            Ok(v) => v,
+            Err(_) => {
+                self.stats.bad_headers += 1;
+                self.broken_reply_group(t, None);
+                t.recvs.recycle(buf);
+                return;
+            }
+        };
+        self.stats.reply_messages += 1;
+        // Plain values out of the view, so the receive buffer can move.
+        let (xid, credit) = (view.xid, view.credit);
+        let (poff, plen) = (view.header_len, view.payload.len());
+        let body = match view.body {
+            RtrBody::XmtResp(r) => Msg::Resp {
+                count: r.count,
+                ddp_empty: r.ddp.is_empty(),
+            },
+            RtrBody::XmtCont(c) => Msg::Cont(c),
+            RtrBody::XmtErr(e) => Msg::Err(e),
+            RtrBody::XmtReq(_) => Msg::Req,
+        };
+        match body {
+            Msg::Resp { count, ddp_empty } => {
+                if self.cont.asm.is_some() {
+                    self.broken_reply_group(
+                        t,
+                        Some(OptxInfo::BadOmt {
+                            expect: ROPT_XMTCONT,
+                            current: ROPT_XMTRESP,
+                        }),
+                    );
+                }
+                let slot = self.slot_for_reply(xid);
+                let matched = self
+                    .slots
+                    .get(slot as usize)
+                    .is_some_and(|s| s.state.in_use() && s.xid == xid && s.holds_credit);
+                if !matched {
+                    self.stats.unmatched += 1;
+                    t.recvs.recycle(buf);
+                    return;
+                }
+                self.credits.set_granted(credit);
+                let lent = self.slots[slot as usize].rsbuf;
+                let bad = if !ddp_empty {
+                    Some(OptxInfo::BadTbsn {
+                        value: 0,
+                        min: 0,
+                        max: 0,
+                    })
+                } else if count == 0 || count - 1 > lent {
+                    Some(OptxInfo::BadSeq {
+                        expect: lent + 1,
+                        current: count,
+                    })
+                } else {
+                    None
+                };
+                // The receives the rest of the group will use stay lent until they come.
+                let expected = if bad.is_some() { 0 } else { count - 1 };
+                self.slots[slot as usize].rsbuf -= expected;
+                self.cont.lent_to_asm += expected;
+                self.release_cont(slot);
+                self.release_credit(slot);
+                let late = self.slots[slot as usize].state.answered();
+                let large = if late || bad.is_some() {
+                    None
+                } else {
+                    RegBuf::from_cache(&mut self.large).ok()
+                };
+                let mut asm = ReplyAsm {
+                    xid,
+                    slot,
+                    count,
+                    next: 1,
+                    buf: large,
+                    len: 0,
+                    swi,
+                };
+                let copied = asm.append(payload_of(&buf, poff, plen));
+                t.recvs.recycle(buf);
+                if late {
+                    self.stats.late_replies += 1;
+                    self.progress(slot);
+                } else if let Some(info) = bad {
+                    self.fail_call(t, slot, BadReply::Continuation(info), swi);
+                    return;
+                } else if !copied {
+                    let info = OptxInfo::BadPl {
+                        value: plen as u32,
+                        min: 0,
+                        max: self.max_pull,
+                    };
+                    self.fail_call(t, slot, BadReply::Continuation(info), swi);
+                    asm.buf = None;
+                }
+                if asm.count > 1 {
+                    self.cont.asm = Some(asm);
+                } else {
+                    self.deliver(t, asm);
+                }
+            }
+            Msg::Cont(c) => {
+                let Some(asm) = self.cont.asm.as_mut() else {
+                    self.stats.bad_continuations += 1;
+                    t.recvs.recycle(buf);
+                    return;
+                };
+                let err = if xid != asm.xid {
+                    Some(OptxInfo::BadXid {
+                        expect: asm.xid,
+                        current: xid,
+                    })
+                } else if c.itype != ROPT_XMTRESP {
+                    Some(OptxInfo::BadOmt {
+                        expect: ROPT_XMTRESP,
+                        current: c.itype,
+                    })
+                } else if c.xnum != asm.next {
+                    Some(OptxInfo::BadSeq {
+                        expect: asm.next,
+                        current: c.xnum,
+                    })
+                } else {
+                    None
+                };
+                if err.is_some() {
+                    t.recvs.recycle(buf);
+                    self.broken_reply_group(t, err);
+                    return;
+                }
+                self.cont.lent_to_asm = self.cont.lent_to_asm.saturating_sub(1);
+                self.cont.reserve_free += 1;
+                asm.next += 1;
+                if asm.buf.is_none() {
+                    // A group being swallowed (its call already answered): counted off.
+                    t.recvs.recycle(buf);
+                    if asm.next == asm.count {
+                        self.cont.asm = None;
+                    }
+                    return;
+                }
+                let copied = asm.append(payload_of(&buf, poff, plen));
+                t.recvs.recycle(buf);
+                if !copied {
+                    let info = OptxInfo::BadPl {
+                        value: c.pslen,
+                        min: 0,
+                        max: self.max_pull,
+                    };
+                    self.broken_reply_group(t, Some(info));
+                    return;
+                }
+                if asm.next == asm.count {
+                    if let Some(asm) = self.cont.asm.take() {
+                        self.deliver(t, asm);
+                    }
+                }
+            }
+            Msg::Err(e) => {
+                t.recvs.recycle(buf);
+                self.stats.transmit_errors_received += 1;
+                self.cont.last_err = Some(e);
+                // The group's lead names the call when the error was found later on.
+                let xid = e.lead.map_or(e.bad.xid, |l| l.xid);
+                let slot = self.slot_for_reply(xid);
+                let in_flight = self.slots.get(slot as usize).is_some_and(|s| {
+                    matches!(s.state, SlotState::Sent) && s.xid == xid && s.holds_credit
+                });
+                if in_flight {
+                    self.release_cont(slot);
+                    self.release_credit(slot);
+                    let st = CallStatus::Transport(TransportError::TransmitError(e.info));
+                    self.answer(t, slot, st, None, [0; MAX_WRITE_SINKS], None);
+                }
+            }
+            Msg::Req => {
+                // A call, on a connection whose responder half is not this one.
+                self.stats.bad_headers += 1;
+                t.recvs.recycle(buf);
+            }
+        }
+    }
+
+    /// A reply group in progress is broken (`info`, or an unparseable message): its call
+    /// fails with [`BadReply::Continuation`] and the receives it still had lent come back.
+    pub(super) fn broken_reply_group(&mut self, t: &mut Transport, info: Option<OptxInfo>) {
+        let Some(asm) = self.cont.asm.take() else {
+            return;
+        };
+        self.stats.broken_reply_groups += 1;
+        let left = asm.count.saturating_sub(asm.next);
+        self.cont.lent_to_asm = self.cont.lent_to_asm.saturating_sub(left);
+        self.cont.reserve_free += left;
+        let slot = asm.slot;
+        let live = self.slots.get(slot as usize).is_some_and(|s| {
+            matches!(s.state, SlotState::Sent) && s.xid == asm.xid && asm.buf.is_some()
+        });
+        drop(asm);
+        if live {
+            let info = info.unwrap_or(OptxInfo::BadCont);
+            self.fail_call(t, slot, BadReply::Continuation(info), None);
+        }
+    }
+
+    /// The last ROPT_XMTERR received.
+    #[cfg(feature = "testing")]
+    pub(crate) fn last_transmit_error(&self) -> Option<crate::wire::rtr::XmtErr> {
+        self.cont.last_err
+    }
+
+    /// True while a reply group is being received (a version 1 message now breaks it).
+    #[inline]
+    pub(super) fn reply_group_open(&self) -> bool {
+        self.cont.asm.is_some()
+    }
+
+    fn fail_call(&mut self, t: &mut Transport, slot: u32, why: BadReply, swi: Option<u32>) {
+        if matches!(self.slots[slot as usize].state, SlotState::Sent) {
+            let st = CallStatus::Transport(TransportError::BadReply(why));
+            self.answer(t, slot, st, None, [0; MAX_WRITE_SINKS], swi);
+        }
+    }
+
+    /// A whole reply group: delivered from its buffer (the one copy of continuation).
+    fn deliver(&mut self, t: &mut Transport, asm: ReplyAsm) {
+        let ReplyAsm {
+            xid,
+            slot,
+            buf,
+            len,
+            swi,
+            count,
+            ..
+        } = asm;
+        let Some(buf) = buf else {
+            return;
+        };
+        let live = self
+            .slots
+            .get(slot as usize)
+            .is_some_and(|s| matches!(s.state, SlotState::Sent) && s.xid == xid);
+        if !live {
+            return;
+        }
+        self.stats.cont_replies += u64::from(count > 1);
+        let reply = Reply {
+            buf,
+            start: 0,
+            len: len as u32,
+            padding: None,
+        };
+        let status = super::reply::status_of(reply.bytes());
+        self.answer(t, slot, status, Some(reply), [0; MAX_WRITE_SINKS], swi);
+    }
+}
+
+impl ReplyAsm {
+    /// Appends a payload section; false when the buffer cannot hold it (or there is
+    /// none: the group is being swallowed).
+    fn append(&mut self, payload: &[u8]) -> bool {
+        let Some(b) = self.buf.as_mut() else {
+            return false;
+        };
+        let end = self.len + payload.len();
+        match b.storage_mut().get_mut(self.len..end) {
+            Some(dst) => {
+                dst.copy_from_slice(payload);
+                self.len = end;
+                b.set_len(end).is_ok()
+            }
+            None => false,
+        }
+    }
+}

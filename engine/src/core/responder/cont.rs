@@ -1,0 +1,511 @@
+//! Message continuation, responder side (draft-dnoveck-rpcrdma-rtrext §4): a call
+//! received as a group (ROPT_XMTREQ then ROPT_XMTCONTs) is reassembled into one large
+//! buffer and dispatched as a long call would be; a reply longer than the inline
+//! threshold goes as a group (ROPT_XMTRESP then ROPT_XMTCONTs) into the receives the
+//! requester lent (`optxrq_rsbuf`); a broken group is answered with ROPT_XMTERR.
+//! See `engine/DESIGN.md`, "Message continuation".
+
+use super::context::{Delivery, Step};
+use super::ResponderHalf;
+use crate::core::regbuf::RegBuf;
+use crate::core::transport::Transport;
+use crate::core::wrid::{WrId, WrKind};
+use crate::fabric::{SendOp, Sge};
+use crate::service::Service;
+use crate::wire::header::{
+    BodyRepr, ChunkListsRepr, HeaderRepr, ReadSegment, Segment, FIXED_HEADER_LEN, WORD_LEN,
+};
+use crate::wire::private_data::CONTINUATION_GROUP_MAX;
+use crate::wire::rtr::{
+    MsgDir, OptxInfo, RtrBody, RtrOp, RtrRepr, RtrView, XmsId, XmtCont, XmtErr, RDMA_OPTIONAL,
+    ROPT_XMTCONT, ROPT_XMTREQ, ROPT_XMTRESP, XMTRESP_HEADER_LEN,
+};
+
+/// Octets a reply group's headers take in the context's send buffer, per transmission.
+const HEADER_STRIDE: usize = 40;
+
+/// A call group being received.
+pub(super) struct CallAsm {
+    xid: u32,
+    credit: u32,
+    count: u32,
+    next: u32,
+    rsbuf: u32,
+    /// The first transmission's receive buffer: becomes the call's header.
+    first: RegBuf,
+    buf: RegBuf,
+}
+
+/// Continuation state of a responder.
+#[derive(Default)]
+pub(super) struct RespCont {
+    /// This end offered continuation: before the passive side hears the connection is
+    /// established, an RDMA_OPTIONAL is taken for one.
+    pub(super) offered: bool,
+    asm: Option<CallAsm>,
+    /// The XID of the last group broken off: its later continuations are dropped
+    /// silently (one ROPT_XMTERR per group).
+    abandoned: Option<u32>,
+}
+
+impl RespCont {
+    pub(super) fn new(offered: bool) -> Self {
+        RespCont {
+            offered,
+            ..RespCont::default()
+        }
+    }
+}
+
+/// What a received optional message says, out of its view.
+enum Msg {
+    Req {
+        count: u32,
+        rsbuf: u32,
+        ddp_empty: bool,
+    },
+    Cont(XmtCont),
+    Resp,
+    Err,
+}
+
+fn word(buf: &[u8], at: usize) -> u32 {
+    buf.get(at..at + 4)
+        .map_or(0, |w| u32::from_be_bytes([w[0], w[1], w[2], w[3]]))
+}
+
+impl<S: Service> ResponderHalf<S> {
+    /// A call group is being received.
+    #[inline(always)]
+    pub(super) fn cont_group_open(&self) -> bool {
+        self.cont.asm.is_some()
+    }
+
+    /// Whether a receive is continuation traffic to handle here.
+    #[inline]
+    pub(super) fn takes_optional(&self, t: &Transport, buf: &[u8]) -> bool {
+        let on = t.extensions.continuation
+            || (self.cont.offered && t.state == crate::core::transport::ConnState::Connecting);
+        on && crate::wire::rtr::is_optional(buf)
+    }
+
+    /// A version 1 message arrived: one in the middle of a call group breaks it
+    /// (OPTXERR_BADHMT, §4.2: "without any intervening message").
+    pub(super) fn intervening(&mut self, t: &mut Transport, buf: &[u8]) {
+        if let Some(asm) = self.cont.asm.as_ref() {
+            let (xid, seq) = (asm.xid, asm.next);
+            let info = OptxInfo::BadHmt {
+                expect: RDMA_OPTIONAL,
+                current: word(buf, 12),
+            };
+            self.break_group(t, word(buf, 0), seq, Some(xid), info);
+        }
+    }
+
+    /// A received RDMA_OPTIONAL message (continuation negotiated).
+    pub(super) fn on_optional(&mut self, t: &mut Transport, buf: RegBuf) {
+        self.stats.optional_messages += 1;
+        let view = match RtrView::parse(buf.as_slice()) {
+            Ok(v) => v,
+            Err(e) => {
+                let xid = word(buf.as_slice(), 0);
+                t.recvs.recycle(buf);
+                match e.optx() {
+                    Some(info) => {
+                        let seq = self.cont.asm.as_ref().map_or(0, |a| a.next);
+                        let lead = self.cont.asm.as_ref().map(|a| a.xid);
+                        self.break_group(t, xid, seq, lead, info);
+                    }
+                    None => self.stats.dropped += 1,
+                }
+                return;
+            }
+        };
+        let (xid, credit) = (view.xid, view.credit);
+        let (poff, plen) = (view.header_len, view.payload.len());
+        let msg = match view.body {
+            RtrBody::XmtReq(q) => Msg::Req {
+                count: q.count,
+                rsbuf: q.rsbuf,
+                ddp_empty: q.ddp.is_empty() && q.rsd.is_empty(),
+            },
+            RtrBody::XmtCont(c) => Msg::Cont(c),
+            RtrBody::XmtResp(_) => Msg::Resp,
+            RtrBody::XmtErr(_) => Msg::Err,
+        };
+        match msg {
+            Msg::Err => {
+                // About a reply group of ours: nothing to recover, the requester failed
+                // that call.
+                self.stats.transmit_errors_received += 1;
+                t.recvs.recycle(buf);
+            }
+            Msg::Resp => {
+                t.recvs.recycle(buf);
+                let info = OptxInfo::BadOmt {
+                    expect: ROPT_XMTREQ,
+                    current: ROPT_XMTRESP,
+                };
+                self.break_group(t, xid, 0, None, info);
+            }
+            Msg::Req {
+                count,
+                rsbuf,
+                ddp_empty,
+            } => {
+                if let Some(a) = self.cont.asm.as_ref() {
+                    let (lead, seq) = (a.xid, a.next);
+                    let info = OptxInfo::BadOmt {
+                        expect: ROPT_XMTCONT,
+                        current: ROPT_XMTREQ,
+                    };
+                    self.break_group(t, xid, seq, Some(lead), info);
+                }
+                self.cont.abandoned = None;
+                let bad = if !ddp_empty {
+                    // No DDP-targetable segment is advertised (no receive buffer
+                    // structure): no target buffer number is valid.
+                    Some(OptxInfo::BadTbsn {
+                        value: 0,
+                        min: 0,
+                        max: 0,
+                    })
+                } else if count == 0 || count > CONTINUATION_GROUP_MAX {
+                    Some(OptxInfo::BadSeq {
+                        expect: CONTINUATION_GROUP_MAX,
+                        current: count,
+                    })
+                } else {
+                    None
+                };
+                if let Some(info) = bad {
+                    t.recvs.recycle(buf);
+                    self.break_group(t, xid, 0, None, info);
+                    self.cont.abandoned = Some(xid);
+                    return;
+                }
+                let Ok(large) = RegBuf::from_cache(&mut self.large) else {
+                    // No buffer for the call: as for a long call with no sink, the
+                    // call's chunks cannot be processed (ERR_CHUNK), and the rest of
+                    // its group is dropped.
+                    t.recvs.recycle(buf);
+                    self.cont.abandoned = Some(xid);
+                    self.error_reply(t, xid);
+                    return;
+                };
+                let mut asm = CallAsm {
+                    xid,
+                    credit,
+                    count,
+                    next: 1,
+                    rsbuf,
+                    first: buf,
+                    buf: large,
+                };
+                if !asm.append(poff, plen, None) {
+                    let cap = asm.buf.capacity() as u32;
+                    let CallAsm { first, buf, .. } = asm;
+                    t.recvs.recycle(first);
+                    buf.release_into(&mut self.large);
+                    let info = OptxInfo::BadPl {
+                        value: plen as u32,
+                        min: 0,
+                        max: cap,
+                    };
+                    self.break_group(t, xid, 0, None, info);
+                    self.cont.abandoned = Some(xid);
+                    return;
+                }
+                if count == 1 {
+                    self.complete(t, asm);
+                } else {
+                    self.cont.asm = Some(asm);
+                }
+            }
+            Msg::Cont(c) => {
+                let Some(asm) = self.cont.asm.as_mut() else {
+                    t.recvs.recycle(buf);
+                    if self.cont.abandoned == Some(xid) {
+                        self.stats.dropped += 1;
+                    } else {
+                        self.break_group(t, xid, c.xnum, None, OptxInfo::BadCont);
+                    }
+                    return;
+                };
+                let err = if xid != asm.xid {
+                    Some(OptxInfo::BadXid {
+                        expect: asm.xid,
+                        current: xid,
+                    })
+                } else if c.itype != ROPT_XMTREQ {
+                    Some(OptxInfo::BadOmt {
+                        expect: ROPT_XMTREQ,
+                        current: c.itype,
+                    })
+                } else if c.xnum != asm.next {
+                    Some(OptxInfo::BadSeq {
+                        expect: asm.next,
+                        current: c.xnum,
+                    })
+                } else if !asm.append(poff, plen, Some(&buf)) {
+                    Some(OptxInfo::BadPl {
+                        value: c.pslen,
+                        min: 0,
+                        max: (asm.buf.capacity() - asm.buf.len()) as u32,
+                    })
+                } else {
+                    None
+                };
+                t.recvs.recycle(buf);
+                let lead = asm.xid;
+                if let Some(info) = err {
+                    self.break_group(t, xid, c.xnum, Some(lead), info);
+                    return;
+                }
+                asm.next += 1;
+                if asm.next == asm.count {
+                    if let Some(asm) = self.cont.asm.take() {
+                        self.complete(t, asm);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Abandons the group in progress (if any) and tells the requester with
+    /// ROPT_XMTERR: `xid`/`seq` name the transmission where the error was found,
+    /// `lead` the group's XID when it began earlier.
+    fn break_group(
+        &mut self,
+        t: &mut Transport,
+        xid: u32,
+        seq: u32,
+        lead: Option<u32>,
+        info: OptxInfo,
+    ) {
+        if let Some(asm) = self.cont.asm.take() {
+            self.cont.abandoned = Some(asm.xid);
+            t.recvs.recycle(asm.first);
+            asm.buf.release_into(&mut self.large);
+        }
+        self.stats.broken_call_groups += 1;
+        let err = XmtErr {
+            bad: XmsId {
+                xid,
+                dir: MsgDir::Call,
+                seq,
+            },
+            lead: lead.map(|l| XmsId {
+                xid: l,
+                dir: MsgDir::Call,
+                seq: 0,
+            }),
+            info,
+        };
+        // The error goes to the group's call (its lead) when there is one.
+        let to = lead.unwrap_or(xid);
+        let Some(i) = self.free.pop() else {
+            self.stats.overruns += 1;
+            return;
+        };
+        if !t.is_open() || !t.sq.take(1) {
+            let _ = self.free.push(i);
+            return;
+        }
+        let credit = self.policy.grant(t.recvs.posted());
+        let c = &mut self.ctxs[i as usize];
+        let repr = RtrRepr {
+            xid: to,
+            credit,
+            op: RtrOp::XmtErr(err),
+        };
+        let sge = repr
+            .encode(c.send.storage_mut())
+            .ok()
+            .and_then(|n| c.send.sge(0, n).ok());
+        let Some(sge) = sge else {
+            t.sq.give(1);
+            let _ = self.free.push(i);
+            return;
+        };
+        c.xid = to;
+        c.step = Step::Sent;
+        let wr_id = WrId::new(WrKind::ReplySend, i).encode();
+        if t.stage(wr_id, SendOp::Send, &[sge]) {
+            c.wrs += 1;
+            self.stats.transmit_errors_sent += 1;
+        } else {
+            t.sq.give(1);
+            self.release(t, i);
+        }
+    }
+
+    /// RDMA_ERROR ERR_CHUNK for `xid`, through a context of its own.
+    fn error_reply(&mut self, t: &mut Transport, xid: u32) {
+        let Some(i) = self.free.pop() else {
+            self.stats.overruns += 1;
+            return;
+        };
+        let c = &mut self.ctxs[i as usize];
+        c.xid = xid;
+        c.step = Step::Error(crate::wire::header::RdmaError::Chunk);
+        self.run_in_order(t, i);
+    }
+
+    /// A whole call group: its first receive becomes an RDMA_NOMSG header with one
+    /// Position-Zero Read segment naming nothing (never read: the message is already
+    /// in the context's first sink), so the call is dispatched exactly as a long call
+    /// whose chunk was pulled.
+    fn complete(&mut self, t: &mut Transport, asm: CallAsm) {
+        let CallAsm {
+            xid,
+            credit,
+            rsbuf,
+            mut first,
+            buf,
+            count,
+            ..
+        } = asm;
+        let Some(i) = self.free.pop() else {
+            self.stats.overruns += 1;
+            t.recvs.recycle(first);
+            buf.release_into(&mut self.large);
+            return;
+        };
+        let seg = [ReadSegment {
+            position: 0,
+            segment: Segment::new(0, buf.len() as u32, 0),
+        }];
+        let repr = HeaderRepr {
+            xid,
+            credit,
+            body: BodyRepr::Nomsg(ChunkListsRepr {
+                reads: &seg,
+                writes: &[],
+                reply: None,
+            }),
+        };
+        let ok = repr
+            .encode(first.storage_mut())
+            .ok()
+            .is_some_and(|n| first.set_len(n).is_ok());
+        let c = &mut self.ctxs[i as usize];
+        c.xid = xid;
+        c.rsbuf = rsbuf;
+        c.assembled = true;
+        c.recv = Some(first);
+        let _ = c.sinks.push(buf);
+        c.step = if ok {
+            Step::Dispatch
+        } else {
+            Step::Error(crate::wire::header::RdmaError::Chunk)
+        };
+        self.stats.cont_calls += u64::from(count > 1);
+        self.run_in_order(t, i);
+    }
+
+    /// Stages context `i`'s reply as a continuation group when the call lent receives
+    /// for one, the reply does not fit inline and the group fits them. `None`: not
+    /// this way (inline, or the usual fallbacks); `Some(progressed)` otherwise.
+    pub(super) fn stage_cont_reply(&mut self, t: &mut Transport, i: u32) -> Option<bool> {
+        let th = t.thresholds;
+        let c = &self.ctxs[i as usize];
+        if c.rsbuf == 0 || !t.extensions.continuation || !c.results.is_empty() {
+            return None;
+        }
+        let Delivery::Body { len } = c.delivery else {
+            return None;
+        };
+        let body = c.body.as_ref()?;
+        let plain_hdr = FIXED_HEADER_LEN + 3 * WORD_LEN;
+        if plain_hdr + len <= th.send as usize {
+            return None;
+        }
+        let per = (th.send as usize).checked_sub(XMTRESP_HEADER_LEN)?;
+        let m = len.div_ceil(per.max(1)) as u32;
+        if m > c.rsbuf + 1 || m > CONTINUATION_GROUP_MAX || len > body.capacity() {
+            return None;
+        }
+        if c.send.capacity() < m as usize * HEADER_STRIDE {
+            return None;
+        }
+        if !t.sq.take(m) {
+            return Some(false);
+        }
+        let credit = self.policy.grant(t.recvs.posted());
+        let c = &mut self.ctxs[i as usize];
+        let xid = c.xid;
+        let mut sgls = [[Sge::default(); 2]; CONTINUATION_GROUP_MAX as usize];
+        let mut off = 0usize;
+        for (k, sgl) in sgls.iter_mut().enumerate().take(m as usize) {
+            let piece = per.min(len - off);
+            let op = if k == 0 {
+                RtrOp::XmtResp {
+                    count: m,
+                    pslen: piece as u32,
+                }
+            } else {
+                RtrOp::XmtCont(XmtCont {
+                    xnum: k as u32,
+                    itype: ROPT_XMTRESP,
+                    pslen: piece as u32,
+                })
+            };
+            let repr = RtrRepr { xid, credit, op };
+            let at = k * HEADER_STRIDE;
+            let h = c
+                .send
+                .storage_mut()
+                .get_mut(at..at + HEADER_STRIDE)
+                .and_then(|b| repr.encode(b).ok())
+                .and_then(|hlen| c.send.sge(at, hlen).ok());
+            let b = c.body.as_ref().and_then(|b| b.sge(off, piece).ok());
+            let (Some(h), Some(b)) = (h, b) else {
+                t.sq.give(m);
+                c.step = Step::Error(crate::wire::header::RdmaError::Chunk);
+                return Some(true);
+            };
+            *sgl = [h, b];
+            off += piece;
+        }
+        let mut staged = 0u32;
+        for sgl in sgls.iter().take(m as usize) {
+            let wr_id = WrId::new(WrKind::ReplySend, i).encode();
+            staged += u32::from(t.stage(wr_id, SendOp::Send, sgl));
+        }
+        t.sq.give(m - staged);
+        c.wrs += staged;
+        c.step = Step::Sent;
+        self.stats.cont_replies += 1;
+        self.stats.cont_reply_messages += u64::from(m);
+        Some(true)
+    }
+
+    /// Returns the group in progress at connection end.
+    pub(super) fn drop_group(&mut self, t: &mut Transport) {
+        if let Some(asm) = self.cont.asm.take() {
+            t.recvs.recycle(asm.first);
+            asm.buf.release_into(&mut self.large);
+        }
+    }
+}
+
+impl CallAsm {
+    /// Appends the payload section at `off..off + len` of `src` (of the first receive
+    /// when `None`); false when the buffer cannot hold it.
+    fn append(&mut self, off: usize, len: usize, src: Option<&RegBuf>) -> bool {
+        let from = src.unwrap_or(&self.first);
+        let Some(payload) = from.as_slice().get(off..off + len) else {
+            return false;
+        };
+        let at = self.buf.len();
+        let end = at + len;
+        match self.buf.storage_mut().get_mut(at..end) {
+            Some(dst) => {
+                dst.copy_from_slice(payload);
+                self.buf.set_len(end).is_ok()
+            }
+            None => false,
+        }
+    }
+}
