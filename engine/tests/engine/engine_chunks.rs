@@ -30,27 +30,34 @@ fn long_call_and_reply_chunk<N: Net>(net: N) {
     assert_eq!(r.stats().inline_replies, 0);
 }
 
-fn reply_chunk_only_when_needed<N: Net>(net: N) {
+/// The requester offers a Reply chunk only when the reply's maximum may not fit inline;
+/// the responder uses an offered Reply chunk whenever the reply fits it, even a small
+/// reply (draft-cel-nfsv4-rpcrdma-reliable-reply §5.3.2, as Linux nfsd does), and
+/// replies inline when none was offered.
+fn reply_chunk_used_whenever_offered<N: Net>(net: N) {
     let cfg = test_config();
     let mut p = pair(&net, &cfg, &cfg);
-    // Offered (the maximum is large) but not needed: the reply goes inline.
+    // Offered (the maximum is large), and used although the reply would fit inline.
     let req = CallRequest::new(msg(&p, PROC_BIG, &100u32.to_be_bytes()), 30_000);
     let o = call(&mut p, req);
     assert_eq!(o.status, CallStatus::Success);
     assert_eq!(results(&o), &opaque(&pattern(100, 7))[..]);
     let r = p.responder().expect("responder").stats();
-    assert_eq!((r.inline_replies, r.chunk_replies), (1, 0));
+    assert_eq!((r.inline_replies, r.chunk_replies), (0, 1));
     // Needed.
     let req = CallRequest::new(msg(&p, PROC_BIG, &20_000u32.to_be_bytes()), 30_000);
     let o = call(&mut p, req);
     assert_eq!(o.status, CallStatus::Success);
     assert_eq!(results(&o), &opaque(&pattern(20_000, 7))[..]);
     let r = p.responder().expect("responder").stats();
-    assert_eq!((r.inline_replies, r.chunk_replies), (1, 1));
-    // Not offered: a small maximum gets no Reply chunk.
+    assert_eq!((r.inline_replies, r.chunk_replies), (0, 2));
+    // Not offered: a small maximum gets no Reply chunk, and the reply goes inline.
     let req = CallRequest::new(msg(&p, PROC_BIG, &8u32.to_be_bytes()), 512);
-    let _ = call(&mut p, req);
+    let o = call(&mut p, req);
+    assert_eq!(o.status, CallStatus::Success);
     assert_eq!(p.requester.stats().reply_chunks, 2);
+    let r = p.responder().expect("responder").stats();
+    assert_eq!((r.inline_replies, r.chunk_replies), (1, 2));
 }
 
 /// Three DDP-eligible opaque arguments with odd lengths; the inline payload keeps only
@@ -188,7 +195,7 @@ fn ddp_result_without_write_chunk_goes_inline<N: Net>(net: N) {
 
 per_provider!(
     long_call_and_reply_chunk,
-    reply_chunk_only_when_needed,
+    reply_chunk_used_whenever_offered,
     read_chunks_at_several_positions,
     long_call_with_ddp_argument,
     write_chunk_gets_the_result_in_place,

@@ -109,8 +109,17 @@ impl<S: Service> ResponderHalf<S> {
         };
         let inline_hlen = inline_repr.encoded_len();
         let reply_chunk = lists.reply_chunk();
-        let inline =
-            inline_hlen + len <= th.send as usize && (body.is_some() || inline_hlen <= *body_off);
+        // A usable Reply chunk is used whatever the reply's size, then inline, then a
+        // responder-provided Read chunk (draft-cel-nfsv4-rpcrdma-reliable-reply §5.3.2;
+        // Linux nfsd does the same): the requester registered it and invalidates it
+        // either way, and a reply that fills it needs no receive of the inline size.
+        let chunk_fits = body.is_some()
+            && reply_chunk
+                .as_ref()
+                .is_some_and(|r| len as u64 <= r.total_length());
+        let inline = !chunk_fits
+            && inline_hlen + len <= th.send as usize
+            && (body.is_some() || inline_hlen <= *body_off);
         let mut reply_echo = [Segment::default(); MAX_CHUNK_SEGMENTS];
         let mut reply_n = 0;
         let mut reply_writes = 0;
