@@ -45,7 +45,10 @@ pub use conn::{
     ResponderLimits, Serving, StopHandle, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RELEASE_IDLE,
 };
 // Configuration, events and buffers every connection shares.
-pub use core::config::{Reconnect, ReplyChunks, DEFAULT_CREDIT_RECLAIM, DEFAULT_PROBE_PROGRAM};
+pub use core::config::{
+    Reconnect, ReplyChunks, DEFAULT_BACKCHANNEL_CREDITS, DEFAULT_CREDIT_RECLAIM,
+    DEFAULT_PROBE_PROGRAM,
+};
 pub use core::{
     CloseReason, ConfigError, ConnConfig, ConnEvent, ConnState, CountField, ProbeError, RegBuf,
     RegBufError, RegMode, Registration, RequesterStats, ResponderStats, Role, Sizes, Violation,
@@ -55,9 +58,9 @@ pub use core::fixed::FixedVec;
 #[doc(hidden)]
 pub use core::transport::Transport;
 pub use core::{
-    BidiCore, Connection, CoreError, CorePools, FastRegSlot, NoRequester, NoResponder, OutboxFull,
-    OutboxPart, PostFailure, RequesterCore, RequesterHalf, RequesterRole, ResponderCore,
-    ResponderHalf, ResponderRole, Transmit, Transmitter, WrId, WrKind,
+    Backchannel, BidiCore, Connection, CoreError, CorePools, FastRegSlot, NoRequester, NoResponder,
+    OutboxFull, OutboxPart, PostFailure, RequesterCore, RequesterHalf, RequesterRole,
+    ResponderCore, ResponderHalf, ResponderRole, Transmit, Transmitter, WrId, WrKind,
 };
 // Credits.
 pub use credits::{CreditSnapshot, CreditTable, GrantPolicy};

@@ -38,8 +38,18 @@ impl<P: Provider> ConnResources<P> {
     /// the pools of `cfg` for `role`, and registers the pools. Pools live in shareable
     /// arenas, which every provider accepts.
     pub fn new(dev: &P::Device, cfg: &ConnConfig, role: Role) -> Result<Self, ConnError> {
+        Self::with_sizes(dev, cfg, role, cfg.sizes(role))
+    }
+
+    /// As [`new`](Self::new), with queues and pools of `sizes` (a connection playing
+    /// both roles: [`ConnConfig::sizes_with_backchannel`]); `role` is the forward one.
+    pub fn with_sizes(
+        dev: &P::Device,
+        cfg: &ConnConfig,
+        role: Role,
+        sizes: Sizes,
+    ) -> Result<Self, ConnError> {
         cfg.validate().map_err(ConnError::Config)?;
-        let sizes = cfg.sizes(role);
         // Only a requester advertises chunks; a responder's memory stays local.
         let mode = match role {
             Role::Requester => cfg.registration.resolve(dev.caps().fast_reg),

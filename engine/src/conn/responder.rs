@@ -8,8 +8,11 @@ use super::resources::ConnResources;
 use super::{poll_cq, ConnError, CQ_BATCH};
 use crate::core::config::{ConnConfig, Role};
 use crate::core::fixed::FixedQueue;
-use crate::core::{ConnEvent, ConnState, ResponderCore, ResponderStats};
-use crate::credits::GrantPolicy;
+use crate::core::{
+    ConnEvent, ConnState, Connection, NoRequester, ProbeError, RequesterHalf, RequesterRole,
+    RequesterStats, ResponderHalf, ResponderStats,
+};
+use crate::credits::{CreditTable, GrantPolicy};
 use crate::fabric::{
     CmEvent, CmPrivateData, Completion, ConnId, ConnectionManager, Device, Provider, QueuePair,
 };
@@ -40,9 +43,11 @@ impl<P: Provider> Listener<P> {
     }
 }
 
-/// A responder connection serving calls with `S`.
-pub struct ResponderConn<P: Provider, S> {
-    core: ResponderCore<S>,
+/// A responder connection serving calls with `S`. `B` is the requester slot:
+/// [`NoRequester`], or [`RequesterHalf`] for a connection whose service also calls its
+/// requester (RFC 8167: [`Service::backchannel`]).
+pub struct ResponderConn<P: Provider, S, B: RequesterRole = NoRequester> {
+    core: Connection<B, ResponderHalf<S>>,
     qp: P::Qp,
     conn: ConnId,
     peer_pd: CmPrivateData,
@@ -79,11 +84,45 @@ impl<P: Provider, S: Service> ResponderConn<P, S> {
         cfg: &ConnConfig,
         service: S,
     ) -> Result<Self, ConnError> {
-        let res = ConnResources::<P>::new(dev, cfg, Role::Responder)?;
+        Self::accept_as(listener, dev, request, peer_private_data, cfg, service)
+    }
+}
+
+impl<P: Provider, S: Service> ResponderConn<P, S, RequesterHalf> {
+    /// The backward direction's counters (calls made through [`Service::backchannel`]).
+    pub fn backchannel_stats(&self) -> RequesterStats {
+        self.core.requester_stats()
+    }
+
+    /// The backward direction's credit table (RFC 8167 §4.3: its own credits, granted
+    /// by the requester in its backward replies).
+    pub fn backchannel_credits(&self) -> &Arc<CreditTable> {
+        self.core.credits()
+    }
+
+    /// Probes the requester's backchannel with an RPC NULL on the backward direction's
+    /// credits (see [`ConnEvent::ProbeAnswered`]).
+    pub fn backchannel_probe(&mut self, now: Instant) -> Result<(), ProbeError> {
+        self.core.health_check(now)
+    }
+}
+
+impl<P: Provider, S: Service, B: RequesterRole> ResponderConn<P, S, B> {
+    /// [`accept`](ResponderConn::accept) for either requester slot.
+    pub(super) fn accept_as(
+        listener: &mut Listener<P>,
+        dev: &P::Device,
+        request: P::ConnRequest,
+        peer_private_data: &CmPrivateData,
+        cfg: &ConnConfig,
+        service: S,
+    ) -> Result<Self, ConnError> {
+        let res =
+            ConnResources::<P>::with_sizes(dev, cfg, Role::Responder, B::responder_sizes(cfg))?;
         // Credits never count the receives kept for RDMA_DONE beyond them.
         let policy = Arc::new(GrantPolicy::new(cfg.credits, cfg.credits.max(1)));
         let mut core =
-            ResponderCore::responder(cfg, &res.pools, service, policy).map_err(ConnError::Core)?;
+            B::responder_core(cfg, &res.pools, service, policy).map_err(ConnError::Core)?;
         // Slots to expose replies in responder-provided Read chunks; none on a device
         // without fast registration, or whose keys ran out: such replies then get
         // ERR_CHUNK, as from a responder without the extension (the connection is
@@ -206,6 +245,11 @@ impl<P: Provider, S: Service> ResponderConn<P, S> {
             }
             core.handle_completion(wc, now)
         });
+        // Backward-direction calls' deadlines (never any on a one-role responder).
+        if core.next_timeout().is_some_and(|t| t <= now) {
+            core.handle_timeout(now);
+        }
+        core.run_backchannel(now);
         super::post::transmit(core, &mut self.qp, now);
         while let Some(ev) = self.core.poll_event() {
             if let ConnEvent::DisconnectRequested(_) = ev {
@@ -269,7 +313,7 @@ impl<P: Provider, S: Service> ResponderConn<P, S> {
 
     /// The core, for inspection (test hook: feature `testing`).
     #[cfg(feature = "testing")]
-    pub fn core(&self) -> &ResponderCore<S> {
+    pub fn core(&self) -> &Connection<B, ResponderHalf<S>> {
         &self.core
     }
 
@@ -291,12 +335,12 @@ impl<P: Provider, S: Service> ResponderConn<P, S> {
 
 /// A listener and the responder connections it accepted, each served by a service
 /// from `factory` (which may refuse a connection by returning `None`).
-pub struct Responder<P: Provider, S, F> {
+pub struct Responder<P: Provider, S, F, B: RequesterRole = NoRequester> {
     listener: Listener<P>,
     dev: P::Device,
     cfg: ConnConfig,
     factory: F,
-    conns: Vec<ResponderConn<P, S>>,
+    conns: Vec<ResponderConn<P, S, B>>,
     keep_closed: bool,
     refused: u64,
     polls: u32,
@@ -369,6 +413,43 @@ where
 {
     /// Listens on `addr` with `dev`; accepted connections use `cfg`.
     pub fn bind(
+        dev: P::Device,
+        addr: &P::Addr,
+        cfg: ConnConfig,
+        factory: F,
+    ) -> Result<Self, ConnError> {
+        Self::bind_as(dev, addr, cfg, factory)
+    }
+}
+
+impl<P, S, F> Responder<P, S, F, RequesterHalf>
+where
+    P: Provider,
+    S: Service,
+    F: FnMut() -> Option<S>,
+{
+    /// As [`bind`](Responder::bind), and each accepted connection can also call its
+    /// requester (RFC 8167): the service makes backward-direction calls in
+    /// [`Service::backchannel`] and hears of them in [`Service::backchannel_outcome`],
+    /// on [`ConnConfig::backchannel_credits`] credits of their own, inline only.
+    pub fn bind_calling(
+        dev: P::Device,
+        addr: &P::Addr,
+        cfg: ConnConfig,
+        factory: F,
+    ) -> Result<Self, ConnError> {
+        Self::bind_as(dev, addr, cfg, factory)
+    }
+}
+
+impl<P, S, F, B> Responder<P, S, F, B>
+where
+    P: Provider,
+    S: Service,
+    F: FnMut() -> Option<S>,
+    B: RequesterRole,
+{
+    fn bind_as(
         dev: P::Device,
         addr: &P::Addr,
         cfg: ConnConfig,
@@ -541,7 +622,7 @@ where
             let _ = self.listener.cm.reject(request, &[]);
             return;
         };
-        match ResponderConn::accept(
+        match ResponderConn::accept_as(
             &mut self.listener,
             &self.dev,
             request,
@@ -558,17 +639,17 @@ where
     }
 
     /// The accepted connections.
-    pub fn connections(&self) -> &[ResponderConn<P, S>] {
+    pub fn connections(&self) -> &[ResponderConn<P, S, B>] {
         &self.conns
     }
 
     /// The accepted connections, writable.
-    pub fn connections_mut(&mut self) -> &mut [ResponderConn<P, S>] {
+    pub fn connections_mut(&mut self) -> &mut [ResponderConn<P, S, B>] {
         &mut self.conns
     }
 
     /// Removes and returns the accepted connections.
-    pub fn take_connections(&mut self) -> Vec<ResponderConn<P, S>> {
+    pub fn take_connections(&mut self) -> Vec<ResponderConn<P, S, B>> {
         core::mem::take(&mut self.conns)
     }
 
