@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use rpcrdma::fabric::shm::{ShmConfig, ShmDevice, ShmProvider};
 use rpcrdma::fabric::siw::{SiwConfig, SiwDevice, SiwProvider};
 use rpcrdma::fabric::{ConnId, Provider};
+use rpcrdma::{Backchannel, NoRequester, Outcome, RequesterHalf, RequesterRole};
 use rpcrdma::{CallView, ReplyWriter, Service, ServiceError};
 use rpcrdma::{ConnConfig, ConnState};
 use rpcrdma::{Responder, ResponderLimits};
@@ -188,6 +189,18 @@ impl Service for Counted {
             Inner::Nfs(n) => n.on_done(xid),
         }
     }
+
+    fn backchannel(&mut self, calls: &mut Backchannel<'_>) {
+        if let Inner::Nfs(n) = &mut self.inner {
+            n.backchannel(calls);
+        }
+    }
+
+    fn backchannel_outcome(&mut self, outcome: Outcome) {
+        if let Inner::Nfs(n) = &mut self.inner {
+            n.backchannel_outcome(outcome);
+        }
+    }
 }
 
 /// The built-in programs, with `echo` (a clone: every connection shares its SOURCE
@@ -257,7 +270,22 @@ fn rate(octets: u64, secs: f64) -> String {
     }
 }
 
+/// Serves with connections that can call their clients (RFC 8167) when NFS is served
+/// (its NFSv4.1 side probes each client's backchannel), one-role connections otherwise.
 fn serve<P: Provider>(
+    dev: P::Device,
+    addr: &P::Addr,
+    ep: &Endpoint,
+    opts: &ServeOpts,
+) -> Result<(), CliError> {
+    if opts.nfs.is_some() {
+        serve_as::<P, RequesterHalf>(dev, addr, ep, opts)
+    } else {
+        serve_as::<P, NoRequester>(dev, addr, ep, opts)
+    }
+}
+
+fn serve_as<P: Provider, B: RequesterRole>(
     dev: P::Device,
     addr: &P::Addr,
     ep: &Endpoint,
@@ -291,8 +319,10 @@ fn serve<P: Provider>(
             })
         }
     };
-    let mut server = Responder::<P, Counted, _>::bind(dev, addr, opts.conn.clone(), factory)
-        .map_err(|e| CliError::Serve(format!("cannot listen on {ep} ({}): {e}", ep.provider())))?;
+    let mut server =
+        Responder::<P, Counted, _, B>::bind_roles(dev, addr, opts.conn.clone(), factory).map_err(
+            |e| CliError::Serve(format!("cannot listen on {ep} ({}): {e}", ep.provider())),
+        )?;
     server.set_limits(opts.limits);
     say(&format!(
         "rpcrdma serve: listening on {} {ep}; programs NULL {NULL_PROGRAM:#010x} v1, ECHO \
@@ -336,7 +366,13 @@ fn serve<P: Provider>(
         let now = Instant::now();
         track(&server, &mut known);
         if now >= next_sample {
-            board.publish(snapshot(&server, &counters, ep, start));
+            board.publish(snapshot(
+                &server,
+                nfs.as_ref().map(|n| &*n.shared),
+                &counters,
+                ep,
+                start,
+            ));
             next_sample = now + SAMPLE_EVERY;
         }
         if now.duration_since(last.0) >= Duration::from_secs(1) {
@@ -374,7 +410,13 @@ fn serve<P: Provider>(
         server.poll(Instant::now());
         track(&server, &mut known);
     }
-    board.publish(snapshot(&server, &counters, ep, start));
+    board.publish(snapshot(
+        &server,
+        nfs.as_ref().map(|n| &*n.shared),
+        &counters,
+        ep,
+        start,
+    ));
     drop(exporter);
     let left = server.connections().len();
     let cc = server.counters();
@@ -385,13 +427,16 @@ fn serve<P: Provider>(
     ));
     say(&format!(
         "rpcrdma serve: stopped after {:.1}s: {} calls ({} NULL, {} PROG_UNAVAIL), {} octets \
-         in, {} octets out{}",
+         in, {} octets out{}{}",
         start.elapsed().as_secs_f64(),
         counters.calls.load(Ordering::Relaxed),
         counters.nulls.load(Ordering::Relaxed),
         counters.prog_unavail.load(Ordering::Relaxed),
         counters.bytes_in.load(Ordering::Relaxed),
         counters.bytes_out.load(Ordering::Relaxed),
+        nfs.as_ref()
+            .map(|n| format!("; backchannel: {}", n.shared.counters.callback_line()))
+            .unwrap_or_default(),
         if left == 0 {
             String::new()
         } else {
@@ -408,8 +453,9 @@ fn serve<P: Provider>(
 const SAMPLE_EVERY: Duration = Duration::from_millis(200);
 
 /// The server's counters and each connection's, now.
-fn snapshot<P: Provider, F>(
-    server: &Responder<P, Counted, F>,
+fn snapshot<P: Provider, F, B: RequesterRole>(
+    server: &Responder<P, Counted, F, B>,
+    nfs: Option<&NfsShared>,
     counters: &Counters,
     ep: &Endpoint,
     start: Instant,
@@ -435,6 +481,10 @@ where
         prog_unavail: load(&counters.prog_unavail),
         bytes_in: load(&counters.bytes_in),
         bytes_out: load(&counters.bytes_out),
+        cb_null_sent: nfs.map_or(0, |n| n.counters.callback(0).sent),
+        cb_null_answered: nfs.map_or(0, |n| n.counters.callback(0).answered),
+        cb_compound_sent: nfs.map_or(0, |n| n.counters.callback(1).sent),
+        cb_compound_answered: nfs.map_or(0, |n| n.counters.callback(1).answered),
         connections: server
             .connections()
             .iter()
@@ -469,8 +519,10 @@ where
 }
 
 /// Prints connections that came up or went away since the last look.
-fn track<P: Provider, F>(server: &Responder<P, Counted, F>, known: &mut Vec<(ConnId, bool)>)
-where
+fn track<P: Provider, F, B: RequesterRole>(
+    server: &Responder<P, Counted, F, B>,
+    known: &mut Vec<(ConnId, bool)>,
+) where
     F: FnMut() -> Option<Counted>,
 {
     for c in server.connections() {

@@ -418,7 +418,7 @@ where
         cfg: ConnConfig,
         factory: F,
     ) -> Result<Self, ConnError> {
-        Self::bind_as(dev, addr, cfg, factory)
+        Self::bind_roles(dev, addr, cfg, factory)
     }
 }
 
@@ -438,7 +438,7 @@ where
         cfg: ConnConfig,
         factory: F,
     ) -> Result<Self, ConnError> {
-        Self::bind_as(dev, addr, cfg, factory)
+        Self::bind_roles(dev, addr, cfg, factory)
     }
 }
 
@@ -449,7 +449,10 @@ where
     F: FnMut() -> Option<S>,
     B: RequesterRole,
 {
-    fn bind_as(
+    /// [`bind`](Responder::bind) or [`bind_calling`](Responder::bind_calling), chosen
+    /// by the requester slot `B` ([`NoRequester`] or [`RequesterHalf`]): for code
+    /// generic over whether its connections call their requesters.
+    pub fn bind_roles(
         dev: P::Device,
         addr: &P::Addr,
         cfg: ConnConfig,
