@@ -105,9 +105,28 @@ impl<'a> Args<'a> {
     }
 }
 
-fn put(w: &mut ReplyWriter<'_>, words: &[u32]) -> Result<(), ServiceError> {
+/// Where a reply is written: the engine's writer (or a vector, in tests).
+trait Sink {
+    fn bytes(&mut self, b: &[u8]) -> Result<(), ServiceError>;
+}
+
+impl Sink for ReplyWriter<'_> {
+    fn bytes(&mut self, b: &[u8]) -> Result<(), ServiceError> {
+        self.put(b).map_err(|_| ServiceError::SystemErr)
+    }
+}
+
+#[cfg(test)]
+impl Sink for Vec<u8> {
+    fn bytes(&mut self, b: &[u8]) -> Result<(), ServiceError> {
+        self.extend_from_slice(b);
+        Ok(())
+    }
+}
+
+fn put(w: &mut impl Sink, words: &[u32]) -> Result<(), ServiceError> {
     for v in words {
-        w.put_u32(*v).map_err(|_| ServiceError::SystemErr)?;
+        w.bytes(&v.to_be_bytes())?;
     }
     Ok(())
 }
@@ -170,7 +189,7 @@ impl CallbackService {
     fn compound(
         &mut self,
         a: &mut Args<'_>,
-        w: &mut ReplyWriter<'_>,
+        w: &mut impl Sink,
         xid: u32,
     ) -> Result<(), ServiceError> {
         let tag = a.opaque(1024)?;
@@ -228,9 +247,8 @@ impl CallbackService {
         put(w, &[xid, 1, 0, 0, 0, 0])?;
         put(w, &[status.0])?;
         put(w, &[tag.len() as u32])?;
-        w.put(tag).map_err(|_| ServiceError::SystemErr)?;
-        w.put_zeros(tag.len().next_multiple_of(4) - tag.len())
-            .map_err(|_| ServiceError::SystemErr)?;
+        w.bytes(tag)?;
+        w.bytes(&[0; 3][..tag.len().next_multiple_of(4) - tag.len()])?;
         put(w, &[results.len() as u32])?;
         for r in &results {
             put(w, &[r.op, r.status.0])?;
@@ -273,5 +291,124 @@ impl Service for CallbackService {
                 Err(ServiceError::ProcUnavail)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SID: SessionId = *b"0123456789abcdef";
+
+    fn words(ws: &[u32]) -> Vec<u8> {
+        ws.iter().flat_map(|w| w.to_be_bytes()).collect()
+    }
+
+    /// CB_COMPOUND arguments: tag "cb", minor 1, ident 0, then `ops` (already encoded).
+    fn args(n: u32, ops: &[u8]) -> Vec<u8> {
+        let mut v = words(&[2]);
+        v.extend_from_slice(b"cb\0\0");
+        v.extend(words(&[1, 0, n]));
+        v.extend_from_slice(ops);
+        v
+    }
+
+    fn sequence(sid: &[u8; 16], seq: u32, slot: u32) -> Vec<u8> {
+        let mut v = words(&[OP_CB_SEQUENCE]);
+        v.extend_from_slice(sid);
+        v.extend(words(&[seq, slot, slot, 0, 0]));
+        v
+    }
+
+    fn recall() -> Vec<u8> {
+        let mut v = words(&[OP_CB_RECALL, 1]);
+        v.extend_from_slice(&[7; 12]);
+        v.extend(words(&[0, 8]));
+        v.extend_from_slice(b"filehndl");
+        v
+    }
+
+    /// Runs one CB_COMPOUND; returns (status, [(op, status)]).
+    fn run(s: &mut CallbackService, n: u32, ops: &[u8]) -> (u32, Vec<(u32, u32)>) {
+        let a = args(n, ops);
+        let mut out = Vec::new();
+        s.compound(&mut Args { b: &a, at: 0 }, &mut out, 9)
+            .expect("answered");
+        let w = |i: usize| u32::from_be_bytes(out[4 * i..4 * i + 4].try_into().unwrap());
+        assert_eq!((w(0), w(1), w(2)), (9, 1, 0), "accepted reply");
+        let status = w(6);
+        assert_eq!((w(7), &out[32..34]), (2, &b"cb"[..]), "tag echoed");
+        let n = w(9) as usize;
+        let mut at = 10;
+        let mut res = Vec::new();
+        for _ in 0..n {
+            let (op, st) = (w(at), w(at + 1));
+            at += 2;
+            if op == OP_CB_SEQUENCE && st == 0 {
+                assert_eq!(&out[4 * at..4 * at + 16], &SID[..]);
+                at += 8;
+            }
+            res.push((op, st));
+        }
+        assert_eq!(at * 4, out.len(), "nothing after the results");
+        (status, res)
+    }
+
+    #[test]
+    fn cb_sequence_then_cb_recall_of_a_delegation_not_held() {
+        let mut s = CallbackService::new(0x4000_0000);
+        s.set_session(SID);
+        let mut ops = sequence(&SID, 1, 0);
+        ops.extend(recall());
+        let (st, res) = run(&mut s, 2, &ops);
+        assert_eq!(st, Nfsstat4::BADHANDLE.0);
+        assert_eq!(
+            res,
+            vec![(OP_CB_SEQUENCE, 0), (OP_CB_RECALL, Nfsstat4::BADHANDLE.0)]
+        );
+        // The next sequence id is accepted; the same one again is a retry with no
+        // cached reply; a jump is misordered; another slot or session is refused.
+        assert_eq!(run(&mut s, 1, &sequence(&SID, 2, 0)).0, 0);
+        assert_eq!(
+            run(&mut s, 1, &sequence(&SID, 2, 0)).0,
+            Nfsstat4::RETRY_UNCACHED_REP.0
+        );
+        assert_eq!(
+            run(&mut s, 1, &sequence(&SID, 5, 0)).0,
+            Nfsstat4::SEQ_MISORDERED.0
+        );
+        assert_eq!(run(&mut s, 1, &sequence(&SID, 3, 1)).0, Nfsstat4::BADSLOT.0);
+        assert_eq!(
+            run(&mut s, 1, &sequence(b"another-session!", 3, 0)).0,
+            Nfsstat4::BADSESSION.0
+        );
+        assert_eq!(run(&mut s, 1, &sequence(&SID, 3, 0)).0, 0);
+        assert_eq!(s.stats().recalls, 1);
+    }
+
+    #[test]
+    fn operations_out_of_place_stop_the_compound() {
+        let mut s = CallbackService::new(0x4000_0000);
+        s.set_session(SID);
+        // CB_RECALL without CB_SEQUENCE first: not in a session.
+        assert_eq!(
+            run(&mut s, 1, &recall()).1,
+            vec![(OP_CB_RECALL, Nfsstat4::OP_NOT_IN_SESSION.0)]
+        );
+        // An unknown operation: OP_CB_ILLEGAL; nothing after it runs.
+        let mut ops = sequence(&SID, 1, 0);
+        ops.extend(words(&[77]));
+        ops.extend(recall());
+        assert_eq!(
+            run(&mut s, 3, &ops).1,
+            vec![(OP_CB_SEQUENCE, 0), (OP_CB_ILLEGAL, Nfsstat4::OP_ILLEGAL.0)]
+        );
+        // Truncated arguments are garbage, not a panic.
+        let a = args(2, &sequence(&SID, 2, 0)[..20]);
+        let mut out = Vec::new();
+        assert_eq!(
+            s.compound(&mut Args { b: &a, at: 0 }, &mut out, 1),
+            Err(ServiceError::GarbageArgs)
+        );
     }
 }
