@@ -249,8 +249,6 @@ fn both_directions_busy_at_once<N: Net>(net: N) {
     );
 }
 
-per_provider!(both_directions_busy_at_once);
-
 /// A seeded simulation of the two-direction workload replays exactly: every call of
 /// either direction gets the same outcome and XID on a second run of the seed.
 #[test]
@@ -265,3 +263,176 @@ fn a_seeded_two_direction_run_replays() {
         assert!(a.backward.values().all(|v| v.2), "seed {seed}");
     }
 }
+
+/// A forward responder's service that makes `count` backward calls of `proc_` (ECHO of
+/// a few octets, or DROP, which the requester's service never answers), up to its
+/// credits, and keeps their outcomes.
+struct Backward {
+    serve: TestService,
+    proc_: u32,
+    count: u64,
+    submitted: u64,
+    outcomes: Vec<(u64, CallStatus)>,
+}
+
+impl Service for Backward {
+    fn handle_call(
+        &mut self,
+        call: &CallView<'_>,
+        reply: &mut ReplyWriter<'_>,
+    ) -> Result<(), ServiceError> {
+        self.serve.handle_call(call, reply)
+    }
+
+    fn backchannel(&mut self, calls: &mut Backchannel<'_>) {
+        let waiting = self.submitted - self.outcomes.len() as u64;
+        if calls.is_open() && self.submitted < self.count && waiting < 4 {
+            let mut req = CallRequest::new(call_msg(calls, self.proc_, &opaque(b"bc")), 512);
+            req.timeout = Some(DEADLINE * 3);
+            calls
+                .submit(req, self.submitted)
+                .expect("backward call accepted");
+            self.submitted += 1;
+        }
+    }
+
+    fn backchannel_outcome(&mut self, o: Outcome) {
+        self.outcomes.push((o.tag, o.status));
+    }
+}
+
+type BackwardServer<P> =
+    Responder<P, Backward, Box<dyn FnMut() -> Option<Backward> + Send>, RequesterHalf>;
+
+/// One direction stuck (every credit held by calls its peer never answers, more waiting
+/// behind them) does not hold up the other: with the backward direction stuck, 40
+/// forward calls complete; with the forward direction stuck, 20 backward calls complete.
+/// Closing then gives every stuck call exactly one outcome (the connection's end), and
+/// the pools come back full.
+fn a_stuck_direction_never_blocks_the_other<N: Net>(net: N) {
+    for backward_stuck in [true, false] {
+        let (ccfg, scfg) = configs(None);
+        let (cdev, sdev, addr) = (net.device(), net.device(), net.addr());
+        let (bproc, bcount) = if backward_stuck {
+            (PROC_DROP, 2)
+        } else {
+            (PROC_ECHO, 20)
+        };
+        let mut once = Some(Backward {
+            serve: TestService::default(),
+            proc_: bproc,
+            count: bcount,
+            submitted: 0,
+            outcomes: Vec::new(),
+        });
+        let factory: Box<dyn FnMut() -> Option<Backward> + Send> = Box::new(move || once.take());
+        let mut server: BackwardServer<N::P> =
+            Responder::bind_calling(sdev, &addr, scfg, factory).expect("listens");
+        server.keep_closed(true);
+        let mut client: Requester<N::P, ResponderHalf<TestService>> =
+            Requester::connect_serving(&cdev, &addr, &ccfg, TestService::default())
+                .expect("connects");
+        let end = Instant::now() + DEADLINE;
+        let poll = |server: &mut BackwardServer<N::P>, client: &mut Requester<N::P, _>| {
+            assert!(
+                Instant::now() < end,
+                "deadline (backward stuck: {backward_stuck})"
+            );
+            let now = client.clock().now();
+            server.poll(now);
+            client.poll(now);
+        };
+        while client.state() != ConnState::Established || server.connections().is_empty() {
+            poll(&mut server, &mut client);
+        }
+        let cpools: CorePools = client.resources().pools().clone();
+        let (fproc, fcount) = if backward_stuck {
+            (PROC_ECHO, 40u64)
+        } else {
+            (PROC_DROP, 8)
+        };
+        let mut forward = Vec::new();
+        for tag in 0..fcount {
+            let mut m = client.alloc_msg().expect("send buffer");
+            write_call(&mut m, fproc, &opaque(b"fw"));
+            let mut req = CallRequest::new(m, 512);
+            req.timeout = Some(DEADLINE * 3);
+            client.submit(req, tag).expect("forward call accepted");
+        }
+        let stuck_before = |server: &BackwardServer<N::P>, client: &Requester<N::P, _>| {
+            let sc = &server.connections()[0];
+            // Every credit of the stuck direction held (one: no reply ever raised the
+            // grant above the first call's), nothing answered.
+            if backward_stuck {
+                let c = sc.backchannel_credits().snapshot();
+                c.in_flight == c.granted && sc.service().outcomes.is_empty()
+            } else {
+                let c = client.credits().snapshot();
+                c.in_flight == c.granted && c.waiting == 7
+            }
+        };
+        // The free direction finishes while the other stays stuck.
+        loop {
+            poll(&mut server, &mut client);
+            while let Some(o) = client.poll_outcome() {
+                forward.push((o.tag, o.status));
+            }
+            let sc = &server.connections()[0];
+            let free_done = if backward_stuck {
+                forward.len() as u64 == fcount
+            } else {
+                sc.service().outcomes.len() as u64 == bcount
+            };
+            if free_done {
+                assert!(
+                    stuck_before(&server, &client),
+                    "the other direction stayed stuck"
+                );
+                break;
+            }
+        }
+        let free: Vec<CallStatus> = if backward_stuck {
+            forward.iter().map(|o| o.1).collect()
+        } else {
+            server.connections()[0]
+                .service()
+                .outcomes
+                .iter()
+                .map(|o| o.1)
+                .collect()
+        };
+        assert!(free.iter().all(|s| *s == CallStatus::Success), "{free:?}");
+        client.close();
+        while client.state() != ConnState::Closed
+            || server.connections()[0].state() != ConnState::Closed
+        {
+            poll(&mut server, &mut client);
+            while let Some(o) = client.poll_outcome() {
+                forward.push((o.tag, o.status));
+            }
+        }
+        // Every call of either direction: exactly one outcome.
+        let mut tags: Vec<u64> = forward.iter().map(|o| o.0).collect();
+        tags.sort_unstable();
+        assert_eq!(tags, (0..fcount).collect::<Vec<_>>(), "forward outcomes");
+        let mut btags: Vec<u64> = server.connections()[0]
+            .service()
+            .outcomes
+            .iter()
+            .map(|o| o.0)
+            .collect();
+        btags.sort_unstable();
+        assert_eq!(btags, (0..bcount).collect::<Vec<_>>(), "backward outcomes");
+        let spools: CorePools = server.connections()[0].resources().pools().clone();
+        drop(client);
+        drop(server);
+        for p in [&cpools, &spools] {
+            assert!(p.recv.is_full() && p.send.is_full() && p.large.is_full());
+        }
+    }
+}
+
+per_provider!(
+    both_directions_busy_at_once,
+    a_stuck_direction_never_blocks_the_other
+);
