@@ -129,6 +129,8 @@ pub struct Nfs41Client<P: Provider> {
     reply_retries: u64,
     /// `ConnConfig::large_buf_size`: the largest reply room one call can offer.
     large_buf: u32,
+    /// The server granted CONN_BACK_CHAN: its callbacks come on this connection.
+    backchannel_granted: bool,
 }
 
 impl<P: Provider> fmt::Debug for Nfs41Client<P> {
@@ -228,6 +230,7 @@ impl<P: Provider> Nfs41Client<P> {
             xid: crate::nfs::client::random_xid(),
             reply_retries: 0,
             large_buf: cfg.large_buf_size,
+            backchannel_granted: false,
         };
         let verifier = (now.as_nanos() as u64).to_be_bytes();
         let owner = c.owner.clone();
@@ -290,6 +293,7 @@ impl<P: Provider> Nfs41Client<P> {
             })?;
         c.sessionid = session.sessionid;
         c.conn.service_mut().set_session(session.sessionid);
+        c.backchannel_granted = session.flags & 0x2 != 0;
         c.session_open = true;
         c.fore = session.fore;
         let slots = session.fore.maxrequests.clamp(1, fore.maxrequests);
@@ -321,6 +325,18 @@ impl<P: Provider> Nfs41Client<P> {
     /// What the callback service answered on the backchannel.
     pub fn callbacks(&self) -> CallbackStats {
         self.conn.service().stats()
+    }
+
+    /// Whether the server granted the backchannel on this connection (CREATE_SESSION's
+    /// `csr_flags` has CONN_BACK_CHAN).
+    pub fn backchannel_granted(&self) -> bool {
+        self.backchannel_granted
+    }
+
+    /// The connection's backward direction as the transport saw it: calls received,
+    /// answered inline, refused (ERR_VERS, ERR_CHUNK) or dropped.
+    pub fn backchannel_transport(&self) -> rpcrdma::ResponderStats {
+        self.conn.backchannel_stats()
     }
 
     /// Polls the connection for `how_long` without a call of its own: the backchannel
