@@ -40,9 +40,10 @@ pub mod wire;
 // The embedding API: connections and their drivers.
 pub use conn::task::{Client, ClientError, ConnMsg, PendingCall, RequesterTask, ResponderTask};
 pub use conn::{
-    ConnError, ConnResources, Listener, Pair, PairError, PairWait, ReconnectStats, Requester,
-    RequesterBuilder, Responder, ResponderBuilder, ResponderConn, ResponderCounters,
-    ResponderLimits, Serving, StopHandle, DEFAULT_CONNECT_TIMEOUT, DEFAULT_RELEASE_IDLE,
+    ConnError, ConnResources, GroupCounters, GroupSample, Listener, Pair, PairError, PairWait,
+    PollGroup, PollGroupTask, ReconnectStats, Requester, RequesterBuilder, Responder,
+    ResponderBuilder, ResponderConn, ResponderCounters, ResponderLimits, Serving, StopHandle,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_RELEASE_IDLE,
 };
 // Configuration, events and buffers every connection shares.
 pub use core::config::{
@@ -50,8 +51,9 @@ pub use core::config::{
     DEFAULT_PROBE_PROGRAM,
 };
 pub use core::{
-    CloseReason, ConfigError, ConnConfig, ConnEvent, ConnState, CountField, ProbeError, RegBuf,
-    RegBufError, RegMode, Registration, RequesterStats, ResponderStats, Role, Sizes, Violation,
+    CloseReason, ConfigError, ConnConfig, ConnEvent, ConnState, CountField, PeerConfig, ProbeError,
+    RegBuf, RegBufError, RegMode, Registration, RequesterStats, ResponderStats, Role, Sizes,
+    Violation,
 };
 // The sans-IO protocol core, for drivers of one's own.
 pub use core::fixed::FixedVec;

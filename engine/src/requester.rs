@@ -75,6 +75,21 @@ pub struct CallRequest {
     /// request cache ([`Reconnect::server_has_drc`](crate::Reconnect::server_has_drc)),
     /// and fails it with [`TransportError::NotRetransmitted`] otherwise.
     pub idempotent: bool,
+    /// The reply's maximum is unknown or the reply is usually small, so under
+    /// [`ReplyChunks::PerCall`](crate::ReplyChunks::PerCall) no Reply chunk is offered when
+    /// the peer provides Read chunks for replies (the ULP's
+    /// `ProcInfo::prefers_read_chunk_reply`; draft-cel-nfsv4-rpcrdma-reliable-reply
+    /// §5.3.1). Ignored under the other policies.
+    pub prefers_read_chunk_reply: bool,
+    /// The DDP arguments may travel inline, padded, in RDMA_MSGP (RFC 5666 §3.9) when
+    /// the peer's receive-buffer alignment is known
+    /// ([`Requester::apply_peer_config`](crate::Requester::apply_peer_config)) and they
+    /// fit the send threshold with their padding; a Read chunk each otherwise. The
+    /// engine sets `rdma_thresh` to the shortest argument's length, so the upper layer
+    /// vouches that no other opaque item in the message is that long (the peer would
+    /// look for padding before it): true of an ECHO's one opaque, of NFSv3 WRITE data
+    /// longer than a file handle.
+    pub pad_inline_ddp: bool,
 }
 
 impl CallRequest {
@@ -88,7 +103,24 @@ impl CallRequest {
             timeout: None,
             xid: None,
             idempotent: false,
+            prefers_read_chunk_reply: false,
+            pad_inline_ddp: false,
         }
+    }
+
+    /// Lets the DDP arguments travel inline, padded (see
+    /// [`pad_inline_ddp`](Self::pad_inline_ddp)).
+    pub fn pad_inline_ddp(mut self, yes: bool) -> Self {
+        self.pad_inline_ddp = yes;
+        self
+    }
+
+    /// Marks the call as one whose reply may come in a responder-provided Read chunk
+    /// instead of a Reply chunk (see
+    /// [`prefers_read_chunk_reply`](Self::prefers_read_chunk_reply)).
+    pub fn prefer_read_chunk_reply(mut self, yes: bool) -> Self {
+        self.prefers_read_chunk_reply = yes;
+        self
     }
 
     /// Marks the call idempotent (see [`idempotent`](Self::idempotent)).
@@ -320,6 +352,10 @@ pub struct Resend {
     pub timeout: Option<Duration>,
     /// [`CallRequest::idempotent`].
     pub idempotent: bool,
+    /// [`CallRequest::prefers_read_chunk_reply`].
+    pub prefers_read_chunk_reply: bool,
+    /// [`CallRequest::pad_inline_ddp`].
+    pub pad_inline_ddp: bool,
 }
 
 impl Outcome {
@@ -338,6 +374,8 @@ impl Outcome {
                 max_reply_len: r.max_reply_len,
                 timeout: r.timeout,
                 idempotent: r.idempotent,
+                prefers_read_chunk_reply: r.prefers_read_chunk_reply,
+                pad_inline_ddp: r.pad_inline_ddp,
             }),
             (_, msg) => {
                 self.msg = msg;

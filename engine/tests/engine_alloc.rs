@@ -199,3 +199,74 @@ fn steady_state_rpcs_do_not_allocate() {
     }
     eprintln!("{}", report.join("; "));
 }
+
+/// The same inline RPCs served by a poll group (one completion queue shared by its
+/// connections, completions routed by queue-pair number), driven on this thread with
+/// the requester: nothing on the group's path allocates per call either.
+#[test]
+fn poll_group_rpcs_do_not_allocate() {
+    use rpcrdma::{ConnState, PollGroup, Requester, ResponderLimits};
+    use std::time::Instant;
+    let cfg = ConnConfig {
+        credits: 8,
+        large_buf_size: 64 * 1024,
+        large_bufs: 32,
+        send_bufs: 64,
+        queue_len: 64,
+        hugepages: HugePages::Never,
+        ..ConnConfig::default()
+    };
+    let addr = ShmAddr::abstract_name(format!("rpcrdma-group-alloc-{}", std::process::id()));
+    let factory: fn() -> Option<Echo> = || Some(Echo);
+    let mut groups = PollGroup::<ShmProvider, Echo, _>::bind(
+        ShmDevice::new(),
+        &addr,
+        cfg.clone(),
+        factory,
+        1,
+        ResponderLimits::default(),
+    )
+    .expect("group");
+    let mut g = groups.pop().expect("one group");
+    let dev = ShmDevice::new();
+    let mut c = Requester::<ShmProvider>::connect_with(&dev, &addr, &cfg).expect("connect");
+    let end = Instant::now() + DEADLINE;
+    while c.state() != ConnState::Established || g.connections().len() != 1 {
+        let now = Instant::now();
+        c.poll(now);
+        g.poll(now);
+        assert!(now < end, "connected");
+    }
+    let data = [7u8; 100];
+    let call = |c: &mut Requester<ShmProvider>, g: &mut PollGroup<ShmProvider, Echo, _>| {
+        let mut m = c.alloc_msg().expect("msg");
+        write_call(&mut m, &data, true);
+        c.submit(CallRequest::new(m, 1024), 1).expect("submits");
+        loop {
+            let now = Instant::now();
+            c.poll(now);
+            g.poll(now);
+            if let Some(o) = c.poll_outcome() {
+                assert_eq!(o.status, CallStatus::Success);
+                return;
+            }
+            assert!(now < end, "answered");
+        }
+    };
+    for _ in 0..200 {
+        call(&mut c, &mut g);
+    }
+    const N: u64 = 500;
+    ALLOCS.store(0, Ordering::Relaxed);
+    COUNTING.with(|x| x.set(true));
+    for _ in 0..N {
+        call(&mut c, &mut g);
+    }
+    COUNTING.with(|x| x.set(false));
+    let n = ALLOCS.load(Ordering::Relaxed);
+    assert_eq!(
+        n, 0,
+        "poll group: {n} heap allocations in {N} steady-state RPCs"
+    );
+    assert_eq!(g.counters().sample().accepted, 1);
+}

@@ -18,6 +18,7 @@
 pub mod cli;
 pub mod config;
 pub mod fabric;
+pub mod groups;
 pub mod histogram;
 pub mod measure;
 pub mod physical;
@@ -25,6 +26,7 @@ pub mod plot;
 pub mod report;
 pub mod rpc;
 pub mod run;
+pub mod scale;
 pub mod server;
 pub mod soak;
 pub mod spec;

@@ -46,6 +46,8 @@ fn main() -> ExitCode {
         Some("soak") => return rpcrdma_perf::soak::main(std::env::args().skip(2)),
         // The responder of a two-host run (`rpcrdma-perf server --help`).
         Some("server") => return rpcrdma_perf::server::main(std::env::args().skip(2)),
+        // Rate by server cores, the server in another process (`rpcrdma-perf scale --help`).
+        Some("scale") => return rpcrdma_perf::scale::main(std::env::args().skip(2)),
         _ => {}
     }
     let cli = Cli::parse();

@@ -11,7 +11,7 @@ use rpcrdma::fabric::Provider;
 use rpcrdma::Responder;
 use rpcrdma_ulp::program::Dispatcher;
 
-use crate::cli::ProviderName;
+use crate::cli::{CoreList, ProviderName};
 use crate::fabric::{FabricKind, Shm, Siw};
 use crate::rpc::{busy_serve, dispatcher, server_config, RpcParams};
 use crate::spec::{pin, BenchError};
@@ -38,8 +38,13 @@ pub struct ServerArgs {
     #[arg(long, default_value_t = 128)]
     pub credits: u32,
     /// Core to pin the polling thread to.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "cores")]
     pub core: Option<usize>,
+    /// Serve with one poll group per listed core (`0,1`): a pinned poller each, one
+    /// completion queue per group, connections to the least loaded group; prints each
+    /// group's calls and busy time (what `rpcrdma-perf scale` reads).
+    #[arg(long, value_parser = core_list, value_name = "LIST")]
+    pub cores: Option<CoreList>,
     /// Stop after this many seconds (default: run until killed).
     #[arg(long = "for")]
     pub run_for: Option<f64>,
@@ -68,6 +73,10 @@ pub fn main(args: impl IntoIterator<Item = String>) -> std::process::ExitCode {
     }
 }
 
+fn core_list(s: &str) -> Result<CoreList, units::ParseError> {
+    units::parse_cores(s).map(CoreList)
+}
+
 fn serve<F: FabricKind>(args: &ServerArgs, default_addr: &str) -> Result<(), BenchError> {
     let text = args.addr.as_deref().unwrap_or(default_addr);
     if text.is_empty() {
@@ -82,6 +91,21 @@ fn serve<F: FabricKind>(args: &ServerArgs, default_addr: &str) -> Result<(), Ben
     cfg.validate()
         .map_err(|e| BenchError::Setup(format!("configuration: {e}")))?;
     let source_max = args.max_size as usize;
+    let end = args
+        .run_for
+        .map(|s| Instant::now() + Duration::from_secs_f64(s.max(0.0)));
+    if let Some(cores) = &args.cores {
+        println!(
+            "rpcrdma-perf server: {} listening on {text} (calls up to {} octets, inline {}, {} \
+             credits)",
+            args.provider.name(),
+            args.max_size,
+            args.inline,
+            args.credits
+        );
+        let factory = move || Some(dispatcher(source_max));
+        return crate::groups::serve::<F::P, _>(F::open()?, &addr, cfg, factory, &cores.0, end);
+    }
     let mut server = Responder::<F::P, Dispatcher, _>::bind(F::open()?, &addr, cfg, move || {
         Some(dispatcher(source_max))
     })
@@ -98,9 +122,6 @@ fn serve<F: FabricKind>(args: &ServerArgs, default_addr: &str) -> Result<(), Ben
         args.credits
     );
     let _ = std::io::stdout().flush();
-    let end = args
-        .run_for
-        .map(|s| Instant::now() + Duration::from_secs_f64(s.max(0.0)));
     busy_serve(&mut server, &std::sync::atomic::AtomicBool::new(false), end);
     Ok(())
 }

@@ -3,7 +3,8 @@
 # `rpcrdma serve --nfs --provider siw` through 10.0.2.2 (qemu user networking forwards it
 # to the host's 127.0.0.1): MOUNT over TCP, NFS over our userspace iWARP. The guest writes
 # 32 MiB with fsync, drops caches, reads back and compares, creates 200 files and counts
-# them, makes a symlink; the host then compares the served directory with what the guest
+# them, makes a symlink; then the guest kernel's NFSv4.1 client mounts the same server,
+# reads the blob back, counts the files and creates one; the host then compares the served directory with what the guest
 # wrote and checks the server's stop lines for Write, Read and Reply chunks.
 # Host-side traffic lands in RUN/host.pcap when tshark is present, and must decode there
 # as NFS over RPC-over-RDMA over iWARP (tshark -r host.pcap -Y rpcordma).
@@ -41,6 +42,8 @@ BAD=()
 cmp -s "$RUN/blob" "$RUN/export/blob" || BAD+=("the served blob differs from what the guest wrote")
 n=$(find "$RUN/export/many" -type f | wc -l); [ "$n" = 200 ] || BAD+=("$n files on the host, not 200")
 [ "$(readlink "$RUN/export/link")" = /etc/passwd ] || BAD+=("symlink target not stored verbatim")
+[ "$(cat "$RUN/export/v41.txt" 2>/dev/null)" = hello-over-v41 ] || BAD+=("v41.txt not written through the NFSv4.1 mount")
+grep -q 'NFS4 COMPOUND [1-9]' "$RUN/host-serve.log" || BAD+=("no NFSv4.1 COMPOUND on the server's stop lines")
 used() { local n; n=$(sed -n "s/.*nfs: NFS3 $1 [0-9]* calls .*$2 \([0-9]*\).*/\1/p" "$RUN/host-serve.log" | head -n1); echo "${n:-0}"; }
 [ "$(used READ write)" -gt 0 ] || BAD+=("no Write chunks used by READ")
 [ "$(used WRITE read)" -gt 0 ] || BAD+=("no Read chunks used by WRITE")

@@ -5,7 +5,9 @@
 # host's `rpcrdma call --provider siw` through a qemu hostfwd. Each direction runs the
 # same cases (CASES below): NULL, inline ECHO, ECHO with a Read chunk, with a Write chunk,
 # with a Reply chunk, and with both Read and Write chunks; every echo is checked octet by
-# octet by the CLI ("echoed N octets match").
+# octet by the CLI ("echoed N octets match"). Then the two-host benchmark: the host's
+# `rpcrdma-perf lat` and `rate --connect` (siw) against the guest's server (verbs on
+# siw0), each reported as a LAB_METRIC two_host_* line and failed when no row measures.
 # Host-side traffic of both directions lands in RUN/host.pcap when tshark is present
 # (decode: tshark -r host.pcap -d tcp.port==PORT,iwarp_mpa).
 # exit: 0 pass, 1 a direction/case failed (named), 2-4 as run.sh, 5 host build failed.
@@ -16,7 +18,11 @@ ROOT=$(cd "$HERE/../.." && pwd)
 cd "$ROOT" || exit 4
 cargo build -q -p rpcrdma-tools --features verbs 2>"$LAB/verbs-interop-build.log" ||
   { tail -n 30 "$LAB/verbs-interop-build.log"; echo "verbs-interop: host build failed"; exit 5; }
+# The two-host benchmark's client (release: CI built it already for the main job).
+cargo build -q --release -p rpcrdma-perf 2>>"$LAB/verbs-interop-build.log" ||
+  { tail -n 30 "$LAB/verbs-interop-build.log"; echo "verbs-interop: host perf build failed"; exit 5; }
 BIN=$ROOT/target/debug/rpcrdma
+PERF=$ROOT/target/release/rpcrdma-perf
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 HPORT=$(free_port); FPORT=$(free_port); GPORT=5555
 RUN=$LAB/runs/verbs-interop-$(date +%Y%m%d-%H%M%S)-$$; mkdir -p "$RUN"
@@ -57,6 +63,16 @@ if [ -f "$RUN/guest-serving" ]; then
     timeout 60 "$BIN" call --provider siw --addr "127.0.0.1:$FPORT" --json --timeout 10 $args \
       > "$RUN/h2g-$name.json" 2> "$RUN/h2g-$name.err"
   done < "$RUN/cases"
+  # The two-host benchmark, perftest-style: this host's rpcrdma-perf (userspace siw)
+  # against the guest's server (verbs on the kernel's siw0), RPC rows only. Under TCG
+  # the figures say that the split works across two kernels, not what hardware does.
+  for mode in lat rate; do
+    depth=(); [ "$mode" = rate ] && depth=(--depth 4)
+    timeout 120 "$PERF" "$mode" --provider siw --connect "127.0.0.1:$FPORT" --size 64 \
+      --iters 300 --warmup 30 "${depth[@]}" --credits 32 --json \
+      > "$RUN/h2g-perf-$mode.json" 2> "$RUN/h2g-perf-$mode.err"
+    echo "h2g perf $mode rc=$?" >> "$RUN/h2g-perf.rc"
+  done
   touch "$RUN/host-done"
 else
   echo "verbs-interop: the guest never served (step: guest verbs serve)"; BAD+=(guest-serve)
@@ -80,6 +96,31 @@ judge() {
 }
 [ -f "$RUN/host-done" ] && judge h2g
 judge g2h
+# perf_row MODE: the benchmark's one RPC row, measured without error, as a LAB_METRIC line.
+perf_row() {
+  python3 - "$RUN/h2g-perf-$1.json" "$1" <<'PY'
+import json, sys
+path, mode = sys.argv[1], sys.argv[2]
+try:
+    rows = json.load(open(path))["rows"]
+except (OSError, ValueError, KeyError) as e:
+    sys.exit(f"no JSON rows ({e})")
+ok = [r for r in rows if r.get("layer") == "rpc" and not r.get("error") and r.get("figures")]
+if not ok:
+    sys.exit(f"no measured rpc row: {rows}")
+f = ok[0]["figures"]
+print(f"LAB_METRIC two_host_{mode} host_siw_to_guest_verbs size=64 p50_us={f['p50_ns'] / 1e3:.1f} "
+      f"p99_us={f['p99_ns'] / 1e3:.1f} ops_per_s={f['ops_per_s']:.0f} ops={f['ops']}")
+PY
+}
+if [ -f "$RUN/host-done" ]; then
+  for mode in lat rate; do
+    if ! perf_row "$mode"; then
+      echo "h2g perf-$mode: FAILED: $(head -c 500 "$RUN/h2g-perf-$mode.err" 2>/dev/null)"
+      BAD+=("h2g-perf-$mode")
+    fi
+  done
+fi
 # terminates: every Terminate in RUN/host.pcap, with its control word read both the RFC 5040
 # way (layer in the high nibble) and the way Linux siw writes it on little-endian hosts
 # (its bitfields put the layer in the low nibble), and the offending segment's header.

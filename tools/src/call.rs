@@ -8,6 +8,7 @@ use rpcrdma::fabric::shm::{ShmDevice, ShmProvider};
 use rpcrdma::fabric::siw::{SiwDevice, SiwProvider};
 use rpcrdma::fabric::Provider;
 use rpcrdma::iwarp::crc32c::crc32c;
+use rpcrdma::wire::ccp::ConfigRdmaReq;
 use rpcrdma::Requester;
 use rpcrdma::{CallRequest, CallStatus, Outcome};
 use rpcrdma::{ConnConfig, ConnEvent, ConnState, RegBuf};
@@ -76,6 +77,8 @@ pub struct CallOpts {
     /// Keepalive probes to see answered after the reply before closing (needs
     /// `conn.keepalive`).
     pub probes: u64,
+    /// Run CONF_RDMA first and apply its results (RFC 5666 §6).
+    pub ccp: bool,
 }
 
 /// The connection settings of a call to `target`: `base`, with keepalive probes after
@@ -100,7 +103,8 @@ pub fn requester_config(
 /// The message shape the call used.
 #[derive(Debug, Clone, Serialize)]
 pub struct Shape {
-    /// RDMA_MSG (inline) or RDMA_NOMSG (the message went in a Position-Zero Read chunk).
+    /// RDMA_MSG (inline), RDMA_MSGP (inline with the payload padded, after `--ccp`) or
+    /// RDMA_NOMSG (the message went in a Position-Zero Read chunk).
     pub call: &'static str,
     /// Read chunks (DDP arguments, and the Position-Zero chunk of a long call).
     pub read_chunks: usize,
@@ -154,6 +158,22 @@ pub struct Summary {
     /// call ends) or "persistent" (the chunk pools stay reachable by the server for the
     /// connection's life).
     pub registration: &'static str,
+    /// What CONF_RDMA agreed (`--ccp`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ccp: Option<CcpAgreed>,
+}
+
+/// The Connection Configuration Protocol's exchange (RFC 5666 §6.2) and what it changed.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct CcpAgreed {
+    /// The server's largest inline call (`maxcall_sendsize`).
+    pub maxcall_sendsize: u32,
+    /// The server's receive-buffer alignment (`align`), used for RDMA_MSGP padding.
+    pub align: u32,
+    /// RDMA Reads the server lets be active against it (`maxrdmaread`).
+    pub maxrdmaread: u32,
+    /// The send threshold in force afterwards (never above the private-data one).
+    pub send_threshold: u32,
 }
 
 fn call_err(reason: impl Into<String>) -> CliError {
@@ -284,6 +304,11 @@ fn call<P: Provider>(
         }
     }
     let connect_us = t0.elapsed().as_secs_f64() * 1e6;
+    let ccp = if o.ccp {
+        Some(configure(&mut conn, o)?)
+    } else {
+        None
+    };
     let (prog, vers, procedure, name) = names(o.target);
     let payload = pattern(o.size);
     let inline_room = (o.conn.inline_send as usize).saturating_sub(INLINE_OVERHEAD);
@@ -356,6 +381,8 @@ fn call<P: Provider>(
         req.push_write_sink(sink)
             .map_err(|_| call_err("sink list full"))?;
     }
+    // Every target's argument is one opaque, so padding it is unambiguous.
+    req.pad_inline_ddp = true;
     let (ddp_args, sinks) = (req.ddp_args.len(), req.write_sinks.len());
     let before = conn.stats();
     let t1 = Instant::now();
@@ -376,9 +403,14 @@ fn call<P: Provider>(
     let call_us = t1.elapsed().as_secs_f64() * 1e6;
     let after = conn.stats();
     let long = after.long_calls > before.long_calls;
+    let padded = after.padded_calls > before.padded_calls;
     let shape = Shape {
-        call: if long { "RDMA_NOMSG" } else { "RDMA_MSG" },
-        read_chunks: ddp_args + usize::from(long),
+        call: match (long, padded) {
+            (true, _) => "RDMA_NOMSG",
+            (false, true) => "RDMA_MSGP",
+            (false, false) => "RDMA_MSG",
+        },
+        read_chunks: if padded { 0 } else { ddp_args } + usize::from(long),
         write_chunks: sinks,
         reply_chunks: after.reply_chunks - before.reply_chunks,
         reply_read_chunks: after.read_chunk_replies - before.read_chunk_replies,
@@ -442,6 +474,7 @@ fn call<P: Provider>(
         call_us,
         keepalive_probes: probes,
         registration: conn.registration().name(),
+        ccp,
     };
     match check {
         Ok(_) => Ok(summary),
@@ -450,6 +483,42 @@ fn call<P: Provider>(
             summary.name, summary.status
         ))),
     }
+}
+
+/// Runs CONF_RDMA (RFC 5666 §6) on `conn` and applies the server's answer.
+fn configure<P: Provider>(conn: &mut Requester<P>, o: &CallOpts) -> Result<CcpAgreed, CliError> {
+    let ours = ConfigRdmaReq {
+        maxcall_sendsize: o.conn.inline_send,
+        maxreply_sendsize: o.conn.inline_recv,
+        maxrdmaread: o.conn.credits,
+    };
+    let msg = conn
+        .alloc_msg()
+        .map_err(|e| call_err(format!("message buffer: {e}")))?;
+    let req = rpcrdma_ulp::ccp::call(msg, ours)
+        .map_err(|e| call_err(format!("cannot encode CONF_RDMA: {e}")))?;
+    conn.submit(req, 0).map_err(|e| call_err(e.to_string()))?;
+    let end = Instant::now() + o.timeout;
+    let outcome = loop {
+        conn.poll(Instant::now());
+        if let Some(out) = conn.poll_outcome() {
+            break out;
+        }
+        if Instant::now() >= end {
+            return Err(call_err(format!(
+                "no CONF_RDMA reply within {:.1}s",
+                o.timeout.as_secs_f64()
+            )));
+        }
+    };
+    let theirs = rpcrdma_ulp::ccp::reply(&outcome).map_err(|e| call_err(e.to_string()))?;
+    let th = conn.apply_peer_config(rpcrdma_ulp::ccp::peer_config(&theirs));
+    Ok(CcpAgreed {
+        maxcall_sendsize: theirs.maxcall_sendsize,
+        align: theirs.align,
+        maxrdmaread: theirs.maxrdmaread,
+        send_threshold: th.send,
+    })
 }
 
 /// No arguments.
@@ -554,6 +623,17 @@ fn check_reply(o: &CallOpts, out: &Outcome, payload: &[u8]) -> Result<String, St
 
 /// The summary as text lines.
 pub fn render(s: &Summary) -> String {
+    let ccp = s.ccp.map_or(String::new(), |c| {
+        format!(
+            "ccp: server takes inline calls up to {} octets, aligns receives at {}, allows {} \
+             RDMA Reads; send threshold now {}\n",
+            c.maxcall_sendsize, c.align, c.maxrdmaread, c.send_threshold
+        )
+    });
+    ccp + &render_call(s)
+}
+
+fn render_call(s: &Summary) -> String {
     let chunks = |n: usize, what: &str| match n {
         0 => format!("no {what} chunk"),
         1 => format!("1 {what} chunk"),

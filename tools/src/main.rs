@@ -18,6 +18,7 @@ mod nfs;
 mod rpc_summary;
 mod rpcbind;
 mod serve;
+mod serve_groups;
 mod signal;
 mod stats;
 
@@ -226,6 +227,36 @@ struct ServeArgs {
     /// works without it.
     #[arg(long, value_name = "IP:PORT")]
     metrics: Option<std::net::SocketAddr>,
+    /// Serve with one poll group per listed core (`0,1` or `0-3`): a pinned poller
+    /// each, one completion queue for all of a group's connections, new connections
+    /// to the least loaded group. Without it one thread polls every connection.
+    #[arg(long, value_name = "LIST", value_parser = core_list)]
+    cores: Option<CoreList>,
+}
+
+/// A `--cores` list, in the order given (a core may repeat: two groups on one core).
+#[derive(Debug, Clone)]
+struct CoreList(Vec<usize>);
+
+/// Parses `0,1`, `0-3`, `0,2-3`.
+fn core_list(s: &str) -> Result<CoreList, String> {
+    let mut out = Vec::new();
+    for part in s.split(',').map(str::trim) {
+        let num = |x: &str| {
+            x.trim()
+                .parse::<usize>()
+                .map_err(|_| format!("{part:?}: a core is a number; lists look like 0,1 or 0-3"))
+        };
+        let (lo, hi) = match part.split_once('-') {
+            Some((a, b)) => (num(a)?, num(b)?),
+            None => (num(part)?, num(part)?),
+        };
+        if lo > hi || hi - lo >= 1024 {
+            return Err(format!("{part:?}: a range goes from low to high, e.g. 0-3"));
+        }
+        out.extend(lo..=hi);
+    }
+    Ok(CoreList(out))
 }
 
 #[derive(Debug, Args)]
@@ -286,6 +317,11 @@ struct CallArgs {
     /// connection's life). The summary says which was used.
     #[arg(long, default_value = "auto", value_name = "MODE", value_parser = parse_registration)]
     registration: Registration,
+    /// Run RFC 5666's Connection Configuration Protocol first (CONF_RDMA) and apply what
+    /// the server answers: its inline call limit and its receive-buffer alignment, which
+    /// lets a Read-chunk payload that fits inline with padding go as RDMA_MSGP instead.
+    #[arg(long)]
+    ccp: bool,
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
@@ -481,6 +517,7 @@ fn run_serve(a: &ServeArgs) -> Result<(), CliError> {
         },
         nfs: nfs_opts(a)?,
         metrics: a.metrics,
+        cores: a.cores.as_ref().map(|c| c.0.clone()),
     };
     serve::run(&ep, &opts)
 }
@@ -633,6 +670,7 @@ fn run_call(a: &CallArgs) -> Result<(), CliError> {
         ),
         timeout: seconds("--timeout", a.timeout)?,
         probes: a.probes,
+        ccp: a.ccp,
     };
     let summary = call::run(&ep, &opts)?;
     if a.json {

@@ -23,12 +23,13 @@ use std::time::{Duration, Instant};
 use rpcrdma::fabric::shm::{ShmConfig, ShmDevice, ShmProvider};
 use rpcrdma::fabric::siw::{SiwConfig, SiwDevice, SiwProvider};
 use rpcrdma::fabric::{ConnId, Provider};
+use rpcrdma::wire::ccp::ConfigRdmaReply;
 use rpcrdma::{Backchannel, NoRequester, Outcome, RequesterHalf, RequesterRole};
 use rpcrdma::{CallView, ReplyWriter, Service, ServiceError};
 use rpcrdma::{ConnConfig, ConnState};
-use rpcrdma::{Responder, ResponderLimits};
+use rpcrdma::{PollGroup, Responder, ResponderConn, ResponderCounters, ResponderLimits};
 use rpcrdma_ulp::builtin::{
-    echo_proc, EchoProgram, NullProgram, ECHO_MAX_DATA, ECHO_PROGRAM, NULL_PROGRAM,
+    echo_proc, CcpProgram, EchoProgram, NullProgram, ECHO_MAX_DATA, ECHO_PROGRAM, NULL_PROGRAM,
 };
 use rpcrdma_ulp::nfs::server::tcp::{TcpConfig, TcpServer};
 use rpcrdma_ulp::nfs::server::{
@@ -43,7 +44,7 @@ use crate::signal;
 use crate::stats::{Board, ConnSample, Exporter, Snapshot};
 
 /// How long connections may take to drain at shutdown.
-const DRAIN: Duration = Duration::from_secs(3);
+pub(crate) const DRAIN: Duration = Duration::from_secs(3);
 /// Idle polls after which the loop yields its core once (a shared machine should not
 /// lose a whole core to an idle server; a busy one never yields).
 const IDLE_YIELD: u32 = 1024;
@@ -64,6 +65,9 @@ pub struct ServeOpts {
     /// Serve the live counters over HTTP here (`--metrics`), beside the process's
     /// abstract stats socket.
     pub metrics: Option<SocketAddr>,
+    /// Serve with one poll group per listed core (`--cores`); `None` polls every
+    /// connection from this thread.
+    pub cores: Option<Vec<usize>>,
 }
 
 /// What NFS serves from.
@@ -92,14 +96,14 @@ pub struct NfsOpts {
 
 /// Counters the services of every connection add to.
 #[derive(Debug, Default)]
-struct Counters {
-    calls: AtomicU64,
+pub(crate) struct Counters {
+    pub(crate) calls: AtomicU64,
     /// NULL calls answered (pings and keepalive probes).
-    nulls: AtomicU64,
+    pub(crate) nulls: AtomicU64,
     /// Calls for a program not served here.
-    prog_unavail: AtomicU64,
-    bytes_in: AtomicU64,
-    bytes_out: AtomicU64,
+    pub(crate) prog_unavail: AtomicU64,
+    pub(crate) bytes_in: AtomicU64,
+    pub(crate) bytes_out: AtomicU64,
 }
 
 /// What a connection's calls go to: the built-in programs, or those and NFS.
@@ -119,7 +123,7 @@ impl Inner {
 
 /// The dispatcher with counting around it: into the server's totals, and into the
 /// connection's own counters (plain fields: only the serving loop touches them).
-struct Counted {
+pub(crate) struct Counted {
     inner: Inner,
     counters: Arc<Counters>,
     calls: u64,
@@ -203,13 +207,33 @@ impl Service for Counted {
     }
 }
 
+/// Receive-buffer alignment the server announces through CCP (RFC 5666 §6.2), so that
+/// a client's RDMA_MSGP padding starts inline bulk data on a cache line: the service's
+/// copy of it (to a file, a CRC) then runs on aligned source addresses. Receive buffers
+/// are not chained here, so page alignment (the RFC's example) would buy nothing and
+/// cost up to 4095 octets of a 4 KiB inline message.
+pub const CCP_ALIGN: u32 = 64;
+
+/// What `serve` answers to CONF_RDMA for connections configured as `conn`: the largest
+/// inline call it receives, [`CCP_ALIGN`], and as many concurrent RDMA Reads against it
+/// as it grants credits (the software providers set no lower bound).
+pub fn ccp_reply(conn: &ConnConfig) -> ConfigRdmaReply {
+    ConfigRdmaReply {
+        maxcall_sendsize: conn.inline_recv,
+        align: CCP_ALIGN,
+        maxrdmaread: conn.credits,
+    }
+}
+
 /// The built-in programs, with `echo` (a clone: every connection shares its SOURCE
-/// pattern, which is as long as `--max-size`).
-pub fn dispatcher(echo: &EchoProgram) -> Result<Dispatcher, CliError> {
+/// pattern, which is as long as `--max-size`) and the Connection Configuration Protocol
+/// answering `ccp`.
+pub fn dispatcher(echo: &EchoProgram, ccp: ConfigRdmaReply) -> Result<Dispatcher, CliError> {
     let mut d = Dispatcher::new();
     let err = |e: rpcrdma_ulp::program::RegisterError| CliError::Serve(format!("{e}"));
     d.register(Box::new(echo.clone())).map_err(err)?;
     d.register(Box::new(NullProgram::default())).map_err(err)?;
+    d.register(Box::new(CcpProgram::new(ccp))).map_err(err)?;
     Ok(d)
 }
 
@@ -250,14 +274,14 @@ pub fn run(ep: &Endpoint, opts: &ServeOpts) -> Result<(), CliError> {
     }
 }
 
-fn say(line: &str) {
+pub(crate) fn say(line: &str) {
     let mut out = std::io::stdout().lock();
     // A closed stdout must not stop the server; the line is only informational.
     let _ = writeln!(out, "{line}");
     let _ = out.flush();
 }
 
-fn rate(octets: u64, secs: f64) -> String {
+pub(crate) fn rate(octets: u64, secs: f64) -> String {
     let v = octets as f64 / secs.max(1e-9);
     if v >= 1e9 {
         format!("{:.2} GB/s", v / 1e9)
@@ -295,7 +319,8 @@ fn serve_as<P: Provider, B: RequesterRole>(
     // Build one dispatcher up front so a registration problem is reported before
     // listening; each connection gets its own, sharing one echo program's pattern.
     let echo = EchoProgram::with_source_max(opts.source_max.min(ECHO_MAX_DATA as usize));
-    dispatcher(&echo)?;
+    let ccp = ccp_reply(&opts.conn);
+    dispatcher(&echo, ccp)?;
     let nfs = match &opts.nfs {
         Some(n) => Some(NfsSide::start(n, ep, &opts.conn)?),
         None => None,
@@ -305,7 +330,7 @@ fn serve_as<P: Provider, B: RequesterRole>(
         let shared = nfs.as_ref().map(|n| n.shared.clone());
         let inline_send = opts.conn.inline_send as usize;
         move || {
-            let d = dispatcher(&echo).ok()?;
+            let d = dispatcher(&echo, ccp).ok()?;
             let inner = match &shared {
                 None => Inner::Plain(d),
                 Some(s) => Inner::Nfs(NfsService::new(d, s.clone(), inline_send).ok()?),
@@ -319,32 +344,33 @@ fn serve_as<P: Provider, B: RequesterRole>(
             })
         }
     };
-    let mut server =
-        Responder::<P, Counted, _, B>::bind_roles(dev, addr, opts.conn.clone(), factory).map_err(
-            |e| CliError::Serve(format!("cannot listen on {ep} ({}): {e}", ep.provider())),
-        )?;
-    server.set_limits(opts.limits);
-    say(&format!(
-        "rpcrdma serve: listening on {} {ep}; programs NULL {NULL_PROGRAM:#010x} v1, ECHO \
-         {ECHO_PROGRAM:#010x} v1 (NULL, ECHO, SINK, SOURCE, ECHO2); inline {} octets, {} \
-         credits; Ctrl-C stops",
-        ep.provider(),
-        opts.conn.inline_recv,
-        opts.conn.credits
-    ));
-    if let Some(n) = &nfs {
-        n.announce(ep);
+    let cant_listen = |e: rpcrdma::ConnError| {
+        CliError::Serve(format!("cannot listen on {ep} ({}): {e}", ep.provider()))
+    };
+    if let Some(cores) = &opts.cores {
+        // Poll groups serve one-role connections: no backchannel calls from them.
+        let groups = PollGroup::<P, Counted, _>::bind(
+            dev,
+            addr,
+            opts.conn.clone(),
+            factory,
+            cores.len(),
+            opts.limits,
+        )
+        .map_err(cant_listen)?;
+        let (board, exporter) = announce(ep, opts, nfs.as_ref())?;
+        let r = crate::serve_groups::run(groups, cores, ep, opts, &counters, &board);
+        drop(exporter);
+        if let Some(n) = nfs {
+            n.stop();
+        }
+        return r;
     }
-    let board = Arc::new(Board::default());
-    let exporter = Exporter::start(board.clone(), opts.metrics)?;
-    say(&format!(
-        "rpcrdma serve: live counters: rpcrdma stats {}{}",
-        std::process::id(),
-        exporter
-            .metrics
-            .map(|a| format!(", http://{a}/metrics (Prometheus), http://{a}/json"))
-            .unwrap_or_default()
-    ));
+    let mut server =
+        Responder::<P, Counted, _, B>::bind_roles(dev, addr, opts.conn.clone(), factory)
+            .map_err(cant_listen)?;
+    server.set_limits(opts.limits);
+    let (board, exporter) = announce(ep, opts, nfs.as_ref())?;
     let start = Instant::now();
     let mut next_sample = start;
     let end = opts.duration.map(|d| start + d);
@@ -419,7 +445,57 @@ fn serve_as<P: Provider, B: RequesterRole>(
     ));
     drop(exporter);
     let left = server.connections().len();
-    let cc = server.counters();
+    say_totals(
+        &server.counters(),
+        &counters,
+        nfs.as_ref().map(|n| &*n.shared),
+        start,
+        left,
+    );
+    if let Some(n) = nfs {
+        n.stop();
+    }
+    Ok(())
+}
+
+/// Says what is served where, and starts publishing the live counters.
+fn announce(
+    ep: &Endpoint,
+    opts: &ServeOpts,
+    nfs: Option<&NfsSide>,
+) -> Result<(Arc<Board>, Exporter), CliError> {
+    say(&format!(
+        "rpcrdma serve: listening on {} {ep}; programs NULL {NULL_PROGRAM:#010x} v1, ECHO \
+         {ECHO_PROGRAM:#010x} v1 (NULL, ECHO, SINK, SOURCE, ECHO2), CCP 100417 v1 (CONF_RDMA: \
+         align {CCP_ALIGN}); inline {} octets, {} credits; Ctrl-C stops",
+        ep.provider(),
+        opts.conn.inline_recv,
+        opts.conn.credits
+    ));
+    if let Some(n) = nfs {
+        n.announce(ep);
+    }
+    let board = Arc::new(Board::default());
+    let exporter = Exporter::start(board.clone(), opts.metrics)?;
+    say(&format!(
+        "rpcrdma serve: live counters: rpcrdma stats {}{}",
+        std::process::id(),
+        exporter
+            .metrics
+            .map(|a| format!(", http://{a}/metrics (Prometheus), http://{a}/json"))
+            .unwrap_or_default()
+    ));
+    Ok((board, exporter))
+}
+
+/// The closing lines: connections by outcome, calls and octets.
+pub(crate) fn say_totals(
+    cc: &ResponderCounters,
+    counters: &Counters,
+    nfs: Option<&NfsShared>,
+    start: Instant,
+    left: usize,
+) {
     say(&format!(
         "rpcrdma serve: connections: {} accepted, {} refused over --max-connections, {} \
          refused by setup, {} closed at the handshake timeout, {} closed idle",
@@ -434,8 +510,7 @@ fn serve_as<P: Provider, B: RequesterRole>(
         counters.prog_unavail.load(Ordering::Relaxed),
         counters.bytes_in.load(Ordering::Relaxed),
         counters.bytes_out.load(Ordering::Relaxed),
-        nfs.as_ref()
-            .map(|n| format!("; backchannel: {}", n.shared.counters.callback_line()))
+        nfs.map(|n| format!("; backchannel: {}", n.counters.callback_line()))
             .unwrap_or_default(),
         if left == 0 {
             String::new()
@@ -443,14 +518,10 @@ fn serve_as<P: Provider, B: RequesterRole>(
             format!("; {left} connection(s) still draining were dropped")
         }
     ));
-    if let Some(n) = nfs {
-        n.stop();
-    }
-    Ok(())
 }
 
 /// How often the live counters are sampled.
-const SAMPLE_EVERY: Duration = Duration::from_millis(200);
+pub(crate) const SAMPLE_EVERY: Duration = Duration::from_millis(200);
 
 /// The server's counters and each connection's, now.
 fn snapshot<P: Provider, F, B: RequesterRole>(
@@ -463,7 +534,6 @@ fn snapshot<P: Provider, F, B: RequesterRole>(
 where
     F: FnMut() -> Option<Counted>,
 {
-    use rpcrdma::fabric::QueuePair;
     let cc = server.counters();
     let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
     Snapshot {
@@ -485,36 +555,39 @@ where
         cb_null_answered: nfs.map_or(0, |n| n.counters.callback(0).answered),
         cb_compound_sent: nfs.map_or(0, |n| n.counters.callback(1).sent),
         cb_compound_answered: nfs.map_or(0, |n| n.counters.callback(1).answered),
-        connections: server
-            .connections()
-            .iter()
-            .map(|c| {
-                let st = c.stats();
-                let svc = c.service();
-                ConnSample {
-                    id: c.conn_id().to_string(),
-                    peer: format!("{:?}", c.qp().peer_addr()),
-                    state: format!("{:?}", c.state()),
-                    calls: svc.calls,
-                    bytes_in: svc.bytes_in,
-                    bytes_out: svc.bytes_out,
-                    long_calls: st.long_calls,
-                    read_chunks: st.ddp_args,
-                    write_chunks: st.ddp_results,
-                    inline_replies: st.inline_replies,
-                    reply_chunks: st.chunk_replies,
-                    err_vers: st.err_vers,
-                    err_chunk: st.err_chunk,
-                    rpc_errors: st.service_errors,
-                    dropped: st.dropped,
-                    overruns: st.overruns,
-                    stalls: st.stalls,
-                    in_progress: c.active() as u64,
-                    recvs_posted: u64::from(c.recvs_posted()),
-                    credit_target: u64::from(c.policy().target()),
-                }
-            })
-            .collect(),
+        connections: server.connections().iter().map(conn_sample).collect(),
+        groups: Vec::new(),
+    }
+}
+
+/// One connection's live counters.
+pub(crate) fn conn_sample<P: Provider, B: RequesterRole>(
+    c: &ResponderConn<P, Counted, B>,
+) -> ConnSample {
+    use rpcrdma::fabric::QueuePair;
+    let st = c.stats();
+    let svc = c.service();
+    ConnSample {
+        id: c.conn_id().to_string(),
+        peer: format!("{:?}", c.qp().peer_addr()),
+        state: format!("{:?}", c.state()),
+        calls: svc.calls,
+        bytes_in: svc.bytes_in,
+        bytes_out: svc.bytes_out,
+        long_calls: st.long_calls,
+        read_chunks: st.ddp_args,
+        write_chunks: st.ddp_results,
+        inline_replies: st.inline_replies,
+        reply_chunks: st.chunk_replies,
+        err_vers: st.err_vers,
+        err_chunk: st.err_chunk,
+        rpc_errors: st.service_errors,
+        dropped: st.dropped,
+        overruns: st.overruns,
+        stalls: st.stalls,
+        in_progress: c.active() as u64,
+        recvs_posted: u64::from(c.recvs_posted()),
+        credit_target: u64::from(c.policy().target()),
     }
 }
 

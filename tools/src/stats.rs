@@ -122,6 +122,30 @@ pub struct Snapshot {
     pub cb_compound_answered: u64,
     /// The connections now.
     pub connections: Vec<ConnSample>,
+    /// The poll groups (`serve --cores`: one per core; empty when one thread serves).
+    #[serde(default)]
+    pub groups: Vec<GroupStat>,
+}
+
+/// One poll group's counters (`serve --cores`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupStat {
+    /// The group's index.
+    pub group: usize,
+    /// The core its poller was asked to run on.
+    pub core: usize,
+    /// Whether the poller got that core.
+    pub pinned: bool,
+    /// Connections it serves now.
+    pub connections: u64,
+    /// Connections it accepted.
+    pub accepted: u64,
+    /// Its connections that closed and were freed.
+    pub closed: u64,
+    /// Completions reaped from its one completion queue.
+    pub completions: u64,
+    /// Calls its connections received.
+    pub calls: u64,
 }
 
 /// Escapes a Prometheus label value.
@@ -316,6 +340,49 @@ impl Snapshot {
                 |c| c.credit_target,
             ),
         ];
+        type GroupField = fn(&GroupStat) -> u64;
+        let per_group: [(&str, &str, &str, GroupField); 4] = [
+            (
+                "group_connections",
+                "gauge",
+                "Connections of the poll group.",
+                |g| g.connections,
+            ),
+            (
+                "group_closed_total",
+                "counter",
+                "Connections of the poll group that closed.",
+                |g| g.closed,
+            ),
+            (
+                "group_completions_total",
+                "counter",
+                "Completions reaped from the poll group's queue.",
+                |g| g.completions,
+            ),
+            (
+                "group_calls_total",
+                "counter",
+                "Calls received by the poll group's connections.",
+                |g| g.calls,
+            ),
+        ];
+        for (name, kind, help, get) in per_group {
+            if self.groups.is_empty() {
+                break;
+            }
+            let _ = writeln!(s, "# HELP rpcrdma_{name} {help}");
+            let _ = writeln!(s, "# TYPE rpcrdma_{name} {kind}");
+            for g in &self.groups {
+                let _ = writeln!(
+                    s,
+                    "rpcrdma_{name}{{group=\"{}\",core=\"{}\"}} {}",
+                    g.group,
+                    g.core,
+                    get(g)
+                );
+            }
+        }
         for (name, kind, help, get) in per_conn {
             let _ = writeln!(s, "# HELP rpcrdma_{name} {help}");
             let _ = writeln!(s, "# TYPE rpcrdma_{name} {kind}");
@@ -362,6 +429,21 @@ impl Snapshot {
             self.cb_compound_sent,
             self.cb_compound_answered
         );
+        for g in &self.groups {
+            let _ = writeln!(
+                s,
+                "group {} (core {}{}): {} connection(s), {} accepted, {} closed, {} calls, {} \
+                 completions",
+                g.group,
+                g.core,
+                if g.pinned { "" } else { ", not pinned" },
+                g.connections,
+                g.accepted,
+                g.closed,
+                g.calls,
+                g.completions
+            );
+        }
         if self.connections.is_empty() {
             return s;
         }

@@ -15,6 +15,7 @@
 #![warn(missing_docs)]
 pub mod binding;
 pub mod builtin;
+pub mod ccp;
 pub mod client;
 pub mod ddp;
 pub mod echo;

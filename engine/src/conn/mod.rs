@@ -18,6 +18,7 @@
 //! [`Provider`]: crate::fabric::Provider
 
 mod builder;
+mod group;
 mod pair;
 mod post;
 mod reconnect;
@@ -29,6 +30,7 @@ pub(crate) mod task;
 pub use builder::{
     RequesterBuilder, ResponderBuilder, Serving, StopHandle, DEFAULT_CONNECT_TIMEOUT,
 };
+pub use group::{GroupCounters, GroupSample, PollGroup, PollGroupTask};
 pub use pair::{Pair, PairError, PairWait};
 #[cfg(any(test, feature = "testing"))]
 pub(crate) use post::post_transmit;

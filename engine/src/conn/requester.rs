@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::resources::ConnResources;
-use super::{poll_cq, ConnError, CQ_BATCH};
+use super::{ConnError, CQ_BATCH};
 use crate::core::config::{ConnConfig, RegMode, Role};
 use crate::core::fixed::FixedQueue;
 use crate::core::{
@@ -74,7 +74,7 @@ fn open<P: Provider, B: ResponderRole>(
     };
     let mut core = core.map_err(ConnError::Core)?;
     let mut qp = cm
-        .connect(addr, res.qp_init(), &core.local_private_data())
+        .connect(addr, res.qp_init()?, &core.local_private_data())
         .map_err(ConnError::Fabric)?;
     super::post::transmit(&mut core, &mut qp, now);
     Ok((fast_regs, core, qp))
@@ -213,7 +213,7 @@ impl<P: Provider, B: ResponderRole> Requester<P, B> {
         }
         let core = &mut self.core;
         let qp = &self.qp;
-        work += poll_cq(&mut self.res.cq, &mut self.wcs, |wc| {
+        work += self.res.poll_own_cq(&mut self.wcs, |wc| {
             // Only a failure can follow a Terminate, so the fast path never asks.
             if !wc.status.is_success() {
                 if let Some(why) = qp.peer_abort() {
@@ -341,6 +341,13 @@ impl<P: Provider, B: ResponderRole> Requester<P, B> {
     /// The negotiated thresholds.
     pub fn thresholds(&self) -> InlineThresholds {
         self.core.thresholds()
+    }
+
+    /// Applies the peer's `CONF_RDMA` results (RFC 5666 §6.2) to this connection; see
+    /// [`Connection::apply_peer_config`](crate::Connection::apply_peer_config). Returns
+    /// the thresholds now in force.
+    pub fn apply_peer_config(&mut self, peer: crate::PeerConfig) -> InlineThresholds {
+        self.core.apply_peer_config(peer)
     }
 
     /// The credit table (shareable with other threads).

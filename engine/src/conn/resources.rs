@@ -27,7 +27,9 @@ pub struct ConnResources<P: Provider> {
     pub(crate) app: Option<Pool>,
     /// Arena registrations, kept for the connection's life.
     regs: Vec<P::Mr>,
-    pub(crate) cq: P::Cq,
+    /// The connection's own completion queue; `None` for a connection of a poll group,
+    /// whose queue pair completes into the group's one queue ([`super::group`]).
+    pub(crate) cq: Option<P::Cq>,
     pub(crate) pd: P::Pd,
     pub(crate) sizes: Sizes,
     mode: RegMode,
@@ -38,7 +40,7 @@ impl<P: Provider> ConnResources<P> {
     /// the pools of `cfg` for `role`, and registers the pools. Pools live in shareable
     /// arenas, which every provider accepts.
     pub fn new(dev: &P::Device, cfg: &ConnConfig, role: Role) -> Result<Self, ConnError> {
-        Self::with_sizes(dev, cfg, role, cfg.sizes(role))
+        Self::build(dev, cfg, role, cfg.sizes(role), true)
     }
 
     /// As [`new`](Self::new), with queues and pools of `sizes` (a connection playing
@@ -48,6 +50,27 @@ impl<P: Provider> ConnResources<P> {
         cfg: &ConnConfig,
         role: Role,
         sizes: Sizes,
+    ) -> Result<Self, ConnError> {
+        Self::build(dev, cfg, role, sizes, true)
+    }
+
+    /// [`new`](Self::new) without a completion queue: for a connection of a poll group,
+    /// whose queue pair is created on the group's queue ([`qp_init_on`](Self::qp_init_on)).
+    pub(crate) fn without_cq(
+        dev: &P::Device,
+        cfg: &ConnConfig,
+        role: Role,
+        sizes: Sizes,
+    ) -> Result<Self, ConnError> {
+        Self::build(dev, cfg, role, sizes, false)
+    }
+
+    fn build(
+        dev: &P::Device,
+        cfg: &ConnConfig,
+        role: Role,
+        sizes: Sizes,
+        own_cq: bool,
     ) -> Result<Self, ConnError> {
         cfg.validate().map_err(ConnError::Config)?;
         // Only a requester advertises chunks; a responder's memory stays local.
@@ -68,9 +91,14 @@ impl<P: Provider> ConnResources<P> {
         // room (they go once the new ones are in place): room for both, so a reconnect
         // never fails for want of what the old connection is about to give back.
         let overlap = u32::from(cfg.reconnect.is_some() && role == Role::Requester);
-        let cq = dev
-            .create_cq(sizes.cq_depth * (1 + overlap))
-            .map_err(ConnError::Fabric)?;
+        let cq = if own_cq {
+            Some(
+                dev.create_cq(sizes.cq_depth * (1 + overlap))
+                    .map_err(ConnError::Fabric)?,
+            )
+        } else {
+            None
+        };
         // Mapped lazily: a buffer's pages become resident when it is first used, so
         // an idle connection costs the buffers it has touched, not its pools' size
         // (a server's large pool alone is 64 x 256 KiB by default).
@@ -176,14 +204,42 @@ impl<P: Provider> ConnResources<P> {
     /// The queue pair's set-up: this connection's domain, completion queue and sizes,
     /// with infinite RNR retry (credits make RNR impossible once both sides run;
     /// retrying covers a peer whose receives are posted a moment after it connects).
-    pub fn qp_init(&self) -> QpInit<'_, P> {
+    /// A connection without a queue of its own (a poll group's: see
+    /// [`qp_init_on`](Self::qp_init_on)) has a queue of depth 0: `CqTooSmall`.
+    pub fn qp_init(&self) -> Result<QpInit<'_, P>, ConnError> {
+        match &self.cq {
+            Some(cq) => Ok(self.qp_init_on(cq)),
+            None => Err(ConnError::Fabric(crate::fabric::FabricError::CqTooSmall {
+                needed: u64::from(self.sizes.cq_depth),
+                depth: 0,
+            })),
+        }
+    }
+
+    /// [`qp_init`](Self::qp_init) with both queues completing into `cq` (a poll
+    /// group's, shared by its connections).
+    pub fn qp_init_on<'a>(&'a self, cq: &'a P::Cq) -> QpInit<'a, P> {
         let mut config = self.qp_config();
         config.rnr_retry = RNR_RETRY_INFINITE;
         QpInit {
             pd: &self.pd,
-            send_cq: &self.cq,
-            recv_cq: &self.cq,
+            send_cq: cq,
+            recv_cq: cq,
             config,
+        }
+    }
+
+    /// Reaps one batch from the connection's own completion queue into `f` (none when
+    /// it has none: a poll group reaps for it).
+    #[inline]
+    pub(crate) fn poll_own_cq<F: FnMut(&crate::fabric::Completion)>(
+        &mut self,
+        wcs: &mut [crate::fabric::Completion; super::CQ_BATCH],
+        f: F,
+    ) -> usize {
+        match self.cq.as_mut() {
+            Some(cq) => super::poll_cq(cq, wcs, f),
+            None => 0,
         }
     }
 

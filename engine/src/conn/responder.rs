@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::resources::ConnResources;
-use super::{poll_cq, ConnError, CQ_BATCH};
+use super::{ConnError, CQ_BATCH};
 use crate::core::config::{ConnConfig, Role};
 use crate::core::fixed::FixedQueue;
 use crate::core::{
@@ -20,7 +20,7 @@ use crate::service::Service;
 
 /// A connection manager listening for requesters.
 pub struct Listener<P: Provider> {
-    cm: P::Cm,
+    pub(super) cm: P::Cm,
 }
 
 impl<P: Provider> Listener<P> {
@@ -84,7 +84,15 @@ impl<P: Provider, S: Service> ResponderConn<P, S> {
         cfg: &ConnConfig,
         service: S,
     ) -> Result<Self, ConnError> {
-        Self::accept_as(listener, dev, request, peer_private_data, cfg, service)
+        Self::accept_on(
+            listener,
+            dev,
+            request,
+            peer_private_data,
+            cfg,
+            service,
+            None,
+        )
     }
 }
 
@@ -108,17 +116,25 @@ impl<P: Provider, S: Service> ResponderConn<P, S, RequesterHalf> {
 }
 
 impl<P: Provider, S: Service, B: RequesterRole> ResponderConn<P, S, B> {
-    /// [`accept`](ResponderConn::accept) for either requester slot.
-    pub(super) fn accept_as(
+    /// [`accept`](ResponderConn::accept) for either requester slot; with `group_cq`,
+    /// the queue pair completes into that queue (a poll group's, shared by its
+    /// connections), which the group polls and routes by queue-pair number
+    /// ([`on_completion`](Self::on_completion)), instead of a queue of the connection's
+    /// own.
+    pub(super) fn accept_on(
         listener: &mut Listener<P>,
         dev: &P::Device,
         request: P::ConnRequest,
         peer_private_data: &CmPrivateData,
         cfg: &ConnConfig,
         service: S,
+        group_cq: Option<&P::Cq>,
     ) -> Result<Self, ConnError> {
-        let res =
-            ConnResources::<P>::with_sizes(dev, cfg, Role::Responder, B::responder_sizes(cfg))?;
+        let sizes = B::responder_sizes(cfg);
+        let res = match group_cq {
+            Some(_) => ConnResources::<P>::without_cq(dev, cfg, Role::Responder, sizes)?,
+            None => ConnResources::<P>::with_sizes(dev, cfg, Role::Responder, sizes)?,
+        };
         // Credits never count the receives kept for RDMA_DONE beyond them.
         let policy = Arc::new(GrantPolicy::new(cfg.credits, cfg.credits.max(1)));
         let mut core =
@@ -139,7 +155,10 @@ impl<P: Provider, S: Service, B: RequesterRole> ResponderConn<P, S, B> {
             }
             Some(Err(_)) | None => Vec::new(),
         };
-        let init = res.qp_init();
+        let init = match group_cq {
+            Some(cq) => res.qp_init_on(cq),
+            None => res.qp_init()?,
+        };
         let private_data = core.local_private_data();
         let now = dev.clock().now();
         // Receives go in before the peer hears of the acceptance: an iWARP peer may send
@@ -215,6 +234,44 @@ impl<P: Provider, S: Service, B: RequesterRole> ResponderConn<P, S, B> {
         s.calls + s.err_vers + s.err_chunk + s.dropped + s.done_received + s.overruns
     }
 
+    /// Closes the connection past the handshake or idle timeout, or releases its free
+    /// buffers' memory once per idle spell, counting what it did in `counters`.
+    pub(super) fn check_limits(
+        &mut self,
+        now: Instant,
+        limits: &ResponderLimits,
+        release_idle: Option<Duration>,
+        counters: &mut ResponderCounters,
+    ) {
+        match self.state() {
+            ConnState::Connecting
+                if now.saturating_duration_since(self.accepted_at) >= limits.handshake_timeout =>
+            {
+                counters.handshake_timeouts += 1;
+                self.close();
+            }
+            ConnState::Established => {
+                let seen = self.received();
+                let idle = now.saturating_duration_since(self.last_activity.1);
+                if seen != self.last_activity.0 {
+                    self.last_activity = (seen, now);
+                    self.released = false;
+                } else if limits.idle_timeout.is_some_and(|t| idle >= t) {
+                    counters.idle_closed += 1;
+                    self.close();
+                } else if !self.released
+                    && release_idle.is_some_and(|t| idle >= t)
+                    && self.active() == 0
+                {
+                    self.released = true;
+                    counters.idle_releases += 1;
+                    counters.released_bytes += self.release_free_memory() as u64;
+                }
+            }
+            _ => {}
+        }
+    }
+
     /// Hands the connection a CM event that names it.
     pub fn on_cm_event<R>(&mut self, ev: &CmEvent<R>, now: Instant) {
         match ev {
@@ -236,16 +293,26 @@ impl<P: Provider, S: Service, B: RequesterRole> ResponderConn<P, S, B> {
     pub fn poll(&mut self, now: Instant) -> usize {
         let core = &mut self.core;
         let qp = &self.qp;
-        let work = poll_cq(&mut self.res.cq, &mut self.wcs, |wc| {
-            // Only a failure can follow a Terminate, so the fast path never asks.
-            if !wc.status.is_success() {
-                if let Some(why) = qp.peer_abort() {
-                    core.on_peer_abort(why);
-                }
-            }
-            core.handle_completion(wc, now)
-        });
-        // Backward-direction calls' deadlines (never any on a one-role responder).
+        let work = self
+            .res
+            .poll_own_cq(&mut self.wcs, |wc| complete(core, qp, wc, now));
+        self.after_completions(now);
+        work
+    }
+
+    /// Hands the core one completion of this connection's queue pair, reaped by its
+    /// poll group from the queue the group's connections share.
+    #[inline]
+    pub(super) fn on_completion(&mut self, wc: &Completion, now: Instant) {
+        complete(&mut self.core, &self.qp, wc, now);
+    }
+
+    /// What follows a batch of completions: backward-direction deadlines and calls
+    /// (nothing on a one-role responder), stalled work, posting (one doorbell per
+    /// queue), and the core's events.
+    #[inline]
+    pub(super) fn after_completions(&mut self, now: Instant) {
+        let core = &mut self.core;
         if core.next_timeout().is_some_and(|t| t <= now) {
             core.handle_timeout(now);
         }
@@ -257,7 +324,6 @@ impl<P: Provider, S: Service, B: RequesterRole> ResponderConn<P, S, B> {
             }
             let _ = self.events.push_back(ev);
         }
-        work
     }
 
     /// True (once) when the core asked for a disconnect the listener's CM must carry
@@ -331,6 +397,23 @@ impl<P: Provider, S: Service, B: RequesterRole> ResponderConn<P, S, B> {
     pub fn qp(&self) -> &P::Qp {
         &self.qp
     }
+}
+
+/// Feeds one completion to `core` (the fast path never asks for a peer's abort: only a
+/// failure can follow a Terminate).
+#[inline]
+fn complete<S: Service, B: RequesterRole, Q: QueuePair>(
+    core: &mut Connection<B, ResponderHalf<S>>,
+    qp: &Q,
+    wc: &Completion,
+    now: Instant,
+) {
+    if !wc.status.is_success() {
+        if let Some(why) = qp.peer_abort() {
+            core.on_peer_abort(why);
+        }
+    }
+    core.handle_completion(wc, now);
 }
 
 /// A listener and the responder connections it accepted, each served by a service
@@ -576,33 +659,7 @@ where
         let limits = self.limits;
         let release_idle = self.release_idle;
         for c in &mut self.conns {
-            match c.state() {
-                ConnState::Connecting
-                    if now.saturating_duration_since(c.accepted_at) >= limits.handshake_timeout =>
-                {
-                    self.counters.handshake_timeouts += 1;
-                    c.close();
-                }
-                ConnState::Established => {
-                    let seen = c.received();
-                    let idle = now.saturating_duration_since(c.last_activity.1);
-                    if seen != c.last_activity.0 {
-                        c.last_activity = (seen, now);
-                        c.released = false;
-                    } else if limits.idle_timeout.is_some_and(|t| idle >= t) {
-                        self.counters.idle_closed += 1;
-                        c.close();
-                    } else if !c.released
-                        && release_idle.is_some_and(|t| idle >= t)
-                        && c.active() == 0
-                    {
-                        c.released = true;
-                        self.counters.idle_releases += 1;
-                        self.counters.released_bytes += c.release_free_memory() as u64;
-                    }
-                }
-                _ => {}
-            }
+            c.check_limits(now, &limits, release_idle, &mut self.counters);
             if c.take_disconnect_request() {
                 let _ = self.listener.cm.disconnect(c.conn);
             }
@@ -625,13 +682,14 @@ where
             let _ = self.listener.cm.reject(request, &[]);
             return;
         };
-        match ResponderConn::accept_as(
+        match ResponderConn::accept_on(
             &mut self.listener,
             &self.dev,
             request,
             private_data,
             &self.cfg,
             service,
+            None,
         ) {
             Ok(c) => {
                 self.counters.accepted += 1;

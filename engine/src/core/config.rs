@@ -230,6 +230,27 @@ pub enum ReplyChunks {
     /// a Reply chunk on every call that might need one). With a peer that did not
     /// negotiate them, as [`ReplyChunks::BySize`].
     ReadChunkWhenNegotiated,
+    /// Per call: as [`ReplyChunks::ReadChunkWhenNegotiated`] for calls that ask for it
+    /// ([`CallRequest::prefers_read_chunk_reply`](crate::CallRequest::prefers_read_chunk_reply):
+    /// the upper layer marks procedures whose reply maximum is unknown or that usually
+    /// reply small, the draft's §5.3.1, through its `ProcInfo`), as
+    /// [`ReplyChunks::BySize`] for the others.
+    PerCall,
+}
+
+impl ReplyChunks {
+    /// Whether a call leaves the Reply chunk out: the peer provides Read chunks for
+    /// replies (`negotiated`) and the policy, or the call under [`ReplyChunks::PerCall`],
+    /// relies on them.
+    #[inline]
+    pub fn omits_reply_chunk(self, negotiated: bool, call_prefers: bool) -> bool {
+        negotiated
+            && match self {
+                ReplyChunks::BySize => false,
+                ReplyChunks::ReadChunkWhenNegotiated => true,
+                ReplyChunks::PerCall => call_prefers,
+            }
+    }
 }
 
 /// How a requester reconnects and retransmits ([`ConnConfig::reconnect`]).

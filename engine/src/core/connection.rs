@@ -309,6 +309,16 @@ impl ResponderRole for NoResponder {
     }
 }
 
+/// What a peer's `CONF_RDMA` results (RFC 5666 §6.2) say that a requester applies
+/// ([`Connection::apply_peer_config`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerConfig {
+    /// `maxcall_sendsize`: the largest inline call the peer accepts.
+    pub max_inline_call: u32,
+    /// `align`: the peer's receive-buffer alignment, for RDMA_MSGP padding.
+    pub align: u32,
+}
+
 /// One connection's protocol core. See the module documentation.
 pub struct Connection<R, P> {
     t: Transport,
@@ -555,6 +565,28 @@ impl<R: RequesterRole, P: ResponderRole> Connection<R, P> {
     /// The negotiated inline thresholds (RFC 8166 defaults until established).
     pub fn thresholds(&self) -> InlineThresholds {
         self.t.thresholds
+    }
+
+    /// Applies what the peer's Connection Configuration Protocol results said (RFC 5666
+    /// §6.2, `CONF_RDMA`), for this connection (a new connection starts from its private
+    /// data again): calls are sent inline only up to the peer's `maxcall_sendsize`
+    /// (never above what was negotiated, never below RFC 8166's 1024-octet minimum, which
+    /// every peer must receive), and its `align`, when a power of two above 1, lets
+    /// calls that allow it go as RDMA_MSGP. Returns the thresholds now in force.
+    pub fn apply_peer_config(&mut self, peer: PeerConfig) -> InlineThresholds {
+        let t = &mut self.t;
+        t.thresholds.send = t
+            .thresholds
+            .send
+            .min(peer.max_inline_call.max(crate::limits::MIN_INLINE_SIZE));
+        t.peer_align = (peer.align > 1 && peer.align.is_power_of_two()).then_some(peer.align);
+        t.thresholds
+    }
+
+    /// The peer's receive-buffer alignment in force for RDMA_MSGP, if any
+    /// ([`apply_peer_config`](Self::apply_peer_config)).
+    pub fn peer_align(&self) -> Option<u32> {
+        self.t.peer_align
     }
 
     /// The connection manager reported the connection established; `peer_private_data`

@@ -233,6 +233,9 @@ pub struct Transport {
     pub(crate) thresholds: InlineThresholds,
     /// Extensions both peers offered (none until established).
     pub(crate) extensions: Extensions,
+    /// The peer's receive-buffer alignment, when its CONF_RDMA results gave one
+    /// (RFC 5666 §6): calls that allow it go as RDMA_MSGP.
+    pub(crate) peer_align: Option<u32>,
     pub(crate) outbox: Outbox,
     pub(crate) sq: SqBudget,
     pub(crate) recvs: RecvTable,
@@ -251,6 +254,7 @@ impl Transport {
             close_reason: None,
             thresholds: InlineThresholds::DEFAULT,
             extensions: Extensions::NONE,
+            peer_align: None,
             outbox: Outbox::with_capacity(
                 sq_depth as usize,
                 (sq_depth * max_send_sge.max(1)) as usize,

@@ -381,6 +381,7 @@ per_provider!(
     old_key_is_dead_after_done,
     exhausted_slots_wait_for_a_timeout,
     read_chunk_policy_offers_no_reply_chunk,
+    per_call_policy_follows_the_call,
 );
 
 /// Every reply MR slot holds a reply whose DONE does not come: the next large reply
@@ -437,4 +438,38 @@ fn read_chunk_policy_offers_no_reply_chunk<N: Net>(net: N) {
         }
         until_nothing_exposed(&mut p);
     }
+}
+
+/// `ReplyChunks::PerCall` (the draft's §5.3.1, per procedure through the ULP's
+/// `ProcInfo`): only calls marked `prefers_read_chunk_reply` leave the Reply chunk out,
+/// and only with a peer that provides Read chunks; the others offer it as before.
+fn per_call_policy_follows_the_call<N: Net>(net: N) {
+    let client = ConnConfig {
+        reply_chunks: rpcrdma::ReplyChunks::PerCall,
+        ..test_config()
+    };
+    let mut p = pair(&net, &client, &test_config());
+    let negotiated = p.requester.core().extensions().reply_read_chunks;
+    for (prefers, n) in [
+        (true, 30_000u32),
+        (false, 30_000),
+        (true, 100),
+        (false, 100),
+    ] {
+        let req = big(&p, n, 60_000).prefer_read_chunk_reply(prefers);
+        let before = p.requester.stats();
+        let o = call(&mut p, req);
+        assert_eq!(o.status, CallStatus::Success, "size {n}, prefers {prefers}");
+        assert_eq!(results(&o), &opaque(&pattern(n as usize, 7))[..]);
+        let after = p.requester.stats();
+        let offered = after.reply_chunks - before.reply_chunks;
+        let pulled = after.read_chunk_replies - before.read_chunk_replies;
+        if prefers && negotiated {
+            // No Reply chunk: a large reply is pulled, a small one comes inline.
+            assert_eq!((offered, pulled), (0, u64::from(n > 4096)), "size {n}");
+        } else {
+            assert_eq!((offered, pulled), (1, 0), "size {n}, prefers {prefers}");
+        }
+    }
+    until_nothing_exposed(&mut p);
 }

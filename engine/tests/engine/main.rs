@@ -17,6 +17,7 @@ mod engine_credits;
 mod engine_disconnect;
 mod engine_errors;
 mod engine_faults;
+mod engine_groups;
 mod engine_inline;
 mod engine_poller;
 mod engine_read_chunk_replies;

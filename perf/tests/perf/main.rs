@@ -4,4 +4,5 @@
 mod cli;
 mod histogram;
 mod remote;
+mod scale;
 mod soak;

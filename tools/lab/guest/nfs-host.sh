@@ -1,5 +1,7 @@
 # guest half of tools/lab/nfs-host-siw.sh: the kernel NFSv3 client on siw0 mounts the
-# host's `rpcrdma serve --nfs --provider siw` at 10.0.2.2:HPORT (MOUNT on tcp MPORT).
+# host's `rpcrdma serve --nfs --provider siw` at 10.0.2.2:HPORT (MOUNT on tcp MPORT), then
+# the kernel NFSv4.1 client mounts the same server (reads the blob, counts the files,
+# creates v41.txt).
 #   usage: nfs-host.sh HPORT MPORT
 set -uo pipefail
 . "$(dirname "$0")/common.sh"
@@ -35,4 +37,17 @@ n=$(ls -l /mnt/host/many | grep -c '^-')
 ln -s /etc/passwd /mnt/host/link || fail symlink
 [ "$(readlink /mnt/host/link)" = /etc/passwd ] || fail readlink
 umount /mnt/host || fail umount
+
+step "kernel NFSv4.1 mount of the same server over siw ($HOST:$HPORT)"
+mkdir -p /mnt/host41
+timeout 120 mount -t nfs -o "vers=4.1,proto=rdma,port=$HPORT" "$HOST:/" /mnt/host41 ||
+  { dmesg | tail -n 30; fail "NFSv4.1 rdma mount of the host server"; }
+grep -E 'nfs4|vers=4.1' /proc/mounts | grep -q /mnt/host41 || fail "not an NFSv4.1 mount"
+echo 3 > /proc/sys/vm/drop_caches
+timeout 300 cmp "$LAB_OUT/blob" /mnt/host41/blob || fail "NFSv4.1 read of the NFSv3-written blob differs"
+n=$(find /mnt/host41/many -type f | wc -l)
+[ "$n" = 200 ] || fail "NFSv4.1 sees $n files, not 200"
+echo hello-over-v41 > /mnt/host41/v41.txt || fail "NFSv4.1 create"
+sync
+umount /mnt/host41 || fail "umount NFSv4.1"
 step "guest half done"

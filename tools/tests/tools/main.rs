@@ -5,6 +5,7 @@
 
 mod cli;
 mod serve_call;
+mod serve_cores;
 mod serve_nfs;
 mod serve_stats;
 mod serve_stays_up;

@@ -428,3 +428,50 @@ fn call_pulls_a_reply_from_the_servers_read_chunk() {
     let stdout = interrupt(&mut server);
     assert!(stdout.contains("stopping (signal)"), "{stdout}");
 }
+
+/// `call --ccp` runs RFC 5666's CONF_RDMA against `serve` and applies the answer: the
+/// server's inline limit and its alignment; a payload sent by Read chunk without it goes
+/// inline, padded, as RDMA_MSGP with it (the server decodes it past the padding: the
+/// echo checks), and the text form says what was agreed.
+#[test]
+fn call_runs_ccp_and_pads_the_payload_inline() {
+    let socket = socket_path("ccp");
+    let mut server = start_server(&socket);
+    let plain = call_json(&socket, &["--echo", "--size", "1000", "--read-chunk"]);
+    assert_eq!(shape(&plain), ("RDMA_MSG".into(), 1, 0, 0));
+    assert!(plain.get("ccp").is_none(), "{plain}");
+
+    let v = call_json(
+        &socket,
+        &["--echo", "--size", "1000", "--read-chunk", "--ccp"],
+    );
+    assert_eq!(v["status"], "SUCCESS");
+    assert_eq!(v["check"], "echoed 1000 octets match");
+    assert_eq!(shape(&v), ("RDMA_MSGP".into(), 0, 0, 0));
+    assert_eq!(v["ccp"]["align"], 64);
+    assert_eq!(v["ccp"]["maxcall_sendsize"], 4096);
+    assert_eq!(v["ccp"]["send_threshold"], 4096);
+
+    // Too large to pad inline: the Read chunk stays (and the echo comes back in a
+    // Write chunk, as for any payload this size).
+    let v = call_json(
+        &socket,
+        &["--echo", "--size", "6000", "--read-chunk", "--ccp"],
+    );
+    assert_eq!(v["check"], "echoed 6000 octets match");
+    assert_eq!(shape(&v), ("RDMA_MSG".into(), 1, 1, 0));
+
+    let out = call(&socket, &["--echo", "--size", "100", "--ccp"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("ccp: server takes inline calls up to 4096 octets, aligns receives at 64"),
+        "{text}"
+    );
+    let stdout = interrupt(&mut server);
+    assert!(stdout.contains("CCP 100417 v1"), "{stdout}");
+}

@@ -134,7 +134,11 @@ fn stats_and_metrics_show_each_connection_live() {
     let v = stats_until(pid, |v| {
         v["connections"]
             .as_array()
-            .is_some_and(|c| c.len() == 1 && c[0]["calls"].as_u64() >= Some(7))
+            // The last reply's Send completes at a server poll after the client has the
+            // reply: wait for that too, not only for the call count.
+            .is_some_and(|c| {
+                c.len() == 1 && c[0]["calls"].as_u64() >= Some(7) && c[0]["in_progress"] == 0
+            })
     });
     let c = &v["connections"][0];
     assert_eq!(c["calls"], 7, "{c}");

@@ -1,6 +1,6 @@
 //! [`ProcInfo`]: what an upper-layer binding declares about one procedure.
 
-use super::reply_size::ReplySize;
+use super::reply_size::{DataBound, ReplySize};
 
 /// A DDP-eligible XDR data item (RFC 8166 §6.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -45,6 +45,11 @@ pub struct ProcInfo {
     /// only those. Declarations default to `false`: caching a reply needlessly costs a
     /// little memory, running a non-idempotent procedure twice by mistake corrupts state.
     pub idempotent: bool,
+    /// The reply is usually small although its maximum is large, so a requester may
+    /// leave the Reply chunk out and let a rare large reply come in a responder-provided
+    /// Read chunk (draft-cel-nfsv4-rpcrdma-reliable-reply §5.3.1; see
+    /// [`prefers_read_chunk_reply`](Self::prefers_read_chunk_reply)).
+    pub reply_usually_small: bool,
 }
 
 impl ProcInfo {
@@ -63,6 +68,7 @@ impl ProcInfo {
             reply,
             short_reply_retry: false,
             idempotent: false,
+            reply_usually_small: false,
         }
     }
 
@@ -72,6 +78,24 @@ impl ProcInfo {
             idempotent: true,
             ..self
         }
+    }
+
+    /// This declaration with [`reply_usually_small`](Self::reply_usually_small) set.
+    pub const fn marked_reply_usually_small(self) -> ProcInfo {
+        ProcInfo {
+            reply_usually_small: true,
+            ..self
+        }
+    }
+
+    /// Whether a requester should leave the Reply chunk out of this procedure's calls
+    /// when the responder provides Read chunks for replies (the draft's §5.3.1: "when
+    /// the maximum reply size is unknown or the reply is usually small"): its results'
+    /// variable item is unbounded (NFSv4 COMPOUND, GETACL) or it is declared
+    /// [`reply_usually_small`](Self::reply_usually_small). A requester under
+    /// `ReplyChunks::PerCall` sets `CallRequest::prefers_read_chunk_reply` from it.
+    pub const fn prefers_read_chunk_reply(&self) -> bool {
+        self.reply_usually_small || matches!(self.reply.data, DataBound::Unbounded)
     }
 
     /// Whether any argument is DDP-eligible.

@@ -38,6 +38,7 @@ static ECHO: ProcInfo = ProcInfo {
     reply: ReplySize::with_data(4, DataBound::Requested, true, 0),
     short_reply_retry: false,
     idempotent: true,
+    reply_usually_small: false,
 };
 
 static SINK: ProcInfo = ProcInfo {
@@ -48,6 +49,7 @@ static SINK: ProcInfo = ProcInfo {
     reply: ReplySize::fixed(8),
     short_reply_retry: false,
     idempotent: true,
+    reply_usually_small: false,
 };
 
 static DISCARD: ProcInfo = ProcInfo {
@@ -58,6 +60,7 @@ static DISCARD: ProcInfo = ProcInfo {
     reply: ReplySize::fixed(4),
     short_reply_retry: false,
     idempotent: true,
+    reply_usually_small: false,
 };
 
 static SOURCE: ProcInfo = ProcInfo {
@@ -68,6 +71,7 @@ static SOURCE: ProcInfo = ProcInfo {
     reply: ReplySize::with_data(4, DataBound::Requested, true, 0),
     short_reply_retry: false,
     idempotent: true,
+    reply_usually_small: false,
 };
 
 /// ECHO2: two length words and the tag, plus both payloads; the requested size is the
@@ -81,6 +85,7 @@ static ECHO2: ProcInfo = ProcInfo {
     reply: ReplySize::with_data(16, DataBound::Requested, true, 0),
     short_reply_retry: false,
     idempotent: true,
+    reply_usually_small: false,
 };
 
 /// The echo program ([`ECHO_PROGRAM`], version [`ECHO_VERSION`]):

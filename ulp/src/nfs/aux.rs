@@ -74,6 +74,7 @@ pub static NFSACL_GETACL: ProcInfo = ProcInfo {
     reply: ReplySize::with_data(0, DataBound::Unbounded, false, 0),
     short_reply_retry: true,
     idempotent: true,
+    reply_usually_small: false,
 };
 
 /// The declarations of an NFSACL procedure: NULL and GETACL. Procedures whose replies

@@ -446,7 +446,9 @@ impl<P: Provider> Nfs3Client<P> {
             .as_slice()
             .get(20..24)
             .map_or(u32::MAX, |w| u32::from_be_bytes([w[0], w[1], w[2], w[3]]));
-        req.idempotent = v3::proc_info(procedure).is_some_and(|i| i.idempotent);
+        let info = v3::proc_info(procedure);
+        req.idempotent = info.is_some_and(|i| i.idempotent);
+        req.prefers_read_chunk_reply = info.is_some_and(|i| i.prefers_read_chunk_reply());
         submit_next(&mut self.conn, &mut self.xid, req, 0)?;
         wait_outcome(&mut self.conn, self.timeout)
     }

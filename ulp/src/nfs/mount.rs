@@ -94,10 +94,14 @@ pub static PROCEDURES: [ProcInfo; 6] = [
     ProcInfo::NULL,
     // mountres3_ok: status, fhandle3 (4 + 64), auth_flavors<> (we return one).
     ProcInfo::plain(procs::MNT, "MNT", ReplySize::fixed(4 + 68 + 4 + 4 * 8)).marked_idempotent(),
-    ProcInfo::plain(procs::DUMP, "DUMP", ReplySize::fixed(64 * 1024)).marked_idempotent(),
+    ProcInfo::plain(procs::DUMP, "DUMP", ReplySize::fixed(64 * 1024))
+        .marked_idempotent()
+        .marked_reply_usually_small(),
     ProcInfo::plain(procs::UMNT, "UMNT", ReplySize::fixed(0)).marked_idempotent(),
     ProcInfo::plain(procs::UMNTALL, "UMNTALL", ReplySize::fixed(0)).marked_idempotent(),
-    ProcInfo::plain(procs::EXPORT, "EXPORT", ReplySize::fixed(64 * 1024)).marked_idempotent(),
+    ProcInfo::plain(procs::EXPORT, "EXPORT", ReplySize::fixed(64 * 1024))
+        .marked_idempotent()
+        .marked_reply_usually_small(),
 ];
 
 /// The declarations of MOUNT v3 procedure `procedure`.

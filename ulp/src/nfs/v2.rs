@@ -100,6 +100,7 @@ pub static PROCEDURES: [ProcInfo; 18] = [
         reply: ReplySize::with_data(STATUS + 4, DataBound::Protocol(MAX_PATH_LEN), true, STATUS),
         short_reply_retry: false,
         idempotent: true,
+        reply_usually_small: false,
     },
     // readres: status + fattr + nfsdata (at most the requested count, itself at most
     // MAXDATA).
@@ -111,6 +112,7 @@ pub static PROCEDURES: [ProcInfo; 18] = [
         reply: ReplySize::with_data(ATTRSTAT + 4, DataBound::Requested, true, STATUS),
         short_reply_retry: false,
         idempotent: true,
+        reply_usually_small: false,
     },
     fixed(procs::WRITECACHE, "WRITECACHE", 0).marked_idempotent(),
     ProcInfo {
@@ -121,6 +123,7 @@ pub static PROCEDURES: [ProcInfo; 18] = [
         reply: ReplySize::fixed(ATTRSTAT),
         short_reply_retry: false,
         idempotent: false,
+        reply_usually_small: false,
     },
     fixed(procs::CREATE, "CREATE", DIROPRES),
     fixed(procs::REMOVE, "REMOVE", STATUS),
@@ -134,6 +137,7 @@ pub static PROCEDURES: [ProcInfo; 18] = [
         reply: ReplySize::fixed(STATUS),
         short_reply_retry: false,
         idempotent: false,
+        reply_usually_small: false,
     },
     fixed(procs::MKDIR, "MKDIR", DIROPRES),
     fixed(procs::RMDIR, "RMDIR", STATUS),

@@ -155,6 +155,7 @@ pub static PROCEDURES: [ProcInfo; 22] = [
         reply: ReplySize::with_data(FAIL_ATTR + 4, DataBound::Requested, true, FAIL_ATTR),
         short_reply_retry: false,
         idempotent: true,
+        reply_usually_small: false,
     },
     // READ3resok: attributes, count, eof, data<> (at most the requested count).
     ProcInfo {
@@ -165,6 +166,7 @@ pub static PROCEDURES: [ProcInfo; 22] = [
         reply: ReplySize::with_data(FAIL_ATTR + 4 + 4 + 4, DataBound::Requested, true, FAIL_ATTR),
         short_reply_retry: false,
         idempotent: true,
+        reply_usually_small: false,
     },
     // WRITE3resok: wcc_data, count, committed, writeverf3.
     ProcInfo {
@@ -175,6 +177,7 @@ pub static PROCEDURES: [ProcInfo; 22] = [
         reply: ReplySize::fixed(STATUS_WCC + 4 + 4 + 8),
         short_reply_retry: false,
         idempotent: false,
+        reply_usually_small: false,
     },
     fixed(procs::CREATE, "CREATE", CREATED),
     fixed(procs::MKDIR, "MKDIR", CREATED),
@@ -186,6 +189,7 @@ pub static PROCEDURES: [ProcInfo; 22] = [
         reply: ReplySize::fixed(CREATED),
         short_reply_retry: false,
         idempotent: false,
+        reply_usually_small: false,
     },
     fixed(procs::MKNOD, "MKNOD", CREATED),
     fixed(procs::REMOVE, "REMOVE", STATUS_WCC),

@@ -260,6 +260,7 @@ pub static COMPOUND: ProcInfo = ProcInfo {
     // their own reply cache (RFC 8881 §2.10.6), which is the session's business, not
     // this flag's.
     idempotent: false,
+    reply_usually_small: false,
 };
 
 /// The declarations of NFSv4 procedure `procedure`.

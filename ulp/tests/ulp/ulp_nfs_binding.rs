@@ -413,3 +413,24 @@ fn max_reply_len_for_reply_chunk_decisions() {
     let compound = nfs::proc_info(4, 1).unwrap();
     assert_eq!(compound.max_reply_len(1 << 20, false, 0), 24 + (1 << 20));
 }
+
+/// Which procedures leave the Reply chunk out when the responder provides Read chunks
+/// (draft-cel-nfsv4-rpcrdma-reliable-reply §5.3.1): those whose reply maximum is unknown
+/// (NFSv4 COMPOUND, NFSACL GETACL) or that usually reply small (MOUNT DUMP and EXPORT);
+/// never one whose maximum the call bounds (READ, READDIR) or that is fixed.
+#[test]
+fn read_chunk_reply_preference_follows_the_declarations() {
+    assert!(v4::COMPOUND.prefers_read_chunk_reply());
+    assert!(aux::NFSACL_GETACL.prefers_read_chunk_reply());
+    let mount = |p| nfs::mount::proc_info(p).expect("MOUNT procedure");
+    assert!(mount(nfs::mount::procs::DUMP).prefers_read_chunk_reply());
+    assert!(mount(nfs::mount::procs::EXPORT).prefers_read_chunk_reply());
+    assert!(!mount(nfs::mount::procs::MNT).prefers_read_chunk_reply());
+    let preferring: Vec<&str> = (0..22)
+        .filter_map(v3::proc_info)
+        .filter(|p| p.prefers_read_chunk_reply())
+        .map(|p| p.name)
+        .collect();
+    assert!(preferring.is_empty(), "{preferring:?}");
+    assert!(!ProcInfo::NULL.prefers_read_chunk_reply());
+}

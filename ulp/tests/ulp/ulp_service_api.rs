@@ -38,6 +38,7 @@ static DROPPED: ProcInfo = ProcInfo {
     reply: rpcrdma_ulp::binding::ReplySize::fixed(0),
     short_reply_retry: false,
     idempotent: false,
+    reply_usually_small: false,
 };
 
 impl Program for DrcProgram {

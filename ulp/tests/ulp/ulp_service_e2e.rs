@@ -10,11 +10,13 @@ use rpcrdma::fabric::shm::{ShmAddr, ShmDevice, ShmProvider};
 use rpcrdma::fabric::sim::{Sim, SimAddr, SimConfig, SimNet};
 use rpcrdma::fabric::siw::{SiwDevice, SiwProvider};
 use rpcrdma::fabric::Provider;
+use rpcrdma::wire::ccp::{ConfigRdmaReply, ConfigRdmaReq};
 use rpcrdma::wire::header::RdmaError;
 use rpcrdma::Pair;
 use rpcrdma::{CallRequest, CallStatus, Outcome, RpcReplyError, TransportError};
 use rpcrdma::{ConnConfig, RegBuf};
 use rpcrdma_pools::HugePages;
+use rpcrdma_ulp::builtin::CcpProgram;
 use rpcrdma_ulp::builtin::{
     echo_proc, is_source_pattern, Echo2, EchoData, EchoProgram, NullProgram, SinkRes, SourceArgs,
     ECHO_PROGRAM, NULL_PROGRAM,
@@ -28,6 +30,14 @@ use crate::support;
 use support::header;
 
 const DEADLINE: Duration = Duration::from_secs(10);
+
+/// What the test server's CCP program answers: a 2 KiB inline call limit (below the
+/// 4 KiB negotiated through private data) and 64-octet receive-buffer alignment.
+const SERVER_CCP: ConfigRdmaReply = ConfigRdmaReply {
+    maxcall_sendsize: 2048,
+    align: 64,
+    maxrdmaread: 8,
+};
 
 trait Net {
     type P: Provider;
@@ -90,6 +100,7 @@ fn config() -> ConnConfig {
 
 fn pair<N: Net>(net: &N) -> Pair<N::P, Dispatcher> {
     let mut d = Dispatcher::new();
+    d.register(Box::new(CcpProgram::new(SERVER_CCP))).unwrap();
     d.register(Box::new(EchoProgram::with_source_max(60_000)))
         .unwrap();
     d.register(Box::new(NullProgram::default())).unwrap();
@@ -496,4 +507,89 @@ per_provider!(
     sink_and_source,
     errors,
     call_plan_checks_buffers,
+    ccp_then_padded_calls,
 );
+
+/// RFC 5666 §6 then §3.9: CONF_RDMA tells the requester the server's largest inline call
+/// and its receive-buffer alignment; applied, calls that allow it carry their DDP
+/// arguments inline, padded, in RDMA_MSGP (two opaques of odd lengths: both padded, the
+/// second's position counting the first's roundup), and the server decodes them past
+/// the padding. Calls that do not allow it, or whose padded message exceeds the server's
+/// 2 KiB limit, still use Read chunks; before CCP nothing is padded.
+fn ccp_then_padded_calls<N: Net>(net: N) {
+    let mut p = pair(&net);
+    let echo2 = |p: &Pair<N::P, Dispatcher>, a: &[u8], b: &[u8]| {
+        let mut bufs = DdpBufs::new();
+        bufs.push(large_with(p, a)).unwrap();
+        bufs.push(large_with(p, b)).unwrap();
+        let h = header(ECHO_PROGRAM, echo_proc::ECHO2);
+        request(
+            p,
+            bufs,
+            max_reply(echo_proc::ECHO2, a.len() + b.len(), false),
+            |d, buf| {
+                let args = Echo2 {
+                    a: d.get(0).unwrap().as_slice(),
+                    tag: 0xbeef,
+                    b: d.get(1).unwrap().as_slice(),
+                };
+                CallPlan::new(&encode_call(buf, &h, &args, 1).unwrap(), d).unwrap()
+            },
+        )
+        .pad_inline_ddp(true)
+    };
+    let check = |o: &Outcome, a: &[u8], b: &[u8]| {
+        assert_eq!(o.status, CallStatus::Success);
+        let r = OutcomeResults::new(o);
+        let (_, mut c) = r.cursor().unwrap();
+        let back = Echo2::decode(&mut c).unwrap();
+        c.finish().unwrap();
+        assert_eq!((back.a, back.tag, back.b), (a, 0xbeef, b));
+    };
+    let (a, b) = (data(1001, 6), data(77, 7));
+    // Before CCP: the peer's alignment is unknown, so Read chunks.
+    let req = echo2(&p, &a, &b);
+    let o = call(&mut p, req);
+    check(&o, &a, &b);
+    assert_eq!(p.requester.stats().padded_calls, 0);
+    let args_before = p.responder().unwrap().stats().ddp_args;
+    assert_eq!(args_before, 2);
+
+    let ours = ConfigRdmaReq {
+        maxcall_sendsize: 4096,
+        maxreply_sendsize: 4096,
+        maxrdmaread: 4,
+    };
+    let req = rpcrdma_ulp::ccp::call(p.requester.alloc_msg().unwrap(), ours).unwrap();
+    let o = call(&mut p, req);
+    let theirs = rpcrdma_ulp::ccp::reply(&o).expect("CONF_RDMA results");
+    assert_eq!(theirs, SERVER_CCP);
+    let th = p
+        .requester
+        .apply_peer_config(rpcrdma_ulp::ccp::peer_config(&theirs));
+    assert_eq!(th.send, 2048, "the server's smaller limit is in force");
+
+    let req = echo2(&p, &a, &b);
+    let o = call(&mut p, req);
+    check(&o, &a, &b);
+    let q = p.requester.stats();
+    assert_eq!((q.padded_calls, q.long_calls), (1, 0));
+    assert_eq!(
+        p.responder().unwrap().stats().ddp_args,
+        args_before,
+        "no Read chunk was pulled"
+    );
+
+    // Not allowed by the caller: Read chunks as before.
+    let req = echo2(&p, &a, &b).pad_inline_ddp(false);
+    let o = call(&mut p, req);
+    check(&o, &a, &b);
+    assert_eq!(p.requester.stats().padded_calls, 1);
+    // Too large for 2 KiB with padding: Read chunks.
+    let big = data(2000, 8);
+    let req = echo2(&p, &big, &b);
+    let o = call(&mut p, req);
+    check(&o, &big, &b);
+    assert_eq!(p.requester.stats().padded_calls, 1);
+    assert_eq!(p.responder().unwrap().stats().ddp_args, args_before + 4);
+}

@@ -86,6 +86,8 @@ pub struct RequesterStats {
     pub calls_sent: u64,
     /// Of those, sent as long calls (Position-Zero Read chunk).
     pub long_calls: u64,
+    /// Of those, sent as RDMA_MSGP: DDP arguments inline, padded (RFC 5666 §3.9).
+    pub padded_calls: u64,
     /// Calls that offered a Reply chunk.
     pub reply_chunks: u64,
     /// Outcomes delivered.
@@ -584,7 +586,8 @@ impl RequesterHalf {
             &req,
             &t.thresholds,
             self.params.max_chunks,
-            self.read_chunk_replies(t),
+            self.read_chunk_replies(t, &req),
+            None,
         ) else {
             self.credits.release_probe();
             return Err(ProbeError::Busy);
@@ -667,7 +670,8 @@ impl RequesterHalf {
             req,
             &t.thresholds,
             self.params.max_chunks,
-            self.read_chunk_replies(t),
+            self.read_chunk_replies(t, req),
+            t.peer_align,
         ) {
             Ok(p) => p,
             Err(r) => return Start::Refused(r),
@@ -1073,12 +1077,13 @@ impl RequesterHalf {
         self.last_pull
     }
 
-    /// No Reply chunk is offered: the peer provides Read chunks for replies and the
-    /// policy relies on them.
+    /// No Reply chunk is offered for `req`: the peer provides Read chunks for replies
+    /// and the policy (for this call) relies on them.
     #[inline]
-    fn read_chunk_replies(&self, t: &Transport) -> bool {
-        self.params.reply_chunks == ReplyChunks::ReadChunkWhenNegotiated
-            && t.extensions.reply_read_chunks
+    fn read_chunk_replies(&self, t: &Transport, req: &CallRequest) -> bool {
+        self.params
+            .reply_chunks
+            .omits_reply_chunk(t.extensions.reply_read_chunks, req.prefers_read_chunk_reply)
     }
 
     /// Whether `xid` names a call in flight that has no reply yet (the demux of a
@@ -1287,6 +1292,8 @@ impl RequesterHalf {
                 max_reply_len: q.req.max_reply_len,
                 timeout: q.req.timeout,
                 idempotent: q.req.idempotent,
+                prefers_read_chunk_reply: q.req.prefers_read_chunk_reply,
+                pad_inline_ddp: q.req.pad_inline_ddp,
             });
             let xid = q.req.xid.unwrap_or(0);
             let mut o = Outcome::unsent(q.tag, xid, q.req, CallStatus::Transport(lost));

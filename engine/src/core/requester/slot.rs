@@ -128,6 +128,8 @@ impl CallSlot {
                 max_reply_len: 0,
                 timeout: None,
                 idempotent: false,
+                prefers_read_chunk_reply: false,
+                pad_inline_ddp: false,
             },
             pull: None,
             pull_buf: None,

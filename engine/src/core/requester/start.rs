@@ -28,6 +28,66 @@ pub(super) struct Plan {
     pub(super) reply_chunk: bool,
     /// Memory registrations needed.
     pub(super) mrs: u32,
+    /// The DDP arguments travel inline, padded, in RDMA_MSGP (RFC 5666 §3.9): the
+    /// peer's `rdma_align` and the `rdma_thresh` (the shortest argument's length).
+    pub(super) msgp: Option<Padded>,
+}
+
+/// RDMA_MSGP parameters of a call whose DDP arguments go inline, padded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Padded {
+    /// `rdma_align`: the peer's receive-buffer alignment (a power of two).
+    pub(super) align: u32,
+    /// `rdma_thresh`: the shortest DDP argument; every argument is at least this long.
+    pub(super) thresh: u32,
+}
+
+/// Octets of the RDMA_MSGP message (transport header of `hlen` octets, the RPC message
+/// with the DDP arguments put back at their positions, each preceded by the padding that
+/// starts its data `align`-aligned in the receive buffer and followed by its XDR
+/// roundup), or `None` when a position does not fit the message. With `out`, the message
+/// is also written there after the header (which the caller wrote); `None` too when
+/// `out` is too short.
+fn compose_msgp(
+    req: &CallRequest,
+    align: usize,
+    hlen: usize,
+    mut out: Option<&mut [u8]>,
+) -> Option<usize> {
+    let msg = req.msg.as_slice();
+    let (mut at, mut m, mut moved) = (hlen, 0usize, 0usize);
+    let mut put = |at: usize, src: Option<&[u8]>, len: usize| -> Option<()> {
+        if let Some(o) = out.as_deref_mut() {
+            let dst = o.get_mut(at..at.checked_add(len)?)?;
+            match src {
+                Some(b) => dst.copy_from_slice(b),
+                None => dst.fill(0),
+            }
+        }
+        Some(())
+    };
+    for a in req.ddp_args.iter().filter(|a| !a.data.is_empty()) {
+        // Positions count the arguments before this one (with roundup); the message
+        // does not hold them.
+        let off = (a.position as usize).checked_sub(moved)?;
+        let before = msg.get(m..off)?;
+        put(at, Some(before), before.len())?;
+        at += before.len();
+        let pad = (align - at % align) % align;
+        put(at, None, pad)?;
+        at += pad;
+        let data = a.data.as_slice();
+        put(at, Some(data), data.len())?;
+        at += data.len();
+        let roundup = pad4(data.len()) - data.len();
+        put(at, None, roundup)?;
+        at += roundup;
+        moved += pad4(data.len());
+        m = off;
+    }
+    let rest = msg.get(m..)?;
+    put(at, Some(rest), rest.len())?;
+    Some(at + rest.len())
 }
 
 /// Octets of a Write list of `sinks` one-segment chunks.
@@ -49,11 +109,17 @@ fn write_list_len(sinks: usize) -> usize {
 /// Empty DDP arguments are not counted, since they travel as no chunk at all.
 /// `read_chunk_replies`: the peer provides Read chunks for replies and the policy is to
 /// rely on them, so no Reply chunk is offered.
+///
+/// `peer_align`: the peer's receive-buffer alignment, when known (RFC 5666 §6's CONF_RDMA
+/// results): a call whose upper layer allows it ([`CallRequest::pad_inline_ddp`]) and
+/// whose DDP arguments fit inline with their padding goes as RDMA_MSGP, saving the
+/// peer an RDMA Read round trip per argument (RFC 5666 §3.9).
 pub(super) fn plan(
     req: &CallRequest,
     th: &InlineThresholds,
     max_chunks: usize,
     read_chunk_replies: bool,
+    peer_align: Option<u32>,
 ) -> Result<Plan, SubmitRefusal> {
     let args = req.ddp_args.iter().filter(|a| !a.data.is_empty()).count();
     let sinks = req.write_sinks.len();
@@ -71,6 +137,26 @@ pub(super) fn plan(
     };
     let header =
         |reads: usize| FIXED_HEADER_LEN + reads * READ_LIST_ENTRY_LEN + WORD_LEN + writes + reply;
+    if let (Some(align), true, true) = (peer_align, req.pad_inline_ddp, args > 0) {
+        // `rdma_align` and `rdma_thresh` come before the lists.
+        let fits = compose_msgp(req, align as usize, header(0) + 2 * WORD_LEN, None)
+            .is_some_and(|len| len <= th.send as usize);
+        let thresh = req
+            .ddp_args
+            .iter()
+            .map(|a| a.data.len())
+            .filter(|&l| l > 0)
+            .min()
+            .and_then(|l| u32::try_from(l).ok());
+        if let (true, Some(thresh)) = (fits, thresh) {
+            return Ok(Plan {
+                long: false,
+                reply_chunk,
+                mrs: sinks as u32 + u32::from(reply_chunk),
+                msgp: Some(Padded { align, thresh }),
+            });
+        }
+    }
     let long = header(args) + req.msg.len() > th.send as usize;
     if long && header(args + 1) > th.send as usize {
         return Err(SubmitRefusal::HeaderTooLarge);
@@ -79,6 +165,7 @@ pub(super) fn plan(
         long,
         reply_chunk,
         mrs: u32::from(long) + args as u32 + sinks as u32 + u32::from(reply_chunk),
+        msgp: None,
     })
 }
 
@@ -125,7 +212,7 @@ impl RequesterHalf {
         if let Some(x) = req.msg.storage_mut().get_mut(..4) {
             x.copy_from_slice(&xid.to_be_bytes());
         }
-        if plan.mrs == 0 && !plan.long {
+        if plan.mrs == 0 && !plan.long && plan.msgp.is_none() {
             return self.stage_plain(t, slot, xid, req, tag, deadline, now);
         }
 
@@ -151,7 +238,8 @@ impl RequesterHalf {
             n_reads += 1;
         }
         for a in req.ddp_args.iter() {
-            if a.data.is_empty() {
+            // Empty arguments travel as no chunk; under RDMA_MSGP none does.
+            if a.data.is_empty() || plan.msgp.is_some() {
                 continue;
             }
             let Some(region) = sge_of(&a.data, a.data.len()) else {
@@ -251,18 +339,27 @@ impl RequesterHalf {
         let repr = HeaderRepr {
             xid,
             credit: self.params.credits_requested,
-            body: if plan.long {
-                BodyRepr::Nomsg(lists)
-            } else {
-                BodyRepr::Msg(lists)
+            body: match (plan.long, plan.msgp) {
+                (true, _) => BodyRepr::Nomsg(lists),
+                (false, None) => BodyRepr::Msg(lists),
+                (false, Some(p)) => BodyRepr::Msgp {
+                    align: p.align,
+                    thresh: p.thresh,
+                    lists,
+                },
             },
         };
         let s = &mut self.slots[slot as usize];
         // `encode` returns the octets written, which is the header's encoded length.
-        let hdr_sge = repr
-            .encode(s.header.storage_mut())
-            .ok()
-            .and_then(|hlen| s.header.sge(0, hlen).ok());
+        // Under RDMA_MSGP the padded message is copied in behind it (it fits the send
+        // threshold, hence the send buffer), and one gather entry carries both.
+        let hdr_sge = repr.encode(s.header.storage_mut()).ok().and_then(|hlen| {
+            let len = match plan.msgp {
+                Some(p) => compose_msgp(req, p.align as usize, hlen, Some(s.header.storage_mut()))?,
+                None => hlen,
+            };
+            s.header.sge(0, len).ok()
+        });
         let Some(hdr_sge) = hdr_sge else {
             for u in uses.drain() {
                 self.mrs.give(u.mr);
@@ -271,7 +368,7 @@ impl RequesterHalf {
         };
         let mut sgl = [hdr_sge, Sge::default()];
         let mut n_sge = 1;
-        if !plan.long {
+        if !plan.long && plan.msgp.is_none() {
             match req.msg.sge(0, req.msg.len()) {
                 Ok(m) => {
                     sgl[1] = m;
@@ -327,9 +424,12 @@ impl RequesterHalf {
             max_reply_len: req.max_reply_len,
             timeout: req.timeout,
             idempotent: req.idempotent,
+            prefers_read_chunk_reply: req.prefers_read_chunk_reply,
+            pad_inline_ddp: req.pad_inline_ddp,
         };
         self.stats.calls_sent += 1;
         self.stats.long_calls += u64::from(plan.long);
+        self.stats.padded_calls += u64::from(plan.msgp.is_some());
         self.stats.reply_chunks += u64::from(plan.reply_chunk);
         true
     }
@@ -381,6 +481,8 @@ impl RequesterHalf {
             max_reply_len: req.max_reply_len,
             timeout: req.timeout,
             idempotent: req.idempotent,
+            prefers_read_chunk_reply: req.prefers_read_chunk_reply,
+            pad_inline_ddp: req.pad_inline_ddp,
         };
         self.stats.calls_sent += 1;
         true

@@ -42,6 +42,7 @@ use crate::rpc::CallHeader;
 /// are safe to run again (EXCHANGE_ID, CREATE_SESSION with its own replay, DESTROY_*).
 static COMPOUND_SERVED: ProcInfo = ProcInfo {
     idempotent: true,
+    reply_usually_small: false,
     ..crate::nfs::v4::COMPOUND
 };
 

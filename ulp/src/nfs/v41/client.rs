@@ -446,7 +446,10 @@ impl<P: Provider> Nfs41Client<P> {
             let call = encode_call(msg.storage_mut(), &h, &args, 1024).map_err(transport)?;
             CallPlan::new(&call, &bufs).map_err(transport)?
         };
-        let mut req = plan.into_request(msg, bufs, max_reply).map_err(transport)?;
+        let mut req = plan
+            .into_request(msg, bufs, max_reply)
+            .map_err(transport)?
+            .prefer_read_chunk_reply(crate::nfs::v4::COMPOUND.prefers_read_chunk_reply());
         if read_sink {
             let sink = self.conn.alloc_large().map_err(transport)?;
             req.push_write_sink(sink)

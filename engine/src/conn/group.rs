@@ -1,0 +1,575 @@
+//! Poll groups: a server's connections spread over a few pinned cores, SPDK-style.
+//!
+//! A [`PollGroup`] is what one core serves. It owns **one completion queue**, shared by
+//! the queue pairs of all its connections, and reaps it in batches of
+//! [`CQ_BATCH`]: each completion goes to its connection by queue-pair number, and every
+//! connection that got one then posts what it staged (one doorbell per queue). A poll
+//! costs the same few instructions for one connection or a thousand until completions
+//! arrive, and a batch can serve many connections.
+//!
+//! The groups of one server share its listener ([`PollGroup::bind`] makes them all):
+//!
+//! - whichever group polls the connection manager (every [`CM_POLL_INTERVAL`] polls,
+//!   or every poll while it has a handshake in progress or no connection) routes what
+//!   it reads: a connect request to the **least loaded** group (fewest connections,
+//!   counting requests already routed to it), any other event to the group owning the
+//!   connection it names. Routes are kept beside the listener, under its lock; nothing
+//!   on the call path takes it.
+//! - the chosen group accepts the request on its own thread, with the queue pair on its
+//!   queue, and keeps the connection for life; closing removes it from the group and
+//!   its resources (queue pair, pools, registrations) go with it.
+//!
+//! Each group counts its work in a [`GroupCounters`] any thread may read.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use rpcrdma_poller::{PollCtx, Task};
+
+use super::responder::{Listener, ResponderConn, ResponderCounters, ResponderLimits};
+use super::{ConnError, CM_POLL_INTERVAL, CQ_BATCH, DEFAULT_RELEASE_IDLE};
+use crate::core::config::{ConnConfig, Role};
+use crate::core::ConnState;
+use crate::fabric::{
+    CmEvent, CmPrivateData, Completion, CompletionQueue, ConnId, ConnectionManager, Device,
+    Provider, QueuePair,
+};
+use crate::service::Service;
+
+/// What one group did, readable from any thread. Written by the group's thread only
+/// (plain stores: no read-modify-write on its path).
+#[derive(Debug, Default)]
+pub struct GroupCounters {
+    connections: AtomicU64,
+    accepted: AtomicU64,
+    closed: AtomicU64,
+    refused: AtomicU64,
+    over_limit: AtomicU64,
+    completions: AtomicU64,
+    calls: AtomicU64,
+}
+
+/// A copy of one group's counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GroupSample {
+    /// Connections the group serves now.
+    pub connections: u64,
+    /// Connections it accepted.
+    pub accepted: u64,
+    /// Its connections that closed (and were removed, resources freed).
+    pub closed: u64,
+    /// Connect requests routed to it that it refused (factory said no, setup failed).
+    pub refused: u64,
+    /// Connect requests it refused because the server's connection cap was reached.
+    pub over_limit: u64,
+    /// Completions reaped from its queue.
+    pub completions: u64,
+    /// Calls its connections received (closed ones included), counted when the
+    /// limits are checked (ten times a second at most).
+    pub calls: u64,
+}
+
+impl GroupCounters {
+    /// The counters now.
+    pub fn sample(&self) -> GroupSample {
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        GroupSample {
+            connections: l(&self.connections),
+            accepted: l(&self.accepted),
+            closed: l(&self.closed),
+            refused: l(&self.refused),
+            over_limit: l(&self.over_limit),
+            completions: l(&self.completions),
+            calls: l(&self.calls),
+        }
+    }
+}
+
+/// Adds `n` to a counter only its owner writes.
+#[inline]
+fn bump(a: &AtomicU64, n: u64) {
+    a.store(a.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+}
+
+/// A connection-manager event for a group: a request to accept, or an event naming
+/// one of its connections (carried without a request type).
+enum Inbound<R> {
+    Request(R, CmPrivateData),
+    Event(CmEvent<()>),
+}
+
+/// A group's incoming events. `pending` lets the owner skip the lock while empty.
+struct Inbox<R> {
+    queue: Mutex<VecDeque<Inbound<R>>>,
+    pending: AtomicBool,
+}
+
+/// The listener, and which group owns which connection.
+struct Listening<P: Provider> {
+    listener: Listener<P>,
+    routes: HashMap<ConnId, usize>,
+}
+
+/// What the groups of one server share.
+struct Shared<P: Provider, F> {
+    dev: P::Device,
+    cfg: ConnConfig,
+    factory: F,
+    limits: ResponderLimits,
+    release_idle: Option<Duration>,
+    listening: Mutex<Listening<P>>,
+    inboxes: Box<[Inbox<P::ConnRequest>]>,
+    /// Connections of each group, counting requests routed to it and not yet accepted.
+    loads: Box<[AtomicUsize]>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic elsewhere leaves the data consistent (every update is one insert or
+    // remove): keep serving.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl<P: Provider, F> Shared<P, F> {
+    fn post(&self, group: usize, msg: Inbound<P::ConnRequest>) {
+        if let Some(inbox) = self.inboxes.get(group) {
+            lock(&inbox.queue).push_back(msg);
+            inbox.pending.store(true, Ordering::Release);
+        }
+    }
+
+    /// The group with the fewest connections (the first of equals).
+    fn least_loaded(&self) -> usize {
+        let mut best = (usize::MAX, 0);
+        for (i, l) in self.loads.iter().enumerate() {
+            let n = l.load(Ordering::Relaxed);
+            if n < best.0 {
+                best = (n, i);
+            }
+        }
+        best.1
+    }
+
+    fn total_load(&self) -> usize {
+        self.loads.iter().map(|l| l.load(Ordering::Relaxed)).sum()
+    }
+}
+
+/// One core's share of a server: one completion queue for all of its connections.
+pub struct PollGroup<P: Provider, S, F> {
+    index: usize,
+    shared: Arc<Shared<P, F>>,
+    cq: P::Cq,
+    conns: Vec<ResponderConn<P, S>>,
+    /// Queue-pair number to index in `conns`.
+    by_qp: HashMap<u32, usize>,
+    wcs: [Completion; CQ_BATCH],
+    /// Connections that got completions in the current batch (indices into `conns`).
+    touched: [usize; CQ_BATCH],
+    /// Events taken from the inbox, handled without its lock held.
+    scratch: VecDeque<Inbound<P::ConnRequest>>,
+    counters: Arc<GroupCounters>,
+    /// Handshakes in progress (the CM is polled every round while there are any).
+    connecting: usize,
+    polls: u32,
+    completions: u64,
+    /// Calls of connections already removed.
+    retired_calls: u64,
+    limit_counters: ResponderCounters,
+    last_check: Option<Instant>,
+}
+
+impl<P, S, F> PollGroup<P, S, F>
+where
+    P: Provider,
+    S: Service,
+    F: Fn() -> Option<S>,
+{
+    /// Listens on `addr` with `dev` and makes `groups` poll groups serving what
+    /// arrives there (at least one), each connection with `cfg` and a service from
+    /// `factory`, within `limits` (the connection cap counts every group's). Give each
+    /// group its own thread (a poller task: [`PollGroupTask`]), one per core.
+    pub fn bind(
+        dev: P::Device,
+        addr: &P::Addr,
+        cfg: ConnConfig,
+        factory: F,
+        groups: usize,
+        limits: ResponderLimits,
+    ) -> Result<Vec<Self>, ConnError> {
+        cfg.validate().map_err(ConnError::Config)?;
+        let groups = groups.max(1);
+        let listener = Listener::bind(&dev, addr)?;
+        // Room for every connection a group may get (its share of the cap, and one
+        // more for a request routed while another is closing), within the device's
+        // limit: beyond it, accepts fail (CqTooSmall) and are counted as refused.
+        let per_conn = u64::from(cfg.sizes(Role::Responder).cq_depth);
+        let share = (limits.max_connections.div_ceil(groups) + 1) as u64;
+        let depth = (per_conn * share).min(u64::from(dev.caps().max_cq_depth)) as u32;
+        let cqs = (0..groups)
+            .map(|_| dev.create_cq(depth).map_err(ConnError::Fabric))
+            .collect::<Result<Vec<_>, _>>()?;
+        let shared = Arc::new(Shared {
+            dev,
+            cfg,
+            factory,
+            limits,
+            release_idle: Some(DEFAULT_RELEASE_IDLE),
+            listening: Mutex::new(Listening {
+                listener,
+                routes: HashMap::new(),
+            }),
+            inboxes: (0..groups)
+                .map(|_| Inbox {
+                    queue: Mutex::new(VecDeque::new()),
+                    pending: AtomicBool::new(false),
+                })
+                .collect(),
+            loads: (0..groups).map(|_| AtomicUsize::new(0)).collect(),
+        });
+        Ok(cqs
+            .into_iter()
+            .enumerate()
+            .map(|(index, cq)| PollGroup {
+                index,
+                shared: shared.clone(),
+                cq,
+                conns: Vec::new(),
+                by_qp: HashMap::new(),
+                wcs: [Completion::EMPTY; CQ_BATCH],
+                touched: [0; CQ_BATCH],
+                scratch: VecDeque::new(),
+                counters: Arc::new(GroupCounters::default()),
+                connecting: 0,
+                polls: 0,
+                completions: 0,
+                retired_calls: 0,
+                limit_counters: ResponderCounters::default(),
+                last_check: None,
+            })
+            .collect())
+    }
+
+    /// One round: routed events, the connection manager when due, one batch of
+    /// completions from the group's queue. Returns the work done.
+    pub fn poll(&mut self, now: Instant) -> usize {
+        self.polls = self.polls.wrapping_add(1);
+        let mut work = 0;
+        let cm_due = self.polls & (CM_POLL_INTERVAL - 1) == 0
+            || self.connecting > 0
+            || self.conns.is_empty();
+        if cm_due {
+            work += self.poll_cm();
+        }
+        if self.shared.inboxes[self.index]
+            .pending
+            .load(Ordering::Acquire)
+        {
+            work += self.drain_inbox(now);
+        }
+        work += self.reap(now);
+        if cm_due {
+            self.check(now);
+        }
+        work
+    }
+
+    /// Reaps one batch and lets each connection that got completions post.
+    fn reap(&mut self, now: Instant) -> usize {
+        let n = self.cq.poll(&mut self.wcs).min(CQ_BATCH);
+        if n == 0 {
+            return 0;
+        }
+        let mut touched = 0;
+        for wc in &self.wcs[..n] {
+            // A completion of a queue pair already removed (flushed after its
+            // connection closed) has nobody to go to.
+            let Some(&i) = self.by_qp.get(&wc.qp_num) else {
+                continue;
+            };
+            self.conns[i].on_completion(wc, now);
+            if !self.touched[..touched].contains(&i) {
+                self.touched[touched] = i;
+                touched += 1;
+            }
+        }
+        for &i in &self.touched[..touched] {
+            self.conns[i].after_completions(now);
+        }
+        self.completions += n as u64;
+        self.counters
+            .completions
+            .store(self.completions, Ordering::Relaxed);
+        n
+    }
+
+    /// Reads the connection manager if no other group is reading it, and routes what
+    /// it reports.
+    fn poll_cm(&mut self) -> usize {
+        let shared = &*self.shared;
+        let Ok(mut l) = shared.listening.try_lock() else {
+            return 0;
+        };
+        let mut work = 0;
+        while let Ok(Some(ev)) = l.listener.poll_event() {
+            work += 1;
+            match ev {
+                CmEvent::ConnectRequest {
+                    request,
+                    private_data,
+                } => {
+                    if shared.total_load() >= shared.limits.max_connections {
+                        bump(&self.counters.over_limit, 1);
+                        let _ = l.listener.cm.reject(request, &[]);
+                        continue;
+                    }
+                    let g = shared.least_loaded();
+                    shared.loads[g].fetch_add(1, Ordering::AcqRel);
+                    shared.post(g, Inbound::Request(request, private_data));
+                }
+                other => {
+                    let routed = other.conn().and_then(|c| l.routes.get(&c).copied());
+                    if let Some(g) = routed {
+                        shared.post(g, Inbound::Event(without_request(other)));
+                    }
+                }
+            }
+        }
+        work
+    }
+
+    /// Accepts the requests routed here and hands events to their connections.
+    fn drain_inbox(&mut self, now: Instant) -> usize {
+        {
+            let inbox = &self.shared.inboxes[self.index];
+            let mut q = lock(&inbox.queue);
+            inbox.pending.store(false, Ordering::Release);
+            std::mem::swap(&mut *q, &mut self.scratch);
+        }
+        let mut work = 0;
+        while let Some(msg) = self.scratch.pop_front() {
+            work += 1;
+            match msg {
+                Inbound::Request(request, pd) => self.accept(request, &pd),
+                Inbound::Event(ev) => {
+                    let found = ev
+                        .conn()
+                        .and_then(|c| self.conns.iter().position(|x| x.conn_id() == c));
+                    if let Some(i) = found {
+                        self.conns[i].on_cm_event(&ev, now);
+                        self.conns[i].after_completions(now);
+                    }
+                }
+            }
+        }
+        self.recount();
+        work
+    }
+
+    fn accept(&mut self, request: P::ConnRequest, pd: &CmPrivateData) {
+        let shared = &*self.shared;
+        let Some(service) = (shared.factory)() else {
+            bump(&self.counters.refused, 1);
+            shared.loads[self.index].fetch_sub(1, Ordering::AcqRel);
+            let _ = lock(&shared.listening).listener.cm.reject(request, &[]);
+            return;
+        };
+        let mut l = lock(&shared.listening);
+        match ResponderConn::accept_on(
+            &mut l.listener,
+            &shared.dev,
+            request,
+            pd,
+            &shared.cfg,
+            service,
+            Some(&self.cq),
+        ) {
+            Ok(c) => {
+                l.routes.insert(c.conn_id(), self.index);
+                drop(l);
+                self.by_qp.insert(c.qp().qp_num(), self.conns.len());
+                self.conns.push(c);
+                bump(&self.counters.accepted, 1);
+                self.counters
+                    .connections
+                    .store(self.conns.len() as u64, Ordering::Relaxed);
+            }
+            Err(_) => {
+                drop(l);
+                bump(&self.counters.refused, 1);
+                shared.loads[self.index].fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+    }
+
+    /// Handshakes in progress.
+    fn recount(&mut self) {
+        self.connecting = self
+            .conns
+            .iter()
+            .filter(|c| c.state() == ConnState::Connecting)
+            .count();
+    }
+
+    /// With the CM polls: limits (ten looks a second at most), disconnects the
+    /// connections asked for, removal of closed connections, the call counter.
+    fn check(&mut self, now: Instant) {
+        let look = self
+            .last_check
+            .is_none_or(|t| now.saturating_duration_since(t) >= Duration::from_millis(100));
+        if look {
+            self.last_check = Some(now);
+        }
+        let (limits, release_idle) = (self.shared.limits, self.shared.release_idle);
+        let mut calls = self.retired_calls;
+        let mut closed_any = false;
+        for c in &mut self.conns {
+            if look {
+                c.check_limits(now, &limits, release_idle, &mut self.limit_counters);
+                calls += c.stats().calls;
+            }
+            // Work staged outside a completion (a close asked for above) posts here.
+            c.after_completions(now);
+            if c.take_disconnect_request() {
+                let _ = lock(&self.shared.listening)
+                    .listener
+                    .cm
+                    .disconnect(c.conn_id());
+            }
+            closed_any |= c.state() == ConnState::Closed;
+        }
+        if closed_any {
+            self.remove_closed();
+        }
+        if look {
+            self.counters.calls.store(calls, Ordering::Relaxed);
+        }
+        self.recount();
+    }
+
+    /// Drops closed connections: their queue pairs leave the group's queue, their pools
+    /// and registrations are freed.
+    fn remove_closed(&mut self) {
+        let mut i = 0;
+        while i < self.conns.len() {
+            if self.conns[i].state() != ConnState::Closed {
+                i += 1;
+                continue;
+            }
+            let c = self.conns.swap_remove(i);
+            self.by_qp.remove(&c.qp().qp_num());
+            if let Some(moved) = self.conns.get(i) {
+                self.by_qp.insert(moved.qp().qp_num(), i);
+            }
+            lock(&self.shared.listening).routes.remove(&c.conn_id());
+            self.retired_calls += c.stats().calls;
+            self.shared.loads[self.index].fetch_sub(1, Ordering::AcqRel);
+            bump(&self.counters.closed, 1);
+            drop(c);
+        }
+        self.counters
+            .connections
+            .store(self.conns.len() as u64, Ordering::Relaxed);
+    }
+
+    /// Starts disconnecting every connection (at shutdown); keep polling until
+    /// [`is_empty`](Self::is_empty) to let them drain.
+    pub fn disconnect_all(&mut self) {
+        let mut l = lock(&self.shared.listening);
+        for c in &self.conns {
+            // One already going away refuses: fine.
+            let _ = l.listener.cm.disconnect(c.conn_id());
+        }
+        drop(l);
+    }
+
+    /// The group's index (0 up to the number of groups).
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// The group's counters (clone the `Arc` to read them from another thread).
+    pub fn counters(&self) -> &Arc<GroupCounters> {
+        &self.counters
+    }
+
+    /// The connections this group serves.
+    pub fn connections(&self) -> &[ResponderConn<P, S>] {
+        &self.conns
+    }
+
+    /// True when the group serves no connection.
+    pub fn is_empty(&self) -> bool {
+        self.conns.is_empty()
+    }
+
+    /// Limits enforced on this group's connections so far (handshake and idle
+    /// timeouts, idle releases).
+    pub fn limit_counters(&self) -> ResponderCounters {
+        self.limit_counters
+    }
+
+    /// The completion queue the group's connections share.
+    pub fn cq(&self) -> &P::Cq {
+        &self.cq
+    }
+}
+
+/// `ev` (not a connect request) without the request type.
+fn without_request<R>(ev: CmEvent<R>) -> CmEvent<()> {
+    match ev {
+        CmEvent::ConnectRequest { private_data, .. } => CmEvent::ConnectRequest {
+            request: (),
+            private_data,
+        },
+        CmEvent::Established { conn, private_data } => CmEvent::Established { conn, private_data },
+        CmEvent::Rejected { conn, private_data } => CmEvent::Rejected { conn, private_data },
+        CmEvent::Unreachable { conn } => CmEvent::Unreachable { conn },
+        CmEvent::Disconnected { conn } => CmEvent::Disconnected { conn },
+    }
+}
+
+/// A poll group as a poller task (any message type: it takes none). By default it
+/// never lets its poller park: a group learns of an arriving call only by polling.
+pub struct PollGroupTask<P: Provider, S, F> {
+    group: PollGroup<P, S, F>,
+    allow_park: bool,
+}
+
+impl<P: Provider, S, F> PollGroupTask<P, S, F> {
+    /// Wraps `group`.
+    pub fn new(group: PollGroup<P, S, F>) -> Self {
+        PollGroupTask {
+            group,
+            allow_park: false,
+        }
+    }
+
+    /// Lets the poller park (for at most its idle policy's maximum), trading reply
+    /// latency for a free core; for shared machines and tests.
+    pub fn allow_park(mut self, yes: bool) -> Self {
+        self.allow_park = yes;
+        self
+    }
+}
+
+impl<P, S, F, M> Task<M> for PollGroupTask<P, S, F>
+where
+    P: Provider,
+    S: Service,
+    F: Fn() -> Option<S>,
+    PollGroup<P, S, F>: Send,
+{
+    fn poll(&mut self, ctx: &mut PollCtx<'_>) -> usize {
+        self.group.poll(ctx.now())
+    }
+
+    fn before_park(&mut self) -> bool {
+        self.allow_park
+    }
+
+    fn on_remove(&mut self) {
+        self.group.disconnect_all();
+    }
+}

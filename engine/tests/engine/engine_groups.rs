@@ -1,0 +1,199 @@
+//! Poll groups (issue #13): a server as two groups on two pollers, each group one
+//! completion queue shared by its connections. Over shm and siw (real time: the
+//! pollers read the system clock, so not sim). Pollers park when idle; every wait has a
+//! deadline.
+
+use crate::engine_support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use engine_support::*;
+use rpcrdma::fabric::{Device, Provider};
+use rpcrdma::{CallRequest, CallStatus, ConnState, Requester, ResponderLimits};
+use rpcrdma::{GroupCounters, GroupSample, PollGroup, PollGroupTask};
+use rpcrdma_poller::{IdlePolicy, PollerConfig, PollerGroup};
+
+type Factory = fn() -> Option<TestService>;
+
+/// Two groups serving at `addr`, one per poller; their counters.
+fn start<N: Net>(
+    net: &N,
+    addr: &<N::P as Provider>::Addr,
+) -> (PollerGroup<()>, Vec<Arc<GroupCounters>>)
+where
+    PollGroup<N::P, TestService, Factory>: Send,
+{
+    let factory: Factory = || Some(TestService::default());
+    let groups = PollGroup::<N::P, TestService, Factory>::bind(
+        net.device(),
+        addr,
+        test_config(),
+        factory,
+        2,
+        ResponderLimits::default(),
+    )
+    .expect("groups listen");
+    let counters = groups.iter().map(|g| g.counters().clone()).collect();
+    let config = PollerConfig {
+        idle: IdlePolicy::parking(Duration::from_millis(1)),
+        ..PollerConfig::default()
+    };
+    let pollers = PollerGroup::<()>::start(&[0, 1], config).expect("pollers");
+    for g in groups {
+        let i = g.index();
+        pollers
+            .add_task(i, Box::new(PollGroupTask::new(g).allow_park(true)))
+            .map_err(|_| "add group task")
+            .expect("added");
+    }
+    (pollers, counters)
+}
+
+fn samples(counters: &[Arc<GroupCounters>]) -> Vec<GroupSample> {
+    counters.iter().map(|c| c.sample()).collect()
+}
+
+/// Polls `counters` until `ok` holds for their samples, or fails at the deadline.
+fn wait_until(counters: &[Arc<GroupCounters>], what: &str, ok: impl Fn(&[GroupSample]) -> bool) {
+    let end = Instant::now() + DEADLINE;
+    loop {
+        let s = samples(counters);
+        if ok(&s) {
+            return;
+        }
+        assert!(Instant::now() < end, "{what}: {s:?}");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+fn nulls<P: Provider>(conn: &mut Requester<P>, k: usize) {
+    for i in 0..k {
+        let mut b = conn.alloc_msg().expect("a send buffer");
+        write_call(&mut b, PROC_NULL, &[]);
+        let o = conn
+            .call(CallRequest::new(b, 256), DEADLINE)
+            .expect("submits");
+        assert_eq!(o.status, CallStatus::Success, "NULL {i}");
+    }
+}
+
+fn connect<N: Net>(
+    dev: &<N::P as Provider>::Device,
+    addr: &<N::P as Provider>::Addr,
+) -> Requester<N::P>
+where
+    <N::P as Provider>::Device: Device<P = N::P>,
+{
+    Requester::connect(dev, addr)
+        .config(test_config())
+        .timeout(DEADLINE)
+        .open()
+        .expect("connects")
+}
+
+/// Six connections go alternately to the two groups (the least loaded takes the next)
+/// and each group serves its own connections' calls.
+fn calls_spread_over_groups<N: Net>(net: N)
+where
+    PollGroup<N::P, TestService, Factory>: Send,
+    <N::P as Provider>::Device: Device<P = N::P>,
+{
+    const CONNS: usize = 6;
+    const CALLS: usize = 25;
+    let addr = net.addr();
+    let (pollers, counters) = start(&net, &addr);
+    let dev = net.device();
+    let mut conns: Vec<_> = (0..CONNS).map(|_| connect::<N>(&dev, &addr)).collect();
+    wait_until(&counters, "three connections each", |s| {
+        s.iter().all(|g| g.connections == 3 && g.accepted == 3)
+    });
+    for c in &mut conns {
+        nulls(c, CALLS);
+    }
+    // Calls are counted when a group checks its limits (ten times a second at most).
+    wait_until(&counters, "every call counted in its group", |s| {
+        s.iter().all(|g| g.calls == (3 * CALLS) as u64)
+    });
+    let s = samples(&counters);
+    // A call is a receive and a send completion at least, all from the group's one queue.
+    assert!(
+        s.iter().all(|g| g.completions >= (2 * 3 * CALLS) as u64),
+        "{s:?}"
+    );
+    drop(conns);
+    pollers
+        .shutdown(Instant::now() + DEADLINE)
+        .expect("pollers stop");
+}
+
+/// A connection that disconnects leaves its group (and only its group): the group's
+/// load drops, so the next connection goes there, and the others keep working.
+fn disconnect_frees_its_place_in_the_group<N: Net>(net: N)
+where
+    PollGroup<N::P, TestService, Factory>: Send,
+    <N::P as Provider>::Device: Device<P = N::P>,
+{
+    let addr = net.addr();
+    let (pollers, counters) = start(&net, &addr);
+    let dev = net.device();
+    let mut conns: Vec<_> = (0..4).map(|_| connect::<N>(&dev, &addr)).collect();
+    wait_until(&counters, "two connections each", |s| {
+        s.iter().all(|g| g.connections == 2)
+    });
+    // The second connection went to group 1: close it.
+    let mut gone = conns.remove(1);
+    gone.close();
+    let end = Instant::now() + DEADLINE;
+    while gone.state() != ConnState::Closed {
+        gone.poll(Instant::now());
+        assert!(Instant::now() < end, "closed: {:?}", gone.state());
+        std::thread::yield_now();
+    }
+    drop(gone);
+    wait_until(&counters, "group 1 freed the connection", |s| {
+        s[1].closed == 1 && s[1].connections == 1 && s[0].connections == 2 && s[0].closed == 0
+    });
+    let mut next = connect::<N>(&dev, &addr);
+    wait_until(&counters, "the next connection went to group 1", |s| {
+        s[1].accepted == 3 && s[1].connections == 2 && s[0].accepted == 2
+    });
+    nulls(&mut next, 3);
+    for c in &mut conns {
+        nulls(c, 3);
+    }
+    wait_until(&counters, "calls counted", |s| {
+        s[0].calls == 6 && s[1].calls == 6
+    });
+    drop((conns, next));
+    pollers
+        .shutdown(Instant::now() + DEADLINE)
+        .expect("pollers stop");
+}
+
+mod shm {
+    #[test]
+    fn calls_spread_over_groups() {
+        super::calls_spread_over_groups(super::engine_support::ShmNet);
+    }
+    #[test]
+    fn disconnect_frees_its_place_in_the_group() {
+        super::disconnect_frees_its_place_in_the_group(super::engine_support::ShmNet);
+    }
+}
+
+mod siw {
+    use super::engine_support::SiwNet;
+    #[test]
+    fn calls_spread_over_groups() {
+        super::calls_spread_over_groups(SiwNet {
+            confirm_completions: true,
+        });
+    }
+    #[test]
+    fn disconnect_frees_its_place_in_the_group() {
+        super::disconnect_frees_its_place_in_the_group(SiwNet {
+            confirm_completions: false,
+        });
+    }
+}

@@ -1,0 +1,277 @@
+//! `rpcrdma serve --cores LIST`: the server as poll groups, one per listed core, each a
+//! task on a pinned poller (rpcrdma-poller) with one completion queue for all of its
+//! connections ([`PollGroup`]). New connections go to the least loaded group and stay
+//! there.
+//!
+//! This thread only watches: it merges what each group publishes a few times a second
+//! (its connections' counters, taken on the group's own thread) into the live
+//! counters, prints the per-second line and connections as they come and go, and at the
+//! end asks the groups to disconnect everything and waits, bounded, for them to drain.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use rpcrdma::fabric::Provider;
+use rpcrdma::{GroupCounters, PollGroup, ResponderCounters};
+use rpcrdma_poller::{IdlePolicy, PollCtx, PollerConfig, PollerGroup, Task};
+
+use crate::endpoint::Endpoint;
+use crate::error::CliError;
+use crate::serve::{
+    conn_sample, rate, say, say_totals, Counted, Counters, ServeOpts, DRAIN, SAMPLE_EVERY,
+};
+use crate::signal;
+use crate::stats::{Board, ConnSample, GroupStat, Snapshot};
+
+/// What a group publishes for the watching thread.
+#[derive(Default)]
+struct Published {
+    conns: Vec<ConnSample>,
+    limits: ResponderCounters,
+}
+
+/// One group on its poller.
+struct GroupTask<P: Provider, F> {
+    group: PollGroup<P, Counted, F>,
+    published: Arc<Mutex<Published>>,
+    stopping: Arc<AtomicBool>,
+    disconnecting: bool,
+    next_sample: Instant,
+}
+
+impl<P, F> Task<()> for GroupTask<P, F>
+where
+    P: Provider,
+    F: Fn() -> Option<Counted>,
+    PollGroup<P, Counted, F>: Send,
+{
+    fn poll(&mut self, ctx: &mut PollCtx<'_>) -> usize {
+        let now = ctx.now();
+        let work = self.group.poll(now);
+        // Bookkeeping a few times a second, never per call (building samples allocates).
+        if now >= self.next_sample {
+            self.next_sample = now + SAMPLE_EVERY;
+            let mut p = self
+                .published
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            p.conns.clear();
+            p.conns
+                .extend(self.group.connections().iter().map(conn_sample));
+            p.limits = self.group.limit_counters();
+            if !self.disconnecting && self.stopping.load(Ordering::Relaxed) {
+                self.disconnecting = true;
+                self.group.disconnect_all();
+            }
+        }
+        work
+    }
+}
+
+/// Serves with `groups` (one per entry of `cores`, in order) until a signal or the
+/// duration ends.
+pub(crate) fn run<P, F>(
+    groups: Vec<PollGroup<P, Counted, F>>,
+    cores: &[usize],
+    ep: &Endpoint,
+    opts: &ServeOpts,
+    counters: &Arc<Counters>,
+    board: &Board,
+) -> Result<(), CliError>
+where
+    P: Provider,
+    F: Fn() -> Option<Counted> + 'static,
+    PollGroup<P, Counted, F>: Send,
+{
+    let config = PollerConfig {
+        // A busy group never yields; an idle one gives its core away between looks (a
+        // shared machine should not lose whole cores to an idle server).
+        idle: IdlePolicy {
+            spin_iters: 1024,
+            pause_iters: 0,
+            yield_iters: u32::MAX,
+            park: None,
+        },
+        thread_name: "rpcrdma-group".to_string(),
+        ..PollerConfig::default()
+    };
+    let pollers = PollerGroup::<()>::start(cores, config)
+        .map_err(|e| CliError::Serve(format!("--cores: {e}")))?;
+    let stopping = Arc::new(AtomicBool::new(false));
+    let mut watched: Vec<(Arc<GroupCounters>, Arc<Mutex<Published>>)> = Vec::new();
+    let start = Instant::now();
+    for group in groups {
+        let index = group.index();
+        let published = Arc::new(Mutex::new(Published::default()));
+        watched.push((group.counters().clone(), published.clone()));
+        let task = GroupTask {
+            group,
+            published,
+            stopping: stopping.clone(),
+            disconnecting: false,
+            next_sample: start,
+        };
+        pollers
+            .add_task(index, Box::new(task))
+            .map_err(|e| CliError::Serve(format!("starting poll group {index}: {:?}", e.kind())))?;
+    }
+    let pins = pollers.pin_reports().to_vec();
+    say(&format!(
+        "rpcrdma serve: {} poll group(s) on cores {}",
+        pins.len(),
+        pins.iter()
+            .map(|p| format!("{}{}", p.core, if p.pinned { "" } else { " (not pinned)" }))
+            .collect::<Vec<_>>()
+            .join(", ")
+    ));
+    let end = opts.duration.map(|d| start + d);
+    let snap = |start: Instant| -> (Snapshot, ResponderCounters) {
+        let mut cc = ResponderCounters::default();
+        let mut conns = Vec::new();
+        let mut stats = Vec::new();
+        for (i, (c, p)) in watched.iter().enumerate() {
+            let s = c.sample();
+            let p = p.lock().unwrap_or_else(PoisonError::into_inner);
+            cc.accepted += s.accepted;
+            cc.over_limit += s.over_limit;
+            cc.refused += s.refused;
+            cc.handshake_timeouts += p.limits.handshake_timeouts;
+            cc.idle_closed += p.limits.idle_closed;
+            conns.extend(p.conns.iter().cloned());
+            stats.push(GroupStat {
+                group: i,
+                core: pins.get(i).map_or(0, |p| p.core),
+                pinned: pins.get(i).is_some_and(|p| p.pinned),
+                connections: s.connections,
+                accepted: s.accepted,
+                closed: s.closed,
+                completions: s.completions,
+                calls: s.calls,
+            });
+        }
+        let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        let snapshot = Snapshot {
+            pid: std::process::id(),
+            provider: ep.provider().to_string(),
+            addr: ep.to_string(),
+            uptime_s: start.elapsed().as_secs_f64(),
+            accepted: cc.accepted,
+            refused_over_limit: cc.over_limit,
+            refused_setup: cc.refused,
+            handshake_timeouts: cc.handshake_timeouts,
+            idle_closed: cc.idle_closed,
+            calls: load(&counters.calls),
+            nulls: load(&counters.nulls),
+            prog_unavail: load(&counters.prog_unavail),
+            bytes_in: load(&counters.bytes_in),
+            bytes_out: load(&counters.bytes_out),
+            cb_null_sent: 0,
+            cb_null_answered: 0,
+            cb_compound_sent: 0,
+            cb_compound_answered: 0,
+            connections: conns,
+            groups: stats,
+        };
+        (snapshot, cc)
+    };
+    let live = || -> u64 { watched.iter().map(|(c, _)| c.sample().connections).sum() };
+    let mut known: Vec<(String, bool)> = Vec::new();
+    let mut last = (start, 0u64, 0u64, 0u64);
+    let reason = loop {
+        thread::sleep(SAMPLE_EVERY);
+        let now = Instant::now();
+        let (s, _) = snap(start);
+        track(&s.connections, &mut known);
+        board.publish(s);
+        if now.duration_since(last.0) >= Duration::from_secs(1) {
+            let secs = now.duration_since(last.0).as_secs_f64();
+            let calls = counters.calls.load(Ordering::Relaxed);
+            let rx = counters.bytes_in.load(Ordering::Relaxed);
+            let tx = counters.bytes_out.load(Ordering::Relaxed);
+            let per_group: Vec<String> = watched
+                .iter()
+                .map(|(c, _)| c.sample().connections.to_string())
+                .collect();
+            say(&format!(
+                "{:>6.1}s  connections {} ({} per group)  calls/s {:.0}  in {}  out {}",
+                now.duration_since(start).as_secs_f64(),
+                live(),
+                per_group.join("+"),
+                (calls - last.1) as f64 / secs,
+                rate(rx - last.2, secs),
+                rate(tx - last.3, secs),
+            ));
+            last = (now, calls, rx, tx);
+        }
+        if signal::requested() {
+            break "signal";
+        }
+        if end.is_some_and(|e| now >= e) {
+            break "--duration elapsed";
+        }
+    };
+    say(&format!(
+        "rpcrdma serve: stopping ({reason}); disconnecting"
+    ));
+    stopping.store(true, Ordering::Relaxed);
+    let drain_end = Instant::now() + DRAIN;
+    while live() > 0 && Instant::now() < drain_end {
+        thread::sleep(Duration::from_millis(10));
+    }
+    let left = live() as usize;
+    let (s, cc) = snap(start);
+    track(&s.connections, &mut known);
+    board.publish(s);
+    for g in &s_groups(&watched) {
+        say(&format!(
+            "rpcrdma serve: poll group {}: {} accepted, {} closed, {} calls, {} completions",
+            g.0, g.1.accepted, g.1.closed, g.1.calls, g.1.completions
+        ));
+    }
+    // A poller stuck past the deadline is detached; the process is about to exit.
+    let _ = pollers.shutdown(Instant::now() + DRAIN);
+    // Poll groups serve one-role connections: no backchannel to report.
+    say_totals(&cc, counters, None, start, left);
+    Ok(())
+}
+
+/// Each group's counters now, by index.
+fn s_groups(
+    watched: &[(Arc<GroupCounters>, Arc<Mutex<Published>>)],
+) -> Vec<(usize, rpcrdma::GroupSample)> {
+    watched
+        .iter()
+        .enumerate()
+        .map(|(i, (c, _))| (i, c.sample()))
+        .collect()
+}
+
+/// Prints connections that came up or went away since the last look.
+fn track(conns: &[ConnSample], known: &mut Vec<(String, bool)>) {
+    for c in conns {
+        let up = c.state == "Established";
+        match known.iter_mut().find(|(k, _)| *k == c.id) {
+            Some((_, announced)) => {
+                if up && !*announced {
+                    *announced = true;
+                    say(&format!("connection {} established", c.id));
+                }
+            }
+            None => {
+                known.push((c.id.clone(), up));
+                if up {
+                    say(&format!("connection {} established", c.id));
+                }
+            }
+        }
+    }
+    known.retain(|(id, announced)| {
+        let live = conns.iter().any(|c| c.id == *id);
+        if !live && *announced {
+            say(&format!("connection {id} closed"));
+        }
+        live
+    });
+}
