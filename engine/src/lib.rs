@@ -47,7 +47,8 @@ pub use conn::{
 };
 // Configuration, events and buffers every connection shares.
 pub use core::config::{
-    Reconnect, ReplyChunks, DEFAULT_CREDIT_RECLAIM, DEFAULT_PROBE_PROGRAM, DEFAULT_SIGNAL_EVERY,
+    Reconnect, ReplyChunks, DEFAULT_BACKCHANNEL_CREDITS, DEFAULT_CREDIT_RECLAIM,
+    DEFAULT_PROBE_PROGRAM, DEFAULT_SIGNAL_EVERY,
 };
 pub use core::{
     CloseReason, ConfigError, ConnConfig, ConnEvent, ConnState, CountField, PeerConfig, ProbeError,
@@ -59,9 +60,9 @@ pub use core::fixed::FixedVec;
 #[doc(hidden)]
 pub use core::transport::Transport;
 pub use core::{
-    BidiCore, Connection, CoreError, CorePools, FastRegSlot, NoRequester, NoResponder, OutboxFull,
-    OutboxPart, PostFailure, RequesterCore, RequesterHalf, RequesterRole, ResponderCore,
-    ResponderHalf, ResponderRole, Transmit, Transmitter, WrId, WrKind,
+    Backchannel, BidiCore, Connection, CoreError, CorePools, FastRegSlot, NoRequester, NoResponder,
+    OutboxFull, OutboxPart, PostFailure, RequesterCore, RequesterHalf, RequesterRole,
+    ResponderCore, ResponderHalf, ResponderRole, Transmit, Transmitter, WrId, WrKind,
 };
 // Credits.
 pub use credits::{CreditSnapshot, CreditTable, GrantPolicy};

@@ -467,4 +467,10 @@ pub enum SubmitRefusal {
     /// carries.
     #[error("another call in flight carries this XID")]
     DuplicateXid,
+    /// A backward-direction call (RFC 8167) that would need a chunk: DDP arguments,
+    /// write sinks, a message too long for the inline threshold, or a reply that may not
+    /// fit inline. The backward direction carries inline messages only (RFC 8167 §5),
+    /// so such a call is refused rather than sent.
+    #[error("backchannel calls are inline only; this one needs a chunk")]
+    NeedsChunks,
 }

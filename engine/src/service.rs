@@ -243,6 +243,18 @@ pub trait Service {
     fn on_done(&mut self, xid: u32) {
         let _ = xid;
     }
+
+    /// On a forward responder that can call its requester (RFC 8167; a connection made
+    /// by [`Responder::bind_calling`](crate::Responder::bind_calling)): asked once per
+    /// poll for backward-direction calls, made through `calls`. The default makes none.
+    fn backchannel(&mut self, calls: &mut crate::core::Backchannel<'_>) {
+        let _ = calls;
+    }
+
+    /// The outcome of a call made through [`Service::backchannel`].
+    fn backchannel_outcome(&mut self, outcome: crate::requester::Outcome) {
+        let _ = outcome;
+    }
 }
 
 /// The reply body did not fit the buffer.

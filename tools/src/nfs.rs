@@ -372,6 +372,26 @@ fn type_char4(t: Option<u32>) -> char {
 fn op4<P: Provider>(dev: &P::Device, addr: &P::Addr, o: &NfsClientOpts) -> Result<(), CliError> {
     let mut c = Nfs41Client::<P>::connect(dev, addr, &o.conn, o.timeout).map_err(nfs_err)?;
     let r = op4_run(&mut c, o);
+    // The server's calls on the session's backchannel (RFC 8167), answered meanwhile.
+    let cb = c.callbacks();
+    let t = c.backchannel_transport();
+    eprintln!(
+        "rpcrdma nfs: backchannel ({}): answered {} CB_NULL, {} CB_COMPOUND ({} CB_RECALL); \
+         {} refused; transport: {} calls, {} ERR_VERS, {} ERR_CHUNK, {} dropped",
+        if c.backchannel_granted() {
+            "granted"
+        } else {
+            "not granted"
+        },
+        cb.nulls,
+        cb.compounds,
+        cb.recalls,
+        cb.refused,
+        t.calls,
+        t.err_vers,
+        t.err_chunk,
+        t.dropped
+    );
     // The session and client id are ended even when the operation failed.
     let closed = c.shutdown().map_err(nfs_err);
     r?;

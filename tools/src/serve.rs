@@ -24,6 +24,7 @@ use rpcrdma::fabric::shm::{ShmConfig, ShmDevice, ShmProvider};
 use rpcrdma::fabric::siw::{SiwConfig, SiwDevice, SiwProvider};
 use rpcrdma::fabric::{ConnId, Provider};
 use rpcrdma::wire::ccp::ConfigRdmaReply;
+use rpcrdma::{Backchannel, NoRequester, Outcome, RequesterHalf, RequesterRole};
 use rpcrdma::{CallView, ReplyWriter, Service, ServiceError};
 use rpcrdma::{ConnConfig, ConnState};
 use rpcrdma::{PollGroup, Responder, ResponderConn, ResponderCounters, ResponderLimits};
@@ -192,6 +193,18 @@ impl Service for Counted {
             Inner::Nfs(n) => n.on_done(xid),
         }
     }
+
+    fn backchannel(&mut self, calls: &mut Backchannel<'_>) {
+        if let Inner::Nfs(n) = &mut self.inner {
+            n.backchannel(calls);
+        }
+    }
+
+    fn backchannel_outcome(&mut self, outcome: Outcome) {
+        if let Inner::Nfs(n) = &mut self.inner {
+            n.backchannel_outcome(outcome);
+        }
+    }
 }
 
 /// Receive-buffer alignment the server announces through CCP (RFC 5666 §6.2), so that
@@ -281,7 +294,22 @@ pub(crate) fn rate(octets: u64, secs: f64) -> String {
     }
 }
 
+/// Serves with connections that can call their clients (RFC 8167) when NFS is served
+/// (its NFSv4.1 side probes each client's backchannel), one-role connections otherwise.
 fn serve<P: Provider>(
+    dev: P::Device,
+    addr: &P::Addr,
+    ep: &Endpoint,
+    opts: &ServeOpts,
+) -> Result<(), CliError> {
+    if opts.nfs.is_some() {
+        serve_as::<P, RequesterHalf>(dev, addr, ep, opts)
+    } else {
+        serve_as::<P, NoRequester>(dev, addr, ep, opts)
+    }
+}
+
+fn serve_as<P: Provider, B: RequesterRole>(
     dev: P::Device,
     addr: &P::Addr,
     ep: &Endpoint,
@@ -320,6 +348,7 @@ fn serve<P: Provider>(
         CliError::Serve(format!("cannot listen on {ep} ({}): {e}", ep.provider()))
     };
     if let Some(cores) = &opts.cores {
+        // Poll groups serve one-role connections: no backchannel calls from them.
         let groups = PollGroup::<P, Counted, _>::bind(
             dev,
             addr,
@@ -337,8 +366,9 @@ fn serve<P: Provider>(
         }
         return r;
     }
-    let mut server = Responder::<P, Counted, _>::bind(dev, addr, opts.conn.clone(), factory)
-        .map_err(cant_listen)?;
+    let mut server =
+        Responder::<P, Counted, _, B>::bind_roles(dev, addr, opts.conn.clone(), factory)
+            .map_err(cant_listen)?;
     server.set_limits(opts.limits);
     let (board, exporter) = announce(ep, opts, nfs.as_ref())?;
     let start = Instant::now();
@@ -362,7 +392,13 @@ fn serve<P: Provider>(
         let now = Instant::now();
         track(&server, &mut known);
         if now >= next_sample {
-            board.publish(snapshot(&server, &counters, ep, start));
+            board.publish(snapshot(
+                &server,
+                nfs.as_ref().map(|n| &*n.shared),
+                &counters,
+                ep,
+                start,
+            ));
             next_sample = now + SAMPLE_EVERY;
         }
         if now.duration_since(last.0) >= Duration::from_secs(1) {
@@ -400,10 +436,22 @@ fn serve<P: Provider>(
         server.poll(Instant::now());
         track(&server, &mut known);
     }
-    board.publish(snapshot(&server, &counters, ep, start));
+    board.publish(snapshot(
+        &server,
+        nfs.as_ref().map(|n| &*n.shared),
+        &counters,
+        ep,
+        start,
+    ));
     drop(exporter);
     let left = server.connections().len();
-    say_totals(&server.counters(), &counters, start, left);
+    say_totals(
+        &server.counters(),
+        &counters,
+        nfs.as_ref().map(|n| &*n.shared),
+        start,
+        left,
+    );
     if let Some(n) = nfs {
         n.stop();
     }
@@ -441,7 +489,13 @@ fn announce(
 }
 
 /// The closing lines: connections by outcome, calls and octets.
-pub(crate) fn say_totals(cc: &ResponderCounters, counters: &Counters, start: Instant, left: usize) {
+pub(crate) fn say_totals(
+    cc: &ResponderCounters,
+    counters: &Counters,
+    nfs: Option<&NfsShared>,
+    start: Instant,
+    left: usize,
+) {
     say(&format!(
         "rpcrdma serve: connections: {} accepted, {} refused over --max-connections, {} \
          refused by setup, {} closed at the handshake timeout, {} closed idle",
@@ -449,13 +503,15 @@ pub(crate) fn say_totals(cc: &ResponderCounters, counters: &Counters, start: Ins
     ));
     say(&format!(
         "rpcrdma serve: stopped after {:.1}s: {} calls ({} NULL, {} PROG_UNAVAIL), {} octets \
-         in, {} octets out{}",
+         in, {} octets out{}{}",
         start.elapsed().as_secs_f64(),
         counters.calls.load(Ordering::Relaxed),
         counters.nulls.load(Ordering::Relaxed),
         counters.prog_unavail.load(Ordering::Relaxed),
         counters.bytes_in.load(Ordering::Relaxed),
         counters.bytes_out.load(Ordering::Relaxed),
+        nfs.map(|n| format!("; backchannel: {}", n.counters.callback_line()))
+            .unwrap_or_default(),
         if left == 0 {
             String::new()
         } else {
@@ -468,8 +524,9 @@ pub(crate) fn say_totals(cc: &ResponderCounters, counters: &Counters, start: Ins
 pub(crate) const SAMPLE_EVERY: Duration = Duration::from_millis(200);
 
 /// The server's counters and each connection's, now.
-fn snapshot<P: Provider, F>(
-    server: &Responder<P, Counted, F>,
+fn snapshot<P: Provider, F, B: RequesterRole>(
+    server: &Responder<P, Counted, F, B>,
+    nfs: Option<&NfsShared>,
     counters: &Counters,
     ep: &Endpoint,
     start: Instant,
@@ -494,13 +551,19 @@ where
         prog_unavail: load(&counters.prog_unavail),
         bytes_in: load(&counters.bytes_in),
         bytes_out: load(&counters.bytes_out),
+        cb_null_sent: nfs.map_or(0, |n| n.counters.callback(0).sent),
+        cb_null_answered: nfs.map_or(0, |n| n.counters.callback(0).answered),
+        cb_compound_sent: nfs.map_or(0, |n| n.counters.callback(1).sent),
+        cb_compound_answered: nfs.map_or(0, |n| n.counters.callback(1).answered),
         connections: server.connections().iter().map(conn_sample).collect(),
         groups: Vec::new(),
     }
 }
 
 /// One connection's live counters.
-pub(crate) fn conn_sample<P: Provider>(c: &ResponderConn<P, Counted>) -> ConnSample {
+pub(crate) fn conn_sample<P: Provider, B: RequesterRole>(
+    c: &ResponderConn<P, Counted, B>,
+) -> ConnSample {
     use rpcrdma::fabric::QueuePair;
     let st = c.stats();
     let svc = c.service();
@@ -529,8 +592,10 @@ pub(crate) fn conn_sample<P: Provider>(c: &ResponderConn<P, Counted>) -> ConnSam
 }
 
 /// Prints connections that came up or went away since the last look.
-fn track<P: Provider, F>(server: &Responder<P, Counted, F>, known: &mut Vec<(ConnId, bool)>)
-where
+fn track<P: Provider, F, B: RequesterRole>(
+    server: &Responder<P, Counted, F, B>,
+    known: &mut Vec<(ConnId, bool)>,
+) where
     F: FnMut() -> Option<Counted>,
 {
     for c in server.connections() {

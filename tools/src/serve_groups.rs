@@ -167,6 +167,10 @@ where
             prog_unavail: load(&counters.prog_unavail),
             bytes_in: load(&counters.bytes_in),
             bytes_out: load(&counters.bytes_out),
+            cb_null_sent: 0,
+            cb_null_answered: 0,
+            cb_compound_sent: 0,
+            cb_compound_answered: 0,
             connections: conns,
             groups: stats,
         };
@@ -228,7 +232,8 @@ where
     }
     // A poller stuck past the deadline is detached; the process is about to exit.
     let _ = pollers.shutdown(Instant::now() + DRAIN);
-    say_totals(&cc, counters, start, left);
+    // Poll groups serve one-role connections: no backchannel to report.
+    say_totals(&cc, counters, None, start, left);
     Ok(())
 }
 

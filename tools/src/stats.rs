@@ -107,6 +107,19 @@ pub struct Snapshot {
     pub bytes_in: u64,
     /// Octets sent since start.
     pub bytes_out: u64,
+    /// NFSv4.1 backchannel calls (RFC 8881 §20, over RFC 8167) sent and answered
+    /// (accepted, SUCCESS), by callback procedure: CB_NULL probes.
+    #[serde(default)]
+    pub cb_null_sent: u64,
+    /// CB_NULL calls answered.
+    #[serde(default)]
+    pub cb_null_answered: u64,
+    /// CB_COMPOUND calls sent.
+    #[serde(default)]
+    pub cb_compound_sent: u64,
+    /// CB_COMPOUND calls answered.
+    #[serde(default)]
+    pub cb_compound_answered: u64,
     /// The connections now.
     pub connections: Vec<ConnSample>,
     /// The poll groups (`serve --cores`: one per core; empty when one thread serves).
@@ -164,7 +177,7 @@ impl Snapshot {
             "Connections now.",
             self.connections.len() as f64,
         );
-        let totals: [(&str, &str, u64); 10] = [
+        let totals: [(&str, &str, u64); 14] = [
             (
                 "accepted_total",
                 "Connect requests accepted.",
@@ -206,6 +219,26 @@ impl Snapshot {
                 "sent_bytes_total",
                 "Octets of replies sent.",
                 self.bytes_out,
+            ),
+            (
+                "cb_null_sent_total",
+                "NFSv4.1 CB_NULL backchannel calls sent.",
+                self.cb_null_sent,
+            ),
+            (
+                "cb_null_answered_total",
+                "NFSv4.1 CB_NULL backchannel calls answered.",
+                self.cb_null_answered,
+            ),
+            (
+                "cb_compound_sent_total",
+                "NFSv4.1 CB_COMPOUND backchannel calls sent.",
+                self.cb_compound_sent,
+            ),
+            (
+                "cb_compound_answered_total",
+                "NFSv4.1 CB_COMPOUND backchannel calls answered.",
+                self.cb_compound_answered,
             ),
         ];
         for (name, help, v) in totals {
@@ -374,7 +407,8 @@ impl Snapshot {
             s,
             "rpcrdma serve (pid {}) on {} {}, up {:.1}s: {} connection(s); {} calls ({} NULL, \
              {} PROG_UNAVAIL), {} octets in, {} out; accepted {}, refused {} over the limit \
-             and {} by set-up, {} handshake timeouts, {} closed idle",
+             and {} by set-up, {} handshake timeouts, {} closed idle; backchannel CB_NULL \
+             sent {} answered {}, CB_COMPOUND sent {} answered {}",
             self.pid,
             self.provider,
             self.addr,
@@ -389,7 +423,11 @@ impl Snapshot {
             self.refused_over_limit,
             self.refused_setup,
             self.handshake_timeouts,
-            self.idle_closed
+            self.idle_closed,
+            self.cb_null_sent,
+            self.cb_null_answered,
+            self.cb_compound_sent,
+            self.cb_compound_answered
         );
         for g in &self.groups {
             let _ = writeln!(

@@ -160,7 +160,7 @@ fn lost_outcome(tag: u64, req: CallRequest) -> Outcome {
     )
 }
 
-impl<P: Provider> Requester<P> {
+impl<P: Provider, B: crate::core::ResponderRole> Requester<P, B> {
     /// [`poll_outcome`](Self::poll_outcome) when reconnecting: calls lost with their
     /// connection are taken back, everything else delivered.
     #[inline(never)]

@@ -8,18 +8,22 @@ use super::{ConnError, CQ_BATCH};
 use crate::core::config::{ConnConfig, RegMode, Role};
 use crate::core::fixed::FixedQueue;
 use crate::core::{
-    ConnEvent, ConnState, ProbeError, RegBuf, RegBufError, RequesterCore, RequesterStats,
+    ConnEvent, ConnState, Connection, NoResponder, ProbeError, RegBuf, RegBufError, RequesterHalf,
+    RequesterStats, ResponderHalf, ResponderRole, ResponderStats,
 };
-use crate::credits::CreditTable;
+use crate::credits::{CreditTable, GrantPolicy};
 use crate::fabric::{
     Clock, CmEvent, Completion, ConnId, ConnectionManager, Device, Provider, QueuePair,
 };
 use crate::requester::{CallRequest, Outcome, SubmitError};
+use crate::service::Service;
 use crate::wire::private_data::InlineThresholds;
 
-/// A requester connection: submit calls, poll, collect outcomes.
-pub struct Requester<P: Provider> {
-    pub(super) core: RequesterCore,
+/// A requester connection: submit calls, poll, collect outcomes. `B` is the responder
+/// slot: [`NoResponder`], or a [`ResponderHalf`] serving the responder's
+/// backward-direction calls (RFC 8167; [`Requester::connect_serving`]).
+pub struct Requester<P: Provider, B: ResponderRole = NoResponder> {
+    pub(super) core: Connection<RequesterHalf, B>,
     /// The fast-registration slots' handles (the core holds their keys): dropped, which
     /// deregisters them, once the core has closed, so no key it handed out outlives
     /// the connection.
@@ -38,28 +42,34 @@ pub struct Requester<P: Provider> {
     pub(super) again: Option<Box<super::reconnect::Again<P>>>,
 }
 
-/// Makes a core (with fresh fast-registration slots) and starts connecting it to `addr`
-/// over `res`, posting its receives.
+/// Makes a core (with fresh fast-registration slots, beside the responder slot `resp`)
+/// and starts connecting it to `addr` over `res`, posting its receives.
 #[allow(clippy::type_complexity)]
-fn open<P: Provider>(
+fn open<P: Provider, B: ResponderRole>(
     res: &ConnResources<P>,
     cm: &mut P::Cm,
     addr: &P::Addr,
     cfg: &ConnConfig,
     credits: &Arc<CreditTable>,
     now: Instant,
-) -> Result<(Vec<P::Mr>, RequesterCore, P::Qp), ConnError> {
+    resp: B,
+) -> Result<(Vec<P::Mr>, Connection<RequesterHalf, B>, P::Qp), ConnError> {
     let (fast_regs, core) = match res.registration() {
         RegMode::FastReg => {
             let (mrs, slots) = res.fast_mrs(res.sizes.mr_slots, cfg.large_buf_size as usize)?;
-            (
-                mrs,
-                RequesterCore::requester(cfg, &res.pools, &slots, credits.clone()),
-            )
+            let core = Connection::with_requester(
+                cfg,
+                &res.pools,
+                Some(&slots),
+                credits.clone(),
+                resp,
+                res.sizes,
+            );
+            (mrs, core)
         }
         RegMode::Persistent => (
             Vec::new(),
-            RequesterCore::requester_persistent(cfg, &res.pools, credits.clone()),
+            Connection::with_requester(cfg, &res.pools, None, credits.clone(), resp, res.sizes),
         ),
     };
     let mut core = core.map_err(ConnError::Core)?;
@@ -80,10 +90,65 @@ impl<P: Provider> Requester<P> {
         cfg: &ConnConfig,
     ) -> Result<Self, ConnError> {
         let res = ConnResources::<P>::new(dev, cfg, Role::Requester)?;
+        Self::start(dev, addr, cfg, res, NoResponder)
+    }
+}
+
+impl<P: Provider, S: Service> Requester<P, ResponderHalf<S>> {
+    /// As [`Requester::connect_with`], and the connection also serves the responder's
+    /// backward-direction calls (RFC 8167) with `service`: their own credits
+    /// ([`ConnConfig::backchannel_credits`], granted in the replies) and receives,
+    /// inline messages only (a call with chunks, or a reply too large for inline, gets
+    /// RDMA_ERROR/ERR_CHUNK). Reconnection is refused
+    /// ([`ConfigError::ReconnectWithBackchannel`](crate::ConfigError::ReconnectWithBackchannel)).
+    pub fn connect_serving(
+        dev: &P::Device,
+        addr: &P::Addr,
+        cfg: &ConnConfig,
+        service: S,
+    ) -> Result<Self, ConnError> {
+        if cfg.reconnect.is_some() {
+            return Err(ConnError::Config(
+                crate::core::ConfigError::ReconnectWithBackchannel,
+            ));
+        }
+        let sizes = cfg.sizes_with_backchannel(Role::Requester);
+        let res = ConnResources::<P>::with_sizes(dev, cfg, Role::Requester, sizes)?;
+        let bc = cfg.backchannel().credits;
+        let policy = Arc::new(GrantPolicy::new(bc, bc));
+        let resp = ResponderHalf::new(&cfg.backchannel(), &res.pools, service, policy)
+            .map_err(ConnError::Core)?;
+        Self::start(dev, addr, cfg, res, resp)
+    }
+
+    /// The service answering the backward direction.
+    pub fn service(&self) -> &S {
+        self.core.service()
+    }
+
+    /// The service, writable.
+    pub fn service_mut(&mut self) -> &mut S {
+        self.core.service_mut()
+    }
+
+    /// The backward direction's counters (calls served).
+    pub fn backchannel_stats(&self) -> ResponderStats {
+        self.core.responder_stats()
+    }
+}
+
+impl<P: Provider, B: ResponderRole> Requester<P, B> {
+    fn start(
+        dev: &P::Device,
+        addr: &P::Addr,
+        cfg: &ConnConfig,
+        res: ConnResources<P>,
+        resp: B,
+    ) -> Result<Self, ConnError> {
         let credits = Arc::new(CreditTable::new(cfg.credits, cfg.keepalive.is_some()));
         let mut cm = dev.create_cm().map_err(ConnError::Fabric)?;
         let clock = dev.clock();
-        let (fast_regs, core, qp) = open(&res, &mut cm, addr, cfg, &credits, clock.now())?;
+        let (fast_regs, core, qp) = open(&res, &mut cm, addr, cfg, &credits, clock.now(), resp)?;
         let conn = qp.conn_id();
         let again = cfg
             .reconnect
@@ -110,10 +175,22 @@ impl<P: Provider> Requester<P> {
         let Some(a) = self.again.as_deref() else {
             return Ok(());
         };
+        // Only a connection without a backchannel service reconnects (the service
+        // would have to move from the old core to the new one).
+        let Some(resp) = B::for_reconnect() else {
+            return Ok(());
+        };
         // The old slots' keys die with their handles before new ones are made.
         self.fast_regs.clear();
-        let (fast_regs, mut core, qp) =
-            open(&self.res, &mut self.cm, &a.addr, &a.cfg, &a.credits, now)?;
+        let (fast_regs, mut core, qp) = open(
+            &self.res,
+            &mut self.cm,
+            &a.addr,
+            &a.cfg,
+            &a.credits,
+            now,
+            resp,
+        )?;
         // XIDs go on from the old connection's: the calls sent again keep theirs, and
         // no new call may take one a server has seen.
         core.continue_xids(self.core.xid_sequence());
@@ -319,13 +396,13 @@ impl<P: Provider> Requester<P> {
 
     /// The core, for inspection (test hook: feature `testing`).
     #[cfg(feature = "testing")]
-    pub fn core(&self) -> &RequesterCore {
+    pub fn core(&self) -> &Connection<RequesterHalf, B> {
         &self.core
     }
 
     /// The core, writable (test hook: feature `testing`).
     #[cfg(feature = "testing")]
-    pub fn core_mut(&mut self) -> &mut RequesterCore {
+    pub fn core_mut(&mut self) -> &mut Connection<RequesterHalf, B> {
         &mut self.core
     }
 

@@ -40,7 +40,18 @@ impl<P: Provider> ConnResources<P> {
     /// the pools of `cfg` for `role`, and registers the pools. Pools live in shareable
     /// arenas, which every provider accepts.
     pub fn new(dev: &P::Device, cfg: &ConnConfig, role: Role) -> Result<Self, ConnError> {
-        Self::build(dev, cfg, role, true)
+        Self::build(dev, cfg, role, cfg.sizes(role), true)
+    }
+
+    /// As [`new`](Self::new), with queues and pools of `sizes` (a connection playing
+    /// both roles: [`ConnConfig::sizes_with_backchannel`]); `role` is the forward one.
+    pub fn with_sizes(
+        dev: &P::Device,
+        cfg: &ConnConfig,
+        role: Role,
+        sizes: Sizes,
+    ) -> Result<Self, ConnError> {
+        Self::build(dev, cfg, role, sizes, true)
     }
 
     /// [`new`](Self::new) without a completion queue: for a connection of a poll group,
@@ -49,18 +60,19 @@ impl<P: Provider> ConnResources<P> {
         dev: &P::Device,
         cfg: &ConnConfig,
         role: Role,
+        sizes: Sizes,
     ) -> Result<Self, ConnError> {
-        Self::build(dev, cfg, role, false)
+        Self::build(dev, cfg, role, sizes, false)
     }
 
     fn build(
         dev: &P::Device,
         cfg: &ConnConfig,
         role: Role,
+        sizes: Sizes,
         own_cq: bool,
     ) -> Result<Self, ConnError> {
         cfg.validate().map_err(ConnError::Config)?;
-        let sizes = cfg.sizes(role);
         // Only a requester advertises chunks; a responder's memory stays local.
         let mode = match role {
             Role::Requester => cfg.registration.resolve(dev.caps().fast_reg),

@@ -8,8 +8,11 @@ use super::resources::ConnResources;
 use super::{ConnError, CQ_BATCH};
 use crate::core::config::{ConnConfig, Role};
 use crate::core::fixed::FixedQueue;
-use crate::core::{ConnEvent, ConnState, ResponderCore, ResponderStats};
-use crate::credits::GrantPolicy;
+use crate::core::{
+    ConnEvent, ConnState, Connection, NoRequester, ProbeError, RequesterHalf, RequesterRole,
+    RequesterStats, ResponderHalf, ResponderStats,
+};
+use crate::credits::{CreditTable, GrantPolicy};
 use crate::fabric::{
     CmEvent, CmPrivateData, Completion, ConnId, ConnectionManager, Device, Provider, QueuePair,
 };
@@ -40,9 +43,11 @@ impl<P: Provider> Listener<P> {
     }
 }
 
-/// A responder connection serving calls with `S`.
-pub struct ResponderConn<P: Provider, S> {
-    core: ResponderCore<S>,
+/// A responder connection serving calls with `S`. `B` is the requester slot:
+/// [`NoRequester`], or [`RequesterHalf`] for a connection whose service also calls its
+/// requester (RFC 8167: [`Service::backchannel`]).
+pub struct ResponderConn<P: Provider, S, B: RequesterRole = NoRequester> {
+    core: Connection<B, ResponderHalf<S>>,
     qp: P::Qp,
     conn: ConnId,
     peer_pd: CmPrivateData,
@@ -89,11 +94,33 @@ impl<P: Provider, S: Service> ResponderConn<P, S> {
             None,
         )
     }
+}
 
-    /// [`accept`](Self::accept); with `group_cq`, the queue pair completes into that
-    /// queue (a poll group's, shared by its connections), which the group polls and
-    /// routes by queue-pair number ([`on_completion`](Self::on_completion)), instead of
-    /// a queue of the connection's own.
+impl<P: Provider, S: Service> ResponderConn<P, S, RequesterHalf> {
+    /// The backward direction's counters (calls made through [`Service::backchannel`]).
+    pub fn backchannel_stats(&self) -> RequesterStats {
+        self.core.requester_stats()
+    }
+
+    /// The backward direction's credit table (RFC 8167 §4.3: its own credits, granted
+    /// by the requester in its backward replies).
+    pub fn backchannel_credits(&self) -> &Arc<CreditTable> {
+        self.core.credits()
+    }
+
+    /// Probes the requester's backchannel with an RPC NULL on the backward direction's
+    /// credits (see [`ConnEvent::ProbeAnswered`]).
+    pub fn backchannel_probe(&mut self, now: Instant) -> Result<(), ProbeError> {
+        self.core.health_check(now)
+    }
+}
+
+impl<P: Provider, S: Service, B: RequesterRole> ResponderConn<P, S, B> {
+    /// [`accept`](ResponderConn::accept) for either requester slot; with `group_cq`,
+    /// the queue pair completes into that queue (a poll group's, shared by its
+    /// connections), which the group polls and routes by queue-pair number
+    /// ([`on_completion`](Self::on_completion)), instead of a queue of the connection's
+    /// own.
     pub(super) fn accept_on(
         listener: &mut Listener<P>,
         dev: &P::Device,
@@ -103,14 +130,15 @@ impl<P: Provider, S: Service> ResponderConn<P, S> {
         service: S,
         group_cq: Option<&P::Cq>,
     ) -> Result<Self, ConnError> {
+        let sizes = B::responder_sizes(cfg);
         let res = match group_cq {
-            Some(_) => ConnResources::<P>::without_cq(dev, cfg, Role::Responder)?,
-            None => ConnResources::<P>::new(dev, cfg, Role::Responder)?,
+            Some(_) => ConnResources::<P>::without_cq(dev, cfg, Role::Responder, sizes)?,
+            None => ConnResources::<P>::with_sizes(dev, cfg, Role::Responder, sizes)?,
         };
         // Credits never count the receives kept for RDMA_DONE beyond them.
         let policy = Arc::new(GrantPolicy::new(cfg.credits, cfg.credits.max(1)));
         let mut core =
-            ResponderCore::responder(cfg, &res.pools, service, policy).map_err(ConnError::Core)?;
+            B::responder_core(cfg, &res.pools, service, policy).map_err(ConnError::Core)?;
         // Slots to expose replies in responder-provided Read chunks; none on a device
         // without fast registration, or whose keys ran out: such replies then get
         // ERR_CHUNK, as from a responder without the extension (the connection is
@@ -279,11 +307,17 @@ impl<P: Provider, S: Service> ResponderConn<P, S> {
         complete(&mut self.core, &self.qp, wc, now);
     }
 
-    /// What follows a batch of completions: stalled work, posting (one doorbell per
+    /// What follows a batch of completions: backward-direction deadlines and calls
+    /// (nothing on a one-role responder), stalled work, posting (one doorbell per
     /// queue), and the core's events.
     #[inline]
     pub(super) fn after_completions(&mut self, now: Instant) {
-        super::post::transmit(&mut self.core, &mut self.qp, now);
+        let core = &mut self.core;
+        if core.next_timeout().is_some_and(|t| t <= now) {
+            core.handle_timeout(now);
+        }
+        core.run_backchannel(now);
+        super::post::transmit(core, &mut self.qp, now);
         while let Some(ev) = self.core.poll_event() {
             if let ConnEvent::DisconnectRequested(_) = ev {
                 self.wants_disconnect = true;
@@ -345,7 +379,7 @@ impl<P: Provider, S: Service> ResponderConn<P, S> {
 
     /// The core, for inspection (test hook: feature `testing`).
     #[cfg(feature = "testing")]
-    pub fn core(&self) -> &ResponderCore<S> {
+    pub fn core(&self) -> &Connection<B, ResponderHalf<S>> {
         &self.core
     }
 
@@ -368,8 +402,8 @@ impl<P: Provider, S: Service> ResponderConn<P, S> {
 /// Feeds one completion to `core` (the fast path never asks for a peer's abort: only a
 /// failure can follow a Terminate).
 #[inline]
-fn complete<S: Service, Q: QueuePair>(
-    core: &mut ResponderCore<S>,
+fn complete<S: Service, B: RequesterRole, Q: QueuePair>(
+    core: &mut Connection<B, ResponderHalf<S>>,
     qp: &Q,
     wc: &Completion,
     now: Instant,
@@ -384,12 +418,12 @@ fn complete<S: Service, Q: QueuePair>(
 
 /// A listener and the responder connections it accepted, each served by a service
 /// from `factory` (which may refuse a connection by returning `None`).
-pub struct Responder<P: Provider, S, F> {
+pub struct Responder<P: Provider, S, F, B: RequesterRole = NoRequester> {
     listener: Listener<P>,
     dev: P::Device,
     cfg: ConnConfig,
     factory: F,
-    conns: Vec<ResponderConn<P, S>>,
+    conns: Vec<ResponderConn<P, S, B>>,
     keep_closed: bool,
     refused: u64,
     polls: u32,
@@ -462,6 +496,46 @@ where
 {
     /// Listens on `addr` with `dev`; accepted connections use `cfg`.
     pub fn bind(
+        dev: P::Device,
+        addr: &P::Addr,
+        cfg: ConnConfig,
+        factory: F,
+    ) -> Result<Self, ConnError> {
+        Self::bind_roles(dev, addr, cfg, factory)
+    }
+}
+
+impl<P, S, F> Responder<P, S, F, RequesterHalf>
+where
+    P: Provider,
+    S: Service,
+    F: FnMut() -> Option<S>,
+{
+    /// As [`bind`](Responder::bind), and each accepted connection can also call its
+    /// requester (RFC 8167): the service makes backward-direction calls in
+    /// [`Service::backchannel`] and hears of them in [`Service::backchannel_outcome`],
+    /// on [`ConnConfig::backchannel_credits`] credits of their own, inline only.
+    pub fn bind_calling(
+        dev: P::Device,
+        addr: &P::Addr,
+        cfg: ConnConfig,
+        factory: F,
+    ) -> Result<Self, ConnError> {
+        Self::bind_roles(dev, addr, cfg, factory)
+    }
+}
+
+impl<P, S, F, B> Responder<P, S, F, B>
+where
+    P: Provider,
+    S: Service,
+    F: FnMut() -> Option<S>,
+    B: RequesterRole,
+{
+    /// [`bind`](Responder::bind) or [`bind_calling`](Responder::bind_calling), chosen
+    /// by the requester slot `B` ([`NoRequester`] or [`RequesterHalf`]): for code
+    /// generic over whether its connections call their requesters.
+    pub fn bind_roles(
         dev: P::Device,
         addr: &P::Addr,
         cfg: ConnConfig,
@@ -608,13 +682,14 @@ where
             let _ = self.listener.cm.reject(request, &[]);
             return;
         };
-        match ResponderConn::accept(
+        match ResponderConn::accept_on(
             &mut self.listener,
             &self.dev,
             request,
             private_data,
             &self.cfg,
             service,
+            None,
         ) {
             Ok(c) => {
                 self.counters.accepted += 1;
@@ -625,17 +700,17 @@ where
     }
 
     /// The accepted connections.
-    pub fn connections(&self) -> &[ResponderConn<P, S>] {
+    pub fn connections(&self) -> &[ResponderConn<P, S, B>] {
         &self.conns
     }
 
     /// The accepted connections, writable.
-    pub fn connections_mut(&mut self) -> &mut [ResponderConn<P, S>] {
+    pub fn connections_mut(&mut self) -> &mut [ResponderConn<P, S, B>] {
         &mut self.conns
     }
 
     /// Removes and returns the accepted connections.
-    pub fn take_connections(&mut self) -> Vec<ResponderConn<P, S>> {
+    pub fn take_connections(&mut self) -> Vec<ResponderConn<P, S, B>> {
         core::mem::take(&mut self.conns)
     }
 

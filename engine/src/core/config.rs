@@ -218,6 +218,11 @@ pub struct ConnConfig {
     /// the requester's RDMA_DONE before the responder invalidates it anyway (the draft's
     /// §4.1.3); counted in `ResponderStats::done_timeouts`.
     pub done_timeout: Duration,
+    /// Backward-direction credits on a connection playing both roles (RFC 8167 §4.3:
+    /// each direction's credits are its own): the calls a forward responder may have
+    /// outstanding to its requester, and the receives a forward requester keeps for
+    /// them. Unused by a one-role connection.
+    pub backchannel_credits: u32,
 }
 
 /// When a requester offers a Reply chunk ([`ConnConfig::reply_chunks`];
@@ -322,9 +327,14 @@ impl Default for ConnConfig {
             extensions: true,
             done_timeout: Duration::from_secs(10),
             reply_chunks: ReplyChunks::BySize,
+            backchannel_credits: DEFAULT_BACKCHANNEL_CREDITS,
         }
     }
 }
+
+/// Default of [`ConnConfig::backchannel_credits`]: an NFSv4.1 backchannel has one or two
+/// slots (Linux nfsd and its client use one), so two calls at once is already ample.
+pub const DEFAULT_BACKCHANNEL_CREDITS: u32 = 2;
 
 /// A configuration that cannot work.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -354,6 +364,10 @@ pub enum ConfigError {
         "registration = fastreg, but the device has no fast registration (use auto or persistent)"
     )]
     FastRegUnsupported,
+    /// A connection playing both roles with `reconnect` set: the backchannel's service
+    /// lives in one connection's core and is not carried over to the next.
+    #[error("reconnect is not supported on a connection that serves a backchannel")]
+    ReconnectWithBackchannel,
 }
 
 /// A [`ConnConfig`] count that must be positive ([`ConfigError::Zero`]).
@@ -423,6 +437,38 @@ impl Sizes {
 }
 
 impl ConnConfig {
+    /// The sizes of a connection playing both roles (RFC 8167) whose forward role is
+    /// `forward`: that role's sizes beside the backward direction's other role's
+    /// ([`Self::backchannel`]).
+    pub fn sizes_with_backchannel(&self, forward: Role) -> Sizes {
+        let bc = self.backchannel();
+        match forward {
+            Role::Requester => {
+                Sizes::both(&self.sizes(Role::Requester), &bc.sizes(Role::Responder))
+            }
+            Role::Responder => {
+                Sizes::both(&bc.sizes(Role::Requester), &self.sizes(Role::Responder))
+            }
+        }
+    }
+
+    /// The configuration of the backward direction of a two-role connection (RFC
+    /// 8167): this one with [`backchannel_credits`](Self::backchannel_credits) as its
+    /// credits, a short queue, and nothing that belongs to the forward direction alone
+    /// (keepalive, reconnect).
+    pub fn backchannel(&self) -> ConnConfig {
+        ConnConfig {
+            credits: self.backchannel_credits.clamp(1, 65535),
+            queue_len: (4 * self.backchannel_credits as usize).max(8),
+            keepalive: None,
+            reconnect: None,
+            mr_slots: 0,
+            large_bufs: 1,
+            send_bufs: 1,
+            ..self.clone()
+        }
+    }
+
     /// Checks the configuration.
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.private_data().map_err(ConfigError::InlineSize)?;

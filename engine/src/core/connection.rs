@@ -85,6 +85,27 @@ pub trait RequesterRole: roles::Sealed {
     fn local_pd(&self) -> Option<PrivateData>;
     #[doc(hidden)]
     fn awaits_reply(&self, xid: u32) -> bool;
+    #[doc(hidden)]
+    fn forward(&self) -> bool;
+    /// A forward responder's core with this requester slot (none, or the backward
+    /// direction's: RFC 8167).
+    #[doc(hidden)]
+    fn responder_core<S: Service>(
+        cfg: &ConnConfig,
+        pools: &CorePools,
+        service: S,
+        policy: Arc<GrantPolicy>,
+    ) -> Result<Connection<Self, ResponderHalf<S>>, CoreError>
+    where
+        Self: Sized;
+    /// The sizes of a forward responder with this requester slot.
+    #[doc(hidden)]
+    fn responder_sizes(cfg: &ConnConfig) -> Sizes
+    where
+        Self: Sized;
+    /// Hands `service` the finished backward calls, then lets it make new ones.
+    #[doc(hidden)]
+    fn run_backchannel<S: Service>(&mut self, t: &mut Transport, service: &mut S, now: Instant);
 }
 
 /// What a connection asks of its responder slot: a [`ResponderHalf`] or
@@ -106,6 +127,12 @@ pub trait ResponderRole: roles::Sealed {
     fn active(&self) -> usize;
     #[doc(hidden)]
     fn can_expose(&self) -> bool;
+    /// A fresh slot for the next connection of a reconnecting requester; `None` when
+    /// the slot cannot be made again (a backchannel service lives in one core).
+    #[doc(hidden)]
+    fn for_reconnect() -> Option<Self>
+    where
+        Self: Sized;
 }
 
 mod roles {
@@ -150,10 +177,34 @@ impl RequesterRole for RequesterHalf {
         RequesterHalf::active(self)
     }
     fn local_pd(&self) -> Option<PrivateData> {
-        Some(RequesterHalf::local_pd(self))
+        // A backward-direction requester registers nothing: the forward responder's
+        // offer stands.
+        (!self.is_backchannel()).then(|| RequesterHalf::local_pd(self))
     }
     fn awaits_reply(&self, xid: u32) -> bool {
         RequesterHalf::awaits_reply(self, xid)
+    }
+    fn forward(&self) -> bool {
+        !self.is_backchannel()
+    }
+    fn responder_core<S: Service>(
+        cfg: &ConnConfig,
+        pools: &CorePools,
+        service: S,
+        policy: Arc<GrantPolicy>,
+    ) -> Result<Connection<Self, ResponderHalf<S>>, CoreError> {
+        let credits = Arc::new(CreditTable::new(cfg.backchannel().credits, false));
+        Connection::responder_calling(cfg, pools, service, policy, credits)
+    }
+    fn responder_sizes(cfg: &ConnConfig) -> Sizes {
+        cfg.sizes_with_backchannel(Role::Responder)
+    }
+    fn run_backchannel<S: Service>(&mut self, t: &mut Transport, service: &mut S, now: Instant) {
+        while let Some(o) = self.poll_outcome() {
+            service.backchannel_outcome(o);
+        }
+        let mut calls = Backchannel { t, req: self, now };
+        service.backchannel(&mut calls);
     }
 }
 
@@ -186,6 +237,22 @@ impl RequesterRole for NoRequester {
     fn awaits_reply(&self, _xid: u32) -> bool {
         false
     }
+    fn forward(&self) -> bool {
+        false
+    }
+    fn responder_core<S: Service>(
+        cfg: &ConnConfig,
+        pools: &CorePools,
+        service: S,
+        policy: Arc<GrantPolicy>,
+    ) -> Result<Connection<Self, ResponderHalf<S>>, CoreError> {
+        Connection::responder(cfg, pools, service, policy)
+    }
+    fn responder_sizes(cfg: &ConnConfig) -> Sizes {
+        cfg.sizes(Role::Responder)
+    }
+    #[inline(always)]
+    fn run_backchannel<S: Service>(&mut self, _t: &mut Transport, _s: &mut S, _now: Instant) {}
 }
 
 impl<S: Service> ResponderRole for ResponderHalf<S> {
@@ -214,6 +281,9 @@ impl<S: Service> ResponderRole for ResponderHalf<S> {
     fn can_expose(&self) -> bool {
         ResponderHalf::can_expose(self)
     }
+    fn for_reconnect() -> Option<Self> {
+        None
+    }
 }
 
 impl ResponderRole for NoResponder {
@@ -235,6 +305,9 @@ impl ResponderRole for NoResponder {
     }
     fn can_expose(&self) -> bool {
         true
+    }
+    fn for_reconnect() -> Option<Self> {
+        Some(NoResponder)
     }
 }
 
@@ -328,6 +401,108 @@ impl<S: Service> Connection<RequesterHalf, ResponderHalf<S>> {
     }
 }
 
+impl<S: Service> Connection<RequesterHalf, ResponderHalf<S>> {
+    /// A forward requester that also serves its responder's backward-direction calls
+    /// (RFC 8167) with `service`: the requester half as [`Connection::requester`] (or
+    /// persistent when `mrs` is `None`) on `cfg`, the responder half on
+    /// [`ConnConfig::backchannel`] (its own credits, granted by `policy`). Pools must be
+    /// sized by [`ConnConfig::sizes_with_backchannel`] for [`Role::Requester`].
+    pub fn requester_serving(
+        cfg: &ConnConfig,
+        pools: &CorePools,
+        mrs: Option<&[FastRegSlot]>,
+        credits: Arc<CreditTable>,
+        service: S,
+        policy: Arc<GrantPolicy>,
+    ) -> Result<Self, CoreError> {
+        let resp = ResponderHalf::new(&cfg.backchannel(), pools, service, policy)?;
+        let sizes = cfg.sizes_with_backchannel(Role::Requester);
+        Self::with_requester(cfg, pools, mrs, credits, resp, sizes)
+    }
+
+    /// A forward responder that can call its requester (RFC 8167): the responder half
+    /// as [`Connection::responder`] on `cfg`, a backward-direction requester
+    /// ([`RequesterHalf::new_backchannel`]) on [`ConnConfig::backchannel`] with
+    /// `credits`. Calls go out through [`Service::backchannel`] (see
+    /// [`run_backchannel`](Self::run_backchannel)). Pools must be sized by
+    /// [`ConnConfig::sizes_with_backchannel`] for [`Role::Responder`].
+    pub fn responder_calling(
+        cfg: &ConnConfig,
+        pools: &CorePools,
+        service: S,
+        policy: Arc<GrantPolicy>,
+        credits: Arc<CreditTable>,
+    ) -> Result<Self, CoreError> {
+        let req = RequesterHalf::new_backchannel(&cfg.backchannel(), pools, credits)?;
+        let resp = ResponderHalf::new(cfg, pools, service, policy)?;
+        Self::assemble(
+            cfg,
+            pools,
+            cfg.sizes_with_backchannel(Role::Responder),
+            req,
+            resp,
+        )
+    }
+}
+
+/// Where a service makes calls to its peer on a two-role connection
+/// ([`Service::backchannel`]). Outcomes come back through
+/// [`Service::backchannel_outcome`] with the tag given here.
+pub struct Backchannel<'a> {
+    t: &'a mut Transport,
+    req: &'a mut RequesterHalf,
+    now: Instant,
+}
+
+impl Backchannel<'_> {
+    /// A send buffer for a call message: inline-sized, as every call is on this
+    /// direction of a forward responder (RFC 8167 §5).
+    pub fn alloc_msg(&self) -> Result<RegBuf, super::regbuf::RegBufError> {
+        RegBuf::from_pool(self.req.send_pool())
+    }
+
+    /// Submits a call; its outcome comes to [`Service::backchannel_outcome`] with
+    /// `tag`. A call that would need a chunk is refused
+    /// ([`SubmitRefusal::NeedsChunks`](crate::requester::SubmitRefusal::NeedsChunks)).
+    pub fn submit(&mut self, req: CallRequest, tag: u64) -> Result<(), SubmitError> {
+        self.req.submit(self.t, req, tag, self.now)
+    }
+
+    /// True while calls can be submitted (the connection is established).
+    pub fn is_open(&self) -> bool {
+        self.t.state == ConnState::Established
+    }
+
+    /// Credits a call could take now.
+    pub fn available(&self) -> u32 {
+        self.req.credits().snapshot().available
+    }
+
+    /// The backward direction's counters.
+    pub fn stats(&self) -> RequesterStats {
+        self.req.stats()
+    }
+}
+
+impl<P: ResponderRole> Connection<RequesterHalf, P> {
+    /// A forward requester (fast registration with `mrs`, persistent without) beside
+    /// the responder slot `resp`, over queues of `sizes`.
+    pub(crate) fn with_requester(
+        cfg: &ConnConfig,
+        pools: &CorePools,
+        mrs: Option<&[FastRegSlot]>,
+        credits: Arc<CreditTable>,
+        resp: P,
+        sizes: Sizes,
+    ) -> Result<Self, CoreError> {
+        let req = match mrs {
+            Some(mrs) => RequesterHalf::new(cfg, pools, mrs, credits)?,
+            None => RequesterHalf::new_persistent(cfg, pools, credits)?,
+        };
+        Self::assemble(cfg, pools, sizes, req, resp)
+    }
+}
+
 impl<R: RequesterRole, P: ResponderRole> Connection<R, P> {
     fn assemble(
         cfg: &ConnConfig,
@@ -378,8 +553,11 @@ impl<R: RequesterRole, P: ResponderRole> Connection<R, P> {
     /// that cannot expose replies (no fast-registration slots on its device), so a peer
     /// never leaves out a Reply chunk counting on a Read chunk that cannot come.
     fn offered_extensions(&self) -> Extensions {
+        // A forward requester with a backchannel service offers as any requester: the
+        // backward direction is inline only (RFC 8167 §5), it never exposes a reply.
         Extensions {
-            reply_read_chunks: self.local_ext.reply_read_chunks && self.resp.can_expose(),
+            reply_read_chunks: self.local_ext.reply_read_chunks
+                && (self.resp.can_expose() || self.req.forward()),
             ..self.local_ext
         }
     }
@@ -784,6 +962,20 @@ impl<P: ResponderRole> Connection<RequesterHalf, P> {
 }
 
 impl<R: RequesterRole, S: Service> Connection<R, ResponderHalf<S>> {
+    /// Lets the service make backward-direction calls (RFC 8167) on a forward
+    /// responder with a requester half: hands it every finished call
+    /// ([`Service::backchannel_outcome`]), then asks it for new ones
+    /// ([`Service::backchannel`]). Nothing on a one-role responder. A driver runs it
+    /// once per poll, after the completions.
+    #[inline(always)]
+    pub fn run_backchannel(&mut self, now: Instant) {
+        if R::PRESENT {
+            self.req
+                .run_backchannel(&mut self.t, self.resp.service_mut(), now);
+            self.settle();
+        }
+    }
+
     /// The grant policy.
     pub fn policy(&self) -> &Arc<GrantPolicy> {
         self.resp.policy()

@@ -31,8 +31,8 @@ use rpcrdma_pools::Pool;
 
 pub use config::{ConfigError, ConnConfig, CountField, RegMode, Registration, Role, Sizes};
 pub use connection::{
-    BidiCore, Connection, NoRequester, NoResponder, PeerConfig, RequesterCore, RequesterRole,
-    ResponderCore, ResponderRole,
+    Backchannel, BidiCore, Connection, NoRequester, NoResponder, PeerConfig, RequesterCore,
+    RequesterRole, ResponderCore, ResponderRole,
 };
 pub use event::ConnEvent;
 pub use mrs::FastRegSlot;

@@ -9,6 +9,7 @@
 #[macro_use]
 mod engine_support;
 
+mod engine_backchannel;
 mod engine_chunks;
 mod engine_continuation;
 mod engine_core;

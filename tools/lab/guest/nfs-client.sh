@@ -5,7 +5,8 @@
 # pseudo-root (/export has no fsid=0, so LOOKUP "export"). Each: ls of the export, put of
 # an 8 MiB file compared on the server's disk, get of it (and of a file the server wrote)
 # compared octet by octet, a missing file named (NFS3ERR_NOENT, NFS4ERR_NOENT), and a
-# short bench of READs and WRITEs.
+# short bench of READs and WRITEs; the NFSv4.1 client's backchannel (CB_NULL answered,
+# backward calls seen) is reported as a metric.
 #   usage: nfs-client.sh [RPCRDMA_BIN]   (default: target/debug/rpcrdma of this checkout,
 #   built with --features verbs)
 set -uo pipefail
@@ -110,8 +111,13 @@ client41_over() {
   step "4.1 bench READ and WRITE against kernel nfsd ($dev)"
   for op in read write; do
     nfs4 bench --op "$op" --size 65536 --depth 4 --duration 2 --file "bench41-$dev.dat" \
-      || fail "4.1 bench $op on $dev"
+      2> "$LAB_OUT/bench41-$op-$dev.err" || { cat "$LAB_OUT/bench41-$op-$dev.err"; fail "4.1 bench $op on $dev"; }
   done | tee "$LAB_OUT/bench41-$dev.txt"
+  # The session asks for a backchannel (CONN_BACK_CHAN); whether nfsd called it (CB_NULL
+  # over RDMA, RFC 8167) while the client polled through the 2 s bench is reported, not
+  # asserted: Linux 6.1's nfsd has not been seen to send one to this client.
+  cat "$LAB_OUT"/bench41-*-"$dev".err
+  sed -n 's/.*backchannel (\([a-z ]*\)): answered \([0-9]*\) CB_NULL.*transport: \([0-9]*\) calls.*/LAB_METRIC nfs41_client_backchannel dev='"$dev"' grant="\1" cb_null_answered=\2 backward_calls=\3/p' "$LAB_OUT/bench41-read-$dev.err"
   sed -n 's/^nfs bench \([a-z]*\) .* \([0-9]*\) ops\/s, \([0-9.]*\) GB\/s.*/LAB_METRIC nfs41_client_bench dev='"$dev"' op=\1 ops_s=\2 gb_s=\3/p' "$LAB_OUT/bench41-$dev.txt"
   [ "$(grep -c '^nfs bench' "$LAB_OUT/bench41-$dev.txt")" = 2 ] || fail "4.1 bench printed no results ($dev)"
 }

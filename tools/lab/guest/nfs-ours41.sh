@@ -4,7 +4,9 @@
 # MiB written with fsync, caches dropped, read back and compared; 300 files created in
 # one directory and counted with ls -l; rename, remove, symlink/readlink, chmod and stat.
 # The server's stop lines must show Write chunks (READ), Read chunks (COMPOUNDs with
-# WRITE data) and Reply chunks (COMPOUNDs with READDIR pages).
+# WRITE data) and Reply chunks (COMPOUNDs with READDIR pages), and the backchannel (RFC
+# 8167 over RDMA): the CB_NULL our server sends after CREATE_SESSION, answered by the
+# kernel client.
 #   usage: nfs-ours41.sh [RPCRDMA_BIN]   (default: target/debug/rpcrdma of this checkout,
 #   built with --features verbs)
 set -uo pipefail
@@ -74,6 +76,11 @@ ours41_over() {
   [ "$(counter "$log" '.*nfs: NFS4 READ [0-9]* calls .*write \([0-9]*\).*')" -gt 0 ] || fail "no Write chunks used by READ"
   [ "$(counter "$log" '.*nfs: NFS4 COMPOUND [0-9]* calls (chunks: read \([0-9]*\).*')" -gt 0 ] || fail "no Read chunks used by WRITE"
   [ "$(counter "$log" '.*nfs: NFS4 COMPOUND .*reply \([0-9]*\)).*')" -gt 0 ] || fail "no Reply chunks used"
+  grep 'backchannel:' "$log"
+  [ "$(counter "$log" '.*backchannel: CB_NULL sent \([0-9]*\) .*')" -gt 0 ] \
+    || { dmesg | tail -n 30; fail "no CB_NULL sent on the backchannel"; }
+  [ "$(counter "$log" '.*backchannel: CB_NULL sent [0-9]* answered \([0-9]*\) .*')" -gt 0 ] \
+    || { dmesg | tail -n 30; fail "the kernel client answered no CB_NULL on the backchannel"; }
   rm -rf /export-ours/blob /export-ours/many /export-ours/renamed /export-ours/st
 }
 

@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 
 use rpcrdma::fabric::Provider;
 use rpcrdma::wire::header::RdmaError;
-use rpcrdma::Requester;
 use rpcrdma::{CallRequest, CallStatus, Outcome, TransportError};
 use rpcrdma::{ConnConfig, ConnState, Reconnect};
+use rpcrdma::{Requester, ResponderRole};
 
 use super::mount::{self, DirPath, MountRes3, MountStat3, MOUNT_PROGRAM, MOUNT_V3};
 use super::server::tcp::{read_record, write_record};
@@ -139,8 +139,8 @@ pub(crate) fn random_xid() -> u32 {
 
 /// Submits `req` tagged `tag` under the client's next XID (`xid` holds the latest): NFS
 /// clients keep their own XIDs, which a server's duplicate request cache keys on.
-pub(crate) fn submit_next<P: Provider>(
-    conn: &mut Requester<P>,
+pub(crate) fn submit_next<P: Provider, B: ResponderRole>(
+    conn: &mut Requester<P, B>,
     xid: &mut u32,
     req: CallRequest,
     tag: u64,
@@ -151,8 +151,8 @@ pub(crate) fn submit_next<P: Provider>(
 }
 
 /// Polls `conn` until a call's outcome comes, whatever it says, for at most `timeout`.
-pub(crate) fn wait_outcome<P: Provider>(
-    conn: &mut Requester<P>,
+pub(crate) fn wait_outcome<P: Provider, B: ResponderRole>(
+    conn: &mut Requester<P, B>,
     timeout: Duration,
 ) -> Result<Outcome> {
     let end = Instant::now() + timeout;
@@ -262,8 +262,16 @@ pub(crate) fn establish<P: Provider>(
     cfg: &ConnConfig,
     timeout: Duration,
 ) -> Result<Requester<P>> {
-    let mut conn = Requester::<P>::connect_with(dev, addr, cfg)
+    let conn = Requester::<P>::connect_with(dev, addr, cfg)
         .map_err(|e| NfsClientError::Connect(e.to_string()))?;
+    wait_established(conn, timeout)
+}
+
+/// Polls a connection being made until it is established, for at most `timeout`.
+pub(crate) fn wait_established<P: Provider, B: ResponderRole>(
+    mut conn: Requester<P, B>,
+    timeout: Duration,
+) -> Result<Requester<P, B>> {
     let end = Instant::now() + timeout;
     loop {
         conn.poll(Instant::now());

@@ -112,9 +112,10 @@ impl State {
                 impl_id: None,
             })),
             ArgOp::CreateSession(a) => {
+                // CONN_BACK_CHAN: the client serves callbacks on this connection.
                 assert_eq!(
                     (a.clientid, a.sequence, a.flags, a.cb_sec.count),
-                    (7, 1, 0, 1)
+                    (7, 1, 0x2, 1)
                 );
                 let fore = ChannelAttrs4 {
                     maxrequestsize: a.fore.maxrequestsize.min(MAX_MSG),

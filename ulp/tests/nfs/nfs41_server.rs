@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use rpcrdma::fabric::shm::{ShmAddr, ShmDevice, ShmProvider};
 use rpcrdma::ConnConfig;
-use rpcrdma::Responder;
+use rpcrdma::{NoRequester, RequesterHalf, RequesterRole, Responder};
 use rpcrdma_pools::HugePages;
 use rpcrdma_ulp::ddp::{DdpCursor, XdrCodec};
 use rpcrdma_ulp::nfs::client::NfsClientError;
@@ -49,6 +49,15 @@ struct Server {
 
 impl Server {
     fn start(shared: Arc<NfsShared>, tag: &str) -> Server {
+        Self::start_as::<NoRequester>(shared, tag)
+    }
+
+    /// A server whose connections can call their clients (RFC 8167).
+    fn start_calling(shared: Arc<NfsShared>, tag: &str) -> Server {
+        Self::start_as::<RequesterHalf>(shared, tag)
+    }
+
+    fn start_as<B: RequesterRole + 'static>(shared: Arc<NfsShared>, tag: &str) -> Server {
         let addr =
             ShmAddr::abstract_name(format!("rpcrdma-nfs41-srv-{tag}-{}", std::process::id()));
         let stop = Arc::new(AtomicBool::new(false));
@@ -59,7 +68,7 @@ impl Server {
                 let inline = cfg().inline_send as usize;
                 let factory =
                     move || NfsService::new(Dispatcher::new(), shared.clone(), inline).ok();
-                let mut s = Responder::<ShmProvider, NfsService, _>::bind(
+                let mut s = Responder::<ShmProvider, NfsService, _, B>::bind_roles(
                     ShmDevice::new(),
                     &addr,
                     cfg(),
@@ -380,4 +389,43 @@ fn nfs41_export_escapes_fail() {
     // No session: operations other than the session ones are refused.
     c.shutdown().unwrap();
     let _ = ResBody::None;
+}
+
+/// After a CREATE_SESSION that asked for a backchannel (CONN_BACK_CHAN), a server whose
+/// connections can call their clients probes it with CB_NULL to the client's callback
+/// program (RFC 8881 §18.36, §20.1); the client's callback service answers over the same
+/// connection (RFC 8167), and the server counts it sent and answered. A one-role server
+/// sends nothing and counts nothing.
+#[test]
+fn the_backchannel_is_probed_with_cb_null_and_answered() {
+    let dir = TempDir::new("nfs41-cb");
+    let shared = shared_on(&dir.0);
+    let srv = Server::start_calling(shared.clone(), "cb");
+    let mut c = srv.client();
+    let end = Instant::now() + DEADLINE;
+    while shared.counters.callback(0).answered == 0 {
+        assert!(Instant::now() < end, "{:?}", shared.counters.callback(0));
+        c.serve_callbacks(Duration::from_millis(2));
+    }
+    let cb = shared.counters.callback(0);
+    assert_eq!((cb.sent, cb.answered, cb.failed), (1, 1, 0));
+    assert_eq!(shared.counters.callback(1).sent, 0, "no CB_COMPOUND");
+    let answered = c.callbacks();
+    assert_eq!((answered.nulls, answered.refused), (1, 0));
+    assert!(shared
+        .counters
+        .callback_line()
+        .starts_with("CB_NULL sent 1 answered 1 failed 0"));
+    // The forward direction is unaffected: an ordinary COMPOUND after the probe.
+    c.set_export("/").expect("the export is the root");
+    drop(c);
+    drop(srv);
+
+    let shared = shared_on(&dir.0);
+    let srv = Server::start(shared.clone(), "cb-one-role");
+    let mut c = srv.client();
+    c.set_export("/").expect("the export is the root");
+    c.serve_callbacks(Duration::from_millis(20));
+    assert_eq!(shared.counters.callback(0), Default::default());
+    assert_eq!(c.callbacks().nulls, 0);
 }

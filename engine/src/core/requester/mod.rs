@@ -210,6 +210,9 @@ struct Params {
     max_chunks: usize,
     /// `ConnConfig::reply_chunks`.
     reply_chunks: ReplyChunks,
+    /// The backward direction of a two-role connection (RFC 8167 §5): calls go inline
+    /// or not at all ([`SubmitRefusal::NeedsChunks`]).
+    inline_only: bool,
 }
 
 /// The requester side of one connection. The core re-keys its fast-registration slots
@@ -284,6 +287,30 @@ impl RequesterHalf {
         Self::with_mode(cfg, pools, RegMode::Persistent, &[], credits)
     }
 
+    /// The backward-direction requester of a forward responder (RFC 8167): `cfg` is the
+    /// backchannel's ([`ConnConfig::backchannel`]). Its calls are inline only (§5), so it
+    /// registers nothing and needs no fast-registration slots, and it has no say in the
+    /// private data the connection offers (the forward responder's).
+    pub fn new_backchannel(
+        cfg: &ConnConfig,
+        pools: &CorePools,
+        credits: Arc<CreditTable>,
+    ) -> Result<Self, CoreError> {
+        let mut half = Self::with_mode(cfg, pools, RegMode::Persistent, &[], credits)?;
+        half.params.inline_only = true;
+        Ok(half)
+    }
+
+    /// The pool call messages come from.
+    pub(crate) fn send_pool(&self) -> &Pool {
+        &self.send_pool
+    }
+
+    /// True for a backward-direction requester ([`Self::new_backchannel`]).
+    pub(crate) fn is_backchannel(&self) -> bool {
+        self.params.inline_only
+    }
+
     fn with_mode(
         cfg: &ConnConfig,
         pools: &CorePools,
@@ -334,6 +361,7 @@ impl RequesterHalf {
                 limits: cfg.limits,
                 max_chunks: cfg.max_chunks as usize,
                 reply_chunks: cfg.reply_chunks,
+                inline_only: false,
             },
             local_pd,
             credits,
@@ -501,6 +529,9 @@ impl RequesterHalf {
     fn validate(&self, req: &CallRequest) -> Result<(), SubmitRefusal> {
         if req.msg.len() < 4 {
             return Err(SubmitRefusal::MessageTooShort);
+        }
+        if self.params.inline_only && !(req.ddp_args.is_empty() && req.write_sinks.is_empty()) {
+            return Err(SubmitRefusal::NeedsChunks);
         }
         let max = self.max_chunk;
         if req.msg.lkey().is_err() {
@@ -678,6 +709,11 @@ impl RequesterHalf {
             Ok(p) => p,
             Err(r) => return Start::Refused(r),
         };
+        // Thresholds are known only once established, so a backward call's size is
+        // checked here, where the shape is chosen (RFC 8167 §5: inline only).
+        if self.params.inline_only && plan.mrs > 0 {
+            return Start::Refused(SubmitRefusal::NeedsChunks);
+        }
         if req.xid.is_some_and(|x| self.xid_in_flight(x)) {
             return Start::Refused(SubmitRefusal::DuplicateXid);
         }

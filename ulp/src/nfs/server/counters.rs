@@ -67,6 +67,44 @@ pub struct NfsCounters {
     /// READs whose data the backend read straight into the registered buffer the engine
     /// RDMA-Wrote from (no copy in the server).
     pub zero_copy_reads: AtomicU64,
+    /// Backchannel calls to NFSv4.1 clients (RFC 8881 §20), by callback procedure:
+    /// [`CB_NULL`](super::backchannel::CB_NULL) (0) and
+    /// [`CB_COMPOUND`](super::backchannel::CB_COMPOUND) (1).
+    pub callbacks: [CallbackCounters; 2],
+}
+
+/// Backchannel calls of one callback procedure.
+#[derive(Debug, Default)]
+pub struct CallbackCounters {
+    /// Calls sent (submitted to the connection's backward direction).
+    pub sent: AtomicU64,
+    /// Calls answered with an accepted RPC reply, SUCCESS.
+    pub answered: AtomicU64,
+    /// Calls that failed: refused, an RPC error, a transport failure or no answer.
+    pub failed: AtomicU64,
+}
+
+/// A plain copy of [`CallbackCounters`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CallbackCount {
+    /// Sent.
+    pub sent: u64,
+    /// Answered with SUCCESS.
+    pub answered: u64,
+    /// Failed.
+    pub failed: u64,
+}
+
+impl CallbackCounters {
+    /// A snapshot.
+    pub fn get(&self) -> CallbackCount {
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        CallbackCount {
+            sent: l(&self.sent),
+            answered: l(&self.answered),
+            failed: l(&self.failed),
+        }
+    }
 }
 
 impl Default for NfsCounters {
@@ -78,11 +116,36 @@ impl Default for NfsCounters {
             nfs4: std::array::from_fn(|_| ProcCounters::default()),
             chunk_limit: AtomicU64::new(0),
             zero_copy_reads: AtomicU64::new(0),
+            callbacks: Default::default(),
         }
     }
 }
 
 impl NfsCounters {
+    /// A snapshot of callback procedure `procedure` (0 CB_NULL, 1 CB_COMPOUND).
+    pub fn callback(&self, procedure: u32) -> CallbackCount {
+        self.callbacks
+            .get(procedure as usize)
+            .map(CallbackCounters::get)
+            .unwrap_or_default()
+    }
+
+    /// The backchannel calls by procedure, e.g. `CB_NULL sent 1 answered 1 failed 0,
+    /// CB_COMPOUND sent 0 answered 0 failed 0`.
+    pub fn callback_line(&self) -> String {
+        let f = |name: &str, c: CallbackCount| {
+            format!(
+                "{name} sent {} answered {} failed {}",
+                c.sent, c.answered, c.failed
+            )
+        };
+        format!(
+            "{}, {}",
+            f("CB_NULL", self.callback(0)),
+            f("CB_COMPOUND", self.callback(1))
+        )
+    }
+
     /// A snapshot of NFSv4 operation `op`.
     pub fn nfs4_op(&self, op: u32) -> ProcCount {
         self.nfs4

@@ -22,6 +22,7 @@
 //! # let _ = service;
 //! ```
 
+pub mod backchannel;
 mod backend;
 mod counters;
 pub mod handle;
@@ -36,7 +37,7 @@ pub mod v41;
 pub use backend::{
     CreateMode, DirEntry, FileKey, FsLimits, FsSpace, NfsBackend, ReadDone, WriteDone,
 };
-pub use counters::{NfsCounters, ProcCount, ProcCounters};
+pub use counters::{CallbackCount, CallbackCounters, NfsCounters, ProcCount, ProcCounters};
 pub use hostfs::HostFs;
 pub use mem::MemFs;
 pub use mountprog::{MountProgram, MountShared};

@@ -4,8 +4,11 @@
 
 use std::sync::Arc;
 
-use rpcrdma::{CallView, ReplyWriter, Service, ServiceError};
+use rpcrdma::{
+    Backchannel, CallRequest, CallStatus, CallView, Outcome, ReplyWriter, Service, ServiceError,
+};
 
+use super::backchannel::{self, CB_NULL};
 use super::counters::bump;
 use super::program::{NfsProgram, NfsShared};
 use crate::ddp::{DdpCursor, DdpEncoder, XdrCodec};
@@ -30,7 +33,14 @@ pub struct NfsService {
     inner: Dispatcher,
     shared: Arc<NfsShared>,
     inline_send: usize,
+    /// A CREATE_SESSION on this connection asked for a backchannel: the callback
+    /// program to probe with CB_NULL (sent when the connection can call its client:
+    /// `rpcrdma::Responder::bind_calling`).
+    cb_probe: Option<u32>,
 }
+
+/// How long a backchannel call waits for its answer.
+const CALLBACK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl core::fmt::Debug for NfsService {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
@@ -62,6 +72,7 @@ impl NfsService {
             inner: dispatcher,
             shared,
             inline_send,
+            cb_probe: None,
         })
     }
 
@@ -109,8 +120,17 @@ impl Service for NfsService {
                 return done;
             }
         }
-        let r = self.inner.handle_call(call, reply);
         let nfs4 = be32(msg, 12) == Some(NFS_PROGRAM) && be32(msg, 16) == Some(4);
+        if nfs4 {
+            // Nothing a COMPOUND of another connection left on this thread.
+            let _ = backchannel::take_request();
+        }
+        let r = self.inner.handle_call(call, reply);
+        if nfs4 {
+            if let Some(program) = backchannel::take_request() {
+                self.cb_probe = Some(program);
+            }
+        }
         if nfs4 && r.is_ok() {
             // Per COMPOUND: operations share the chunks, so they are counted here, and
             // READ's Write chunks per operation by the program.
@@ -145,6 +165,46 @@ impl Service for NfsService {
 
     fn on_done(&mut self, xid: u32) {
         self.inner.on_done(xid);
+    }
+
+    fn backchannel(&mut self, calls: &mut Backchannel<'_>) {
+        let Some(program) = self.cb_probe else {
+            return;
+        };
+        if !calls.is_open() {
+            return;
+        }
+        // No send buffer now: tried again at the next poll.
+        let Ok(mut msg) = calls.alloc_msg() else {
+            return;
+        };
+        self.cb_probe = None;
+        let k = &self.shared.counters.callbacks[CB_NULL as usize];
+        let Some(n) = backchannel::encode_cb_null(program, msg.storage_mut()) else {
+            bump(&k.failed);
+            return;
+        };
+        if msg.set_len(n).is_err() {
+            bump(&k.failed);
+            return;
+        }
+        let mut req = CallRequest::new(msg, 256);
+        req.timeout = Some(CALLBACK_TIMEOUT);
+        match calls.submit(req, u64::from(CB_NULL)) {
+            Ok(()) => bump(&k.sent),
+            Err(_) => bump(&k.failed),
+        }
+    }
+
+    fn backchannel_outcome(&mut self, outcome: Outcome) {
+        let Some(k) = self.shared.counters.callbacks.get(outcome.tag as usize) else {
+            return;
+        };
+        if outcome.status == CallStatus::Success {
+            bump(&k.answered);
+        } else {
+            bump(&k.failed);
+        }
     }
 }
 

@@ -1,9 +1,11 @@
 //! A blocking NFSv4.1 client over the engine ([`Nfs41Client`]).
 //!
 //! Setup (RFC 8881 §18.35, §18.36, §18.51): EXCHANGE_ID with a client owner unique to
-//! this process, CREATE_SESSION without a backchannel (flags 0; the server's callback
-//! path stays down, so it grants no delegations, and OPEN asks for none), then
-//! RECLAIM_COMPLETE. Every later COMPOUND starts with SEQUENCE on a slot of the session's
+//! this process, CREATE_SESSION with a backchannel on the same connection
+//! (CONN_BACK_CHAN; RFC 8167 carries the server's callbacks, answered by
+//! [`CallbackService`]: CB_NULL, and CB_SEQUENCE + CB_RECALL with NFS4ERR_BADHANDLE since
+//! OPEN asks for no delegation), then RECLAIM_COMPLETE. The connection cannot reconnect
+//! (`ConnConfig::reconnect` is refused): the callback service lives in it. Every later COMPOUND starts with SEQUENCE on a slot of the session's
 //! slot table, whose sequence id advances with each reply whose SEQUENCE succeeded.
 //! NFS4ERR_DELAY and NFS4ERR_GRACE are retried with a bounded back-off.
 //!
@@ -20,9 +22,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use rpcrdma::fabric::Provider;
 use rpcrdma::wire::header::RdmaError;
 use rpcrdma::ConnConfig;
-use rpcrdma::Requester;
 use rpcrdma::{CallRequest, CallStatus, Outcome, TransportError};
+use rpcrdma::{Requester, ResponderHalf};
 
+use super::callback::{CallbackService, CallbackStats};
 use super::compound::{
     ArgOp, CbSecParms, CompoundArgs, CompoundRes, CreateArgs, CreateHow, CreateSessionArgs,
     CreateType, ExchangeIdArgs, OpenArgs, OpenClaim, OpenHow, ReadArgs, ReaddirArgs, ResBody,
@@ -32,7 +35,9 @@ use super::compound::{
 use super::{attrs_request, Attrs, ChannelAttrs4, Fattr4, Nfsstat4, SessionId, Stateid4, Verifier};
 use crate::client::{CallPlan, DdpBufs, OutcomeResults};
 use crate::ddp::encode_call;
-use crate::nfs::client::{establish, header, settled, submit_next, wait_outcome, NfsClientError};
+use crate::nfs::client::{
+    header, settled, submit_next, wait_established, wait_outcome, NfsClientError,
+};
 use crate::nfs::v4::{ops, procs};
 use crate::nfs::NFS_PROGRAM;
 
@@ -98,9 +103,13 @@ struct Pending {
     wait: Duration,
 }
 
+/// The callback program this client names in CREATE_SESSION (`csa_cb_program`; the
+/// NFS4_CALLBACK program number of RFC 8881 §20, as the Linux client uses).
+pub const CB_PROGRAM: u32 = 0x4000_0000;
+
 /// An NFSv4.1 client on one RPC-over-RDMA connection and one session.
 pub struct Nfs41Client<P: Provider> {
-    conn: Requester<P>,
+    conn: Requester<P, ResponderHalf<CallbackService>>,
     timeout: Duration,
     clientid: u64,
     sessionid: SessionId,
@@ -120,6 +129,8 @@ pub struct Nfs41Client<P: Provider> {
     reply_retries: u64,
     /// `ConnConfig::large_buf_size`: the largest reply room one call can offer.
     large_buf: u32,
+    /// The server granted CONN_BACK_CHAN: its callbacks come on this connection.
+    backchannel_granted: bool,
 }
 
 impl<P: Provider> fmt::Debug for Nfs41Client<P> {
@@ -186,7 +197,9 @@ impl<P: Provider> Nfs41Client<P> {
         cfg: &ConnConfig,
         timeout: Duration,
     ) -> Result<Self> {
-        let conn = establish::<P>(dev, addr, cfg, timeout)?;
+        let conn = Requester::connect_serving(dev, addr, cfg, CallbackService::new(CB_PROGRAM))
+            .map_err(|e| NfsClientError::Connect(e.to_string()))?;
+        let conn = wait_established(conn, timeout)?;
         let thresholds = conn.thresholds();
         let transfer = (cfg.large_buf_size & !4095).clamp(4096, MAX_TRANSFER);
         let now = SystemTime::now()
@@ -217,6 +230,7 @@ impl<P: Provider> Nfs41Client<P> {
             xid: crate::nfs::client::random_xid(),
             reply_retries: 0,
             large_buf: cfg.large_buf_size,
+            backchannel_granted: false,
         };
         let verifier = (now.as_nanos() as u64).to_be_bytes();
         let owner = c.owner.clone();
@@ -243,8 +257,8 @@ impl<P: Provider> Nfs41Client<P> {
             maxrequests: cfg.credits.max(1),
             rdma_ird: None,
         };
-        // No backchannel (flags 0), but the attributes must still be acceptable: Linux
-        // nfsd checks them against the size of its CB_RECALL and two operations.
+        // One backchannel slot (the callback service checks slot 0's sequence ids);
+        // Linux nfsd checks the sizes against its CB_RECALL and two operations.
         let back = ChannelAttrs4 {
             headerpadsize: 0,
             maxrequestsize: 4096,
@@ -259,10 +273,12 @@ impl<P: Provider> Nfs41Client<P> {
                 &[ArgOp::CreateSession(CreateSessionArgs {
                     clientid,
                     sequence,
-                    flags: 0,
+                    // CREATE_SESSION4_FLAG_CONN_BACK_CHAN: callbacks come on this
+                    // connection (RFC 8881 §18.36.3).
+                    flags: 0x2,
                     fore,
                     back,
-                    cb_program: 0x4000_0000,
+                    cb_program: CB_PROGRAM,
                     cb_sec: CbSecParms::AUTH_NONE,
                 })],
                 SMALL_REPLY,
@@ -276,6 +292,8 @@ impl<P: Provider> Nfs41Client<P> {
                 let _ = c.unsequenced(&[ArgOp::DestroyClientid(clientid)], SMALL_REPLY, |_| Ok(()));
             })?;
         c.sessionid = session.sessionid;
+        c.conn.service_mut().set_session(session.sessionid);
+        c.backchannel_granted = session.flags & 0x2 != 0;
         c.session_open = true;
         c.fore = session.fore;
         let slots = session.fore.maxrequests.clamp(1, fore.maxrequests);
@@ -302,6 +320,34 @@ impl<P: Provider> Nfs41Client<P> {
             }
         }
         Ok(c)
+    }
+
+    /// What the callback service answered on the backchannel.
+    pub fn callbacks(&self) -> CallbackStats {
+        self.conn.service().stats()
+    }
+
+    /// Whether the server granted the backchannel on this connection (CREATE_SESSION's
+    /// `csr_flags` has CONN_BACK_CHAN).
+    pub fn backchannel_granted(&self) -> bool {
+        self.backchannel_granted
+    }
+
+    /// The connection's backward direction as the transport saw it: calls received,
+    /// answered inline, refused (ERR_VERS, ERR_CHUNK) or dropped.
+    pub fn backchannel_transport(&self) -> rpcrdma::ResponderStats {
+        self.conn.backchannel_stats()
+    }
+
+    /// Polls the connection for `how_long` without a call of its own: the backchannel
+    /// is answered only while the connection is polled (during calls, or here).
+    pub fn serve_callbacks(&mut self, how_long: Duration) {
+        let end = Instant::now() + how_long;
+        while Instant::now() < end {
+            if self.conn.poll(Instant::now()) == 0 {
+                std::thread::yield_now();
+            }
+        }
     }
 
     /// The client id from EXCHANGE_ID.

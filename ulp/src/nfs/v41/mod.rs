@@ -9,6 +9,7 @@
 //! reply, so the Nth Write chunk pairs with the Nth READ in the COMPOUND (§6.4.1). A READ
 //! that failed consumes its chunk too ([`DdpCursor::skip_ddp`]).
 
+pub mod callback;
 pub mod client;
 pub mod compound;
 

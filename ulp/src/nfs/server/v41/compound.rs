@@ -742,6 +742,11 @@ fn op_plain<'s: 'r, 'r>(
                 a.cb_program,
                 now,
             )?;
+            // CREATE_SESSION4_FLAG_CONN_BACK_CHAN (RFC 8881 §18.36.3).
+            if flags & 0x2 != 0 {
+                // Probed by the connection's service once this COMPOUND is answered.
+                crate::nfs::server::backchannel::request(a.cb_program);
+            }
             Ok(ResBody::CreateSession(
                 crate::nfs::v41::compound::CreateSessionRes {
                     sessionid,
