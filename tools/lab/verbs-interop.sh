@@ -29,7 +29,10 @@ RUN=$LAB/runs/verbs-interop-$(date +%Y%m%d-%H%M%S)-$$; mkdir -p "$RUN"
 # name|expected check|expected call shape|call arguments; the guest script reads the same
 # file. The shape (what the call put on the wire) proves each chunk type was exercised;
 # --inline 8192 against the server's 4096 makes an inline-sized call a long one
-# (RDMA_NOMSG: the whole message in a Position-Zero Read chunk).
+# (RDMA_NOMSG: the whole message in a Position-Zero Read chunk; --no-extensions keeps it
+# version 1, since two rpcrdma peers would send it as a continuation group). The last
+# case is that group: a 20 KB ECHO as five Sends each way (the round-trip draft's
+# message continuation, negotiated between the two rpcrdma peers), no chunk.
 cat > "$RUN/cases" <<'CASES'
 null|"status":"SUCCESS"|"call":"RDMA_MSG","read_chunks":0,"write_chunks":0,"reply_chunks":0|--null
 echo-inline|echoed 1000 octets match|"call":"RDMA_MSG","read_chunks":0,"write_chunks":0,"reply_chunks":0|--echo --size 1000
@@ -37,8 +40,9 @@ echo-read|echoed 2000 octets match|"call":"RDMA_MSG","read_chunks":1,"write_chun
 echo-write|echoed 3000 octets match|"call":"RDMA_MSG","read_chunks":0,"write_chunks":1,"reply_chunks":0|--echo --size 3000 --write-chunk
 echo-reply|echoed 6000 octets match|"call":"RDMA_MSG","read_chunks":1,"write_chunks":0,"reply_chunks":1|--echo --size 6000 --reply-chunk
 echo-rw|echoed 40001 octets match|"call":"RDMA_MSG","read_chunks":1,"write_chunks":1,"reply_chunks":0|--echo --size 40001 --read-chunk --write-chunk
-long-reply|echoed 6000 octets match|"call":"RDMA_NOMSG","read_chunks":1,"write_chunks":0,"reply_chunks":1|--echo --size 6000 --inline 8192 --reply-chunk
-long-write|echoed 6000 octets match|"call":"RDMA_NOMSG","read_chunks":1,"write_chunks":1,"reply_chunks":0|--echo --size 6000 --inline 8192 --write-chunk
+long-reply|echoed 6000 octets match|"call":"RDMA_NOMSG","read_chunks":1,"write_chunks":0,"reply_chunks":1|--echo --size 6000 --inline 8192 --reply-chunk --no-extensions
+long-write|echoed 6000 octets match|"call":"RDMA_NOMSG","read_chunks":1,"write_chunks":1,"reply_chunks":0|--echo --size 6000 --inline 8192 --write-chunk --no-extensions
+continuation|echoed 20000 octets match|"call":"ROPT_XMTREQ","read_chunks":0,"write_chunks":0,"reply_chunks":0,"reply_read_chunks":0,"done_sent":false,"call_messages":5,"reply_messages":5|--echo --size 20000
 CASES
 CAP=
 if command -v tshark >/dev/null; then

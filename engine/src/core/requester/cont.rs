@@ -98,7 +98,9 @@ impl RequesterHalf {
     /// group fits the peer's limits, enough credits are free now (the draft's §4.3:
     /// else a Position-Zero Read chunk), and enough reserved receives for the reply.
     pub(super) fn plan_cont(&self, t: &Transport, req: &CallRequest) -> Option<ContPlan> {
-        if !t.extensions.continuation || !t.peer_chars.continuation() {
+        // The backward direction is inline only (RFC 8167 §5): one message per call,
+        // whatever the forward direction negotiated.
+        if self.params.inline_only || !t.extensions.continuation || !t.peer_chars.continuation() {
             return None;
         }
         if req.ddp_args.iter().any(|a| !a.data.is_empty()) || !req.write_sinks.is_empty() {
