@@ -38,7 +38,7 @@ null|"status":"SUCCESS"|"call":"RDMA_MSG","read_chunks":0,"write_chunks":0,"repl
 echo-inline|echoed 1000 octets match|"call":"RDMA_MSG","read_chunks":0,"write_chunks":0,"reply_chunks":0|--echo --size 1000
 echo-read|echoed 2000 octets match|"call":"RDMA_MSG","read_chunks":1,"write_chunks":0,"reply_chunks":0|--echo --size 2000 --read-chunk
 echo-write|echoed 3000 octets match|"call":"RDMA_MSG","read_chunks":0,"write_chunks":1,"reply_chunks":0|--echo --size 3000 --write-chunk
-echo-reply|echoed 6000 octets match|"call":"RDMA_MSG","read_chunks":1,"write_chunks":0,"reply_chunks":1|--echo --size 6000 --reply-chunk
+echo-reply|echoed 6000 octets match|"call":"RDMA_MSG","read_chunks":1,"write_chunks":0,"reply_chunks":1|--echo --size 6000 --reply-chunk --no-extensions
 echo-rw|echoed 40001 octets match|"call":"RDMA_MSG","read_chunks":1,"write_chunks":1,"reply_chunks":0|--echo --size 40001 --read-chunk --write-chunk
 long-reply|echoed 6000 octets match|"call":"RDMA_NOMSG","read_chunks":1,"write_chunks":0,"reply_chunks":1|--echo --size 6000 --inline 8192 --reply-chunk --no-extensions
 long-write|echoed 6000 octets match|"call":"RDMA_NOMSG","read_chunks":1,"write_chunks":1,"reply_chunks":0|--echo --size 6000 --inline 8192 --write-chunk --no-extensions
