@@ -366,6 +366,22 @@ pub struct Resend {
     pub pad_inline_ddp: bool,
 }
 
+impl Resend {
+    /// What `req` needs to be sent again (no XID yet: the engine writes the one it
+    /// carried when the call is lost).
+    #[inline]
+    pub(crate) fn of(req: &CallRequest) -> Resend {
+        Resend {
+            xid: None,
+            max_reply_len: req.max_reply_len,
+            timeout: req.timeout,
+            idempotent: req.idempotent,
+            prefers_read_chunk_reply: req.prefers_read_chunk_reply,
+            pad_inline_ddp: req.pad_inline_ddp,
+        }
+    }
+}
+
 impl Outcome {
     /// The request again, for a call lost with its connection ([`Outcome::resend`]):
     /// the same buffers and XID. Any other outcome comes back as it is.

@@ -408,20 +408,7 @@ fn call<P: Provider>(
     let (ddp_args, sinks) = (req.ddp_args.len(), req.write_sinks.len());
     let before = conn.stats();
     let t1 = Instant::now();
-    conn.submit(req, 1).map_err(|e| call_err(e.to_string()))?;
-    let end = t1 + o.timeout;
-    let outcome = loop {
-        conn.poll(Instant::now());
-        if let Some(out) = conn.poll_outcome() {
-            break out;
-        }
-        if Instant::now() >= end {
-            return Err(call_err(format!(
-                "no reply within {:.1}s",
-                o.timeout.as_secs_f64()
-            )));
-        }
-    };
+    let outcome = call_once(&mut conn, req, 1, o.timeout, "reply")?;
     let call_us = t1.elapsed().as_secs_f64() * 1e6;
     let after = conn.stats();
     let long = after.long_calls > before.long_calls;
@@ -514,6 +501,31 @@ fn call<P: Provider>(
     }
 }
 
+/// Submits `req` and polls `conn` until its outcome, or fails naming `what` after
+/// `timeout`.
+fn call_once<P: Provider>(
+    conn: &mut Requester<P>,
+    req: CallRequest,
+    tag: u64,
+    timeout: Duration,
+    what: &str,
+) -> Result<Outcome, CliError> {
+    conn.submit(req, tag).map_err(|e| call_err(e.to_string()))?;
+    let end = Instant::now() + timeout;
+    loop {
+        conn.poll(Instant::now());
+        if let Some(out) = conn.poll_outcome() {
+            return Ok(out);
+        }
+        if Instant::now() >= end {
+            return Err(call_err(format!(
+                "no {what} within {:.1}s",
+                timeout.as_secs_f64()
+            )));
+        }
+    }
+}
+
 /// Runs CONF_RDMA (RFC 5666 §6) on `conn` and applies the server's answer.
 fn configure<P: Provider>(conn: &mut Requester<P>, o: &CallOpts) -> Result<CcpAgreed, CliError> {
     let ours = ConfigRdmaReq {
@@ -526,20 +538,7 @@ fn configure<P: Provider>(conn: &mut Requester<P>, o: &CallOpts) -> Result<CcpAg
         .map_err(|e| call_err(format!("message buffer: {e}")))?;
     let req = rpcrdma_ulp::ccp::call(msg, ours)
         .map_err(|e| call_err(format!("cannot encode CONF_RDMA: {e}")))?;
-    conn.submit(req, 0).map_err(|e| call_err(e.to_string()))?;
-    let end = Instant::now() + o.timeout;
-    let outcome = loop {
-        conn.poll(Instant::now());
-        if let Some(out) = conn.poll_outcome() {
-            break out;
-        }
-        if Instant::now() >= end {
-            return Err(call_err(format!(
-                "no CONF_RDMA reply within {:.1}s",
-                o.timeout.as_secs_f64()
-            )));
-        }
-    };
+    let outcome = call_once(conn, req, 0, o.timeout, "CONF_RDMA reply")?;
     let theirs = rpcrdma_ulp::ccp::reply(&outcome).map_err(|e| call_err(e.to_string()))?;
     let th = conn.apply_peer_config(rpcrdma_ulp::ccp::peer_config(&theirs));
     Ok(CcpAgreed {

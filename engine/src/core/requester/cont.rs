@@ -241,14 +241,7 @@ impl RequesterHalf {
         s.started = Some(now);
         s.cont_credits = extra;
         s.rsbuf = cp.rsbuf;
-        s.resend = crate::requester::Resend {
-            xid: None,
-            max_reply_len: req.max_reply_len,
-            timeout: req.timeout,
-            idempotent: req.idempotent,
-            prefers_read_chunk_reply: req.prefers_read_chunk_reply,
-            pad_inline_ddp: req.pad_inline_ddp,
-        };
+        s.resend = crate::requester::Resend::of(req);
         self.stats.calls_sent += 1;
         self.stats.cont_calls += u64::from(cp.count > 1);
         self.stats.call_messages += u64::from(cp.count);

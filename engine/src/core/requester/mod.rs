@@ -1359,11 +1359,7 @@ impl RequesterHalf {
         while let Some(q) = self.queue.pop_front() {
             let resend = self.hand_back.then_some(Resend {
                 xid: q.req.xid,
-                max_reply_len: q.req.max_reply_len,
-                timeout: q.req.timeout,
-                idempotent: q.req.idempotent,
-                prefers_read_chunk_reply: q.req.prefers_read_chunk_reply,
-                pad_inline_ddp: q.req.pad_inline_ddp,
+                ..Resend::of(&q.req)
             });
             let xid = q.req.xid.unwrap_or(0);
             let mut o = Outcome::unsent(q.tag, xid, q.req, CallStatus::Transport(lost));

@@ -95,6 +95,23 @@ fn write_list_len(sinks: usize) -> usize {
     WORD_LEN + sinks * (WORD_LEN + WORD_LEN + SEGMENT_LEN)
 }
 
+/// RDMA_MSGP parameters for `req` when its DDP arguments fit the send threshold inline
+/// with their padding (a header of `hlen` octets before them). Out of line: only calls
+/// that allow padding, to a peer whose alignment is known, come here.
+#[cold]
+#[inline(never)]
+fn plan_msgp(req: &CallRequest, th: &InlineThresholds, align: u32, hlen: usize) -> Option<Padded> {
+    let len = compose_msgp(req, align as usize, hlen, None)?;
+    let thresh = req
+        .ddp_args
+        .iter()
+        .map(|a| a.data.len())
+        .filter(|&l| l > 0)
+        .min()
+        .and_then(|l| u32::try_from(l).ok())?;
+    (len <= th.send as usize).then_some(Padded { align, thresh })
+}
+
 /// Chooses the call's shape against the negotiated thresholds.
 ///
 /// - A Reply chunk is offered when the largest reply plus its largest inline transport
@@ -114,6 +131,7 @@ fn write_list_len(sinks: usize) -> usize {
 /// results): a call whose upper layer allows it ([`CallRequest::pad_inline_ddp`]) and
 /// whose DDP arguments fit inline with their padding goes as RDMA_MSGP, saving the
 /// peer an RDMA Read round trip per argument (RFC 5666 §3.9).
+#[inline]
 pub(super) fn plan(
     req: &CallRequest,
     th: &InlineThresholds,
@@ -139,21 +157,12 @@ pub(super) fn plan(
         |reads: usize| FIXED_HEADER_LEN + reads * READ_LIST_ENTRY_LEN + WORD_LEN + writes + reply;
     if let (Some(align), true, true) = (peer_align, req.pad_inline_ddp, args > 0) {
         // `rdma_align` and `rdma_thresh` come before the lists.
-        let fits = compose_msgp(req, align as usize, header(0) + 2 * WORD_LEN, None)
-            .is_some_and(|len| len <= th.send as usize);
-        let thresh = req
-            .ddp_args
-            .iter()
-            .map(|a| a.data.len())
-            .filter(|&l| l > 0)
-            .min()
-            .and_then(|l| u32::try_from(l).ok());
-        if let (true, Some(thresh)) = (fits, thresh) {
+        if let Some(msgp) = plan_msgp(req, th, align, header(0) + 2 * WORD_LEN) {
             return Ok(Plan {
                 long: false,
                 reply_chunk,
                 mrs: sinks as u32 + u32::from(reply_chunk),
-                msgp: Some(Padded { align, thresh }),
+                msgp: Some(msgp),
             });
         }
     }
@@ -419,14 +428,7 @@ impl RequesterHalf {
         s.reply_buf = reply_buf;
         s.deadline = deadline;
         s.started = Some(now);
-        s.resend = Resend {
-            xid: None,
-            max_reply_len: req.max_reply_len,
-            timeout: req.timeout,
-            idempotent: req.idempotent,
-            prefers_read_chunk_reply: req.prefers_read_chunk_reply,
-            pad_inline_ddp: req.pad_inline_ddp,
-        };
+        s.resend = Resend::of(req);
         self.stats.calls_sent += 1;
         self.stats.call_messages += 1;
         self.stats.long_calls += u64::from(plan.long);
@@ -477,14 +479,7 @@ impl RequesterHalf {
         s.reply_buf = None;
         s.deadline = deadline;
         s.started = Some(now);
-        s.resend = Resend {
-            xid: None,
-            max_reply_len: req.max_reply_len,
-            timeout: req.timeout,
-            idempotent: req.idempotent,
-            prefers_read_chunk_reply: req.prefers_read_chunk_reply,
-            pad_inline_ddp: req.pad_inline_ddp,
-        };
+        s.resend = Resend::of(req);
         self.stats.calls_sent += 1;
         self.stats.call_messages += 1;
         true
