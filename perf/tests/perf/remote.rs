@@ -56,6 +56,7 @@ fn remote_rows(provider: &str, addr: &str, mode: &str) -> serde_json::Value {
 }
 
 fn check(provider: &str, addr: &str) {
+    let _turn = crate::one_busy_test_at_a_time();
     let mut s = server(provider, addr);
     for mode in ["lat", "rate"] {
         let doc = remote_rows(provider, addr, mode);

@@ -5,6 +5,7 @@
 use std::process::Command;
 
 fn scale(provider: &str) {
+    let _turn = crate::one_busy_test_at_a_time();
     let out = Command::new(env!("CARGO_BIN_EXE_rpcrdma-perf"))
         .args(["scale", "--provider", provider, "--server-cores", "0,1"])
         .args(["--connections", "1,2", "--depth", "4"])

@@ -5,12 +5,9 @@
 
 use std::process::Command;
 
-/// One soak at a time: each is two busy-polling processes, and two at once on a 2-core
-/// machine would starve each other into timeouts.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
 fn soak(provider: &str, reconnect: bool) {
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    // Each soak is two busy-polling processes: one busy test at a time.
+    let _turn = crate::one_busy_test_at_a_time();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_rpcrdma-perf"));
     cmd.args([
         "soak",
