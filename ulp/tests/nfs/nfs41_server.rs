@@ -207,6 +207,7 @@ fn nfs41_files_through_our_server() {
             seqid: 1,
             other: [7; 12],
         },
+        delegation: None,
     };
     assert_eq!(
         nfs4_err(c.read(&stale, 0, 10)),
@@ -218,6 +219,7 @@ fn nfs41_files_through_our_server() {
     let bogus = OpenFile {
         fh: f2.fh.clone(),
         stateid: Stateid4 { seqid: 1, other },
+        delegation: None,
     };
     assert_eq!(
         nfs4_err(c.read(&bogus, 0, 10)),
@@ -428,4 +430,143 @@ fn the_backchannel_is_probed_with_cb_null_and_answered() {
     c.serve_callbacks(Duration::from_millis(20));
     assert_eq!(shared.counters.callback(0), Default::default());
     assert_eq!(c.callbacks().nulls, 0);
+}
+
+/// Polls `c` (answering its callbacks, returning what is recalled) until `done`.
+fn serve_until(
+    c: &mut Nfs41Client<ShmProvider>,
+    what: &str,
+    mut done: impl FnMut(&Nfs41Client<ShmProvider>) -> bool,
+) {
+    let end = Instant::now() + DEADLINE;
+    while !done(c) {
+        assert!(Instant::now() < end, "{what}");
+        c.serve_callbacks(Duration::from_millis(2));
+    }
+}
+
+/// Read delegations and their recall (RFC 8881 §10.4, §18.6, §20.2): a client whose
+/// backchannel answered CB_NULL and that asks for no less gets OPEN_DELEGATE_READ on an
+/// OPEN for reading, and READs with the delegation stateid. Another client's OPEN for
+/// writing is answered NFS4ERR_DELAY while the server sends CB_SEQUENCE + CB_RECALL
+/// over the holder's backchannel; the holder answers NFS4_OK and returns the
+/// delegation with DELEGRETURN, after which the OPEN succeeds. DELEGRETURN of a returned,
+/// a foreign-instance or a missing-handle stateid gets the RFC's errors.
+#[test]
+fn a_read_delegation_is_recalled_when_another_client_opens_for_write() {
+    use rpcrdma_ulp::nfs::v41::compound::{OpenArgs, OpenClaim, OpenHow};
+    let dir = TempDir::new("nfs41-deleg");
+    std::fs::write(dir.0.join("f"), b"delegated data").unwrap();
+    let shared = shared_on(&dir.0);
+    let srv = Server::start_calling(shared.clone(), "deleg");
+
+    // The holder, once its backchannel is proven.
+    let mut a = srv.client();
+    a.set_want_delegations(true);
+    serve_until(&mut a, "CB_NULL answered", |_| {
+        shared.counters.callback(0).answered == 1
+    });
+    let root = a.set_export("/").unwrap();
+    let fa = a.open(&root, b"f", None, false).unwrap();
+    let d = fa.delegation.expect("a read delegation");
+    assert_eq!(a.delegations_held(), 1);
+    let with_deleg = OpenFile {
+        fh: fa.fh.clone(),
+        stateid: d,
+        delegation: None,
+    };
+    assert_eq!(
+        a.read(&with_deleg, 0, 100).unwrap(),
+        (b"delegated data".to_vec(), true)
+    );
+    assert_eq!(
+        nfs4_err(a.write(&with_deleg, 0, b"x", 2)),
+        (ops::WRITE, Nfsstat4::OPENMODE)
+    );
+    // A second OPEN of the file by the holder: no second delegation.
+    assert_eq!(a.open(&root, b"f", None, false).unwrap().delegation, None);
+
+    // Another client (asking for none) opens it for writing: DELAY, once, unretried.
+    let mut b = srv.client();
+    let rootb = b.set_export("/").unwrap();
+    let owner = b"writer".to_vec();
+    let open_w = ArgOp::Open(OpenArgs {
+        seqid: 0,
+        share_access: 2 | 0x0400,
+        share_deny: 0,
+        owner_clientid: b.clientid(),
+        owner: &owner,
+        how: OpenHow::NoCreate,
+        claim: OpenClaim::Null(b"f"),
+    });
+    let seq = b.slot_seqid(0);
+    let raw = b
+        .raw_sequenced(0, seq, &[ArgOp::PutFh(&rootb), open_w])
+        .unwrap();
+    b.set_slot_seqid(0, seq + 1);
+    let r = decode_res(&raw);
+    assert_eq!(r.status, Nfsstat4::DELAY);
+    assert_eq!(
+        r.results.last().map(|o| (o.op, o.status)),
+        Some((ops::OPEN, Nfsstat4::DELAY))
+    );
+    // The recall reaches the holder, who answers and returns the delegation.
+    serve_until(&mut a, "delegation returned", |a| {
+        a.delegations_returned() == 1
+    });
+    let cb = a.callbacks();
+    assert_eq!((cb.recalls, cb.recalls_held), (1, 1));
+    assert_eq!(a.delegations_held(), 0);
+    let k = shared.counters.callback(2);
+    assert_eq!((k.sent, k.answered, k.failed), (1, 1, 0), "CB_RECALL");
+    assert_eq!(shared.counters.callback(1).answered, 1, "CB_COMPOUND");
+    assert!(
+        shared.counters.callback_line().contains(
+            "CB_RECALL sent 1 answered 1 failed 0; delegations granted 1 returned 1 revoked 0"
+        ),
+        "{}",
+        shared.counters.callback_line()
+    );
+    // Now the writer's OPEN goes through, and its WRITE lands.
+    let fb = b.open(&rootb, b"f", None, true).unwrap();
+    b.write(&fb, 0, b"D", 2).unwrap();
+    assert_eq!(std::fs::read(dir.0.join("f")).unwrap(), b"Delegated data");
+    // While another client has it open for writing, a reader gets no delegation.
+    assert_eq!(a.open(&root, b"f", None, false).unwrap().delegation, None);
+
+    // The returned delegation is gone: READ and DELEGRETURN with it are BAD_STATEID.
+    assert_eq!(
+        nfs4_err(a.read(&with_deleg, 0, 10)),
+        (ops::READ, Nfsstat4::BAD_STATEID)
+    );
+    assert_eq!(
+        nfs4_err(a.delegreturn(&fa.fh, d)),
+        (ops::DELEGRETURN, Nfsstat4::BAD_STATEID)
+    );
+    // One of another server instance: STALE_STATEID; no current file handle first.
+    let foreign = Stateid4 {
+        seqid: 1,
+        other: [7; 12],
+    };
+    assert_eq!(
+        nfs4_err(a.delegreturn(&fa.fh, foreign)),
+        (ops::DELEGRETURN, Nfsstat4::STALE_STATEID)
+    );
+    assert_eq!(
+        nfs4_err(a.ops(&[ArgOp::Delegreturn(d)])),
+        (ops::DELEGRETURN, Nfsstat4::NOFILEHANDLE)
+    );
+    // The holder's own writes never recall its own delegation: a fresh one on "g",
+    // then a write-open of "g" by the holder succeeds at once.
+    std::fs::write(dir.0.join("g"), b"g").unwrap();
+    let fg = a.open(&root, b"g", None, false).unwrap();
+    assert!(fg.delegation.is_some());
+    a.open(&root, b"g", None, true).unwrap();
+    assert_eq!(
+        shared.counters.callback(2).sent,
+        1,
+        "no recall of the holder's own"
+    );
+    b.shutdown().unwrap();
+    a.shutdown().unwrap();
 }

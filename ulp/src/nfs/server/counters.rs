@@ -69,8 +69,17 @@ pub struct NfsCounters {
     pub zero_copy_reads: AtomicU64,
     /// Backchannel calls to NFSv4.1 clients (RFC 8881 §20), by callback procedure:
     /// [`CB_NULL`](super::backchannel::CB_NULL) (0) and
-    /// [`CB_COMPOUND`](super::backchannel::CB_COMPOUND) (1).
-    pub callbacks: [CallbackCounters; 2],
+    /// [`CB_COMPOUND`](super::backchannel::CB_COMPOUND) (1), and (2,
+    /// [`CB_RECALL_TAG`](super::backchannel::CB_RECALL_TAG)) those CB_COMPOUNDs that carry
+    /// a CB_RECALL (counted under CB_COMPOUND as well). A CB_RECALL is answered when
+    /// the client's CB_COMPOUND reply says NFS4_OK.
+    pub callbacks: [CallbackCounters; 3],
+    /// Read delegations granted by OPEN.
+    pub delegations_granted: AtomicU64,
+    /// Delegations returned with DELEGRETURN.
+    pub delegations_returned: AtomicU64,
+    /// Delegations revoked (a recall not honoured within a lease, or a failed CB_RECALL).
+    pub delegations_revoked: AtomicU64,
 }
 
 /// Backchannel calls of one callback procedure.
@@ -117,12 +126,16 @@ impl Default for NfsCounters {
             chunk_limit: AtomicU64::new(0),
             zero_copy_reads: AtomicU64::new(0),
             callbacks: Default::default(),
+            delegations_granted: AtomicU64::new(0),
+            delegations_returned: AtomicU64::new(0),
+            delegations_revoked: AtomicU64::new(0),
         }
     }
 }
 
 impl NfsCounters {
-    /// A snapshot of callback procedure `procedure` (0 CB_NULL, 1 CB_COMPOUND).
+    /// A snapshot of callback procedure `procedure` (0 CB_NULL, 1 CB_COMPOUND, 2 those
+    /// carrying CB_RECALL).
     pub fn callback(&self, procedure: u32) -> CallbackCount {
         self.callbacks
             .get(procedure as usize)
@@ -131,7 +144,8 @@ impl NfsCounters {
     }
 
     /// The backchannel calls by procedure, e.g. `CB_NULL sent 1 answered 1 failed 0,
-    /// CB_COMPOUND sent 0 answered 0 failed 0`.
+    /// CB_COMPOUND sent 1 answered 1 failed 0, CB_RECALL sent 1 answered 1 failed 0;
+    /// delegations granted 1 returned 1 revoked 0`.
     pub fn callback_line(&self) -> String {
         let f = |name: &str, c: CallbackCount| {
             format!(
@@ -139,10 +153,15 @@ impl NfsCounters {
                 c.sent, c.answered, c.failed
             )
         };
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
         format!(
-            "{}, {}",
+            "{}, {}, {}; delegations granted {} returned {} revoked {}",
             f("CB_NULL", self.callback(0)),
-            f("CB_COMPOUND", self.callback(1))
+            f("CB_COMPOUND", self.callback(1)),
+            f("CB_RECALL", self.callback(2)),
+            l(&self.delegations_granted),
+            l(&self.delegations_returned),
+            l(&self.delegations_revoked)
         )
     }
 

@@ -8,7 +8,7 @@ use rpcrdma::{
     Backchannel, CallRequest, CallStatus, CallView, Outcome, ReplyWriter, Service, ServiceError,
 };
 
-use super::backchannel::{self, CB_NULL};
+use super::backchannel::{self, Binding, CB_COMPOUND, CB_NULL, CB_RECALL_TAG};
 use super::counters::bump;
 use super::program::{NfsProgram, NfsShared};
 use crate::ddp::{DdpCursor, DdpEncoder, XdrCodec};
@@ -33,10 +33,23 @@ pub struct NfsService {
     inner: Dispatcher,
     shared: Arc<NfsShared>,
     inline_send: usize,
-    /// A CREATE_SESSION on this connection asked for a backchannel: the callback
-    /// program to probe with CB_NULL (sent when the connection can call its client:
-    /// `rpcrdma::Responder::bind_calling`).
-    cb_probe: Option<u32>,
+    /// The backchannel a CREATE_SESSION on this connection asked for (used when the
+    /// connection can call its client: `rpcrdma::Responder::bind_calling`).
+    cb: Option<Binding>,
+    /// CB_NULL is still to be sent on it.
+    cb_probe: bool,
+    /// The last CB_SEQUENCE sequence id used on its slot 0.
+    cb_seq: u32,
+    /// The delegation (stateid `other`) whose CB_RECALL is out: one at a time, as the
+    /// backchannel has one slot.
+    recall_out: Option<[u8; 12]>,
+    /// [`Nfs41State::recalls_queued`](super::v41::Nfs41State::recalls_queued) when this
+    /// connection last found no recall of its client to send.
+    recalls_seen: u64,
+    /// Look into the table at the next poll whatever the count says.
+    recall_look: bool,
+    /// A file handle being encoded for CB_RECALL (kept, so it does not allocate).
+    fh: Vec<u8>,
 }
 
 /// How long a backchannel call waits for its answer.
@@ -72,7 +85,13 @@ impl NfsService {
             inner: dispatcher,
             shared,
             inline_send,
-            cb_probe: None,
+            cb: None,
+            cb_probe: false,
+            cb_seq: 0,
+            recall_out: None,
+            recalls_seen: 0,
+            recall_look: false,
+            fh: Vec::new(),
         })
     }
 
@@ -127,8 +146,12 @@ impl Service for NfsService {
         }
         let r = self.inner.handle_call(call, reply);
         if nfs4 {
-            if let Some(program) = backchannel::take_request() {
-                self.cb_probe = Some(program);
+            if let Some(b) = backchannel::take_request() {
+                self.cb = Some(b);
+                self.cb_probe = true;
+                self.cb_seq = 0;
+                self.recall_out = None;
+                self.recall_look = true;
             }
         }
         if nfs4 && r.is_ok() {
@@ -168,19 +191,23 @@ impl Service for NfsService {
     }
 
     fn backchannel(&mut self, calls: &mut Backchannel<'_>) {
-        let Some(program) = self.cb_probe else {
+        let Some(b) = self.cb else {
             return;
         };
         if !calls.is_open() {
+            return;
+        }
+        if !self.cb_probe {
+            self.recall(b, calls);
             return;
         }
         // No send buffer now: tried again at the next poll.
         let Ok(mut msg) = calls.alloc_msg() else {
             return;
         };
-        self.cb_probe = None;
+        self.cb_probe = false;
         let k = &self.shared.counters.callbacks[CB_NULL as usize];
-        let Some(n) = backchannel::encode_cb_null(program, msg.storage_mut()) else {
+        let Some(n) = backchannel::encode_cb_null(b.program, msg.storage_mut()) else {
             bump(&k.failed);
             return;
         };
@@ -197,13 +224,100 @@ impl Service for NfsService {
     }
 
     fn backchannel_outcome(&mut self, outcome: Outcome) {
-        let Some(k) = self.shared.counters.callbacks.get(outcome.tag as usize) else {
+        let counters = &self.shared.counters;
+        let Some(k) = counters.callbacks.get(outcome.tag as usize) else {
             return;
         };
-        if outcome.status == CallStatus::Success {
+        let answered = outcome.status == CallStatus::Success;
+        if outcome.tag == u64::from(CB_RECALL_TAG) {
+            // Answered means the client said NFS4_OK: it will return the delegation.
+            let status = outcome
+                .reply
+                .as_ref()
+                .filter(|_| answered)
+                .and_then(|r| backchannel::cb_compound_status(r.bytes()));
+            let ok = status == Some(0);
+            let compound = &counters.callbacks[CB_COMPOUND as usize];
+            bump(if answered {
+                &compound.answered
+            } else {
+                &compound.failed
+            });
+            bump(if ok { &k.answered } else { &k.failed });
+            if let Some(other) = self.recall_out.take() {
+                self.shared.v41().lock().recall_answered(&other, ok);
+                if !ok {
+                    bump(&counters.delegations_revoked);
+                }
+            }
+            self.recall_look = true;
+            return;
+        }
+        if answered {
             bump(&k.answered);
         } else {
             bump(&k.failed);
+        }
+        if outcome.tag == u64::from(CB_NULL) && answered {
+            // The callback path works: this client may be given delegations.
+            if let Some(b) = self.cb {
+                self.shared.v41().lock().callback_up(b.client);
+            }
+        }
+    }
+}
+
+impl NfsService {
+    /// Sends the next recall queued for the client of this connection's backchannel,
+    /// if none is out. Looks into the shared table only when a recall was queued since
+    /// it last found none (an atomic load per poll otherwise).
+    fn recall(&mut self, b: Binding, calls: &mut Backchannel<'_>) {
+        if self.recall_out.is_some() {
+            return;
+        }
+        let v41 = self.shared.v41();
+        let queued = v41.recalls_queued();
+        if queued == self.recalls_seen && !self.recall_look {
+            return;
+        }
+        let Ok(mut msg) = calls.alloc_msg() else {
+            return;
+        };
+        let Some(order) = v41.lock().next_recall(b.client) else {
+            self.recalls_seen = queued;
+            self.recall_look = false;
+            return;
+        };
+        let counters = &self.shared.counters;
+        let k = &counters.callbacks[CB_RECALL_TAG as usize];
+        let compound = &counters.callbacks[CB_COMPOUND as usize];
+        self.fh.clear();
+        self.fh
+            .extend_from_slice(self.shared.handle(order.file).as_bytes());
+        let seq = self.cb_seq.wrapping_add(1).max(1);
+        let n = backchannel::encode_cb_recall(
+            b.program,
+            &b.session,
+            seq,
+            &order.stateid,
+            &self.fh,
+            msg.storage_mut(),
+        );
+        let sent = n.is_some_and(|n| msg.set_len(n).is_ok()) && {
+            let mut req = CallRequest::new(msg, 512);
+            req.timeout = Some(CALLBACK_TIMEOUT);
+            calls.submit(req, u64::from(CB_RECALL_TAG)).is_ok()
+        };
+        if sent {
+            self.cb_seq = seq;
+            self.recall_out = Some(order.stateid.other);
+            bump(&k.sent);
+            bump(&compound.sent);
+        } else {
+            // Cannot be called back: the delegation is revoked at once.
+            bump(&k.failed);
+            bump(&counters.delegations_revoked);
+            v41.lock().recall_answered(&order.stateid.other, false);
         }
     }
 }

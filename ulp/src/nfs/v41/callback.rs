@@ -7,9 +7,11 @@
 //!   the one slot of the backchannel this client asks for (slot 0); the sequence id must
 //!   be the next one (a retry of the last one gets NFS4ERR_RETRY_UNCACHED_REP: no reply
 //!   is cached, §2.10.6.1.3; anything else NFS4ERR_SEQ_MISORDERED).
-//! - CB_RECALL (§20.2): this client never holds a delegation (its OPENs ask for none),
-//!   so the file named is not one it holds a delegation for: NFS4ERR_BADHANDLE, as the
-//!   Linux client answers for a delegation it does not have.
+//! - CB_RECALL (§20.2): of a delegation the client holds (its OPENs ask for none unless
+//!   [`Nfs41Client::set_want_delegations`](super::client::Nfs41Client::set_want_delegations)):
+//!   NFS4_OK, and the delegation is queued for the client to return with DELEGRETURN
+//!   (§10.4.1) the next time it runs ([`CallbackService::take_recalled`]). Of one it does
+//!   not hold: NFS4ERR_BADHANDLE, as the Linux client answers.
 //! - Any other operation: NFS4ERR_OP_ILLEGAL (§20.13), or NFS4ERR_SEQUENCE_POS for a
 //!   CB_SEQUENCE that is not first; the COMPOUND stops at the first failure.
 //!
@@ -18,7 +20,7 @@
 
 use rpcrdma::{CallView, ReplyWriter, Service, ServiceError};
 
-use super::{Nfsstat4, SessionId};
+use super::{Nfsstat4, SessionId, Stateid4};
 use crate::rpc::CallHeader;
 
 /// CB_SEQUENCE's operation number.
@@ -35,8 +37,10 @@ pub struct CallbackStats {
     pub nulls: u64,
     /// CB_COMPOUND calls answered.
     pub compounds: u64,
-    /// CB_RECALLs answered (NFS4ERR_BADHANDLE: no delegation is held).
+    /// CB_RECALLs answered.
     pub recalls: u64,
+    /// Of those, recalls of a delegation held (answered NFS4_OK).
+    pub recalls_held: u64,
     /// Calls refused (wrong program or version, garbage).
     pub refused: u64,
 }
@@ -50,6 +54,10 @@ pub struct CallbackService {
     /// The sequence id last accepted on slot 0.
     slot_seq: u32,
     stats: CallbackStats,
+    /// Delegations held: stateid and file handle.
+    held: Vec<(Stateid4, Vec<u8>)>,
+    /// Delegations recalled, for the client to return.
+    recalled: Vec<(Stateid4, Vec<u8>)>,
 }
 
 impl CallbackService {
@@ -60,6 +68,46 @@ impl CallbackService {
             session: None,
             slot_seq: 0,
             stats: CallbackStats::default(),
+            held: Vec::new(),
+            recalled: Vec::new(),
+        }
+    }
+
+    /// Records a delegation OPEN gave the client, so its recall is honoured.
+    pub fn hold(&mut self, stateid: Stateid4, fh: &[u8]) {
+        self.held.push((stateid, fh.to_vec()));
+    }
+
+    /// Forgets a delegation (returned, or given up).
+    pub fn forget(&mut self, stateid: &Stateid4) {
+        self.held.retain(|(s, _)| s.other != stateid.other);
+        self.recalled.retain(|(s, _)| s.other != stateid.other);
+    }
+
+    /// Delegations held and not recalled.
+    pub fn held(&self) -> impl Iterator<Item = &Stateid4> {
+        self.held.iter().map(|(s, _)| s)
+    }
+
+    /// The delegations recalled since the last call, to be returned.
+    pub fn take_recalled(&mut self) -> Vec<(Stateid4, Vec<u8>)> {
+        core::mem::take(&mut self.recalled)
+    }
+
+    /// CB_RECALL of `stateid` on `fh`: NFS4_OK when held (it is then queued for
+    /// return), NFS4ERR_BADHANDLE otherwise.
+    fn recall(&mut self, stateid: Stateid4, fh: &[u8]) -> Nfsstat4 {
+        match self
+            .held
+            .iter()
+            .position(|(s, h)| s.other == stateid.other && h[..] == *fh)
+        {
+            Some(i) => {
+                self.recalled.push(self.held.swap_remove(i));
+                self.stats.recalls_held += 1;
+                Nfsstat4::OK
+            }
+            None => Nfsstat4::BADHANDLE,
         }
     }
 
@@ -212,13 +260,14 @@ impl CallbackService {
                 },
                 OP_CB_RECALL => {
                     // stateid4 (seqid, other[12]), truncate, nfs_fh4.
+                    let seqid = a.u32()?;
+                    let mut other = [0u8; 12];
+                    other.copy_from_slice(a.fixed(12)?);
                     a.u32()?;
-                    a.fixed(12)?;
-                    a.u32()?;
-                    a.opaque(128)?;
+                    let fh = a.opaque(128)?;
                     self.stats.recalls += 1;
                     let status = if results.first().is_some_and(|r| r.op == OP_CB_SEQUENCE) {
-                        Nfsstat4::BADHANDLE
+                        self.recall(Stateid4 { seqid, other }, fh)
                     } else {
                         Nfsstat4::OP_NOT_IN_SESSION
                     };
@@ -384,6 +433,33 @@ mod tests {
         );
         assert_eq!(run(&mut s, 1, &sequence(&SID, 3, 0)).0, 0);
         assert_eq!(s.stats().recalls, 1);
+    }
+
+    #[test]
+    fn cb_recall_of_a_delegation_held_is_answered_ok_and_queued_for_return() {
+        let mut s = CallbackService::new(0x4000_0000);
+        s.set_session(SID);
+        let held = Stateid4 {
+            seqid: 1,
+            other: [7; 12],
+        };
+        s.hold(held, b"otherfh!");
+        // The stateid matches but the handle does not: not this delegation.
+        let mut ops = sequence(&SID, 1, 0);
+        ops.extend(recall());
+        assert_eq!(run(&mut s, 2, &ops).0, Nfsstat4::BADHANDLE.0);
+        assert!(s.take_recalled().is_empty());
+        s.forget(&held);
+        s.hold(held, b"filehndl");
+        let mut ops = sequence(&SID, 2, 0);
+        ops.extend(recall());
+        assert_eq!(
+            run(&mut s, 2, &ops).1,
+            vec![(OP_CB_SEQUENCE, 0), (OP_CB_RECALL, 0)]
+        );
+        assert_eq!(s.take_recalled(), vec![(held, b"filehndl".to_vec())]);
+        assert_eq!(s.held().count(), 0);
+        assert_eq!((s.stats().recalls, s.stats().recalls_held), (2, 1));
     }
 
     #[test]

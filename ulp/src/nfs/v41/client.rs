@@ -28,9 +28,9 @@ use rpcrdma::{Requester, ResponderHalf};
 use super::callback::{CallbackService, CallbackStats};
 use super::compound::{
     ArgOp, CbSecParms, CompoundArgs, CompoundRes, CreateArgs, CreateHow, CreateSessionArgs,
-    CreateType, ExchangeIdArgs, OpenArgs, OpenClaim, OpenHow, ReadArgs, ReaddirArgs, ResBody,
-    ResOp, SequenceArgs, WriteArgs, OPEN4_SHARE_ACCESS_BOTH, OPEN4_SHARE_ACCESS_READ,
-    OPEN4_SHARE_ACCESS_WANT_NO_DELEG, OPEN4_SHARE_DENY_NONE, UNSTABLE4,
+    CreateType, ExchangeIdArgs, OpenArgs, OpenClaim, OpenDelegation, OpenHow, ReadArgs,
+    ReaddirArgs, ResBody, ResOp, SequenceArgs, WriteArgs, OPEN4_SHARE_ACCESS_BOTH,
+    OPEN4_SHARE_ACCESS_READ, OPEN4_SHARE_ACCESS_WANT_NO_DELEG, OPEN4_SHARE_DENY_NONE, UNSTABLE4,
 };
 use super::{attrs_request, Attrs, ChannelAttrs4, Fattr4, Nfsstat4, SessionId, Stateid4, Verifier};
 use crate::client::{CallPlan, DdpBufs, OutcomeResults};
@@ -72,6 +72,9 @@ pub struct OpenFile {
     pub fh: Vec<u8>,
     /// The open stateid, for READ, WRITE and CLOSE.
     pub stateid: Stateid4,
+    /// The read delegation OPEN gave with it, if any (only when the client wants them:
+    /// [`Nfs41Client::set_want_delegations`]).
+    pub delegation: Option<Stateid4>,
 }
 
 /// One directory entry from [`Nfs41Client::list`].
@@ -131,6 +134,12 @@ pub struct Nfs41Client<P: Provider> {
     large_buf: u32,
     /// The server granted CONN_BACK_CHAN: its callbacks come on this connection.
     backchannel_granted: bool,
+    /// OPEN leaves the delegation to the server instead of asking for none.
+    want_delegations: bool,
+    /// Delegations returned with DELEGRETURN after a recall.
+    returned: u64,
+    /// A DELEGRETURN is being sent (recalls found meanwhile wait for the next turn).
+    returning: bool,
 }
 
 impl<P: Provider> fmt::Debug for Nfs41Client<P> {
@@ -231,6 +240,9 @@ impl<P: Provider> Nfs41Client<P> {
             reply_retries: 0,
             large_buf: cfg.large_buf_size,
             backchannel_granted: false,
+            want_delegations: false,
+            returned: 0,
+            returning: false,
         };
         let verifier = (now.as_nanos() as u64).to_be_bytes();
         let owner = c.owner.clone();
@@ -341,13 +353,58 @@ impl<P: Provider> Nfs41Client<P> {
 
     /// Polls the connection for `how_long` without a call of its own: the backchannel
     /// is answered only while the connection is polled (during calls, or here).
+    /// Delegations recalled meanwhile are returned.
     pub fn serve_callbacks(&mut self, how_long: Duration) {
         let end = Instant::now() + how_long;
         while Instant::now() < end {
             if self.conn.poll(Instant::now()) == 0 {
                 std::thread::yield_now();
             }
+            self.return_recalled();
         }
+    }
+
+    /// Whether OPEN for reading lets the server give a read delegation (RFC 8881
+    /// §10.4: the client then answers its recall with NFS4_OK and returns it with
+    /// DELEGRETURN). Off by default: OPEN asks for none (OPEN4_SHARE_ACCESS_WANT_NO_DELEG).
+    pub fn set_want_delegations(&mut self, want: bool) {
+        self.want_delegations = want;
+    }
+
+    /// Delegations returned after a recall so far.
+    pub fn delegations_returned(&self) -> u64 {
+        self.returned
+    }
+
+    /// Delegations held now (granted, not yet recalled or returned).
+    pub fn delegations_held(&self) -> usize {
+        self.conn.service().held().count()
+    }
+
+    /// DELEGRETURN (RFC 8881 §18.6) of `stateid` on file `fh`.
+    pub fn delegreturn(&mut self, fh: &[u8], stateid: Stateid4) -> Result<()> {
+        let r = self.ops(&[ArgOp::PutFh(fh), ArgOp::Delegreturn(stateid)]);
+        // Returned, or no longer the server's to take back: either way not held.
+        self.conn.service_mut().forget(&stateid);
+        r
+    }
+
+    /// Returns what the server recalled (called after every poll of the connection).
+    fn return_recalled(&mut self) {
+        if self.returning || !self.session_open {
+            return;
+        }
+        let recalled = self.conn.service_mut().take_recalled();
+        if recalled.is_empty() {
+            return;
+        }
+        self.returning = true;
+        for (stateid, fh) in recalled {
+            if self.delegreturn(&fh, stateid).is_ok() {
+                self.returned += 1;
+            }
+        }
+        self.returning = false;
     }
 
     /// The client id from EXCHANGE_ID.
@@ -536,6 +593,19 @@ impl<P: Provider> Nfs41Client<P> {
         read_sink: bool,
         f: impl FnOnce(&[ResOp<'_>]) -> Result<R>,
     ) -> Result<R> {
+        let r = self.compound_once(ops, max_reply, read_sink, f);
+        // Recalls answered while this COMPOUND was polled are returned now.
+        self.return_recalled();
+        r
+    }
+
+    fn compound_once<R>(
+        &mut self,
+        ops: &[ArgOp<'_>],
+        max_reply: u32,
+        read_sink: bool,
+        f: impl FnOnce(&[ResOp<'_>]) -> Result<R>,
+    ) -> Result<R> {
         let start = Instant::now();
         let mut wait = DELAY_FIRST;
         let mut room = max_reply;
@@ -714,12 +784,17 @@ impl<P: Provider> Nfs41Client<P> {
         };
         let owner = self.owner.clone();
         let clientid = self.clientid;
-        self.compound(
+        let want = if self.want_delegations {
+            0
+        } else {
+            OPEN4_SHARE_ACCESS_WANT_NO_DELEG
+        };
+        let f = self.compound(
             &[
                 ArgOp::PutFh(dir),
                 ArgOp::Open(OpenArgs {
                     seqid: 0,
-                    share_access: access | OPEN4_SHARE_ACCESS_WANT_NO_DELEG,
+                    share_access: access | want,
                     share_deny: OPEN4_SHARE_DENY_NONE,
                     owner_clientid: clientid,
                     owner: &owner,
@@ -734,10 +809,18 @@ impl<P: Provider> Nfs41Client<P> {
                 (Some(ResBody::Open(o)), Some(ResBody::GetFh(fh))) => Ok(OpenFile {
                     fh: fh.to_vec(),
                     stateid: o.stateid,
+                    delegation: match o.delegation {
+                        OpenDelegation::Read(s, ..) | OpenDelegation::Write(s, ..) => Some(s),
+                        _ => None,
+                    },
                 }),
                 _ => Err(unexpected("no OPEN and GETFH results")),
             },
-        )
+        )?;
+        if let Some(s) = f.delegation {
+            self.conn.service_mut().hold(s, &f.fh);
+        }
+        Ok(f)
     }
 
     /// Runs `ops` after SEQUENCE on a free slot (retrying NFS4ERR_DELAY); the first

@@ -42,6 +42,11 @@ pub const CLAIM_NULL: u32 = 0;
 pub const CLAIM_PREVIOUS: u32 = 1;
 /// `open_claim_type4` CLAIM_FH (4.1): the current file handle is the file.
 pub const CLAIM_FH: u32 = 4;
+/// `open_claim_type4` CLAIM_DELEGATE_CUR: an open done locally under a delegation being
+/// returned, by name.
+pub const CLAIM_DELEGATE_CUR: u32 = 2;
+/// `open_claim_type4` CLAIM_DELEG_CUR_FH (4.1): the same, of the current file handle.
+pub const CLAIM_DELEG_CUR_FH: u32 = 6;
 /// The most stateids this crate decodes in one TEST_STATEID (not an RFC limit).
 pub const MAX_TEST_STATEIDS: u32 = 64;
 /// The most security flavors this crate decodes in one SECINFO_NO_NAME result.
@@ -196,6 +201,11 @@ pub enum OpenClaim<'d> {
     Fh,
     /// CLAIM_PREVIOUS: reclaim after a server restart, with the delegation type held.
     Previous(u32),
+    /// CLAIM_DELEGATE_CUR: the open of this name in the current directory, done locally
+    /// under the delegation of this stateid, told to the server (RFC 8881 §10.4.4).
+    DelegCur(Stateid4, &'d [u8]),
+    /// CLAIM_DELEG_CUR_FH: the same for the current file handle.
+    DelegCurFh(Stateid4),
 }
 
 /// `openflag4`.
@@ -489,6 +499,15 @@ impl<'d> XdrCodec<'d> for ArgOp<'d> {
                         e.u32(CLAIM_PREVIOUS)?;
                         e.u32(t)
                     }
+                    OpenClaim::DelegCur(s, name) => {
+                        e.u32(CLAIM_DELEGATE_CUR)?;
+                        s.encode(e)?;
+                        e.string(name)
+                    }
+                    OpenClaim::DelegCurFh(s) => {
+                        e.u32(CLAIM_DELEG_CUR_FH)?;
+                        s.encode(e)
+                    }
                 }
             }
             ArgOp::Read(a) => {
@@ -633,7 +652,11 @@ impl<'d> XdrCodec<'d> for ArgOp<'d> {
                     CLAIM_NULL => OpenClaim::Null(c.string(NAME_LIMIT)?),
                     CLAIM_FH => OpenClaim::Fh,
                     CLAIM_PREVIOUS => OpenClaim::Previous(c.u32()?),
-                    _ => return Err(invalid(c, "open claim other than CLAIM_NULL or CLAIM_FH")),
+                    CLAIM_DELEGATE_CUR => {
+                        OpenClaim::DelegCur(Stateid4::decode(c)?, c.string(NAME_LIMIT)?)
+                    }
+                    CLAIM_DELEG_CUR_FH => OpenClaim::DelegCurFh(Stateid4::decode(c)?),
+                    _ => return Err(invalid(c, "open claim this crate does not decode")),
                 };
                 ArgOp::Open(OpenArgs {
                     seqid,

@@ -3,7 +3,8 @@
 //! retries; every result is encoded as it is produced.
 
 use super::attrs::{self, AttrCtx, Mask};
-use super::state::{SlotReply, StateidUse, ACCESS_READ, ACCESS_WRITE};
+use super::deleg;
+use super::state::{SlotReply, StateidUse, ACCESS_WRITE};
 use crate::ddp::{DdpCursor, DdpEncoder, XdrCodec};
 use crate::nfs::server::backend::{CreateMode, DirEntry, FileKey};
 use crate::nfs::server::counters::bump;
@@ -13,8 +14,8 @@ use crate::nfs::v3::args::StableHow;
 use crate::nfs::v3::types::{Ftype3, Nfsstat3, Sattr3, Verf};
 use crate::nfs::v4::ops;
 use crate::nfs::v41::compound::{
-    ArgOp, CreateArgs, CreateHow, CreateType, OpenArgs, OpenClaim, OpenDelegation, OpenHow,
-    OpenRes, ResBody, ResOp, SequenceArgs, EXCHGID4_FLAG_CONFIRMED_R,
+    ArgOp, CreateArgs, CreateHow, CreateType, Nfsace4, OpenArgs, OpenClaim, OpenDelegation,
+    OpenHow, OpenRes, ResBody, ResOp, SequenceArgs, EXCHGID4_FLAG_CONFIRMED_R,
 };
 use crate::nfs::v41::{ChangeInfo4, ChannelAttrs4, Nfsstat4, SessionId, Stateid4, NAME_LIMIT};
 use crate::program::ProcError;
@@ -357,6 +358,7 @@ fn run<'d>(
                         .sessions
                         .get(&a.sessionid)
                         .map_or(1, |s| s.slots.len() as u32);
+                    let status_flags = ctx.session.map_or(0, |(_, _, c)| t.status_flags(c));
                     drop(t);
                     let body = crate::nfs::v41::compound::SequenceRes {
                         sessionid: a.sessionid,
@@ -364,7 +366,7 @@ fn run<'d>(
                         slotid: a.slotid,
                         highest_slotid: slots - 1,
                         target_highest_slotid: slots - 1,
-                        status_flags: 0,
+                        status_flags,
                     };
                     let r = if s.is_ok() {
                         Ok(ResBody::Sequence(body))
@@ -745,7 +747,13 @@ fn op_plain<'s: 'r, 'r>(
             // CREATE_SESSION4_FLAG_CONN_BACK_CHAN (RFC 8881 §18.36.3).
             if flags & 0x2 != 0 {
                 // Probed by the connection's service once this COMPOUND is answered.
-                crate::nfs::server::backchannel::request(a.cb_program);
+                crate::nfs::server::backchannel::request(
+                    crate::nfs::server::backchannel::Binding {
+                        client: a.clientid,
+                        session: sessionid,
+                        program: a.cb_program,
+                    },
+                );
             }
             Ok(ResBody::CreateSession(
                 crate::nfs::v41::compound::CreateSessionRes {
@@ -846,6 +854,9 @@ fn op_plain<'s: 'r, 'r>(
         ArgOp::Setattr(sid, f) => {
             let k = cur(ctx)?;
             let (s, mask) = attrs::decode_settable(&f.mask.0, f.vals)?;
+            // Any attribute change conflicts with others' read delegations (their
+            // cached attributes would go stale).
+            v41.break_delegations(ctx.session.map(|(_, _, c)| c), k, &sh.counters)?;
             if s.size.is_some() {
                 let sid = resolve(ctx, &sid)?;
                 let client = client(ctx)?;
@@ -887,6 +898,7 @@ fn op_plain<'s: 'r, 'r>(
             let sid = resolve(ctx, &a.stateid)?;
             v41.lock()
                 .check_stateid(client, &sid, k, StateidUse::Write)?;
+            v41.break_delegations(Some(client), k, &sh.counters)?;
             let stable = match a.stable {
                 0 => StableHow::Unstable,
                 1 => StableHow::DataSync,
@@ -912,6 +924,7 @@ fn op_plain<'s: 'r, 'r>(
             name(ctx, n)?;
             let before = change_of(ctx, d);
             let k = b.lookup(d, n).map_err(st)?;
+            v41.break_delegations(ctx.session.map(|(_, _, c)| c), k, &sh.counters)?;
             let r = if ftype(ctx, k)? == Ftype3::Dir {
                 b.rmdir(d, n)
             } else {
@@ -928,6 +941,13 @@ fn op_plain<'s: 'r, 'r>(
             }
             name(ctx, from)?;
             name(ctx, to)?;
+            // The file renamed, and the one the new name replaces.
+            let me = ctx.session.map(|(_, _, c)| c);
+            for (dir, n) in [(src, from), (dst, to)] {
+                if let Ok(k) = b.lookup(dir, n) {
+                    v41.break_delegations(me, k, &sh.counters)?;
+                }
+            }
             let (b1, b2) = (change_of(ctx, src), change_of(ctx, dst));
             b.rename(src, from, dst, to).map_err(st)?;
             Ok(ResBody::Rename(
@@ -951,21 +971,35 @@ fn op_plain<'s: 'r, 'r>(
             let t = v41.lock();
             let codes = ids
                 .iter()
-                .map(|s| match t.find_open(client, s) {
-                    Ok(_) => Nfsstat4::OK,
-                    Err(e) => e,
+                .map(|s| match t.find_delegation(client, s) {
+                    Some(Ok(_)) => Nfsstat4::OK,
+                    Some(Err(e)) => e,
+                    None => match t.find_open(client, s) {
+                        Ok(_) => Nfsstat4::OK,
+                        Err(e) => e,
+                    },
                 })
                 .collect();
             Ok(ResBody::TestStateid(codes))
         }
         ArgOp::FreeStateid(s) => {
             let client = client(ctx)?;
+            let mut t = v41.lock();
+            if let Some(r) = t.free_delegation(client, &s) {
+                return r.map(|()| ResBody::None);
+            }
             // An open stateid is freed by CLOSE; while open it holds state.
-            v41.lock().find_open(client, &s)?;
+            t.find_open(client, &s)?;
             Err(Nfsstat4::LOCKS_HELD)
         }
-        // This server grants no delegations, so there is none to return.
-        ArgOp::Delegreturn(_) => Err(Nfsstat4::BAD_STATEID),
+        ArgOp::Delegreturn(s) => {
+            let k = cur(ctx)?;
+            let client = client(ctx)?;
+            let s = resolve(ctx, &s)?;
+            v41.lock().delegreturn(client, &s, k)?;
+            bump(&sh.counters.delegations_returned);
+            Ok(ResBody::None)
+        }
         // Answered by the COMPOUND loop itself.
         ArgOp::Sequence(_)
         | ArgOp::Read(_)
@@ -987,12 +1021,22 @@ fn open<'r>(ctx: &mut Ctx<'_>, a: &OpenArgs<'_>) -> Result<ResBody<'r>, Nfsstat4
     let client = client(ctx)?;
     let access = a.share_access & 3;
     let deny = a.share_deny & 3;
-    // The bits above the access mode are delegation wishes (OPEN4_SHARE_ACCESS_WANT_*),
-    // which a server without delegations may ignore.
+    // The bits above the access mode are delegation wishes (OPEN4_SHARE_ACCESS_WANT_*).
+    let want = a.share_access & deleg::WANT_DELEG_MASK;
     if access == 0 || a.share_deny & !3 != 0 {
         return Err(Nfsstat4::INVAL);
     }
+    // Opening for writing (or creating, which may truncate) conflicts with the read
+    // delegations of other clients.
+    let writes = access & ACCESS_WRITE != 0 || matches!(a.how, OpenHow::Create(_));
+    let breaks = |k: FileKey| -> Result<(), Nfsstat4> {
+        if writes {
+            sh.v41().break_delegations(Some(client), k, &sh.counters)?;
+        }
+        Ok(())
+    };
     let mut attrset = [0u32; attrs::WORDS];
+    let mut claimed = false;
     let (file, ci) = match a.claim {
         // This server keeps no state across restarts, so there is no grace period in
         // which to reclaim (RFC 8881 §8.4.2.1).
@@ -1001,12 +1045,43 @@ fn open<'r>(ctx: &mut Ctx<'_>, a: &OpenArgs<'_>) -> Result<ResBody<'r>, Nfsstat4
             if !matches!(a.how, OpenHow::NoCreate) {
                 return Err(Nfsstat4::INVAL);
             }
-            (cur(ctx)?, cinfo(0, 0))
+            let k = cur(ctx)?;
+            breaks(k)?;
+            (k, cinfo(0, 0))
+        }
+        // An open the client did under its delegation, told to the server while it
+        // returns the delegation (RFC 8881 §10.4.4): the delegation is the client's own,
+        // so it conflicts with nothing; it must still be held (a recall in progress is
+        // the usual case).
+        OpenClaim::DelegCur(..) | OpenClaim::DelegCurFh(_) => {
+            if !matches!(a.how, OpenHow::NoCreate) {
+                return Err(Nfsstat4::INVAL);
+            }
+            let (sid, k) = match a.claim {
+                OpenClaim::DelegCur(sid, n) => {
+                    let d = dir_of(ctx)?;
+                    name(ctx, n)?;
+                    (sid, b.lookup(d, n).map_err(st)?)
+                }
+                OpenClaim::DelegCurFh(sid) => (sid, cur(ctx)?),
+                _ => return Err(Nfsstat4::SERVERFAULT),
+            };
+            let t = sh.v41().lock();
+            match t.find_delegation(client, &sid) {
+                Some(Ok(d)) if d.file == k => {}
+                Some(Err(e)) => return Err(e),
+                _ => return Err(Nfsstat4::BAD_STATEID),
+            }
+            claimed = true;
+            (k, cinfo(0, 0))
         }
         OpenClaim::Null(n) => {
             let d = dir_of(ctx)?;
             name(ctx, n)?;
             let before = change_of(ctx, d);
+            if let Ok(k) = b.lookup(d, n) {
+                breaks(k)?;
+            }
             let k = match &a.how {
                 OpenHow::NoCreate => b.lookup(d, n).map_err(st)?,
                 OpenHow::Create(how) => {
@@ -1039,16 +1114,42 @@ fn open<'r>(ctx: &mut Ctx<'_>, a: &OpenArgs<'_>) -> Result<ResBody<'r>, Nfsstat4
         Ftype3::Lnk => return Err(Nfsstat4::SYMLINK),
         _ => return Err(Nfsstat4::WRONG_TYPE),
     }
-    let stateid = sh.v41().lock().open(client, a.owner, file, access, deny)?;
+    let (stateid, delegation) = {
+        let mut t = sh.v41().lock();
+        let stateid = t.open(client, a.owner, file, access, deny)?;
+        let granted = if claimed {
+            None
+        } else {
+            t.grant_read_delegation(client, file, access, want)
+        };
+        (stateid, granted)
+    };
     ctx.cur = Some(file);
     ctx.cur_stateid = Some(stateid);
-    let _ = (ACCESS_READ, ACCESS_WRITE);
+    let delegation = match delegation {
+        Some(s) => {
+            bump(&sh.counters.delegations_granted);
+            // Who may read without asking the server: the client checks ACCESS
+            // itself (as Linux nfsd, an empty ACE that grants nothing extra).
+            OpenDelegation::Read(
+                s,
+                false,
+                Nfsace4 {
+                    acetype: 0,
+                    flag: 0,
+                    access_mask: 0,
+                    who: b"",
+                },
+            )
+        }
+        None => OpenDelegation::None,
+    };
     Ok(ResBody::Open(OpenRes {
         stateid,
         cinfo: ci,
         rflags: OPEN4_RESULT_LOCKTYPE_POSIX,
         attrset: bitmap(&attrset),
-        delegation: OpenDelegation::None,
+        delegation,
     }))
 }
 

@@ -4,6 +4,7 @@
 //!
 //! - [`state`]: client records, sessions (slot tables with a reply cache per slot: the
 //!   exactly-once semantics of RFC 8881 §2.10.6) and open states, all bounded.
+//! - [`deleg`]: read delegations, their recall over the backchannel and revocation.
 //! - [`attrs`]: `fattr4` from the backend's attributes, and the settable ones back.
 //! - `compound`: the COMPOUND loop and its operations.
 //!
@@ -13,14 +14,19 @@
 
 pub mod attrs;
 mod compound;
+pub mod deleg;
 pub mod state;
 
 #[cfg(test)]
 mod tests;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
+use super::backend::FileKey;
+use super::counters::NfsCounters;
+use crate::nfs::v41::Nfsstat4;
 pub(crate) use compound::compound;
 pub use compound::Nfs41Conn;
 use state::{StateLimits, StateTable};
@@ -34,6 +40,10 @@ pub struct Nfs41State {
     clock: Clock,
     /// `so_major_id` and `eir_server_scope`.
     owner: Vec<u8>,
+    /// Counts recalls queued ([`Nfs41State::break_delegations`]): a connection carrying
+    /// a backchannel looks into the table for its client's recalls only when this moved,
+    /// so polling costs one atomic load, not a lock.
+    recalls_queued: AtomicU64,
 }
 
 impl core::fmt::Debug for Nfs41State {
@@ -60,6 +70,7 @@ impl Nfs41State {
             table: Mutex::new(StateTable::new(limits, boot)),
             clock,
             owner: format!("rpcrdma:{}", host.trim()).into_bytes(),
+            recalls_queued: AtomicU64::new(0),
         }
     }
 
@@ -71,6 +82,39 @@ impl Nfs41State {
     /// `so_major_id` and `eir_server_scope` of this server.
     pub(crate) fn owner(&self) -> &[u8] {
         &self.owner
+    }
+
+    /// An operation of `client` (`None`: not an NFSv4.1 client's) is about to change
+    /// `file`: delegations other clients hold on it are recalled, and until they are
+    /// returned (or revoked) the operation is answered NFS4ERR_DELAY ([`deleg`]).
+    /// Revocations are counted in `counters`.
+    pub fn break_delegations(
+        &self,
+        client: Option<u64>,
+        file: FileKey,
+        counters: &NfsCounters,
+    ) -> Result<(), Nfsstat4> {
+        let now = self.now();
+        let c = self.lock().conflict(client, file, now);
+        if c.revoked > 0 {
+            counters
+                .delegations_revoked
+                .fetch_add(c.revoked as u64, Ordering::Relaxed);
+        }
+        if c.queued > 0 {
+            self.recalls_queued
+                .fetch_add(c.queued as u64, Ordering::Release);
+        }
+        if c.outstanding > 0 {
+            Err(Nfsstat4::DELAY)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// How many recalls have been queued so far (see [`break_delegations`](Self::break_delegations)).
+    pub fn recalls_queued(&self) -> u64 {
+        self.recalls_queued.load(Ordering::Acquire)
     }
 
     /// Now, in the clock's seconds.

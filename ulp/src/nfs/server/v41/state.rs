@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 
 use super::super::backend::FileKey;
+use super::deleg::Delegation;
 use crate::nfs::v41::{ChannelAttrs4, Nfsstat4, SessionId, Stateid4, Verifier};
 
 /// Bounds of the state tables and what CREATE_SESSION grants at most.
@@ -108,6 +109,9 @@ pub struct Client {
     pub renewed: u64,
     /// RECLAIM_COMPLETE (global) was done.
     pub reclaim_complete: bool,
+    /// Its backchannel answered CB_NULL: it can be called back, so it may be given
+    /// delegations.
+    pub cb_up: bool,
 }
 
 /// An open state: one per client, open-owner and file.
@@ -147,6 +151,8 @@ pub struct StateTable {
     pub sessions: HashMap<SessionId, Session>,
     /// Open states by stateid `other`.
     pub opens: HashMap<[u8; 12], OpenState>,
+    /// Read delegations by stateid `other` ([`super::deleg`]).
+    pub delegs: HashMap<[u8; 12], Delegation>,
 }
 
 /// How a stateid checks out ([`StateTable::check_stateid`]).
@@ -168,6 +174,7 @@ impl StateTable {
             clients: HashMap::new(),
             sessions: HashMap::new(),
             opens: HashMap::new(),
+            delegs: HashMap::new(),
         }
     }
 
@@ -198,6 +205,7 @@ impl StateTable {
         self.clients.remove(&id);
         self.sessions.retain(|_, s| s.client != id);
         self.opens.retain(|_, o| o.client != id);
+        self.delegs.retain(|_, d| d.client != id);
     }
 
     /// EXCHANGE_ID (RFC 8881 §18.35.5, without state protection or trunking): returns
@@ -241,6 +249,7 @@ impl StateTable {
                 cs_cached: None,
                 renewed: now,
                 reclaim_complete: false,
+                cb_up: false,
             },
         );
         Ok((id, 1, false))
@@ -353,8 +362,8 @@ impl StateTable {
         Ok(())
     }
 
-    /// A new stateid `other` for an open state.
-    fn new_other(&mut self) -> [u8; 12] {
+    /// A new stateid `other` for an open state or a delegation.
+    pub(super) fn new_other(&mut self) -> [u8; 12] {
         let mut o = [0u8; 12];
         o[..4].copy_from_slice(&self.boot.to_be_bytes());
         o[4..].copy_from_slice(&self.next().to_be_bytes());
@@ -462,6 +471,18 @@ impl StateTable {
                 if denied {
                     return Err(Nfsstat4::LOCKED);
                 }
+            }
+            return Ok(());
+        }
+        // A read delegation's stateid serves READ of its file (RFC 8881 §8.2.2); a
+        // write with it exceeds what it grants.
+        if let Some(d) = self.find_delegation(client, s) {
+            let d = d?;
+            if d.file != file {
+                return Err(Nfsstat4::BAD_STATEID);
+            }
+            if use_ == StateidUse::Write {
+                return Err(Nfsstat4::OPENMODE);
             }
             return Ok(());
         }
