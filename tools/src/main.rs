@@ -129,6 +129,16 @@ enum NfsCmd {
         /// Where to put it, relative to the export.
         path: String,
     },
+    /// NFSv4.1: open PATH for reading, asking for a read delegation, and hold it while
+    /// answering the server's callbacks: a recall (CB_RECALL) is answered and the
+    /// delegation returned (DELEGRETURN). Ends once it is returned or after SECONDS.
+    Hold {
+        /// The file, relative to the export.
+        path: String,
+        /// The longest to hold it.
+        #[arg(long, default_value_t = 60.0, value_name = "SECONDS")]
+        seconds: f64,
+    },
     /// Measure READs or WRITEs of one file (created and filled first): latency
     /// percentiles, ops/s and GB/s.
     Bench {
@@ -553,6 +563,15 @@ fn run_nfs(a: &NfsArgs) -> Result<(), CliError> {
         NfsCmd::Ls { dir } => nfs::NfsOp::Ls(dir.clone()),
         NfsCmd::Get { path, file } => nfs::NfsOp::Get(path.clone(), file.clone()),
         NfsCmd::Put { file, path } => nfs::NfsOp::Put(file.clone(), path.clone()),
+        NfsCmd::Hold { path, seconds: s } => {
+            if vers != nfs::NfsVers::V41 {
+                return Err(CliError::BadArgument {
+                    option: "hold",
+                    reason: "delegations are NFSv4.1's (--vers 4.1)".into(),
+                });
+            }
+            nfs::NfsOp::Hold(path.clone(), seconds("--seconds", *s)?)
+        }
         NfsCmd::Bench {
             op,
             size,

@@ -31,6 +31,9 @@ pub enum NfsOp {
     Get(String, PathBuf),
     /// Copy a local file (`-`: standard input) to the server.
     Put(PathBuf, String),
+    /// NFSv4.1: open a file for reading with a read delegation and hold it until the
+    /// server recalls it (answered, then returned) or the time is up.
+    Hold(String, Duration),
     /// Measure READs or WRITEs of one file.
     Bench(BenchOpts),
 }
@@ -450,8 +453,43 @@ fn op4_run<P: Provider>(c: &mut Nfs41Client<P>, o: &NfsClientOpts) -> Result<(),
             let r = bench4(c, b)?;
             print_bench(&mut out, &r, b.json)?;
         }
+        NfsOp::Hold(path, how_long) => hold4(c, path, *how_long)?,
     }
     out.flush().map_err(io)
+}
+
+/// `nfs hold`: OPEN for reading wanting a delegation, then poll (answering callbacks,
+/// returning what is recalled) until the delegation is returned or `how_long` passed.
+fn hold4<P: Provider>(
+    c: &mut Nfs41Client<P>,
+    path: &str,
+    how_long: Duration,
+) -> Result<(), CliError> {
+    let (dir, name) = parent_and_name(path)?;
+    let dfh = c.lookup_path(dir).map_err(nfs_err)?;
+    c.set_want_delegations(true);
+    let f = c
+        .open(&dfh, name.as_bytes(), None, false)
+        .map_err(nfs_err)?;
+    eprintln!(
+        "rpcrdma nfs: hold {path}: delegation {}",
+        if f.delegation.is_some() {
+            "granted"
+        } else {
+            "not granted"
+        }
+    );
+    let end = std::time::Instant::now() + how_long;
+    while f.delegation.is_some() && c.delegations_returned() == 0 && std::time::Instant::now() < end
+    {
+        c.serve_callbacks(Duration::from_millis(10));
+    }
+    eprintln!(
+        "rpcrdma nfs: hold {path}: recalled {} returned {}",
+        c.callbacks().recalls_held,
+        c.delegations_returned()
+    );
+    c.close_file(&f).map_err(nfs_err)
 }
 
 fn op<P: Provider>(
@@ -513,6 +551,9 @@ fn op<P: Provider>(
         NfsOp::Bench(b) => {
             let r = bench(&mut c, b)?;
             print_bench(&mut out, &r, b.json)?;
+        }
+        NfsOp::Hold(..) => {
+            return Err(CliError::Nfs("hold needs NFSv4.1 (--vers 4.1)".into()));
         }
     }
     out.flush().map_err(io)

@@ -555,6 +555,8 @@ where
         cb_null_answered: nfs.map_or(0, |n| n.counters.callback(0).answered),
         cb_compound_sent: nfs.map_or(0, |n| n.counters.callback(1).sent),
         cb_compound_answered: nfs.map_or(0, |n| n.counters.callback(1).answered),
+        cb_recall_sent: nfs.map_or(0, |n| n.counters.callback(2).sent),
+        cb_recall_answered: nfs.map_or(0, |n| n.counters.callback(2).answered),
         connections: server.connections().iter().map(conn_sample).collect(),
         groups: Vec::new(),
     }

@@ -171,6 +171,8 @@ where
             cb_null_answered: 0,
             cb_compound_sent: 0,
             cb_compound_answered: 0,
+            cb_recall_sent: 0,
+            cb_recall_answered: 0,
             connections: conns,
             groups: stats,
         };

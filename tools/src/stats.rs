@@ -120,6 +120,12 @@ pub struct Snapshot {
     /// CB_COMPOUND calls answered.
     #[serde(default)]
     pub cb_compound_answered: u64,
+    /// CB_COMPOUNDs carrying CB_RECALL (a read delegation's recall) sent.
+    #[serde(default)]
+    pub cb_recall_sent: u64,
+    /// CB_RECALLs the client answered NFS4_OK.
+    #[serde(default)]
+    pub cb_recall_answered: u64,
     /// The connections now.
     pub connections: Vec<ConnSample>,
     /// The poll groups (`serve --cores`: one per core; empty when one thread serves).
@@ -177,7 +183,7 @@ impl Snapshot {
             "Connections now.",
             self.connections.len() as f64,
         );
-        let totals: [(&str, &str, u64); 14] = [
+        let totals: [(&str, &str, u64); 16] = [
             (
                 "accepted_total",
                 "Connect requests accepted.",
@@ -239,6 +245,16 @@ impl Snapshot {
                 "cb_compound_answered_total",
                 "NFSv4.1 CB_COMPOUND backchannel calls answered.",
                 self.cb_compound_answered,
+            ),
+            (
+                "cb_recall_sent_total",
+                "NFSv4.1 CB_RECALL backchannel calls (delegation recalls) sent.",
+                self.cb_recall_sent,
+            ),
+            (
+                "cb_recall_answered_total",
+                "NFSv4.1 CB_RECALL backchannel calls answered NFS4_OK.",
+                self.cb_recall_answered,
             ),
         ];
         for (name, help, v) in totals {
@@ -408,7 +424,7 @@ impl Snapshot {
             "rpcrdma serve (pid {}) on {} {}, up {:.1}s: {} connection(s); {} calls ({} NULL, \
              {} PROG_UNAVAIL), {} octets in, {} out; accepted {}, refused {} over the limit \
              and {} by set-up, {} handshake timeouts, {} closed idle; backchannel CB_NULL \
-             sent {} answered {}, CB_COMPOUND sent {} answered {}",
+             sent {} answered {}, CB_COMPOUND sent {} answered {}, CB_RECALL sent {} answered {}",
             self.pid,
             self.provider,
             self.addr,
@@ -427,7 +443,9 @@ impl Snapshot {
             self.cb_null_sent,
             self.cb_null_answered,
             self.cb_compound_sent,
-            self.cb_compound_answered
+            self.cb_compound_answered,
+            self.cb_recall_sent,
+            self.cb_recall_answered
         );
         for g in &self.groups {
             let _ = writeln!(

@@ -5,8 +5,12 @@
 # pseudo-root (/export has no fsid=0, so LOOKUP "export"). Each: ls of the export, put of
 # an 8 MiB file compared on the server's disk, get of it (and of a file the server wrote)
 # compared octet by octet, a missing file named (NFS3ERR_NOENT, NFS4ERR_NOENT), and a
-# short bench of READs and WRITEs; the NFSv4.1 client's backchannel (CB_NULL answered,
-# backward calls seen) is reported as a metric.
+# short bench of READs and WRITEs. The NFSv4.1 client's backchannel: Linux nfsd never
+# sends CB_NULL to a 4.1 client (nfsd4_run_cb_work marks the callback path up without a
+# probe), so what proves it is a delegation recall: `rpcrdma nfs hold` opens a file for
+# reading with a read delegation, a local write on the server breaks nfsd's lease, nfsd
+# sends CB_SEQUENCE + CB_RECALL over RDMA (RFC 8167), our client answers and returns
+# the delegation (DELEGRETURN), which lets the local write finish.
 #   usage: nfs-client.sh [RPCRDMA_BIN]   (default: target/debug/rpcrdma of this checkout,
 #   built with --features verbs)
 set -uo pipefail
@@ -120,6 +124,30 @@ client41_over() {
   sed -n 's/.*backchannel (\([a-z ]*\)): answered \([0-9]*\) CB_NULL.*transport: \([0-9]*\) calls.*/LAB_METRIC nfs41_client_backchannel dev='"$dev"' grant="\1" cb_null_answered=\2 backward_calls=\3/p' "$LAB_OUT/bench41-read-$dev.err"
   sed -n 's/^nfs bench \([a-z]*\) .* \([0-9]*\) ops\/s, \([0-9.]*\) GB\/s.*/LAB_METRIC nfs41_client_bench dev='"$dev"' op=\1 ops_s=\2 gb_s=\3/p' "$LAB_OUT/bench41-$dev.txt"
   [ "$(grep -c '^nfs bench' "$LAB_OUT/bench41-$dev.txt")" = 2 ] || fail "4.1 bench printed no results ($dev)"
+
+  step "4.1 nfsd recalls our client's read delegation over the backchannel ($dev)"
+  local hold=$LAB_OUT/hold-$dev.err hpid t0
+  echo held > "/export/hold-$dev.txt"
+  nfs4 hold "hold-$dev.txt" --seconds 60 2> "$hold" &
+  hpid=$!
+  wait_for 30 "our client's OPEN of hold-$dev.txt" grep -q 'delegation' "$hold"
+  grep -q 'delegation granted' "$hold" || { cat "$hold"; fail "nfsd gave our client no read delegation ($dev)"; }
+  cat /proc/fs/nfsd/clients/*/info > "$LAB_OUT/nfsd-clients-$dev.txt" 2>/dev/null
+  # 6.1 may not print it; where it does, nfsd must see the path up.
+  if grep -q 'callback state' "$LAB_OUT/nfsd-clients-$dev.txt"; then
+    grep -q 'callback state: UP' "$LAB_OUT/nfsd-clients-$dev.txt" \
+      || { cat "$LAB_OUT/nfsd-clients-$dev.txt"; fail "nfsd's callback state is not UP ($dev)"; }
+  fi
+  t0=$SECONDS
+  # A local write on the server conflicts with the delegation: it waits for the return.
+  timeout 60 sh -c "echo more >> /export/hold-$dev.txt" || fail "the local write never finished ($dev)"
+  echo "LAB_METRIC nfs41_client_recall dev=$dev local_write_s=$((SECONDS - t0))"
+  wait "$hpid" || { cat "$hold"; fail "hold on $dev"; }
+  cat "$hold"
+  grep -q 'recalled 1 returned 1' "$hold" || fail "the recall was not answered and returned ($dev)"
+  [ "$(sed -n 's/.*transport: \([0-9]*\) calls.*/\1/p' "$hold")" -gt 0 ] \
+    || fail "no backward call reached our client's transport ($dev)"
+  sed -n 's/.*backchannel (\([a-z ]*\)): answered \([0-9]*\) CB_NULL, \([0-9]*\) CB_COMPOUND.*transport: \([0-9]*\) calls.*/LAB_METRIC nfs41_client_recall_backchannel dev='"$dev"' grant="\1" cb_compound_answered=\3 backward_calls=\4/p' "$hold"
 }
 
 step "siw0 alone on eth0"

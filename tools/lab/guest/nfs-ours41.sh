@@ -6,7 +6,13 @@
 # The server's stop lines must show Write chunks (READ), Read chunks (COMPOUNDs with
 # WRITE data) and Reply chunks (COMPOUNDs with READDIR pages), and the backchannel (RFC
 # 8167 over RDMA): the CB_NULL our server sends after CREATE_SESSION, answered by the
-# kernel client.
+# kernel client; and a delegation recall: the kernel client holds a file open for
+# reading (with the read delegation our server gives it), our own NFSv4.1 client
+# (`rpcrdma nfs --vers 4.1 put`, a second client id) opens it for writing, our server
+# answers that OPEN NFS4ERR_DELAY and sends CB_RECALL over the kernel client's
+# backchannel, the kernel client returns the delegation (DELEGRETURN) and the put goes
+# through: the stop line must show CB_RECALL sent and answered and the delegation
+# returned, none revoked.
 #   usage: nfs-ours41.sh [RPCRDMA_BIN]   (default: target/debug/rpcrdma of this checkout,
 #   built with --features verbs)
 set -uo pipefail
@@ -69,6 +75,21 @@ ours41_over() {
   truncate -s 3 /mnt/ours/st || fail "truncate (SETATTR size)"
   [ "$(stat -c %s /export-ours/st)" = 3 ] || fail "truncate not on the server"
 
+  step "delegation recall: the kernel client reads and holds deleg.txt, our client writes it ($dev)"
+  echo before > /export-ours/deleg.txt
+  exec 3< /mnt/ours/deleg.txt || fail "open for reading"
+  [ "$(head -n1 <&3)" = before ] || fail "read through the mount"
+  echo after > /tmp/deleg-new
+  t0=$SECONDS
+  RPCRDMA_VERBS_DEV=$dev timeout 120 "$BIN" nfs --vers 4.1 --provider verbs --addr "$IP:20049" \
+    --export / put /tmp/deleg-new deleg.txt 2> "$LAB_OUT/deleg-put-$dev.err" \
+    || { cat "$LAB_OUT/deleg-put-$dev.err"; exec 3<&-; fail "our client's put over the delegated file"; }
+  echo "LAB_METRIC nfs41_ours_recall dev=$dev put_s=$((SECONDS - t0))"
+  exec 3<&-
+  [ "$(cat /export-ours/deleg.txt)" = after ] || fail "the put did not land"
+  echo 3 > /proc/sys/vm/drop_caches
+  [ "$(cat /mnt/ours/deleg.txt)" = after ] || fail "the kernel client reads stale data after the recall"
+
   step "unmount; the server's counters ($dev)"
   umount /mnt/ours || fail "umount"
   kill -INT "$spid"; wait "$spid"
@@ -81,7 +102,15 @@ ours41_over() {
     || { dmesg | tail -n 30; fail "no CB_NULL sent on the backchannel"; }
   [ "$(counter "$log" '.*backchannel: CB_NULL sent [0-9]* answered \([0-9]*\) .*')" -gt 0 ] \
     || { dmesg | tail -n 30; fail "the kernel client answered no CB_NULL on the backchannel"; }
-  rm -rf /export-ours/blob /export-ours/many /export-ours/renamed /export-ours/st
+  [ "$(counter "$log" '.*CB_RECALL sent \([0-9]*\) .*')" -gt 0 ] \
+    || { dmesg | tail -n 30; fail "no CB_RECALL sent on the backchannel"; }
+  [ "$(counter "$log" '.*CB_RECALL sent [0-9]* answered \([0-9]*\) .*')" -gt 0 ] \
+    || { dmesg | tail -n 30; fail "the kernel client answered no CB_RECALL"; }
+  [ "$(counter "$log" '.*delegations granted [0-9]* returned \([0-9]*\) .*')" -gt 0 ] \
+    || fail "no delegation returned"
+  [ "$(counter "$log" '.*delegations granted [0-9]* returned [0-9]* revoked \([0-9]*\).*')" = 0 ] \
+    || fail "a delegation was revoked"
+  rm -rf /export-ours/blob /export-ours/many /export-ours/renamed /export-ours/st /export-ours/deleg.txt
 }
 
 for dev in ${NFS4_DEVS:-siw0}; do
