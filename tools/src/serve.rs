@@ -281,6 +281,63 @@ pub(crate) fn say(line: &str) {
     let _ = out.flush();
 }
 
+/// The once-a-second rate line and the stop conditions (a signal, `--duration`), the
+/// same for one serving thread and for poll groups.
+pub(crate) struct Ticker {
+    start: Instant,
+    end: Option<Instant>,
+    /// When the last line was printed, and the calls and octets in and out then.
+    last: (Instant, u64, u64, u64),
+}
+
+impl Ticker {
+    /// Serving started at `start`, for `duration` if given.
+    pub(crate) fn new(start: Instant, duration: Option<Duration>) -> Ticker {
+        Ticker {
+            start,
+            end: duration.map(|d| start + d),
+            last: (start, 0, 0, 0),
+        }
+    }
+
+    /// Prints the rate line when a second has passed since the last one; `connections`
+    /// says how many there are (only asked then).
+    pub(crate) fn tick(
+        &mut self,
+        now: Instant,
+        counters: &Counters,
+        connections: impl FnOnce() -> String,
+    ) {
+        if now.duration_since(self.last.0) < Duration::from_secs(1) {
+            return;
+        }
+        let secs = now.duration_since(self.last.0).as_secs_f64();
+        let calls = counters.calls.load(Ordering::Relaxed);
+        let rx = counters.bytes_in.load(Ordering::Relaxed);
+        let tx = counters.bytes_out.load(Ordering::Relaxed);
+        say(&format!(
+            "{:>6.1}s  connections {}  calls/s {:.0}  in {}  out {}",
+            now.duration_since(self.start).as_secs_f64(),
+            connections(),
+            calls.saturating_sub(self.last.1) as f64 / secs,
+            rate(rx.saturating_sub(self.last.2), secs),
+            rate(tx.saturating_sub(self.last.3), secs),
+        ));
+        self.last = (now, calls, rx, tx);
+    }
+
+    /// Why serving stops now, if it does.
+    pub(crate) fn stop_reason(&self, now: Instant) -> Option<&'static str> {
+        if signal::requested() {
+            Some("signal")
+        } else if self.end.is_some_and(|e| now >= e) {
+            Some("--duration elapsed")
+        } else {
+            None
+        }
+    }
+}
+
 pub(crate) fn rate(octets: u64, secs: f64) -> String {
     let v = octets as f64 / secs.max(1e-9);
     if v >= 1e9 {
@@ -373,9 +430,8 @@ fn serve_as<P: Provider, B: RequesterRole>(
     let (board, exporter) = announce(ep, opts, nfs.as_ref())?;
     let start = Instant::now();
     let mut next_sample = start;
-    let end = opts.duration.map(|d| start + d);
+    let mut ticker = Ticker::new(start, opts.duration);
     let mut known: Vec<(ConnId, bool)> = Vec::new();
-    let mut last = (start, 0u64, 0u64, 0u64);
     let mut idle = 0u32;
     let reason = loop {
         let now = Instant::now();
@@ -401,26 +457,9 @@ fn serve_as<P: Provider, B: RequesterRole>(
             ));
             next_sample = now + SAMPLE_EVERY;
         }
-        if now.duration_since(last.0) >= Duration::from_secs(1) {
-            let secs = now.duration_since(last.0).as_secs_f64();
-            let calls = counters.calls.load(Ordering::Relaxed);
-            let rx = counters.bytes_in.load(Ordering::Relaxed);
-            let tx = counters.bytes_out.load(Ordering::Relaxed);
-            say(&format!(
-                "{:>6.1}s  connections {}  calls/s {:.0}  in {}  out {}",
-                now.duration_since(start).as_secs_f64(),
-                server.connections().len(),
-                (calls - last.1) as f64 / secs,
-                rate(rx - last.2, secs),
-                rate(tx - last.3, secs),
-            ));
-            last = (now, calls, rx, tx);
-        }
-        if signal::requested() {
-            break "signal";
-        }
-        if end.is_some_and(|e| now >= e) {
-            break "--duration elapsed";
+        ticker.tick(now, &counters, || server.connections().len().to_string());
+        if let Some(reason) = ticker.stop_reason(now) {
+            break reason;
         }
     };
     say(&format!(

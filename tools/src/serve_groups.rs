@@ -20,9 +20,8 @@ use rpcrdma_poller::{IdlePolicy, PollCtx, PollerConfig, PollerGroup, Task};
 use crate::endpoint::Endpoint;
 use crate::error::CliError;
 use crate::serve::{
-    conn_sample, rate, say, say_totals, Counted, Counters, ServeOpts, DRAIN, SAMPLE_EVERY,
+    conn_sample, say, say_totals, Counted, Counters, ServeOpts, Ticker, DRAIN, SAMPLE_EVERY,
 };
-use crate::signal;
 use crate::stats::{Board, ConnSample, GroupStat, Snapshot};
 
 /// What a group publishes for the watching thread.
@@ -126,7 +125,7 @@ where
             .collect::<Vec<_>>()
             .join(", ")
     ));
-    let end = opts.duration.map(|d| start + d);
+    let mut ticker = Ticker::new(start, opts.duration);
     let snap = |start: Instant| -> (Snapshot, ResponderCounters) {
         let mut cc = ResponderCounters::default();
         let mut conns = Vec::new();
@@ -180,38 +179,21 @@ where
     };
     let live = || -> u64 { watched.iter().map(|(c, _)| c.sample().connections).sum() };
     let mut known: Vec<(String, bool)> = Vec::new();
-    let mut last = (start, 0u64, 0u64, 0u64);
     let reason = loop {
         thread::sleep(SAMPLE_EVERY);
         let now = Instant::now();
         let (s, _) = snap(start);
         track(&s.connections, &mut known);
         board.publish(s);
-        if now.duration_since(last.0) >= Duration::from_secs(1) {
-            let secs = now.duration_since(last.0).as_secs_f64();
-            let calls = counters.calls.load(Ordering::Relaxed);
-            let rx = counters.bytes_in.load(Ordering::Relaxed);
-            let tx = counters.bytes_out.load(Ordering::Relaxed);
+        ticker.tick(now, counters, || {
             let per_group: Vec<String> = watched
                 .iter()
                 .map(|(c, _)| c.sample().connections.to_string())
                 .collect();
-            say(&format!(
-                "{:>6.1}s  connections {} ({} per group)  calls/s {:.0}  in {}  out {}",
-                now.duration_since(start).as_secs_f64(),
-                live(),
-                per_group.join("+"),
-                (calls - last.1) as f64 / secs,
-                rate(rx - last.2, secs),
-                rate(tx - last.3, secs),
-            ));
-            last = (now, calls, rx, tx);
-        }
-        if signal::requested() {
-            break "signal";
-        }
-        if end.is_some_and(|e| now >= e) {
-            break "--duration elapsed";
+            format!("{} ({} per group)", live(), per_group.join("+"))
+        });
+        if let Some(reason) = ticker.stop_reason(now) {
+            break reason;
         }
     };
     say(&format!(

@@ -567,6 +567,33 @@ fn a_read_delegation_is_recalled_when_another_client_opens_for_write() {
         1,
         "no recall of the holder's own"
     );
+
+    // An NFSv3 WRITE conflicts too: NFS3ERR_JUKEBOX until the holder returns it.
+    std::fs::write(dir.0.join("h"), b"h").unwrap();
+    let fh = a.open(&root, b"h", None, false).unwrap();
+    assert!(fh.delegation.is_some());
+    let mut v3 = rpcrdma_ulp::nfs::client::Nfs3Client::<ShmProvider>::connect(
+        &ShmDevice::new(),
+        &srv.addr,
+        &cfg(),
+        root.clone(),
+        DEADLINE,
+    )
+    .unwrap();
+    let stable = rpcrdma_ulp::nfs::v3::args::StableHow::FileSync;
+    match v3.write(&fh.fh, 0, b"H", stable) {
+        Err(NfsClientError::Nfs(s)) => {
+            assert_eq!(s, rpcrdma_ulp::nfs::v3::types::Nfsstat3::JUKEBOX)
+        }
+        other => panic!("expected JUKEBOX, got {other:?}"),
+    }
+    serve_until(&mut a, "second delegation returned", |a| {
+        a.delegations_returned() == 2
+    });
+    v3.write(&fh.fh, 0, b"H", stable).unwrap();
+    assert_eq!(std::fs::read(dir.0.join("h")).unwrap(), b"H");
+    assert_eq!(shared.counters.callback(2).answered, 2);
+    drop(v3);
     b.shutdown().unwrap();
     a.shutdown().unwrap();
 }

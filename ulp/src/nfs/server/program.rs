@@ -128,6 +128,15 @@ impl NfsShared {
         self.drc.as_ref()
     }
 
+    /// An NFSv3 call is about to change `k`: NFSv4.1 clients' read delegations on it are
+    /// recalled, and until they are returned the call gets NFS3ERR_JUKEBOX (the NFSv3
+    /// name of NFS4ERR_DELAY: retry later).
+    fn breaks(&self, k: FileKey) -> Result<(), Nfsstat3> {
+        self.v41
+            .break_delegations(None, k, &self.counters)
+            .map_err(|_| Nfsstat3::JUKEBOX)
+    }
+
     /// The NFSv4.1 state (clients, sessions, opens).
     pub fn v41(&self) -> &Nfs41State {
         &self.v41
@@ -349,7 +358,9 @@ fn setattr<'d>(sh: &NfsShared, c: &mut DdpCursor<'d>, e: &mut DdpEncoder<'_, 'd>
     let r = match (&before, a.guard) {
         (Err(s), _) => Err(*s),
         (Ok(b), Some(ctime)) if b.ctime != ctime => Err(Nfsstat3::NOT_SYNC),
-        _ => sh.backend.setattr(k, &a.new_attributes).map(|_| ()),
+        _ => sh
+            .breaks(k)
+            .and_then(|()| sh.backend.setattr(k, &a.new_attributes).map(|_| ())),
     };
     let wcc = sh.wcc(k, before.ok().map(|b| WccAttr::of(&b)));
     done(
@@ -481,6 +492,9 @@ fn write<'d>(sh: &NfsShared, c: &mut DdpCursor<'d>, e: &mut DdpEncoder<'_, 'd>) 
         Ok(k) => k,
         Err(st) => return done(e, NfsRes::<WriteOk, WccData>::Fail(st, WccData::default())),
     };
+    if let Err(st) = sh.breaks(k) {
+        return done(e, NfsRes::<WriteOk, WccData>::Fail(st, WccData::default()));
+    }
     // A WRITE larger than wtmax is cut short; the reply's count tells the client.
     let n = a.data.len().min(sh.config.max_write as usize);
     // The backend reports the attributes around the write, from the descriptor it
@@ -585,6 +599,9 @@ fn remove<'d>(sh: &NfsShared, p: u32, c: &mut DdpCursor<'d>, e: &mut DdpEncoder<
     };
     let before = sh.pre(dir);
     let r = sh.old_name(a.name).and_then(|()| {
+        if let Ok(k) = sh.backend.lookup(dir, a.name) {
+            sh.breaks(k)?;
+        }
         if p == procs::RMDIR {
             sh.backend.rmdir(dir, a.name)
         } else {
@@ -620,7 +637,14 @@ fn rename<'d>(sh: &NfsShared, c: &mut DdpCursor<'d>, e: &mut DdpEncoder<'_, 'd>)
     let r = sh
         .old_name(a.from.name)
         .and_then(|()| sh.new_name(a.to.name))
-        .and_then(|()| sh.backend.rename(from, a.from.name, to, a.to.name));
+        .and_then(|()| {
+            for (d, n) in [(from, a.from.name), (to, a.to.name)] {
+                if let Ok(k) = sh.backend.lookup(d, n) {
+                    sh.breaks(k)?;
+                }
+            }
+            sh.backend.rename(from, a.from.name, to, a.to.name)
+        });
     let w = RenameWcc {
         fromdir_wcc: sh.wcc(from, b1),
         todir_wcc: sh.wcc(to, b2),

@@ -1128,6 +1128,7 @@ fn open<'r>(ctx: &mut Ctx<'_>, a: &OpenArgs<'_>) -> Result<ResBody<'r>, Nfsstat4
     ctx.cur_stateid = Some(stateid);
     let delegation = match delegation {
         Some(s) => {
+            sh.v41().note_granted();
             bump(&sh.counters.delegations_granted);
             // Who may read without asking the server: the client checks ACCESS
             // itself (as Linux nfsd, an empty ACE that grants nothing extra).

@@ -20,7 +20,7 @@ pub mod state;
 #[cfg(test)]
 mod tests;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
@@ -44,6 +44,9 @@ pub struct Nfs41State {
     /// a backchannel looks into the table for its client's recalls only when this moved,
     /// so polling costs one atomic load, not a lock.
     recalls_queued: AtomicU64,
+    /// A delegation was ever granted: until then nothing can conflict, and NFSv3 WRITEs
+    /// (which also break delegations) take no lock for it.
+    granted_any: AtomicBool,
 }
 
 impl core::fmt::Debug for Nfs41State {
@@ -71,6 +74,7 @@ impl Nfs41State {
             clock,
             owner: format!("rpcrdma:{}", host.trim()).into_bytes(),
             recalls_queued: AtomicU64::new(0),
+            granted_any: AtomicBool::new(false),
         }
     }
 
@@ -94,6 +98,9 @@ impl Nfs41State {
         file: FileKey,
         counters: &NfsCounters,
     ) -> Result<(), Nfsstat4> {
+        if !self.granted_any.load(Ordering::Acquire) {
+            return Ok(());
+        }
         let now = self.now();
         let c = self.lock().conflict(client, file, now);
         if c.revoked > 0 {
@@ -110,6 +117,11 @@ impl Nfs41State {
         } else {
             Ok(())
         }
+    }
+
+    /// Records that a delegation was granted (see [`break_delegations`](Self::break_delegations)).
+    pub(crate) fn note_granted(&self) {
+        self.granted_any.store(true, Ordering::Release);
     }
 
     /// How many recalls have been queued so far (see [`break_delegations`](Self::break_delegations)).
