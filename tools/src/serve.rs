@@ -366,7 +366,7 @@ fn serve<P: Provider>(
     }
 }
 
-fn serve_as<P: Provider, B: RequesterRole>(
+fn serve_as<P: Provider, B: RequesterRole + Send + 'static>(
     dev: P::Device,
     addr: &P::Addr,
     ep: &Endpoint,
@@ -405,8 +405,8 @@ fn serve_as<P: Provider, B: RequesterRole>(
         CliError::Serve(format!("cannot listen on {ep} ({}): {e}", ep.provider()))
     };
     if let Some(cores) = &opts.cores {
-        // Poll groups serve one-role connections: no backchannel calls from them.
-        let groups = PollGroup::<P, Counted, _>::bind(
+        // With NFS, the groups' connections call their clients back, as below.
+        let groups = PollGroup::<P, Counted, _, B>::bind(
             dev,
             addr,
             opts.conn.clone(),
@@ -416,7 +416,15 @@ fn serve_as<P: Provider, B: RequesterRole>(
         )
         .map_err(cant_listen)?;
         let (board, exporter) = announce(ep, opts, nfs.as_ref())?;
-        let r = crate::serve_groups::run(groups, cores, ep, opts, &counters, &board);
+        let r = crate::serve_groups::run(
+            groups,
+            cores,
+            ep,
+            opts,
+            &counters,
+            nfs.as_ref().map(|n| &*n.shared),
+            &board,
+        );
         drop(exporter);
         if let Some(n) = nfs {
             n.stop();

@@ -14,7 +14,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use rpcrdma::fabric::Provider;
-use rpcrdma::{GroupCounters, PollGroup, ResponderCounters};
+use rpcrdma::{GroupCounters, PollGroup, RequesterRole, ResponderCounters};
+use rpcrdma_ulp::nfs::server::NfsShared;
 use rpcrdma_poller::{IdlePolicy, PollCtx, PollerConfig, PollerGroup, Task};
 
 use crate::endpoint::Endpoint;
@@ -32,19 +33,20 @@ struct Published {
 }
 
 /// One group on its poller.
-struct GroupTask<P: Provider, F> {
-    group: PollGroup<P, Counted, F>,
+struct GroupTask<P: Provider, F, B: RequesterRole> {
+    group: PollGroup<P, Counted, F, B>,
     published: Arc<Mutex<Published>>,
     stopping: Arc<AtomicBool>,
     disconnecting: bool,
     next_sample: Instant,
 }
 
-impl<P, F> Task<()> for GroupTask<P, F>
+impl<P, F, B> Task<()> for GroupTask<P, F, B>
 where
     P: Provider,
     F: Fn() -> Option<Counted>,
-    PollGroup<P, Counted, F>: Send,
+    B: RequesterRole,
+    PollGroup<P, Counted, F, B>: Send,
 {
     fn poll(&mut self, ctx: &mut PollCtx<'_>) -> usize {
         let now = ctx.now();
@@ -70,19 +72,23 @@ where
 }
 
 /// Serves with `groups` (one per entry of `cores`, in order) until a signal or the
-/// duration ends.
-pub(crate) fn run<P, F>(
-    groups: Vec<PollGroup<P, Counted, F>>,
+/// duration ends. With `nfs`, the groups' connections call their NFSv4.1 clients back
+/// (`B` is `RequesterHalf`), and the backchannel counters are reported.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn run<P, F, B>(
+    groups: Vec<PollGroup<P, Counted, F, B>>,
     cores: &[usize],
     ep: &Endpoint,
     opts: &ServeOpts,
     counters: &Arc<Counters>,
+    nfs: Option<&NfsShared>,
     board: &Board,
 ) -> Result<(), CliError>
 where
     P: Provider,
     F: Fn() -> Option<Counted> + 'static,
-    PollGroup<P, Counted, F>: Send,
+    B: RequesterRole + 'static,
+    PollGroup<P, Counted, F, B>: Send,
 {
     let config = PollerConfig {
         // A busy group never yields; an idle one gives its core away between looks (a
@@ -166,12 +172,12 @@ where
             prog_unavail: load(&counters.prog_unavail),
             bytes_in: load(&counters.bytes_in),
             bytes_out: load(&counters.bytes_out),
-            cb_null_sent: 0,
-            cb_null_answered: 0,
-            cb_compound_sent: 0,
-            cb_compound_answered: 0,
-            cb_recall_sent: 0,
-            cb_recall_answered: 0,
+            cb_null_sent: nfs.map_or(0, |n| n.counters.callback(0).sent),
+            cb_null_answered: nfs.map_or(0, |n| n.counters.callback(0).answered),
+            cb_compound_sent: nfs.map_or(0, |n| n.counters.callback(1).sent),
+            cb_compound_answered: nfs.map_or(0, |n| n.counters.callback(1).answered),
+            cb_recall_sent: nfs.map_or(0, |n| n.counters.callback(2).sent),
+            cb_recall_answered: nfs.map_or(0, |n| n.counters.callback(2).answered),
             connections: conns,
             groups: stats,
         };
@@ -216,8 +222,7 @@ where
     }
     // A poller stuck past the deadline is detached; the process is about to exit.
     let _ = pollers.shutdown(Instant::now() + DRAIN);
-    // Poll groups serve one-role connections: no backchannel to report.
-    say_totals(&cc, counters, None, start, left);
+    say_totals(&cc, counters, nfs, start, left);
     Ok(())
 }
 

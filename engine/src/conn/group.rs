@@ -30,8 +30,8 @@ use rpcrdma_poller::{PollCtx, Task};
 
 use super::responder::{Listener, ResponderConn, ResponderCounters, ResponderLimits};
 use super::{ConnError, CM_POLL_INTERVAL, CQ_BATCH, DEFAULT_RELEASE_IDLE};
-use crate::core::config::{ConnConfig, Role};
-use crate::core::ConnState;
+use crate::core::config::ConnConfig;
+use crate::core::{ConnState, NoRequester, RequesterRole};
 use crate::fabric::{
     CmEvent, CmPrivateData, Completion, CompletionQueue, ConnId, ConnectionManager, Device,
     Provider, QueuePair,
@@ -157,11 +157,14 @@ impl<P: Provider, F> Shared<P, F> {
 }
 
 /// One core's share of a server: one completion queue for all of its connections.
-pub struct PollGroup<P: Provider, S, F> {
+/// `B` is the connections' requester slot: [`NoRequester`] (one role), or
+/// [`RequesterHalf`](crate::RequesterHalf) for connections whose service calls its
+/// requester (RFC 8167, [`Service::backchannel`]), as `Responder::bind_roles`.
+pub struct PollGroup<P: Provider, S, F, B: RequesterRole = NoRequester> {
     index: usize,
     shared: Arc<Shared<P, F>>,
     cq: P::Cq,
-    conns: Vec<ResponderConn<P, S>>,
+    conns: Vec<ResponderConn<P, S, B>>,
     /// Queue-pair number to index in `conns`.
     by_qp: HashMap<u32, usize>,
     wcs: [Completion; CQ_BATCH],
@@ -180,11 +183,12 @@ pub struct PollGroup<P: Provider, S, F> {
     last_check: Option<Instant>,
 }
 
-impl<P, S, F> PollGroup<P, S, F>
+impl<P, S, F, B> PollGroup<P, S, F, B>
 where
     P: Provider,
     S: Service,
     F: Fn() -> Option<S>,
+    B: RequesterRole,
 {
     /// Listens on `addr` with `dev` and makes `groups` poll groups serving what
     /// arrives there (at least one), each connection with `cfg` and a service from
@@ -204,7 +208,7 @@ where
         // Room for every connection a group may get (its share of the cap, and one
         // more for a request routed while another is closing), within the device's
         // limit: beyond it, accepts fail (CqTooSmall) and are counted as refused.
-        let per_conn = u64::from(cfg.sizes(Role::Responder).cq_depth);
+        let per_conn = u64::from(B::responder_sizes(&cfg).cq_depth);
         let share = (limits.max_connections.div_ceil(groups) + 1) as u64;
         let depth = (per_conn * share).min(u64::from(dev.caps().max_cq_depth)) as u32;
         let cqs = (0..groups)
@@ -495,7 +499,7 @@ where
     }
 
     /// The connections this group serves.
-    pub fn connections(&self) -> &[ResponderConn<P, S>] {
+    pub fn connections(&self) -> &[ResponderConn<P, S, B>] {
         &self.conns
     }
 
@@ -532,14 +536,14 @@ fn without_request<R>(ev: CmEvent<R>) -> CmEvent<()> {
 
 /// A poll group as a poller task (any message type: it takes none). By default it
 /// never lets its poller park: a group learns of an arriving call only by polling.
-pub struct PollGroupTask<P: Provider, S, F> {
-    group: PollGroup<P, S, F>,
+pub struct PollGroupTask<P: Provider, S, F, B: RequesterRole = NoRequester> {
+    group: PollGroup<P, S, F, B>,
     allow_park: bool,
 }
 
-impl<P: Provider, S, F> PollGroupTask<P, S, F> {
+impl<P: Provider, S, F, B: RequesterRole> PollGroupTask<P, S, F, B> {
     /// Wraps `group`.
-    pub fn new(group: PollGroup<P, S, F>) -> Self {
+    pub fn new(group: PollGroup<P, S, F, B>) -> Self {
         PollGroupTask {
             group,
             allow_park: false,
@@ -554,12 +558,13 @@ impl<P: Provider, S, F> PollGroupTask<P, S, F> {
     }
 }
 
-impl<P, S, F, M> Task<M> for PollGroupTask<P, S, F>
+impl<P, S, F, B, M> Task<M> for PollGroupTask<P, S, F, B>
 where
     P: Provider,
     S: Service,
     F: Fn() -> Option<S>,
-    PollGroup<P, S, F>: Send,
+    B: RequesterRole,
+    PollGroup<P, S, F, B>: Send,
 {
     fn poll(&mut self, ctx: &mut PollCtx<'_>) -> usize {
         self.group.poll(ctx.now())

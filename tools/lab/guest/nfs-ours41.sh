@@ -1,6 +1,6 @@
 # guest: the kernel's NFSv4.1 client over RDMA against OUR server (`rpcrdma serve --nfs`
-# on the verbs provider), on siw0 alone on eth0 (NFS4_DEVS picks others, e.g. "siw0
-# rxe0"). No MOUNT protocol: the export is the root of our NFSv4 namespace. Workload: 32
+# on the verbs provider), on siw0 and then rxe0, each alone on eth0 (NFS4_DEVS picks
+# others, e.g. "siw0"). No MOUNT protocol: the export is the root of our NFSv4 namespace. Workload: 32
 # MiB written with fsync, caches dropped, read back and compared; 300 files created in
 # one directory and counted with ls -l; rename, remove, symlink/readlink, chmod and stat.
 # The server's stop lines must show Write chunks (READ), Read chunks (COMPOUNDs with
@@ -113,7 +113,7 @@ ours41_over() {
   rm -rf /export-ours/blob /export-ours/many /export-ours/renamed /export-ours/st /export-ours/deleg.txt
 }
 
-for dev in ${NFS4_DEVS:-siw0}; do
+for dev in ${NFS4_DEVS:-siw0 rxe0}; do
   step "$dev alone on eth0"
   rdma link show | awk '{print $2}' | while read -r l; do rdma link delete "${l%/*}" 2>/dev/null; done
   case $dev in
