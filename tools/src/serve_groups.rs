@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use rpcrdma::fabric::Provider;
 use rpcrdma::{GroupCounters, PollGroup, RequesterRole, ResponderCounters};
-use rpcrdma_ulp::nfs::server::NfsShared;
 use rpcrdma_poller::{IdlePolicy, PollCtx, PollerConfig, PollerGroup, Task};
+use rpcrdma_ulp::nfs::server::NfsShared;
 
 use crate::endpoint::Endpoint;
 use crate::error::CliError;

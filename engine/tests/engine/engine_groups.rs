@@ -173,7 +173,116 @@ where
         .expect("pollers stop");
 }
 
+/// A poll group of two-role connections (RFC 8167; `PollGroup<_, _, _, RequesterHalf>`):
+/// its service calls the requester back with ECHO, the requester's own service answers,
+/// and every backward call has a successful outcome, with forward calls answered
+/// meanwhile. The group is polled on this thread, beside the client.
+fn a_group_of_two_role_connections_calls_back<N: Net>(net: N)
+where
+    <N::P as Provider>::Device: Device<P = N::P>,
+{
+    use rpcrdma::{Backchannel, CallView, Outcome, ReplyWriter, ResponderHalf, Service};
+    use rpcrdma::{RequesterHalf, ServiceError};
+
+    /// Serves forward calls; makes `left` backward ECHOs, one at a time.
+    #[derive(Default)]
+    struct Calling {
+        serve: TestService,
+        left: u32,
+        out: bool,
+        answered: Vec<CallStatus>,
+    }
+    impl Service for Calling {
+        fn handle_call(
+            &mut self,
+            call: &CallView<'_>,
+            reply: &mut ReplyWriter<'_>,
+        ) -> Result<(), ServiceError> {
+            self.serve.handle_call(call, reply)
+        }
+        fn backchannel(&mut self, calls: &mut Backchannel<'_>) {
+            if !calls.is_open() || self.out || self.left == 0 {
+                return;
+            }
+            let mut b = calls.alloc_msg().expect("backchannel send buffer");
+            write_call(&mut b, PROC_ECHO, &opaque(b"back"));
+            let mut req = CallRequest::new(b, 512);
+            req.timeout = Some(DEADLINE);
+            calls
+                .submit(req, u64::from(self.left))
+                .expect("backward call");
+            self.left -= 1;
+            self.out = true;
+        }
+        fn backchannel_outcome(&mut self, o: Outcome) {
+            self.out = false;
+            self.answered.push(o.status);
+        }
+    }
+
+    let factory = || {
+        Some(Calling {
+            left: 5,
+            ..Calling::default()
+        })
+    };
+    let mut cfg = test_config();
+    cfg.backchannel_credits = 2;
+    let addr = net.addr();
+    let mut groups = PollGroup::<N::P, Calling, _, RequesterHalf>::bind(
+        net.device(),
+        &addr,
+        cfg.clone(),
+        factory,
+        1,
+        ResponderLimits::default(),
+    )
+    .expect("group listens");
+    let mut group = groups.pop().expect("one group");
+    let mut client: Requester<N::P, ResponderHalf<TestService>> =
+        Requester::connect_serving(&net.device(), &addr, &cfg, TestService::default())
+            .expect("connects");
+    let end = Instant::now() + DEADLINE;
+    let mut forward = 0;
+    loop {
+        assert!(Instant::now() < end, "deadline: {forward} forward calls");
+        let now = client.clock().now();
+        group.poll(now);
+        client.poll(now);
+        // A forward NULL now and then, answered while the backward calls go on.
+        if client.state() == ConnState::Established && forward < 5 {
+            let mut b = client.alloc_msg().expect("a send buffer");
+            write_call(&mut b, PROC_NULL, &[]);
+            client
+                .submit(CallRequest::new(b, 256), forward)
+                .expect("forward call");
+            forward += 1;
+        }
+        while let Some(o) = client.poll_outcome() {
+            assert_eq!(o.status, CallStatus::Success, "forward {}", o.tag);
+        }
+        let done = group
+            .connections()
+            .first()
+            .is_some_and(|c| c.service().answered.len() == 5);
+        if done && client.credits().snapshot().in_flight == 0 {
+            break;
+        }
+    }
+    let service = group.connections()[0].service();
+    assert!(
+        service.answered.iter().all(|s| *s == CallStatus::Success),
+        "{:?}",
+        service.answered
+    );
+    assert_eq!(client.backchannel_stats().calls, 5);
+}
+
 mod shm {
+    #[test]
+    fn a_group_of_two_role_connections_calls_back() {
+        super::a_group_of_two_role_connections_calls_back(super::engine_support::ShmNet);
+    }
     #[test]
     fn calls_spread_over_groups() {
         super::calls_spread_over_groups(super::engine_support::ShmNet);
@@ -186,6 +295,12 @@ mod shm {
 
 mod siw {
     use super::engine_support::SiwNet;
+    #[test]
+    fn a_group_of_two_role_connections_calls_back() {
+        super::a_group_of_two_role_connections_calls_back(SiwNet {
+            confirm_completions: true,
+        });
+    }
     #[test]
     fn calls_spread_over_groups() {
         super::calls_spread_over_groups(SiwNet {

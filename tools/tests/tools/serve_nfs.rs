@@ -817,7 +817,13 @@ fn serve_cores_calls_nfs41_clients_back_and_recalls_a_delegation() {
     std::fs::write(dir.join("h.txt"), b"before").unwrap();
     let sock = std::env::temp_dir().join(format!("{tag}.sock"));
     let _ = std::fs::remove_file(&sock);
-    let (g, _) = spawn_nfs_serve("shm", sock.as_os_str(), &dir, sock.clone(), &["--cores", "0,1"]);
+    let (g, _) = spawn_nfs_serve(
+        "shm",
+        sock.as_os_str(),
+        &dir,
+        sock.clone(),
+        &["--cores", "0,1"],
+    );
     let nfs4 = || {
         let mut c = Command::new(env!("CARGO_BIN_EXE_rpcrdma"));
         c.args(["nfs", "--provider", "shm", "--addr"])
@@ -834,7 +840,10 @@ fn serve_cores_calls_nfs41_clients_back_and_recalls_a_delegation() {
     let mut seen = String::new();
     loop {
         let mut line = String::new();
-        assert!(err.read_line(&mut line).unwrap() > 0, "hold ended early: {seen}");
+        assert!(
+            err.read_line(&mut line).unwrap() > 0,
+            "hold ended early: {seen}"
+        );
         seen.push_str(&line);
         if line.contains("hold h.txt: delegation") {
             assert!(line.contains("delegation granted"), "{seen}");
@@ -858,10 +867,25 @@ fn serve_cores_calls_nfs41_clients_back_and_recalls_a_delegation() {
         .args(["stats", &g.child.id().to_string(), "--json"])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["groups"].as_array().map(Vec::len), Some(2), "{v}");
     // Both clients' backchannels were probed; the recall went out and was answered.
-    assert_eq!((v["cb_null_sent"].as_u64(), v["cb_null_answered"].as_u64()), (Some(2), Some(2)), "{v}");
-    assert_eq!((v["cb_recall_sent"].as_u64(), v["cb_recall_answered"].as_u64()), (Some(1), Some(1)), "{v}");
+    assert_eq!(
+        (v["cb_null_sent"].as_u64(), v["cb_null_answered"].as_u64()),
+        (Some(2), Some(2)),
+        "{v}"
+    );
+    assert_eq!(
+        (
+            v["cb_recall_sent"].as_u64(),
+            v["cb_recall_answered"].as_u64()
+        ),
+        (Some(1), Some(1)),
+        "{v}"
+    );
 }
