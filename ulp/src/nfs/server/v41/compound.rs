@@ -1079,8 +1079,10 @@ fn open<'r>(ctx: &mut Ctx<'_>, a: &OpenArgs<'_>) -> Result<ResBody<'r>, Nfsstat4
             let d = dir_of(ctx)?;
             name(ctx, n)?;
             let before = change_of(ctx, d);
-            if let Ok(k) = b.lookup(d, n) {
-                breaks(k)?;
+            if writes {
+                if let Ok(k) = b.lookup(d, n) {
+                    breaks(k)?;
+                }
             }
             let k = match &a.how {
                 OpenHow::NoCreate => b.lookup(d, n).map_err(st)?,

@@ -138,7 +138,8 @@ impl StateTable {
     pub fn conflict(&mut self, client: Option<u64>, file: FileKey, now: u64) -> Conflict {
         let lease = u64::from(self.limits.lease_secs);
         let mut c = Conflict::default();
-        for d in self.delegs.values_mut() {
+        let mut late = Vec::new();
+        for (other, d) in self.delegs.iter_mut() {
             if d.file != file || Some(d.client) == client {
                 continue;
             }
@@ -150,15 +151,44 @@ impl StateTable {
                 }
                 Recall::Queued(t) | Recall::Sent(t) | Recall::Answered(t) => {
                     if now.saturating_sub(t) > lease {
-                        d.recall = Recall::Revoked;
-                        c.revoked += 1;
+                        late.push(*other);
                         continue;
                     }
                 }
             }
             c.outstanding += 1;
         }
+        c.revoked = late.len();
+        for other in late {
+            self.revoke(&other);
+        }
         c
+    }
+
+    /// Marks a delegation revoked, and its holder as holding a revoked one.
+    fn revoke(&mut self, other: &[u8; 12]) {
+        let Some(d) = self.delegs.get_mut(other) else {
+            return;
+        };
+        if d.recall == Recall::Revoked {
+            return;
+        }
+        d.recall = Recall::Revoked;
+        if let Some(c) = self.clients.get_mut(&d.client) {
+            c.revoked += 1;
+        }
+    }
+
+    /// Removes a delegation (returned or freed), keeping its holder's count of revoked
+    /// ones.
+    fn remove_delegation(&mut self, other: &[u8; 12]) {
+        if let Some(d) = self.delegs.remove(other) {
+            if d.recall == Recall::Revoked {
+                if let Some(c) = self.clients.get_mut(&d.client) {
+                    c.revoked = c.revoked.saturating_sub(1);
+                }
+            }
+        }
     }
 
     /// The next queued recall for `client`, marked sent.
@@ -182,13 +212,13 @@ impl StateTable {
     /// The CB_RECALL of `other` was answered: success (the client will return it) or
     /// not (it does not hold it, or the callback path failed: revoked).
     pub fn recall_answered(&mut self, other: &[u8; 12], ok: bool) {
-        if let Some(d) = self.delegs.get_mut(other) {
-            d.recall = match (d.recall, ok) {
-                (Recall::Sent(t), true) => Recall::Answered(t),
-                (Recall::Revoked, _) => Recall::Revoked,
-                (r, true) => r,
-                (_, false) => Recall::Revoked,
-            };
+        let Some(d) = self.delegs.get_mut(other) else {
+            return;
+        };
+        match (d.recall, ok) {
+            (Recall::Sent(t), true) => d.recall = Recall::Answered(t),
+            (_, true) => {}
+            (_, false) => self.revoke(other),
         }
     }
 
@@ -230,13 +260,13 @@ impl StateTable {
             }),
             Some(Err(Nfsstat4::DELEG_REVOKED)) => {
                 // Returned all the same: the client knows now; nothing left to free.
-                self.delegs.remove(&s.other);
+                self.remove_delegation(&s.other);
                 Err(Nfsstat4::DELEG_REVOKED)
             }
             Some(Err(e)) => Err(e),
             Some(Ok(d)) if d.file != file => Err(Nfsstat4::BAD_STATEID),
             Some(Ok(_)) => {
-                self.delegs.remove(&s.other);
+                self.remove_delegation(&s.other);
                 Ok(())
             }
         }
@@ -248,19 +278,16 @@ impl StateTable {
         Some(if d.client != client {
             Err(Nfsstat4::BAD_STATEID)
         } else if d.recall == Recall::Revoked {
-            self.delegs.remove(&s.other);
+            self.remove_delegation(&s.other);
             Ok(())
         } else {
             Err(Nfsstat4::LOCKS_HELD)
         })
     }
 
-    /// SEQUENCE's status flags for `client`.
+    /// SEQUENCE's status flags for `client` (a count kept per client: no scan).
     pub fn status_flags(&self, client: u64) -> u32 {
-        let revoked = self
-            .delegs
-            .values()
-            .any(|d| d.client == client && d.recall == Recall::Revoked);
+        let revoked = self.clients.get(&client).is_some_and(|c| c.revoked > 0);
         if revoked {
             SEQ4_STATUS_RECALLABLE_STATE_REVOKED
         } else {
@@ -368,8 +395,12 @@ mod tests {
         t.conflict(Some(b), F, 0);
         t.next_recall(a).unwrap();
         t.recall_answered(&s.other, false);
+        t.recall_answered(&s.other, false);
+        assert_eq!(t.clients[&a].revoked, 1, "revoked once");
+        assert_eq!(t.status_flags(a), SEQ4_STATUS_RECALLABLE_STATE_REVOKED);
         assert_eq!(t.conflict(Some(b), F, 1).outstanding, 0);
         assert_eq!(t.delegreturn(a, &s, F), Err(Nfsstat4::DELEG_REVOKED));
+        assert_eq!(t.status_flags(a), 0);
         assert_eq!(
             t.delegreturn(a, &s, F),
             Err(Nfsstat4::BAD_STATEID),

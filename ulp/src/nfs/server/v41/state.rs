@@ -112,6 +112,8 @@ pub struct Client {
     /// Its backchannel answered CB_NULL: it can be called back, so it may be given
     /// delegations.
     pub cb_up: bool,
+    /// Delegations of its that were revoked and not yet freed (SEQUENCE flags them).
+    pub revoked: u32,
 }
 
 /// An open state: one per client, open-owner and file.
@@ -250,6 +252,7 @@ impl StateTable {
                 renewed: now,
                 reclaim_complete: false,
                 cb_up: false,
+                revoked: 0,
             },
         );
         Ok((id, 1, false))
