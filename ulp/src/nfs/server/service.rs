@@ -245,8 +245,7 @@ impl Service for NfsService {
             });
             bump(if ok { &k.answered } else { &k.failed });
             if let Some(other) = self.recall_out.take() {
-                self.shared.v41().lock().recall_answered(&other, ok);
-                if !ok {
+                if self.shared.v41().lock().recall_answered(&other, ok) {
                     bump(&counters.delegations_revoked);
                 }
             }
@@ -316,8 +315,9 @@ impl NfsService {
         } else {
             // Cannot be called back: the delegation is revoked at once.
             bump(&k.failed);
-            bump(&counters.delegations_revoked);
-            v41.lock().recall_answered(&order.stateid.other, false);
+            if v41.lock().recall_answered(&order.stateid.other, false) {
+                bump(&counters.delegations_revoked);
+            }
         }
     }
 }

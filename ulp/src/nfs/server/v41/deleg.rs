@@ -210,16 +210,21 @@ impl StateTable {
     }
 
     /// The CB_RECALL of `other` was answered: success (the client will return it) or
-    /// not (it does not hold it, or the callback path failed: revoked).
-    pub fn recall_answered(&mut self, other: &[u8; 12], ok: bool) {
+    /// not (it does not hold it, or the callback path failed: revoked). True when this
+    /// revoked it (it was neither returned nor revoked before).
+    pub fn recall_answered(&mut self, other: &[u8; 12], ok: bool) -> bool {
         let Some(d) = self.delegs.get_mut(other) else {
-            return;
+            return false;
         };
         match (d.recall, ok) {
             (Recall::Sent(t), true) => d.recall = Recall::Answered(t),
-            (_, true) => {}
-            (_, false) => self.revoke(other),
+            (Recall::Revoked, _) | (_, true) => {}
+            (_, false) => {
+                self.revoke(other);
+                return true;
+            }
         }
+        false
     }
 
     /// The delegation a stateid of `client` names, or why not: `None` when `s` names
@@ -365,7 +370,7 @@ mod tests {
         let order = t.next_recall(a).unwrap();
         assert_eq!((order.stateid, order.file), (s, F));
         assert_eq!(t.next_recall(a), None, "sent once");
-        t.recall_answered(&s.other, true);
+        assert!(!t.recall_answered(&s.other, true));
         assert_eq!(
             t.conflict(Some(b), F, 100).outstanding,
             1,
@@ -394,8 +399,8 @@ mod tests {
         assert_eq!(t.free_delegation(a, &s), Some(Err(Nfsstat4::LOCKS_HELD)));
         t.conflict(Some(b), F, 0);
         t.next_recall(a).unwrap();
-        t.recall_answered(&s.other, false);
-        t.recall_answered(&s.other, false);
+        assert!(t.recall_answered(&s.other, false));
+        assert!(!t.recall_answered(&s.other, false));
         assert_eq!(t.clients[&a].revoked, 1, "revoked once");
         assert_eq!(t.status_flags(a), SEQ4_STATUS_RECALLABLE_STATE_REVOKED);
         assert_eq!(t.conflict(Some(b), F, 1).outstanding, 0);
