@@ -293,9 +293,18 @@ impl Engine {
     }
 
     /// Starts the next posted request if it is a Send whose (single) FPDU still fits,
-    /// with the FPDUs already framed, in one TCP segment (the MULPDU's worth).
+    /// with the FPDUs already framed, in one TCP segment (the MULPDU's worth). Only
+    /// Sends join Sends: a Write, Read Request or Read Response keeps its segment to
+    /// itself, as does the Send after it (so captures of chunked RPCs keep one FPDU per
+    /// segment).
     fn next_send_fits(&mut self, keys: &KeyTable) -> bool {
         if self.failed || self.tx.term_state == TermState::Queued || !self.irq.is_empty() {
+            return false;
+        }
+        let sends_only = self.tx.ends[..self.tx.nbatch].iter().all(|e| {
+            e.is_some_and(|m| matches!(m.opcode, Opcode::Send | Opcode::SendInvalidate))
+        });
+        if !sends_only {
             return false;
         }
         let posted = self.qp.sq_posted.load(std::sync::atomic::Ordering::Acquire);
