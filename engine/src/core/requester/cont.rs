@@ -10,12 +10,12 @@ use super::RequesterHalf;
 use crate::core::regbuf::RegBuf;
 use crate::core::transport::Transport;
 use crate::core::wrid::{WrId, WrKind};
-use crate::fabric::{SendOp, Sge};
+use crate::core::cont_split::Split;
 use crate::requester::{BadReply, CallRequest, CallStatus, Reply, TransportError, MAX_WRITE_SINKS};
 use crate::wire::header::{FIXED_HEADER_LEN, WORD_LEN};
 use crate::wire::private_data::CONTINUATION_GROUP_MAX;
 use crate::wire::rtr::{
-    OptxInfo, RtrBody, RtrOp, RtrRepr, RtrView, XmtCont, ROPT_XMTCONT, ROPT_XMTREQ, ROPT_XMTRESP,
+    OptxInfo, RtrBody, RtrOp, RtrView, XmtCont, ROPT_XMTCONT, ROPT_XMTREQ, ROPT_XMTRESP,
     XMTREQ_HEADER_LEN, XMTRESP_HEADER_LEN,
 };
 
@@ -180,52 +180,33 @@ impl RequesterHalf {
         if let Some(x) = req.msg.storage_mut().get_mut(..4) {
             x.copy_from_slice(&xid.to_be_bytes());
         }
-        let total = req.msg.len();
         let per = t.thresholds.send as usize - XMTREQ_HEADER_LEN;
         let credit = self.params.credits_requested;
         let s = &mut self.slots[slot as usize];
-        let mut sgls = [[Sge::default(); 2]; CONTINUATION_GROUP_MAX as usize];
-        let mut off = 0usize;
-        for (k, sgl) in sgls.iter_mut().enumerate().take(n) {
-            let piece = per.min(total - off);
-            let op = if k == 0 {
-                RtrOp::XmtReq {
-                    count: cp.count,
-                    rsbuf: cp.rsbuf,
-                    pslen: piece as u32,
-                }
-            } else {
-                RtrOp::XmtCont(XmtCont {
-                    xnum: k as u32,
-                    itype: ROPT_XMTREQ,
-                    pslen: piece as u32,
-                })
-            };
-            let repr = RtrRepr { xid, credit, op };
-            let at = k * HEADER_STRIDE;
-            let hdr = s
-                .header
-                .storage_mut()
-                .get_mut(at..at + HEADER_STRIDE)
-                .and_then(|b| repr.encode(b).ok())
-                .and_then(|hlen| s.header.sge(at, hlen).ok());
-            let (Some(h), Ok(m)) = (hdr, req.msg.sge(off, piece)) else {
-                for _ in 0..extra {
-                    self.credits.release();
-                }
-                return false;
-            };
-            *sgl = [h, m];
-            off += piece;
-        }
+        let split = Split {
+            xid,
+            credit,
+            count: cp.count,
+            per,
+            len: req.msg.len(),
+            headers: &mut s.header,
+            stride: HEADER_STRIDE,
+            body: &req.msg,
+        };
+        let (count, rsbuf) = (cp.count, cp.rsbuf);
+        let lead = |pslen| RtrOp::XmtReq {
+            count,
+            rsbuf,
+            pslen,
+        };
+        let Some(group) = split.cut(ROPT_XMTREQ, lead) else {
+            for _ in 0..extra {
+                self.credits.release();
+            }
+            return false;
+        };
         t.sq.take(cp.count);
-        let mut staged = 0u32;
-        for sgl in sgls.iter().take(n) {
-            let wr_id = WrId::new(WrKind::CallSend, slot).encode();
-            // An empty payload piece (a zero-length message) goes as the header alone.
-            let k = if sgl[1].length == 0 { 1 } else { 2 };
-            staged += u32::from(t.stage(wr_id, SendOp::Send, &sgl[..k]));
-        }
+        let staged = group.stage(t, WrId::new(WrKind::CallSend, slot).encode());
         t.sq.give(cp.count - staged);
         self.cont.reserve_free -= cp.rsbuf;
         s.state = SlotState::Sent;
