@@ -638,6 +638,37 @@ mod by_hand {
         );
         assert_eq!(credits.in_flight(), 0);
         assert_eq!(core.requester_stats().broken_reply_groups, 1);
+        // The responder is told (§5.4): ROPT_XMTERR naming the transmission found bad
+        // and the group's lead, sent outside the credit window.
+        let sent = qp.sends.len();
+        qp.pump(&mut core, now);
+        assert_eq!(qp.sends.len(), sent + 1, "one ROPT_XMTERR");
+        let err = RtrView::parse(&qp.sends.back().expect("sent").bytes).expect("parses");
+        assert_eq!(
+            err.body,
+            RtrBody::XmtErr(XmtErr {
+                bad: XmsId {
+                    xid,
+                    dir: MsgDir::Reply,
+                    seq: 2
+                },
+                lead: Some(XmsId {
+                    xid,
+                    dir: MsgDir::Reply,
+                    seq: 0
+                }),
+                info: OptxInfo::BadSeq {
+                    expect: 1,
+                    current: 2
+                },
+            })
+        );
+        assert_eq!(err.xid, xid);
+        assert_eq!(core.requester_stats().transmit_errors_sent, 1);
+        assert_eq!(credits.in_flight(), 0, "no credit taken for it");
+        for wc in qp.complete_sends() {
+            core.handle_completion(&wc, now);
+        }
         // More transmissions than receives lent: refused at the first message.
         core.submit(long_call(&pools, 6000, 9000), 2, now)
             .expect("submitted");
@@ -666,6 +697,24 @@ mod by_hand {
                 }
             )))
         );
+        // Told too, the group's first transmission being the bad one (no lead).
+        qp.pump(&mut core, now);
+        let err = RtrView::parse(&qp.sends.back().expect("sent").bytes).expect("parses");
+        let RtrBody::XmtErr(e) = err.body else {
+            panic!("{:?}", err.body)
+        };
+        assert_eq!(
+            (e.bad, e.lead),
+            (
+                XmsId {
+                    xid: xid2,
+                    dir: MsgDir::Reply,
+                    seq: 0
+                },
+                None
+            )
+        );
+        assert_eq!(core.requester_stats().transmit_errors_sent, 2);
     }
 
     #[test]

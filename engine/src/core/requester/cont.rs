@@ -15,8 +15,8 @@ use crate::requester::{BadReply, CallRequest, CallStatus, Reply, TransportError,
 use crate::wire::header::{FIXED_HEADER_LEN, WORD_LEN};
 use crate::wire::private_data::CONTINUATION_GROUP_MAX;
 use crate::wire::rtr::{
-    OptxInfo, RtrBody, RtrOp, RtrView, XmtCont, ROPT_XMTCONT, ROPT_XMTREQ, ROPT_XMTRESP,
-    XMTREQ_HEADER_LEN, XMTRESP_HEADER_LEN,
+    MsgDir, OptxInfo, RtrBody, RtrOp, RtrRepr, RtrView, XmsId, XmtCont, XmtErr, ROPT_XMTCONT,
+    ROPT_XMTREQ, ROPT_XMTRESP, XMTREQ_HEADER_LEN, XMTRESP_HEADER_LEN,
 };
 
 use crate::core::config::CONT_RECV_RESERVE;
@@ -84,6 +84,12 @@ impl ReqCont {
 /// The payload section of a received message, by its place.
 fn payload_of(b: &RegBuf, off: usize, len: usize) -> &[u8] {
     b.as_slice().get(off..off + len).unwrap_or(&[])
+}
+
+/// The big-endian word at `at` (0 past the end).
+fn word(buf: &[u8], at: usize) -> u32 {
+    buf.get(at..at + 4)
+        .map_or(0, |w| u32::from_be_bytes([w[0], w[1], w[2], w[3]]))
 }
 
 fn div_ceil(a: usize, b: usize) -> usize {
@@ -254,10 +260,11 @@ impl RequesterHalf {
         self.last_rx = Some(now);
         let view = match RtrView::parse(buf.as_slice()) {
             Ok(v) => v,
-            Err(_) => {
+            Err(e) => {
                 self.stats.bad_headers += 1;
-                self.broken_reply_group(t, None);
+                let bad = (word(buf.as_slice(), 0), None);
                 t.recvs.recycle(buf);
+                self.broken_reply_group_at(t, e.optx(), bad);
                 return;
             }
         };
@@ -277,13 +284,11 @@ impl RequesterHalf {
         match body {
             Msg::Resp { count, ddp_empty } => {
                 if self.cont.asm.is_some() {
-                    self.broken_reply_group(
-                        t,
-                        Some(OptxInfo::BadOmt {
-                            expect: ROPT_XMTCONT,
-                            current: ROPT_XMTRESP,
-                        }),
-                    );
+                    let info = OptxInfo::BadOmt {
+                        expect: ROPT_XMTCONT,
+                        current: ROPT_XMTRESP,
+                    };
+                    self.broken_reply_group_at(t, Some(info), (xid, Some(0)));
                 }
                 let slot = self.slot_for_reply(xid);
                 let matched = self
@@ -339,6 +344,7 @@ impl RequesterHalf {
                     self.progress(slot);
                 } else if let Some(info) = bad {
                     self.fail_call(t, slot, BadReply::Continuation(info), swi);
+                    self.send_transmit_error(t, (xid, 0), None, info);
                     return;
                 } else if !copied {
                     let info = OptxInfo::BadPl {
@@ -347,6 +353,7 @@ impl RequesterHalf {
                         max: self.max_pull,
                     };
                     self.fail_call(t, slot, BadReply::Continuation(info), swi);
+                    self.send_transmit_error(t, (xid, 0), None, info);
                     asm.buf = None;
                 }
                 if asm.count > 1 {
@@ -381,7 +388,7 @@ impl RequesterHalf {
                 };
                 if err.is_some() {
                     t.recvs.recycle(buf);
-                    self.broken_reply_group(t, err);
+                    self.broken_reply_group_at(t, err, (xid, Some(c.xnum)));
                     return;
                 }
                 self.cont.lent_to_asm = self.cont.lent_to_asm.saturating_sub(1);
@@ -403,7 +410,7 @@ impl RequesterHalf {
                         min: 0,
                         max: self.max_pull,
                     };
-                    self.broken_reply_group(t, Some(info));
+                    self.broken_reply_group_at(t, Some(info), (xid, Some(c.xnum)));
                     return;
                 }
                 if asm.next == asm.count {
@@ -437,9 +444,27 @@ impl RequesterHalf {
         }
     }
 
-    /// A reply group in progress is broken (`info`, or an unparseable message): its call
-    /// fails with [`BadReply::Continuation`] and the receives it still had lent come back.
+    /// A reply group in progress is broken (`info`, or an unparseable message) by
+    /// what arrived in its next place (a version 1 message): as
+    /// [`broken_reply_group_at`](Self::broken_reply_group_at).
     pub(super) fn broken_reply_group(&mut self, t: &mut Transport, info: Option<OptxInfo>) {
+        let bad = self.cont.asm.as_ref().map_or(0, |a| a.xid);
+        self.broken_reply_group_at(t, info, (bad, None));
+    }
+
+    /// A reply group in progress is broken (`info`, or an unparseable message) by the
+    /// transmission `bad` (its XID, and its transmission number when it has one, else
+    /// the place it took in the group): the group's call fails with
+    /// [`BadReply::Continuation`], the receives it still had lent come back, and the
+    /// responder is told with ROPT_XMTERR (the draft's §5.4: the Transmit Error
+    /// operation "needs to be supported by every endpoint that sends" these operations,
+    /// "This includes cases in which the problem is one with a reply").
+    pub(super) fn broken_reply_group_at(
+        &mut self,
+        t: &mut Transport,
+        info: Option<OptxInfo>,
+        bad: (u32, Option<u32>),
+    ) {
         let Some(asm) = self.cont.asm.take() else {
             return;
         };
@@ -451,10 +476,49 @@ impl RequesterHalf {
         let live = self.slots.get(slot as usize).is_some_and(|s| {
             matches!(s.state, SlotState::Sent) && s.xid == asm.xid && asm.buf.is_some()
         });
+        let (lead, next) = (asm.xid, asm.next);
         drop(asm);
+        let info = info.unwrap_or(OptxInfo::BadCont);
         if live {
-            let info = info.unwrap_or(OptxInfo::BadCont);
             self.fail_call(t, slot, BadReply::Continuation(info), None);
+        }
+        self.send_transmit_error(t, (bad.0, bad.1.unwrap_or(next)), Some(lead), info);
+    }
+
+    /// Sends ROPT_XMTERR about a reply transmission (`bad`: XID and transmission
+    /// number; `lead`: the XID of the group it broke, if it was not the group's first).
+    /// It goes like RDMA_DONE, from a DONE buffer and outside the credit window: it
+    /// consumes one of the receives a responder posts beyond its credits when
+    /// extensions are on (DESIGN.md, "The credit problem"), and nothing answers it.
+    /// Diagnostic only (§5.4), so it is simply not sent when no DONE buffer or
+    /// send-queue entry is free.
+    fn send_transmit_error(
+        &mut self,
+        t: &mut Transport,
+        bad: (u32, u32),
+        lead: Option<u32>,
+        info: OptxInfo,
+    ) {
+        let err = XmtErr {
+            bad: XmsId {
+                xid: bad.0,
+                dir: MsgDir::Reply,
+                seq: bad.1,
+            },
+            lead: lead.map(|xid| XmsId {
+                xid,
+                dir: MsgDir::Reply,
+                seq: 0,
+            }),
+            info,
+        };
+        let repr = RtrRepr {
+            xid: lead.unwrap_or(bad.0),
+            credit: self.params.credits_requested,
+            op: RtrOp::XmtErr(err),
+        };
+        if self.stage_from_done_buf(t, |b| repr.encode(b).ok()) {
+            self.stats.transmit_errors_sent += 1;
         }
     }
 
