@@ -33,6 +33,7 @@
 pub mod chars;
 pub mod ddp;
 mod err;
+pub mod place;
 
 pub use chars::TransportChars;
 pub use ddp::DdpArray;
