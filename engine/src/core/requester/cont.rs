@@ -7,10 +7,10 @@ use std::time::Instant;
 
 use super::slot::SlotState;
 use super::RequesterHalf;
+use crate::core::cont_split::Split;
 use crate::core::regbuf::RegBuf;
 use crate::core::transport::Transport;
 use crate::core::wrid::{WrId, WrKind};
-use crate::core::cont_split::Split;
 use crate::requester::{BadReply, CallRequest, CallStatus, Reply, TransportError, MAX_WRITE_SINKS};
 use crate::wire::header::{FIXED_HEADER_LEN, WORD_LEN};
 use crate::wire::private_data::CONTINUATION_GROUP_MAX;

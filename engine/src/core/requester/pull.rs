@@ -272,7 +272,11 @@ impl RequesterHalf {
             return false;
         };
         t.sq.take(1);
-        if t.stage(WrId::new(WrKind::DoneSend, i).encode(), SendOp::Send, &[sge]) {
+        if t.stage(
+            WrId::new(WrKind::DoneSend, i).encode(),
+            SendOp::Send,
+            &[sge],
+        ) {
             true
         } else {
             t.sq.give(1);

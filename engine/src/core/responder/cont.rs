@@ -7,10 +7,10 @@
 
 use super::context::{Delivery, Step};
 use super::ResponderHalf;
+use crate::core::cont_split::Split;
 use crate::core::regbuf::RegBuf;
 use crate::core::transport::Transport;
 use crate::core::wrid::{WrId, WrKind};
-use crate::core::cont_split::Split;
 use crate::fabric::SendOp;
 use crate::service::Service;
 use crate::wire::header::{

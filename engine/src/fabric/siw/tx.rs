@@ -301,9 +301,9 @@ impl Engine {
         if self.failed || self.tx.term_state == TermState::Queued || !self.irq.is_empty() {
             return false;
         }
-        let sends_only = self.tx.ends[..self.tx.nbatch].iter().all(|e| {
-            e.is_some_and(|m| matches!(m.opcode, Opcode::Send | Opcode::SendInvalidate))
-        });
+        let sends_only = self.tx.ends[..self.tx.nbatch]
+            .iter()
+            .all(|e| e.is_some_and(|m| matches!(m.opcode, Opcode::Send | Opcode::SendInvalidate)));
         if !sends_only {
             return false;
         }

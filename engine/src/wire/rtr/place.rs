@@ -244,12 +244,7 @@ impl DdpLayout {
     /// inferred that the actual value is not properly aligned"), and the segments long
     /// enough for the item (BADOFF naming the length). On success, the item's pieces in
     /// order: (transmission, offset in its buffer, length).
-    pub fn check(
-        &self,
-        count: u32,
-        length: u32,
-        t: &TbsnLoc,
-    ) -> Result<Pieces, OptxInfo> {
+    pub fn check(&self, count: u32, length: u32, t: &TbsnLoc) -> Result<Pieces, OptxInfo> {
         let total = self.total(count);
         let segs = t.segments();
         let Some(&first) = segs.first() else {
@@ -272,7 +267,7 @@ impl DdpLayout {
             prev = Some(b);
         }
         let (_, _, first_len) = self.locate(first);
-        if t.offset >= first_len || t.offset % 4 != 0 {
+        if t.offset >= first_len || !t.offset.is_multiple_of(4) {
             return Err(OptxInfo::BadOff {
                 value: t.offset,
                 min: 0,
@@ -372,7 +367,9 @@ pub fn plan(
         return Err(PlaceError::TooMany);
     }
     let max_count = max_count.min(16);
-    let first_end = head.checked_add(payload).ok_or(PlaceError::PayloadTooLong)?;
+    let first_end = head
+        .checked_add(payload)
+        .ok_or(PlaceError::PayloadTooLong)?;
     if first_end > l.buf_len {
         return Err(PlaceError::PayloadTooLong);
     }
@@ -410,7 +407,10 @@ pub fn plan(
                 k += 1;
                 j = 0;
                 if k >= max_count {
-                    let per = l.segs[..l.per_buf as usize].iter().map(|s| s.1).sum::<u32>();
+                    let per = l.segs[..l.per_buf as usize]
+                        .iter()
+                        .map(|s| s.1)
+                        .sum::<u32>();
                     let more = left.div_ceil(per.max(1));
                     return Err(PlaceError::TooManyTransmissions {
                         needed: k + more,
