@@ -3,9 +3,12 @@
 //! memory, pad and CRC), so a capture shows one FPDU per TCP segment; a confirmation
 //! Read too, unless
 //! [`SiwConfig::confirmation_own_segment`](super::SiwConfig::confirmation_own_segment) is
-//! off (see there for the trade-off). Every FPDU's last write carries `MSG_EOR`, so TCP never appends
-//! the next FPDU to a segment still queued (under congestion or a full window). A
-//! partial write resumes where it stopped at the next poll.
+//! off (see there for the trade-off). The exception: consecutive posted Sends whose
+//! FPDUs, whole, fit one TCP segment together go in one `sendmsg`, so in one segment
+//! ([`SiwConfig::coalesce_sends`](super::SiwConfig::coalesce_sends), on by default; a
+//! continuation group then costs the peer one read). Every write carries `MSG_EOR`, so
+//! TCP never appends the next write to a segment still queued (under congestion or a
+//! full window). A partial write resumes where it stopped at the next poll.
 //!
 //! Between messages the order is: a queued Terminate, then Read Responses we owe (the
 //! peer's Reads are answered before our own new work, as RDMAP orders them on the
