@@ -186,6 +186,18 @@ pub fn decode_optional(buf: &[u8]) -> Result<DecodedOptional, CliError> {
             e.bad.seq,
             e.bad.xid
         ),
+        RtrBody::CharsUpdate(c) => format!(
+            "ROPT_XCHUPD: the sender's characteristics from now on: RTR support {:#x}, \
+             requests of up to {} Sends accepted, responses of up to {} Sends sent{}",
+            c.rtr_support,
+            c.req_rx_limit,
+            c.resp_sx_limit,
+            if c.recv_buf.is_some() {
+                ", with a receive buffer structure"
+            } else {
+                ""
+            }
+        ),
     };
     Ok(DecodedOptional {
         optional: m,

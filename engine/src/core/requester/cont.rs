@@ -46,6 +46,7 @@ enum Msg {
     Cont(XmtCont),
     Err(crate::wire::rtr::XmtErr),
     Req,
+    Chars(crate::wire::rtr::TransportChars),
 }
 
 /// A reply group being received.
@@ -280,6 +281,7 @@ impl RequesterHalf {
             RtrBody::XmtCont(c) => Msg::Cont(c),
             RtrBody::XmtErr(e) => Msg::Err(e),
             RtrBody::XmtReq(_) => Msg::Req,
+            RtrBody::CharsUpdate(c) => Msg::Chars(c),
         };
         match body {
             Msg::Resp { count, ddp_empty } => {
@@ -435,6 +437,22 @@ impl RequesterHalf {
                     let st = CallStatus::Transport(TransportError::TransmitError(e.info));
                     self.answer(t, slot, st, None, [0; MAX_WRITE_SINKS], None);
                 }
+            }
+            Msg::Chars(c) => {
+                // ROPT_XCHUPD: the peer's characteristics from now on (calls already
+                // planned are not affected). Not part of any group: one inside a reply
+                // group breaks it (§4.2).
+                t.recvs.recycle(buf);
+                self.stats.reply_messages -= 1;
+                if self.cont.asm.is_some() {
+                    let info = OptxInfo::BadOmt {
+                        expect: ROPT_XMTCONT,
+                        current: crate::wire::rtr::ROPT_XCHUPD,
+                    };
+                    self.broken_reply_group_at(t, Some(info), (xid, None));
+                }
+                t.peer_chars = c;
+                self.stats.chars_updates += 1;
             }
             Msg::Req => {
                 // A call, on a connection whose responder half is not this one.

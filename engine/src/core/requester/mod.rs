@@ -163,6 +163,8 @@ pub struct RequesterStats {
     pub transmit_errors_received: u64,
     /// ROPT_XMTERR sent (a reply group found broken).
     pub transmit_errors_sent: u64,
+    /// ROPT_XCHUPD received (the peer's characteristics replaced).
+    pub chars_updates: u64,
 }
 
 /// What [`RequesterHalf::try_start`] did with a call.

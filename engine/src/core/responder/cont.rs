@@ -133,6 +133,11 @@ impl<S: Service> ResponderHalf<S> {
             RtrBody::XmtCont(c) => Msg::Cont(c),
             RtrBody::XmtResp(_) => Msg::Resp,
             RtrBody::XmtErr(_) => Msg::Err,
+            RtrBody::CharsUpdate(c) => {
+                t.recvs.recycle(buf);
+                self.chars_update(t, xid, c);
+                return;
+            }
         };
         match msg {
             Msg::Err => {
@@ -462,6 +467,21 @@ impl<S: Service> ResponderHalf<S> {
         self.stats.cont_replies += 1;
         self.stats.cont_reply_messages += u64::from(m);
         Some(true)
+    }
+
+    /// ROPT_XCHUPD: the peer's characteristics from now on (groups already sent or
+    /// begun are not affected). Not part of any group, so one arriving inside a call
+    /// group breaks it (§4.2: "without any intervening message").
+    fn chars_update(&mut self, t: &mut Transport, xid: u32, c: crate::wire::rtr::TransportChars) {
+        if let Some((lead, next)) = self.cont.asm.as_ref().map(|a| (a.xid, a.next)) {
+            let info = OptxInfo::BadOmt {
+                expect: crate::wire::rtr::ROPT_XMTCONT,
+                current: crate::wire::rtr::ROPT_XCHUPD,
+            };
+            self.break_group(t, xid, next, Some(lead), info);
+        }
+        t.peer_chars = c;
+        self.stats.chars_updates += 1;
     }
 
     /// Returns the group in progress at connection end.
