@@ -527,6 +527,29 @@ fn decode_shows_continuation_messages() {
 }
 
 #[test]
+fn decode_shows_a_characteristics_update() {
+    // ROPT_XCHUPD: RTR support 7, requests of up to 2 Sends, responses of up to 16.
+    let v = stdout_json(&run(
+        &[
+            "decode",
+            "--hex",
+            "00000007 00000001 00000020 00000005 00000009 00000028 00000003 \
+             00000004 00000004 00000007 00000006 00000004 00000002 00000007 00000004 00000010",
+        ],
+        b"",
+    ));
+    assert_eq!(v["optional"]["opttype"], "ROPT_XCHUPD");
+    assert_eq!(
+        v["optional"]["header"]["op"]["CharsUpdate"]["req_rx_limit"],
+        2
+    );
+    assert!(v["notes"][0]
+        .as_str()
+        .unwrap()
+        .contains("requests of up to 2 Sends accepted"));
+}
+
+#[test]
 fn decode_shows_send_based_ddp_items() {
     // ROPT_XMTREQ of a group of 8 whose 1 MiB bulk item (at 0x28 in the XDR stream)
     // was placed by send-based DDP into target buffer segments 0 and 1 from offset 0,
