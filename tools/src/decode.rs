@@ -106,8 +106,51 @@ pub struct DecodedOptional {
     /// transmission (ROPT_XMTREQ, ROPT_XMTRESP).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rpc: Option<RpcSummary>,
+    /// The bulk items of `optxrq_ddp` / `optxrs_ddp`, typed (send-based DDP and the
+    /// reply's per-item results; engine/DESIGN.md "Send-based DDP").
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub send_ddp_items: Vec<DecodedDdpItem>,
     /// What the message is.
     pub notes: Vec<String>,
+}
+
+/// One `xmddp_mitem` as `rpcrdma decode` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DecodedDdpItem {
+    /// `xmdmi_disp`: position in the virtual XDR stream.
+    pub disp: u32,
+    /// `xmdmi_length`.
+    pub length: u32,
+    /// `XMDTYPE_TBSN`, `XMDTYPE_EXRW`, `XMDTYPE_TOOSHORT` or `XMDTYPE_NOITEM`.
+    pub placement: &'static str,
+    /// TBSN: `xmdl_offset` in the first target buffer segment.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub offset: Option<u32>,
+    /// TBSN: the target buffer segment numbers; EXRW: the segment count.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub segments: Vec<u32>,
+}
+
+fn ddp_items(arr: &rpcrdma::wire::rtr::DdpArray<'_>) -> Vec<DecodedDdpItem> {
+    use rpcrdma::wire::rtr::place::Loc;
+    arr.mitems()
+        .map_while(Result::ok)
+        .map(|m| {
+            let (placement, offset, segments) = match m.loc {
+                Loc::Tbsn(t) => ("XMDTYPE_TBSN", Some(t.offset), t.segments().to_vec()),
+                Loc::Exrw { count, .. } => ("XMDTYPE_EXRW", None, vec![count]),
+                Loc::TooShort => ("XMDTYPE_TOOSHORT", None, Vec::new()),
+                Loc::NoItem => ("XMDTYPE_NOITEM", None, Vec::new()),
+            };
+            DecodedDdpItem {
+                disp: m.disp,
+                length: m.length,
+                placement,
+                offset,
+                segments,
+            }
+        })
+        .collect()
 }
 
 /// Decodes an RDMA_OPTIONAL message (`rtr::is_optional` said it is one).
@@ -116,6 +159,11 @@ pub fn decode_optional(buf: &[u8]) -> Result<DecodedOptional, CliError> {
     let m = view.to_message();
     let first = matches!(view.body, RtrBody::XmtReq(_) | RtrBody::XmtResp(_));
     let rpc = (first && !view.payload.is_empty()).then(|| summarize(view.payload, view.header_len));
+    let send_ddp_items = match view.body {
+        RtrBody::XmtReq(q) => ddp_items(&q.ddp),
+        RtrBody::XmtResp(r) => ddp_items(&r.ddp),
+        _ => Vec::new(),
+    };
     let note = match view.body {
         RtrBody::XmtReq(q) => format!(
             "ROPT_XMTREQ: transmission 0 of {} of a call, {} octets of its message here;              {} receives lent for the reply's continuations",
@@ -138,13 +186,38 @@ pub fn decode_optional(buf: &[u8]) -> Result<DecodedOptional, CliError> {
             e.bad.seq,
             e.bad.xid
         ),
+        RtrBody::CharsUpdate(c) => format!(
+            "ROPT_XCHUPD: the sender's characteristics from now on: RTR support {:#x}, \
+             requests of up to {} Sends accepted, responses of up to {} Sends sent{}",
+            c.rtr_support,
+            c.req_rx_limit,
+            c.resp_sx_limit,
+            if c.recv_buf.is_some() {
+                ", with a receive buffer structure"
+            } else {
+                ""
+            }
+        ),
     };
     Ok(DecodedOptional {
         optional: m,
         version: RPCRDMA_VERSION,
         header_len: view.header_len,
         rpc,
-        notes: vec![note],
+        notes: std::iter::once(note)
+            .chain(send_ddp_items.iter().map(|d| {
+                format!(
+                    "bulk item at {} of {} octets: {}{}",
+                    d.disp,
+                    d.length,
+                    d.placement,
+                    d.offset
+                        .map(|o| format!(" from offset {o} in segments {:?}", d.segments))
+                        .unwrap_or_default()
+                )
+            }))
+            .collect(),
+        send_ddp_items,
     })
 }
 

@@ -14,6 +14,7 @@
 
 pub(crate) mod config;
 mod connection;
+pub(crate) mod cont_split;
 mod demux;
 pub(crate) mod event;
 pub(crate) mod fixed;

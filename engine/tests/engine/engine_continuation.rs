@@ -431,9 +431,10 @@ mod by_hand {
     use rpcrdma::testing::fast_reg_slots;
     use rpcrdma::testing::wire::Wire;
     use rpcrdma::wire::private_data::{Advertisement, Extensions, PrivateData};
+    use rpcrdma::wire::rtr::chars::{RTRS_XCONT, RTRS_XREQ, RTRS_XRESP};
     use rpcrdma::wire::rtr::{
-        MsgDir, OptxInfo, RtrBody, RtrOp, RtrRepr, RtrView, XmsId, XmtCont, XmtErr, ROPT_XMTREQ,
-        ROPT_XMTRESP,
+        MsgDir, OptxInfo, RtrBody, RtrOp, RtrRepr, RtrView, TransportChars, XmsId, XmtCont, XmtErr,
+        ROPT_XMTREQ, ROPT_XMTRESP,
     };
     use rpcrdma::{
         BadReply, CallRequest, CallStatus, ConnConfig, CorePools, CreditTable, RegBuf,
@@ -638,6 +639,37 @@ mod by_hand {
         );
         assert_eq!(credits.in_flight(), 0);
         assert_eq!(core.requester_stats().broken_reply_groups, 1);
+        // The responder is told (§5.4): ROPT_XMTERR naming the transmission found bad
+        // and the group's lead, sent outside the credit window.
+        let sent = qp.sends.len();
+        qp.pump(&mut core, now);
+        assert_eq!(qp.sends.len(), sent + 1, "one ROPT_XMTERR");
+        let err = RtrView::parse(&qp.sends.back().expect("sent").bytes).expect("parses");
+        assert_eq!(
+            err.body,
+            RtrBody::XmtErr(XmtErr {
+                bad: XmsId {
+                    xid,
+                    dir: MsgDir::Reply,
+                    seq: 2
+                },
+                lead: Some(XmsId {
+                    xid,
+                    dir: MsgDir::Reply,
+                    seq: 0
+                }),
+                info: OptxInfo::BadSeq {
+                    expect: 1,
+                    current: 2
+                },
+            })
+        );
+        assert_eq!(err.xid, xid);
+        assert_eq!(core.requester_stats().transmit_errors_sent, 1);
+        assert_eq!(credits.in_flight(), 0, "no credit taken for it");
+        for wc in qp.complete_sends() {
+            core.handle_completion(&wc, now);
+        }
         // More transmissions than receives lent: refused at the first message.
         core.submit(long_call(&pools, 6000, 9000), 2, now)
             .expect("submitted");
@@ -666,6 +698,52 @@ mod by_hand {
                 }
             )))
         );
+        // Told too, the group's first transmission being the bad one (no lead).
+        qp.pump(&mut core, now);
+        let err = RtrView::parse(&qp.sends.back().expect("sent").bytes).expect("parses");
+        let RtrBody::XmtErr(e) = err.body else {
+            panic!("{:?}", err.body)
+        };
+        assert_eq!(
+            (e.bad, e.lead),
+            (
+                XmsId {
+                    xid: xid2,
+                    dir: MsgDir::Reply,
+                    seq: 0
+                },
+                None
+            )
+        );
+        assert_eq!(core.requester_stats().transmit_errors_sent, 2);
+    }
+
+    #[test]
+    fn a_characteristics_update_changes_the_shape_of_later_calls() {
+        let (mut core, pools, mut qp, now, _credits) = setup();
+        // The peer now takes requests of at most two Sends: a 9000-octet call (three
+        // Sends, a group before the update: `a_transmit_error_fails_the_call_it_names`)
+        // goes as a Position-Zero Read chunk instead.
+        let update = encode(
+            7,
+            RtrOp::CharsUpdate(TransportChars {
+                rtr_support: RTRS_XREQ | RTRS_XRESP | RTRS_XCONT,
+                recv_buf: None,
+                req_rx_limit: 2,
+                resp_sx_limit: 16,
+            }),
+            &[],
+        );
+        let wc = qp.deliver(&update);
+        core.handle_completion(&wc, now);
+        assert_eq!(core.requester_stats().chars_updates, 1);
+        core.submit(long_call(&pools, 9000, 256), 1, now)
+            .expect("submitted");
+        qp.pump(&mut core, now);
+        let last = &qp.sends.back().expect("sent").bytes;
+        assert!(RtrView::parse(last).is_err(), "not a group");
+        assert_eq!(&last[12..16], &1u32.to_be_bytes(), "RDMA_NOMSG");
+        assert_eq!(core.requester_stats().cont_calls, 0);
     }
 
     #[test]

@@ -1312,3 +1312,60 @@ fn an_endless_message_is_terminated_at_the_receive_buffers_end() {
         "nothing placed past the receive"
     );
 }
+
+/// TCP segments the socket has received so far (`tcpi_segs_in`, Linux 4.2+).
+fn segments_in(sock: &TcpStream) -> u32 {
+    use std::os::fd::AsRawFd;
+    let mut info = [0u8; 256];
+    let mut len = info.len() as libc::socklen_t;
+    // SAFETY: a buffer of `len` octets the kernel fills with `struct tcp_info`.
+    let r = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            info.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    assert_eq!(r, 0, "TCP_INFO");
+    assert!(len >= 144, "tcp_info without tcpi_segs_in ({len} octets)");
+    u32::from_ne_bytes(info[140..144].try_into().expect("4 octets"))
+}
+
+#[test]
+fn consecutive_sends_leave_in_one_segment_only_when_coalescing() {
+    for coalesce in [true, false] {
+        let cfg = SiwConfig {
+            confirm_completions: false,
+            coalesce_sends: coalesce,
+            ..SiwConfig::default()
+        };
+        let (mut s, mut raw) = raw_pair(cfg, true);
+        let msgs: Vec<Vec<u8>> = (0..5).map(|i| pattern(i, 3000)).collect();
+        for (i, m) in msgs.iter().enumerate() {
+            s.fill(i * 4096, m);
+        }
+        let sgls: Vec<[Sge; 1]> = (0..5).map(|i| [s.sge(i * 4096, 3000)]).collect();
+        let wrs: Vec<SendWr<'_>> = sgls
+            .iter()
+            .enumerate()
+            .map(|(i, g)| SendWr::send(i as u64, g))
+            .collect();
+        let before = segments_in(&raw.sock);
+        s.qp().post_send(&wrs).expect("one post_send");
+        let mut got = Vec::new();
+        while got.len() < 5 {
+            let (h, payload) = next_fpdu(&mut s, &mut raw);
+            assert_eq!(h.opcode, Opcode::Send);
+            got.push(payload);
+        }
+        assert_eq!(got, msgs, "whole, in order (coalesce {coalesce})");
+        let segments = segments_in(&raw.sock) - before;
+        if coalesce {
+            assert_eq!(segments, 1, "five FPDUs, one write, one segment");
+        } else {
+            assert_eq!(segments, 5, "one segment per FPDU");
+        }
+    }
+}

@@ -527,6 +527,58 @@ fn decode_shows_continuation_messages() {
 }
 
 #[test]
+fn decode_shows_a_characteristics_update() {
+    // ROPT_XCHUPD: RTR support 7, requests of up to 2 Sends, responses of up to 16.
+    let v = stdout_json(&run(
+        &[
+            "decode",
+            "--hex",
+            "00000007 00000001 00000020 00000005 00000009 00000028 00000003 \
+             00000004 00000004 00000007 00000006 00000004 00000002 00000007 00000004 00000010",
+        ],
+        b"",
+    ));
+    assert_eq!(v["optional"]["opttype"], "ROPT_XCHUPD");
+    assert_eq!(
+        v["optional"]["header"]["op"]["CharsUpdate"]["req_rx_limit"],
+        2
+    );
+    assert!(v["notes"][0]
+        .as_str()
+        .unwrap()
+        .contains("requests of up to 2 Sends accepted"));
+}
+
+#[test]
+fn decode_shows_send_based_ddp_items() {
+    // ROPT_XMTREQ of a group of 8 whose 1 MiB bulk item (at 0x28 in the XDR stream)
+    // was placed by send-based DDP into target buffer segments 0 and 1 from offset 0,
+    // and a second item left in the payload stream (too short).
+    let v = stdout_json(&run(
+        &[
+            "decode",
+            "--hex",
+            "11223344 00000001 00000020 00000005 00000005 0000003c              00000002 00000028 00100000 00000002 00000000 00000002 00000000 00000001              00000040 00000004 00000005              00000000 00000008 00000000 00000008 11223344 00000000",
+        ],
+        b"",
+    ));
+    assert_eq!(v["optional"]["opttype"], "ROPT_XMTREQ");
+    assert_eq!(v["optional"]["ddp_items"], 2);
+    assert_eq!(
+        v["send_ddp_items"],
+        json!([
+            {"disp": 40, "length": 1048576, "placement": "XMDTYPE_TBSN", "offset": 0,
+             "segments": [0, 1]},
+            {"disp": 64, "length": 4, "placement": "XMDTYPE_TOOSHORT"}
+        ])
+    );
+    assert!(v["notes"][1]
+        .as_str()
+        .unwrap()
+        .contains("XMDTYPE_TBSN from offset 0 in segments [0, 1]"));
+}
+
+#[test]
 fn unusable_or_missing_private_data_falls_back_to_defaults() {
     let err = one_error_line(&run(
         &["decode", "--private-data", "--hex", "f6ab0e18 02000000"],

@@ -7,16 +7,16 @@ use std::time::Instant;
 
 use super::slot::SlotState;
 use super::RequesterHalf;
+use crate::core::cont_split::Split;
 use crate::core::regbuf::RegBuf;
 use crate::core::transport::Transport;
 use crate::core::wrid::{WrId, WrKind};
-use crate::fabric::{SendOp, Sge};
 use crate::requester::{BadReply, CallRequest, CallStatus, Reply, TransportError, MAX_WRITE_SINKS};
 use crate::wire::header::{FIXED_HEADER_LEN, WORD_LEN};
 use crate::wire::private_data::CONTINUATION_GROUP_MAX;
 use crate::wire::rtr::{
-    OptxInfo, RtrBody, RtrOp, RtrRepr, RtrView, XmtCont, ROPT_XMTCONT, ROPT_XMTREQ, ROPT_XMTRESP,
-    XMTREQ_HEADER_LEN, XMTRESP_HEADER_LEN,
+    MsgDir, OptxInfo, RtrBody, RtrOp, RtrRepr, RtrView, XmsId, XmtCont, XmtErr, ROPT_XMTCONT,
+    ROPT_XMTREQ, ROPT_XMTRESP, XMTREQ_HEADER_LEN, XMTRESP_HEADER_LEN,
 };
 
 use crate::core::config::CONT_RECV_RESERVE;
@@ -46,6 +46,7 @@ enum Msg {
     Cont(XmtCont),
     Err(crate::wire::rtr::XmtErr),
     Req,
+    Chars(crate::wire::rtr::TransportChars),
 }
 
 /// A reply group being received.
@@ -84,6 +85,12 @@ impl ReqCont {
 /// The payload section of a received message, by its place.
 fn payload_of(b: &RegBuf, off: usize, len: usize) -> &[u8] {
     b.as_slice().get(off..off + len).unwrap_or(&[])
+}
+
+/// The big-endian word at `at` (0 past the end).
+fn word(buf: &[u8], at: usize) -> u32 {
+    buf.get(at..at + 4)
+        .map_or(0, |w| u32::from_be_bytes([w[0], w[1], w[2], w[3]]))
 }
 
 fn div_ceil(a: usize, b: usize) -> usize {
@@ -180,52 +187,33 @@ impl RequesterHalf {
         if let Some(x) = req.msg.storage_mut().get_mut(..4) {
             x.copy_from_slice(&xid.to_be_bytes());
         }
-        let total = req.msg.len();
         let per = t.thresholds.send as usize - XMTREQ_HEADER_LEN;
         let credit = self.params.credits_requested;
         let s = &mut self.slots[slot as usize];
-        let mut sgls = [[Sge::default(); 2]; CONTINUATION_GROUP_MAX as usize];
-        let mut off = 0usize;
-        for (k, sgl) in sgls.iter_mut().enumerate().take(n) {
-            let piece = per.min(total - off);
-            let op = if k == 0 {
-                RtrOp::XmtReq {
-                    count: cp.count,
-                    rsbuf: cp.rsbuf,
-                    pslen: piece as u32,
-                }
-            } else {
-                RtrOp::XmtCont(XmtCont {
-                    xnum: k as u32,
-                    itype: ROPT_XMTREQ,
-                    pslen: piece as u32,
-                })
-            };
-            let repr = RtrRepr { xid, credit, op };
-            let at = k * HEADER_STRIDE;
-            let hdr = s
-                .header
-                .storage_mut()
-                .get_mut(at..at + HEADER_STRIDE)
-                .and_then(|b| repr.encode(b).ok())
-                .and_then(|hlen| s.header.sge(at, hlen).ok());
-            let (Some(h), Ok(m)) = (hdr, req.msg.sge(off, piece)) else {
-                for _ in 0..extra {
-                    self.credits.release();
-                }
-                return false;
-            };
-            *sgl = [h, m];
-            off += piece;
-        }
+        let split = Split {
+            xid,
+            credit,
+            count: cp.count,
+            per,
+            len: req.msg.len(),
+            headers: &mut s.header,
+            stride: HEADER_STRIDE,
+            body: &req.msg,
+        };
+        let (count, rsbuf) = (cp.count, cp.rsbuf);
+        let lead = |pslen| RtrOp::XmtReq {
+            count,
+            rsbuf,
+            pslen,
+        };
+        let Some(group) = split.cut(ROPT_XMTREQ, lead) else {
+            for _ in 0..extra {
+                self.credits.release();
+            }
+            return false;
+        };
         t.sq.take(cp.count);
-        let mut staged = 0u32;
-        for sgl in sgls.iter().take(n) {
-            let wr_id = WrId::new(WrKind::CallSend, slot).encode();
-            // An empty payload piece (a zero-length message) goes as the header alone.
-            let k = if sgl[1].length == 0 { 1 } else { 2 };
-            staged += u32::from(t.stage(wr_id, SendOp::Send, &sgl[..k]));
-        }
+        let staged = group.stage(t, WrId::new(WrKind::CallSend, slot).encode());
         t.sq.give(cp.count - staged);
         self.cont.reserve_free -= cp.rsbuf;
         s.state = SlotState::Sent;
@@ -273,10 +261,11 @@ impl RequesterHalf {
         self.last_rx = Some(now);
         let view = match RtrView::parse(buf.as_slice()) {
             Ok(v) => v,
-            Err(_) => {
+            Err(e) => {
                 self.stats.bad_headers += 1;
-                self.broken_reply_group(t, None);
+                let bad = (word(buf.as_slice(), 0), None);
                 t.recvs.recycle(buf);
+                self.broken_reply_group_at(t, e.optx(), bad);
                 return;
             }
         };
@@ -292,17 +281,16 @@ impl RequesterHalf {
             RtrBody::XmtCont(c) => Msg::Cont(c),
             RtrBody::XmtErr(e) => Msg::Err(e),
             RtrBody::XmtReq(_) => Msg::Req,
+            RtrBody::CharsUpdate(c) => Msg::Chars(c),
         };
         match body {
             Msg::Resp { count, ddp_empty } => {
                 if self.cont.asm.is_some() {
-                    self.broken_reply_group(
-                        t,
-                        Some(OptxInfo::BadOmt {
-                            expect: ROPT_XMTCONT,
-                            current: ROPT_XMTRESP,
-                        }),
-                    );
+                    let info = OptxInfo::BadOmt {
+                        expect: ROPT_XMTCONT,
+                        current: ROPT_XMTRESP,
+                    };
+                    self.broken_reply_group_at(t, Some(info), (xid, Some(0)));
                 }
                 let slot = self.slot_for_reply(xid);
                 let matched = self
@@ -358,6 +346,7 @@ impl RequesterHalf {
                     self.progress(slot);
                 } else if let Some(info) = bad {
                     self.fail_call(t, slot, BadReply::Continuation(info), swi);
+                    self.send_transmit_error(t, (xid, 0), None, info);
                     return;
                 } else if !copied {
                     let info = OptxInfo::BadPl {
@@ -366,6 +355,7 @@ impl RequesterHalf {
                         max: self.max_pull,
                     };
                     self.fail_call(t, slot, BadReply::Continuation(info), swi);
+                    self.send_transmit_error(t, (xid, 0), None, info);
                     asm.buf = None;
                 }
                 if asm.count > 1 {
@@ -400,7 +390,7 @@ impl RequesterHalf {
                 };
                 if err.is_some() {
                     t.recvs.recycle(buf);
-                    self.broken_reply_group(t, err);
+                    self.broken_reply_group_at(t, err, (xid, Some(c.xnum)));
                     return;
                 }
                 self.cont.lent_to_asm = self.cont.lent_to_asm.saturating_sub(1);
@@ -422,7 +412,7 @@ impl RequesterHalf {
                         min: 0,
                         max: self.max_pull,
                     };
-                    self.broken_reply_group(t, Some(info));
+                    self.broken_reply_group_at(t, Some(info), (xid, Some(c.xnum)));
                     return;
                 }
                 if asm.next == asm.count {
@@ -448,6 +438,22 @@ impl RequesterHalf {
                     self.answer(t, slot, st, None, [0; MAX_WRITE_SINKS], None);
                 }
             }
+            Msg::Chars(c) => {
+                // ROPT_XCHUPD: the peer's characteristics from now on (calls already
+                // planned are not affected). Not part of any group: one inside a reply
+                // group breaks it (§4.2).
+                t.recvs.recycle(buf);
+                self.stats.reply_messages -= 1;
+                if self.cont.asm.is_some() {
+                    let info = OptxInfo::BadOmt {
+                        expect: ROPT_XMTCONT,
+                        current: crate::wire::rtr::ROPT_XCHUPD,
+                    };
+                    self.broken_reply_group_at(t, Some(info), (xid, None));
+                }
+                t.peer_chars = c;
+                self.stats.chars_updates += 1;
+            }
             Msg::Req => {
                 // A call, on a connection whose responder half is not this one.
                 self.stats.bad_headers += 1;
@@ -456,9 +462,27 @@ impl RequesterHalf {
         }
     }
 
-    /// A reply group in progress is broken (`info`, or an unparseable message): its call
-    /// fails with [`BadReply::Continuation`] and the receives it still had lent come back.
+    /// A reply group in progress is broken (`info`, or an unparseable message) by
+    /// what arrived in its next place (a version 1 message): as
+    /// [`broken_reply_group_at`](Self::broken_reply_group_at).
     pub(super) fn broken_reply_group(&mut self, t: &mut Transport, info: Option<OptxInfo>) {
+        let bad = self.cont.asm.as_ref().map_or(0, |a| a.xid);
+        self.broken_reply_group_at(t, info, (bad, None));
+    }
+
+    /// A reply group in progress is broken (`info`, or an unparseable message) by the
+    /// transmission `bad` (its XID, and its transmission number when it has one, else
+    /// the place it took in the group): the group's call fails with
+    /// [`BadReply::Continuation`], the receives it still had lent come back, and the
+    /// responder is told with ROPT_XMTERR (the draft's §5.4: the Transmit Error
+    /// operation "needs to be supported by every endpoint that sends" these operations,
+    /// "This includes cases in which the problem is one with a reply").
+    pub(super) fn broken_reply_group_at(
+        &mut self,
+        t: &mut Transport,
+        info: Option<OptxInfo>,
+        bad: (u32, Option<u32>),
+    ) {
         let Some(asm) = self.cont.asm.take() else {
             return;
         };
@@ -470,10 +494,49 @@ impl RequesterHalf {
         let live = self.slots.get(slot as usize).is_some_and(|s| {
             matches!(s.state, SlotState::Sent) && s.xid == asm.xid && asm.buf.is_some()
         });
+        let (lead, next) = (asm.xid, asm.next);
         drop(asm);
+        let info = info.unwrap_or(OptxInfo::BadCont);
         if live {
-            let info = info.unwrap_or(OptxInfo::BadCont);
             self.fail_call(t, slot, BadReply::Continuation(info), None);
+        }
+        self.send_transmit_error(t, (bad.0, bad.1.unwrap_or(next)), Some(lead), info);
+    }
+
+    /// Sends ROPT_XMTERR about a reply transmission (`bad`: XID and transmission
+    /// number; `lead`: the XID of the group it broke, if it was not the group's first).
+    /// It goes like RDMA_DONE, from a DONE buffer and outside the credit window: it
+    /// consumes one of the receives a responder posts beyond its credits when
+    /// extensions are on (DESIGN.md, "The credit problem"), and nothing answers it.
+    /// Diagnostic only (§5.4), so it is simply not sent when no DONE buffer or
+    /// send-queue entry is free.
+    fn send_transmit_error(
+        &mut self,
+        t: &mut Transport,
+        bad: (u32, u32),
+        lead: Option<u32>,
+        info: OptxInfo,
+    ) {
+        let err = XmtErr {
+            bad: XmsId {
+                xid: bad.0,
+                dir: MsgDir::Reply,
+                seq: bad.1,
+            },
+            lead: lead.map(|xid| XmsId {
+                xid,
+                dir: MsgDir::Reply,
+                seq: 0,
+            }),
+            info,
+        };
+        let repr = RtrRepr {
+            xid: lead.unwrap_or(bad.0),
+            credit: self.params.credits_requested,
+            op: RtrOp::XmtErr(err),
+        };
+        if self.stage_from_done_buf(t, |b| repr.encode(b).ok()) {
+            self.stats.transmit_errors_sent += 1;
         }
     }
 

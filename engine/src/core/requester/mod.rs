@@ -161,6 +161,10 @@ pub struct RequesterStats {
     pub broken_reply_groups: u64,
     /// ROPT_XMTERR received (a call group the responder found broken).
     pub transmit_errors_received: u64,
+    /// ROPT_XMTERR sent (a reply group found broken).
+    pub transmit_errors_sent: u64,
+    /// ROPT_XCHUPD received (the peer's characteristics replaced).
+    pub chars_updates: u64,
 }
 
 /// What [`RequesterHalf::try_start`] did with a call.

@@ -250,6 +250,41 @@ impl RequesterHalf {
         true
     }
 
+    /// Stages a Send of `encode`'s making from a DONE buffer, outside the credit
+    /// window like DONE (the requester's ROPT_XMTERR about a reply group: see
+    /// `cont.rs`). False, with nothing staged, when no buffer or send-queue entry is
+    /// free or `encode` fails.
+    pub(super) fn stage_from_done_buf(
+        &mut self,
+        t: &mut Transport,
+        encode: impl FnOnce(&mut [u8]) -> Option<usize>,
+    ) -> bool {
+        if t.sq.free() < 1 {
+            return false;
+        }
+        let Some(i) = self.dones.free.pop() else {
+            return false;
+        };
+        let b = &mut self.dones.bufs[i as usize];
+        let sge = encode(b.storage_mut()).and_then(|n| b.sge(0, n).ok());
+        let Some(sge) = sge else {
+            let _ = self.dones.free.push(i);
+            return false;
+        };
+        t.sq.take(1);
+        if t.stage(
+            WrId::new(WrKind::DoneSend, i).encode(),
+            SendOp::Send,
+            &[sge],
+        ) {
+            true
+        } else {
+            t.sq.give(1);
+            let _ = self.dones.free.push(i);
+            false
+        }
+    }
+
     /// A DONE's Send completed (or was flushed): its buffer is free.
     pub(super) fn on_done_completion(&mut self, t: &mut Transport, id: WrId) {
         if id.slot as usize >= self.dones.bufs.len() || self.dones.free.push(id.slot).is_err() {

@@ -7,10 +7,11 @@
 
 use super::context::{Delivery, Step};
 use super::ResponderHalf;
+use crate::core::cont_split::Split;
 use crate::core::regbuf::RegBuf;
 use crate::core::transport::Transport;
 use crate::core::wrid::{WrId, WrKind};
-use crate::fabric::{SendOp, Sge};
+use crate::fabric::SendOp;
 use crate::service::Service;
 use crate::wire::header::{
     BodyRepr, ChunkListsRepr, HeaderRepr, ReadSegment, Segment, FIXED_HEADER_LEN, WORD_LEN,
@@ -132,6 +133,11 @@ impl<S: Service> ResponderHalf<S> {
             RtrBody::XmtCont(c) => Msg::Cont(c),
             RtrBody::XmtResp(_) => Msg::Resp,
             RtrBody::XmtErr(_) => Msg::Err,
+            RtrBody::CharsUpdate(c) => {
+                t.recvs.recycle(buf);
+                self.chars_update(t, xid, c);
+                return;
+            }
         };
         match msg {
             Msg::Err => {
@@ -434,51 +440,48 @@ impl<S: Service> ResponderHalf<S> {
         }
         let credit = self.policy.grant(t.recvs.posted());
         let c = &mut self.ctxs[i as usize];
-        let xid = c.xid;
-        let mut sgls = [[Sge::default(); 2]; CONTINUATION_GROUP_MAX as usize];
-        let mut off = 0usize;
-        for (k, sgl) in sgls.iter_mut().enumerate().take(m as usize) {
-            let piece = per.min(len - off);
-            let op = if k == 0 {
-                RtrOp::XmtResp {
-                    count: m,
-                    pslen: piece as u32,
-                }
-            } else {
-                RtrOp::XmtCont(XmtCont {
-                    xnum: k as u32,
-                    itype: ROPT_XMTRESP,
-                    pslen: piece as u32,
-                })
-            };
-            let repr = RtrRepr { xid, credit, op };
-            let at = k * HEADER_STRIDE;
-            let h = c
-                .send
-                .storage_mut()
-                .get_mut(at..at + HEADER_STRIDE)
-                .and_then(|b| repr.encode(b).ok())
-                .and_then(|hlen| c.send.sge(at, hlen).ok());
-            let b = c.body.as_ref().and_then(|b| b.sge(off, piece).ok());
-            let (Some(h), Some(b)) = (h, b) else {
-                t.sq.give(m);
-                c.step = Step::Error(crate::wire::header::RdmaError::Chunk);
-                return Some(true);
-            };
-            *sgl = [h, b];
-            off += piece;
-        }
-        let mut staged = 0u32;
-        for sgl in sgls.iter().take(m as usize) {
-            let wr_id = WrId::new(WrKind::ReplySend, i).encode();
-            staged += u32::from(t.stage(wr_id, SendOp::Send, sgl));
-        }
+        let Some(body) = c.body.as_ref() else {
+            t.sq.give(m);
+            return None;
+        };
+        let split = Split {
+            xid: c.xid,
+            credit,
+            count: m,
+            per,
+            len,
+            headers: &mut c.send,
+            stride: HEADER_STRIDE,
+            body,
+        };
+        let lead = |pslen| RtrOp::XmtResp { count: m, pslen };
+        let Some(group) = split.cut(ROPT_XMTRESP, lead) else {
+            t.sq.give(m);
+            c.step = Step::Error(crate::wire::header::RdmaError::Chunk);
+            return Some(true);
+        };
+        let staged = group.stage(t, WrId::new(WrKind::ReplySend, i).encode());
         t.sq.give(m - staged);
         c.wrs += staged;
         c.step = Step::Sent;
         self.stats.cont_replies += 1;
         self.stats.cont_reply_messages += u64::from(m);
         Some(true)
+    }
+
+    /// ROPT_XCHUPD: the peer's characteristics from now on (groups already sent or
+    /// begun are not affected). Not part of any group, so one arriving inside a call
+    /// group breaks it (§4.2: "without any intervening message").
+    fn chars_update(&mut self, t: &mut Transport, xid: u32, c: crate::wire::rtr::TransportChars) {
+        if let Some((lead, next)) = self.cont.asm.as_ref().map(|a| (a.xid, a.next)) {
+            let info = OptxInfo::BadOmt {
+                expect: crate::wire::rtr::ROPT_XMTCONT,
+                current: crate::wire::rtr::ROPT_XCHUPD,
+            };
+            self.break_group(t, xid, next, Some(lead), info);
+        }
+        t.peer_chars = c;
+        self.stats.chars_updates += 1;
     }
 
     /// Returns the group in progress at connection end.

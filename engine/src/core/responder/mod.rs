@@ -119,6 +119,8 @@ pub struct ResponderStats {
     pub transmit_errors_sent: u64,
     /// ROPT_XMTERR received (a reply group the requester found broken).
     pub transmit_errors_received: u64,
+    /// ROPT_XCHUPD received (the peer's characteristics replaced).
+    pub chars_updates: u64,
 }
 
 /// The responder side of one connection, serving calls with `S`.

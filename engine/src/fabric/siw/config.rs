@@ -66,6 +66,14 @@ pub struct SiwConfig {
     /// waiting, since unlike RC hardware it acknowledges nothing unless polled. Peers
     /// that keep polling while the other side may need them (any server does) are safe.
     pub confirmation_own_segment: bool,
+    /// Coalesce consecutive posted Sends into one `sendmsg` while their FPDUs, whole,
+    /// fit one TCP segment (the default), as Linux siw packs FPDUs into a segment with
+    /// `MSG_MORE` while room is left. A group of Sends posted together (message
+    /// continuation) then costs the peer one read and one wake-up, not one per Send.
+    /// With `false` every FPDU is written, and travels, alone: a capture shows one FPDU
+    /// per segment even for back-to-back Sends (Wireshark's MPA dissector hands only
+    /// the first FPDU of a segment on).
+    pub coalesce_sends: bool,
     /// Registrations plus fast-registration slots.
     pub max_mr: u32,
     /// Largest queue depth.
@@ -132,6 +140,7 @@ impl Default for SiwConfig {
             mss: None,
             confirm_completions: true,
             confirmation_own_segment: true,
+            coalesce_sends: true,
             max_mr: 16 * 1024,
             max_qp_wr: 4096,
             max_cq_depth: 1 << 20,
@@ -155,6 +164,7 @@ impl fmt::Debug for SiwConfig {
             .field("mss", &self.mss)
             .field("confirm_completions", &self.confirm_completions)
             .field("confirmation_own_segment", &self.confirmation_own_segment)
+            .field("coalesce_sends", &self.coalesce_sends)
             .field("max_mr", &self.max_mr)
             .field("max_qp_wr", &self.max_qp_wr)
             .field("max_cq_depth", &self.max_cq_depth)

@@ -418,6 +418,7 @@ impl Driver {
             self.cfg.ird,
         );
         engine.tx.confirmation_own_write = self.cfg.confirmation_own_segment;
+        engine.tx.coalesce = self.cfg.coalesce_sends;
         engine.memory = Some(init.pd.memory.clone());
         Ok((qp, engine))
     }

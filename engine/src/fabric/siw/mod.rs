@@ -39,7 +39,9 @@
 //! the request's last FPDU, in the same poll (its own segment by default, see
 //! [`SiwConfig::confirmation_own_segment`]). The Terminate a failing peer sends instead
 //! copies the failing segment's header, which names the request that gets the error
-//! status. A capture shows one FPDU per TCP segment.
+//! status. A capture shows one FPDU per TCP segment, except that consecutive posted
+//! Sends small enough to share one are coalesced into it
+//! ([`SiwConfig::coalesce_sends`], on by default).
 //!
 //! # Interoperability with Linux siw
 //!

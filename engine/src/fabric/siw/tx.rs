@@ -3,9 +3,12 @@
 //! memory, pad and CRC), so a capture shows one FPDU per TCP segment; a confirmation
 //! Read too, unless
 //! [`SiwConfig::confirmation_own_segment`](super::SiwConfig::confirmation_own_segment) is
-//! off (see there for the trade-off). Every FPDU's last write carries `MSG_EOR`, so TCP never appends
-//! the next FPDU to a segment still queued (under congestion or a full window). A
-//! partial write resumes where it stopped at the next poll.
+//! off (see there for the trade-off). The exception: consecutive posted Sends whose
+//! FPDUs, whole, fit one TCP segment together go in one `sendmsg`, so in one segment
+//! ([`SiwConfig::coalesce_sends`](super::SiwConfig::coalesce_sends), on by default; a
+//! continuation group then costs the peer one read). Every write carries `MSG_EOR`, so
+//! TCP never appends the next write to a segment still queued (under congestion or a
+//! full window). A partial write resumes where it stopped at the next poll.
 //!
 //! Between messages the order is: a queued Terminate, then Read Responses we owe (the
 //! peer's Reads are answered before our own new work, as RDMAP orders them on the
@@ -92,9 +95,30 @@ struct Fpdu {
     tail: [u8; TAIL],
     tail_len: usize,
     own_write: bool,
+    /// Octets of this FPDU (and its tail).
     total: usize,
-    written: usize,
 }
+
+impl Fpdu {
+    const EMPTY: Fpdu = Fpdu {
+        head: [0; MAX_HEAD_LEN],
+        head_len: 0,
+        inline: [0; INLINE],
+        inline_len: 0,
+        pieces: [(0, 0); MAX_SGE],
+        npieces: 0,
+        trailer: [0; MAX_TRAILER_LEN],
+        trailer_len: 0,
+        tail: [0; TAIL],
+        tail_len: 0,
+        own_write: false,
+        total: 0,
+    };
+}
+
+/// Most FPDUs one `sendmsg` carries (consecutive Sends coalesced: see
+/// [`SiwConfig::coalesce_sends`](super::SiwConfig::coalesce_sends)).
+const BATCH: usize = 8;
 
 /// Whether the Terminate went out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,39 +132,41 @@ pub(crate) enum TermState {
 
 /// Transmission state of one connection.
 pub(crate) struct TxState {
-    fpdu: Fpdu,
-    /// `fpdu` holds octets not yet written.
+    /// The FPDUs of the next write, in stream order.
+    batch: [Fpdu; BATCH],
+    /// FPDUs framed in `batch`.
+    nbatch: usize,
+    /// Per FPDU of `batch`: the message whose Last FPDU it is (finished once written).
+    ends: [Option<Message>; BATCH],
+    /// Octets of `batch` already written, of `total`.
+    written: usize,
+    total: usize,
+    /// `batch` holds octets not yet written.
     busy: bool,
+    /// The message being framed (not all its FPDUs are in a batch yet).
     msg: Option<Message>,
     term: Option<TermOut>,
     pub(crate) term_state: TermState,
     /// [`SiwConfig::confirmation_own_segment`](super::SiwConfig::confirmation_own_segment).
     pub(crate) confirmation_own_write: bool,
+    /// [`SiwConfig::coalesce_sends`](super::SiwConfig::coalesce_sends).
+    pub(crate) coalesce: bool,
 }
 
 impl TxState {
     pub(crate) fn new() -> TxState {
         TxState {
-            fpdu: Fpdu {
-                head: [0; MAX_HEAD_LEN],
-                head_len: 0,
-                inline: [0; INLINE],
-                inline_len: 0,
-                pieces: [(0, 0); MAX_SGE],
-                npieces: 0,
-                trailer: [0; MAX_TRAILER_LEN],
-                trailer_len: 0,
-                tail: [0; TAIL],
-                tail_len: 0,
-                own_write: false,
-                total: 0,
-                written: 0,
-            },
+            batch: [Fpdu::EMPTY; BATCH],
+            nbatch: 0,
+            ends: [None; BATCH],
+            written: 0,
+            total: 0,
             busy: false,
             msg: None,
             term: None,
             term_state: TermState::None,
             confirmation_own_write: false,
+            coalesce: true,
         }
     }
 
@@ -149,6 +175,11 @@ impl TxState {
     pub(crate) fn abandon(&mut self) {
         if self.msg.is_some_and(|m| m.kind != Kind::Terminate) {
             self.msg = None;
+        }
+        for e in &mut self.ends {
+            if e.is_some_and(|m| m.kind != Kind::Terminate) {
+                *e = None;
+            }
         }
     }
 
@@ -207,26 +238,97 @@ impl Engine {
     pub(crate) fn transmit(&mut self, keys: &KeyTable, wire: &Wire<'_>) -> io::Result<bool> {
         loop {
             if self.tx.busy {
-                if !write_fpdu(&mut self.tx.fpdu, wire.fd)? {
+                if !write_batch(&mut self.tx, wire.fd)? {
                     return Ok(true);
                 }
                 self.tx.busy = false;
                 if !self.wake.heard {
                     self.wake.sent();
                 }
-                self.fpdu_written();
+                let n = core::mem::take(&mut self.tx.nbatch);
+                for i in 0..n {
+                    if let Some(m) = self.tx.ends[i].take() {
+                        self.message_written(m);
+                    }
+                }
                 continue;
             }
-            if let Some(m) = self.tx.msg {
-                if !m.last_framed {
-                    self.frame_next(wire);
-                    continue;
-                }
-            }
-            if !self.next_message(keys) {
+            self.fill_batch(keys, wire);
+            if self.tx.nbatch == 0 {
                 return Ok(false);
             }
+            self.tx.busy = true;
         }
+    }
+
+    /// Frames the next write: the current message's next FPDU, or the next message's
+    /// first; then, while the write stays within one TCP segment, further FPDUs of
+    /// Sends already posted, so that a group of Sends posted together (a continuation
+    /// group, a call and its continuations) leaves in one `sendmsg` and reaches the
+    /// peer in one read (the receiver's cost per system call and per wake-up is what
+    /// makes a many-Send message slower than one Send plus an RDMA Read).
+    fn fill_batch(&mut self, keys: &KeyTable, wire: &Wire<'_>) {
+        self.tx.written = 0;
+        self.tx.total = 0;
+        loop {
+            let framing = self.tx.msg.is_some_and(|m| !m.last_framed);
+            let more = if self.tx.nbatch > 0 {
+                // Only whole one-FPDU Sends join a write (a longer message's FPDUs each
+                // fill a segment of their own).
+                !framing && self.next_send_fits(keys)
+            } else {
+                framing || self.next_message(keys)
+            };
+            if !more {
+                return;
+            }
+            self.frame_next(wire);
+            let i = self.tx.nbatch - 1;
+            let framing = self.tx.msg.is_some_and(|m| !m.last_framed);
+            if !self.tx.coalesce
+                || framing
+                || self.tx.nbatch == BATCH
+                || self.tx.batch[i].tail_len > 0
+            {
+                return;
+            }
+        }
+    }
+
+    /// Starts the next posted request if it is a Send whose (single) FPDU still fits,
+    /// with the FPDUs already framed, in one TCP segment (the MULPDU's worth). Only
+    /// Sends join Sends: a Write, Read Request or Read Response keeps its segment to
+    /// itself, as does the Send after it (so captures of chunked RPCs keep one FPDU per
+    /// segment).
+    fn next_send_fits(&mut self, keys: &KeyTable) -> bool {
+        if self.failed || self.tx.term_state == TermState::Queued || !self.irq.is_empty() {
+            return false;
+        }
+        let sends_only = self.tx.ends[..self.tx.nbatch]
+            .iter()
+            .all(|e| e.is_some_and(|m| matches!(m.opcode, Opcode::Send | Opcode::SendInvalidate)));
+        if !sends_only {
+            return false;
+        }
+        let posted = self.qp.sq_posted.load(std::sync::atomic::Ordering::Acquire);
+        if self.sq.next >= posted {
+            return false;
+        }
+        // SAFETY: published (below `posted`) and not retired (at or past `head`).
+        let w = unsafe { self.qp.sq.read(self.sq.next) };
+        if !matches!(w.op, SendOp::Send | SendOp::SendWithInvalidate { .. }) || w.fence {
+            return false;
+        }
+        let max_payload = ((self.link.mulpdu - 18) & !3) as u64;
+        if w.len > max_payload {
+            return false;
+        }
+        let fpdu = LENGTH_FIELD_LEN + 18 + w.len as usize + pad_len(18 + w.len as usize) + CRC_LEN;
+        let segment = self.link.mulpdu + LENGTH_FIELD_LEN + CRC_LEN;
+        if self.tx.total + fpdu > segment {
+            return false;
+        }
+        matches!(self.start_request(keys), Started::Message)
     }
 
     /// An FPDU is waiting for room in the socket.
@@ -250,7 +352,8 @@ impl Engine {
                 SegmentHeader::tagged(m.opcode, last, stag, to.wrapping_add(m.framed))
             }
         };
-        let f = &mut self.tx.fpdu;
+        let idx = self.tx.nbatch;
+        let f = &mut self.tx.batch[idx];
         let hlen = header.encoded_len();
         // The header is valid by construction (opcode and target agree).
         let _ = header.encode(&mut f.head[LENGTH_FIELD_LEN..]);
@@ -295,7 +398,6 @@ impl Engine {
             + f.inline_len
             + f.pieces[..f.npieces].iter().map(|p| p.1).sum::<usize>()
             + f.trailer_len;
-        f.written = 0;
         if let Some(tap) = wire.tap {
             let mut parts: [&[u8]; MAX_SGE + 1] = [&[]; MAX_SGE + 1];
             parts[0] = &f.inline[..f.inline_len];
@@ -314,11 +416,13 @@ impl Engine {
         m.framed += chunk;
         m.last_framed = last;
         if last && self.confirmation_follows(&m) {
-            self.attach_confirmation(wire);
+            self.attach_confirmation(idx, wire);
             m.confirmed_inline = true;
         }
-        self.tx.msg = Some(m);
-        self.tx.busy = true;
+        self.tx.total += self.tx.batch[idx].total;
+        self.tx.nbatch = idx + 1;
+        self.tx.ends[idx] = last.then_some(m);
+        self.tx.msg = if last { None } else { Some(m) };
     }
 
     /// Whether the message about to be finished will need a confirmation Read right
@@ -345,7 +449,7 @@ impl Engine {
     /// two together: a peer that stops polling as soon as it has seen the message must
     /// find the Read already in its socket in that same poll, or the confirmation is
     /// never answered.
-    fn attach_confirmation(&mut self, wire: &Wire<'_>) {
+    fn attach_confirmation(&mut self, idx: usize, wire: &Wire<'_>) {
         let msn = self.msn_out.take(QueueNumber::ReadRequest);
         let header = SegmentHeader::untagged(Opcode::ReadRequest, true, 0, msn, 0);
         let body = ReadRequest {
@@ -356,7 +460,7 @@ impl Engine {
             source_to: 0,
         }
         .to_bytes();
-        let f = &mut self.tx.fpdu;
+        let f = &mut self.tx.batch[idx];
         let Ok(n) = encode_fpdu(&mut f.tail, &header, &body, self.link.crc) else {
             return;
         };
@@ -382,15 +486,8 @@ impl Engine {
         }
     }
 
-    /// An FPDU is fully written; finishing the message if it was the last.
-    fn fpdu_written(&mut self) {
-        let Some(m) = self.tx.msg else {
-            return;
-        };
-        if !m.last_framed {
-            return;
-        }
-        self.tx.msg = None;
+    /// The Last FPDU of `m` is fully written: the message is finished.
+    fn message_written(&mut self, m: Message) {
         match m.kind {
             Kind::Request(seq) => {
                 if m.opcode != Opcode::ReadRequest {
@@ -665,26 +762,35 @@ enum Started {
     Nothing,
 }
 
-/// Writes (the rest of) one FPDU, and its confirmation Read (the tail) if it has one.
-/// `Ok(true)` when everything is out, `Ok(false)` when the socket is full.
+/// Writes (the rest of) a batch of FPDUs, the last with its confirmation Read (the
+/// tail) if it has one. `Ok(true)` when everything is out, `Ok(false)` when the socket
+/// is full.
 ///
-/// Without `own_write` the tail goes in the FPDU's `sendmsg`, so both share a segment.
-/// With it, the FPDU goes with `MSG_MORE`, so TCP holds it until the tail's own write
+/// Without `own_write` the tail goes in the FPDUs' `sendmsg`, so they share a segment.
+/// With it, the FPDUs go with `MSG_MORE`, so TCP holds them until the tail's own write
 /// pushes both in one transmission, back to back; both writes end with `MSG_EOR`, so
 /// they stay two segments. Should the tail's write find the socket full, TCP sends the
-/// held FPDU when the peer's acknowledgements make room (a held segment is then pushed
+/// held FPDUs when the peer's acknowledgements make room (a held segment is then pushed
 /// under the socket's own `TCP_NODELAY`).
-fn write_fpdu(f: &mut Fpdu, fd: RawFd) -> io::Result<bool> {
-    let split = f.tail_len > 0 && f.own_write;
-    let first = if split { f.total - f.tail_len } else { f.total };
+fn write_batch(tx: &mut TxState, fd: RawFd) -> io::Result<bool> {
+    let fpdus = &tx.batch[..tx.nbatch];
+    let Some(last) = fpdus.last() else {
+        return Ok(true);
+    };
+    let split = last.tail_len > 0 && last.own_write;
+    let first = if split {
+        tx.total - last.tail_len
+    } else {
+        tx.total
+    };
     let more = if split { libc::MSG_MORE } else { 0 };
-    while f.written < first {
+    while tx.written < first {
         let mut iov = [libc::iovec {
             iov_base: core::ptr::null_mut(),
             iov_len: 0,
-        }; MAX_SGE + 4];
+        }; BATCH * (MAX_SGE + 4)];
         let mut n = 0;
-        let mut skip = f.written;
+        let mut skip = tx.written;
         let mut add = |base: *const u8, len: usize| {
             if skip >= len {
                 skip -= len;
@@ -697,14 +803,16 @@ fn write_fpdu(f: &mut Fpdu, fd: RawFd) -> io::Result<bool> {
             skip = 0;
             n += 1;
         };
-        add(f.head.as_ptr(), f.head_len);
-        add(f.inline.as_ptr(), f.inline_len);
-        for &(addr, len) in &f.pieces[..f.npieces] {
-            add(addr as *const u8, len);
-        }
-        add(f.trailer.as_ptr(), f.trailer_len);
-        if !split {
-            add(f.tail.as_ptr(), f.tail_len);
+        for f in fpdus {
+            add(f.head.as_ptr(), f.head_len);
+            add(f.inline.as_ptr(), f.inline_len);
+            for &(addr, len) in &f.pieces[..f.npieces] {
+                add(addr as *const u8, len);
+            }
+            add(f.trailer.as_ptr(), f.trailer_len);
+            if !split {
+                add(f.tail.as_ptr(), f.tail_len);
+            }
         }
         // SAFETY: a zeroed msghdr is valid; we set the iovec array only.
         let mut mh: libc::msghdr = unsafe { core::mem::zeroed() };
@@ -713,16 +821,16 @@ fn write_fpdu(f: &mut Fpdu, fd: RawFd) -> io::Result<bool> {
         // SAFETY: every iovec points into our buffers or registered memory (checked,
         // kept mapped by the device) for its length; the kernel only reads them.
         let r = unsafe { libc::sendmsg(fd, &mh, SEND_FLAGS | more) };
-        if !advance(f, r)? {
+        if !advance(&mut tx.written, r)? {
             return Ok(false);
         }
     }
-    while f.written < f.total {
-        let from = f.written - first;
-        let rest = &f.tail[from..f.tail_len];
+    while tx.written < tx.total {
+        let from = tx.written - first;
+        let rest = &last.tail[from..last.tail_len];
         // SAFETY: `rest` is our own buffer, valid for its length; the kernel only reads.
         let r = unsafe { libc::send(fd, rest.as_ptr().cast(), rest.len(), SEND_FLAGS) };
-        if !advance(f, r)? {
+        if !advance(&mut tx.written, r)? {
             return Ok(false);
         }
     }
@@ -735,7 +843,7 @@ const SEND_FLAGS: libc::c_int = libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT | libc::
 
 /// Accounts for one write's result: `Ok(true)` to go on, `Ok(false)` when the socket is
 /// full; an interrupted write is simply retried by the caller's loop.
-fn advance(f: &mut Fpdu, r: isize) -> io::Result<bool> {
+fn advance(written: &mut usize, r: isize) -> io::Result<bool> {
     if r < 0 {
         let e = io::Error::last_os_error();
         return match e.kind() {
@@ -744,6 +852,6 @@ fn advance(f: &mut Fpdu, r: isize) -> io::Result<bool> {
             _ => Err(e),
         };
     }
-    f.written += r as usize;
+    *written += r as usize;
     Ok(true)
 }

@@ -33,6 +33,7 @@
 pub mod chars;
 pub mod ddp;
 mod err;
+pub mod place;
 
 pub use chars::TransportChars;
 pub use ddp::DdpArray;
@@ -57,6 +58,11 @@ pub const ROPT_XMTERR: u32 = 8;
 pub const OPTINFO_OFFSET: usize = FIXED_HEADER_LEN + 8;
 /// Octets of an ROPT_XMTREQ header with empty DDP arrays.
 pub const XMTREQ_HEADER_LEN: usize = OPTINFO_OFFSET + 20;
+/// `rdma_opttype` of a transport characteristics update (this engine's number, after
+/// the draft's four: see `engine/DESIGN.md`, "Characteristics updates"): the sender's
+/// whole set of characteristics, as an `xcharvals` list, replacing the one it sent
+/// before. No payload.
+pub const ROPT_XCHUPD: u32 = 9;
 /// Octets of an ROPT_XMTRESP header with an empty DDP array.
 pub const XMTRESP_HEADER_LEN: usize = OPTINFO_OFFSET + 12;
 /// Octets of an ROPT_XMTCONT header.
@@ -204,6 +210,8 @@ pub enum RtrBody<'a> {
     XmtCont(XmtCont),
     /// ROPT_XMTERR.
     XmtErr(XmtErr),
+    /// ROPT_XCHUPD: the sender's characteristics from now on.
+    CharsUpdate(TransportChars),
 }
 
 impl RtrBody<'_> {
@@ -214,6 +222,7 @@ impl RtrBody<'_> {
             RtrBody::XmtResp(_) => ROPT_XMTRESP,
             RtrBody::XmtCont(_) => ROPT_XMTCONT,
             RtrBody::XmtErr(_) => ROPT_XMTERR,
+            RtrBody::CharsUpdate(_) => ROPT_XCHUPD,
         }
     }
 }
@@ -240,6 +249,7 @@ pub const fn opttype_name(opttype: u32) -> &'static str {
         ROPT_XMTRESP => "ROPT_XMTRESP",
         ROPT_XMTCONT => "ROPT_XMTCONT",
         ROPT_XMTERR => "ROPT_XMTERR",
+        ROPT_XCHUPD => "ROPT_XCHUPD",
         _ => "ROPT_UNKNOWN",
     }
 }
@@ -303,6 +313,7 @@ impl<'a> RtrView<'a> {
                 pslen: ic.u32()?,
             }),
             ROPT_XMTERR => RtrBody::XmtErr(XmtErr::decode(&mut ic)?),
+            ROPT_XCHUPD => RtrBody::CharsUpdate(TransportChars::decode(&mut ic)?),
             opttype => return Err(RtrError::UnknownOptType { opttype }),
         };
         if ic.remaining() != 0 {
@@ -316,7 +327,7 @@ impl<'a> RtrView<'a> {
             RtrBody::XmtReq(r) => r.pslen,
             RtrBody::XmtResp(r) => r.pslen,
             RtrBody::XmtCont(c) => c.pslen,
-            RtrBody::XmtErr(_) => 0,
+            RtrBody::XmtErr(_) | RtrBody::CharsUpdate(_) => 0,
         };
         let payload = rest.get(..pslen as usize).ok_or(RtrError::PayloadLength {
             pslen,
@@ -357,6 +368,8 @@ pub enum RtrOp {
     XmtCont(XmtCont),
     /// ROPT_XMTERR.
     XmtErr(XmtErr),
+    /// ROPT_XCHUPD.
+    CharsUpdate(TransportChars),
 }
 
 impl RtrOp {
@@ -367,6 +380,7 @@ impl RtrOp {
             RtrOp::XmtResp { .. } => ROPT_XMTRESP,
             RtrOp::XmtCont(_) => ROPT_XMTCONT,
             RtrOp::XmtErr(_) => ROPT_XMTERR,
+            RtrOp::CharsUpdate(_) => ROPT_XCHUPD,
         }
     }
 
@@ -375,6 +389,7 @@ impl RtrOp {
             RtrOp::XmtReq { .. } => 20,
             RtrOp::XmtResp { .. } | RtrOp::XmtCont(_) => 12,
             RtrOp::XmtErr(e) => e.encoded_len(),
+            RtrOp::CharsUpdate(c) => c.encoded_len(),
         }
     }
 }
@@ -434,6 +449,7 @@ impl RtrRepr {
                 enc.u32(c.pslen)?;
             }
             RtrOp::XmtErr(e) => e.encode(&mut enc)?,
+            RtrOp::CharsUpdate(c) => c.encode(&mut enc)?,
         }
         Ok(enc.finish())
     }
@@ -479,6 +495,7 @@ impl RtrView<'_> {
             ),
             RtrBody::XmtCont(c) => (RtrOp::XmtCont(c), 0, 0),
             RtrBody::XmtErr(e) => (RtrOp::XmtErr(e), 0, 0),
+            RtrBody::CharsUpdate(c) => (RtrOp::CharsUpdate(c), 0, 0),
         };
         RtrMessage {
             header: RtrRepr {

@@ -116,10 +116,10 @@ fn unknown_opttype_and_wrong_proc_are_refused() {
         op: RtrOp::XmtResp { count: 1, pslen: 0 },
     };
     let mut buf = encode(&r, b"");
-    buf[16..20].copy_from_slice(&9u32.to_be_bytes());
+    buf[16..20].copy_from_slice(&10u32.to_be_bytes());
     assert_eq!(
         RtrView::parse(&buf),
-        Err(RtrError::UnknownOptType { opttype: 9 })
+        Err(RtrError::UnknownOptType { opttype: 10 })
     );
     buf[12..16].copy_from_slice(&0u32.to_be_bytes());
     assert!(!is_optional(&buf));
@@ -341,6 +341,14 @@ fn arb_op() -> impl Strategy<Value = RtrOp> {
             .prop_map(|(xnum, itype, pslen)| RtrOp::XmtCont(XmtCont { xnum, itype, pslen })),
         (id.clone(), proptest::option::of(id), info)
             .prop_map(|(bad, lead, info)| RtrOp::XmtErr(XmtErr { bad, lead, info })),
+        (any::<u32>(), any::<u32>(), any::<u32>()).prop_map(|(rtr_support, rx, sx)| {
+            RtrOp::CharsUpdate(TransportChars {
+                rtr_support,
+                recv_buf: None,
+                req_rx_limit: rx,
+                resp_sx_limit: sx,
+            })
+        }),
     ]
 }
 
@@ -351,7 +359,7 @@ proptest! {
         let pslen = match op {
             RtrOp::XmtReq { pslen, .. } | RtrOp::XmtResp { pslen, .. } => pslen,
             RtrOp::XmtCont(c) => c.pslen,
-            RtrOp::XmtErr(_) => 0,
+            RtrOp::XmtErr(_) | RtrOp::CharsUpdate(_) => 0,
         } as usize;
         let payload: Vec<u8> = (0..pslen + extra).map(|i| i as u8).collect();
         let buf = encode(&r, &payload);
@@ -365,4 +373,26 @@ proptest! {
         let _ = RtrView::parse(&bytes);
         let _ = TransportChars::decode(&mut XdrCursor::new(&bytes));
     }
+}
+
+#[test]
+fn a_characteristics_update_round_trips() {
+    let chars = TransportChars {
+        rtr_support: RTRS_XREQ | RTRS_XRESP | RTRS_XCONT,
+        recv_buf: None,
+        req_rx_limit: 2,
+        resp_sx_limit: 4,
+    };
+    let r = RtrRepr {
+        xid: 9,
+        credit: 3,
+        op: RtrOp::CharsUpdate(chars),
+    };
+    let buf = encode(&r, &[]);
+    let v = RtrView::parse(&buf).expect("parses");
+    assert_eq!(v.body, RtrBody::CharsUpdate(chars));
+    assert_eq!(v.body.opttype(), ROPT_XCHUPD);
+    assert!(v.payload.is_empty());
+    assert_eq!(v.to_message().header, r);
+    assert_eq!(opttype_name(ROPT_XCHUPD), "ROPT_XCHUPD");
 }
