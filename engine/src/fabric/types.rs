@@ -387,6 +387,24 @@ impl Default for QpCaps {
     }
 }
 
+/// What a shared receive queue is created with (`ibv_srq_init_attr`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SrqConfig {
+    /// Most receives posted and not yet taken.
+    pub max_wr: u32,
+    /// Most scatter-gather entries in one receive.
+    pub max_sge: u32,
+}
+
+impl Default for SrqConfig {
+    fn default() -> Self {
+        SrqConfig {
+            max_wr: 256,
+            max_sge: 1,
+        }
+    }
+}
+
 /// RNR retry count meaning "retry for ever" (as in verbs).
 pub const RNR_RETRY_INFINITE: u8 = 7;
 

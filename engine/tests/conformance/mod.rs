@@ -115,6 +115,7 @@ impl<P: Provider> Host<P> {
             pd: &self.pd,
             send_cq: &self.cq,
             recv_cq: self.rcq.as_ref().unwrap_or(&self.cq),
+            srq: None,
             config,
         };
         self.cm.connect(addr, init, private_data)
@@ -131,6 +132,7 @@ impl<P: Provider> Host<P> {
             pd: &self.pd,
             send_cq: &self.cq,
             recv_cq: self.rcq.as_ref().unwrap_or(&self.cq),
+            srq: None,
             config,
         };
         self.cm.accept(request, init, private_data)

@@ -67,6 +67,7 @@ mod mr;
 mod qp;
 mod rx;
 mod sock;
+mod srq;
 mod term;
 mod tx;
 
@@ -76,6 +77,7 @@ pub use cq::SiwCq;
 pub use device::SiwDevice;
 pub use mr::{SiwMr, SiwPd};
 pub use qp::SiwQp;
+pub use srq::SiwSrq;
 
 use std::net::SocketAddr;
 
@@ -95,6 +97,7 @@ impl Provider for SiwProvider {
     type Mr = SiwMr;
     type Cq = SiwCq;
     type Qp = SiwQp;
+    type Srq = SiwSrq;
     type Cm = SiwCm;
     type ConnRequest = SiwConnRequest;
     type Addr = SocketAddr;
