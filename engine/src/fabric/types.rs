@@ -529,6 +529,11 @@ pub struct DeviceCaps {
     /// placement runs elsewhere (siw's driver thread, a verbs device, sim: either
     /// side's poll) or completions can be held back (`Faulty`).
     pub places_in_poll: bool,
+    /// Most receives one shared receive queue holds
+    /// ([`ProtectionDomain::create_srq`](crate::fabric::ProtectionDomain::create_srq)); 0
+    /// where the device has none (a verbs device reporting `max_srq` 0), and then a
+    /// consumer posts receives per queue pair.
+    pub max_srq_wr: u32,
 }
 
 impl DeviceCaps {
@@ -562,6 +567,7 @@ impl DeviceCaps {
             reports_remote_invalidation: true,
             release_registered: true,
             places_in_poll: false,
+            max_srq_wr: max_qp_wr,
         }
     }
 }

@@ -20,6 +20,9 @@ use rpcrdma::fabric::{
 };
 use rpcrdma_pools::{Arena, ArenaOptions, HugePages};
 
+mod srq;
+pub use srq::*;
+
 /// How long any single wait may take before the test fails.
 pub const DEADLINE: Duration = Duration::from_secs(5);
 
@@ -1902,6 +1905,9 @@ macro_rules! conformance_tests {
             local_protection_errors,
             separate_send_and_recv_cqs,
             registration_checks,
+            srq_serves_several_queue_pairs,
+            srq_empty_fails_only_that_connection,
+            srq_survives_a_destroyed_queue_pair,
         );
     };
     (@each $fixture:ty; $($name:ident),* $(,)?) => {
