@@ -29,12 +29,14 @@ use std::time::{Duration, Instant};
 use rpcrdma_poller::{PollCtx, Task};
 
 use super::responder::{Listener, ResponderConn, ResponderCounters, ResponderLimits};
+use super::shared_recv::{SharedRecv, SHARED_RECV_TAG};
 use super::{ConnError, CM_POLL_INTERVAL, CQ_BATCH, DEFAULT_RELEASE_IDLE};
 use crate::core::config::{ConnConfig, Role};
 use crate::core::ConnState;
+use crate::core::RequesterRole;
 use crate::fabric::{
     CmEvent, CmPrivateData, Completion, CompletionQueue, ConnId, ConnectionManager, Device,
-    Provider, QueuePair,
+    Provider, QueuePair, WcOpcode,
 };
 use crate::service::Service;
 
@@ -91,6 +93,29 @@ impl GroupCounters {
 #[inline]
 fn bump(a: &AtomicU64, n: u64) {
     a.store(a.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+}
+
+/// How [`PollGroup::bind_with`] sets groups up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupOptions {
+    /// Serve the group's connections' receives from one shared receive queue per
+    /// group, with buffers from one pool of the group's, where the device has shared
+    /// receive queues (`DeviceCaps::max_srq_wr`); else each connection posts its own.
+    /// On by default.
+    pub shared_receives: bool,
+    /// The shared queue's depth; 0 sizes it for the group's share of the connection
+    /// cap (each connection one credit plus its RDMA_DONE receives), and at least four
+    /// connections' full credits, within the device's limit.
+    pub srq_depth: u32,
+}
+
+impl Default for GroupOptions {
+    fn default() -> Self {
+        GroupOptions {
+            shared_receives: true,
+            srq_depth: 0,
+        }
+    }
 }
 
 /// A connection-manager event for a group: a request to accept, or an event naming
@@ -162,6 +187,12 @@ pub struct PollGroup<P: Provider, S, F> {
     shared: Arc<Shared<P, F>>,
     cq: P::Cq,
     conns: Vec<ResponderConn<P, S>>,
+    /// The shared receive queue of the group's connections, if it has one. After
+    /// `conns`, so their queue pairs go before its buffers' registration does.
+    shared_recv: Option<SharedRecv<P>>,
+    /// Completions counted at the last look, and since when that count has not moved
+    /// (an idle group gives its shared pool's free memory back once per idle spell).
+    idle: (u64, Option<Instant>),
     /// Queue-pair number to index in `conns`.
     by_qp: HashMap<u32, usize>,
     wcs: [Completion; CQ_BATCH],
@@ -198,6 +229,27 @@ where
         groups: usize,
         limits: ResponderLimits,
     ) -> Result<Vec<Self>, ConnError> {
+        Self::bind_with(
+            dev,
+            addr,
+            cfg,
+            factory,
+            groups,
+            limits,
+            GroupOptions::default(),
+        )
+    }
+
+    /// [`bind`](Self::bind) with `opts` (shared receive queues or not, and their depth).
+    pub fn bind_with(
+        dev: P::Device,
+        addr: &P::Addr,
+        cfg: ConnConfig,
+        factory: F,
+        groups: usize,
+        limits: ResponderLimits,
+        opts: GroupOptions,
+    ) -> Result<Vec<Self>, ConnError> {
         cfg.validate().map_err(ConnError::Config)?;
         let groups = groups.max(1);
         let listener = Listener::bind(&dev, addr)?;
@@ -207,9 +259,29 @@ where
         let per_conn = u64::from(cfg.sizes(Role::Responder).cq_depth);
         let share = (limits.max_connections.div_ceil(groups) + 1) as u64;
         let depth = (per_conn * share).min(u64::from(dev.caps().max_cq_depth)) as u32;
-        let cqs = (0..groups)
-            .map(|_| dev.create_cq(depth).map_err(ConnError::Fabric))
-            .collect::<Result<Vec<_>, _>>()?;
+        // Receives beyond the credits a connection may consume (RDMA_DONEs, and the
+        // backward direction's replies on a two-role connection).
+        let sizes = crate::core::NoRequester::responder_sizes(&cfg);
+        let done_extra = sizes.rq_depth.saturating_sub(cfg.credits);
+        let srq_depth = match (opts.shared_receives, opts.srq_depth) {
+            (false, _) => None,
+            (true, 0) => SharedRecv::<P>::depth_for(&dev, &cfg, done_extra, share as u32),
+            (true, d) => Some(d.min(dev.caps().max_srq_wr)).filter(|&d| d > 0),
+        };
+        let depth = match srq_depth {
+            // The shared queue's receives complete here too.
+            Some(d) => depth.saturating_add(d).min(dev.caps().max_cq_depth),
+            None => depth,
+        };
+        let mut cqs = Vec::with_capacity(groups);
+        for _ in 0..groups {
+            let cq = dev.create_cq(depth).map_err(ConnError::Fabric)?;
+            let srq = match srq_depth {
+                Some(d) => SharedRecv::create(&dev, &cq, &cfg, done_extra, d)?,
+                None => None,
+            };
+            cqs.push((cq, srq));
+        }
         let shared = Arc::new(Shared {
             dev,
             cfg,
@@ -231,10 +303,12 @@ where
         Ok(cqs
             .into_iter()
             .enumerate()
-            .map(|(index, cq)| PollGroup {
+            .map(|(index, (cq, shared_recv))| PollGroup {
                 index,
                 shared: shared.clone(),
                 cq,
+                shared_recv,
+                idle: (0, None),
                 conns: Vec::new(),
                 by_qp: HashMap::new(),
                 wcs: [Completion::EMPTY; CQ_BATCH],
@@ -283,12 +357,24 @@ where
         }
         let mut touched = 0;
         for wc in &self.wcs[..n] {
+            // A shared receive: its buffer is the group's; the connection whose queue
+            // pair took it gets the message (a removed one's returns to the pool).
+            let shared =
+                wc.wr_id & SHARED_RECV_TAG == SHARED_RECV_TAG && wc.opcode == WcOpcode::Recv;
+            let buf = match (&mut self.shared_recv, shared) {
+                (Some(s), true) => s.complete(wc),
+                _ => None,
+            };
             // A completion of a queue pair already removed (flushed after its
             // connection closed) has nobody to go to.
             let Some(&i) = self.by_qp.get(&wc.qp_num) else {
                 continue;
             };
-            self.conns[i].on_completion(wc, now);
+            match buf {
+                Some(b) => self.conns[i].on_shared_recv(b, wc, now),
+                None if shared => {}
+                None => self.conns[i].on_completion(wc, now),
+            }
             if !self.touched[..touched].contains(&i) {
                 self.touched[touched] = i;
                 touched += 1;
@@ -296,6 +382,9 @@ where
         }
         for &i in &self.touched[..touched] {
             self.conns[i].after_completions(now);
+        }
+        if let Some(s) = &mut self.shared_recv {
+            s.refill();
         }
         self.completions += n as u64;
         self.counters
@@ -375,7 +464,26 @@ where
             let _ = lock(&shared.listening).listener.cm.reject(request, &[]);
             return;
         };
+        // With a shared receive queue: the share each connection gets once this one is
+        // in; none left means the queue cannot take another connection.
+        let share = match &self.shared_recv {
+            Some(s) => match s.share(self.conns.len() as u32 + 1) {
+                Some(n) => Some(n),
+                None => {
+                    bump(&self.counters.refused, 1);
+                    shared.loads[self.index].fetch_sub(1, Ordering::AcqRel);
+                    let _ = lock(&shared.listening).listener.cm.reject(request, &[]);
+                    return;
+                }
+            },
+            None => None,
+        };
         let mut l = lock(&shared.listening);
+        let srq = self
+            .shared_recv
+            .as_ref()
+            .zip(share)
+            .map(|(s, n)| (s.srq(), n));
         match ResponderConn::accept_on(
             &mut l.listener,
             &shared.dev,
@@ -384,12 +492,14 @@ where
             &shared.cfg,
             service,
             Some(&self.cq),
+            srq,
         ) {
             Ok(c) => {
                 l.routes.insert(c.conn_id(), self.index);
                 drop(l);
                 self.by_qp.insert(c.qp().qp_num(), self.conns.len());
                 self.conns.push(c);
+                self.reshare();
                 bump(&self.counters.accepted, 1);
                 self.counters
                     .connections
@@ -444,6 +554,7 @@ where
         }
         if look {
             self.counters.calls.store(calls, Ordering::Relaxed);
+            self.release_idle_receives(now);
         }
         self.recount();
     }
@@ -471,6 +582,50 @@ where
         self.counters
             .connections
             .store(self.conns.len() as u64, Ordering::Relaxed);
+        self.reshare();
+    }
+
+    /// Once per idle spell of `release_idle` (no completion at all), gives the memory
+    /// of the shared pool's free buffers back (the posted receives keep theirs: a
+    /// provider may place into them at any time).
+    fn release_idle_receives(&mut self, now: Instant) {
+        let (Some(s), Some(after)) = (&mut self.shared_recv, self.shared.release_idle) else {
+            return;
+        };
+        match self.idle {
+            (seen, _) if seen != self.completions => self.idle = (self.completions, Some(now)),
+            (_, Some(since)) if now.saturating_duration_since(since) >= after => {
+                s.release_free();
+                self.idle.1 = None;
+            }
+            _ => {}
+        }
+    }
+
+    /// Gives every connection its share of the shared receive queue for the number
+    /// of connections now (their next replies grant it).
+    fn reshare(&mut self) {
+        let Some(s) = &self.shared_recv else {
+            return;
+        };
+        let share = s.share(self.conns.len() as u32).unwrap_or(1);
+        for c in &mut self.conns {
+            c.set_receive_share(share);
+        }
+    }
+
+    /// The shared receive queue's depth and the receives posted in it now, if the
+    /// group has one.
+    pub fn shared_receives(&self) -> Option<(u32, u32)> {
+        self.shared_recv.as_ref().map(|s| (s.depth(), s.posted()))
+    }
+
+    /// What each connection's replies grant at most now: its share of the shared
+    /// receive queue (`None` without one).
+    pub fn receive_share(&self) -> Option<u32> {
+        self.shared_recv
+            .as_ref()
+            .and_then(|s| s.share(self.conns.len() as u32))
     }
 
     /// Starts disconnecting every connection (at shutdown); keep polling until

@@ -25,6 +25,7 @@ mod reconnect;
 mod requester;
 mod resources;
 mod responder;
+mod shared_recv;
 pub(crate) mod task;
 
 pub use builder::{

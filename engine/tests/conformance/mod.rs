@@ -37,6 +37,10 @@ pub trait Fixture: 'static {
     /// Whether the provider knows who the peer is (`QueuePair::peer_addr`); the
     /// simulated network does not.
     const REPORTS_PEER: bool = true;
+    /// Whether the device has shared receive queues (`DeviceCaps::max_srq_wr` > 0):
+    /// every software provider, and the lab's rxe and siw devices. Where it is false
+    /// the shared-receive-queue rules check that the device says so and refuses.
+    const HAS_SRQ: bool = true;
     /// Memory the provider can register.
     fn arena(len: usize) -> Arc<Arena> {
         let opts = ArenaOptions::new(len)
