@@ -51,6 +51,9 @@ pub struct GroupCounters {
     over_limit: AtomicU64,
     completions: AtomicU64,
     calls: AtomicU64,
+    srq_depth: AtomicU64,
+    srq_low: AtomicU64,
+    receive_share: AtomicU64,
 }
 
 /// A copy of one group's counters.
@@ -71,6 +74,14 @@ pub struct GroupSample {
     /// Calls its connections received (closed ones included), counted when the
     /// limits are checked (ten times a second at most).
     pub calls: u64,
+    /// The depth of the group's shared receive queue (0: none).
+    pub srq_depth: u64,
+    /// The fewest receives the shared queue held right after a Send took one, before
+    /// the group refilled it: a Send never found it empty while this stayed above 0
+    /// (starts at the depth).
+    pub srq_low: u64,
+    /// What each connection's replies grant at most now: its share of the shared queue.
+    pub receive_share: u64,
 }
 
 impl GroupCounters {
@@ -85,6 +96,9 @@ impl GroupCounters {
             over_limit: l(&self.over_limit),
             completions: l(&self.completions),
             calls: l(&self.calls),
+            srq_depth: l(&self.srq_depth),
+            srq_low: l(&self.srq_low),
+            receive_share: l(&self.receive_share),
         }
     }
 }
@@ -193,6 +207,8 @@ pub struct PollGroup<P: Provider, S, F> {
     /// Completions counted at the last look, and since when that count has not moved
     /// (an idle group gives its shared pool's free memory back once per idle spell).
     idle: (u64, Option<Instant>),
+    /// The fewest receives the shared queue held after a Send took one.
+    srq_low: u32,
     /// Queue-pair number to index in `conns`.
     by_qp: HashMap<u32, usize>,
     wcs: [Completion; CQ_BATCH],
@@ -307,6 +323,16 @@ where
                 index,
                 shared: shared.clone(),
                 cq,
+                srq_low: shared_recv.as_ref().map_or(0, |s| s.depth()),
+                counters: Arc::new(GroupCounters {
+                    srq_depth: AtomicU64::new(
+                        shared_recv.as_ref().map_or(0, |s| u64::from(s.depth())),
+                    ),
+                    srq_low: AtomicU64::new(
+                        shared_recv.as_ref().map_or(0, |s| u64::from(s.depth())),
+                    ),
+                    ..GroupCounters::default()
+                }),
                 shared_recv,
                 idle: (0, None),
                 conns: Vec::new(),
@@ -314,7 +340,6 @@ where
                 wcs: [Completion::EMPTY; CQ_BATCH],
                 touched: [0; CQ_BATCH],
                 scratch: VecDeque::new(),
-                counters: Arc::new(GroupCounters::default()),
                 connecting: 0,
                 polls: 0,
                 completions: 0,
@@ -362,7 +387,11 @@ where
             let shared =
                 wc.wr_id & SHARED_RECV_TAG == SHARED_RECV_TAG && wc.opcode == WcOpcode::Recv;
             let buf = match (&mut self.shared_recv, shared) {
-                (Some(s), true) => s.complete(wc),
+                (Some(s), true) => {
+                    let b = s.complete(wc);
+                    self.srq_low = self.srq_low.min(s.posted());
+                    b
+                }
                 _ => None,
             };
             // A completion of a queue pair already removed (flushed after its
@@ -385,6 +414,9 @@ where
         }
         if let Some(s) = &mut self.shared_recv {
             s.refill();
+            self.counters
+                .srq_low
+                .store(u64::from(self.srq_low), Ordering::Relaxed);
         }
         self.completions += n as u64;
         self.counters
@@ -612,6 +644,9 @@ where
         for c in &mut self.conns {
             c.set_receive_share(share);
         }
+        self.counters
+            .receive_share
+            .store(u64::from(share), Ordering::Relaxed);
     }
 
     /// The shared receive queue's depth and the receives posted in it now, if the

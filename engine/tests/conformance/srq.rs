@@ -122,6 +122,10 @@ pub fn srq_setup<F: Fixture>(n: usize, client: QpConfig) -> Option<SrqSetup<F::P
     let srq = match pd.create_srq(&cq, cfg) {
         Ok(q) => q,
         Err(FabricError::Unsupported(what)) => {
+            assert!(
+                !F::HAS_SRQ,
+                "the device was expected to have shared receive queues: {what}"
+            );
             assert_eq!(
                 dev.caps().max_srq_wr,
                 0,
