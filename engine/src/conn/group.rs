@@ -54,6 +54,7 @@ pub struct GroupCounters {
     srq_depth: AtomicU64,
     srq_low: AtomicU64,
     receive_share: AtomicU64,
+    srq_connections: AtomicU64,
 }
 
 /// A copy of one group's counters.
@@ -82,6 +83,9 @@ pub struct GroupSample {
     pub srq_low: u64,
     /// What each connection's replies grant at most now: its share of the shared queue.
     pub receive_share: u64,
+    /// Connections on the shared queue; the others (arrived when it had no share left
+    /// to give) post receives of their own.
+    pub srq_connections: u64,
 }
 
 impl GroupCounters {
@@ -99,6 +103,7 @@ impl GroupCounters {
             srq_depth: l(&self.srq_depth),
             srq_low: l(&self.srq_low),
             receive_share: l(&self.receive_share),
+            srq_connections: l(&self.srq_connections),
         }
     }
 }
@@ -209,6 +214,8 @@ pub struct PollGroup<P: Provider, S, F> {
     idle: (u64, Option<Instant>),
     /// The fewest receives the shared queue held after a Send took one.
     srq_low: u32,
+    /// Connections on the shared queue (the others post their own receives).
+    srq_conns: u32,
     /// Queue-pair number to index in `conns`.
     by_qp: HashMap<u32, usize>,
     wcs: [Completion; CQ_BATCH],
@@ -324,6 +331,7 @@ where
                 shared: shared.clone(),
                 cq,
                 srq_low: shared_recv.as_ref().map_or(0, |s| s.depth()),
+                srq_conns: 0,
                 counters: Arc::new(GroupCounters {
                     srq_depth: AtomicU64::new(
                         shared_recv.as_ref().map_or(0, |s| u64::from(s.depth())),
@@ -496,20 +504,13 @@ where
             let _ = lock(&shared.listening).listener.cm.reject(request, &[]);
             return;
         };
-        // With a shared receive queue: the share each connection gets once this one is
-        // in; none left means the queue cannot take another connection.
-        let share = match &self.shared_recv {
-            Some(s) => match s.share(self.conns.len() as u32 + 1) {
-                Some(n) => Some(n),
-                None => {
-                    bump(&self.counters.refused, 1);
-                    shared.loads[self.index].fetch_sub(1, Ordering::AcqRel);
-                    let _ = lock(&shared.listening).listener.cm.reject(request, &[]);
-                    return;
-                }
-            },
-            None => None,
-        };
+        // With a shared receive queue: the share each of its connections gets once
+        // this one is in. None left: this connection posts receives of its own (the
+        // group's queue has room for them, as without a shared queue).
+        let share = self
+            .shared_recv
+            .as_ref()
+            .and_then(|s| s.share(self.srq_conns + 1));
         let mut l = lock(&shared.listening);
         let srq = self
             .shared_recv
@@ -530,6 +531,7 @@ where
                 l.routes.insert(c.conn_id(), self.index);
                 drop(l);
                 self.by_qp.insert(c.qp().qp_num(), self.conns.len());
+                self.srq_conns += u32::from(c.on_shared_receives());
                 self.conns.push(c);
                 self.reshare();
                 bump(&self.counters.accepted, 1);
@@ -606,6 +608,7 @@ where
                 self.by_qp.insert(moved.qp().qp_num(), i);
             }
             lock(&self.shared.listening).routes.remove(&c.conn_id());
+            self.srq_conns -= u32::from(c.on_shared_receives());
             self.retired_calls += c.stats().calls;
             self.shared.loads[self.index].fetch_sub(1, Ordering::AcqRel);
             bump(&self.counters.closed, 1);
@@ -640,13 +643,16 @@ where
         let Some(s) = &self.shared_recv else {
             return;
         };
-        let share = s.share(self.conns.len() as u32).unwrap_or(1);
+        let share = s.share(self.srq_conns).unwrap_or(1);
         for c in &mut self.conns {
             c.set_receive_share(share);
         }
         self.counters
             .receive_share
             .store(u64::from(share), Ordering::Relaxed);
+        self.counters
+            .srq_connections
+            .store(u64::from(self.srq_conns), Ordering::Relaxed);
     }
 
     /// The shared receive queue's depth and the receives posted in it now, if the
@@ -660,7 +666,7 @@ where
     pub fn receive_share(&self) -> Option<u32> {
         self.shared_recv
             .as_ref()
-            .and_then(|s| s.share(self.conns.len() as u32))
+            .and_then(|s| s.share(self.srq_conns))
     }
 
     /// Starts disconnecting every connection (at shutdown); keep polling until

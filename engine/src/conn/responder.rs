@@ -70,6 +70,8 @@ pub struct ResponderConn<P: Provider, S, B: RequesterRole = NoRequester> {
     placed_in_poll: bool,
     /// Free buffers were released since the last activity (once per idle spell).
     released: bool,
+    /// The queue pair takes its receives from the group's shared receive queue.
+    on_srq: bool,
 }
 
 impl<P: Provider, S: Service> ResponderConn<P, S> {
@@ -164,6 +166,7 @@ impl<P: Provider, S: Service, B: RequesterRole> ResponderConn<P, S, B> {
             Some(cq) => res.qp_init_on(cq),
             None => res.qp_init()?,
         };
+        let on_srq = matches!((shared, group_cq), (Some(_), Some(_)));
         if let (Some((srq, share)), Some(_)) = (shared, group_cq) {
             core.use_shared_receives(share);
             init.srq = Some(srq);
@@ -196,6 +199,7 @@ impl<P: Provider, S: Service, B: RequesterRole> ResponderConn<P, S, B> {
             may_release: dev.caps().release_registered,
             placed_in_poll: dev.caps().places_in_poll,
             released: false,
+            on_srq,
         })
     }
 
@@ -326,6 +330,11 @@ impl<P: Provider, S: Service, B: RequesterRole> ResponderConn<P, S, B> {
             }
         }
         self.core.handle_shared_recv(buf, wc, now);
+    }
+
+    /// Whether the connection takes its receives from its group's shared receive queue.
+    pub fn on_shared_receives(&self) -> bool {
+        self.on_srq
     }
 
     /// Moves this connection's share of the group's shared receive queue: the most

@@ -17,8 +17,10 @@
 //! so that `N * (s + done) <= D - (s + done)`: a connection arriving (its first call
 //! needs one receive before any grant) or a grant shrinking (a requester keeps using
 //! the larger grant until it reads a reply carrying the smaller one) still finds
-//! receives. A connect request that would leave `s < 1` is refused. The share moves as
-//! connections come and go; every connection's next reply carries it.
+//! receives. A connection arriving when that would leave `s < 1` gets no share: it
+//! posts receives of its own, as without a shared queue (the group's completion queue
+//! has room for them). The share moves as connections come and go; every connection's
+//! next reply carries it.
 //!
 //! The queue is refilled from the pool on every poll of the group, so between two
 //! polls at most `D` Sends can arrive, which the grants bound.

@@ -58,7 +58,7 @@ pub use provider::{
 };
 pub use types::{
     Completion, DeviceCaps, PeerAddr, QpCaps, QpConfig, QpState, RecvWr, RemoteAddr, SendFlags,
-    SendOp, SendWr, Sge, SrqConfig, WcOpcode, WcStatus, RNR_RETRY_INFINITE,
+    SendOp, SendWr, Sge, SrqConfig, WcOpcode, WcStatus, RNR_RETRY_INFINITE, SOFTWARE_MAX_SRQ_WR,
 };
 
 /// `len` deterministic pseudo-random octets from the xorshift state `x`: the inputs a

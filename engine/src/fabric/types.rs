@@ -387,6 +387,10 @@ impl Default for QpCaps {
     }
 }
 
+/// Most receives a software provider's shared receive queue holds (shm, siw, sim):
+/// beyond a queue pair's depth, since one queue serves many connections.
+pub const SOFTWARE_MAX_SRQ_WR: u32 = 1 << 16;
+
 /// What a shared receive queue is created with (`ibv_srq_init_attr`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SrqConfig {
@@ -567,7 +571,7 @@ impl DeviceCaps {
             reports_remote_invalidation: true,
             release_registered: true,
             places_in_poll: false,
-            max_srq_wr: max_qp_wr,
+            max_srq_wr: SOFTWARE_MAX_SRQ_WR,
         }
     }
 }

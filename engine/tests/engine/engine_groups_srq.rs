@@ -116,8 +116,9 @@ fn close<P: Provider>(mut c: Requester<P>) {
 }
 
 /// Each connection's grant is its share of the queue for the connections there are:
-/// it shrinks as clients connect (8, 8, 7, 4, 2), a connection that would leave no
-/// share is refused, and it grows back as clients leave.
+/// it shrinks as clients connect (8, 8, 7, 4, 2); a sixth, which would leave no share,
+/// posts receives of its own (full credits) while the others keep theirs; the shares
+/// grow back as clients leave.
 fn credits_follow_the_connections<N: Net>(net: N)
 where
     PollGroup<N::P, TestService, Factory>: Send,
@@ -138,19 +139,29 @@ where
         }
     }
     assert_eq!(share(6), None);
-    // A sixth does not fit: refused, and the others keep their share.
-    assert!(connect::<N>(&dev, &addr).is_err(), "no room for a sixth");
-    wait_until(&counters, "the sixth refused", |s| s.refused == 1);
-    // Three leave: the two left get 8 again.
+    // A sixth does not fit on the queue: it gets receives of its own.
+    let mut sixth = connect::<N>(&dev, &addr).expect("the sixth connects");
+    wait_until(&counters, "the sixth accepted", |s| {
+        s.connections == 6 && s.srq_connections == 5
+    });
+    assert_eq!(null_grant(&mut sixth), 8, "its own receives: full credits");
+    for c in &mut conns {
+        assert_eq!(null_grant(c), 2, "the shared queue's five keep their share");
+    }
+    // Three of the shared queue's leave: the two left get 8 again.
     for c in conns.drain(2..) {
         close(c);
     }
     wait_until(&counters, "three closed", |s| {
-        s.connections == 2 && s.receive_share == u64::from(share(2).expect("fits"))
+        s.connections == 3
+            && s.srq_connections == 2
+            && s.receive_share == u64::from(share(2).expect("fits"))
     });
     for c in &mut conns {
         assert_eq!(null_grant(c), 8);
     }
+    assert_eq!(null_grant(&mut sixth), 8);
+    conns.push(sixth);
     let s = counters.sample();
     assert_eq!(s.srq_depth, u64::from(DEPTH));
     assert!(s.srq_low >= 1, "a Send never found the queue empty: {s:?}");

@@ -106,7 +106,7 @@ impl ShmSrq {
         cq: Arc<CqShared>,
         cfg: SrqConfig,
     ) -> Result<ShmSrq, FabricError> {
-        let max_wr = dev.cfg.max_qp_wr;
+        let max_wr = crate::fabric::SOFTWARE_MAX_SRQ_WR;
         if cfg.max_wr == 0 || cfg.max_wr > max_wr {
             return Err(FabricError::InvalidCaps {
                 what: "srq max_wr",

@@ -53,7 +53,14 @@ impl WorldState {
         cq: Idx,
         cfg: SrqConfig,
     ) -> Result<Idx, FabricError> {
-        let max_wr = self.cfg.caps.max_qp_wr;
+        // A network configured without them (`max_srq_wr` 0) models a device that
+        // has none.
+        let max_wr = self.cfg.caps.max_srq_wr;
+        if max_wr == 0 {
+            return Err(FabricError::Unsupported(
+                "shared receive queues (max_srq_wr is 0)",
+            ));
+        }
         if cfg.max_wr == 0 || cfg.max_wr > max_wr {
             return Err(FabricError::InvalidCaps {
                 what: "srq max_wr",

@@ -87,7 +87,7 @@ impl SiwSrq {
         if !Arc::ptr_eq(&cq.dev, &dev) {
             return Err(FabricError::WrongDevice);
         }
-        let max_wr = dev.cfg.max_qp_wr;
+        let max_wr = crate::fabric::SOFTWARE_MAX_SRQ_WR;
         if cfg.max_wr == 0 || cfg.max_wr > max_wr {
             return Err(FabricError::InvalidCaps {
                 what: "srq max_wr",
