@@ -55,6 +55,7 @@ pub struct GroupCounters {
     srq_low: AtomicU64,
     receive_share: AtomicU64,
     srq_connections: AtomicU64,
+    idle_releases: AtomicU64,
 }
 
 /// A copy of one group's counters.
@@ -86,6 +87,9 @@ pub struct GroupSample {
     /// Connections on the shared queue; the others (arrived when it had no share left
     /// to give) post receives of their own.
     pub srq_connections: u64,
+    /// Times a connection went idle and gave its free buffers' memory back (counted
+    /// with the limits, ten times a second at most).
+    pub idle_releases: u64,
 }
 
 impl GroupCounters {
@@ -104,6 +108,7 @@ impl GroupCounters {
             srq_low: l(&self.srq_low),
             receive_share: l(&self.receive_share),
             srq_connections: l(&self.srq_connections),
+            idle_releases: l(&self.idle_releases),
         }
     }
 }
@@ -588,6 +593,9 @@ where
         }
         if look {
             self.counters.calls.store(calls, Ordering::Relaxed);
+            self.counters
+                .idle_releases
+                .store(self.limit_counters.idle_releases, Ordering::Relaxed);
             self.release_idle_receives(now);
         }
         self.recount();
