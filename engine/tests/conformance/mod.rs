@@ -21,6 +21,7 @@ use rpcrdma::fabric::{
 use rpcrdma_pools::{Arena, ArenaOptions, HugePages};
 
 mod srq;
+#[allow(unused_imports)] // used by the test crates that expand `conformance_tests!`
 pub use srq::*;
 
 /// How long any single wait may take before the test fails.
