@@ -60,6 +60,9 @@ const LONG: usize = 200 * 1024;
 /// Overrides the number of clients (to measure other counts by hand).
 const COUNT: &str = "RPCRDMA_SCALE_COUNT";
 
+/// One measurement at a time: two servers in one process would share VmRSS.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
 /// `default` clients, or what [`COUNT`] says.
 fn count(default: usize) -> usize {
     std::env::var(COUNT)
@@ -296,8 +299,6 @@ where
     P::Device: Device<P = P>,
     Responder<P, TestService, fn() -> Option<TestService>>: Send + 'static,
 {
-    // One measurement at a time: two servers in one process would share VmRSS.
-    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let end = Instant::now() + OVERALL;
     let limit = raise_nofile();
@@ -505,7 +506,6 @@ where
     P::Device: Device<P = P>,
     PollGroup<P, TestService, fn() -> Option<TestService>>: Send,
 {
-    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let end = Instant::now() + OVERALL;
     raise_nofile();

@@ -223,6 +223,7 @@ impl<P: Provider, S: Service, B: RequesterRole> ResponderConn<P, S, B> {
             return 0;
         }
         self.core.flush_pool_caches();
+        self.qp.release_idle_memory();
         let p = &self.res.pools;
         // A failure leaves that memory resident, nothing worse: count what went.
         let mut released: usize = [&p.large, &p.recv, &p.send]

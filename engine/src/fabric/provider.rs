@@ -204,6 +204,10 @@ pub trait QueuePair {
     fn peer_addr(&self) -> super::PeerAddr {
         super::PeerAddr::Unknown
     }
+    /// The connection is idle: the provider may give back memory it keeps for it and
+    /// refills on demand (siw: the pages of its socket receive buffer). A cold path
+    /// (system calls); the default does nothing.
+    fn release_idle_memory(&mut self) {}
     /// Why the peer aborted the connection, once its abort (an iWARP peer's Terminate)
     /// put the queue pair in error; providers that cannot see one report `None`. Read
     /// it when a completion fails: the abort is recorded before anything it flushes.

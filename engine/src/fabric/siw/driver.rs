@@ -289,6 +289,13 @@ impl Driver {
                 }
             }
             Retire::Cq(id) => self.cqs.remove(id),
+            Retire::Trim(conn) => {
+                if let Some(slot) = self.find(conn) {
+                    if let Some(Some(c)) = self.conns.get_mut(slot) {
+                        c.trim_rx();
+                    }
+                }
+            }
             Retire::Reservation { cq, n } => {
                 if let Some(cq) = self.cqs.get(cq) {
                     cq.unreserve(n);

@@ -368,6 +368,11 @@ impl QueuePair for SiwQp {
         self.shared.state()
     }
 
+    fn release_idle_memory(&mut self) {
+        self.dev
+            .retire(super::device::Retire::Trim(self.shared.conn));
+    }
+
     fn peer_abort(&self) -> Option<crate::fabric::PeerAbort> {
         self.peer_terminate().map(Into::into)
     }
