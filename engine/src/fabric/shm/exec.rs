@@ -16,6 +16,7 @@ use rpcrdma_pools::Arena;
 use super::arenas::{Announcement, ANNOUNCE_LEN};
 use super::pd::PdShared;
 use super::qp::{QpShared, RqEntry};
+use super::srq::SrqShared;
 
 /// The protection domain a receive's keys are checked in: the queue pair's own, or its
 /// shared receive queue's.
@@ -27,7 +28,7 @@ struct RecvDomain<'a> {
 
 impl RecvDomain<'_> {
     /// Our receive buffer `sge`, checked now (a NIC checks at placement, not at post).
-    #[inline]
+    #[inline(always)]
     fn run(self, qp: &QpShared, sge: &Sge) -> Option<Run> {
         Executor::target_run_in(
             qp,
@@ -300,6 +301,7 @@ impl Executor {
     }
 
     /// Resolves our own `[addr, addr+len)` under `rkey` with `need`.
+    #[inline]
     fn target_run_in(
         qp: &QpShared,
         dom: RecvDomain<'_>,
@@ -405,45 +407,67 @@ impl Executor {
         slot: *const ReqSlot,
         out: &mut Completion,
     ) -> Outcome {
-        let (wr_id, placed) = match &qp.srq {
-            None => {
-                let posted = qp.posted.rq_posted.load(Ordering::Acquire);
-                let consumed = qp.polled.rq_consumed.load(Ordering::Relaxed);
-                if consumed == posted {
-                    return self.receiver_not_ready(qp);
-                }
-                self.rnr = None;
-                // SAFETY: consumed < posted: the poster published this entry; we are the
-                // receive queue's only consumer, and release it below, after the last use
-                // of `recv`.
-                let recv = unsafe { qp.rq.get(consumed) };
-                let dom = RecvDomain {
-                    pd: qp.pd,
-                    pdt: &qp.pdt,
-                };
-                let placed = self.place_recv(qp, dom, h, slot, recv);
-                let wr_id = recv.wr_id;
-                qp.polled.rq_consumed.store(consumed + 1, Ordering::Release);
-                (wr_id, placed)
-            }
-            Some(srq) => {
-                // SAFETY: the queue pair's receive CQ is the shared queue's (checked at
-                // creation), and this runs in its poll: the queue's one consumer.
-                let Some(recv) = (unsafe { srq.front() }) else {
-                    return self.receiver_not_ready(qp);
-                };
-                self.rnr = None;
-                let dom = RecvDomain {
-                    pd: srq.pd,
-                    pdt: &srq.pdt,
-                };
-                let placed = self.place_recv(qp, dom, h, slot, recv);
-                let wr_id = recv.wr_id;
-                // SAFETY: as above; `recv` is not used after this.
-                unsafe { srq.take() };
-                (wr_id, placed)
-            }
+        if let Some(srq) = &qp.srq {
+            return self.exec_send_shared(qp, srq, h, slot, out);
+        }
+        let posted = qp.posted.rq_posted.load(Ordering::Acquire);
+        let consumed = qp.polled.rq_consumed.load(Ordering::Relaxed);
+        if consumed == posted {
+            return self.receiver_not_ready(qp);
+        }
+        self.rnr = None;
+        // SAFETY: consumed < posted: the poster published this entry; we are the
+        // receive queue's only consumer, and release it below, after the last use of
+        // `recv`.
+        let recv = unsafe { qp.rq.get(consumed) };
+        let wr_id = recv.wr_id;
+        let dom = RecvDomain {
+            pd: qp.pd,
+            pdt: &qp.pdt,
         };
+        let placed = self.place_recv(qp, dom, h, slot, recv);
+        qp.polled.rq_consumed.store(consumed + 1, Ordering::Release);
+        Self::received(qp, h, wr_id, placed, out)
+    }
+
+    /// [`exec_send`](Self::exec_send) of a queue pair taking its receives from a shared
+    /// receive queue. Out of line: the common path keeps one branch.
+    #[inline(never)]
+    fn exec_send_shared(
+        &mut self,
+        qp: &QpShared,
+        srq: &SrqShared,
+        h: &ReqHeader,
+        slot: *const ReqSlot,
+        out: &mut Completion,
+    ) -> Outcome {
+        // SAFETY: the queue pair's receive CQ is the shared queue's (checked at
+        // creation), and this runs in its poll: the queue's one consumer.
+        let Some(recv) = (unsafe { srq.front() }) else {
+            return self.receiver_not_ready(qp);
+        };
+        self.rnr = None;
+        let wr_id = recv.wr_id;
+        let dom = RecvDomain {
+            pd: srq.pd,
+            pdt: &srq.pdt,
+        };
+        let placed = self.place_recv(qp, dom, h, slot, recv);
+        // SAFETY: as above; `recv` is not used after this.
+        unsafe { srq.take() };
+        Self::received(qp, h, wr_id, placed, out)
+    }
+
+    /// The receive completion of a Send placed (or refused) into receive `wr_id`, and
+    /// the ack for the sender.
+    #[inline(always)]
+    fn received(
+        qp: &QpShared,
+        h: &ReqHeader,
+        wr_id: u64,
+        placed: Result<Option<u32>, (WcStatus, u32)>,
+        out: &mut Completion,
+    ) -> Outcome {
         let (status, byte_len, inv, ack_status) = match placed {
             Ok(inv) => (WcStatus::Success, h.total_len, inv, ack::OK),
             Err((status, ack_status)) => (status, 0, None, ack_status),
@@ -463,7 +487,7 @@ impl Executor {
     }
 
     /// Places a Send into receive `recv`, whose keys belong to `dom`.
-    #[inline]
+    #[inline(always)]
     fn place_recv(
         &mut self,
         qp: &QpShared,
