@@ -303,6 +303,9 @@ pub struct ShmQp {
     sq_freed_seen: u64,
     rq_head: u64,
     rq_consumed_seen: u64,
+    /// Receives this queue pair may have posted: its `max_recv_wr`, or 0 when its
+    /// receives come from a shared receive queue (`post_recv` refuses them all).
+    rq_depth: u32,
     cq_reservations: [Option<(Arc<CqShared>, u64)>; 2],
     /// The peer process (`SO_PEERCRED` of the connection's socket), set by the CM.
     pub(crate) peer_addr: PeerAddr,
@@ -442,6 +445,11 @@ impl ShmQp {
             release(&reservations);
             return Err(e);
         }
+        let rq_depth = if shared.srq.is_some() {
+            0
+        } else {
+            shared.caps.max_recv_wr
+        };
         Ok(ShmQp {
             req: shared.own.req_producer(),
             shared,
@@ -454,6 +462,7 @@ impl ShmQp {
             sq_freed_seen: 0,
             rq_head: 0,
             rq_consumed_seen: 0,
+            rq_depth,
             cq_reservations: reservations,
         })
     }
@@ -803,15 +812,8 @@ impl QueuePair for ShmQp {
     }
 
     fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
-        if self.shared.srq.is_some() && !wrs.is_empty() {
-            return Err(PostError {
-                posted: 0,
-                kind: PostErrorKind::Malformed(
-                    "the queue pair takes its receives from a shared receive queue",
-                ),
-            });
-        }
-        let depth = u64::from(self.shared.caps.max_recv_wr);
+        // 0 on a shared receive queue: every post is refused as beyond the depth.
+        let depth = u64::from(self.rq_depth);
         let max_sge = self.shared.caps.max_recv_sge;
         let mut result = Ok(());
         for (i, wr) in wrs.iter().enumerate() {
