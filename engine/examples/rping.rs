@@ -167,6 +167,7 @@ impl Side {
             pd: &self.pd,
             send_cq: &self.cq,
             recv_cq: &self.cq,
+            srq: None,
             config: QpConfig {
                 caps: QpCaps {
                     max_send_wr: 16,

@@ -40,8 +40,8 @@ pub mod wire;
 // The embedding API: connections and their drivers.
 pub use conn::task::{Client, ClientError, ConnMsg, PendingCall, RequesterTask, ResponderTask};
 pub use conn::{
-    ConnError, ConnResources, GroupCounters, GroupSample, Listener, Pair, PairError, PairWait,
-    PollGroup, PollGroupTask, ReconnectStats, Requester, RequesterBuilder, Responder,
+    ConnError, ConnResources, GroupCounters, GroupOptions, GroupSample, Listener, Pair, PairError,
+    PairWait, PollGroup, PollGroupTask, ReconnectStats, Requester, RequesterBuilder, Responder,
     ResponderBuilder, ResponderConn, ResponderCounters, ResponderLimits, Serving, StopHandle,
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_RELEASE_IDLE,
 };

@@ -36,7 +36,8 @@ use rpcrdma::fabric::shm::{ShmAddr, ShmDevice, ShmProvider};
 use rpcrdma::fabric::siw::{SiwDevice, SiwProvider};
 use rpcrdma::fabric::{Device, Provider};
 use rpcrdma::{CallRequest, CallStatus, ConnConfig, ConnState, Requester, Responder};
-use rpcrdma::{ResponderLimits, Serving};
+use rpcrdma::{PollGroup, PollGroupTask, ResponderLimits, Serving};
+use rpcrdma_poller::{IdlePolicy, PollerConfig, PollerGroup};
 use rpcrdma_pools::HugePages;
 
 /// Most resident memory one idle connection may add to the server.
@@ -58,6 +59,9 @@ const PIPELINE: usize = 8;
 const LONG: usize = 200 * 1024;
 /// Overrides the number of clients (to measure other counts by hand).
 const COUNT: &str = "RPCRDMA_SCALE_COUNT";
+
+/// One measurement at a time: two servers in one process would share VmRSS.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 /// `default` clients, or what [`COUNT`] says.
 fn count(default: usize) -> usize {
@@ -295,8 +299,6 @@ where
     P::Device: Device<P = P>,
     Responder<P, TestService, fn() -> Option<TestService>>: Send + 'static,
 {
-    // One measurement at a time: two servers in one process would share VmRSS.
-    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let end = Instant::now() + OVERALL;
     let limit = raise_nofile();
@@ -491,4 +493,144 @@ fn siw_idle_connections_cost_at_most_256_kib_each() {
     };
     let addr = net.addr();
     measure::<SiwProvider>(net.device(), &addr, "siw", &addr.to_string(), count(200));
+}
+
+/// One poll group with its shared receive queue (the default of `rpcrdma serve
+/// --cores`) serving `n` clients of the child: what a connection costs when its
+/// receives come from the group's queue and pool. On siw, whose driver places into
+/// posted receives outside our polls, a connection no longer keeps 32 posted receives
+/// of its own once written (128 KiB); the group's queue holds its share instead.
+fn measure_group<P>(dev: P::Device, addr: &P::Addr, provider: &str, addr_arg: &str, n: usize)
+where
+    P: Provider,
+    P::Device: Device<P = P>,
+    PollGroup<P, TestService, fn() -> Option<TestService>>: Send,
+{
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let end = Instant::now() + OVERALL;
+    raise_nofile();
+    let factory: fn() -> Option<TestService> = || Some(TestService::default());
+    let mut groups = PollGroup::<P, TestService, _>::bind(
+        dev,
+        addr,
+        server_config(),
+        factory,
+        1,
+        ResponderLimits {
+            max_connections: n + 16,
+            ..ResponderLimits::default()
+        },
+    )
+    .expect("the group listens");
+    let group = groups.pop().expect("one group");
+    let (depth, posted) = group.shared_receives().expect("a shared receive queue");
+    assert_eq!(posted, depth);
+    let counters = group.counters().clone();
+    let before = rss();
+    let pollers = PollerGroup::<()>::start(
+        &[0],
+        PollerConfig {
+            idle: IdlePolicy::parking(Duration::from_millis(1)),
+            ..PollerConfig::default()
+        },
+    )
+    .expect("poller");
+    pollers
+        .add_task(0, Box::new(PollGroupTask::new(group).allow_park(true)))
+        .map_err(|_| "add the group")
+        .expect("added");
+    let mut child = ChildGuard(
+        Command::new(std::env::current_exe().expect("test binary"))
+            .args(["--exact", "scale_clients_child", "--nocapture"])
+            .env(CHILD_PROVIDER, provider)
+            .env(CHILD_ADDR, addr_arg)
+            .env(CHILD_COUNT, n.to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn the clients"),
+    );
+    let rx = lines(&mut child.0);
+    let mut stdin: ChildStdin = child.0.stdin.take().expect("piped stdin");
+    wait_for(&rx, READY, end);
+    let wait = |what: &str, ok: &dyn Fn(&rpcrdma::GroupSample) -> bool| loop {
+        let s = counters.sample();
+        if ok(&s) {
+            return s;
+        }
+        assert!(Instant::now() < end, "{what}: {s:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let s = wait(
+        "every connection on the shared queue, idle and released",
+        &|s| s.srq_connections == n as u64 && s.idle_releases >= n as u64,
+    );
+    assert!(s.receive_share >= 1);
+    let idle = rss();
+    report(
+        provider,
+        "group + shared queue, idle, released",
+        n,
+        before,
+        idle,
+    );
+    writeln!(stdin, "busy").expect("tell the child to work");
+    wait_for(&rx, BUSY_DONE, end);
+    wait("the busy ones released again", &|s| {
+        s.idle_releases >= (n + BUSY) as u64
+    });
+    let worked = rss();
+    report(
+        provider,
+        "group + shared queue, after some worked, released",
+        n,
+        before,
+        worked,
+    );
+    // The shared queue's buffers are the group's: once Sends have cycled through its
+    // posted receives (taken oldest first), siw has written every one, so the queue
+    // holds at most its depth in receive buffers resident, whoever sent. That part is
+    // the group's, shared by all; the rest of the growth is the busy connections' own.
+    let queue = u64::from(depth) * u64::from(server_config().inline_recv);
+    let grown = worked[0].saturating_sub(idle[0]);
+    let extra = grown.saturating_sub(queue) / BUSY as u64;
+    let idle_per = idle[0].saturating_sub(before[0]) / n as u64;
+    eprintln!(
+        "{provider} group: shared queue of {depth} ({:.0} KiB of receive buffers at most, \
+         {:.1} KiB per connection), share {} credits; a connection that worked keeps \
+         {:.1} KiB more of its own once idle: {:.1} KiB in all, {:.1} KiB with its part \
+         of the queue",
+        queue as f64 / 1024.0,
+        (queue / n as u64) as f64 / 1024.0,
+        counters.sample().receive_share,
+        extra as f64 / 1024.0,
+        (idle_per + extra) as f64 / 1024.0,
+        (idle_per + extra + queue / n as u64) as f64 / 1024.0,
+    );
+    assert!(
+        extra <= BUDGET,
+        "{provider} group: a connection that worked keeps {extra} octets more once idle"
+    );
+    writeln!(stdin, "go").expect("tell the child to go on");
+    wait_for(&rx, DONE, end);
+    loop {
+        if let Some(status) = child.0.try_wait().expect("child status") {
+            assert!(status.success(), "the clients exited with {status}");
+            break;
+        }
+        assert!(Instant::now() < end, "the clients did not exit");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    pollers
+        .shutdown(Instant::now() + DEADLINE)
+        .expect("the poller stops");
+}
+
+#[test]
+fn siw_group_with_a_shared_queue_costs_at_most_256_kib_a_connection() {
+    let net = SiwNet {
+        confirm_completions: true,
+    };
+    let addr = net.addr();
+    measure_group::<SiwProvider>(net.device(), &addr, "siw", &addr.to_string(), count(200));
 }

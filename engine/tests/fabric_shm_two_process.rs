@@ -173,6 +173,7 @@ impl End {
             pd: &self.pd,
             send_cq: &self.cq,
             recv_cq: &self.cq,
+            srq: None,
             config: End::config(),
         };
         let qp = self
@@ -188,6 +189,7 @@ impl End {
             pd: &self.pd,
             send_cq: &self.cq,
             recv_cq: &self.cq,
+            srq: None,
             config: End::config(),
         };
         let qp = self

@@ -124,6 +124,7 @@ fn connected_pair() -> (End, End) {
         pd: &c.pd,
         send_cq: &c.cq,
         recv_cq: &c.cq,
+        srq: None,
         config: config(),
     };
     let cqp = c.cm.connect(&addr, init, b"").expect("connect");
@@ -138,6 +139,7 @@ fn connected_pair() -> (End, End) {
                     pd: &s.pd,
                     send_cq: &s.cq,
                     recv_cq: &s.cq,
+                    srq: None,
                     config: config(),
                 };
                 sqp = Some(s.cm.accept(request, init, b"").expect("accept"));

@@ -112,6 +112,7 @@ fn connected_pair() -> (End, End) {
         pd: &c.1,
         send_cq: &c.2,
         recv_cq: &c.2,
+        srq: None,
         config: config(),
     };
     let cqp = c.3.connect(&addr, init, b"").expect("connect");
@@ -126,6 +127,7 @@ fn connected_pair() -> (End, End) {
                     pd: &s.1,
                     send_cq: &s.2,
                     recv_cq: &s.2,
+                    srq: None,
                     config: config(),
                 };
                 sqp = Some(s.3.accept(request, init, b"").expect("accept"));

@@ -120,6 +120,7 @@ fn connected_pair(confirm: bool) -> (End, End) {
         pd: &c.pd,
         send_cq: &c.cq,
         recv_cq: &c.cq,
+        srq: None,
         config: config(),
     };
     let cqp = c.cm.connect(&addr, init, b"").expect("connect");
@@ -135,6 +136,7 @@ fn connected_pair(confirm: bool) -> (End, End) {
                     pd: &s.pd,
                     send_cq: &s.cq,
                     recv_cq: &s.cq,
+                    srq: None,
                     config: config(),
                 };
                 sqp = Some(s.cm.accept(request, init, b"").expect("accept"));

@@ -233,6 +233,7 @@ impl<P: Provider> Host<P> {
             pd: &self.pd,
             send_cq: &self.cq,
             recv_cq: &self.cq,
+            srq: None,
             config,
         };
         let qp = match request {

@@ -29,12 +29,13 @@ use std::time::{Duration, Instant};
 use rpcrdma_poller::{PollCtx, Task};
 
 use super::responder::{Listener, ResponderConn, ResponderCounters, ResponderLimits};
+use super::shared_recv::{SharedRecv, SHARED_RECV_TAG};
 use super::{ConnError, CM_POLL_INTERVAL, CQ_BATCH, DEFAULT_RELEASE_IDLE};
 use crate::core::config::ConnConfig;
 use crate::core::{ConnState, NoRequester, RequesterRole};
 use crate::fabric::{
     CmEvent, CmPrivateData, Completion, CompletionQueue, ConnId, ConnectionManager, Device,
-    Provider, QueuePair,
+    Provider, QueuePair, WcOpcode,
 };
 use crate::service::Service;
 
@@ -49,6 +50,11 @@ pub struct GroupCounters {
     over_limit: AtomicU64,
     completions: AtomicU64,
     calls: AtomicU64,
+    srq_depth: AtomicU64,
+    srq_low: AtomicU64,
+    receive_share: AtomicU64,
+    srq_connections: AtomicU64,
+    idle_releases: AtomicU64,
 }
 
 /// A copy of one group's counters.
@@ -69,6 +75,20 @@ pub struct GroupSample {
     /// Calls its connections received (closed ones included), counted when the
     /// limits are checked (ten times a second at most).
     pub calls: u64,
+    /// The depth of the group's shared receive queue (0: none).
+    pub srq_depth: u64,
+    /// The fewest receives the shared queue held right after a Send took one, before
+    /// the group refilled it: a Send never found it empty while this stayed above 0
+    /// (starts at the depth).
+    pub srq_low: u64,
+    /// What each connection's replies grant at most now: its share of the shared queue.
+    pub receive_share: u64,
+    /// Connections on the shared queue; the others (arrived when it had no share left
+    /// to give) post receives of their own.
+    pub srq_connections: u64,
+    /// Times a connection went idle and gave its free buffers' memory back (counted
+    /// with the limits, ten times a second at most).
+    pub idle_releases: u64,
 }
 
 impl GroupCounters {
@@ -83,6 +103,11 @@ impl GroupCounters {
             over_limit: l(&self.over_limit),
             completions: l(&self.completions),
             calls: l(&self.calls),
+            srq_depth: l(&self.srq_depth),
+            srq_low: l(&self.srq_low),
+            receive_share: l(&self.receive_share),
+            srq_connections: l(&self.srq_connections),
+            idle_releases: l(&self.idle_releases),
         }
     }
 }
@@ -91,6 +116,29 @@ impl GroupCounters {
 #[inline]
 fn bump(a: &AtomicU64, n: u64) {
     a.store(a.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+}
+
+/// How [`PollGroup::bind_with`] sets groups up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupOptions {
+    /// Serve the group's connections' receives from one shared receive queue per
+    /// group, with buffers from one pool of the group's, where the device has shared
+    /// receive queues (`DeviceCaps::max_srq_wr`); else each connection posts its own.
+    /// On by default.
+    pub shared_receives: bool,
+    /// The shared queue's depth; 0 sizes it for the group's share of the connection
+    /// cap (each connection one credit plus its RDMA_DONE receives), and at least four
+    /// connections' full credits, within the device's limit.
+    pub srq_depth: u32,
+}
+
+impl Default for GroupOptions {
+    fn default() -> Self {
+        GroupOptions {
+            shared_receives: true,
+            srq_depth: 0,
+        }
+    }
 }
 
 /// A connection-manager event for a group: a request to accept, or an event naming
@@ -165,6 +213,16 @@ pub struct PollGroup<P: Provider, S, F, B: RequesterRole = NoRequester> {
     shared: Arc<Shared<P, F>>,
     cq: P::Cq,
     conns: Vec<ResponderConn<P, S, B>>,
+    /// The shared receive queue of the group's connections, if it has one. After
+    /// `conns`, so their queue pairs go before its buffers' registration does.
+    shared_recv: Option<SharedRecv<P>>,
+    /// Completions counted at the last look, and since when that count has not moved
+    /// (an idle group gives its shared pool's free memory back once per idle spell).
+    idle: (u64, Option<Instant>),
+    /// The fewest receives the shared queue held after a Send took one.
+    srq_low: u32,
+    /// Connections on the shared queue (the others post their own receives).
+    srq_conns: u32,
     /// Queue-pair number to index in `conns`.
     by_qp: HashMap<u32, usize>,
     wcs: [Completion; CQ_BATCH],
@@ -202,6 +260,27 @@ where
         groups: usize,
         limits: ResponderLimits,
     ) -> Result<Vec<Self>, ConnError> {
+        Self::bind_with(
+            dev,
+            addr,
+            cfg,
+            factory,
+            groups,
+            limits,
+            GroupOptions::default(),
+        )
+    }
+
+    /// [`bind`](Self::bind) with `opts` (shared receive queues or not, and their depth).
+    pub fn bind_with(
+        dev: P::Device,
+        addr: &P::Addr,
+        cfg: ConnConfig,
+        factory: F,
+        groups: usize,
+        limits: ResponderLimits,
+        opts: GroupOptions,
+    ) -> Result<Vec<Self>, ConnError> {
         cfg.validate().map_err(ConnError::Config)?;
         let groups = groups.max(1);
         let listener = Listener::bind(&dev, addr)?;
@@ -211,9 +290,29 @@ where
         let per_conn = u64::from(B::responder_sizes(&cfg).cq_depth);
         let share = (limits.max_connections.div_ceil(groups) + 1) as u64;
         let depth = (per_conn * share).min(u64::from(dev.caps().max_cq_depth)) as u32;
-        let cqs = (0..groups)
-            .map(|_| dev.create_cq(depth).map_err(ConnError::Fabric))
-            .collect::<Result<Vec<_>, _>>()?;
+        // Receives beyond the credits a connection may consume (RDMA_DONEs, and the
+        // backward direction's replies on a two-role connection).
+        let sizes = B::responder_sizes(&cfg);
+        let done_extra = sizes.rq_depth.saturating_sub(cfg.credits);
+        let srq_depth = match (opts.shared_receives, opts.srq_depth) {
+            (false, _) => None,
+            (true, 0) => SharedRecv::<P>::depth_for(&dev, &cfg, done_extra, share as u32),
+            (true, d) => Some(d.min(dev.caps().max_srq_wr)).filter(|&d| d > 0),
+        };
+        let depth = match srq_depth {
+            // The shared queue's receives complete here too.
+            Some(d) => depth.saturating_add(d).min(dev.caps().max_cq_depth),
+            None => depth,
+        };
+        let mut cqs = Vec::with_capacity(groups);
+        for _ in 0..groups {
+            let cq = dev.create_cq(depth).map_err(ConnError::Fabric)?;
+            let srq = match srq_depth {
+                Some(d) => SharedRecv::create(&dev, &cq, &cfg, done_extra, d)?,
+                None => None,
+            };
+            cqs.push((cq, srq));
+        }
         let shared = Arc::new(Shared {
             dev,
             cfg,
@@ -235,16 +334,28 @@ where
         Ok(cqs
             .into_iter()
             .enumerate()
-            .map(|(index, cq)| PollGroup {
+            .map(|(index, (cq, shared_recv))| PollGroup {
                 index,
                 shared: shared.clone(),
                 cq,
+                srq_low: shared_recv.as_ref().map_or(0, |s| s.depth()),
+                srq_conns: 0,
+                counters: Arc::new(GroupCounters {
+                    srq_depth: AtomicU64::new(
+                        shared_recv.as_ref().map_or(0, |s| u64::from(s.depth())),
+                    ),
+                    srq_low: AtomicU64::new(
+                        shared_recv.as_ref().map_or(0, |s| u64::from(s.depth())),
+                    ),
+                    ..GroupCounters::default()
+                }),
+                shared_recv,
+                idle: (0, None),
                 conns: Vec::new(),
                 by_qp: HashMap::new(),
                 wcs: [Completion::EMPTY; CQ_BATCH],
                 touched: [0; CQ_BATCH],
                 scratch: VecDeque::new(),
-                counters: Arc::new(GroupCounters::default()),
                 connecting: 0,
                 polls: 0,
                 completions: 0,
@@ -287,12 +398,28 @@ where
         }
         let mut touched = 0;
         for wc in &self.wcs[..n] {
+            // A shared receive: its buffer is the group's; the connection whose queue
+            // pair took it gets the message (a removed one's returns to the pool).
+            let shared =
+                wc.wr_id & SHARED_RECV_TAG == SHARED_RECV_TAG && wc.opcode == WcOpcode::Recv;
+            let buf = match (&mut self.shared_recv, shared) {
+                (Some(s), true) => {
+                    let b = s.complete(wc);
+                    self.srq_low = self.srq_low.min(s.posted());
+                    b
+                }
+                _ => None,
+            };
             // A completion of a queue pair already removed (flushed after its
             // connection closed) has nobody to go to.
             let Some(&i) = self.by_qp.get(&wc.qp_num) else {
                 continue;
             };
-            self.conns[i].on_completion(wc, now);
+            match buf {
+                Some(b) => self.conns[i].on_shared_recv(b, wc, now),
+                None if shared => {}
+                None => self.conns[i].on_completion(wc, now),
+            }
             if !self.touched[..touched].contains(&i) {
                 self.touched[touched] = i;
                 touched += 1;
@@ -300,6 +427,12 @@ where
         }
         for &i in &self.touched[..touched] {
             self.conns[i].after_completions(now);
+        }
+        if let Some(s) = &mut self.shared_recv {
+            s.refill();
+            self.counters
+                .srq_low
+                .store(u64::from(self.srq_low), Ordering::Relaxed);
         }
         self.completions += n as u64;
         self.counters
@@ -379,7 +512,19 @@ where
             let _ = lock(&shared.listening).listener.cm.reject(request, &[]);
             return;
         };
+        // With a shared receive queue: the share each of its connections gets once
+        // this one is in. None left: this connection posts receives of its own (the
+        // group's queue has room for them, as without a shared queue).
+        let share = self
+            .shared_recv
+            .as_ref()
+            .and_then(|s| s.share(self.srq_conns + 1));
         let mut l = lock(&shared.listening);
+        let srq = self
+            .shared_recv
+            .as_ref()
+            .zip(share)
+            .map(|(s, n)| (s.srq(), n));
         match ResponderConn::accept_on(
             &mut l.listener,
             &shared.dev,
@@ -388,12 +533,15 @@ where
             &shared.cfg,
             service,
             Some(&self.cq),
+            srq,
         ) {
             Ok(c) => {
                 l.routes.insert(c.conn_id(), self.index);
                 drop(l);
                 self.by_qp.insert(c.qp().qp_num(), self.conns.len());
+                self.srq_conns += u32::from(c.on_shared_receives());
                 self.conns.push(c);
+                self.reshare();
                 bump(&self.counters.accepted, 1);
                 self.counters
                     .connections
@@ -448,6 +596,10 @@ where
         }
         if look {
             self.counters.calls.store(calls, Ordering::Relaxed);
+            self.counters
+                .idle_releases
+                .store(self.limit_counters.idle_releases, Ordering::Relaxed);
+            self.release_idle_receives(now);
         }
         self.recount();
     }
@@ -467,6 +619,7 @@ where
                 self.by_qp.insert(moved.qp().qp_num(), i);
             }
             lock(&self.shared.listening).routes.remove(&c.conn_id());
+            self.srq_conns -= u32::from(c.on_shared_receives());
             self.retired_calls += c.stats().calls;
             self.shared.loads[self.index].fetch_sub(1, Ordering::AcqRel);
             bump(&self.counters.closed, 1);
@@ -475,6 +628,56 @@ where
         self.counters
             .connections
             .store(self.conns.len() as u64, Ordering::Relaxed);
+        self.reshare();
+    }
+
+    /// Once per idle spell of `release_idle` (no completion at all), gives the memory
+    /// of the shared pool's free buffers back (the posted receives keep theirs: a
+    /// provider may place into them at any time).
+    fn release_idle_receives(&mut self, now: Instant) {
+        let (Some(s), Some(after)) = (&mut self.shared_recv, self.shared.release_idle) else {
+            return;
+        };
+        match self.idle {
+            (seen, _) if seen != self.completions => self.idle = (self.completions, Some(now)),
+            (_, Some(since)) if now.saturating_duration_since(since) >= after => {
+                s.release_free();
+                self.idle.1 = None;
+            }
+            _ => {}
+        }
+    }
+
+    /// Gives every connection its share of the shared receive queue for the number
+    /// of connections now (their next replies grant it).
+    fn reshare(&mut self) {
+        let Some(s) = &self.shared_recv else {
+            return;
+        };
+        let share = s.share(self.srq_conns).unwrap_or(1);
+        for c in &mut self.conns {
+            c.set_receive_share(share);
+        }
+        self.counters
+            .receive_share
+            .store(u64::from(share), Ordering::Relaxed);
+        self.counters
+            .srq_connections
+            .store(u64::from(self.srq_conns), Ordering::Relaxed);
+    }
+
+    /// The shared receive queue's depth and the receives posted in it now, if the
+    /// group has one.
+    pub fn shared_receives(&self) -> Option<(u32, u32)> {
+        self.shared_recv.as_ref().map(|s| (s.depth(), s.posted()))
+    }
+
+    /// What each connection's replies grant at most now: its share of the shared
+    /// receive queue (`None` without one).
+    pub fn receive_share(&self) -> Option<u32> {
+        self.shared_recv
+            .as_ref()
+            .and_then(|s| s.share(self.srq_conns))
     }
 
     /// Starts disconnecting every connection (at shutdown); keep polling until

@@ -25,12 +25,13 @@ mod reconnect;
 mod requester;
 mod resources;
 mod responder;
+mod shared_recv;
 pub(crate) mod task;
 
 pub use builder::{
     RequesterBuilder, ResponderBuilder, Serving, StopHandle, DEFAULT_CONNECT_TIMEOUT,
 };
-pub use group::{GroupCounters, GroupSample, PollGroup, PollGroupTask};
+pub use group::{GroupCounters, GroupOptions, GroupSample, PollGroup, PollGroupTask};
 pub use pair::{Pair, PairError, PairWait};
 #[cfg(any(test, feature = "testing"))]
 pub(crate) use post::post_transmit;

@@ -225,6 +225,7 @@ impl<P: Provider> ConnResources<P> {
             pd: &self.pd,
             send_cq: cq,
             recv_cq: cq,
+            srq: None,
             config,
         }
     }

@@ -9,8 +9,8 @@ use super::{ConnError, CQ_BATCH};
 use crate::core::config::{ConnConfig, Role};
 use crate::core::fixed::FixedQueue;
 use crate::core::{
-    ConnEvent, ConnState, Connection, NoRequester, ProbeError, RequesterHalf, RequesterRole,
-    RequesterStats, ResponderHalf, ResponderStats,
+    ConnEvent, ConnState, Connection, NoRequester, ProbeError, RegBuf, RequesterHalf,
+    RequesterRole, RequesterStats, ResponderHalf, ResponderStats,
 };
 use crate::credits::{CreditTable, GrantPolicy};
 use crate::fabric::{
@@ -70,6 +70,8 @@ pub struct ResponderConn<P: Provider, S, B: RequesterRole = NoRequester> {
     placed_in_poll: bool,
     /// Free buffers were released since the last activity (once per idle spell).
     released: bool,
+    /// The queue pair takes its receives from the group's shared receive queue.
+    on_srq: bool,
 }
 
 impl<P: Provider, S: Service> ResponderConn<P, S> {
@@ -91,6 +93,7 @@ impl<P: Provider, S: Service> ResponderConn<P, S> {
             peer_private_data,
             cfg,
             service,
+            None,
             None,
         )
     }
@@ -120,7 +123,10 @@ impl<P: Provider, S: Service, B: RequesterRole> ResponderConn<P, S, B> {
     /// the queue pair completes into that queue (a poll group's, shared by its
     /// connections), which the group polls and routes by queue-pair number
     /// ([`on_completion`](Self::on_completion)), instead of a queue of the connection's
-    /// own.
+    /// own. With `shared` (a poll group's shared receive queue, on `group_cq`, and this
+    /// connection's share of it) the queue pair takes its receives from that queue and
+    /// the core grants at most the share ([`super::shared_recv`]).
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn accept_on(
         listener: &mut Listener<P>,
         dev: &P::Device,
@@ -129,6 +135,7 @@ impl<P: Provider, S: Service, B: RequesterRole> ResponderConn<P, S, B> {
         cfg: &ConnConfig,
         service: S,
         group_cq: Option<&P::Cq>,
+        shared: Option<(&P::Srq, u32)>,
     ) -> Result<Self, ConnError> {
         let sizes = B::responder_sizes(cfg);
         let res = match group_cq {
@@ -155,10 +162,15 @@ impl<P: Provider, S: Service, B: RequesterRole> ResponderConn<P, S, B> {
             }
             Some(Err(_)) | None => Vec::new(),
         };
-        let init = match group_cq {
+        let mut init = match group_cq {
             Some(cq) => res.qp_init_on(cq),
             None => res.qp_init()?,
         };
+        let on_srq = matches!((shared, group_cq), (Some(_), Some(_)));
+        if let (Some((srq, share)), Some(_)) = (shared, group_cq) {
+            core.use_shared_receives(share);
+            init.srq = Some(srq);
+        }
         let private_data = core.local_private_data();
         let now = dev.clock().now();
         // Receives go in before the peer hears of the acceptance: an iWARP peer may send
@@ -187,6 +199,7 @@ impl<P: Provider, S: Service, B: RequesterRole> ResponderConn<P, S, B> {
             may_release: dev.caps().release_registered,
             placed_in_poll: dev.caps().places_in_poll,
             released: false,
+            on_srq,
         })
     }
 
@@ -210,6 +223,7 @@ impl<P: Provider, S: Service, B: RequesterRole> ResponderConn<P, S, B> {
             return 0;
         }
         self.core.flush_pool_caches();
+        self.qp.release_idle_memory();
         let p = &self.res.pools;
         // A failure leaves that memory resident, nothing worse: count what went.
         let mut released: usize = [&p.large, &p.recv, &p.send]
@@ -305,6 +319,29 @@ impl<P: Provider, S: Service, B: RequesterRole> ResponderConn<P, S, B> {
     #[inline]
     pub(super) fn on_completion(&mut self, wc: &Completion, now: Instant) {
         complete(&mut self.core, &self.qp, wc, now);
+    }
+
+    /// A receive of the group's shared queue completed on this connection's queue
+    /// pair: `buf` holds the message.
+    #[inline]
+    pub(super) fn on_shared_recv(&mut self, buf: RegBuf, wc: &Completion, now: Instant) {
+        if !wc.status.is_success() {
+            if let Some(why) = self.qp.peer_abort() {
+                self.core.on_peer_abort(why);
+            }
+        }
+        self.core.handle_shared_recv(buf, wc, now);
+    }
+
+    /// Whether the connection takes its receives from its group's shared receive queue.
+    pub fn on_shared_receives(&self) -> bool {
+        self.on_srq
+    }
+
+    /// Moves this connection's share of the group's shared receive queue: the most
+    /// its next replies grant.
+    pub(super) fn set_receive_share(&mut self, share: u32) {
+        self.core.set_receive_share(share);
     }
 
     /// What follows a batch of completions: backward-direction deadlines and calls
@@ -689,6 +726,7 @@ where
             private_data,
             &self.cfg,
             service,
+            None,
             None,
         ) {
             Ok(c) => {

@@ -777,21 +777,7 @@ impl<R: RequesterRole, P: ResponderRole> Connection<R, P> {
                     t.stray_completions += 1;
                     return;
                 };
-                if !wc.status.is_success() {
-                    t.recvs.recycle(buf);
-                } else if !P::PRESENT
-                    || (R::PRESENT
-                        && direction(
-                            buf.as_slice(),
-                            &self.limits,
-                            t.extensions.reply_read_chunks,
-                            |x| self.req.awaits_reply(x),
-                        ) == Direction::Reply)
-                {
-                    self.req.on_recv(t, buf, wc.invalidated_rkey, now);
-                } else {
-                    self.resp.on_recv(t, buf, wc.invalidated_rkey);
-                }
+                self.deliver(buf, wc, now);
             }
             WrKind::CallSend
             | WrKind::FastReg
@@ -805,6 +791,57 @@ impl<R: RequesterRole, P: ResponderRole> Connection<R, P> {
             | WrKind::ReplyInv => self.resp.on_send_completion(t, id, wc),
             WrKind::Barrier => t.sq.give(1),
         }
+        self.settle();
+    }
+
+    /// A received message (its buffer `buf`, completion `wc`) to the half it is for.
+    #[inline(always)]
+    fn deliver(&mut self, buf: RegBuf, wc: &Completion, now: Instant) {
+        let t = &mut self.t;
+        if !wc.status.is_success() {
+            t.recvs.recycle(buf);
+        } else if !P::PRESENT
+            || (R::PRESENT
+                && direction(
+                    buf.as_slice(),
+                    &self.limits,
+                    t.extensions.reply_read_chunks,
+                    |x| self.req.awaits_reply(x),
+                ) == Direction::Reply)
+        {
+            self.req.on_recv(t, buf, wc.invalidated_rkey, now);
+        } else {
+            self.resp.on_recv(t, buf, wc.invalidated_rkey);
+        }
+    }
+
+    /// Takes its receives from a shared receive queue from now on (a poll group's,
+    /// which posts them and hands each one in with
+    /// [`handle_shared_recv`](Self::handle_shared_recv)): the receives staged at
+    /// construction are dropped, none are staged again, and replies grant at most
+    /// `share` credits (at least 1) until [`set_receive_share`](Self::set_receive_share)
+    /// moves it. Call before the connection's first post.
+    pub fn use_shared_receives(&mut self, share: u32) {
+        let t = &mut self.t;
+        t.recvs.share(&mut t.outbox, share);
+    }
+
+    /// The receives a shared receive queue keeps for this connection: the most its
+    /// next replies grant (RFC 8166 §3.3: never more than can be received).
+    pub fn set_receive_share(&mut self, share: u32) {
+        self.t.recvs.set_share(share);
+    }
+
+    /// A receive of a shared receive queue completed for this connection: `buf` (the
+    /// group's buffer, returned to its pool when the message is done with) holds
+    /// `wc.byte_len` octets of the message.
+    pub fn handle_shared_recv(&mut self, mut buf: RegBuf, wc: &Completion, now: Instant) {
+        if !wc.status.is_success() {
+            self.fail(CloseReason::WorkRequestFailed(wc.status));
+        }
+        let len = (wc.byte_len as usize).min(buf.capacity());
+        let _ = buf.set_len(len);
+        self.deliver(buf, wc, now);
         self.settle();
     }
 

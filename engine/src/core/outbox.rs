@@ -178,6 +178,12 @@ impl Outbox {
         self.recvs.get(i).map(|r| r.0)
     }
 
+    /// Forgets the receives staged (a connection switching to a shared receive queue
+    /// before its first post).
+    pub(crate) fn clear_recvs(&mut self) {
+        self.recvs.clear();
+    }
+
     /// Forgets everything staged (the driver posted it, or it was accounted as flushed).
     #[inline]
     pub(crate) fn clear(&mut self) {

@@ -140,6 +140,10 @@ pub(crate) struct RecvTable {
     posted: u32,
     /// Refills that found the pool empty.
     pub(crate) starved: u64,
+    /// Set when the connection's receives come from a shared receive queue (a poll
+    /// group's): the receives the group keeps for it, which is what replies may grant
+    /// ([`posted`](Self::posted)); the table then stages none of its own.
+    shared: Option<u32>,
 }
 
 impl RecvTable {
@@ -150,13 +154,46 @@ impl RecvTable {
             cache: pool.cache(),
             posted: 0,
             starved: 0,
+            shared: None,
         }
     }
 
-    /// Receives staged or posted and not yet completed.
+    /// Receives staged or posted and not yet completed, what a reply may grant; with
+    /// shared receives, the share the receive queue keeps for this connection.
     #[inline]
     pub(crate) fn posted(&self) -> u32 {
+        match self.shared {
+            None => self.posted,
+            Some(share) => share,
+        }
+    }
+
+    /// Receives of the connection's own staged or posted and not yet completed.
+    #[inline]
+    pub(crate) fn own_posted(&self) -> u32 {
         self.posted
+    }
+
+    /// Switches to receives from a shared receive queue, before anything was posted:
+    /// the staged receives are dropped (their buffers go back), none are staged again,
+    /// and replies grant at most `share` (at least 1).
+    pub(crate) fn share(&mut self, outbox: &mut Outbox, share: u32) {
+        outbox.clear_recvs();
+        for b in self.bufs.iter_mut() {
+            if let Some(buf) = b.take() {
+                buf.release_into(&mut self.cache);
+            }
+        }
+        self.free = IndexStack::full(0);
+        self.posted = 0;
+        self.shared = Some(share.max(1));
+    }
+
+    /// Moves the share of a connection on a shared receive queue (ignored otherwise).
+    pub(crate) fn set_share(&mut self, share: u32) {
+        if self.shared.is_some() {
+            self.shared = Some(share.max(1));
+        }
     }
 
     /// Stages a receive for every free slot, as far as the pool allows.
@@ -378,7 +415,7 @@ impl Transport {
     pub(crate) fn drained(&self) -> bool {
         self.state == ConnState::Draining
             && self.sq.held() == 0
-            && self.recvs.posted() == 0
+            && self.recvs.own_posted() == 0
             && self.outbox.is_empty()
     }
 }

@@ -79,6 +79,15 @@ pub enum FabricError {
     /// The queue pair is not in a state that allows the call.
     #[error("not allowed in queue-pair state {0:?}")]
     InvalidState(QpState),
+    /// The device lacks the feature (a verbs device reporting `max_srq` 0 has no
+    /// shared receive queues).
+    #[error("not supported by this device: {0}")]
+    Unsupported(&'static str),
+    /// A queue pair names a shared receive queue of another protection domain's device,
+    /// or a receive completion queue other than the one the shared queue was created
+    /// for.
+    #[error("shared receive queue mismatch: {0}")]
+    SrqMismatch(&'static str),
     /// The peer sent something that does not follow the provider's protocol.
     #[error("peer protocol violation: {0}")]
     Protocol(&'static str),

@@ -44,7 +44,7 @@ use super::provider::{
     CompletionQueue, ConnectionManager, Device, ProtectionDomain, Provider, QpInit, QueuePair,
 };
 use super::sim::SimRng;
-use super::types::{Completion, DeviceCaps, PeerAddr, QpCaps, QpState, RecvWr, SendWr};
+use super::types::{Completion, DeviceCaps, PeerAddr, QpCaps, QpState, RecvWr, SendWr, SrqConfig};
 use rpcrdma_pools::Arena;
 
 /// Rates are per this many chances.
@@ -144,6 +144,8 @@ impl<P: Provider> Provider for Faulty<P> {
     type Mr = P::Mr;
     type Cq = FaultyCq<P>;
     type Qp = FaultyQp<P>;
+    /// Passed through: receives are posted to the inner queue as they are.
+    type Srq = P::Srq;
     type Cm = FaultyCm<P>;
     type ConnRequest = P::ConnRequest;
     type Addr = P::Addr;
@@ -288,6 +290,10 @@ impl<P: Provider> ProtectionDomain for FaultyPd<P> {
 
     fn alloc_fast_mr(&self, max_len: usize) -> Result<P::Mr, FabricError> {
         self.inner.alloc_fast_mr(max_len)
+    }
+
+    fn create_srq(&self, recv_cq: &FaultyCq<P>, cfg: SrqConfig) -> Result<P::Srq, FabricError> {
+        self.inner.create_srq(&recv_cq.inner, cfg)
     }
 }
 
@@ -468,6 +474,7 @@ fn inner_init<'a, P: Provider>(init: &QpInit<'a, Faulty<P>>) -> QpInit<'a, P> {
         pd: &init.pd.inner,
         send_cq: &init.send_cq.inner,
         recv_cq: &init.recv_cq.inner,
+        srq: init.srq,
         config: init.config,
     }
 }

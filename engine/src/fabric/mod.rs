@@ -54,11 +54,11 @@ pub use error::{FabricError, PostError, PostErrorKind};
 pub use mr::Access;
 pub use provider::{
     CompletionQueue, ConnectionManager, Device, MemoryRegion, ProtectionDomain, Provider, QpInit,
-    QueuePair,
+    QueuePair, SharedReceiveQueue,
 };
 pub use types::{
     Completion, DeviceCaps, PeerAddr, QpCaps, QpConfig, QpState, RecvWr, RemoteAddr, SendFlags,
-    SendOp, SendWr, Sge, WcOpcode, WcStatus, RNR_RETRY_INFINITE,
+    SendOp, SendWr, Sge, SrqConfig, WcOpcode, WcStatus, RNR_RETRY_INFINITE, SOFTWARE_MAX_SRQ_WR,
 };
 
 /// `len` deterministic pseudo-random octets from the xorshift state `x`: the inputs a

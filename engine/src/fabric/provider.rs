@@ -9,7 +9,7 @@ use rpcrdma_pools::{Arena, RegKeys};
 use super::cm::{CmEvent, ConnId};
 use super::error::{FabricError, PostError};
 use super::mr::Access;
-use super::types::{Completion, DeviceCaps, QpCaps, QpConfig, QpState, RecvWr, SendWr};
+use super::types::{Completion, DeviceCaps, QpCaps, QpConfig, QpState, RecvWr, SendWr, SrqConfig};
 
 /// A fabric provider: the family of object types one transport implements.
 pub trait Provider: Sized + 'static {
@@ -25,6 +25,9 @@ pub trait Provider: Sized + 'static {
     type Cq: CompletionQueue + Send;
     /// A reliable-connected queue pair.
     type Qp: QueuePair + Send;
+    /// A shared receive queue: one pool of posted receives that several queue pairs
+    /// take from ([`ProtectionDomain::create_srq`]).
+    type Srq: SharedReceiveQueue + Send;
     /// A connection manager (RDMA-CM event channel plus its ids).
     type Cm: ConnectionManager<P = Self> + Send;
     /// A connect request waiting for `accept` or `reject`.
@@ -94,6 +97,53 @@ pub trait ProtectionDomain {
     /// `ib_alloc_mr`). It starts invalid; a [`SendOp::FastReg`](super::SendOp::FastReg)
     /// work request maps it.
     fn alloc_fast_mr(&self, max_len: usize) -> Result<<Self::P as Provider>::Mr, FabricError>;
+
+    /// Creates a shared receive queue (verbs `ibv_create_srq`) holding up to
+    /// `cfg.max_wr` posted receives, whose buffers are checked against this domain's
+    /// registrations (not the attached queue pairs' domains). Queue pairs attach to it
+    /// at creation ([`QpInit::srq`]) and must use `recv_cq` as their receive completion
+    /// queue: its poll is where the software providers take the shared receives, so one
+    /// queue has one consumer, and `recv_cq` must have room for `cfg.max_wr` receive
+    /// completions beside everything else attached to it.
+    ///
+    /// The contract, on every provider (the conformance suite checks it):
+    /// - a Send arriving on any attached queue pair takes the oldest posted receive
+    ///   (post order across the whole queue), and its completion goes to `recv_cq`
+    ///   naming that queue pair ([`Completion::qp_num`]);
+    /// - an attached queue pair that fails or is destroyed flushes only the receives it
+    ///   had taken (a Send being received); the queue's other receives stay posted for
+    ///   the other queue pairs; destroying the queue itself reports nothing for the
+    ///   receives still posted (as verbs: the consumer gets its buffers back by
+    ///   dropping its own records of them);
+    /// - a Send that finds the queue empty is handled as one finding an empty receive
+    ///   queue on that provider: receiver-not-ready retries within the sender's
+    ///   `rnr_retry` then `RnrRetryExceeded` on both sides (shm, sim, InfiniBand and
+    ///   RoCE), or at once a fatal iWARP Terminate, DDP "no buffer available" (siw,
+    ///   RFC 5041 §7.2; [`DeviceCaps::rnr_retry`] false). Only that one connection
+    ///   fails: the queue and its other queue pairs go on.
+    ///
+    /// Devices without shared receive queues (a verbs device reporting `max_srq` 0)
+    /// answer [`FabricError::Unsupported`]; a consumer then posts receives per queue
+    /// pair as before.
+    fn create_srq(
+        &self,
+        recv_cq: &<Self::P as Provider>::Cq,
+        cfg: SrqConfig,
+    ) -> Result<<Self::P as Provider>::Srq, FabricError>;
+}
+
+/// A shared receive queue (see [`ProtectionDomain::create_srq`]). Dropping it destroys
+/// the queue; queue pairs still attached keep working until a Send finds no receive.
+pub trait SharedReceiveQueue {
+    /// Posts a chain of receives, taken by the attached queue pairs' Sends in this
+    /// order. Refused past the queue's depth (receives posted and not yet taken).
+    fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostError>;
+    /// The depth the queue was created with: how many receives it holds at most.
+    fn depth(&self) -> u32;
+    /// Receives posted and not yet taken by a Send, as far as the provider can tell
+    /// without polling (software providers exactly; verbs reports what was posted minus
+    /// the receive completions reaped from its completion queue so far).
+    fn posted(&self) -> u32;
 }
 
 /// A registration handle. Dropping it deregisters.
@@ -154,6 +204,10 @@ pub trait QueuePair {
     fn peer_addr(&self) -> super::PeerAddr {
         super::PeerAddr::Unknown
     }
+    /// The connection is idle: the provider may give back memory it keeps for it and
+    /// refills on demand (siw: the pages of its socket receive buffer). A cold path
+    /// (system calls); the default does nothing.
+    fn release_idle_memory(&mut self) {}
     /// Why the peer aborted the connection, once its abort (an iWARP peer's Terminate)
     /// put the queue pair in error; providers that cannot see one report `None`. Read
     /// it when a completion fails: the abort is recorded before anything it flushes.
@@ -170,6 +224,10 @@ pub struct QpInit<'a, P: Provider> {
     pub send_cq: &'a P::Cq,
     /// Completion queue for receive completions (may be the same as `send_cq`).
     pub recv_cq: &'a P::Cq,
+    /// The shared receive queue this queue pair takes its receives from, if any: then
+    /// [`QueuePair::post_recv`] is refused, and `config.caps.max_recv_wr` bounds how
+    /// many of the shared receives it may hold taken but not yet reported (at least 1).
+    pub srq: Option<&'a P::Srq>,
     /// Sizes and retry behaviour.
     pub config: QpConfig,
 }

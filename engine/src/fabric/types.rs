@@ -387,6 +387,28 @@ impl Default for QpCaps {
     }
 }
 
+/// Most receives a software provider's shared receive queue holds (shm, siw, sim):
+/// beyond a queue pair's depth, since one queue serves many connections.
+pub const SOFTWARE_MAX_SRQ_WR: u32 = 1 << 16;
+
+/// What a shared receive queue is created with (`ibv_srq_init_attr`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SrqConfig {
+    /// Most receives posted and not yet taken.
+    pub max_wr: u32,
+    /// Most scatter-gather entries in one receive.
+    pub max_sge: u32,
+}
+
+impl Default for SrqConfig {
+    fn default() -> Self {
+        SrqConfig {
+            max_wr: 256,
+            max_sge: 1,
+        }
+    }
+}
+
 /// RNR retry count meaning "retry for ever" (as in verbs).
 pub const RNR_RETRY_INFINITE: u8 = 7;
 
@@ -511,6 +533,11 @@ pub struct DeviceCaps {
     /// placement runs elsewhere (siw's driver thread, a verbs device, sim: either
     /// side's poll) or completions can be held back (`Faulty`).
     pub places_in_poll: bool,
+    /// Most receives one shared receive queue holds
+    /// ([`ProtectionDomain::create_srq`](crate::fabric::ProtectionDomain::create_srq)); 0
+    /// where the device has none (a verbs device reporting `max_srq` 0), and then a
+    /// consumer posts receives per queue pair.
+    pub max_srq_wr: u32,
 }
 
 impl DeviceCaps {
@@ -544,6 +571,7 @@ impl DeviceCaps {
             reports_remote_invalidation: true,
             release_registered: true,
             places_in_poll: false,
+            max_srq_wr: SOFTWARE_MAX_SRQ_WR,
         }
     }
 }

@@ -498,6 +498,7 @@ impl Rogue {
                         pd: &self.pd,
                         send_cq: &self.cq,
                         recv_cq: &self.cq,
+                        srq: None,
                         config: Self::qp_config(),
                     };
                     if let Ok(qp) = self.cm.accept(request, init, pd) {
@@ -1332,6 +1333,7 @@ fn rogue_requester(
         pd: &rogue.pd,
         send_cq: &rogue.cq,
         recv_cq: &rogue.cq,
+        srq: None,
         config: Rogue::qp_config(),
     };
     match rogue.cm.connect(&addr, init, &pd) {

@@ -20,6 +20,10 @@ use rpcrdma::fabric::{
 };
 use rpcrdma_pools::{Arena, ArenaOptions, HugePages};
 
+mod srq;
+#[allow(unused_imports)] // used by the test crates that expand `conformance_tests!`
+pub use srq::*;
+
 /// How long any single wait may take before the test fails.
 pub const DEADLINE: Duration = Duration::from_secs(5);
 
@@ -34,6 +38,10 @@ pub trait Fixture: 'static {
     /// Whether the provider knows who the peer is (`QueuePair::peer_addr`); the
     /// simulated network does not.
     const REPORTS_PEER: bool = true;
+    /// Whether the device has shared receive queues (`DeviceCaps::max_srq_wr` > 0):
+    /// every software provider, and the lab's rxe and siw devices. Where it is false
+    /// the shared-receive-queue rules check that the device says so and refuses.
+    const HAS_SRQ: bool = true;
     /// Memory the provider can register.
     fn arena(len: usize) -> Arc<Arena> {
         let opts = ArenaOptions::new(len)
@@ -115,6 +123,7 @@ impl<P: Provider> Host<P> {
             pd: &self.pd,
             send_cq: &self.cq,
             recv_cq: self.rcq.as_ref().unwrap_or(&self.cq),
+            srq: None,
             config,
         };
         self.cm.connect(addr, init, private_data)
@@ -131,6 +140,7 @@ impl<P: Provider> Host<P> {
             pd: &self.pd,
             send_cq: &self.cq,
             recv_cq: self.rcq.as_ref().unwrap_or(&self.cq),
+            srq: None,
             config,
         };
         self.cm.accept(request, init, private_data)
@@ -1900,6 +1910,9 @@ macro_rules! conformance_tests {
             local_protection_errors,
             separate_send_and_recv_cqs,
             registration_checks,
+            srq_serves_several_queue_pairs,
+            srq_empty_fails_only_that_connection,
+            srq_survives_a_destroyed_queue_pair,
         );
     };
     (@each $fixture:ty; $($name:ident),* $(,)?) => {

@@ -125,6 +125,7 @@ fn completion_queues_must_hold_every_queue() {
         pd: &pd,
         send_cq: &cq,
         recv_cq: &cq,
+        srq: None,
         config: cfg,
     };
     match cm.connect(&Shm::unique_addr(), init, b"") {
@@ -143,6 +144,7 @@ fn completion_queues_must_hold_every_queue() {
         pd: &pd,
         send_cq: &cq,
         recv_cq: &cq,
+        srq: None,
         config: small,
     };
     let qp = cm
@@ -152,6 +154,7 @@ fn completion_queues_must_hold_every_queue() {
         pd: &pd,
         send_cq: &cq,
         recv_cq: &cq,
+        srq: None,
         config: small,
     };
     assert!(matches!(
@@ -163,6 +166,7 @@ fn completion_queues_must_hold_every_queue() {
         pd: &pd,
         send_cq: &cq,
         recv_cq: &cq,
+        srq: None,
         config: small,
     };
     assert!(
@@ -183,6 +187,7 @@ fn objects_of_another_device_are_refused() {
         pd: &pd,
         send_cq: &cq,
         recv_cq: &cq,
+        srq: None,
         config: QpConfig::default(),
     };
     assert!(matches!(

@@ -116,6 +116,7 @@ fn init<'a>(
         pd,
         send_cq: cq,
         recv_cq: cq,
+        srq: None,
         config,
     }
 }
@@ -901,6 +902,7 @@ fn setup_is_checked() {
         pd: &c.pd,
         send_cq: &o.cq,
         recv_cq: &o.cq,
+        srq: None,
         config: config(8),
     };
     assert!(matches!(
@@ -911,6 +913,7 @@ fn setup_is_checked() {
         pd: &s.pd,
         send_cq: &c.cq,
         recv_cq: &c.cq,
+        srq: None,
         config: config(8),
     };
     assert!(matches!(

@@ -118,6 +118,7 @@ impl Server {
             pd: &self.pd,
             send_cq: &self.cq,
             recv_cq: &self.cq,
+            srq: None,
             config: QpConfig::default(),
         };
         self.qp = Some(self.cm.accept(request, init, private_data).expect("accept"));
@@ -711,6 +712,7 @@ fn private_data_fills_the_mpa_field_in_both_revisions() {
             pd: &pd,
             send_cq: &cq,
             recv_cq: &cq,
+            srq: None,
             config: QpConfig::default(),
         };
         let addr = Custom::unique_addr();

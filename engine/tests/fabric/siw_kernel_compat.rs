@@ -157,6 +157,7 @@ impl Responder {
             pd: &self.pd,
             send_cq: &self.cq,
             recv_cq: &self.cq,
+            srq: None,
             config: QpConfig::default(),
         };
         let mut runs = 0u32;

@@ -70,6 +70,7 @@ impl Res {
             pd: &self.pd,
             send_cq: &self.cq,
             recv_cq: &self.cq,
+            srq: None,
             config: QpConfig::default(),
         }
     }

@@ -155,6 +155,7 @@ impl ShmCm {
             min_rnr_timer: init.config.min_rnr_timer,
             send_cq: init.send_cq.shared.clone(),
             recv_cq: init.recv_cq.shared.clone(),
+            srq: init.srq.map(|q| q.shared.clone()),
         })?;
         let (tx, rx) = sock::pair().map_err(|err| FabricError::Os {
             op: "socketpair",

@@ -14,7 +14,32 @@ use std::time::Instant;
 use rpcrdma_pools::Arena;
 
 use super::arenas::{Announcement, ANNOUNCE_LEN};
+use super::pd::PdShared;
 use super::qp::{QpShared, RqEntry};
+use super::srq::SrqShared;
+
+/// The protection domain a receive's keys are checked in: the queue pair's own, or its
+/// shared receive queue's.
+#[derive(Clone, Copy)]
+struct RecvDomain<'a> {
+    pd: u16,
+    pdt: &'a PdShared,
+}
+
+impl RecvDomain<'_> {
+    /// Our receive buffer `sge`, checked now (a NIC checks at placement, not at post).
+    #[inline(always)]
+    fn run(self, qp: &QpShared, sge: &Sge) -> Option<Run> {
+        Executor::target_run_in(
+            qp,
+            self,
+            sge.lkey,
+            Access::LOCAL_WRITE,
+            sge.addr,
+            sge.length,
+        )
+    }
+}
 use super::ring::Consumer;
 use super::segment::{ack, copy_small, op, ReqHeader, ReqSlot, Segment, INLINE_MAX, MAX_SGE};
 use super::sock::{self, Recv};
@@ -276,6 +301,24 @@ impl Executor {
     }
 
     /// Resolves our own `[addr, addr+len)` under `rkey` with `need`.
+    #[inline]
+    fn target_run_in(
+        qp: &QpShared,
+        dom: RecvDomain<'_>,
+        rkey: u32,
+        need: Access,
+        addr: u64,
+        len: u32,
+    ) -> Option<Run> {
+        let len64 = u64::from(len);
+        let place = qp.dev.table.lookup(rkey, dom.pd, need, addr, len64).ok()?;
+        let ptr = dom.pdt.arenas.local_ptr(place, len64)?;
+        Some(Run {
+            ptr,
+            len: len as usize,
+        })
+    }
+
     fn target_run(qp: &QpShared, rkey: u32, need: Access, addr: u64, len: u32) -> Option<Run> {
         let len64 = u64::from(len);
         let place = qp.dev.table.lookup(rkey, qp.pd, need, addr, len64).ok()?;
@@ -364,6 +407,9 @@ impl Executor {
         slot: *const ReqSlot,
         out: &mut Completion,
     ) -> Outcome {
+        if let Some(srq) = &qp.srq {
+            return self.exec_send_shared(qp, srq, h, slot, out);
+        }
         let posted = qp.posted.rq_posted.load(Ordering::Acquire);
         let consumed = qp.polled.rq_consumed.load(Ordering::Relaxed);
         if consumed == posted {
@@ -375,12 +421,53 @@ impl Executor {
         // `recv`.
         let recv = unsafe { qp.rq.get(consumed) };
         let wr_id = recv.wr_id;
-        let placed = match recv.sge.get(..recv.num_sge as usize) {
-            // A small Send into a one-entry receive, the common case: no run arrays.
-            Some([sge]) if h.op & op::INLINE != 0 => Self::place_inline(qp, h, slot, sge),
-            _ => self.place(qp, h, slot, recv),
+        let dom = RecvDomain {
+            pd: qp.pd,
+            pdt: &qp.pdt,
         };
+        let placed = self.place_recv(qp, dom, h, slot, recv);
         qp.polled.rq_consumed.store(consumed + 1, Ordering::Release);
+        Self::received(qp, h, wr_id, placed, out)
+    }
+
+    /// [`exec_send`](Self::exec_send) of a queue pair taking its receives from a shared
+    /// receive queue. Out of line: the common path keeps one branch.
+    #[inline(never)]
+    fn exec_send_shared(
+        &mut self,
+        qp: &QpShared,
+        srq: &SrqShared,
+        h: &ReqHeader,
+        slot: *const ReqSlot,
+        out: &mut Completion,
+    ) -> Outcome {
+        // SAFETY: the queue pair's receive CQ is the shared queue's (checked at
+        // creation), and this runs in its poll: the queue's one consumer.
+        let Some(recv) = (unsafe { srq.front() }) else {
+            return self.receiver_not_ready(qp);
+        };
+        self.rnr = None;
+        let wr_id = recv.wr_id;
+        let dom = RecvDomain {
+            pd: srq.pd,
+            pdt: &srq.pdt,
+        };
+        let placed = self.place_shared(qp, dom, h, slot, recv);
+        // SAFETY: as above; `recv` is not used after this.
+        unsafe { srq.take() };
+        Self::received(qp, h, wr_id, placed, out)
+    }
+
+    /// The receive completion of a Send placed (or refused) into receive `wr_id`, and
+    /// the ack for the sender.
+    #[inline(always)]
+    fn received(
+        qp: &QpShared,
+        h: &ReqHeader,
+        wr_id: u64,
+        placed: Result<Option<u32>, (WcStatus, u32)>,
+        out: &mut Completion,
+    ) -> Outcome {
         let (status, byte_len, inv, ack_status) = match placed {
             Ok(inv) => (WcStatus::Success, h.total_len, inv, ack::OK),
             Err((status, ack_status)) => (status, 0, None, ack_status),
@@ -399,18 +486,51 @@ impl Executor {
         }
     }
 
+    /// [`place_recv`](Self::place_recv) for the shared receive queue's path, as a call
+    /// of its own, so the common path's copy stays the only one inlined.
+    #[inline(never)]
+    fn place_shared(
+        &mut self,
+        qp: &QpShared,
+        dom: RecvDomain<'_>,
+        h: &ReqHeader,
+        slot: *const ReqSlot,
+        recv: &RqEntry,
+    ) -> Result<Option<u32>, (WcStatus, u32)> {
+        self.place_recv(qp, dom, h, slot, recv)
+    }
+
+    /// Places a Send into receive `recv`, whose keys belong to `dom`.
+    #[inline(always)]
+    fn place_recv(
+        &mut self,
+        qp: &QpShared,
+        dom: RecvDomain<'_>,
+        h: &ReqHeader,
+        slot: *const ReqSlot,
+        recv: &RqEntry,
+    ) -> Result<Option<u32>, (WcStatus, u32)> {
+        match recv.sge.get(..recv.num_sge as usize) {
+            // A small Send into a one-entry receive, the common case: no run arrays.
+            Some([sge]) if h.op & op::INLINE != 0 => Self::place_inline(qp, dom, h, slot, sge),
+            _ => self.place(qp, dom, h, slot, recv),
+        }
+    }
+
     /// Places an inline payload into a one-entry receive. The same checks in the same
     /// order as [`Executor::place`]; returns the invalidated key, or the receive's
     /// status and the NAK.
-    #[inline]
+    #[inline(always)]
     fn place_inline(
         qp: &QpShared,
+        dom: RecvDomain<'_>,
         h: &ReqHeader,
         slot: *const ReqSlot,
         sge: &Sge,
     ) -> Result<Option<u32>, (WcStatus, u32)> {
         // Our receive buffer, checked now (a NIC checks at placement, not at post).
-        let dst = Self::target_run(qp, sge.lkey, Access::LOCAL_WRITE, sge.addr, sge.length)
+        let dst = dom
+            .run(qp, sge)
             .ok_or((WcStatus::LocalProtectionError, ack::REMOTE_OP))?;
         if h.total_len > sge.length {
             return Err((WcStatus::LocalLengthError, ack::REMOTE_INVALID));
@@ -451,6 +571,7 @@ impl Executor {
     fn place(
         &mut self,
         qp: &QpShared,
+        dom: RecvDomain<'_>,
         h: &ReqHeader,
         slot: *const ReqSlot,
         recv: &RqEntry,
@@ -460,7 +581,8 @@ impl Executor {
         let mut dst = [NO_RUN; MAX_SGE];
         let mut cap: u64 = 0;
         for (run, sge) in dst.iter_mut().zip(sges) {
-            *run = Self::target_run(qp, sge.lkey, Access::LOCAL_WRITE, sge.addr, sge.length)
+            *run = dom
+                .run(qp, sge)
                 .ok_or((WcStatus::LocalProtectionError, ack::REMOTE_OP))?;
             cap += u64::from(sge.length);
         }

@@ -101,6 +101,7 @@ mod qp;
 mod ring;
 mod segment;
 mod sock;
+mod srq;
 mod table;
 
 /// Test helpers shared by the shm modules' unit tests.
@@ -137,6 +138,7 @@ pub use device::{ShmConfig, ShmDevice};
 pub use pd::{ShmMr, ShmPd};
 pub use qp::ShmQp;
 pub use sock::ShmAddr;
+pub use srq::ShmSrq;
 
 use crate::fabric::Provider;
 
@@ -215,6 +217,7 @@ impl Provider for ShmProvider {
     type Mr = ShmMr;
     type Cq = ShmCq;
     type Qp = ShmQp;
+    type Srq = ShmSrq;
     type Cm = ShmCm;
     type ConnRequest = ShmConnRequest;
     type Addr = ShmAddr;

@@ -142,6 +142,20 @@ impl ProtectionDomain for ShmPd {
             fast: true,
         })
     }
+
+    /// Creates a shared receive queue whose receives are checked in this domain.
+    fn create_srq(
+        &self,
+        recv_cq: &super::ShmCq,
+        cfg: crate::fabric::SrqConfig,
+    ) -> Result<super::ShmSrq, FabricError> {
+        super::ShmSrq::create(
+            self.dev.clone(),
+            self.shared.clone(),
+            recv_cq.shared.clone(),
+            cfg,
+        )
+    }
 }
 
 crate::fabric::mr::soft_memory_region!(ShmMr);

@@ -20,6 +20,7 @@ use super::exec::Executor;
 use super::pd::PdShared;
 use super::ring::Producer;
 use super::segment::{copy_small, op, ReqHeader, ReqSlot, Segment, WireSge, INLINE_MAX, MAX_SGE};
+use super::srq::SrqShared;
 use crate::fabric::mr::Access;
 use crate::fabric::ConnId;
 use crate::fabric::QueuePair;
@@ -71,7 +72,7 @@ pub(crate) struct RqEntry {
 }
 
 impl RqEntry {
-    const EMPTY: RqEntry = RqEntry {
+    pub(crate) const EMPTY: RqEntry = RqEntry {
         wr_id: 0,
         num_sge: 0,
         sge: [Sge::new(0, 0, 0); MAX_SGE],
@@ -127,6 +128,8 @@ pub(crate) struct QpShared {
     /// Counters the polling side writes.
     pub(crate) polled: PollerLine,
     pub(crate) rq: Slots<RqEntry>,
+    /// The shared receive queue Sends take their receives from instead of `rq`.
+    pub(crate) srq: Option<Arc<SrqShared>>,
     completer: UnsafeCell<Completer>,
     exec: UnsafeCell<Option<Executor>>,
     link_claimed: AtomicBool,
@@ -300,6 +303,9 @@ pub struct ShmQp {
     sq_freed_seen: u64,
     rq_head: u64,
     rq_consumed_seen: u64,
+    /// Receives this queue pair may have posted: its `max_recv_wr`, or 0 when its
+    /// receives come from a shared receive queue (`post_recv` refuses them all).
+    rq_depth: u32,
     cq_reservations: [Option<(Arc<CqShared>, u64)>; 2],
     /// The peer process (`SO_PEERCRED` of the connection's socket), set by the CM.
     pub(crate) peer_addr: PeerAddr,
@@ -325,6 +331,7 @@ pub(crate) struct QpParts {
     pub min_rnr_timer: Duration,
     pub send_cq: Arc<CqShared>,
     pub recv_cq: Arc<CqShared>,
+    pub srq: Option<Arc<SrqShared>>,
 }
 
 fn check_cap(what: &'static str, v: u32, min: u32, max: u32) -> Result<(), FabricError> {
@@ -357,7 +364,24 @@ impl ShmQp {
         let send_n = u64::from(p.caps.max_send_wr);
         p.send_cq.reserve(send_n)?;
         reservations[0] = Some((p.send_cq.clone(), send_n));
-        let recv_n = u64::from(p.caps.max_recv_wr);
+        if let Some(srq) = &p.srq {
+            if !Arc::ptr_eq(&srq.dev, &p.dev) {
+                p.send_cq.unreserve(send_n);
+                return Err(FabricError::WrongDevice);
+            }
+            if !Arc::ptr_eq(&srq.cq, &p.recv_cq) {
+                p.send_cq.unreserve(send_n);
+                return Err(FabricError::SrqMismatch(
+                    "the receive completion queue is not the one the shared receive queue was created for",
+                ));
+            }
+        }
+        // The shared queue reserved its receives' completions on that queue already.
+        let recv_n = if p.srq.is_some() {
+            0
+        } else {
+            u64::from(p.caps.max_recv_wr)
+        };
         if let Err(e) = p.recv_cq.reserve(recv_n) {
             p.send_cq.unreserve(send_n);
             return Err(e);
@@ -387,7 +411,15 @@ impl ShmQp {
             sq: Slots::new(p.caps.max_send_wr, SqEntry::EMPTY),
             posted: PosterLine::default(),
             polled: PollerLine::default(),
-            rq: Slots::new(p.caps.max_recv_wr, RqEntry::EMPTY),
+            rq: Slots::new(
+                if p.srq.is_some() {
+                    1
+                } else {
+                    p.caps.max_recv_wr
+                },
+                RqEntry::EMPTY,
+            ),
+            srq: p.srq,
             completer: UnsafeCell::new(Completer::new(own.acks())),
             exec: UnsafeCell::new(None),
             link_claimed: AtomicBool::new(false),
@@ -413,6 +445,11 @@ impl ShmQp {
             release(&reservations);
             return Err(e);
         }
+        let rq_depth = if shared.srq.is_some() {
+            0
+        } else {
+            shared.caps.max_recv_wr
+        };
         Ok(ShmQp {
             req: shared.own.req_producer(),
             shared,
@@ -425,6 +462,7 @@ impl ShmQp {
             sq_freed_seen: 0,
             rq_head: 0,
             rq_consumed_seen: 0,
+            rq_depth,
             cq_reservations: reservations,
         })
     }
@@ -774,7 +812,8 @@ impl QueuePair for ShmQp {
     }
 
     fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
-        let depth = u64::from(self.shared.caps.max_recv_wr);
+        // 0 on a shared receive queue: every post is refused as beyond the depth.
+        let depth = u64::from(self.rq_depth);
         let max_sge = self.shared.caps.max_recv_sge;
         let mut result = Ok(());
         for (i, wr) in wrs.iter().enumerate() {

@@ -84,12 +84,16 @@ impl SimCm {
         if init.send_cq.device != self.device || init.recv_cq.device != self.device {
             return Err(FabricError::WrongDevice);
         }
+        if init.srq.is_some_and(|q| !same(&q.world)) {
+            return Err(FabricError::WrongDevice);
+        }
         Ok(QpSpec {
             device: self.device,
             pd: init.pd.id,
             pd_device: init.pd.device,
             send_cq: init.send_cq.idx,
             recv_cq: init.recv_cq.idx,
+            srq: init.srq.map(|q| q.idx),
             config: init.config,
         })
     }

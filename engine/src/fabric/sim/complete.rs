@@ -94,6 +94,11 @@ impl WorldState {
             let Some(qp) = self.qps.get(q) else {
                 return Err(refuse(PostErrorKind::InvalidState(QpState::Disconnected)));
             };
+            if qp.srq.is_some() {
+                return Err(refuse(PostErrorKind::Malformed(
+                    "the queue pair takes its receives from a shared receive queue",
+                )));
+            }
             let caps = qp.config.caps;
             if qp.rq_outstanding() >= u64::from(caps.max_recv_wr) {
                 return Err(refuse(PostErrorKind::QueueFull {
@@ -129,6 +134,7 @@ impl WorldState {
                         qp: q,
                         release: 0,
                         recv: true,
+                        srq: None,
                     },
                 );
                 continue;
@@ -182,6 +188,7 @@ impl WorldState {
                 qp: q,
                 release,
                 recv: false,
+                srq: None,
             },
         );
     }
@@ -239,7 +246,9 @@ impl WorldState {
             };
             out[n] = e.wc;
             n += 1;
-            if let Some(qp) = self.qps.get_mut(e.qp) {
+            if let Some(q) = e.srq.and_then(|s| self.srqs.get_mut(s)) {
+                q.unpolled = q.unpolled.saturating_sub(1);
+            } else if let Some(qp) = self.qps.get_mut(e.qp) {
                 if e.recv {
                     qp.rq_unpolled = qp.rq_unpolled.saturating_sub(1);
                 } else {
@@ -294,6 +303,7 @@ impl WorldState {
                     qp: q,
                     release: 0,
                     recv: true,
+                    srq: None,
                 },
             );
         }

@@ -8,13 +8,14 @@ use rpcrdma_pools::Arena;
 use super::cm::SimCm;
 use super::cq::SimCq;
 use super::mr::SimMr;
+use super::srq::SimSrq;
 use super::state::CqSlot;
 use super::world::World;
 use super::Sim;
 use crate::fabric::mr::Access;
-use crate::fabric::DeviceCaps;
 use crate::fabric::FabricError;
 use crate::fabric::{Device, ProtectionDomain};
+use crate::fabric::{DeviceCaps, SrqConfig};
 
 /// A simulated device (one "NIC"): open as many as there are endpoints with
 /// [`SimNet::open_device`](super::SimNet::open_device).
@@ -161,6 +162,22 @@ impl ProtectionDomain for SimPd {
             fast: true,
             addr: 0,
             len: max_len,
+        })
+    }
+
+    fn create_srq(&self, recv_cq: &SimCq, cfg: SrqConfig) -> Result<SimSrq, FabricError> {
+        if !Arc::ptr_eq(&recv_cq.world, &self.world) {
+            return Err(FabricError::WrongDevice);
+        }
+        let (device, pd, cq) = (self.device, self.id, recv_cq.idx);
+        let idx = self
+            .world
+            .with(|w| w.create_srq(device, pd, cq, cfg))
+            .map_err(|m| m.fabric())??;
+        Ok(SimSrq {
+            world: Arc::clone(&self.world),
+            idx,
+            cfg,
         })
     }
 }

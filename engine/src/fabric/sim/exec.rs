@@ -181,12 +181,20 @@ impl WorldState {
             return Outcome::Rnr;
         }
         let now = self.now;
-        let Some(recv) = self
-            .qps
-            .get(p)
-            .and_then(|x| x.rq.front().copied())
-            .filter(|r| r.ready_at <= now)
-        else {
+        // The receive comes from the peer's shared receive queue, if it has one, and
+        // its keys are checked in that queue's domain.
+        let srq = self.qps.get(p).and_then(|x| x.srq);
+        let (front, peer_pd) = match srq {
+            Some(s) => {
+                let q = self.srqs.get(s);
+                (
+                    q.and_then(|q| q.rq.front().copied()),
+                    q.map_or(peer_pd, |q| q.pd),
+                )
+            }
+            None => (self.qps.get(p).and_then(|x| x.rq.front().copied()), peer_pd),
+        };
+        let Some(recv) = front.filter(|r| r.ready_at <= now) else {
             return Outcome::Rnr;
         };
         self.op_counts[WcOpcode::Recv as usize] += 1;
@@ -212,11 +220,10 @@ impl WorldState {
             }
         }
         copy_segments(&src, &dst);
-        let Some(peer) = self.qps.get_mut(p) else {
+        self.take_receive(p, srq);
+        let Some(peer) = self.qps.get(p) else {
             return fail(WcStatus::GeneralError);
         };
-        peer.rq.pop_front();
-        peer.rq_unpolled += 1;
         let (cq, num) = (peer.recv_cq, peer.num);
         let wc = Completion {
             wr_id: recv.wr_id,
@@ -235,20 +242,42 @@ impl WorldState {
                 qp: p,
                 release: 0,
                 recv: true,
+                srq,
             },
         );
         self.delivered(src.total())
     }
 
+    /// Takes the head receive of `p`'s receive queue, or of its shared receive queue
+    /// `srq`, counting it as unpolled until its completion is polled.
+    fn take_receive(&mut self, p: Idx, srq: Option<Idx>) -> Option<super::state::RqEntry> {
+        match srq {
+            Some(s) => {
+                let q = self.srqs.get_mut(s)?;
+                let r = q.rq.pop_front()?;
+                q.unpolled += 1;
+                Some(r)
+            }
+            None => {
+                let peer = self.qps.get_mut(p)?;
+                let r = peer.rq.pop_front()?;
+                peer.rq_unpolled += 1;
+                Some(r)
+            }
+        }
+    }
+
     /// The receiver's head receive completes with `status` and its queue pair fails.
     fn fail_receive(&mut self, p: Idx, status: WcStatus) {
-        let Some(peer) = self.qps.get_mut(p) else {
+        let Some(srq) = self.qps.get(p).map(|x| x.srq) else {
             return;
         };
-        let Some(recv) = peer.rq.pop_front() else {
+        let Some(recv) = self.take_receive(p, srq) else {
             return;
         };
-        peer.rq_unpolled += 1;
+        let Some(peer) = self.qps.get(p) else {
+            return;
+        };
         let (cq, num) = (peer.recv_cq, peer.num);
         let wc = Completion {
             wr_id: recv.wr_id,
@@ -265,6 +294,7 @@ impl WorldState {
                 qp: p,
                 release: 0,
                 recv: true,
+                srq,
             },
         );
         self.qp_error(p);

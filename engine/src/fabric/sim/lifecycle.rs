@@ -19,6 +19,7 @@ pub(super) struct QpSpec {
     pub(super) pd_device: u32,
     pub(super) send_cq: Idx,
     pub(super) recv_cq: Idx,
+    pub(super) srq: Option<Idx>,
     pub(super) config: QpConfig,
 }
 
@@ -61,8 +62,24 @@ impl WorldState {
                 max: u32::from(RNR_RETRY_INFINITE),
             });
         }
+        if let Some(s) = spec.srq {
+            let q = self.srqs.get(s).ok_or(FabricError::WrongDevice)?;
+            if q.device != spec.device {
+                return Err(FabricError::WrongDevice);
+            }
+            if q.cq != spec.recv_cq {
+                return Err(FabricError::SrqMismatch(
+                    "the receive completion queue is not the one the shared receive queue was created for",
+                ));
+            }
+        }
         let send = u64::from(caps.max_send_wr);
-        let recv = u64::from(caps.max_recv_wr);
+        // The shared queue reserved its receives' completions on that queue already.
+        let recv = if spec.srq.is_some() {
+            0
+        } else {
+            u64::from(caps.max_recv_wr)
+        };
         let cq_need = |w: &WorldState, cq: Idx, add: u64| -> Result<(), FabricError> {
             let c = w.cqs.get(cq).ok_or(FabricError::WrongDevice)?;
             if c.device != spec.device {
@@ -109,6 +126,7 @@ impl WorldState {
             sq_unpolled: 0,
             rq: VecDeque::with_capacity(caps.max_recv_wr as usize),
             rq_unpolled: 0,
+            srq: spec.srq,
             rnr_timer_ns,
         }))
     }
@@ -130,22 +148,13 @@ impl WorldState {
             return;
         };
         let caps = qp.config.caps;
-        for (cq, n) in [
-            (qp.send_cq, u64::from(caps.max_send_wr)),
-            (qp.recv_cq, u64::from(caps.max_recv_wr)),
-        ] {
-            let gone = match self.cqs.get_mut(cq) {
-                Some(c) => {
-                    c.reserved = c.reserved.saturating_sub(n);
-                    c.attached = c.attached.saturating_sub(1);
-                    c.attached == 0 && !c.handle_alive
-                }
-                None => false,
-            };
-            if gone {
-                self.cqs.remove(cq);
-            }
-        }
+        let recv = if qp.srq.is_some() {
+            0
+        } else {
+            u64::from(caps.max_recv_wr)
+        };
+        self.release_cq(qp.send_cq, u64::from(caps.max_send_wr));
+        self.release_cq(qp.recv_cq, recv);
     }
 
     pub(super) fn destroy_cq(&mut self, cq: Idx) {

@@ -77,12 +77,12 @@
 //!
 //! let config = QpConfig { rnr_retry: RNR_RETRY_INFINITE, ..QpConfig::default() };
 //! scm.listen(&SimAddr(1))?;
-//! let init = QpInit { pd: &cpd, send_cq: &ccq, recv_cq: &ccq, config };
+//! let init = QpInit { pd: &cpd, send_cq: &ccq, recv_cq: &ccq, srq: None, config };
 //! let mut cqp = ccm.connect(&SimAddr(1), init, b"client")?;
 //! let (mut sqp, mut up) = (None, false);
 //! for _ in 0..10_000 {
 //!     if let Some(CmEvent::ConnectRequest { request, .. }) = scm.poll_event()? {
-//!         let init = QpInit { pd: &spd, send_cq: &scq, recv_cq: &scq, config };
+//!         let init = QpInit { pd: &spd, send_cq: &scq, recv_cq: &scq, srq: None, config };
 //!         sqp = Some(scm.accept(request, init, b"server")?);
 //!     }
 //!     if let Some(CmEvent::Established { .. }) = ccm.poll_event()? {
@@ -126,6 +126,7 @@ mod net;
 mod qp;
 mod rng;
 mod slab;
+mod srq;
 mod state;
 mod trace;
 mod world;
@@ -138,6 +139,7 @@ pub use mr::SimMr;
 pub use net::{FailureReport, SimNet};
 pub use qp::SimQp;
 pub use rng::SimRng;
+pub use srq::SimSrq;
 pub use trace::{CmTrace, FaultTrace, SimStats, TraceEvent, TraceKind};
 
 use super::provider::Provider;
@@ -153,6 +155,7 @@ impl Provider for Sim {
     type Mr = SimMr;
     type Cq = SimCq;
     type Qp = SimQp;
+    type Srq = SimSrq;
     type Cm = SimCm;
     type ConnRequest = SimConnRequest;
     type Addr = SimAddr;

@@ -99,6 +99,8 @@ pub(super) struct QpSlot {
     pub(super) sq_unpolled: u32,
     pub(super) rq: VecDeque<RqEntry>,
     pub(super) rq_unpolled: u32,
+    /// The shared receive queue its Sends take receives from instead of `rq`.
+    pub(super) srq: Option<Idx>,
     /// This side's RNR timer in virtual nanoseconds (how long a sender waits).
     pub(super) rnr_timer_ns: u64,
 }
@@ -122,6 +124,9 @@ pub(super) struct CqEntry {
     /// receives.
     pub(super) release: u32,
     pub(super) recv: bool,
+    /// The shared receive queue the receive came from (whose completion-queue room it
+    /// holds until polled).
+    pub(super) srq: Option<Idx>,
 }
 
 #[derive(Debug)]

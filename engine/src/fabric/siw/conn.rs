@@ -99,6 +99,34 @@ fn unspecified() -> SocketAddr {
 }
 
 impl Conn {
+    /// Gives the whole pages inside the receive buffer back to the operating system
+    /// when it holds no unread bytes (an idle connection): they read as zero and are
+    /// faulted in again by the next read. Returns the octets released.
+    pub(crate) fn trim_rx(&mut self) -> usize {
+        if self.rx_start < self.rx_end {
+            return 0;
+        }
+        self.rx_start = 0;
+        self.rx_end = 0;
+        let page = 4096usize;
+        let base = self.rxbuf.as_mut_ptr() as usize;
+        let start = base.next_multiple_of(page);
+        let end = (base + self.rxbuf.len()) & !(page - 1);
+        if end <= start {
+            return 0;
+        }
+        // SAFETY: [start, end) lies inside `rxbuf`, which this connection owns and
+        // nothing reads until the next socket read fills it again; MADV_DONTNEED on
+        // private anonymous memory only makes those pages read as zero.
+        let rc =
+            unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED) };
+        if rc == 0 {
+            end - start
+        } else {
+            0
+        }
+    }
+
     pub(crate) fn new(
         id: ConnId,
         cm: usize,

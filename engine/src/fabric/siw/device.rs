@@ -36,6 +36,15 @@ pub(crate) enum Retire {
     Cm(usize),
     /// A connect request dropped without an answer: it is rejected.
     Request(usize, ConnId),
+    /// An idle connection: its receive buffer's pages go back (if it holds nothing).
+    Trim(ConnId),
+    /// Completion-queue room reserved by a dropped shared receive queue.
+    Reservation {
+        /// The completion queue.
+        cq: usize,
+        /// Completions reserved.
+        n: u64,
+    },
 }
 
 /// State shared by everything created from one device.

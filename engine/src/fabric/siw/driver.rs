@@ -268,7 +268,7 @@ impl Driver {
                     cq.unreserve(u64::from(caps.max_send_wr));
                 }
                 if let Some(cq) = self.cqs.get(recv_cq) {
-                    cq.unreserve(u64::from(caps.max_recv_wr));
+                    cq.unreserve(e.qp.recv_reservation());
                 }
             }
             self.free.push(slot);
@@ -289,6 +289,18 @@ impl Driver {
                 }
             }
             Retire::Cq(id) => self.cqs.remove(id),
+            Retire::Trim(conn) => {
+                if let Some(slot) = self.find(conn) {
+                    if let Some(Some(c)) = self.conns.get_mut(slot) {
+                        c.trim_rx();
+                    }
+                }
+            }
+            Retire::Reservation { cq, n } => {
+                if let Some(cq) = self.cqs.get(cq) {
+                    cq.unreserve(n);
+                }
+            }
             Retire::Cm(id) => {
                 self.cms.remove(id);
                 for l in &mut self.listeners {
@@ -379,7 +391,23 @@ impl Driver {
             });
         }
         let (scq, rcq) = (init.send_cq.id, init.recv_cq.id);
-        let (ns, nr) = (u64::from(caps.max_send_wr), u64::from(caps.max_recv_wr));
+        let srq = match init.srq {
+            Some(q) if !Arc::ptr_eq(&q.shared.dev, dev) => return Err(FabricError::WrongDevice),
+            Some(q) if q.shared.cq != rcq => {
+                return Err(FabricError::SrqMismatch(
+                    "the receive completion queue is not the one the shared receive queue was created for",
+                ))
+            }
+            Some(q) => Some(q.shared.clone()),
+            None => None,
+        };
+        // The shared queue reserved its receives' completions on that queue already.
+        let nr = if srq.is_some() {
+            0
+        } else {
+            u64::from(caps.max_recv_wr)
+        };
+        let ns = u64::from(caps.max_send_wr);
         if scq == rcq {
             self.cqs
                 .get(scq)
@@ -402,13 +430,9 @@ impl Driver {
                 return Err(e);
             }
         }
-        let qp = Arc::new(QpShared::new(
-            dev.alloc_qp_num(),
-            conn,
-            init.pd.id,
-            caps,
-            state,
-        ));
+        let mut shared = QpShared::new(dev.alloc_qp_num(), conn, init.pd.id, caps, state);
+        shared.srq = srq;
+        let qp = Arc::new(shared);
         let mut engine = Engine::new(
             qp.clone(),
             scq,
@@ -474,7 +498,7 @@ impl Driver {
                 cq.unreserve(u64::from(caps.max_send_wr));
             }
             if let Some(cq) = self.cqs.get(init.recv_cq.id) {
-                cq.unreserve(u64::from(caps.max_recv_wr));
+                cq.unreserve(qp.recv_reservation());
             }
             return Err(e);
         }

@@ -387,6 +387,28 @@ impl Engine {
 
     /// The receive an inbound Send may take, if one is posted.
     pub(crate) fn take_receive(&mut self) -> Option<(u64, RqWqe)> {
+        if let Some(srq) = &self.qp.srq {
+            // Taken receives wait in our own ring until reported; a full ring (its
+            // completion queue not polled) is as good as no receive.
+            let held = self.rq.next - self.rq.head;
+            if held >= u64::from(self.qp.caps.max_recv_wr) {
+                return None;
+            }
+            let w = srq.take()?;
+            let seq = self.rq.next;
+            // SAFETY: the queue pair's handle posts nothing to `rq` while attached to a
+            // shared queue (refused), so the engine is this ring's only user; `seq` is
+            // below `head + depth`, so not a slot awaiting its report.
+            unsafe { self.qp.rq.write(seq, w) };
+            self.rq.next += 1;
+            *self.rq.entry(seq) = RqEntry {
+                done: false,
+                status: WcStatus::Success,
+                byte_len: 0,
+                inval: None,
+            };
+            return Some((seq, w));
+        }
         let posted = self.qp.rq_posted.load(Ordering::Acquire);
         if self.rq.next >= posted {
             return None;

@@ -69,6 +69,7 @@ mod mr;
 mod qp;
 mod rx;
 mod sock;
+mod srq;
 mod term;
 mod tx;
 
@@ -78,6 +79,7 @@ pub use cq::SiwCq;
 pub use device::SiwDevice;
 pub use mr::{SiwMr, SiwPd};
 pub use qp::SiwQp;
+pub use srq::SiwSrq;
 
 use std::net::SocketAddr;
 
@@ -97,6 +99,7 @@ impl Provider for SiwProvider {
     type Mr = SiwMr;
     type Cq = SiwCq;
     type Qp = SiwQp;
+    type Srq = SiwSrq;
     type Cm = SiwCm;
     type ConnRequest = SiwConnRequest;
     type Addr = SocketAddr;

@@ -144,6 +144,16 @@ impl ProtectionDomain for SiwPd {
             fast: true,
         })
     }
+
+    /// Creates a shared receive queue whose receives are checked in this domain (and
+    /// whose arenas it keeps mapped while queue pairs may place into them).
+    fn create_srq(
+        &self,
+        recv_cq: &super::SiwCq,
+        cfg: crate::fabric::SrqConfig,
+    ) -> Result<super::SiwSrq, FabricError> {
+        super::SiwSrq::create(self.dev.clone(), self.id, self.memory.clone(), recv_cq, cfg)
+    }
 }
 
 crate::fabric::mr::soft_memory_region!(SiwMr);

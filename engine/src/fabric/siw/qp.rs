@@ -111,6 +111,9 @@ pub(crate) struct QpShared {
     /// The peer's Terminate, set once by the engine before it fails the queue pair, so
     /// the handle reads it without a lock.
     pub(crate) peer_terminate: std::sync::OnceLock<TerminateReason>,
+    /// The shared receive queue inbound Sends take receives from; then `rq` holds
+    /// the engine's copies of the receives this queue pair took (its handle posts none).
+    pub(crate) srq: Option<Arc<super::srq::SrqShared>>,
 }
 
 // SAFETY: the slot cells are written only by the handle (`&mut self` posting) for
@@ -153,6 +156,17 @@ impl QpShared {
             rq_posted: AtomicU64::new(0),
             rq_retired: AtomicU64::new(0),
             peer_terminate: std::sync::OnceLock::new(),
+            srq: None,
+        }
+    }
+
+    /// Receive completions this queue pair reserved on its receive completion queue:
+    /// none with a shared receive queue, which reserved them itself.
+    pub(crate) fn recv_reservation(&self) -> u64 {
+        if self.srq.is_some() {
+            0
+        } else {
+            u64::from(self.caps.max_recv_wr)
         }
     }
 
@@ -295,6 +309,14 @@ impl QueuePair for SiwQp {
 
     fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
         let sh = &*self.shared;
+        if sh.srq.is_some() && !wrs.is_empty() {
+            return Err(PostError {
+                posted: 0,
+                kind: PostErrorKind::Malformed(
+                    "the queue pair takes its receives from a shared receive queue",
+                ),
+            });
+        }
         let depth = u64::from(sh.caps.max_recv_wr);
         let retired = sh.rq_retired.load(Ordering::Acquire);
         let start = sh.rq_posted.load(Ordering::Relaxed);
@@ -344,6 +366,11 @@ impl QueuePair for SiwQp {
 
     fn state(&self) -> QpState {
         self.shared.state()
+    }
+
+    fn release_idle_memory(&mut self) {
+        self.dev
+            .retire(super::device::Retire::Trim(self.shared.conn));
     }
 
     fn peer_abort(&self) -> Option<crate::fabric::PeerAbort> {

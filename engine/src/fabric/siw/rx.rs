@@ -388,7 +388,8 @@ impl Engine {
                         None,
                     );
                 };
-                if !check_sink(keys, self.qp.pd, wqe.sgl(), 0, wqe.len) {
+                let recv_pd = self.qp.srq.as_ref().map_or(self.qp.pd, |q| q.pd);
+                if !check_sink(keys, recv_pd, wqe.sgl(), 0, wqe.len) {
                     self.finish_receive(rq_seq, WcStatus::LocalProtectionError, 0, None);
                     return self.reject_segment(
                         TerminateCode::RdmapOperation(RdmapOperationError::CatastrophicStream),

@@ -14,6 +14,7 @@ use crate::fabric::{Completion, FabricError, WcOpcode, WcStatus};
 use super::device::DeviceShared;
 use super::qp::QpShared;
 use super::ring::{Entry, RECV_TAG};
+use super::srq::{SrqShared, SRQ_TAG};
 use super::status::wc_status;
 
 /// Most completions taken from the device per `ibv_poll_cq`.
@@ -36,6 +37,8 @@ pub(crate) struct CqShared {
     /// Flushes of requests posted to a queue pair already in error, which never reach
     /// the device.
     pub(crate) synthetic: ArrayQueue<Completion>,
+    /// Shared receive queues reporting here; changes bump `generation` too.
+    srqs: Mutex<Vec<Arc<SrqShared>>>,
 }
 
 // SAFETY: a verbs CQ may be used from any thread; only the VerbsCq owner polls it.
@@ -77,6 +80,21 @@ impl CqShared {
         self.generation.fetch_add(1, Ordering::Release);
     }
 
+    pub(crate) fn register_srq(&self, srq: &Arc<SrqShared>) {
+        let mut r = self.srqs.lock().unwrap_or_else(|p| p.into_inner());
+        r.push(srq.clone());
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// Forgets a shared receive queue whose handle was dropped: completions of its
+    /// receives still arriving are dropped (destroying a queue reports nothing for
+    /// the receives it held).
+    pub(crate) fn unregister_srq(&self, srq: &SrqShared) {
+        let mut r = self.srqs.lock().unwrap_or_else(|p| p.into_inner());
+        r.retain(|q| !std::ptr::eq(Arc::as_ptr(q), srq));
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+
     pub(crate) fn unregister(&self, qp: &QpShared) {
         let mut r = self.registry.lock().unwrap_or_else(|p| p.into_inner());
         r.retain(|q| !std::ptr::eq(Arc::as_ptr(q), qp));
@@ -89,6 +107,8 @@ pub struct VerbsCq {
     pub(crate) shared: Arc<CqShared>,
     /// The registry as of `seen`, so polling takes no lock.
     cache: Vec<Arc<QpShared>>,
+    /// The shared receive queues as of `seen`.
+    srq_cache: Vec<Arc<SrqShared>>,
     seen: u64,
 }
 
@@ -133,8 +153,10 @@ impl VerbsCq {
                 registry: Mutex::new(Vec::new()),
                 generation: AtomicU64::new(0),
                 synthetic: ArrayQueue::new(depth as usize),
+                srqs: Mutex::new(Vec::new()),
             }),
             cache: Vec::new(),
+            srq_cache: Vec::new(),
             seen: u64::MAX,
         })
     }
@@ -148,11 +170,43 @@ impl VerbsCq {
         self.seen = self.shared.generation.load(Ordering::Acquire);
         self.cache.clear();
         self.cache.extend(r.iter().cloned());
+        drop(r);
+        let s = self.shared.srqs.lock().unwrap_or_else(|p| p.into_inner());
+        self.srq_cache.clear();
+        self.srq_cache.extend(s.iter().cloned());
+    }
+
+    /// A receive taken from a shared receive queue: its slot says whose it was.
+    fn translate_shared(&mut self, wc: &ibv_wc) -> Option<Completion> {
+        let status = wc_status(wc.status);
+        if !status.is_success() {
+            if let Some(qp) = self.cache.iter().find(|q| q.qp_num == wc.qp_num) {
+                qp.fail();
+            }
+        }
+        let srq = self.srq_cache.iter().find(|q| q.owns(wc.wr_id))?;
+        let (wr_id, _len) = srq.complete(wc.wr_id)?;
+        let ok = status.is_success();
+        let flags = srq.cq.dev.with_inv_flags;
+        let inv = (ok && wc.wc_flags & flags != 0)
+            // SAFETY: as in `translate`.
+            .then_some(unsafe { wc.imm_data_invalidated_rkey_union.invalidated_rkey });
+        Some(Completion {
+            wr_id,
+            opcode: WcOpcode::Recv,
+            status,
+            byte_len: if ok { wc.byte_len } else { 0 },
+            qp_num: wc.qp_num,
+            invalidated_rkey: inv,
+        })
     }
 
     /// Records `wc` with its queue pair and returns the completion it releases, if any
     /// (send completions reported early stay parked until the earlier ones are in).
     fn translate(&mut self, wc: &ibv_wc) -> Option<Completion> {
+        if wc.wr_id & SRQ_TAG != 0 {
+            return self.translate_shared(wc);
+        }
         let found = self.cache.iter().position(|q| q.qp_num == wc.qp_num);
         let at = match found {
             Some(i) => i,

@@ -354,6 +354,11 @@ impl Device for VerbsDevice {
             // process's mapping were given new ones.
             release_registered: false,
             places_in_poll: false,
+            max_srq_wr: if a.max_srq > 0 {
+                clamp(a.max_srq_wr)
+            } else {
+                0
+            },
         }
     }
 

@@ -62,6 +62,7 @@ mod qp;
 mod ring;
 mod rnr;
 mod sendwr;
+mod srq;
 mod status;
 
 pub use addr::VerbsAddr;
@@ -71,6 +72,7 @@ pub use device::{available, list_devices, DeviceInfo, Transport, VerbsDevice};
 pub use pd::{VerbsMr, VerbsPd};
 pub use qp::VerbsQp;
 pub use rnr::min_rnr_timer_code;
+pub use srq::VerbsSrq;
 pub use status::{wc_opcode, wc_status};
 
 use crate::fabric::Provider;
@@ -86,6 +88,7 @@ impl Provider for VerbsProvider {
     type Mr = VerbsMr;
     type Cq = VerbsCq;
     type Qp = VerbsQp;
+    type Srq = VerbsSrq;
     type Cm = VerbsCm;
     type ConnRequest = VerbsConnRequest;
     type Addr = VerbsAddr;

@@ -317,6 +317,16 @@ impl ProtectionDomain for VerbsPd {
         })
     }
 
+    /// `ibv_create_srq`; [`FabricError::Unsupported`] where the device reports
+    /// `max_srq` 0.
+    fn create_srq(
+        &self,
+        recv_cq: &super::VerbsCq,
+        cfg: crate::fabric::SrqConfig,
+    ) -> Result<super::VerbsSrq, FabricError> {
+        super::VerbsSrq::create(&self.shared, &recv_cq.shared, cfg)
+    }
+
     fn alloc_fast_mr(&self, max_len: usize) -> Result<VerbsMr, FabricError> {
         if !self.shared.dev.info.mw_type2 {
             return Err(FabricError::Exhausted {

@@ -27,6 +27,7 @@ use super::cq::{flushed, CqShared};
 use super::pd::{mw_access, PdShared};
 use super::ring::{Entry, WrRing, RECV_TAG};
 use super::sendwr::{fill, VerbsOp};
+use super::srq::SrqShared;
 use super::VerbsProvider;
 
 /// Inline data the provider asks for; small RPC-over-RDMA headers fit.
@@ -75,6 +76,9 @@ pub(crate) struct QpShared {
     pub(crate) send_cq: Arc<CqShared>,
     pub(crate) recv_cq: Arc<CqShared>,
     pub(crate) pd: Arc<PdShared>,
+    /// The shared receive queue the QP takes receives from; held so it is destroyed
+    /// after the QP (declared after `qp`'s destruction in `drop`).
+    pub(crate) srq: Option<Arc<SrqShared>>,
 }
 
 // SAFETY: verbs QPs may be used from any thread; posting is serialised by the VerbsQp
@@ -88,20 +92,29 @@ impl Drop for QpShared {
         // SAFETY: the last reference is gone; destroyed once, before its CQs and PD
         // (whose Arcs are fields, dropped after this).
         unsafe { ibv_destroy_qp(self.qp) };
+        let r = self.recv_reservation();
         if Arc::ptr_eq(&self.send_cq, &self.recv_cq) {
-            self.send_cq.release(
-                u64::from(self.config.caps.max_send_wr) + u64::from(self.config.caps.max_recv_wr),
-            );
+            self.send_cq
+                .release(u64::from(self.config.caps.max_send_wr) + r);
         } else {
             self.send_cq
                 .release(u64::from(self.config.caps.max_send_wr));
-            self.recv_cq
-                .release(u64::from(self.config.caps.max_recv_wr));
+            self.recv_cq.release(r);
         }
     }
 }
 
 impl QpShared {
+    /// Receive completions reserved on the receive CQ: none with a shared receive
+    /// queue, which reserved its own.
+    fn recv_reservation(&self) -> u64 {
+        if self.srq.is_some() {
+            0
+        } else {
+            u64::from(self.config.caps.max_recv_wr)
+        }
+    }
+
     pub(crate) fn state(&self) -> QpState {
         code_state(self.state.load(Ordering::Acquire))
     }
@@ -246,7 +259,23 @@ impl VerbsQp {
             a.max_qp_wr,
         )?;
 
-        let (s, r) = (u64::from(caps.max_send_wr), u64::from(caps.max_recv_wr));
+        let srq = match init.srq {
+            Some(q) if !Arc::ptr_eq(&q.shared.cq.dev, dev) => return Err(FabricError::WrongDevice),
+            Some(q) if !Arc::ptr_eq(&q.shared.cq, recv_cq) => {
+                return Err(FabricError::SrqMismatch(
+                    "the receive completion queue is not the one the shared receive queue was created for",
+                ))
+            }
+            Some(q) => Some(q.shared.clone()),
+            None => None,
+        };
+        // The shared queue reserved its receives' completions on that queue already.
+        let r = if srq.is_some() {
+            0
+        } else {
+            u64::from(caps.max_recv_wr)
+        };
+        let s = u64::from(caps.max_send_wr);
         if Arc::ptr_eq(send_cq, recv_cq) {
             send_cq.commit(s + r)?;
         } else {
@@ -279,7 +308,7 @@ impl VerbsQp {
                 qp_context: std::ptr::null_mut(),
                 send_cq: send_cq.cq,
                 recv_cq: recv_cq.cq,
-                srq: std::ptr::null_mut(),
+                srq: srq.as_ref().map_or(std::ptr::null_mut(), |q| q.srq),
                 cap: ibv_qp_cap {
                     max_send_wr: device_send_wr,
                     max_recv_wr: caps.max_recv_wr,
@@ -319,6 +348,7 @@ impl VerbsQp {
             send_cq: send_cq.clone(),
             recv_cq: recv_cq.clone(),
             pd: pd.clone(),
+            srq,
         });
         // From here on dropping `shared` destroys the QP and releases the CQ room.
 
@@ -690,6 +720,14 @@ impl QueuePair for VerbsQp {
     }
 
     fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
+        if self.shared.srq.is_some() && !wrs.is_empty() {
+            return Err(PostError {
+                posted: 0,
+                kind: PostErrorKind::Malformed(
+                    "the queue pair takes its receives from a shared receive queue",
+                ),
+            });
+        }
         if self.shared.state().is_error() {
             return self.flush_recvs(wrs);
         }
