@@ -157,8 +157,11 @@ pub struct Dispatcher {
     registered: Option<Vec<Arc<RegBuf>>>,
 }
 
-/// A registered program and its reply cache, asked for once at registration.
+/// A registered program, with its number, version range and reply cache asked for once
+/// at registration (the dispatcher looks them up on every call).
 struct Registered {
+    prog: u32,
+    versions: (u32, u32),
     program: Box<dyn Program>,
     drc: Option<Arc<Drc>>,
 }
@@ -268,7 +271,13 @@ impl Dispatcher {
             return Err(RegisterError { prog });
         }
         let drc = program.reply_cache();
-        self.programs.push(Registered { program, drc });
+        let versions = program.versions();
+        self.programs.push(Registered {
+            prog,
+            versions,
+            program,
+            drc,
+        });
         Ok(())
     }
 
@@ -276,7 +285,7 @@ impl Dispatcher {
     pub fn programs(&self) -> impl Iterator<Item = (u32, (u32, u32))> + '_ {
         self.programs
             .iter()
-            .map(|p| (p.program.prog(), p.program.versions()))
+            .map(|p| (p.prog, p.versions))
     }
 
     /// The duplicate request cache of registered program `prog`, if it has one.
@@ -299,7 +308,7 @@ impl Dispatcher {
     }
 
     fn find(&self, prog: u32) -> Option<usize> {
-        self.programs.iter().position(|p| p.program.prog() == prog)
+        self.programs.iter().position(|p| p.prog == prog)
     }
 
     /// Answers one call.
@@ -335,8 +344,13 @@ impl Dispatcher {
             self.stats.prog_unavail += 1;
             return header_only(ReplyHeader::prog_unavail(xid), reply);
         };
-        let Registered { program, drc } = &mut self.programs[index];
-        let (low, high) = program.versions();
+        let Registered {
+            program,
+            drc,
+            versions: (low, high),
+            ..
+        } = &mut self.programs[index];
+        let (low, high) = (*low, *high);
         if call.vers < low || call.vers > high {
             return header_only(ReplyHeader::prog_mismatch(xid, low, high), reply);
         }

@@ -36,7 +36,8 @@ pub trait Program: Send {
     fn prog(&self) -> u32;
 
     /// Lowest and highest supported version; a call outside the range gets
-    /// PROG_MISMATCH with them (RFC 5531 §9).
+    /// PROG_MISMATCH with them (RFC 5531 §9). The dispatcher asks once, when the program
+    /// is registered (as for [`prog`](Self::prog)).
     fn versions(&self) -> (u32, u32);
 
     /// The declarations of procedure `procedure` of version `vers` (within

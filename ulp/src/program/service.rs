@@ -25,7 +25,11 @@ impl Service for Dispatcher {
     /// - DDP-eligible results go to the requester's Write chunks. A result that is a
     ///   slice of the call's own pulled Read-chunk data (ECHO returning its argument)
     ///   is written from there without a copy
-    ///   ([`ReplyWriter::ddp_result_from_call`]); any other result (the program's own
+    ///   ([`ReplyWriter::ddp_result_from_call`]), and so is one that lies in a
+    ///   registered buffer a program keeps
+    ///   ([`Program::attach_registered`](super::Program::attach_registered), offered on
+    ///   the connection's first call with a Write chunk; written with
+    ///   [`ReplyWriter::ddp_result_shared`]); any other result (the program's own
     ///   memory, inline call bytes) is copied once into a buffer from
     ///   [`ReplyWriter::alloc_buf`]. Write chunks before a placed result that got
     ///   nothing are skipped (returned empty).
@@ -78,7 +82,7 @@ fn within<'r>(registered: &'r [Arc<RegBuf>], data: &[u8]) -> Option<(&'r Arc<Reg
     registered.iter().find_map(|b| {
         let s = b.as_slice();
         let base = s.as_ptr() as usize;
-        (start >= base && end <= base + s.len()).then_some((b, start - base))
+        (start >= base && end <= base + s.len()).then(|| (b, start - base))
     })
 }
 
