@@ -259,7 +259,12 @@ fn main() {
     let ok = measured_round_trips(black_box(&mut a), black_box(&mut b), WARMUP, ROUNDS);
     let ns = start.elapsed().as_nanos() as f64 / ROUNDS as f64;
     assert!(ok, "measured round trips failed");
-    let ok = measured_signaled(black_box(&mut a), black_box(&mut b), WARMUP + ROUNDS, ROUNDS);
+    let ok = measured_signaled(
+        black_box(&mut a),
+        black_box(&mut b),
+        WARMUP + ROUNDS,
+        ROUNDS,
+    );
     assert!(ok, "measured signaled round trips failed");
     println!("fabric_shm_insns: {ROUNDS} round trips, {ns:.0} ns each (one thread)");
 }

@@ -226,7 +226,10 @@ impl Dispatcher {
     /// (to look results up in while a dispatch borrows the dispatcher) and put back with
     /// [`put_registered`](Self::put_registered). Moving a `Vec` allocates nothing.
     pub(super) fn take_registered(&mut self) -> Vec<Arc<RegBuf>> {
-        self.registered.as_mut().map(std::mem::take).unwrap_or_default()
+        self.registered
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
 
     /// Puts back what [`take_registered`](Self::take_registered) took.
@@ -283,9 +286,7 @@ impl Dispatcher {
 
     /// The registered programs' numbers and version ranges, in registration order.
     pub fn programs(&self) -> impl Iterator<Item = (u32, (u32, u32))> + '_ {
-        self.programs
-            .iter()
-            .map(|p| (p.prog, p.versions))
+        self.programs.iter().map(|p| (p.prog, p.versions))
     }
 
     /// The duplicate request cache of registered program `prog`, if it has one.

@@ -243,7 +243,10 @@ fn source_results_lie_in_registered_memory_when_the_program_got_some() {
         let base = pool.arena().base() as usize;
         let at = item.data.as_ptr() as usize;
         let in_pool = at >= base && at < base + pool.arena().len();
-        assert_eq!(in_pool, given, "result from the registered copy iff given one");
+        assert_eq!(
+            in_pool, given,
+            "result from the registered copy iff given one"
+        );
     }
 }
 
