@@ -13,8 +13,8 @@
 #        backward direction, the selective-signaling ledger and RDMA_MSGP each added a
 #        check to the NULL path (7820 -> 8000 together), so that any further creep fails);
 #        lowered to 7550 (1.2% over 7461) after fast paths for the common headers
-#        (AUTH_NONE decode 8000 -> ~7800, AUTH_NONE call and SUCCESS reply encode,
-#        chunkless transport header parse -> 7584, chunkless transport header encode
+#        (AUTH_NONE decode, AUTH_NONE call and SUCCESS reply encode, chunkless
+#        transport header parse: 8000 -> 7584; chunkless transport header encode
 #        -> 7476, program number and versions kept at registration -> 7461)
 # The second shm baseline is like-for-like with the engine's default: every Send
 # signaled and its completion reaped (the first signals one Send in 16).
