@@ -12,12 +12,12 @@
 #        8073)); raised to 8100 (1.25% over 8000) when message continuation, the RFC 8167
 #        backward direction, the selective-signaling ledger and RDMA_MSGP each added a
 #        check to the NULL path (7820 -> 8000 together), so that any further creep fails);
-#        lowered to 7330 (1.3% over 7234) after fast paths for the common headers
+#        lowered to 7330 (1.4% over 7231) after fast paths for the common headers
 #        (AUTH_NONE decode, AUTH_NONE call and SUCCESS reply encode, chunkless
 #        transport header parse: 8000 -> 7584; chunkless transport header encode
 #        -> 7476, program number and versions kept at registration -> 7461) and the
 #        driver loop taking message buffers from a per-connection cache and giving
-#        outcomes' buffers back to the caches (Requester::take_msg/recycle) -> 7234
+#        outcomes' buffers back to the caches (Requester::take_msg/recycle) -> 7231
 # The second shm baseline is like-for-like with the engine's default: every Send
 # signaled and its completion reaped (the first signals one Send in 16).
 set -euo pipefail
