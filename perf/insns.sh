@@ -11,12 +11,20 @@
 #        filled placeholder arrays, per-poll fast paths), 7548 (it was 8559; ECHO 9295 ->
 #        8073)); raised to 8100 (1.25% over 8000) when message continuation, the RFC 8167
 #        backward direction, the selective-signaling ledger and RDMA_MSGP each added a
-#        check to the NULL path (7820 -> 8000 together), so that any further creep fails)
+#        check to the NULL path (7820 -> 8000 together), so that any further creep fails);
+#        lowered to 7330 (1.4% over 7231) after fast paths for the common headers
+#        (AUTH_NONE decode, AUTH_NONE call and SUCCESS reply encode, chunkless
+#        transport header parse: 8000 -> 7584; chunkless transport header encode
+#        -> 7476, program number and versions kept at registration -> 7461) and the
+#        driver loop taking message buffers from a per-connection cache and giving
+#        outcomes' buffers back to the caches (Requester::take_msg/recycle) -> 7231
+# The second shm baseline is like-for-like with the engine's default: every Send
+# signaled and its completion reaped (the first signals one Send in 16).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v valgrind >/dev/null || { echo "perf/insns.sh: valgrind is missing (apt-get install valgrind)"; exit 1; }
 BUDGET_SHM=${INSNS_BUDGET_SHM:-1900}
-BUDGET_RPC=${INSNS_BUDGET_RPC:-8100}
+BUDGET_RPC=${INSNS_BUDGET_RPC:-7330}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
@@ -39,23 +47,27 @@ shm=$(bench_bin fabric_shm_insns)
 rpc=$(bench_bin engine_rpc_insns)
 valgrind -q --tool=callgrind --toggle-collect='*measured_round_trips*' \
   --callgrind-out-file="$out/shm.cg" "$shm" >/dev/null
+valgrind -q --tool=callgrind --toggle-collect='*measured_signaled*' \
+  --callgrind-out-file="$out/shm_sig.cg" "$shm" >/dev/null
 valgrind -q --tool=callgrind --toggle-collect='*measured_null*' --toggle-collect='*measured_echo*' \
   --callgrind-out-file="$out/rpc.cg" "$rpc" >/dev/null
 
 rounds=$(grep -Eo 'const ROUNDS: u64 = [0-9_]+' perf/benches/fabric_shm_insns.rs | grep -Eo '[0-9_]+$' | tr -d _)
 calls=$(grep -Eo 'const CALLS: u64 = [0-9_]+' perf/benches/engine_rpc_insns.rs | grep -Eo '[0-9_]+$' | tr -d _)
 shm_ir=$(inclusive "$out/shm.cg" 'measured_round_trips')
+sig_ir=$(inclusive "$out/shm_sig.cg" 'measured_signaled')
 null_ir=$(inclusive "$out/rpc.cg" 'measured_null')
 echo_ir=$(inclusive "$out/rpc.cg" 'measured_echo')
-[ -n "$shm_ir" ] && [ -n "$null_ir" ] && [ -n "$echo_ir" ] || { echo "perf/insns.sh: could not read callgrind totals"; exit 1; }
+[ -n "$shm_ir" ] && [ -n "$sig_ir" ] && [ -n "$null_ir" ] && [ -n "$echo_ir" ] || { echo "perf/insns.sh: could not read callgrind totals"; exit 1; }
 
-python3 - "$shm_ir" "$rounds" "$null_ir" "$echo_ir" "$calls" "$BUDGET_SHM" "$BUDGET_RPC" <<'PY'
+python3 - "$shm_ir" "$sig_ir" "$rounds" "$null_ir" "$echo_ir" "$calls" "$BUDGET_SHM" "$BUDGET_RPC" <<'PY'
 import sys
-shm_ir, rounds, null_ir, echo_ir, calls, bshm, brpc = map(int, sys.argv[1:])
-shm, null, echo = shm_ir / rounds, null_ir / calls, echo_ir / calls
-print(f"instructions per round trip: shm 32 B send/recv {shm:8.0f}")
-print(f"                             rpc NULL          {null:8.0f}   x{null/shm:.2f} of shm")
-print(f"                             rpc ECHO 64 B     {echo:8.0f}   x{echo/shm:.2f} of shm")
+shm_ir, sig_ir, rounds, null_ir, echo_ir, calls, bshm, brpc = map(int, sys.argv[1:])
+shm, sig, null, echo = shm_ir / rounds, sig_ir / rounds, null_ir / calls, echo_ir / calls
+print(f"instructions per round trip: shm 32 B send/recv {shm:8.0f}   (one Send in 16 signaled)")
+print(f"                             shm like-for-like {sig:8.0f}   (every Send signaled and reaped, as the engine)")
+print(f"                             rpc NULL          {null:8.0f}   x{null/shm:.2f} of shm, x{null/sig:.2f} like-for-like")
+print(f"                             rpc ECHO 64 B     {echo:8.0f}   x{echo/shm:.2f} of shm, x{echo/sig:.2f} like-for-like")
 bad = []
 if shm > bshm: bad.append(f"shm round trip {shm:.0f} > budget {bshm}")
 if null > brpc: bad.append(f"rpc NULL {null:.0f} > budget {brpc}")

@@ -66,10 +66,10 @@ fn connect() -> P {
     support::echo_pair("rpcrdma-rpc-insns", &cfg)
 }
 
-/// One call: built, submitted, both ends polled until its outcome arrives; true when it
-/// is this call's and a success and `check` accepts it. The outcome is inspected where
-/// it lands and dropped there, as a driver loop would, so the harness adds no moves of
-/// it to the count.
+/// One call: built (its message buffer from the connection's cache), submitted, both
+/// ends polled until its outcome arrives; true when it is this call's and a success and
+/// `check` accepts it. The outcome is inspected where it lands and its buffers go back
+/// to the connection's caches (`Requester::recycle`), as a driver loop would.
 #[inline(always)]
 fn call<'d, A: XdrCodec<'d>>(
     p: &mut P,
@@ -78,7 +78,7 @@ fn call<'d, A: XdrCodec<'d>>(
     tag: u64,
     check: impl FnOnce(&Outcome) -> bool,
 ) -> bool {
-    let Ok(msg) = p.requester.alloc_msg() else {
+    let Ok(msg) = p.requester.take_msg() else {
         return false;
     };
     let Ok(req) = inline_call(msg, &header(proc_), args, 256) else {
@@ -90,7 +90,10 @@ fn call<'d, A: XdrCodec<'d>>(
     for _ in 0..MAX_POLLS {
         p.poll(Instant::now());
         if let Some(o) = p.requester.poll_outcome() {
-            return o.tag == tag && o.status == CallStatus::Success && check(&o);
+            let ok = o.tag == tag && o.status == CallStatus::Success && check(&o);
+            // Its buffers back to the connection's caches, as a driver loop does.
+            p.requester.recycle(o);
+            return ok;
         }
     }
     false

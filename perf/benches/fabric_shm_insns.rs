@@ -155,27 +155,30 @@ fn connected_pair() -> (End, End) {
     (mk(c, cqp), mk(s, sqp.expect("server queue pair")))
 }
 
-fn flags(i: u64) -> SendFlags {
-    if i % 16 == 15 {
+fn flags(i: u64, signal_all: bool) -> SendFlags {
+    if signal_all || i % 16 == 15 {
         SendFlags::SIGNALED
     } else {
         SendFlags::NONE
     }
 }
 
-/// One message from `from` to `to`: false if anything failed or never arrived.
+/// One message from `from` to `to`: false if anything failed or never arrived. With
+/// `signal_all` every Send is signaled and the sender reaps its completion before the
+/// hop ends, as the engine's default configuration does (the like-for-like baseline).
 #[inline(always)]
-fn hop(from: &mut End, to: &mut End, i: u64) -> bool {
+fn hop(from: &mut End, to: &mut End, i: u64, signal_all: bool) -> bool {
     let sb = [from.sge(4096, MSG)];
     let rb = [to.sge(0, MSG)];
     if from
         .qp
-        .post_send(&[SendWr::send(i, &sb).with_flags(flags(i))])
+        .post_send(&[SendWr::send(i, &sb).with_flags(flags(i, signal_all))])
         .is_err()
     {
         return false;
     }
     let mut polls = 0;
+    let mut reaped = false;
     loop {
         let n = to.cq.poll(&mut to.buf);
         let mut got = false;
@@ -189,20 +192,55 @@ fn hop(from: &mut End, to: &mut End, i: u64) -> bool {
             break;
         }
         // The sender's poll retires its send queue.
-        from.cq.poll(&mut from.buf);
+        let n = from.cq.poll(&mut from.buf);
+        reaped |= from.buf[..n].iter().any(|c| c.opcode == WcOpcode::Send);
         polls += 1;
         if polls == MAX_POLLS {
             return false;
         }
     }
+    if signal_all && !reaped && !reap_send(from) {
+        return false;
+    }
     to.qp.post_recv(&[RecvWr { wr_id: i, sgl: &rb }]).is_ok()
+}
+
+/// Polls `from`'s CQ until its signaled Send's completion comes (the executor already
+/// acknowledged it, so the first poll normally has it).
+#[inline(always)]
+fn reap_send(from: &mut End) -> bool {
+    for _ in 0..MAX_POLLS {
+        let n = from.cq.poll(&mut from.buf);
+        for c in &from.buf[..n] {
+            if c.status != WcStatus::Success {
+                return false;
+            }
+            if c.opcode == WcOpcode::Send {
+                return true;
+            }
+        }
+    }
+    false
 }
 
 /// The region callgrind counts (`--toggle-collect='*measured_round_trips*'`).
 #[inline(never)]
 fn measured_round_trips(a: &mut End, b: &mut End, first: u64, n: u64) -> bool {
     for i in first..first + n {
-        if !hop(a, b, i) || !hop(b, a, i) {
+        if !hop(a, b, i, false) || !hop(b, a, i, false) {
+            return false;
+        }
+    }
+    true
+}
+
+/// The like-for-like region (`--toggle-collect='*measured_signaled*'`): every Send
+/// signaled and its completion reaped, as the engine does unless
+/// `ConnConfig::signal_every` is set.
+#[inline(never)]
+fn measured_signaled(a: &mut End, b: &mut End, first: u64, n: u64) -> bool {
+    for i in first..first + n {
+        if !hop(a, b, i, true) || !hop(b, a, i, true) {
             return false;
         }
     }
@@ -223,6 +261,13 @@ fn main() {
     let ok = measured_round_trips(black_box(&mut a), black_box(&mut b), WARMUP, ROUNDS);
     let ns = start.elapsed().as_nanos() as f64 / ROUNDS as f64;
     assert!(ok, "measured round trips failed");
+    let ok = measured_signaled(
+        black_box(&mut a),
+        black_box(&mut b),
+        WARMUP + ROUNDS,
+        ROUNDS,
+    );
+    assert!(ok, "measured signaled round trips failed");
     println!("fabric_shm_insns: {ROUNDS} round trips, {ns:.0} ns each (one thread)");
 }
 
@@ -230,5 +275,6 @@ fn main() {
 /// measured call.
 #[inline(never)]
 fn warm_up(a: &mut End, b: &mut End) -> bool {
-    (0..WARMUP).all(|i| hop(a, b, i) && hop(b, a, i))
+    (0..WARMUP).all(|i| hop(a, b, i, false) && hop(b, a, i, false))
+        && (0..WARMUP).all(|i| hop(a, b, i, true) && hop(b, a, i, true))
 }

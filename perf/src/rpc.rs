@@ -272,7 +272,7 @@ impl Caller<'_> {
         let mut msg = if self.shape.long_msg {
             c.conn.alloc_large()
         } else {
-            c.conn.alloc_msg()
+            c.conn.take_msg()
         }
         .map_err(|e| BenchError::Rpc(format!("message buffer: {e}")))?;
         let h = header(self.shape.procedure);
@@ -343,9 +343,12 @@ impl Caller<'_> {
             c.sinks.push(s);
         }
         let tag = o.tag as usize;
+        let status = o.status;
         c.tags.push(o.tag as u32);
         c.in_flight = c.in_flight.saturating_sub(1);
-        (tag, o.status)
+        // The message and reply buffers back to the connection's caches.
+        c.conn.recycle(o);
+        (tag, status)
     }
 
     /// Whether the outcome carries exactly what the procedure should return.

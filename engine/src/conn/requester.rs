@@ -3,6 +3,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use rpcrdma_pools::PoolCache;
+
 use super::resources::ConnResources;
 use super::{ConnError, CQ_BATCH};
 use crate::core::config::{ConnConfig, RegMode, Role};
@@ -33,6 +35,9 @@ pub struct Requester<P: Provider, B: ResponderRole = NoResponder> {
     conn: ConnId,
     events: FixedQueue<ConnEvent>,
     polls: u32,
+    /// Send buffers for [`take_msg`](Self::take_msg), restocked by
+    /// [`recycle`](Self::recycle).
+    msg_cache: PoolCache,
     /// Completion batch, reused by every poll.
     wcs: [Completion; CQ_BATCH],
     res: ConnResources<P>,
@@ -161,6 +166,7 @@ impl<P: Provider, B: ResponderRole> Requester<P, B> {
             conn,
             events: FixedQueue::with_capacity(32),
             polls: 0,
+            msg_cache: res.pools.send.cache(),
             wcs: [Completion::EMPTY; CQ_BATCH],
             res,
             clock,
@@ -313,6 +319,31 @@ impl<P: Provider, B: ResponderRole> Requester<P, B> {
     /// [`alloc_large`](Self::alloc_large) for long calls).
     pub fn alloc_msg(&self) -> Result<RegBuf, RegBufError> {
         RegBuf::from_pool(&self.res.pools.send)
+    }
+
+    /// A send buffer for a call message, as [`alloc_msg`](Self::alloc_msg) gives, from
+    /// this connection's own cache of the send pool: no shared-ring operation and no
+    /// pool-handle reference count while the cache has buffers, which
+    /// [`recycle`](Self::recycle) keeps it stocked with. For a driver loop on the
+    /// connection's thread.
+    pub fn take_msg(&mut self) -> Result<RegBuf, RegBufError> {
+        RegBuf::from_cache(&mut self.msg_cache)
+    }
+
+    /// Takes an outcome's engine buffers back (after the caller read what it wanted):
+    /// the call message into the send-buffer cache [`take_msg`](Self::take_msg) draws
+    /// from, the reply into the receive cache that restocks receives. Cheaper than
+    /// dropping the outcome, which returns each buffer through its pool's shared ring.
+    /// DDP arguments and write sinks (the application's buffers) are dropped: take
+    /// them out first to keep them.
+    pub fn recycle(&mut self, o: Outcome) {
+        let Outcome { msg, reply, .. } = o;
+        if let Some(m) = msg {
+            m.release_into(&mut self.msg_cache);
+        }
+        if let Some(r) = reply {
+            self.core.recycle_recv(r.buf);
+        }
     }
 
     /// A large buffer (long call messages, DDP arguments, write sinks), from the

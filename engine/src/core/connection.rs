@@ -485,6 +485,14 @@ impl Backchannel<'_> {
 }
 
 impl<P: ResponderRole> Connection<RequesterHalf, P> {
+    /// Takes back a received buffer the application is done with (an outcome's reply):
+    /// through the receive table's cache, which restocks the receives from it, rather
+    /// than through the pool's shared ring. A buffer of another pool (a Reply chunk's)
+    /// goes to its own pool.
+    pub(crate) fn recycle_recv(&mut self, buf: RegBuf) {
+        self.t.recvs.recycle(buf);
+    }
+
     /// A forward requester (fast registration with `mrs`, persistent without) beside
     /// the responder slot `resp`, over queues of `sizes`.
     pub(crate) fn with_requester(

@@ -64,6 +64,29 @@ fn echo_is_exact_for_many_sizes<N: Net>(net: N) {
     assert_eq!(st.long_calls, 0, "all fit the 4 KiB threshold");
 }
 
+/// A driver loop that takes message buffers from the connection's cache
+/// (`Requester::take_msg`) and gives each outcome's buffers back (`Requester::recycle`):
+/// the calls work, every reply is the call's, and once the connection is gone the send
+/// and receive pools are full again (the caches gave everything back).
+fn recycled_buffers_serve_call_after_call<N: Net>(net: N) {
+    let cfg = test_config();
+    let mut p = pair(&net, &cfg, &cfg);
+    let pools = p.requester.resources().pools().clone();
+    for i in 0..200usize {
+        let data = pattern(i % 97, i as u8);
+        let mut m = p.requester.take_msg().expect("send buffer from the cache");
+        write_call(&mut m, PROC_ECHO, &opaque(&data));
+        let o = call(&mut p, CallRequest::new(m, 4000));
+        assert_eq!(o.status, CallStatus::Success, "call {i}");
+        assert_eq!(results(&o), &opaque(&data)[..], "call {i}");
+        p.requester.recycle(o);
+    }
+    assert_eq!(p.requester.stats().calls_sent, 200);
+    drop(p);
+    assert!(pools.send.is_full(), "send buffers all back");
+    assert!(pools.recv.is_full(), "receive buffers all back");
+}
+
 fn service_errors_become_rpc_errors<N: Net>(net: N) {
     let cfg = test_config();
     let mut p = pair(&net, &cfg, &cfg);
@@ -114,6 +137,7 @@ per_provider!(
     null_call_round_trips,
     caller_chosen_xids_cross_the_wire,
     echo_is_exact_for_many_sizes,
+    recycled_buffers_serve_call_after_call,
     service_errors_become_rpc_errors,
     thresholds_come_from_private_data,
 );

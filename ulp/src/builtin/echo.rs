@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use rpcrdma::iwarp::crc32c::crc32c;
+use rpcrdma::{RegBuf, RegBufError};
 
 use super::echo_codec::{Echo2, EchoData, SinkRes, SourceArgs};
 use super::pattern::fill_source_pattern;
@@ -109,9 +110,26 @@ static ECHO2: ProcInfo = ProcInfo {
 /// asking for more than that buffer holds is SYSTEM_ERR (a server resource limit, not
 /// malformed arguments). Clones share that buffer, so a server that gives each
 /// connection a clone holds the pattern once, not once per connection.
-#[derive(Debug, Clone)]
+///
+/// Given registered memory ([`Program::attach_registered`]), SOURCE keeps a copy of the
+/// pattern in one registered buffer of the connection and returns slices of it, which
+/// the engine RDMA-Writes without copying (a result longer than that buffer comes from
+/// the heap pattern and is copied as usual).
+#[derive(Debug)]
 pub struct EchoProgram {
     pattern: Arc<[u8]>,
+    /// The pattern in a registered buffer of this connection (one per connection: a
+    /// clone does not share it).
+    registered: Option<[Arc<RegBuf>; 1]>,
+}
+
+impl Clone for EchoProgram {
+    fn clone(&self) -> Self {
+        EchoProgram {
+            pattern: self.pattern.clone(),
+            registered: None,
+        }
+    }
 }
 
 impl Default for EchoProgram {
@@ -133,6 +151,7 @@ impl EchoProgram {
         fill_source_pattern(&mut pattern);
         EchoProgram {
             pattern: pattern.into(),
+            registered: None,
         }
     }
 
@@ -168,6 +187,22 @@ impl Program for EchoProgram {
         Self::info(procedure)
     }
 
+    fn attach_registered(&mut self, alloc: &mut dyn FnMut() -> Result<RegBuf, RegBufError>) {
+        if self.registered.is_some() || self.pattern.is_empty() {
+            return;
+        }
+        // Without a buffer (an exhausted pool), SOURCE copies from the heap pattern.
+        let Ok(mut buf) = alloc() else { return };
+        let n = buf.capacity().min(self.pattern.len());
+        if buf.fill(&self.pattern[..n]).is_ok() {
+            self.registered = Some([Arc::new(buf)]);
+        }
+    }
+
+    fn registered_results(&self) -> &[Arc<RegBuf>] {
+        self.registered.as_ref().map_or(&[], |r| &r[..])
+    }
+
     fn call<'d>(
         &'d mut self,
         call: &CallHeader<'d>,
@@ -193,10 +228,12 @@ impl Program for EchoProgram {
             echo_proc::SOURCE => {
                 let a = SourceArgs::decode(args)?;
                 args.finish()?;
-                let data = self
-                    .pattern
-                    .get(..a.len as usize)
-                    .ok_or(ProcError::SystemErr)?;
+                let len = a.len as usize;
+                let data = match &self.registered {
+                    Some([r]) if len <= r.len() => r.as_slice().get(..len),
+                    _ => self.pattern.get(..len),
+                }
+                .ok_or(ProcError::SystemErr)?;
                 EchoData { data }.encode(results)?;
             }
             echo_proc::ECHO2 => {

@@ -11,7 +11,7 @@ use super::Program;
 use crate::binding::ProcInfo;
 use crate::ddp::{DdpCursor, DdpEncodeError, DdpEncoder, DdpList, ReadItem, WriteItem};
 use crate::rpc::{CallHeader, EncodeError, ReplyHeader, RpcError, ServerReply};
-use rpcrdma::Padding;
+use rpcrdma::{Padding, RegBuf, RegBufError};
 
 /// A received call as the transport delivers it.
 #[derive(Debug, Clone, Copy, Default)]
@@ -152,10 +152,16 @@ pub struct Dispatcher {
     auth: AuthPolicy,
     client: ClientAddr,
     stats: DispatchStats,
+    /// The programs' [registered result buffers](Program::registered_results), gathered
+    /// once they were attached (None before).
+    registered: Option<Vec<Arc<RegBuf>>>,
 }
 
-/// A registered program and its reply cache, asked for once at registration.
+/// A registered program, with its number, version range and reply cache asked for once
+/// at registration (the dispatcher looks them up on every call).
 struct Registered {
+    prog: u32,
+    versions: (u32, u32),
     program: Box<dyn Program>,
     drc: Option<Arc<Drc>>,
 }
@@ -191,6 +197,45 @@ impl Dispatcher {
             auth: AuthPolicy::DEFAULT,
             client: ClientAddr::Unknown,
             stats: DispatchStats::default(),
+            registered: None,
+        }
+    }
+
+    /// True once [`attach_registered`](Self::attach_registered) ran.
+    pub fn is_attached(&self) -> bool {
+        self.registered.is_some()
+    }
+
+    /// Offers every registered program registered buffers from `alloc`
+    /// ([`Program::attach_registered`]) and gathers the buffers their results may lie
+    /// in. Runs once; later calls do nothing. A program registered afterwards is not
+    /// offered any.
+    pub fn attach_registered(&mut self, alloc: &mut dyn FnMut() -> Result<RegBuf, RegBufError>) {
+        if self.registered.is_some() {
+            return;
+        }
+        let mut bufs = Vec::new();
+        for p in &mut self.programs {
+            p.program.attach_registered(alloc);
+            bufs.extend(p.program.registered_results().iter().cloned());
+        }
+        self.registered = Some(bufs);
+    }
+
+    /// The buffers gathered by [`attach_registered`](Self::attach_registered), taken out
+    /// (to look results up in while a dispatch borrows the dispatcher) and put back with
+    /// [`put_registered`](Self::put_registered). Moving a `Vec` allocates nothing.
+    pub(super) fn take_registered(&mut self) -> Vec<Arc<RegBuf>> {
+        self.registered
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
+    /// Puts back what [`take_registered`](Self::take_registered) took.
+    pub(super) fn put_registered(&mut self, bufs: Vec<Arc<RegBuf>>) {
+        if let Some(r) = self.registered.as_mut() {
+            *r = bufs;
         }
     }
 
@@ -229,15 +274,19 @@ impl Dispatcher {
             return Err(RegisterError { prog });
         }
         let drc = program.reply_cache();
-        self.programs.push(Registered { program, drc });
+        let versions = program.versions();
+        self.programs.push(Registered {
+            prog,
+            versions,
+            program,
+            drc,
+        });
         Ok(())
     }
 
     /// The registered programs' numbers and version ranges, in registration order.
     pub fn programs(&self) -> impl Iterator<Item = (u32, (u32, u32))> + '_ {
-        self.programs
-            .iter()
-            .map(|p| (p.program.prog(), p.program.versions()))
+        self.programs.iter().map(|p| (p.prog, p.versions))
     }
 
     /// The duplicate request cache of registered program `prog`, if it has one.
@@ -260,7 +309,7 @@ impl Dispatcher {
     }
 
     fn find(&self, prog: u32) -> Option<usize> {
-        self.programs.iter().position(|p| p.program.prog() == prog)
+        self.programs.iter().position(|p| p.prog == prog)
     }
 
     /// Answers one call.
@@ -296,8 +345,13 @@ impl Dispatcher {
             self.stats.prog_unavail += 1;
             return header_only(ReplyHeader::prog_unavail(xid), reply);
         };
-        let Registered { program, drc } = &mut self.programs[index];
-        let (low, high) = program.versions();
+        let Registered {
+            program,
+            drc,
+            versions: (low, high),
+            ..
+        } = &mut self.programs[index];
+        let (low, high) = (*low, *high);
         if call.vers < low || call.vers > high {
             return header_only(ReplyHeader::prog_mismatch(xid, low, high), reply);
         }

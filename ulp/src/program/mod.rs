@@ -21,6 +21,8 @@ pub use error::ProcError;
 
 use std::sync::Arc;
 
+use rpcrdma::{RegBuf, RegBufError};
+
 use crate::binding::ProcInfo;
 use crate::ddp::{DdpCursor, DdpEncoder};
 use crate::rpc::CallHeader;
@@ -34,7 +36,8 @@ pub trait Program: Send {
     fn prog(&self) -> u32;
 
     /// Lowest and highest supported version; a call outside the range gets
-    /// PROG_MISMATCH with them (RFC 5531 §9).
+    /// PROG_MISMATCH with them (RFC 5531 §9). The dispatcher asks once, when the program
+    /// is registered (as for [`prog`](Self::prog)).
     fn versions(&self) -> (u32, u32);
 
     /// The declarations of procedure `procedure` of version `vers` (within
@@ -63,5 +66,24 @@ pub trait Program: Send {
     /// once, when the program is registered.
     fn reply_cache(&self) -> Option<Arc<Drc>> {
         None
+    }
+
+    /// Offered once per connection, before the first call that offers Write chunks:
+    /// `alloc` hands out registered buffers of the connection's large pool. A program
+    /// whose results are the same bytes every time (a preformatted result, a pattern)
+    /// may copy them into such buffers once and return slices of them as DDP results;
+    /// the dispatcher then has the engine RDMA-Write them straight from there instead
+    /// of copying each result into a fresh registered buffer (it must also list the
+    /// buffers in [`registered_results`](Self::registered_results)). Buffers taken are
+    /// held until the program is dropped. The default takes none.
+    fn attach_registered(&mut self, alloc: &mut dyn FnMut() -> Result<RegBuf, RegBufError>) {
+        let _ = alloc;
+    }
+
+    /// The registered buffers this program's DDP results may lie in (see
+    /// [`attach_registered`](Self::attach_registered)); the contents must not change
+    /// while any is shared. The default has none.
+    fn registered_results(&self) -> &[Arc<RegBuf>] {
+        &[]
     }
 }

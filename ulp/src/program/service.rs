@@ -1,6 +1,8 @@
 //! The engine's responder upcall: [`Dispatcher`] as an `rpcrdma::Service`.
 
-use rpcrdma::{CallView, DdpRefusal, ReplyWriter, Service, ServiceError};
+use std::sync::Arc;
+
+use rpcrdma::{CallView, DdpRefusal, RegBuf, ReplyWriter, Service, ServiceError};
 
 use super::dispatch::{DispatchError, Dispatched, Dispatcher, InboundCall};
 use crate::ddp::{DdpList, ReadItem};
@@ -23,7 +25,11 @@ impl Service for Dispatcher {
     /// - DDP-eligible results go to the requester's Write chunks. A result that is a
     ///   slice of the call's own pulled Read-chunk data (ECHO returning its argument)
     ///   is written from there without a copy
-    ///   ([`ReplyWriter::ddp_result_from_call`]); any other result (the program's own
+    ///   ([`ReplyWriter::ddp_result_from_call`]), and so is one that lies in a
+    ///   registered buffer a program keeps
+    ///   ([`Program::attach_registered`](super::Program::attach_registered), offered on
+    ///   the connection's first call with a Write chunk; written with
+    ///   [`ReplyWriter::ddp_result_shared`]); any other result (the program's own
     ///   memory, inline call bytes) is copied once into a buffer from
     ///   [`ReplyWriter::alloc_buf`]. Write chunks before a placed result that got
     ///   nothing are skipped (returned empty).
@@ -58,54 +64,98 @@ impl Service for Dispatcher {
             write_chunks: call.write_chunks(),
             padding: call.padding(),
         };
-        // Matched where it lies, not moved out: a written reply carries its Write list
-        // (a few hundred octets).
-        let dispatched = self.dispatch(&inbound, reply.spare_mut());
-        let done = match &dispatched {
-            Ok(Dispatched::Reply(r)) => r,
-            Ok(Dispatched::Drop(_)) => return Err(ServiceError::GarbageArgs),
-            Ok(Dispatched::NoReply { .. }) => {
-                reply.no_reply();
-                return Ok(());
-            }
-            Err(DispatchError::ReplyOverrun { .. } | DispatchError::ReplyBufferTooSmall { .. }) => {
-                overflow(reply);
-                return Ok(());
-            }
-        };
-        reply
-            .advance(done.len)
-            .map_err(|_| ServiceError::SystemErr)?;
-        let mut next = 0;
-        for item in done.write_chunks.iter() {
-            while next < item.chunk {
-                reply.skip_write_chunk();
-                next += 1;
-            }
-            match reply.ddp_result_from_call(item.data) {
+        // Programs get their registered buffers on the first call that can use them.
+        if !self.is_attached() && !call.write_chunks().is_empty() {
+            self.attach_registered(&mut || reply.alloc_buf());
+        }
+        let registered = self.take_registered();
+        let done = reply_to(self, &inbound, reply, &registered);
+        self.put_registered(registered);
+        done
+    }
+}
+
+/// Where `data` lies in one of `registered`: the buffer and the offset there.
+fn within<'r>(registered: &'r [Arc<RegBuf>], data: &[u8]) -> Option<(&'r Arc<RegBuf>, usize)> {
+    let start = data.as_ptr() as usize;
+    let end = start.wrapping_add(data.len());
+    registered.iter().find_map(|b| {
+        let s = b.as_slice();
+        let base = s.as_ptr() as usize;
+        (start >= base && end <= base + s.len()).then(|| (b, start - base))
+    })
+}
+
+/// Dispatches `inbound` into `reply` and hands its DDP results to the engine: without
+/// a copy when they lie in the call's pulled Read chunks or in `registered`, else
+/// copied once into a large buffer.
+fn reply_to(
+    d: &mut Dispatcher,
+    inbound: &InboundCall<'_>,
+    reply: &mut ReplyWriter<'_>,
+    registered: &[Arc<RegBuf>],
+) -> Result<(), ServiceError> {
+    // Matched where it lies, not moved out: a written reply carries its Write list
+    // (a few hundred octets).
+    let dispatched = d.dispatch(inbound, reply.spare_mut());
+    let done = match &dispatched {
+        Ok(Dispatched::Reply(r)) => r,
+        Ok(Dispatched::Drop(_)) => return Err(ServiceError::GarbageArgs),
+        Ok(Dispatched::NoReply { .. }) => {
+            reply.no_reply();
+            return Ok(());
+        }
+        Err(DispatchError::ReplyOverrun { .. } | DispatchError::ReplyBufferTooSmall { .. }) => {
+            overflow(reply);
+            return Ok(());
+        }
+    };
+    reply
+        .advance(done.len)
+        .map_err(|_| ServiceError::SystemErr)?;
+    let mut next = 0;
+    for item in done.write_chunks.iter() {
+        while next < item.chunk {
+            reply.skip_write_chunk();
+            next += 1;
+        }
+        if let Some((buf, at)) = within(registered, item.data) {
+            match reply.ddp_result_shared(buf, at, item.data.len()) {
                 Ok(()) => {
                     next += 1;
                     continue;
                 }
-                Err(DdpRefusal::NotHeld) => {}
                 Err(DdpRefusal::TooLarge { .. }) => {
                     overflow(reply);
                     return Ok(());
                 }
-                Err(_) => return Err(ServiceError::SystemErr),
+                // Not usable as is (not registered): copied below like any other.
+                Err(_) => {}
             }
-            let mut buf = reply.alloc_buf().map_err(|_| ServiceError::SystemErr)?;
-            if buf.fill(item.data).is_err() {
-                // Larger than the engine's DDP buffers: the result cannot be sent as the
-                // requester asked, which is an overrun like any other.
+        }
+        match reply.ddp_result_from_call(item.data) {
+            Ok(()) => {
+                next += 1;
+                continue;
+            }
+            Err(DdpRefusal::NotHeld) => {}
+            Err(DdpRefusal::TooLarge { .. }) => {
                 overflow(reply);
                 return Ok(());
             }
-            reply.ddp_result(buf).map_err(|_| ServiceError::SystemErr)?;
-            next += 1;
+            Err(_) => return Err(ServiceError::SystemErr),
         }
-        Ok(())
+        let mut buf = reply.alloc_buf().map_err(|_| ServiceError::SystemErr)?;
+        if buf.fill(item.data).is_err() {
+            // Larger than the engine's DDP buffers: the result cannot be sent as the
+            // requester asked, which is an overrun like any other.
+            overflow(reply);
+            return Ok(());
+        }
+        reply.ddp_result(buf).map_err(|_| ServiceError::SystemErr)?;
+        next += 1;
     }
+    Ok(())
 }
 
 /// Marks the writer overflowed: the engine then answers with ERR_CHUNK.

@@ -331,6 +331,23 @@ impl<'a> ReplyHeader<'a> {
     /// Encodes the header at the start of `buf` and returns its length, which is where
     /// SUCCESS results go. Nothing is written on error.
     pub fn encode(&self, buf: &mut [u8]) -> Result<usize, EncodeError> {
+        if let ReplyBody::Accepted {
+            verf: OpaqueAuth::None,
+            status: AcceptStatus::Success,
+        } = &self.body
+        {
+            // The common reply (SUCCESS, AUTH_NONE verifier): xid, REPLY, then
+            // MSG_ACCEPTED, the empty verifier and SUCCESS, all zero.
+            let available = buf.len();
+            let out = buf.get_mut(..24).ok_or(EncodeError::BufferTooSmall {
+                needed: 24,
+                available,
+            })?;
+            out[..4].copy_from_slice(&self.xid.to_be_bytes());
+            out[4..8].copy_from_slice(&(MsgType::Reply as u32).to_be_bytes());
+            out[8..].fill(0);
+            return Ok(24);
+        }
         if let ReplyBody::Accepted { verf, .. } = &self.body {
             verf.check(AuthField::Verf)?;
         }

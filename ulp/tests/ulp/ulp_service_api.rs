@@ -13,10 +13,12 @@ use rpcrdma::{CallRequest, CallStatus, Outcome, TransportError};
 use rpcrdma::{ConnConfig, ConnEvent, RegBuf};
 use rpcrdma_pools::HugePages;
 use rpcrdma_ulp::binding::{with_keepalive, ProcInfo};
-use rpcrdma_ulp::builtin::{echo_proc, Echo2, EchoProgram, ECHO_PROGRAM, ECHO_VERSION};
+use rpcrdma_ulp::builtin::{
+    echo_proc, is_source_pattern, Echo2, EchoProgram, ECHO_PROGRAM, ECHO_VERSION,
+};
 use rpcrdma_ulp::client::{CallPlan, DdpBufs};
 use rpcrdma_ulp::ddp::{encode_call, DdpCursor, DdpEncoder};
-use rpcrdma_ulp::program::{Dispatcher, ProcError, Program};
+use rpcrdma_ulp::program::{Dispatched, Dispatcher, InboundCall, ProcError, Program};
 use rpcrdma_ulp::rpc::CallHeader;
 
 use crate::support;
@@ -167,20 +169,85 @@ fn echo_results_go_out_from_the_read_chunks_without_a_copy() {
     assert_eq!(s.ddp_results, 2);
     assert_eq!(s.ddp_zero_copy, 2, "both results written in place");
 
-    // SOURCE's result is the program's own (unregistered) memory: still copied.
+    // SOURCE's result is the program's own memory, which it copied once into a
+    // registered buffer of the connection (Program::attach_registered, on the first call
+    // offering a Write chunk): written from there too, call after call.
+    for calls in [3, 4] {
+        let req = source(&p, 3000);
+        let o = call(&mut p, req);
+        assert_eq!(o.status, CallStatus::Success);
+        let result = o.write_result(0).expect("SOURCE result in the Write chunk");
+        assert_eq!(result.len(), 3000);
+        assert!(is_source_pattern(result), "SOURCE returned its pattern");
+        let s = p.responder().expect("responder").stats();
+        assert_eq!((s.ddp_results, s.ddp_zero_copy), (calls, calls));
+    }
+}
+
+/// SOURCE of `len` octets with one Write chunk of a large buffer.
+fn source(p: &Pair<ShmProvider, Dispatcher>, len: u32) -> CallRequest {
     let mut msg = p.requester.alloc_msg().expect("send buffer");
     let h = header(ECHO_PROGRAM, echo_proc::SOURCE);
     let n = h.encode(msg.storage_mut()).expect("encodes");
-    msg.storage_mut()[n..n + 4].copy_from_slice(&3000u32.to_be_bytes());
+    msg.storage_mut()[n..n + 4].copy_from_slice(&len.to_be_bytes());
     msg.set_len(n + 4).expect("fits");
-    let mut req = CallRequest::new(msg, max_reply(echo_proc::SOURCE, 3000));
+    let mut req = CallRequest::new(msg, max_reply(echo_proc::SOURCE, len as usize));
     req.push_write_sink(p.requester.alloc_large().expect("sink"))
         .expect("room");
-    let o = call(&mut p, req);
-    assert_eq!(o.status, CallStatus::Success);
-    assert_eq!(o.write_result(0).map(<[u8]>::len), Some(3000));
-    let s = p.responder().expect("responder").stats();
-    assert_eq!((s.ddp_results, s.ddp_zero_copy), (3, 2));
+    req
+}
+
+/// Where SOURCE's result lies: in the registered buffer the program was given
+/// (Program::attach_registered), which the dispatcher lists for zero-copy Writes; or,
+/// when none could be had, in the program's heap pattern, which the service copies.
+#[test]
+fn source_results_lie_in_registered_memory_when_the_program_got_some() {
+    let pool = rpcrdma_pools::Pool::new(
+        &rpcrdma_pools::PoolConfig::new("source-test", 8192, 2).hugepages(HugePages::Never),
+    )
+    .expect("pool");
+    let mut msg = [0u8; 64];
+    let n = header(ECHO_PROGRAM, echo_proc::SOURCE)
+        .encode(&mut msg)
+        .expect("encodes");
+    msg[n..n + 4].copy_from_slice(&3000u32.to_be_bytes());
+    let chunks = [8192u64];
+    let call = InboundCall {
+        msg: &msg[..n + 4],
+        reads: &[],
+        write_chunks: &chunks,
+        padding: None,
+    };
+    for given in [true, false] {
+        let mut d = Dispatcher::new();
+        d.register(Box::new(EchoProgram::with_source_max(60_000)))
+            .expect("register echo");
+        let mut taken = 0;
+        d.attach_registered(&mut || {
+            taken += 1;
+            if given {
+                RegBuf::from_pool(&pool)
+            } else {
+                Err(rpcrdma::RegBufError::Exhausted)
+            }
+        });
+        assert!(d.is_attached());
+        assert_eq!(taken, 1, "one buffer asked for");
+        let mut reply = [0u8; 256];
+        let Ok(Dispatched::Reply(r)) = d.dispatch(&call, &mut reply) else {
+            panic!("SOURCE answered");
+        };
+        let item = r.write_chunks.as_slice()[0];
+        assert!(is_source_pattern(item.data) && item.data.len() == 3000);
+        // The pool's arena holds both buffers: a result there is the registered copy.
+        let base = pool.arena().base() as usize;
+        let at = item.data.as_ptr() as usize;
+        let in_pool = at >= base && at < base + pool.arena().len();
+        assert_eq!(
+            in_pool, given,
+            "result from the registered copy iff given one"
+        );
+    }
 }
 
 /// A program that drops a call: no reply goes out, the responder counts it and frees

@@ -204,6 +204,19 @@ impl<'a> Parser<'a, '_> {
     }
 
     fn lists(&mut self) -> Result<ChunkListsView<'a>, HeaderError> {
+        // No chunks at all (most messages): three zero discriminators, taken in one look.
+        let at = self.c.position();
+        if self.c.rest().get(..3 * WORD_LEN) == Some(&[0u8; 3 * WORD_LEN][..]) {
+            self.skip(3 * WORD_LEN, Field::ReadList)?;
+            return Ok(ChunkListsView {
+                reads: self.span(at, at),
+                read_chunks: 0,
+                writes: self.span(at + WORD_LEN, at + WORD_LEN),
+                write_chunks: 0,
+                write_segments: 0,
+                reply: None,
+            });
+        }
         let (reads, read_chunks) = self.read_list()?;
         let (writes, write_chunks, write_segments) = self.write_list()?;
         let reply = if self.more(Field::ReplyChunk)? {

@@ -94,6 +94,12 @@ impl ChunkListsRepr<'_> {
         reads.saturating_add(writes).saturating_add(reply)
     }
 
+    /// No Read list, no Write list, no Reply chunk.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.reads.is_empty() && self.writes.is_empty() && self.reply.is_none()
+    }
+
     fn encode_to(&self, e: &mut XdrEncoder<'_>) -> Result<(), BufferTooSmall> {
         for r in self.reads {
             e.optional(true)?;
@@ -164,6 +170,7 @@ impl HeaderRepr<'_> {
     /// Exact number of octets [`encode`](Self::encode) writes.
     pub fn encoded_len(&self) -> usize {
         let body = match &self.body {
+            BodyRepr::Msg(l) if l.is_empty() => return CHUNKLESS_MSG_LEN,
             BodyRepr::Msg(l) | BodyRepr::Nomsg(l) => l.encoded_len(),
             BodyRepr::Msgp { lists, .. } => lists.encoded_len().saturating_add(2 * WORD_LEN),
             BodyRepr::Done => 0,
@@ -177,6 +184,25 @@ impl HeaderRepr<'_> {
     /// On error the buffer's contents are unspecified; nothing beyond
     /// [`encoded_len`](Self::encoded_len) octets is touched either way.
     pub fn encode(&self, buf: &mut [u8]) -> Result<usize, BufferTooSmall> {
+        if let BodyRepr::Msg(l) = &self.body {
+            if l.is_empty() {
+                // The common header (RDMA_MSG, no chunks): seven words in one go.
+                let available = buf.len();
+                let out = buf
+                    .first_chunk_mut::<CHUNKLESS_MSG_LEN>()
+                    .ok_or(BufferTooSmall {
+                        needed: CHUNKLESS_MSG_LEN,
+                        available,
+                    })?;
+                out[..4].copy_from_slice(&self.xid.to_be_bytes());
+                out[4..8].copy_from_slice(&RPCRDMA_VERSION.to_be_bytes());
+                out[8..12].copy_from_slice(&self.credit.to_be_bytes());
+                out[12..16].copy_from_slice(&RDMA_MSG.to_be_bytes());
+                // The three empty-list discriminators.
+                out[16..].fill(0);
+                return Ok(CHUNKLESS_MSG_LEN);
+            }
+        }
         let needed = self.encoded_len();
         if needed > buf.len() {
             // Checking up front reports the whole size, not the first item that failed.
@@ -207,6 +233,10 @@ impl HeaderRepr<'_> {
         Ok(e.finish())
     }
 }
+
+/// Octets of an RDMA_MSG header without chunks: the four fixed words and three empty
+/// list discriminators.
+const CHUNKLESS_MSG_LEN: usize = FIXED_HEADER_LEN + 3 * WORD_LEN;
 
 /// Octets of a counted segment array (`xdr_write_chunk`): count word plus segments.
 ///
