@@ -863,16 +863,25 @@ fn serve_cores_calls_nfs41_clients_back_and_recalls_a_delegation() {
     assert!(holder.wait().unwrap().success(), "{seen}{rest}");
     assert!(rest.contains("recalled 1 returned 1"), "{seen}{rest}");
     let _ = std::fs::remove_file(&local);
-    let out = Command::new(env!("CARGO_BIN_EXE_rpcrdma"))
-        .args(["stats", &g.child.id().to_string(), "--json"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // The watching thread publishes a few times a second: read the counters until the
+    // recall's answer shows (the assertions below say what was missing after 10 s).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let v = loop {
+        let out = Command::new(env!("CARGO_BIN_EXE_rpcrdma"))
+            .args(["stats", &g.child.id().to_string(), "--json"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        if v["cb_recall_answered"].as_u64() >= Some(1) || std::time::Instant::now() > deadline {
+            break v;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
     assert_eq!(v["groups"].as_array().map(Vec::len), Some(2), "{v}");
     // Both clients' backchannels were probed; the recall went out and was answered.
     assert_eq!(
