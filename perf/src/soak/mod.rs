@@ -472,6 +472,24 @@ fn drive<F: SoakFabric>(args: &SoakArgs) -> Result<bool, String> {
         if now > hard_end {
             for c in &clients {
                 t.lost += c.pending.len() as u64;
+                if !c.pending.is_empty() {
+                    // Say where the outcome got stuck: the report is the only trace.
+                    eprintln!(
+                        "soak: {} call(s) without an outcome, tags {:?}, connection {:?}",
+                        c.pending.len(),
+                        c.pending.keys().collect::<Vec<_>>(),
+                        c.conn.as_ref().map(|conn| (
+                            conn.state(),
+                            conn.reconnect_stats(),
+                            conn.awaiting_resend(),
+                            conn.queued(),
+                            conn.active(),
+                            conn.next_timeout()
+                                .map(|t| t.saturating_duration_since(Instant::now())),
+                            conn.stats(),
+                        )),
+                    );
+                }
             }
             break;
         }
