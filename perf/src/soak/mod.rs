@@ -105,6 +105,10 @@ fn conn_config() -> ConnConfig {
     }
 }
 
+/// Each call's timeout: long enough that a loaded machine does not turn slowness into
+/// failures.
+const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Sizes of the echoed data: inline, around the 4 KiB thresholds, and large.
 const SIZES: [usize; 8] = [16, 200, 1000, 3000, 4000, 5000, 9000, 40_000];
 
@@ -453,7 +457,11 @@ fn drive<F: SoakFabric>(args: &SoakArgs) -> Result<bool, String> {
     let mut rng = SimRng::new(args.seed);
     let mut seen: HashMap<u64, u8> = HashMap::new();
     let stop_issuing = start + run_for;
-    let hard_end = stop_issuing + Duration::from_secs(30);
+    // A call whose send queue stopped completing is held until its keys die: its
+    // timeout, then the credit-reclaim bound, then the disconnect that bound forces.
+    // Waiting less would call "lost" an outcome the engine is still bound to deliver.
+    let hard_end =
+        stop_issuing + CALL_TIMEOUT + rpcrdma::DEFAULT_CREDIT_RECLAIM + Duration::from_secs(5);
     loop {
         let now = Instant::now();
         if !killed && now >= kill_at {
@@ -562,7 +570,7 @@ fn drive<F: SoakFabric>(args: &SoakArgs) -> Result<bool, String> {
                     };
                     // Long enough that a loaded machine does not turn slowness into
                     // failures; the faults are what this run is about.
-                    req.timeout = Some(Duration::from_secs(10));
+                    req.timeout = Some(CALL_TIMEOUT);
                     if conn.submit(req, next_tag).is_ok() {
                         c.pending.insert(next_tag, data);
                         t.issued += 1;
