@@ -154,6 +154,10 @@ where
                 closed: s.closed,
                 completions: s.completions,
                 calls: s.calls,
+                srq_depth: s.srq_depth,
+                srq_low: s.srq_low,
+                receive_share: s.receive_share,
+                srq_connections: s.srq_connections,
             });
         }
         let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);

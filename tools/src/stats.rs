@@ -152,6 +152,19 @@ pub struct GroupStat {
     pub completions: u64,
     /// Calls its connections received.
     pub calls: u64,
+    /// Depth of its shared receive queue (0: its connections post their own receives).
+    #[serde(default)]
+    pub srq_depth: u64,
+    /// The fewest receives the shared queue held right after a Send took one (above 0:
+    /// no Send found it empty).
+    #[serde(default)]
+    pub srq_low: u64,
+    /// The credits each of its connections on the shared queue may grant now.
+    #[serde(default)]
+    pub receive_share: u64,
+    /// Its connections on the shared queue.
+    #[serde(default)]
+    pub srq_connections: u64,
 }
 
 /// Escapes a Prometheus label value.
@@ -357,7 +370,7 @@ impl Snapshot {
             ),
         ];
         type GroupField = fn(&GroupStat) -> u64;
-        let per_group: [(&str, &str, &str, GroupField); 4] = [
+        let per_group: [(&str, &str, &str, GroupField); 8] = [
             (
                 "group_connections",
                 "gauge",
@@ -381,6 +394,30 @@ impl Snapshot {
                 "counter",
                 "Calls received by the poll group's connections.",
                 |g| g.calls,
+            ),
+            (
+                "group_srq_depth",
+                "gauge",
+                "Depth of the poll group's shared receive queue (0: none).",
+                |g| g.srq_depth,
+            ),
+            (
+                "group_srq_low",
+                "gauge",
+                "Fewest receives the shared queue held right after a Send took one.",
+                |g| g.srq_low,
+            ),
+            (
+                "group_receive_share",
+                "gauge",
+                "Credits each connection on the shared queue may grant now.",
+                |g| g.receive_share,
+            ),
+            (
+                "group_srq_connections",
+                "gauge",
+                "Connections of the poll group on its shared receive queue.",
+                |g| g.srq_connections,
             ),
         ];
         for (name, kind, help, get) in per_group {
@@ -451,7 +488,7 @@ impl Snapshot {
             let _ = writeln!(
                 s,
                 "group {} (core {}{}): {} connection(s), {} accepted, {} closed, {} calls, {} \
-                 completions",
+                 completions{}",
                 g.group,
                 g.core,
                 if g.pinned { "" } else { ", not pinned" },
@@ -459,7 +496,16 @@ impl Snapshot {
                 g.accepted,
                 g.closed,
                 g.calls,
-                g.completions
+                g.completions,
+                if g.srq_depth > 0 {
+                    format!(
+                        "; shared receive queue {} deep, low {}, {} connection(s) on it, \
+                         share {}",
+                        g.srq_depth, g.srq_low, g.srq_connections, g.receive_share
+                    )
+                } else {
+                    String::new()
+                }
             );
         }
         if self.connections.is_empty() {

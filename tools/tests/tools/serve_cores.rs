@@ -188,6 +188,14 @@ fn serve_cores_holds_1000_connections_within_the_memory_budget() {
         assert_eq!(g["connections"].as_u64(), Some(half), "{g}");
         assert_eq!(g["calls"].as_u64(), Some(half), "{g}");
         assert!(g["completions"].as_u64() >= Some(2 * half), "{g}");
+        // Each group serves receives from its shared queue (shm has one): some of its
+        // connections are on it, each with a share of at least one credit, and no Send
+        // found it empty.
+        assert!(g["srq_depth"].as_u64() > Some(0), "{g}");
+        let on = g["srq_connections"].as_u64().unwrap_or(0);
+        assert!(on > 0 && on <= half, "{g}");
+        assert!(g["receive_share"].as_u64() >= Some(1), "{g}");
+        assert!(g["srq_low"].as_u64() >= Some(1), "{g}");
     }
     assert_eq!(v["connections"].as_array().map(Vec::len), Some(n));
     drop(conns);
