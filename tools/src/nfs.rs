@@ -458,6 +458,9 @@ fn op4_run<P: Provider>(c: &mut Nfs41Client<P>, o: &NfsClientOpts) -> Result<(),
     out.flush().map_err(io)
 }
 
+/// OPENs `nfs hold` tries before it reports that no delegation was granted.
+const HOLD_OPENS: u32 = 10;
+
 /// `nfs hold`: OPEN for reading wanting a delegation, then poll (answering callbacks,
 /// returning what is recalled) until the delegation is returned or `how_long` passed.
 fn hold4<P: Provider>(
@@ -468,11 +471,24 @@ fn hold4<P: Provider>(
     let (dir, name) = parent_and_name(path)?;
     let dfh = c.lookup_path(dir).map_err(nfs_err)?;
     c.set_want_delegations(true);
-    let f = c
+    // A server may decline at first and grant later (Linux nfsd delegates nothing
+    // while a grace period runs or before it holds the client's callback path up; ours
+    // waits for the CB_NULL answer). Open again, a few times, before saying none was
+    // granted.
+    let mut opens = 1;
+    let mut f = c
         .open(&dfh, name.as_bytes(), None, false)
         .map_err(nfs_err)?;
+    while f.delegation.is_none() && opens < HOLD_OPENS {
+        c.close_file(&f).map_err(nfs_err)?;
+        c.serve_callbacks(Duration::from_millis(300));
+        f = c
+            .open(&dfh, name.as_bytes(), None, false)
+            .map_err(nfs_err)?;
+        opens += 1;
+    }
     eprintln!(
-        "rpcrdma nfs: hold {path}: delegation {}",
+        "rpcrdma nfs: hold {path}: delegation {} ({opens} open(s))",
         if f.delegation.is_some() {
             "granted"
         } else {

@@ -45,11 +45,16 @@ mount -t nfsd nfsd /proc/fs/nfsd || fail "mount nfsd"
 # The NFSv4 grace period (90 s by default) refuses OPEN with NFS4ERR_GRACE; 10 s is the
 # least nfsd takes, and our client retries NFS4ERR_GRACE within a bound.
 echo 10 > /proc/fs/nfsd/nfsv4gracetime || fail "nfsv4gracetime"
+# nfsd hands out no delegation while any grace period runs (locks_in_grace), lockd's
+# included, which is 90 s by default from the start of nfsd: the recall step below would
+# find none on a fast run. lockd came with the nfsd module; its grace starts with nfsd.
+echo 10 > /proc/sys/fs/nfs/nlm_grace_period || fail "nlm_grace_period"
 mount -t rpc_pipefs sunrpc /var/lib/nfs/rpc_pipefs || fail "mount rpc_pipefs"
 rpcbind -w || fail rpcbind
 exportfs -ra || fail exportfs
 rpc.mountd || fail rpc.mountd
 rpc.nfsd 4 || fail rpc.nfsd
+NFSD_STARTED=$SECONDS
 grep -q '+4.1' /proc/fs/nfsd/versions || fail "nfsd does not offer NFSv4.1: $(cat /proc/fs/nfsd/versions)"
 echo rdma 20049 > /proc/fs/nfsd/portlist || fail "adding the rdma listener"
 dd if=/dev/urandom of=/tmp/to-server.bin bs=1M count="$MB" status=none
@@ -128,6 +133,8 @@ client41_over() {
   step "4.1 nfsd recalls our client's read delegation over the backchannel ($dev)"
   local hold=$LAB_OUT/hold-$dev.err hpid t0
   echo held > "/export/hold-$dev.txt"
+  # Both grace periods (10 s each, set above) must be over before nfsd delegates.
+  while [ $((SECONDS - NFSD_STARTED)) -lt 12 ]; do sleep 1; done
   nfs4 hold "hold-$dev.txt" --seconds 60 2> "$hold" &
   hpid=$!
   wait_for 30 "our client's OPEN of hold-$dev.txt" grep -q 'delegation' "$hold"
