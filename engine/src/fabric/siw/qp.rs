@@ -232,6 +232,58 @@ fn gather_len(sgl: &[Sge]) -> u64 {
     sgl.iter().map(|s| u64::from(s.length)).sum()
 }
 
+/// Posts `wrs` into a receive ring of `depth` entries of at most `max_sge` gather
+/// entries each, whose producer count is `posted` and consumer count `consumed`; one
+/// release store publishes them all. A queue pair's own receive queue and the shared
+/// receive queue post this way.
+///
+/// # Safety
+/// The caller is the ring's only producer.
+pub(crate) unsafe fn post_recv_ring(
+    rq: &Slots<RqWqe>,
+    posted: &AtomicU64,
+    consumed: &AtomicU64,
+    depth: u32,
+    max_sge: u32,
+    wrs: &[RecvWr<'_>],
+) -> Result<(), PostError> {
+    let consumed = consumed.load(Ordering::Acquire);
+    let start = posted.load(Ordering::Relaxed);
+    let mut tail = start;
+    let mut refused = None;
+    for (i, wr) in wrs.iter().enumerate() {
+        let kind = if wr.sgl.len() > max_sge as usize {
+            Some(PostErrorKind::TooManySge {
+                given: wr.sgl.len(),
+                max: max_sge,
+            })
+        } else if tail - consumed >= u64::from(depth) {
+            Some(PostErrorKind::QueueFull { depth })
+        } else {
+            None
+        };
+        if let Some(kind) = kind {
+            refused = Some(PostError { posted: i, kind });
+            break;
+        }
+        let mut w = RqWqe {
+            wr_id: wr.wr_id,
+            num_sge: wr.sgl.len() as u8,
+            sge: [Sge::default(); MAX_SGE],
+            len: gather_len(wr.sgl),
+        };
+        w.sge[..wr.sgl.len()].copy_from_slice(wr.sgl);
+        // SAFETY: `tail - consumed < depth`, so the consumer is done with this slot, and
+        // the caller is the only producer.
+        unsafe { rq.write(tail, w) };
+        tail += 1;
+    }
+    if tail != start {
+        posted.store(tail, Ordering::Release);
+    }
+    refused.map_or(Ok(()), Err)
+}
+
 impl SiwQp {
     /// The peer's Terminate as it came, with its layout and copied header, once one put
     /// the queue pair in error ([`QueuePair::peer_abort`] gives the provider-neutral
@@ -317,43 +369,17 @@ impl QueuePair for SiwQp {
                 ),
             });
         }
-        let depth = u64::from(sh.caps.max_recv_wr);
-        let retired = sh.rq_retired.load(Ordering::Acquire);
-        let start = sh.rq_posted.load(Ordering::Relaxed);
-        let mut tail = start;
-        let mut refused = None;
-        for (i, wr) in wrs.iter().enumerate() {
-            let kind = if wr.sgl.len() > sh.caps.max_recv_sge as usize {
-                Some(PostErrorKind::TooManySge {
-                    given: wr.sgl.len(),
-                    max: sh.caps.max_recv_sge,
-                })
-            } else if tail - retired >= depth {
-                Some(PostErrorKind::QueueFull {
-                    depth: sh.caps.max_recv_wr,
-                })
-            } else {
-                None
-            };
-            if let Some(kind) = kind {
-                refused = Some(PostError { posted: i, kind });
-                break;
-            }
-            let mut w = RqWqe {
-                wr_id: wr.wr_id,
-                num_sge: wr.sgl.len() as u8,
-                sge: [Sge::default(); MAX_SGE],
-                len: gather_len(wr.sgl),
-            };
-            w.sge[..wr.sgl.len()].copy_from_slice(wr.sgl);
-            // SAFETY: as in `post_send`.
-            unsafe { sh.rq.write(tail, w) };
-            tail += 1;
+        // SAFETY: `&mut self` makes this handle the ring's only producer.
+        unsafe {
+            post_recv_ring(
+                &sh.rq,
+                &sh.rq_posted,
+                &sh.rq_retired,
+                sh.caps.max_recv_wr,
+                sh.caps.max_recv_sge,
+                wrs,
+            )
         }
-        if tail != start {
-            sh.rq_posted.store(tail, Ordering::Release);
-        }
-        refused.map_or(Ok(()), Err)
     }
 
     fn qp_num(&self) -> u32 {

@@ -13,9 +13,7 @@ use super::mr::PdMemory;
 use super::qp::RqWqe;
 use super::MAX_SGE;
 use crate::fabric::slots::Slots;
-use crate::fabric::{
-    FabricError, PostError, PostErrorKind, RecvWr, Sge, SharedReceiveQueue, SrqConfig,
-};
+use crate::fabric::{FabricError, PostError, RecvWr, SharedReceiveQueue, SrqConfig};
 
 /// What the handle and the engine share.
 pub(crate) struct SrqShared {
@@ -127,44 +125,17 @@ impl SiwSrq {
 impl SharedReceiveQueue for SiwSrq {
     fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
         let sh = &*self.shared;
-        let depth = u64::from(sh.cfg.max_wr);
-        let taken = sh.taken.load(Ordering::Acquire);
-        let start = sh.posted.load(Ordering::Relaxed);
-        let mut tail = start;
-        let mut refused = None;
-        for (i, wr) in wrs.iter().enumerate() {
-            let kind = if wr.sgl.len() > sh.cfg.max_sge as usize {
-                Some(PostErrorKind::TooManySge {
-                    given: wr.sgl.len(),
-                    max: sh.cfg.max_sge,
-                })
-            } else if tail - taken >= depth {
-                Some(PostErrorKind::QueueFull {
-                    depth: sh.cfg.max_wr,
-                })
-            } else {
-                None
-            };
-            if let Some(kind) = kind {
-                refused = Some(PostError { posted: i, kind });
-                break;
-            }
-            let mut w = RqWqe {
-                wr_id: wr.wr_id,
-                num_sge: wr.sgl.len() as u8,
-                sge: [Sge::default(); MAX_SGE],
-                len: wr.sgl.iter().map(|s| u64::from(s.length)).sum(),
-            };
-            w.sge[..wr.sgl.len()].copy_from_slice(wr.sgl);
-            // SAFETY: `tail - taken < depth`, so the engine is done with this slot; we
-            // are the only producer (`&mut self`).
-            unsafe { sh.rq.write(tail, w) };
-            tail += 1;
+        // SAFETY: `&mut self` makes this handle the ring's only producer.
+        unsafe {
+            super::qp::post_recv_ring(
+                &sh.rq,
+                &sh.posted,
+                &sh.taken,
+                sh.cfg.max_wr,
+                sh.cfg.max_sge,
+                wrs,
+            )
         }
-        if tail != start {
-            sh.posted.store(tail, Ordering::Release);
-        }
-        refused.map_or(Ok(()), Err)
     }
 
     fn depth(&self) -> u32 {
