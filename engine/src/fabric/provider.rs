@@ -205,7 +205,8 @@ pub trait QueuePair {
         super::PeerAddr::Unknown
     }
     /// The connection is idle: the provider may give back memory it keeps for it and
-    /// refills on demand (siw: the pages of its socket receive buffer). A cold path
+    /// refills on demand (siw: the pages of its socket receive buffer and of the
+    /// receives posted and not yet used). A cold path
     /// (system calls); the default does nothing.
     fn release_idle_memory(&mut self) {}
     /// Why the peer aborted the connection, once its abort (an iWARP peer's Terminate)

@@ -293,6 +293,9 @@ impl Driver {
                 if let Some(slot) = self.find(conn) {
                     if let Some(Some(c)) = self.conns.get_mut(slot) {
                         c.trim_rx();
+                        if let (Some(e), Some(dev)) = (c.engine.as_ref(), self.dev.upgrade()) {
+                            e.release_posted_receives(&dev.keys);
+                        }
                     }
                 }
             }

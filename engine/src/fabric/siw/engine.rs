@@ -427,6 +427,48 @@ impl Engine {
         Some((seq, w))
     }
 
+    /// Gives back the pages of the receives posted and not yet taken: an idle
+    /// connection's 32 posted 4 KiB receives otherwise stay resident once a message has
+    /// landed in each. Only this engine (the driver thread, like this call) writes into
+    /// a posted receive, and only after taking it, so nothing is writing these pages;
+    /// their contents do not matter (a receive's buffer belongs to the device until its
+    /// completion) and they fault back in, zeroed, when the next message lands. Only
+    /// ranges that pass the local-write key check of the queue pair's domain are
+    /// touched, so a receive posted with a bad address releases nothing (its message
+    /// fails the same check later). Receives of a shared queue are the group's to
+    /// manage. Returns the octets released.
+    pub(crate) fn release_posted_receives(&self, keys: &super::keys::KeyTable) -> usize {
+        let Some(memory) = self.memory.as_ref() else {
+            return 0;
+        };
+        if self.qp.srq.is_some() {
+            return 0;
+        }
+        let posted = self.qp.rq_posted.load(Ordering::Acquire);
+        let mut released = 0;
+        for seq in self.rq.next..posted {
+            // SAFETY: `seq` is published (below `posted`) and not taken (at or past
+            // `next`), and only the engine reads receive slots.
+            let w = unsafe { self.qp.rq.read(seq) };
+            for s in w.sgl() {
+                let len = u64::from(s.length);
+                if keys
+                    .check(
+                        s.lkey,
+                        self.qp.pd,
+                        crate::fabric::Access::LOCAL_WRITE,
+                        s.addr,
+                        len,
+                    )
+                    .is_ok()
+                {
+                    released += memory.release(s.addr, len);
+                }
+            }
+        }
+        released
+    }
+
     /// Finishes receive `seq`.
     pub(crate) fn finish_receive(
         &mut self,

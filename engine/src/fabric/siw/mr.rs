@@ -51,6 +51,23 @@ impl PdMemory {
         self.live.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
+
+    /// Gives back the whole pages of `[addr, addr + len)`, which must lie in one of this
+    /// domain's arenas ([`Arena::release`]: punched out of a shareable arena's memfd,
+    /// dropped from a private one, nothing for hugepages). Returns the octets released;
+    /// a range outside every arena releases nothing. A cold path: takes the list's lock.
+    pub(crate) fn release(&self, addr: u64, len: u64) -> usize {
+        let (Ok(p), Ok(n)) = (usize::try_from(addr), usize::try_from(len)) else {
+            return 0;
+        };
+        let list = self.arenas.lock().unwrap_or_else(|e| e.into_inner());
+        let ptr = p as *const u8;
+        list.iter()
+            .find(|a| a.contains(ptr, n))
+            .and_then(|a| a.offset_of(ptr).map(|off| a.release(off, n)))
+            .and_then(Result::ok)
+            .unwrap_or(0)
+    }
 }
 
 impl Drop for PdMemory {
