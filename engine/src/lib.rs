@@ -62,7 +62,7 @@ pub use core::transport::Transport;
 pub use core::{
     Backchannel, BidiCore, Connection, CoreError, CorePools, FastRegSlot, NoRequester, NoResponder,
     OutboxFull, OutboxPart, PostFailure, RequesterCore, RequesterHalf, RequesterRole,
-    ResponderCore, ResponderHalf, ResponderRole, Transmit, Transmitter, WrId, WrKind,
+    ResponderCore, ResponderHalf, ResponderRole, SrqLedger, Transmit, Transmitter, WrId, WrKind,
 };
 // Credits.
 pub use credits::{CreditSnapshot, CreditTable, GrantPolicy};

@@ -158,6 +158,7 @@ where
                 srq_low: s.srq_low,
                 receive_share: s.receive_share,
                 srq_connections: s.srq_connections,
+                srq_promised: s.srq_promised,
             });
         }
         let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);

@@ -165,6 +165,9 @@ pub struct GroupStat {
     /// Its connections on the shared queue.
     #[serde(default)]
     pub srq_connections: u64,
+    /// Receives the shared queue has promised its connections (never above its depth).
+    #[serde(default)]
+    pub srq_promised: u64,
 }
 
 /// Escapes a Prometheus label value.
@@ -370,7 +373,7 @@ impl Snapshot {
             ),
         ];
         type GroupField = fn(&GroupStat) -> u64;
-        let per_group: [(&str, &str, &str, GroupField); 8] = [
+        let per_group: [(&str, &str, &str, GroupField); 9] = [
             (
                 "group_connections",
                 "gauge",
@@ -418,6 +421,12 @@ impl Snapshot {
                 "gauge",
                 "Connections of the poll group on its shared receive queue.",
                 |g| g.srq_connections,
+            ),
+            (
+                "group_srq_promised",
+                "gauge",
+                "Receives the shared receive queue has promised its connections.",
+                |g| g.srq_promised,
             ),
         ];
         for (name, kind, help, get) in per_group {
@@ -500,8 +509,8 @@ impl Snapshot {
                 if g.srq_depth > 0 {
                     format!(
                         "; shared receive queue {} deep, low {}, {} connection(s) on it, \
-                         share {}",
-                        g.srq_depth, g.srq_low, g.srq_connections, g.receive_share
+                         share {}, {} promised",
+                        g.srq_depth, g.srq_low, g.srq_connections, g.receive_share, g.srq_promised
                     )
                 } else {
                     String::new()

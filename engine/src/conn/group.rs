@@ -54,6 +54,7 @@ pub struct GroupCounters {
     srq_low: AtomicU64,
     receive_share: AtomicU64,
     srq_connections: AtomicU64,
+    srq_promised: AtomicU64,
     idle_releases: AtomicU64,
 }
 
@@ -86,6 +87,10 @@ pub struct GroupSample {
     /// Connections on the shared queue; the others (arrived when it had no share left
     /// to give) post receives of their own.
     pub srq_connections: u64,
+    /// Receives the shared queue has promised its connections (their largest grants
+    /// not yet provably superseded, request-group limits and DONE receives): never
+    /// above its depth (`core/srq_ledger.rs`).
+    pub srq_promised: u64,
     /// Times a connection went idle and gave its free buffers' memory back (counted
     /// with the limits, ten times a second at most).
     pub idle_releases: u64,
@@ -107,6 +112,7 @@ impl GroupCounters {
             srq_low: l(&self.srq_low),
             receive_share: l(&self.receive_share),
             srq_connections: l(&self.srq_connections),
+            srq_promised: l(&self.srq_promised),
             idle_releases: l(&self.idle_releases),
         }
     }
@@ -130,6 +136,12 @@ pub struct GroupOptions {
     /// cap (each connection one credit plus its RDMA_DONE receives), and at least four
     /// connections' full credits, within the device's limit.
     pub srq_depth: u32,
+    /// How long a connection is idle (nothing received, no call in progress) before
+    /// it gives its free buffers' memory back and, on the shared queue, the receives a
+    /// larger grant held once a smaller one was sent
+    /// (`ResponderConn::release_free_memory`); `None` never. Default
+    /// [`DEFAULT_RELEASE_IDLE`].
+    pub release_idle: Option<Duration>,
 }
 
 impl Default for GroupOptions {
@@ -137,6 +149,7 @@ impl Default for GroupOptions {
         GroupOptions {
             shared_receives: true,
             srq_depth: 0,
+            release_idle: Some(DEFAULT_RELEASE_IDLE),
         }
     }
 }
@@ -308,7 +321,7 @@ where
         for _ in 0..groups {
             let cq = dev.create_cq(depth).map_err(ConnError::Fabric)?;
             let srq = match srq_depth {
-                Some(d) => SharedRecv::create(&dev, &cq, &cfg, done_extra, d)?,
+                Some(d) => SharedRecv::create(&dev, &cq, &cfg, done_extra, d, share as u32)?,
                 None => None,
             };
             cqs.push((cq, srq));
@@ -318,7 +331,7 @@ where
             cfg,
             factory,
             limits,
-            release_idle: Some(DEFAULT_RELEASE_IDLE),
+            release_idle: opts.release_idle,
             listening: Mutex::new(Listening {
                 listener,
                 routes: HashMap::new(),
@@ -433,6 +446,9 @@ where
             self.counters
                 .srq_low
                 .store(u64::from(self.srq_low), Ordering::Relaxed);
+            self.counters
+                .srq_promised
+                .store(u64::from(s.promised()), Ordering::Relaxed);
         }
         self.completions += n as u64;
         self.counters
@@ -515,16 +531,11 @@ where
         // With a shared receive queue: the share each of its connections gets once
         // this one is in. None left: this connection posts receives of its own (the
         // group's queue has room for them, as without a shared queue).
-        let share = self
-            .shared_recv
-            .as_ref()
-            .and_then(|s| s.share(self.srq_conns + 1));
         let mut l = lock(&shared.listening);
         let srq = self
             .shared_recv
             .as_ref()
-            .zip(share)
-            .map(|(s, n)| (s.srq(), n));
+            .and_then(|s| Some((s.srq(), s.terms(self.srq_conns + 1)?)));
         match ResponderConn::accept_on(
             &mut l.listener,
             &shared.dev,
@@ -664,12 +675,28 @@ where
         self.counters
             .srq_connections
             .store(u64::from(self.srq_conns), Ordering::Relaxed);
+        self.counters
+            .srq_promised
+            .store(u64::from(s.promised()), Ordering::Relaxed);
     }
 
     /// The shared receive queue's depth and the receives posted in it now, if the
     /// group has one.
     pub fn shared_receives(&self) -> Option<(u32, u32)> {
         self.shared_recv.as_ref().map(|s| (s.depth(), s.posted()))
+    }
+
+    /// The shared receive queue's ledger (`None` without one): the receives promised to
+    /// its connections now (their largest grants not yet provably superseded, their
+    /// request-group limits and DONE receives; never above the depth), the
+    /// request-group limit (XCHAR_REQRXLIM) its connections are advertised, and the
+    /// receives the provider holds posted right now (fewer than
+    /// [`shared_receives`](Self::shared_receives) says while Sends have landed that the
+    /// group has not polled yet).
+    pub fn shared_receive_ledger(&self) -> Option<(u32, u32, u32)> {
+        self.shared_recv
+            .as_ref()
+            .map(|s| (s.promised(), s.floor(), s.untaken()))
     }
 
     /// What each connection's replies grant at most now: its share of the shared

@@ -123,9 +123,10 @@ impl<P: Provider, S: Service, B: RequesterRole> ResponderConn<P, S, B> {
     /// the queue pair completes into that queue (a poll group's, shared by its
     /// connections), which the group polls and routes by queue-pair number
     /// ([`on_completion`](Self::on_completion)), instead of a queue of the connection's
-    /// own. With `shared` (a poll group's shared receive queue, on `group_cq`, and this
-    /// connection's share of it) the queue pair takes its receives from that queue and
-    /// the core grants at most the share ([`super::shared_recv`]).
+    /// own. With `shared` (a poll group's shared receive queue, on `group_cq`, and the
+    /// terms of this connection's part of it) the queue pair takes its receives from
+    /// that queue, if its ledger admits the connection, and the core grants at most the
+    /// share within the ledger's room ([`super::shared_recv`]).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn accept_on(
         listener: &mut Listener<P>,
@@ -135,7 +136,7 @@ impl<P: Provider, S: Service, B: RequesterRole> ResponderConn<P, S, B> {
         cfg: &ConnConfig,
         service: S,
         group_cq: Option<&P::Cq>,
-        shared: Option<(&P::Srq, u32)>,
+        shared: Option<(&P::Srq, super::shared_recv::ShareTerms<'_>)>,
     ) -> Result<Self, ConnError> {
         let sizes = B::responder_sizes(cfg);
         let res = match group_cq {
@@ -166,10 +167,14 @@ impl<P: Provider, S: Service, B: RequesterRole> ResponderConn<P, S, B> {
             Some(cq) => res.qp_init_on(cq),
             None => res.qp_init()?,
         };
-        let on_srq = matches!((shared, group_cq), (Some(_), Some(_)));
-        if let (Some((srq, share)), Some(_)) = (shared, group_cq) {
-            core.use_shared_receives(share);
-            init.srq = Some(srq);
+        let mut on_srq = false;
+        if let (Some((srq, terms)), Some(_)) = (shared, group_cq) {
+            // Admitted only if the queue's ledger has room for what it may take before
+            // its first grant; otherwise it keeps the receives staged for it.
+            if core.use_shared_receives(terms.share, terms.ledger, terms.floor, terms.done) {
+                init.srq = Some(srq);
+                on_srq = true;
+            }
         }
         let private_data = core.local_private_data();
         let now = dev.clock().now();
@@ -213,13 +218,20 @@ impl<P: Provider, S: Service, B: RequesterRole> ResponderConn<P, S, B> {
     /// buffers and buffers a call holds keep theirs. Does nothing while a call is in
     /// progress, or on a device whose registrations pin their pages
     /// (`DeviceCaps::release_registered`: verbs). Returns the bytes released (whether
-    /// they were resident or not).
+    /// they were resident or not). On a shared receive queue (any device) an idle
+    /// connection also gives back the receives a larger grant held once a smaller one
+    /// was sent (`Connection::settle_idle_grant`).
     ///
     /// A cold path (a system call per run of free buffers, and an allocation): the
     /// server calls it once per idle spell of a connection
     /// ([`Responder::set_release_idle`]).
     pub fn release_free_memory(&mut self) -> usize {
-        if !self.may_release || self.core.active() != 0 {
+        if self.core.active() != 0 {
+            return 0;
+        }
+        // Idle on a shared receive queue: a smaller grant sent is taken as read.
+        self.core.settle_idle_grant();
+        if !self.may_release {
             return 0;
         }
         self.core.flush_pool_caches();

@@ -24,12 +24,27 @@
 //!
 //! The queue is refilled from the pool on every poll of the group, so between two
 //! polls at most `D` Sends can arrive, which the grants bound.
+//!
+//! The share alone covers one arrival at a time: several connections arriving before
+//! the older ones read their smaller grants could overrun the queue. So the queue keeps
+//! a ledger (`core/srq_ledger.rs`) of what each connection may still take (its largest
+//! grant not yet provably superseded, its request-group limit, its DONE receives): a
+//! connection joins only while the sum leaves room for it, a reply never grants beyond
+//! the room the others leave, and the sum never exceeds `D`.
+//!
+//! A connection's request-group limit (XCHAR_REQRXLIM), which lets a requester with
+//! nothing in flight send a continuation group that long whatever its grant, stays in
+//! the ledger for the connection's life; it is the share a connection would have with
+//! the group full ([`SharedRecv::floor`]), so the first connections of a group cannot
+//! hold room the later ones need.
 
 use rpcrdma_pools::{Pool, PoolCache, PoolConfig};
 
+use std::sync::Arc;
+
 use super::ConnError;
 use crate::core::config::{ConnConfig, POOL_CACHE};
-use crate::core::RegBuf;
+use crate::core::{RegBuf, SrqLedger};
 use crate::fabric::{
     Access, Completion, Device, FabricError, ProtectionDomain, Provider, RecvWr, Sge,
     SharedReceiveQueue, SrqConfig,
@@ -41,6 +56,19 @@ pub(crate) const SHARED_RECV_TAG: u64 = 0xF << 60;
 
 /// Most receives posted with one call.
 const CHAIN: usize = 32;
+
+/// What a connection joining a shared receive queue is told
+/// (`Connection::use_shared_receives`).
+pub(crate) struct ShareTerms<'a> {
+    /// Its share for the connections there will be.
+    pub(crate) share: u32,
+    /// The queue's ledger.
+    pub(crate) ledger: &'a Arc<SrqLedger>,
+    /// Its request-group limit.
+    pub(crate) floor: u32,
+    /// Receives beyond its credits (RDMA_DONEs).
+    pub(crate) done: u32,
+}
 
 /// The group's shared receive queue and its buffers.
 pub(crate) struct SharedRecv<P: Provider> {
@@ -57,6 +85,10 @@ pub(crate) struct SharedRecv<P: Provider> {
     /// Receives beyond the credits each connection may consume (RDMA_DONEs).
     done_extra: u32,
     credits: u32,
+    /// What the connections on the queue may take, summed.
+    ledger: Arc<SrqLedger>,
+    /// The request-group limit its connections are advertised.
+    floor: u32,
     /// Refills that found the pool empty.
     pub(crate) starved: u64,
     /// The device lets free registered pages go (`DeviceCaps::release_registered`).
@@ -95,6 +127,7 @@ impl<P: Provider> SharedRecv<P> {
         cfg: &ConnConfig,
         done_extra: u32,
         depth: u32,
+        max_conns: u32,
     ) -> Result<Option<Self>, ConnError> {
         let pd = dev.alloc_pd().map_err(ConnError::Fabric)?;
         let srq = match pd.create_srq(
@@ -131,12 +164,39 @@ impl<P: Provider> SharedRecv<P> {
             posted: 0,
             done_extra,
             credits: cfg.credits.max(1),
+            ledger: SrqLedger::new(depth),
+            floor: 1,
             starved: 0,
             may_release: dev.caps().release_registered,
             chain: Vec::with_capacity(CHAIN),
         };
+        s.floor = s.share(max_conns).unwrap_or(1);
         s.refill();
         Ok(Some(s))
+    }
+
+    /// The terms for a connection joining as the `conns`-th, if its share is not 0 (it
+    /// may still not fit the ledger: `Connection::use_shared_receives` says).
+    pub(crate) fn terms(&self, conns: u32) -> Option<ShareTerms<'_>> {
+        let share = self.share(conns)?;
+        Some(ShareTerms {
+            share,
+            ledger: &self.ledger,
+            floor: self.floor.min(share),
+            done: self.done_extra,
+        })
+    }
+
+    /// The request-group limit (XCHAR_REQRXLIM) a connection on the queue is
+    /// advertised: the share it would have with the group full, so that limits the
+    /// first connections are told (they hold them for life) leave room for the last.
+    pub(crate) fn floor(&self) -> u32 {
+        self.floor
+    }
+
+    /// Receives the connections on the queue may take now, summed (at most the depth).
+    pub(crate) fn promised(&self) -> u32 {
+        self.ledger.exposed()
     }
 
     /// The queue, for queue pairs to attach to.
@@ -152,6 +212,11 @@ impl<P: Provider> SharedRecv<P> {
     /// Receives posted now.
     pub(crate) fn posted(&self) -> u32 {
         self.posted
+    }
+
+    /// Receives the provider still holds posted, as far as it can tell without a poll.
+    pub(crate) fn untaken(&self) -> u32 {
+        self.srq.posted()
     }
 
     /// The share of each of `conns` connections (see the module documentation), or

@@ -27,6 +27,7 @@ use super::regbuf::RegBuf;
 use super::requester::{ProbeError, RequesterHalf, RequesterStats};
 use super::responder::{ResponderHalf, ResponderStats};
 use super::signal::SendLedger;
+use super::srq_ledger::{Exposure, SrqLedger};
 use super::transport::{flush_of, settle_refused, CloseReason, ConnState, Staged, Transport};
 use super::wrid::{WrId, WrKind};
 use super::{CoreError, CorePools};
@@ -828,10 +829,53 @@ impl<R: RequesterRole, P: ResponderRole> Connection<R, P> {
     /// [`handle_shared_recv`](Self::handle_shared_recv)): the receives staged at
     /// construction are dropped, none are staged again, and replies grant at most
     /// `share` credits (at least 1) until [`set_receive_share`](Self::set_receive_share)
-    /// moves it. Call before the connection's first post.
-    pub fn use_shared_receives(&mut self, share: u32) {
+    /// moves it, within the room the queue's `ledger` leaves. Call before the
+    /// connection's first post and before its private data is built.
+    ///
+    /// The connection's request-group limit (XCHAR_REQRXLIM: a requester with nothing
+    /// in flight may send a continuation group that long whatever its grant) is lowered
+    /// to `floor` (at least 1), and the ledger must
+    /// [`admit`](SrqLedger::admit) that many receives for it (1 without continuation)
+    /// plus `done`, the receives beyond its credits that its RDMA_DONEs may take.
+    /// Returns false, changing nothing, when they do not fit: the connection then keeps
+    /// receives of its own. It returns what it holds in the ledger when dropped.
+    pub fn use_shared_receives(
+        &mut self,
+        share: u32,
+        ledger: &std::sync::Arc<SrqLedger>,
+        floor: u32,
+        done: u32,
+    ) -> bool {
+        let limit = self.local_chars.req_rx_limit.min(floor.max(1));
+        // Without continuation offered no group can come: the first call's one credit.
+        let floor = if self.local_ext.continuation {
+            limit
+        } else {
+            1
+        };
+        if !ledger.admit(floor + done) {
+            return false;
+        }
+        self.local_chars.req_rx_limit = limit;
+        let exposure = Exposure::new(ledger.clone(), share, floor, done);
         let t = &mut self.t;
-        t.recvs.share(&mut t.outbox, share);
+        t.recvs.share(&mut t.outbox, exposure);
+        true
+    }
+
+    /// Receives the shared receive queue has promised this connection (its largest
+    /// grant the requester may still use, its request-group limit, its DONE receives),
+    /// if it takes its receives from one.
+    pub fn shared_receives_promised(&self) -> Option<u32> {
+        self.t.recvs.promised()
+    }
+
+    /// The connection has been idle for the server's idle interval (nothing received,
+    /// no call in progress): on a shared receive queue, a smaller grant its replies
+    /// carried is taken as read and the receives the larger one held go back to the
+    /// queue's ledger (`core/srq_ledger.rs`).
+    pub fn settle_idle_grant(&mut self) {
+        self.t.recvs.settle_idle();
     }
 
     /// The receives a shared receive queue keeps for this connection: the most its

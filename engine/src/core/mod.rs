@@ -25,6 +25,7 @@ pub(crate) mod requester;
 pub(crate) mod responder;
 pub(crate) mod rpcmsg;
 mod signal;
+pub(crate) mod srq_ledger;
 pub(crate) mod transport;
 pub(crate) mod wrid;
 
@@ -43,6 +44,7 @@ pub use requester::RequesterHalf;
 pub use requester::{ProbeError, RequesterStats};
 pub use responder::ResponderHalf;
 pub use responder::ResponderStats;
+pub use srq_ledger::SrqLedger;
 pub use transport::{CloseReason, ConnState, Violation};
 pub use wrid::{WrId, WrKind};
 

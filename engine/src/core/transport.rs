@@ -12,6 +12,7 @@ use super::outbox::Outbox;
 use super::outbox::PostFailure;
 use super::regbuf::RegBuf;
 use super::signal::SendLedger;
+use super::srq_ledger::Exposure;
 use super::wrid::{WrId, WrKind};
 use crate::fabric::{Completion, RemoteAddr, SendFlags, SendOp, Sge, WcOpcode, WcStatus};
 use crate::wire::private_data::{Extensions, InlineThresholds};
@@ -141,9 +142,9 @@ pub(crate) struct RecvTable {
     /// Refills that found the pool empty.
     pub(crate) starved: u64,
     /// Set when the connection's receives come from a shared receive queue (a poll
-    /// group's): the receives the group keeps for it, which is what replies may grant
-    /// ([`posted`](Self::posted)); the table then stages none of its own.
-    shared: Option<u32>,
+    /// group's): its part of the queue's ledger, which bounds what replies may grant
+    /// ([`grant_room`](Self::grant_room)); the table then stages none of its own.
+    shared: Option<Exposure>,
 }
 
 impl RecvTable {
@@ -162,10 +163,51 @@ impl RecvTable {
     /// shared receives, the share the receive queue keeps for this connection.
     #[inline]
     pub(crate) fn posted(&self) -> u32 {
-        match self.shared {
+        match &self.shared {
             None => self.posted,
-            Some(share) => share,
+            Some(e) => e.target,
         }
+    }
+
+    /// The most the next reply may grant: the receives posted, or on a shared receive
+    /// queue the share within the room its ledger leaves (`core/srq_ledger.rs`).
+    #[inline]
+    pub(crate) fn grant_room(&mut self) -> u32 {
+        match &mut self.shared {
+            None => self.posted,
+            Some(e) => e.room(),
+        }
+    }
+
+    /// A reply granting `credit` is being sent (counted on a shared receive queue's
+    /// ledger).
+    #[inline]
+    pub(crate) fn granted(&mut self, credit: u32) {
+        if let Some(e) = &mut self.shared {
+            e.granted(credit);
+        }
+    }
+
+    /// A call or continuation transmission arrived (a shared receive queue's ledger
+    /// counts them to know when a smaller grant has been read).
+    #[inline]
+    pub(crate) fn credit_msg(&mut self) {
+        if let Some(e) = &mut self.shared {
+            e.credit_msg();
+        }
+    }
+
+    /// An idle connection on a shared receive queue: its smaller grant sent is taken as
+    /// read ([`Exposure::settle_idle`]).
+    pub(crate) fn settle_idle(&mut self) {
+        if let Some(e) = &mut self.shared {
+            e.settle_idle();
+        }
+    }
+
+    /// Receives the shared receive queue has promised this connection, if it is on one.
+    pub(crate) fn promised(&self) -> Option<u32> {
+        self.shared.as_ref().map(Exposure::promised)
     }
 
     /// Receives of the connection's own staged or posted and not yet completed.
@@ -176,8 +218,8 @@ impl RecvTable {
 
     /// Switches to receives from a shared receive queue, before anything was posted:
     /// the staged receives are dropped (their buffers go back), none are staged again,
-    /// and replies grant at most `share` (at least 1).
-    pub(crate) fn share(&mut self, outbox: &mut Outbox, share: u32) {
+    /// and replies grant what `exposure` allows.
+    pub(crate) fn share(&mut self, outbox: &mut Outbox, exposure: Exposure) {
         outbox.clear_recvs();
         for b in self.bufs.iter_mut() {
             if let Some(buf) = b.take() {
@@ -186,13 +228,13 @@ impl RecvTable {
         }
         self.free = IndexStack::full(0);
         self.posted = 0;
-        self.shared = Some(share.max(1));
+        self.shared = Some(exposure);
     }
 
     /// Moves the share of a connection on a shared receive queue (ignored otherwise).
     pub(crate) fn set_share(&mut self, share: u32) {
-        if self.shared.is_some() {
-            self.shared = Some(share.max(1));
+        if let Some(e) = &mut self.shared {
+            e.target = share.max(1);
         }
     }
 

@@ -47,6 +47,8 @@ where
         GroupOptions {
             shared_receives: true,
             srq_depth: DEPTH,
+            // No idle settling of grants: what the ledger holds follows the calls only.
+            release_idle: None,
         },
     )
     .expect("group listens");
@@ -105,6 +107,20 @@ fn null_grant<P: Provider>(conn: &mut Requester<P>) -> u32 {
     conn.credits().granted()
 }
 
+/// NULL calls until the grant stops growing (a shared queue's grants start small and
+/// double with each reply, up to the share); returns it.
+fn warm<P: Provider>(conn: &mut Requester<P>) -> u32 {
+    let mut last = null_grant(conn);
+    for _ in 0..10 {
+        let g = null_grant(conn);
+        if g == last {
+            return g;
+        }
+        last = g;
+    }
+    last
+}
+
 fn close<P: Provider>(mut c: Requester<P>) {
     c.close();
     let end = Instant::now() + DEADLINE;
@@ -115,10 +131,14 @@ fn close<P: Provider>(mut c: Requester<P>) {
     }
 }
 
-/// Each connection's grant is its share of the queue for the connections there are:
-/// it shrinks as clients connect (8, 8, 7, 4, 2); a sixth, which would leave no share,
-/// posts receives of its own (full credits) while the others keep theirs; the shares
-/// grow back as clients leave.
+/// Each connection's grant is its share of the queue for the connections there are,
+/// within what the queue's ledger leaves: a newcomer starts at 1 and doubles with each
+/// reply up to its share (8, 8, 7, 4); the
+/// older ones are told the smaller share at once but keep their larger grant in the
+/// ledger until they have provably read it (RFC 8166 §3.3.1: a requester acts on the
+/// latest grant it read), so a fifth that would not fit posts receives of its own (full
+/// credits); once the older ones' calls prove the smaller grant read, a sixth fits on
+/// the queue; the shares grow back as clients leave.
 fn credits_follow_the_connections<N: Net>(net: N)
 where
     PollGroup<N::P, TestService, Factory>: Send,
@@ -126,29 +146,66 @@ where
 {
     let addr = net.addr();
     let (pollers, counters) = start(&net, &addr);
+    let promised = || counters.sample().srq_promised as u32;
     let dev = net.device();
     let mut conns = Vec::new();
-    for n in 1..=5u32 {
+    for n in 1..=4u32 {
         conns.push(connect::<N>(&dev, &addr).expect("connects"));
         let want = share(n).expect("fits");
         wait_until(&counters, "the share moved", |s| {
-            s.connections == u64::from(n) && s.receive_share == u64::from(want)
+            s.connections == u64::from(n)
+                && s.srq_connections == u64::from(n)
+                && s.receive_share == u64::from(want)
         });
+        let newest = conns.last_mut().expect("one");
+        assert_eq!(
+            null_grant(newest),
+            1,
+            "{n} connections: the newest starts at 1"
+        );
+        assert_eq!(warm(newest), want, "{n} connections: the newest");
         for (i, c) in conns.iter_mut().enumerate() {
-            assert_eq!(null_grant(c), want, "{n} connections: connection {i}");
+            assert_eq!(warm(c), want, "{n} connections: connection {i}");
         }
     }
-    assert_eq!(share(6), None);
-    // A sixth does not fit on the queue: it gets receives of its own.
+    // What they may still send: 8 + 8 + 7 of the older grants (not yet provably read),
+    // 4 of the newest, and 8 DONE receives each, within the queue.
+    wait_until(&counters, "promised receives", |s| {
+        s.srq_promised == u64::from(4 * DONE_EXTRA + 8 + 8 + 7 + 4)
+    });
+    // A fifth does not fit: receives of its own, full credits.
+    let mut fifth = connect::<N>(&dev, &addr).expect("the fifth connects");
+    wait_until(&counters, "the fifth accepted", |s| {
+        s.connections == 5 && s.srq_connections == 4
+    });
+    assert_eq!(null_grant(&mut fifth), 8, "its own receives: full credits");
+    // The first two keep calling: once a call comes that the old grant could not
+    // cover, the smaller one was read, and its receives go back.
+    // (Each reply still grants 4; the first smaller grant, 7, settles 8 calls after
+    // it was sent, then 4 another 7 calls later.)
+    for c in &mut conns[..2] {
+        for _ in 0..20 {
+            assert_eq!(null_grant(c), 4);
+        }
+    }
+    let end = Instant::now() + DEADLINE;
+    while promised() != 4 * DONE_EXTRA + 4 + 4 + 7 + 4 {
+        assert!(Instant::now() < end, "settled: {}", promised());
+        std::thread::sleep(Duration::from_millis(2));
+    }
     let mut sixth = connect::<N>(&dev, &addr).expect("the sixth connects");
-    wait_until(&counters, "the sixth accepted", |s| {
+    wait_until(&counters, "the sixth on the queue", |s| {
         s.connections == 6 && s.srq_connections == 5
     });
-    assert_eq!(null_grant(&mut sixth), 8, "its own receives: full credits");
-    for c in &mut conns {
-        assert_eq!(null_grant(c), 2, "the shared queue's five keep their share");
-    }
-    // Three of the shared queue's leave: the two left get 8 again.
+    let g = null_grant(&mut sixth);
+    assert!(
+        (1..=share(5).expect("fits")).contains(&g),
+        "the sixth's grant {g}"
+    );
+    assert!(promised() <= DEPTH);
+    conns.push(sixth);
+    // Three of the shared queue's leave (the third, fourth and sixth): the two left
+    // get their share of two again.
     for c in conns.drain(2..) {
         close(c);
     }
@@ -158,10 +215,10 @@ where
             && s.receive_share == u64::from(share(2).expect("fits"))
     });
     for c in &mut conns {
-        assert_eq!(null_grant(c), 8);
+        assert_eq!(warm(c), 8);
     }
-    assert_eq!(null_grant(&mut sixth), 8);
-    conns.push(sixth);
+    assert_eq!(null_grant(&mut fifth), 8);
+    conns.push(fifth);
     let s = counters.sample();
     assert_eq!(s.srq_depth, u64::from(DEPTH));
     assert!(s.srq_low >= 1, "a Send never found the queue empty: {s:?}");
@@ -223,6 +280,133 @@ where
         .expect("poller stops");
 }
 
+/// Clients arriving together, while the older ones still hold a larger grant, never
+/// overrun the queue: its ledger (`core/srq_ledger.rs`) admits a connection only while
+/// what everyone may still send fits, and caps each reply's grant by the room the others
+/// leave. Three clients take 8 credits each of a 32-deep queue; eight more arrive (by
+/// the share alone all would get 2 each: 24 + 16 = 40 receives for 32); the grants of
+/// those on the queue sum to at most its depth, and then every client sends all its
+/// grant allows at once and every call succeeds (on siw a Send finding the queue empty
+/// would be a fatal Terminate).
+fn arrivals_together_never_overrun_the_queue<N: Net>(net: N)
+where
+    PollGroup<N::P, TestService, Factory>: Send + 'static,
+    <N::P as Provider>::Device: Device<P = N::P>,
+    N::P: 'static,
+{
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Mutex;
+    const QUEUE: u32 = 32;
+    let addr = net.addr();
+    let factory: Factory = || Some(TestService::default());
+    // No RDMA_DONE receives (extensions off on the server): the queue holds credits only.
+    let cfg = rpcrdma::ConnConfig {
+        extensions: false,
+        ..test_config()
+    };
+    let mut groups = PollGroup::<N::P, TestService, Factory>::bind_with(
+        net.device(),
+        &addr,
+        cfg,
+        factory,
+        1,
+        ResponderLimits {
+            max_connections: 16,
+            ..ResponderLimits::default()
+        },
+        GroupOptions {
+            shared_receives: true,
+            srq_depth: QUEUE,
+            release_idle: None,
+        },
+    )
+    .expect("group listens");
+    let group = Arc::new(Mutex::new(groups.pop().expect("one group")));
+    let stop = Arc::new(AtomicBool::new(false));
+    let driver = {
+        let (group, stop) = (group.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Acquire) {
+                let did = group
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .poll(Instant::now());
+                if did == 0 {
+                    std::thread::yield_now();
+                }
+            }
+        })
+    };
+    let ledger = || {
+        group
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .shared_receive_ledger()
+            .expect("a shared queue")
+    };
+    let dev = net.device();
+    let mut conns = Vec::new();
+    for _ in 0..3 {
+        let mut c = connect::<N>(&dev, &addr).expect("connects");
+        assert_eq!(warm(&mut c), 8, "a full share");
+        conns.push(c);
+    }
+    for _ in 3..11 {
+        let mut c = connect::<N>(&dev, &addr).expect("connects");
+        let g = warm(&mut c);
+        assert!(g >= 1, "never 0");
+        conns.push(c);
+        let (promised, floor, _) = ledger();
+        assert!(promised <= QUEUE, "promised {promised} of {QUEUE}");
+        assert_eq!(floor, 1, "the share with the group full (32 / 17)");
+    }
+    // The fourth grew to its share (6 of 32 / 5), the fifth to what was left (2); the
+    // other six did not fit and post receives of their own. By the share alone all
+    // eleven would be on the queue with 2 each: 24 + 16 = 40 receives for 32.
+    let on_queue: Vec<bool> = {
+        let g = group.lock().unwrap_or_else(|e| e.into_inner());
+        g.connections()
+            .iter()
+            .map(|c| c.on_shared_receives())
+            .collect()
+    };
+    let granted: u32 = conns
+        .iter()
+        .zip(&on_queue)
+        .filter(|(_, &q)| q)
+        .map(|(c, _)| c.credits().granted())
+        .sum();
+    assert_eq!(on_queue.iter().filter(|&&q| q).count(), 5, "{on_queue:?}");
+    assert_eq!(granted, QUEUE, "the queue's grants: 8 + 8 + 8 + 6 + 2");
+    // Every client sends at once as many calls as its grant allows (16 queued each;
+    // the requester holds the rest back): all of it finds posted receives.
+    for c in &mut conns {
+        for t in 0..16u64 {
+            let mut b = c.alloc_msg().expect("a send buffer");
+            write_call(&mut b, PROC_NULL, &[]);
+            c.submit(CallRequest::new(b, 256), t).expect("submits");
+        }
+        c.poll(Instant::now());
+    }
+    let mut done = vec![0u32; conns.len()];
+    let end = Instant::now() + 2 * DEADLINE;
+    while done.iter().any(|&d| d < 16) {
+        for (i, c) in conns.iter_mut().enumerate() {
+            c.poll(Instant::now());
+            while let Some(o) = c.poll_outcome() {
+                assert_eq!(o.status, CallStatus::Success, "connection {i}");
+                done[i] += 1;
+            }
+            assert_eq!(c.state(), ConnState::Established, "connection {i}");
+        }
+        assert!(Instant::now() < end, "calls done: {done:?}");
+    }
+    assert!(ledger().0 <= QUEUE);
+    drop(conns);
+    stop.store(true, Ordering::Release);
+    driver.join().expect("the driver thread");
+}
+
 mod shm {
     #[test]
     fn credits_follow_the_connections() {
@@ -231,6 +415,10 @@ mod shm {
     #[test]
     fn granted_credits_never_overrun_the_queue() {
         super::granted_credits_never_overrun_the_queue(super::engine_support::ShmNet);
+    }
+    #[test]
+    fn arrivals_together_never_overrun_the_queue() {
+        super::arrivals_together_never_overrun_the_queue(super::engine_support::ShmNet);
     }
 }
 
@@ -245,6 +433,12 @@ mod siw {
     #[test]
     fn granted_credits_never_overrun_the_queue() {
         super::granted_credits_never_overrun_the_queue(SiwNet {
+            confirm_completions: true,
+        });
+    }
+    #[test]
+    fn arrivals_together_never_overrun_the_queue() {
+        super::arrivals_together_never_overrun_the_queue(SiwNet {
             confirm_completions: true,
         });
     }

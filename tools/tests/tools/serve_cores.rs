@@ -196,6 +196,12 @@ fn serve_cores_holds_1000_connections_within_the_memory_budget() {
         assert!(on > 0 && on <= half, "{g}");
         assert!(g["receive_share"].as_u64() >= Some(1), "{g}");
         assert!(g["srq_low"].as_u64() >= Some(1), "{g}");
+        // What the queue promised its connections never exceeds it (its ledger).
+        let promised = g["srq_promised"].as_u64().unwrap_or(0);
+        assert!(
+            promised >= on && Some(promised) <= g["srq_depth"].as_u64(),
+            "{g}"
+        );
     }
     assert_eq!(v["connections"].as_array().map(Vec::len), Some(n));
     drop(conns);

@@ -6,7 +6,7 @@
 //! See `engine/DESIGN.md`, "Message continuation".
 
 use super::context::{Delivery, Step};
-use super::ResponderHalf;
+use super::{grant, ResponderHalf};
 use crate::core::cont_split::Split;
 use crate::core::regbuf::RegBuf;
 use crate::core::transport::Transport;
@@ -139,6 +139,10 @@ impl<S: Service> ResponderHalf<S> {
                 return;
             }
         };
+        if matches!(msg, Msg::Req { .. } | Msg::Cont(_)) {
+            // One credit per transmission (§4.3): the shared queue's ledger counts it.
+            t.recvs.credit_msg();
+        }
         match msg {
             Msg::Err => {
                 // About a reply group of ours: nothing to recover, the requester failed
@@ -318,7 +322,7 @@ impl<S: Service> ResponderHalf<S> {
             let _ = self.free.push(i);
             return;
         }
-        let credit = self.policy.grant(t.recvs.posted());
+        let credit = grant(&self.policy, t);
         let c = &mut self.ctxs[i as usize];
         let repr = RtrRepr {
             xid: to,
@@ -438,7 +442,7 @@ impl<S: Service> ResponderHalf<S> {
         if !t.sq.take(m) {
             return Some(false);
         }
-        let credit = self.policy.grant(t.recvs.posted());
+        let credit = grant(&self.policy, t);
         let c = &mut self.ctxs[i as usize];
         let Some(body) = c.body.as_ref() else {
             t.sq.give(m);

@@ -123,6 +123,16 @@ pub struct ResponderStats {
     pub chars_updates: u64,
 }
 
+/// The credits a reply grants now: `policy`'s choice within what the connection's
+/// receives allow (on a shared receive queue, within the room its ledger leaves; the
+/// grant is then counted there, see `core/srq_ledger.rs`).
+#[inline]
+fn grant(policy: &GrantPolicy, t: &mut Transport) -> u32 {
+    let credit = policy.grant(t.recvs.grant_room());
+    t.recvs.granted(credit);
+    credit
+}
+
 /// The responder side of one connection, serving calls with `S`.
 pub struct ResponderHalf<S> {
     service: S,
@@ -373,6 +383,7 @@ impl<S: Service> ResponderHalf<S> {
                 self.run_in_order(t, i);
             }
             Next::Call(xid, reads) => {
+                t.recvs.credit_msg();
                 c.xid = xid;
                 c.step = if reads {
                     Step::StartReads
@@ -741,7 +752,7 @@ impl<S: Service> ResponderHalf<S> {
         if t.sq.free() < 1 {
             return false;
         }
-        let credit = self.policy.grant(t.recvs.posted());
+        let credit = grant(&self.policy, t);
         let c = &mut self.ctxs[i as usize];
         let repr = crate::wire::header::HeaderRepr {
             xid: c.xid,

@@ -4,7 +4,7 @@
 
 use super::context::{Context, Delivery, Step};
 use super::inspect::MAX_CHUNK_SEGMENTS;
-use super::ResponderHalf;
+use super::{grant, ResponderHalf};
 use crate::core::fixed::FixedVec;
 use crate::core::transport::Transport;
 use crate::core::wrid::{WrId, WrKind};
@@ -45,7 +45,7 @@ impl<S: Service> ResponderHalf<S> {
         }
         let th = t.thresholds;
         let th_ext = t.extensions;
-        let credit = self.policy.grant(t.recvs.posted());
+        let credit = grant(&self.policy, t);
         let c = &mut self.ctxs[i as usize];
         let Context {
             send,
