@@ -121,6 +121,18 @@ fn warm<P: Provider>(conn: &mut Requester<P>) -> u32 {
     last
 }
 
+/// Polls connection `i` once: the outcomes it had, each a success, and it still up.
+fn reap<P: Provider>(c: &mut Requester<P>, i: usize) -> u32 {
+    c.poll(Instant::now());
+    let mut n = 0;
+    while let Some(o) = c.poll_outcome() {
+        assert_eq!(o.status, CallStatus::Success, "connection {i}");
+        n += 1;
+    }
+    assert_eq!(c.state(), ConnState::Established, "connection {i}");
+    n
+}
+
 fn close<P: Provider>(mut c: Requester<P>) {
     c.close();
     let end = Instant::now() + DEADLINE;
@@ -246,9 +258,9 @@ where
         .collect();
     wait_until(&counters, "five connections", |s| s.connections == 5);
     let mut submitted = [0u64; 5];
-    let mut done = [0u64; 5];
+    let mut done = [0u32; 5];
     let end = Instant::now() + 4 * DEADLINE;
-    while done.iter().any(|&d| d < CALLS) {
+    while done.iter().any(|&d| u64::from(d) < CALLS) {
         for (i, c) in conns.iter_mut().enumerate() {
             // More queued than granted: the requester holds the rest back.
             while submitted[i] < CALLS && c.queued() < 16 {
@@ -258,12 +270,7 @@ where
                     .expect("submits");
                 submitted[i] += 1;
             }
-            c.poll(Instant::now());
-            while let Some(o) = c.poll_outcome() {
-                assert_eq!(o.status, CallStatus::Success, "connection {i}");
-                done[i] += 1;
-            }
-            assert_eq!(c.state(), ConnState::Established, "connection {i}");
+            done[i] += reap(c, i);
         }
         assert!(Instant::now() < end, "calls done: {done:?}");
     }
@@ -392,12 +399,7 @@ where
     let end = Instant::now() + 2 * DEADLINE;
     while done.iter().any(|&d| d < 16) {
         for (i, c) in conns.iter_mut().enumerate() {
-            c.poll(Instant::now());
-            while let Some(o) = c.poll_outcome() {
-                assert_eq!(o.status, CallStatus::Success, "connection {i}");
-                done[i] += 1;
-            }
-            assert_eq!(c.state(), ConnState::Established, "connection {i}");
+            done[i] += reap(c, i);
         }
         assert!(Instant::now() < end, "calls done: {done:?}");
     }
