@@ -115,7 +115,7 @@ pub struct RpcParams {
 /// Poll rounds without an outcome a parking client goes through before it sleeps
 /// (each round polls every connection: the calls just sent are on their way, so a
 /// long spin only burns the core the server needs).
-pub const CLIENT_IDLE_SPINS: u32 = 8;
+pub const CLIENT_IDLE_SPINS: u32 = 2;
 
 /// The concrete shape of one row's calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

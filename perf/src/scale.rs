@@ -16,6 +16,7 @@
 //! busy far less than 100% was waiting for calls, not serving them.
 
 use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::AtomicU64;
 use std::sync::{mpsc, Arc, Mutex, PoisonError};
@@ -71,6 +72,16 @@ pub struct ScaleArgs {
     /// Calls in flight per connection.
     #[arg(long, default_value_t = 16)]
     pub depth: u32,
+    /// The nice value of the server's and the client's scheduling groups. Each runs in
+    /// a session of its own, and Linux's autogroup scheduling
+    /// (`kernel.sched_autogroup_enabled`) shares the CPU between sessions, not
+    /// threads: under other sessions' load a session gets about the same CPU with one
+    /// busy thread or two, so a second core shows only as far as the other sessions
+    /// leave it idle. A negative value (root) weights both sessions over the others for
+    /// the run, as dedicated cores would; 0 leaves them an equal share.
+    #[arg(long, default_value_t = 0, allow_hyphen_values = true,
+          value_parser = clap::value_parser!(i32).range(-20..=19))]
+    pub nice: i32,
     /// Measure each row for this long.
     #[arg(long, default_value = "1s", value_parser = units::parse_duration)]
     pub duration: Duration,
@@ -207,6 +218,7 @@ struct Document<'a> {
     inline: u64,
     client_park_us: f64,
     depth: u32,
+    nice: i32,
     rounds: u32,
     rows: &'a [ScaleRow],
     ratios: Vec<Ratio>,
@@ -215,7 +227,24 @@ struct Document<'a> {
 
 /// Entry point: `rpcrdma-perf scale ...` (argv without the program name and `scale`).
 pub fn main(args: impl IntoIterator<Item = String>) -> std::process::ExitCode {
-    let args = ScaleArgs::parse_from(std::iter::once("rpcrdma-perf scale".to_owned()).chain(args));
+    let argv: Vec<String> = args.into_iter().collect();
+    let args = ScaleArgs::parse_from(
+        std::iter::once("rpcrdma-perf scale".to_owned()).chain(argv.iter().cloned()),
+    );
+    if args.nice != 0 {
+        match own_session(&argv) {
+            Ok(Session::Own) => {}
+            Ok(Session::RanIn(code)) => return code,
+            Err(e) => {
+                eprintln!("rpcrdma-perf scale: {e}");
+                return std::process::ExitCode::from(2);
+            }
+        }
+        if let Err(e) = set_autogroup_nice(std::process::id(), args.nice) {
+            eprintln!("rpcrdma-perf scale: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    }
     let r = match args.provider {
         ProviderName::Shm => run::<Shm>(&args),
         ProviderName::Siw => run::<Siw>(&args),
@@ -241,6 +270,7 @@ pub fn main(args: impl IntoIterator<Item = String>) -> std::process::ExitCode {
             inline: args.inline(),
             client_park_us: args.client_park.as_secs_f64() * 1e6,
             depth: args.depth,
+            nice: args.nice,
             rounds: args.rounds,
             rows: &rows,
             ratios,
@@ -321,6 +351,53 @@ fn addr_text(provider: ProviderName, k: usize) -> Result<String, BenchError> {
     }
 }
 
+/// Where the measuring client runs.
+enum Session {
+    /// This process leads a session of its own now.
+    Own,
+    /// A copy of this process ran in a session of its own and exited so.
+    RanIn(std::process::ExitCode),
+}
+
+/// Set by the copy of `scale` that runs in its own session.
+const SESSION_ENV: &str = "RPCRDMA_PERF_SCALE_SESSION";
+
+/// Puts the client in a session (autogroup) of its own, so `--nice` weights it alone
+/// and nothing of the caller's: `setsid` here, or, for a process group leader (which
+/// may not), the same command again in a child that calls it.
+fn own_session(argv: &[String]) -> Result<Session, BenchError> {
+    // SAFETY: setsid takes no pointers; it fails harmlessly for a group leader.
+    if unsafe { libc::setsid() } >= 0 || std::env::var_os(SESSION_ENV).is_some() {
+        return Ok(Session::Own);
+    }
+    let exe = std::env::current_exe().map_err(|e| BenchError::Setup(format!("own binary: {e}")))?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("scale").args(argv).env(SESSION_ENV, "1");
+    // SAFETY: only setsid (async-signal-safe) between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let status = cmd
+        .status()
+        .map_err(|e| BenchError::Setup(format!("run in a session of its own: {e}")))?;
+    let code = status.code().and_then(|c| u8::try_from(c).ok()).unwrap_or(2);
+    Ok(Session::RanIn(std::process::ExitCode::from(code)))
+}
+
+/// Sets the nice value of process `pid`'s autogroup (its session's scheduling group).
+fn set_autogroup_nice(pid: u32, nice: i32) -> Result<(), BenchError> {
+    let path = format!("/proc/{pid}/autogroup");
+    std::fs::write(&path, nice.to_string()).map_err(|e| {
+        BenchError::Setup(format!(
+            "--server-nice {nice}: writing {path}: {e} (a negative value needs root, and \
+             the kernel autogroup scheduling)"
+        ))
+    })
+}
+
 /// Starts `rpcrdma-perf server --cores cores` at `addr`; returns it once it serves, with
 /// its groups' reports as they come.
 fn start_server(
@@ -331,13 +408,27 @@ fn start_server(
     let exe = std::env::current_exe().map_err(|e| BenchError::Setup(format!("own binary: {e}")))?;
     let list: Vec<String> = cores.iter().map(|c| c.to_string()).collect();
     let credits = a.depth + 1;
-    let mut child = Command::new(exe)
+    // The server stops by itself if this process dies without killing it.
+    let per_row = a.warmup + a.duration + Duration::from_secs(2);
+    let lifetime = per_row * a.connections.len() as u32 + Duration::from_secs(30);
+    let mut cmd = Command::new(exe);
+    // SAFETY: the closure runs in the child between fork and exec and calls only
+    // setsid, which is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            // A session, and so an autogroup, of its own (see `--server-nice`).
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let mut child = cmd
         .args(["server", "--provider", a.provider.name(), "--addr", addr])
         .args(["--cores", &list.join(",")])
         .args(["--credits", &credits.to_string()])
         .args(["--max-size", &a.size.max(4096).max(a.inline()).to_string()])
         .args(["--inline", &a.inline().to_string()])
         .args(["--srq-depth", &a.srq_depth().to_string()])
+        .args(["--for", &format!("{:.1}", lifetime.as_secs_f64())])
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -347,6 +438,9 @@ fn start_server(
         .take()
         .ok_or_else(|| BenchError::Setup("server stdout".into()))?;
     let server = Server(child);
+    if a.nice != 0 {
+        set_autogroup_nice(server.0.id(), a.nice)?;
+    }
     let l: Reports = Arc::new(Mutex::new(Vec::new()));
     let (tx, rx) = mpsc::channel();
     {
