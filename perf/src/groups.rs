@@ -93,9 +93,16 @@ where
     PollGroup<P, Dispatcher, F>: Send,
 {
     let limits = ResponderLimits::default();
-    let groups =
-        PollGroup::<P, Dispatcher, F>::bind_with(dev, addr, cfg, factory, cores.len(), limits, opts)
-            .map_err(|e| BenchError::Setup(format!("listen: {e}")))?;
+    let groups = PollGroup::<P, Dispatcher, F>::bind_with(
+        dev,
+        addr,
+        cfg,
+        factory,
+        cores.len(),
+        limits,
+        opts,
+    )
+    .map_err(|e| BenchError::Setup(format!("listen: {e}")))?;
     let config = PollerConfig {
         // Busy while there is work; an idle group yields its core (the clients of a
         // one-machine run need it).
@@ -232,7 +239,10 @@ mod tests {
             parse_line("group 0 core 0 calls 42 busy_ns 99 completions 84 cpu_ns 7"),
             Some((0, s(42, 99, 7)))
         );
-        assert_eq!(parse_line("group 0 core 0 calls 1 busy_ns 2 cpu_ns x"), None);
+        assert_eq!(
+            parse_line("group 0 core 0 calls 1 busy_ns 2 cpu_ns x"),
+            None
+        );
         assert_eq!(parse_line("rpcrdma-perf server: listening"), None);
         assert_eq!(parse_line("group x core 1 calls 1 busy_ns 2"), None);
         assert_eq!(parse_line("group 1 core 1 calls 1"), None);

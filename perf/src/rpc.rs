@@ -389,11 +389,7 @@ impl Caller<'_> {
 
     /// Takes an outcome's buffers back into the connection's lists and returns its tag
     /// and status.
-    fn recycle<P: Provider>(
-        &self,
-        c: &mut Conn<P>,
-        mut o: Outcome,
-    ) -> (usize, CallStatus) {
+    fn recycle<P: Provider>(&self, c: &mut Conn<P>, mut o: Outcome) -> (usize, CallStatus) {
         if self.shape.prebuilt {
             if let Some(m) = o.msg.take() {
                 c.msgs.push(m);
@@ -607,8 +603,8 @@ fn client<F: FabricKind>(
                     .take_msg()
                     .map_err(|e| BenchError::Memory(format!("message buffer: {e}")))?;
                 let h = header(shape.procedure);
-                let req = inline_call(msg, &h, &EchoData { data: &payload }, max_reply)
-                    .map_err(|e| {
+                let req =
+                    inline_call(msg, &h, &EchoData { data: &payload }, max_reply).map_err(|e| {
                         BenchError::Rpc(format!(
                             "a {}-octet inline call: {e} (raise the inline threshold)",
                             spec.size

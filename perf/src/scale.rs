@@ -132,7 +132,9 @@ impl ScaleArgs {
     /// touched during the row (measured: 3,800 calls/s).
     pub fn srq_depth(&self) -> u32 {
         let most = self.connections.iter().copied().max().unwrap_or(1).max(1);
-        most.saturating_mul(self.depth + 2).saturating_mul(2).max(64)
+        most.saturating_mul(self.depth + 2)
+            .saturating_mul(2)
+            .max(64)
     }
 
     /// The inline threshold the rows use.
@@ -383,7 +385,10 @@ fn own_session(argv: &[String]) -> Result<Session, BenchError> {
     let status = cmd
         .status()
         .map_err(|e| BenchError::Setup(format!("run in a session of its own: {e}")))?;
-    let code = status.code().and_then(|c| u8::try_from(c).ok()).unwrap_or(2);
+    let code = status
+        .code()
+        .and_then(|c| u8::try_from(c).ok())
+        .unwrap_or(2);
     Ok(Session::RanIn(std::process::ExitCode::from(code)))
 }
 

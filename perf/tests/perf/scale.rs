@@ -99,8 +99,15 @@ fn server_bound_sink_rows_with_a_parking_client_over_shm() {
             .iter()
             .map(|g| g.as_u64().unwrap())
             .collect();
-        assert_eq!(calls.len() as u64, r["server_cores"].as_u64().unwrap(), "{r}");
-        assert!(calls.iter().all(|&c| c > 0), "every group served calls: {r}");
+        assert_eq!(
+            calls.len() as u64,
+            r["server_cores"].as_u64().unwrap(),
+            "{r}"
+        );
+        assert!(
+            calls.iter().all(|&c| c > 0),
+            "every group served calls: {r}"
+        );
     }
     let ratios = v["ratios"].as_array().expect("ratios");
     assert_eq!(ratios.len(), 1, "{v}");
