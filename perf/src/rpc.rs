@@ -11,6 +11,9 @@
 //!   second pass over the data, compared with memcpy+CRC).
 //! - `write chunk` (bw): SOURCE of `size` octets into a Write chunk, so the responder
 //!   pushes the result with RDMA Writes.
+//! - `sink inline, pre-built` (`rpcrdma-perf scale --proc sink`): SINK with the payload
+//!   inline, in messages encoded once per call slot and sent again with a new XID, so
+//!   the client's cost per call is a submission and a completion.
 //!
 //! The responder (a [`Responder`]) busy-polls on the server core; the measuring thread
 //! owns every requester connection and busy-polls them round-robin on the client core.

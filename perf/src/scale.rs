@@ -9,6 +9,17 @@
 //! busy fraction and share of the calls (read from the server's `group` lines, see
 //! [`crate::groups`]).
 //!
+//! What a row calls (`--proc`): ECHO, whose client costs about what the server does (so
+//! on a 2-core machine a second server core only takes the client's), or SINK from
+//! pre-built inline messages, which is server-bound (the server receives and CRCs the
+//! payload, the client only submits and completes). `--client-park` lets the client
+//! sleep while its calls are in flight instead of busy-polling a core the server needs;
+//! `--rounds` measures one core and more cores in turns; `--nice` runs client and
+//! server each in a session of its own whose autogroup weight is raised, since Linux
+//! shares the CPU between sessions, not threads (see the README, "Scaling with server
+//! cores"). Each row carries both ends' CPU per call, so a ratio below the cores says
+//! whose cost it was.
+//!
 //! The model for more cores starts from that cost: groups share nothing on the call
 //! path (own completion queue, own connections, no lock or shared counter per call), so
 //! N cores serve at most N / (busy ns per call) calls a second, until the clients or
