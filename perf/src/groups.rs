@@ -7,11 +7,14 @@
 //! server prints a `group` line per group every [`REPORT_EVERY`]:
 //!
 //! ```text
-//! group 0 core 0 calls 123456 busy_ns 987654321 completions 246912
+//! group 0 core 0 calls 123456 busy_ns 987654321 completions 246912 cpu_ns 990000000
 //! ```
 //!
 //! which `rpcrdma-perf scale` reads before and after each row: busy time per call is the
-//! server's measured per-core cost of a call, the figure its scaling model starts from.
+//! server's measured per-core cost of a call, the figure its scaling model starts from;
+//! `cpu_ns` is the group thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`, read every 5 ms
+//! by the group itself), which, unlike busy time, excludes time the scheduler gave to
+//! other threads in the middle of a poll but includes idle polling.
 
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,7 +22,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rpcrdma::fabric::Provider;
-use rpcrdma::{ConnConfig, GroupCounters, PollGroup, ResponderLimits};
+use rpcrdma::{ConnConfig, GroupCounters, GroupOptions, PollGroup, ResponderLimits};
 use rpcrdma_poller::{IdlePolicy, PollCtx, PollerConfig, PollerGroup, Task};
 use rpcrdma_ulp::program::Dispatcher;
 
@@ -28,11 +31,17 @@ use crate::spec::BenchError;
 /// How often the server prints its groups' counters.
 pub const REPORT_EVERY: Duration = Duration::from_millis(50);
 
-/// A poll group on its poller, timing its busy polls.
+/// How often a group reads its thread's CPU clock (a system call).
+const CPU_SAMPLE_EVERY: Duration = Duration::from_millis(5);
+
+/// A poll group on its poller, timing its busy polls and its thread's CPU time.
 struct TimedGroup<P: Provider, F> {
     group: PollGroup<P, Dispatcher, F>,
     busy_ns: Arc<AtomicU64>,
     busy: u64,
+    /// The poller thread's CPU time, ns (sampled every [`CPU_SAMPLE_EVERY`]).
+    cpu_ns: Arc<AtomicU64>,
+    next_cpu_sample: Option<Instant>,
 }
 
 impl<P, F> Task<()> for TimedGroup<P, F>
@@ -49,18 +58,33 @@ where
             // One writer: a plain store.
             self.busy_ns.store(self.busy, Ordering::Relaxed);
         }
+        if self.next_cpu_sample.is_none_or(|t| start >= t) {
+            self.next_cpu_sample = Some(start + CPU_SAMPLE_EVERY);
+            if let Some(cpu) = crate::measure::thread_cpu_time() {
+                self.cpu_ns.store(cpu.as_nanos() as u64, Ordering::Relaxed);
+            }
+        }
         work
     }
 }
 
-/// Serves at `addr` with one group per entry of `cores` until `end` (or forever),
-/// printing the groups' counters.
+/// What the printing loop reads of one group.
+struct Watched {
+    index: usize,
+    counters: Arc<GroupCounters>,
+    busy_ns: Arc<AtomicU64>,
+    cpu_ns: Arc<AtomicU64>,
+}
+
+/// Serves at `addr` with one group per entry of `cores` (set up as `opts` says) until
+/// `end` (or forever), printing the groups' counters.
 pub fn serve<P, F>(
     dev: P::Device,
     addr: &P::Addr,
     cfg: ConnConfig,
     factory: F,
     cores: &[usize],
+    opts: GroupOptions,
     end: Option<Instant>,
 ) -> Result<(), BenchError>
 where
@@ -69,8 +93,16 @@ where
     PollGroup<P, Dispatcher, F>: Send,
 {
     let limits = ResponderLimits::default();
-    let groups = PollGroup::<P, Dispatcher, F>::bind(dev, addr, cfg, factory, cores.len(), limits)
-        .map_err(|e| BenchError::Setup(format!("listen: {e}")))?;
+    let groups = PollGroup::<P, Dispatcher, F>::bind_with(
+        dev,
+        addr,
+        cfg,
+        factory,
+        cores.len(),
+        limits,
+        opts,
+    )
+    .map_err(|e| BenchError::Setup(format!("listen: {e}")))?;
     let config = PollerConfig {
         // Busy while there is work; an idle group yields its core (the clients of a
         // one-machine run need it).
@@ -85,15 +117,23 @@ where
     };
     let pollers = PollerGroup::<()>::start(cores, config)
         .map_err(|e| BenchError::Setup(format!("--cores: {e}")))?;
-    let mut watched: Vec<(usize, Arc<GroupCounters>, Arc<AtomicU64>)> = Vec::new();
+    let mut watched: Vec<Watched> = Vec::new();
     for g in groups {
         let index = g.index();
         let busy_ns = Arc::new(AtomicU64::new(0));
-        watched.push((index, g.counters().clone(), busy_ns.clone()));
+        let cpu_ns = Arc::new(AtomicU64::new(0));
+        watched.push(Watched {
+            index,
+            counters: g.counters().clone(),
+            busy_ns: busy_ns.clone(),
+            cpu_ns: cpu_ns.clone(),
+        });
         let task = TimedGroup {
             group: g,
             busy_ns,
             busy: 0,
+            cpu_ns,
+            next_cpu_sample: None,
         };
         pollers
             .add_task(index, Box::new(task))
@@ -113,14 +153,21 @@ where
     loop {
         std::thread::sleep(REPORT_EVERY);
         let mut lines = String::new();
-        for (i, c, busy) in &watched {
-            let s = c.sample();
+        for w in &watched {
+            let s = w.counters.sample();
             lines.push_str(&format!(
-                "group {i} core {} calls {} busy_ns {} completions {}\n",
-                cores.get(*i).copied().unwrap_or(0),
+                "group {} core {} calls {} busy_ns {} completions {} cpu_ns {} connections {} \
+                 srq_depth {} srq_low {} receive_share {}\n",
+                w.index,
+                cores.get(w.index).copied().unwrap_or(0),
                 s.calls,
-                busy.load(Ordering::Relaxed),
-                s.completions
+                w.busy_ns.load(Ordering::Relaxed),
+                s.completions,
+                w.cpu_ns.load(Ordering::Relaxed),
+                s.connections,
+                s.srq_depth,
+                s.srq_low,
+                s.receive_share
             ));
         }
         // A reader gone (the runner ended) is no reason to stop serving.
@@ -134,8 +181,19 @@ where
     Ok(())
 }
 
-/// One `group` line: (group, calls, busy_ns).
-pub fn parse_line(line: &str) -> Option<(usize, u64, u64)> {
+/// One group's counters as a `group` line carries them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GroupSample {
+    /// Calls served.
+    pub calls: u64,
+    /// Time in polls that did work, ns.
+    pub busy_ns: u64,
+    /// The group's thread's CPU time, ns (0 from a server that does not print it).
+    pub cpu_ns: u64,
+}
+
+/// One `group` line: the group's index and counters.
+pub fn parse_line(line: &str) -> Option<(usize, GroupSample)> {
     let mut w = line.split_whitespace();
     if w.next()? != "group" {
         return None;
@@ -143,25 +201,47 @@ pub fn parse_line(line: &str) -> Option<(usize, u64, u64)> {
     let group = w.next()?.parse().ok()?;
     let mut calls = None;
     let mut busy = None;
+    let mut cpu = 0;
     while let (Some(k), Some(v)) = (w.next(), w.next()) {
         match k {
             "calls" => calls = v.parse().ok(),
             "busy_ns" => busy = v.parse().ok(),
+            "cpu_ns" => cpu = v.parse().ok()?,
             _ => {}
         }
     }
-    Some((group, calls?, busy?))
+    Some((
+        group,
+        GroupSample {
+            calls: calls?,
+            busy_ns: busy?,
+            cpu_ns: cpu,
+        },
+    ))
 }
 
 #[cfg(test)]
 mod tests {
-    use super::parse_line;
+    use super::{parse_line, GroupSample};
 
     #[test]
     fn group_lines_parse() {
+        let s = |calls, busy_ns, cpu_ns| GroupSample {
+            calls,
+            busy_ns,
+            cpu_ns,
+        };
         assert_eq!(
             parse_line("group 1 core 1 calls 42 busy_ns 99 completions 84"),
-            Some((1, 42, 99))
+            Some((1, s(42, 99, 0)))
+        );
+        assert_eq!(
+            parse_line("group 0 core 0 calls 42 busy_ns 99 completions 84 cpu_ns 7"),
+            Some((0, s(42, 99, 7)))
+        );
+        assert_eq!(
+            parse_line("group 0 core 0 calls 1 busy_ns 2 cpu_ns x"),
+            None
         );
         assert_eq!(parse_line("rpcrdma-perf server: listening"), None);
         assert_eq!(parse_line("group x core 1 calls 1 busy_ns 2"), None);

@@ -56,6 +56,10 @@ pub struct Meter {
     deadline: Instant,
     truncated: bool,
     progress: Arc<AtomicU64>,
+    /// The ticking thread's CPU time when measurement began.
+    cpu_start: Option<Duration>,
+    /// Its CPU time over the measurement, once ended.
+    cpu_used: Option<Duration>,
 }
 
 /// What one row measured.
@@ -69,6 +73,29 @@ pub struct Measurement {
     pub elapsed: Duration,
     /// The hard deadline cut the row short (or warm-up never finished).
     pub truncated: bool,
+    /// CPU time of the thread that measured (the one calling [`Meter::tick`]) over the
+    /// measured stretch, when the system reports it: the client's own cost.
+    pub cpu: Option<Duration>,
+    /// When the measured stretch began (`elapsed` runs from here).
+    pub started: Instant,
+}
+
+/// The calling thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`: one system call, read
+/// twice a row).
+pub fn thread_cpu_time() -> Option<Duration> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec we own.
+    let r = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if r != 0 {
+        return None;
+    }
+    Some(Duration::new(
+        u64::try_from(ts.tv_sec).ok()?,
+        u32::try_from(ts.tv_nsec).ok()?,
+    ))
 }
 
 impl Meter {
@@ -90,6 +117,24 @@ impl Meter {
             deadline: now + budget.hard_limit(),
             truncated: false,
             progress,
+            cpu_start: None,
+            cpu_used: None,
+        }
+    }
+
+    /// Marks the start of measurement for the CPU clock.
+    fn begin_measure(&mut self) {
+        self.cpu_start = thread_cpu_time();
+        self.cpu_used = None;
+    }
+
+    /// Measurement is over: the CPU it took.
+    fn end_measure(&mut self) {
+        if self.cpu_used.is_none() {
+            self.cpu_used = self
+                .cpu_start
+                .zip(thread_cpu_time())
+                .map(|(a, b)| b.saturating_sub(a));
         }
     }
 
@@ -99,6 +144,9 @@ impl Meter {
         self.phase_start = now;
         self.last = now;
         self.deadline = now + self.budget.hard_limit();
+        if self.phase == Phase::Measure {
+            self.begin_measure();
+        }
     }
 
     fn reached(amount: Amount, ops: u64, since: Duration) -> bool {
@@ -122,6 +170,7 @@ impl Meter {
                 }
                 if Self::reached(self.budget.stop, self.phase_ops, now - self.phase_start) {
                     self.phase = Phase::Done;
+                    self.end_measure();
                     return false;
                 }
             }
@@ -132,6 +181,7 @@ impl Meter {
                     self.phase_ops = 0;
                     self.phase_start = now;
                     self.last = now;
+                    self.begin_measure();
                 }
             }
             Phase::Done => return false,
@@ -139,6 +189,7 @@ impl Meter {
         if now >= self.deadline {
             self.truncated = true;
             self.phase = Phase::Done;
+            self.end_measure();
             return false;
         }
         true
@@ -149,6 +200,9 @@ impl Meter {
     pub fn expired(&mut self, now: Instant) -> bool {
         if now >= self.deadline {
             self.truncated = true;
+            if self.phase == Phase::Measure {
+                self.end_measure();
+            }
             self.phase = Phase::Done;
         }
         self.phase == Phase::Done
@@ -160,8 +214,11 @@ impl Meter {
     }
 
     /// Ends the row.
-    pub fn finish(self) -> Measurement {
+    pub fn finish(mut self) -> Measurement {
         let measured = self.phase != Phase::Warmup;
+        if self.phase == Phase::Measure {
+            self.end_measure();
+        }
         Measurement {
             ops: if measured { self.phase_ops } else { 0 },
             elapsed: if measured {
@@ -170,6 +227,8 @@ impl Meter {
                 Duration::ZERO
             },
             truncated: self.truncated || !measured,
+            cpu: if measured { self.cpu_used } else { None },
+            started: self.phase_start,
             hist: self.hist,
         }
     }

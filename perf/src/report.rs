@@ -341,6 +341,8 @@ mod tests {
             ops: values.len() as u64,
             elapsed: Duration::from_secs_f64(secs),
             truncated: false,
+            cpu: None,
+            started: std::time::Instant::now(),
             hist,
         };
         Row::measured(layer, "b", &spec(Mode::Lat, 64), m)

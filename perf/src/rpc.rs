@@ -11,6 +11,9 @@
 //!   second pass over the data, compared with memcpy+CRC).
 //! - `write chunk` (bw): SOURCE of `size` octets into a Write chunk, so the responder
 //!   pushes the result with RDMA Writes.
+//! - `sink inline, pre-built` (`rpcrdma-perf scale --proc sink`): SINK with the payload
+//!   inline, in messages encoded once per call slot and sent again with a new XID, so
+//!   the client's cost per call is a submission and a completion.
 //!
 //! The responder (a [`Responder`]) busy-polls on the server core; the measuring thread
 //! owns every requester connection and busy-polls them round-robin on the client core.
@@ -26,7 +29,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use rpcrdma::fabric::Provider;
-use rpcrdma::{CallStatus, Outcome};
+use rpcrdma::{CallRequest, CallStatus, Outcome};
 use rpcrdma::{ConnConfig, ConnState, RegBuf};
 use rpcrdma::{Requester, Responder};
 use rpcrdma_pools::HugePages;
@@ -64,6 +67,13 @@ pub enum RpcBench {
     ReadChunkCrc,
     /// SOURCE into a Write chunk.
     WriteChunk,
+    /// SINK with its payload inline, in call messages the client encodes once before
+    /// measuring and sends again for every call (the engine writes only the XID): the
+    /// client pays a submission and a completion per call, as one whose NIC moves the
+    /// data would; the server receives, CRCs every octet and answers (a storage
+    /// appliance's write path; on shm the target's executor also copies the message
+    /// into the server's receive buffer, as its NIC would by DMA).
+    SinkPrebuilt,
     /// DISCARD of a message too long for inline, sent as a continuation group of Sends
     /// (draft-dnoveck-rpcrdma-rtrext: one round trip).
     LongByGroup,
@@ -80,6 +90,7 @@ impl RpcBench {
             RpcBench::ReadChunk => "read chunk",
             RpcBench::ReadChunkCrc => "read chunk+crc",
             RpcBench::WriteChunk => "write chunk",
+            RpcBench::SinkPrebuilt => "sink inline, pre-built",
             RpcBench::LongByGroup => "long call by group (1 round trip)",
             RpcBench::LongByReadChunk => "long call by read chunk (2 round trips)",
         }
@@ -98,7 +109,16 @@ pub struct RpcParams {
     pub inline: u32,
     /// Credits the requester asks for (capped at what the row keeps in flight).
     pub credits: u32,
+    /// The measuring thread's idle policy: `None` busy-polls; `Some(d)` sleeps `d`
+    /// after [`CLIENT_IDLE_SPINS`] rounds in a row found nothing, so a client sharing a
+    /// core with the server leaves it the core while its calls are in flight.
+    pub client_park: Option<Duration>,
 }
+
+/// Poll rounds without an outcome a parking client goes through before it sleeps
+/// (each round polls every connection: the calls just sent are on their way, so a
+/// long spin only burns the core the server needs).
+pub const CLIENT_IDLE_SPINS: u32 = 2;
 
 /// The concrete shape of one row's calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,6 +130,8 @@ struct Shape {
     write_chunk: bool,
     /// The payload goes in the message, built in a large buffer (a long call).
     long_msg: bool,
+    /// Messages are encoded once and sent again call after call.
+    prebuilt: bool,
 }
 
 impl Shape {
@@ -122,31 +144,43 @@ impl Shape {
                     read_chunk: chunks,
                     write_chunk: chunks,
                     long_msg: false,
+                    prebuilt: false,
                 }
             }
+            RpcBench::SinkPrebuilt => Shape {
+                procedure: echo_proc::SINK,
+                read_chunk: false,
+                write_chunk: false,
+                long_msg: false,
+                prebuilt: true,
+            },
             RpcBench::LongByGroup | RpcBench::LongByReadChunk => Shape {
                 procedure: echo_proc::DISCARD,
                 read_chunk: false,
                 write_chunk: false,
                 long_msg: true,
+                prebuilt: false,
             },
             RpcBench::ReadChunk => Shape {
                 procedure: echo_proc::DISCARD,
                 read_chunk: true,
                 write_chunk: false,
                 long_msg: false,
+                prebuilt: false,
             },
             RpcBench::ReadChunkCrc => Shape {
                 procedure: echo_proc::SINK,
                 read_chunk: true,
                 write_chunk: false,
                 long_msg: false,
+                prebuilt: false,
             },
             RpcBench::WriteChunk => Shape {
                 procedure: echo_proc::SOURCE,
                 read_chunk: false,
                 write_chunk: true,
                 long_msg: false,
+                prebuilt: false,
             },
         }
     }
@@ -184,7 +218,11 @@ pub fn dispatcher(source_max: usize) -> Dispatcher {
 /// The connection configuration of a row (both sides).
 fn conn_config(spec: &RowSpec, p: RpcParams) -> ConnConfig {
     let depth = spec.depth.max(1);
-    let large = spec.size.max(MIN_LARGE_BUF).next_multiple_of(4096);
+    let large = spec
+        .size
+        .max(MIN_LARGE_BUF)
+        .max(p.inline as usize)
+        .next_multiple_of(4096);
     ConnConfig {
         inline_send: p.inline,
         inline_recv: p.inline,
@@ -250,6 +288,8 @@ struct Conn<P: Provider> {
     args: Vec<RegBuf>,
     /// Write sink buffers.
     sinks: Vec<RegBuf>,
+    /// Encoded call messages sent again call after call (pre-built shapes).
+    msgs: Vec<RegBuf>,
     in_flight: usize,
 }
 
@@ -269,6 +309,13 @@ impl Caller<'_> {
             .tags
             .pop()
             .ok_or_else(|| BenchError::Rpc("no free call tag".into()))?;
+        if self.shape.prebuilt {
+            let msg = c
+                .msgs
+                .pop()
+                .ok_or_else(|| BenchError::Rpc("no free pre-built message".into()))?;
+            return Self::send(c, CallRequest::new(msg, self.max_reply), tag, now);
+        }
         let mut msg = if self.shape.long_msg {
             c.conn.alloc_large()
         } else {
@@ -323,6 +370,16 @@ impl Caller<'_> {
                 return Err(BenchError::Rpc("sink list full".into()));
             }
         }
+        Self::send(c, req, tag, now)
+    }
+
+    /// Submits `req` as call `tag`.
+    fn send<P: Provider>(
+        c: &mut Conn<P>,
+        req: CallRequest,
+        tag: u32,
+        now: Instant,
+    ) -> Result<(), BenchError> {
         c.posted_at[tag as usize] = now;
         match c.conn.submit(req, u64::from(tag)) {
             Ok(()) => {
@@ -335,7 +392,12 @@ impl Caller<'_> {
 
     /// Takes an outcome's buffers back into the connection's lists and returns its tag
     /// and status.
-    fn recycle<P: Provider>(c: &mut Conn<P>, mut o: Outcome) -> (usize, CallStatus) {
+    fn recycle<P: Provider>(&self, c: &mut Conn<P>, mut o: Outcome) -> (usize, CallStatus) {
+        if self.shape.prebuilt {
+            if let Some(m) = o.msg.take() {
+                c.msgs.push(m);
+            }
+        }
         for a in o.ddp_args.drain() {
             c.args.push(a.data);
         }
@@ -451,7 +513,7 @@ pub fn run<F: FabricKind>(
     let shape = Shape::of(bench, spec.size, params.inline);
     if let Some(remote) = connect {
         let addr = F::parse_addr(remote)?;
-        client::<F>(spec, &cfg, shape, &addr, &mut meter)?;
+        client::<F>(spec, &cfg, shape, &addr, params.client_park, &mut meter)?;
         return Ok(meter.finish());
     }
     let addr = F::unique_addr();
@@ -473,7 +535,7 @@ pub fn run<F: FabricKind>(
             busy_serve(&mut server, &stop, Some(server_deadline));
         })
     };
-    let result = client::<F>(spec, &cfg, shape, &addr, &mut meter);
+    let result = client::<F>(spec, &cfg, shape, &addr, params.client_park, &mut meter);
     stop.store(true, Ordering::Relaxed);
     if server_thread.join().is_err() {
         return Err(BenchError::Setup("RPC server thread panicked".into()));
@@ -487,6 +549,7 @@ fn client<F: FabricKind>(
     cfg: &ConnConfig,
     shape: Shape,
     addr: &<F::P as Provider>::Addr,
+    park: Option<Duration>,
     meter: &mut Meter,
 ) -> Result<(), BenchError> {
     pin(spec.client_core);
@@ -514,6 +577,7 @@ fn client<F: FabricKind>(
             posted_at: vec![Instant::now(); depth],
             args: Vec::with_capacity(depth),
             sinks: Vec::with_capacity(depth),
+            msgs: Vec::with_capacity(depth),
             in_flight: 0,
         });
     }
@@ -536,6 +600,21 @@ fn client<F: FabricKind>(
                     .map_err(|e| BenchError::Memory(format!("sink buffer: {e}")))?;
                 c.sinks.push(b);
             }
+            if shape.prebuilt {
+                let msg = c
+                    .conn
+                    .take_msg()
+                    .map_err(|e| BenchError::Memory(format!("message buffer: {e}")))?;
+                let h = header(shape.procedure);
+                let req =
+                    inline_call(msg, &h, &EchoData { data: &payload }, max_reply).map_err(|e| {
+                        BenchError::Rpc(format!(
+                            "a {}-octet inline call: {e} (raise the inline threshold)",
+                            spec.size
+                        ))
+                    })?;
+                c.msgs.push(req.msg);
+            }
         }
         // One checked call per connection: the rows measure calls that work.
         caller.submit(c, Instant::now())?;
@@ -550,11 +629,12 @@ fn client<F: FabricKind>(
             }
         };
         caller.verify(&o).map_err(BenchError::Rpc)?;
-        Caller::recycle(c, o);
+        caller.recycle(c, o);
     }
     meter.restart();
     let before: Vec<_> = conns.iter().map(|c| c.conn.stats()).collect();
-    let result = measure(&mut conns, &caller, depth, spec.mode == Mode::Lat, meter);
+    let lat = spec.mode == Mode::Lat;
+    let result = measure(&mut conns, &caller, depth, lat, park, meter);
     // A long-call row measures the shape its name says (its round trips), or fails.
     if shape.long_msg {
         for (c, b) in conns.iter().zip(&before) {
@@ -576,7 +656,7 @@ fn client<F: FabricKind>(
         for c in &mut conns {
             c.conn.poll(Instant::now());
             while let Some(o) = c.conn.poll_outcome() {
-                Caller::recycle(c, o);
+                caller.recycle(c, o);
             }
         }
     }
@@ -584,12 +664,15 @@ fn client<F: FabricKind>(
 }
 
 /// The measured loop. Latency mode keeps one call in flight overall, taking the
-/// connections in turn; otherwise each connection keeps `depth` in flight.
+/// connections in turn; otherwise each connection keeps `depth` in flight. With
+/// `park`, rounds that find nothing end in a sleep once [`CLIENT_IDLE_SPINS`] of them
+/// came in a row (a system call per idle stretch, none per call).
 fn measure<P: Provider>(
     conns: &mut [Conn<P>],
     caller: &Caller<'_>,
     depth: usize,
     lat: bool,
+    park: Option<Duration>,
     meter: &mut Meter,
 ) -> Result<(), BenchError> {
     let mut next = 0usize;
@@ -619,7 +702,7 @@ fn measure<P: Provider>(
                 let done = Instant::now();
                 got += 1;
                 total_in_flight = total_in_flight.saturating_sub(1);
-                let (tag, status) = Caller::recycle(c, o);
+                let (tag, status) = caller.recycle(c, o);
                 if status != CallStatus::Success {
                     return Err(BenchError::Rpc(format!("call ended with {status:?}")));
                 }
@@ -634,7 +717,15 @@ fn measure<P: Provider>(
             if idle & 1023 == 0 && meter.expired(Instant::now()) {
                 return Ok(());
             }
-            std::hint::spin_loop();
+            match park {
+                Some(d) if idle >= CLIENT_IDLE_SPINS => {
+                    thread::sleep(d);
+                    if meter.expired(Instant::now()) {
+                        return Ok(());
+                    }
+                }
+                _ => std::hint::spin_loop(),
+            }
         } else {
             idle = 0;
         }

@@ -204,6 +204,7 @@ fn run_on<F: FabricKind>(
             let params = RpcParams {
                 inline: u32::try_from(cfg.inline_threshold).unwrap_or(u32::MAX),
                 credits: cfg.credits,
+                client_park: None,
             };
             rpc::run::<F>(&p.spec, b, params, meter, cfg.connect.as_deref())
         }

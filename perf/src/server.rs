@@ -45,6 +45,12 @@ pub struct ServerArgs {
     /// group's calls and busy time (what `rpcrdma-perf scale` reads).
     #[arg(long, value_parser = core_list, value_name = "LIST")]
     pub cores: Option<CoreList>,
+    /// With `--cores`: receives in each group's shared receive queue (each holding an
+    /// inline-sized buffer); 0 sizes it for the server's connection cap (1024), which
+    /// with large inline buffers is a lot of memory every call's buffer is drawn from
+    /// in turn.
+    #[arg(long, default_value_t = 0, requires = "cores")]
+    pub srq_depth: u32,
     /// Stop after this many seconds (default: run until killed).
     #[arg(long = "for")]
     pub run_for: Option<f64>,
@@ -86,6 +92,7 @@ fn serve<F: FabricKind>(args: &ServerArgs, default_addr: &str) -> Result<(), Ben
     let params = RpcParams {
         inline: u32::try_from(args.inline).unwrap_or(u32::MAX),
         credits: args.credits,
+        client_park: None,
     };
     let cfg = server_config(args.max_size as usize, params);
     cfg.validate()
@@ -104,7 +111,19 @@ fn serve<F: FabricKind>(args: &ServerArgs, default_addr: &str) -> Result<(), Ben
             args.credits
         );
         let factory = move || Some(dispatcher(source_max));
-        return crate::groups::serve::<F::P, _>(F::open()?, &addr, cfg, factory, &cores.0, end);
+        let opts = rpcrdma::GroupOptions {
+            srq_depth: args.srq_depth,
+            ..rpcrdma::GroupOptions::default()
+        };
+        return crate::groups::serve::<F::P, _>(
+            F::open()?,
+            &addr,
+            cfg,
+            factory,
+            &cores.0,
+            opts,
+            end,
+        );
     }
     let mut server = Responder::<F::P, Dispatcher, _>::bind(F::open()?, &addr, cfg, move || {
         Some(dispatcher(source_max))
