@@ -351,6 +351,7 @@ impl Conn {
 
     /// Drops the socket.
     pub(crate) fn close(&mut self) {
+        super::watch::event(self, "close");
         self.sock = None;
         self.phase = Phase::Closed;
         self.readable = false;
@@ -359,6 +360,7 @@ impl Conn {
 
     /// Shuts our write side and waits for the peer to close.
     pub(crate) fn shut_write(&mut self) {
+        super::watch::event(self, "shut write");
         if let Some(s) = &self.sock {
             let _ = s.shutdown(Shutdown::Write);
             self.phase = Phase::Draining;
@@ -391,6 +393,7 @@ impl Conn {
 
     /// The stream ended (end of file, reset, or a write error).
     fn lost(&mut self, ctx: &mut Ctx<'_>) {
+        super::watch::event(self, "lost");
         if let Some(e) = self.engine.as_mut() {
             e.qp.set_disconnected();
             e.fail();
@@ -513,6 +516,7 @@ impl Conn {
         e.establish(link);
         e.qp.advance(QpState::ReadyToSend);
         self.phase = Phase::Running;
+        super::watch::event(self, "established (active)");
         let conn = self.id;
         self.report(ctx, CmEvent::Established { conn, private_data });
         self.step_running(ctx);
@@ -630,6 +634,7 @@ impl Conn {
         };
         e.qp.advance(QpState::ReadyToSend);
         self.phase = Phase::Running;
+        super::watch::event(self, "established (passive)");
         let conn = self.id;
         self.report(
             ctx,

@@ -76,6 +76,8 @@ pub(crate) struct Driver {
     direct: bool,
     /// Progress rounds since epoll was last asked.
     since_epoll: u32,
+    /// The stall watchdog, when the environment asks for it (diagnostics).
+    watch: Option<super::watch::Watch>,
 }
 
 impl Driver {
@@ -92,6 +94,7 @@ impl Driver {
             dev,
             direct: false,
             since_epoll: 0,
+            watch: super::watch::Watch::from_env(),
         }
     }
 
@@ -173,6 +176,9 @@ impl Driver {
         }
         if data {
             self.direct = !need_epoll && running <= DIRECT_MAX_CONNS;
+        }
+        if let Some(w) = self.watch.as_mut() {
+            w.check(&self.conns);
         }
     }
 
@@ -258,6 +264,7 @@ impl Driver {
 
     fn remove_conn(&mut self, slot: usize) {
         if let Some(mut c) = self.conns.get_mut(slot).and_then(Option::take) {
+            super::watch::event(&c, "removed");
             if let Some(s) = c.sock.as_mut() {
                 let _ = self.poll.registry().deregister(s);
             }
@@ -584,6 +591,7 @@ impl Driver {
         if !c.cm_open || c.cm != cm {
             return Err(FabricError::UnknownConn(conn));
         }
+        super::watch::event(c, "disconnect asked");
         if let Some(e) = c.engine.as_mut() {
             e.qp.set_disconnected();
             e.fail();
