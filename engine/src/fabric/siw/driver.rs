@@ -131,6 +131,9 @@ impl Driver {
                 } else if let Some(Some(c)) = self.conns.get_mut(t >> 1) {
                     c.readable |= ev.is_readable() || ev.is_read_closed() || ev.is_error();
                     c.writable |= ev.is_writable() || ev.is_write_closed() || ev.is_error();
+                    // Sticky: the end of the stream raises no event of its own once
+                    // this one is taken (see `Conn::drained_if_short`).
+                    c.read_closed |= ev.is_read_closed() || ev.is_error();
                 }
             }
         }
