@@ -82,6 +82,8 @@ pub(crate) struct Driver {
 
 impl Driver {
     pub(crate) fn new(poll: Poll, cfg: &SiwConfig, dev: Weak<DeviceShared>) -> Driver {
+        // Read the environment now, not at a connection's first event inside a poll.
+        super::watch::events_on();
         Driver {
             poll,
             events: Events::with_capacity(EVENTS),

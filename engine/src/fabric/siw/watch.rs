@@ -97,7 +97,7 @@ impl Watch {
     /// Looks at every connection (every 64th round).
     pub(crate) fn check(&mut self, conns: &[Option<Box<Conn>>]) {
         self.rounds = self.rounds.wrapping_add(1);
-        if self.rounds % 64 != 0 {
+        if !self.rounds.is_multiple_of(64) {
             return;
         }
         let now = Instant::now();
