@@ -24,6 +24,7 @@ mod fabric_sim;
 mod fabric_sim_conformance;
 mod fabric_siw;
 mod fabric_siw_conformance;
+mod siw_end_of_stream;
 mod siw_kernel_compat;
 mod siw_rpc_tshark;
 mod siw_terminate;

@@ -102,10 +102,13 @@ fn conn_config() -> ConnConfig {
         large_bufs: 32,
         hugepages: HugePages::Never,
         // A connection can go silent without breaking (seen under CPU starvation on
-        // siw: its posted work stops completing and no reply comes): the health probe
-        // (RFC 8267 §6.7.2) finds it within three seconds, well inside a call's
-        // timeout, and the calls go again on a new connection. Without it they time
-        // out and hold their outcomes until the credit-reclaim bound.
+        // siw, until its driver learned to see a peer's close that arrives with the last
+        // message: engine/DESIGN.md, "siw: socket readiness and the end of the stream"):
+        // the health probe (RFC 8267 §6.7.2) finds such a connection within three
+        // seconds, well inside a call's timeout, and the calls go again on a new
+        // connection. Without it they time out and hold their outcomes until the
+        // credit-reclaim bound. Kept as the defence against silent peers; with the fix
+        // the soak stays clean without it too.
         keepalive: Some(Duration::from_secs(1)),
         probe_timeout: Duration::from_secs(2),
         ..ConnConfig::default()

@@ -80,6 +80,10 @@ pub(crate) struct Conn {
     pub(crate) phase: Phase,
     pub(crate) readable: bool,
     pub(crate) writable: bool,
+    /// epoll reported the read side closed (the peer's FIN) or an error: the stream's
+    /// end is coming, and no further readiness event will announce it, so a short read
+    /// no longer proves the socket empty (see [`Conn::drained_if_short`]).
+    pub(crate) read_closed: bool,
     /// MPA frame being written.
     pub(crate) out: Vec<u8>,
     out_at: usize,
@@ -149,6 +153,7 @@ impl Conn {
             phase,
             readable: false,
             writable: false,
+            read_closed: false,
             out: Vec::new(),
             out_at: 0,
             rxbuf: vec![0u8; cfg.rx_buffer].into_boxed_slice(),
@@ -281,9 +286,18 @@ impl Conn {
     /// the read that would fail with EAGAIN: one `recv` per message, not two. Data that
     /// arrives later raises a new edge-triggered readiness event (Linux reports every
     /// arrival), and speculative rounds read anyway.
+    ///
+    /// Except at the end of the stream: the peer's FIN is not data, and a `recv` that
+    /// meets it after data returns the data short and leaves the end for the next call.
+    /// If the FIN was already queued when epoll reported the data, that one event was
+    /// the last: nothing will ever make the socket readable again, and a connection whose
+    /// peer closed right after its last message would stay Running for good, its posted
+    /// work never completing (the siw soak's stalled connections). So once epoll has said
+    /// the read side closed (or failed), reads go on until one returns the end or an
+    /// error.
     #[inline]
     fn drained_if_short(&mut self, got: usize, asked: usize) {
-        if got > 0 && got < asked {
+        if got > 0 && got < asked && !self.read_closed {
             self.readable = false;
         }
     }
@@ -351,14 +365,17 @@ impl Conn {
 
     /// Drops the socket.
     pub(crate) fn close(&mut self) {
+        super::watch::event(self, "close");
         self.sock = None;
         self.phase = Phase::Closed;
         self.readable = false;
         self.writable = false;
+        self.read_closed = false;
     }
 
     /// Shuts our write side and waits for the peer to close.
     pub(crate) fn shut_write(&mut self) {
+        super::watch::event(self, "shut write");
         if let Some(s) = &self.sock {
             let _ = s.shutdown(Shutdown::Write);
             self.phase = Phase::Draining;
@@ -391,6 +408,7 @@ impl Conn {
 
     /// The stream ended (end of file, reset, or a write error).
     fn lost(&mut self, ctx: &mut Ctx<'_>) {
+        super::watch::event(self, "lost");
         if let Some(e) = self.engine.as_mut() {
             e.qp.set_disconnected();
             e.fail();
@@ -513,6 +531,7 @@ impl Conn {
         e.establish(link);
         e.qp.advance(QpState::ReadyToSend);
         self.phase = Phase::Running;
+        super::watch::event(self, "established (active)");
         let conn = self.id;
         self.report(ctx, CmEvent::Established { conn, private_data });
         self.step_running(ctx);
@@ -630,6 +649,7 @@ impl Conn {
         };
         e.qp.advance(QpState::ReadyToSend);
         self.phase = Phase::Running;
+        super::watch::event(self, "established (passive)");
         let conn = self.id;
         self.report(
             ctx,

@@ -76,10 +76,14 @@ pub(crate) struct Driver {
     direct: bool,
     /// Progress rounds since epoll was last asked.
     since_epoll: u32,
+    /// The stall watchdog, when the environment asks for it (diagnostics).
+    watch: Option<super::watch::Watch>,
 }
 
 impl Driver {
     pub(crate) fn new(poll: Poll, cfg: &SiwConfig, dev: Weak<DeviceShared>) -> Driver {
+        // Read the environment now, not at a connection's first event inside a poll.
+        super::watch::events_on();
         Driver {
             poll,
             events: Events::with_capacity(EVENTS),
@@ -92,6 +96,7 @@ impl Driver {
             dev,
             direct: false,
             since_epoll: 0,
+            watch: super::watch::Watch::from_env(),
         }
     }
 
@@ -128,6 +133,9 @@ impl Driver {
                 } else if let Some(Some(c)) = self.conns.get_mut(t >> 1) {
                     c.readable |= ev.is_readable() || ev.is_read_closed() || ev.is_error();
                     c.writable |= ev.is_writable() || ev.is_write_closed() || ev.is_error();
+                    // Sticky: the end of the stream raises no event of its own once
+                    // this one is taken (see `Conn::drained_if_short`).
+                    c.read_closed |= ev.is_read_closed() || ev.is_error();
                 }
             }
         }
@@ -173,6 +181,9 @@ impl Driver {
         }
         if data {
             self.direct = !need_epoll && running <= DIRECT_MAX_CONNS;
+        }
+        if let Some(w) = self.watch.as_mut() {
+            w.check(&self.conns);
         }
     }
 
@@ -258,6 +269,7 @@ impl Driver {
 
     fn remove_conn(&mut self, slot: usize) {
         if let Some(mut c) = self.conns.get_mut(slot).and_then(Option::take) {
+            super::watch::event(&c, "removed");
             if let Some(s) = c.sock.as_mut() {
                 let _ = self.poll.registry().deregister(s);
             }
@@ -587,6 +599,7 @@ impl Driver {
         if !c.cm_open || c.cm != cm {
             return Err(FabricError::UnknownConn(conn));
         }
+        super::watch::event(c, "disconnect asked");
         if let Some(e) = c.engine.as_mut() {
             e.qp.set_disconnected();
             e.fail();

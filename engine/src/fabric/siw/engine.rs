@@ -152,6 +152,11 @@ impl SqTrack {
     pub(crate) fn entry(&mut self, seq: u64) -> &mut SqEntry {
         &mut self.entries[(seq & self.mask) as usize]
     }
+
+    /// Where request `seq` stands (diagnostics).
+    pub(crate) fn state(&self, seq: u64) -> SqState {
+        self.entries[(seq & self.mask) as usize].state
+    }
 }
 
 #[derive(Debug, Clone, Copy)]

@@ -72,6 +72,7 @@ mod sock;
 mod srq;
 mod term;
 mod tx;
+mod watch;
 
 pub use cm::{SiwCm, SiwConnRequest};
 pub use config::{SiwConfig, TcpKeepalive, WireTap};

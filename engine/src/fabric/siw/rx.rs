@@ -95,6 +95,11 @@ impl RxState {
         }
     }
 
+    /// No FPDU is half read (diagnostics).
+    pub(crate) fn at_boundary(&self) -> bool {
+        self.reader.at_boundary()
+    }
+
     pub(crate) fn abandon(&mut self) {
         self.dead = true;
         self.send = None;

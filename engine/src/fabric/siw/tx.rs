@@ -183,6 +183,28 @@ impl TxState {
         }
     }
 
+    /// A number that moves whenever the transmitter writes or frames (diagnostics).
+    pub(crate) fn progress(&self) -> u64 {
+        (self.written as u64) << 32 | (self.total as u64) << 8 | self.nbatch as u64
+    }
+
+    /// The transmitter's state in one line (diagnostics).
+    pub(crate) fn describe(&self) -> String {
+        format!(
+            "busy {} nbatch {} written {}/{} msg {:?} ends {:?} term {:?}",
+            self.busy,
+            self.nbatch,
+            self.written,
+            self.total,
+            self.msg.map(|m| (m.kind, m.len, m.framed, m.last_framed)),
+            self.ends[..self.nbatch]
+                .iter()
+                .map(|e| e.map(|m| (m.kind, m.opcode)))
+                .collect::<Vec<_>>(),
+            self.term_state,
+        )
+    }
+
     pub(crate) fn queue_terminate(&mut self, t: TermOut) {
         if self.term_state == TermState::None {
             self.term = Some(t);
