@@ -144,6 +144,9 @@ pub(crate) struct RecvTable {
     /// group's): the receives the group keeps for it, which is what replies may grant
     /// ([`posted`](Self::posted)); the table then stages none of its own.
     shared: Option<u32>,
+    /// Send-based DDP: every receive also takes a DDP segment from the large pool
+    /// (`core/recv_segments.rs`).
+    pub(crate) segments: Option<super::recv_segments::RecvSegments>,
 }
 
 impl RecvTable {
@@ -155,7 +158,35 @@ impl RecvTable {
             posted: 0,
             starved: 0,
             shared: None,
+            segments: None,
         }
+    }
+
+    /// Posts every receive as a header segment of `head_len` octets and a DDP segment
+    /// from `large` (send-based DDP), before anything was posted: the receives staged
+    /// so far are staged again that way.
+    pub(crate) fn scatter(&mut self, outbox: &mut Outbox, large: &Pool, head_len: u32) {
+        self.unstage(outbox);
+        let depth = self.bufs.len() as u32;
+        self.free = IndexStack::full(depth);
+        self.segments = Some(super::recv_segments::RecvSegments::new(
+            depth, large, head_len,
+        ));
+        self.refill(outbox);
+    }
+
+    /// Drops the staged receives (their buffers go back).
+    fn unstage(&mut self, outbox: &mut Outbox) {
+        outbox.clear_recvs();
+        for b in self.bufs.iter_mut() {
+            if let Some(buf) = b.take() {
+                buf.release_into(&mut self.cache);
+            }
+        }
+        if let Some(s) = self.segments.as_mut() {
+            s.release_all();
+        }
+        self.posted = 0;
     }
 
     /// Receives staged or posted and not yet completed, what a reply may grant; with
@@ -178,14 +209,10 @@ impl RecvTable {
     /// the staged receives are dropped (their buffers go back), none are staged again,
     /// and replies grant at most `share` (at least 1).
     pub(crate) fn share(&mut self, outbox: &mut Outbox, share: u32) {
-        outbox.clear_recvs();
-        for b in self.bufs.iter_mut() {
-            if let Some(buf) = b.take() {
-                buf.release_into(&mut self.cache);
-            }
-        }
+        self.unstage(outbox);
+        // A shared queue's receives are the group's: no DDP segments behind them.
+        self.segments = None;
         self.free = IndexStack::full(0);
-        self.posted = 0;
         self.shared = Some(share.max(1));
     }
 
@@ -216,7 +243,10 @@ impl RecvTable {
                     return;
                 }
             };
-            let cap = buf.capacity();
+            let cap = match self.segments.as_ref() {
+                Some(s) => (s.head_len() as usize).min(buf.capacity()),
+                None => buf.capacity(),
+            };
             let Ok(sge) = buf.sge(0, cap) else {
                 // An unregistered receive pool is a setup bug; stop rather than spin.
                 self.starved += 1;
@@ -226,7 +256,19 @@ impl RecvTable {
                 return;
             };
             let wr_id = WrId::new(WrKind::Recv, slot).encode();
-            if outbox.push_recv(wr_id, sge).is_err() {
+            let pushed = match self.segments.as_mut() {
+                None => outbox.push_recv(wr_id, sge),
+                Some(s) => match s.sge_for(slot) {
+                    Some(seg) => outbox.push_recv2(wr_id, [sge, seg]),
+                    None => {
+                        let _ = self.free.push(slot);
+                        buf.release_into(&mut self.cache);
+                        self.starved += 1;
+                        return;
+                    }
+                },
+            };
+            if pushed.is_err() {
                 let _ = self.free.push(slot);
                 buf.set_len(0).ok();
                 buf.release_into(&mut self.cache);
@@ -242,6 +284,9 @@ impl RecvTable {
         let mut buf = self.bufs.get_mut(slot as usize)?.take()?;
         let _ = self.free.push(slot);
         self.posted = self.posted.saturating_sub(1);
+        if let Some(s) = self.segments.as_mut() {
+            s.complete(slot, byte_len);
+        }
         let len = (byte_len as usize).min(buf.capacity());
         let _ = buf.set_len(len);
         Some(buf)
@@ -260,6 +305,16 @@ impl RecvTable {
     /// Returns cached buffers to the pool, so it reads as full once everything is back.
     pub(crate) fn flush_cache(&mut self) {
         self.cache.flush();
+        if let Some(s) = self.segments.as_mut() {
+            s.flush_cache();
+        }
+    }
+
+    /// The DDP segment the last completed receive's Send reached into, if any
+    /// (`core/recv_segments.rs`).
+    #[inline]
+    pub(crate) fn take_landed(&mut self) -> Option<RegBuf> {
+        self.segments.as_mut().and_then(|s| s.take_landed())
     }
 }
 

@@ -22,6 +22,7 @@ mod context;
 mod exposed;
 mod inspect;
 mod reply;
+mod send_ddp;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -121,6 +122,9 @@ pub struct ResponderStats {
     pub transmit_errors_received: u64,
     /// ROPT_XCHUPD received (the peer's characteristics replaced).
     pub chars_updates: u64,
+    /// Bulk items received by send-based DDP (each handed to the service in the DDP
+    /// segment it landed in).
+    pub send_ddp_items: u64,
 }
 
 /// The responder side of one connection, serving calls with `S`.
