@@ -628,8 +628,14 @@ impl ConnConfig {
                     slots: contexts,
                     recv_bufs: rq + contexts + slack,
                     send_bufs: self.send_bufs.max(contexts + slack),
-                    // Send-based DDP: a segment behind every posted receive.
-                    large_bufs: self.large_bufs + if self.scatter_receives() { rq } else { 0 },
+                    // Send-based DDP: a segment behind every posted receive, and room
+                    // for the ones the service holds to sit in the responder's cache.
+                    large_bufs: self.large_bufs
+                        + if self.scatter_receives() {
+                            rq + POOL_CACHE as u32
+                        } else {
+                            0
+                        },
                     app_bufs: 0,
                     mr_slots: exposed,
                     max_send_sge: 2,

@@ -7,7 +7,7 @@
 //! the receive gets a fresh segment when it is posted again. See `engine/DESIGN.md`,
 //! "Send-based DDP".
 
-use rpcrdma_pools::{Pool, PoolCache};
+use rpcrdma_pools::Pool;
 
 use super::regbuf::RegBuf;
 use crate::fabric::Sge;
@@ -21,7 +21,10 @@ pub(crate) struct RecvSegments {
     /// The segment each receive slot is posted with (taken at staging, kept while the
     /// slot's Sends stay inside the header segment).
     segs: Box<[Option<RegBuf>]>,
-    cache: PoolCache,
+    /// The large pool, used without a cache of its own: a cache in front of it would
+    /// hoard buffers the responder's cache needs, and a segment is taken once per
+    /// DDP call, not per message.
+    pool: Pool,
     /// Octets of the header segment (the inline receive size).
     head_len: u32,
     /// Octets of the DDP segment (the large buffer size).
@@ -39,7 +42,7 @@ impl RecvSegments {
     pub(crate) fn new(depth: u32, large: &Pool, head_len: u32) -> Self {
         RecvSegments {
             segs: (0..depth).map(|_| None).collect(),
-            cache: large.cache(),
+            pool: large.clone(),
             head_len,
             seg_len: large.buf_size().min(u32::MAX as usize) as u32,
             landed: None,
@@ -82,7 +85,7 @@ impl RecvSegments {
     pub(crate) fn sge_for(&mut self, slot: u32) -> Option<Sge> {
         let entry = self.segs.get_mut(slot as usize)?;
         if entry.is_none() {
-            match RegBuf::from_cache(&mut self.cache) {
+            match RegBuf::from_pool(&self.pool) {
                 Ok(b) => *entry = Some(b),
                 Err(_) => {
                     self.starved += 1;
@@ -99,9 +102,8 @@ impl RecvSegments {
     /// the header segment, its segment is detached as the landed one (the previous
     /// landed segment, never taken, goes back to the pool).
     pub(crate) fn complete(&mut self, slot: u32, byte_len: u32) {
-        if let Some(old) = self.landed.take() {
-            old.release_into(&mut self.cache);
-        }
+        // Dropped: back to the pool.
+        self.landed = None;
         if byte_len <= self.head_len {
             return;
         }
@@ -120,19 +122,8 @@ impl RecvSegments {
 
     /// Gives every segment back (connection end, or a switch to shared receives).
     pub(crate) fn release_all(&mut self) {
-        for s in self.segs.iter_mut() {
-            if let Some(b) = s.take() {
-                b.release_into(&mut self.cache);
-            }
-        }
-        if let Some(b) = self.landed.take() {
-            b.release_into(&mut self.cache);
-        }
-        self.cache.flush();
-    }
-
-    /// Returns cached segments to the pool.
-    pub(crate) fn flush_cache(&mut self) {
-        self.cache.flush();
+        // Dropped: back to the pool.
+        self.segs.iter_mut().for_each(|s| *s = None);
+        self.landed = None;
     }
 }

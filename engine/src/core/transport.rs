@@ -305,9 +305,6 @@ impl RecvTable {
     /// Returns cached buffers to the pool, so it reads as full once everything is back.
     pub(crate) fn flush_cache(&mut self) {
         self.cache.flush();
-        if let Some(s) = self.segments.as_mut() {
-            s.flush_cache();
-        }
     }
 
     /// The DDP segment the last completed receive's Send reached into, if any

@@ -1,0 +1,236 @@
+//! End to end over shm, sim and siw: send-based DDP (draft-dnoveck-rpcrdma-rtrext §7).
+//! A responder with `ConnConfig::send_ddp` posts scatter receives (a 4 KiB header
+//! segment, then a 1 MiB DDP-targetable segment) and advertises that structure in its
+//! accept; a WRITE-like call with a 1 MiB DDP argument then goes as one ROPT_XMTREQ
+//! that places the argument into the segment (no Read chunk, no RDMA Read), and the
+//! service gets the segment as its `DdpItem`. Without the advertisement, or with
+//! extensions off on either side, the argument goes by Read chunk as before. A bad
+//! placement is answered with OPTXERR_BADTBSN / OPTXERR_BADOFF.
+
+use crate::engine_support;
+
+use engine_support::*;
+use rpcrdma::fabric::{Provider, QueuePair, SendWr};
+use rpcrdma::wire::rtr::place::{encode_xmtreq, xmtreq_header_len, Loc, MItem, TbsnLoc};
+use rpcrdma::wire::rtr::OptxInfo;
+use rpcrdma::{CallRequest, CallStatus, ConnConfig, Pair};
+
+/// The bulk item: 1 MiB.
+const ITEM: usize = 1 << 20;
+/// The DDP segment: the large buffer size.
+const SEG: u32 = (1 << 20) + 4096;
+
+fn cfg(extensions: bool, send_ddp: bool) -> ConnConfig {
+    ConnConfig {
+        inline_send: 4096,
+        inline_recv: 4096,
+        credits: 4,
+        large_buf_size: SEG,
+        large_bufs: 4,
+        extensions,
+        send_ddp,
+        ..test_config()
+    }
+}
+
+/// A WRITE-like call: PROC_SUM_ITEMS with one `ITEM`-octet DDP argument; checks the
+/// service saw it whole (length and checksum) and its buffer comes back.
+fn write_like<P: Provider>(p: &mut Pair<P, TestService>, seed: u8) {
+    let data = pattern(ITEM, seed);
+    let mut req = CallRequest::new(msg(p, PROC_SUM_ITEMS, &(ITEM as u32).to_be_bytes()), 512);
+    req.push_ddp_arg(CALL_HDR as u32 + 4, large_with(p, &data))
+        .expect("room");
+    let o = call(p, req);
+    assert_eq!(
+        o.status,
+        CallStatus::Success,
+        "{:?} {:?}",
+        p.requester.stats(),
+        p.responder().map(|r| r.stats())
+    );
+    let res = results(&o);
+    assert_eq!(word(res, 0), 1);
+    assert_eq!(word(res, 4) as usize, ITEM);
+    let sum = data
+        .iter()
+        .fold(0u32, |a, &b| a.wrapping_mul(31).wrapping_add(u32::from(b)));
+    assert_eq!(word(res, 8), sum, "the item arrived intact");
+    assert_eq!(o.ddp_args.len(), 1, "the argument's buffer comes back");
+}
+
+fn a_1mib_write_like_call_goes_by_send_ddp<N: Net>(net: N) {
+    let mut p = pair(&net, &cfg(true, false), &cfg(true, true));
+    let chars = p.requester.core().peer_chars();
+    let rbs = chars.recv_buf.expect("the accept carried XCHAR_RBSTRUCT");
+    assert_eq!(rbs.ddp_segments(), 1);
+    assert_eq!(rbs.length, 4096 + SEG);
+    for seed in 0..4 {
+        write_like(&mut p, seed);
+    }
+    let st = p.requester.stats();
+    let r = p.responder().expect("responder").stats();
+    assert_eq!(st.send_ddp_items, 4);
+    assert_eq!(st.call_messages, 4, "one Send per call");
+    assert_eq!(r.send_ddp_items, 4);
+    // No Read chunk offered, none pulled: no RDMA Read at all.
+    assert_eq!((st.long_calls, r.long_calls, r.ddp_args), (0, 0, 0));
+    assert_eq!(r.broken_call_groups, 0);
+    let seen = &p.responder().expect("responder").service().seen;
+    assert_eq!(
+        seen.items,
+        vec![(CALL_HDR as u32 + 4, CALL_HDR + 4, ITEM); 4],
+        "position, offset in the message, length"
+    );
+    assert_eq!(p.requester.credits().in_flight(), 0);
+}
+
+/// Without a structure advertised, or with extensions off on either side, the
+/// argument goes by Read chunk, pulled by an RDMA Read.
+fn without_the_structure_it_goes_by_read_chunk<N: Net>(net: N) {
+    for (client, server) in [
+        (cfg(true, false), cfg(true, false)),
+        (cfg(false, false), cfg(true, true)),
+        (cfg(true, false), cfg(false, true)),
+    ] {
+        let mut p = pair(&net, &client, &server);
+        write_like(&mut p, 5);
+        let st = p.requester.stats();
+        let r = p.responder().expect("responder").stats();
+        assert_eq!((st.send_ddp_items, r.send_ddp_items), (0, 0));
+        assert_eq!(r.ddp_args, 1, "pulled as a Read chunk");
+        assert_eq!(r.optional_messages, 0);
+    }
+}
+
+/// Posts `msg` from the requester's queue pair, as a broken peer would, and waits for
+/// the responder to take it.
+fn inject<P: Provider>(p: &mut Pair<P, TestService>, msg: &[u8]) {
+    let mut buf = p.requester.alloc_large().expect("buffer");
+    buf.fill(msg).expect("fits");
+    let sge = buf.sge(0, msg.len()).expect("registered");
+    p.requester
+        .qp_mut()
+        .post_send(&[SendWr::send(0, &[sge])])
+        .expect("posted");
+    let want = p.responder().map_or(0, |r| r.stats().optional_messages);
+    let ok = p.run_until(DEADLINE, |p| {
+        p.responder()
+            .is_some_and(|r| r.stats().optional_messages > want)
+    });
+    assert!(ok, "the responder received it");
+    drop(buf);
+}
+
+/// A one-transmission ROPT_XMTREQ placing one item of `len` octets at `offset` in
+/// segments `segs`, with a 48-octet payload, the filler up to the DDP segment, and
+/// `landed` octets in the segment.
+fn placed(xid: u32, len: u32, offset: u32, segs: &[u32], landed: usize) -> Vec<u8> {
+    let mut loc = TbsnLoc {
+        offset,
+        n: segs.len() as u8,
+        bsnum: [0; 32],
+    };
+    loc.bsnum[..segs.len()].copy_from_slice(segs);
+    let items = [MItem {
+        disp: 44,
+        length: len,
+        loc: Loc::Tbsn(loc),
+    }];
+    let mut v = vec![0u8; xmtreq_header_len(&items)];
+    let n = encode_xmtreq(&mut v, xid, 4, 1, 0, 48, &items).expect("fits");
+    assert_eq!(n, v.len());
+    v.resize(n + 48, 0);
+    v[n..n + 4].copy_from_slice(&xid.to_be_bytes());
+    if landed > 0 {
+        v.resize(4096 + landed, 0x5a);
+    }
+    v
+}
+
+/// Each bad placement gets its ROPT_XMTERR, and the connection carries on.
+fn bad_placements_get_badtbsn_or_badoff<N: Net>(net: N) {
+    let mut p = pair(&net, &cfg(true, false), &cfg(true, true));
+    // Open the window (and prove the path) first.
+    write_like(&mut p, 1);
+    let cases = [
+        // A segment past the group's last (one transmission, one segment: TBSN 0).
+        (
+            placed(0x71, 100, 0, &[1], 100),
+            OptxInfo::BadTbsn {
+                value: 1,
+                min: 0,
+                max: 0,
+            },
+        ),
+        // An offset not a multiple of 4.
+        (
+            placed(0x72, 100, 2, &[0], 104),
+            OptxInfo::BadOff {
+                value: 2,
+                min: 0,
+                max: SEG - 1,
+            },
+        ),
+        // Longer than the segment.
+        (
+            placed(0x73, SEG + 4, 0, &[0], 100),
+            OptxInfo::BadOff {
+                value: SEG + 4,
+                min: 0,
+                max: SEG,
+            },
+        ),
+        // The Send stops short of the item's end.
+        (
+            placed(0x74, 1000, 0, &[0], 200),
+            OptxInfo::BadOff {
+                value: 1000,
+                min: 0,
+                max: 200,
+            },
+        ),
+        // Nothing reached the segment.
+        (
+            placed(0x75, 100, 0, &[0], 0),
+            OptxInfo::BadOff {
+                value: 100,
+                min: 0,
+                max: 0,
+            },
+        ),
+        // An empty segment list.
+        (
+            placed(0x76, 100, 0, &[], 100),
+            OptxInfo::BadTbsn {
+                value: 0,
+                min: 0,
+                max: 0,
+            },
+        ),
+    ];
+    for (k, (m, want)) in cases.iter().enumerate() {
+        let before = p.requester.stats().transmit_errors_received;
+        inject(&mut p, m);
+        let ok = p.run_until(DEADLINE, |p| {
+            p.requester.stats().transmit_errors_received > before
+        });
+        assert!(ok, "case {k}: ROPT_XMTERR came back");
+        let e = p.requester.core().last_transmit_error().expect("recorded");
+        assert_eq!(e.info, *want, "case {k}");
+    }
+    let r = p.responder().expect("responder").stats();
+    assert_eq!(r.broken_call_groups, cases.len() as u64);
+    assert_eq!(r.send_ddp_items, 1);
+    // The connection carries on, and the segments were all given back.
+    write_like(&mut p, 2);
+    assert_eq!(
+        p.responder().expect("responder").stats().send_ddp_items,
+        2
+    );
+}
+
+per_provider!(
+    a_1mib_write_like_call_goes_by_send_ddp,
+    without_the_structure_it_goes_by_read_chunk,
+    bad_placements_get_badtbsn_or_badoff,
+);
