@@ -243,7 +243,11 @@ fn send_ddp_rpcs_do_not_allocate() {
     }
     COUNTING.with(|c| c.set(false));
     let n = ALLOCS.load(Ordering::Relaxed);
-    assert_eq!(p.requester.stats().send_ddp_items - before, N, "all by send-based DDP");
+    assert_eq!(
+        p.requester.stats().send_ddp_items - before,
+        N,
+        "all by send-based DDP"
+    );
     assert_eq!(n, 0, "{n} heap allocations in {N} send-based DDP RPCs");
 }
 

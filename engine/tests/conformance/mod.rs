@@ -828,7 +828,10 @@ pub fn scattered_receive_splits_at_entry_boundaries<F: Fixture>() {
     {
         let data = pattern(40 + i as u64, len);
         p.c.fill(0, &data);
-        p.s.fill(head_at - 64, &vec![CANARY; seg_at + seg_len + 64 - (head_at - 64)]);
+        p.s.fill(
+            head_at - 64,
+            &vec![CANARY; seg_at + seg_len + 64 - (head_at - 64)],
+        );
         let rsg = [p.s.sge(head_at, head_len), p.s.sge(seg_at, seg_len)];
         p.s.qp
             .post_recv(&[RecvWr {
@@ -843,11 +846,17 @@ pub fn scattered_receive_splits_at_entry_boundaries<F: Fixture>() {
         expect(&s[0], 7, WcOpcode::Recv, WcStatus::Success);
         assert_eq!(s[0].byte_len as usize, len);
         let first = len.min(head_len);
-        assert!(p.s.read(head_at, first) == data[..first], "{len}: header entry");
+        assert!(
+            p.s.read(head_at, first) == data[..first],
+            "{len}: header entry"
+        );
         let rest = len - first;
         assert!(p.s.read(seg_at, rest) == data[first..], "{len}: DDP entry");
         let untouched = |at: usize, n: usize| p.s.read(at, n).iter().all(|&b| b == CANARY);
-        assert!(untouched(head_at - 64, 64), "{len}: before the header entry");
+        assert!(
+            untouched(head_at - 64, 64),
+            "{len}: before the header entry"
+        );
         assert!(
             untouched(head_at + head_len, seg_at - head_at - head_len),
             "{len}: between the entries"

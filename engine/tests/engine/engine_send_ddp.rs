@@ -223,10 +223,7 @@ fn bad_placements_get_badtbsn_or_badoff<N: Net>(net: N) {
     assert_eq!(r.send_ddp_items, 1);
     // The connection carries on, and the segments were all given back.
     write_like(&mut p, 2);
-    assert_eq!(
-        p.responder().expect("responder").stats().send_ddp_items,
-        2
-    );
+    assert_eq!(p.responder().expect("responder").stats().send_ddp_items, 2);
 }
 
 per_provider!(

@@ -714,12 +714,14 @@ impl RequesterHalf {
             t.peer_align,
         ) {
             // Continuation needs no chunk and no registration.
-            Ok(_) | Err(SubmitRefusal::HeaderTooLarge) if cont.is_some() || sddp.is_some() => start::Plan {
-                long: false,
-                reply_chunk: false,
-                mrs: 0,
-                msgp: None,
-            },
+            Ok(_) | Err(SubmitRefusal::HeaderTooLarge) if cont.is_some() || sddp.is_some() => {
+                start::Plan {
+                    long: false,
+                    reply_chunk: false,
+                    mrs: 0,
+                    msgp: None,
+                }
+            }
             Ok(p) => p,
             Err(r) => return Start::Refused(r),
         };

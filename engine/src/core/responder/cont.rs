@@ -193,7 +193,8 @@ impl<S: Service> ResponderHalf<S> {
                     })
                 } else if let Err(info) = placed {
                     Some(info)
-                } else if let Some(&item) = placed.as_ref().ok().and_then(|p| p.as_slice().first()) {
+                } else if let Some(&item) = placed.as_ref().ok().and_then(|p| p.as_slice().first())
+                {
                     match landed {
                         Some(mut seg) => match send_ddp::fit(&mut seg, &item) {
                             Ok(()) => {
@@ -261,7 +262,9 @@ impl<S: Service> ResponderHalf<S> {
                 };
                 if !asm.append(poff, plen, None) {
                     let cap = asm.buf.capacity() as u32;
-                    let CallAsm { first, buf, ddp, .. } = asm;
+                    let CallAsm {
+                        first, buf, ddp, ..
+                    } = asm;
                     t.recvs.recycle(first);
                     buf.release_into(&mut self.large);
                     if let Some((_, seg)) = ddp {
