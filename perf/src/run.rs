@@ -117,6 +117,23 @@ pub fn plan(cfg: &Config) -> Vec<Planned> {
                             });
                         }
                     }
+                    // A bulk argument: placed by send-based DDP against a Read chunk
+                    // (draft-dnoveck-rpcrdma-rtrext §7: the RDMA Read round trip saved).
+                    if rpc && rpc::is_long(spec.size as u64, cfg.inline_threshold) {
+                        let (d, r) = (RpcBench::BulkBySendDdp, RpcBench::BulkByReadChunk);
+                        for (b, against) in [
+                            (r, None),
+                            (d, Some("rpc bulk argument by read chunk (2 round trips)")),
+                        ] {
+                            out.push(Planned {
+                                layer: Layer::Rpc,
+                                name: b.name(),
+                                bench: Bench::Rpc(b),
+                                spec,
+                                against,
+                            });
+                        }
+                    }
                 }
                 Mode::Rate => {
                     push(base, Layer::Physical, "ring", Bench::PhysRing, None);
