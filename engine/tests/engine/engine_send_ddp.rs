@@ -231,3 +231,156 @@ per_provider!(
     without_the_structure_it_goes_by_read_chunk,
     bad_placements_get_badtbsn_or_badoff,
 );
+
+/// The seeded simulation with message loss (each lost message breaks the connection),
+/// delays and CQ stalls, under a workload of calls whose DDP argument goes by
+/// send-based DDP and small calls: every call gets one outcome (its argument's checksum
+/// right, or a transport failure when the connection broke), and every pool is full
+/// once both sides closed, so the DDP segments posted, landed and held by the service
+/// all went back, including on connections that broke with such calls in flight.
+#[test]
+fn seeded_sim_with_lost_messages_and_disconnects_mid_call() {
+    use rpcrdma::fabric::sim::{FaultConfig, SimConfig, SimNet};
+    use rpcrdma::{ConnState, TransportError};
+    use std::time::Duration;
+
+    let small_seg = |send_ddp| ConnConfig {
+        inline_send: 4096,
+        inline_recv: 4096,
+        extensions: true,
+        send_ddp,
+        ..test_config()
+    };
+    let mut broke_with_ddp_out = 0;
+    let mut placed = 0;
+    for seed in 0x90u64..0x98 {
+        let faults = FaultConfig {
+            drop_per_mille: 4,
+            rnr_per_mille: 0,
+            max_recv_delay: Duration::from_micros(50),
+            cq_stall_per_mille: 20,
+            max_cq_stall: Duration::from_micros(100),
+        };
+        let net = SimNet::new(
+            SimConfig::seeded(seed)
+                .with_latency(Duration::from_micros(1), Duration::from_micros(100))
+                .with_faults(faults),
+        );
+        let _report = net.report_on_panic();
+        let fixture = SimNetFixture(net.clone());
+        let mut p = pair(&fixture, &small_seg(false), &small_seg(true));
+        let cpools = p.requester.resources().pools().clone();
+        let spools = p
+            .responder()
+            .expect("responder")
+            .resources()
+            .pools()
+            .clone();
+        let mut rng = net.workload_rng(3);
+        let mut expect = std::collections::BTreeMap::new();
+        let mut outcomes = 0usize;
+        let mut broke_mid = false;
+        let sum = |d: &[u8]| {
+            d.iter()
+                .fold(0u32, |a, &b| a.wrapping_mul(31).wrapping_add(u32::from(b)))
+        };
+        let check = |o: &rpcrdma::Outcome, want: &Vec<u8>| {
+            let res = results(o);
+            if want.is_empty() {
+                assert_eq!(word(res, 0), 0);
+            } else {
+                assert_eq!((word(res, 0), word(res, 4) as usize), (1, want.len()));
+                assert_eq!(word(res, 8), sum(want), "the item arrived intact");
+            }
+        };
+        for tag in 0..40u64 {
+            if p.requester.state() != ConnState::Established {
+                break;
+            }
+            let n = if rng.below(3) != 0 {
+                5000 + rng.below(60_000) as usize
+            } else {
+                0
+            };
+            let data = pattern(n, tag as u8);
+            let req = if n > 0 {
+                let m = msg(&p, PROC_SUM_ITEMS, &(n as u32).to_be_bytes());
+                let mut r = CallRequest::new(m, 512);
+                r.push_ddp_arg(CALL_HDR as u32 + 4, large_with(&p, &data))
+                    .expect("room");
+                r
+            } else {
+                CallRequest::new(msg(&p, PROC_SUM_ITEMS, &[]), 512)
+            };
+            p.requester.submit(req, tag).expect("submitted");
+            expect.insert(tag, data);
+            for _ in 0..rng.range_inclusive(1, 6) {
+                let now = p.requester.clock().now();
+                p.poll(now);
+            }
+            while let Some(o) = p.next_outcome() {
+                outcomes += 1;
+                match o.status {
+                    CallStatus::Success => check(&o, &expect[&o.tag]),
+                    CallStatus::Transport(TransportError::Disconnected) => {
+                        broke_mid |= !expect[&o.tag].is_empty();
+                    }
+                    other => panic!("seed {seed}: tag {}: {other:?}", o.tag),
+                }
+            }
+        }
+        let n = expect.len();
+        let expect = &expect;
+        let broke_mid = &mut broke_mid;
+        let done = p.run_until(DEADLINE, |p| {
+            while let Some(o) = p.next_outcome() {
+                outcomes += 1;
+                match o.status {
+                    CallStatus::Success => check(&o, &expect[&o.tag]),
+                    CallStatus::Transport(TransportError::Disconnected) => {
+                        *broke_mid |= !expect[&o.tag].is_empty();
+                    }
+                    other => panic!("seed {seed}: tag {}: {other:?}", o.tag),
+                }
+            }
+            outcomes == n
+        });
+        assert!(done, "seed {seed}: {outcomes} of {n} outcomes");
+        placed += p.requester.stats().send_ddp_items;
+        assert_eq!(
+            p.requester.stats().long_calls + p.requester.stats().cont_calls,
+            0,
+            "seed {seed}: every argument by send-based DDP"
+        );
+        eprintln!(
+            "seed {seed}: {n} calls, state {:?}, placed {}, broke mid {}, sim {:?}",
+            p.requester.state(),
+            p.requester.stats().send_ddp_items,
+            *broke_mid,
+            net.stats()
+        );
+        if p.requester.state() == ConnState::Established {
+            assert_eq!(p.requester.credits().in_flight(), 0, "seed {seed}: credits");
+            p.requester.close();
+        } else if *broke_mid {
+            broke_with_ddp_out += 1;
+        }
+        let closed = p.run_until(DEADLINE, |p| {
+            p.requester.state() == ConnState::Closed
+                && p.responder().is_none_or(|r| r.state() == ConnState::Closed)
+        });
+        assert!(closed, "seed {seed}: both sides close");
+        drop(p);
+        for (who, pools) in [("requester", &cpools), ("responder", &spools)] {
+            assert!(
+                pools.recv.is_full() && pools.send.is_full() && pools.large.is_full(),
+                "seed {seed}: {who} pools full"
+            );
+        }
+    }
+    assert!(placed > 20, "send-based DDP was exercised: {placed}");
+    assert!(
+        broke_with_ddp_out > 0,
+        "some connection broke with DDP calls in flight"
+    );
+}
