@@ -120,6 +120,11 @@ impl RecvSegments {
         self.landed.take()
     }
 
+    /// A segment landed and was not taken yet.
+    pub(crate) fn landed_pending(&self) -> bool {
+        self.landed.is_some()
+    }
+
     /// Gives every segment back (connection end, or a switch to shared receives).
     pub(crate) fn release_all(&mut self) {
         // Dropped: back to the pool.

@@ -284,10 +284,15 @@ impl RecvTable {
         let mut buf = self.bufs.get_mut(slot as usize)?.take()?;
         let _ = self.free.push(slot);
         self.posted = self.posted.saturating_sub(1);
-        if let Some(s) = self.segments.as_mut() {
-            s.complete(slot, byte_len);
-        }
-        let len = (byte_len as usize).min(buf.capacity());
+        // With DDP segments the header segment is what was posted of this buffer.
+        let cap = match self.segments.as_mut() {
+            Some(s) => {
+                s.complete(slot, byte_len);
+                (s.head_len() as usize).min(buf.capacity())
+            }
+            None => buf.capacity(),
+        };
+        let len = (byte_len as usize).min(cap);
         let _ = buf.set_len(len);
         Some(buf)
     }
@@ -312,6 +317,12 @@ impl RecvTable {
     #[inline]
     pub(crate) fn take_landed(&mut self) -> Option<RegBuf> {
         self.segments.as_mut().and_then(|s| s.take_landed())
+    }
+
+    /// The last completed receive's Send ran into its DDP segment.
+    #[inline]
+    pub(crate) fn landed_pending(&self) -> bool {
+        self.segments.as_ref().is_some_and(|s| s.landed_pending())
     }
 }
 

@@ -221,6 +221,26 @@ fn bad_placements_get_badtbsn_or_badoff<N: Net>(net: N) {
     let r = p.responder().expect("responder").stats();
     assert_eq!(r.broken_call_groups, cases.len() as u64);
     assert_eq!(r.send_ddp_items, 1);
+    // A version 1 call longer than the receive size runs into the DDP segment: dropped
+    // (without send-based DDP the receive would have failed and ended the connection).
+    let dropped = r.dropped;
+    let mut long = Vec::new();
+    for w in [0x77u32, 1, 4, 0, 0, 0, 0, 0x77, 0, 2] {
+        long.extend_from_slice(&w.to_be_bytes());
+    }
+    long.resize(6000, 0);
+    let mut buf = p.requester.alloc_large().expect("buffer");
+    buf.fill(&long).expect("fits");
+    let sge = buf.sge(0, long.len()).expect("registered");
+    p.requester
+        .qp_mut()
+        .post_send(&[SendWr::send(0, &[sge])])
+        .expect("posted");
+    let ok = p.run_until(DEADLINE, |p| {
+        p.responder().is_some_and(|r| r.stats().dropped > dropped)
+    });
+    assert!(ok, "the long version 1 message was dropped");
+    drop(buf);
     // The connection carries on, and the segments were all given back.
     write_like(&mut p, 2);
     assert_eq!(p.responder().expect("responder").stats().send_ddp_items, 2);

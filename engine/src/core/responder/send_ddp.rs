@@ -83,19 +83,21 @@ pub(super) fn check(
                 return Err(bad_tbsn(b, next_min, last_first));
             }
         }
-        let Some(&(_, off, _)) = pieces.as_slice().first() else {
+        let (Some(&(_, off, _)), Some(&first)) = (pieces.as_slice().first(), t.segments().first())
+        else {
             return Err(bad_tbsn(0, next_min, last));
         };
         if pieces.as_slice().len() != 1 {
             // One segment per receive here: two pieces in the first transmission
             // cannot happen; refuse rather than hand on a split item.
-            return Err(bad_tbsn(t.segments()[1], next_min, last_first));
+            let second = t.segments().get(1).copied().unwrap_or(first);
+            return Err(bad_tbsn(second, next_min, last_first));
         }
         let slot = out
             .items
             .get_mut(usize::from(out.n))
             .ok_or_else(|| bad_tbsn(0, next_min, last))?;
-        let seg_start = layout.locate(t.segments()[0]).1;
+        let seg_start = layout.locate(first).1;
         *slot = PlacedItem {
             disp: item.disp,
             len: item.length,
