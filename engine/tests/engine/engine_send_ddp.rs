@@ -246,7 +246,46 @@ fn bad_placements_get_badtbsn_or_badoff<N: Net>(net: N) {
     assert_eq!(p.responder().expect("responder").stats().send_ddp_items, 2);
 }
 
+/// Hundreds of calls whose item fills the segment exactly, with few credits and a
+/// small large pool: the segments go round (posted, landed, held by the service,
+/// recycled) without the receive queue ever running dry.
+fn segments_go_round<N: Net>(net: N) {
+    let small = |send_ddp| ConnConfig {
+        inline_send: 4096,
+        inline_recv: 4096,
+        credits: 2,
+        large_buf_size: 64 * 1024,
+        large_bufs: 16,
+        send_ddp,
+        ..test_config()
+    };
+    let mut p = pair(&net, &small(false), &small(true));
+    let data = pattern(64 * 1024, 3);
+    for k in 0..300 {
+        let mut req = CallRequest::new(
+            msg(&p, PROC_SUM_ITEMS, &(data.len() as u32).to_be_bytes()),
+            512,
+        );
+        req.push_ddp_arg(CALL_HDR as u32 + 4, large_with(&p, &data))
+            .expect("room");
+        let o = call(&mut p, req);
+        assert_eq!(
+            o.status,
+            CallStatus::Success,
+            "call {k}: {:?}",
+            p.responder().map(|r| r.stats())
+        );
+    }
+    assert_eq!(p.requester.stats().send_ddp_items, 300);
+    assert_eq!(
+        p.responder().expect("responder").stats().recv_starved,
+        0,
+        "the receive table never found the large pool empty"
+    );
+}
+
 per_provider!(
+    segments_go_round,
     a_1mib_write_like_call_goes_by_send_ddp,
     without_the_structure_it_goes_by_read_chunk,
     bad_placements_get_badtbsn_or_badoff,

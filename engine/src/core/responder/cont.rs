@@ -202,7 +202,7 @@ impl<S: Service> ResponderHalf<S> {
                                 None
                             }
                             Err(info) => {
-                                seg.release_into(&mut self.large);
+                                drop(seg); // back to the pool (`core/recv_segments.rs`)
                                 Some(info)
                             }
                         },
@@ -215,7 +215,7 @@ impl<S: Service> ResponderHalf<S> {
                     }
                 } else {
                     if let Some(seg) = landed {
-                        seg.release_into(&mut self.large);
+                        drop(seg); // back to the pool (`core/recv_segments.rs`)
                     }
                     None
                 };
@@ -232,7 +232,7 @@ impl<S: Service> ResponderHalf<S> {
                 if let Some(info) = bad {
                     t.recvs.recycle(buf);
                     if let Some((_, seg)) = ddp.take() {
-                        seg.release_into(&mut self.large);
+                        drop(seg); // back to the pool (`core/recv_segments.rs`)
                     }
                     self.break_group(t, xid, 0, None, info);
                     self.cont.abandoned = Some(xid);
@@ -244,7 +244,7 @@ impl<S: Service> ResponderHalf<S> {
                     // its group is dropped.
                     t.recvs.recycle(buf);
                     if let Some((_, seg)) = ddp.take() {
-                        seg.release_into(&mut self.large);
+                        drop(seg); // back to the pool (`core/recv_segments.rs`)
                     }
                     self.cont.abandoned = Some(xid);
                     self.error_reply(t, xid);
@@ -268,7 +268,7 @@ impl<S: Service> ResponderHalf<S> {
                     t.recvs.recycle(first);
                     buf.release_into(&mut self.large);
                     if let Some((_, seg)) = ddp {
-                        seg.release_into(&mut self.large);
+                        drop(seg); // back to the pool (`core/recv_segments.rs`)
                     }
                     let info = OptxInfo::BadPl {
                         value: plen as u32,
@@ -351,7 +351,7 @@ impl<S: Service> ResponderHalf<S> {
             t.recvs.recycle(asm.first);
             asm.buf.release_into(&mut self.large);
             if let Some((_, seg)) = asm.ddp {
-                seg.release_into(&mut self.large);
+                drop(seg); // back to the pool (`core/recv_segments.rs`)
             }
         }
         self.stats.broken_call_groups += 1;
@@ -441,7 +441,7 @@ impl<S: Service> ResponderHalf<S> {
             t.recvs.recycle(first);
             buf.release_into(&mut self.large);
             if let Some((_, seg)) = ddp {
-                seg.release_into(&mut self.large);
+                drop(seg); // back to the pool (`core/recv_segments.rs`)
             }
             return;
         };
@@ -480,7 +480,7 @@ impl<S: Service> ResponderHalf<S> {
             self.stats.send_ddp_items += 1;
             // Room for 1 + MAX_DDP_ITEMS sinks: the second always fits.
             if let Err(s) = c.sinks.push(s) {
-                s.release_into(&mut self.large);
+                drop(s);
             }
         }
         c.step = if ok {
@@ -572,7 +572,7 @@ impl<S: Service> ResponderHalf<S> {
             t.recvs.recycle(asm.first);
             asm.buf.release_into(&mut self.large);
             if let Some((_, seg)) = asm.ddp {
-                seg.release_into(&mut self.large);
+                drop(seg); // back to the pool (`core/recv_segments.rs`)
             }
         }
     }

@@ -798,8 +798,17 @@ impl<S: Service> ResponderHalf<S> {
         if let Some(b) = c.recv.take() {
             t.recvs.recycle(b);
         }
-        for b in c.sinks.drain() {
-            b.release_into(&mut self.large);
+        let assembled = c.assembled;
+        for (k, b) in c.sinks.drain().enumerate() {
+            if assembled && k > 0 {
+                // A send-based DDP segment (`responder/send_ddp.rs`): the receive
+                // table took it from the pool, not through this cache, so it goes
+                // back there; through the cache it would grow the cache by one per
+                // call until the receive table found the pool empty.
+                drop(b);
+            } else {
+                b.release_into(&mut self.large);
+            }
         }
         if let Some(b) = c.body.take() {
             b.release_into(&mut self.large);
