@@ -74,7 +74,7 @@ pub(super) fn check(
             return Err(OptxInfo::BadOff {
                 value: item.disp,
                 min: 4,
-                max: u32::MAX & !3,
+                max: !3,
             });
         }
         let pieces = layout.check(count, item.length, &t)?;
