@@ -281,7 +281,11 @@ pub fn notes(cfg: &Config) -> Vec<String> {
              sent as a continuation group of Sends (draft-dnoveck-rpcrdma-rtrext, one round \
              trip; compared with the same call by read chunk = RDMA_NOMSG and a Position-Zero \
              Read chunk the responder pulls, two round trips, between peers without \
-             extensions); a long-call row fails unless every call took its shape.",
+             extensions); bulk argument by send DDP = DISCARD whose SIZE-octet argument is \
+             placed into the server's receive segments in the call's one Send \
+             (draft-dnoveck-rpcrdma-rtrext §7, one round trip; compared with the same \
+             argument by read chunk, two round trips); a long-call or bulk row fails \
+             unless every call took its shape.",
             cfg.provider.name(),
             cfg.inline_threshold
         ));
