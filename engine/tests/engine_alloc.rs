@@ -115,6 +115,8 @@ enum Shape {
     Inline,
     LongWithReplyChunk,
     DdpReadAndWrite,
+    /// A DDP argument placed by send-based DDP (the responder advertises a segment).
+    SendDdp,
 }
 
 fn one_call(p: &mut Pair<ShmProvider, Echo>, shape: Shape, data: &[u8]) {
@@ -138,6 +140,15 @@ fn one_call(p: &mut Pair<ShmProvider, Echo>, shape: Shape, data: &[u8]) {
             r.push_ddp_arg(44, arg).expect("room");
             r.push_write_sink(p.requester.alloc_large().expect("sink"))
                 .expect("room");
+            r
+        }
+        Shape::SendDdp => {
+            let mut m = p.requester.alloc_msg().expect("msg");
+            write_call(&mut m, data, false);
+            let mut arg = p.requester.alloc_large().expect("arg");
+            arg.fill(data).expect("fits");
+            let mut r = CallRequest::new(m, 1024);
+            r.push_ddp_arg(44, arg).expect("room");
             r
         }
     };
@@ -198,6 +209,46 @@ fn steady_state_rpcs_do_not_allocate() {
         );
     }
     eprintln!("{}", report.join("; "));
+}
+
+/// Calls whose DDP argument goes by send-based DDP into the responder's scatter
+/// receives: the requester's placement, the responder's check and the segment's trip
+/// through the service and back to the pool allocate nothing either.
+#[test]
+fn send_ddp_rpcs_do_not_allocate() {
+    let cfg = ConnConfig {
+        credits: 8,
+        large_buf_size: 64 * 1024,
+        large_bufs: 32,
+        send_bufs: 64,
+        queue_len: 64,
+        hugepages: HugePages::Never,
+        send_ddp: true,
+        ..ConnConfig::default()
+    };
+    let addr = ShmAddr::abstract_name(format!("rpcrdma-engine-alloc-sddp-{}", std::process::id()));
+    let cdev = ShmDevice::new();
+    let mut p =
+        Pair::connect(&cdev, ShmDevice::new(), &addr, &cfg, &cfg, Echo, DEADLINE).expect("pair");
+    let data = [9u8; 900];
+    for _ in 0..200 {
+        one_call(&mut p, Shape::SendDdp, &data);
+    }
+    const N: u64 = 500;
+    let before = p.requester.stats().send_ddp_items;
+    ALLOCS.store(0, Ordering::Relaxed);
+    COUNTING.with(|c| c.set(true));
+    for _ in 0..N {
+        one_call(&mut p, Shape::SendDdp, &data);
+    }
+    COUNTING.with(|c| c.set(false));
+    let n = ALLOCS.load(Ordering::Relaxed);
+    assert_eq!(
+        p.requester.stats().send_ddp_items - before,
+        N,
+        "all by send-based DDP"
+    );
+    assert_eq!(n, 0, "{n} heap allocations in {N} send-based DDP RPCs");
 }
 
 /// The same inline RPCs served by a poll group (one completion queue shared by its

@@ -80,6 +80,12 @@ pub enum RpcBench {
     /// The same call with extensions off: RDMA_NOMSG and a Position-Zero Read chunk
     /// (the responder's RDMA Read is a second round trip).
     LongByReadChunk,
+    /// DISCARD of a bulk argument placed by send-based DDP into the server's receive
+    /// segments (draft-dnoveck-rpcrdma-rtrext §7: one Send, one round trip).
+    BulkBySendDdp,
+    /// The same call to a server that advertises no DDP segment: a Read chunk the
+    /// responder pulls (a second round trip).
+    BulkByReadChunk,
 }
 
 impl RpcBench {
@@ -93,6 +99,8 @@ impl RpcBench {
             RpcBench::SinkPrebuilt => "sink inline, pre-built",
             RpcBench::LongByGroup => "long call by group (1 round trip)",
             RpcBench::LongByReadChunk => "long call by read chunk (2 round trips)",
+            RpcBench::BulkBySendDdp => "bulk argument by send DDP (1 round trip)",
+            RpcBench::BulkByReadChunk => "bulk argument by read chunk (2 round trips)",
         }
     }
 }
@@ -132,6 +140,9 @@ struct Shape {
     long_msg: bool,
     /// Messages are encoded once and sent again call after call.
     prebuilt: bool,
+    /// The Read-chunk argument must go by send-based DDP (`Some(true)`), or must not
+    /// (`Some(false)`); `None`: not checked.
+    send_ddp: Option<bool>,
 }
 
 impl Shape {
@@ -145,6 +156,7 @@ impl Shape {
                     write_chunk: chunks,
                     long_msg: false,
                     prebuilt: false,
+                    send_ddp: None,
                 }
             }
             RpcBench::SinkPrebuilt => Shape {
@@ -153,6 +165,7 @@ impl Shape {
                 write_chunk: false,
                 long_msg: false,
                 prebuilt: true,
+                send_ddp: None,
             },
             RpcBench::LongByGroup | RpcBench::LongByReadChunk => Shape {
                 procedure: echo_proc::DISCARD,
@@ -160,6 +173,15 @@ impl Shape {
                 write_chunk: false,
                 long_msg: true,
                 prebuilt: false,
+                send_ddp: None,
+            },
+            RpcBench::BulkBySendDdp | RpcBench::BulkByReadChunk => Shape {
+                procedure: echo_proc::DISCARD,
+                read_chunk: true,
+                write_chunk: false,
+                long_msg: false,
+                prebuilt: false,
+                send_ddp: Some(bench == RpcBench::BulkBySendDdp),
             },
             RpcBench::ReadChunk => Shape {
                 procedure: echo_proc::DISCARD,
@@ -167,6 +189,7 @@ impl Shape {
                 write_chunk: false,
                 long_msg: false,
                 prebuilt: false,
+                send_ddp: None,
             },
             RpcBench::ReadChunkCrc => Shape {
                 procedure: echo_proc::SINK,
@@ -174,6 +197,7 @@ impl Shape {
                 write_chunk: false,
                 long_msg: false,
                 prebuilt: false,
+                send_ddp: None,
             },
             RpcBench::WriteChunk => Shape {
                 procedure: echo_proc::SOURCE,
@@ -181,6 +205,7 @@ impl Shape {
                 write_chunk: true,
                 long_msg: false,
                 prebuilt: false,
+                send_ddp: None,
             },
         }
     }
@@ -508,6 +533,9 @@ pub fn run<F: FabricKind>(
     if matches!(bench, RpcBench::LongByGroup | RpcBench::LongByReadChunk) {
         cfg.credits = cfg.credits.max(8);
     }
+    // The send-DDP row's server posts DDP segments and advertises them (the same
+    // configuration serves both ends here; a requester ignores it).
+    cfg.send_ddp = bench == RpcBench::BulkBySendDdp;
     cfg.validate()
         .map_err(|e| BenchError::Setup(format!("connection configuration: {e}")))?;
     let shape = Shape::of(bench, spec.size, params.inline);
@@ -645,6 +673,19 @@ fn client<F: FabricKind>(
             if want != calls {
                 return Err(BenchError::Rpc(format!(
                     "{calls} calls: {groups} by group, {long} by read chunk"
+                )));
+            }
+        }
+    }
+    // A bulk row measures the shape its name says, or fails.
+    if let Some(want) = shape.send_ddp {
+        for (c, b) in conns.iter().zip(&before) {
+            let a = c.conn.stats();
+            let calls = a.calls_sent - b.calls_sent;
+            let placed = a.send_ddp_items - b.send_ddp_items;
+            if placed != if want { calls } else { 0 } {
+                return Err(BenchError::Rpc(format!(
+                    "{calls} calls: {placed} by send-based DDP"
                 )));
             }
         }

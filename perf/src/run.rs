@@ -117,6 +117,23 @@ pub fn plan(cfg: &Config) -> Vec<Planned> {
                             });
                         }
                     }
+                    // A bulk argument: placed by send-based DDP against a Read chunk
+                    // (draft-dnoveck-rpcrdma-rtrext §7: the RDMA Read round trip saved).
+                    if rpc && rpc::is_long(spec.size as u64, cfg.inline_threshold) {
+                        let (d, r) = (RpcBench::BulkBySendDdp, RpcBench::BulkByReadChunk);
+                        for (b, against) in [
+                            (r, None),
+                            (d, Some("rpc bulk argument by read chunk (2 round trips)")),
+                        ] {
+                            out.push(Planned {
+                                layer: Layer::Rpc,
+                                name: b.name(),
+                                bench: Bench::Rpc(b),
+                                spec,
+                                against,
+                            });
+                        }
+                    }
                 }
                 Mode::Rate => {
                     push(base, Layer::Physical, "ring", Bench::PhysRing, None);
@@ -265,7 +282,11 @@ pub fn notes(cfg: &Config) -> Vec<String> {
              sent as a continuation group of Sends (draft-dnoveck-rpcrdma-rtrext, one round \
              trip; compared with the same call by read chunk = RDMA_NOMSG and a Position-Zero \
              Read chunk the responder pulls, two round trips, between peers without \
-             extensions); a long-call row fails unless every call took its shape.",
+             extensions); bulk argument by send DDP = DISCARD whose SIZE-octet argument is \
+             placed into the server's receive segments in the call's one Send \
+             (draft-dnoveck-rpcrdma-rtrext §7, one round trip; compared with the same \
+             argument by read chunk, two round trips); a long-call or bulk row fails \
+             unless every call took its shape.",
             cfg.provider.name(),
             cfg.inline_threshold
         ));

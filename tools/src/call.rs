@@ -122,6 +122,9 @@ pub struct Shape {
     pub call_messages: u64,
     /// Receives the reply took: 1, or its continuation group's count.
     pub reply_messages: u64,
+    /// DDP arguments the call placed by send-based DDP into the server's receive
+    /// segments (draft-dnoveck-rpcrdma-rtrext §7) instead of Read chunks.
+    pub send_ddp_items: u64,
 }
 
 /// The JSON (and text) summary.
@@ -327,9 +330,17 @@ fn call<P: Provider>(
         let limit = chars.req_rx_limit.min(chars.resp_sx_limit) as usize;
         conn.extensions().continuation && o.size + INLINE_OVERHEAD <= limit * per
     };
+    // With a server that advertised DDP-targetable receive segments the payload goes
+    // as a DDP argument, which the engine places by send-based DDP when it fits a
+    // segment and the reply fits inline (one Send, no Read), else by Read chunk.
+    let by_ddp = conn.extensions().continuation
+        && conn
+            .peer_chars()
+            .recv_buf
+            .is_some_and(|r| r.ddp_segments() > 0);
     let read_chunk = has_arg(o.target)
         && o.size > 0
-        && (o.read_chunk == Choice::On || (o.size > inline_room && !by_group));
+        && (o.read_chunk == Choice::On || (o.size > inline_room && (!by_group || by_ddp)));
     let write_chunk = has_result(o.target)
         && (o.write_chunk == Choice::On
             || (o.write_chunk == Choice::Auto
@@ -414,23 +425,29 @@ fn call<P: Provider>(
     let long = after.long_calls > before.long_calls;
     let padded = after.padded_calls > before.padded_calls;
     let call_messages = after.call_messages - before.call_messages;
+    let send_ddp_items = after.send_ddp_items - before.send_ddp_items;
     let shape = Shape {
         call: if long {
             "RDMA_NOMSG"
-        } else if after.cont_calls > before.cont_calls {
+        } else if after.cont_calls > before.cont_calls || send_ddp_items > 0 {
             "ROPT_XMTREQ"
         } else if padded {
             "RDMA_MSGP"
         } else {
             "RDMA_MSG"
         },
-        read_chunks: if padded { 0 } else { ddp_args } + usize::from(long),
+        read_chunks: if padded {
+            0
+        } else {
+            ddp_args.saturating_sub(send_ddp_items as usize)
+        } + usize::from(long),
         write_chunks: sinks,
         reply_chunks: after.reply_chunks - before.reply_chunks,
         reply_read_chunks: after.read_chunk_replies - before.read_chunk_replies,
         done_sent: after.dones_sent > before.dones_sent,
         call_messages,
         reply_messages: after.reply_messages - before.reply_messages,
+        send_ddp_items,
     };
     // The DONE is staged with the outcome: one more poll posts it before closing.
     conn.poll(Instant::now());
@@ -669,7 +686,7 @@ fn render_call(s: &Summary) -> String {
     };
     format!(
         "call {} (prog {:#010x} vers {} proc {}) size {} to {} {}\n\
-         shape: {}, {}, {}, {}{}{}\n\
+         shape: {}, {}, {}, {}{}{}{}\n\
          reply: {} xid {:#010x}, {} octet message{}; {}\n\
          registration: {}\n\
          time: connect {:.1} us, call {:.1} us\n{}",
@@ -692,6 +709,14 @@ fn render_call(s: &Summary) -> String {
                 } else {
                     ""
                 }
+            )
+        } else {
+            String::new()
+        },
+        if s.shape.send_ddp_items > 0 {
+            format!(
+                ", send-based DDP: {} item(s) placed in the server's receive segments",
+                s.shape.send_ddp_items
             )
         } else {
             String::new()

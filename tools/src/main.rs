@@ -191,6 +191,11 @@ struct ConnArgs {
     /// speaks it): no responder-provided Read chunks for replies.
     #[arg(long)]
     no_extensions: bool,
+    /// Server: accept bulk arguments by send-based DDP (draft-dnoveck-rpcrdma-rtrext §7):
+    /// post every receive with a DDP segment of the large buffer size and advertise it
+    /// (each posted receive then holds a large buffer). Ignored by `call`.
+    #[arg(long)]
+    send_ddp: bool,
 }
 
 #[derive(Debug, Args)]
@@ -368,6 +373,7 @@ fn conn_config(a: &ConnArgs, largest: usize) -> ConnConfig {
         credits: a.credits,
         large_buf_size: u32::try_from(large).unwrap_or(u32::MAX),
         extensions: !a.no_extensions,
+        send_ddp: a.send_ddp,
         ..ConnConfig::default()
     }
 }

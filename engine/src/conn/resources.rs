@@ -251,7 +251,8 @@ impl<P: Provider> ConnResources<P> {
                 max_send_wr: self.sizes.sq_depth,
                 max_recv_wr: self.sizes.rq_depth,
                 max_send_sge: self.sizes.max_send_sge,
-                max_recv_sge: 1,
+                // Two: send-based DDP posts a header and a DDP segment (`core/recv_segments.rs`).
+                max_recv_sge: 2,
             },
             ..QpConfig::default()
         }

@@ -223,6 +223,16 @@ pub struct ConnConfig {
     /// outstanding to its requester, and the receives a forward requester keeps for
     /// them. Unused by a one-role connection.
     pub backchannel_credits: u32,
+    /// Responder: accept bulk arguments by send-based DDP (draft-dnoveck-rpcrdma-rtrext
+    /// §7): every receive is posted as a header segment of `inline_recv` octets and a
+    /// DDP-targetable segment of `large_buf_size` octets from the large pool, and that
+    /// structure is advertised (XCHAR_RBSTRUCT, in the accept's private data) with
+    /// continuation. A requester then places a large DDP argument into the segment in
+    /// one Send instead of offering a Read chunk, and the service gets the segment
+    /// itself as the [`DdpItem`](crate::service::DdpItem). Needs `extensions`; off by
+    /// default since every posted receive then holds a large buffer (the pool grows by
+    /// the receive depth). Ignored on a requester and on shared receive queues.
+    pub send_ddp: bool,
 }
 
 /// When a requester offers a Reply chunk ([`ConnConfig::reply_chunks`];
@@ -328,6 +338,7 @@ impl Default for ConnConfig {
             done_timeout: Duration::from_secs(10),
             reply_chunks: ReplyChunks::BySize,
             backchannel_credits: DEFAULT_BACKCHANNEL_CREDITS,
+            send_ddp: false,
         }
     }
 }
@@ -507,6 +518,12 @@ impl ConnConfig {
         }
     }
 
+    /// Receives are posted with a DDP segment ([`ConnConfig::send_ddp`] with
+    /// extensions on).
+    pub fn scatter_receives(&self) -> bool {
+        self.send_ddp && self.extensions
+    }
+
     /// The extensions this side offers ([`ConnConfig::extensions`]).
     pub fn offered_extensions(&self) -> Extensions {
         if self.extensions {
@@ -579,7 +596,8 @@ impl ConnConfig {
                     large_bufs: 2 * slots,
                     app_bufs: self.large_bufs,
                     mr_slots: mrs,
-                    max_send_sge: 2,
+                    // A send-based DDP call: header, payload, filler, bulk item.
+                    max_send_sge: if self.extensions { 4 } else { 2 },
                 }
             }
             Role::Responder => {
@@ -610,7 +628,14 @@ impl ConnConfig {
                     slots: contexts,
                     recv_bufs: rq + contexts + slack,
                     send_bufs: self.send_bufs.max(contexts + slack),
-                    large_bufs: self.large_bufs,
+                    // Send-based DDP: a segment behind every posted receive, and room
+                    // for the ones the service holds to sit in the responder's cache.
+                    large_bufs: self.large_bufs
+                        + if self.scatter_receives() {
+                            rq + POOL_CACHE as u32
+                        } else {
+                            0
+                        },
                     app_bufs: 0,
                     mr_slots: exposed,
                     max_send_sge: 2,

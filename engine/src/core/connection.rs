@@ -528,7 +528,7 @@ impl<R: RequesterRole, P: ResponderRole> Connection<R, P> {
                 .private_data()
                 .map_err(|e| CoreError::Config(super::config::ConfigError::InlineSize(e)))?,
         };
-        let t = Transport::new(
+        let mut t = Transport::new(
             sizes.sq_depth,
             sizes.rq_depth,
             sizes.max_send_sge,
@@ -540,6 +540,12 @@ impl<R: RequesterRole, P: ResponderRole> Connection<R, P> {
                 if R::PRESENT { cfg.signal_every } else { 1 },
             ),
         );
+        // Send-based DDP (DESIGN.md, "Send-based DDP"): a responder alone posts
+        // scatter receives matching the structure it advertises.
+        if P::PRESENT && !R::PRESENT && cfg.scatter_receives() {
+            let Transport { recvs, outbox, .. } = &mut t;
+            recvs.scatter(outbox, &pools.large, cfg.advertised_recv());
+        }
         Ok(Connection {
             t,
             local_pd,
@@ -554,7 +560,13 @@ impl<R: RequesterRole, P: ResponderRole> Connection<R, P> {
     /// The private data to offer when connecting or accepting: the RFC 8797 message,
     /// then the extension advertisement when [`ConnConfig::extensions`] is on.
     pub fn local_private_data(&self) -> Advertisement {
-        Advertisement::with_chars(&self.local_pd, self.offered_extensions(), &self.local_chars)
+        // The receive buffer structure of the receives posted now (none once they come
+        // from a shared receive queue).
+        let chars = TransportChars {
+            recv_buf: self.t.recvs.segments.as_ref().map(|s| s.structure()),
+            ..self.local_chars
+        };
+        Advertisement::with_chars(&self.local_pd, self.offered_extensions(), &chars)
             .unwrap_or(Advertisement::DEFAULT)
     }
 

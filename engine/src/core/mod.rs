@@ -20,6 +20,7 @@ pub(crate) mod event;
 pub(crate) mod fixed;
 pub(crate) mod mrs;
 pub(crate) mod outbox;
+mod recv_segments;
 pub(crate) mod regbuf;
 pub(crate) mod requester;
 pub(crate) mod responder;

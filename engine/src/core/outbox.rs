@@ -65,7 +65,9 @@ struct StagedSend {
 pub(crate) struct Outbox {
     sends: Vec<StagedSend>,
     sges: Vec<Sge>,
-    recvs: Vec<(u64, Sge)>,
+    /// A receive's scatter list: one buffer, or (send-based DDP) a header segment
+    /// and a DDP segment; a second entry of length 0 is absent.
+    recvs: Vec<(u64, [Sge; 2])>,
 }
 
 impl fmt::Debug for Outbox {
@@ -129,7 +131,19 @@ impl Outbox {
                 capacity: self.recvs.capacity(),
             });
         }
-        self.recvs.push((wr_id, sge));
+        self.recvs.push((wr_id, [sge, Sge::default()]));
+        Ok(())
+    }
+
+    /// Stages a receive scattered over two buffers (`core/recv_segments.rs`).
+    pub(crate) fn push_recv2(&mut self, wr_id: u64, sgl: [Sge; 2]) -> Result<(), OutboxFull> {
+        if self.recvs.len() == self.recvs.capacity() {
+            return Err(OutboxFull {
+                what: OutboxPart::RecvChain,
+                capacity: self.recvs.capacity(),
+            });
+        }
+        self.recvs.push((wr_id, sgl));
         Ok(())
     }
 
@@ -223,9 +237,9 @@ impl<'a> Transmit<'a> {
     /// Receives to post, in order.
     #[inline]
     pub fn recvs(&self) -> impl ExactSizeIterator<Item = RecvWr<'a>> + 'a {
-        self.outbox.recvs.iter().map(|(wr_id, sge)| RecvWr {
+        self.outbox.recvs.iter().map(|(wr_id, sgl)| RecvWr {
             wr_id: *wr_id,
-            sgl: core::slice::from_ref(sge),
+            sgl: &sgl[..1 + usize::from(sgl[1].length > 0)],
         })
     }
 

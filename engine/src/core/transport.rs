@@ -145,6 +145,9 @@ pub(crate) struct RecvTable {
     /// group's): its part of the queue's ledger, which bounds what replies may grant
     /// ([`grant_room`](Self::grant_room)); the table then stages none of its own.
     shared: Option<Exposure>,
+    /// Send-based DDP: every receive also takes a DDP segment from the large pool
+    /// (`core/recv_segments.rs`).
+    pub(crate) segments: Option<super::recv_segments::RecvSegments>,
 }
 
 impl RecvTable {
@@ -156,7 +159,35 @@ impl RecvTable {
             posted: 0,
             starved: 0,
             shared: None,
+            segments: None,
         }
+    }
+
+    /// Posts every receive as a header segment of `head_len` octets and a DDP segment
+    /// from `large` (send-based DDP), before anything was posted: the receives staged
+    /// so far are staged again that way.
+    pub(crate) fn scatter(&mut self, outbox: &mut Outbox, large: &Pool, head_len: u32) {
+        self.unstage(outbox);
+        let depth = self.bufs.len() as u32;
+        self.free = IndexStack::full(depth);
+        self.segments = Some(super::recv_segments::RecvSegments::new(
+            depth, large, head_len,
+        ));
+        self.refill(outbox);
+    }
+
+    /// Drops the staged receives (their buffers go back).
+    fn unstage(&mut self, outbox: &mut Outbox) {
+        outbox.clear_recvs();
+        for b in self.bufs.iter_mut() {
+            if let Some(buf) = b.take() {
+                buf.release_into(&mut self.cache);
+            }
+        }
+        if let Some(s) = self.segments.as_mut() {
+            s.release_all();
+        }
+        self.posted = 0;
     }
 
     /// Receives staged or posted and not yet completed, what a reply may grant; with
@@ -220,14 +251,10 @@ impl RecvTable {
     /// the staged receives are dropped (their buffers go back), none are staged again,
     /// and replies grant what `exposure` allows.
     pub(crate) fn share(&mut self, outbox: &mut Outbox, exposure: Exposure) {
-        outbox.clear_recvs();
-        for b in self.bufs.iter_mut() {
-            if let Some(buf) = b.take() {
-                buf.release_into(&mut self.cache);
-            }
-        }
+        self.unstage(outbox);
+        // A shared queue's receives are the group's: no DDP segments behind them.
+        self.segments = None;
         self.free = IndexStack::full(0);
-        self.posted = 0;
         self.shared = Some(exposure);
     }
 
@@ -258,7 +285,10 @@ impl RecvTable {
                     return;
                 }
             };
-            let cap = buf.capacity();
+            let cap = match self.segments.as_ref() {
+                Some(s) => (s.head_len() as usize).min(buf.capacity()),
+                None => buf.capacity(),
+            };
             let Ok(sge) = buf.sge(0, cap) else {
                 // An unregistered receive pool is a setup bug; stop rather than spin.
                 self.starved += 1;
@@ -268,7 +298,19 @@ impl RecvTable {
                 return;
             };
             let wr_id = WrId::new(WrKind::Recv, slot).encode();
-            if outbox.push_recv(wr_id, sge).is_err() {
+            let pushed = match self.segments.as_mut() {
+                None => outbox.push_recv(wr_id, sge),
+                Some(s) => match s.sge_for(slot) {
+                    Some(seg) => outbox.push_recv2(wr_id, [sge, seg]),
+                    None => {
+                        let _ = self.free.push(slot);
+                        buf.release_into(&mut self.cache);
+                        self.starved += 1;
+                        return;
+                    }
+                },
+            };
+            if pushed.is_err() {
                 let _ = self.free.push(slot);
                 buf.set_len(0).ok();
                 buf.release_into(&mut self.cache);
@@ -284,7 +326,15 @@ impl RecvTable {
         let mut buf = self.bufs.get_mut(slot as usize)?.take()?;
         let _ = self.free.push(slot);
         self.posted = self.posted.saturating_sub(1);
-        let len = (byte_len as usize).min(buf.capacity());
+        // With DDP segments the header segment is what was posted of this buffer.
+        let cap = match self.segments.as_mut() {
+            Some(s) => {
+                s.complete(slot, byte_len);
+                (s.head_len() as usize).min(buf.capacity())
+            }
+            None => buf.capacity(),
+        };
+        let len = (byte_len as usize).min(cap);
         let _ = buf.set_len(len);
         Some(buf)
     }
@@ -302,6 +352,19 @@ impl RecvTable {
     /// Returns cached buffers to the pool, so it reads as full once everything is back.
     pub(crate) fn flush_cache(&mut self) {
         self.cache.flush();
+    }
+
+    /// The DDP segment the last completed receive's Send reached into, if any
+    /// (`core/recv_segments.rs`).
+    #[inline]
+    pub(crate) fn take_landed(&mut self) -> Option<RegBuf> {
+        self.segments.as_mut().and_then(|s| s.take_landed())
+    }
+
+    /// The last completed receive's Send ran into its DDP segment.
+    #[inline]
+    pub(crate) fn landed_pending(&self) -> bool {
+        self.segments.as_ref().is_some_and(|s| s.landed_pending())
     }
 }
 

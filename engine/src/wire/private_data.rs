@@ -469,6 +469,16 @@ pub const CHARS_LEN: usize = 4 + 3 * 12;
 /// the characteristics (56: what an InfiniBand REQ leaves the RDMA CM).
 pub const ADVERTISEMENT_MAX: usize = ENCODED_LEN + EXTENSIONS_LEN + CHARS_LEN;
 
+/// Octets the receive buffer structure (XCHAR_RBSTRUCT, draft-dnoveck-rpcrdma-rtrext
+/// §7.2) adds to an advertisement at most: id, length, `xmrbuf_length`, the group
+/// count and [`MAX_RBS_GROUPS`](super::rtr::chars::MAX_RBS_GROUPS) groups. Only an
+/// accept carries it (an InfiniBand REP leaves 196 octets; a REQ only 56).
+pub const RBS_CHAR_MAX: usize = 8 + 8 + 16 * super::rtr::chars::MAX_RBS_GROUPS;
+
+/// Octets of the largest advertisement: [`ADVERTISEMENT_MAX`] and a receive buffer
+/// structure.
+const ADVERTISEMENT_BUF: usize = ADVERTISEMENT_MAX + RBS_CHAR_MAX;
+
 /// The most transmissions this engine puts in one message's continuation group, and
 /// accepts in one: its XCHAR_REQRXLIM and XCHAR_RESPSXLIM.
 pub const CONTINUATION_GROUP_MAX: u32 = 16;
@@ -634,7 +644,7 @@ const fn local_chars_bytes() -> [u8; CHARS_LEN] {
 /// [`EXTENSIONS_IDENTIFIER`] for why a version-1-only peer never notices it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Advertisement {
-    bytes: [u8; ADVERTISEMENT_MAX],
+    bytes: [u8; ADVERTISEMENT_BUF],
     len: u8,
 }
 
@@ -656,7 +666,7 @@ impl Advertisement {
             Ok(b) => b,
             Err(e) => return Err(e),
         };
-        let mut bytes = [0u8; ADVERTISEMENT_MAX];
+        let mut bytes = [0u8; ADVERTISEMENT_BUF];
         let mut i = 0;
         while i < ENCODED_LEN {
             bytes[i] = v1[i];
@@ -693,8 +703,8 @@ impl Advertisement {
     }
 
     /// [`Advertisement::new`] with `chars` in place of [`LOCAL_CHARS`] when
-    /// continuation is offered (its receive buffer structure, if any, is not sent: it
-    /// would not fit).
+    /// continuation is offered, its receive buffer structure included when set (a
+    /// responder's, in the accept: [`RBS_CHAR_MAX`] octets more than a REQ holds).
     ///
     /// # Errors
     /// As [`PrivateData::to_bytes`].
@@ -705,14 +715,12 @@ impl Advertisement {
     ) -> Result<Self, PrivateDataEncodeError> {
         let mut a = Advertisement::new(pd, ext)?;
         if ext.continuation {
-            let c = TransportChars {
-                recv_buf: None,
-                ..*chars
-            };
             let at = ENCODED_LEN + EXTENSIONS_LEN;
             let mut enc = super::xdr::XdrEncoder::new(&mut a.bytes[at..]);
-            c.encode(&mut enc)
+            chars
+                .encode(&mut enc)
                 .map_err(PrivateDataEncodeError::BufferTooSmall)?;
+            a.len = (at + enc.finish()) as u8;
         }
         Ok(a)
     }

@@ -799,6 +799,75 @@ pub fn send_recv_integrity<F: Fixture>() {
     }
 }
 
+/// A receive scattered over two entries far apart in the registration (the shape of
+/// a send-based DDP receive: a header segment, then a DDP segment elsewhere) splits the
+/// message at the first entry's end: its first octets fill the first entry, the rest
+/// starts at the second's start, and nothing between or past them is written. A
+/// message that fits the first entry leaves the second untouched.
+pub fn scattered_receive_splits_at_entry_boundaries<F: Fixture>() {
+    let caps = QpCaps {
+        max_send_sge: 2,
+        max_recv_sge: 2,
+        ..QpCaps::default()
+    };
+    let cfg = QpConfig {
+        caps,
+        ..QpConfig::default()
+    };
+    let o = Opts {
+        client: cfg,
+        server: cfg,
+        ..Opts::default()
+    };
+    let mut p = connect::<F>(&o);
+    // Header entry at 100 000 (1024 octets), DDP entry at 300 000 (70 000 octets).
+    let (head_at, head_len, seg_at, seg_len) = (100_000, 1024, 300_000, 70_000);
+    for (i, &len) in [1000usize, 1024, 1025, 1024 + 65_537, head_len + seg_len]
+        .iter()
+        .enumerate()
+    {
+        let data = pattern(40 + i as u64, len);
+        p.c.fill(0, &data);
+        p.s.fill(
+            head_at - 64,
+            &vec![CANARY; seg_at + seg_len + 64 - (head_at - 64)],
+        );
+        let rsg = [p.s.sge(head_at, head_len), p.s.sge(seg_at, seg_len)];
+        p.s.qp
+            .post_recv(&[RecvWr {
+                wr_id: 7,
+                sgl: &rsg,
+            }])
+            .unwrap();
+        let ssg = [p.c.sge(0, len)];
+        p.c.qp.post_send(&[SendWr::send(8, &ssg)]).unwrap();
+        let (s, c) = p.completions(1, 1);
+        expect(&c[0], 8, WcOpcode::Send, WcStatus::Success);
+        expect(&s[0], 7, WcOpcode::Recv, WcStatus::Success);
+        assert_eq!(s[0].byte_len as usize, len);
+        let first = len.min(head_len);
+        assert!(
+            p.s.read(head_at, first) == data[..first],
+            "{len}: header entry"
+        );
+        let rest = len - first;
+        assert!(p.s.read(seg_at, rest) == data[first..], "{len}: DDP entry");
+        let untouched = |at: usize, n: usize| p.s.read(at, n).iter().all(|&b| b == CANARY);
+        assert!(
+            untouched(head_at - 64, 64),
+            "{len}: before the header entry"
+        );
+        assert!(
+            untouched(head_at + head_len, seg_at - head_at - head_len),
+            "{len}: between the entries"
+        );
+        assert!(
+            untouched(seg_at + rest, seg_len - rest + 64),
+            "{len}: past the message in the DDP entry"
+        );
+    }
+}
+
 /// RDMA Writes gathered from three entries land exactly at the target address.
 pub fn rdma_write_integrity<F: Fixture>() {
     let mut p = pair::<F>();
@@ -1892,6 +1961,7 @@ macro_rules! conformance_tests {
             cm_reports_the_peer,
             cm_disconnect_flushes_both_sides,
             send_recv_integrity,
+            scattered_receive_splits_at_entry_boundaries,
             rdma_write_integrity,
             rdma_read_integrity,
             chain_completes_in_order,

@@ -24,6 +24,7 @@ mod engine_inline;
 mod engine_poller;
 mod engine_read_chunk_replies;
 mod engine_registration;
+mod engine_send_ddp;
 mod engine_server_limits;
 mod engine_service_api;
 mod engine_shm_hostile;

@@ -39,11 +39,17 @@ fn socket_path(tag: &str) -> PathBuf {
 }
 
 fn start_server(socket: &Path) -> ServerGuard {
+    start_server_with(socket, &["--max-size", "262144"])
+}
+
+/// [`start_server`] with `extra` arguments instead of the default `--max-size`.
+fn start_server_with(socket: &Path, extra: &[&str]) -> ServerGuard {
     let _ = std::fs::remove_file(socket);
     let child = bin()
         .args(["serve", "--provider", "shm", "--addr"])
         .arg(socket)
-        .args(["--duration", "120", "--max-size", "262144"])
+        .args(["--duration", "120"])
+        .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -493,6 +499,30 @@ fn call_shows_message_continuation() {
     assert_eq!(shape(&v), ("RDMA_MSG".into(), 1, 1, 0));
     assert_eq!(v["shape"]["call_messages"], 1);
     assert_eq!(v["shape"]["reply_messages"], 1);
+    let stdout = interrupt(&mut server);
+    assert!(stdout.contains("stopping (signal)"), "{stdout}");
+}
+
+/// With a server that posts DDP segments (`--send-ddp`), a 1 MiB SINK (WRITE-like:
+/// bulk argument, small reply) places its payload by send-based DDP in one Send, no
+/// Read chunk; with `--no-extensions` it goes by Read chunk.
+#[test]
+fn call_shows_send_based_ddp() {
+    let socket = socket_path("send-ddp");
+    let mut server = start_server_with(&socket, &["--max-size", "1048576", "--send-ddp"]);
+    let v = call_json(&socket, &["--sink", "--size", "1048576"]);
+    assert_eq!(v["status"], "SUCCESS", "{v}");
+    assert_eq!(shape(&v), ("ROPT_XMTREQ".into(), 0, 0, 0), "{v}");
+    assert_eq!(v["shape"]["send_ddp_items"], 1);
+    assert_eq!(v["shape"]["call_messages"], 1);
+    assert!(
+        v["check"].as_str().unwrap().contains("match"),
+        "the server saw the payload whole: {v}"
+    );
+    let v = call_json(&socket, &["--sink", "--size", "1048576", "--no-extensions"]);
+    assert_eq!(v["status"], "SUCCESS", "{v}");
+    assert_eq!(shape(&v), ("RDMA_MSG".into(), 1, 0, 0), "{v}");
+    assert_eq!(v["shape"]["send_ddp_items"], 0);
     let stdout = interrupt(&mut server);
     assert!(stdout.contains("stopping (signal)"), "{stdout}");
 }

@@ -50,6 +50,7 @@ macro_rules! adopt {
 mod cont;
 mod pull;
 mod reply;
+mod send_ddp;
 mod slot;
 mod start;
 mod xidmap;
@@ -150,6 +151,9 @@ pub struct RequesterStats {
     pub cont_calls: u64,
     /// Sends that carried calls (one per call, or a group's count).
     pub call_messages: u64,
+    /// DDP arguments sent by send-based DDP (placed into the peer's receive segments
+    /// instead of offered as Read chunks).
+    pub send_ddp_items: u64,
     /// Receives that carried replies, or parts of reply groups (RDMA_OPTIONAL included).
     pub reply_messages: u64,
     /// Replies received as continuation groups of more than one message.
@@ -696,6 +700,12 @@ impl RequesterHalf {
         } else {
             None
         };
+        // Only a call with a DDP argument can place it by send-based DDP.
+        let sddp = if cont.is_none() && !req.ddp_args.is_empty() {
+            self.plan_send_ddp(t, req)
+        } else {
+            None
+        };
         let plan = match start::plan(
             req,
             &t.thresholds,
@@ -704,12 +714,14 @@ impl RequesterHalf {
             t.peer_align,
         ) {
             // Continuation needs no chunk and no registration.
-            Ok(_) | Err(SubmitRefusal::HeaderTooLarge) if cont.is_some() => start::Plan {
-                long: false,
-                reply_chunk: false,
-                mrs: 0,
-                msgp: None,
-            },
+            Ok(_) | Err(SubmitRefusal::HeaderTooLarge) if cont.is_some() || sddp.is_some() => {
+                start::Plan {
+                    long: false,
+                    reply_chunk: false,
+                    mrs: 0,
+                    msgp: None,
+                }
+            }
             Ok(p) => p,
             Err(r) => return Start::Refused(r),
         };
@@ -741,9 +753,10 @@ impl RequesterHalf {
             Some(x) => x,
             None => self.make_xid(slot),
         };
-        let staged = match cont {
-            Some(cp) => self.stage_cont(t, slot, xid, cp, req, tag, deadline, now),
-            None => self.stage_call(t, slot, xid, plan, req, tag, deadline, now),
+        let staged = match (cont, sddp) {
+            (Some(cp), _) => self.stage_cont(t, slot, xid, cp, req, tag, deadline, now),
+            (None, Some(dp)) => self.stage_send_ddp(t, slot, xid, dp, req, tag, deadline, now),
+            (None, None) => self.stage_call(t, slot, xid, plan, req, tag, deadline, now),
         };
         if staged {
             let s = &mut self.slots[slot as usize];

@@ -6,6 +6,7 @@
 //! See `engine/DESIGN.md`, "Message continuation".
 
 use super::context::{Delivery, Step};
+use super::send_ddp::{self, Placed, PlacedItem};
 use super::{grant, ResponderHalf};
 use crate::core::cont_split::Split;
 use crate::core::regbuf::RegBuf;
@@ -35,6 +36,8 @@ pub(super) struct CallAsm {
     /// The first transmission's receive buffer: becomes the call's header.
     first: RegBuf,
     buf: RegBuf,
+    /// A bulk item placed by send-based DDP, in the DDP segment it landed in.
+    ddp: Option<(PlacedItem, RegBuf)>,
 }
 
 /// Continuation state of a responder.
@@ -63,7 +66,9 @@ enum Msg {
     Req {
         count: u32,
         rsbuf: u32,
-        ddp_empty: bool,
+        rsd_empty: bool,
+        /// The placement of the items `optxrq_ddp` names (none when it is empty).
+        placed: Result<Placed, OptxInfo>,
     },
     Cont(XmtCont),
     Resp,
@@ -128,7 +133,13 @@ impl<S: Service> ResponderHalf<S> {
             RtrBody::XmtReq(q) => Msg::Req {
                 count: q.count,
                 rsbuf: q.rsbuf,
-                ddp_empty: q.ddp.is_empty() && q.rsd.is_empty(),
+                rsd_empty: q.rsd.is_empty(),
+                placed: if q.ddp.is_empty() {
+                    Ok(Placed::default())
+                } else {
+                    let rbs = t.recvs.segments.as_ref().map(|s| s.structure());
+                    send_ddp::check(rbs, q.count, &q.ddp)
+                },
             },
             RtrBody::XmtCont(c) => Msg::Cont(c),
             RtrBody::XmtResp(_) => Msg::Resp,
@@ -161,7 +172,8 @@ impl<S: Service> ResponderHalf<S> {
             Msg::Req {
                 count,
                 rsbuf,
-                ddp_empty,
+                rsd_empty,
+                placed,
             } => {
                 if let Some(a) = self.cont.asm.as_ref() {
                     let (lead, seq) = (a.xid, a.next);
@@ -172,14 +184,47 @@ impl<S: Service> ResponderHalf<S> {
                     self.break_group(t, xid, seq, Some(lead), info);
                 }
                 self.cont.abandoned = None;
-                let bad = if !ddp_empty {
-                    // No DDP-targetable segment is advertised (no receive buffer
-                    // structure): no target buffer number is valid.
+                // The segment this transmission reached into, if it did: the item's
+                // when one was placed, else back to the pool.
+                let landed = t.recvs.take_landed();
+                let mut ddp = None;
+                let bad = if !rsd_empty {
+                    // Reply directions are not taken (DESIGN.md, "Send-based DDP").
                     Some(OptxInfo::BadTbsn {
                         value: 0,
                         min: 0,
                         max: 0,
                     })
+                } else if let Err(info) = placed {
+                    Some(info)
+                } else if let Some(&item) = placed.as_ref().ok().and_then(|p| p.as_slice().first())
+                {
+                    match landed {
+                        Some(mut seg) => match send_ddp::fit(&mut seg, &item) {
+                            Ok(()) => {
+                                ddp = Some((item, seg));
+                                None
+                            }
+                            Err(info) => {
+                                drop(seg); // back to the pool (`core/recv_segments.rs`)
+                                Some(info)
+                            }
+                        },
+                        // Nothing reached the segment: the item is not there.
+                        None => Some(OptxInfo::BadOff {
+                            value: item.len,
+                            min: 0,
+                            max: 0,
+                        }),
+                    }
+                } else {
+                    if let Some(seg) = landed {
+                        drop(seg); // back to the pool (`core/recv_segments.rs`)
+                    }
+                    None
+                };
+                let bad = if bad.is_some() {
+                    bad
                 } else if count == 0 || count > CONTINUATION_GROUP_MAX {
                     Some(OptxInfo::BadSeq {
                         expect: CONTINUATION_GROUP_MAX,
@@ -190,6 +235,9 @@ impl<S: Service> ResponderHalf<S> {
                 };
                 if let Some(info) = bad {
                     t.recvs.recycle(buf);
+                    if let Some((_, seg)) = ddp.take() {
+                        drop(seg); // back to the pool (`core/recv_segments.rs`)
+                    }
                     self.break_group(t, xid, 0, None, info);
                     self.cont.abandoned = Some(xid);
                     return;
@@ -199,6 +247,9 @@ impl<S: Service> ResponderHalf<S> {
                     // call's chunks cannot be processed (ERR_CHUNK), and the rest of
                     // its group is dropped.
                     t.recvs.recycle(buf);
+                    if let Some((_, seg)) = ddp.take() {
+                        drop(seg); // back to the pool (`core/recv_segments.rs`)
+                    }
                     self.cont.abandoned = Some(xid);
                     self.error_reply(t, xid);
                     return;
@@ -211,12 +262,18 @@ impl<S: Service> ResponderHalf<S> {
                     rsbuf,
                     first: buf,
                     buf: large,
+                    ddp,
                 };
                 if !asm.append(poff, plen, None) {
                     let cap = asm.buf.capacity() as u32;
-                    let CallAsm { first, buf, .. } = asm;
+                    let CallAsm {
+                        first, buf, ddp, ..
+                    } = asm;
                     t.recvs.recycle(first);
                     buf.release_into(&mut self.large);
+                    if let Some((_, seg)) = ddp {
+                        drop(seg); // back to the pool (`core/recv_segments.rs`)
+                    }
                     let info = OptxInfo::BadPl {
                         value: plen as u32,
                         min: 0,
@@ -297,6 +354,9 @@ impl<S: Service> ResponderHalf<S> {
             self.cont.abandoned = Some(asm.xid);
             t.recvs.recycle(asm.first);
             asm.buf.release_into(&mut self.large);
+            if let Some((_, seg)) = asm.ddp {
+                drop(seg); // back to the pool (`core/recv_segments.rs`)
+            }
         }
         self.stats.broken_call_groups += 1;
         let err = XmtErr {
@@ -365,7 +425,10 @@ impl<S: Service> ResponderHalf<S> {
     /// A whole call group: its first receive becomes an RDMA_NOMSG header with one
     /// Position-Zero Read segment naming nothing (never read: the message is already
     /// in the context's first sink), so the call is dispatched exactly as a long call
-    /// whose chunk was pulled.
+    /// whose chunk was pulled. A bulk item placed by send-based DDP becomes one more
+    /// Read segment naming nothing, at the item's position, whose sink is the DDP
+    /// segment it landed in: the service sees it as a `DdpItem` like a pulled Read
+    /// chunk, and the segment goes back to the large pool with the context.
     fn complete(&mut self, t: &mut Transport, asm: CallAsm) {
         let CallAsm {
             xid,
@@ -374,23 +437,35 @@ impl<S: Service> ResponderHalf<S> {
             mut first,
             buf,
             count,
+            ddp,
             ..
         } = asm;
         let Some(i) = self.free.pop() else {
             self.stats.overruns += 1;
             t.recvs.recycle(first);
             buf.release_into(&mut self.large);
+            if let Some((_, seg)) = ddp {
+                drop(seg); // back to the pool (`core/recv_segments.rs`)
+            }
             return;
         };
-        let seg = [ReadSegment {
+        let mut seg = [ReadSegment {
             position: 0,
             segment: Segment::new(0, buf.len() as u32, 0),
-        }];
+        }; 2];
+        let mut n_seg = 1;
+        if let Some((item, _)) = ddp.as_ref() {
+            seg[1] = ReadSegment {
+                position: item.disp,
+                segment: Segment::new(0, item.len, 0),
+            };
+            n_seg = 2;
+        }
         let repr = HeaderRepr {
             xid,
             credit,
             body: BodyRepr::Nomsg(ChunkListsRepr {
-                reads: &seg,
+                reads: &seg[..n_seg],
                 writes: &[],
                 reply: None,
             }),
@@ -405,6 +480,13 @@ impl<S: Service> ResponderHalf<S> {
         c.assembled = true;
         c.recv = Some(first);
         let _ = c.sinks.push(buf);
+        if let Some((_, s)) = ddp {
+            self.stats.send_ddp_items += 1;
+            // Room for 1 + MAX_DDP_ITEMS sinks: the second always fits.
+            if let Err(s) = c.sinks.push(s) {
+                drop(s);
+            }
+        }
         c.step = if ok {
             Step::Dispatch
         } else {
@@ -493,6 +575,9 @@ impl<S: Service> ResponderHalf<S> {
         if let Some(asm) = self.cont.asm.take() {
             t.recvs.recycle(asm.first);
             asm.buf.release_into(&mut self.large);
+            if let Some((_, seg)) = asm.ddp {
+                drop(seg); // back to the pool (`core/recv_segments.rs`)
+            }
         }
     }
 }

@@ -22,6 +22,7 @@ mod context;
 mod exposed;
 mod inspect;
 mod reply;
+mod send_ddp;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -71,7 +72,8 @@ pub struct ResponderStats {
     pub err_vers: u64,
     /// RDMA_ERROR / ERR_CHUNK sent (bad headers, unusable chunks, replies too large).
     pub err_chunk: u64,
-    /// Messages dropped without an answer (no XID, or RDMA_ERROR from a requester).
+    /// Messages dropped without an answer (no XID, RDMA_ERROR from a requester, or a
+    /// version 1 message longer than the receive size that ran into a DDP segment).
     pub dropped: u64,
     /// Calls the service chose not to answer (`ReplyWriter::no_reply`): each keeps one
     /// of the requester's credits until the requester gives up on the call.
@@ -121,6 +123,9 @@ pub struct ResponderStats {
     pub transmit_errors_received: u64,
     /// ROPT_XCHUPD received (the peer's characteristics replaced).
     pub chars_updates: u64,
+    /// Bulk items received by send-based DDP (each handed to the service in the DDP
+    /// segment it landed in).
+    pub send_ddp_items: u64,
 }
 
 /// The credits a reply grants now: `policy`'s choice within what the connection's
@@ -295,6 +300,14 @@ impl<S: Service> ResponderHalf<S> {
     fn on_receive(&mut self, t: &mut Transport, buf: RegBuf, swi: Option<u32>) {
         // Restock first: the grant in the reply this call gets counts posted receives.
         t.recvs.refill(&mut t.outbox);
+        // Send-based DDP: only an RDMA_OPTIONAL request may run into the DDP segment;
+        // a version 1 message that did was longer than the receive size advertised
+        // (RFC 8166 §3.3.2) and is dropped (DESIGN.md, "Send-based DDP").
+        if t.recvs.landed_pending() && !crate::wire::rtr::is_optional(buf.as_slice()) {
+            self.stats.dropped += 1;
+            t.recvs.recycle(buf);
+            return;
+        }
         // Message continuation costs the common path one test: RDMA_OPTIONAL fails the
         // version 1 parse below and is taken there; only a group in progress needs a
         // look at every message (§4.2: no intervening message).
@@ -796,8 +809,17 @@ impl<S: Service> ResponderHalf<S> {
         if let Some(b) = c.recv.take() {
             t.recvs.recycle(b);
         }
-        for b in c.sinks.drain() {
-            b.release_into(&mut self.large);
+        let assembled = c.assembled;
+        for (k, b) in c.sinks.drain().enumerate() {
+            if assembled && k > 0 {
+                // A send-based DDP segment (`responder/send_ddp.rs`): the receive
+                // table took it from the pool, not through this cache, so it goes
+                // back there; through the cache it would grow the cache by one per
+                // call until the receive table found the pool empty.
+                drop(b);
+            } else {
+                b.release_into(&mut self.large);
+            }
         }
         if let Some(b) = c.body.take() {
             b.release_into(&mut self.large);

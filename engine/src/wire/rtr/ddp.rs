@@ -1,11 +1,12 @@
 //! The direct-data-placement fields of ROPT_XMTREQ and ROPT_XMTRESP
 //! (draft-dnoveck-rpcrdma-rtrext §7.3, §7.4): `xmddp_grpinfo` and `xmddp_rsdgroup`.
 //!
-//! This engine does not do send-based DDP (nor RDMA-operation DDP through these
-//! structures: it sends them empty and uses version 1 chunks instead), so they are
-//! validated structurally and kept as zero-copy views of their XDR: a decoder must walk
-//! them to find the fields after them, and `rpcrdma decode` shows how many items they
-//! hold. What the engine does with a non-empty one is in `engine/DESIGN.md`.
+//! They are validated structurally and kept as zero-copy views of their XDR: a decoder
+//! must walk them to find the fields after them, and `rpcrdma decode` shows how many
+//! items they hold. The items are typed by [`super::place`] (send-based DDP placements,
+//! which the engine sends and accepts in `optxrq_ddp`); no RDMA-operation DDP goes
+//! through these structures (version 1 chunks instead). What the engine does with each
+//! is in `engine/DESIGN.md`, "Send-based DDP".
 //!
 //! ```text
 //! union xmddp_loc switch (xmddp_type type) {

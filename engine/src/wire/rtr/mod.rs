@@ -343,8 +343,9 @@ impl<'a> RtrView<'a> {
     }
 }
 
-/// The operation of an optional message to send. DDP arrays go out empty: this engine
-/// does not place bulk data through them.
+/// The operation of an optional message to send. DDP arrays go out empty; a request
+/// that places bulk items by send-based DDP is encoded by
+/// [`place::encode_xmtreq`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum RtrOp {

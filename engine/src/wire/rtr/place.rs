@@ -441,6 +441,47 @@ pub fn plan(
     Ok(p)
 }
 
+/// Octets of an ROPT_XMTREQ header whose `optxrq_ddp` holds `items` and whose
+/// `optxrq_rsd` is empty.
+pub fn xmtreq_header_len(items: &[MItem<'_>]) -> usize {
+    super::XMTREQ_HEADER_LEN + items.iter().map(MItem::encoded_len).sum::<usize>()
+}
+
+/// Encodes an ROPT_XMTREQ header whose `optxrq_ddp` holds `items` (send-based DDP) into
+/// `buf`; `optxrq_rsd` goes out empty. Returns its length
+/// ([`xmtreq_header_len`]); the payload stream follows it.
+///
+/// # Errors
+/// A short buffer.
+#[allow(clippy::too_many_arguments)]
+pub fn encode_xmtreq(
+    buf: &mut [u8],
+    xid: u32,
+    credit: u32,
+    count: u32,
+    rsbuf: u32,
+    pslen: u32,
+    items: &[MItem<'_>],
+) -> Result<usize, BufferTooSmall> {
+    let info = xmtreq_header_len(items) - super::OPTINFO_OFFSET;
+    let mut enc = XdrEncoder::new(buf);
+    enc.u32(xid)?;
+    enc.u32(crate::wire::header::RPCRDMA_VERSION)?;
+    enc.u32(credit)?;
+    enc.u32(super::RDMA_OPTIONAL)?;
+    enc.u32(super::ROPT_XMTREQ)?;
+    enc.u32(info as u32)?;
+    enc.u32(items.len() as u32)?;
+    for m in items {
+        m.encode(&mut enc)?;
+    }
+    enc.u32(0)?;
+    enc.u32(count)?;
+    enc.u32(rsbuf)?;
+    enc.u32(pslen)?;
+    Ok(enc.finish())
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::chars::{RbsGroup, MAX_RBS_GROUPS};
@@ -654,5 +695,34 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn an_encoded_request_with_items_parses_back() {
+        let mut loc = TbsnLoc {
+            offset: 0,
+            n: 1,
+            bsnum: [0; MAX_ITEM_SEGMENTS],
+        };
+        loc.bsnum[0] = 0;
+        let items = [MItem {
+            disp: 120,
+            length: 1 << 20,
+            loc: Loc::Tbsn(loc),
+        }];
+        let mut buf = [0u8; 256];
+        let n = encode_xmtreq(&mut buf, 7, 32, 1, 0, 100, &items).expect("fits");
+        assert_eq!(n, xmtreq_header_len(&items));
+        let mut msg = buf[..n].to_vec();
+        msg.extend_from_slice(&[0u8; 100]);
+        let v = crate::wire::rtr::RtrView::parse(&msg).expect("parses");
+        assert_eq!(v.header_len, n);
+        assert_eq!(v.payload.len(), 100);
+        let crate::wire::rtr::RtrBody::XmtReq(q) = v.body else {
+            panic!("not a request");
+        };
+        assert_eq!((q.count, q.rsbuf, q.pslen, q.ddp.entries), (1, 0, 100, 1));
+        let got: Vec<_> = q.ddp.mitems().map(|m| m.expect("decodes")).collect();
+        assert_eq!(got, items.to_vec());
     }
 }

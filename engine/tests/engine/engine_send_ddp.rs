@@ -1,0 +1,445 @@
+//! End to end over shm, sim and siw: send-based DDP (draft-dnoveck-rpcrdma-rtrext §7).
+//! A responder with `ConnConfig::send_ddp` posts scatter receives (a 4 KiB header
+//! segment, then a 1 MiB DDP-targetable segment) and advertises that structure in its
+//! accept; a WRITE-like call with a 1 MiB DDP argument then goes as one ROPT_XMTREQ
+//! that places the argument into the segment (no Read chunk, no RDMA Read), and the
+//! service gets the segment as its `DdpItem`. Without the advertisement, or with
+//! extensions off on either side, the argument goes by Read chunk as before. A bad
+//! placement is answered with OPTXERR_BADTBSN / OPTXERR_BADOFF.
+
+use crate::engine_support;
+
+use engine_support::*;
+use rpcrdma::fabric::{Provider, QueuePair, SendWr};
+use rpcrdma::wire::rtr::place::{encode_xmtreq, xmtreq_header_len, Loc, MItem, TbsnLoc};
+use rpcrdma::wire::rtr::OptxInfo;
+use rpcrdma::{CallRequest, CallStatus, ConnConfig, Pair};
+
+/// The bulk item: 1 MiB.
+const ITEM: usize = 1 << 20;
+/// The DDP segment: the large buffer size.
+const SEG: u32 = (1 << 20) + 4096;
+
+fn cfg(extensions: bool, send_ddp: bool) -> ConnConfig {
+    ConnConfig {
+        inline_send: 4096,
+        inline_recv: 4096,
+        credits: 4,
+        large_buf_size: SEG,
+        large_bufs: 4,
+        extensions,
+        send_ddp,
+        ..test_config()
+    }
+}
+
+/// A WRITE-like call: PROC_SUM_ITEMS with one `ITEM`-octet DDP argument; checks the
+/// service saw it whole (length and checksum) and its buffer comes back.
+fn write_like<P: Provider>(p: &mut Pair<P, TestService>, seed: u8) {
+    let data = pattern(ITEM, seed);
+    let mut req = CallRequest::new(msg(p, PROC_SUM_ITEMS, &(ITEM as u32).to_be_bytes()), 512);
+    req.push_ddp_arg(CALL_HDR as u32 + 4, large_with(p, &data))
+        .expect("room");
+    let o = call(p, req);
+    assert_eq!(
+        o.status,
+        CallStatus::Success,
+        "{:?} {:?}",
+        p.requester.stats(),
+        p.responder().map(|r| r.stats())
+    );
+    let res = results(&o);
+    assert_eq!(word(res, 0), 1);
+    assert_eq!(word(res, 4) as usize, ITEM);
+    let sum = data
+        .iter()
+        .fold(0u32, |a, &b| a.wrapping_mul(31).wrapping_add(u32::from(b)));
+    assert_eq!(word(res, 8), sum, "the item arrived intact");
+    assert_eq!(o.ddp_args.len(), 1, "the argument's buffer comes back");
+}
+
+fn a_1mib_write_like_call_goes_by_send_ddp<N: Net>(net: N) {
+    let mut p = pair(&net, &cfg(true, false), &cfg(true, true));
+    let chars = p.requester.core().peer_chars();
+    let rbs = chars.recv_buf.expect("the accept carried XCHAR_RBSTRUCT");
+    assert_eq!(rbs.ddp_segments(), 1);
+    assert_eq!(rbs.length, 4096 + SEG);
+    for seed in 0..4 {
+        write_like(&mut p, seed);
+    }
+    let st = p.requester.stats();
+    let r = p.responder().expect("responder").stats();
+    assert_eq!(st.send_ddp_items, 4);
+    assert_eq!(st.call_messages, 4, "one Send per call");
+    assert_eq!(r.send_ddp_items, 4);
+    // No Read chunk offered, none pulled: no RDMA Read at all.
+    assert_eq!((st.long_calls, r.long_calls, r.ddp_args), (0, 0, 0));
+    assert_eq!(r.broken_call_groups, 0);
+    let seen = &p.responder().expect("responder").service().seen;
+    assert_eq!(
+        seen.items,
+        vec![(CALL_HDR as u32 + 4, CALL_HDR + 4, ITEM); 4],
+        "position, offset in the message, length"
+    );
+    assert_eq!(p.requester.credits().in_flight(), 0);
+}
+
+/// Without a structure advertised, or with extensions off on either side, the
+/// argument goes by Read chunk, pulled by an RDMA Read.
+fn without_the_structure_it_goes_by_read_chunk<N: Net>(net: N) {
+    for (client, server) in [
+        (cfg(true, false), cfg(true, false)),
+        (cfg(false, false), cfg(true, true)),
+        (cfg(true, false), cfg(false, true)),
+    ] {
+        let mut p = pair(&net, &client, &server);
+        write_like(&mut p, 5);
+        let st = p.requester.stats();
+        let r = p.responder().expect("responder").stats();
+        assert_eq!((st.send_ddp_items, r.send_ddp_items), (0, 0));
+        assert_eq!(r.ddp_args, 1, "pulled as a Read chunk");
+        assert_eq!(r.optional_messages, 0);
+    }
+}
+
+/// Posts `msg` from the requester's queue pair, as a broken peer would, and waits for
+/// the responder to take it.
+fn inject<P: Provider>(p: &mut Pair<P, TestService>, msg: &[u8]) {
+    let mut buf = p.requester.alloc_large().expect("buffer");
+    buf.fill(msg).expect("fits");
+    let sge = buf.sge(0, msg.len()).expect("registered");
+    p.requester
+        .qp_mut()
+        .post_send(&[SendWr::send(0, &[sge])])
+        .expect("posted");
+    let want = p.responder().map_or(0, |r| r.stats().optional_messages);
+    let ok = p.run_until(DEADLINE, |p| {
+        p.responder()
+            .is_some_and(|r| r.stats().optional_messages > want)
+    });
+    assert!(ok, "the responder received it");
+    drop(buf);
+}
+
+/// A one-transmission ROPT_XMTREQ placing one item of `len` octets at `offset` in
+/// segments `segs`, with a 48-octet payload, the filler up to the DDP segment, and
+/// `landed` octets in the segment.
+fn placed(xid: u32, len: u32, offset: u32, segs: &[u32], landed: usize) -> Vec<u8> {
+    let mut loc = TbsnLoc {
+        offset,
+        n: segs.len() as u8,
+        bsnum: [0; 32],
+    };
+    loc.bsnum[..segs.len()].copy_from_slice(segs);
+    let items = [MItem {
+        disp: 44,
+        length: len,
+        loc: Loc::Tbsn(loc),
+    }];
+    let mut v = vec![0u8; xmtreq_header_len(&items)];
+    let n = encode_xmtreq(&mut v, xid, 4, 1, 0, 48, &items).expect("fits");
+    assert_eq!(n, v.len());
+    v.resize(n + 48, 0);
+    v[n..n + 4].copy_from_slice(&xid.to_be_bytes());
+    if landed > 0 {
+        v.resize(4096 + landed, 0x5a);
+    }
+    v
+}
+
+/// Each bad placement gets its ROPT_XMTERR, and the connection carries on.
+fn bad_placements_get_badtbsn_or_badoff<N: Net>(net: N) {
+    let mut p = pair(&net, &cfg(true, false), &cfg(true, true));
+    // Open the window (and prove the path) first.
+    write_like(&mut p, 1);
+    let cases = [
+        // A segment past the group's last (one transmission, one segment: TBSN 0).
+        (
+            placed(0x71, 100, 0, &[1], 100),
+            OptxInfo::BadTbsn {
+                value: 1,
+                min: 0,
+                max: 0,
+            },
+        ),
+        // An offset not a multiple of 4.
+        (
+            placed(0x72, 100, 2, &[0], 104),
+            OptxInfo::BadOff {
+                value: 2,
+                min: 0,
+                max: SEG - 1,
+            },
+        ),
+        // Longer than the segment.
+        (
+            placed(0x73, SEG + 4, 0, &[0], 100),
+            OptxInfo::BadOff {
+                value: SEG + 4,
+                min: 0,
+                max: SEG,
+            },
+        ),
+        // The Send stops short of the item's end.
+        (
+            placed(0x74, 1000, 0, &[0], 200),
+            OptxInfo::BadOff {
+                value: 1000,
+                min: 0,
+                max: 200,
+            },
+        ),
+        // Nothing reached the segment.
+        (
+            placed(0x75, 100, 0, &[0], 0),
+            OptxInfo::BadOff {
+                value: 100,
+                min: 0,
+                max: 0,
+            },
+        ),
+        // An empty segment list.
+        (
+            placed(0x76, 100, 0, &[], 100),
+            OptxInfo::BadTbsn {
+                value: 0,
+                min: 0,
+                max: 0,
+            },
+        ),
+    ];
+    for (k, (m, want)) in cases.iter().enumerate() {
+        let before = p.requester.stats().transmit_errors_received;
+        inject(&mut p, m);
+        let ok = p.run_until(DEADLINE, |p| {
+            p.requester.stats().transmit_errors_received > before
+        });
+        assert!(ok, "case {k}: ROPT_XMTERR came back");
+        let e = p.requester.core().last_transmit_error().expect("recorded");
+        assert_eq!(e.info, *want, "case {k}");
+    }
+    let r = p.responder().expect("responder").stats();
+    assert_eq!(r.broken_call_groups, cases.len() as u64);
+    assert_eq!(r.send_ddp_items, 1);
+    // A version 1 call longer than the receive size runs into the DDP segment: dropped
+    // (without send-based DDP the receive would have failed and ended the connection).
+    let dropped = r.dropped;
+    let mut long = Vec::new();
+    for w in [0x77u32, 1, 4, 0, 0, 0, 0, 0x77, 0, 2] {
+        long.extend_from_slice(&w.to_be_bytes());
+    }
+    long.resize(6000, 0);
+    let mut buf = p.requester.alloc_large().expect("buffer");
+    buf.fill(&long).expect("fits");
+    let sge = buf.sge(0, long.len()).expect("registered");
+    p.requester
+        .qp_mut()
+        .post_send(&[SendWr::send(0, &[sge])])
+        .expect("posted");
+    let ok = p.run_until(DEADLINE, |p| {
+        p.responder().is_some_and(|r| r.stats().dropped > dropped)
+    });
+    assert!(ok, "the long version 1 message was dropped");
+    drop(buf);
+    // The connection carries on, and the segments were all given back.
+    write_like(&mut p, 2);
+    assert_eq!(p.responder().expect("responder").stats().send_ddp_items, 2);
+}
+
+/// Hundreds of calls whose item fills the segment exactly, with few credits and a
+/// small large pool: the segments go round (posted, landed, held by the service,
+/// recycled) without the receive queue ever running dry.
+fn segments_go_round<N: Net>(net: N) {
+    let small = |send_ddp| ConnConfig {
+        inline_send: 4096,
+        inline_recv: 4096,
+        credits: 2,
+        large_buf_size: 64 * 1024,
+        large_bufs: 16,
+        send_ddp,
+        ..test_config()
+    };
+    let mut p = pair(&net, &small(false), &small(true));
+    let data = pattern(64 * 1024, 3);
+    for k in 0..300 {
+        let mut req = CallRequest::new(
+            msg(&p, PROC_SUM_ITEMS, &(data.len() as u32).to_be_bytes()),
+            512,
+        );
+        req.push_ddp_arg(CALL_HDR as u32 + 4, large_with(&p, &data))
+            .expect("room");
+        let o = call(&mut p, req);
+        assert_eq!(
+            o.status,
+            CallStatus::Success,
+            "call {k}: {:?}",
+            p.responder().map(|r| r.stats())
+        );
+    }
+    assert_eq!(p.requester.stats().send_ddp_items, 300);
+    assert_eq!(
+        p.responder().expect("responder").stats().recv_starved,
+        0,
+        "the receive table never found the large pool empty"
+    );
+}
+
+per_provider!(
+    segments_go_round,
+    a_1mib_write_like_call_goes_by_send_ddp,
+    without_the_structure_it_goes_by_read_chunk,
+    bad_placements_get_badtbsn_or_badoff,
+);
+
+/// The seeded simulation with message loss (each lost message breaks the connection),
+/// delays and CQ stalls, under a workload of calls whose DDP argument goes by
+/// send-based DDP and small calls: every call gets one outcome (its argument's checksum
+/// right, or a transport failure when the connection broke), and every pool is full
+/// once both sides closed, so the DDP segments posted, landed and held by the service
+/// all went back, including on connections that broke with such calls in flight.
+#[test]
+fn seeded_sim_with_lost_messages_and_disconnects_mid_call() {
+    use rpcrdma::fabric::sim::{FaultConfig, SimConfig, SimNet};
+    use rpcrdma::{ConnState, TransportError};
+    use std::time::Duration;
+
+    let small_seg = |send_ddp| ConnConfig {
+        inline_send: 4096,
+        inline_recv: 4096,
+        extensions: true,
+        send_ddp,
+        ..test_config()
+    };
+    let mut broke_with_ddp_out = 0;
+    let mut placed = 0;
+    for seed in 0x90u64..0x98 {
+        let faults = FaultConfig {
+            drop_per_mille: 4,
+            rnr_per_mille: 0,
+            max_recv_delay: Duration::from_micros(50),
+            cq_stall_per_mille: 20,
+            max_cq_stall: Duration::from_micros(100),
+        };
+        let net = SimNet::new(
+            SimConfig::seeded(seed)
+                .with_latency(Duration::from_micros(1), Duration::from_micros(100))
+                .with_faults(faults),
+        );
+        let _report = net.report_on_panic();
+        let fixture = SimNetFixture(net.clone());
+        let mut p = pair(&fixture, &small_seg(false), &small_seg(true));
+        let cpools = p.requester.resources().pools().clone();
+        let spools = p
+            .responder()
+            .expect("responder")
+            .resources()
+            .pools()
+            .clone();
+        let mut rng = net.workload_rng(3);
+        let mut expect = std::collections::BTreeMap::new();
+        let mut outcomes = 0usize;
+        let mut broke_mid = false;
+        let sum = |d: &[u8]| {
+            d.iter()
+                .fold(0u32, |a, &b| a.wrapping_mul(31).wrapping_add(u32::from(b)))
+        };
+        let check = |o: &rpcrdma::Outcome, want: &Vec<u8>| {
+            let res = results(o);
+            if want.is_empty() {
+                assert_eq!(word(res, 0), 0);
+            } else {
+                assert_eq!((word(res, 0), word(res, 4) as usize), (1, want.len()));
+                assert_eq!(word(res, 8), sum(want), "the item arrived intact");
+            }
+        };
+        for tag in 0..40u64 {
+            if p.requester.state() != ConnState::Established {
+                break;
+            }
+            let n = if rng.below(3) != 0 {
+                5000 + rng.below(60_000) as usize
+            } else {
+                0
+            };
+            let data = pattern(n, tag as u8);
+            let req = if n > 0 {
+                let m = msg(&p, PROC_SUM_ITEMS, &(n as u32).to_be_bytes());
+                let mut r = CallRequest::new(m, 512);
+                r.push_ddp_arg(CALL_HDR as u32 + 4, large_with(&p, &data))
+                    .expect("room");
+                r
+            } else {
+                CallRequest::new(msg(&p, PROC_SUM_ITEMS, &[]), 512)
+            };
+            p.requester.submit(req, tag).expect("submitted");
+            expect.insert(tag, data);
+            for _ in 0..rng.range_inclusive(1, 6) {
+                let now = p.requester.clock().now();
+                p.poll(now);
+            }
+            while let Some(o) = p.next_outcome() {
+                outcomes += 1;
+                match o.status {
+                    CallStatus::Success => check(&o, &expect[&o.tag]),
+                    CallStatus::Transport(TransportError::Disconnected) => {
+                        broke_mid |= !expect[&o.tag].is_empty();
+                    }
+                    other => panic!("seed {seed}: tag {}: {other:?}", o.tag),
+                }
+            }
+        }
+        let n = expect.len();
+        let expect = &expect;
+        let broke_mid = &mut broke_mid;
+        let done = p.run_until(DEADLINE, |p| {
+            while let Some(o) = p.next_outcome() {
+                outcomes += 1;
+                match o.status {
+                    CallStatus::Success => check(&o, &expect[&o.tag]),
+                    CallStatus::Transport(TransportError::Disconnected) => {
+                        *broke_mid |= !expect[&o.tag].is_empty();
+                    }
+                    other => panic!("seed {seed}: tag {}: {other:?}", o.tag),
+                }
+            }
+            outcomes == n
+        });
+        assert!(done, "seed {seed}: {outcomes} of {n} outcomes");
+        placed += p.requester.stats().send_ddp_items;
+        assert_eq!(
+            p.requester.stats().long_calls + p.requester.stats().cont_calls,
+            0,
+            "seed {seed}: every argument by send-based DDP"
+        );
+        eprintln!(
+            "seed {seed}: {n} calls, state {:?}, placed {}, broke mid {}, sim {:?}",
+            p.requester.state(),
+            p.requester.stats().send_ddp_items,
+            *broke_mid,
+            net.stats()
+        );
+        if p.requester.state() == ConnState::Established {
+            assert_eq!(p.requester.credits().in_flight(), 0, "seed {seed}: credits");
+            p.requester.close();
+        } else if *broke_mid {
+            broke_with_ddp_out += 1;
+        }
+        let closed = p.run_until(DEADLINE, |p| {
+            p.requester.state() == ConnState::Closed
+                && p.responder().is_none_or(|r| r.state() == ConnState::Closed)
+        });
+        assert!(closed, "seed {seed}: both sides close");
+        drop(p);
+        for (who, pools) in [("requester", &cpools), ("responder", &spools)] {
+            assert!(
+                pools.recv.is_full() && pools.send.is_full() && pools.large.is_full(),
+                "seed {seed}: {who} pools full"
+            );
+        }
+    }
+    assert!(placed > 20, "send-based DDP was exercised: {placed}");
+    assert!(
+        broke_with_ddp_out > 0,
+        "some connection broke with DDP calls in flight"
+    );
+}
