@@ -4,8 +4,8 @@
 //! A [`Pair`] serves the built-in programs (as `rpcrdma serve` does) through the ULP
 //! `Dispatcher`. After a warm-up, `measured_null` makes `CALLS` NULL calls and
 //! `measured_echo` `CALLS` inline ECHO calls of 64 octets, one at a time; each call is
-//! built, submitted, and both ends are polled (the clock read once per poll, as a
-//! driver would) until its outcome arrives. Waits are bounded by poll counts, never by
+//! built, submitted, and both ends are polled (the clock read once per turn of the
+//! loop, as a driver would: the submit and the first poll share one read) until its outcome arrives. Waits are bounded by poll counts, never by
 //! time, so the counted code is deterministic.
 //!
 //! ```text
@@ -78,17 +78,23 @@ fn call<'d, A: XdrCodec<'d>>(
     tag: u64,
     check: impl FnOnce(&Outcome) -> bool,
 ) -> bool {
+    // One clock read per turn of the loop, as a driver's: the call is submitted at the
+    // time the turn's poll gets.
+    let mut now = Instant::now();
     let Ok(msg) = p.requester.take_msg() else {
         return false;
     };
     let Ok(req) = inline_call(msg, &header(proc_), args, 256) else {
         return false;
     };
-    if p.requester.submit(req, tag).is_err() {
+    if p.requester.submit_at(req, tag, now).is_err() {
         return false;
     }
-    for _ in 0..MAX_POLLS {
-        p.poll(Instant::now());
+    for i in 0..MAX_POLLS {
+        if i > 0 {
+            now = Instant::now();
+        }
+        p.poll(now);
         if let Some(o) = p.requester.poll_outcome() {
             let ok = o.tag == tag && o.status == CallStatus::Success && check(&o);
             // Its buffers back to the connection's caches, as a driver loop does.

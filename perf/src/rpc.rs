@@ -324,7 +324,7 @@ impl Caller<'_> {
             }
         }
         c.posted_at[tag as usize] = now;
-        match c.conn.submit(req, u64::from(tag)) {
+        match c.conn.submit_at(req, u64::from(tag), now) {
             Ok(()) => {
                 c.in_flight += 1;
                 Ok(())
@@ -613,10 +613,14 @@ fn measure<P: Provider>(
             }
         }
         let mut got = 0;
+        // One clock read for the calls submitted above and this turn's polls, one for
+        // the outcomes a poll brings (as the fabric rows read once per post and once
+        // per completion batch).
         for c in conns.iter_mut() {
-            c.conn.poll(Instant::now());
+            c.conn.poll(now);
+            let mut done_at = None;
             while let Some(o) = c.conn.poll_outcome() {
-                let done = Instant::now();
+                let done = *done_at.get_or_insert_with(Instant::now);
                 got += 1;
                 total_in_flight = total_in_flight.saturating_sub(1);
                 let (tag, status) = Caller::recycle(c, o);

@@ -295,6 +295,21 @@ impl<P: Provider, B: ResponderRole> Requester<P, B> {
         self.core.submit(req, tag, self.clock.now())
     }
 
+    /// [`submit`](Self::submit) at `now`, a time the caller read from this
+    /// connection's [`clock`](Self::clock) just before (the `now` its loop passes to
+    /// [`poll`](Self::poll)): a driver loop that submits many calls per turn reads the
+    /// clock once per turn instead of once per call. The call's deadline counts from
+    /// `now`, so a stale `now` shortens it.
+    #[inline]
+    pub fn submit_at(
+        &mut self,
+        req: CallRequest,
+        tag: u64,
+        now: Instant,
+    ) -> Result<(), SubmitError> {
+        self.core.submit(req, tag, now)
+    }
+
     /// The next finished call.
     #[inline]
     pub fn poll_outcome(&mut self) -> Option<Outcome> {
