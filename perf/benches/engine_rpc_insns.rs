@@ -69,14 +69,14 @@ fn connect() -> P {
 /// One call: built (its message buffer from the connection's cache), submitted, both
 /// ends polled until its outcome arrives; true when it is this call's and a success and
 /// `check` accepts it. The outcome is inspected where it lands and its buffers go back
-/// to the connection's caches (`Requester::recycle`), as a driver loop would.
+/// to the connection's caches (`Requester::poll_outcome_with`), as a driver loop would.
 #[inline(always)]
 fn call<'d, A: XdrCodec<'d>>(
     p: &mut P,
     proc_: u32,
     args: &A,
     tag: u64,
-    check: impl FnOnce(&Outcome) -> bool,
+    check: impl Fn(&Outcome) -> bool,
 ) -> bool {
     // One clock read per turn of the loop, as a driver's: the call is submitted at the
     // time the turn's poll gets.
@@ -95,10 +95,12 @@ fn call<'d, A: XdrCodec<'d>>(
             now = Instant::now();
         }
         p.poll(now);
-        if let Some(o) = p.requester.poll_outcome() {
-            let ok = o.tag == tag && o.status == CallStatus::Success && check(&o);
-            // Its buffers back to the connection's caches, as a driver loop does.
-            p.requester.recycle(o);
+        // Read where it lies, its buffers back to the connection's caches after, as a
+        // driver loop does.
+        if let Some(ok) = p
+            .requester
+            .poll_outcome_with(|o| o.tag == tag && o.status == CallStatus::Success && check(&*o))
+        {
             return ok;
         }
     }

@@ -333,6 +333,24 @@ impl Caller<'_> {
         }
     }
 
+    /// The next finished call on `c`, read where the engine keeps it: its buffers back
+    /// into the connection's lists and caches; its tag and status.
+    fn next_done<P: Provider>(c: &mut Conn<P>) -> Option<(usize, CallStatus)> {
+        let (args, sinks, tags) = (&mut c.args, &mut c.sinks, &mut c.tags);
+        let done = c.conn.poll_outcome_with(|o| {
+            for a in o.ddp_args.drain() {
+                args.push(a.data);
+            }
+            for s in o.write_sinks.drain() {
+                sinks.push(s);
+            }
+            tags.push(o.tag as u32);
+            (o.tag as usize, o.status)
+        })?;
+        c.in_flight = c.in_flight.saturating_sub(1);
+        Some(done)
+    }
+
     /// Takes an outcome's buffers back into the connection's lists and returns its tag
     /// and status.
     fn recycle<P: Provider>(c: &mut Conn<P>, mut o: Outcome) -> (usize, CallStatus) {
@@ -619,11 +637,10 @@ fn measure<P: Provider>(
         for c in conns.iter_mut() {
             c.conn.poll(now);
             let mut done_at = None;
-            while let Some(o) = c.conn.poll_outcome() {
+            while let Some((tag, status)) = Caller::next_done(c) {
                 let done = *done_at.get_or_insert_with(Instant::now);
                 got += 1;
                 total_in_flight = total_in_flight.saturating_sub(1);
-                let (tag, status) = Caller::recycle(c, o);
                 if status != CallStatus::Success {
                     return Err(BenchError::Rpc(format!("call ended with {status:?}")));
                 }

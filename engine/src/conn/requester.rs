@@ -319,6 +319,28 @@ impl<P: Provider, B: ResponderRole> Requester<P, B> {
         self.core.poll_outcome()
     }
 
+    /// The next finished call, handed to `f` where the engine keeps it, after which its
+    /// buffers are taken back as [`recycle`](Self::recycle) takes them (the call message
+    /// into the send-buffer cache, the reply into the receive cache; whatever `f` left in
+    /// its DDP argument and write-sink lists is dropped: drain them in `f` to keep
+    /// them). The same outcome as [`poll_outcome`](Self::poll_outcome) followed by
+    /// `recycle`, without moving the outcome (a few hundred octets) out and back: for a
+    /// driver loop on the connection's thread. `None` when no call has finished.
+    #[inline]
+    pub fn poll_outcome_with<T>(&mut self, f: impl FnOnce(&mut Outcome) -> T) -> Option<T> {
+        if self.again.is_some() {
+            let mut o = self.poll_outcome_again()?;
+            let r = f(&mut o);
+            self.recycle(o);
+            return Some(r);
+        }
+        let (r, msg) = self.core.poll_outcome_with(f)?;
+        if let Some(m) = msg {
+            m.release_into(&mut self.msg_cache);
+        }
+        Some(r)
+    }
+
     /// The next connection event.
     pub fn poll_event(&mut self) -> Option<ConnEvent> {
         self.events.pop_front()

@@ -804,6 +804,20 @@ impl RequesterHalf {
         self.outcomes.pop_front()
     }
 
+    /// The next finished call where it lies in the outcome queue, to be read (and
+    /// emptied) in place and then dropped with [`drop_outcome`](Self::drop_outcome):
+    /// an outcome is a few hundred octets, which `poll_outcome` moves out.
+    #[inline]
+    pub(crate) fn front_outcome(&mut self) -> Option<&mut Outcome> {
+        self.outcomes.front_mut()
+    }
+
+    /// Drops the outcome [`front_outcome`](Self::front_outcome) showed.
+    #[inline]
+    pub(crate) fn drop_outcome(&mut self) {
+        self.outcomes.drop_front();
+    }
+
     /// When [`handle_timeout`](Self::handle_timeout) next has something to do.
     pub fn next_timeout(&self, t: &Transport) -> Option<Instant> {
         let keepalive = match (self.params.keepalive, self.last_rx) {
