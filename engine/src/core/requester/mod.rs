@@ -642,6 +642,7 @@ impl RequesterHalf {
         self.next_seq = seq;
     }
 
+    #[inline]
     fn make_xid(&mut self, slot: u32) -> u32 {
         loop {
             self.next_seq = self.next_seq.wrapping_add(1);
