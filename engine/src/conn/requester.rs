@@ -34,8 +34,7 @@ pub struct Requester<P: Provider, B: ResponderRole = NoResponder> {
     cm: P::Cm,
     conn: ConnId,
     events: FixedQueue<ConnEvent>,
-    /// When the connection manager is polled next.
-    cm_pacer: super::CmPacer,
+    polls: u32,
     /// Send buffers for [`take_msg`](Self::take_msg), restocked by
     /// [`recycle`](Self::recycle).
     msg_cache: PoolCache,
@@ -166,7 +165,7 @@ impl<P: Provider, B: ResponderRole> Requester<P, B> {
             cm,
             conn,
             events: FixedQueue::with_capacity(32),
-            cm_pacer: super::CmPacer::default(),
+            polls: 0,
             msg_cache: res.pools.send.cache(),
             wcs: [Completion::EMPTY; CQ_BATCH],
             res,
@@ -212,8 +211,9 @@ impl<P: Provider, B: ResponderRole> Requester<P, B> {
     /// posting. Returns the work done (events and completions handled).
     pub fn poll(&mut self, now: Instant) -> usize {
         let mut work = 0;
-        let paced = self.cm_pacer.due(now);
-        let cm_due = self.core.state() != ConnState::Established || paced;
+        self.polls = self.polls.wrapping_add(1);
+        let cm_due = self.core.state() != ConnState::Established
+            || self.polls & (super::CM_POLL_INTERVAL - 1) == 0;
         if cm_due {
             work += self.poll_cm(now);
         }

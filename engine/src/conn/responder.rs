@@ -463,8 +463,7 @@ pub struct Responder<P: Provider, S, F, B: RequesterRole = NoRequester> {
     conns: Vec<ResponderConn<P, S, B>>,
     keep_closed: bool,
     refused: u64,
-    /// When the connection manager is polled next.
-    cm_pacer: super::CmPacer,
+    polls: u32,
     limits: ResponderLimits,
     counters: ResponderCounters,
     /// When the limits were last checked (they are checked on CM polls only).
@@ -589,7 +588,7 @@ where
             conns: Vec::new(),
             keep_closed: false,
             refused: 0,
-            cm_pacer: super::CmPacer::default(),
+            polls: 0,
             limits: ResponderLimits::default(),
             counters: ResponderCounters::default(),
             last_check: None,
@@ -635,7 +634,8 @@ where
     /// connection. Returns the work done.
     pub fn poll(&mut self, now: Instant) -> usize {
         let mut work = 0;
-        let cm_due = self.cm_pacer.due(now)
+        self.polls = self.polls.wrapping_add(1);
+        let cm_due = self.polls & (super::CM_POLL_INTERVAL - 1) == 0
             || self.conns.is_empty()
             || self
                 .conns
