@@ -106,6 +106,7 @@ impl CreditTable {
     }
 
     /// Takes a credit for an ordinary call; false when none is available.
+    #[inline]
     pub fn try_acquire(&self) -> bool {
         let granted = self.granted();
         let usable = self.usable_for_calls(granted);

@@ -4,8 +4,8 @@
 //! A [`Pair`] serves the built-in programs (as `rpcrdma serve` does) through the ULP
 //! `Dispatcher`. After a warm-up, `measured_null` makes `CALLS` NULL calls and
 //! `measured_echo` `CALLS` inline ECHO calls of 64 octets, one at a time; each call is
-//! built, submitted, and both ends are polled (the clock read once per poll, as a
-//! driver would) until its outcome arrives. Waits are bounded by poll counts, never by
+//! built, submitted, and both ends are polled (the clock read once per turn of the
+//! loop, as a driver would: the submit and the first poll share one read) until its outcome arrives. Waits are bounded by poll counts, never by
 //! time, so the counted code is deterministic.
 //!
 //! ```text
@@ -69,30 +69,38 @@ fn connect() -> P {
 /// One call: built (its message buffer from the connection's cache), submitted, both
 /// ends polled until its outcome arrives; true when it is this call's and a success and
 /// `check` accepts it. The outcome is inspected where it lands and its buffers go back
-/// to the connection's caches (`Requester::recycle`), as a driver loop would.
+/// to the connection's caches (`Requester::poll_outcome_with`), as a driver loop would.
 #[inline(always)]
 fn call<'d, A: XdrCodec<'d>>(
     p: &mut P,
     proc_: u32,
     args: &A,
     tag: u64,
-    check: impl FnOnce(&Outcome) -> bool,
+    check: impl Fn(&Outcome) -> bool,
 ) -> bool {
+    // One clock read per turn of the loop, as a driver's: the call is submitted at the
+    // time the turn's poll gets.
+    let mut now = Instant::now();
     let Ok(msg) = p.requester.take_msg() else {
         return false;
     };
     let Ok(req) = inline_call(msg, &header(proc_), args, 256) else {
         return false;
     };
-    if p.requester.submit(req, tag).is_err() {
+    if p.requester.submit_at(req, tag, now).is_err() {
         return false;
     }
-    for _ in 0..MAX_POLLS {
-        p.poll(Instant::now());
-        if let Some(o) = p.requester.poll_outcome() {
-            let ok = o.tag == tag && o.status == CallStatus::Success && check(&o);
-            // Its buffers back to the connection's caches, as a driver loop does.
-            p.requester.recycle(o);
+    for i in 0..MAX_POLLS {
+        if i > 0 {
+            now = Instant::now();
+        }
+        p.poll(now);
+        // Read where it lies, its buffers back to the connection's caches after, as a
+        // driver loop does.
+        if let Some(ok) = p
+            .requester
+            .poll_outcome_with(|o| o.tag == tag && o.status == CallStatus::Success && check(&*o))
+        {
             return ok;
         }
     }

@@ -406,13 +406,37 @@ impl Caller<'_> {
         now: Instant,
     ) -> Result<(), BenchError> {
         c.posted_at[tag as usize] = now;
-        match c.conn.submit(req, u64::from(tag)) {
+        match c.conn.submit_at(req, u64::from(tag), now) {
             Ok(()) => {
                 c.in_flight += 1;
                 Ok(())
             }
             Err(e) => Err(BenchError::Rpc(e.to_string())),
         }
+    }
+
+    /// The next finished call on `c`, read where the engine keeps it: its buffers back
+    /// into the connection's lists and caches; its tag and status.
+    fn next_done<P: Provider>(&self, c: &mut Conn<P>) -> Option<(usize, CallStatus)> {
+        let (args, sinks, tags, msgs) = (&mut c.args, &mut c.sinks, &mut c.tags, &mut c.msgs);
+        let prebuilt = self.shape.prebuilt;
+        let done = c.conn.poll_outcome_with(|o| {
+            if prebuilt {
+                if let Some(m) = o.msg.take() {
+                    msgs.push(m);
+                }
+            }
+            for a in o.ddp_args.drain() {
+                args.push(a.data);
+            }
+            for s in o.write_sinks.drain() {
+                sinks.push(s);
+            }
+            tags.push(o.tag as u32);
+            (o.tag as usize, o.status)
+        })?;
+        c.in_flight = c.in_flight.saturating_sub(1);
+        Some(done)
     }
 
     /// Takes an outcome's buffers back into the connection's lists and returns its tag
@@ -737,13 +761,16 @@ fn measure<P: Provider>(
             }
         }
         let mut got = 0;
+        // One clock read for the calls submitted above and this turn's polls, one for
+        // the outcomes a poll brings (as the fabric rows read once per post and once
+        // per completion batch).
         for c in conns.iter_mut() {
-            c.conn.poll(Instant::now());
-            while let Some(o) = c.conn.poll_outcome() {
-                let done = Instant::now();
+            c.conn.poll(now);
+            let mut done_at = None;
+            while let Some((tag, status)) = caller.next_done(c) {
+                let done = *done_at.get_or_insert_with(Instant::now);
                 got += 1;
                 total_in_flight = total_in_flight.saturating_sub(1);
-                let (tag, status) = caller.recycle(c, o);
                 if status != CallStatus::Success {
                     return Err(BenchError::Rpc(format!("call ended with {status:?}")));
                 }

@@ -295,6 +295,21 @@ impl<P: Provider, B: ResponderRole> Requester<P, B> {
         self.core.submit(req, tag, self.clock.now())
     }
 
+    /// [`submit`](Self::submit) at `now`, a time the caller read from this
+    /// connection's [`clock`](Self::clock) just before (the `now` its loop passes to
+    /// [`poll`](Self::poll)): a driver loop that submits many calls per turn reads the
+    /// clock once per turn instead of once per call. The call's deadline counts from
+    /// `now`, so a stale `now` shortens it.
+    #[inline]
+    pub fn submit_at(
+        &mut self,
+        req: CallRequest,
+        tag: u64,
+        now: Instant,
+    ) -> Result<(), SubmitError> {
+        self.core.submit(req, tag, now)
+    }
+
     /// The next finished call.
     #[inline]
     pub fn poll_outcome(&mut self) -> Option<Outcome> {
@@ -302,6 +317,28 @@ impl<P: Provider, B: ResponderRole> Requester<P, B> {
             return self.poll_outcome_again();
         }
         self.core.poll_outcome()
+    }
+
+    /// The next finished call, handed to `f` where the engine keeps it, after which its
+    /// buffers are taken back as [`recycle`](Self::recycle) takes them (the call message
+    /// into the send-buffer cache, the reply into the receive cache; whatever `f` left in
+    /// its DDP argument and write-sink lists is dropped: drain them in `f` to keep
+    /// them). The same outcome as [`poll_outcome`](Self::poll_outcome) followed by
+    /// `recycle`, without moving the outcome (a few hundred octets) out and back: for a
+    /// driver loop on the connection's thread. `None` when no call has finished.
+    #[inline]
+    pub fn poll_outcome_with<T>(&mut self, f: impl FnOnce(&mut Outcome) -> T) -> Option<T> {
+        if self.again.is_some() {
+            let mut o = self.poll_outcome_again()?;
+            let r = f(&mut o);
+            self.recycle(o);
+            return Some(r);
+        }
+        let (r, msg) = self.core.poll_outcome_with(f)?;
+        if let Some(m) = msg {
+            m.release_into(&mut self.msg_cache);
+        }
+        Some(r)
     }
 
     /// The next connection event.

@@ -997,6 +997,26 @@ impl<P: ResponderRole> Connection<RequesterHalf, P> {
         self.req.poll_outcome()
     }
 
+    /// The next finished call, handed to `f` where it lies; then its reply buffer goes
+    /// back to the receive table's cache (as [`recycle_recv`](Self::recycle_recv)) and
+    /// the outcome is dropped in place. Returns what `f` returned and the call message
+    /// buffer, for the driver's send-buffer cache.
+    #[inline]
+    pub(crate) fn poll_outcome_with<T>(
+        &mut self,
+        f: impl FnOnce(&mut Outcome) -> T,
+    ) -> Option<(T, Option<RegBuf>)> {
+        let o = self.req.front_outcome()?;
+        let r = f(o);
+        let msg = o.msg.take();
+        let reply = o.reply.take();
+        self.req.drop_outcome();
+        if let Some(reply) = reply {
+            self.t.recvs.recycle(reply.buf);
+        }
+        Some((r, msg))
+    }
+
     /// Starts the health check (RFC 8267 §6.7.2): an RPC NULL on the reserved credit.
     /// Its result arrives as [`ConnEvent::ProbeAnswered`] or [`ConnEvent::PeerDead`].
     pub fn health_check(&mut self, now: Instant) -> Result<(), ProbeError> {

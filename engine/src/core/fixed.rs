@@ -283,6 +283,30 @@ impl<T> FixedQueue<T> {
         Some(unsafe { self.slots[at].assume_init_read() })
     }
 
+    /// The value at the front, writable in place.
+    #[inline(always)]
+    pub(crate) fn front_mut(&mut self) -> Option<&mut T> {
+        if self.len == 0 {
+            return None;
+        }
+        // SAFETY: with `len > 0` the place at `head` is initialised.
+        Some(unsafe { self.slots[self.head].assume_init_mut() })
+    }
+
+    /// Drops the value at the front where it lies (a `pop_front` without moving it out).
+    #[inline(always)]
+    pub(crate) fn drop_front(&mut self) {
+        if self.len == 0 {
+            return;
+        }
+        let at = self.head;
+        self.head = self.wrap(1);
+        self.len -= 1;
+        // SAFETY: the place at the old head was initialised and, with `head` moved past
+        // it and `len` lowered, is outside the initialised range now: dropped only here.
+        unsafe { self.slots[at].assume_init_drop() }
+    }
+
     /// The value at the front.
     pub(crate) fn front(&self) -> Option<&T> {
         if self.len == 0 {

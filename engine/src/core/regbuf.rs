@@ -76,6 +76,7 @@ impl RegBuf {
     }
 
     /// Takes a buffer from a per-thread cache.
+    #[inline]
     pub fn from_cache(cache: &mut PoolCache) -> Result<RegBuf, RegBufError> {
         let buf = cache.get().map_err(from_pool_error)?;
         Ok(RegBuf {
@@ -209,6 +210,7 @@ impl RegBuf {
 
     /// Gives the buffer back through `cache` when it serves the same pool (cheaper than
     /// the shared ring); otherwise it goes to its own pool as on drop.
+    #[inline]
     pub fn release_into(self, cache: &mut PoolCache) {
         let mut this = ManuallyDrop::new(self);
         // SAFETY: `this` is never used again and its destructor does not run, so the

@@ -87,6 +87,48 @@ fn recycled_buffers_serve_call_after_call<N: Net>(net: N) {
     assert!(pools.recv.is_full(), "receive buffers all back");
 }
 
+/// The same loop submitting at the turn's clock read (`Requester::submit_at`) and reading
+/// each outcome where the engine keeps it (`Requester::poll_outcome_with`): every reply
+/// is its call's, what the closure returns comes back, a poll with nothing finished
+/// gives `None` without calling it, and the caches get every buffer back.
+fn outcomes_read_in_place_give_their_buffers_back<N: Net>(net: N) {
+    let cfg = test_config();
+    let mut p = pair(&net, &cfg, &cfg);
+    let pools = p.requester.resources().pools().clone();
+    let deadline = std::time::Instant::now() + DEADLINE;
+    for i in 0..200u64 {
+        let data = pattern((i % 97) as usize, i as u8);
+        let mut m = p.requester.take_msg().expect("send buffer from the cache");
+        write_call(&mut m, PROC_ECHO, &opaque(&data));
+        let mut now = p.requester.clock().now();
+        p.requester
+            .submit_at(CallRequest::new(m, 4000), i, now)
+            .expect("submitted");
+        assert_eq!(
+            p.requester
+                .poll_outcome_with(|_| unreachable!("nothing finished yet")),
+            None::<()>
+        );
+        let (tag, ok) = loop {
+            p.poll(now);
+            let seen = p.requester.poll_outcome_with(|o| {
+                let ok = o.status == CallStatus::Success && results(o) == &opaque(&data)[..];
+                (o.tag, ok)
+            });
+            if let Some(seen) = seen {
+                break seen;
+            }
+            assert!(now < deadline, "call {i} answered before the deadline");
+            now = p.requester.clock().now();
+        };
+        assert_eq!((tag, ok), (i, true), "call {i}");
+    }
+    assert_eq!(p.requester.stats().calls_sent, 200);
+    drop(p);
+    assert!(pools.send.is_full(), "send buffers all back");
+    assert!(pools.recv.is_full(), "receive buffers all back");
+}
+
 fn service_errors_become_rpc_errors<N: Net>(net: N) {
     let cfg = test_config();
     let mut p = pair(&net, &cfg, &cfg);
@@ -138,6 +180,7 @@ per_provider!(
     caller_chosen_xids_cross_the_wire,
     echo_is_exact_for_many_sizes,
     recycled_buffers_serve_call_after_call,
+    outcomes_read_in_place_give_their_buffers_back,
     service_errors_become_rpc_errors,
     thresholds_come_from_private_data,
 );

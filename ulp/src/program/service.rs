@@ -68,6 +68,12 @@ impl Service for Dispatcher {
         if !self.is_attached() && !call.write_chunks().is_empty() {
             self.attach_registered(&mut || reply.alloc_buf());
         }
+        // A dispatcher never attached (no call had Write chunks yet: every inline
+        // call) has no registered results to look in, and skips taking the list out
+        // and putting it back (dropping the empty one it replaces).
+        if !self.is_attached() {
+            return reply_to(self, &inbound, reply, &[]);
+        }
         let registered = self.take_registered();
         let done = reply_to(self, &inbound, reply, &registered);
         self.put_registered(registered);
@@ -89,6 +95,9 @@ fn within<'r>(registered: &'r [Arc<RegBuf>], data: &[u8]) -> Option<(&'r Arc<Reg
 /// Dispatches `inbound` into `reply` and hands its DDP results to the engine: without
 /// a copy when they lie in the call's pulled Read chunks or in `registered`, else
 /// copied once into a large buffer.
+// Always inlined: `handle_call` calls it from two places, and a call of its own
+// would cost more than the take-and-put the first place saves.
+#[inline(always)]
 fn reply_to(
     d: &mut Dispatcher,
     inbound: &InboundCall<'_>,

@@ -247,6 +247,9 @@ impl<'a> OpaqueAuth<'a> {
         }
     }
 
+    // Inlined into the call header's decode, with the rest out of line: the common case
+    // is a compare and a skip, cheaper than the register saves of a call to the whole.
+    #[inline(always)]
     pub(crate) fn decode(c: &mut XdrCursor<'a>, field: AuthField) -> Result<Self, Fault> {
         // AUTH_NONE with an empty body, nearly every call's verifier and most calls'
         // credential: eight zero octets, taken in one look.
@@ -254,6 +257,12 @@ impl<'a> OpaqueAuth<'a> {
             c.skip(8)?;
             return Ok(OpaqueAuth::None);
         }
+        Self::decode_other(c, field)
+    }
+
+    /// [`decode`](Self::decode) of anything but an empty AUTH_NONE.
+    #[inline(never)]
+    fn decode_other(c: &mut XdrCursor<'a>, field: AuthField) -> Result<Self, Fault> {
         let flavor = c.u32()?;
         let len_at = c.position();
         let body = c.opaque(MAX_AUTH_BYTES as u32).map_err(|e| match e {

@@ -646,6 +646,7 @@ impl RequesterHalf {
         self.next_seq = seq;
     }
 
+    #[inline]
     fn make_xid(&mut self, slot: u32) -> u32 {
         loop {
             self.next_seq = self.next_seq.wrapping_add(1);
@@ -815,6 +816,20 @@ impl RequesterHalf {
     #[inline]
     pub fn poll_outcome(&mut self) -> Option<Outcome> {
         self.outcomes.pop_front()
+    }
+
+    /// The next finished call where it lies in the outcome queue, to be read (and
+    /// emptied) in place and then dropped with [`drop_outcome`](Self::drop_outcome):
+    /// an outcome is a few hundred octets, which `poll_outcome` moves out.
+    #[inline]
+    pub(crate) fn front_outcome(&mut self) -> Option<&mut Outcome> {
+        self.outcomes.front_mut()
+    }
+
+    /// Drops the outcome [`front_outcome`](Self::front_outcome) showed.
+    #[inline]
+    pub(crate) fn drop_outcome(&mut self) {
+        self.outcomes.drop_front();
     }
 
     /// When [`handle_timeout`](Self::handle_timeout) next has something to do.
