@@ -21,4 +21,5 @@ mod engine_verbs_disconnect;
 mod engine_verbs_errors;
 mod engine_verbs_inline;
 mod engine_verbs_read_chunk_replies;
+mod engine_verbs_send_ddp;
 mod fabric_verbs_conformance;

@@ -302,12 +302,15 @@ fn rpc_rows_of_every_mode_are_in_the_json() {
             "lat",
             &["--size", "64,8k"][..],
             // 8k is too long for inline: the same call by continuation and by
-            // Position-Zero Read chunk.
+            // Position-Zero Read chunk, and its argument by send-based DDP and by Read
+            // chunk.
             &[
                 "echo",
                 "echo",
                 "long call by read chunk (2 round trips)",
                 "long call by group (1 round trip)",
+                "bulk argument by read chunk (2 round trips)",
+                "bulk argument by send DDP (1 round trip)",
             ][..],
         ),
         ("rate", &["--depth", "4", "--connections", "2"], &["echo"]),
