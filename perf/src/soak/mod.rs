@@ -4,7 +4,7 @@
 //! registered on either side.
 //!
 //! The server is a child process (this binary with `soak --serve`): the ULP's
-//! `Dispatcher` with the echo program and the soak's [`ledger`] program behind a
+//! `Dispatcher` with the echo program and the soak's `ledger` program behind a
 //! `Responder`, over `Faulty<P>` when `--faults` is given, with one duplicate request
 //! cache for all its connections. It runs until its stdin closes, then closes its
 //! connections and reports what its device still holds (`leaked N`); while it runs it
