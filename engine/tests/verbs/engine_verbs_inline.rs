@@ -3,20 +3,5 @@
 //! tools/lab/verbs.sh builds it on the host and runs it in the guest with
 //! `RPCRDMA_VERBS_DEV` and `RPCRDMA_VERBS_IP` set.
 
-// Defined before the generic file is loaded, this textual-scope macro shadows the
-// exported `per_provider!` there: the same test bodies, instantiated over verbs only.
-macro_rules! per_provider {
-    ($($name:ident),* $(,)?) => {
-        mod verbs {
-            $(
-                #[test]
-                fn $name() {
-                    super::$name(super::engine_support::VerbsNet::from_env());
-                }
-            )*
-        }
-    };
-}
-
 #[path = "../engine/engine_inline.rs"]
 mod generic;
