@@ -258,7 +258,8 @@ impl Inner {
                 });
             };
             let old = data.len() as u64;
-            if size > old && used + (size - old) > capacity {
+            // Saturating: the size is the client's, up to 2^64 - 1.
+            if size > old && used.saturating_add(size - old) > capacity {
                 return Err(Nfsstat3::NOSPC);
             }
             let size_us = usize::try_from(size).map_err(|_| Nfsstat3::FBIG)?;
@@ -408,7 +409,7 @@ impl NfsBackend for MemFs {
         };
         let old = d.len() as u64;
         let grow = end.saturating_sub(old);
-        if used + grow > self.capacity {
+        if used.saturating_add(grow) > self.capacity {
             return Err(Nfsstat3::NOSPC);
         }
         if grow > 0 {
@@ -678,5 +679,36 @@ impl NfsBackend for MemFs {
 
     fn write_verifier(&self) -> Verf {
         self.verf
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A size near 2^64 (SETATTR, or CREATE UNCHECKED of an existing file) is NOSPC,
+    /// not an overflow (found by the `nfs_server` fuzz target).
+    #[test]
+    fn a_huge_size_is_nospc_not_an_overflow() {
+        let fs = MemFs::new(1 << 20);
+        let root = fs.root();
+        let huge = Sattr3 {
+            size: Some(u64::MAX - 1),
+            ..Sattr3::default()
+        };
+        // Another file holds octets, so what is used exceeds this file's length.
+        let other = fs
+            .create(root, b"g", CreateMode::Unchecked, &Sattr3::default())
+            .expect("created");
+        fs.write(other, 0, b"some", StableHow::Unstable)
+            .expect("written");
+        let k = fs
+            .create(root, b"f", CreateMode::Unchecked, &Sattr3::default())
+            .expect("created");
+        assert_eq!(fs.setattr(k, &huge).err(), Some(Nfsstat3::NOSPC));
+        assert_eq!(
+            fs.create(root, b"f", CreateMode::Unchecked, &huge).err(),
+            Some(Nfsstat3::NOSPC)
+        );
     }
 }
