@@ -875,13 +875,6 @@ impl<R: RequesterRole, P: ResponderRole> Connection<R, P> {
         true
     }
 
-    /// Receives the shared receive queue has promised this connection (its largest
-    /// grant the requester may still use, its request-group limit, its DONE receives),
-    /// if it takes its receives from one.
-    pub fn shared_receives_promised(&self) -> Option<u32> {
-        self.t.recvs.promised()
-    }
-
     /// The connection has been idle for the server's idle interval (nothing received,
     /// no call in progress): on a shared receive queue, a smaller grant its replies
     /// carried is taken as read and the receives the larger one held go back to the

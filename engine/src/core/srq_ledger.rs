@@ -200,7 +200,8 @@ impl Exposure {
     }
 
     /// Receives promised to this connection now (its exposure).
-    pub(crate) fn promised(&self) -> u32 {
+    #[cfg(test)]
+    fn promised(&self) -> u32 {
         self.eff + self.done
     }
 }

@@ -236,11 +236,6 @@ impl RecvTable {
         }
     }
 
-    /// Receives the shared receive queue has promised this connection, if it is on one.
-    pub(crate) fn promised(&self) -> Option<u32> {
-        self.shared.as_ref().map(Exposure::promised)
-    }
-
     /// Receives of the connection's own staged or posted and not yet completed.
     #[inline]
     pub(crate) fn own_posted(&self) -> u32 {

@@ -216,20 +216,16 @@ impl RequesterHalf {
         let staged = group.stage(t, WrId::new(WrKind::CallSend, slot).encode());
         t.sq.give(cp.count - staged);
         self.cont.reserve_free -= cp.rsbuf;
-        s.state = SlotState::Sent;
-        s.xid = xid;
-        s.tag = tag;
-        s.mrs.clear();
-        s.wrs = staged;
-        s.reserved = 0;
-        s.sink_caps = [0; MAX_WRITE_SINKS];
-        s.reply_cap = 0;
-        s.reply_buf = None;
-        s.deadline = deadline;
-        s.started = Some(now);
+        s.sent_without_chunks(
+            xid,
+            tag,
+            staged,
+            deadline,
+            now,
+            crate::requester::Resend::of(req),
+        );
         s.cont_credits = extra;
         s.rsbuf = cp.rsbuf;
-        s.resend = crate::requester::Resend::of(req);
         self.stats.calls_sent += 1;
         self.stats.cont_calls += u64::from(cp.count > 1);
         self.stats.call_messages += u64::from(cp.count);

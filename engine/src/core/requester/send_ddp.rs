@@ -7,12 +7,11 @@
 
 use std::time::Instant;
 
-use super::slot::SlotState;
 use super::RequesterHalf;
 use crate::core::transport::Transport;
 use crate::core::wrid::{WrId, WrKind};
 use crate::fabric::{SendOp, Sge};
-use crate::requester::{CallRequest, MAX_WRITE_SINKS};
+use crate::requester::CallRequest;
 use crate::wire::header::{FIXED_HEADER_LEN, WORD_LEN};
 use crate::wire::rtr::place::{self, DdpLayout, Loc, MItem, TbsnLoc, MAX_ITEM_SEGMENTS};
 
@@ -160,20 +159,16 @@ impl RequesterHalf {
             t.sq.give(1);
             return false;
         }
-        s.state = SlotState::Sent;
-        s.xid = xid;
-        s.tag = tag;
-        s.mrs.clear();
-        s.wrs = 1;
-        s.reserved = 0;
-        s.sink_caps = [0; MAX_WRITE_SINKS];
-        s.reply_cap = 0;
-        s.reply_buf = None;
-        s.deadline = deadline;
-        s.started = Some(now);
+        s.sent_without_chunks(
+            xid,
+            tag,
+            1,
+            deadline,
+            now,
+            crate::requester::Resend::of(req),
+        );
         s.cont_credits = 0;
         s.rsbuf = 0;
-        s.resend = crate::requester::Resend::of(req);
         self.stats.calls_sent += 1;
         self.stats.call_messages += 1;
         self.stats.send_ddp_items += 1;

@@ -143,6 +143,33 @@ impl CallSlot {
         }
     }
 
+    /// The slot now holds a call sent as Sends alone, with no chunk of its own to
+    /// return: `wrs` work requests out, no registrations, no Write sink or Reply chunk
+    /// offered. The continuation fields are the caller's.
+    #[inline]
+    pub(super) fn sent_without_chunks(
+        &mut self,
+        xid: u32,
+        tag: u64,
+        wrs: u32,
+        deadline: Option<Instant>,
+        now: Instant,
+        resend: Resend,
+    ) {
+        self.state = SlotState::Sent;
+        self.xid = xid;
+        self.tag = tag;
+        self.mrs.clear();
+        self.wrs = wrs;
+        self.reserved = 0;
+        self.sink_caps = [0; MAX_WRITE_SINKS];
+        self.reply_cap = 0;
+        self.reply_buf = None;
+        self.deadline = deadline;
+        self.started = Some(now);
+        self.resend = resend;
+    }
+
     /// True when every registration of the call is dead.
     pub(super) fn all_invalid(&self) -> bool {
         self.mrs.iter().all(|m| m.state == MrState::Invalid)

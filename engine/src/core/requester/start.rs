@@ -468,18 +468,7 @@ impl RequesterHalf {
         let staged = u32::from(t.stage(wr_id, SendOp::Send, &[hdr_sge, msg_sge]));
         // Room for a Send that was not staged (never, see `Transport::stage`) goes back.
         t.sq.give(1 - staged);
-        s.state = SlotState::Sent;
-        s.xid = xid;
-        s.tag = tag;
-        s.mrs.clear();
-        s.wrs = staged;
-        s.reserved = 0;
-        s.sink_caps = [0; MAX_WRITE_SINKS];
-        s.reply_cap = 0;
-        s.reply_buf = None;
-        s.deadline = deadline;
-        s.started = Some(now);
-        s.resend = Resend::of(req);
+        s.sent_without_chunks(xid, tag, staged, deadline, now, Resend::of(req));
         self.stats.calls_sent += 1;
         self.stats.call_messages += 1;
         true
