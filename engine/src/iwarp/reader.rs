@@ -83,6 +83,10 @@ pub struct FpduReader {
     trailer: [u8; MAX_TRAILER_LEN],
     trailer_have: usize,
     crc: Crc32c,
+    /// The consumer excused a CRC mismatch of the current FPDU ([`FpduReader::waive_crc`]).
+    crc_waived: bool,
+    /// CRC mismatches excused so far.
+    waived_mismatches: u64,
     failed: Option<FpduError>,
 }
 
@@ -108,8 +112,26 @@ impl FpduReader {
             trailer: [0; MAX_TRAILER_LEN],
             trailer_have: 0,
             crc: Crc32c::new(),
+            crc_waived: false,
+            waived_mismatches: 0,
             failed: None,
         }
+    }
+
+    /// Excuses a CRC mismatch of the FPDU whose header was just handed out: its trailer
+    /// is still checked, but a mismatch is counted ([`waived_mismatches`]) and the FPDU
+    /// ends normally instead of failing the stream. For a consumer that places nothing
+    /// of this FPDU's payload and has checked its header against what it expects; the
+    /// waiver lapses at the next header.
+    ///
+    /// [`waived_mismatches`]: Self::waived_mismatches
+    pub fn waive_crc(&mut self) {
+        self.crc_waived = true;
+    }
+
+    /// CRC mismatches excused by [`waive_crc`](Self::waive_crc) so far.
+    pub fn waived_mismatches(&self) -> u64 {
+        self.waived_mismatches
     }
 
     /// Whether the reader sits exactly between FPDUs (no partial FPDU buffered).
@@ -209,6 +231,7 @@ impl FpduReader {
                 SegmentHeader::decode(&self.head[LENGTH_FIELD_LEN..self.head_need])
                     .map_err(|e: SegmentError| FpduError::Segment(e))?;
             self.crc = Crc32c::new();
+            self.crc_waived = false;
             if self.crc_enabled {
                 self.crc.update(&self.head[..self.head_need]);
             }
@@ -272,7 +295,9 @@ impl FpduReader {
                 self.trailer[pad + 2],
                 self.trailer[pad + 3],
             ]);
-            if self.crc.value() != received {
+            if self.crc.value() != received && self.crc_waived {
+                self.waived_mismatches += 1;
+            } else if self.crc.value() != received {
                 return Err(FpduError::CrcMismatch {
                     computed: self.crc.value(),
                     received,

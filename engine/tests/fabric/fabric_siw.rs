@@ -973,9 +973,10 @@ fn a_send_confirmed_in_the_poll_that_sees_the_close_still_succeeds() {
     p.wait_both_failed();
 }
 
-#[test]
-fn stale_octets_in_the_response_to_a_zero_length_read_are_ignored() {
-    let (mut s, mut raw) = raw_pair(SiwConfig::default(), true);
+/// A Write confirmed by a zero-length Read (CRCs as `crc`); returns the raw peer with
+/// the Read Request it must answer.
+fn write_awaiting_confirmation(crc: bool) -> (Server, Raw, ReadRequest) {
+    let (mut s, mut raw) = raw_pair(SiwConfig::default(), crc);
     s.fill(0, b"confirm me");
     let b = [s.sge(0, 10)];
     let remote = RemoteAddr {
@@ -995,16 +996,62 @@ fn stale_octets_in_the_response_to_a_zero_length_read_are_ignored() {
     assert_eq!(h.opcode, Opcode::ReadRequest);
     let rr = ReadRequest::decode(&p).expect("a Read Request");
     assert_eq!(rr.size, 0);
+    (s, raw, rr)
+}
+
+#[test]
+fn stale_octets_in_the_response_to_a_zero_length_read_are_ignored() {
     // Answer as Linux siw 6.1 does after a transmission of its own: with that
-    // transmission's length and octets.
+    // transmission's length and octets; and, as it does now and then, with a CRC
+    // computed before those octets changed under it.
+    for (crc, corrupt) in [(false, false), (true, false), (true, true)] {
+        let (mut s, mut raw, rr) = write_awaiting_confirmation(crc);
+        let resp = SegmentHeader::tagged(Opcode::ReadResponse, true, rr.sink_stag, rr.sink_to);
+        let mut b = vec![0u8; fpdu_len(resp.encoded_len() + 16)];
+        let n = encode_fpdu(&mut b, &resp, &[0xEE; 16], crc).expect("fpdu");
+        if corrupt {
+            b[n - 8] ^= 0x01;
+        }
+        raw.write_all(&b[..n]);
+        s.wait(&mut raw, "the Write's completion", |s, _| {
+            !s.done.is_empty()
+        });
+        let case = format!("crc {crc}, corrupt {corrupt}");
+        assert_eq!(
+            (s.done[0].wr_id, s.done[0].status),
+            (1, WcStatus::Success),
+            "{case}"
+        );
+        assert_eq!(
+            s.qp.as_ref().map(|q| q.state()),
+            Some(QpState::ReadyToSend),
+            "{case}"
+        );
+        assert_eq!(s.read(0, 10), b"confirm me", "nothing was placed: {case}");
+        for _ in 0..100 {
+            s.pump();
+        }
+        raw.fill();
+        assert!(raw.inbox.is_empty(), "no Terminate: {case}");
+    }
+}
+
+#[test]
+fn an_empty_response_to_a_zero_length_read_is_held_to_its_crc() {
+    // Only the stale octets of the Linux quirk excuse a CRC: an empty response, what a
+    // correct peer sends, with a wrong CRC is an MPA CRC Terminate.
+    let (mut s, mut raw, rr) = write_awaiting_confirmation(true);
     let resp = SegmentHeader::tagged(Opcode::ReadResponse, true, rr.sink_stag, rr.sink_to);
-    raw.send(resp, &[0xEE; 16]);
-    s.wait(&mut raw, "the Write's completion", |s, _| {
-        !s.done.is_empty()
-    });
-    assert_eq!((s.done[0].wr_id, s.done[0].status), (1, WcStatus::Success));
-    assert_eq!(s.qp.as_ref().map(|q| q.state()), Some(QpState::ReadyToSend));
-    assert_eq!(s.read(0, 10), b"confirm me", "nothing was placed");
+    let mut b = vec![0u8; fpdu_len(resp.encoded_len())];
+    let n = encode_fpdu(&mut b, &resp, &[], true).expect("fpdu");
+    b[n - 1] ^= 0xff;
+    raw.write_all(&b[..n]);
+    let (th, body) = next_fpdu(&mut s, &mut raw);
+    assert_eq!(th.opcode, Opcode::Terminate);
+    let t = Terminate::decode(&body).expect("decodes");
+    assert_eq!(t.code, TerminateCode::Mpa(MpaLlpError::CrcError));
+    s.wait(&mut raw, "the Write failed", |s, _| !s.done.is_empty());
+    assert_ne!(s.done[0].status, WcStatus::Success);
 }
 
 #[test]

@@ -287,6 +287,50 @@ fn reader_reports_crc_failure_at_the_end_and_stays_failed() {
 }
 
 #[test]
+fn a_waived_crc_mismatch_ends_only_that_fpdu_and_is_counted() {
+    // Two FPDUs, both with a corrupted payload octet: the first is waived once its
+    // header is seen, the second is not (the waiver lapses at the next header).
+    let h = SegmentHeader::tagged(Opcode::ReadResponse, true, 0, 0);
+    let mut buf = [0u8; 128];
+    let n = encode_fpdu(&mut buf, &h, b"stale octets", true).expect("fits");
+    let m = encode_fpdu(&mut buf[n..], &h, b"stale octets", true).expect("fits");
+    buf[n - 8] ^= 0x01;
+    buf[n + m - 8] ^= 0x01;
+    let mut r = FpduReader::new(true);
+    let mut off = 0;
+    let mut ends = 0;
+    let err = loop {
+        match r.step(&buf[off..n + m]) {
+            Ok(s) => {
+                off += s.consumed;
+                match s.event {
+                    Some(FpduEvent::Header { .. }) if ends == 0 => r.waive_crc(),
+                    Some(FpduEvent::End) => ends += 1,
+                    _ => {}
+                }
+            }
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(ends, 1, "the waived FPDU ended normally");
+    assert_eq!(r.waived_mismatches(), 1);
+    assert!(matches!(err, FpduError::CrcMismatch { .. }), "{err:?}");
+    // A waived FPDU whose CRC is right is not counted.
+    let mut r = FpduReader::new(true);
+    let k = encode_fpdu(&mut buf, &h, b"fine", true).expect("fits");
+    let mut off = 0;
+    while off < k {
+        let s = r.step(&buf[off..k]).expect("valid");
+        off += s.consumed;
+        if matches!(s.event, Some(FpduEvent::Header { .. })) {
+            r.waive_crc();
+        }
+    }
+    assert!(r.at_boundary());
+    assert_eq!(r.waived_mismatches(), 0);
+}
+
+#[test]
 fn reader_validates_lengths_and_headers_early() {
     // Length below a tagged header.
     assert_eq!(
