@@ -342,6 +342,24 @@ impl DdpData {
         }
     }
 
+    /// The data's octets; `sinks` are the context's pulled Read chunks.
+    pub(crate) fn bytes<'s>(&'s self, sinks: &'s Sinks) -> Option<&'s [u8]> {
+        match self {
+            DdpData::Owned(b) => Some(b.as_slice()),
+            DdpData::Pulled { sink, offset, len } => {
+                let at = *offset as usize;
+                sinks
+                    .get(usize::from(*sink))?
+                    .as_slice()
+                    .get(at..at.checked_add(*len as usize)?)
+            }
+            DdpData::Shared { buf, offset, len } => {
+                let at = *offset as usize;
+                buf.as_slice().get(at..at.checked_add(*len as usize)?)
+            }
+        }
+    }
+
     /// True when no copy was made for this result.
     pub(crate) fn is_zero_copy(&self) -> bool {
         !matches!(self, DdpData::Owned(_))
@@ -367,6 +385,9 @@ pub struct ReplyWriter<'a> {
     large: Option<&'a mut PoolCache>,
     pulled: Option<&'a Sinks>,
     no_reply: bool,
+    /// Per result, the body offset its item belongs at (see
+    /// [`ReplyWriter::ddp_result_position`]).
+    result_at: [u32; MAX_WRITE_CHUNKS],
 }
 
 impl fmt::Debug for ReplyWriter<'_> {
@@ -400,7 +421,49 @@ impl<'a> ReplyWriter<'a> {
             large,
             pulled,
             no_reply: false,
+            result_at: [0; MAX_WRITE_CHUNKS],
         }
+    }
+
+    /// Records where the result just pushed belongs: the body as written so far.
+    fn mark_result(&mut self) {
+        if let Some(k) = self.results.len().checked_sub(1) {
+            if let Some(at) = self.result_at.get_mut(k) {
+                *at = self.len.min(u32::MAX as usize) as u32;
+            }
+        }
+    }
+
+    /// Says where in the body the last DDP result handed over belongs: the offset of
+    /// its data, just after its length word (the item's XDR position in the reply).
+    /// By default it is the body's length when the result was handed over, which is
+    /// right for a handler that writes the length word and then the result; a handler
+    /// that writes the whole body first says so here. Write chunks do not need it (the
+    /// requester's ULP knows where its items go); a reply sent by send-based DDP does
+    /// (draft-dnoveck-rpcrdma-rtrext §7.3, `xmdmi_disp`, and an item too short to place
+    /// goes back into the payload stream there). False when no result was handed over
+    /// or `at` lies past the body.
+    pub fn ddp_result_position(&mut self, at: usize) -> bool {
+        let Some(k) = self.results.len().checked_sub(1) else {
+            return false;
+        };
+        if at > self.len || at % 4 != 0 {
+            return false;
+        }
+        match self.result_at.get_mut(k) {
+            Some(slot) => {
+                *slot = at as u32;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The body offset result `k` belongs at ([`ddp_result_position`](Self::ddp_result_position)).
+    pub(crate) fn result_position(&self, k: usize) -> Option<u32> {
+        (k < self.results.len())
+            .then(|| self.result_at.get(k).copied())
+            .flatten()
     }
 
     /// Answers nothing: the engine sends no reply, releases the call's buffers at once,
@@ -554,7 +617,10 @@ impl<'a> ReplyWriter<'a> {
             });
         }
         match self.results.push(Some(DdpData::Owned(data))) {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                self.mark_result();
+                Ok(())
+            }
             Err(Some(DdpData::Owned(data))) => Err(DdpRefused {
                 reason: DdpRefusal::NoWriteChunk,
                 data,
@@ -605,7 +671,9 @@ impl<'a> ReplyWriter<'a> {
         };
         self.results
             .push(Some(d))
-            .map_err(|_| DdpRefusal::NoWriteChunk)
+            .map_err(|_| DdpRefusal::NoWriteChunk)?;
+        self.mark_result();
+        Ok(())
     }
 
     /// Sends `len` octets from `offset` of a registered buffer the service owns and
@@ -634,7 +702,9 @@ impl<'a> ReplyWriter<'a> {
         };
         self.results
             .push(Some(d))
-            .map_err(|_| DdpRefusal::NoWriteChunk)
+            .map_err(|_| DdpRefusal::NoWriteChunk)?;
+        self.mark_result();
+        Ok(())
     }
 
     /// Leaves the next Write chunk empty (its result was not DDP-eligible this time, or

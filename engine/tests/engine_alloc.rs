@@ -117,6 +117,9 @@ enum Shape {
     DdpReadAndWrite,
     /// A DDP argument placed by send-based DDP (the responder advertises a segment).
     SendDdp,
+    /// An inline call whose reply's item is placed by send-based DDP (the requester
+    /// advertises a segment and asks in `optxrq_rsd`).
+    ReplyDdp,
 }
 
 fn one_call(p: &mut Pair<ShmProvider, Echo>, shape: Shape, data: &[u8]) {
@@ -151,11 +154,19 @@ fn one_call(p: &mut Pair<ShmProvider, Echo>, shape: Shape, data: &[u8]) {
             r.push_ddp_arg(44, arg).expect("room");
             r
         }
+        Shape::ReplyDdp => {
+            let mut m = p.requester.alloc_msg().expect("msg");
+            write_call(&mut m, data, true);
+            let mut r = CallRequest::new(m, 1024);
+            r.push_write_sink(p.requester.alloc_large().expect("sink"))
+                .expect("room");
+            r
+        }
     };
     let o = p.call(req, DEADLINE).expect("outcome");
     assert_eq!(o.status, CallStatus::Success);
     match shape {
-        Shape::DdpReadAndWrite => assert_eq!(o.write_result(0), Some(data)),
+        Shape::DdpReadAndWrite | Shape::ReplyDdp => assert_eq!(o.write_result(0), Some(data)),
         _ => {
             let r = o.reply.as_ref().expect("reply");
             assert_eq!(&r.bytes()[28..28 + data.len()], data);
@@ -249,6 +260,48 @@ fn send_ddp_rpcs_do_not_allocate() {
         "all by send-based DDP"
     );
     assert_eq!(n, 0, "{n} heap allocations in {N} send-based DDP RPCs");
+}
+
+/// Calls whose reply's bulk item comes by send-based DDP (into the requester's receive
+/// segment, handed back as the outcome's sink) allocate nothing either.
+#[test]
+fn send_ddp_replies_do_not_allocate() {
+    let cfg = ConnConfig {
+        credits: 8,
+        large_buf_size: 64 * 1024,
+        large_bufs: 32,
+        send_bufs: 64,
+        queue_len: 64,
+        hugepages: HugePages::Never,
+        send_ddp: true,
+        ..ConnConfig::default()
+    };
+    let addr = ShmAddr::abstract_name(format!("rpcrdma-engine-alloc-rddp-{}", std::process::id()));
+    let cdev = ShmDevice::new();
+    let mut p =
+        Pair::connect(&cdev, ShmDevice::new(), &addr, &cfg, &cfg, Echo, DEADLINE).expect("pair");
+    let data = [7u8; 2000];
+    for _ in 0..200 {
+        one_call(&mut p, Shape::ReplyDdp, &data);
+    }
+    const N: u64 = 500;
+    let before = p.requester.stats().send_ddp_reply_items;
+    ALLOCS.store(0, Ordering::Relaxed);
+    COUNTING.with(|c| c.set(true));
+    for _ in 0..N {
+        one_call(&mut p, Shape::ReplyDdp, &data);
+    }
+    COUNTING.with(|c| c.set(false));
+    let n = ALLOCS.load(Ordering::Relaxed);
+    assert_eq!(
+        p.requester.stats().send_ddp_reply_items - before,
+        N,
+        "all by send-based DDP"
+    );
+    assert_eq!(
+        n, 0,
+        "{n} heap allocations in {N} RPCs with send-based DDP replies"
+    );
 }
 
 /// The same inline RPCs served by a poll group (one completion queue shared by its

@@ -79,7 +79,11 @@ fn open<P: Provider, B: ResponderRole>(
     };
     let mut core = core.map_err(ConnError::Core)?;
     let mut qp = cm
-        .connect(addr, res.qp_init()?, &core.local_private_data())
+        .connect(
+            addr,
+            res.qp_init()?,
+            &core.connect_private_data(res.connect_pd_max),
+        )
         .map_err(ConnError::Fabric)?;
     super::post::transmit(&mut core, &mut qp, now);
     Ok((fast_regs, core, qp))

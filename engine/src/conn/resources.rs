@@ -33,6 +33,8 @@ pub struct ConnResources<P: Provider> {
     pub(crate) pd: P::Pd,
     pub(crate) sizes: Sizes,
     mode: RegMode,
+    /// Most octets of private data a connect request carries on this device.
+    pub(crate) connect_pd_max: usize,
 }
 
 impl<P: Provider> ConnResources<P> {
@@ -136,6 +138,7 @@ impl<P: Provider> ConnResources<P> {
             pd,
             sizes,
             mode,
+            connect_pd_max: dev.caps().private_data.connect,
         };
         let recv = res.pools.recv.arena().clone();
         let mr: P::Mr = res

@@ -43,6 +43,27 @@ impl<P: Provider> Listener<P> {
     }
 }
 
+#[cfg(feature = "testing")]
+impl<P: Provider, S, B: RequesterRole> ResponderConn<P, S, B> {
+    /// Sends `bytes` as one raw Send from a large buffer of this connection's pool, as a
+    /// broken peer would (the completion counts as stray; the buffer is returned to the
+    /// caller to drop once the peer took the message). Test hook: feature `testing`.
+    pub fn inject_send(&mut self, bytes: &[u8]) -> Result<RegBuf, crate::fabric::FabricError> {
+        use crate::fabric::{QueuePair, SendWr};
+        let mut buf = RegBuf::from_pool(&self.res.pools.large)
+            .map_err(|_| crate::fabric::FabricError::Unsupported("no large buffer"))?;
+        buf.fill(bytes)
+            .map_err(|_| crate::fabric::FabricError::Unsupported("message too long"))?;
+        let sge = buf
+            .sge(0, bytes.len())
+            .map_err(|_| crate::fabric::FabricError::Unsupported("not registered"))?;
+        self.qp
+            .post_send(&[SendWr::send(0, &[sge])])
+            .map_err(|_| crate::fabric::FabricError::Unsupported("post refused"))?;
+        Ok(buf)
+    }
+}
+
 /// A responder connection serving calls with `S`. `B` is the requester slot:
 /// [`NoRequester`], or [`RequesterHalf`] for a connection whose service also calls its
 /// requester (RFC 8167: [`Service::backchannel`]).

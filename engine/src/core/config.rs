@@ -231,7 +231,16 @@ pub struct ConnConfig {
     /// one Send instead of offering a Read chunk, and the service gets the segment
     /// itself as the [`DdpItem`](crate::service::DdpItem). Needs `extensions`; off by
     /// default since every posted receive then holds a large buffer (the pool grows by
-    /// the receive depth). Ignored on a requester and on shared receive queues.
+    /// the receive depth). Ignored on shared receive queues and on a connection playing
+    /// both roles.
+    ///
+    /// Requester: receive replies' bulk items by send-based DDP (§7.4): receives are
+    /// posted the same way and the structure is advertised in the connect request when
+    /// it fits the provider's connect private data (not on InfiniBand's 56 octets: the
+    /// receives are then posted plainly and nothing changes). A call with one Write
+    /// sink then asks, in its ROPT_XMTREQ's `optxrq_rsd`, for the reply's item to be
+    /// placed into a receive segment instead of offering a Write chunk, and its outcome
+    /// hands the segment back as the sink.
     pub send_ddp: bool,
 }
 
@@ -592,8 +601,14 @@ impl ConnConfig {
                     // Headers, and RDMA_DONE's few when extensions are offered.
                     send_bufs: self.send_bufs.max(slots + slack + 4),
                     // Reply chunk buffers: one per slot, and as many again for replies
-                    // the application still holds.
-                    large_bufs: 2 * slots,
+                    // the application still holds; with send-based DDP of replies, a
+                    // segment behind every posted receive and a cache's worth more.
+                    large_bufs: 2 * slots
+                        + if self.scatter_receives() {
+                            rq + POOL_CACHE as u32
+                        } else {
+                            0
+                        },
                     app_bufs: self.large_bufs,
                     mr_slots: mrs,
                     // A send-based DDP call: header, payload, filler, bulk item.
@@ -638,7 +653,8 @@ impl ConnConfig {
                         },
                     app_bufs: 0,
                     mr_slots: exposed,
-                    max_send_sge: 2,
+                    // A send-based DDP reply: header, payload, filler, bulk item.
+                    max_send_sge: if self.extensions { 4 } else { 2 },
                 }
             }
         }

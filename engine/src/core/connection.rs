@@ -540,9 +540,10 @@ impl<R: RequesterRole, P: ResponderRole> Connection<R, P> {
                 if R::PRESENT { cfg.signal_every } else { 1 },
             ),
         );
-        // Send-based DDP (DESIGN.md, "Send-based DDP"): a responder alone posts
-        // scatter receives matching the structure it advertises.
-        if P::PRESENT && !R::PRESENT && cfg.scatter_receives() {
+        // Send-based DDP (DESIGN.md, "Send-based DDP"): a responder alone (for calls)
+        // or a requester alone (for replies) posts scatter receives matching the
+        // structure it advertises.
+        if P::PRESENT != R::PRESENT && cfg.scatter_receives() {
             let Transport { recvs, outbox, .. } = &mut t;
             recvs.scatter(outbox, &pools.large, cfg.advertised_recv());
         }
@@ -568,6 +569,22 @@ impl<R: RequesterRole, P: ResponderRole> Connection<R, P> {
         };
         Advertisement::with_chars(&self.local_pd, self.offered_extensions(), &chars)
             .unwrap_or(Advertisement::DEFAULT)
+    }
+
+    /// The private data to offer when connecting, in at most `max` octets (the
+    /// provider's connect limit, `PrivateDataLimits::connect`): when the receive buffer
+    /// structure makes it longer (an InfiniBand REQ carries 56 octets), the structure is
+    /// left out and the receives are posted again without DDP segments, so the peer
+    /// never places into segments it was not told of (DESIGN.md, "Send-based DDP
+    /// replies").
+    pub fn connect_private_data(&mut self, max: usize) -> Advertisement {
+        let a = self.local_private_data();
+        if a.len() <= max || self.t.recvs.segments.is_none() {
+            return a;
+        }
+        let Transport { recvs, outbox, .. } = &mut self.t;
+        recvs.unscatter(outbox);
+        self.local_private_data()
     }
 
     /// What this end offers: [`ConnConfig::extensions`], but nothing from a responder

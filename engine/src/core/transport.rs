@@ -176,6 +176,15 @@ impl RecvTable {
         self.refill(outbox);
     }
 
+    /// Posts every receive as one buffer again (no DDP segments), before anything was
+    /// posted: the structure was not advertised.
+    pub(crate) fn unscatter(&mut self, outbox: &mut Outbox) {
+        self.unstage(outbox);
+        self.free = IndexStack::full(self.bufs.len() as u32);
+        self.segments = None;
+        self.refill(outbox);
+    }
+
     /// Drops the staged receives (their buffers go back).
     fn unstage(&mut self, outbox: &mut Outbox) {
         outbox.clear_recvs();

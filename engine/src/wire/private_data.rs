@@ -20,8 +20,8 @@
 //! Nothing here allocates or panics on received bytes.
 
 use super::rtr::chars::{
-    TransportChars, RTRS_XCONT, RTRS_XREQ, RTRS_XRESP, XCHAR_REQRXLIM, XCHAR_RESPSXLIM,
-    XCHAR_RTRSUPP,
+    TransportChars, RTRS_SDDP_REPLY, RTRS_XCONT, RTRS_XREQ, RTRS_XRESP, XCHAR_REQRXLIM,
+    XCHAR_RESPSXLIM, XCHAR_RTRSUPP,
 };
 use super::xdr::{BufferTooSmall, XdrCursor};
 
@@ -605,7 +605,7 @@ impl Extensions {
 /// operations, [`CONTINUATION_GROUP_MAX`] transmissions each way, no receive buffer
 /// structure (so the default: one non-DDP segment, no send-based DDP).
 pub const LOCAL_CHARS: TransportChars = TransportChars {
-    rtr_support: RTRS_XREQ | RTRS_XRESP | RTRS_XCONT,
+    rtr_support: RTRS_XREQ | RTRS_XRESP | RTRS_XCONT | RTRS_SDDP_REPLY,
     recv_buf: None,
     req_rx_limit: CONTINUATION_GROUP_MAX,
     resp_sx_limit: CONTINUATION_GROUP_MAX,

@@ -11,9 +11,11 @@ use crate::engine_support;
 
 use engine_support::*;
 use rpcrdma::fabric::{Provider, QueuePair, SendWr};
-use rpcrdma::wire::rtr::place::{encode_xmtreq, xmtreq_header_len, Loc, MItem, TbsnLoc};
+use rpcrdma::wire::rtr::place::{
+    encode_xmtreq, encode_xmtresp, xmtreq_header_len, xmtresp_header_len, Loc, MItem, TbsnLoc,
+};
 use rpcrdma::wire::rtr::OptxInfo;
-use rpcrdma::{CallRequest, CallStatus, ConnConfig, Pair};
+use rpcrdma::{BadReply, CallRequest, CallStatus, ConnConfig, Pair, TransportError};
 
 /// The bulk item: 1 MiB.
 const ITEM: usize = 1 << 20;
@@ -284,11 +286,252 @@ fn segments_go_round<N: Net>(net: N) {
     );
 }
 
+/// A READ-like call: PROC_TWO_RESULTS asking for one `a`-octet result (and an empty
+/// second), with one Write sink for it.
+fn read_like<P: Provider>(p: &mut Pair<P, TestService>, a: u32) -> rpcrdma::Outcome {
+    let mut args = a.to_be_bytes().to_vec();
+    args.extend_from_slice(&0u32.to_be_bytes());
+    let mut req = CallRequest::new(msg(p, PROC_TWO_RESULTS, &args), 512);
+    req.push_write_sink(p.requester.alloc_large().expect("sink"))
+        .expect("room");
+    call(p, req)
+}
+
+/// Replies by send-based DDP (§7.4): a requester with `send_ddp` posts scatter
+/// receives and advertises them in its connect request; a READ-like call with one
+/// Write sink then asks (`optxrq_rsd`) for the reply's bulk item, which the responder
+/// places into the requester's segment with its one Send (no Write chunk, no RDMA
+/// Write); the outcome hands the segment back as the sink.
+fn a_1mib_read_like_reply_comes_by_send_ddp<N: Net>(net: N) {
+    let mut p = pair(&net, &cfg(true, true), &cfg(true, false));
+    let rbs = p
+        .responder()
+        .expect("responder")
+        .core()
+        .peer_chars()
+        .recv_buf
+        .expect("the connect request carried XCHAR_RBSTRUCT");
+    assert_eq!((rbs.ddp_segments(), rbs.length), (1, 4096 + SEG));
+    for k in 0..4 {
+        let o = read_like(&mut p, ITEM as u32);
+        assert_eq!(o.status, CallStatus::Success, "call {k}");
+        assert_eq!(word(results(&o), 0), ITEM as u32);
+        assert_eq!(word(results(&o), 4), 0);
+        assert!(
+            o.write_result(0) == Some(&pattern(ITEM, 1)[..]),
+            "call {k}: the item arrived intact"
+        );
+    }
+    let st = p.requester.stats();
+    let r = p.responder().expect("responder").stats();
+    assert_eq!((st.send_ddp_reply_asks, st.send_ddp_reply_items), (4, 4));
+    assert_eq!(r.send_ddp_replies, 4);
+    assert_eq!(r.ddp_results, 0, "no Write chunk used: no RDMA Write");
+    assert_eq!(st.reply_chunks, 0);
+    assert_eq!(st.call_messages, 4, "one Send per call");
+    assert_eq!(p.requester.credits().in_flight(), 0);
+}
+
+/// §7.4's other results: an item shorter than the direction's `minlen` comes in the
+/// payload stream (XMDTYPE_TOOSHORT, the sink comes back empty), a reply without an
+/// item answers XMDTYPE_NOITEM, and so does an error reply.
+fn short_and_missing_reply_items<N: Net>(net: N) {
+    let mut p = pair(&net, &cfg(true, true), &cfg(true, false));
+    let o = read_like(&mut p, 100);
+    assert_eq!(o.status, CallStatus::Success);
+    let res = results(&o);
+    assert_eq!(word(res, 0), 100);
+    assert_eq!(&res[4..104], &pattern(100, 1)[..], "the item is inline");
+    assert_eq!(word(res, 104), 0);
+    assert_eq!(o.write_result(0), Some(&[][..]), "the sink is empty");
+    let o = read_like(&mut p, 0);
+    assert_eq!(o.status, CallStatus::Success);
+    assert_eq!((word(results(&o), 0), word(results(&o), 4)), (0, 0));
+    let mut req = CallRequest::new(msg(&p, PROC_GARBAGE, &[]), 512);
+    req.push_write_sink(p.requester.alloc_large().expect("sink"))
+        .expect("room");
+    let o = call(&mut p, req);
+    assert!(o.reply.is_some(), "an error reply: {:?}", o.status);
+    let st = p.requester.stats();
+    let r = p.responder().expect("responder").stats();
+    assert_eq!((st.ddp_replies_too_short, r.ddp_replies_too_short), (1, 1));
+    assert_eq!((st.ddp_replies_no_item, r.ddp_replies_no_item), (2, 2));
+    assert_eq!((st.send_ddp_reply_items, r.send_ddp_replies), (0, 0));
+    // And a large one still goes by send-based DDP.
+    let o = read_like(&mut p, 200_000);
+    assert!(o.write_result(0) == Some(&pattern(200_000, 1)[..]));
+    assert_eq!(p.requester.stats().send_ddp_reply_items, 1);
+}
+
+/// Without the requester's structure (no `send_ddp` there, or extensions off on either
+/// side) the reply's item goes by Write chunk, as before.
+fn without_the_structure_replies_use_write_chunks<N: Net>(net: N) {
+    for (client, server) in [
+        (cfg(true, false), cfg(true, false)),
+        (cfg(false, true), cfg(true, false)),
+        (cfg(true, true), cfg(false, false)),
+    ] {
+        let mut p = pair(&net, &client, &server);
+        let o = read_like(&mut p, 300_000);
+        assert!(o.write_result(0) == Some(&pattern(300_000, 1)[..]));
+        let st = p.requester.stats();
+        let r = p.responder().expect("responder").stats();
+        assert_eq!((st.send_ddp_reply_asks, r.send_ddp_replies), (0, 0));
+        assert_eq!(r.ddp_results, 1, "written by RDMA Write");
+    }
+}
+
+/// An ROPT_XMTRESP for call `xid` whose `optxrs_ddp` holds `items`, with a short
+/// payload, then `landed` octets in the requester's DDP segment.
+fn resp(xid: u32, items: &[MItem<'_>], landed: usize) -> Vec<u8> {
+    let mut v = vec![0u8; xmtresp_header_len(items)];
+    let n = encode_xmtresp(&mut v, xid, 4, 1, 28, items).expect("fits");
+    for w in [xid, 1, 0, 0, 0, 0, 0] {
+        v.extend_from_slice(&w.to_be_bytes());
+    }
+    assert_eq!(v.len(), n + 28);
+    if landed > 0 {
+        v.resize(4096 + landed, 0x5a);
+    }
+    v
+}
+
+fn tbsn(segs: &[u32]) -> Loc<'static> {
+    let mut loc = TbsnLoc {
+        offset: 0,
+        n: segs.len() as u8,
+        bsnum: [0; 32],
+    };
+    loc.bsnum[..segs.len()].copy_from_slice(segs);
+    Loc::Tbsn(loc)
+}
+
+/// Bad results in a send-based DDP reply (from a broken responder: injected from its
+/// queue pair for a call it dropped) fail the call with the Transmit Error the
+/// requester answers, and the connection carries on.
+fn bad_reply_results_fail_the_call<N: Net>(net: N) {
+    let mut p = pair(&net, &cfg(true, true), &cfg(true, false));
+    let o = read_like(&mut p, 8192);
+    assert!(o.write_result(0) == Some(&pattern(8192, 1)[..]));
+    let item = |length, loc| MItem {
+        disp: 28,
+        length,
+        loc,
+    };
+    let exrw_seg = [0u8; 16];
+    let cases: Vec<(Vec<u8>, OptxInfo)> = vec![
+        // A segment past the group's last (one transmission, one segment: TBSN 0).
+        (
+            resp(0x5101, &[item(100, tbsn(&[1]))], 100),
+            OptxInfo::BadTbsn {
+                value: 1,
+                min: 0,
+                max: 0,
+            },
+        ),
+        // Two results for one direction.
+        (
+            resp(0x5102, &[item(100, tbsn(&[0])), item(0, Loc::NoItem)], 100),
+            OptxInfo::BadTbsn {
+                value: 0,
+                min: 0,
+                max: 0,
+            },
+        ),
+        // An explicit-RDMA result the requester never asked for.
+        (
+            resp(
+                0x5103,
+                &[item(
+                    16,
+                    Loc::Exrw {
+                        count: 1,
+                        xdr: &exrw_seg,
+                    },
+                )],
+                0,
+            ),
+            OptxInfo::BadTbsn {
+                value: 0,
+                min: 0,
+                max: 0,
+            },
+        ),
+        // Nothing reached the segment.
+        (
+            resp(0x5104, &[item(5000, tbsn(&[0]))], 0),
+            OptxInfo::BadOff {
+                value: 5000,
+                min: 0,
+                max: 0,
+            },
+        ),
+        // The Send stops short of the item's end.
+        (
+            resp(0x5105, &[item(5000, tbsn(&[0]))], 200),
+            OptxInfo::BadOff {
+                value: 5000,
+                min: 0,
+                max: 200,
+            },
+        ),
+    ];
+    for (k, (m, want)) in cases.iter().enumerate() {
+        let xid = word(m, 0);
+        let mut req = CallRequest::new(msg(&p, PROC_DROP, &[]), 512).with_xid(xid);
+        req.push_write_sink(p.requester.alloc_large().expect("sink"))
+            .expect("room");
+        p.requester.submit(req, k as u64).expect("accepted");
+        let asks = p.requester.stats().send_ddp_reply_asks;
+        let dropped = p.run_until(DEADLINE, |p| {
+            p.responder().is_some_and(|r| r.stats().no_reply > k as u64)
+        });
+        assert!(dropped, "case {k}: the responder dropped the call");
+        assert_eq!(asks, k as u64 + 2, "case {k}: asked for a DDP reply");
+        let errs = p
+            .responder()
+            .expect("responder")
+            .stats()
+            .transmit_errors_received;
+        let buf = p
+            .responder_mut()
+            .expect("responder")
+            .inject_send(m)
+            .expect("sent");
+        let mut outcome = None;
+        let ok = p.run_until(DEADLINE, |p| {
+            if outcome.is_none() {
+                outcome = p.next_outcome();
+            }
+            outcome.is_some()
+                && p.responder()
+                    .is_some_and(|r| r.stats().transmit_errors_received > errs)
+        });
+        assert!(ok, "case {k}: an outcome and a ROPT_XMTERR");
+        drop(buf);
+        let o = outcome.expect("outcome");
+        assert_eq!(
+            o.status,
+            CallStatus::Transport(TransportError::BadReply(BadReply::Continuation(*want))),
+            "case {k}"
+        );
+    }
+    // The connection carries on, segments and credits intact.
+    let o = read_like(&mut p, ITEM as u32);
+    assert!(o.write_result(0) == Some(&pattern(ITEM, 1)[..]));
+    assert_eq!(p.requester.stats().send_ddp_reply_items, 2);
+    assert_eq!(p.requester.credits().in_flight(), 0);
+}
+
 per_provider!(
     segments_go_round,
     a_1mib_write_like_call_goes_by_send_ddp,
     without_the_structure_it_goes_by_read_chunk,
     bad_placements_get_badtbsn_or_badoff,
+    a_1mib_read_like_reply_comes_by_send_ddp,
+    short_and_missing_reply_items,
+    without_the_structure_replies_use_write_chunks,
+    bad_reply_results_fail_the_call,
 );
 
 /// The seeded simulation with message loss (each lost message breaks the connection),

@@ -317,9 +317,11 @@ impl<'b, 'd> DdpEncoder<'b, 'd> {
                     // The list holds MAX_DDP_ITEMS and at most that many chunks are
                     // offered, so the push cannot fail after the length word went out.
                     self.u32(len)?;
+                    let at = self.position().min(u32::MAX as usize) as u32;
                     self.writes.push(WriteItem {
                         chunk: next as u32,
                         data,
+                        at,
                     })?;
                     self.gap += pad4(data.len());
                 }

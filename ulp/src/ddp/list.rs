@@ -29,6 +29,10 @@ pub struct WriteItem<'d> {
     /// The data, without XDR roundup; its length is what the responder reports back in
     /// that chunk.
     pub data: &'d [u8],
+    /// Offset in the message where the data belongs (just after its length word): its
+    /// XDR position, which a reply sent by send-based DDP names
+    /// (`rpcrdma::ReplyWriter::ddp_result_position`).
+    pub at: u32,
 }
 
 /// The list was full.

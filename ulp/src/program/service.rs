@@ -131,6 +131,7 @@ fn reply_to(
         if let Some((buf, at)) = within(registered, item.data) {
             match reply.ddp_result_shared(buf, at, item.data.len()) {
                 Ok(()) => {
+                    reply.ddp_result_position(item.at as usize);
                     next += 1;
                     continue;
                 }
@@ -144,6 +145,7 @@ fn reply_to(
         }
         match reply.ddp_result_from_call(item.data) {
             Ok(()) => {
+                reply.ddp_result_position(item.at as usize);
                 next += 1;
                 continue;
             }
@@ -162,6 +164,7 @@ fn reply_to(
             return Ok(());
         }
         reply.ddp_result(buf).map_err(|_| ServiceError::SystemErr)?;
+        reply.ddp_result_position(item.at as usize);
         next += 1;
     }
     Ok(())

@@ -244,16 +244,14 @@ fn write_chunks_pair_with_results_in_order() {
         let mut enc = DdpEncoder::write_chunks(&mut buf[24..], 24, caps).unwrap();
         res.encode(&mut enc).unwrap();
         let done = enc.finish();
-        let expect: Vec<WriteItem<'_>> = [&a[..], &b[..]]
+        let expect: Vec<(u32, &[u8])> = [&a[..], &b[..]]
             .iter()
             .enumerate()
             .filter(|(i, _)| caps.get(*i).is_some_and(|&c| c > 0))
-            .map(|(i, d)| WriteItem {
-                chunk: i as u32,
-                data: d,
-            })
+            .map(|(i, d)| (i as u32, *d))
             .collect();
-        assert_eq!(done.writes.as_slice(), &expect[..], "caps {caps:?}");
+        let got: Vec<(u32, &[u8])> = done.writes.iter().map(|w| (w.chunk, w.data)).collect();
+        assert_eq!(got, expect, "caps {caps:?}");
         // Inline: 3 words, plus each inlined payload padded.
         let inline_a = if caps.first().is_some_and(|&c| c > 0) {
             0
@@ -302,7 +300,8 @@ fn write_chunk_too_small_and_skips() {
         enc.write_items(),
         &[WriteItem {
             chunk: 1,
-            data: &data[..]
+            data: &data[..],
+            at: 28,
         }]
     );
     assert_eq!(

@@ -437,11 +437,11 @@ fn echo_through_read_and_write_chunks() {
     };
     assert_eq!(&out[..r.len], &accepted(0, &[13])[..]);
     assert_eq!(
-        r.write_chunks.as_slice(),
-        &[WriteItem {
-            chunk: 0,
-            data: &payload[..]
-        }]
+        r.write_chunks
+            .iter()
+            .map(|w| (w.chunk, w.data))
+            .collect::<Vec<_>>(),
+        vec![(0, &payload[..])]
     );
     assert!(
         core::ptr::eq(r.write_chunks[0].data, &payload[..]),
@@ -487,11 +487,13 @@ fn echo2_through_two_read_chunks() {
         &[
             WriteItem {
                 chunk: 0,
-                data: &a[..]
+                data: &a[..],
+                at: 28,
             },
             WriteItem {
                 chunk: 1,
-                data: &b[..]
+                data: &b[..],
+                at: 36,
             }
         ]
     );

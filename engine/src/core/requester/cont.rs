@@ -42,7 +42,11 @@ pub(super) struct ContPlan {
 
 /// What a received optional message says, out of its view.
 enum Msg {
-    Resp { count: u32, ddp_empty: bool },
+    Resp {
+        count: u32,
+        /// The results of a send-based DDP reply (`None`: `optxrs_ddp` is empty).
+        ddp: Option<Result<super::send_ddp::ReplyItem, OptxInfo>>,
+    },
     Cont(XmtCont),
     Err(crate::wire::rtr::XmtErr),
     Req,
@@ -272,7 +276,7 @@ impl RequesterHalf {
         let body = match view.body {
             RtrBody::XmtResp(r) => Msg::Resp {
                 count: r.count,
-                ddp_empty: r.ddp.is_empty(),
+                ddp: (!r.ddp.is_empty()).then(|| super::send_ddp::ReplyItem::of(&r.ddp)),
             },
             RtrBody::XmtCont(c) => Msg::Cont(c),
             RtrBody::XmtErr(e) => Msg::Err(e),
@@ -280,7 +284,7 @@ impl RequesterHalf {
             RtrBody::CharsUpdate(c) => Msg::Chars(c),
         };
         match body {
-            Msg::Resp { count, ddp_empty } => {
+            Msg::Resp { count, ddp } => {
                 if self.cont.asm.is_some() {
                     let info = OptxInfo::BadOmt {
                         expect: ROPT_XMTCONT,
@@ -299,14 +303,37 @@ impl RequesterHalf {
                     return;
                 }
                 self.credits.set_granted(credit);
+                if let Some(item) = ddp {
+                    // A send-based DDP reply (`requester/send_ddp.rs`): one
+                    // transmission, since such a call lends no receives.
+                    self.release_cont(slot);
+                    self.release_credit(slot);
+                    if self.slots[slot as usize].state.answered() {
+                        drop(t.recvs.take_landed()); // back to the pool
+                        t.recvs.recycle(buf);
+                        self.stats.late_replies += 1;
+                        self.progress(slot);
+                        return;
+                    }
+                    let item = if count == 1 {
+                        item
+                    } else {
+                        Err(OptxInfo::BadSeq {
+                            expect: 1,
+                            current: count,
+                        })
+                    };
+                    if let Err((info, buf)) =
+                        self.on_ddp_reply(t, slot, buf, (poff, plen), item, swi)
+                    {
+                        t.recvs.recycle(buf);
+                        self.fail_call(t, slot, BadReply::Continuation(info), swi);
+                        self.send_transmit_error(t, (xid, 0), None, info);
+                    }
+                    return;
+                }
                 let lent = self.slots[slot as usize].rsbuf;
-                let bad = if !ddp_empty {
-                    Some(OptxInfo::BadTbsn {
-                        value: 0,
-                        min: 0,
-                        max: 0,
-                    })
-                } else if count == 0 || count - 1 > lent {
+                let bad = if count == 0 || count - 1 > lent {
                     Some(OptxInfo::BadSeq {
                         expect: lent + 1,
                         current: count,

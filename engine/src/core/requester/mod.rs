@@ -154,6 +154,16 @@ pub struct RequesterStats {
     /// DDP arguments sent by send-based DDP (placed into the peer's receive segments
     /// instead of offered as Read chunks).
     pub send_ddp_items: u64,
+    /// Calls that asked for their reply's bulk item by send-based DDP (`optxrq_rsd`)
+    /// instead of offering a Write chunk.
+    pub send_ddp_reply_asks: u64,
+    /// Reply bulk items received by send-based DDP (XMDTYPE_TBSN results), each handed
+    /// over in the receive segment it landed in.
+    pub send_ddp_reply_items: u64,
+    /// Reply directions answered XMDTYPE_TOOSHORT (the item came in the payload).
+    pub ddp_replies_too_short: u64,
+    /// Reply directions answered XMDTYPE_NOITEM (the reply had no bulk item).
+    pub ddp_replies_no_item: u64,
     /// Receives that carried replies, or parts of reply groups (RDMA_OPTIONAL included).
     pub reply_messages: u64,
     /// Replies received as continuation groups of more than one message.
@@ -707,6 +717,12 @@ impl RequesterHalf {
         } else {
             None
         };
+        // Only a call with a Write sink can have its reply's item placed so.
+        let rddp = if cont.is_none() && sddp.is_none() && !req.write_sinks.is_empty() {
+            self.plan_reply_ddp(t, req)
+        } else {
+            None
+        };
         let plan = match start::plan(
             req,
             &t.thresholds,
@@ -715,7 +731,9 @@ impl RequesterHalf {
             t.peer_align,
         ) {
             // Continuation needs no chunk and no registration.
-            Ok(_) | Err(SubmitRefusal::HeaderTooLarge) if cont.is_some() || sddp.is_some() => {
+            Ok(_) | Err(SubmitRefusal::HeaderTooLarge)
+                if cont.is_some() || sddp.is_some() || rddp.is_some() =>
+            {
                 start::Plan {
                     long: false,
                     reply_chunk: false,
@@ -754,10 +772,13 @@ impl RequesterHalf {
             Some(x) => x,
             None => self.make_xid(slot),
         };
-        let staged = match (cont, sddp) {
-            (Some(cp), _) => self.stage_cont(t, slot, xid, cp, req, tag, deadline, now),
-            (None, Some(dp)) => self.stage_send_ddp(t, slot, xid, dp, req, tag, deadline, now),
-            (None, None) => self.stage_call(t, slot, xid, plan, req, tag, deadline, now),
+        let staged = match (cont, sddp, rddp) {
+            (Some(cp), _, _) => self.stage_cont(t, slot, xid, cp, req, tag, deadline, now),
+            (None, Some(dp), _) => self.stage_send_ddp(t, slot, xid, dp, req, tag, deadline, now),
+            (None, None, Some(rp)) => {
+                self.stage_reply_ddp(t, slot, xid, rp, req, tag, deadline, now)
+            }
+            (None, None, None) => self.stage_call(t, slot, xid, plan, req, tag, deadline, now),
         };
         if staged {
             let s = &mut self.slots[slot as usize];
@@ -1347,6 +1368,7 @@ impl RequesterHalf {
         let s = &mut self.slots[slot as usize];
         if s.retirable() {
             s.state = SlotState::Free;
+            s.reply_ddp = false;
             if s.own_xid {
                 s.own_xid = false;
                 self.own_xids.remove(s.xid);

@@ -105,6 +105,9 @@ pub(super) struct CallSlot {
     /// Receives lent from the continuation reserve for this call's reply group
     /// (`optxrq_rsbuf`), until its reply arrives.
     pub(super) rsbuf: u32,
+    /// The call asked for its reply's bulk item by send-based DDP (`optxrq_rsd`):
+    /// its Write sink was not offered, and the item comes in a receive segment.
+    pub(super) reply_ddp: bool,
 }
 
 impl CallSlot {
@@ -140,6 +143,7 @@ impl CallSlot {
             pull_buf: None,
             cont_credits: 0,
             rsbuf: 0,
+            reply_ddp: false,
         }
     }
 
@@ -168,6 +172,7 @@ impl CallSlot {
         self.deadline = deadline;
         self.started = Some(now);
         self.resend = resend;
+        self.reply_ddp = false;
     }
 
     /// True when every registration of the call is dead.

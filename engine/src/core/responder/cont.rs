@@ -18,6 +18,7 @@ use crate::wire::header::{
     BodyRepr, ChunkListsRepr, HeaderRepr, ReadSegment, Segment, FIXED_HEADER_LEN, WORD_LEN,
 };
 use crate::wire::private_data::CONTINUATION_GROUP_MAX;
+use crate::wire::rtr::place::{DdpLayout, ReplyDirection};
 use crate::wire::rtr::{
     MsgDir, OptxInfo, RtrBody, RtrOp, RtrRepr, RtrView, XmsId, XmtCont, XmtErr, RDMA_OPTIONAL,
     ROPT_XMTCONT, ROPT_XMTREQ, ROPT_XMTRESP, XMTRESP_HEADER_LEN,
@@ -38,6 +39,8 @@ pub(super) struct CallAsm {
     buf: RegBuf,
     /// A bulk item placed by send-based DDP, in the DDP segment it landed in.
     ddp: Option<(PlacedItem, RegBuf)>,
+    /// The reply's bulk item is asked for by send-based DDP (`optxrq_rsd`).
+    reply_ddp: Option<ReplyDirection>,
 }
 
 /// Continuation state of a responder.
@@ -66,7 +69,8 @@ enum Msg {
     Req {
         count: u32,
         rsbuf: u32,
-        rsd_empty: bool,
+        /// The reply direction of `optxrq_rsd`, if any (`Err`: one not taken).
+        rsd: Result<Option<ReplyDirection>, OptxInfo>,
         /// The placement of the items `optxrq_ddp` names (none when it is empty).
         placed: Result<Placed, OptxInfo>,
     },
@@ -133,7 +137,24 @@ impl<S: Service> ResponderHalf<S> {
             RtrBody::XmtReq(q) => Msg::Req {
                 count: q.count,
                 rsbuf: q.rsbuf,
-                rsd_empty: q.rsd.is_empty(),
+                rsd: ReplyDirection::of(&q.rsd).and_then(|d| match d {
+                    // A direction needs the requester's DDP segments (its
+                    // XCHAR_RBSTRUCT): without them no segment number is valid.
+                    Some(_)
+                        if t.peer_chars
+                            .recv_buf
+                            .as_ref()
+                            .and_then(DdpLayout::of)
+                            .is_none() =>
+                    {
+                        Err(OptxInfo::BadTbsn {
+                            value: 0,
+                            min: 0,
+                            max: 0,
+                        })
+                    }
+                    d => Ok(d),
+                }),
                 placed: if q.ddp.is_empty() {
                     Ok(Placed::default())
                 } else {
@@ -172,7 +193,7 @@ impl<S: Service> ResponderHalf<S> {
             Msg::Req {
                 count,
                 rsbuf,
-                rsd_empty,
+                rsd,
                 placed,
             } => {
                 if let Some(a) = self.cont.asm.as_ref() {
@@ -188,13 +209,14 @@ impl<S: Service> ResponderHalf<S> {
                 // when one was placed, else back to the pool.
                 let landed = t.recvs.take_landed();
                 let mut ddp = None;
-                let bad = if !rsd_empty {
-                    // Reply directions are not taken (DESIGN.md, "Send-based DDP").
-                    Some(OptxInfo::BadTbsn {
-                        value: 0,
-                        min: 0,
-                        max: 0,
-                    })
+                let reply_ddp = rsd.as_ref().ok().copied().flatten();
+                let bad = if let Err(info) = rsd {
+                    // Reply directions other than one TBSN item are not taken
+                    // (DESIGN.md, "Send-based DDP replies").
+                    if let Some(seg) = landed {
+                        drop(seg); // back to the pool (`core/recv_segments.rs`)
+                    }
+                    Some(info)
                 } else if let Err(info) = placed {
                     Some(info)
                 } else if let Some(&item) = placed.as_ref().ok().and_then(|p| p.as_slice().first())
@@ -263,6 +285,7 @@ impl<S: Service> ResponderHalf<S> {
                     first: buf,
                     buf: large,
                     ddp,
+                    reply_ddp,
                 };
                 if !asm.append(poff, plen, None) {
                     let cap = asm.buf.capacity() as u32;
@@ -438,6 +461,7 @@ impl<S: Service> ResponderHalf<S> {
             buf,
             count,
             ddp,
+            reply_ddp,
             ..
         } = asm;
         let Some(i) = self.free.pop() else {
@@ -461,12 +485,25 @@ impl<S: Service> ResponderHalf<S> {
             };
             n_seg = 2;
         }
+        // A reply direction becomes one Write chunk naming nothing, as long as the
+        // requester's DDP segment: the service hands its result to it as to any Write
+        // chunk, and `stage_ddp_reply` places it in the requester's segment instead.
+        let reply_seg = [Segment::new(
+            0,
+            t.peer_chars
+                .recv_buf
+                .as_ref()
+                .and_then(DdpLayout::of)
+                .map_or(0, |l| l.locate(0).2),
+            0,
+        )];
+        let writes: [&[Segment]; 1] = [&reply_seg];
         let repr = HeaderRepr {
             xid,
             credit,
             body: BodyRepr::Nomsg(ChunkListsRepr {
                 reads: &seg[..n_seg],
-                writes: &[],
+                writes: if reply_ddp.is_some() { &writes } else { &[] },
                 reply: None,
             }),
         };
@@ -478,6 +515,7 @@ impl<S: Service> ResponderHalf<S> {
         c.xid = xid;
         c.rsbuf = rsbuf;
         c.assembled = true;
+        c.reply_ddp = reply_ddp;
         c.recv = Some(first);
         let _ = c.sinks.push(buf);
         if let Some((_, s)) = ddp {

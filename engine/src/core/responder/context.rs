@@ -58,6 +58,12 @@ pub(super) struct Context {
     /// The call came as a continuation group (its header is synthesized: no Read
     /// segment of it may be invalidated).
     pub(super) assembled: bool,
+    /// The call asked for its reply's bulk item by send-based DDP
+    /// (`optxrq_rsd`, `responder/send_ddp.rs`).
+    pub(super) reply_ddp: Option<crate::wire::rtr::place::ReplyDirection>,
+    /// Where the first DDP result belongs in the reply body
+    /// (`ReplyWriter::ddp_result_position`).
+    pub(super) result_at: u32,
 }
 
 impl Context {
@@ -75,6 +81,8 @@ impl Context {
             wrs: 0,
             rsbuf: 0,
             assembled: false,
+            reply_ddp: None,
+            result_at: 0,
         }
     }
 }

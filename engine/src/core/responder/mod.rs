@@ -126,6 +126,14 @@ pub struct ResponderStats {
     /// Bulk items received by send-based DDP (each handed to the service in the DDP
     /// segment it landed in).
     pub send_ddp_items: u64,
+    /// Replies whose bulk item went by send-based DDP into the requester's receive
+    /// segment (XMDTYPE_TBSN results).
+    pub send_ddp_replies: u64,
+    /// Reply directions answered XMDTYPE_TOOSHORT: the item was shorter than the
+    /// requester's `minlen` and went in the payload stream.
+    pub ddp_replies_too_short: u64,
+    /// Reply directions answered XMDTYPE_NOITEM: the reply had no DDP-eligible item.
+    pub ddp_replies_no_item: u64,
 }
 
 /// The credits a reply grants now: `policy`'s choice within what the connection's
@@ -606,6 +614,13 @@ impl<S: Service> ResponderHalf<S> {
         } else {
             0
         };
+        // A send-based DDP reply's header (one result item) may be longer than the
+        // version 1 header the body is placed behind.
+        let ddp_reply_hdr = if c.reply_ddp.is_some() {
+            send_ddp::REPLY_HEADER_MAX
+        } else {
+            0
+        };
         let Context {
             send,
             body_off,
@@ -615,6 +630,7 @@ impl<S: Service> ResponderHalf<S> {
             delivery,
             step,
             xid,
+            result_at,
             ..
         } = c;
         let Some(lists) = h.chunk_lists() else {
@@ -631,7 +647,8 @@ impl<S: Service> ResponderHalf<S> {
         }
         // The largest header an inline reply can have: the Write list echoed with every
         // segment, no Read list, no Reply chunk.
-        let inline_hdr_max = FIXED_HEADER_LEN + WORD_LEN + write_list_len + WORD_LEN;
+        let inline_hdr_max =
+            (FIXED_HEADER_LEN + WORD_LEN + write_list_len + WORD_LEN).max(ddp_reply_hdr);
         let send_limit = (th.send as usize).min(send.capacity());
         let inline_cap = send_limit.saturating_sub(inline_hdr_max);
         let reply_cap = lists.reply_chunk().map(|r| r.total_length());
@@ -720,6 +737,7 @@ impl<S: Service> ResponderHalf<S> {
         let result = self.service.handle_call(&view, &mut writer);
         // The items borrow the context's buffers; done with them before it is released.
         drop(items);
+        *result_at = writer.result_position(0).unwrap_or(0);
         let len = writer.len();
         let overflow = writer.overflow();
         let no_reply = writer.is_no_reply();
@@ -828,6 +846,7 @@ impl<S: Service> ResponderHalf<S> {
         c.wrs = 0;
         c.rsbuf = 0;
         c.assembled = false;
+        c.reply_ddp = None;
         c.step = Step::Free;
         let _ = self.free.push(i);
     }

@@ -40,6 +40,9 @@ impl<S: Service> ResponderHalf<S> {
     /// Stages the reply of context `i`, whose call header is `h`; false when the send
     /// queue lacks room.
     pub(super) fn stage_reply(&mut self, t: &mut Transport, i: u32, h: &HeaderView<'_>) -> bool {
+        if let Some(progressed) = self.stage_ddp_reply(t, i) {
+            return progressed;
+        }
         if let Some(progressed) = self.stage_cont_reply(t, i) {
             return progressed;
         }

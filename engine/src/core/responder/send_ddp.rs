@@ -132,3 +132,235 @@ pub(super) fn fit(seg: &mut RegBuf, item: &PlacedItem) -> Result<(), OptxInfo> {
         max: landed as u32,
     })
 }
+
+/// Octets of the longest ROPT_XMTRESP this responder sends for a send-based DDP reply:
+/// one `xmddp_mitem` of XMDTYPE_TBSN naming one segment.
+pub(super) const REPLY_HEADER_MAX: usize = crate::wire::rtr::XMTRESP_HEADER_LEN + 24;
+
+/// What a reply direction gets (draft §7.4: "For each xmddp_rsditem, there will be a
+/// corresponding xmddp_mitem").
+enum ReplyShape {
+    /// XMDTYPE_TBSN: the item placed at the start of segment `tbsn`, `filler` octets
+    /// after the payload stream.
+    Placed { len: u32, tbsn: u32, filler: u32 },
+    /// XMDTYPE_TOOSHORT: shorter than `minlen`, copied into the payload stream.
+    TooShort { len: u32 },
+    /// XMDTYPE_NOITEM: the reply has no DDP-eligible item.
+    NoItem,
+}
+
+impl<S: crate::service::Service> super::ResponderHalf<S> {
+    /// Stages context `i`'s reply as one ROPT_XMTRESP answering the call's reply
+    /// direction, when it asked for one. `None`: not this way (no direction, or no
+    /// body: the usual paths, ERR_CHUNK); `Some(progressed)` otherwise.
+    pub(super) fn stage_ddp_reply(
+        &mut self,
+        t: &mut crate::core::transport::Transport,
+        i: u32,
+    ) -> Option<bool> {
+        use crate::core::wrid::{WrId, WrKind};
+        use crate::fabric::{SendOp, Sge};
+        use crate::wire::rtr::place::{self as pl, MItem, TbsnLoc, MAX_ITEM_SEGMENTS};
+
+        let c = &self.ctxs[i as usize];
+        let dir = c.reply_ddp?;
+        let super::context::Delivery::Body { len } = c.delivery else {
+            return None;
+        };
+        let Some(layout) = t.peer_chars.recv_buf.as_ref().and_then(DdpLayout::of) else {
+            // The requester's segments went away (a characteristics update): the call's
+            // Write chunk is this engine's fiction, so nothing else can carry the item.
+            let c = &mut self.ctxs[i as usize];
+            c.results.clear();
+            c.step = super::context::Step::Error(crate::wire::header::RdmaError::Chunk);
+            return Some(true);
+        };
+        // Octets before the requester's first DDP segment: where the header and payload
+        // stream land.
+        let (_, head, _) = layout.locate(0);
+        let item = match c.results.get(0) {
+            Some(Some(d)) => Some(d.len() as u32),
+            _ => None,
+        };
+        let at = c.result_at as usize;
+        let shape = match item {
+            None | Some(0) => ReplyShape::NoItem,
+            Some(n) if n < dir.minlen => ReplyShape::TooShort { len: n },
+            Some(n) => {
+                let probe = MItem {
+                    disp: c.result_at,
+                    length: n,
+                    loc: Loc::Tbsn(TbsnLoc {
+                        offset: 0,
+                        n: 1,
+                        bsnum: [0; MAX_ITEM_SEGMENTS],
+                    }),
+                };
+                let hlen = pl::xmtresp_header_len(&[probe]) as u32;
+                match pl::plan(&layout, hlen, len as u32, 0, &[n], 1) {
+                    Ok(p) => {
+                        let tbsn = p.locs[0].segments().first().copied().unwrap_or(0);
+                        let (_, off, _) = layout.locate(tbsn);
+                        // The planner skipped every segment the payload reaches into.
+                        let filler = off.saturating_sub(hlen + len as u32);
+                        ReplyShape::Placed {
+                            len: n,
+                            tbsn,
+                            filler,
+                        }
+                    }
+                    // Not placeable in the requester's segments: ERR_CHUNK below.
+                    Err(_) => {
+                        let c = &mut self.ctxs[i as usize];
+                        c.results.clear();
+                        c.step = super::context::Step::Error(crate::wire::header::RdmaError::Chunk);
+                        return Some(true);
+                    }
+                }
+            }
+        };
+        if t.sq.free() < 1 {
+            return Some(false);
+        }
+        let credit = super::grant(&self.policy, t);
+        let c = &mut self.ctxs[i as usize];
+        let super::context::Context {
+            send,
+            body_off,
+            body,
+            sinks,
+            results,
+            xid,
+            ..
+        } = c;
+        // The body: its own buffer, or the send buffer behind the header's room.
+        let body_base = if body.is_some() { 0 } else { *body_off };
+        let mut pslen = len;
+        if let ReplyShape::TooShort { len: n } = shape {
+            // §7.4: "it is not treated as bulk data and the corresponding data item
+            // appears in the payload stream": moved back in at its position (a copy of
+            // fewer than `minlen` octets).
+            let padded = crate::wire::xdr::pad4(n as usize);
+            let data: Option<&[u8]> = results.get(0).and_then(|d| d.as_ref()?.bytes(sinks));
+            let store: &mut [u8] = match body.as_mut() {
+                Some(b) => b.storage_mut(),
+                None => send.storage_mut().get_mut(body_base..).unwrap_or(&mut []),
+            };
+            let fits = at <= len && len + padded <= store.len();
+            let (Some(data), true) = (data, fits) else {
+                results.clear();
+                c.step = super::context::Step::Error(crate::wire::header::RdmaError::Chunk);
+                return Some(true);
+            };
+            store.copy_within(at..len, at + padded);
+            store[at..at + n as usize].copy_from_slice(data);
+            store[at + n as usize..at + padded].fill(0);
+            pslen = len + padded;
+            if let Some(b) = body.as_mut() {
+                let _ = b.set_len(pslen);
+            }
+        }
+        let mitem = match shape {
+            ReplyShape::Placed { len: n, tbsn, .. } => {
+                let mut bsnum = [0; MAX_ITEM_SEGMENTS];
+                bsnum[0] = tbsn;
+                MItem {
+                    disp: at as u32,
+                    length: n,
+                    loc: Loc::Tbsn(TbsnLoc {
+                        offset: 0,
+                        n: 1,
+                        bsnum,
+                    }),
+                }
+            }
+            ReplyShape::TooShort { len: n } => MItem {
+                disp: at as u32,
+                length: n,
+                loc: Loc::TooShort,
+            },
+            ReplyShape::NoItem => MItem {
+                disp: 0,
+                length: 0,
+                loc: Loc::NoItem,
+            },
+        };
+        let hlen = pl::xmtresp_header_len(&[mitem]);
+        let header_room = if body.is_some() {
+            send.capacity()
+        } else {
+            body_base
+        };
+        let lands_in_head =
+            matches!(shape, ReplyShape::Placed { .. }) || hlen + pslen <= head as usize;
+        if hlen > header_room || !lands_in_head {
+            // Never: the dispatcher left room for this header, and the requester
+            // asked only for replies its header segment holds.
+            results.clear();
+            c.step = super::context::Step::Error(crate::wire::header::RdmaError::Chunk);
+            return Some(true);
+        }
+        let Some(n) = send
+            .storage_mut()
+            .get_mut(..hlen)
+            .and_then(|b| pl::encode_xmtresp(b, *xid, credit, 1, pslen as u32, &[mitem]).ok())
+        else {
+            results.clear();
+            c.step = super::context::Step::Error(crate::wire::header::RdmaError::Chunk);
+            return Some(true);
+        };
+        let mut sgl = [Sge::default(); 4];
+        let mut k = 0;
+        let mut push = |e: Option<Sge>| {
+            if let Some(e) = e.filter(|e| e.length > 0) {
+                sgl[k] = e;
+                k += 1;
+            }
+        };
+        push(send.sge(0, n).ok());
+        push(match body.as_ref() {
+            Some(b) => b.sge(0, pslen).ok(),
+            None => send.sge(body_base, pslen).ok(),
+        });
+        if let ReplyShape::Placed {
+            len: ilen, filler, ..
+        } = shape
+        {
+            if let Some(Some(d)) = results.get(0) {
+                // §7.2's padding up to the requester's DDP segment: octets of the item
+                // itself when it is that long (the requester gets them anyway), else
+                // of this context's send buffer (what went to this requester before).
+                let pad = if filler as usize <= d.len() {
+                    d.sge(sinks, 0, filler as usize)
+                } else {
+                    send.sge(0, filler as usize).ok()
+                };
+                let Some(pad) = pad.or(if filler == 0 {
+                    Some(Sge::default())
+                } else {
+                    None
+                }) else {
+                    results.clear();
+                    c.step = super::context::Step::Error(crate::wire::header::RdmaError::Chunk);
+                    return Some(true);
+                };
+                push(Some(pad));
+                push(d.sge(sinks, 0, ilen as usize));
+            }
+        }
+        t.sq.take(1);
+        let wr_id = WrId::new(WrKind::ReplySend, i).encode();
+        if t.stage(wr_id, SendOp::Send, &sgl[..k]) {
+            c.wrs += 1;
+        } else {
+            t.sq.give(1);
+        }
+        c.step = super::context::Step::Sent;
+        match shape {
+            ReplyShape::Placed { .. } => self.stats.send_ddp_replies += 1,
+            ReplyShape::TooShort { .. } => self.stats.ddp_replies_too_short += 1,
+            ReplyShape::NoItem => self.stats.ddp_replies_no_item += 1,
+        }
+        Some(true)
+    }
+}

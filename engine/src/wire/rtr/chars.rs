@@ -38,6 +38,13 @@ pub const RTRS_XREQ: u32 = 1;
 pub const RTRS_XRESP: u32 = 2;
 /// RTR support bit: ROPT_XMTCONT.
 pub const RTRS_XCONT: u32 = 4;
+/// `xchrrtrs` bit of this engine's (the draft defines 1, 2 and 4, and §5.3 notes that
+/// an implementation "may be able to send messages containing bulk data items placed
+/// using send-based DDP while not being prepared to receive them", with no
+/// characteristic saying so): the peer honours an `optxrq_rsd` reply direction of type
+/// XMDTYPE_TBSN, i.e. sends a reply's bulk item by send-based DDP into the requester's
+/// advertised receive segments (`engine/DESIGN.md`, "Send-based DDP replies").
+pub const RTRS_SDDP_REPLY: u32 = 0x100;
 
 /// `XMRSFLAG_DDP`: the segment may be targeted by send-based DDP.
 pub const XMRSFLAG_DDP: u32 = 0x01;
@@ -175,6 +182,11 @@ impl TransportChars {
     pub const fn continuation(&self) -> bool {
         let all = RTRS_XREQ | RTRS_XRESP | RTRS_XCONT;
         self.rtr_support & all == all
+    }
+
+    /// The peer sends replies by send-based DDP when asked ([`RTRS_SDDP_REPLY`]).
+    pub const fn sends_ddp_replies(&self) -> bool {
+        self.continuation() && self.rtr_support & RTRS_SDDP_REPLY != 0
     }
 
     /// Octets of the encoded `xcharvals` list (the receive buffer structure only when

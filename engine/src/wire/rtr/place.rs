@@ -447,6 +447,153 @@ pub fn xmtreq_header_len(items: &[MItem<'_>]) -> usize {
     super::XMTREQ_HEADER_LEN + items.iter().map(MItem::encoded_len).sum::<usize>()
 }
 
+/// Octets one [`ReplyDirection`] adds to an `optxrq_rsd` (an `xmddp_rsdset` of one
+/// XMDTYPE_TBSN `xmddp_rsditem`: range, item count, `minlen`, type).
+pub const REPLY_DIRECTION_LEN: usize = 20;
+
+/// The one shape of `optxrq_rsd` this engine sends and takes (draft §7.4): one
+/// `xmddp_rsdset` whose range covers the request, holding one `xmddp_rsditem` of type
+/// XMDTYPE_TBSN: "place the reply's first DDP-eligible item of at least `minlen`
+/// octets by send-based DDP into my receive segments".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct ReplyDirection {
+    /// `xmdrsdr_begin`: first request XDR position the direction applies to.
+    pub begin: u32,
+    /// `xmdrsdr_end`: the range's end.
+    pub end: u32,
+    /// `xmdrsdi_minlen`: an item shorter than this stays in the payload stream
+    /// (answered XMDTYPE_TOOSHORT).
+    pub minlen: u32,
+}
+
+impl ReplyDirection {
+    /// The direction in a received `optxrq_rsd`: `Ok(None)` when it is empty, `Ok(Some)`
+    /// for exactly one set of exactly one XMDTYPE_TBSN item whose range is not
+    /// reversed. Anything else (explicit-RDMA, CHOOSE or BYSIZE directions, several
+    /// items or sets) is not taken by this engine and is answered OPTXERR_BADTBSN with
+    /// the empty range 0..0, as a receiver without DDP segments answers any placement
+    /// (`engine/DESIGN.md`, "Send-based DDP replies").
+    ///
+    /// # Errors
+    /// The BADTBSN to answer with.
+    pub fn of(rsd: &DdpArray<'_>) -> Result<Option<Self>, OptxInfo> {
+        if rsd.is_empty() {
+            return Ok(None);
+        }
+        let refuse = OptxInfo::BadTbsn {
+            value: 0,
+            min: 0,
+            max: 0,
+        };
+        let mut cur = XdrCursor::new(rsd.xdr);
+        let words = (|| -> Result<[u32; 6], crate::wire::xdr::XdrError> {
+            let mut w = [0u32; 6];
+            for x in w.iter_mut() {
+                *x = cur.u32()?;
+            }
+            Ok(w)
+        })()
+        .map_err(|_| refuse)?;
+        // sets, begin, end, items, minlen, type
+        let [sets, begin, end, items, minlen, kind] = words;
+        if sets != 1 || items != 1 || kind != XMDTYPE_TBSN || end < begin || cur.remaining() != 0 {
+            return Err(refuse);
+        }
+        Ok(Some(ReplyDirection { begin, end, minlen }))
+    }
+
+    fn encode(&self, enc: &mut XdrEncoder<'_>) -> Result<(), BufferTooSmall> {
+        enc.u32(1)?;
+        enc.u32(self.begin)?;
+        enc.u32(self.end)?;
+        enc.u32(1)?;
+        enc.u32(self.minlen)?;
+        enc.u32(XMDTYPE_TBSN)
+    }
+}
+
+/// Octets of an ROPT_XMTREQ header whose `optxrq_ddp` holds `items` and whose
+/// `optxrq_rsd` holds `rsd`.
+pub fn xmtreq_rsd_header_len(items: &[MItem<'_>], rsd: Option<&ReplyDirection>) -> usize {
+    xmtreq_header_len(items) + rsd.map_or(0, |_| REPLY_DIRECTION_LEN)
+}
+
+/// [`encode_xmtreq`] with a reply direction in `optxrq_rsd` (send-based DDP of the
+/// reply's bulk item). Returns the header's length ([`xmtreq_rsd_header_len`]).
+///
+/// # Errors
+/// A short buffer.
+#[allow(clippy::too_many_arguments)]
+pub fn encode_xmtreq_rsd(
+    buf: &mut [u8],
+    xid: u32,
+    credit: u32,
+    count: u32,
+    rsbuf: u32,
+    pslen: u32,
+    items: &[MItem<'_>],
+    rsd: Option<&ReplyDirection>,
+) -> Result<usize, BufferTooSmall> {
+    let info = xmtreq_rsd_header_len(items, rsd) - super::OPTINFO_OFFSET;
+    let mut enc = XdrEncoder::new(buf);
+    enc.u32(xid)?;
+    enc.u32(crate::wire::header::RPCRDMA_VERSION)?;
+    enc.u32(credit)?;
+    enc.u32(super::RDMA_OPTIONAL)?;
+    enc.u32(super::ROPT_XMTREQ)?;
+    enc.u32(info as u32)?;
+    enc.u32(items.len() as u32)?;
+    for m in items {
+        m.encode(&mut enc)?;
+    }
+    match rsd {
+        Some(d) => d.encode(&mut enc)?,
+        None => enc.u32(0)?,
+    }
+    enc.u32(count)?;
+    enc.u32(rsbuf)?;
+    enc.u32(pslen)?;
+    Ok(enc.finish())
+}
+
+/// Octets of an ROPT_XMTRESP header whose `optxrs_ddp` holds `items`.
+pub fn xmtresp_header_len(items: &[MItem<'_>]) -> usize {
+    super::XMTRESP_HEADER_LEN + items.iter().map(MItem::encoded_len).sum::<usize>()
+}
+
+/// Encodes an ROPT_XMTRESP header whose `optxrs_ddp` holds `items` (the per-item
+/// results of the request's reply directions, §7.4: "For each xmddp_rsditem, there will
+/// be a corresponding xmddp_mitem"). Returns its length ([`xmtresp_header_len`]); the
+/// payload stream follows it.
+///
+/// # Errors
+/// A short buffer.
+pub fn encode_xmtresp(
+    buf: &mut [u8],
+    xid: u32,
+    credit: u32,
+    count: u32,
+    pslen: u32,
+    items: &[MItem<'_>],
+) -> Result<usize, BufferTooSmall> {
+    let info = xmtresp_header_len(items) - super::OPTINFO_OFFSET;
+    let mut enc = XdrEncoder::new(buf);
+    enc.u32(xid)?;
+    enc.u32(crate::wire::header::RPCRDMA_VERSION)?;
+    enc.u32(credit)?;
+    enc.u32(super::RDMA_OPTIONAL)?;
+    enc.u32(super::ROPT_XMTRESP)?;
+    enc.u32(info as u32)?;
+    enc.u32(items.len() as u32)?;
+    for m in items {
+        m.encode(&mut enc)?;
+    }
+    enc.u32(count)?;
+    enc.u32(pslen)?;
+    Ok(enc.finish())
+}
+
 /// Encodes an ROPT_XMTREQ header whose `optxrq_ddp` holds `items` (send-based DDP) into
 /// `buf`; `optxrq_rsd` goes out empty. Returns its length
 /// ([`xmtreq_header_len`]); the payload stream follows it.
@@ -463,23 +610,7 @@ pub fn encode_xmtreq(
     pslen: u32,
     items: &[MItem<'_>],
 ) -> Result<usize, BufferTooSmall> {
-    let info = xmtreq_header_len(items) - super::OPTINFO_OFFSET;
-    let mut enc = XdrEncoder::new(buf);
-    enc.u32(xid)?;
-    enc.u32(crate::wire::header::RPCRDMA_VERSION)?;
-    enc.u32(credit)?;
-    enc.u32(super::RDMA_OPTIONAL)?;
-    enc.u32(super::ROPT_XMTREQ)?;
-    enc.u32(info as u32)?;
-    enc.u32(items.len() as u32)?;
-    for m in items {
-        m.encode(&mut enc)?;
-    }
-    enc.u32(0)?;
-    enc.u32(count)?;
-    enc.u32(rsbuf)?;
-    enc.u32(pslen)?;
-    Ok(enc.finish())
+    encode_xmtreq_rsd(buf, xid, credit, count, rsbuf, pslen, items, None)
 }
 
 #[cfg(test)]
