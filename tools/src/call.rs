@@ -125,6 +125,9 @@ pub struct Shape {
     /// DDP arguments the call placed by send-based DDP into the server's receive
     /// segments (draft-dnoveck-rpcrdma-rtrext §7) instead of Read chunks.
     pub send_ddp_items: u64,
+    /// Reply bulk items the server placed by send-based DDP into this end's receive
+    /// segments (§7.4; `call --send-ddp`) instead of writing them into a Write chunk.
+    pub send_ddp_reply_items: u64,
 }
 
 /// The JSON (and text) summary.
@@ -426,10 +429,11 @@ fn call<P: Provider>(
     let padded = after.padded_calls > before.padded_calls;
     let call_messages = after.call_messages - before.call_messages;
     let send_ddp_items = after.send_ddp_items - before.send_ddp_items;
+    let reply_asks = after.send_ddp_reply_asks - before.send_ddp_reply_asks;
     let shape = Shape {
         call: if long {
             "RDMA_NOMSG"
-        } else if after.cont_calls > before.cont_calls || send_ddp_items > 0 {
+        } else if after.cont_calls > before.cont_calls || send_ddp_items > 0 || reply_asks > 0 {
             "ROPT_XMTREQ"
         } else if padded {
             "RDMA_MSGP"
@@ -441,13 +445,15 @@ fn call<P: Provider>(
         } else {
             ddp_args.saturating_sub(send_ddp_items as usize)
         } + usize::from(long),
-        write_chunks: sinks,
+        // A sink whose item was asked for by send-based DDP was not offered.
+        write_chunks: sinks.saturating_sub(reply_asks as usize),
         reply_chunks: after.reply_chunks - before.reply_chunks,
         reply_read_chunks: after.read_chunk_replies - before.read_chunk_replies,
         done_sent: after.dones_sent > before.dones_sent,
         call_messages,
         reply_messages: after.reply_messages - before.reply_messages,
         send_ddp_items,
+        send_ddp_reply_items: after.send_ddp_reply_items - before.send_ddp_reply_items,
     };
     // The DONE is staged with the outcome: one more poll posts it before closing.
     conn.poll(Instant::now());
@@ -686,7 +692,7 @@ fn render_call(s: &Summary) -> String {
     };
     format!(
         "call {} (prog {:#010x} vers {} proc {}) size {} to {} {}\n\
-         shape: {}, {}, {}, {}{}{}{}\n\
+         shape: {}, {}, {}, {}{}{}{}{}\n\
          reply: {} xid {:#010x}, {} octet message{}; {}\n\
          registration: {}\n\
          time: connect {:.1} us, call {:.1} us\n{}",
@@ -717,6 +723,14 @@ fn render_call(s: &Summary) -> String {
             format!(
                 ", send-based DDP: {} item(s) placed in the server's receive segments",
                 s.shape.send_ddp_items
+            )
+        } else {
+            String::new()
+        },
+        if s.shape.send_ddp_reply_items > 0 {
+            format!(
+                ", send-based DDP reply: {} item(s) placed in our receive segments",
+                s.shape.send_ddp_reply_items
             )
         } else {
             String::new()

@@ -110,6 +110,10 @@ pub struct DecodedOptional {
     /// reply's per-item results; engine/DESIGN.md "Send-based DDP").
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub send_ddp_items: Vec<DecodedDdpItem>,
+    /// The reply direction of a request's `optxrq_rsd` (send-based DDP of the reply's
+    /// bulk item, §7.4), when it holds the one shape this engine sends.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reply_direction: Option<rpcrdma::wire::rtr::place::ReplyDirection>,
     /// What the message is.
     pub notes: Vec<String>,
 }
@@ -164,6 +168,12 @@ pub fn decode_optional(buf: &[u8]) -> Result<DecodedOptional, CliError> {
         RtrBody::XmtResp(r) => ddp_items(&r.ddp),
         _ => Vec::new(),
     };
+    let reply_direction = match view.body {
+        RtrBody::XmtReq(q) => rpcrdma::wire::rtr::place::ReplyDirection::of(&q.rsd)
+            .ok()
+            .flatten(),
+        _ => None,
+    };
     let note = match view.body {
         RtrBody::XmtReq(q) => format!(
             "ROPT_XMTREQ: transmission 0 of {} of a call, {} octets of its message here;              {} receives lent for the reply's continuations",
@@ -216,8 +226,16 @@ pub fn decode_optional(buf: &[u8]) -> Result<DecodedOptional, CliError> {
                         .unwrap_or_default()
                 )
             }))
+            .chain(reply_direction.iter().map(|d| {
+                format!(
+                    "reply direction: the reply's bulk item of at least {} octets by \
+                     send-based DDP into the requester's receive segments (XMDTYPE_TBSN)",
+                    d.minlen
+                )
+            }))
             .collect(),
         send_ddp_items,
+        reply_direction,
     })
 }
 

@@ -191,9 +191,10 @@ struct ConnArgs {
     /// speaks it): no responder-provided Read chunks for replies.
     #[arg(long)]
     no_extensions: bool,
-    /// Server: accept bulk arguments by send-based DDP (draft-dnoveck-rpcrdma-rtrext §7):
-    /// post every receive with a DDP segment of the large buffer size and advertise it
-    /// (each posted receive then holds a large buffer). Ignored by `call`.
+    /// Send-based DDP (draft-dnoveck-rpcrdma-rtrext §7): post every receive with a DDP
+    /// segment of the large buffer size and advertise it (each posted receive then holds
+    /// a large buffer). Server: accept bulk arguments so. `call`: ask for the reply's
+    /// bulk item so (a SOURCE's data lands in a receive segment, no Write chunk).
     #[arg(long)]
     send_ddp: bool,
 }

@@ -5,10 +5,12 @@
 //! never sends) must re-encode to a list that decodes to the same value. Send-based DDP:
 //! every typed `xmddp_mitem` decoded from an accepted message re-encodes to its own XDR,
 //! and checking its TBSN placement against any received receive buffer structure never
-//! panics (it is accepted or answered with BADTBSN / BADOFF).
+//! panics (it is accepted or answered with BADTBSN / BADOFF). A request's reply
+//! direction (`optxrq_rsd`), when it is the one shape the engine takes, re-encodes to
+//! the octets it came from.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use rpcrdma::wire::rtr::place::{DdpLayout, Loc};
+use rpcrdma::wire::rtr::place::{encode_xmtreq_rsd, xmtreq_rsd_header_len, DdpLayout, Loc, ReplyDirection};
 use rpcrdma::wire::rtr::{DdpArray, RtrBody, RtrView, TransportChars};
 use rpcrdma::wire::xdr::{XdrCursor, XdrEncoder};
 
@@ -42,7 +44,19 @@ fuzz_target!(|data: &[u8]| {
         .and_then(|r| DdpLayout::of(&r));
     if let Ok(v) = RtrView::parse(data) {
         match v.body {
-            RtrBody::XmtReq(q) => items(&q.ddp, layout.as_ref()),
+            RtrBody::XmtReq(q) => {
+                items(&q.ddp, layout.as_ref());
+                if let Ok(Some(d)) = ReplyDirection::of(&q.rsd) {
+                    let n = xmtreq_rsd_header_len(&[], Some(&d));
+                    let mut out = vec![0u8; n];
+                    let got = encode_xmtreq_rsd(&mut out, 0, 0, q.count, q.rsbuf, q.pslen, &[], Some(&d))
+                        .expect("exact length fits");
+                    assert_eq!(got, n);
+                    // The rsd array sits right before count, rsbuf, pslen.
+                    let rsd_out = &out[n - 12 - q.rsd.xdr.len()..n - 12];
+                    assert_eq!(rsd_out, q.rsd.xdr);
+                }
+            }
             RtrBody::XmtResp(r) => items(&r.ddp, layout.as_ref()),
             _ => {}
         }

@@ -503,6 +503,28 @@ fn call_shows_message_continuation() {
     assert!(stdout.contains("stopping (signal)"), "{stdout}");
 }
 
+/// With `call --send-ddp` (the client posts DDP segments and advertises them), a 1 MiB
+/// SOURCE (READ-like: small call, bulk reply) asks for the reply's item by send-based
+/// DDP: the server places it in the client's receive segment with its reply's one
+/// Send, no Write chunk; without the flag it comes by Write chunk.
+#[test]
+fn call_shows_send_based_ddp_replies() {
+    let socket = socket_path("send-ddp-reply");
+    let mut server = start_server_with(&socket, &["--max-size", "1048576"]);
+    let v = call_json(&socket, &["--source", "--size", "1048576", "--send-ddp"]);
+    assert_eq!(v["status"], "SUCCESS", "{v}");
+    assert_eq!(v["check"], "1048576 octets of the source pattern", "{v}");
+    assert_eq!(shape(&v), ("ROPT_XMTREQ".into(), 0, 0, 0), "{v}");
+    assert_eq!(v["shape"]["send_ddp_reply_items"], 1, "{v}");
+    assert_eq!(v["shape"]["reply_messages"], 1);
+    let v = call_json(&socket, &["--source", "--size", "1048576"]);
+    assert_eq!(v["check"], "1048576 octets of the source pattern", "{v}");
+    assert_eq!(shape(&v), ("RDMA_MSG".into(), 0, 1, 0), "{v}");
+    assert_eq!(v["shape"]["send_ddp_reply_items"], 0);
+    let stdout = interrupt(&mut server);
+    assert!(stdout.contains("stopping (signal)"), "{stdout}");
+}
+
 /// With a server that posts DDP segments (`--send-ddp`), a 1 MiB SINK (WRITE-like:
 /// bulk argument, small reply) places its payload by send-based DDP in one Send, no
 /// Read chunk; with `--no-extensions` it goes by Read chunk.

@@ -829,6 +829,60 @@ mod tests {
     }
 
     #[test]
+    fn a_reply_direction_and_its_result_parse_back() {
+        let dir = ReplyDirection {
+            begin: 0,
+            end: 96,
+            minlen: 1024,
+        };
+        let mut buf = [0u8; 256];
+        let n = encode_xmtreq_rsd(&mut buf, 9, 4, 1, 0, 96, &[], Some(&dir)).expect("fits");
+        assert_eq!(n, xmtreq_rsd_header_len(&[], Some(&dir)));
+        let mut msg = buf[..n].to_vec();
+        msg.extend_from_slice(&[0u8; 96]);
+        let v = crate::wire::rtr::RtrView::parse(&msg).expect("parses");
+        let crate::wire::rtr::RtrBody::XmtReq(q) = v.body else {
+            panic!("not a request");
+        };
+        assert_eq!((q.rsd.entries, q.pslen), (1, 96));
+        assert_eq!(ReplyDirection::of(&q.rsd), Ok(Some(dir)));
+        assert_eq!(ReplyDirection::of(&DdpArray::default()), Ok(None));
+        // Other shapes are not taken: BADTBSN 0..0.
+        let mut other = q.rsd.xdr.to_vec();
+        other[20..24].copy_from_slice(&XMDTYPE_EXRW.to_be_bytes());
+        other.extend_from_slice(&0u32.to_be_bytes());
+        let arr = DdpArray {
+            entries: 1,
+            xdr: &other,
+        };
+        assert_eq!(
+            ReplyDirection::of(&arr),
+            Err(OptxInfo::BadTbsn {
+                value: 0,
+                min: 0,
+                max: 0
+            })
+        );
+        // The result: one item per direction.
+        let items = [MItem {
+            disp: 28,
+            length: 100,
+            loc: Loc::TooShort,
+        }];
+        let n = encode_xmtresp(&mut buf, 9, 4, 1, 132, &items).expect("fits");
+        assert_eq!(n, xmtresp_header_len(&items));
+        let mut msg = buf[..n].to_vec();
+        msg.extend_from_slice(&[0u8; 132]);
+        let v = crate::wire::rtr::RtrView::parse(&msg).expect("parses");
+        let crate::wire::rtr::RtrBody::XmtResp(r) = v.body else {
+            panic!("not a response");
+        };
+        assert_eq!((r.count, r.pslen), (1, 132));
+        let got: Vec<_> = r.ddp.mitems().map(|m| m.expect("decodes")).collect();
+        assert_eq!(got, items.to_vec());
+    }
+
+    #[test]
     fn an_encoded_request_with_items_parses_back() {
         let mut loc = TbsnLoc {
             offset: 0,
