@@ -536,8 +536,9 @@ per_provider!(
 
 /// The seeded simulation with message loss (each lost message breaks the connection),
 /// delays and CQ stalls, under a workload of calls whose DDP argument goes by
-/// send-based DDP and small calls: every call gets one outcome (its argument's checksum
-/// right, or a transport failure when the connection broke), and every pool is full
+/// send-based DDP, READ-like calls whose result comes back by send-based DDP, and small
+/// calls: every call gets one outcome (its argument's checksum or its result right, or
+/// a transport failure when the connection broke), and every pool is full
 /// once both sides closed, so the DDP segments posted, landed and held by the service
 /// all went back, including on connections that broke with such calls in flight.
 #[test]
@@ -555,6 +556,7 @@ fn seeded_sim_with_lost_messages_and_disconnects_mid_call() {
     };
     let mut broke_with_ddp_out = 0;
     let mut placed = 0;
+    let mut replies_placed = 0;
     for seed in 0x90u64..0x98 {
         let faults = FaultConfig {
             drop_per_mille: 4,
@@ -570,7 +572,8 @@ fn seeded_sim_with_lost_messages_and_disconnects_mid_call() {
         );
         let _report = net.report_on_panic();
         let fixture = SimNetFixture(net.clone());
-        let mut p = pair(&fixture, &small_seg(false), &small_seg(true));
+        // Both post DDP segments: calls place arguments, replies place results.
+        let mut p = pair(&fixture, &small_seg(true), &small_seg(true));
         let cpools = p.requester.resources().pools().clone();
         let spools = p
             .responder()
@@ -586,9 +589,15 @@ fn seeded_sim_with_lost_messages_and_disconnects_mid_call() {
             d.iter()
                 .fold(0u32, |a, &b| a.wrapping_mul(31).wrapping_add(u32::from(b)))
         };
-        let check = |o: &rpcrdma::Outcome, want: &Vec<u8>| {
+        let check = |o: &rpcrdma::Outcome, (read_like, want): &(bool, Vec<u8>)| {
             let res = results(o);
-            if want.is_empty() {
+            if *read_like {
+                assert_eq!(word(res, 0) as usize, want.len());
+                assert!(
+                    o.write_result(0) == Some(&want[..]),
+                    "the result arrived intact"
+                );
+            } else if want.is_empty() {
                 assert_eq!(word(res, 0), 0);
             } else {
                 assert_eq!((word(res, 0), word(res, 4) as usize), (1, want.len()));
@@ -604,8 +613,16 @@ fn seeded_sim_with_lost_messages_and_disconnects_mid_call() {
             } else {
                 0
             };
-            let data = pattern(n, tag as u8);
-            let req = if n > 0 {
+            let read_like = n > 0 && rng.below(2) == 0;
+            let data = pattern(n, if read_like { 1 } else { tag as u8 });
+            let req = if read_like {
+                let mut args = (n as u32).to_be_bytes().to_vec();
+                args.extend_from_slice(&0u32.to_be_bytes());
+                let mut r = CallRequest::new(msg(&p, PROC_TWO_RESULTS, &args), 512);
+                r.push_write_sink(p.requester.alloc_large().expect("sink"))
+                    .expect("room");
+                r
+            } else if n > 0 {
                 let m = msg(&p, PROC_SUM_ITEMS, &(n as u32).to_be_bytes());
                 let mut r = CallRequest::new(m, 512);
                 r.push_ddp_arg(CALL_HDR as u32 + 4, large_with(&p, &data))
@@ -615,7 +632,7 @@ fn seeded_sim_with_lost_messages_and_disconnects_mid_call() {
                 CallRequest::new(msg(&p, PROC_SUM_ITEMS, &[]), 512)
             };
             p.requester.submit(req, tag).expect("submitted");
-            expect.insert(tag, data);
+            expect.insert(tag, (read_like, data));
             for _ in 0..rng.range_inclusive(1, 6) {
                 let now = p.requester.clock().now();
                 p.poll(now);
@@ -625,7 +642,7 @@ fn seeded_sim_with_lost_messages_and_disconnects_mid_call() {
                 match o.status {
                     CallStatus::Success => check(&o, &expect[&o.tag]),
                     CallStatus::Transport(TransportError::Disconnected) => {
-                        broke_mid |= !expect[&o.tag].is_empty();
+                        broke_mid |= !expect[&o.tag].1.is_empty();
                     }
                     other => panic!("seed {seed}: tag {}: {other:?}", o.tag),
                 }
@@ -640,7 +657,7 @@ fn seeded_sim_with_lost_messages_and_disconnects_mid_call() {
                 match o.status {
                     CallStatus::Success => check(&o, &expect[&o.tag]),
                     CallStatus::Transport(TransportError::Disconnected) => {
-                        *broke_mid |= !expect[&o.tag].is_empty();
+                        *broke_mid |= !expect[&o.tag].1.is_empty();
                     }
                     other => panic!("seed {seed}: tag {}: {other:?}", o.tag),
                 }
@@ -649,6 +666,7 @@ fn seeded_sim_with_lost_messages_and_disconnects_mid_call() {
         });
         assert!(done, "seed {seed}: {outcomes} of {n} outcomes");
         placed += p.requester.stats().send_ddp_items;
+        replies_placed += p.requester.stats().send_ddp_reply_items;
         assert_eq!(
             p.requester.stats().long_calls + p.requester.stats().cont_calls,
             0,
@@ -681,6 +699,10 @@ fn seeded_sim_with_lost_messages_and_disconnects_mid_call() {
         }
     }
     assert!(placed > 20, "send-based DDP was exercised: {placed}");
+    assert!(
+        replies_placed > 20,
+        "send-based DDP replies were exercised: {replies_placed}"
+    );
     assert!(
         broke_with_ddp_out > 0,
         "some connection broke with DDP calls in flight"
