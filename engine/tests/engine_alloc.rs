@@ -235,6 +235,8 @@ fn send_ddp_rpcs_do_not_allocate() {
         queue_len: 64,
         hugepages: HugePages::Never,
         send_ddp: true,
+        // On shm the device default is never (DESIGN.md, "Shape choice").
+        send_ddp_max: Some(u32::MAX),
         ..ConnConfig::default()
     };
     let addr = ShmAddr::abstract_name(format!("rpcrdma-engine-alloc-sddp-{}", std::process::id()));
@@ -274,6 +276,7 @@ fn send_ddp_replies_do_not_allocate() {
         queue_len: 64,
         hugepages: HugePages::Never,
         send_ddp: true,
+        send_ddp_max: Some(u32::MAX),
         ..ConnConfig::default()
     };
     let addr = ShmAddr::abstract_name(format!("rpcrdma-engine-alloc-rddp-{}", std::process::id()));

@@ -86,6 +86,11 @@ pub enum RpcBench {
     /// The same call to a server that advertises no DDP segment: a Read chunk the
     /// responder pulls (a second round trip).
     BulkByReadChunk,
+    /// SOURCE whose bulk result the server places by send-based DDP into the client's
+    /// receive segments (§7.4: no registration, no RDMA Write).
+    BulkResultBySendDdp,
+    /// The same call from a client that posts no DDP segment: a Write chunk.
+    BulkResultByWriteChunk,
 }
 
 impl RpcBench {
@@ -101,6 +106,8 @@ impl RpcBench {
             RpcBench::LongByReadChunk => "long call by read chunk (2 round trips)",
             RpcBench::BulkBySendDdp => "bulk argument by send DDP (1 round trip)",
             RpcBench::BulkByReadChunk => "bulk argument by read chunk (2 round trips)",
+            RpcBench::BulkResultBySendDdp => "bulk result by send DDP",
+            RpcBench::BulkResultByWriteChunk => "bulk result by write chunk",
         }
     }
 }
@@ -143,6 +150,8 @@ struct Shape {
     /// The Read-chunk argument must go by send-based DDP (`Some(true)`), or must not
     /// (`Some(false)`); `None`: not checked.
     send_ddp: Option<bool>,
+    /// The same for the Write-chunk result (send-based DDP of the reply).
+    reply_send_ddp: Option<bool>,
 }
 
 impl Shape {
@@ -157,6 +166,7 @@ impl Shape {
                     long_msg: false,
                     prebuilt: false,
                     send_ddp: None,
+                    reply_send_ddp: None,
                 }
             }
             RpcBench::SinkPrebuilt => Shape {
@@ -166,6 +176,7 @@ impl Shape {
                 long_msg: false,
                 prebuilt: true,
                 send_ddp: None,
+                reply_send_ddp: None,
             },
             RpcBench::LongByGroup | RpcBench::LongByReadChunk => Shape {
                 procedure: echo_proc::DISCARD,
@@ -174,6 +185,7 @@ impl Shape {
                 long_msg: true,
                 prebuilt: false,
                 send_ddp: None,
+                reply_send_ddp: None,
             },
             RpcBench::BulkBySendDdp | RpcBench::BulkByReadChunk => Shape {
                 procedure: echo_proc::DISCARD,
@@ -182,6 +194,7 @@ impl Shape {
                 long_msg: false,
                 prebuilt: false,
                 send_ddp: Some(bench == RpcBench::BulkBySendDdp),
+                reply_send_ddp: None,
             },
             RpcBench::ReadChunk => Shape {
                 procedure: echo_proc::DISCARD,
@@ -190,6 +203,7 @@ impl Shape {
                 long_msg: false,
                 prebuilt: false,
                 send_ddp: None,
+                reply_send_ddp: None,
             },
             RpcBench::ReadChunkCrc => Shape {
                 procedure: echo_proc::SINK,
@@ -198,6 +212,7 @@ impl Shape {
                 long_msg: false,
                 prebuilt: false,
                 send_ddp: None,
+                reply_send_ddp: None,
             },
             RpcBench::WriteChunk => Shape {
                 procedure: echo_proc::SOURCE,
@@ -206,6 +221,16 @@ impl Shape {
                 long_msg: false,
                 prebuilt: false,
                 send_ddp: None,
+                reply_send_ddp: None,
+            },
+            RpcBench::BulkResultBySendDdp | RpcBench::BulkResultByWriteChunk => Shape {
+                procedure: echo_proc::SOURCE,
+                read_chunk: false,
+                write_chunk: true,
+                long_msg: false,
+                prebuilt: false,
+                send_ddp: None,
+                reply_send_ddp: Some(bench == RpcBench::BulkResultBySendDdp),
             },
         }
     }
@@ -557,9 +582,15 @@ pub fn run<F: FabricKind>(
     if matches!(bench, RpcBench::LongByGroup | RpcBench::LongByReadChunk) {
         cfg.credits = cfg.credits.max(8);
     }
-    // The send-DDP row's server posts DDP segments and advertises them (the same
-    // configuration serves both ends here; a requester ignores it).
-    cfg.send_ddp = bench == RpcBench::BulkBySendDdp;
+    // The send-DDP rows post DDP segments and advertise them (the same configuration
+    // serves both ends here: the server's for arguments, the client's for results),
+    // and use them on every provider, shm too (where the device default is not to:
+    // DESIGN.md, "Shape choice"), so the rows compare the shapes.
+    cfg.send_ddp = matches!(
+        bench,
+        RpcBench::BulkBySendDdp | RpcBench::BulkResultBySendDdp
+    );
+    cfg.send_ddp_max = cfg.send_ddp.then_some(u32::MAX);
     cfg.validate()
         .map_err(|e| BenchError::Setup(format!("connection configuration: {e}")))?;
     let shape = Shape::of(bench, spec.size, params.inline);
@@ -710,6 +741,18 @@ fn client<F: FabricKind>(
             if placed != if want { calls } else { 0 } {
                 return Err(BenchError::Rpc(format!(
                     "{calls} calls: {placed} by send-based DDP"
+                )));
+            }
+        }
+    }
+    if let Some(want) = shape.reply_send_ddp {
+        for (c, b) in conns.iter().zip(&before) {
+            let a = c.conn.stats();
+            let calls = a.calls_sent - b.calls_sent;
+            let placed = a.send_ddp_reply_items - b.send_ddp_reply_items;
+            if placed != if want { calls } else { 0 } {
+                return Err(BenchError::Rpc(format!(
+                    "{calls} calls: {placed} results by send-based DDP"
                 )));
             }
         }

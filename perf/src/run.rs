@@ -133,6 +133,22 @@ pub fn plan(cfg: &Config) -> Vec<Planned> {
                                 against,
                             });
                         }
+                        // A bulk result: placed by send-based DDP against a Write chunk
+                        // (§7.4: no registration, no RDMA Write).
+                        let (d, w) = (
+                            RpcBench::BulkResultBySendDdp,
+                            RpcBench::BulkResultByWriteChunk,
+                        );
+                        for (b, against) in [(w, None), (d, Some("rpc bulk result by write chunk"))]
+                        {
+                            out.push(Planned {
+                                layer: Layer::Rpc,
+                                name: b.name(),
+                                bench: Bench::Rpc(b),
+                                spec,
+                                against,
+                            });
+                        }
                     }
                 }
                 Mode::Rate => {
@@ -285,8 +301,12 @@ pub fn notes(cfg: &Config) -> Vec<String> {
              extensions); bulk argument by send DDP = DISCARD whose SIZE-octet argument is \
              placed into the server's receive segments in the call's one Send \
              (draft-dnoveck-rpcrdma-rtrext §7, one round trip; compared with the same \
-             argument by read chunk, two round trips); a long-call or bulk row fails \
-             unless every call took its shape.",
+             argument by read chunk, two round trips); bulk result by send DDP = SOURCE \
+             whose SIZE-octet result the server places into the client's receive segments \
+             in the reply's one Send (§7.4; compared with the same result by write chunk); \
+             the send-DDP rows force that shape on every provider (the engine's default \
+             does not pick it where it measures slower: engine/DESIGN.md \"Shape choice\"); \
+             a long-call or bulk row fails unless every call took its shape.",
             cfg.provider.name(),
             cfg.inline_threshold
         ));

@@ -197,6 +197,11 @@ struct ConnArgs {
     /// bulk item so (a SOURCE's data lands in a receive segment, no Write chunk).
     #[arg(long)]
     send_ddp: bool,
+    /// `call`: the largest bulk item moved by send-based DDP (a call's argument, a
+    /// reply's result); without it the device decides (arguments where an RDMA Read
+    /// costs a round trip, not on shm; results never: engine/DESIGN.md "Shape choice").
+    #[arg(long, value_name = "BYTES")]
+    send_ddp_max: Option<u32>,
 }
 
 #[derive(Debug, Args)]
@@ -375,6 +380,7 @@ fn conn_config(a: &ConnArgs, largest: usize) -> ConnConfig {
         large_buf_size: u32::try_from(large).unwrap_or(u32::MAX),
         extensions: !a.no_extensions,
         send_ddp: a.send_ddp,
+        send_ddp_max: a.send_ddp_max,
         ..ConnConfig::default()
     }
 }

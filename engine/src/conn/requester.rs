@@ -78,6 +78,7 @@ fn open<P: Provider, B: ResponderRole>(
         ),
     };
     let mut core = core.map_err(ConnError::Core)?;
+    core.apply_device(res.rdma_round_trip);
     let mut qp = cm
         .connect(
             addr,

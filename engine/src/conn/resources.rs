@@ -35,6 +35,8 @@ pub struct ConnResources<P: Provider> {
     mode: RegMode,
     /// Most octets of private data a connect request carries on this device.
     pub(crate) connect_pd_max: usize,
+    /// `DeviceCaps::rdma_round_trip` of this device.
+    pub(crate) rdma_round_trip: bool,
 }
 
 impl<P: Provider> ConnResources<P> {
@@ -139,6 +141,7 @@ impl<P: Provider> ConnResources<P> {
             sizes,
             mode,
             connect_pd_max: dev.caps().private_data.connect,
+            rdma_round_trip: dev.caps().rdma_round_trip,
         };
         let recv = res.pools.recv.arena().clone();
         let mr: P::Mr = res

@@ -242,6 +242,15 @@ pub struct ConnConfig {
     /// placed into a receive segment instead of offering a Write chunk, and its outcome
     /// hands the segment back as the sink.
     pub send_ddp: bool,
+    /// Requester: the largest bulk item moved by send-based DDP, a call's argument or
+    /// a reply's result (by its Write sink's capacity); larger ones go by Read or Write
+    /// chunk. `None` (the default) decides by what it saves (`engine/DESIGN.md`,
+    /// "Shape choice"): arguments without limit where an RDMA Read costs a round trip
+    /// (`DeviceCaps::rdma_round_trip`: siw, verbs, sim) and never where it does not
+    /// (shm, where a Read is one copy by the target and send-based DDP measured
+    /// slower); results never (a Write chunk costs no round trip either, and send-based
+    /// DDP measured no faster on shm or siw).
+    pub send_ddp_max: Option<u32>,
 }
 
 /// When a requester offers a Reply chunk ([`ConnConfig::reply_chunks`];
@@ -348,6 +357,7 @@ impl Default for ConnConfig {
             reply_chunks: ReplyChunks::BySize,
             backchannel_credits: DEFAULT_BACKCHANNEL_CREDITS,
             send_ddp: false,
+            send_ddp_max: None,
         }
     }
 }

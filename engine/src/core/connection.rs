@@ -1054,6 +1054,18 @@ impl<P: ResponderRole> Connection<RequesterHalf, P> {
         self.req.last_pulled_segment()
     }
 
+    /// Resolves the requester's settings that depend on the device
+    /// (`DeviceCaps::rdma_round_trip`: where send-based DDP pays).
+    pub(crate) fn apply_device(&mut self, rdma_round_trip: bool) {
+        self.req.apply_device(rdma_round_trip);
+    }
+
+    /// The largest bulk items the requester moves by send-based DDP, (call arguments,
+    /// reply results), resolved for the device (`ConnConfig::send_ddp_max`).
+    pub fn send_ddp_max(&self) -> (u32, u32) {
+        self.req.send_ddp_max()
+    }
+
     /// Test hook (feature `testing`): the last ROPT_XMTERR the requester received.
     #[cfg(feature = "testing")]
     #[doc(hidden)]

@@ -538,6 +538,14 @@ pub struct DeviceCaps {
     /// where the device has none (a verbs device reporting `max_srq` 0), and then a
     /// consumer posts receives per queue pair.
     pub max_srq_wr: u32,
+    /// Whether an RDMA Read costs a round trip to the peer (and a Write a trip the
+    /// Send after it waits behind). False on shm, where the target's poller does a Read
+    /// as one copy in its own poll, with no message back and forth. Send-based DDP
+    /// (draft-dnoveck-rpcrdma-rtrext §7) saves exactly that round trip and moves the
+    /// bulk through the Send path instead, so where this is false a requester moves
+    /// bulk by RDMA unless `ConnConfig::send_ddp_max` says otherwise
+    /// (`engine/DESIGN.md`, "Shape choice").
+    pub rdma_round_trip: bool,
 }
 
 impl DeviceCaps {
@@ -572,6 +580,7 @@ impl DeviceCaps {
             release_registered: true,
             places_in_poll: false,
             max_srq_wr: SOFTWARE_MAX_SRQ_WR,
+            rdma_round_trip: true,
         }
     }
 }

@@ -31,6 +31,9 @@ fn cfg(extensions: bool, send_ddp: bool) -> ConnConfig {
         large_bufs: 4,
         extensions,
         send_ddp,
+        // Every provider, shm included (where the device default is never: see
+        // `the_shape_follows_the_device`).
+        send_ddp_max: Some(u32::MAX),
         ..test_config()
     }
 }
@@ -259,6 +262,7 @@ fn segments_go_round<N: Net>(net: N) {
         large_buf_size: 64 * 1024,
         large_bufs: 16,
         send_ddp,
+        send_ddp_max: Some(u32::MAX),
         ..test_config()
     };
     let mut p = pair(&net, &small(false), &small(true));
@@ -523,6 +527,62 @@ fn bad_reply_results_fail_the_call<N: Net>(net: N) {
     assert_eq!(p.requester.credits().in_flight(), 0);
 }
 
+/// Shape choice (DESIGN.md): without `send_ddp_max` the device decides for arguments.
+/// On shm, where a Read is one copy by the target with no round trip, they go by Read
+/// chunk even though the server posts segments; on siw (a round trip per Read) by
+/// send-based DDP. Results go by Write chunk on both (no round trip to save). A limit
+/// set by hand wins either way.
+fn shape_choice(net: impl Net, round_trip: bool) {
+    let by_device = |send_ddp_max| ConnConfig {
+        send_ddp_max,
+        ..cfg(true, true)
+    };
+    let mut p = pair(&net, &by_device(None), &by_device(None));
+    let expect = if round_trip { u32::MAX } else { 0 };
+    assert_eq!(p.requester.core().send_ddp_max(), (expect, 0));
+    write_like(&mut p, 1);
+    let o = read_like(&mut p, ITEM as u32);
+    assert!(o.write_result(0) == Some(&pattern(ITEM, 1)[..]));
+    let st = p.requester.stats();
+    let r = p.responder().expect("responder").stats();
+    let n = u64::from(round_trip);
+    assert_eq!((st.send_ddp_items, st.send_ddp_reply_items), (n, 0));
+    assert_eq!(
+        (r.ddp_args, r.ddp_results),
+        (1 - n, 1),
+        "by Read and Write chunk"
+    );
+    // A limit below the item sends it by chunks; one above, by send-based DDP.
+    for (max, by_send) in [(ITEM as u32 - 1, false), (SEG, true)] {
+        let mut p = pair(&net, &by_device(Some(max)), &by_device(None));
+        write_like(&mut p, 2);
+        let o = read_like(&mut p, ITEM as u32);
+        assert!(o.write_result(0) == Some(&pattern(ITEM, 1)[..]));
+        let st = p.requester.stats();
+        let n = u64::from(by_send);
+        assert_eq!(
+            (st.send_ddp_items, st.send_ddp_reply_items),
+            (n, n),
+            "limit {max}"
+        );
+    }
+}
+
+#[test]
+fn shape_choice_on_shm_is_by_chunks() {
+    shape_choice(engine_support::ShmNet, false);
+}
+
+#[test]
+fn shape_choice_on_siw_is_by_send_ddp() {
+    shape_choice(
+        engine_support::SiwNet {
+            confirm_completions: true,
+        },
+        true,
+    );
+}
+
 per_provider!(
     segments_go_round,
     a_1mib_write_like_call_goes_by_send_ddp,
@@ -552,6 +612,7 @@ fn seeded_sim_with_lost_messages_and_disconnects_mid_call() {
         inline_recv: 4096,
         extensions: true,
         send_ddp,
+        send_ddp_max: Some(u32::MAX),
         ..test_config()
     };
     let mut broke_with_ddp_out = 0;

@@ -511,13 +511,25 @@ fn call_shows_message_continuation() {
 fn call_shows_send_based_ddp_replies() {
     let socket = socket_path("send-ddp-reply");
     let mut server = start_server_with(&socket, &["--max-size", "1048576"]);
-    let v = call_json(&socket, &["--source", "--size", "1048576", "--send-ddp"]);
+    let v = call_json(
+        &socket,
+        &[
+            "--source",
+            "--size",
+            "1048576",
+            "--send-ddp",
+            // The limit is on the sink offered (1 MiB and the reply's headroom).
+            "--send-ddp-max",
+            "2097152",
+        ],
+    );
     assert_eq!(v["status"], "SUCCESS", "{v}");
     assert_eq!(v["check"], "1048576 octets of the source pattern", "{v}");
     assert_eq!(shape(&v), ("ROPT_XMTREQ".into(), 0, 0, 0), "{v}");
     assert_eq!(v["shape"]["send_ddp_reply_items"], 1, "{v}");
     assert_eq!(v["shape"]["reply_messages"], 1);
-    let v = call_json(&socket, &["--source", "--size", "1048576"]);
+    // Without a limit the shape follows the device: results by Write chunk.
+    let v = call_json(&socket, &["--source", "--size", "1048576", "--send-ddp"]);
     assert_eq!(v["check"], "1048576 octets of the source pattern", "{v}");
     assert_eq!(shape(&v), ("RDMA_MSG".into(), 0, 1, 0), "{v}");
     assert_eq!(v["shape"]["send_ddp_reply_items"], 0);
@@ -527,12 +539,18 @@ fn call_shows_send_based_ddp_replies() {
 
 /// With a server that posts DDP segments (`--send-ddp`), a 1 MiB SINK (WRITE-like:
 /// bulk argument, small reply) places its payload by send-based DDP in one Send, no
-/// Read chunk; with `--no-extensions` it goes by Read chunk.
+/// Read chunk, when `--send-ddp-max` allows it; with `--no-extensions`, or by the shm
+/// device's default (a Read there costs no round trip), it goes by Read chunk.
 #[test]
 fn call_shows_send_based_ddp() {
     let socket = socket_path("send-ddp");
     let mut server = start_server_with(&socket, &["--max-size", "1048576", "--send-ddp"]);
-    let v = call_json(&socket, &["--sink", "--size", "1048576"]);
+    // On shm the device default is a Read chunk (a Read there costs no round trip):
+    // the limit asks for send-based DDP.
+    let v = call_json(
+        &socket,
+        &["--sink", "--size", "1048576", "--send-ddp-max", "1048576"],
+    );
     assert_eq!(v["status"], "SUCCESS", "{v}");
     assert_eq!(shape(&v), ("ROPT_XMTREQ".into(), 0, 0, 0), "{v}");
     assert_eq!(v["shape"]["send_ddp_items"], 1);
@@ -543,6 +561,9 @@ fn call_shows_send_based_ddp() {
     );
     let v = call_json(&socket, &["--sink", "--size", "1048576", "--no-extensions"]);
     assert_eq!(v["status"], "SUCCESS", "{v}");
+    assert_eq!(shape(&v), ("RDMA_MSG".into(), 1, 0, 0), "{v}");
+    assert_eq!(v["shape"]["send_ddp_items"], 0);
+    let v = call_json(&socket, &["--sink", "--size", "1048576"]);
     assert_eq!(shape(&v), ("RDMA_MSG".into(), 1, 0, 0), "{v}");
     assert_eq!(v["shape"]["send_ddp_items"], 0);
     let stdout = interrupt(&mut server);

@@ -228,6 +228,13 @@ struct Params {
     max_chunks: usize,
     /// `ConnConfig::reply_chunks`.
     reply_chunks: ReplyChunks,
+    /// `ConnConfig::send_ddp_max`, resolved for the device
+    /// ([`RequesterHalf::apply_device`]).
+    send_ddp_max: u32,
+    /// Whether `ConnConfig::send_ddp_max` was set (else the device decides).
+    send_ddp_max_set: bool,
+    /// The same for reply results: `ConnConfig::send_ddp_max`, else 0 (never).
+    send_ddp_reply_max: u32,
     /// The backward direction of a two-role connection (RFC 8167 §5): calls go inline
     /// or not at all ([`SubmitRefusal::NeedsChunks`]).
     inline_only: bool,
@@ -379,6 +386,9 @@ impl RequesterHalf {
                 limits: cfg.limits,
                 max_chunks: cfg.max_chunks as usize,
                 reply_chunks: cfg.reply_chunks,
+                send_ddp_max: cfg.send_ddp_max.unwrap_or(u32::MAX),
+                send_ddp_max_set: cfg.send_ddp_max.is_some(),
+                send_ddp_reply_max: cfg.send_ddp_max.unwrap_or(0),
                 inline_only: false,
             },
             local_pd,
@@ -407,6 +417,20 @@ impl RequesterHalf {
             cont: cont::ReqCont::new(cfg.extensions),
             stats: RequesterStats::default(),
         })
+    }
+
+    /// Resolves what depends on the device: without `ConnConfig::send_ddp_max`, bulk
+    /// goes by send-based DDP only where an RDMA Read costs a round trip.
+    pub(crate) fn apply_device(&mut self, rdma_round_trip: bool) {
+        if !self.params.send_ddp_max_set {
+            self.params.send_ddp_max = if rdma_round_trip { u32::MAX } else { 0 };
+        }
+    }
+
+    /// The largest bulk item this requester moves by send-based DDP: (call arguments,
+    /// reply results).
+    pub fn send_ddp_max(&self) -> (u32, u32) {
+        (self.params.send_ddp_max, self.params.send_ddp_reply_max)
     }
 
     /// How this requester registers chunk memory.

@@ -65,6 +65,10 @@ impl RequesterHalf {
             return None;
         }
         let len = u32::try_from(arg.data.len()).ok()?;
+        // Only where it pays (DESIGN.md, "Shape choice").
+        if len > self.params.send_ddp_max {
+            return None;
+        }
         let probe = MItem {
             disp: arg.position,
             length: len,
@@ -215,7 +219,9 @@ impl RequesterHalf {
             return None;
         };
         let (_, head, seg_len) = layout.locate(0);
-        if sink.capacity() > seg_len as usize {
+        if sink.capacity() > seg_len as usize
+            || sink.capacity() > self.params.send_ddp_reply_max as usize
+        {
             return None;
         }
         // The reply's header and payload land before the segment; what room is left

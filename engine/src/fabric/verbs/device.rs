@@ -354,6 +354,7 @@ impl Device for VerbsDevice {
             // process's mapping were given new ones.
             release_registered: false,
             places_in_poll: false,
+            rdma_round_trip: true,
             max_srq_wr: if a.max_srq > 0 {
                 clamp(a.max_srq_wr)
             } else {
