@@ -447,7 +447,7 @@ impl<'a> ReplyWriter<'a> {
         let Some(k) = self.results.len().checked_sub(1) else {
             return false;
         };
-        if at > self.len || at % 4 != 0 {
+        if at > self.len || !at.is_multiple_of(4) {
             return false;
         }
         match self.result_at.get_mut(k) {
