@@ -264,6 +264,12 @@ impl<P: Provider> ConnResources<P> {
         }
     }
 
+    /// Most octets of private data a connect request carries on this device
+    /// (`DeviceCaps::private_data`).
+    pub fn connect_private_data_max(&self) -> usize {
+        self.connect_pd_max
+    }
+
     /// The pools the core draws from.
     pub fn pools(&self) -> &CorePools {
         &self.pools
