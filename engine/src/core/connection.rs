@@ -75,7 +75,7 @@ pub trait RequesterRole: roles::Sealed {
     #[doc(hidden)]
     fn prepare(&mut self, t: &mut Transport, now: Instant);
     #[doc(hidden)]
-    fn on_established(&mut self, now: Instant);
+    fn on_established(&mut self, t: &mut Transport, now: Instant);
     #[doc(hidden)]
     fn next_timeout(&self, t: &Transport) -> Option<Instant>;
     #[doc(hidden)]
@@ -164,8 +164,8 @@ impl RequesterRole for RequesterHalf {
     fn prepare(&mut self, t: &mut Transport, now: Instant) {
         RequesterHalf::prepare(self, t, now)
     }
-    fn on_established(&mut self, now: Instant) {
-        RequesterHalf::on_established(self, now)
+    fn on_established(&mut self, t: &mut Transport, now: Instant) {
+        RequesterHalf::on_established(self, t, now)
     }
     #[inline(always)]
     fn next_timeout(&self, t: &Transport) -> Option<Instant> {
@@ -223,7 +223,7 @@ impl RequesterRole for NoRequester {
     fn close_drained(&mut self, _t: &mut Transport) {}
     #[inline(always)]
     fn prepare(&mut self, _t: &mut Transport, _now: Instant) {}
-    fn on_established(&mut self, _now: Instant) {}
+    fn on_established(&mut self, _t: &mut Transport, _now: Instant) {}
     #[inline(always)]
     fn next_timeout(&self, _t: &Transport) -> Option<Instant> {
         None
@@ -574,17 +574,29 @@ impl<R: RequesterRole, P: ResponderRole> Connection<R, P> {
     /// The private data to offer when connecting, in at most `max` octets (the
     /// provider's connect limit, `PrivateDataLimits::connect`): when the receive buffer
     /// structure makes it longer (an InfiniBand REQ carries 56 octets), the structure is
-    /// left out and the receives are posted again without DDP segments, so the peer
-    /// never places into segments it was not told of (DESIGN.md, "Send-based DDP
-    /// replies").
+    /// left out and sent in a characteristics update (ROPT_XCHUPD) once the connection
+    /// is established with continuation; replies are not asked to use the segments
+    /// before (DESIGN.md, "Send-based DDP replies").
     pub fn connect_private_data(&mut self, max: usize) -> Advertisement {
         let a = self.local_private_data();
         if a.len() <= max || self.t.recvs.segments.is_none() {
+            self.t.recv_structure_sent = self.t.recvs.segments.is_some();
             return a;
         }
-        let Transport { recvs, outbox, .. } = &mut self.t;
-        recvs.unscatter(outbox);
-        self.local_private_data()
+        // The structure goes in a characteristics update once established
+        // (ROPT_XCHUPD; DESIGN.md, "Characteristics updates"), when continuation is
+        // negotiated; until then (and if never) the peer does not know it.
+        self.t.recv_structure_sent = false;
+        self.t.chars_update_pending = Some(TransportChars {
+            recv_buf: self.t.recvs.segments.as_ref().map(|s| s.structure()),
+            ..self.local_chars
+        });
+        let chars = TransportChars {
+            recv_buf: None,
+            ..self.local_chars
+        };
+        Advertisement::with_chars(&self.local_pd, self.offered_extensions(), &chars)
+            .unwrap_or(Advertisement::DEFAULT)
     }
 
     /// What this end offers: [`ConnConfig::extensions`], but nothing from a responder
@@ -671,7 +683,7 @@ impl<R: RequesterRole, P: ResponderRole> Connection<R, P> {
             TransportChars::DEFAULT
         };
         t.state = ConnState::Established;
-        self.req.on_established(now);
+        self.req.on_established(t, now);
         let _ = t.events.push_back(ConnEvent::Established(t.thresholds));
     }
 

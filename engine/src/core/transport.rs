@@ -176,15 +176,6 @@ impl RecvTable {
         self.refill(outbox);
     }
 
-    /// Posts every receive as one buffer again (no DDP segments), before anything was
-    /// posted: the structure was not advertised.
-    pub(crate) fn unscatter(&mut self, outbox: &mut Outbox) {
-        self.unstage(outbox);
-        self.free = IndexStack::full(self.bufs.len() as u32);
-        self.segments = None;
-        self.refill(outbox);
-    }
-
     /// Drops the staged receives (their buffers go back).
     fn unstage(&mut self, outbox: &mut Outbox) {
         outbox.clear_recvs();
@@ -386,6 +377,12 @@ pub struct Transport {
     pub(crate) peer_align: Option<u32>,
     /// The peer's transport characteristics (draft-dnoveck-rpcrdma-rtrext §8).
     pub(crate) peer_chars: TransportChars,
+    /// This end's characteristics to send in an update (ROPT_XCHUPD) once established:
+    /// its receive buffer structure did not fit the connect request.
+    pub(crate) chars_update_pending: Option<TransportChars>,
+    /// The peer was told this end's receive buffer structure (connect request or
+    /// update): only then may a reply's item be asked for by send-based DDP.
+    pub(crate) recv_structure_sent: bool,
     pub(crate) outbox: Outbox,
     pub(crate) sq: SqBudget,
     /// Which staged requests are signaled, and those not yet retired.
@@ -414,6 +411,8 @@ impl Transport {
             extensions: Extensions::NONE,
             peer_align: None,
             peer_chars: TransportChars::DEFAULT,
+            chars_update_pending: None,
+            recv_structure_sent: false,
             outbox: Outbox::with_capacity(
                 sq_depth as usize,
                 (sq_depth * max_send_sge.max(1)) as usize,

@@ -179,6 +179,9 @@ pub struct RequesterStats {
     pub transmit_errors_sent: u64,
     /// ROPT_XCHUPD received (the peer's characteristics replaced).
     pub chars_updates: u64,
+    /// ROPT_XCHUPD sent (this end's receive buffer structure, when it did not fit the
+    /// connect request).
+    pub chars_updates_sent: u64,
 }
 
 /// What [`RequesterHalf::try_start`] did with a call.
@@ -510,9 +513,27 @@ impl RequesterHalf {
         self.slots.iter().filter(|s| s.state.in_use()).count()
     }
 
-    /// The connection is established: silence counts for the keepalive from `now`.
-    pub(crate) fn on_established(&mut self, now: Instant) {
+    /// The connection is established: silence counts for the keepalive from `now`,
+    /// and a receive buffer structure that did not fit the connect request goes out as
+    /// a characteristics update (ROPT_XCHUPD, when continuation was negotiated), before
+    /// any call: the peer reads it first.
+    pub(crate) fn on_established(&mut self, t: &mut Transport, now: Instant) {
         self.last_rx = Some(now);
+        if let Some(chars) = t.chars_update_pending.take() {
+            if t.extensions.continuation {
+                let repr = crate::wire::rtr::RtrRepr {
+                    xid: 0,
+                    credit: self.params.credits_requested,
+                    op: crate::wire::rtr::RtrOp::CharsUpdate(chars),
+                };
+                // Outside the credit window, like RDMA_DONE: into one of the receives
+                // a responder with extensions posts beyond its credits.
+                if self.stage_from_done_buf(t, |b| repr.encode(b).ok()) {
+                    t.recv_structure_sent = true;
+                    self.stats.chars_updates_sent += 1;
+                }
+            }
+        }
     }
 
     /// What a call lost to the connection's end fails with.

@@ -213,6 +213,9 @@ impl RequesterHalf {
         {
             return None;
         }
+        if !t.recv_structure_sent {
+            return None;
+        }
         let own = t.recvs.segments.as_ref()?.structure();
         let layout = DdpLayout::of(&own)?;
         let [sink] = req.write_sinks.as_slice() else {
