@@ -21,9 +21,8 @@ use core::borrow::Borrow;
 /// Writes the header of an inline RDMA_MSG with three empty chunk lists (RFC 8166
 /// §4.2) — XID, version 1, `credit`, RDMA_MSG, then three "absent" list
 /// discriminators — without building a [`HeaderRepr`]: the shape of nearly every call
-/// and reply, written on each one. Returns its length
-/// ([`MIN_MSG_HEADER_LEN`](super::consts::MIN_MSG_HEADER_LEN)), or `None` when `buf`
-/// is shorter.
+/// and reply, written on each one. Returns its length ([`MIN_MSG_HEADER_LEN`]), or
+/// `None` when `buf` is shorter.
 #[inline]
 pub(crate) fn encode_plain_msg(buf: &mut [u8], xid: u32, credit: u32) -> Option<usize> {
     let out = buf.get_mut(..MIN_MSG_HEADER_LEN)?;
