@@ -210,7 +210,7 @@ impl RegBuf {
 
     /// Gives the buffer back through `cache` when it serves the same pool (cheaper than
     /// the shared ring); otherwise it goes to its own pool as on drop.
-    #[inline]
+    #[inline(always)]
     pub fn release_into(self, cache: &mut PoolCache) {
         let mut this = ManuallyDrop::new(self);
         // SAFETY: `this` is never used again and its destructor does not run, so the

@@ -317,6 +317,7 @@ impl RecvTable {
     }
 
     /// Takes the buffer of a completed receive, `byte_len` of it valid.
+    #[inline]
     pub(crate) fn complete(&mut self, slot: u32, byte_len: u32) -> Option<RegBuf> {
         let mut buf = self.bufs.get_mut(slot as usize)?.take()?;
         let _ = self.free.push(slot);

@@ -13,8 +13,8 @@ use crate::core::wrid::{WrId, WrKind};
 use crate::fabric::{Access, SendOp, Sge};
 use crate::requester::{CallRequest, Resend, SubmitRefusal, MAX_DDP_ARGS, MAX_WRITE_SINKS};
 use crate::wire::header::{
-    BodyRepr, ChunkListsRepr, HeaderRepr, ReadSegment, Segment, FIXED_HEADER_LEN,
-    MIN_MSG_HEADER_LEN, RDMA_MSG, READ_LIST_ENTRY_LEN, RPCRDMA_VERSION, SEGMENT_LEN, WORD_LEN,
+    encode_plain_msg, BodyRepr, ChunkListsRepr, HeaderRepr, ReadSegment, Segment, FIXED_HEADER_LEN,
+    READ_LIST_ENTRY_LEN, SEGMENT_LEN, WORD_LEN,
 };
 use crate::wire::private_data::InlineThresholds;
 use crate::wire::xdr::pad4;
@@ -455,9 +455,8 @@ impl RequesterHalf {
         now: Instant,
     ) -> bool {
         let s = &mut self.slots[slot as usize];
-        let hdr_sge =
-            write_plain_header(s.header.storage_mut(), xid, self.params.credits_requested)
-                .and_then(|hlen| s.header.sge(0, hlen).ok());
+        let hdr_sge = encode_plain_msg(s.header.storage_mut(), xid, self.params.credits_requested)
+            .and_then(|hlen| s.header.sge(0, hlen).ok());
         let (Some(hdr_sge), Ok(msg_sge)) = (hdr_sge, req.msg.sge(0, req.msg.len())) else {
             return false;
         };
@@ -472,49 +471,5 @@ impl RequesterHalf {
         self.stats.calls_sent += 1;
         self.stats.call_messages += 1;
         true
-    }
-}
-
-/// Octets of a chunkless RDMA_MSG header.
-const PLAIN_HEADER_LEN: usize = MIN_MSG_HEADER_LEN;
-
-/// Writes the header of an inline RDMA_MSG with three empty chunk lists (RFC 8166
-/// §4.2): XID, version 1, credits requested, RDMA_MSG, then three "absent" list
-/// discriminators. Returns its length, or `None` when `buf` is too short.
-#[inline]
-fn write_plain_header(buf: &mut [u8], xid: u32, credits: u32) -> Option<usize> {
-    let out = buf.get_mut(..PLAIN_HEADER_LEN)?;
-    let words = [xid, RPCRDMA_VERSION, credits, RDMA_MSG, 0, 0, 0];
-    for (dst, w) in out.chunks_exact_mut(WORD_LEN).zip(words) {
-        dst.copy_from_slice(&w.to_be_bytes());
-    }
-    Some(PLAIN_HEADER_LEN)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn plain_header_matches_the_general_encoder() {
-        let lists = ChunkListsRepr {
-            reads: &[],
-            writes: &[],
-            reply: None,
-        };
-        let repr = HeaderRepr {
-            xid: 0x1234_5678,
-            credit: 77,
-            body: BodyRepr::Msg(lists),
-        };
-        let mut general = [0xaau8; 64];
-        let n = repr.encode(&mut general).expect("encodes");
-        let mut plain = [0x55u8; 64];
-        assert_eq!(write_plain_header(&mut plain, 0x1234_5678, 77), Some(n));
-        assert_eq!(plain[..n], general[..n]);
-        assert_eq!(
-            write_plain_header(&mut plain[..PLAIN_HEADER_LEN - 1], 1, 1),
-            None
-        );
     }
 }

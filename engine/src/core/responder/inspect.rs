@@ -44,7 +44,34 @@ pub(crate) enum ChunkProblem {
 /// handles: buffers of `max_chunk` octets, a send queue of `sq_depth`, and at most
 /// `max_chunks` DDP Read chunks and as many Write chunks (never more than its tables
 /// hold, whatever the caller asks).
+// The chunkless RDMA_MSG inline, the walk over chunks not: nearly every call has no
+// chunks, and for those the checks below come down to one (a Send needs room).
+#[inline(always)]
 pub(crate) fn inspect(
+    h: &HeaderView<'_>,
+    max_chunk: u64,
+    sq_depth: u32,
+    max_chunks: usize,
+) -> Result<CallInfo, ChunkProblem> {
+    if let BodyView::Msg(lists) = h.body() {
+        if lists.is_empty() {
+            if sq_depth == 0 {
+                return Err(ChunkProblem::TooManyOperations);
+            }
+            return Ok(CallInfo {
+                long: false,
+                read_chunks: 0,
+                reads: 0,
+                largest_chunk: 0,
+            });
+        }
+    }
+    inspect_chunks(h, max_chunk, sq_depth, max_chunks)
+}
+
+/// [`inspect`] of a call with chunks, or an RDMA_NOMSG or RDMA_MSGP one.
+#[inline(never)]
+fn inspect_chunks(
     h: &HeaderView<'_>,
     max_chunk: u64,
     sq_depth: u32,

@@ -11,7 +11,8 @@ use crate::core::wrid::{WrId, WrKind};
 use crate::fabric::{RemoteAddr, SendOp, Sge};
 use crate::service::{Service, MAX_WRITE_CHUNKS};
 use crate::wire::header::{
-    BodyRepr, ChunkListsRepr, HeaderRepr, HeaderView, RdmaError, ReadSegment, Segment,
+    encode_plain_msg, BodyRepr, ChunkListsRepr, HeaderRepr, HeaderView, RdmaError, ReadSegment,
+    Segment, MIN_MSG_HEADER_LEN,
 };
 
 /// Splits `len` octets over `segs` in order, filling `echo` with each segment's
@@ -46,6 +47,70 @@ impl<S: Service> ResponderHalf<S> {
         if let Some(progressed) = self.stage_cont_reply(t, i) {
             return progressed;
         }
+        if let Some(progressed) = self.stage_plain_reply(t, i, h) {
+            return progressed;
+        }
+        self.stage_general_reply(t, i, h)
+    }
+
+    /// [`stage_reply`](Self::stage_reply) for the common shape: a call without chunks
+    /// whose reply fits inline behind a chunkless RDMA_MSG header. The header is
+    /// written directly ([`encode_plain_msg`]): right-aligned against a body in the
+    /// send buffer, one gather entry; or at the start of the send buffer ahead of a
+    /// body in its own buffer, two. For this shape the general path adds nothing else
+    /// (no Write list to echo, no Reply chunk, no key to invalidate). `None` for any
+    /// other shape.
+    #[inline(always)]
+    fn stage_plain_reply(&mut self, t: &mut Transport, i: u32, h: &HeaderView<'_>) -> Option<bool> {
+        let th = t.thresholds;
+        let c = &self.ctxs[i as usize];
+        let Delivery::Body { len } = c.delivery else {
+            return None;
+        };
+        if !h.chunk_lists().is_some_and(|l| l.is_empty())
+            || MIN_MSG_HEADER_LEN + len > th.send as usize
+            || (c.body.is_none() && c.body_off < MIN_MSG_HEADER_LEN)
+        {
+            return None;
+        }
+        if !t.sq.take(1) {
+            return Some(false);
+        }
+        let credit = grant(&self.policy, t);
+        let c = &mut self.ctxs[i as usize];
+        let mut sgl = [Sge::default(); 2];
+        let n_sge = match c.body.as_ref() {
+            Some(b) => {
+                let hlen = encode_plain_msg(c.send.storage_mut(), c.xid, credit).unwrap_or(0);
+                sgl[0] = c.send.sge(0, hlen).unwrap_or_default();
+                sgl[1] = b.sge(0, len).unwrap_or_default();
+                2
+            }
+            None => {
+                let start = c.body_off - MIN_MSG_HEADER_LEN;
+                let dst = c
+                    .send
+                    .storage_mut()
+                    .get_mut(start..c.body_off)
+                    .unwrap_or(&mut []);
+                let hlen = encode_plain_msg(dst, c.xid, credit).unwrap_or(0);
+                sgl[0] = c.send.sge(start, hlen + len).unwrap_or_default();
+                1
+            }
+        };
+        self.stats.inline_replies += 1;
+        let wr_id = WrId::new(WrKind::ReplySend, i).encode();
+        let staged = u32::from(t.stage(wr_id, SendOp::Send, &sgl[..n_sge]));
+        t.sq.give(1 - staged);
+        c.wrs += staged;
+        c.step = Step::Sent;
+        Some(true)
+    }
+
+    /// [`stage_reply`](Self::stage_reply) for every shape: Write chunks, a Reply
+    /// chunk, a responder-provided Read chunk, an inline body in its own buffer.
+    #[inline(never)]
+    fn stage_general_reply(&mut self, t: &mut Transport, i: u32, h: &HeaderView<'_>) -> bool {
         let th = t.thresholds;
         let th_ext = t.extensions;
         let credit = grant(&self.policy, t);

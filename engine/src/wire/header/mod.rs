@@ -35,6 +35,7 @@ pub use iter::{ReadChunk, ReadChunks, ReadList, Segments, WriteList};
 pub use limits::Limits;
 pub use owned::{ChunkLists, Header, HeaderBody};
 pub use replies::{encode_done, encode_err_chunk, encode_err_vers};
+pub(crate) use repr::encode_plain_msg;
 pub use repr::{BodyRepr, ChunkListsRepr, HeaderRepr, RdmaError};
 pub use segment::{ReadSegment, Segment};
 pub use view::{BodyView, ChunkListsView, HeaderView};

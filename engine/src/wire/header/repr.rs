@@ -11,12 +11,27 @@
 //! headers that a peer accepts is the engine's job.
 
 use super::consts::{
-    ERR_CHUNK, ERR_VERS, FIXED_HEADER_LEN, RDMA_DONE, RDMA_ERROR, RDMA_MSG, RDMA_MSGP, RDMA_NOMSG,
-    READ_LIST_ENTRY_LEN, RPCRDMA_VERSION, SEGMENT_LEN, WORD_LEN,
+    ERR_CHUNK, ERR_VERS, FIXED_HEADER_LEN, MIN_MSG_HEADER_LEN, RDMA_DONE, RDMA_ERROR, RDMA_MSG,
+    RDMA_MSGP, RDMA_NOMSG, READ_LIST_ENTRY_LEN, RPCRDMA_VERSION, SEGMENT_LEN, WORD_LEN,
 };
 use super::segment::{ReadSegment, Segment};
 use crate::wire::xdr::{BufferTooSmall, XdrEncoder};
 use core::borrow::Borrow;
+
+/// Writes the header of an inline RDMA_MSG with three empty chunk lists (RFC 8166
+/// §4.2) — XID, version 1, `credit`, RDMA_MSG, then three "absent" list
+/// discriminators — without building a [`HeaderRepr`]: the shape of nearly every call
+/// and reply, written on each one. Returns its length ([`MIN_MSG_HEADER_LEN`]), or
+/// `None` when `buf` is shorter.
+#[inline]
+pub(crate) fn encode_plain_msg(buf: &mut [u8], xid: u32, credit: u32) -> Option<usize> {
+    let out = buf.get_mut(..MIN_MSG_HEADER_LEN)?;
+    let words = [xid, RPCRDMA_VERSION, credit, RDMA_MSG, 0, 0, 0];
+    for (dst, w) in out.chunks_exact_mut(WORD_LEN).zip(words) {
+        dst.copy_from_slice(&w.to_be_bytes());
+    }
+    Some(MIN_MSG_HEADER_LEN)
+}
 
 /// The body of an RDMA_ERROR message (RFC 8166 §4.1.2 `rpc_rdma_error`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -297,4 +312,32 @@ pub(crate) fn put_error(e: &mut XdrEncoder<'_>, err: &RdmaError) -> Result<(), B
         e.u32(high)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_msg_matches_the_general_encoder() {
+        let lists = ChunkListsRepr {
+            reads: &[],
+            writes: &[],
+            reply: None,
+        };
+        let repr = HeaderRepr {
+            xid: 0x1234_5678,
+            credit: 77,
+            body: BodyRepr::Msg(lists),
+        };
+        let mut general = [0xaau8; 64];
+        let n = repr.encode(&mut general).expect("encodes");
+        let mut plain = [0x55u8; 64];
+        assert_eq!(encode_plain_msg(&mut plain, 0x1234_5678, 77), Some(n));
+        assert_eq!(plain[..n], general[..n]);
+        assert_eq!(
+            encode_plain_msg(&mut plain[..MIN_MSG_HEADER_LEN - 1], 1, 1),
+            None
+        );
+    }
 }
