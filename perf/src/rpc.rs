@@ -117,6 +117,19 @@ pub fn is_long(size: u64, inline: u64) -> bool {
     size + INLINE_OVERHEAD as u64 > inline
 }
 
+/// Most Sends in the long-call rows' continuation group: the rows give the connection
+/// this many credits, and a responder accepts groups of up to its credits, at most 16
+/// (XCHAR_REQRXLIM).
+const LONG_GROUP_SENDS: u64 = 16;
+
+/// Whether a call of `size` octets fits one continuation group at `inline` octets per
+/// Send (each Send spends up to [`INLINE_OVERHEAD`] on headers): the long-call rows
+/// run only at such sizes (beyond, the requester rightly sends a Read chunk).
+pub fn fits_a_group(size: u64, inline: u64) -> bool {
+    size + INLINE_OVERHEAD as u64
+        <= LONG_GROUP_SENDS * inline.saturating_sub(INLINE_OVERHEAD as u64)
+}
+
 /// RPC settings from the command line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RpcParams {
@@ -576,11 +589,17 @@ pub fn run<F: FabricKind>(
 ) -> Result<Measurement, BenchError> {
     let mut cfg = conn_config(spec, params);
     // The read-chunk row is the same call between peers without extensions; both
-    // long-call rows have credits enough for a group of 16 KiB at 4 KiB inline (a
+    // long-call rows have credits enough for a group of 16 Sends (a
     // responder accepts groups of up to its credits: XCHAR_REQRXLIM).
     cfg.extensions = bench != RpcBench::LongByReadChunk;
     if matches!(bench, RpcBench::LongByGroup | RpcBench::LongByReadChunk) {
-        cfg.credits = cfg.credits.max(8);
+        cfg.credits = cfg.credits.max(LONG_GROUP_SENDS as u32);
+        // The whole RPC message (call header and SIZE octets) is built in one large
+        // buffer, so it needs room beyond SIZE.
+        let whole = spec.size.saturating_add(4096).next_multiple_of(4096);
+        cfg.large_buf_size = cfg
+            .large_buf_size
+            .max(u32::try_from(whole).unwrap_or(u32::MAX));
     }
     // The send-DDP rows post DDP segments and advertise them (the same configuration
     // serves both ends here: the server's for arguments, the client's for results),

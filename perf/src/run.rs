@@ -101,7 +101,11 @@ pub fn plan(cfg: &Config) -> Vec<Planned> {
                     push(rpc, Layer::Rpc, RpcBench::Echo.name(), echo, None);
                     // A call too long for inline: by continuation against the same call
                     // by Position-Zero Read chunk (the round trip the draft saves).
-                    if rpc && rpc::is_long(spec.size as u64, cfg.inline_threshold) {
+                    let size = spec.size as u64;
+                    if rpc
+                        && rpc::is_long(size, cfg.inline_threshold)
+                        && rpc::fits_a_group(size, cfg.inline_threshold)
+                    {
                         let long = spec;
                         let (g, r) = (RpcBench::LongByGroup, RpcBench::LongByReadChunk);
                         for (b, against) in [
