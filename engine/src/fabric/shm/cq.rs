@@ -1,7 +1,7 @@
 //! Completion queues of the shm provider. There is no hardware, so polling is where
 //! everything happens: for each attached queue pair, the send side retires
 //! acknowledged requests and the receive side executes the peer's requests (all send
-//! sides first: see [`ShmCq::poll`]). Completions are
+//! sides first: see `ShmCq::poll`). Completions are
 //! produced straight into the caller's array, so nothing is buffered and the queue
 //! cannot overrun; its depth is still enforced when queue pairs attach, as on hardware.
 
