@@ -1,6 +1,7 @@
 //! Completion queues of the shm provider. There is no hardware, so polling is where
-//! everything happens: for each attached queue pair, the receive side executes the
-//! peer's requests and the send side retires acknowledged requests. Completions are
+//! everything happens: for each attached queue pair, the send side retires
+//! acknowledged requests and the receive side executes the peer's requests (all send
+//! sides first: see `ShmCq::poll`). Completions are
 //! produced straight into the caller's array, so nothing is buffered and the queue
 //! cannot overrun; its depth is still enforced when queue pairs attach, as on hardware.
 
@@ -160,6 +161,15 @@ impl CompletionQueue for ShmCq {
         if count == 0 {
             return 0;
         }
+        // Two passes: every queue pair's send side (retiring what the peers have
+        // acknowledged), then every receive side (executing what they posted). A peer
+        // acknowledges our Send before it can act on it (a requester reads the reply,
+        // then calls again), so a Send's completion is always reported no later than
+        // the poll after the one that finds the Send its peer posted next; a responder
+        // holding a context per call until its reply's completion (two per credit,
+        // `core/config.rs`) then never runs out. Receive-side first, a busy peer's new
+        // calls filled every batch while the completions of the replies it had already
+        // read waited, contexts ran out and calls within the credits were dropped.
         let mut n = 0;
         let mut at = self.cursor;
         for _ in 0..count {
@@ -171,14 +181,25 @@ impl CompletionQueue for ShmCq {
             if at == count {
                 at = 0;
             }
-            if a.recv {
-                // SAFETY: a queue pair attaches to exactly one receive CQ (this one, in
-                // this role), and `poll(&mut self)` runs on one thread at a time.
-                n += unsafe { a.qp.recv_step(&mut out[n..]) };
-            }
             if a.send {
-                // SAFETY: as above, for the one send CQ.
+                // SAFETY: a queue pair attaches to exactly one send CQ (this one, in
+                // this role), and `poll(&mut self)` runs on one thread at a time.
                 n += unsafe { a.qp.send_step(&mut out[n..]) };
+            }
+        }
+        let mut at = self.cursor;
+        for _ in 0..count {
+            if n == out.len() {
+                break;
+            }
+            let a = &self.qps[at];
+            at += 1;
+            if at == count {
+                at = 0;
+            }
+            if a.recv {
+                // SAFETY: as above, for the one receive CQ.
+                n += unsafe { a.qp.recv_step(&mut out[n..]) };
             }
         }
         // Rotate the starting queue pair so a busy one cannot starve the others.
