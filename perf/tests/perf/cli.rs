@@ -302,8 +302,8 @@ fn rpc_rows_of_every_mode_are_in_the_json() {
             "lat",
             &["--size", "64,8k"][..],
             // 8k is too long for inline: the same call by continuation and by
-            // Position-Zero Read chunk, and its argument by send-based DDP and by Read
-            // chunk.
+            // Position-Zero Read chunk, its argument by send-based DDP and by Read
+            // chunk, and its result by send-based DDP and by Write chunk.
             &[
                 "echo",
                 "echo",
@@ -311,6 +311,8 @@ fn rpc_rows_of_every_mode_are_in_the_json() {
                 "long call by group (1 round trip)",
                 "bulk argument by read chunk (2 round trips)",
                 "bulk argument by send DDP (1 round trip)",
+                "bulk result by write chunk",
+                "bulk result by send DDP",
             ][..],
         ),
         ("rate", &["--depth", "4", "--connections", "2"], &["echo"]),
