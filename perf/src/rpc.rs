@@ -123,7 +123,7 @@ pub fn is_long(size: u64, inline: u64) -> bool {
 const LONG_GROUP_SENDS: u64 = 16;
 
 /// Whether a call of `size` octets fits one continuation group at `inline` octets per
-/// Send (each Send spends up to [`INLINE_OVERHEAD`] on headers): the long-call rows
+/// Send (each Send spends up to 128 octets on headers): the long-call rows
 /// run only at such sizes (beyond, the requester rightly sends a Read chunk).
 pub fn fits_a_group(size: u64, inline: u64) -> bool {
     size + INLINE_OVERHEAD as u64
