@@ -31,14 +31,17 @@
 #        chunkless inline reply's header written directly (stage_plain_reply with
 #        encode_plain_msg, 6961 -> 6759) and the chunkless call's inspection inlined
 #        (the walk over chunks out of line, -> 6670); lowered to 6670 (2% over 6540)
-#        after RecvTable::complete and RegBuf::release_into inlined (-> 6540)
+#        after RecvTable::complete and RegBuf::release_into inlined (-> 6540);
+#        raised to 6790 (2% over 6652) when merged with send-based DDP replies (a
+#        reply direction check per call) and the shm CQ's two passes (send sides
+#        before receive sides: the parked-client collapse fix)
 # The second shm baseline is like-for-like with the engine's default: every Send
 # signaled and its completion reaped (the first signals one Send in 16).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v valgrind >/dev/null || { echo "perf/insns.sh: valgrind is missing (apt-get install valgrind)"; exit 1; }
 BUDGET_SHM=${INSNS_BUDGET_SHM:-1900}
-BUDGET_RPC=${INSNS_BUDGET_RPC:-6670}
+BUDGET_RPC=${INSNS_BUDGET_RPC:-6790}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
