@@ -752,26 +752,20 @@ fn client<F: FabricKind>(
         }
     }
     // A bulk row measures the shape its name says, or fails.
-    if let Some(want) = shape.send_ddp {
+    type Placed = fn(&rpcrdma::RequesterStats) -> u64;
+    let checks: [(Option<bool>, Placed, &str); 2] = [
+        (shape.send_ddp, |s| s.send_ddp_items, ""),
+        (shape.reply_send_ddp, |s| s.send_ddp_reply_items, "results "),
+    ];
+    for (want, placed_of, what) in checks {
+        let Some(want) = want else { continue };
         for (c, b) in conns.iter().zip(&before) {
             let a = c.conn.stats();
             let calls = a.calls_sent - b.calls_sent;
-            let placed = a.send_ddp_items - b.send_ddp_items;
+            let placed = placed_of(&a) - placed_of(b);
             if placed != if want { calls } else { 0 } {
                 return Err(BenchError::Rpc(format!(
-                    "{calls} calls: {placed} by send-based DDP"
-                )));
-            }
-        }
-    }
-    if let Some(want) = shape.reply_send_ddp {
-        for (c, b) in conns.iter().zip(&before) {
-            let a = c.conn.stats();
-            let calls = a.calls_sent - b.calls_sent;
-            let placed = a.send_ddp_reply_items - b.send_ddp_reply_items;
-            if placed != if want { calls } else { 0 } {
-                return Err(BenchError::Rpc(format!(
-                    "{calls} calls: {placed} results by send-based DDP"
+                    "{calls} calls: {placed} {what}by send-based DDP"
                 )));
             }
         }

@@ -157,16 +157,38 @@ impl RequesterHalf {
                 n += 1;
             }
         }
+        if !self.stage_one_send(t, slot, &sgl[..n], xid, req, tag, deadline, now) {
+            return false;
+        }
+        self.stats.send_ddp_items += 1;
+        true
+    }
+
+    /// Stages a call's one Send of `sgl` on `slot` and marks the slot sent without
+    /// chunks, one message and no continuation credits (both send-based DDP shapes).
+    /// False, with nothing staged, when the send queue refuses it.
+    #[allow(clippy::too_many_arguments)]
+    fn stage_one_send(
+        &mut self,
+        t: &mut Transport,
+        slot: u32,
+        sgl: &[Sge],
+        xid: u32,
+        req: &CallRequest,
+        tag: u64,
+        deadline: Option<Instant>,
+        now: Instant,
+    ) -> bool {
         t.sq.take(1);
-        let staged = t.stage(
+        if !t.stage(
             WrId::new(WrKind::CallSend, slot).encode(),
             SendOp::Send,
-            &sgl[..n],
-        );
-        if !staged {
+            sgl,
+        ) {
             t.sq.give(1);
             return false;
         }
+        let s = &mut self.slots[slot as usize];
         s.sent_without_chunks(
             xid,
             tag,
@@ -179,7 +201,6 @@ impl RequesterHalf {
         s.rsbuf = 0;
         self.stats.calls_sent += 1;
         self.stats.call_messages += 1;
-        self.stats.send_ddp_items += 1;
         true
     }
 }
@@ -287,29 +308,10 @@ impl RequesterHalf {
         let (Ok(h), Ok(m)) = (s.header.sge(0, hlen), req.msg.sge(0, req.msg.len())) else {
             return false;
         };
-        t.sq.take(1);
-        let staged = t.stage(
-            WrId::new(WrKind::CallSend, slot).encode(),
-            SendOp::Send,
-            &[h, m],
-        );
-        if !staged {
-            t.sq.give(1);
+        if !self.stage_one_send(t, slot, &[h, m], xid, req, tag, deadline, now) {
             return false;
         }
-        s.sent_without_chunks(
-            xid,
-            tag,
-            1,
-            deadline,
-            now,
-            crate::requester::Resend::of(req),
-        );
-        s.reply_ddp = true;
-        s.cont_credits = 0;
-        s.rsbuf = 0;
-        self.stats.calls_sent += 1;
-        self.stats.call_messages += 1;
+        self.slots[slot as usize].reply_ddp = true;
         self.stats.send_ddp_reply_asks += 1;
         true
     }
