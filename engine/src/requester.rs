@@ -52,8 +52,8 @@ pub struct CallRequest {
     /// The XID, when the upper layer chooses it (an NFS client keeps its own, which the
     /// server's duplicate request cache keys on). `None`: the engine assigns one that
     /// also names the call's slot, the fastest path. A chosen XID must not be carried
-    /// by another call in flight on the connection (one sent whose slot is not yet
-    /// retired: after a timeout, until its late reply or the connection's end), else
+    /// by another call in flight on the connection (one sent whose reply has not come:
+    /// after a timeout, until its late reply or the connection's end), else
     /// the call is refused with [`SubmitRefusal::DuplicateXid`]; retransmitting a call
     /// belongs on a new connection (RFC 8166 §3.5.5 and RFC 8267 §6.7.2: the transport
     /// is reliable).

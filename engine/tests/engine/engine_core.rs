@@ -926,6 +926,41 @@ fn caller_chosen_xids_are_sent_matched_and_never_shared() {
         .expect("an answered XID is free again");
 }
 
+/// An NFS client retransmits under its XID (for the server's duplicate request cache)
+/// as soon as it has the first outcome; with selective signaling the first call's Send
+/// may not have completed yet. The XID is free once the reply matched, and the second
+/// reply finds the second call.
+#[test]
+fn an_answered_xid_is_free_before_its_send_completes() {
+    let (mut core, pools, mut qp, now) = requester();
+    let own = 0x0d0c_0001;
+    core.submit(null_call(&pools).with_xid(own), 1, now)
+        .expect("submitted");
+    qp.pump(&mut core, now);
+    // The reply comes before the Send's completion is reaped.
+    let wc = qp.deliver(&ok_reply(own, 8));
+    core.handle_completion(&wc, now);
+    let o = core.poll_outcome().expect("outcome");
+    assert_eq!((o.tag, o.xid, o.status), (1, own, CallStatus::Success));
+    drop(o);
+    core.submit(null_call(&pools).with_xid(own), 2, now)
+        .expect("an answered XID is free again, its Send still outstanding");
+    qp.pump(&mut core, now);
+    for wc in qp.complete_sends() {
+        core.handle_completion(&wc, now);
+    }
+    let wc = qp.deliver(&ok_reply(own, 8));
+    core.handle_completion(&wc, now);
+    let o = core.poll_outcome().expect("second outcome");
+    assert_eq!((o.tag, o.xid, o.status), (2, own, CallStatus::Success));
+    drop(o);
+    // A third reply to that XID names no call.
+    let wc = qp.deliver(&ok_reply(own, 8));
+    core.handle_completion(&wc, now);
+    assert!(core.poll_outcome().is_none());
+    assert_eq!(core.requester_stats().unmatched, 1);
+}
+
 #[test]
 fn a_queued_call_whose_xid_was_taken_meanwhile_is_refused_alone() {
     let (mut core, pools, mut qp, now) = requester();

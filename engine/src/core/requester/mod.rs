@@ -719,9 +719,11 @@ impl RequesterHalf {
         if self.own_xids.get(xid).is_some() {
             return true;
         }
+        // A slot whose reply came (its credit is back) may still wait for its Send's
+        // completion, but no reply can name it any more: its XID is free again.
         self.slots
             .get(self.slot_of(xid) as usize)
-            .is_some_and(|s| s.state.in_use() && s.xid == xid)
+            .is_some_and(|s| s.state.in_use() && s.xid == xid && s.holds_credit)
     }
 
     /// The slot a reply's XID names, if any (the caller still checks the slot's XID).
@@ -1267,6 +1269,12 @@ impl RequesterHalf {
         let s = &mut self.slots[slot as usize];
         if s.holds_credit {
             s.holds_credit = false;
+            // The reply matched (or can no longer come): a caller may carry this XID
+            // again before the slot retires, so its mapping goes now.
+            if s.own_xid {
+                s.own_xid = false;
+                self.own_xids.remove(s.xid);
+            }
             if s.is_probe {
                 self.credits.release_probe();
             } else {
