@@ -29,9 +29,10 @@ use std::time::{Duration, Instant};
 use rpcrdma_poller::{PollCtx, Task};
 
 use super::responder::{Listener, ResponderConn, ResponderCounters, ResponderLimits};
+use super::group_pools::GroupPools;
 use super::shared_recv::{SharedRecv, SHARED_RECV_TAG};
 use super::{ConnError, CM_POLL_INTERVAL, CQ_BATCH, DEFAULT_RELEASE_IDLE};
-use crate::core::config::ConnConfig;
+use crate::core::config::{ConnConfig, Role};
 use crate::core::{ConnState, NoRequester, RequesterRole};
 use crate::fabric::{
     CmEvent, CmPrivateData, Completion, CompletionQueue, ConnId, ConnectionManager, Device,
@@ -142,7 +143,26 @@ pub struct GroupOptions {
     /// (`ResponderConn::release_free_memory`); `None` never. Default
     /// [`DEFAULT_RELEASE_IDLE`].
     pub release_idle: Option<Duration>,
+    /// Whether the group's connections draw receive, reply-header and large buffers
+    /// from pools of the group's, registered in each connection's own protection
+    /// domain, instead of pools of their own (DESIGN.md, "Pools per poll group").
+    /// `None` (the default) does where the device's registrations pin their pages
+    /// (`DeviceCaps::release_registered` false: kernel verbs), where pools of a
+    /// connection's own would stay resident for its life; elsewhere a connection's
+    /// pools are its own and an idle one gives their pages back. Connections whose
+    /// service also calls its requester (RFC 8167), and connections on a device whose
+    /// peers map their domain's registrations whole
+    /// (`DeviceCaps::peer_maps_registrations`: shm), always have pools of their own.
+    pub group_pools: Option<bool>,
+    /// Busy connections the group's pools hold receive and header buffers for at once
+    /// (with [`group_pools`](Self::group_pools)); the large pool holds one
+    /// connection's large buffers (`ConnConfig::large_bufs`). Default
+    /// [`DEFAULT_GROUP_POOL_CONNS`].
+    pub group_pool_conns: u32,
 }
+
+/// Default of [`GroupOptions::group_pool_conns`].
+pub const DEFAULT_GROUP_POOL_CONNS: u32 = 8;
 
 impl Default for GroupOptions {
     fn default() -> Self {
@@ -150,6 +170,8 @@ impl Default for GroupOptions {
             shared_receives: true,
             srq_depth: 0,
             release_idle: Some(DEFAULT_RELEASE_IDLE),
+            group_pools: None,
+            group_pool_conns: DEFAULT_GROUP_POOL_CONNS,
         }
     }
 }
@@ -229,6 +251,9 @@ pub struct PollGroup<P: Provider, S, F, B: RequesterRole = NoRequester> {
     /// The shared receive queue of the group's connections, if it has one. After
     /// `conns`, so their queue pairs go before its buffers' registration does.
     shared_recv: Option<SharedRecv<P>>,
+    /// The pools the group's connections draw from, if they share them. After
+    /// `conns`: their registrations of its arenas go first.
+    pools: Option<GroupPools<P>>,
     /// Completions counted at the last look, and since when that count has not moved
     /// (an idle group gives its shared pool's free memory back once per idle spell).
     idle: (u64, Option<Instant>),
@@ -317,6 +342,14 @@ where
             Some(d) => depth.saturating_add(d).min(dev.caps().max_cq_depth),
             None => depth,
         };
+        let one_role = sizes == cfg.sizes(Role::Responder);
+        // Never where a peer maps its domain's registrations whole (shm): the group's
+        // arenas would be every peer's to read.
+        let group_pools = one_role
+            && !dev.caps().peer_maps_registrations
+            && opts
+                .group_pools
+                .unwrap_or(!dev.caps().release_registered);
         let mut cqs = Vec::with_capacity(groups);
         for _ in 0..groups {
             let cq = dev.create_cq(depth).map_err(ConnError::Fabric)?;
@@ -324,7 +357,16 @@ where
                 Some(d) => SharedRecv::create(&dev, &cq, &cfg, done_extra, d, share as u32)?,
                 None => None,
             };
-            cqs.push((cq, srq));
+            let pools = match group_pools {
+                true => Some(GroupPools::create(
+                    &dev,
+                    &cfg,
+                    &sizes,
+                    opts.group_pool_conns,
+                )?),
+                false => None,
+            };
+            cqs.push((cq, srq, pools));
         }
         let shared = Arc::new(Shared {
             dev,
@@ -347,7 +389,7 @@ where
         Ok(cqs
             .into_iter()
             .enumerate()
-            .map(|(index, (cq, shared_recv))| PollGroup {
+            .map(|(index, (cq, shared_recv, pools))| PollGroup {
                 index,
                 shared: shared.clone(),
                 cq,
@@ -363,6 +405,7 @@ where
                     ..GroupCounters::default()
                 }),
                 shared_recv,
+                pools,
                 idle: (0, None),
                 conns: Vec::new(),
                 by_qp: HashMap::new(),
@@ -545,6 +588,7 @@ where
             service,
             Some(&self.cq),
             srq,
+            self.pools.as_ref(),
         ) {
             Ok(c) => {
                 l.routes.insert(c.conn_id(), self.index);

@@ -1110,6 +1110,17 @@ impl<R: RequesterRole, S: Service> Connection<R, ResponderHalf<S>> {
     /// (`Pool::release_free`): what a server does for an idle connection. The caches
     /// refill from the rings on their next use.
     pub fn flush_pool_caches(&mut self) {
+        self.flush_caches();
+    }
+
+    /// Rewrites local keys by `keys` in every request staged (now and later): a
+    /// connection drawing from a poll group's pools, each arena registered in the
+    /// connection's own domain (`core/outbox.rs`, `LocalKeyMap`).
+    pub(crate) fn set_local_key_map(&mut self, keys: super::outbox::LocalKeyMap) {
+        self.t.outbox.set_key_map(keys);
+    }
+
+    fn flush_caches(&mut self) {
         self.t.recvs.flush_cache();
         self.resp.flush_cache();
     }

@@ -27,7 +27,7 @@ mod send_ddp;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rpcrdma_pools::PoolCache;
+use rpcrdma_pools::{Pool, PoolCache};
 
 use self::context::{Context, Delivery, Step};
 use self::exposed::{ExpState, ExposedTable};
@@ -83,6 +83,9 @@ pub struct ResponderStats {
     pub ddp_zero_copy: u64,
     /// Calls beyond the credits granted, found with no context free (dropped).
     pub overruns: u64,
+    /// Of `overruns`, calls whose context found no header buffer in the pool it draws
+    /// them from (`CorePools::headers`: a poll group's, all in use).
+    pub header_starved: u64,
     /// RDMA_DONE messages received.
     pub done_received: u64,
     /// Replies sent as RDMA_NOMSG with a responder-provided Position-Zero Read chunk
@@ -147,6 +150,8 @@ pub struct ResponderHalf<S> {
     free: IndexStack,
     stalled: FixedQueue<u32>,
     large: PoolCache,
+    /// Where contexts draw their header buffers while in use (`CorePools::headers`).
+    headers: Option<PoolCache>,
     max_chunk: u64,
     /// `ConnConfig::max_chunks`: DDP Read chunks and Write chunks accepted per call.
     max_chunks: usize,
@@ -183,8 +188,19 @@ impl<S: Service> ResponderHalf<S> {
         let mut ctxs = Vec::with_capacity(sizes.slots as usize);
         for _ in 0..sizes.slots {
             let send = RegBuf::from_pool(&pools.send).map_err(CoreError::Buffers)?;
-            send.lkey().map_err(CoreError::Buffers)?;
+            // Parked buffers are never posted: only drawn ones need a registration.
+            if pools.headers.is_none() {
+                send.lkey().map_err(CoreError::Buffers)?;
+            }
             ctxs.push(Context::new(send));
+        }
+        if let Some(h) = &pools.headers {
+            if h.buf_size() < pools.send.buf_size() {
+                return Err(CoreError::Buffers(super::RegBufError::TooLong {
+                    len: pools.send.buf_size(),
+                    capacity: h.buf_size(),
+                }));
+            }
         }
         Ok(ResponderHalf {
             service,
@@ -196,6 +212,7 @@ impl<S: Service> ResponderHalf<S> {
             max_chunk: pools.large.buf_size() as u64,
             max_chunks: cfg.max_chunks as usize,
             large: pools.large.cache(),
+            headers: pools.headers.as_ref().map(Pool::cache),
             sq_depth: sizes.sq_depth,
             failed: false,
             exposed: ExposedTable::empty(),
@@ -245,6 +262,44 @@ impl<S: Service> ResponderHalf<S> {
     /// Returns the large buffers parked in this half's cache to the pool's ring.
     pub(crate) fn flush_cache(&mut self) {
         self.large.flush();
+        if let Some(h) = &mut self.headers {
+            h.flush();
+        }
+    }
+
+    /// A free context for a call, with its header buffer drawn if contexts draw them
+    /// (`CorePools::headers`); `None` when none is free or the header pool is empty
+    /// (counted in [`ResponderStats::header_starved`]).
+    #[inline]
+    fn take_ctx(&mut self) -> Option<u32> {
+        let i = self.free.pop()?;
+        let Some(cache) = &mut self.headers else {
+            return Some(i);
+        };
+        match RegBuf::from_cache(cache) {
+            Ok(fresh) => {
+                let c = &mut self.ctxs[i as usize];
+                c.parked = Some(core::mem::replace(&mut c.send, fresh));
+                Some(i)
+            }
+            Err(_) => {
+                self.stats.header_starved += 1;
+                let _ = self.free.push(i);
+                None
+            }
+        }
+    }
+
+    /// Frees context `i`: a drawn header buffer goes back to its pool.
+    #[inline]
+    fn put_ctx(&mut self, i: u32) {
+        if let Some(cache) = &mut self.headers {
+            let c = &mut self.ctxs[i as usize];
+            if let Some(parked) = c.parked.take() {
+                core::mem::replace(&mut c.send, parked).release_into(cache);
+            }
+        }
+        let _ = self.free.push(i);
     }
 
     /// Calls received and not yet fully answered.
@@ -318,7 +373,7 @@ impl<S: Service> ResponderHalf<S> {
             }
             self.intervening(t, buf.as_slice());
         }
-        let Some(i) = self.free.pop() else {
+        let Some(i) = self.take_ctx() else {
             // Continuation transmissions need no context until their group completes.
             if self.takes_optional(t, buf.as_slice()) {
                 self.on_optional(t, buf);
@@ -348,7 +403,7 @@ impl<S: Service> ResponderHalf<S> {
         }
         let parsed = HeaderView::parse(buf.as_slice(), &self.limits);
         if parsed.is_err() && self.takes_optional(t, buf.as_slice()) {
-            let _ = self.free.push(i);
+            self.put_ctx(i);
             self.on_optional(t, buf);
             return;
         }
@@ -380,12 +435,12 @@ impl<S: Service> ResponderHalf<S> {
             Next::Drop => {
                 self.stats.dropped += 1;
                 t.recvs.recycle(buf);
-                let _ = self.free.push(i);
+                self.put_ctx(i);
             }
             Next::Done(xid) => {
                 self.stats.done_received += 1;
                 t.recvs.recycle(buf);
-                let _ = self.free.push(i);
+                self.put_ctx(i);
                 self.on_done(t, xid, swi);
                 self.service.on_done(xid);
             }
@@ -829,7 +884,7 @@ impl<S: Service> ResponderHalf<S> {
         c.rsbuf = 0;
         c.assembled = false;
         c.step = Step::Free;
-        let _ = self.free.push(i);
+        self.put_ctx(i);
     }
 
     /// The connection failed (here or in the other half): stalled contexts stop, and

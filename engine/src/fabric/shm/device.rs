@@ -266,6 +266,8 @@ impl Device for ShmDevice {
         DeviceCaps {
             // The NIC lives at the target: a peer's requests execute in our CQ poll.
             places_in_poll: true,
+            // The peer process maps the arenas registered for its connection.
+            peer_maps_registrations: true,
             ..DeviceCaps::strict_software(
                 self.shared.cfg.max_qp_wr,
                 MAX_SGE as u32,

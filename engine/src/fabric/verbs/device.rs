@@ -353,6 +353,7 @@ impl Device for VerbsDevice {
             // ibv_reg_mr pins the pages: the device keeps writing to them even if the
             // process's mapping were given new ones.
             release_registered: false,
+            peer_maps_registrations: false,
             places_in_poll: false,
             max_srq_wr: if a.max_srq > 0 {
                 clamp(a.max_srq_wr)

@@ -1,0 +1,89 @@
+//! A poll group's pools, for a device whose registrations pin their pages
+//! (`DeviceCaps::release_registered` false: kernel verbs). DESIGN.md, "Pools per poll
+//! group".
+//!
+//! Registering a connection's own pools pins every page of them at once (a server's
+//! large pool alone is 64 x 256 KiB), and pinned pages cannot be given back while the
+//! connection idles. So on such a device the connections of a group draw receive,
+//! reply-header and large buffers from the group's pools, one set per core, on demand,
+//! and return them: the group's pages are pinned once, whatever the connections.
+//!
+//! The protection domain stays per connection (a peer's keys reach only its own
+//! connection's registrations): each connection registers the group's arenas in its
+//! own domain, which pins nothing more, and its outbox turns the arenas' canonical
+//! local keys (the group's own registration, below) into its own
+//! (`core/outbox.rs`, `LocalKeyMap`).
+
+use rpcrdma_pools::{Pool, PoolConfig};
+
+use super::ConnError;
+use crate::core::config::{ConnConfig, Sizes};
+use crate::fabric::{Access, Device, ProtectionDomain, Provider};
+
+/// Buffers each group pool keeps in a connection's cache at most: a connection holds
+/// few between idle spells, and what it holds the others cannot use.
+const GROUP_POOL_CACHE: usize = 4;
+
+/// The pools of one poll group and their canonical registration.
+pub(crate) struct GroupPools<P: Provider> {
+    pub(crate) recv: Pool,
+    pub(crate) send: Pool,
+    pub(crate) large: Pool,
+    /// The registration whose keys the arenas carry (`Arena::keys`). Declared before
+    /// the domain, so they go first.
+    _mrs: Vec<P::Mr>,
+    _pd: P::Pd,
+}
+
+impl<P: Provider> GroupPools<P> {
+    /// Pools for `conns` busy connections of `sizes` (one connection's responder
+    /// sizes) at once: receive and header buffers for that many, and one connection's
+    /// large buffers (a chunked call holds its large buffers only while it runs).
+    pub(crate) fn create(
+        dev: &P::Device,
+        cfg: &ConnConfig,
+        sizes: &Sizes,
+        conns: u32,
+    ) -> Result<Self, ConnError> {
+        let conns = conns.max(1);
+        let mk = |name: &'static str, size: u32, count: u32| {
+            let pc = PoolConfig::new(name, size as usize, count)
+                .cache_size(GROUP_POOL_CACHE)
+                .shareable(true)
+                .prefault(false)
+                .hugepages(cfg.hugepages);
+            Pool::new(&pc).map_err(ConnError::Pool)
+        };
+        let recv = mk(
+            "rpcrdma-group-recv",
+            cfg.inline_recv,
+            sizes.recv_bufs.saturating_mul(conns),
+        )?;
+        let send = mk(
+            "rpcrdma-group-send",
+            cfg.inline_send,
+            sizes.send_bufs.saturating_mul(conns),
+        )?;
+        let large = mk("rpcrdma-group-large", cfg.large_buf_size, sizes.large_bufs)?;
+        let pd = dev.alloc_pd().map_err(ConnError::Fabric)?;
+        let mut mrs = Vec::with_capacity(3);
+        for pool in [&recv, &send, &large] {
+            mrs.push(
+                pd.reg_arena(pool.arena(), Access::LOCAL_WRITE)
+                    .map_err(ConnError::Fabric)?,
+            );
+        }
+        Ok(GroupPools {
+            recv,
+            send,
+            large,
+            _mrs: mrs,
+            _pd: pd,
+        })
+    }
+
+    /// The three pools, as the arenas a connection registers in its domain.
+    pub(crate) fn pools(&self) -> [&Pool; 3] {
+        [&self.recv, &self.send, &self.large]
+    }
+}
