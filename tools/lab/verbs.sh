@@ -122,6 +122,15 @@ judge_engine() {
         FAILED:*) [[ $pat == *:\* ]] || echo "verbs: $dev: known, $bin $name: $reason" ;;
       esac
     done < <(sed -n 's/^test \([a-z_0-9:]*\) \.\.\. \(ok\|FAILED\)$/\1 \2/p' "$log")
+    # A test whose output ran into its "test NAME ..." line is missed above: a failed
+    # summary with no entry of ENGINE_KNOWN for this module still fails the step.
+    if grep -q '^test result: FAILED' "$log"; then
+      hit=; for entry in "${ENGINE_KNOWN[@]}"; do
+        read -r d mode pat reason <<< "$entry"
+        [ "$d" = "$dev" ] && [[ $pat == "$bin:"* ]] && hit=1
+      done
+      [ -n "$hit" ] || { echo "verbs: $dev: engine $bin: test result FAILED"; BAD=1; }
+    fi
     grep -E '^test result:' "$log" | tail -n 1 |
       sed -E "s/.* ([0-9]+) passed; ([0-9]+) failed.*/verbs: $dev: engine $bin: \1 passed, \2 failed/"
     for entry in "${ENGINE_KNOWN[@]}"; do

@@ -36,9 +36,11 @@ pub(crate) struct GroupPools<P: Provider> {
 }
 
 impl<P: Provider> GroupPools<P> {
-    /// Pools for `conns` busy connections of `sizes` (one connection's responder
-    /// sizes) at once: receive and header buffers for that many, and one connection's
-    /// large buffers (a chunked call holds its large buffers only while it runs).
+    /// Pools for `conns` connections of `sizes` (one connection's responder sizes):
+    /// the receives each keeps posted (without a shared receive queue) and one
+    /// connection's spare, header buffers for `conns` busy ones at once, and one
+    /// connection's large buffers (a chunked call holds its large buffers only while
+    /// it runs).
     pub(crate) fn create(
         dev: &P::Device,
         cfg: &ConnConfig,
@@ -57,7 +59,10 @@ impl<P: Provider> GroupPools<P> {
         let recv = mk(
             "rpcrdma-group-recv",
             cfg.inline_recv,
-            sizes.recv_bufs.saturating_mul(conns),
+            sizes
+                .rq_depth
+                .saturating_mul(conns)
+                .saturating_add(sizes.recv_bufs),
         )?;
         let send = mk(
             "rpcrdma-group-send",
