@@ -28,8 +28,8 @@ use std::time::{Duration, Instant};
 
 use rpcrdma_poller::{PollCtx, Task};
 
-use super::responder::{Listener, ResponderConn, ResponderCounters, ResponderLimits};
 use super::group_pools::GroupPools;
+use super::responder::{Listener, ResponderConn, ResponderCounters, ResponderLimits};
 use super::shared_recv::{SharedRecv, SHARED_RECV_TAG};
 use super::{ConnError, CM_POLL_INTERVAL, CQ_BATCH, DEFAULT_RELEASE_IDLE};
 use crate::core::config::{ConnConfig, Role};
@@ -154,10 +154,12 @@ pub struct GroupOptions {
     /// peers map their domain's registrations whole
     /// (`DeviceCaps::peer_maps_registrations`: shm), always have pools of their own.
     pub group_pools: Option<bool>,
-    /// Busy connections the group's pools hold receive and header buffers for at once
-    /// (with [`group_pools`](Self::group_pools)); the large pool holds one
-    /// connection's large buffers (`ConnConfig::large_bufs`). Default
-    /// [`DEFAULT_GROUP_POOL_CONNS`].
+    /// Busy connections the group's pools hold reply-header buffers for at once (with
+    /// [`group_pools`](Self::group_pools)), and, with a shared receive queue, the
+    /// connections it has no room for, which post receives of their own (without one,
+    /// the receive pool holds every connection's: the group's share of
+    /// `ResponderLimits::max_connections`). The large pool holds one connection's large
+    /// buffers (`ConnConfig::large_bufs`). Default [`DEFAULT_GROUP_POOL_CONNS`].
     pub group_pool_conns: u32,
 }
 
@@ -347,9 +349,7 @@ where
         // arenas would be every peer's to read.
         let group_pools = one_role
             && !dev.caps().peer_maps_registrations
-            && opts
-                .group_pools
-                .unwrap_or(!dev.caps().release_registered);
+            && opts.group_pools.unwrap_or(!dev.caps().release_registered);
         let mut cqs = Vec::with_capacity(groups);
         for _ in 0..groups {
             let cq = dev.create_cq(depth).map_err(ConnError::Fabric)?;
@@ -358,11 +358,18 @@ where
                 None => None,
             };
             let pools = match group_pools {
+                // Without a shared queue every connection posts its own receives; with
+                // one, only those it has no room for (a few: its depth is sized for
+                // the group's share).
                 true => Some(GroupPools::create(
                     &dev,
                     &cfg,
                     &sizes,
                     opts.group_pool_conns,
+                    match srq {
+                        Some(_) => opts.group_pool_conns,
+                        None => share as u32,
+                    },
                 )?),
                 false => None,
             };

@@ -36,18 +36,19 @@ pub(crate) struct GroupPools<P: Provider> {
 }
 
 impl<P: Provider> GroupPools<P> {
-    /// Pools for `conns` connections of `sizes` (one connection's responder sizes):
-    /// the receives each keeps posted (without a shared receive queue) and one
-    /// connection's spare, header buffers for `conns` busy ones at once, and one
-    /// connection's large buffers (a chunked call holds its large buffers only while
-    /// it runs).
+    /// Pools for connections of `sizes` (one connection's responder sizes): header
+    /// buffers for `busy` connections' replies at once, the receives `posting`
+    /// connections keep posted of their own (those not on a shared receive queue)
+    /// and one connection's spare, and one connection's large buffers (a chunked call
+    /// holds its large buffers only while it runs).
     pub(crate) fn create(
         dev: &P::Device,
         cfg: &ConnConfig,
         sizes: &Sizes,
-        conns: u32,
+        busy: u32,
+        posting: u32,
     ) -> Result<Self, ConnError> {
-        let conns = conns.max(1);
+        let busy = busy.max(1);
         let mk = |name: &'static str, size: u32, count: u32| {
             let pc = PoolConfig::new(name, size as usize, count)
                 .cache_size(GROUP_POOL_CACHE)
@@ -61,13 +62,13 @@ impl<P: Provider> GroupPools<P> {
             cfg.inline_recv,
             sizes
                 .rq_depth
-                .saturating_mul(conns)
+                .saturating_mul(posting)
                 .saturating_add(sizes.recv_bufs),
         )?;
         let send = mk(
             "rpcrdma-group-send",
             cfg.inline_send,
-            sizes.send_bufs.saturating_mul(conns),
+            sizes.send_bufs.saturating_mul(busy),
         )?;
         let large = mk("rpcrdma-group-large", cfg.large_buf_size, sizes.large_bufs)?;
         let pd = dev.alloc_pd().map_err(ConnError::Fabric)?;

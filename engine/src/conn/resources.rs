@@ -13,8 +13,8 @@ use rpcrdma_pools::{Arena, Pool, PoolConfig};
 
 use super::group_pools::GroupPools;
 use super::ConnError;
-use crate::core::outbox::LocalKeyMap;
 use crate::core::config::{ConnConfig, RegMode, Role, Sizes, POOL_CACHE};
+use crate::core::outbox::LocalKeyMap;
 use crate::core::CorePools;
 use crate::core::FastRegSlot;
 use crate::fabric::{
@@ -184,9 +184,12 @@ impl<P: Provider> ConnResources<P> {
         let mut keys = LocalKeyMap::default();
         for pool in group.pools() {
             let arena = pool.arena();
-            let canonical = arena.keys().ok_or(ConnError::Fabric(
-                crate::fabric::FabricError::Unsupported("a group pool without a registration"),
-            ))?;
+            let canonical =
+                arena
+                    .keys()
+                    .ok_or(ConnError::Fabric(crate::fabric::FabricError::Unsupported(
+                        "a group pool without a registration",
+                    )))?;
             // `reg_mr`, not `reg_arena`: the arena keeps the group's keys.
             let mr: P::Mr = pd
                 .reg_mr(arena, 0, arena.len(), Access::LOCAL_WRITE)

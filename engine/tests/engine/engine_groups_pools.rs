@@ -155,7 +155,10 @@ where
         let cs = g.connections();
         assert_eq!(cs.len(), CONNS);
         let first = cs[0].resources().pools();
-        let headers = first.headers.as_ref().expect("headers drawn from the group");
+        let headers = first
+            .headers
+            .as_ref()
+            .expect("headers drawn from the group");
         assert!(
             headers.count() < CONNS * 16,
             "{} header buffers: fewer than the contexts",
@@ -167,7 +170,10 @@ where
             assert_eq!(p.recv.id(), first.recv.id(), "one receive pool");
             let h = p.headers.as_ref().expect("headers drawn from the group");
             assert_eq!(h.id(), headers.id(), "one header pool");
-            assert!(p.send.keys().is_none(), "parked buffers are never registered");
+            assert!(
+                p.send.keys().is_none(),
+                "parked buffers are never registered"
+            );
         }
         let parks: std::collections::HashSet<u32> =
             cs.iter().map(|c| c.resources().pools().send.id()).collect();
