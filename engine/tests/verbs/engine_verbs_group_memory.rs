@@ -128,6 +128,46 @@ fn sample() -> [u64; 4] {
     ]
 }
 
+/// Resident octets of this process by mapping name (`/proc/self/smaps`: the path, or
+/// `[heap]`, or `anon` for nameless mappings).
+fn rss_by_mapping() -> std::collections::HashMap<String, u64> {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap_or_default();
+    let mut by = std::collections::HashMap::new();
+    let mut name = String::from("anon");
+    for line in smaps.lines() {
+        let mut words = line.split_whitespace();
+        let first = words.next().unwrap_or("");
+        if first.contains('-') && !first.ends_with(':') {
+            // A mapping's header: range, perms, offset, dev, inode, [path].
+            name = words.nth(4).unwrap_or("anon").to_owned();
+        } else if first == "Rss:" {
+            let kib: u64 = words.next().and_then(|v| v.parse().ok()).unwrap_or(0);
+            *by.entry(name.clone()).or_insert(0) += kib * 1024;
+        }
+    }
+    by
+}
+
+/// Prints the mappings whose resident memory grew most from `before`, per connection.
+fn print_growth(dev: &str, n: usize, before: &std::collections::HashMap<String, u64>) {
+    let after = rss_by_mapping();
+    let mut grew: Vec<(i64, &String)> = after
+        .iter()
+        .map(|(k, v)| (*v as i64 - *before.get(k).unwrap_or(&0) as i64, k))
+        .collect();
+    grew.sort_by(|a, b| b.0.cmp(&a.0));
+    for (d, k) in grew.iter().take(6) {
+        eprintln!(
+            "{dev}: VmRSS growth in {k}: {:.1} KiB per connection",
+            *d as f64 / n as f64 / 1024.0
+        );
+        println!(
+            "LAB_METRIC verbs_group_memory_map dev={dev} map={k} kib_per_conn={:.1}",
+            *d as f64 / n as f64 / 1024.0
+        );
+    }
+}
+
 fn null_call<P: Provider>(conn: &mut Requester<P>, i: usize) {
     let mut b = conn.alloc_msg().expect("a send buffer");
     write_call(&mut b, PROC_NULL, &[]);
@@ -323,6 +363,7 @@ fn two_hundred_idle_connections_cost_at_most_256_kib_each() {
     .expect("group listens");
     let group = Arc::new(Mutex::new(groups));
     let before = sample();
+    let maps_before = rss_by_mapping();
     let fixed = before;
     eprintln!(
         "{}: the group itself (queues, pools pinned once): VmRSS {} -> {} KiB, VmPin {} -> {} KiB",
@@ -387,7 +428,9 @@ fn two_hundred_idle_connections_cost_at_most_256_kib_each() {
             "verbs connections draw from the group's pools"
         );
     }
-    report(&net.dev, "idle one call each", n, before, sample());
+    let idle = sample();
+    print_growth(&net.dev, n, &maps_before);
+    report(&net.dev, "idle one call each", n, before, idle);
 
     writeln!(stdin, "busy").expect("tell the child to work");
     wait_for(&rx, BUSY_DONE, end);
