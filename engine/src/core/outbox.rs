@@ -145,6 +145,31 @@ impl Outbox {
         }
     }
 
+    /// Rewrites the local keys of the send request staged last (out of line: only a
+    /// connection on a poll group's pools has a key map).
+    #[cold]
+    #[inline(never)]
+    fn map_last_send(&mut self) {
+        let keys = self.keys;
+        if let Some(s) = self.sends.last_mut() {
+            let start = s.sge_start as usize;
+            keys.apply(&mut self.sges[start..]);
+            if let SendOp::FastReg { region, .. } = &mut s.op {
+                region.lkey = keys.map(region.lkey);
+            }
+        }
+    }
+
+    /// Rewrites the local keys of the receive staged last.
+    #[cold]
+    #[inline(never)]
+    fn map_last_recv(&mut self) {
+        let keys = self.keys;
+        if let Some((_, sgl)) = self.recvs.last_mut() {
+            keys.apply(sgl);
+        }
+    }
+
     /// Rewrites local keys by `keys` in every request staged, now and from now on (a
     /// core stages its first receives before its driver has registered anything).
     pub(crate) fn set_key_map(&mut self, keys: LocalKeyMap) {
@@ -182,13 +207,6 @@ impl Outbox {
         }
         let sge_start = self.sges.len() as u32;
         self.sges.extend_from_slice(sgl);
-        let mut op = op;
-        if self.keys.len != 0 {
-            self.keys.apply(&mut self.sges[sge_start as usize..]);
-            if let SendOp::FastReg { region, .. } = &mut op {
-                region.lkey = self.keys.map(region.lkey);
-            }
-        }
         self.sends.push(StagedSend {
             wr_id,
             op,
@@ -196,6 +214,9 @@ impl Outbox {
             sge_len: sgl.len() as u32,
             flags,
         });
+        if self.keys.len != 0 {
+            self.map_last_send();
+        }
         Ok(())
     }
 
@@ -211,25 +232,25 @@ impl Outbox {
         if self.keys.len != 0 {
             self.keys.apply(&mut sgl[..1]);
         }
-        if self.keys.len != 0 {
-            self.keys.apply(&mut sgl);
-        }
         self.recvs.push((wr_id, sgl));
+        if self.keys.len != 0 {
+            self.map_last_recv();
+        }
         Ok(())
     }
 
     /// Stages a receive scattered over two buffers (`core/recv_segments.rs`).
-    pub(crate) fn push_recv2(&mut self, wr_id: u64, mut sgl: [Sge; 2]) -> Result<(), OutboxFull> {
+    pub(crate) fn push_recv2(&mut self, wr_id: u64, sgl: [Sge; 2]) -> Result<(), OutboxFull> {
         if self.recvs.len() == self.recvs.capacity() {
             return Err(OutboxFull {
                 what: OutboxPart::RecvChain,
                 capacity: self.recvs.capacity(),
             });
         }
-        if self.keys.len != 0 {
-            self.keys.apply(&mut sgl);
-        }
         self.recvs.push((wr_id, sgl));
+        if self.keys.len != 0 {
+            self.map_last_recv();
+        }
         Ok(())
     }
 

@@ -270,7 +270,7 @@ impl<S: Service> ResponderHalf<S> {
     /// A free context for a call, with its header buffer drawn if contexts draw them
     /// (`CorePools::headers`); `None` when none is free or the header pool is empty
     /// (counted in [`ResponderStats::header_starved`]).
-    #[inline]
+    #[inline(always)]
     fn take_ctx(&mut self) -> Option<u32> {
         let i = self.free.pop()?;
         let Some(cache) = &mut self.headers else {
@@ -291,7 +291,7 @@ impl<S: Service> ResponderHalf<S> {
     }
 
     /// Frees context `i`: a drawn header buffer goes back to its pool.
-    #[inline]
+    #[inline(always)]
     fn put_ctx(&mut self, i: u32) {
         if let Some(cache) = &mut self.headers {
             let c = &mut self.ctxs[i as usize];
