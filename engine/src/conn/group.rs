@@ -268,6 +268,8 @@ pub struct PollGroup<P: Provider, S, F, B: RequesterRole = NoRequester> {
     wcs: [Completion; CQ_BATCH],
     /// Connections that got completions in the current batch (indices into `conns`).
     touched: [usize; CQ_BATCH],
+    /// Some connection's call waits for a header buffer (`retry_header_waiters`).
+    header_waiters: bool,
     /// Events taken from the inbox, handled without its lock held.
     scratch: VecDeque<Inbound<P::ConnRequest>>,
     counters: Arc<GroupCounters>,
@@ -327,6 +329,18 @@ where
         // Room for every connection a group may get (its share of the cap, and one
         // more for a request routed while another is closing), within the device's
         // limit: beyond it, accepts fail (CqTooSmall) and are counted as refused.
+        let one_role = B::responder_sizes(&cfg) == cfg.sizes(Role::Responder);
+        // Never where a peer maps its domain's registrations whole (shm): the group's
+        // arenas would be every peer's to read.
+        let group_pools = one_role
+            && !dev.caps().peer_maps_registrations
+            && opts.group_pools.unwrap_or(!dev.caps().release_registered);
+        // Connections on the group's pools get a send queue for what their credits need
+        // (`group_sq_depth`), unless the configuration names one.
+        let mut cfg = cfg;
+        if group_pools && cfg.sq_depth == 0 {
+            cfg.sq_depth = super::group_pools::group_sq_depth(&cfg);
+        }
         let per_conn = u64::from(B::responder_sizes(&cfg).cq_depth);
         let share = (limits.max_connections.div_ceil(groups) + 1) as u64;
         let depth = (per_conn * share).min(u64::from(dev.caps().max_cq_depth)) as u32;
@@ -344,12 +358,6 @@ where
             Some(d) => depth.saturating_add(d).min(dev.caps().max_cq_depth),
             None => depth,
         };
-        let one_role = sizes == cfg.sizes(Role::Responder);
-        // Never where a peer maps its domain's registrations whole (shm): the group's
-        // arenas would be every peer's to read.
-        let group_pools = one_role
-            && !dev.caps().peer_maps_registrations
-            && opts.group_pools.unwrap_or(!dev.caps().release_registered);
         let mut cqs = Vec::with_capacity(groups);
         for _ in 0..groups {
             let cq = dev.create_cq(depth).map_err(ConnError::Fabric)?;
@@ -418,6 +426,7 @@ where
                 by_qp: HashMap::new(),
                 wcs: [Completion::EMPTY; CQ_BATCH],
                 touched: [0; CQ_BATCH],
+                header_waiters: false,
                 scratch: VecDeque::new(),
                 connecting: 0,
                 polls: 0,
@@ -447,10 +456,31 @@ where
             work += self.drain_inbox(now);
         }
         work += self.reap(now);
+        if self.header_waiters {
+            work += self.retry_header_waiters(now);
+        }
         if cm_due {
             self.check(now);
         }
         work
+    }
+
+    /// Runs the connections whose calls wait for a header buffer of the group's pool
+    /// (all in use when they came): a buffer another connection gave back is theirs
+    /// now, though no completion of their own says so. Only while some wait; counts
+    /// the connections that stopped waiting.
+    #[cold]
+    fn retry_header_waiters(&mut self, now: Instant) -> usize {
+        let mut still = false;
+        let mut served = 0;
+        for c in self.conns.iter_mut().filter(|c| c.waits_for_header()) {
+            c.after_completions(now);
+            let waits = c.waits_for_header();
+            still |= waits;
+            served += usize::from(!waits);
+        }
+        self.header_waiters = still;
+        served
     }
 
     /// Reaps one batch and lets each connection that got completions post.
@@ -490,6 +520,7 @@ where
         }
         for &i in &self.touched[..touched] {
             self.conns[i].after_completions(now);
+            self.header_waiters |= self.conns[i].waits_for_header();
         }
         if let Some(s) = &mut self.shared_recv {
             s.refill();

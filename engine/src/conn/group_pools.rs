@@ -24,6 +24,29 @@ use crate::fabric::{Access, Device, ProtectionDomain, Provider};
 /// few between idle spells, and what it holds the others cannot use.
 const GROUP_POOL_CACHE: usize = 4;
 
+/// The send-queue depth of a connection drawing from a group's pools, when the
+/// configuration leaves it to be derived (`ConnConfig::sq_depth` 0):
+///
+/// `max(2 * credits + 2, (1 + min(max_chunks, 8)) * 16 + 3)`
+///
+/// The first term is what the credits need: a reply's Send stays in the queue until its
+/// completion, and a context (two per credit) lives that long, so up to two Sends per
+/// credit, and a barrier and a spare. The second is the largest single call the
+/// responder accepts without waiting for others: up to 16 segments in each of its
+/// chunks (the Read chunks' Reads; or the Write chunks' and the Reply chunk's Writes,
+/// `MAX_CHUNK_SEGMENTS`), its Send, and the two of an exposed reply. A call needing
+/// more than the queue holds is refused with ERR_CHUNK, as before; one needing more than
+/// is free waits for room. The default otherwise (`8 * credits`, at least 256) reserves
+/// a queue for chunk-heavy traffic on every connection; in a group the connections are
+/// mostly idle, and on rxe a queue pair's rings are mapped and touched whole (rxe rounds
+/// `depth + 1` up to a power of two: 256 gave 512 slots, 83 gives 128).
+pub(crate) fn group_sq_depth(cfg: &ConnConfig) -> u32 {
+    let per_call = (1 + cfg.max_chunks.min(crate::limits::MAX_DDP_ITEMS as u32))
+        * crate::core::responder::MAX_CHUNK_SEGMENTS as u32
+        + 3;
+    (2 * cfg.credits + 2).max(per_call)
+}
+
 /// The pools of one poll group and their canonical registration.
 pub(crate) struct GroupPools<P: Provider> {
     pub(crate) recv: Pool,

@@ -385,6 +385,12 @@ impl<P: Provider, S: Service, B: RequesterRole> ResponderConn<P, S, B> {
         }
     }
 
+    /// True while a call waits for a header buffer of its poll group's pool (no
+    /// completion of its own will come to retry it: the group does).
+    pub(super) fn waits_for_header(&self) -> bool {
+        self.core.waits_for_header()
+    }
+
     /// True (once) when the core asked for a disconnect the listener's CM must carry
     /// out.
     pub fn take_disconnect_request(&mut self) -> bool {

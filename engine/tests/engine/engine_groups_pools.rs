@@ -218,6 +218,115 @@ where
     driver.join().expect("the driver thread");
 }
 
+/// A call that finds the group's header pool empty waits for a buffer instead of being
+/// dropped (a call within the credits that is dropped is lost until the requester's
+/// timeout): with every header buffer held by the test, a NULL call stays unanswered
+/// and counted in `header_starved`, not in `overruns`, and is answered once the
+/// buffers are back, though its connection has no completion of its own to wake it.
+fn a_call_waits_for_a_header_buffer<N: Net>(net: N)
+where
+    PollGroup<N::P, TestService, Factory>: Send + 'static,
+    <N::P as Provider>::Device: Device<P = N::P>,
+    N::P: 'static,
+{
+    let addr = net.addr();
+    let opts = GroupOptions {
+        group_pools: Some(true),
+        group_pool_conns: 1,
+        release_idle: Some(Duration::from_millis(50)),
+        ..GroupOptions::default()
+    };
+    let (group, stop, driver) = serve(&net, &addr, opts);
+    let dev = net.device();
+    let mut conns: Vec<_> = (0..2).map(|_| connect::<N>(&dev, &addr)).collect();
+    for (i, c) in conns.iter_mut().enumerate() {
+        null_call(c, i);
+    }
+    // Idle: the connections' caches are back in the pool; then the test takes every
+    // header buffer.
+    let end = Instant::now() + DEADLINE;
+    let (headers, held) = loop {
+        // The requesters run too: a reply's Send completes once its peer took it.
+        for c in conns.iter_mut() {
+            c.poll(c.clock().now());
+        }
+        {
+            let g = group.lock().unwrap_or_else(|e| e.into_inner());
+            let h = g.connections()[0].resources().pools().headers.clone();
+            let h = h.expect("group headers");
+            if h.is_full() {
+                let mut held = Vec::with_capacity(h.count());
+                while let Ok(b) = h.get() {
+                    held.push(b);
+                }
+                assert_eq!(held.len(), h.count(), "every header buffer held");
+                break (h, held);
+            }
+            let active: Vec<usize> = g.connections().iter().map(|c| c.active()).collect();
+            assert!(
+                Instant::now() < end,
+                "headers back: {:?}, calls in progress {active:?}",
+                h.stats()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let mut b = conns[0].alloc_msg().expect("a send buffer");
+    write_call(&mut b, PROC_NULL, &[]);
+    let mut req = CallRequest::new(b, 256);
+    req.timeout = Some(2 * DEADLINE);
+    conns[0].submit(req, 7).expect("submits");
+    let starved = |g: &Group<N::P>| {
+        let g = g.lock().unwrap_or_else(|e| e.into_inner());
+        let cs = g.connections();
+        (
+            cs.iter().map(|c| c.stats().header_starved).sum::<u64>(),
+            cs.iter().map(|c| c.stats().overruns).sum::<u64>(),
+        )
+    };
+    let end = Instant::now() + DEADLINE;
+    loop {
+        let c = &mut conns[0];
+        c.poll(c.clock().now());
+        assert!(
+            c.poll_outcome().is_none(),
+            "answered with no header buffer to answer with"
+        );
+        let (waits, overruns) = starved(&group);
+        assert_eq!(overruns, 0, "the call was dropped as an overrun");
+        if waits > 0 {
+            break;
+        }
+        assert!(Instant::now() < end, "the call never reached the responder");
+    }
+    for b in held {
+        assert!(headers.put(b).is_ok(), "a header buffer back to its pool");
+    }
+    let end = Instant::now() + DEADLINE;
+    let o = loop {
+        let c = &mut conns[0];
+        c.poll(c.clock().now());
+        if let Some(o) = c.poll_outcome() {
+            break o;
+        }
+        assert!(Instant::now() < end, "the waiting call was never answered");
+    };
+    assert_eq!(o.tag, 7);
+    assert_eq!(
+        o.status,
+        CallStatus::Success,
+        "answered once a buffer came back"
+    );
+    assert_eq!(starved(&group), (1, 0), "one wait, no drop");
+    for (i, c) in conns.iter_mut().enumerate() {
+        null_call(c, i);
+    }
+    drop(headers);
+    drop(conns);
+    stop.store(true, Ordering::Release);
+    driver.join().expect("the driver thread");
+}
+
 /// On shm a peer maps its domain's registrations whole: asked for group pools, a group
 /// keeps each connection's own (and its calls work).
 fn shm_keeps_pools_per_connection<N: Net>(net: N)
@@ -265,6 +374,13 @@ mod siw {
     #[test]
     fn connections_draw_from_the_group_pools() {
         super::connections_draw_from_the_group_pools(SiwNet {
+            confirm_completions: true,
+        });
+    }
+
+    #[test]
+    fn a_call_waits_for_a_header_buffer() {
+        super::a_call_waits_for_a_header_buffer(SiwNet {
             confirm_completions: true,
         });
     }

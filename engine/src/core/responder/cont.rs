@@ -378,7 +378,9 @@ impl<S: Service> ResponderHalf<S> {
             self.stats.overruns += 1;
             return;
         };
-        if !t.is_open() || !t.sq.take(1) {
+        // Sent at once or not at all (like a full send queue): a transmission error
+        // is no call, so it does not wait for a header buffer.
+        if !t.is_open() || !self.has_header(i) || !t.sq.take(1) {
             self.put_ctx(i);
             return;
         }

@@ -276,7 +276,11 @@ mod tests {
     #[test]
     fn grows_by_registrations_up_to_its_bound() {
         let t = KeyTable::new(8192);
-        assert_eq!(t.allocated_slots(), FIRST_SLOTS, "a new domain's table is small");
+        assert_eq!(
+            t.allocated_slots(),
+            FIRST_SLOTS,
+            "a new domain's table is small"
+        );
         assert_eq!(t.max_entries(), 6144);
         for k in 0..12u32 {
             assert!(t.insert(k << 8 | 1, p(k as usize + 1), u64::from(k)));
