@@ -106,6 +106,24 @@ fn status_bytes(field: &str) -> u64 {
         * 1024
 }
 
+/// What may bound a process's verbs objects, for a failure's message: its locked-memory
+/// limit, mappings and open files.
+fn process_limits() -> String {
+    let limits = std::fs::read_to_string("/proc/self/limits").unwrap_or_default();
+    let memlock = limits
+        .lines()
+        .find(|l| l.starts_with("Max locked memory"))
+        .map(|l| l.split_whitespace().skip(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default();
+    let maps = std::fs::read_to_string("/proc/self/maps").map_or(0, |m| m.lines().count());
+    let fds = std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count());
+    let max_maps = std::fs::read_to_string("/proc/sys/vm/max_map_count").unwrap_or_default();
+    format!(
+        "memlock limit {memlock}, {maps} mappings (max {}), {fds} open files",
+        max_maps.trim()
+    )
+}
+
 /// A field of `/proc/meminfo` in bytes (the whole guest: server, clients, kernel).
 fn meminfo_bytes(field: &str) -> u64 {
     let s = std::fs::read_to_string("/proc/meminfo").expect("read /proc/meminfo");
@@ -244,10 +262,11 @@ fn clients_child() {
             .unwrap_or_else(|e| {
                 panic!(
                     "client {i} connects: {e} (guest MemAvailable {} KiB, client VmPin {} \
-                     KiB, VmLck {} KiB)",
+                     KiB, VmLck {} KiB; {})",
                     meminfo_bytes("MemAvailable") / 1024,
                     status_bytes("VmPin") / 1024,
-                    status_bytes("VmLck") / 1024
+                    status_bytes("VmLck") / 1024,
+                    process_limits()
                 )
             });
         null_call(&mut c, i);
