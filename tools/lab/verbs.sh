@@ -101,7 +101,6 @@ judge() {
 # REASON, TEST the full name, so MODULE:MODULE::generic::verbs::NAME for the generic
 # tests. "BUG" reasons are open defects found by this step and reported to the lead.
 ENGINE_KNOWN=(
-  "rxe0 must engine_verbs_group_memory:engine_verbs_group_memory::two_hundred_idle_connections_cost_at_most_256_kib_each BUG (issue #13): 787 KiB of server VmRSS per idle connection with pools per poll group, budget 256 KiB"
   "siw0 must engine_verbs_group_memory:engine_verbs_group_memory::two_hundred_idle_connections_cost_at_most_256_kib_each BUG (issue #13): the clients' 18th ibv_create_cq fails with EAGAIN"
 )
 judge_engine() {

@@ -132,7 +132,7 @@ impl KeyTable {
     fn current<'a>(&'a self, _guard: &ReadGuard<'a>) -> &'a [Slot] {
         // SAFETY: the pointer is always a live Box; a replaced one is freed only once no
         // guard taken before the replacement is held, and this guard is held.
-        unsafe { &**self.slots.load(Ordering::SeqCst) }
+        unsafe { &*self.slots.load(Ordering::SeqCst) }
     }
 
     /// Starts a read-side critical section.
@@ -178,7 +178,7 @@ impl KeyTable {
         }
         // Writers hold `live`, so the slots cannot change under this reference.
         // SAFETY: only writers replace or free the slots, and this one holds the lock.
-        let cur: &[Slot] = unsafe { &**self.slots.load(Ordering::SeqCst) };
+        let cur: &[Slot] = unsafe { &*self.slots.load(Ordering::SeqCst) };
         let mut retired = None;
         if *live + 1 > cur.len() / 4 * 3 {
             let bigger = slots(cur.len() * 2);
@@ -197,7 +197,7 @@ impl KeyTable {
             retired = Some(self.slots.swap(new, Ordering::SeqCst));
         }
         // SAFETY: as above (possibly the slots just stored).
-        let cur: &[Slot] = unsafe { &**self.slots.load(Ordering::SeqCst) };
+        let cur: &[Slot] = unsafe { &*self.slots.load(Ordering::SeqCst) };
         place(cur, key, ptr, aux);
         *live += 1;
         drop(live);
@@ -216,7 +216,7 @@ impl KeyTable {
         {
             let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
             // SAFETY: writers hold `live`, so these slots stay as they are.
-            let slots: &[Slot] = unsafe { &**self.slots.load(Ordering::SeqCst) };
+            let slots: &[Slot] = unsafe { &*self.slots.load(Ordering::SeqCst) };
             let mask = slots.len() - 1;
             let mut i = start(key, slots.len());
             for _ in 0..slots.len() {
