@@ -80,6 +80,16 @@ fn client_config(busy: bool) -> ConnConfig {
     }
 }
 
+/// A line for the lab's log whether the test passes or fails: written to stderr
+/// directly, past libtest's capture of `println!`/`eprintln!` (which shows a passing
+/// test's output to nobody).
+macro_rules! report {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 fn raise_limits() {
     for res in [libc::RLIMIT_NOFILE, libc::RLIMIT_MEMLOCK] {
         let mut r = libc::rlimit {
@@ -173,13 +183,13 @@ fn print_growth(dev: &str, n: usize, before: &std::collections::HashMap<String, 
         .iter()
         .map(|(k, v)| (*v as i64 - *before.get(k).unwrap_or(&0) as i64, k))
         .collect();
-    grew.sort_by(|a, b| b.0.cmp(&a.0));
+    grew.sort_by_key(|g| std::cmp::Reverse(g.0));
     for (d, k) in grew.iter().take(6) {
-        eprintln!(
+        report!(
             "{dev}: VmRSS growth in {k}: {:.1} KiB per connection",
             *d as f64 / n as f64 / 1024.0
         );
-        println!(
+        report!(
             "LAB_METRIC verbs_group_memory_map dev={dev} map={k} kib_per_conn={:.1}",
             *d as f64 / n as f64 / 1024.0
         );
@@ -316,7 +326,7 @@ fn wait_for(rx: &mpsc::Receiver<String>, what: &str, end: Instant) {
 fn report(dev: &str, what: &str, n: usize, before: [u64; 4], after: [u64; 4]) -> u64 {
     let per = |k: usize| after[k].saturating_sub(before[k]) as f64 / n as f64 / 1024.0;
     let rss = after[0].saturating_sub(before[0]) / n as u64;
-    eprintln!(
+    report!(
         "{dev}: {n} connections, {what}: server VmRSS {} -> {} KiB ({:.1} KiB per \
          connection), VmPin {} -> {} KiB ({:.1} KiB per connection), guest Slab {:.1} KiB \
          and memory in use {:.1} KiB per connection (clients and kernel included)",
@@ -329,7 +339,7 @@ fn report(dev: &str, what: &str, n: usize, before: [u64; 4], after: [u64; 4]) ->
         per(2),
         per(3)
     );
-    println!(
+    report!(
         "LAB_METRIC verbs_group_memory dev={dev} phase={} conns={n} rss_kib_per_conn={:.1} \
          vmpin_kib_per_conn={:.1} slab_kib_per_conn={:.1} guest_used_kib_per_conn={:.1}",
         what.replace(' ', "_"),
@@ -384,7 +394,7 @@ fn two_hundred_idle_connections_cost_at_most_256_kib_each() {
     let before = sample();
     let maps_before = rss_by_mapping();
     let fixed = before;
-    eprintln!(
+    report!(
         "{}: the group itself (queues, pools pinned once): VmRSS {} -> {} KiB, VmPin {} -> {} KiB",
         net.dev,
         start[0] / 1024,
@@ -467,12 +477,12 @@ fn two_hundred_idle_connections_cost_at_most_256_kib_each() {
     report(&net.dev, "after some worked idle", n, before, worked);
     // The group's own memory (its pools, pinned once at bind) spread over the
     // connections: what a server sized for n connections costs per connection in all.
-    eprintln!(
+    report!(
         "{}: in all, with the group's pools spread over {n} connections: {:.1} KiB          VmRSS per connection",
         net.dev,
         worked[0].saturating_sub(start[0]) as f64 / n as f64 / 1024.0
     );
-    println!(
+    report!(
         "LAB_METRIC verbs_group_memory dev={} phase=amortized conns={n} rss_kib_per_conn={:.1}          group_rss_kib={}",
         net.dev,
         worked[0].saturating_sub(start[0]) as f64 / n as f64 / 1024.0,
