@@ -116,3 +116,32 @@ impl<P: Provider> GroupPools<P> {
         [&self.recv, &self.send, &self.large]
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::config::Role;
+
+    #[test]
+    fn send_queue_by_what_the_credits_need() {
+        let cfg = ConnConfig::default();
+        assert_eq!(cfg.credits, 32);
+        assert_eq!(cfg.max_chunks, 4);
+        // The largest call (5 chunks of 16 segments, its Send, an exposed reply's two)
+        // outweighs two Sends per credit with the defaults.
+        assert_eq!(group_sq_depth(&cfg), 83);
+        assert!(group_sq_depth(&cfg) < cfg.sizes(Role::Responder).sq_depth);
+        let many = ConnConfig {
+            credits: 128,
+            ..ConnConfig::default()
+        };
+        assert_eq!(group_sq_depth(&many), 258, "two Sends per credit, and two");
+        // Every call the responder accepts fits the queue (`inspect` refuses more).
+        let chunks = ConnConfig {
+            max_chunks: 8,
+            credits: 4,
+            ..ConnConfig::default()
+        };
+        assert_eq!(group_sq_depth(&chunks), 9 * 16 + 3);
+    }
+}
