@@ -313,11 +313,21 @@ impl Drop for ChildGuard {
 }
 
 fn wait_for(rx: &mpsc::Receiver<String>, what: &str, end: Instant) {
+    if let Err(e) = try_wait_for(rx, what, end) {
+        panic!("the child never said {what}: {e}");
+    }
+}
+
+fn try_wait_for(
+    rx: &mpsc::Receiver<String>,
+    what: &str,
+    end: Instant,
+) -> Result<(), mpsc::RecvTimeoutError> {
     loop {
         match rx.recv_timeout(end.saturating_duration_since(Instant::now())) {
-            Ok(line) if line.trim() == what => return,
+            Ok(line) if line.trim() == what => return Ok(()),
             Ok(_) => {}
-            Err(e) => panic!("the child never said {what}: {e}"),
+            Err(e) => return Err(e),
         }
     }
 }
@@ -446,7 +456,33 @@ fn two_hundred_idle_connections_cost_at_most_256_kib_each() {
         rx
     };
     let mut stdin: ChildStdin = child.0.stdin.take().expect("piped stdin");
-    wait_for(&rx, READY, end);
+    if let Err(e) = try_wait_for(&rx, READY, end) {
+        // What the server saw, for the failure's message: per connection that is not
+        // idle and established, and in total.
+        let g = group.lock().unwrap_or_else(|e| e.into_inner());
+        let cs: Vec<_> = g.iter().flat_map(|g| g.connections()).collect();
+        let odd: Vec<String> = cs
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.active() != 0 || c.state() != ConnState::Established)
+            .map(|(i, c)| format!("#{i} {:?} active {}", c.state(), c.active()))
+            .collect();
+        let sum = |f: fn(&rpcrdma::ResponderStats) -> u64| -> u64 {
+            cs.iter().map(|c| f(&c.stats())).sum()
+        };
+        panic!(
+            "the child never said {READY}: {e}; the server has {} connections, calls {}, \
+             overruns {}, header waits {}, stalls {}, receive-starved {}, dropped {}; \
+             not idle: {odd:?}",
+            cs.len(),
+            sum(|s| s.calls),
+            sum(|s| s.overruns),
+            sum(|s| s.header_starved),
+            sum(|s| s.stalls),
+            sum(|s| s.recv_starved),
+            sum(|s| s.dropped),
+        );
+    }
     {
         let g = group.lock().unwrap_or_else(|e| e.into_inner());
         let cs: Vec<_> = g.iter().flat_map(|g| g.connections()).collect();
