@@ -53,6 +53,8 @@ const COUNT: &str = "RPCRDMA_GROUP_MEMORY_COUNT";
 const READY: &str = "GROUP_MEMORY_READY";
 const BUSY_DONE: &str = "GROUP_MEMORY_BUSY_DONE";
 const DONE: &str = "GROUP_MEMORY_DONE";
+/// The child's line when a call failed: what follows says which.
+const STUCK: &str = "GROUP_MEMORY_STUCK";
 
 type Factory = fn() -> Option<TestService>;
 
@@ -202,6 +204,12 @@ fn null_call<P: Provider>(conn: &mut Requester<P>, i: usize) {
     let o = conn
         .call(CallRequest::new(b, 256), DEADLINE)
         .expect("submits");
+    if o.status != CallStatus::Success {
+        // The parent looks at its server while this connection is still up (once the
+        // process ends, its connections are gone), then ends this process.
+        println!("{STUCK} NULL on connection {i}: {:?}", o.status);
+        let _ = order();
+    }
     assert_eq!(o.status, CallStatus::Success, "NULL on connection {i}");
 }
 
@@ -318,16 +326,15 @@ fn wait_for(rx: &mpsc::Receiver<String>, what: &str, end: Instant) {
     }
 }
 
-fn try_wait_for(
-    rx: &mpsc::Receiver<String>,
-    what: &str,
-    end: Instant,
-) -> Result<(), mpsc::RecvTimeoutError> {
+/// Waits for the child's line `what`; the child's failure (its [`STUCK`] line, or its
+/// end) as an error.
+fn try_wait_for(rx: &mpsc::Receiver<String>, what: &str, end: Instant) -> Result<(), String> {
     loop {
         match rx.recv_timeout(end.saturating_duration_since(Instant::now())) {
             Ok(line) if line.trim() == what => return Ok(()),
+            Ok(line) if line.starts_with(STUCK) => return Err(line),
             Ok(_) => {}
-            Err(e) => return Err(e),
+            Err(e) => return Err(e.to_string()),
         }
     }
 }
