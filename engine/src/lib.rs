@@ -43,7 +43,7 @@ pub use conn::{
     ConnError, ConnResources, GroupCounters, GroupOptions, GroupSample, Listener, Pair, PairError,
     PairWait, PollGroup, PollGroupTask, ReconnectStats, Requester, RequesterBuilder, Responder,
     ResponderBuilder, ResponderConn, ResponderCounters, ResponderLimits, Serving, StopHandle,
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_RELEASE_IDLE,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_GROUP_POOL_CONNS, DEFAULT_RELEASE_IDLE,
 };
 // Configuration, events and buffers every connection shares.
 pub use core::config::{

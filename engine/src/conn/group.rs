@@ -28,10 +28,11 @@ use std::time::{Duration, Instant};
 
 use rpcrdma_poller::{PollCtx, Task};
 
+use super::group_pools::GroupPools;
 use super::responder::{Listener, ResponderConn, ResponderCounters, ResponderLimits};
 use super::shared_recv::{SharedRecv, SHARED_RECV_TAG};
 use super::{ConnError, CM_POLL_INTERVAL, CQ_BATCH, DEFAULT_RELEASE_IDLE};
-use crate::core::config::ConnConfig;
+use crate::core::config::{ConnConfig, Role};
 use crate::core::{ConnState, NoRequester, RequesterRole};
 use crate::fabric::{
     CmEvent, CmPrivateData, Completion, CompletionQueue, ConnId, ConnectionManager, Device,
@@ -142,7 +143,28 @@ pub struct GroupOptions {
     /// (`ResponderConn::release_free_memory`); `None` never. Default
     /// [`DEFAULT_RELEASE_IDLE`].
     pub release_idle: Option<Duration>,
+    /// Whether the group's connections draw receive, reply-header and large buffers
+    /// from pools of the group's, registered in each connection's own protection
+    /// domain, instead of pools of their own (DESIGN.md, "Pools per poll group").
+    /// `None` (the default) does where the device's registrations pin their pages
+    /// (`DeviceCaps::release_registered` false: kernel verbs), where pools of a
+    /// connection's own would stay resident for its life; elsewhere a connection's
+    /// pools are its own and an idle one gives their pages back. Connections whose
+    /// service also calls its requester (RFC 8167), and connections on a device whose
+    /// peers map their domain's registrations whole
+    /// (`DeviceCaps::peer_maps_registrations`: shm), always have pools of their own.
+    pub group_pools: Option<bool>,
+    /// Busy connections the group's pools hold reply-header buffers for at once (with
+    /// [`group_pools`](Self::group_pools)), and, with a shared receive queue, the
+    /// connections it has no room for, which post receives of their own (without one,
+    /// the receive pool holds every connection's: the group's share of
+    /// `ResponderLimits::max_connections`). The large pool holds one connection's large
+    /// buffers (`ConnConfig::large_bufs`). Default [`DEFAULT_GROUP_POOL_CONNS`].
+    pub group_pool_conns: u32,
 }
+
+/// Default of [`GroupOptions::group_pool_conns`].
+pub const DEFAULT_GROUP_POOL_CONNS: u32 = 8;
 
 impl Default for GroupOptions {
     fn default() -> Self {
@@ -150,6 +172,8 @@ impl Default for GroupOptions {
             shared_receives: true,
             srq_depth: 0,
             release_idle: Some(DEFAULT_RELEASE_IDLE),
+            group_pools: None,
+            group_pool_conns: DEFAULT_GROUP_POOL_CONNS,
         }
     }
 }
@@ -229,6 +253,9 @@ pub struct PollGroup<P: Provider, S, F, B: RequesterRole = NoRequester> {
     /// The shared receive queue of the group's connections, if it has one. After
     /// `conns`, so their queue pairs go before its buffers' registration does.
     shared_recv: Option<SharedRecv<P>>,
+    /// The pools the group's connections draw from, if they share them. After
+    /// `conns`: their registrations of its arenas go first.
+    pools: Option<GroupPools<P>>,
     /// Completions counted at the last look, and since when that count has not moved
     /// (an idle group gives its shared pool's free memory back once per idle spell).
     idle: (u64, Option<Instant>),
@@ -241,6 +268,8 @@ pub struct PollGroup<P: Provider, S, F, B: RequesterRole = NoRequester> {
     wcs: [Completion; CQ_BATCH],
     /// Connections that got completions in the current batch (indices into `conns`).
     touched: [usize; CQ_BATCH],
+    /// Some connection's call waits for a header buffer (`retry_header_waiters`).
+    header_waiters: bool,
     /// Events taken from the inbox, handled without its lock held.
     scratch: VecDeque<Inbound<P::ConnRequest>>,
     counters: Arc<GroupCounters>,
@@ -300,6 +329,18 @@ where
         // Room for every connection a group may get (its share of the cap, and one
         // more for a request routed while another is closing), within the device's
         // limit: beyond it, accepts fail (CqTooSmall) and are counted as refused.
+        let one_role = B::responder_sizes(&cfg) == cfg.sizes(Role::Responder);
+        // Never where a peer maps its domain's registrations whole (shm): the group's
+        // arenas would be every peer's to read.
+        let group_pools = one_role
+            && !dev.caps().peer_maps_registrations
+            && opts.group_pools.unwrap_or(!dev.caps().release_registered);
+        // Connections on the group's pools get a send queue for what their credits need
+        // (`group_sq_depth`), unless the configuration names one.
+        let mut cfg = cfg;
+        if group_pools && cfg.sq_depth == 0 {
+            cfg.sq_depth = super::group_pools::group_sq_depth(&cfg);
+        }
         let per_conn = u64::from(B::responder_sizes(&cfg).cq_depth);
         let share = (limits.max_connections.div_ceil(groups) + 1) as u64;
         let depth = (per_conn * share).min(u64::from(dev.caps().max_cq_depth)) as u32;
@@ -324,7 +365,23 @@ where
                 Some(d) => SharedRecv::create(&dev, &cq, &cfg, done_extra, d, share as u32)?,
                 None => None,
             };
-            cqs.push((cq, srq));
+            let pools = match group_pools {
+                // Without a shared queue every connection posts its own receives; with
+                // one, only those it has no room for (a few: its depth is sized for
+                // the group's share).
+                true => Some(GroupPools::create(
+                    &dev,
+                    &cfg,
+                    &sizes,
+                    opts.group_pool_conns,
+                    match srq {
+                        Some(_) => opts.group_pool_conns,
+                        None => share as u32,
+                    },
+                )?),
+                false => None,
+            };
+            cqs.push((cq, srq, pools));
         }
         let shared = Arc::new(Shared {
             dev,
@@ -347,7 +404,7 @@ where
         Ok(cqs
             .into_iter()
             .enumerate()
-            .map(|(index, (cq, shared_recv))| PollGroup {
+            .map(|(index, (cq, shared_recv, pools))| PollGroup {
                 index,
                 shared: shared.clone(),
                 cq,
@@ -363,11 +420,13 @@ where
                     ..GroupCounters::default()
                 }),
                 shared_recv,
+                pools,
                 idle: (0, None),
                 conns: Vec::new(),
                 by_qp: HashMap::new(),
                 wcs: [Completion::EMPTY; CQ_BATCH],
                 touched: [0; CQ_BATCH],
+                header_waiters: false,
                 scratch: VecDeque::new(),
                 connecting: 0,
                 polls: 0,
@@ -397,10 +456,31 @@ where
             work += self.drain_inbox(now);
         }
         work += self.reap(now);
+        if self.header_waiters {
+            work += self.retry_header_waiters(now);
+        }
         if cm_due {
             self.check(now);
         }
         work
+    }
+
+    /// Runs the connections whose calls wait for a header buffer of the group's pool
+    /// (all in use when they came): a buffer another connection gave back is theirs
+    /// now, though no completion of their own says so. Only while some wait; counts
+    /// the connections that stopped waiting.
+    #[cold]
+    fn retry_header_waiters(&mut self, now: Instant) -> usize {
+        let mut still = false;
+        let mut served = 0;
+        for c in self.conns.iter_mut().filter(|c| c.waits_for_header()) {
+            c.after_completions(now);
+            let waits = c.waits_for_header();
+            still |= waits;
+            served += usize::from(!waits);
+        }
+        self.header_waiters = still;
+        served
     }
 
     /// Reaps one batch and lets each connection that got completions post.
@@ -440,6 +520,7 @@ where
         }
         for &i in &self.touched[..touched] {
             self.conns[i].after_completions(now);
+            self.header_waiters |= self.conns[i].waits_for_header();
         }
         if let Some(s) = &mut self.shared_recv {
             s.refill();
@@ -545,6 +626,7 @@ where
             service,
             Some(&self.cq),
             srq,
+            self.pools.as_ref(),
         ) {
             Ok(c) => {
                 l.routes.insert(c.conn_id(), self.index);

@@ -19,6 +19,7 @@
 
 mod builder;
 mod group;
+mod group_pools;
 mod pair;
 mod post;
 mod reconnect;
@@ -31,7 +32,9 @@ pub(crate) mod task;
 pub use builder::{
     RequesterBuilder, ResponderBuilder, Serving, StopHandle, DEFAULT_CONNECT_TIMEOUT,
 };
-pub use group::{GroupCounters, GroupOptions, GroupSample, PollGroup, PollGroupTask};
+pub use group::{
+    GroupCounters, GroupOptions, GroupSample, PollGroup, PollGroupTask, DEFAULT_GROUP_POOL_CONNS,
+};
 pub use pair::{Pair, PairError, PairWait};
 #[cfg(any(test, feature = "testing"))]
 pub(crate) use post::post_transmit;

@@ -11,8 +11,10 @@ use std::sync::Arc;
 
 use rpcrdma_pools::{Arena, Pool, PoolConfig};
 
+use super::group_pools::GroupPools;
 use super::ConnError;
 use crate::core::config::{ConnConfig, RegMode, Role, Sizes, POOL_CACHE};
+use crate::core::outbox::LocalKeyMap;
 use crate::core::CorePools;
 use crate::core::FastRegSlot;
 use crate::fabric::{
@@ -37,6 +39,11 @@ pub struct ConnResources<P: Provider> {
     pub(crate) connect_pd_max: usize,
     /// `DeviceCaps::rdma_round_trip` of this device.
     pub(crate) rdma_round_trip: bool,
+    /// Canonical local keys of a poll group's arenas and this connection's own keys
+    /// for them (empty for pools of the connection's own).
+    keys: LocalKeyMap,
+    /// The pools are a poll group's ([`in_group`](Self::in_group)).
+    group_pools: bool,
 }
 
 impl<P: Provider> ConnResources<P> {
@@ -126,6 +133,7 @@ impl<P: Provider> ConnResources<P> {
                 sizes.send_bufs + overlap * sizes.slots,
             )?,
             large: mk("rpcrdma-large", cfg.large_buf_size, sizes.large_bufs)?,
+            headers: None,
         };
         let app = if sizes.app_bufs > 0 {
             Some(mk("rpcrdma-app", cfg.large_buf_size, sizes.app_bufs)?)
@@ -142,6 +150,8 @@ impl<P: Provider> ConnResources<P> {
             mode,
             connect_pd_max: dev.caps().private_data.connect,
             rdma_round_trip: dev.caps().rdma_round_trip,
+            keys: LocalKeyMap::default(),
+            group_pools: false,
         };
         let recv = res.pools.recv.arena().clone();
         let mr: P::Mr = res
@@ -160,6 +170,76 @@ impl<P: Provider> ConnResources<P> {
             res.register_arena(&arena)?;
         }
         Ok(res)
+    }
+
+    /// A responder connection of a poll group drawing from the group's pools
+    /// (`conn/group_pools.rs`): its own protection domain, in which it registers the
+    /// group's arenas (local access only: a responder exposes replies through
+    /// fast-registration slots of its own domain), and its own unregistered, never
+    /// touched pool to park a buffer in each free reply context
+    /// (`CorePools::headers`). No completion queue (the group's).
+    pub(crate) fn in_group(
+        dev: &P::Device,
+        cfg: &ConnConfig,
+        sizes: Sizes,
+        group: &GroupPools<P>,
+    ) -> Result<Self, ConnError> {
+        cfg.validate().map_err(ConnError::Config)?;
+        let pd = dev.alloc_pd().map_err(ConnError::Fabric)?;
+        let mut regs = Vec::with_capacity(3);
+        let mut keys = LocalKeyMap::default();
+        for pool in group.pools() {
+            let arena = pool.arena();
+            let canonical =
+                arena
+                    .keys()
+                    .ok_or(ConnError::Fabric(crate::fabric::FabricError::Unsupported(
+                        "a group pool without a registration",
+                    )))?;
+            // `reg_mr`, not `reg_arena`: the arena keeps the group's keys.
+            let mr: P::Mr = pd
+                .reg_mr(arena, 0, arena.len(), Access::LOCAL_WRITE)
+                .map_err(ConnError::Fabric)?;
+            if !keys.insert(canonical.lkey, mr.lkey()) {
+                return Err(ConnError::Fabric(crate::fabric::FabricError::Unsupported(
+                    "more group arenas than a key map holds",
+                )));
+            }
+            regs.push(mr);
+        }
+        let park = PoolConfig::new("rpcrdma-park", cfg.inline_send as usize, sizes.slots)
+            .cache_size(1)
+            .prefault(false);
+        let pools = CorePools {
+            recv: group.recv.clone(),
+            send: Pool::new(&park).map_err(ConnError::Pool)?,
+            large: group.large.clone(),
+            headers: Some(group.send.clone()),
+        };
+        Ok(ConnResources {
+            pools,
+            app: None,
+            regs,
+            cq: None,
+            pd,
+            sizes,
+            mode: RegMode::FastReg,
+            connect_pd_max: dev.caps().private_data.connect,
+            rdma_round_trip: dev.caps().rdma_round_trip,
+            keys,
+            group_pools: true,
+        })
+    }
+
+    /// The local keys this connection's requests are rewritten with (a poll group's
+    /// pools: [`in_group`](Self::in_group); empty otherwise).
+    pub(crate) fn key_map(&self) -> LocalKeyMap {
+        self.keys
+    }
+
+    /// Whether the pools are a poll group's.
+    pub(crate) fn group_pools(&self) -> bool {
+        self.group_pools
     }
 
     /// Registers another arena (e.g. an application pool holding DDP data) with this

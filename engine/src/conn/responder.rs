@@ -116,6 +116,7 @@ impl<P: Provider, S: Service> ResponderConn<P, S> {
             service,
             None,
             None,
+            None,
         )
     }
 }
@@ -158,16 +159,20 @@ impl<P: Provider, S: Service, B: RequesterRole> ResponderConn<P, S, B> {
         service: S,
         group_cq: Option<&P::Cq>,
         shared: Option<(&P::Srq, super::shared_recv::ShareTerms<'_>)>,
+        group_pools: Option<&super::group_pools::GroupPools<P>>,
     ) -> Result<Self, ConnError> {
         let sizes = B::responder_sizes(cfg);
-        let res = match group_cq {
-            Some(_) => ConnResources::<P>::without_cq(dev, cfg, Role::Responder, sizes)?,
-            None => ConnResources::<P>::with_sizes(dev, cfg, Role::Responder, sizes)?,
+        let res = match (group_cq, group_pools) {
+            (Some(_), Some(g)) => ConnResources::<P>::in_group(dev, cfg, sizes, g)?,
+            (Some(_), None) => ConnResources::<P>::without_cq(dev, cfg, Role::Responder, sizes)?,
+            (None, _) => ConnResources::<P>::with_sizes(dev, cfg, Role::Responder, sizes)?,
         };
         // Credits never count the receives kept for RDMA_DONE beyond them.
         let policy = Arc::new(GrantPolicy::new(cfg.credits, cfg.credits.max(1)));
         let mut core =
             B::responder_core(cfg, &res.pools, service, policy).map_err(ConnError::Core)?;
+        // A group's pools: requests carry this connection's keys for the group's arenas.
+        core.set_local_key_map(res.key_map());
         // Slots to expose replies in responder-provided Read chunks; none on a device
         // without fast registration, or whose keys ran out: such replies then get
         // ERR_CHUNK, as from a responder without the extension (the connection is
@@ -253,6 +258,11 @@ impl<P: Provider, S: Service, B: RequesterRole> ResponderConn<P, S, B> {
         // Idle on a shared receive queue: a smaller grant sent is taken as read.
         self.core.settle_idle_grant();
         if !self.may_release {
+            // A group's pools: what this connection's caches hold goes back for the
+            // group's other connections (nothing is released: the pages stay pinned).
+            if self.res.group_pools() {
+                self.core.flush_pool_caches();
+            }
             return 0;
         }
         self.core.flush_pool_caches();
@@ -394,6 +404,12 @@ impl<P: Provider, S: Service, B: RequesterRole> ResponderConn<P, S, B> {
             }
             let _ = self.events.push_back(ev);
         }
+    }
+
+    /// True while a call waits for a header buffer of its poll group's pool (no
+    /// completion of its own will come to retry it: the group does).
+    pub(super) fn waits_for_header(&self) -> bool {
+        self.core.waits_for_header()
     }
 
     /// True (once) when the core asked for a disconnect the listener's CM must carry
@@ -759,6 +775,7 @@ where
             private_data,
             &self.cfg,
             service,
+            None,
             None,
             None,
         ) {

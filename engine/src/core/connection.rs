@@ -128,6 +128,8 @@ pub trait ResponderRole: roles::Sealed {
     fn active(&self) -> usize;
     #[doc(hidden)]
     fn can_expose(&self) -> bool;
+    #[doc(hidden)]
+    fn waits_for_header(&self) -> bool;
     /// A fresh slot for the next connection of a reconnecting requester; `None` when
     /// the slot cannot be made again (a backchannel service lives in one core).
     #[doc(hidden)]
@@ -282,6 +284,9 @@ impl<S: Service> ResponderRole for ResponderHalf<S> {
     fn can_expose(&self) -> bool {
         ResponderHalf::can_expose(self)
     }
+    fn waits_for_header(&self) -> bool {
+        ResponderHalf::waits_for_header(self)
+    }
     fn for_reconnect() -> Option<Self> {
         None
     }
@@ -306,6 +311,9 @@ impl ResponderRole for NoResponder {
     }
     fn can_expose(&self) -> bool {
         true
+    }
+    fn waits_for_header(&self) -> bool {
+        false
     }
     fn for_reconnect() -> Option<Self> {
         Some(NoResponder)
@@ -1151,6 +1159,17 @@ impl<R: RequesterRole, S: Service> Connection<R, ResponderHalf<S>> {
     /// (`Pool::release_free`): what a server does for an idle connection. The caches
     /// refill from the rings on their next use.
     pub fn flush_pool_caches(&mut self) {
+        self.flush_caches();
+    }
+
+    /// Rewrites local keys by `keys` in every request staged (now and later): a
+    /// connection drawing from a poll group's pools, each arena registered in the
+    /// connection's own domain (`core/outbox.rs`, `LocalKeyMap`).
+    pub(crate) fn set_local_key_map(&mut self, keys: super::outbox::LocalKeyMap) {
+        self.t.outbox.set_key_map(keys);
+    }
+
+    fn flush_caches(&mut self) {
         self.t.recvs.flush_cache();
         self.resp.flush_cache();
     }
@@ -1171,6 +1190,13 @@ impl<R: RequesterRole, S: Service> Connection<R, ResponderHalf<S>> {
     /// ERR_CHUNK.
     pub fn set_reply_mrs(&mut self, slots: &[FastRegSlot], seed: u64) {
         self.resp.set_reply_mrs(slots, seed);
+    }
+
+    /// True while a call of the responder half waits for a header buffer from a poll
+    /// group's pool (`ResponderHalf::waits_for_header`): its driver must run
+    /// [`prepare`](Self::prepare) again though no completion came.
+    pub fn waits_for_header(&self) -> bool {
+        self.resp.waits_for_header()
     }
 
     /// The responder half's counters.

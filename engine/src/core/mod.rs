@@ -50,7 +50,7 @@ pub use transport::{CloseReason, ConnState, Violation};
 pub use wrid::{WrId, WrKind};
 
 /// The registered pools a core draws from. All three must live in arenas registered
-/// with the connection's protection domain.
+/// with the connection's protection domain (except `send` when `headers` is set).
 #[derive(Debug, Clone)]
 pub struct CorePools {
     /// Receive buffers, each at least the advertised receive size.
@@ -59,6 +59,13 @@ pub struct CorePools {
     pub send: Pool,
     /// Large buffers: long calls, Reply chunks, DDP data pulled by the responder.
     pub large: Pool,
+    /// Responder only: where a reply context draws its registered header buffer when
+    /// a call arrives, and returns it when the reply is done (a poll group's pool on a
+    /// device whose registrations pin: DESIGN.md, "Pools per poll group"). `send` then
+    /// only parks a buffer in each free context, never registered nor touched, so an
+    /// idle connection pins no header buffers. `None`: each context keeps its `send`
+    /// buffer, registered, for the connection's life.
+    pub headers: Option<Pool>,
 }
 
 /// Why a core could not be built.

@@ -61,6 +61,56 @@ struct StagedSend {
     flags: SendFlags,
 }
 
+/// Most arenas a connection draws from through another domain's keys
+/// ([`LocalKeyMap`]): a poll group's receive, send and large pools, and one spare.
+pub(crate) const MAX_KEY_ALIASES: usize = 4;
+
+/// Local keys to rewrite as requests are staged: `(arena key, this connection's key)`.
+///
+/// A poll group whose device pins registrations keeps its pools once for all of its
+/// connections, each arena registered in every connection's own protection domain (the
+/// domain stays the trust boundary between peers). A buffer carries one local key, its
+/// arena's canonical one (`Arena::keys`); each connection's outbox turns it into the
+/// key of its own registration of the same range, so the device checks the entry
+/// against that connection's domain. Empty (the usual case: a connection's own pools)
+/// costs one branch per staged request.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct LocalKeyMap {
+    pairs: [(u32, u32); MAX_KEY_ALIASES],
+    len: u8,
+}
+
+impl LocalKeyMap {
+    /// Adds `from -> to`; false when the map is full (the caller refuses the set-up).
+    pub(crate) fn insert(&mut self, from: u32, to: u32) -> bool {
+        let n = self.len as usize;
+        if n == MAX_KEY_ALIASES {
+            return false;
+        }
+        self.pairs[n] = (from, to);
+        self.len += 1;
+        true
+    }
+
+    /// The key `lkey` stands for on this connection (itself when not mapped).
+    #[inline]
+    fn map(&self, lkey: u32) -> u32 {
+        for &(from, to) in &self.pairs[..self.len as usize] {
+            if from == lkey {
+                return to;
+            }
+        }
+        lkey
+    }
+
+    #[inline]
+    fn apply(&self, sges: &mut [Sge]) {
+        for s in sges {
+            s.lkey = self.map(s.lkey);
+        }
+    }
+}
+
 /// Staged send and receive chains.
 pub(crate) struct Outbox {
     sends: Vec<StagedSend>,
@@ -68,6 +118,9 @@ pub(crate) struct Outbox {
     /// A receive's scatter list: one buffer, or (send-based DDP) a header segment
     /// and a DDP segment; a second entry of length 0 is absent.
     recvs: Vec<(u64, [Sge; 2])>,
+    /// Local keys rewritten as requests are staged (empty unless the connection draws
+    /// from a poll group's pools).
+    keys: LocalKeyMap,
 }
 
 impl fmt::Debug for Outbox {
@@ -88,6 +141,47 @@ impl Outbox {
             sends: Vec::with_capacity(sends),
             sges: Vec::with_capacity(sges),
             recvs: Vec::with_capacity(recvs),
+            keys: LocalKeyMap::default(),
+        }
+    }
+
+    /// Rewrites the local keys of the send request staged last (out of line: only a
+    /// connection on a poll group's pools has a key map).
+    #[cold]
+    #[inline(never)]
+    fn map_last_send(&mut self) {
+        let keys = self.keys;
+        if let Some(s) = self.sends.last_mut() {
+            let start = s.sge_start as usize;
+            keys.apply(&mut self.sges[start..]);
+            if let SendOp::FastReg { region, .. } = &mut s.op {
+                region.lkey = keys.map(region.lkey);
+            }
+        }
+    }
+
+    /// Rewrites the local keys of the receive staged last.
+    #[cold]
+    #[inline(never)]
+    fn map_last_recv(&mut self) {
+        let keys = self.keys;
+        if let Some((_, sgl)) = self.recvs.last_mut() {
+            keys.apply(sgl);
+        }
+    }
+
+    /// Rewrites local keys by `keys` in every request staged, now and from now on (a
+    /// core stages its first receives before its driver has registered anything).
+    pub(crate) fn set_key_map(&mut self, keys: LocalKeyMap) {
+        self.keys = keys;
+        keys.apply(&mut self.sges);
+        for (_, sgl) in &mut self.recvs {
+            keys.apply(sgl);
+        }
+        for s in &mut self.sends {
+            if let SendOp::FastReg { region, .. } = &mut s.op {
+                region.lkey = keys.map(region.lkey);
+            }
         }
     }
 
@@ -120,6 +214,9 @@ impl Outbox {
             sge_len: sgl.len() as u32,
             flags,
         });
+        if self.keys.len != 0 {
+            self.map_last_send();
+        }
         Ok(())
     }
 
@@ -131,7 +228,14 @@ impl Outbox {
                 capacity: self.recvs.capacity(),
             });
         }
-        self.recvs.push((wr_id, [sge, Sge::default()]));
+        let mut sgl = [sge, Sge::default()];
+        if self.keys.len != 0 {
+            self.keys.apply(&mut sgl[..1]);
+        }
+        self.recvs.push((wr_id, sgl));
+        if self.keys.len != 0 {
+            self.map_last_recv();
+        }
         Ok(())
     }
 
@@ -144,6 +248,9 @@ impl Outbox {
             });
         }
         self.recvs.push((wr_id, sgl));
+        if self.keys.len != 0 {
+            self.map_last_recv();
+        }
         Ok(())
     }
 
@@ -289,6 +396,53 @@ pub struct PostFailure {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fabric::Access;
+
+    #[test]
+    fn a_key_map_rewrites_mapped_local_keys_and_leaves_the_rest() {
+        let mut o = Outbox::with_capacity(4, 8, 4);
+        let mut keys = LocalKeyMap::default();
+        assert!(keys.insert(7, 70));
+        assert!(keys.insert(8, 80));
+        o.set_key_map(keys);
+        let a = Sge::new(0x1000, 16, 7);
+        let b = Sge::new(0x2000, 32, 9);
+        o.push_send(1, SendOp::Send, &[a, b], SendFlags::SIGNALED)
+            .unwrap();
+        let reg = SendOp::FastReg {
+            key: 0x100,
+            region: Sge::new(0x3000, 64, 8),
+            access: Access::REMOTE_READ,
+        };
+        o.push_send(2, reg, &[], SendFlags::SIGNALED).unwrap();
+        o.push_recv(3, Sge::new(0x4000, 64, 8)).unwrap();
+        o.push_recv2(4, [Sge::new(0x5000, 8, 7), Sge::new(0x6000, 8, 9)])
+            .unwrap();
+        let t = Transmit::of(&o).unwrap();
+        let sends: Vec<_> = t.sends().collect();
+        let lkeys: Vec<u32> = sends[0].sgl.iter().map(|s| s.lkey).collect();
+        assert_eq!(lkeys, vec![70, 9]);
+        match sends[1].op {
+            SendOp::FastReg { region, key, .. } => assert_eq!((region.lkey, key), (80, 0x100)),
+            other => panic!("{other:?}"),
+        }
+        let recvs: Vec<Vec<u32>> = t
+            .recvs()
+            .map(|r| r.sgl.iter().map(|s| s.lkey).collect())
+            .collect();
+        assert_eq!(recvs, vec![vec![80], vec![70, 9]]);
+    }
+
+    #[test]
+    fn a_key_map_holds_at_most_its_capacity() {
+        let mut keys = LocalKeyMap::default();
+        for i in 0..MAX_KEY_ALIASES as u32 {
+            assert!(keys.insert(i, i + 100));
+        }
+        assert!(!keys.insert(99, 199));
+        assert_eq!(keys.map(99), 99);
+        assert_eq!(keys.map(2), 102);
+    }
 
     #[test]
     fn transmit_shows_the_chains_with_their_gather_lists() {

@@ -524,6 +524,13 @@ pub struct DeviceCaps {
     /// pages the device writes to, and a released page would leave the device writing
     /// to memory the process no longer sees.
     pub release_registered: bool,
+    /// Whether the peer of a connection can map the whole of every registration in its
+    /// connection's protection domain, whatever keys it was given (shm: the peer
+    /// process maps the registered arenas and its requests run in this process's
+    /// poll against them). Where true, memory shared by several connections must never
+    /// be registered in their domains: a poll group keeps each connection's pools its
+    /// own there (`GroupOptions::group_pools`).
+    pub peer_maps_registrations: bool,
     /// Whether the peer's Sends and RDMA Writes are placed into this side's memory only
     /// while this side polls its completion queue, and that poll (or, past a full
     /// batch, the next ones) reports them (shm: the target executes its peer's requests
@@ -578,6 +585,7 @@ impl DeviceCaps {
             read_checks_access: true,
             reports_remote_invalidation: true,
             release_registered: true,
+            peer_maps_registrations: false,
             places_in_poll: false,
             max_srq_wr: SOFTWARE_MAX_SRQ_WR,
             rdma_round_trip: true,

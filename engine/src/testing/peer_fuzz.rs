@@ -157,6 +157,7 @@ fn pools(base_key: u32) -> Option<CorePools> {
         recv: mk("fuzz-recv", 1024, 64, base_key)?,
         send: mk("fuzz-send", 1024, 64, base_key + 1)?,
         large: mk("fuzz-large", 65536, 16, base_key + 2)?,
+        headers: None,
     })
 }
 

@@ -460,6 +460,7 @@ mod by_hand {
             recv: mk("recv", 4096, 64, 0x10),
             send: mk("send", 4096, 256, 0x20),
             large: mk("large", 65536, 32, 0x30),
+            headers: None,
         }
     }
 

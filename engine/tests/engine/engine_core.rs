@@ -38,6 +38,7 @@ fn pools() -> CorePools {
         recv: mk("t-recv", 4096, 128, 0x11),
         send: mk("t-send", 4096, 128, 0x22),
         large: mk("t-large", 65536, 8, 0x33),
+        headers: None,
     }
 }
 

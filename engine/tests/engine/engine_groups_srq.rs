@@ -49,6 +49,7 @@ where
             srq_depth: DEPTH,
             // No idle settling of grants: what the ledger holds follows the calls only.
             release_idle: None,
+            ..GroupOptions::default()
         },
     )
     .expect("group listens");
@@ -325,6 +326,7 @@ where
             shared_receives: true,
             srq_depth: QUEUE,
             release_idle: None,
+            ..GroupOptions::default()
         },
     )
     .expect("group listens");
@@ -456,6 +458,7 @@ where
             shared_receives: true,
             srq_depth: 2 * (CREDITS + 2) * CONNS as u32,
             release_idle: None,
+            ..GroupOptions::default()
         },
     )
     .expect("group listens");

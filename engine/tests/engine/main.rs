@@ -19,6 +19,7 @@ mod engine_disconnect;
 mod engine_errors;
 mod engine_faults;
 mod engine_groups;
+mod engine_groups_pools;
 mod engine_groups_srq;
 mod engine_inline;
 mod engine_poller;

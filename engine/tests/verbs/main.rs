@@ -34,6 +34,7 @@ mod engine_verbs_chunks;
 mod engine_verbs_credits;
 mod engine_verbs_disconnect;
 mod engine_verbs_errors;
+mod engine_verbs_group_memory;
 mod engine_verbs_inline;
 mod engine_verbs_read_chunk_replies;
 mod engine_verbs_send_ddp;

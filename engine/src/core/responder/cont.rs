@@ -397,12 +397,14 @@ impl<S: Service> ResponderHalf<S> {
         };
         // The error goes to the group's call (its lead) when there is one.
         let to = lead.unwrap_or(xid);
-        let Some(i) = self.free.pop() else {
+        let Some(i) = self.take_ctx() else {
             self.stats.overruns += 1;
             return;
         };
-        if !t.is_open() || !t.sq.take(1) {
-            let _ = self.free.push(i);
+        // Sent at once or not at all (like a full send queue): a transmission error
+        // is no call, so it does not wait for a header buffer.
+        if !t.is_open() || !self.has_header(i) || !t.sq.take(1) {
+            self.put_ctx(i);
             return;
         }
         let credit = grant(&self.policy, t);
@@ -418,7 +420,7 @@ impl<S: Service> ResponderHalf<S> {
             .and_then(|n| c.send.sge(0, n).ok());
         let Some(sge) = sge else {
             t.sq.give(1);
-            let _ = self.free.push(i);
+            self.put_ctx(i);
             return;
         };
         c.xid = to;
@@ -435,7 +437,7 @@ impl<S: Service> ResponderHalf<S> {
 
     /// RDMA_ERROR ERR_CHUNK for `xid`, through a context of its own.
     fn error_reply(&mut self, t: &mut Transport, xid: u32) {
-        let Some(i) = self.free.pop() else {
+        let Some(i) = self.take_ctx() else {
             self.stats.overruns += 1;
             return;
         };
@@ -464,7 +466,7 @@ impl<S: Service> ResponderHalf<S> {
             reply_ddp,
             ..
         } = asm;
-        let Some(i) = self.free.pop() else {
+        let Some(i) = self.take_ctx() else {
             self.stats.overruns += 1;
             t.recvs.recycle(first);
             buf.release_into(&mut self.large);

@@ -39,9 +39,12 @@ pub(super) struct Context {
     /// The call's receive buffer: its transport header (re-parsed when needed: it was
     /// validated on arrival) and, for RDMA_MSG, the message.
     pub(super) recv: Option<RegBuf>,
-    /// Owned for the connection's life: the reply's transport header, and the inline
-    /// body after it.
+    /// The reply's transport header, and the inline body after it: owned for the
+    /// connection's life, or (`CorePools::headers`) drawn while the context is in use.
     pub(super) send: RegBuf,
+    /// With drawn header buffers: the unregistered buffer `send` held while the
+    /// context was free, given back to it when the context is freed again.
+    pub(super) parked: Option<RegBuf>,
     /// Where the inline body starts in `send`: the largest header the reply can have.
     pub(super) body_off: usize,
     /// Pulled Read chunks, in Read list order.
@@ -73,6 +76,7 @@ impl Context {
             xid: 0,
             recv: None,
             send,
+            parked: None,
             body_off: 0,
             sinks: Sinks::new(),
             body: None,

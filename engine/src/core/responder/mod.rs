@@ -21,13 +21,14 @@ mod cont;
 mod context;
 mod exposed;
 mod inspect;
+pub(crate) use inspect::MAX_CHUNK_SEGMENTS;
 mod reply;
 mod send_ddp;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rpcrdma_pools::PoolCache;
+use rpcrdma_pools::{Pool, PoolCache};
 
 use self::context::{Context, Delivery, Step};
 use self::exposed::{ExpState, ExposedTable};
@@ -83,6 +84,10 @@ pub struct ResponderStats {
     pub ddp_zero_copy: u64,
     /// Calls beyond the credits granted, found with no context free (dropped).
     pub overruns: u64,
+    /// Calls whose context found no header buffer in the pool it draws them from
+    /// (`CorePools::headers`: a poll group's, all in use). Not dropped: such a call
+    /// waits, stalled in arrival order, until a buffer comes back.
+    pub header_starved: u64,
     /// RDMA_DONE messages received.
     pub done_received: u64,
     /// Replies sent as RDMA_NOMSG with a responder-provided Position-Zero Read chunk
@@ -155,6 +160,10 @@ pub struct ResponderHalf<S> {
     free: IndexStack,
     stalled: FixedQueue<u32>,
     large: PoolCache,
+    /// Where contexts draw their header buffers while in use (`CorePools::headers`).
+    headers: Option<PoolCache>,
+    /// Contexts taken that still wait for a header buffer from `headers`.
+    header_waits: u32,
     max_chunk: u64,
     /// `ConnConfig::max_chunks`: DDP Read chunks and Write chunks accepted per call.
     max_chunks: usize,
@@ -191,8 +200,19 @@ impl<S: Service> ResponderHalf<S> {
         let mut ctxs = Vec::with_capacity(sizes.slots as usize);
         for _ in 0..sizes.slots {
             let send = RegBuf::from_pool(&pools.send).map_err(CoreError::Buffers)?;
-            send.lkey().map_err(CoreError::Buffers)?;
+            // Parked buffers are never posted: only drawn ones need a registration.
+            if pools.headers.is_none() {
+                send.lkey().map_err(CoreError::Buffers)?;
+            }
             ctxs.push(Context::new(send));
+        }
+        if let Some(h) = &pools.headers {
+            if h.buf_size() < pools.send.buf_size() {
+                return Err(CoreError::Buffers(super::RegBufError::TooLong {
+                    len: pools.send.buf_size(),
+                    capacity: h.buf_size(),
+                }));
+            }
         }
         Ok(ResponderHalf {
             service,
@@ -204,6 +224,8 @@ impl<S: Service> ResponderHalf<S> {
             max_chunk: pools.large.buf_size() as u64,
             max_chunks: cfg.max_chunks as usize,
             large: pools.large.cache(),
+            headers: pools.headers.as_ref().map(Pool::cache),
+            header_waits: 0,
             sq_depth: sizes.sq_depth,
             failed: false,
             exposed: ExposedTable::empty(),
@@ -253,6 +275,80 @@ impl<S: Service> ResponderHalf<S> {
     /// Returns the large buffers parked in this half's cache to the pool's ring.
     pub(crate) fn flush_cache(&mut self) {
         self.large.flush();
+        if let Some(h) = &mut self.headers {
+            h.flush();
+        }
+    }
+
+    /// A free context for a call, with its header buffer drawn if contexts draw them
+    /// (`CorePools::headers`); `None` when none is free. When the header pool is empty
+    /// the context is taken all the same and waits for a buffer before its first step
+    /// that writes a reply ([`draw_header`](Self::draw_header), from `advance_with`): a
+    /// call within the credits is held, never dropped (counted in
+    /// [`ResponderStats::header_starved`]).
+    #[inline(always)]
+    fn take_ctx(&mut self) -> Option<u32> {
+        let i = self.free.pop()?;
+        if let Some(cache) = &mut self.headers {
+            match RegBuf::from_cache(cache) {
+                Ok(fresh) => {
+                    let c = &mut self.ctxs[i as usize];
+                    c.parked = Some(core::mem::replace(&mut c.send, fresh));
+                }
+                Err(_) => {
+                    self.stats.header_starved += 1;
+                    self.header_waits += 1;
+                }
+            }
+        }
+        Some(i)
+    }
+
+    /// Draws context `i`'s header buffer after `take_ctx` found the pool empty; false
+    /// while it still is (the context stays stalled, in order, and is retried with the
+    /// others: `prepare`, which a poll group runs for connections that wait, see
+    /// [`waits_for_header`](Self::waits_for_header)).
+    #[cold]
+    fn draw_header(&mut self, i: u32) -> bool {
+        let Some(cache) = &mut self.headers else {
+            return true;
+        };
+        match RegBuf::from_cache(cache) {
+            Ok(fresh) => {
+                let c = &mut self.ctxs[i as usize];
+                c.parked = Some(core::mem::replace(&mut c.send, fresh));
+                self.header_waits -= 1;
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// True when context `i` may write its reply header: it holds a drawn buffer, or
+    /// contexts keep theirs.
+    fn has_header(&mut self, i: u32) -> bool {
+        self.ctxs[i as usize].parked.is_some() || self.headers.is_none() || self.draw_header(i)
+    }
+
+    /// True while a call waits for a header buffer of the pool contexts draw from (a
+    /// poll group's, all in use): the group then runs this connection's `prepare` on
+    /// its polls until the call has one, as no completion of its own may come.
+    pub fn waits_for_header(&self) -> bool {
+        self.header_waits > 0
+    }
+
+    /// Frees context `i`: a drawn header buffer goes back to its pool.
+    #[inline(always)]
+    fn put_ctx(&mut self, i: u32) {
+        if let Some(cache) = &mut self.headers {
+            let c = &mut self.ctxs[i as usize];
+            match c.parked.take() {
+                Some(parked) => core::mem::replace(&mut c.send, parked).release_into(cache),
+                // Freed while still waiting for its header buffer (a failed connection).
+                None => self.header_waits -= 1,
+            }
+        }
+        let _ = self.free.push(i);
     }
 
     /// Calls received and not yet fully answered.
@@ -326,7 +422,7 @@ impl<S: Service> ResponderHalf<S> {
             }
             self.intervening(t, buf.as_slice());
         }
-        let Some(i) = self.free.pop() else {
+        let Some(i) = self.take_ctx() else {
             // Continuation transmissions need no context until their group completes.
             if self.takes_optional(t, buf.as_slice()) {
                 self.on_optional(t, buf);
@@ -356,7 +452,7 @@ impl<S: Service> ResponderHalf<S> {
         }
         let parsed = HeaderView::parse(buf.as_slice(), &self.limits);
         if parsed.is_err() && self.takes_optional(t, buf.as_slice()) {
-            let _ = self.free.push(i);
+            self.put_ctx(i);
             self.on_optional(t, buf);
             return;
         }
@@ -388,12 +484,12 @@ impl<S: Service> ResponderHalf<S> {
             Next::Drop => {
                 self.stats.dropped += 1;
                 t.recvs.recycle(buf);
-                let _ = self.free.push(i);
+                self.put_ctx(i);
             }
             Next::Done(xid) => {
                 self.stats.done_received += 1;
                 t.recvs.recycle(buf);
-                let _ = self.free.push(i);
+                self.put_ctx(i);
                 self.on_done(t, xid, swi);
                 self.service.on_done(xid);
             }
@@ -492,6 +588,16 @@ impl<S: Service> ResponderHalf<S> {
     /// Advances context `i`, using `header` (the call's parsed transport header, when
     /// the caller has it) instead of parsing the receive buffer again.
     fn advance_with(&mut self, t: &mut Transport, i: u32, header: Option<&HeaderView<'_>>) -> bool {
+        // A context that found the header pool empty waits for a buffer here, before
+        // any step that could write its reply (when the connection is open: otherwise
+        // the loop below releases it).
+        if self.header_waits > 0
+            && self.ctxs[i as usize].parked.is_none()
+            && t.state == ConnState::Established
+            && !self.draw_header(i)
+        {
+            return false;
+        }
         loop {
             match t.state {
                 ConnState::Established => {}
@@ -848,7 +954,7 @@ impl<S: Service> ResponderHalf<S> {
         c.assembled = false;
         c.reply_ddp = None;
         c.step = Step::Free;
-        let _ = self.free.push(i);
+        self.put_ctx(i);
     }
 
     /// The connection failed (here or in the other half): stalled contexts stop, and

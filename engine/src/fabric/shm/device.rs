@@ -268,6 +268,8 @@ impl Device for ShmDevice {
             places_in_poll: true,
             // A Read is a copy by the target's poller: no round trip.
             rdma_round_trip: false,
+            // The peer process maps the arenas registered for its connection.
+            peer_maps_registrations: true,
             ..DeviceCaps::strict_software(
                 self.shared.cfg.max_qp_wr,
                 MAX_SGE as u32,

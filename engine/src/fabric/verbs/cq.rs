@@ -131,6 +131,11 @@ impl VerbsCq {
             });
         }
         let entries = depth.saturating_mul(DEVICE_ENTRIES_PER_ENTRY).min(max);
+        // A provider may fail without setting errno (libsiw when its mapping of the
+        // queue fails before or after its own calls): cleared first, so a stale value
+        // from an earlier call (a non-blocking CM read's EAGAIN) is not reported.
+        // SAFETY: errno is this thread's.
+        unsafe { *libc::__errno_location() = 0 };
         // SAFETY: the context is live while `dev` is; no channel, no vector.
         let cq = unsafe {
             ibv_create_cq(
@@ -142,7 +147,14 @@ impl VerbsCq {
             )
         };
         if cq.is_null() {
-            return Err(FabricError::last_os("ibv_create_cq"));
+            let err = std::io::Error::last_os_error();
+            return Err(FabricError::Os {
+                op: match err.raw_os_error() {
+                    Some(0) => "ibv_create_cq (the provider set no errno)",
+                    _ => "ibv_create_cq",
+                },
+                err,
+            });
         }
         Ok(VerbsCq {
             shared: Arc::new(CqShared {

@@ -103,9 +103,76 @@ unsafe impl Sync for DeviceShared {}
 
 impl Drop for DeviceShared {
     fn drop(&mut self) {
+        if self.is_kernel_siw() {
+            unplug_siw(self.ctx);
+        }
         // SAFETY: `list` came from rdma_get_devices and is freed once; every object
         // using the context holds an Arc to this, so none is left.
         unsafe { rdma_free_devices(self.list) }
+    }
+}
+
+/// Mapping offsets the siw plug must cover: libsiw (rdma-core 44) takes a queue whose
+/// mapping key is `SIW_INVAL_UOBJ_KEY` (0x90000, `rdma/siw-abi.h`) for one the kernel
+/// could not map, and fails the creation without setting errno. Kernel siw (since its
+/// queues went through `rdma_user_mmap_entry`, Linux 5.x) hands out keys that are page
+/// offsets in the context's mapping space, first fit from 0, so the queue mapped at
+/// page 0x90 (the 145th page) gets exactly that key: in the lab the clients' process
+/// failed its 19th connection's `ibv_create_cq` that way (a stale EAGAIN from a
+/// non-blocking CM read was all errno held).
+const SIW_PLUG_PAGES: u64 = 0x90 + 1;
+/// Octets of one entry of a kernel siw completion queue (`struct siw_cqe`).
+const SIW_CQE_LEN: u64 = 32;
+
+/// The siw plugs: per context, its queue and the devices using the context.
+struct SiwPlug {
+    ctx: usize,
+    cq: usize,
+    users: usize,
+}
+
+static SIW_PLUGS: std::sync::Mutex<Vec<SiwPlug>> = std::sync::Mutex::new(Vec::new());
+
+/// Takes the mapping offsets up to and including page 0x90 of `ctx` with one completion
+/// queue that lives while a device of this process uses the context (libsiw checks a
+/// queue's key only where its mapping starts, and this one starts below): made with
+/// the context's first device, before any queue, it starts at offset 0. About 1 MiB of
+/// kernel memory, mapped once per process; nothing uses it. Best effort: where it
+/// cannot be made, the queue that lands on page 0x90 fails as before (reported as a
+/// provider failure with no errno).
+fn plug_siw_invalid_key(ctx: *mut ibv_context) {
+    let mut plugs = SIW_PLUGS.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(p) = plugs.iter_mut().find(|p| p.ctx == ctx as usize) {
+        p.users += 1;
+        return;
+    }
+    let entries = (SIW_PLUG_PAGES * 4096).div_ceil(SIW_CQE_LEN) as i32;
+    // SAFETY: the context is live while a device holds its list; no channel, no
+    // vector. Destroyed by the context's last device (`unplug_siw`).
+    let cq = unsafe {
+        rdma_sys::ibv_create_cq(ctx, entries, std::ptr::null_mut(), std::ptr::null_mut(), 0)
+    };
+    plugs.push(SiwPlug {
+        ctx: ctx as usize,
+        cq: cq as usize,
+        users: 1,
+    });
+}
+
+/// A device of `ctx` is going: the last one destroys the context's plug.
+fn unplug_siw(ctx: *mut ibv_context) {
+    let mut plugs = SIW_PLUGS.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(k) = plugs.iter().position(|p| p.ctx == ctx as usize) else {
+        return;
+    };
+    plugs[k].users -= 1;
+    if plugs[k].users == 0 {
+        let p = plugs.swap_remove(k);
+        if p.cq != 0 {
+            // SAFETY: made by `plug_siw_invalid_key` on this context, destroyed once,
+            // never used otherwise.
+            unsafe { rdma_sys::ibv_destroy_cq(p.cq as *mut rdma_sys::ibv_cq) };
+        }
     }
 }
 
@@ -278,15 +345,17 @@ impl VerbsDevice {
             let described = unsafe { describe(ctx) };
             match described {
                 Ok((attr, info)) if info.name == name => {
-                    return Ok(VerbsDevice {
-                        shared: Arc::new(DeviceShared {
-                            list,
-                            ctx,
-                            with_inv_flags: with_inv_flags(&attr, info.transport),
-                            attr,
-                            info,
-                        }),
-                    })
+                    let shared = Arc::new(DeviceShared {
+                        list,
+                        ctx,
+                        with_inv_flags: with_inv_flags(&attr, info.transport),
+                        attr,
+                        info,
+                    });
+                    if shared.is_kernel_siw() {
+                        plug_siw_invalid_key(ctx);
+                    }
+                    return Ok(VerbsDevice { shared });
                 }
                 Ok((_, info)) => names.push(info.name),
                 Err(_) => {}
@@ -353,6 +422,7 @@ impl Device for VerbsDevice {
             // ibv_reg_mr pins the pages: the device keeps writing to them even if the
             // process's mapping were given new ones.
             release_registered: false,
+            peer_maps_registrations: false,
             places_in_poll: false,
             rdma_round_trip: true,
             max_srq_wr: if a.max_srq > 0 {

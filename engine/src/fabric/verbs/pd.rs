@@ -25,7 +25,8 @@ use super::device::DeviceShared;
 use super::keytable::KeyTable;
 use super::VerbsProvider;
 
-/// Registrations (by local key) and windows (by key index) one table can hold.
+/// Registrations (by local key) and windows (by key index) one table grows to hold
+/// (it starts at 16 slots and doubles on demand: `keytable.rs`).
 const TABLE_SLOTS: usize = 8192;
 
 /// A protection domain and the keys registered in it.
