@@ -685,9 +685,13 @@ impl<R: RequesterRole, P: ResponderRole> Connection<R, P> {
         t.extensions = Extensions::negotiate(local_ext, peer_ext);
         // The peer's characteristics (draft-dnoveck-rpcrdma-rtrext §8): what it sent
         // with continuation, else the defaults (one transmission each way).
+        // An update that came before this (ROPT_XCHUPD) supersedes them.
         t.peer_chars = if t.extensions.continuation {
-            Extensions::find_chars(peer_private_data)
+            t.early_chars
+                .take()
+                .unwrap_or_else(|| Extensions::find_chars(peer_private_data))
         } else {
+            t.early_chars = None;
             TransportChars::DEFAULT
         };
         t.state = ConnState::Established;

@@ -378,6 +378,10 @@ pub struct Transport {
     pub(crate) peer_align: Option<u32>,
     /// The peer's transport characteristics (draft-dnoveck-rpcrdma-rtrext §8).
     pub(crate) peer_chars: TransportChars,
+    /// A characteristics update (ROPT_XCHUPD) that arrived before this end heard the
+    /// connection was established (the passive side's CM event can trail the peer's
+    /// first Sends): applied over the connect-time characteristics once it does.
+    pub(crate) early_chars: Option<TransportChars>,
     /// This end's characteristics to send in an update (ROPT_XCHUPD) once established:
     /// its receive buffer structure did not fit the connect request.
     pub(crate) chars_update_pending: Option<TransportChars>,
@@ -398,6 +402,16 @@ pub struct Transport {
 }
 
 impl Transport {
+    /// The peer's characteristics from an update (ROPT_XCHUPD): in force now, or, when
+    /// it came before the connection was reported established, once it is (the
+    /// connect-time characteristics must not replace it then).
+    pub(crate) fn update_peer_chars(&mut self, c: TransportChars) {
+        if self.state == ConnState::Connecting {
+            self.early_chars = Some(c);
+        } else {
+            self.peer_chars = c;
+        }
+    }
     pub(crate) fn new(
         sq_depth: u32,
         rq_depth: u32,
@@ -412,6 +426,7 @@ impl Transport {
             extensions: Extensions::NONE,
             peer_align: None,
             peer_chars: TransportChars::DEFAULT,
+            early_chars: None,
             chars_update_pending: None,
             recv_structure_sent: false,
             outbox: Outbox::with_capacity(

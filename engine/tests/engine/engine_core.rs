@@ -351,6 +351,52 @@ fn responder() -> (ResponderCore<Ok0>, Arc<GrantPolicy>, Wire, Instant) {
     (core, policy, qp, now)
 }
 
+/// On kernel verbs the passive side's ESTABLISHED event can come after the peer's
+/// first Sends, and a receive buffer structure too long for an InfiniBand REQ comes in
+/// a characteristics update sent right after establishment: an update that arrives
+/// before the responder hears the connection is established must survive the
+/// connect-time characteristics (the lab's rxe0 failure of send-based DDP replies).
+#[test]
+fn a_characteristics_update_before_established_is_kept() {
+    use rpcrdma::wire::rtr::chars::{RecvBufStructure, RTRS_XCONT, RTRS_XREQ, RTRS_XRESP};
+    use rpcrdma::wire::rtr::{RtrOp, RtrRepr, TransportChars};
+    let pools = pools();
+    let policy = Arc::new(GrantPolicy::new(8, 8));
+    let mut core = ResponderCore::responder(&cfg(), &pools, Ok0, policy).expect("core");
+    let now = Instant::now();
+    let mut qp = Wire::new([&pools.recv, &pools.send, &pools.large]);
+    let chars = TransportChars {
+        rtr_support: RTRS_XREQ | RTRS_XRESP | RTRS_XCONT,
+        recv_buf: Some(RecvBufStructure::single(4096)),
+        req_rx_limit: 3,
+        resp_sx_limit: 5,
+    };
+    let update = RtrRepr {
+        xid: 0,
+        credit: 8,
+        op: RtrOp::CharsUpdate(chars),
+    };
+    let mut msg = vec![0u8; update.encoded_len()];
+    update.encode(&mut msg).expect("fits");
+    // The peer's private data: version 1 with every extension, but no structure.
+    let adv = rpcrdma::wire::private_data::Advertisement::new(
+        &rpcrdma::wire::private_data::PrivateData::new(4096, 4096, true),
+        rpcrdma::wire::private_data::Extensions::ALL,
+    )
+    .expect("encodes");
+    qp.pump(&mut core, now);
+    let wc = qp.deliver(&msg);
+    core.handle_completion(&wc, now);
+    assert_eq!(core.responder_stats().chars_updates, 1);
+    core.on_established(adv.as_bytes(), now);
+    let c = core.peer_chars();
+    assert_eq!(
+        (c.recv_buf, c.req_rx_limit, c.resp_sx_limit),
+        (chars.recv_buf, 3, 5),
+        "the update, not the connect-time characteristics"
+    );
+}
+
 fn words(ws: &[u32]) -> Vec<u8> {
     ws.iter().flat_map(|w| w.to_be_bytes()).collect()
 }

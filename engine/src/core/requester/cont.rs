@@ -474,7 +474,7 @@ impl RequesterHalf {
                     };
                     self.broken_reply_group_at(t, Some(info), (xid, None));
                 }
-                t.peer_chars = c;
+                t.update_peer_chars(c);
                 self.stats.chars_updates += 1;
             }
             Msg::Req => {

@@ -606,7 +606,7 @@ impl<S: Service> ResponderHalf<S> {
             };
             self.break_group(t, xid, next, Some(lead), info);
         }
-        t.peer_chars = c;
+        t.update_peer_chars(c);
         self.stats.chars_updates += 1;
     }
 
