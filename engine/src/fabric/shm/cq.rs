@@ -170,6 +170,8 @@ impl CompletionQueue for ShmCq {
         // `core/config.rs`) then never runs out. Receive-side first, a busy peer's new
         // calls filled every batch while the completions of the replies it had already
         // read waited, contexts ran out and calls within the credits were dropped.
+        // The two loops are written out: one helper for both passes measured 28 to 40
+        // more instructions per round trip (perf/insns.sh, both shm baselines).
         let mut n = 0;
         let mut at = self.cursor;
         for _ in 0..count {
