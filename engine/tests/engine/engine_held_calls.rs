@@ -133,3 +133,136 @@ fn withheld_reply_completions_lose_no_call<N: Net>(net: N) {
 }
 
 per_provider!(withheld_reply_completions_lose_no_call);
+
+/// The responder core driven by hand (synthetic completions, no fabric): the exact
+/// bound. With 8 credits (16 contexts) and no reply's Send completing, 16 calls are
+/// served, the next 8 (what a requester granted 8 can still have outstanding) are held,
+/// and one more, beyond any grant, is an overrun: dropped, never answered. Each Send
+/// completion then frees a context for the oldest held call.
+mod by_hand {
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    use rpcrdma::testing::wire::Wire;
+    use rpcrdma::wire::private_data::PrivateData;
+    use rpcrdma::{CallView, ReplyWriter, Service, ServiceError};
+    use rpcrdma::{ConnConfig, CorePools, GrantPolicy, ResponderCore};
+    use rpcrdma_pools::{HugePages, Pool, PoolConfig, RegKeys};
+
+    struct Ok0;
+
+    impl Service for Ok0 {
+        fn handle_call(
+            &mut self,
+            call: &CallView<'_>,
+            w: &mut ReplyWriter<'_>,
+        ) -> Result<(), ServiceError> {
+            for v in [call.xid(), 1, 0, 0, 0, 0] {
+                w.put_u32(v).map_err(|_| ServiceError::SystemErr)?;
+            }
+            Ok(())
+        }
+    }
+
+    fn pools() -> CorePools {
+        let mk = |name, size, count, key| {
+            let p = Pool::new(
+                &PoolConfig::new(name, size, count)
+                    .cache_size(4)
+                    .hugepages(HugePages::Never),
+            )
+            .expect("pool");
+            p.arena().set_keys(RegKeys {
+                lkey: key,
+                rkey: key,
+            });
+            p
+        };
+        CorePools {
+            recv: mk("h-recv", 4096, 128, 0x11),
+            send: mk("h-send", 4096, 128, 0x22),
+            large: mk("h-large", 65536, 8, 0x33),
+            headers: None,
+        }
+    }
+
+    /// A NULL call (program 7) with three empty chunk lists.
+    fn call(xid: u32) -> Vec<u8> {
+        [xid, 1, 1, 0, 0, 0, 0, xid, 0, 2, 7, 1, 0, 0, 0, 0, 0]
+            .iter()
+            .flat_map(|w| w.to_be_bytes())
+            .collect()
+    }
+
+    fn xid_of(bytes: &[u8]) -> u32 {
+        u32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]])
+    }
+
+    #[test]
+    fn calls_past_the_contexts_are_held_and_only_calls_past_the_grant_overrun() {
+        const CREDITS: u32 = 8;
+        let cfg = ConnConfig {
+            credits: CREDITS,
+            large_buf_size: 65536,
+            large_bufs: 8,
+            send_bufs: 128,
+            queue_len: 8,
+            hugepages: HugePages::Never,
+            ..ConnConfig::default()
+        };
+        let pools = pools();
+        let policy = Arc::new(GrantPolicy::new(CREDITS, CREDITS));
+        let mut core = ResponderCore::responder(&cfg, &pools, Ok0, policy).expect("core");
+        let now = Instant::now();
+        let mut qp = Wire::new([&pools.recv, &pools.send, &pools.large]);
+        let pd = PrivateData::new(4096, 4096, true)
+            .to_bytes()
+            .expect("encodes");
+        core.on_established(&pd, now);
+        qp.pump(&mut core, now);
+        let contexts = 2 * CREDITS;
+        let send = |core: &mut ResponderCore<Ok0>, qp: &mut Wire, xid: u32| {
+            let wc = qp.deliver(&call(xid));
+            core.handle_completion(&wc, now);
+            qp.pump(core, now);
+        };
+        for xid in 1..=contexts {
+            send(&mut core, &mut qp, xid);
+        }
+        assert_eq!(qp.sends.len(), contexts as usize, "one reply per context");
+        assert_eq!(core.active(), contexts as usize);
+        for xid in contexts + 1..=contexts + CREDITS {
+            send(&mut core, &mut qp, xid);
+        }
+        let s = core.responder_stats();
+        assert_eq!((s.held, s.holding, s.overruns), (8, 8, 0), "{s:?}");
+        assert_eq!(qp.sends.len(), contexts as usize, "held calls wait, unanswered");
+        // One more than any grant allows outstanding: a violation, dropped.
+        let rogue = contexts + CREDITS + 1;
+        send(&mut core, &mut qp, rogue);
+        let s = core.responder_stats();
+        assert_eq!((s.held, s.holding, s.overruns), (8, 8, 1), "{s:?}");
+        // The replies' Sends complete one at a time: each frees a context for the
+        // oldest held call, whose reply goes out at once.
+        let mut answered: Vec<u32> = qp.sends.iter().map(|p| xid_of(&p.bytes)).collect();
+        while let Some(wc) = qp.complete_send(rpcrdma::fabric::WcStatus::Success) {
+            core.handle_completion(&wc, now);
+            qp.pump(&mut core, now);
+            if let Some(p) = qp.sends.back() {
+                let xid = xid_of(&p.bytes);
+                if !answered.contains(&xid) {
+                    answered.push(xid);
+                }
+            }
+        }
+        assert_eq!(
+            answered,
+            (1..=contexts + CREDITS).collect::<Vec<_>>(),
+            "every call within the credits answered once, in arrival order; the rogue not"
+        );
+        let s = core.responder_stats();
+        assert_eq!(s.calls, u64::from(contexts + CREDITS));
+        assert_eq!((s.holding, s.overruns), (0, 1));
+        assert_eq!(core.active(), 0);
+    }
+}
