@@ -270,10 +270,7 @@ mod tests {
                 }
             ))
         );
-        assert_eq!(
-            parse_line("group 0 core 0 calls 1 busy_ns 2 held x"),
-            None
-        );
+        assert_eq!(parse_line("group 0 core 0 calls 1 busy_ns 2 held x"), None);
         assert_eq!(parse_line("rpcrdma-perf server: listening"), None);
         assert_eq!(parse_line("group x core 1 calls 1 busy_ns 2"), None);
         assert_eq!(parse_line("group 1 core 1 calls 1"), None);

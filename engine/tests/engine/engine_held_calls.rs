@@ -236,7 +236,11 @@ mod by_hand {
         }
         let s = core.responder_stats();
         assert_eq!((s.held, s.holding, s.overruns), (8, 8, 0), "{s:?}");
-        assert_eq!(qp.sends.len(), contexts as usize, "held calls wait, unanswered");
+        assert_eq!(
+            qp.sends.len(),
+            contexts as usize,
+            "held calls wait, unanswered"
+        );
         // One more than any grant allows outstanding: a violation, dropped.
         let rogue = contexts + CREDITS + 1;
         send(&mut core, &mut qp, rogue);

@@ -194,7 +194,10 @@ fn stats_and_metrics_show_each_connection_live() {
         table.contains("1 connection(s)") && table.contains(id),
         "{table}"
     );
-    assert!(table.contains(" held ") && table.contains(" ovrun "), "{table}");
+    assert!(
+        table.contains(" held ") && table.contains(" ovrun "),
+        "{table}"
+    );
 
     // Closed, the connection's row goes; the totals stay.
     conn.close();
