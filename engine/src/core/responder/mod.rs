@@ -150,6 +150,14 @@ pub struct ResponderStats {
     pub ddp_replies_no_item: u64,
 }
 
+/// A call waiting for a free reply context.
+enum Held {
+    /// A call in one message: its receive buffer.
+    Call(RegBuf),
+    /// A whole message-continuation call group, assembled (`cont.rs`).
+    Group(cont::CallAsm),
+}
+
 /// The credits a reply grants now: `policy`'s choice within what the connection's
 /// receives allow (on a shared receive queue, within the room its ledger leaves; the
 /// grant is then counted there, see `core/srq_ledger.rs`).
@@ -172,7 +180,7 @@ pub struct ResponderHalf<S> {
     /// at most the largest grant's worth (a well-behaved requester never has more
     /// unanswered). Served as contexts free ([`Self::admit_held`]); non-empty only
     /// while no context is free.
-    held: FixedQueue<RegBuf>,
+    held: FixedQueue<Held>,
     /// [`Self::admit_held`] is running (a context it frees is taken by its own loop).
     admitting: bool,
     large: PoolCache,
@@ -463,7 +471,7 @@ impl<S: Service> ResponderHalf<S> {
             }
             // Every context waits for its reply's Send completion, or serves a call:
             // the call waits its turn (or, beyond the credits, is dropped).
-            self.hold(t, buf);
+            self.hold(t, Held::Call(buf));
             return;
         };
         self.serve(t, i, buf, swi);
@@ -562,13 +570,21 @@ impl<S: Service> ResponderHalf<S> {
     /// such a call; DESIGN.md, "Responder: a reply context").
     #[cold]
     #[inline(never)]
-    fn hold(&mut self, t: &mut Transport, buf: RegBuf) {
-        match self.held.push_back(buf) {
+    fn hold(&mut self, t: &mut Transport, call: Held) {
+        match self.held.push_back(call) {
             Ok(()) => self.stats.held += 1,
-            Err(buf) => {
+            Err(call) => {
                 self.stats.overruns += 1;
-                t.recvs.recycle(buf);
+                self.let_go(t, call);
             }
+        }
+    }
+
+    /// Gives a held call's buffers back.
+    fn let_go(&mut self, t: &mut Transport, call: Held) {
+        match call {
+            Held::Call(buf) => t.recvs.recycle(buf),
+            Held::Group(asm) => self.let_go_group(t, asm),
         }
     }
 
@@ -590,19 +606,22 @@ impl<S: Service> ResponderHalf<S> {
             let Some(i) = self.take_ctx() else {
                 break;
             };
-            let Some(buf) = self.held.pop_front() else {
-                self.put_ctx(i);
-                break;
-            };
-            self.serve(t, i, buf, None);
+            match self.held.pop_front() {
+                Some(Held::Call(buf)) => self.serve(t, i, buf, None),
+                Some(Held::Group(asm)) => self.complete_in(t, i, asm),
+                None => {
+                    self.put_ctx(i);
+                    break;
+                }
+            }
         }
         self.admitting = false;
     }
 
     /// Lets every held call go (the connection failed or drained).
     fn let_go_held(&mut self, t: &mut Transport) {
-        while let Some(b) = self.held.pop_front() {
-            t.recvs.recycle(b);
+        while let Some(call) = self.held.pop_front() {
+            self.let_go(t, call);
         }
     }
 
