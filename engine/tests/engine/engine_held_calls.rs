@@ -185,7 +185,11 @@ fn a_held_call_group_is_served_in_its_turn<N: Net>(net: N) {
             p.requester.alloc_msg().expect("send buffer")
         };
         write_call(&mut b, PROC_ECHO, &opaque(&data(tag)));
-        let room = if tag == contexts { BIG as u32 + 512 } else { 512 };
+        let room = if tag == contexts {
+            BIG as u32 + 512
+        } else {
+            512
+        };
         p.requester
             .submit(CallRequest::new(b, room), u64::from(tag))
             .expect("accepted (queued)");
