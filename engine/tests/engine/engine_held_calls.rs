@@ -248,7 +248,10 @@ mod by_hand {
     use rpcrdma::{ConnConfig, CorePools, GrantPolicy, ResponderCore};
     use rpcrdma_pools::{HugePages, Pool, PoolConfig, RegKeys};
 
-    struct Ok0;
+    /// Answers NULL, except the calls it leaves unanswered (`ReplyWriter::no_reply`).
+    struct Ok0 {
+        silent: &'static [u32],
+    }
 
     impl Service for Ok0 {
         fn handle_call(
@@ -256,6 +259,10 @@ mod by_hand {
             call: &CallView<'_>,
             w: &mut ReplyWriter<'_>,
         ) -> Result<(), ServiceError> {
+            if self.silent.contains(&call.xid()) {
+                w.no_reply();
+                return Ok(());
+            }
             for v in [call.xid(), 1, 0, 0, 0, 0] {
                 w.put_u32(v).map_err(|_| ServiceError::SystemErr)?;
             }
@@ -299,6 +306,17 @@ mod by_hand {
 
     #[test]
     fn calls_past_the_contexts_are_held_and_only_calls_past_the_grant_overrun() {
+        held_in_order(&[]);
+    }
+
+    /// Held calls the service leaves unanswered give their context straight back: the
+    /// next held call takes it at once, in order.
+    #[test]
+    fn a_held_call_left_unanswered_frees_its_context_for_the_next() {
+        held_in_order(&[18, 19, 23]);
+    }
+
+    fn held_in_order(silent: &'static [u32]) {
         const CREDITS: u32 = 8;
         let cfg = ConnConfig {
             credits: CREDITS,
@@ -311,7 +329,8 @@ mod by_hand {
         };
         let pools = pools();
         let policy = Arc::new(GrantPolicy::new(CREDITS, CREDITS));
-        let mut core = ResponderCore::responder(&cfg, &pools, Ok0, policy).expect("core");
+        let mut core =
+            ResponderCore::responder(&cfg, &pools, Ok0 { silent }, policy).expect("core");
         let now = Instant::now();
         let mut qp = Wire::new([&pools.recv, &pools.send, &pools.large]);
         let pd = PrivateData::new(4096, 4096, true)
@@ -360,11 +379,14 @@ mod by_hand {
         }
         assert_eq!(
             answered,
-            (1..=contexts + CREDITS).collect::<Vec<_>>(),
+            (1..=contexts + CREDITS)
+                .filter(|x| !silent.contains(x))
+                .collect::<Vec<_>>(),
             "every call within the credits answered once, in arrival order; the rogue not"
         );
         let s = core.responder_stats();
         assert_eq!(s.calls, u64::from(contexts + CREDITS));
+        assert_eq!(s.no_reply, silent.len() as u64);
         assert_eq!((s.holding, s.overruns), (0, 1));
         assert_eq!(core.active(), 0);
     }

@@ -179,7 +179,7 @@ pub struct ResponderHalf<S> {
     /// Calls that found every context in use, in arrival order: their receive buffers,
     /// at most the largest grant's worth (a well-behaved requester never has more
     /// unanswered). Served as contexts free ([`Self::admit_held`]); non-empty only
-    /// while no context is free.
+    /// while no context is free, whenever a completion or a poll is done.
     held: FixedQueue<Held>,
     /// [`Self::admit_held`] is running (a context it frees is taken by its own loop).
     admitting: bool,
@@ -425,6 +425,11 @@ impl<S: Service> ResponderHalf<S> {
                         c.step = Step::Dispatch;
                         self.run(t, i as u32);
                     }
+                }
+                // A context freed (a reply's Send completed): the oldest held call
+                // takes it. Cold: held calls exist only while no context is free.
+                if !self.held.is_empty() {
+                    self.admit_held(t);
                 }
             }
             _ => self.stats.stray_completions += 1,
@@ -1059,10 +1064,11 @@ impl<S: Service> ResponderHalf<S> {
         c.assembled = false;
         c.reply_ddp = None;
         c.step = Step::Free;
+        // Held calls are not admitted here: a release can happen in the middle of a
+        // step of context `i` (an unanswered call, a failed encode), whose caller
+        // still names `i`; they are admitted where a completion or a poll is done
+        // with its context (`on_send_completion`, `prepare`).
         self.put_ctx(i);
-        if !self.held.is_empty() {
-            self.admit_held(t);
-        }
     }
 
     /// The connection failed (here or in the other half): stalled contexts stop, and
@@ -1124,6 +1130,10 @@ impl<S: Service> ResponderHalf<S> {
                     break;
                 }
                 let _ = self.stalled.pop_front();
+                // The step may have freed the context (a call left unanswered).
+                if !self.held.is_empty() {
+                    self.admit_held(t);
+                }
             }
         }
     }
