@@ -157,7 +157,7 @@ where
             let s = w.counters.sample();
             lines.push_str(&format!(
                 "group {} core {} calls {} busy_ns {} completions {} cpu_ns {} connections {} \
-                 srq_depth {} srq_low {} receive_share {}\n",
+                 srq_depth {} srq_low {} receive_share {} held {} overruns {}\n",
                 w.index,
                 cores.get(w.index).copied().unwrap_or(0),
                 s.calls,
@@ -167,7 +167,9 @@ where
                 s.connections,
                 s.srq_depth,
                 s.srq_low,
-                s.receive_share
+                s.receive_share,
+                s.held,
+                s.overruns
             ));
         }
         // A reader gone (the runner ended) is no reason to stop serving.
@@ -190,6 +192,11 @@ pub struct GroupSample {
     pub busy_ns: u64,
     /// The group's thread's CPU time, ns (0 from a server that does not print it).
     pub cpu_ns: u64,
+    /// Calls held for a free reply context (0 from a server that does not print it).
+    pub held: u64,
+    /// Calls dropped beyond the credits granted (0 from a server that does not print
+    /// it).
+    pub overruns: u64,
 }
 
 /// One `group` line: the group's index and counters.
@@ -202,11 +209,14 @@ pub fn parse_line(line: &str) -> Option<(usize, GroupSample)> {
     let mut calls = None;
     let mut busy = None;
     let mut cpu = 0;
+    let (mut held, mut overruns) = (0, 0);
     while let (Some(k), Some(v)) = (w.next(), w.next()) {
         match k {
             "calls" => calls = v.parse().ok(),
             "busy_ns" => busy = v.parse().ok(),
             "cpu_ns" => cpu = v.parse().ok()?,
+            "held" => held = v.parse().ok()?,
+            "overruns" => overruns = v.parse().ok()?,
             _ => {}
         }
     }
@@ -216,6 +226,8 @@ pub fn parse_line(line: &str) -> Option<(usize, GroupSample)> {
             calls: calls?,
             busy_ns: busy?,
             cpu_ns: cpu,
+            held,
+            overruns,
         },
     ))
 }
@@ -230,6 +242,7 @@ mod tests {
             calls,
             busy_ns,
             cpu_ns,
+            ..GroupSample::default()
         };
         assert_eq!(
             parse_line("group 1 core 1 calls 42 busy_ns 99 completions 84"),
@@ -243,6 +256,21 @@ mod tests {
             parse_line("group 0 core 0 calls 1 busy_ns 2 cpu_ns x"),
             None
         );
+        assert_eq!(
+            parse_line(
+                "group 1 core 1 calls 5 busy_ns 6 completions 10 cpu_ns 7 connections 2 \
+                 srq_depth 64 srq_low 60 receive_share 16 held 3 overruns 1"
+            ),
+            Some((
+                1,
+                GroupSample {
+                    held: 3,
+                    overruns: 1,
+                    ..s(5, 6, 7)
+                }
+            ))
+        );
+        assert_eq!(parse_line("group 0 core 0 calls 1 busy_ns 2 held x"), None);
         assert_eq!(parse_line("rpcrdma-perf server: listening"), None);
         assert_eq!(parse_line("group x core 1 calls 1 busy_ns 2"), None);
         assert_eq!(parse_line("group 1 core 1 calls 1"), None);

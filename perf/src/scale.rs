@@ -190,6 +190,12 @@ pub struct ScaleRow {
     pub group_cpu: Vec<f64>,
     /// Each group's share of the row's calls.
     pub group_calls: Vec<u64>,
+    /// Calls the server held for a free reply context while the row was measured
+    /// (every group's: served once a context freed, none lost).
+    pub held: u64,
+    /// Calls the server dropped beyond the credits granted meanwhile (a protocol
+    /// violation by the client: 0 from a well-behaved one).
+    pub overruns: u64,
 }
 
 /// What the rows say about more cores.
@@ -344,6 +350,8 @@ fn window(r: &Reports, from: Instant, to: Instant) -> (Vec<GroupSample>, Duratio
             calls: x.calls.saturating_sub(y.calls),
             busy_ns: x.busy_ns.saturating_sub(y.busy_ns),
             cpu_ns: x.cpu_ns.saturating_sub(y.cpu_ns),
+            held: x.held.saturating_sub(y.held),
+            overruns: x.overruns.saturating_sub(y.overruns),
         })
         .collect();
     (diff, last.0.saturating_duration_since(first.0))
@@ -586,6 +594,8 @@ fn row<F: FabricKind>(
         group_busy,
         group_cpu,
         group_calls: diff.iter().map(|d| d.calls).collect(),
+        held: diff.iter().map(|d| d.held).sum(),
+        overruns: diff.iter().map(|d| d.overruns).sum(),
     })
 }
 

@@ -633,8 +633,10 @@ pub(crate) fn conn_sample<P: Provider, B: RequesterRole>(
         rpc_errors: st.service_errors,
         dropped: st.dropped,
         overruns: st.overruns,
+        held: st.held,
+        holding: st.holding,
         stalls: st.stalls,
-        in_progress: c.active() as u64,
+        in_progress: c.active() as u64 + st.holding,
         recvs_posted: u64::from(c.recvs_posted()),
         credit_target: u64::from(c.policy().target()),
     }

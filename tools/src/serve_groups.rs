@@ -154,6 +154,8 @@ where
                 closed: s.closed,
                 completions: s.completions,
                 calls: s.calls,
+                held: s.held,
+                overruns: s.overruns,
                 srq_depth: s.srq_depth,
                 srq_low: s.srq_low,
                 receive_share: s.receive_share,

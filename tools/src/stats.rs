@@ -13,7 +13,7 @@
 //!   Prometheus text exposition format, `GET /json` the JSON document.
 //!
 //! Counters are cumulative per connection (calls, octets, message shapes, RDMA_ERRORs
-//! sent, overruns, stalls) and gauges where they describe now (calls in progress,
+//! sent, held calls, overruns, stalls) and gauges where they describe now (calls in progress,
 //! receives posted, the credit target). A connection's counters go with it when it
 //! closes; the server's totals (`calls_total`, octets, connections accepted and refused
 //! by reason) keep counting.
@@ -64,8 +64,15 @@ pub struct ConnSample {
     pub rpc_errors: u64,
     /// Messages dropped without an answer.
     pub dropped: u64,
-    /// Calls beyond the credits granted.
+    /// Calls beyond the credits granted: protocol violations, dropped.
     pub overruns: u64,
+    /// Calls that found every reply context in use (replies' Send completions not yet
+    /// reaped) and waited for one, in order; none is lost.
+    #[serde(default)]
+    pub held: u64,
+    /// Calls waiting for a reply context now.
+    #[serde(default)]
+    pub holding: u64,
     /// Times a call waited for buffers or send-queue room.
     pub stalls: u64,
     /// Calls in progress now (received, not yet fully answered): credits in use.
@@ -152,6 +159,12 @@ pub struct GroupStat {
     pub completions: u64,
     /// Calls its connections received.
     pub calls: u64,
+    /// Calls its connections held for a free reply context (served once one freed).
+    #[serde(default)]
+    pub held: u64,
+    /// Calls its connections dropped beyond the credits granted (protocol violations).
+    #[serde(default)]
+    pub overruns: u64,
     /// Depth of its shared receive queue (0: its connections post their own receives).
     #[serde(default)]
     pub srq_depth: u64,
@@ -277,7 +290,7 @@ impl Snapshot {
             metric(name, "counter", help, v as f64);
         }
         type Field = fn(&ConnSample) -> u64;
-        let per_conn: [(&str, &str, &str, Field); 16] = [
+        let per_conn: [(&str, &str, &str, Field); 18] = [
             (
                 "conn_calls_total",
                 "counter",
@@ -344,8 +357,20 @@ impl Snapshot {
             (
                 "conn_overruns_total",
                 "counter",
-                "Calls beyond the credits granted.",
+                "Calls beyond the credits granted (protocol violations, dropped).",
                 |c| c.overruns,
+            ),
+            (
+                "conn_held_total",
+                "counter",
+                "Calls held until a reply context freed (none lost).",
+                |c| c.held,
+            ),
+            (
+                "conn_holding",
+                "gauge",
+                "Calls waiting for a reply context now.",
+                |c| c.holding,
             ),
             (
                 "conn_stalls_total",
@@ -373,7 +398,7 @@ impl Snapshot {
             ),
         ];
         type GroupField = fn(&GroupStat) -> u64;
-        let per_group: [(&str, &str, &str, GroupField); 9] = [
+        let per_group: [(&str, &str, &str, GroupField); 11] = [
             (
                 "group_connections",
                 "gauge",
@@ -397,6 +422,18 @@ impl Snapshot {
                 "counter",
                 "Calls received by the poll group's connections.",
                 |g| g.calls,
+            ),
+            (
+                "group_held_total",
+                "counter",
+                "Calls the poll group's connections held until a reply context freed.",
+                |g| g.held,
+            ),
+            (
+                "group_overruns_total",
+                "counter",
+                "Calls beyond the credits granted, dropped by the poll group's connections.",
+                |g| g.overruns,
             ),
             (
                 "group_srq_depth",
@@ -497,7 +534,7 @@ impl Snapshot {
             let _ = writeln!(
                 s,
                 "group {} (core {}{}): {} connection(s), {} accepted, {} closed, {} calls, {} \
-                 completions{}",
+                 completions, {} held, {} overruns{}",
                 g.group,
                 g.core,
                 if g.pinned { "" } else { ", not pinned" },
@@ -506,6 +543,8 @@ impl Snapshot {
                 g.closed,
                 g.calls,
                 g.completions,
+                g.held,
+                g.overruns,
                 if g.srq_depth > 0 {
                     format!(
                         "; shared receive queue {} deep, low {}, {} connection(s) on it, \
@@ -522,14 +561,14 @@ impl Snapshot {
         }
         let _ = writeln!(
             s,
-            "{:<10} {:<24} {:<12} {:>10} {:>12} {:>12} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>5} {:>5} {:>5}",
+            "{:<10} {:<24} {:<12} {:>10} {:>12} {:>12} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>5} {:>5} {:>5}",
             "conn", "peer", "state", "calls", "in", "out", "long", "read", "write", "rchunk",
-            "errs", "stall", "busy", "recvs", "grant"
+            "errs", "stall", "held", "ovrun", "busy", "recvs", "grant"
         );
         for c in &self.connections {
             let _ = writeln!(
                 s,
-                "{:<10} {:<24} {:<12} {:>10} {:>12} {:>12} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>5} {:>5} {:>5}",
+                "{:<10} {:<24} {:<12} {:>10} {:>12} {:>12} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>5} {:>5} {:>5}",
                 c.id,
                 c.peer,
                 c.state,
@@ -542,6 +581,8 @@ impl Snapshot {
                 c.reply_chunks,
                 c.err_vers + c.err_chunk + c.rpc_errors,
                 c.stalls,
+                c.held,
+                c.overruns,
                 c.in_progress,
                 c.recvs_posted,
                 c.credit_target
@@ -783,6 +824,23 @@ mod tests {
             "rpcrdma_conn_calls_total{conn=\"conn#3\",peer=\"pid 9 \\\"uid\\\" 0\"} 5\n"
         ));
         assert!(t.contains("rpcrdma_conn_recvs_posted{conn=\"conn#3\""));
+        assert!(t.contains("# TYPE rpcrdma_conn_held_total counter\n"));
+        assert!(t.contains("rpcrdma_conn_held_total{conn=\"conn#3\""));
+        assert!(t.contains("rpcrdma_conn_holding{conn=\"conn#3\""));
+        // Per group only when there are groups.
+        assert!(!t.contains("rpcrdma_group_held_total"));
+        let mut g = sample();
+        g.groups.push(GroupStat {
+            group: 1,
+            core: 1,
+            held: 4,
+            overruns: 2,
+            ..GroupStat::default()
+        });
+        let t = g.prometheus();
+        assert!(t.contains("rpcrdma_group_held_total{group=\"1\",core=\"1\"} 4\n"));
+        assert!(t.contains("rpcrdma_group_overruns_total{group=\"1\",core=\"1\"} 2\n"));
+        assert!(g.table().contains("4 held, 2 overruns"));
         // Every sample line is NAME[{labels}] VALUE.
         for l in t.lines().filter(|l| !l.starts_with('#')) {
             let v = l.rsplit(' ').next().unwrap();

@@ -51,6 +51,8 @@ pub struct GroupCounters {
     over_limit: AtomicU64,
     completions: AtomicU64,
     calls: AtomicU64,
+    held: AtomicU64,
+    overruns: AtomicU64,
     srq_depth: AtomicU64,
     srq_low: AtomicU64,
     receive_share: AtomicU64,
@@ -77,6 +79,13 @@ pub struct GroupSample {
     /// Calls its connections received (closed ones included), counted when the
     /// limits are checked (ten times a second at most).
     pub calls: u64,
+    /// Calls its connections held because every reply context was in use (served
+    /// once one freed: `ResponderStats::held`), closed connections included; counted
+    /// with `calls`.
+    pub held: u64,
+    /// Calls its connections dropped beyond the credits granted (protocol violations:
+    /// `ResponderStats::overruns`), closed connections included; counted with `calls`.
+    pub overruns: u64,
     /// The depth of the group's shared receive queue (0: none).
     pub srq_depth: u64,
     /// The fewest receives the shared queue held right after a Send took one, before
@@ -109,6 +118,8 @@ impl GroupCounters {
             over_limit: l(&self.over_limit),
             completions: l(&self.completions),
             calls: l(&self.calls),
+            held: l(&self.held),
+            overruns: l(&self.overruns),
             srq_depth: l(&self.srq_depth),
             srq_low: l(&self.srq_low),
             receive_share: l(&self.receive_share),
@@ -279,6 +290,9 @@ pub struct PollGroup<P: Provider, S, F, B: RequesterRole = NoRequester> {
     completions: u64,
     /// Calls of connections already removed.
     retired_calls: u64,
+    /// Held calls and overruns of the connections removed, likewise.
+    retired_held: u64,
+    retired_overruns: u64,
     limit_counters: ResponderCounters,
     last_check: Option<Instant>,
 }
@@ -432,6 +446,8 @@ where
                 polls: 0,
                 completions: 0,
                 retired_calls: 0,
+                retired_held: 0,
+                retired_overruns: 0,
                 limit_counters: ResponderCounters::default(),
                 last_check: None,
             })
@@ -668,11 +684,15 @@ where
         }
         let (limits, release_idle) = (self.shared.limits, self.shared.release_idle);
         let mut calls = self.retired_calls;
+        let (mut held, mut overruns) = (self.retired_held, self.retired_overruns);
         let mut closed_any = false;
         for c in &mut self.conns {
             if look {
                 c.check_limits(now, &limits, release_idle, &mut self.limit_counters);
-                calls += c.stats().calls;
+                let st = c.stats();
+                calls += st.calls;
+                held += st.held;
+                overruns += st.overruns;
             }
             // Work staged outside a completion (a close asked for above) posts here.
             c.after_completions(now);
@@ -689,6 +709,8 @@ where
         }
         if look {
             self.counters.calls.store(calls, Ordering::Relaxed);
+            self.counters.held.store(held, Ordering::Relaxed);
+            self.counters.overruns.store(overruns, Ordering::Relaxed);
             self.counters
                 .idle_releases
                 .store(self.limit_counters.idle_releases, Ordering::Relaxed);
@@ -713,7 +735,10 @@ where
             }
             lock(&self.shared.listening).routes.remove(&c.conn_id());
             self.srq_conns -= u32::from(c.on_shared_receives());
-            self.retired_calls += c.stats().calls;
+            let st = c.stats();
+            self.retired_calls += st.calls;
+            self.retired_held += st.held;
+            self.retired_overruns += st.overruns;
             self.shared.loads[self.index].fetch_sub(1, Ordering::AcqRel);
             bump(&self.counters.closed, 1);
             drop(c);

@@ -23,6 +23,12 @@
 //!   [`FaultConfig::max_stall_polls`] polls, so on providers that make progress in the
 //!   poll (shm, siw) the peer's requests wait, as behind a stalled process.
 //!
+//! And one deterministic switch, not drawn: a [`SendCompletionGate`] holds back every
+//! send-queue completion of the device's queues while receives' completions still
+//! pass, for as long as a test keeps it closed (send completions trailing new
+//! receives by any number of rounds, which verbs allows: it orders a work queue's
+//! completions, not a send queue's against a receive queue's).
+//!
 //! [`FaultCounters`] says what was injected.
 //!
 //! The accept hook (`accept_prepared`) runs after the inner provider's `accept`, before
@@ -33,7 +39,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::abort::{AbortKind, PeerAbort};
@@ -44,7 +50,9 @@ use super::provider::{
     CompletionQueue, ConnectionManager, Device, ProtectionDomain, Provider, QpInit, QueuePair,
 };
 use super::sim::SimRng;
-use super::types::{Completion, DeviceCaps, PeerAddr, QpCaps, QpState, RecvWr, SendWr, SrqConfig};
+use super::types::{
+    Completion, DeviceCaps, PeerAddr, QpCaps, QpState, RecvWr, SendWr, SrqConfig, WcOpcode,
+};
 use rpcrdma_pools::Arena;
 
 /// Rates are per this many chances.
@@ -107,6 +115,8 @@ struct Shared {
     /// disconnects them.
     doomed: Mutex<Vec<ConnId>>,
     counters: Counters,
+    /// [`SendCompletionGate`]: send-queue completions are held back while set.
+    sends_gated: AtomicBool,
 }
 
 impl Shared {
@@ -188,6 +198,7 @@ impl<P: Provider> FaultyDevice<P> {
                 rng: Mutex::new(SimRng::new(cfg.seed)),
                 doomed: Mutex::new(Vec::new()),
                 counters: Counters::default(),
+                sends_gated: AtomicBool::new(false),
             }),
         }
     }
@@ -206,6 +217,31 @@ impl<P: Provider> FaultyDevice<P> {
     /// away (to a `Responder`, say).
     pub fn report(&self) -> FaultReport {
         FaultReport(self.shared.clone())
+    }
+
+    /// The switch that holds back this device's send-queue completions (open at
+    /// first), usable after the device has been handed away.
+    pub fn send_completion_gate(&self) -> SendCompletionGate {
+        SendCompletionGate(self.shared.clone())
+    }
+}
+
+/// Holds back every send-queue completion (Send, RDMA Write and Read, registration,
+/// invalidation) of one [`FaultyDevice`]'s completion queues while closed; receives'
+/// completions pass. Opening it releases what it held, in the order the inner queue
+/// gave it, ahead of anything newer. Deterministic: a test decides when.
+#[derive(Debug, Clone)]
+pub struct SendCompletionGate(Arc<Shared>);
+
+impl SendCompletionGate {
+    /// Holds send-queue completions back from now on.
+    pub fn close(&self) {
+        self.0.sends_gated.store(true, Ordering::Release);
+    }
+
+    /// Lets them through again, those held first.
+    pub fn open(&self) {
+        self.0.sends_gated.store(false, Ordering::Release);
     }
 }
 
@@ -250,6 +286,7 @@ impl<P: Provider> Device for FaultyDevice<P> {
             inner: self.inner.create_cq(depth)?,
             shared: self.shared.clone(),
             held: VecDeque::new(),
+            gated: VecDeque::new(),
             last_release: HashMap::new(),
             polls: 0,
             stalled_until: 0,
@@ -303,6 +340,8 @@ pub struct FaultyCq<P: Provider> {
     shared: Arc<Shared>,
     /// Completions taken from the inner queue, with the poll they are released at.
     held: VecDeque<(u64, Completion)>,
+    /// Send-queue completions held back by the closed [`SendCompletionGate`].
+    gated: VecDeque<Completion>,
     /// Per queue pair, the latest release poll given, so its order is kept.
     last_release: HashMap<u32, u64>,
     polls: u64,
@@ -330,9 +369,25 @@ impl<P: Provider> CompletionQueue for FaultyCq<P> {
             self.shared.counters.stalls.fetch_add(1, Ordering::Relaxed);
             return 0;
         }
+        let gated = self.shared.sends_gated.load(Ordering::Acquire);
         let mut batch = [Completion::EMPTY; 32];
         let n = self.inner.poll(&mut batch);
+        let mut given = 0;
+        if !gated {
+            while given < out.len() {
+                let Some(wc) = self.gated.pop_front() else {
+                    break;
+                };
+                out[given] = wc;
+                given += 1;
+            }
+        }
         for wc in &batch[..n] {
+            if (gated || !self.gated.is_empty()) && wc.opcode != WcOpcode::Recv {
+                // Behind those already held, so a queue pair's send order stays.
+                self.gated.push_back(*wc);
+                continue;
+            }
             let mut at = self.polls;
             if self.shared.chance(cfg.delay_ppm) {
                 at += self.shared.upto(cfg.max_completion_delay);
@@ -345,7 +400,6 @@ impl<P: Provider> CompletionQueue for FaultyCq<P> {
             let pos = self.held.partition_point(|(t, _)| *t <= at);
             self.held.insert(pos, (at, *wc));
         }
-        let mut given = 0;
         while given < out.len() {
             match self.held.front() {
                 Some((t, _)) if *t <= self.polls => {

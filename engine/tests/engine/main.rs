@@ -21,6 +21,7 @@ mod engine_faults;
 mod engine_groups;
 mod engine_groups_pools;
 mod engine_groups_srq;
+mod engine_held_calls;
 mod engine_inline;
 mod engine_poller;
 mod engine_read_chunk_replies;

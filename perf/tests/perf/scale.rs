@@ -40,6 +40,11 @@ fn scale(provider: &str) {
         if r["server_cores"] == 1 {
             assert_eq!(r["vs_one_core"].as_f64(), Some(1.0), "{r}");
         }
+        // The server's `group` lines carry its held calls and overruns: a
+        // well-behaved client never overruns (calls that found every reply context
+        // busy were held and served, none dropped).
+        assert!(r["held"].is_u64(), "{r}");
+        assert_eq!(r["overruns"].as_u64(), Some(0), "{r}");
         if r["server_cores"] == 2 && r["connections"] == 2 {
             assert!(
                 groups.iter().all(|g| g.as_u64().unwrap() > 0),

@@ -188,6 +188,10 @@ fn serve_cores_holds_1000_connections_within_the_memory_budget() {
         assert_eq!(g["connections"].as_u64(), Some(half), "{g}");
         assert_eq!(g["calls"].as_u64(), Some(half), "{g}");
         assert!(g["completions"].as_u64() >= Some(2 * half), "{g}");
+        // Held calls and overruns are counted per group; one call per connection
+        // overruns nothing.
+        assert!(g["held"].is_u64(), "{g}");
+        assert_eq!(g["overruns"].as_u64(), Some(0), "{g}");
         // Each group serves receives from its shared queue (shm has one): some of its
         // connections are on it, each with a share of at least one credit, and no Send
         // found it empty.

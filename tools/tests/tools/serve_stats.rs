@@ -153,6 +153,10 @@ fn stats_and_metrics_show_each_connection_live() {
     assert!(c["recvs_posted"].as_u64().unwrap() > 0, "{c}");
     assert!(c["credit_target"].as_u64().unwrap() > 0, "{c}");
     assert_eq!(c["in_progress"], 0, "{c}");
+    // One call at a time: no call found every reply context busy, none overran.
+    assert_eq!(c["held"], 0, "{c}");
+    assert_eq!(c["holding"], 0, "{c}");
+    assert_eq!(c["overruns"], 0, "{c}");
     assert!(
         c["peer"]
             .as_str()
@@ -173,6 +177,13 @@ fn stats_and_metrics_show_each_connection_live() {
         .find(|l| l.starts_with("rpcrdma_conn_calls_total{") && l.contains(id))
         .unwrap_or_else(|| panic!("conn_calls_total of {id}: {text}"));
     assert!(line.ends_with(" 7"), "{line}");
+    for name in ["conn_held_total", "conn_holding", "conn_overruns_total"] {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(&format!("rpcrdma_{name}{{")) && l.contains(id))
+            .unwrap_or_else(|| panic!("{name} of {id}: {text}"));
+        assert!(line.ends_with(" 0"), "{line}");
+    }
     assert!(http_get(metrics, "/json").contains("\"long_calls\":2"));
     assert!(http_get(metrics, "/nothing").starts_with("HTTP/1.0 404"));
 
@@ -181,6 +192,10 @@ fn stats_and_metrics_show_each_connection_live() {
     let table = String::from_utf8_lossy(&out.stdout);
     assert!(
         table.contains("1 connection(s)") && table.contains(id),
+        "{table}"
+    );
+    assert!(
+        table.contains(" held ") && table.contains(" ovrun "),
         "{table}"
     );
 

@@ -455,6 +455,24 @@ impl<S: Service> ResponderHalf<S> {
     /// segment it landed in: the service sees it as a `DdpItem` like a pulled Read
     /// chunk, and the segment goes back to the large pool with the context.
     fn complete(&mut self, t: &mut Transport, asm: CallAsm) {
+        // No free context: the group waits its turn like any call (`hold`).
+        match self.take_ctx() {
+            Some(i) => self.complete_in(t, i, asm),
+            None => self.hold(t, super::Held::Group(asm)),
+        }
+    }
+
+    /// Gives a whole call group's buffers back (it was held and is let go).
+    pub(super) fn let_go_group(&mut self, t: &mut Transport, asm: CallAsm) {
+        t.recvs.recycle(asm.first);
+        asm.buf.release_into(&mut self.large);
+        if let Some((_, seg)) = asm.ddp {
+            drop(seg); // back to the pool (`core/recv_segments.rs`)
+        }
+    }
+
+    /// [`complete`](Self::complete) with context `i`, just taken.
+    pub(super) fn complete_in(&mut self, t: &mut Transport, i: u32, asm: CallAsm) {
         let CallAsm {
             xid,
             credit,
@@ -466,15 +484,6 @@ impl<S: Service> ResponderHalf<S> {
             reply_ddp,
             ..
         } = asm;
-        let Some(i) = self.take_ctx() else {
-            self.stats.overruns += 1;
-            t.recvs.recycle(first);
-            buf.release_into(&mut self.large);
-            if let Some((_, seg)) = ddp {
-                drop(seg); // back to the pool (`core/recv_segments.rs`)
-            }
-            return;
-        };
         let mut seg = [ReadSegment {
             position: 0,
             segment: Segment::new(0, buf.len() as u32, 0),

@@ -82,8 +82,17 @@ pub struct ResponderStats {
     /// Of `ddp_results`, those written straight from memory the engine already held
     /// (the call's pulled Read chunks, a service's shared buffer): no copy was made.
     pub ddp_zero_copy: u64,
-    /// Calls beyond the credits granted, found with no context free (dropped).
+    /// Calls beyond the credits granted: protocol violations, dropped (RFC 8166
+    /// §3.3.1). Counted when a call finds every context in use and the held calls
+    /// already as many as the largest grant (`GrantPolicy::max`): the requester then
+    /// has more calls outstanding than it was ever granted.
     pub overruns: u64,
+    /// Calls within the credits that found every reply context in use (their replies'
+    /// Sends not yet completed) and were held, receive buffer and all, in arrival
+    /// order until a context freed. None is lost: each is served in turn.
+    pub held: u64,
+    /// Calls held now, waiting for a context (a gauge, not a counter).
+    pub holding: u64,
     /// Calls whose context found no header buffer in the pool it draws them from
     /// (`CorePools::headers`: a poll group's, all in use). Not dropped: such a call
     /// waits, stalled in arrival order, until a buffer comes back.
@@ -141,6 +150,14 @@ pub struct ResponderStats {
     pub ddp_replies_no_item: u64,
 }
 
+/// A call waiting for a free reply context.
+enum Held {
+    /// A call in one message: its receive buffer.
+    Call(RegBuf),
+    /// A whole message-continuation call group, assembled (`cont.rs`).
+    Group(cont::CallAsm),
+}
+
 /// The credits a reply grants now: `policy`'s choice within what the connection's
 /// receives allow (on a shared receive queue, within the room its ledger leaves; the
 /// grant is then counted there, see `core/srq_ledger.rs`).
@@ -159,6 +176,13 @@ pub struct ResponderHalf<S> {
     ctxs: Box<[Context]>,
     free: IndexStack,
     stalled: FixedQueue<u32>,
+    /// Calls that found every context in use, in arrival order: their receive buffers,
+    /// at most the largest grant's worth (a well-behaved requester never has more
+    /// unanswered). Served as contexts free ([`Self::admit_held`]); non-empty only
+    /// while no context is free, whenever a completion or a poll is done.
+    held: FixedQueue<Held>,
+    /// [`Self::admit_held`] is running (a context it frees is taken by its own loop).
+    admitting: bool,
     large: PoolCache,
     /// Where contexts draw their header buffers while in use (`CorePools::headers`).
     headers: Option<PoolCache>,
@@ -214,12 +238,17 @@ impl<S: Service> ResponderHalf<S> {
                 }));
             }
         }
+        // A well-behaved requester has at most the largest grant unanswered, so no more
+        // calls can ever wait for a context.
+        let held_cap = policy.max() as usize;
         Ok(ResponderHalf {
             service,
             policy,
             limits: cfg.limits,
             free: IndexStack::full(sizes.slots),
             stalled: FixedQueue::with_capacity(sizes.slots as usize),
+            held: FixedQueue::with_capacity(held_cap),
+            admitting: false,
             ctxs: ctxs.into_boxed_slice(),
             max_chunk: pools.large.buf_size() as u64,
             max_chunks: cfg.max_chunks as usize,
@@ -269,6 +298,7 @@ impl<S: Service> ResponderHalf<S> {
     pub fn stats(&self) -> ResponderStats {
         let mut s = self.stats;
         s.exposed = u64::from(self.exposed.live);
+        s.holding = self.held.len() as u64;
         s
     }
 
@@ -396,6 +426,11 @@ impl<S: Service> ResponderHalf<S> {
                         self.run(t, i as u32);
                     }
                 }
+                // A context freed (a reply's Send completed): the oldest held call
+                // takes it. Cold: held calls exist only while no context is free.
+                if !self.held.is_empty() {
+                    self.admit_held(t);
+                }
             }
             _ => self.stats.stray_completions += 1,
         }
@@ -439,11 +474,18 @@ impl<S: Service> ResponderHalf<S> {
                     return;
                 }
             }
-            // More calls than credits granted (RFC 8166 §3.3.1 lets us drop them).
-            self.stats.overruns += 1;
-            t.recvs.recycle(buf);
+            // Every context waits for its reply's Send completion, or serves a call:
+            // the call waits its turn (or, beyond the credits, is dropped).
+            self.hold(t, Held::Call(buf));
             return;
         };
+        self.serve(t, i, buf, swi);
+    }
+
+    /// Serves the message in `buf` (a call, or something to answer or drop) with
+    /// context `i`, just taken.
+    #[inline(always)]
+    fn serve(&mut self, t: &mut Transport, i: u32, buf: RegBuf, swi: Option<u32>) {
         enum Next {
             Drop,
             Done(u32),
@@ -527,6 +569,67 @@ impl<S: Service> ResponderHalf<S> {
         }
     }
 
+    /// A call that found no free context: held in arrival order until one frees, or,
+    /// when as many calls are held as the largest grant allows, dropped as an overrun
+    /// (the requester exceeded its credits: RFC 8166 §3.3.1 lets the responder drop
+    /// such a call; DESIGN.md, "Responder: a reply context").
+    #[cold]
+    #[inline(never)]
+    fn hold(&mut self, t: &mut Transport, call: Held) {
+        match self.held.push_back(call) {
+            Ok(()) => self.stats.held += 1,
+            Err(call) => {
+                self.stats.overruns += 1;
+                self.let_go(t, call);
+            }
+        }
+    }
+
+    /// Gives a held call's buffers back.
+    fn let_go(&mut self, t: &mut Transport, call: Held) {
+        match call {
+            Held::Call(buf) => t.recvs.recycle(buf),
+            Held::Group(asm) => self.let_go_group(t, asm),
+        }
+    }
+
+    /// Serves held calls, oldest first, while contexts are free (a reply's Send
+    /// completed, or a call went unanswered). On a connection no longer open they are
+    /// let go: nothing may be sent.
+    #[cold]
+    #[inline(never)]
+    fn admit_held(&mut self, t: &mut Transport) {
+        if self.admitting {
+            return;
+        }
+        self.admitting = true;
+        while !self.held.is_empty() {
+            if !matches!(t.state, ConnState::Established | ConnState::Connecting) {
+                self.let_go_held(t);
+                break;
+            }
+            let Some(i) = self.take_ctx() else {
+                break;
+            };
+            match self.held.pop_front() {
+                Some(Held::Call(buf)) => self.serve(t, i, buf, None),
+                Some(Held::Group(asm)) => self.complete_in(t, i, asm),
+                None => {
+                    self.put_ctx(i);
+                    break;
+                }
+            }
+        }
+        self.admitting = false;
+    }
+
+    /// Lets every held call go (the connection failed or drained).
+    fn let_go_held(&mut self, t: &mut Transport) {
+        while let Some(call) = self.held.pop_front() {
+            self.let_go(t, call);
+        }
+    }
+
     /// Runs context `i` now, or queues it behind contexts already waiting for
     /// resources (keeping arrival order).
     fn run_in_order(&mut self, t: &mut Transport, i: u32) {
@@ -538,10 +641,14 @@ impl<S: Service> ResponderHalf<S> {
     }
 
     /// Gives context `i` its receive buffer back after a step borrowed it, or recycles
-    /// the buffer when the context was released meanwhile.
+    /// the buffer when the context was released meanwhile or its reply is posted (no
+    /// work request of the reply points into the call's receive buffer, so a context
+    /// waiting for its Send's completion holds no receive: the receive buffers a
+    /// connection holds stay within those posted and its unanswered calls, held ones
+    /// included).
     fn put_back_recv(&mut self, t: &mut Transport, i: u32, recv: RegBuf) {
         let c = &mut self.ctxs[i as usize];
-        if matches!(c.step, Step::Free) {
+        if matches!(c.step, Step::Free | Step::Sent) {
             t.recvs.recycle(recv);
         } else {
             c.recv = Some(recv);
@@ -904,7 +1011,10 @@ impl<S: Service> ResponderHalf<S> {
             self.release(t, i);
             return true;
         };
-        // The call's chunks and results are moot now.
+        // The call's chunks and results are moot now, and so is its receive.
+        if let Some(b) = c.recv.take() {
+            t.recvs.recycle(b);
+        }
         for b in c.sinks.drain() {
             b.release_into(&mut self.large);
         }
@@ -954,6 +1064,10 @@ impl<S: Service> ResponderHalf<S> {
         c.assembled = false;
         c.reply_ddp = None;
         c.step = Step::Free;
+        // Held calls are not admitted here: a release can happen in the middle of a
+        // step of context `i` (an unanswered call, a failed encode), whose caller
+        // still names `i`; they are admitted where a completion or a poll is done
+        // with its context (`on_send_completion`, `prepare`).
         self.put_ctx(i);
     }
 
@@ -965,6 +1079,7 @@ impl<S: Service> ResponderHalf<S> {
         }
         self.failed = true;
         while self.stalled.pop_front().is_some() {}
+        self.let_go_held(t);
         self.drop_group(t);
         // Invalidations not yet staged never will be: their room comes back (the keys
         // die when the driver deregisters the slots, after the drain).
@@ -982,6 +1097,7 @@ impl<S: Service> ResponderHalf<S> {
     /// The connection drained (nothing outstanding): every context lets go.
     #[cold]
     pub(crate) fn close_drained(&mut self, t: &mut Transport) {
+        self.let_go_held(t);
         for i in 0..self.ctxs.len() {
             self.release(t, i as u32);
         }
@@ -1014,6 +1130,10 @@ impl<S: Service> ResponderHalf<S> {
                     break;
                 }
                 let _ = self.stalled.pop_front();
+                // The step may have freed the context (a call left unanswered).
+                if !self.held.is_empty() {
+                    self.admit_held(t);
+                }
             }
         }
     }
