@@ -185,9 +185,15 @@ where
         null_call(c, i);
     }
     pipelined(&mut conns[..4], 8);
-    // Idle: the connections' caches go back to the group's pools.
+    // Idle: the connections' caches go back to the group's pools. The clients keep
+    // polling: over siw a reply's Send completes only once its confirmation Read is
+    // answered, which a client that stopped polling after its outcome never does.
     let end = Instant::now() + DEADLINE;
     loop {
+        for c in conns.iter_mut() {
+            c.poll(c.clock().now());
+            assert!(c.poll_outcome().is_none(), "no call left");
+        }
         {
             let g = group.lock().unwrap_or_else(|e| e.into_inner());
             let cs = g.connections();
