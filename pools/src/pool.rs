@@ -430,10 +430,7 @@ impl Drop for Pool {
                 // back (`Pool::put_home`) releases this reference. A `Buf` dropped
                 // instead of put back never comes back, so its pool stays leaked.
                 std::mem::forget(Arc::clone(&self.shared));
-                let before = self
-                    .shared
-                    .orphan_returns
-                    .fetch_sub(out, Ordering::AcqRel);
+                let before = self.shared.orphan_returns.fetch_sub(out, Ordering::AcqRel);
                 if before == out {
                     // Every one came back between the decrement and here.
                     // SAFETY: releases the reference forgotten just above.
@@ -716,7 +713,10 @@ mod orphan_tests {
         Pool::put_home(a);
         assert!(mem.upgrade().is_some(), "one buffer is still out");
         Pool::put_home(b);
-        assert!(mem.upgrade().is_none(), "the last buffer back freed the pool");
+        assert!(
+            mem.upgrade().is_none(),
+            "the last buffer back freed the pool"
+        );
     }
 
     #[test]
@@ -728,6 +728,9 @@ mod orphan_tests {
         Pool::put_home(a);
         assert_eq!(pool.available(), 4);
         drop(pool);
-        assert!(mem.upgrade().is_none(), "nothing out: freed with the last handle");
+        assert!(
+            mem.upgrade().is_none(),
+            "nothing out: freed with the last handle"
+        );
     }
 }
