@@ -402,7 +402,8 @@ impl Pool {
             }
             None => {
                 let ptr = buf.pool_ptr();
-                core::mem::forget(buf);
+                // The slot is not given back: its pool is going away.
+                let _ = buf;
                 // SAFETY: the pool's memory is kept by the reference the last handle
                 // forgot until every buffer out then came back, this one included.
                 let shared = unsafe { ptr.as_ref() };
