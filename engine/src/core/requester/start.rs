@@ -1,7 +1,7 @@
 //! Starting a call: choosing its shape (RFC 8166 §3.5), registering its chunks and
 //! staging its work requests.
 
-use crate::core::transport::Transport;
+use crate::core::transport::{Transport, COPY_BEHIND_HEADER_MAX};
 use std::time::Instant;
 
 use super::slot::{MrState, MrUse, SlotState};
@@ -18,11 +18,6 @@ use crate::wire::header::{
 };
 use crate::wire::private_data::InlineThresholds;
 use crate::wire::xdr::pad4;
-
-/// Longest call message a chunkless call copies behind its transport header, to send
-/// one gather entry instead of two (`stage_plain`). Longer ones are gathered from where
-/// the caller wrote them.
-const COPY_BEHIND_HEADER_MAX: usize = 256;
 
 /// The shape of a call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
