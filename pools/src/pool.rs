@@ -190,6 +190,11 @@ pub(crate) struct PoolShared {
     /// Live `Pool` handles (caches hold one each). Tracked separately from the `Arc`
     /// count so exactly one dropper learns it was last and can decide to leak.
     handles: AtomicUsize,
+    /// Once the last handle went while buffers were out: buffers given back since
+    /// ([`Pool::put_home`] without a handle), less the number that were out, wrapping.
+    /// Whoever brings it to zero after the last handle subtracted gives the pool's
+    /// memory back (see `Drop for Pool`).
+    orphan_returns: AtomicUsize,
 }
 
 // SAFETY: `slots` points into the arena, which is Send + Sync; each slot is owned by
@@ -315,8 +320,9 @@ impl PoolShared {
 
 /// A pool of fixed-size buffers. Cloning makes another handle to the same pool.
 ///
-/// Dropping the last handle while buffers are still out leaks the pool's memory
-/// (with a warning) rather than unmapping memory that live [`Buf`]s point into.
+/// Dropping the last handle while buffers are still out keeps the pool's memory rather
+/// than unmapping memory that live [`Buf`]s point into: the last of them given back
+/// with [`Pool::put_home`] releases it (a `Buf` dropped instead leaks it for good).
 pub struct Pool {
     shared: Arc<PoolShared>,
 }
@@ -342,18 +348,95 @@ impl Clone for Pool {
     }
 }
 
+impl Pool {
+    /// A new handle to the pool `buf` came from, made from the buffer alone; `None`
+    /// once every handle is gone (the last one then kept the pool's memory for the
+    /// buffers out, `buf` among them, so the buffer stays valid).
+    ///
+    /// This is how a holder of buffers can do without a handle of its own per buffer
+    /// (two reference counts bumped and dropped per buffer): it asks for one only
+    /// when it has to give a buffer back outside a [`PoolCache`].
+    pub fn of_buf(buf: &Buf) -> Option<Pool> {
+        let ptr = buf.pool_ptr();
+        // SAFETY: a pool's shared part outlives its buffers (see `Drop`): either a
+        // handle still holds its `Arc`, or the last handle leaked it.
+        let shared = unsafe { ptr.as_ref() };
+        let mut h = shared.handles.load(Ordering::Relaxed);
+        loop {
+            if h == 0 {
+                // The last handle is gone and saw this buffer out: the pool leaked.
+                return None;
+            }
+            // Acquire: pairs with the releasing decrement of a handle's drop, as
+            // `Arc`'s upgrade does.
+            match shared.handles.compare_exchange_weak(
+                h,
+                h + 1,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => break,
+                Err(now) => h = now,
+            }
+        }
+        // SAFETY: `handles` was nonzero, so some handle has not yet run its drop and
+        // still owns an `Arc` of this allocation (a handle decrements `handles` before
+        // its `Arc`): the strong count is at least one. `ptr` is that `Arc`'s data
+        // pointer (`Arc::as_ptr`, which is what `Arc::into_raw` returns).
+        let shared = unsafe {
+            Arc::increment_strong_count(ptr.as_ptr().cast_const());
+            Arc::from_raw(ptr.as_ptr().cast_const())
+        };
+        Some(Pool { shared })
+    }
+
+    /// Gives `buf` back to the pool it came from, without a handle: what
+    /// [`Pool::put`] does, through a handle made for it ([`Pool::of_buf`]). When every
+    /// handle is gone it is counted back instead, and the last buffer out to come back
+    /// releases the pool's memory.
+    pub fn put_home(buf: Buf) {
+        match Pool::of_buf(&buf) {
+            Some(pool) => {
+                let index = pool.shared.take_back(buf);
+                pool.shared.ring.enqueue_all(&[index]);
+            }
+            None => {
+                let ptr = buf.pool_ptr();
+                // The slot is not given back: its pool is going away.
+                let _ = buf;
+                // SAFETY: the pool's memory is kept by the reference the last handle
+                // forgot until every buffer out then came back, this one included.
+                let shared = unsafe { ptr.as_ref() };
+                let before = shared.orphan_returns.fetch_add(1, Ordering::AcqRel);
+                if before == usize::MAX {
+                    // The last buffer out: the last handle had subtracted how many
+                    // were out, and all are back. SAFETY: releases the reference that
+                    // handle forgot; nothing touches the pool after.
+                    unsafe { Arc::decrement_strong_count(ptr.as_ptr().cast_const()) };
+                }
+            }
+        }
+    }
+}
+
 impl Drop for Pool {
     fn drop(&mut self) {
         // AcqRel: the last dropper must see every other handle's returns to the ring.
         if self.shared.handles.fetch_sub(1, Ordering::AcqRel) == 1 {
+            // Exact: no handle is left to return a buffer to the ring or to hold a
+            // cache, and one that returned a buffer did so before its own decrement.
             let out = (self.shared.count as usize).saturating_sub(self.shared.ring.len());
             if out > 0 {
-                eprintln!(
-                    "rpcrdma-pools: pool '{}' dropped with {out} buffers still out; \
-                     leaking its memory so they stay valid",
-                    self.shared.name
-                );
+                // The memory stays while buffers are out: the last of them to come
+                // back (`Pool::put_home`) releases this reference. A `Buf` dropped
+                // instead of put back never comes back, so its pool stays leaked.
                 std::mem::forget(Arc::clone(&self.shared));
+                let before = self.shared.orphan_returns.fetch_sub(out, Ordering::AcqRel);
+                if before == out {
+                    // Every one came back between the decrement and here.
+                    // SAFETY: releases the reference forgotten just above.
+                    unsafe { Arc::decrement_strong_count(Arc::as_ptr(&self.shared)) };
+                }
             }
         }
     }
@@ -417,6 +500,7 @@ impl Pool {
             high_water: CachePadded(AtomicUsize::new(0)),
             caches: Mutex::new(Vec::new()),
             handles: AtomicUsize::new(1),
+            orphan_returns: AtomicUsize::new(0),
         };
         Ok(Pool {
             shared: Arc::new(shared),
@@ -604,5 +688,50 @@ impl Pool {
             in_use: count.saturating_sub(available).saturating_sub(cached),
             high_water: self.shared.high_water.load(Ordering::Relaxed),
         }
+    }
+}
+
+#[cfg(test)]
+mod orphan_tests {
+    use super::*;
+
+    fn small() -> Pool {
+        Pool::new(&PoolConfig::new("orphan", 256, 4).hugepages(HugePages::Never)).expect("pool")
+    }
+
+    #[test]
+    fn the_last_buffer_back_after_the_last_handle_frees_the_pool() {
+        let pool = small();
+        let mem = Arc::downgrade(&pool.shared);
+        let (a, b) = (pool.get().expect("a"), pool.get().expect("b"));
+        let again = Pool::of_buf(&a).expect("a handle while the pool has one");
+        assert_eq!(again.id(), pool.id());
+        drop(again);
+        drop(pool);
+        // Both buffers out: the memory stays, and no new handle can be made.
+        assert!(mem.upgrade().is_some());
+        assert!(Pool::of_buf(&a).is_none());
+        Pool::put_home(a);
+        assert!(mem.upgrade().is_some(), "one buffer is still out");
+        Pool::put_home(b);
+        assert!(
+            mem.upgrade().is_none(),
+            "the last buffer back freed the pool"
+        );
+    }
+
+    #[test]
+    fn put_home_with_a_handle_returns_to_the_ring() {
+        let pool = small();
+        let mem = Arc::downgrade(&pool.shared);
+        let a = pool.get().expect("a");
+        assert_eq!(pool.available(), 3);
+        Pool::put_home(a);
+        assert_eq!(pool.available(), 4);
+        drop(pool);
+        assert!(
+            mem.upgrade().is_none(),
+            "nothing out: freed with the last handle"
+        );
     }
 }

@@ -18,6 +18,13 @@ use crate::fabric::{Completion, RemoteAddr, SendFlags, SendOp, Sge, WcOpcode, Wc
 use crate::wire::private_data::{Extensions, InlineThresholds};
 use crate::wire::rtr::TransportChars;
 
+/// Longest message a chunkless inline Send copies behind its transport header, so that
+/// it gathers one entry instead of two: a call message (the requester's `stage_plain`)
+/// or a reply body the service wrote in a large buffer (the responder's
+/// `stage_plain_reply`). A second entry costs another key lookup and copy on shm and a
+/// longer work request on a NIC; longer messages cost more to copy than that.
+pub(crate) const COPY_BEHIND_HEADER_MAX: usize = 256;
+
 /// Where a connection is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConnState {

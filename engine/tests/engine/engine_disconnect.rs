@@ -206,7 +206,7 @@ fn timeout_quarantines_persistent_buffers<P: rpcrdma::fabric::Provider>(
         .alloc_large()
         .expect("probe buffer")
         .pool()
-        .clone();
+        .expect("the pool has handles");
     let app_free = app.available();
     drop(o);
     assert_eq!(

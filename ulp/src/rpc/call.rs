@@ -7,6 +7,9 @@ use super::error::{AuthField, EncodeError, Fault, RpcError, RpcErrorKind};
 use super::message::{decode_prefix, unexpected, MsgType};
 use super::RPC_VERSION;
 
+/// Octets of a call header with AUTH_NONE credential and verifier.
+const PLAIN_CALL_LEN: usize = 40;
+
 /// The header of an RPC call: everything before the procedure arguments.
 ///
 /// `rpcvers` is not stored: a decoded call always had version 2, and encoding always
@@ -32,7 +35,40 @@ impl<'a> CallHeader<'a> {
     /// Decodes a call header from the start of `buf`, returning it with the offset at which
     /// the procedure arguments begin. A well-formed reply is an
     /// [`UnexpectedMsgType`](RpcErrorKind::UnexpectedMsgType) error.
+    #[inline]
     pub fn decode(buf: &'a [u8]) -> Result<(Self, usize), RpcError> {
+        if let Some(h) = Self::decode_plain(buf) {
+            return Ok((h, PLAIN_CALL_LEN));
+        }
+        Self::decode_general(buf)
+    }
+
+    /// The header of nearly every call, RPC version 2 with AUTH_NONE credential and
+    /// verifier (ten words), taken in one look; `None` for anything else, which
+    /// [`decode_general`](Self::decode_general) takes. Yields what the general decode
+    /// yields for the same octets.
+    #[inline(always)]
+    fn decode_plain(buf: &'a [u8]) -> Option<Self> {
+        let w = buf.first_chunk::<PLAIN_CALL_LEN>()?;
+        let word =
+            |i: usize| u32::from_be_bytes([w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]]);
+        // msg_type CALL (0), rpcvers, then four zero words: AUTH_NONE and an empty
+        // body, twice.
+        let plain =
+            word(1) == 0 && word(2) == RPC_VERSION && (word(6) | word(7) | word(8) | word(9)) == 0;
+        plain.then(|| CallHeader {
+            xid: word(0),
+            prog: word(3),
+            vers: word(4),
+            procedure: word(5),
+            cred: OpaqueAuth::None,
+            verf: OpaqueAuth::None,
+        })
+    }
+
+    /// [`decode`](Self::decode) of any call header.
+    #[inline(never)]
+    fn decode_general(buf: &'a [u8]) -> Result<(Self, usize), RpcError> {
         let (mut c, xid, msg_type) = decode_prefix(buf)?;
         if msg_type != MsgType::Call {
             return Err(unexpected(xid, msg_type));
@@ -117,5 +153,40 @@ impl<'a> CallHeader<'a> {
         self.cred.encode(&mut e)?;
         self.verf.encode(&mut e)?;
         Ok(e.finish())
+    }
+}
+
+#[cfg(test)]
+mod plain_tests {
+    use super::*;
+
+    fn words(ws: &[u32]) -> Vec<u8> {
+        ws.iter().flat_map(|w| w.to_be_bytes()).collect()
+    }
+
+    /// The one-look decode and the general one agree on every header the former takes,
+    /// and it declines everything else.
+    #[test]
+    fn the_one_look_decode_matches_the_general_one() {
+        let cases: [(Vec<u8>, bool); 8] = [
+            (words(&[9, 0, 2, 100_003, 3, 1, 0, 0, 0, 0, 42]), true),
+            (words(&[9, 0, 2, 7, 1, 0, 0, 0, 0, 0]), true),
+            (words(&[9, 0, 2, 7, 1, 0, 0, 0, 0]), false),
+            // A reply, RPC version 3, AUTH_SYS, a non-empty AUTH_NONE body.
+            (words(&[9, 1, 2, 7, 1, 0, 0, 0, 0, 0]), false),
+            (words(&[9, 0, 3, 7, 1, 0, 0, 0, 0, 0]), false),
+            (words(&[9, 0, 2, 7, 1, 0, 1, 0, 0, 0]), false),
+            (words(&[9, 0, 2, 7, 1, 0, 0, 4, 0, 0]), false),
+            (words(&[9, 0, 2, 7, 1, 0, 0, 0, 5, 0]), false),
+        ];
+        for (buf, plain) in &cases {
+            let fast = CallHeader::decode_plain(buf);
+            assert_eq!(fast.is_some(), *plain, "{buf:?}");
+            let general = CallHeader::decode_general(buf);
+            if let Some(h) = fast {
+                assert_eq!(Ok((h, PLAIN_CALL_LEN)), general, "{buf:?}");
+            }
+            assert_eq!(CallHeader::decode(buf), general, "{buf:?}");
+        }
     }
 }

@@ -6,7 +6,7 @@ use super::context::{Context, Delivery, Step};
 use super::inspect::MAX_CHUNK_SEGMENTS;
 use super::{grant, ResponderHalf};
 use crate::core::fixed::FixedVec;
-use crate::core::transport::Transport;
+use crate::core::transport::{Transport, COPY_BEHIND_HEADER_MAX};
 use crate::core::wrid::{WrId, WrKind};
 use crate::fabric::{RemoteAddr, SendOp, Sge};
 use crate::service::{Service, MAX_WRITE_CHUNKS};
@@ -82,9 +82,21 @@ impl<S: Service> ResponderHalf<S> {
         let n_sge = match c.body.as_ref() {
             Some(b) => {
                 let hlen = encode_plain_msg(c.send.storage_mut(), c.xid, credit).unwrap_or(0);
-                sgl[0] = c.send.sge(0, hlen).unwrap_or_default();
-                sgl[1] = b.sge(0, len).unwrap_or_default();
-                2
+                // A short body is copied behind the header: one gather entry instead of
+                // two (as a requester's short call, `COPY_BEHIND_HEADER_MAX`).
+                let body = b.storage().get(..len).unwrap_or(&[]);
+                match c.send.storage_mut().get_mut(hlen..hlen + len) {
+                    Some(room) if len <= COPY_BEHIND_HEADER_MAX && body.len() == len => {
+                        room.copy_from_slice(body);
+                        sgl[0] = c.send.sge(0, hlen + len).unwrap_or_default();
+                        1
+                    }
+                    _ => {
+                        sgl[0] = c.send.sge(0, hlen).unwrap_or_default();
+                        sgl[1] = b.sge(0, len).unwrap_or_default();
+                        2
+                    }
+                }
             }
             None => {
                 let start = c.body_off - MIN_MSG_HEADER_LEN;
