@@ -401,15 +401,13 @@ fn two_hundred_idle_connections_cost_at_most_256_kib_each() {
             max_connections: n + 16,
             ..ResponderLimits::default()
         },
-        // Kernel rxe and siw check a shared receive queue's buffers against the domain
-        // of the queue pair a Send arrived on, not the queue's own: with a domain per
-        // connection the queue is unusable there (DESIGN.md, "Pools per poll group"),
-        // so each connection posts its receives, from the group's receive pool, sized
-        // for every connection the group may hold.
-        GroupOptions {
-            shared_receives: false,
-            ..GroupOptions::default()
-        },
+        // The defaults: shared receives asked for. Kernel rxe and siw check a shared
+        // receive queue's buffers against the domain of the queue pair a Send arrived
+        // on, not the queue's own, so with a domain per connection the group has none
+        // (`DeviceCaps::srq_checks_qp_domain`, checked below) and each connection posts
+        // its receives, from the group's receive pool, sized for every connection the
+        // group may hold (DESIGN.md, "Pools per poll group").
+        GroupOptions::default(),
     )
     .expect("group listens");
     let group = Arc::new(Mutex::new(groups));
@@ -541,6 +539,14 @@ fn two_hundred_idle_connections_cost_at_most_256_kib_each() {
             cs.iter().all(|c| c.resources().pools().headers.is_some()),
             "verbs connections draw from the group's pools"
         );
+        for g in g.iter() {
+            let s = g.counters().sample();
+            assert!(
+                s.srq_unusable && s.srq_depth == 0 && g.shared_receives().is_none(),
+                "the group says its shared receive queue is off: {s:?}"
+            );
+        }
+        assert!(cs.iter().all(|c| !c.on_shared_receives()));
     }
     let idle = sample();
     print_growth(&net.dev, n, &maps_before);

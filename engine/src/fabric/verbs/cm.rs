@@ -15,6 +15,7 @@ use std::collections::HashMap;
 use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use rdma_sys::{
     ibv_qp_attr, ibv_qp_attr_mask, ibv_qp_state, rdma_accept, rdma_ack_cm_event, rdma_bind_addr,
@@ -118,6 +119,73 @@ struct Conn {
     private_data: CmPrivateData,
     /// `disconnect` was called or the provider disconnected a failed queue pair.
     closing: bool,
+    /// Passive side on kernel siw: wake-up Reads still to send while the peer is
+    /// unheard ([`VerbsCm::wake_stranded`]).
+    wake: Option<Wake>,
+}
+
+/// Kernel siw (Linux 6.1, `siw_accept`) sends a passive connection's MPA Reply before it
+/// moves the socket from its connection manager to the queue pair
+/// (`siw_qp_socket_assoc`), and the manager's data-ready callback ignores data in that
+/// state: an FPDU the peer sends as soon as it has the Reply (a requester's first call)
+/// can land in between and then stays unread in the socket until more data arrives,
+/// which for a call waiting for its reply is never (the lab: one connection in about a
+/// hundred on siw0, the call timed out with the server's receives posted and nothing
+/// completed). So while a passive connection on kernel siw has not heard from its peer,
+/// the connection manager posts a zero-length RDMA Read [`WAKE_FIRST`] after the
+/// connection is established, then 5 times later each time, [`WAKE_READS`] in all:
+/// its Read Response is data on the socket, whose callback (the queue pair's by then)
+/// reads everything queued, the stranded FPDU first. A peer that was heard from is
+/// never sent one. The userspace siw provider does the same from the active side
+/// (`fabric/siw/engine.rs`, `Wake`).
+#[derive(Debug, Clone, Copy)]
+struct Wake {
+    /// When to post the next one.
+    next: Instant,
+    /// Wake-up Reads posted so far.
+    sent: u32,
+}
+
+/// Delay before the first wake-up Read.
+const WAKE_FIRST: Duration = Duration::from_millis(10);
+/// Wake-up Reads at most per connection (10 ms, 50 ms, 250 ms, 1.25 s, 6.25 s).
+const WAKE_READS: u32 = 5;
+
+/// What a [`Wake`] schedule says at one look.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WakeStep {
+    /// Nothing due yet.
+    Wait,
+    /// Post a wake-up Read now; `last` when it is the schedule's last.
+    Post { last: bool },
+    /// The schedule is over (the peer was heard from, or the connection is going).
+    End,
+}
+
+impl Wake {
+    /// A schedule starting at `now` (the connection was just established).
+    fn new(now: Instant) -> Wake {
+        Wake {
+            next: now + WAKE_FIRST,
+            sent: 0,
+        }
+    }
+
+    /// The step at `now`; `over` when the peer was heard from or the connection fails.
+    fn step(&mut self, now: Instant, over: bool) -> WakeStep {
+        if over {
+            return WakeStep::End;
+        }
+        if now < self.next {
+            return WakeStep::Wait;
+        }
+        self.sent += 1;
+        // From now, not from the due time: a late look does not bunch the next ones.
+        self.next = now + WAKE_FIRST * 5u32.pow(self.sent);
+        WakeStep::Post {
+            last: self.sent >= WAKE_READS,
+        }
+    }
 }
 
 /// An RDMA-CM event channel with its listeners and connections.
@@ -127,6 +195,8 @@ pub struct VerbsCm {
     listeners: Vec<*mut rdma_cm_id>,
     conns: HashMap<u64, Conn>,
     alarm: Arc<AtomicBool>,
+    /// Connections with a wake-up schedule (`Conn::wake`): polls skip the look while 0.
+    waking: usize,
 }
 
 // SAFETY: ids and the channel may be used from any thread; VerbsCm owns them.
@@ -216,6 +286,7 @@ impl VerbsCm {
             listeners: Vec::new(),
             conns: HashMap::new(),
             alarm: Arc::new(AtomicBool::new(false)),
+            waking: 0,
         })
     }
 
@@ -417,6 +488,9 @@ impl VerbsCm {
                     return None;
                 }
                 self.established(key, &qp);
+                if phase == Phase::Accepting && qp.wake_slot > 0 {
+                    self.schedule_wake(key);
+                }
                 let private_data = if phase == Phase::Accepting {
                     CmPrivateData::EMPTY
                 } else {
@@ -456,6 +530,50 @@ impl VerbsCm {
             }
             _ => None,
         }
+    }
+
+    /// Starts connection `key`'s wake-up schedule ([`Wake`]).
+    #[cold]
+    fn schedule_wake(&mut self, key: u64) {
+        if let Some(c) = self.conns.get_mut(&key) {
+            if c.wake.is_none() {
+                c.wake = Some(Wake::new(Instant::now()));
+                self.waking += 1;
+            }
+        }
+    }
+
+    /// Posts the wake-up Reads that are due ([`Wake`]) and ends the schedules of
+    /// connections whose peer was heard from, whose Reads are all sent, or that failed.
+    /// Costs a branch per poll while no schedule runs.
+    fn wake_stranded(&mut self) {
+        if self.waking == 0 {
+            return;
+        }
+        let now = Instant::now();
+        // Counted again here: connections removed meanwhile took their schedules along.
+        let mut waking = 0;
+        for c in self.conns.values_mut() {
+            let Some(w) = &mut c.wake else {
+                continue;
+            };
+            let over = c.qp.heard_from_peer() || c.closing || c.qp.state().is_error();
+            match w.step(now, over) {
+                WakeStep::Wait => waking += 1,
+                WakeStep::Post { last } => {
+                    // Refused (the queue pair failed meanwhile): the failure ends it
+                    // next time.
+                    let _ = c.qp.post_wake_read();
+                    if last {
+                        c.wake = None;
+                    } else {
+                        waking += 1;
+                    }
+                }
+                WakeStep::End => c.wake = None,
+            }
+        }
+        self.waking = waking;
     }
 
     fn established(&mut self, key: u64, qp: &QpShared) {
@@ -504,7 +622,7 @@ impl ConnectionManager for VerbsCm {
         let data = CmPrivateData::new(private_data)?;
         let key = NEXT_CONN.fetch_add(1, Ordering::Relaxed);
         let id = self.create_id(key)?;
-        let mut qp = match VerbsQp::create(init, ConnId(key), self.alarm.clone()) {
+        let mut qp = match VerbsQp::create(init, ConnId(key), self.alarm.clone(), false) {
             Ok(qp) => qp,
             Err(e) => {
                 // SAFETY: live id, never shared; destroyed once.
@@ -537,6 +655,7 @@ impl ConnectionManager for VerbsCm {
                 phase: Phase::Resolving,
                 private_data: data,
                 closing: false,
+                wake: None,
             },
         );
         Ok(qp)
@@ -564,7 +683,9 @@ impl ConnectionManager for VerbsCm {
             return Err(FabricError::WrongDevice);
         }
         let key = NEXT_CONN.fetch_add(1, Ordering::Relaxed);
-        let mut qp = VerbsQp::create(init, ConnId(key), self.alarm.clone())?;
+        // Kernel siw: the passive side's queue pair keeps a send slot for wake-up Reads.
+        let wake = self.dev.is_kernel_siw();
+        let mut qp = VerbsQp::create(init, ConnId(key), self.alarm.clone(), wake)?;
         // SAFETY: the request's id is live until taken; the CM filled in its route's
         // destination (the requester's address) when it reported the request.
         let peer = unsafe { from_sockaddr(rdma_get_peer_addr(&*request.id)) };
@@ -597,6 +718,7 @@ impl ConnectionManager for VerbsCm {
                 phase: Phase::Accepting,
                 private_data: CmPrivateData::EMPTY,
                 closing: false,
+                wake: None,
             },
         );
         Ok(qp)
@@ -643,6 +765,7 @@ impl ConnectionManager for VerbsCm {
 
     fn poll_event(&mut self) -> Result<Option<CmEvent<VerbsConnRequest>>, FabricError> {
         self.sweep();
+        self.wake_stranded();
         loop {
             match self.handle_next()? {
                 None => return Ok(None),
@@ -650,5 +773,50 @@ impl ConnectionManager for VerbsCm {
                 Some(None) => {}
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wake_reads_go_at_10_50_250_ms_and_stop_after_five() {
+        let t0 = Instant::now();
+        let mut w = Wake::new(t0);
+        assert_eq!(w.step(t0, false), WakeStep::Wait, "nothing at once");
+        assert_eq!(w.step(t0 + Duration::from_millis(9), false), WakeStep::Wait);
+        let mut at = t0 + WAKE_FIRST;
+        let mut gap = WAKE_FIRST;
+        for k in 1..=WAKE_READS {
+            assert_eq!(
+                w.step(at - Duration::from_micros(1), false),
+                WakeStep::Wait,
+                "read {k} not before its time"
+            );
+            assert_eq!(
+                w.step(at, false),
+                WakeStep::Post {
+                    last: k == WAKE_READS
+                },
+                "read {k} at {:?}",
+                at - t0
+            );
+            gap *= 5;
+            at += gap;
+        }
+    }
+
+    #[test]
+    fn a_peer_heard_from_is_never_woken() {
+        let t0 = Instant::now();
+        let mut w = Wake::new(t0);
+        assert_eq!(w.step(t0 + Duration::from_secs(60), true), WakeStep::End);
+        let mut w = Wake::new(t0);
+        assert_eq!(
+            w.step(t0 + WAKE_FIRST, false),
+            WakeStep::Post { last: false }
+        );
+        assert_eq!(w.step(t0 + Duration::from_secs(60), true), WakeStep::End);
     }
 }

@@ -25,7 +25,7 @@ use crate::fabric::{
 
 use super::cq::{flushed, CqShared};
 use super::pd::{mw_access, PdShared};
-use super::ring::{Entry, WrRing, RECV_TAG};
+use super::ring::{Entry, WrRing, RECV_TAG, WAKE_WR_ID};
 use super::sendwr::{fill, VerbsOp};
 use super::srq::SrqShared;
 use super::VerbsProvider;
@@ -68,6 +68,8 @@ pub(crate) struct QpShared {
     state: AtomicU8,
     pub(crate) config: QpConfig,
     pub(crate) max_inline: u32,
+    /// 1 when the send queue has a slot for the wake-up Read (kernel siw), else 0.
+    pub(crate) wake_slot: u32,
     /// Raised when this queue pair fails or is dropped, for the connection manager to
     /// disconnect it (so the peer learns, as with a NIC's fatal error).
     pub(crate) alarm: Arc<AtomicBool>,
@@ -93,12 +95,11 @@ impl Drop for QpShared {
         // (whose Arcs are fields, dropped after this).
         unsafe { ibv_destroy_qp(self.qp) };
         let r = self.recv_reservation();
+        let s = u64::from(self.config.caps.max_send_wr);
         if Arc::ptr_eq(&self.send_cq, &self.recv_cq) {
-            self.send_cq
-                .release(u64::from(self.config.caps.max_send_wr) + r);
+            self.send_cq.release(s + r);
         } else {
-            self.send_cq
-                .release(u64::from(self.config.caps.max_send_wr));
+            self.send_cq.release(s);
             self.recv_cq.release(r);
         }
     }
@@ -117,6 +118,46 @@ impl QpShared {
 
     pub(crate) fn state(&self) -> QpState {
         code_state(self.state.load(Ordering::Acquire))
+    }
+
+    /// Whether the peer was ever heard from on this queue pair: a receive completed, or
+    /// (on a shared receive queue, whose receives this ring does not see) a request was
+    /// posted, which a responder does only once a call arrived.
+    pub(crate) fn heard_from_peer(&self) -> bool {
+        self.rq.released_any() || self.sq.posted_any()
+    }
+
+    /// Posts one zero-length RDMA Read, unsignaled, on the slot kept for it
+    /// (`wake_slot`): the peer's Read Response is data arriving on the connection, which
+    /// makes kernel siw read its socket, and with it any message stranded there
+    /// (`VerbsCm::wake_stranded`). A zero-length Read transfers nothing and no key is
+    /// checked for it (RFC 5040 §4.4; the remote key 1 and local key 0 are what siw's
+    /// own RTR Read carries). Its completion (a flush only, or an error) is dropped by
+    /// the completion queue (`WAKE_WR_ID`). Posted from the connection manager's thread
+    /// beside the owner's posts: the provider serialises posts to one send queue. False
+    /// when there is no such slot or the device refused it.
+    pub(crate) fn post_wake_read(&self) -> bool {
+        if self.wake_slot == 0 || self.state().is_error() {
+            return false;
+        }
+        let mut sge = ibv_sge {
+            addr: 0,
+            length: 0,
+            lkey: 0,
+        };
+        // SAFETY: all-zero is a valid ibv_send_wr (null next, no flags).
+        let mut wr: ibv_send_wr = unsafe { MaybeUninit::zeroed().assume_init() };
+        wr.wr_id = WAKE_WR_ID;
+        wr.sg_list = &mut sge;
+        wr.num_sge = 1;
+        wr.opcode = ibv_wr_opcode::IBV_WR_RDMA_READ;
+        wr.wr.rdma = rdma_sys::rdma_t {
+            remote_addr: 0,
+            rkey: 1,
+        };
+        let mut bad: *mut ibv_send_wr = std::ptr::null_mut();
+        // SAFETY: the QP is live; `wr` and `sge` live across the call, which copies them.
+        unsafe { ibv_post_send(self.qp, &mut wr, &mut bad) == 0 }
     }
 
     /// Moves to `s` unless already in an error state (errors are final).
@@ -237,6 +278,7 @@ impl VerbsQp {
         init: QpInit<'_, VerbsProvider>,
         conn: ConnId,
         alarm: Arc<AtomicBool>,
+        wake: bool,
     ) -> Result<VerbsQp, FabricError> {
         let pd = &init.pd.shared;
         let dev = &pd.dev;
@@ -252,7 +294,17 @@ impl VerbsQp {
         check_cap("max_send_sge", caps.max_send_sge, a.max_sge)?;
         check_cap("max_recv_sge", caps.max_recv_sge, a.max_sge)?;
         let expansion = caps.max_send_sge.div_ceil(dev.max_sge_rd());
-        let device_send_wr = caps.max_send_wr.saturating_mul(expansion);
+        // With `wake` (a passive connection on kernel siw): one more slot for the
+        // wake-up Read (`QpShared::post_wake_read`), beside the requests the owner may
+        // post. No completion room is reserved for it: it is unsignaled, so only a
+        // flush or an error reports it, and it is posted only while the owner has
+        // posted nothing (a peer not yet heard from), so a flush never finds it beside
+        // a full send queue.
+        let wake_slot = u32::from(wake);
+        let device_send_wr = caps
+            .max_send_wr
+            .saturating_mul(expansion)
+            .saturating_add(wake_slot);
         check_cap(
             "max_send_wr (RDMA Reads split for the device)",
             device_send_wr,
@@ -343,6 +395,7 @@ impl VerbsQp {
             state: AtomicU8::new(state_code(QpState::Init)),
             config: init.config,
             max_inline: got.max_inline_data,
+            wake_slot,
             alarm,
             orphaned: AtomicBool::new(false),
             send_cq: send_cq.clone(),
