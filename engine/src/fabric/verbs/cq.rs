@@ -213,7 +213,7 @@ impl VerbsCq {
         })
     }
 
-    /// A wake-up Read's completion (`QpShared::post_wake_read`; unsignaled, so only a
+    /// A wake-up Write's completion (`QpShared::post_wake_write`; unsignaled, so only a
     /// flush or an error reaches here): nobody waits for it. An error fails its queue
     /// pair, as any failed request does.
     #[cold]

@@ -68,7 +68,7 @@ pub(crate) struct QpShared {
     state: AtomicU8,
     pub(crate) config: QpConfig,
     pub(crate) max_inline: u32,
-    /// 1 when the send queue has a slot for the wake-up Read (kernel siw), else 0.
+    /// 1 when the send queue has a slot for the wake-up Write (active iWARP), else 0.
     pub(crate) wake_slot: u32,
     /// Raised when this queue pair fails or is dropped, for the connection manager to
     /// disconnect it (so the peer learns, as with a NIC's fatal error).
@@ -120,23 +120,29 @@ impl QpShared {
         code_state(self.state.load(Ordering::Acquire))
     }
 
-    /// Whether the peer was ever heard from on this queue pair: a receive completed, or
-    /// (on a shared receive queue, whose receives this ring does not see) a request was
-    /// posted, which a responder does only once a call arrived.
+    /// Whether the peer was ever heard from on this queue pair: a receive completed.
     pub(crate) fn heard_from_peer(&self) -> bool {
-        self.rq.released_any() || self.sq.posted_any()
+        self.rq.released_any()
     }
 
-    /// Posts one zero-length RDMA Read, unsignaled, on the slot kept for it
-    /// (`wake_slot`): the peer's Read Response is data arriving on the connection, which
-    /// makes kernel siw read its socket, and with it any message stranded there
-    /// (`VerbsCm::wake_stranded`). A zero-length Read transfers nothing and no key is
-    /// checked for it (RFC 5040 §4.4; the remote key 1 and local key 0 are what siw's
-    /// own RTR Read carries). Its completion (a flush only, or an error) is dropped by
-    /// the completion queue (`WAKE_WR_ID`). Posted from the connection manager's thread
+    /// Whether the owner ever posted a request on the send queue.
+    pub(crate) fn sent_any(&self) -> bool {
+        self.sq.posted_any()
+    }
+
+    /// Posts one zero-length RDMA Write, unsignaled, on the slot kept for it
+    /// (`wake_slot`): data arriving on the connection, which makes a kernel siw peer
+    /// read its socket, and with it a message of ours stranded there
+    /// (`VerbsCm::wake_stranded`). A zero-length Write places nothing and no key is
+    /// checked for it (kernel siw returns before any check; the remote key 1 and local
+    /// key 0 are what siw's own RTR Write carries), and it asks nothing back, so no
+    /// response of the peer's can be wrong (kernel siw answers a zero-length Read with
+    /// a stale length now and then, which fails the queue pair: the lab saw `rresp
+    /// len: 28 != 0`). Its completion (a flush or an error only) is dropped by the
+    /// completion queue (`WAKE_WR_ID`). Posted from the connection manager's thread
     /// beside the owner's posts: the provider serialises posts to one send queue. False
     /// when there is no such slot or the device refused it.
-    pub(crate) fn post_wake_read(&self) -> bool {
+    pub(crate) fn post_wake_write(&self) -> bool {
         if self.wake_slot == 0 || self.state().is_error() {
             return false;
         }
@@ -150,7 +156,7 @@ impl QpShared {
         wr.wr_id = WAKE_WR_ID;
         wr.sg_list = &mut sge;
         wr.num_sge = 1;
-        wr.opcode = ibv_wr_opcode::IBV_WR_RDMA_READ;
+        wr.opcode = ibv_wr_opcode::IBV_WR_RDMA_WRITE;
         wr.wr.rdma = rdma_sys::rdma_t {
             remote_addr: 0,
             rkey: 1,
@@ -294,12 +300,12 @@ impl VerbsQp {
         check_cap("max_send_sge", caps.max_send_sge, a.max_sge)?;
         check_cap("max_recv_sge", caps.max_recv_sge, a.max_sge)?;
         let expansion = caps.max_send_sge.div_ceil(dev.max_sge_rd());
-        // With `wake` (a passive connection on kernel siw): one more slot for the
-        // wake-up Read (`QpShared::post_wake_read`), beside the requests the owner may
-        // post. No completion room is reserved for it: it is unsignaled, so only a
-        // flush or an error reports it, and it is posted only while the owner has
-        // posted nothing (a peer not yet heard from), so a flush never finds it beside
-        // a full send queue.
+        // With `wake` (an active connection on iWARP): one more slot for the wake-up
+        // Write (`QpShared::post_wake_write`), beside the requests the owner may post.
+        // No completion room is reserved for it: it is unsignaled, so only a flush or an
+        // error reports it, and a Write completes once transmitted, so it holds its slot
+        // for a moment; a flush that finds it beside a send queue full to its depth
+        // could report one completion more than reserved.
         let wake_slot = u32::from(wake);
         let device_send_wr = caps
             .max_send_wr

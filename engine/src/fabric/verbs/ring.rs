@@ -22,7 +22,7 @@ use super::status::{code_status, status_code};
 /// Tag bit of receive sequence numbers, so one CQ can tell the two queues apart even on
 /// failed completions.
 pub(super) const RECV_TAG: u64 = 1 << 63;
-/// The `wr_id` of a wake-up Read (`QpShared::post_wake_read`): both tag bits set, which
+/// The `wr_id` of a wake-up Write (`QpShared::post_wake_write`): both tag bits set, which
 /// no receive, shared receive or send sequence number carries, so the completion queue
 /// tells it apart inside its rare shared-receive branch and drops it.
 pub(super) const WAKE_WR_ID: u64 = u64::MAX;
