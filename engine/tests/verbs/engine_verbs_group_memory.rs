@@ -506,13 +506,18 @@ fn two_hundred_idle_connections_cost_at_most_256_kib_each() {
             .collect();
         // The kernel's view of the connections' TCP streams (siw): octets received and
         // not read by the device (Recv-Q) are a message it has not processed.
-        if let Ok(out) = Command::new("ss").args(["-tnH", "state", "established"]).output() {
+        if let Ok(out) = Command::new("ss")
+            .args(["-tnH", "state", "established"])
+            .output()
+        {
             let text = String::from_utf8_lossy(&out.stdout);
             let unread: Vec<&str> = text
                 .lines()
                 .filter(|l| l.split_whitespace().next().is_some_and(|q| q != "0"))
                 .collect();
-            report!("TCP streams with unread octets (ss -tn: Recv-Q Send-Q local peer): {unread:#?}");
+            report!(
+                "TCP streams with unread octets (ss -tn: Recv-Q Send-Q local peer): {unread:#?}"
+            );
         }
         let sum = |f: fn(&rpcrdma::ResponderStats) -> u64| -> u64 {
             cs.iter().map(|c| f(&c.stats())).sum()

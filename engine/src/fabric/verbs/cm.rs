@@ -827,8 +827,14 @@ mod tests {
             WakeStep::Post { last: false },
             "the first of five, counted from when something was sent"
         );
-        assert_eq!(w.step(late + Duration::from_secs(60), true, true), WakeStep::End);
+        assert_eq!(
+            w.step(late + Duration::from_secs(60), true, true),
+            WakeStep::End
+        );
         let mut w = Wake::new(t0);
-        assert_eq!(w.step(t0 + Duration::from_secs(60), true, true), WakeStep::End);
+        assert_eq!(
+            w.step(t0 + Duration::from_secs(60), true, true),
+            WakeStep::End
+        );
     }
 }
