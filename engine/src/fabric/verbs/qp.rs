@@ -143,7 +143,10 @@ impl QpShared {
     /// beside the owner's posts: the provider serialises posts to one send queue. False
     /// when there is no such slot or the device refused it.
     pub(crate) fn post_wake_write(&self) -> bool {
-        if self.wake_slot == 0 || self.state().is_error() {
+        // Only beside a send queue with room: a flush then reports no more completions
+        // than the queue pair reserved on its completion queue, as the owner's own
+        // requests and this one fit its depth.
+        if self.wake_slot == 0 || self.state().is_error() || self.sq.room() == 0 {
             return false;
         }
         let mut sge = ibv_sge {
@@ -303,9 +306,8 @@ impl VerbsQp {
         // With `wake` (an active connection on iWARP): one more slot for the wake-up
         // Write (`QpShared::post_wake_write`), beside the requests the owner may post.
         // No completion room is reserved for it: it is unsignaled, so only a flush or an
-        // error reports it, and a Write completes once transmitted, so it holds its slot
-        // for a moment; a flush that finds it beside a send queue full to its depth
-        // could report one completion more than reserved.
+        // error reports it, it is posted only while the owner's queue has room, and a
+        // Write completes once transmitted, so it holds its slot for a moment.
         let wake_slot = u32::from(wake);
         let device_send_wr = caps
             .max_send_wr
