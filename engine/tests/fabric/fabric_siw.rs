@@ -1431,7 +1431,10 @@ fn a_zero_length_write_is_taken_without_checking_its_stag() {
         .post_recv(&[RecvWr { wr_id: 3, sgl: &rb }])
         .expect("post");
     raw.send(SegmentHeader::tagged(Opcode::RdmaWrite, true, 1, 0), &[]);
-    raw.send(SegmentHeader::untagged(Opcode::Send, true, 0, 1, 0), b"after");
+    raw.send(
+        SegmentHeader::untagged(Opcode::Send, true, 0, 1, 0),
+        b"after",
+    );
     s.wait(&mut raw, "the receive", |s, _| !s.done.is_empty());
     assert_eq!(
         (s.done[0].wr_id, s.done[0].status, s.done[0].byte_len),
