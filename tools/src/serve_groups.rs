@@ -161,6 +161,7 @@ where
                 receive_share: s.receive_share,
                 srq_connections: s.srq_connections,
                 srq_promised: s.srq_promised,
+                srq_unusable: s.srq_unusable,
             });
         }
         let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);

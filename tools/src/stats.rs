@@ -181,6 +181,11 @@ pub struct GroupStat {
     /// Receives the shared queue has promised its connections (never above its depth).
     #[serde(default)]
     pub srq_promised: u64,
+    /// Shared receives were asked for, but the device checks a shared queue's buffers
+    /// against each queue pair's protection domain (kernel verbs) and connections have
+    /// their own: no shared queue, each connection posts its own receives.
+    #[serde(default)]
+    pub srq_unusable: bool,
 }
 
 /// Escapes a Prometheus label value.
@@ -551,6 +556,10 @@ impl Snapshot {
                          share {}, {} promised",
                         g.srq_depth, g.srq_low, g.srq_connections, g.receive_share, g.srq_promised
                     )
+                } else if g.srq_unusable {
+                    "; no shared receive queue (the device checks its buffers against each \
+                     connection's protection domain): receives posted per connection"
+                        .to_string()
                 } else {
                     String::new()
                 }

@@ -59,6 +59,7 @@ pub struct GroupCounters {
     srq_connections: AtomicU64,
     srq_promised: AtomicU64,
     idle_releases: AtomicU64,
+    srq_unusable: AtomicBool,
 }
 
 /// A copy of one group's counters.
@@ -104,6 +105,12 @@ pub struct GroupSample {
     /// Times a connection went idle and gave its free buffers' memory back (counted
     /// with the limits, ten times a second at most).
     pub idle_releases: u64,
+    /// Shared receives were asked for (`GroupOptions::shared_receives`) but the device
+    /// checks a shared queue's buffers against each queue pair's protection domain
+    /// (`DeviceCaps::srq_checks_qp_domain`: kernel verbs), and connections have domains
+    /// of their own: the group has no shared queue (`srq_depth` 0) and its connections
+    /// post their own receives.
+    pub srq_unusable: bool,
 }
 
 impl GroupCounters {
@@ -126,6 +133,7 @@ impl GroupCounters {
             srq_connections: l(&self.srq_connections),
             srq_promised: l(&self.srq_promised),
             idle_releases: l(&self.idle_releases),
+            srq_unusable: self.srq_unusable.load(Ordering::Relaxed),
         }
     }
 }
@@ -141,8 +149,10 @@ fn bump(a: &AtomicU64, n: u64) {
 pub struct GroupOptions {
     /// Serve the group's connections' receives from one shared receive queue per
     /// group, with buffers from one pool of the group's, where the device has shared
-    /// receive queues (`DeviceCaps::max_srq_wr`); else each connection posts its own.
-    /// On by default.
+    /// receive queues (`DeviceCaps::max_srq_wr`) that queue pairs of different
+    /// protection domains can share (`DeviceCaps::srq_checks_qp_domain` false: not on
+    /// kernel verbs, where [`GroupSample::srq_unusable`] says so); else each connection
+    /// posts its own. On by default.
     pub shared_receives: bool,
     /// The shared queue's depth; 0 sizes it for the group's share of the connection
     /// cap (each connection one credit plus its RDMA_DONE receives), and at least four
@@ -362,7 +372,13 @@ where
         // backward direction's replies on a two-role connection).
         let sizes = B::responder_sizes(&cfg);
         let done_extra = sizes.rq_depth.saturating_sub(cfg.credits);
-        let srq_depth = match (opts.shared_receives, opts.srq_depth) {
+        // Each connection has a protection domain of its own (its peer's keys reach only
+        // its memory), so where the device checks a shared queue's buffers against the
+        // arriving queue pair's domain (kernel verbs) no queue can serve them: the
+        // group says so in its counters (`srq_unusable`) and each connection posts its
+        // own receives, from the group's receive pool where it has one.
+        let srq_unusable = opts.shared_receives && dev.caps().srq_checks_qp_domain;
+        let srq_depth = match (opts.shared_receives && !srq_unusable, opts.srq_depth) {
             (false, _) => None,
             (true, 0) => SharedRecv::<P>::depth_for(&dev, &cfg, done_extra, share as u32),
             (true, d) => Some(d.min(dev.caps().max_srq_wr)).filter(|&d| d > 0),
@@ -425,6 +441,7 @@ where
                 srq_low: shared_recv.as_ref().map_or(0, |s| s.depth()),
                 srq_conns: 0,
                 counters: Arc::new(GroupCounters {
+                    srq_unusable: AtomicBool::new(srq_unusable),
                     srq_depth: AtomicU64::new(
                         shared_recv.as_ref().map_or(0, |s| u64::from(s.depth())),
                     ),

@@ -545,6 +545,15 @@ pub struct DeviceCaps {
     /// where the device has none (a verbs device reporting `max_srq` 0), and then a
     /// consumer posts receives per queue pair.
     pub max_srq_wr: u32,
+    /// Whether the device checks a shared receive queue's buffers against the
+    /// protection domain of the queue pair a message arrived on rather than the queue's
+    /// own (kernel rxe and siw: the lab saw the first call on such a queue end its
+    /// connection, which is what a verbs consumer must assume of any device). Then
+    /// queue pairs of different domains cannot share a queue, and a poll group, whose
+    /// connections each have their own domain, posts receives per connection instead
+    /// (`engine/DESIGN.md`, "Pools per poll group"). False on the software providers,
+    /// which check against the queue's domain.
+    pub srq_checks_qp_domain: bool,
     /// Whether an RDMA Read costs a round trip to the peer (and a Write a trip the
     /// Send after it waits behind). False on shm, where the target's poller does a Read
     /// as one copy in its own poll, with no message back and forth. Send-based DDP
@@ -588,6 +597,7 @@ impl DeviceCaps {
             peer_maps_registrations: false,
             places_in_poll: false,
             max_srq_wr: SOFTWARE_MAX_SRQ_WR,
+            srq_checks_qp_domain: false,
             rdma_round_trip: true,
         }
     }

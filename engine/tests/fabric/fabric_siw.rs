@@ -1418,3 +1418,33 @@ fn consecutive_sends_leave_in_one_segment_only_when_coalescing() {
         }
     }
 }
+
+#[test]
+fn a_zero_length_write_is_taken_without_checking_its_stag() {
+    // What the verbs provider sends a kernel siw peer that has not answered its first
+    // call (DESIGN.md, "Kernel siw: a first message left unread"), and siw's own RTR:
+    // a zero-length RDMA Write under STag 1, which names nothing here. It places
+    // nothing and ends nothing; a Send after it is received as usual.
+    let (mut s, mut raw) = raw_pair(SiwConfig::default(), false);
+    let rb = [s.sge(0, 64)];
+    s.qp()
+        .post_recv(&[RecvWr { wr_id: 3, sgl: &rb }])
+        .expect("post");
+    raw.send(SegmentHeader::tagged(Opcode::RdmaWrite, true, 1, 0), &[]);
+    raw.send(
+        SegmentHeader::untagged(Opcode::Send, true, 0, 1, 0),
+        b"after",
+    );
+    s.wait(&mut raw, "the receive", |s, _| !s.done.is_empty());
+    assert_eq!(
+        (s.done[0].wr_id, s.done[0].status, s.done[0].byte_len),
+        (3, WcStatus::Success, 5)
+    );
+    assert_eq!(s.read(0, 5), b"after");
+    assert_eq!(s.qp.as_ref().map(|q| q.state()), Some(QpState::ReadyToSend));
+    for _ in 0..100 {
+        s.pump();
+    }
+    raw.fill();
+    assert!(raw.inbox.is_empty(), "no Terminate");
+}

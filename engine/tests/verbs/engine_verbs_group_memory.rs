@@ -26,7 +26,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rpcrdma::fabric::verbs::{VerbsAddr, VerbsProvider};
-use rpcrdma::fabric::Provider;
+use rpcrdma::fabric::{Provider, QueuePair};
 use rpcrdma::{CallRequest, CallStatus, ConnConfig, ConnState, Requester};
 use rpcrdma::{GroupOptions, PollGroup, ResponderLimits};
 use rpcrdma_pools::HugePages;
@@ -207,7 +207,12 @@ fn null_call<P: Provider>(conn: &mut Requester<P>, i: usize) {
     if o.status != CallStatus::Success {
         // The parent looks at its server while this connection is still up (once the
         // process ends, its connections are gone), then ends this process.
-        println!("{STUCK} NULL on connection {i}: {:?}", o.status);
+        println!(
+            "{STUCK} NULL on connection {i}: {:?}; the client: {:?}, {:?}",
+            o.status,
+            conn.state(),
+            conn.stats()
+        );
         let _ = order();
     }
     assert_eq!(o.status, CallStatus::Success, "NULL on connection {i}");
@@ -396,15 +401,13 @@ fn two_hundred_idle_connections_cost_at_most_256_kib_each() {
             max_connections: n + 16,
             ..ResponderLimits::default()
         },
-        // Kernel rxe and siw check a shared receive queue's buffers against the domain
-        // of the queue pair a Send arrived on, not the queue's own: with a domain per
-        // connection the queue is unusable there (DESIGN.md, "Pools per poll group"),
-        // so each connection posts its receives, from the group's receive pool, sized
-        // for every connection the group may hold.
-        GroupOptions {
-            shared_receives: false,
-            ..GroupOptions::default()
-        },
+        // The defaults: shared receives asked for. Kernel rxe and siw check a shared
+        // receive queue's buffers against the domain of the queue pair a Send arrived
+        // on, not the queue's own, so with a domain per connection the group has none
+        // (`DeviceCaps::srq_checks_qp_domain`, checked below) and each connection posts
+        // its receives, from the group's receive pool, sized for every connection the
+        // group may hold (DESIGN.md, "Pools per poll group").
+        GroupOptions::default(),
     )
     .expect("group listens");
     let group = Arc::new(Mutex::new(groups));
@@ -468,19 +471,61 @@ fn two_hundred_idle_connections_cost_at_most_256_kib_each() {
         // idle and established, and in total.
         let g = group.lock().unwrap_or_else(|e| e.into_inner());
         let cs: Vec<_> = g.iter().flat_map(|g| g.connections()).collect();
+        // A connection is odd when it holds a call, is not established, has answered
+        // nothing or has fewer receives posted than its depth.
+        let depth = server_config().sizes(rpcrdma::Role::Responder).rq_depth;
         let odd: Vec<String> = cs
             .iter()
             .enumerate()
-            .filter(|(_, c)| c.active() != 0 || c.state() != ConnState::Established)
-            .map(|(i, c)| format!("#{i} {:?} active {}", c.state(), c.active()))
+            .filter(|(_, c)| {
+                c.active() != 0
+                    || c.state() != ConnState::Established
+                    || c.stats().calls == 0
+                    || c.recvs_posted() < depth
+            })
+            .map(|(i, c)| {
+                let s = c.stats();
+                format!(
+                    "#{i} qp {} {:?} active {} calls {} receives posted {} of {depth}, \
+                     recv-starved {} stalls {} header waits {} stray {}",
+                    c.qp().qp_num(),
+                    c.state(),
+                    c.active(),
+                    s.calls,
+                    c.recvs_posted(),
+                    s.recv_starved,
+                    s.stalls,
+                    s.header_starved,
+                    s.stray_completions
+                )
+            })
             .collect();
+        let groups: Vec<String> = g
+            .iter()
+            .map(|g| format!("{:?}", g.counters().sample()))
+            .collect();
+        // The kernel's view of the connections' TCP streams (siw): octets received and
+        // not read by the device (Recv-Q) are a message it has not processed.
+        if let Ok(out) = Command::new("ss")
+            .args(["-tnH", "state", "established"])
+            .output()
+        {
+            let text = String::from_utf8_lossy(&out.stdout);
+            let unread: Vec<&str> = text
+                .lines()
+                .filter(|l| l.split_whitespace().next().is_some_and(|q| q != "0"))
+                .collect();
+            report!(
+                "TCP streams with unread octets (ss -tn: Recv-Q Send-Q local peer): {unread:#?}"
+            );
+        }
         let sum = |f: fn(&rpcrdma::ResponderStats) -> u64| -> u64 {
             cs.iter().map(|c| f(&c.stats())).sum()
         };
         panic!(
             "the child never said {READY}: {e}; the server has {} connections, calls {}, \
              overruns {}, header waits {}, stalls {}, receive-starved {}, dropped {}; \
-             not idle: {odd:?}",
+             not idle: {odd:?}; groups {groups:?}",
             cs.len(),
             sum(|s| s.calls),
             sum(|s| s.overruns),
@@ -499,6 +544,14 @@ fn two_hundred_idle_connections_cost_at_most_256_kib_each() {
             cs.iter().all(|c| c.resources().pools().headers.is_some()),
             "verbs connections draw from the group's pools"
         );
+        for g in g.iter() {
+            let s = g.counters().sample();
+            assert!(
+                s.srq_unusable && s.srq_depth == 0 && g.shared_receives().is_none(),
+                "the group says its shared receive queue is off: {s:?}"
+            );
+        }
+        assert!(cs.iter().all(|c| !c.on_shared_receives()));
     }
     let idle = sample();
     print_growth(&net.dev, n, &maps_before);

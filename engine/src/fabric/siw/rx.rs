@@ -246,6 +246,13 @@ impl Engine {
         let plen = payload_len as u64;
         let pd = self.qp.pd;
         match (h.opcode, h.placement) {
+            // A zero-length Write places nothing, so its STag is not checked (Linux siw
+            // returns before any check; siw's own MPA "RTR" is one with STag 1, and the
+            // verbs provider sends them to wake a kernel siw peer: DESIGN.md, "Kernel
+            // siw: a first message left unread").
+            (Opcode::RdmaWrite, Placement::Tagged { .. }) if plen == 0 => {
+                self.rx.dest = Dest::Skip;
+            }
             (Opcode::RdmaWrite, Placement::Tagged { stag, to }) => {
                 if to.checked_add(plen).is_none() {
                     return self.reject_segment(

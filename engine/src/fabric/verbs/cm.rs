@@ -15,6 +15,7 @@ use std::collections::HashMap;
 use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use rdma_sys::{
     ibv_qp_attr, ibv_qp_attr_mask, ibv_qp_state, rdma_accept, rdma_ack_cm_event, rdma_bind_addr,
@@ -118,6 +119,81 @@ struct Conn {
     private_data: CmPrivateData,
     /// `disconnect` was called or the provider disconnected a failed queue pair.
     closing: bool,
+    /// Active side on iWARP: wake-up Writes still to send while the peer is unheard
+    /// ([`VerbsCm::wake_stranded`]).
+    wake: Option<Wake>,
+}
+
+/// Kernel siw (Linux 6.1, `siw_accept`) sends a passive connection's MPA Reply before it
+/// moves the socket from its connection manager to the queue pair
+/// (`siw_qp_socket_assoc`), and the manager's data-ready callback ignores data in that
+/// state: an FPDU the active side sends as soon as it has the Reply (a requester's first
+/// call) can land in between and then stays unread in the socket until more data
+/// arrives, which for a call waiting for its reply is never. The lab saw it on siw0 in
+/// about one connection of a hundred: the server's receives posted, nothing completed,
+/// and `ss` showing the call's 92 octets unread in the server's TCP stream. So an
+/// active connection on iWARP that has sent something and not yet heard from its peer
+/// posts a zero-length RDMA Write [`WAKE_FIRST`] after it was established, then 5 times
+/// later each time, [`WAKE_READS`] in all: data on the peer's socket, whose callback
+/// (the queue pair's by then) reads everything queued, the stranded FPDU first. A peer
+/// that answered is never sent one. The userspace siw provider does the same with
+/// zero-length Reads (`fabric/siw/engine.rs`, `Wake`), whose responses it checks
+/// itself; kernel siw fails the queue pair on the stale length its peer answers a
+/// zero-length Read with now and then, so a Write, which asks for nothing, it is here.
+#[derive(Debug, Clone, Copy)]
+struct Wake {
+    /// When to post the next one.
+    next: Instant,
+    /// Wake-up Writes posted so far.
+    sent: u32,
+}
+
+/// Delay before the first wake-up Write.
+const WAKE_FIRST: Duration = Duration::from_millis(10);
+/// Wake-up Writes at most per connection (10 ms, 50 ms, 250 ms, 1.25 s, 6.25 s).
+const WAKE_READS: u32 = 5;
+
+/// What a [`Wake`] schedule says at one look.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WakeStep {
+    /// Nothing due yet.
+    Wait,
+    /// Post a wake-up Write now; `last` when it is the schedule's last.
+    Post { last: bool },
+    /// The schedule is over (the peer was heard from, or the connection is going).
+    End,
+}
+
+impl Wake {
+    /// A schedule starting at `now` (the connection was just established).
+    fn new(now: Instant) -> Wake {
+        Wake {
+            next: now + WAKE_FIRST,
+            sent: 0,
+        }
+    }
+
+    /// The step at `now`; `over` when the peer was heard from or the connection fails,
+    /// `sent` when this side has sent anything (nothing of ours can be stranded before:
+    /// the schedule waits, a first delay at a time, without counting).
+    fn step(&mut self, now: Instant, over: bool, sent: bool) -> WakeStep {
+        if over {
+            return WakeStep::End;
+        }
+        if now < self.next {
+            return WakeStep::Wait;
+        }
+        if !sent {
+            self.next = now + WAKE_FIRST;
+            return WakeStep::Wait;
+        }
+        self.sent += 1;
+        // From now, not from the due time: a late look does not bunch the next ones.
+        self.next = now + WAKE_FIRST * 5u32.pow(self.sent);
+        WakeStep::Post {
+            last: self.sent >= WAKE_READS,
+        }
+    }
 }
 
 /// An RDMA-CM event channel with its listeners and connections.
@@ -127,6 +203,8 @@ pub struct VerbsCm {
     listeners: Vec<*mut rdma_cm_id>,
     conns: HashMap<u64, Conn>,
     alarm: Arc<AtomicBool>,
+    /// Connections with a wake-up schedule (`Conn::wake`): polls skip the look while 0.
+    waking: usize,
 }
 
 // SAFETY: ids and the channel may be used from any thread; VerbsCm owns them.
@@ -216,6 +294,7 @@ impl VerbsCm {
             listeners: Vec::new(),
             conns: HashMap::new(),
             alarm: Arc::new(AtomicBool::new(false)),
+            waking: 0,
         })
     }
 
@@ -417,6 +496,9 @@ impl VerbsCm {
                     return None;
                 }
                 self.established(key, &qp);
+                if phase == Phase::Connecting && qp.wake_slot > 0 {
+                    self.schedule_wake(key);
+                }
                 let private_data = if phase == Phase::Accepting {
                     CmPrivateData::EMPTY
                 } else {
@@ -456,6 +538,50 @@ impl VerbsCm {
             }
             _ => None,
         }
+    }
+
+    /// Starts connection `key`'s wake-up schedule ([`Wake`]).
+    #[cold]
+    fn schedule_wake(&mut self, key: u64) {
+        if let Some(c) = self.conns.get_mut(&key) {
+            if c.wake.is_none() {
+                c.wake = Some(Wake::new(Instant::now()));
+                self.waking += 1;
+            }
+        }
+    }
+
+    /// Posts the wake-up Writes that are due ([`Wake`]) and ends the schedules of
+    /// connections whose peer was heard from, whose Reads are all sent, or that failed.
+    /// Costs a branch per poll while no schedule runs.
+    fn wake_stranded(&mut self) {
+        if self.waking == 0 {
+            return;
+        }
+        let now = Instant::now();
+        // Counted again here: connections removed meanwhile took their schedules along.
+        let mut waking = 0;
+        for c in self.conns.values_mut() {
+            let Some(w) = &mut c.wake else {
+                continue;
+            };
+            let over = c.qp.heard_from_peer() || c.closing || c.qp.state().is_error();
+            match w.step(now, over, c.qp.sent_any()) {
+                WakeStep::Wait => waking += 1,
+                WakeStep::Post { last } => {
+                    // Refused (the queue pair failed meanwhile): the failure ends it
+                    // next time.
+                    let _ = c.qp.post_wake_write();
+                    if last {
+                        c.wake = None;
+                    } else {
+                        waking += 1;
+                    }
+                }
+                WakeStep::End => c.wake = None,
+            }
+        }
+        self.waking = waking;
     }
 
     fn established(&mut self, key: u64, qp: &QpShared) {
@@ -504,7 +630,9 @@ impl ConnectionManager for VerbsCm {
         let data = CmPrivateData::new(private_data)?;
         let key = NEXT_CONN.fetch_add(1, Ordering::Relaxed);
         let id = self.create_id(key)?;
-        let mut qp = match VerbsQp::create(init, ConnId(key), self.alarm.clone()) {
+        // iWARP: the active side's queue pair keeps a send slot for wake-up Writes.
+        let wake = self.dev.is_iwarp();
+        let mut qp = match VerbsQp::create(init, ConnId(key), self.alarm.clone(), wake) {
             Ok(qp) => qp,
             Err(e) => {
                 // SAFETY: live id, never shared; destroyed once.
@@ -537,6 +665,7 @@ impl ConnectionManager for VerbsCm {
                 phase: Phase::Resolving,
                 private_data: data,
                 closing: false,
+                wake: None,
             },
         );
         Ok(qp)
@@ -564,7 +693,7 @@ impl ConnectionManager for VerbsCm {
             return Err(FabricError::WrongDevice);
         }
         let key = NEXT_CONN.fetch_add(1, Ordering::Relaxed);
-        let mut qp = VerbsQp::create(init, ConnId(key), self.alarm.clone())?;
+        let mut qp = VerbsQp::create(init, ConnId(key), self.alarm.clone(), false)?;
         // SAFETY: the request's id is live until taken; the CM filled in its route's
         // destination (the requester's address) when it reported the request.
         let peer = unsafe { from_sockaddr(rdma_get_peer_addr(&*request.id)) };
@@ -597,6 +726,7 @@ impl ConnectionManager for VerbsCm {
                 phase: Phase::Accepting,
                 private_data: CmPrivateData::EMPTY,
                 closing: false,
+                wake: None,
             },
         );
         Ok(qp)
@@ -643,6 +773,7 @@ impl ConnectionManager for VerbsCm {
 
     fn poll_event(&mut self) -> Result<Option<CmEvent<VerbsConnRequest>>, FabricError> {
         self.sweep();
+        self.wake_stranded();
         loop {
             match self.handle_next()? {
                 None => return Ok(None),
@@ -650,5 +781,60 @@ impl ConnectionManager for VerbsCm {
                 Some(None) => {}
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wake_writes_go_at_10_50_250_ms_and_stop_after_five() {
+        let t0 = Instant::now();
+        let mut w = Wake::new(t0);
+        assert_eq!(w.step(t0, false, true), WakeStep::Wait, "nothing at once");
+        let mut at = t0 + WAKE_FIRST;
+        let mut gap = WAKE_FIRST;
+        for k in 1..=WAKE_READS {
+            assert_eq!(
+                w.step(at - Duration::from_micros(1), false, true),
+                WakeStep::Wait,
+                "write {k} not before its time"
+            );
+            assert_eq!(
+                w.step(at, false, true),
+                WakeStep::Post {
+                    last: k == WAKE_READS
+                },
+                "write {k} at {:?}",
+                at - t0
+            );
+            gap *= 5;
+            at += gap;
+        }
+    }
+
+    #[test]
+    fn nothing_goes_before_something_was_sent_nor_after_the_peer_answered() {
+        let t0 = Instant::now();
+        let mut w = Wake::new(t0);
+        // Nothing sent yet: the schedule waits, one first delay at a time.
+        let late = t0 + Duration::from_secs(30);
+        assert_eq!(w.step(late, false, false), WakeStep::Wait);
+        assert_eq!(w.step(late + WAKE_FIRST / 2, false, true), WakeStep::Wait);
+        assert_eq!(
+            w.step(late + WAKE_FIRST, false, true),
+            WakeStep::Post { last: false },
+            "the first of five, counted from when something was sent"
+        );
+        assert_eq!(
+            w.step(late + Duration::from_secs(60), true, true),
+            WakeStep::End
+        );
+        let mut w = Wake::new(t0);
+        assert_eq!(
+            w.step(t0 + Duration::from_secs(60), true, true),
+            WakeStep::End
+        );
     }
 }

@@ -13,7 +13,7 @@ use crate::fabric::{Completion, FabricError, WcOpcode, WcStatus};
 
 use super::device::DeviceShared;
 use super::qp::QpShared;
-use super::ring::{Entry, RECV_TAG};
+use super::ring::{Entry, RECV_TAG, WAKE_WR_ID};
 use super::srq::{SrqShared, SRQ_TAG};
 use super::status::wc_status;
 
@@ -213,10 +213,27 @@ impl VerbsCq {
         })
     }
 
+    /// A wake-up Write's completion (`QpShared::post_wake_write`; unsignaled, so only a
+    /// flush or an error reaches here): nobody waits for it. An error fails its queue
+    /// pair, as any failed request does.
+    #[cold]
+    fn wake_read_done(&mut self, wc: &ibv_wc) {
+        if wc_status(wc.status).is_success() {
+            return;
+        }
+        if let Some(qp) = self.cache.iter().find(|q| q.qp_num == wc.qp_num) {
+            qp.fail();
+        }
+    }
+
     /// Records `wc` with its queue pair and returns the completion it releases, if any
     /// (send completions reported early stay parked until the earlier ones are in).
     fn translate(&mut self, wc: &ibv_wc) -> Option<Completion> {
         if wc.wr_id & SRQ_TAG != 0 {
+            if wc.wr_id == WAKE_WR_ID {
+                self.wake_read_done(wc);
+                return None;
+            }
             return self.translate_shared(wc);
         }
         let found = self.cache.iter().position(|q| q.qp_num == wc.qp_num);

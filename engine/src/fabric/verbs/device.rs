@@ -430,6 +430,7 @@ impl Device for VerbsDevice {
             } else {
                 0
             },
+            srq_checks_qp_domain: true,
         }
     }
 

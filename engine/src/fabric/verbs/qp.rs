@@ -25,7 +25,7 @@ use crate::fabric::{
 
 use super::cq::{flushed, CqShared};
 use super::pd::{mw_access, PdShared};
-use super::ring::{Entry, WrRing, RECV_TAG};
+use super::ring::{Entry, WrRing, RECV_TAG, WAKE_WR_ID};
 use super::sendwr::{fill, VerbsOp};
 use super::srq::SrqShared;
 use super::VerbsProvider;
@@ -68,6 +68,8 @@ pub(crate) struct QpShared {
     state: AtomicU8,
     pub(crate) config: QpConfig,
     pub(crate) max_inline: u32,
+    /// 1 when the send queue has a slot for the wake-up Write (active iWARP), else 0.
+    pub(crate) wake_slot: u32,
     /// Raised when this queue pair fails or is dropped, for the connection manager to
     /// disconnect it (so the peer learns, as with a NIC's fatal error).
     pub(crate) alarm: Arc<AtomicBool>,
@@ -93,12 +95,11 @@ impl Drop for QpShared {
         // (whose Arcs are fields, dropped after this).
         unsafe { ibv_destroy_qp(self.qp) };
         let r = self.recv_reservation();
+        let s = u64::from(self.config.caps.max_send_wr);
         if Arc::ptr_eq(&self.send_cq, &self.recv_cq) {
-            self.send_cq
-                .release(u64::from(self.config.caps.max_send_wr) + r);
+            self.send_cq.release(s + r);
         } else {
-            self.send_cq
-                .release(u64::from(self.config.caps.max_send_wr));
+            self.send_cq.release(s);
             self.recv_cq.release(r);
         }
     }
@@ -117,6 +118,55 @@ impl QpShared {
 
     pub(crate) fn state(&self) -> QpState {
         code_state(self.state.load(Ordering::Acquire))
+    }
+
+    /// Whether the peer was ever heard from on this queue pair: a receive completed.
+    pub(crate) fn heard_from_peer(&self) -> bool {
+        self.rq.released_any()
+    }
+
+    /// Whether the owner ever posted a request on the send queue.
+    pub(crate) fn sent_any(&self) -> bool {
+        self.sq.posted_any()
+    }
+
+    /// Posts one zero-length RDMA Write, unsignaled, on the slot kept for it
+    /// (`wake_slot`): data arriving on the connection, which makes a kernel siw peer
+    /// read its socket, and with it a message of ours stranded there
+    /// (`VerbsCm::wake_stranded`). A zero-length Write places nothing and no key is
+    /// checked for it (kernel siw returns before any check; the remote key 1 and local
+    /// key 0 are what siw's own RTR Write carries), and it asks nothing back, so no
+    /// response of the peer's can be wrong (kernel siw answers a zero-length Read with
+    /// a stale length now and then, which fails the queue pair: the lab saw `rresp
+    /// len: 28 != 0`). Its completion (a flush or an error only) is dropped by the
+    /// completion queue (`WAKE_WR_ID`). Posted from the connection manager's thread
+    /// beside the owner's posts: the provider serialises posts to one send queue. False
+    /// when there is no such slot or the device refused it.
+    pub(crate) fn post_wake_write(&self) -> bool {
+        // Only beside a send queue with room: a flush then reports no more completions
+        // than the queue pair reserved on its completion queue, as the owner's own
+        // requests and this one fit its depth.
+        if self.wake_slot == 0 || self.state().is_error() || self.sq.room() == 0 {
+            return false;
+        }
+        let mut sge = ibv_sge {
+            addr: 0,
+            length: 0,
+            lkey: 0,
+        };
+        // SAFETY: all-zero is a valid ibv_send_wr (null next, no flags).
+        let mut wr: ibv_send_wr = unsafe { MaybeUninit::zeroed().assume_init() };
+        wr.wr_id = WAKE_WR_ID;
+        wr.sg_list = &mut sge;
+        wr.num_sge = 1;
+        wr.opcode = ibv_wr_opcode::IBV_WR_RDMA_WRITE;
+        wr.wr.rdma = rdma_sys::rdma_t {
+            remote_addr: 0,
+            rkey: 1,
+        };
+        let mut bad: *mut ibv_send_wr = std::ptr::null_mut();
+        // SAFETY: the QP is live; `wr` and `sge` live across the call, which copies them.
+        unsafe { ibv_post_send(self.qp, &mut wr, &mut bad) == 0 }
     }
 
     /// Moves to `s` unless already in an error state (errors are final).
@@ -237,6 +287,7 @@ impl VerbsQp {
         init: QpInit<'_, VerbsProvider>,
         conn: ConnId,
         alarm: Arc<AtomicBool>,
+        wake: bool,
     ) -> Result<VerbsQp, FabricError> {
         let pd = &init.pd.shared;
         let dev = &pd.dev;
@@ -252,7 +303,16 @@ impl VerbsQp {
         check_cap("max_send_sge", caps.max_send_sge, a.max_sge)?;
         check_cap("max_recv_sge", caps.max_recv_sge, a.max_sge)?;
         let expansion = caps.max_send_sge.div_ceil(dev.max_sge_rd());
-        let device_send_wr = caps.max_send_wr.saturating_mul(expansion);
+        // With `wake` (an active connection on iWARP): one more slot for the wake-up
+        // Write (`QpShared::post_wake_write`), beside the requests the owner may post.
+        // No completion room is reserved for it: it is unsignaled, so only a flush or an
+        // error reports it, it is posted only while the owner's queue has room, and a
+        // Write completes once transmitted, so it holds its slot for a moment.
+        let wake_slot = u32::from(wake);
+        let device_send_wr = caps
+            .max_send_wr
+            .saturating_mul(expansion)
+            .saturating_add(wake_slot);
         check_cap(
             "max_send_wr (RDMA Reads split for the device)",
             device_send_wr,
@@ -343,6 +403,7 @@ impl VerbsQp {
             state: AtomicU8::new(state_code(QpState::Init)),
             config: init.config,
             max_inline: got.max_inline_data,
+            wake_slot,
             alarm,
             orphaned: AtomicBool::new(false),
             send_cq: send_cq.clone(),

@@ -22,6 +22,10 @@ use super::status::{code_status, status_code};
 /// Tag bit of receive sequence numbers, so one CQ can tell the two queues apart even on
 /// failed completions.
 pub(super) const RECV_TAG: u64 = 1 << 63;
+/// The `wr_id` of a wake-up Write (`QpShared::post_wake_write`): both tag bits set, which
+/// no receive, shared receive or send sequence number carries, so the completion queue
+/// tells it apart inside its rare shared-receive branch and drops it.
+pub(super) const WAKE_WR_ID: u64 = u64::MAX;
 
 /// What the completion of one request reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,6 +57,8 @@ pub(crate) struct WrRing {
     tail: AtomicU64,
     /// One past the highest sequence number the device reported; consumer only.
     reported: AtomicU64,
+    /// The first sequence number: `tail` past it means a request completed.
+    base: u64,
 }
 
 fn opcode_code(op: WcOpcode) -> u64 {
@@ -93,7 +99,19 @@ impl WrRing {
             head: AtomicU64::new(base),
             tail: AtomicU64::new(base),
             reported: AtomicU64::new(base),
+            base,
         }
+    }
+
+    /// Any thread: whether a request of this ring was ever released by its completion
+    /// (for a receive queue: a message arrived).
+    pub(crate) fn released_any(&self) -> bool {
+        self.tail.load(Ordering::Acquire) != self.base
+    }
+
+    /// Any thread: whether a request was ever posted on this ring.
+    pub(crate) fn posted_any(&self) -> bool {
+        self.head.load(Ordering::Acquire) != self.base
     }
 
     fn slot(&self, seq: u64) -> &Slot {
@@ -197,6 +215,18 @@ impl WrRing {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn says_whether_anything_was_posted_or_released() {
+        let r = WrRing::new(4, 1 << 40);
+        assert!(!r.posted_any() && !r.released_any());
+        r.write(r.head(), e(7, true));
+        r.publish(r.head() + 1);
+        assert!(r.posted_any() && !r.released_any(), "posted, not completed");
+        assert!(r.record(1 << 40, WcStatus::Success));
+        assert!(r.pop().is_some());
+        assert!(r.released_any(), "a completion released it");
+    }
 
     fn e(wr_id: u64, signaled: bool) -> Entry {
         Entry {
