@@ -51,7 +51,8 @@ pub use core::config::{
     DEFAULT_PROBE_PROGRAM, DEFAULT_SIGNAL_EVERY,
 };
 pub use core::{
-    CloseReason, ConfigError, ConnConfig, ConnEvent, ConnState, CountField, PeerConfig, ProbeError,
+    CharsUpdateError, CloseReason, ConfigError, ConnConfig, ConnEvent, ConnState, CountField,
+    PeerConfig, ProbeError,
     RegBuf, RegBufError, RegMode, Registration, RequesterStats, ResponderStats, Role, Sizes,
     Violation,
 };

@@ -8,8 +8,10 @@
 //!    [`BUDGET`], measured at once and again after the server released the idle
 //!    connections' free buffers.
 //! 2. [`BUSY`] clients then work: 300 NULL calls (every posted receive and ring slot
-//!    used) and long ECHO calls of 200 KiB each way (a Read chunk pulled into a large
-//!    buffer, the reply through a Reply chunk from another). Once they are idle again
+//!    used), long ECHO calls of 200 KiB each way (a Read chunk pulled into a large
+//!    buffer, the reply through a Reply chunk from another) and a WRITE-like call with
+//!    a 200 KiB DDP argument (into a receive segment by send-based DDP on siw, where a
+//!    default server posts them; a Read chunk on shm). Once they are idle again
 //!    the server releases their free buffers, and the average growth per connection
 //!    must still be within the budget; what a busy-then-idle connection keeps is
 //!    printed (the README's table).
@@ -182,6 +184,23 @@ fn long_echo<P: Provider>(conn: &mut Requester<P>, i: usize, seed: u8) {
     assert!(results(&o) == opaque(&data), "echoed exactly on {i}");
 }
 
+/// A WRITE-like call: `LONG` octets as one DDP argument (PROC_SUM_ITEMS). A default
+/// siw server posts DDP segments behind its receives, so the argument lands in one by
+/// send-based DDP and those pages must be given back too once idle; on shm (and on a
+/// shared receive queue, whose receives have no segments) it goes by Read chunk.
+fn write_like<P: Provider>(conn: &mut Requester<P>, i: usize) {
+    let data = pattern(LONG, 9);
+    let mut b = conn.alloc_msg().expect("a send buffer");
+    write_call(&mut b, PROC_SUM_ITEMS, &(LONG as u32).to_be_bytes());
+    let mut arg = conn.alloc_large().expect("a large buffer");
+    arg.fill(&data).expect("fits");
+    let mut req = CallRequest::new(b, 512);
+    req.push_ddp_arg(CALL_HDR as u32 + 4, arg).expect("room");
+    let o = conn.call(req, DEADLINE).expect("submits");
+    assert_eq!(o.status, CallStatus::Success, "WRITE-like on connection {i}");
+    assert_eq!(word(results(&o), 4) as usize, LONG, "whole on {i}");
+}
+
 /// The next line from the parent.
 fn order() -> String {
     let mut line = String::new();
@@ -220,6 +239,7 @@ where
         for seed in 0..4 {
             long_echo(c, i, seed);
         }
+        write_like(c, i);
     }
     eprintln!(
         "scale child: {BUSY} clients worked in {:.1?}",
@@ -369,9 +389,18 @@ where
         .sum();
     assert_eq!(
         busy,
-        BUSY as u64 * 305,
+        BUSY as u64 * 306,
         "the busy clients' calls were served"
     );
+    // Send-based DDP by default where the device calls for it (siw, not shm): the
+    // WRITE-like arguments landed in receive segments, whose pages the idle release
+    // must give back like the rest.
+    let placed: u64 = server.connections()[..BUSY]
+        .iter()
+        .map(|c| c.stats().send_ddp_items)
+        .sum();
+    let by_device = provider == "siw";
+    assert_eq!(placed, if by_device { BUSY as u64 } else { 0 }, "{provider}");
     let worked = rss();
     report(provider, "after some worked, released", n, before, worked);
     // What a connection that worked keeps beyond an idle one. Its large buffers alone
