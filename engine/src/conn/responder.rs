@@ -172,7 +172,8 @@ impl<P: Provider, S: Service, B: RequesterRole> ResponderConn<P, S, B> {
     ) -> Result<Self, ConnError> {
         // Send-based DDP by default where the device calls for it (DESIGN.md,
         // "Send-based DDP by default"): the pools and receives follow the resolution.
-        let resolved = cfg.resolved_for_responder(&dev.caps());
+        let caps = dev.caps();
+        let resolved = cfg.resolved_for_responder(caps.rdma_round_trip, caps.release_registered);
         let cfg = resolved.as_ref().unwrap_or(cfg);
         let sizes = B::responder_sizes(cfg);
         let res = match (group_cq, group_pools) {

@@ -553,24 +553,31 @@ impl ConnConfig {
         self.send_ddp == Some(true) && self.extensions
     }
 
-    /// Whether a responder on a device with `caps` posts DDP segments when
-    /// [`ConnConfig::send_ddp`] is `None`: where requesters place arguments by
-    /// send-based DDP (an RDMA Read costs a round trip) and an idle connection's
-    /// segments, posted or free, give their pages back (`engine/DESIGN.md`,
-    /// "Send-based DDP by default").
-    pub fn send_ddp_by_device(caps: &crate::fabric::DeviceCaps) -> bool {
-        caps.rdma_round_trip && caps.release_registered
+    /// Whether a responder posts DDP segments when [`ConnConfig::send_ddp`] is `None`,
+    /// on a device with these `DeviceCaps` (`rdma_round_trip`, `release_registered`):
+    /// where requesters place arguments by send-based DDP (an RDMA Read costs a round
+    /// trip) and an idle connection's segments, posted or free, give their pages back
+    /// (`engine/DESIGN.md`, "Send-based DDP by default").
+    pub fn send_ddp_by_device(rdma_round_trip: bool, release_registered: bool) -> bool {
+        rdma_round_trip && release_registered
     }
 
-    /// This configuration as a responder on a device with `caps` uses it:
+    /// This configuration as a responder uses it on a device with these `DeviceCaps`:
     /// [`ConnConfig::send_ddp`] `None` becomes what the device calls for
     /// ([`send_ddp_by_device`](Self::send_ddp_by_device)). `None` when nothing changes.
-    pub fn resolved_for_responder(&self, caps: &crate::fabric::DeviceCaps) -> Option<ConnConfig> {
+    pub fn resolved_for_responder(
+        &self,
+        rdma_round_trip: bool,
+        release_registered: bool,
+    ) -> Option<ConnConfig> {
         if self.send_ddp.is_some() {
             return None;
         }
         Some(ConnConfig {
-            send_ddp: Some(Self::send_ddp_by_device(caps)),
+            send_ddp: Some(Self::send_ddp_by_device(
+                rdma_round_trip,
+                release_registered,
+            )),
             ..self.clone()
         })
     }

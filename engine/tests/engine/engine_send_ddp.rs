@@ -103,8 +103,8 @@ fn send_ddp_by_default<N: Net>(net: N) {
         ..cfg(extensions, false)
     };
     let caps = net.device().caps();
-    let posts = ConnConfig::send_ddp_by_device(&caps);
-    assert_eq!(posts, caps.rdma_round_trip && caps.release_registered);
+    // Where a Read costs a round trip and idle pages go back: siw, sim (not shm, verbs).
+    let posts = ConnConfig::send_ddp_by_device(caps.rdma_round_trip, caps.release_registered);
     for (client_ext, server_ext) in [(true, true), (false, true), (true, false)] {
         let mut p = pair(&net, &by_default(client_ext), &by_default(server_ext));
         let advertised = posts && client_ext && server_ext;
