@@ -52,9 +52,8 @@ pub use core::config::{
 };
 pub use core::{
     CharsUpdateError, CloseReason, ConfigError, ConnConfig, ConnEvent, ConnState, CountField,
-    PeerConfig, ProbeError,
-    RegBuf, RegBufError, RegMode, Registration, RequesterStats, ResponderStats, Role, Sizes,
-    Violation,
+    PeerConfig, ProbeError, RegBuf, RegBufError, RegMode, Registration, RequesterStats,
+    ResponderStats, Role, Sizes, Violation,
 };
 // The sans-IO protocol core, for drivers of one's own.
 pub use core::fixed::FixedVec;

@@ -197,7 +197,11 @@ fn write_like<P: Provider>(conn: &mut Requester<P>, i: usize) {
     let mut req = CallRequest::new(b, 512);
     req.push_ddp_arg(CALL_HDR as u32 + 4, arg).expect("room");
     let o = conn.call(req, DEADLINE).expect("submits");
-    assert_eq!(o.status, CallStatus::Success, "WRITE-like on connection {i}");
+    assert_eq!(
+        o.status,
+        CallStatus::Success,
+        "WRITE-like on connection {i}"
+    );
     assert_eq!(word(results(&o), 4) as usize, LONG, "whole on {i}");
 }
 
@@ -400,7 +404,11 @@ where
         .map(|c| c.stats().send_ddp_items)
         .sum();
     let by_device = provider == "siw";
-    assert_eq!(placed, if by_device { BUSY as u64 } else { 0 }, "{provider}");
+    assert_eq!(
+        placed,
+        if by_device { BUSY as u64 } else { 0 },
+        "{provider}"
+    );
     let worked = rss();
     report(provider, "after some worked, released", n, before, worked);
     // What a connection that worked keeps beyond an idle one. Its large buffers alone

@@ -10,8 +10,8 @@ use super::{ConnError, CQ_BATCH};
 use crate::core::config::{ConnConfig, RegMode, Role};
 use crate::core::fixed::FixedQueue;
 use crate::core::{
-    CharsUpdateError, ConnEvent, ConnState, Connection, NoResponder, ProbeError, RegBuf, RegBufError, RequesterHalf,
-    RequesterStats, ResponderHalf, ResponderRole, ResponderStats,
+    CharsUpdateError, ConnEvent, ConnState, Connection, NoResponder, ProbeError, RegBuf,
+    RegBufError, RequesterHalf, RequesterStats, ResponderHalf, ResponderRole, ResponderStats,
 };
 use crate::credits::{CreditTable, GrantPolicy};
 use crate::fabric::{

@@ -9,8 +9,8 @@ use super::{ConnError, CQ_BATCH};
 use crate::core::config::{ConnConfig, Role};
 use crate::core::fixed::FixedQueue;
 use crate::core::{
-    CharsUpdateError, ConnEvent, ConnState, Connection, NoRequester, ProbeError, RegBuf, RequesterHalf,
-    RequesterRole, RequesterStats, ResponderHalf, ResponderStats,
+    CharsUpdateError, ConnEvent, ConnState, Connection, NoRequester, ProbeError, RegBuf,
+    RequesterHalf, RequesterRole, RequesterStats, ResponderHalf, ResponderStats,
 };
 use crate::credits::{CreditTable, GrantPolicy};
 use crate::fabric::{

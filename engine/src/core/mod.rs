@@ -35,8 +35,7 @@ use rpcrdma_pools::Pool;
 pub use config::{ConfigError, ConnConfig, CountField, RegMode, Registration, Role, Sizes};
 pub use connection::{
     Backchannel, BidiCore, CharsUpdateError, Connection, NoRequester, NoResponder, PeerConfig,
-    RequesterCore,
-    RequesterRole, ResponderCore, ResponderRole,
+    RequesterCore, RequesterRole, ResponderCore, ResponderRole,
 };
 pub use event::ConnEvent;
 pub use mrs::FastRegSlot;

@@ -151,7 +151,10 @@ fn characteristics_update_later<N: Net>(net: N) {
     assert_eq!(o.status, CallStatus::Success);
     let st = p.requester.stats();
     let server = p.responder().expect("responder");
-    assert_eq!((st.chars_updates_sent, server.stats().chars_updates), (1, 1));
+    assert_eq!(
+        (st.chars_updates_sent, server.stats().chars_updates),
+        (1, 1)
+    );
     assert_eq!(server.core().peer_chars(), p.requester.core().local_chars());
     assert_eq!(server.core().peer_chars().recv_buf, None);
     assert_eq!(p.requester.credits().in_flight(), 0);
