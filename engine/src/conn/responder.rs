@@ -170,10 +170,14 @@ impl<P: Provider, S: Service, B: RequesterRole> ResponderConn<P, S, B> {
         shared: Option<(&P::Srq, super::shared_recv::ShareTerms<'_>)>,
         group_pools: Option<&super::group_pools::GroupPools<P>>,
     ) -> Result<Self, ConnError> {
-        // Send-based DDP by default where the device calls for it (DESIGN.md,
-        // "Send-based DDP by default"): the pools and receives follow the resolution.
+        // Send-based DDP by default where the device calls for it, to a requester that
+        // offered continuation (DESIGN.md, "Send-based DDP by default"): the pools and
+        // receives follow the resolution.
         let caps = dev.caps();
-        let resolved = cfg.resolved_for_responder(caps.rdma_round_trip, caps.release_registered);
+        let peer_cont =
+            crate::wire::private_data::Extensions::find(peer_private_data.as_bytes()).continuation;
+        let resolved =
+            cfg.resolved_for_responder(caps.rdma_round_trip, caps.release_registered, peer_cont);
         let cfg = resolved.as_ref().unwrap_or(cfg);
         let sizes = B::responder_sizes(cfg);
         let res = match (group_cq, group_pools) {

@@ -562,22 +562,24 @@ impl ConnConfig {
         rdma_round_trip && release_registered
     }
 
-    /// This configuration as a responder uses it on a device with these `DeviceCaps`:
+    /// This configuration as a responder uses it on a device with these `DeviceCaps`,
+    /// for a requester that offered continuation (`peer_continuation`) or not:
     /// [`ConnConfig::send_ddp`] `None` becomes what the device calls for
-    /// ([`send_ddp_by_device`](Self::send_ddp_by_device)). `None` when nothing changes.
+    /// ([`send_ddp_by_device`](Self::send_ddp_by_device)) when the requester could use
+    /// the segments, off for a version-1-only requester (nothing would be advertised to
+    /// it, so its receives stay exactly as before). `None` when nothing changes.
     pub fn resolved_for_responder(
         &self,
         rdma_round_trip: bool,
         release_registered: bool,
+        peer_continuation: bool,
     ) -> Option<ConnConfig> {
         if self.send_ddp.is_some() {
             return None;
         }
+        let on = peer_continuation && Self::send_ddp_by_device(rdma_round_trip, release_registered);
         Some(ConnConfig {
-            send_ddp: Some(Self::send_ddp_by_device(
-                rdma_round_trip,
-                release_registered,
-            )),
+            send_ddp: Some(on),
             ..self.clone()
         })
     }
