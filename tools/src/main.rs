@@ -193,8 +193,8 @@ struct ConnArgs {
     no_extensions: bool,
     /// Send-based DDP (draft-dnoveck-rpcrdma-rtrext §7): post every receive with a DDP
     /// segment of the large buffer size and advertise it, on any provider. Server:
-    /// accept bulk arguments so (without the flag a server does so where the device
-    /// calls for it: siw yes, shm and verbs no; `--no-extensions` turns it off).
+    /// accept bulk arguments so (without the flag, the engine's default: not yet by
+    /// device, see engine/DESIGN.md "Send-based DDP by default").
     /// `call`: ask for the reply's bulk item so (a SOURCE's data lands in a receive
     /// segment, no Write chunk).
     #[arg(long)]
@@ -381,7 +381,13 @@ fn conn_config(a: &ConnArgs, largest: usize) -> ConnConfig {
         credits: a.credits,
         large_buf_size: u32::try_from(large).unwrap_or(u32::MAX),
         extensions: !a.no_extensions,
-        send_ddp: a.send_ddp.then_some(true),
+        // Without the flag, the engine's default (DESIGN.md, "Send-based DDP by
+        // default").
+        send_ddp: if a.send_ddp {
+            Some(true)
+        } else {
+            ConnConfig::default().send_ddp
+        },
         send_ddp_max: a.send_ddp_max,
         ..ConnConfig::default()
     }

@@ -232,15 +232,20 @@ pub struct ConnConfig {
     /// itself as the [`DdpItem`](crate::service::DdpItem). Needs `extensions`; ignored
     /// on shared receive queues and on a connection playing both roles.
     ///
-    /// `None` (the default) decides by the device the connection is accepted on
+    /// `None` decides by the device the connection is accepted on
     /// ([`ConnConfig::resolved_for_responder`]; `engine/DESIGN.md`, "Send-based DDP by
     /// default"): on where an RDMA Read costs a round trip (so requesters use the
     /// segments) and the pages of posted and free segments can be given back while the
     /// connection is idle (`DeviceCaps::rdma_round_trip` and
-    /// `DeviceCaps::release_registered`: siw, sim); off on shm (no requester uses
-    /// them there) and on verbs (every posted segment would stay pinned: the receive
-    /// depth times `large_buf_size` per connection). `Some(true)` posts them on any
-    /// device, `Some(false)` never.
+    /// `DeviceCaps::release_registered`: siw, sim), for a requester that offered
+    /// continuation; off on shm (no requester uses them there) and on verbs (every
+    /// posted segment would stay pinned: the receive depth times `large_buf_size` per
+    /// connection). `Some(true)` posts them on any device, `Some(false)` never. The
+    /// default is still `Some(false)`: on siw a connection whose last call before going
+    /// idle placed its argument by send-based DDP sometimes keeps that call's context
+    /// (its reply's Send never completes), so the idle release never comes (DESIGN.md,
+    /// "Send-based DDP by default", open defect); `None` becomes the default once that
+    /// is fixed.
     ///
     /// Requester: receive replies' bulk items by send-based DDP (§7.4), only with
     /// `Some(true)` (`None` is off: results never go by send-based DDP by default):
@@ -365,7 +370,8 @@ impl Default for ConnConfig {
             done_timeout: Duration::from_secs(10),
             reply_chunks: ReplyChunks::BySize,
             backchannel_credits: DEFAULT_BACKCHANNEL_CREDITS,
-            send_ddp: None,
+            // Not yet `None` (by device): DESIGN.md, "Send-based DDP by default".
+            send_ddp: Some(false),
             send_ddp_max: None,
         }
     }
