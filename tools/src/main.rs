@@ -193,8 +193,9 @@ struct ConnArgs {
     no_extensions: bool,
     /// Send-based DDP (draft-dnoveck-rpcrdma-rtrext §7): post every receive with a DDP
     /// segment of the large buffer size and advertise it, on any provider. Server:
-    /// accept bulk arguments so (without the flag, the engine's default: not yet by
-    /// device, see engine/DESIGN.md "Send-based DDP by default").
+    /// accept bulk arguments so (without the flag, the engine's default: where the
+    /// device calls for it, siw yes, shm and verbs no, and only for a client offering
+    /// extensions; see engine/DESIGN.md "Send-based DDP by default").
     /// `call`: ask for the reply's bulk item so (a SOURCE's data lands in a receive
     /// segment, no Write chunk).
     #[arg(long)]

@@ -240,12 +240,8 @@ pub struct ConnConfig {
     /// `DeviceCaps::release_registered`: siw, sim), for a requester that offered
     /// continuation; off on shm (no requester uses them there) and on verbs (every
     /// posted segment would stay pinned: the receive depth times `large_buf_size` per
-    /// connection). `Some(true)` posts them on any device, `Some(false)` never. The
-    /// default is still `Some(false)`: on siw a connection whose last call before going
-    /// idle placed its argument by send-based DDP sometimes keeps that call's context
-    /// (its reply's Send never completes), so the idle release never comes (DESIGN.md,
-    /// "Send-based DDP by default", open defect); `None` becomes the default once that
-    /// is fixed.
+    /// connection). `None` is the default; `Some(true)` posts them on any device,
+    /// `Some(false)` never.
     ///
     /// Requester: receive replies' bulk items by send-based DDP (§7.4), only with
     /// `Some(true)` (`None` is off: results never go by send-based DDP by default):
@@ -370,8 +366,7 @@ impl Default for ConnConfig {
             done_timeout: Duration::from_secs(10),
             reply_chunks: ReplyChunks::BySize,
             backchannel_credits: DEFAULT_BACKCHANNEL_CREDITS,
-            // Not yet `None` (by device): DESIGN.md, "Send-based DDP by default".
-            send_ddp: Some(false),
+            send_ddp: None,
             send_ddp_max: None,
         }
     }
