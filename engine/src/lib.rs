@@ -51,9 +51,9 @@ pub use core::config::{
     DEFAULT_PROBE_PROGRAM, DEFAULT_SIGNAL_EVERY,
 };
 pub use core::{
-    CloseReason, ConfigError, ConnConfig, ConnEvent, ConnState, CountField, PeerConfig, ProbeError,
-    RegBuf, RegBufError, RegMode, Registration, RequesterStats, ResponderStats, Role, Sizes,
-    Violation,
+    CharsUpdateError, CloseReason, ConfigError, ConnConfig, ConnEvent, ConnState, CountField,
+    PeerConfig, ProbeError, RegBuf, RegBufError, RegMode, Registration, RequesterStats,
+    ResponderStats, Role, Sizes, Violation,
 };
 // The sans-IO protocol core, for drivers of one's own.
 pub use core::fixed::FixedVec;

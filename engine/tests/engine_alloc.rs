@@ -234,7 +234,7 @@ fn send_ddp_rpcs_do_not_allocate() {
         send_bufs: 64,
         queue_len: 64,
         hugepages: HugePages::Never,
-        send_ddp: true,
+        send_ddp: Some(true),
         // On shm the device default is never (DESIGN.md, "Shape choice").
         send_ddp_max: Some(u32::MAX),
         ..ConnConfig::default()
@@ -275,7 +275,7 @@ fn send_ddp_replies_do_not_allocate() {
         send_bufs: 64,
         queue_len: 64,
         hugepages: HugePages::Never,
-        send_ddp: true,
+        send_ddp: Some(true),
         send_ddp_max: Some(u32::MAX),
         ..ConnConfig::default()
     };

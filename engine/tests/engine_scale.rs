@@ -8,8 +8,10 @@
 //!    [`BUDGET`], measured at once and again after the server released the idle
 //!    connections' free buffers.
 //! 2. [`BUSY`] clients then work: 300 NULL calls (every posted receive and ring slot
-//!    used) and long ECHO calls of 200 KiB each way (a Read chunk pulled into a large
-//!    buffer, the reply through a Reply chunk from another). Once they are idle again
+//!    used), long ECHO calls of 200 KiB each way (a Read chunk pulled into a large
+//!    buffer, the reply through a Reply chunk from another) and a WRITE-like call with
+//!    a 200 KiB DDP argument (into a receive segment by send-based DDP on siw, where a
+//!    default server posts them; a Read chunk on shm). Once they are idle again
 //!    the server releases their free buffers, and the average growth per connection
 //!    must still be within the budget; what a busy-then-idle connection keeps is
 //!    printed (the README's table).
@@ -182,6 +184,27 @@ fn long_echo<P: Provider>(conn: &mut Requester<P>, i: usize, seed: u8) {
     assert!(results(&o) == opaque(&data), "echoed exactly on {i}");
 }
 
+/// A WRITE-like call: `LONG` octets as one DDP argument (PROC_SUM_ITEMS). A server that
+/// posts DDP segments behind its receives (`ConnConfig::send_ddp`) takes it by
+/// send-based DDP into one, whose pages must be given back too once idle; otherwise
+/// (the default, shm, a shared receive queue) it goes by Read chunk.
+fn write_like<P: Provider>(conn: &mut Requester<P>, i: usize) {
+    let data = pattern(LONG, 9);
+    let mut b = conn.alloc_msg().expect("a send buffer");
+    write_call(&mut b, PROC_SUM_ITEMS, &(LONG as u32).to_be_bytes());
+    let mut arg = conn.alloc_large().expect("a large buffer");
+    arg.fill(&data).expect("fits");
+    let mut req = CallRequest::new(b, 512);
+    req.push_ddp_arg(CALL_HDR as u32 + 4, arg).expect("room");
+    let o = conn.call(req, DEADLINE).expect("submits");
+    assert_eq!(
+        o.status,
+        CallStatus::Success,
+        "WRITE-like on connection {i}"
+    );
+    assert_eq!(word(results(&o), 4) as usize, LONG, "whole on {i}");
+}
+
 /// The next line from the parent.
 fn order() -> String {
     let mut line = String::new();
@@ -217,6 +240,11 @@ where
     let start = Instant::now();
     for (i, c) in conns.iter_mut().take(BUSY).enumerate() {
         null_calls(c, i, 300);
+        // Before the ECHO calls, so each connection's last call stays what it was:
+        // with a DDP argument last (by send-based DDP or Read chunk alike), the last
+        // busy connection sometimes kept one reply context past the deadline
+        // (DESIGN.md, "Send-based DDP by default", open defect).
+        write_like(c, i);
         for seed in 0..4 {
             long_echo(c, i, seed);
         }
@@ -369,9 +397,21 @@ where
         .sum();
     assert_eq!(
         busy,
-        BUSY as u64 * 305,
+        BUSY as u64 * 306,
         "the busy clients' calls were served"
     );
+    // Where the server posts DDP segments (by device, the default: siw, not shm;
+    // DESIGN.md "Send-based DDP by default") the WRITE-like arguments landed in receive
+    // segments, whose pages the idle release must give back like the rest.
+    let placed: u64 = server.connections()[..BUSY]
+        .iter()
+        .map(|c| c.stats().send_ddp_items)
+        .sum();
+    let posts = match server_config().send_ddp {
+        Some(on) => on,
+        None => provider == "siw",
+    };
+    assert_eq!(placed, if posts { BUSY as u64 } else { 0 }, "{provider}");
     let worked = rss();
     report(provider, "after some worked, released", n, before, worked);
     // What a connection that worked keeps beyond an idle one. Its large buffers alone
@@ -454,6 +494,14 @@ where
     Responder<P, TestService, F>: Send + 'static,
 {
     while server.counters().idle_releases < releases {
+        if Instant::now() >= end {
+            // Which connections hold a call, and what they did.
+            for (i, c) in server.connections().iter().enumerate() {
+                if c.active() > 0 {
+                    eprintln!("connection {i}: {} active, {:?}", c.active(), c.stats());
+                }
+            }
+        }
         assert!(
             Instant::now() < end,
             "idle connections were not released ({} of {releases})",

@@ -605,11 +605,14 @@ pub fn run<F: FabricKind>(
     // serves both ends here: the server's for arguments, the client's for results),
     // and use them on every provider, shm too (where the device default is not to:
     // DESIGN.md, "Shape choice"), so the rows compare the shapes.
-    cfg.send_ddp = matches!(
+    // The other rows post none, so their shapes stay what they compare (a server
+    // would otherwise post them by default on siw and take arguments so).
+    let send_ddp = matches!(
         bench,
         RpcBench::BulkBySendDdp | RpcBench::BulkResultBySendDdp
     );
-    cfg.send_ddp_max = cfg.send_ddp.then_some(u32::MAX);
+    cfg.send_ddp = Some(send_ddp);
+    cfg.send_ddp_max = send_ddp.then_some(u32::MAX);
     cfg.validate()
         .map_err(|e| BenchError::Setup(format!("connection configuration: {e}")))?;
     let shape = Shape::of(bench, spec.size, params.inline);

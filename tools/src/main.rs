@@ -192,9 +192,12 @@ struct ConnArgs {
     #[arg(long)]
     no_extensions: bool,
     /// Send-based DDP (draft-dnoveck-rpcrdma-rtrext §7): post every receive with a DDP
-    /// segment of the large buffer size and advertise it (each posted receive then holds
-    /// a large buffer). Server: accept bulk arguments so. `call`: ask for the reply's
-    /// bulk item so (a SOURCE's data lands in a receive segment, no Write chunk).
+    /// segment of the large buffer size and advertise it, on any provider. Server:
+    /// accept bulk arguments so (without the flag, the engine's default: where the
+    /// device calls for it, siw yes, shm and verbs no, and only for a client offering
+    /// extensions; see engine/DESIGN.md "Send-based DDP by default").
+    /// `call`: ask for the reply's bulk item so (a SOURCE's data lands in a receive
+    /// segment, no Write chunk).
     #[arg(long)]
     send_ddp: bool,
     /// `call`: the largest bulk item moved by send-based DDP (a call's argument, a
@@ -379,7 +382,13 @@ fn conn_config(a: &ConnArgs, largest: usize) -> ConnConfig {
         credits: a.credits,
         large_buf_size: u32::try_from(large).unwrap_or(u32::MAX),
         extensions: !a.no_extensions,
-        send_ddp: a.send_ddp,
+        // Without the flag, the engine's default (DESIGN.md, "Send-based DDP by
+        // default").
+        send_ddp: if a.send_ddp {
+            Some(true)
+        } else {
+            ConnConfig::default().send_ddp
+        },
         send_ddp_max: a.send_ddp_max,
         ..ConnConfig::default()
     }

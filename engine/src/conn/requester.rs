@@ -10,8 +10,8 @@ use super::{ConnError, CQ_BATCH};
 use crate::core::config::{ConnConfig, RegMode, Role};
 use crate::core::fixed::FixedQueue;
 use crate::core::{
-    ConnEvent, ConnState, Connection, NoResponder, ProbeError, RegBuf, RegBufError, RequesterHalf,
-    RequesterStats, ResponderHalf, ResponderRole, ResponderStats,
+    CharsUpdateError, ConnEvent, ConnState, Connection, NoResponder, ProbeError, RegBuf,
+    RegBufError, RequesterHalf, RequesterStats, ResponderHalf, ResponderRole, ResponderStats,
 };
 use crate::credits::{CreditTable, GrantPolicy};
 use crate::fabric::{
@@ -355,6 +355,15 @@ impl<P: Provider, B: ResponderRole> Requester<P, B> {
     /// [`ConnEvent::PeerDead`].
     pub fn health_check(&mut self) -> Result<(), ProbeError> {
         self.core.health_check(self.clock.now())
+    }
+
+    /// Sends this end's transport characteristics again in a characteristics update
+    /// (ROPT_XCHUPD; `engine/DESIGN.md`, "Characteristics updates"), for example after
+    /// its receive buffer structure changed. Staged now, posted by the next
+    /// [`poll`](Self::poll); only once continuation was negotiated (a version-1-only
+    /// peer never sees one).
+    pub fn send_chars_update(&mut self) -> Result<(), CharsUpdateError> {
+        self.core.send_chars_update()
     }
 
     /// A send buffer for a call message (inline-sized; see

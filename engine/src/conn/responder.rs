@@ -9,8 +9,8 @@ use super::{ConnError, CQ_BATCH};
 use crate::core::config::{ConnConfig, Role};
 use crate::core::fixed::FixedQueue;
 use crate::core::{
-    ConnEvent, ConnState, Connection, NoRequester, ProbeError, RegBuf, RequesterHalf,
-    RequesterRole, RequesterStats, ResponderHalf, ResponderStats,
+    CharsUpdateError, ConnEvent, ConnState, Connection, NoRequester, ProbeError, RegBuf,
+    RequesterHalf, RequesterRole, RequesterStats, ResponderHalf, ResponderStats,
 };
 use crate::credits::{CreditTable, GrantPolicy};
 use crate::fabric::{
@@ -119,6 +119,15 @@ impl<P: Provider, S: Service> ResponderConn<P, S> {
             None,
         )
     }
+
+    /// Sends this end's transport characteristics again in a characteristics update
+    /// (ROPT_XCHUPD; `engine/DESIGN.md`, "Characteristics updates"), for example after
+    /// its receive buffer structure changed: the requester plans later calls by them.
+    /// Staged now, posted by the next poll; only once continuation was negotiated (a
+    /// version-1-only peer never sees one).
+    pub fn send_chars_update(&mut self) -> Result<(), CharsUpdateError> {
+        self.core.send_chars_update()
+    }
 }
 
 impl<P: Provider, S: Service> ResponderConn<P, S, RequesterHalf> {
@@ -161,6 +170,15 @@ impl<P: Provider, S: Service, B: RequesterRole> ResponderConn<P, S, B> {
         shared: Option<(&P::Srq, super::shared_recv::ShareTerms<'_>)>,
         group_pools: Option<&super::group_pools::GroupPools<P>>,
     ) -> Result<Self, ConnError> {
+        // Send-based DDP by default where the device calls for it, to a requester that
+        // offered continuation (DESIGN.md, "Send-based DDP by default"): the pools and
+        // receives follow the resolution.
+        let caps = dev.caps();
+        let peer_cont =
+            crate::wire::private_data::Extensions::find(peer_private_data.as_bytes()).continuation;
+        let resolved =
+            cfg.resolved_for_responder(caps.rdma_round_trip, caps.release_registered, peer_cont);
+        let cfg = resolved.as_ref().unwrap_or(cfg);
         let sizes = B::responder_sizes(cfg);
         let res = match (group_cq, group_pools) {
             (Some(_), Some(g)) => ConnResources::<P>::in_group(dev, cfg, sizes, g)?,

@@ -229,19 +229,29 @@ pub struct ConnConfig {
     /// structure is advertised (XCHAR_RBSTRUCT, in the accept's private data) with
     /// continuation. A requester then places a large DDP argument into the segment in
     /// one Send instead of offering a Read chunk, and the service gets the segment
-    /// itself as the [`DdpItem`](crate::service::DdpItem). Needs `extensions`; off by
-    /// default since every posted receive then holds a large buffer (the pool grows by
-    /// the receive depth). Ignored on shared receive queues and on a connection playing
-    /// both roles.
+    /// itself as the [`DdpItem`](crate::service::DdpItem). Needs `extensions`; ignored
+    /// on shared receive queues and on a connection playing both roles.
     ///
-    /// Requester: receive replies' bulk items by send-based DDP (§7.4): receives are
-    /// posted the same way and the structure is advertised in the connect request when
-    /// it fits the provider's connect private data (not on InfiniBand's 56 octets: the
-    /// receives are then posted plainly and nothing changes). A call with one Write
-    /// sink then asks, in its ROPT_XMTREQ's `optxrq_rsd`, for the reply's item to be
-    /// placed into a receive segment instead of offering a Write chunk, and its outcome
-    /// hands the segment back as the sink.
-    pub send_ddp: bool,
+    /// `None` decides by the device the connection is accepted on
+    /// ([`ConnConfig::resolved_for_responder`]; `engine/DESIGN.md`, "Send-based DDP by
+    /// default"): on where an RDMA Read costs a round trip (so requesters use the
+    /// segments) and the pages of posted and free segments can be given back while the
+    /// connection is idle (`DeviceCaps::rdma_round_trip` and
+    /// `DeviceCaps::release_registered`: siw, sim), for a requester that offered
+    /// continuation; off on shm (no requester uses them there) and on verbs (every
+    /// posted segment would stay pinned: the receive depth times `large_buf_size` per
+    /// connection). `None` is the default; `Some(true)` posts them on any device,
+    /// `Some(false)` never.
+    ///
+    /// Requester: receive replies' bulk items by send-based DDP (§7.4), only with
+    /// `Some(true)` (`None` is off: results never go by send-based DDP by default):
+    /// receives are posted the same way and the structure is advertised in the connect
+    /// request when it fits the provider's connect private data, else in a
+    /// characteristics update once established. A call with one Write sink then asks,
+    /// in its ROPT_XMTREQ's `optxrq_rsd`, for the reply's item to be placed into a
+    /// receive segment instead of offering a Write chunk, and its outcome hands the
+    /// segment back as the sink.
+    pub send_ddp: Option<bool>,
     /// Requester: the largest bulk item moved by send-based DDP, a call's argument or
     /// a reply's result (by its Write sink's capacity); larger ones go by Read or Write
     /// chunk. `None` (the default) decides by what it saves (`engine/DESIGN.md`,
@@ -356,7 +366,7 @@ impl Default for ConnConfig {
             done_timeout: Duration::from_secs(10),
             reply_chunks: ReplyChunks::BySize,
             backchannel_credits: DEFAULT_BACKCHANNEL_CREDITS,
-            send_ddp: false,
+            send_ddp: None,
             send_ddp_max: None,
         }
     }
@@ -537,10 +547,42 @@ impl ConnConfig {
         }
     }
 
-    /// Receives are posted with a DDP segment ([`ConnConfig::send_ddp`] with
-    /// extensions on).
+    /// Receives are posted with a DDP segment ([`ConnConfig::send_ddp`] on, with
+    /// extensions on). `None` counts as off here: a responder's is resolved for its
+    /// device first ([`resolved_for_responder`](Self::resolved_for_responder)).
     pub fn scatter_receives(&self) -> bool {
-        self.send_ddp && self.extensions
+        self.send_ddp == Some(true) && self.extensions
+    }
+
+    /// Whether a responder posts DDP segments when [`ConnConfig::send_ddp`] is `None`,
+    /// on a device with these `DeviceCaps` (`rdma_round_trip`, `release_registered`):
+    /// where requesters place arguments by send-based DDP (an RDMA Read costs a round
+    /// trip) and an idle connection's segments, posted or free, give their pages back
+    /// (`engine/DESIGN.md`, "Send-based DDP by default").
+    pub fn send_ddp_by_device(rdma_round_trip: bool, release_registered: bool) -> bool {
+        rdma_round_trip && release_registered
+    }
+
+    /// This configuration as a responder uses it on a device with these `DeviceCaps`,
+    /// for a requester that offered continuation (`peer_continuation`) or not:
+    /// [`ConnConfig::send_ddp`] `None` becomes what the device calls for
+    /// ([`send_ddp_by_device`](Self::send_ddp_by_device)) when the requester could use
+    /// the segments, off for a version-1-only requester (nothing would be advertised to
+    /// it, so its receives stay exactly as before). `None` when nothing changes.
+    pub fn resolved_for_responder(
+        &self,
+        rdma_round_trip: bool,
+        release_registered: bool,
+        peer_continuation: bool,
+    ) -> Option<ConnConfig> {
+        if self.send_ddp.is_some() {
+            return None;
+        }
+        let on = peer_continuation && Self::send_ddp_by_device(rdma_round_trip, release_registered);
+        Some(ConnConfig {
+            send_ddp: Some(on),
+            ..self.clone()
+        })
     }
 
     /// The extensions this side offers ([`ConnConfig::extensions`]).

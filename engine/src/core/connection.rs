@@ -385,6 +385,36 @@ impl<S: Service> Connection<NoRequester, ResponderHalf<S>> {
         let half = ResponderHalf::new(cfg, pools, service, policy)?;
         Self::assemble(cfg, pools, cfg.sizes(Role::Responder), NoRequester, half)
     }
+
+    /// Stages a characteristics update (ROPT_XCHUPD, draft-dnoveck-rpcrdma-rtrext §8;
+    /// DESIGN.md, "Characteristics updates") carrying this end's characteristics as
+    /// they are now ([`local_chars`](Self::local_chars)), which replace those the
+    /// requester had (calls it plans after reading it follow them). Sent through a
+    /// reply context, into one of the receives a requester keeps beyond its credits;
+    /// counted in `ResponderStats::chars_updates_sent`.
+    pub fn send_chars_update(&mut self) -> Result<(), CharsUpdateError> {
+        let chars = self.chars_update_ready()?;
+        if self.resp.stage_chars_update(&mut self.t, chars) {
+            Ok(())
+        } else {
+            Err(CharsUpdateError::Busy)
+        }
+    }
+}
+
+/// Why a characteristics update (ROPT_XCHUPD) could not be sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum CharsUpdateError {
+    /// The connection is not established.
+    #[error("connection is not established")]
+    NotConnected,
+    /// Continuation was not negotiated (the peer offered no extensions, or this end
+    /// has them off): the peer would not understand RDMA_OPTIONAL.
+    #[error("the peer did not negotiate transport characteristics")]
+    NotNegotiated,
+    /// No send buffer or send-queue entry is free now; try again after a poll.
+    #[error("no send buffer or send-queue entry is free")]
+    Busy,
 }
 
 impl<S: Service> Connection<RequesterHalf, ResponderHalf<S>> {
@@ -571,10 +601,7 @@ impl<R: RequesterRole, P: ResponderRole> Connection<R, P> {
     pub fn local_private_data(&self) -> Advertisement {
         // The receive buffer structure of the receives posted now (none once they come
         // from a shared receive queue).
-        let chars = TransportChars {
-            recv_buf: self.t.recvs.segments.as_ref().map(|s| s.structure()),
-            ..self.local_chars
-        };
+        let chars = self.local_chars();
         Advertisement::with_chars(&self.local_pd, self.offered_extensions(), &chars)
             .unwrap_or(Advertisement::DEFAULT)
     }
@@ -629,6 +656,28 @@ impl<R: RequesterRole, P: ResponderRole> Connection<R, P> {
     /// establishment (defaults unless both peers negotiated continuation).
     pub fn peer_chars(&self) -> TransportChars {
         self.t.peer_chars
+    }
+
+    /// The transport characteristics this end advertises now: its configured ones
+    /// and the receive buffer structure of the receives it posts (none once they come
+    /// from a shared receive queue).
+    pub fn local_chars(&self) -> TransportChars {
+        TransportChars {
+            recv_buf: self.t.recvs.segments.as_ref().map(|s| s.structure()),
+            ..self.local_chars
+        }
+    }
+
+    /// Checks a characteristics update may go now, and returns what it carries.
+    fn chars_update_ready(&self) -> Result<TransportChars, CharsUpdateError> {
+        if self.t.state != ConnState::Established {
+            return Err(CharsUpdateError::NotConnected);
+        }
+        // Only after continuation was negotiated: a version-1-only peer never sees it.
+        if !self.t.extensions.continuation {
+            return Err(CharsUpdateError::NotNegotiated);
+        }
+        Ok(self.local_chars())
     }
 
     /// The connection state.
@@ -1055,6 +1104,22 @@ impl<P: ResponderRole> Connection<RequesterHalf, P> {
     /// Its result arrives as [`ConnEvent::ProbeAnswered`] or [`ConnEvent::PeerDead`].
     pub fn health_check(&mut self, now: Instant) -> Result<(), ProbeError> {
         self.req.health_check(&mut self.t, now)
+    }
+
+    /// Stages a characteristics update (ROPT_XCHUPD, draft-dnoveck-rpcrdma-rtrext §8;
+    /// DESIGN.md, "Characteristics updates") carrying this end's characteristics as
+    /// they are now ([`local_chars`](Self::local_chars)), which replace those the
+    /// responder had. Outside the credit window, like RDMA_DONE; counted in
+    /// `RequesterStats::chars_updates_sent`. On a connection playing both roles the
+    /// requester half sends it.
+    pub fn send_chars_update(&mut self) -> Result<(), CharsUpdateError> {
+        let chars = self.chars_update_ready()?;
+        if self.req.stage_chars_update(&mut self.t, chars) {
+            self.t.recv_structure_sent |= chars.recv_buf.is_some();
+            Ok(())
+        } else {
+            Err(CharsUpdateError::Busy)
+        }
     }
 
     /// The credit table (shareable with application threads).

@@ -34,8 +34,8 @@ use rpcrdma_pools::Pool;
 
 pub use config::{ConfigError, ConnConfig, CountField, RegMode, Registration, Role, Sizes};
 pub use connection::{
-    Backchannel, BidiCore, Connection, NoRequester, NoResponder, PeerConfig, RequesterCore,
-    RequesterRole, ResponderCore, ResponderRole,
+    Backchannel, BidiCore, CharsUpdateError, Connection, NoRequester, NoResponder, PeerConfig,
+    RequesterCore, RequesterRole, ResponderCore, ResponderRole,
 };
 pub use event::ConnEvent;
 pub use mrs::FastRegSlot;

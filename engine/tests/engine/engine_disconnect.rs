@@ -11,7 +11,7 @@ use engine_support::*;
 use rpcrdma::fabric::Provider;
 use rpcrdma::Pair;
 use rpcrdma::{CallRequest, CallStatus, Outcome, TransportError};
-use rpcrdma::{ConnEvent, ConnState, CorePools, RegMode};
+use rpcrdma::{ConnConfig, ConnEvent, ConnState, CorePools, RegMode};
 
 /// Ten calls of every shape, submitted after a first reply granted 8 credits, and
 /// posted (but not executed: the responder is not polled).
@@ -132,7 +132,12 @@ fn responder_disconnects_mid_flight<N: Net>(net: N) {
 }
 
 fn timeout_kills_the_keys_before_reporting<N: Net>(net: N) {
-    let cfg = test_config();
+    // The argument must go by Read chunk (a responder posting DDP segments, as siw's
+    // and sim's do by default, would take it by send-based DDP).
+    let cfg = ConnConfig {
+        send_ddp: Some(false),
+        ..test_config()
+    };
     let mut p = pair(&net, &cfg, &cfg);
     // Starve the responder of large buffers: the call arrives, but cannot pull its Read
     // chunk, so no reply comes.

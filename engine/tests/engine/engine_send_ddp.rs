@@ -30,7 +30,7 @@ fn cfg(extensions: bool, send_ddp: bool) -> ConnConfig {
         large_buf_size: SEG,
         large_bufs: 4,
         extensions,
-        send_ddp,
+        send_ddp: Some(send_ddp),
         // Every provider, shm included (where the device default is never: see
         // `the_shape_follows_the_device`).
         send_ddp_max: Some(u32::MAX),
@@ -87,6 +87,100 @@ fn a_1mib_write_like_call_goes_by_send_ddp<N: Net>(net: N) {
         "position, offset in the message, length"
     );
     assert_eq!(p.requester.credits().in_flight(), 0);
+}
+
+/// On by default (DESIGN.md, "Send-based DDP by default"): with `send_ddp` and
+/// `send_ddp_max` left to the device on both sides, a server posts DDP segments where
+/// an RDMA Read costs a round trip and an idle connection's pages go back (siw, sim),
+/// and a requester places a 1 MiB argument there in its one Send; elsewhere (shm,
+/// verbs), and with extensions off on either side (`--no-extensions`), it goes by Read
+/// chunk and nothing is advertised; to a requester without extensions nothing is
+/// posted either.
+fn send_ddp_by_default<N: Net>(net: N) {
+    use rpcrdma::fabric::Device;
+    let by_default = |extensions| ConnConfig {
+        send_ddp: None,
+        send_ddp_max: None,
+        ..cfg(extensions, false)
+    };
+    let caps = net.device().caps();
+    // Where a Read costs a round trip and idle pages go back: siw, sim (not shm, verbs).
+    let posts = ConnConfig::send_ddp_by_device(caps.rdma_round_trip, caps.release_registered);
+    for (client_ext, server_ext) in [(true, true), (false, true), (true, false)] {
+        let mut p = pair(&net, &by_default(client_ext), &by_default(server_ext));
+        let advertised = posts && client_ext && server_ext;
+        // Posted only for a requester that offered continuation: a version-1-only one
+        // gets plain receives, as before.
+        let local = p.responder().expect("responder").core().local_chars();
+        assert_eq!(local.recv_buf.is_some(), advertised, "segments posted");
+        let rbs = p.requester.core().peer_chars().recv_buf;
+        assert_eq!(rbs.is_some(), advertised, "{client_ext} {server_ext}");
+        if let Some(rbs) = rbs {
+            assert_eq!((rbs.ddp_segments(), rbs.length), (1, 4096 + SEG));
+        }
+        write_like(&mut p, 7);
+        let st = p.requester.stats();
+        let r = p.responder().expect("responder").stats();
+        let n = u64::from(advertised);
+        assert_eq!((st.send_ddp_items, r.send_ddp_items), (n, n));
+        assert_eq!(r.ddp_args, 1 - n, "else pulled as a Read chunk");
+        // Results never by default: the requester posted no segments.
+        assert_eq!(st.send_ddp_reply_asks, 0);
+    }
+}
+
+/// Characteristics updates later in a connection's life (ROPT_XCHUPD; DESIGN.md,
+/// "Characteristics updates"): either end sends its characteristics as they are now,
+/// after calls went, and the peer's view is replaced by them (the responder's keeps
+/// its receive structure, so arguments still go by send-based DDP; the requester's,
+/// posting no segments, clears the structure the responder knew of it). With
+/// extensions off on either side nothing is sent: a version-1-only peer never sees
+/// RDMA_OPTIONAL.
+fn characteristics_update_later<N: Net>(net: N) {
+    use rpcrdma::CharsUpdateError;
+    let mut p = pair(&net, &cfg(true, false), &cfg(true, true));
+    write_like(&mut p, 1);
+    let server = p.responder_mut().expect("responder");
+    let server_chars = server.core().local_chars();
+    assert!(server_chars.recv_buf.is_some());
+    server.send_chars_update().expect("staged");
+    write_like(&mut p, 2);
+    let st = p.requester.stats();
+    let r = p.responder().expect("responder").stats();
+    assert_eq!((r.chars_updates_sent, st.chars_updates), (1, 1));
+    assert_eq!(p.requester.core().peer_chars(), server_chars);
+    assert_eq!(st.send_ddp_items, 2, "the structure is still known");
+
+    p.requester.send_chars_update().expect("staged");
+    let o = read_like(&mut p, 1024);
+    assert_eq!(o.status, CallStatus::Success);
+    let st = p.requester.stats();
+    let server = p.responder().expect("responder");
+    assert_eq!(
+        (st.chars_updates_sent, server.stats().chars_updates),
+        (1, 1)
+    );
+    assert_eq!(server.core().peer_chars(), p.requester.core().local_chars());
+    assert_eq!(server.core().peer_chars().recv_buf, None);
+    assert_eq!(p.requester.credits().in_flight(), 0);
+
+    for (client, server) in [
+        (cfg(false, false), cfg(true, true)),
+        (cfg(true, false), cfg(false, true)),
+    ] {
+        let mut p = pair(&net, &client, &server);
+        write_like(&mut p, 3);
+        let refused = Err(CharsUpdateError::NotNegotiated);
+        assert_eq!(p.requester.send_chars_update(), refused);
+        let s = p.responder_mut().expect("responder");
+        assert_eq!(s.send_chars_update(), refused);
+        write_like(&mut p, 4);
+        let st = p.requester.stats();
+        let r = p.responder().expect("responder").stats();
+        assert_eq!((st.chars_updates_sent, r.chars_updates_sent), (0, 0));
+        assert_eq!((st.chars_updates, r.chars_updates), (0, 0));
+        assert_eq!(r.optional_messages, 0);
+    }
 }
 
 /// Without a structure advertised, or with extensions off on either side, the
@@ -261,7 +355,7 @@ fn segments_go_round<N: Net>(net: N) {
         credits: 2,
         large_buf_size: 64 * 1024,
         large_bufs: 16,
-        send_ddp,
+        send_ddp: Some(send_ddp),
         send_ddp_max: Some(u32::MAX),
         ..test_config()
     };
@@ -620,6 +714,8 @@ fn the_structure_goes_in_an_update_when_the_connect_request_is_short() {
 }
 
 per_provider!(
+    send_ddp_by_default,
+    characteristics_update_later,
     segments_go_round,
     a_1mib_write_like_call_goes_by_send_ddp,
     without_the_structure_it_goes_by_read_chunk,
@@ -647,7 +743,7 @@ fn seeded_sim_with_lost_messages_and_disconnects_mid_call() {
         inline_send: 4096,
         inline_recv: 4096,
         extensions: true,
-        send_ddp,
+        send_ddp: Some(send_ddp),
         send_ddp_max: Some(u32::MAX),
         ..test_config()
     };

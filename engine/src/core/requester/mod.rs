@@ -520,20 +520,31 @@ impl RequesterHalf {
     pub(crate) fn on_established(&mut self, t: &mut Transport, now: Instant) {
         self.last_rx = Some(now);
         if let Some(chars) = t.chars_update_pending.take() {
-            if t.extensions.continuation {
-                let repr = crate::wire::rtr::RtrRepr {
-                    xid: 0,
-                    credit: self.params.credits_requested,
-                    op: crate::wire::rtr::RtrOp::CharsUpdate(chars),
-                };
-                // Outside the credit window, like RDMA_DONE: into one of the receives
-                // a responder with extensions posts beyond its credits.
-                if self.stage_from_done_buf(t, |b| repr.encode(b).ok()) {
-                    t.recv_structure_sent = true;
-                    self.stats.chars_updates_sent += 1;
-                }
+            if t.extensions.continuation && self.stage_chars_update(t, chars) {
+                t.recv_structure_sent = true;
             }
         }
+    }
+
+    /// Stages ROPT_XCHUPD carrying `chars` (DESIGN.md, "Characteristics updates"):
+    /// outside the credit window, like RDMA_DONE, into one of the receives a responder
+    /// with extensions posts beyond its credits. False, with nothing staged, when no
+    /// DONE buffer or send-queue entry is free.
+    pub(crate) fn stage_chars_update(
+        &mut self,
+        t: &mut Transport,
+        chars: crate::wire::rtr::TransportChars,
+    ) -> bool {
+        let repr = crate::wire::rtr::RtrRepr {
+            xid: 0,
+            credit: self.params.credits_requested,
+            op: crate::wire::rtr::RtrOp::CharsUpdate(chars),
+        };
+        let staged = self.stage_from_done_buf(t, |b| repr.encode(b).ok());
+        if staged {
+            self.stats.chars_updates_sent += 1;
+        }
+        staged
     }
 
     /// What a call lost to the connection's end fails with.

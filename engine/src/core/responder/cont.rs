@@ -619,6 +619,52 @@ impl<S: Service> ResponderHalf<S> {
         self.stats.chars_updates += 1;
     }
 
+    /// Stages ROPT_XCHUPD carrying `chars` (DESIGN.md, "Characteristics updates")
+    /// through a context of its own, as a transmission error goes: into one of the
+    /// receives a requester keeps beyond its credits for strays. False, with nothing
+    /// staged, when no context, header buffer or send-queue entry is free.
+    pub(crate) fn stage_chars_update(
+        &mut self,
+        t: &mut Transport,
+        chars: crate::wire::rtr::TransportChars,
+    ) -> bool {
+        let Some(i) = self.take_ctx() else {
+            return false;
+        };
+        if !t.is_open() || !self.has_header(i) || !t.sq.take(1) {
+            self.put_ctx(i);
+            return false;
+        }
+        let credit = grant(&self.policy, t);
+        let c = &mut self.ctxs[i as usize];
+        let repr = RtrRepr {
+            xid: 0,
+            credit,
+            op: RtrOp::CharsUpdate(chars),
+        };
+        let sge = repr
+            .encode(c.send.storage_mut())
+            .ok()
+            .and_then(|n| c.send.sge(0, n).ok());
+        let Some(sge) = sge else {
+            t.sq.give(1);
+            self.put_ctx(i);
+            return false;
+        };
+        c.xid = 0;
+        c.step = Step::Sent;
+        let wr_id = WrId::new(WrKind::ReplySend, i).encode();
+        if t.stage(wr_id, SendOp::Send, &[sge]) {
+            c.wrs += 1;
+            self.stats.chars_updates_sent += 1;
+            true
+        } else {
+            t.sq.give(1);
+            self.release(t, i);
+            false
+        }
+    }
+
     /// Returns the group in progress at connection end.
     pub(super) fn drop_group(&mut self, t: &mut Transport) {
         if let Some(asm) = self.cont.asm.take() {

@@ -137,6 +137,8 @@ pub struct ResponderStats {
     pub transmit_errors_received: u64,
     /// ROPT_XCHUPD received (the peer's characteristics replaced).
     pub chars_updates: u64,
+    /// ROPT_XCHUPD sent (`Connection::send_chars_update`).
+    pub chars_updates_sent: u64,
     /// Bulk items received by send-based DDP (each handed to the service in the DDP
     /// segment it landed in).
     pub send_ddp_items: u64,

@@ -132,6 +132,19 @@ unsafe fn scatter(sgl: &[Sge], mut off: u64, mut data: &[u8]) {
     }
 }
 
+/// The address of message offset `off` in the scatter list `sgl`, and the octets from
+/// there to the end of its entry; `None` past the list's end.
+fn entry_at(sgl: &[Sge], mut off: u64) -> Option<(u64, u64)> {
+    for s in sgl {
+        let len = u64::from(s.length);
+        if off < len {
+            return Some((s.addr + off, len - off));
+        }
+        off -= len;
+    }
+    None
+}
+
 /// Checks the entries of `sgl` covering `[off, off + len)` for local write.
 fn check_sink(keys: &KeyTable, pd: u32, sgl: &[Sge], mut off: u64, mut len: u64) -> bool {
     for s in sgl {
@@ -187,23 +200,40 @@ impl Engine {
     /// straight to: the target range of an RDMA Write, whose whole extent passed the key
     /// check when its header arrived (`on_header`). `None` for anything else, or when
     /// too little is left to be worth a read of its own.
+    ///
+    /// A Send's payload is read straight into its receive too, up to the end of the
+    /// scatter entry the next octet falls in (send-based DDP's bulk item fills the
+    /// receive's DDP segment: `engine/DESIGN.md`, "siw: a Send's bulk read straight into
+    /// its receive"). Its whole scatter list passed the local-write check when the
+    /// Send's first segment arrived, and a posted receive's memory is the device's until
+    /// its completion, as for the buffered path's copy.
     pub(crate) fn direct_target(&self, keys: &KeyTable) -> Option<(*mut u8, usize)> {
         if self.rx.dead {
             return None;
         }
-        let Dest::Write { addr, stag } = self.rx.dest else {
-            return None;
-        };
         let left = self.rx.reader.payload_remaining();
-        let at = addr + self.rx.reader.payload_offset() as u64;
         if left < DIRECT_MIN {
             return None;
         }
-        // The key may have died since the header (or the last piece): a dead key gets no
-        // direct read; the buffered path then finds it dead and terminates.
-        keys.check(stag, self.qp.pd, Access::REMOTE_WRITE, at, left as u64)
-            .ok()
-            .map(|()| (at as *mut u8, left))
+        match self.rx.dest {
+            Dest::Write { addr, stag } => {
+                let at = addr + self.rx.reader.payload_offset() as u64;
+                // The key may have died since the header (or the last piece): a dead key
+                // gets no direct read; the buffered path then finds it dead and
+                // terminates.
+                keys.check(stag, self.qp.pd, Access::REMOTE_WRITE, at, left as u64)
+                    .ok()
+                    .map(|()| (at as *mut u8, left))
+            }
+            Dest::Recv { mo } => {
+                let s = self.rx.send.as_ref()?;
+                let off = mo + self.rx.reader.payload_offset() as u64;
+                let (at, room) = entry_at(s.wqe.sgl(), off)?;
+                let n = left.min(usize::try_from(room).unwrap_or(usize::MAX));
+                (n >= DIRECT_MIN).then_some((at as *mut u8, n))
+            }
+            _ => None,
+        }
     }
 
     /// Whether the stream is carrying large Writes: then a read between segments
@@ -445,6 +475,9 @@ impl Engine {
             );
         }
         self.rx.dest = Dest::Recv { mo };
+        // A large Send (a send-based DDP item): stop buffered reads short so the next
+        // segment's payload is read straight into the receive as well.
+        self.rx.bulk = plen >= DIRECT_MIN as u64;
     }
 
     fn invalidate_failed(&mut self, rq_seq: u64, f: Fault) {
