@@ -47,7 +47,14 @@ fn run_to_closed<P: Provider>(p: &mut Pair<P, TestService>) -> BTreeMap<u64, Out
             && p.responder()
                 .is_some_and(|r| r.state() == ConnState::Closed)
     });
-    assert!(done, "both sides closed: {:?}", p.requester.state());
+    assert!(
+        done,
+        "both sides closed: requester {:?}, responder {:?} (active {:?}, {:?})",
+        p.requester.state(),
+        p.responder().map(|r| r.state()),
+        p.responder().map(|r| r.active()),
+        p.responder().map(|r| r.stats()),
+    );
     while let Some(o) = p.next_outcome() {
         assert!(outcomes.insert(o.tag, o).is_none(), "one outcome per call");
     }
