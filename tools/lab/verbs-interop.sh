@@ -36,7 +36,7 @@ RUN=$LAB/runs/verbs-interop-$(date +%Y%m%d-%H%M%S)-$$; mkdir -p "$RUN"
 cat > "$RUN/cases" <<'CASES'
 null|"status":"SUCCESS"|"call":"RDMA_MSG","read_chunks":0,"write_chunks":0,"reply_chunks":0|--null
 echo-inline|echoed 1000 octets match|"call":"RDMA_MSG","read_chunks":0,"write_chunks":0,"reply_chunks":0|--echo --size 1000
-echo-read|echoed 2000 octets match|"call":"RDMA_MSG","read_chunks":1,"write_chunks":0,"reply_chunks":0|--echo --size 2000 --read-chunk
+echo-read|echoed 2000 octets match|"call":"RDMA_MSG","read_chunks":1,"write_chunks":0,"reply_chunks":0|--echo --size 2000 --read-chunk --send-ddp-max 0
 echo-write|echoed 3000 octets match|"call":"RDMA_MSG","read_chunks":0,"write_chunks":1,"reply_chunks":0|--echo --size 3000 --write-chunk
 echo-reply|echoed 6000 octets match|"call":"RDMA_MSG","read_chunks":1,"write_chunks":0,"reply_chunks":1|--echo --size 6000 --reply-chunk --no-extensions
 echo-rw|echoed 40001 octets match|"call":"RDMA_MSG","read_chunks":1,"write_chunks":1,"reply_chunks":0|--echo --size 40001 --read-chunk --write-chunk

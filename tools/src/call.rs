@@ -341,9 +341,15 @@ fn call<P: Provider>(
             .peer_chars()
             .recv_buf
             .is_some_and(|r| r.ddp_segments() > 0);
+    // Send-based DDP carries the argument in one Send only when the reply then fits
+    // inline; a reply as large as the argument (ECHO) would need a Reply chunk, so a
+    // group that carries both (two Sends' worth of round trips fewer) wins.
+    let reply_inline =
+        !has_result(o.target) || o.size + INLINE_OVERHEAD <= o.conn.inline_recv as usize;
     let read_chunk = has_arg(o.target)
         && o.size > 0
-        && (o.read_chunk == Choice::On || (o.size > inline_room && (!by_group || by_ddp)));
+        && (o.read_chunk == Choice::On
+            || (o.size > inline_room && (!by_group || (by_ddp && reply_inline))));
     let write_chunk = has_result(o.target)
         && (o.write_chunk == Choice::On
             || (o.write_chunk == Choice::Auto

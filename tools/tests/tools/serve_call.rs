@@ -503,6 +503,35 @@ fn call_shows_message_continuation() {
     assert!(stdout.contains("stopping (signal)"), "{stdout}");
 }
 
+/// A server that posts DDP-targetable receive segments (siw's default, `--send-ddp`
+/// elsewhere) still gets a 20 KB ECHO as a continuation group: its argument by
+/// send-based DDP would leave the 20 KB reply to a Reply chunk. An argument whose reply
+/// fits inline goes by send-based DDP.
+#[test]
+fn a_long_echo_prefers_a_group_to_send_ddp() {
+    let socket = socket_path("continuation-sddp");
+    let mut server = start_server_with(&socket, &["--max-size", "262144", "--send-ddp"]);
+    let v = call_json(&socket, &["--echo", "--size", "20000"]);
+    assert_eq!(v["check"], "echoed 20000 octets match");
+    assert_eq!(shape(&v), ("ROPT_XMTREQ".into(), 0, 0, 0), "{v}");
+    assert_eq!(v["shape"]["call_messages"], 5);
+    assert_eq!(v["shape"]["send_ddp_items"], 0);
+    let v = call_json(
+        &socket,
+        &[
+            "--echo",
+            "--size",
+            "2000",
+            "--read-chunk",
+            "--send-ddp-max",
+            "4096",
+        ],
+    );
+    assert_eq!(v["shape"]["send_ddp_items"], 1, "{v}");
+    let stdout = interrupt(&mut server);
+    assert!(stdout.contains("stopping (signal)"), "{stdout}");
+}
+
 /// With `call --send-ddp` (the client posts DDP segments and advertises them), a 1 MiB
 /// SOURCE (READ-like: small call, bulk reply) asks for the reply's item by send-based
 /// DDP: the server places it in the client's receive segment with its reply's one
