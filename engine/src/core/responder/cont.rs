@@ -395,43 +395,13 @@ impl<S: Service> ResponderHalf<S> {
             }),
             info,
         };
-        // The error goes to the group's call (its lead) when there is one.
-        let to = lead.unwrap_or(xid);
-        let Some(i) = self.take_ctx() else {
-            self.stats.overruns += 1;
-            return;
-        };
-        // Sent at once or not at all (like a full send queue): a transmission error
-        // is no call, so it does not wait for a header buffer.
-        if !t.is_open() || !self.has_header(i) || !t.sq.take(1) {
-            self.put_ctx(i);
-            return;
-        }
-        let credit = grant(&self.policy, t);
-        let c = &mut self.ctxs[i as usize];
-        let repr = RtrRepr {
-            xid: to,
-            credit,
-            op: RtrOp::XmtErr(err),
-        };
-        let sge = repr
-            .encode(c.send.storage_mut())
-            .ok()
-            .and_then(|n| c.send.sge(0, n).ok());
-        let Some(sge) = sge else {
-            t.sq.give(1);
-            self.put_ctx(i);
-            return;
-        };
-        c.xid = to;
-        c.step = Step::Sent;
-        let wr_id = WrId::new(WrKind::ReplySend, i).encode();
-        if t.stage(wr_id, SendOp::Send, &[sge]) {
-            c.wrs += 1;
-            self.stats.transmit_errors_sent += 1;
-        } else {
-            t.sq.give(1);
-            self.release(t, i);
+        // The error goes to the group's call (its lead) when there is one. Sent at
+        // once or not at all (like a full send queue): a transmission error is no
+        // call, so it does not wait for a header buffer.
+        match self.stage_optional(t, lead.unwrap_or(xid), RtrOp::XmtErr(err)) {
+            Optional::NoContext => self.stats.overruns += 1,
+            Optional::NotStaged => {}
+            Optional::Staged => self.stats.transmit_errors_sent += 1,
         }
     }
 
@@ -628,20 +598,27 @@ impl<S: Service> ResponderHalf<S> {
         t: &mut Transport,
         chars: crate::wire::rtr::TransportChars,
     ) -> bool {
+        let staged = self.stage_optional(t, 0, RtrOp::CharsUpdate(chars)) == Optional::Staged;
+        if staged {
+            self.stats.chars_updates_sent += 1;
+        }
+        staged
+    }
+
+    /// Stages one RDMA_OPTIONAL message `op` to `xid`, answering no call, through a
+    /// context of its own (freed by the Send's completion), at once or not at all: it
+    /// does not wait for a header buffer or send-queue room.
+    fn stage_optional(&mut self, t: &mut Transport, xid: u32, op: RtrOp) -> Optional {
         let Some(i) = self.take_ctx() else {
-            return false;
+            return Optional::NoContext;
         };
         if !t.is_open() || !self.has_header(i) || !t.sq.take(1) {
             self.put_ctx(i);
-            return false;
+            return Optional::NotStaged;
         }
         let credit = grant(&self.policy, t);
         let c = &mut self.ctxs[i as usize];
-        let repr = RtrRepr {
-            xid: 0,
-            credit,
-            op: RtrOp::CharsUpdate(chars),
-        };
+        let repr = RtrRepr { xid, credit, op };
         let sge = repr
             .encode(c.send.storage_mut())
             .ok()
@@ -649,19 +626,18 @@ impl<S: Service> ResponderHalf<S> {
         let Some(sge) = sge else {
             t.sq.give(1);
             self.put_ctx(i);
-            return false;
+            return Optional::NotStaged;
         };
-        c.xid = 0;
+        c.xid = xid;
         c.step = Step::Sent;
         let wr_id = WrId::new(WrKind::ReplySend, i).encode();
         if t.stage(wr_id, SendOp::Send, &[sge]) {
             c.wrs += 1;
-            self.stats.chars_updates_sent += 1;
-            true
+            Optional::Staged
         } else {
             t.sq.give(1);
             self.release(t, i);
-            false
+            Optional::NotStaged
         }
     }
 
@@ -675,6 +651,17 @@ impl<S: Service> ResponderHalf<S> {
             }
         }
     }
+}
+
+/// What [`ResponderHalf::stage_optional`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Optional {
+    /// No reply context was free.
+    NoContext,
+    /// Closed, or no header buffer, send-queue room or encoding: nothing staged.
+    NotStaged,
+    /// Staged; the context is freed by the Send's completion.
+    Staged,
 }
 
 impl CallAsm {
