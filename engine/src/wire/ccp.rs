@@ -80,70 +80,6 @@ pub struct ConfigRdmaReq {
     pub maxrdmaread: u32,
 }
 
-impl ConfigRdmaReq {
-    /// Encoded size: three XDR unsigned integers.
-    pub const ENCODED_LEN: usize = 12;
-
-    /// Encoded size of this value (always [`Self::ENCODED_LEN`]).
-    #[inline]
-    pub const fn encoded_len(&self) -> usize {
-        Self::ENCODED_LEN
-    }
-
-    /// Encodes into the start of `out`, returning the number of octets written.
-    ///
-    /// # Errors
-    /// [`BufferTooSmall`] if `out` is shorter than [`Self::ENCODED_LEN`]; nothing is
-    /// written then.
-    pub fn encode(&self, out: &mut [u8]) -> Result<usize, BufferTooSmall> {
-        if out.len() < Self::ENCODED_LEN {
-            return Err(BufferTooSmall {
-                needed: Self::ENCODED_LEN,
-                available: out.len(),
-            });
-        }
-        let mut enc = XdrEncoder::new(out);
-        self.encode_to(&mut enc)?;
-        Ok(enc.finish())
-    }
-
-    /// Appends the encoding to an encoder that is building a larger message (e.g. after
-    /// an RPC call header).
-    ///
-    /// # Errors
-    /// [`BufferTooSmall`] if the encoder's buffer runs out; a prefix may have been written.
-    pub fn encode_to(&self, enc: &mut XdrEncoder<'_>) -> Result<(), BufferTooSmall> {
-        enc.u32(self.maxcall_sendsize)?;
-        enc.u32(self.maxreply_sendsize)?;
-        enc.u32(self.maxrdmaread)
-    }
-
-    /// Decodes from a cursor positioned at the arguments, leaving it after them.
-    ///
-    /// # Errors
-    /// [`XdrError::Truncated`] if fewer than 12 octets remain; the cursor is then
-    /// left where it was.
-    pub fn decode_from(cur: &mut XdrCursor<'_>) -> Result<Self, XdrError> {
-        // Work on a copy so that a truncated input does not leave `cur` mid-structure.
-        let mut c = cur.clone();
-        let value = ConfigRdmaReq {
-            maxcall_sendsize: c.u32()?,
-            maxreply_sendsize: c.u32()?,
-            maxrdmaread: c.u32()?,
-        };
-        *cur = c;
-        Ok(value)
-    }
-
-    /// Decodes arguments that occupy all of `buf`.
-    ///
-    /// # Errors
-    /// [`CcpError::Xdr`] if `buf` is too short, [`CcpError::TrailingBytes`] if too long.
-    pub fn decode(buf: &[u8]) -> Result<Self, CcpError> {
-        decode_exact(buf, Self::decode_from)
-    }
-}
-
 /// `config_rdma_reply`: the server's connection limits, the result of `CONF_RDMA`
 /// (RFC 5666 §6.2).
 ///
@@ -160,66 +96,95 @@ pub struct ConfigRdmaReply {
     pub maxrdmaread: u32,
 }
 
-impl ConfigRdmaReply {
-    /// Encoded size: three XDR unsigned integers.
-    pub const ENCODED_LEN: usize = 12;
+/// The codec of one CCP structure. Both are three XDR unsigned integers and differ only
+/// in what the middle word means, so one definition serves both (`$a, $b, $c` are the
+/// fields in wire order; `$follows` names the RPC header the structure comes after).
+macro_rules! three_word_codec {
+    ($ty:ident { $a:ident, $b:ident, $c:ident }, $follows:literal, $what:literal) => {
+        impl $ty {
+            /// Encoded size: three XDR unsigned integers.
+            pub const ENCODED_LEN: usize = 12;
 
-    /// Encoded size of this value (always [`Self::ENCODED_LEN`]).
-    #[inline]
-    pub const fn encoded_len(&self) -> usize {
-        Self::ENCODED_LEN
-    }
+            /// Encoded size of this value (always [`Self::ENCODED_LEN`]).
+            #[inline]
+            pub const fn encoded_len(&self) -> usize {
+                Self::ENCODED_LEN
+            }
 
-    /// Encodes into the start of `out`, returning the number of octets written.
-    ///
-    /// # Errors
-    /// [`BufferTooSmall`] if `out` is shorter than [`Self::ENCODED_LEN`]; nothing is
-    /// written then.
-    pub fn encode(&self, out: &mut [u8]) -> Result<usize, BufferTooSmall> {
-        if out.len() < Self::ENCODED_LEN {
-            return Err(BufferTooSmall {
-                needed: Self::ENCODED_LEN,
-                available: out.len(),
-            });
+            /// Encodes into the start of `out`, returning the number of octets written.
+            ///
+            /// # Errors
+            /// [`BufferTooSmall`] if `out` is shorter than [`Self::ENCODED_LEN`]; nothing
+            /// is written then.
+            pub fn encode(&self, out: &mut [u8]) -> Result<usize, BufferTooSmall> {
+                if out.len() < Self::ENCODED_LEN {
+                    return Err(BufferTooSmall {
+                        needed: Self::ENCODED_LEN,
+                        available: out.len(),
+                    });
+                }
+                let mut enc = XdrEncoder::new(out);
+                self.encode_to(&mut enc)?;
+                Ok(enc.finish())
+            }
+
+            #[doc = concat!("Appends the encoding to an encoder that is building a larger message (e.g. after ", $follows, ").")]
+            ///
+            /// # Errors
+            /// [`BufferTooSmall`] if the encoder's buffer runs out; a prefix may have been
+            /// written.
+            pub fn encode_to(&self, enc: &mut XdrEncoder<'_>) -> Result<(), BufferTooSmall> {
+                enc.u32(self.$a)?;
+                enc.u32(self.$b)?;
+                enc.u32(self.$c)
+            }
+
+            #[doc = concat!("Decodes from a cursor positioned at the ", $what, ", leaving it after them.")]
+            ///
+            /// # Errors
+            /// [`XdrError::Truncated`] if fewer than 12 octets remain; the cursor is then
+            /// left where it was.
+            pub fn decode_from(cur: &mut XdrCursor<'_>) -> Result<Self, XdrError> {
+                // Work on a copy so that a truncated input does not leave `cur`
+                // mid-structure.
+                let mut c = cur.clone();
+                let value = $ty {
+                    $a: c.u32()?,
+                    $b: c.u32()?,
+                    $c: c.u32()?,
+                };
+                *cur = c;
+                Ok(value)
+            }
+
+            #[doc = concat!("Decodes ", $what, " that occupy all of `buf`.")]
+            ///
+            /// # Errors
+            /// [`CcpError::Xdr`] if `buf` is too short, [`CcpError::TrailingBytes`] if too
+            /// long.
+            pub fn decode(buf: &[u8]) -> Result<Self, CcpError> {
+                decode_exact(buf, Self::decode_from)
+            }
         }
-        let mut enc = XdrEncoder::new(out);
-        self.encode_to(&mut enc)?;
-        Ok(enc.finish())
-    }
-
-    /// Appends the encoding to an encoder that is building a larger message (e.g. after
-    /// an RPC accepted-reply header).
-    ///
-    /// # Errors
-    /// [`BufferTooSmall`] if the encoder's buffer runs out; a prefix may have been written.
-    pub fn encode_to(&self, enc: &mut XdrEncoder<'_>) -> Result<(), BufferTooSmall> {
-        enc.u32(self.maxcall_sendsize)?;
-        enc.u32(self.align)?;
-        enc.u32(self.maxrdmaread)
-    }
-
-    /// Decodes from a cursor positioned at the results, leaving it after them.
-    ///
-    /// # Errors
-    /// [`XdrError::Truncated`] if fewer than 12 octets remain; the cursor is then
-    /// left where it was.
-    pub fn decode_from(cur: &mut XdrCursor<'_>) -> Result<Self, XdrError> {
-        // Work on a copy so that a truncated input does not leave `cur` mid-structure.
-        let mut c = cur.clone();
-        let value = ConfigRdmaReply {
-            maxcall_sendsize: c.u32()?,
-            align: c.u32()?,
-            maxrdmaread: c.u32()?,
-        };
-        *cur = c;
-        Ok(value)
-    }
-
-    /// Decodes results that occupy all of `buf`.
-    ///
-    /// # Errors
-    /// [`CcpError::Xdr`] if `buf` is too short, [`CcpError::TrailingBytes`] if too long.
-    pub fn decode(buf: &[u8]) -> Result<Self, CcpError> {
-        decode_exact(buf, Self::decode_from)
-    }
+    };
 }
+
+three_word_codec!(
+    ConfigRdmaReq {
+        maxcall_sendsize,
+        maxreply_sendsize,
+        maxrdmaread
+    },
+    "an RPC call header",
+    "arguments"
+);
+
+three_word_codec!(
+    ConfigRdmaReply {
+        maxcall_sendsize,
+        align,
+        maxrdmaread
+    },
+    "an RPC accepted-reply header",
+    "results"
+);
