@@ -52,8 +52,8 @@ pub use core::config::{
 };
 pub use core::{
     CharsUpdateError, CloseReason, ConfigError, ConnConfig, ConnEvent, ConnState, CountField,
-    PeerConfig, ProbeError, RegBuf, RegBufError, RegMode, Registration, RequesterStats,
-    ResponderStats, Role, Sizes, Violation,
+    Outstanding, PeerConfig, ProbeError, RegBuf, RegBufError, RegMode, Registration,
+    RequesterStats, ResponderStats, Role, Sizes, Violation,
 };
 // The sans-IO protocol core, for drivers of one's own.
 pub use core::fixed::FixedVec;

@@ -41,7 +41,7 @@ use rpcrdma_ulp::program::{DispatchStats, Dispatcher};
 use crate::endpoint::Endpoint;
 use crate::error::CliError;
 use crate::signal;
-use crate::stats::{Board, ConnSample, Exporter, Snapshot};
+use crate::stats::{Board, ConnSample, Exporter, GroupStat, Snapshot};
 
 /// How long connections may take to drain at shutdown.
 pub(crate) const DRAIN: Duration = Duration::from_secs(3);
@@ -581,8 +581,32 @@ fn snapshot<P: Provider, F, B: RequesterRole>(
 where
     F: FnMut() -> Option<Counted>,
 {
-    let cc = server.counters();
+    let connections = server.connections().iter().map(conn_sample).collect();
+    server_snapshot(
+        &server.counters(),
+        nfs,
+        counters,
+        ep,
+        start,
+        connections,
+        Vec::new(),
+    )
+}
+
+/// A snapshot from the server-wide counters (one responder's, or the sum over the poll
+/// groups of `serve --cores`) and the connections' and groups' samples.
+pub(crate) fn server_snapshot(
+    cc: &ResponderCounters,
+    nfs: Option<&NfsShared>,
+    counters: &Counters,
+    ep: &Endpoint,
+    start: Instant,
+    connections: Vec<ConnSample>,
+    groups: Vec<GroupStat>,
+) -> Snapshot {
     let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    let callback = |i| nfs.map_or(Default::default(), |n: &NfsShared| n.counters.callback(i));
+    let (cb_null, cb_compound, cb_recall) = (callback(0), callback(1), callback(2));
     Snapshot {
         pid: std::process::id(),
         provider: ep.provider().to_string(),
@@ -598,14 +622,14 @@ where
         prog_unavail: load(&counters.prog_unavail),
         bytes_in: load(&counters.bytes_in),
         bytes_out: load(&counters.bytes_out),
-        cb_null_sent: nfs.map_or(0, |n| n.counters.callback(0).sent),
-        cb_null_answered: nfs.map_or(0, |n| n.counters.callback(0).answered),
-        cb_compound_sent: nfs.map_or(0, |n| n.counters.callback(1).sent),
-        cb_compound_answered: nfs.map_or(0, |n| n.counters.callback(1).answered),
-        cb_recall_sent: nfs.map_or(0, |n| n.counters.callback(2).sent),
-        cb_recall_answered: nfs.map_or(0, |n| n.counters.callback(2).answered),
-        connections: server.connections().iter().map(conn_sample).collect(),
-        groups: Vec::new(),
+        cb_null_sent: cb_null.sent,
+        cb_null_answered: cb_null.answered,
+        cb_compound_sent: cb_compound.sent,
+        cb_compound_answered: cb_compound.answered,
+        cb_recall_sent: cb_recall.sent,
+        cb_recall_answered: cb_recall.answered,
+        connections,
+        groups,
     }
 }
 

@@ -21,7 +21,8 @@ use rpcrdma_ulp::nfs::server::NfsShared;
 use crate::endpoint::Endpoint;
 use crate::error::CliError;
 use crate::serve::{
-    conn_sample, say, say_totals, Counted, Counters, ServeOpts, Ticker, DRAIN, SAMPLE_EVERY,
+    conn_sample, say, say_totals, server_snapshot, Counted, Counters, ServeOpts, Ticker, DRAIN,
+    SAMPLE_EVERY,
 };
 use crate::stats::{Board, ConnSample, GroupStat, Snapshot};
 
@@ -164,31 +165,7 @@ where
                 srq_unusable: s.srq_unusable,
             });
         }
-        let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
-        let snapshot = Snapshot {
-            pid: std::process::id(),
-            provider: ep.provider().to_string(),
-            addr: ep.to_string(),
-            uptime_s: start.elapsed().as_secs_f64(),
-            accepted: cc.accepted,
-            refused_over_limit: cc.over_limit,
-            refused_setup: cc.refused,
-            handshake_timeouts: cc.handshake_timeouts,
-            idle_closed: cc.idle_closed,
-            calls: load(&counters.calls),
-            nulls: load(&counters.nulls),
-            prog_unavail: load(&counters.prog_unavail),
-            bytes_in: load(&counters.bytes_in),
-            bytes_out: load(&counters.bytes_out),
-            cb_null_sent: nfs.map_or(0, |n| n.counters.callback(0).sent),
-            cb_null_answered: nfs.map_or(0, |n| n.counters.callback(0).answered),
-            cb_compound_sent: nfs.map_or(0, |n| n.counters.callback(1).sent),
-            cb_compound_answered: nfs.map_or(0, |n| n.counters.callback(1).answered),
-            cb_recall_sent: nfs.map_or(0, |n| n.counters.callback(2).sent),
-            cb_recall_answered: nfs.map_or(0, |n| n.counters.callback(2).answered),
-            connections: conns,
-            groups: stats,
-        };
+        let snapshot = server_snapshot(&cc, nfs, counters, ep, start, conns, stats);
         (snapshot, cc)
     };
     let live = || -> u64 { watched.iter().map(|(c, _)| c.sample().connections).sum() };

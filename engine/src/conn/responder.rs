@@ -476,6 +476,12 @@ impl<P: Provider, S: Service, B: RequesterRole> ResponderConn<P, S, B> {
         self.core.active()
     }
 
+    /// Work handed to the queue pair and not yet complete: what a connection in
+    /// `Draining` still waits for.
+    pub fn outstanding(&self) -> crate::Outstanding {
+        self.core.outstanding()
+    }
+
     /// Receives posted and not yet completed (the receive queue's depth).
     pub fn recvs_posted(&self) -> u32 {
         self.core.recvs_posted()

@@ -1054,6 +1054,11 @@ impl<R: RequesterRole, P: ResponderRole> Connection<R, P> {
         self.req.active() + self.resp.active()
     }
 
+    /// Work handed to the queue pair and not yet complete (what `Draining` waits for).
+    pub fn outstanding(&self) -> super::Outstanding {
+        self.t.outstanding()
+    }
+
     /// Receives posted (or staged to be) and not yet completed: the depth of the
     /// receive queue, for operators.
     pub fn recvs_posted(&self) -> u32 {

@@ -46,7 +46,7 @@ pub use requester::{ProbeError, RequesterStats};
 pub use responder::ResponderHalf;
 pub use responder::ResponderStats;
 pub use srq_ledger::SrqLedger;
-pub use transport::{CloseReason, ConnState, Violation};
+pub use transport::{CloseReason, ConnState, Outstanding, Violation};
 pub use wrid::{WrId, WrKind};
 
 /// The registered pools a core draws from. All three must live in arenas registered

@@ -272,6 +272,11 @@ impl Outbox {
         self.sends.is_empty() && self.recvs.is_empty()
     }
 
+    /// Requests staged, sends and receives.
+    pub(crate) fn len(&self) -> usize {
+        self.sends.len() + self.recvs.len()
+    }
+
     #[inline]
     fn wr(&self, s: &StagedSend) -> SendWr<'_> {
         let start = s.sge_start as usize;

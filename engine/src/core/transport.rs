@@ -542,6 +542,15 @@ impl Transport {
         self.state == ConnState::Established
     }
 
+    /// What the queue pair still holds: what a draining connection waits for.
+    pub(crate) fn outstanding(&self) -> Outstanding {
+        Outstanding {
+            send_queue: self.sq.held(),
+            receives: self.recvs.own_posted(),
+            staged: self.outbox.len(),
+        }
+    }
+
     /// True once draining has nothing left outstanding.
     pub(crate) fn drained(&self) -> bool {
         self.state == ConnState::Draining
@@ -549,6 +558,19 @@ impl Transport {
             && self.recvs.own_posted() == 0
             && self.outbox.is_empty()
     }
+}
+
+/// Work a connection has handed to its queue pair and not yet seen complete. A
+/// draining connection closes when all three are zero; a connection stuck in
+/// `Draining` says here what it still waits for (its provider owes it completions).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Outstanding {
+    /// Send-queue slots held: requests posted (or reserved) and not yet completed.
+    pub send_queue: u32,
+    /// The connection's own receives posted and not yet completed.
+    pub receives: u32,
+    /// Requests staged and not yet handed to the provider.
+    pub staged: usize,
 }
 
 /// What [`settle_refused`] needs from a core.

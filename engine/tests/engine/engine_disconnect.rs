@@ -49,10 +49,11 @@ fn run_to_closed<P: Provider>(p: &mut Pair<P, TestService>) -> BTreeMap<u64, Out
     });
     assert!(
         done,
-        "both sides closed: requester {:?}, responder {:?} (active {:?}, {:?})",
+        "both sides closed: requester {:?}, responder {:?} (active {:?}, waiting for {:?}, {:?})",
         p.requester.state(),
         p.responder().map(|r| r.state()),
         p.responder().map(|r| r.active()),
+        p.responder().map(|r| r.outstanding()),
         p.responder().map(|r| r.stats()),
     );
     while let Some(o) = p.next_outcome() {
