@@ -727,6 +727,66 @@ pub fn cm_disconnect_flushes_both_sides<F: Fixture>() {
     expect(&c[1], 3, WcOpcode::Send, WcStatus::WrFlushed);
 }
 
+/// Requests posted after the peer closed, but before this side has polled anything
+/// that says so (its queue pair still looks ready), complete exactly once each, as
+/// flushed. Kernel siw and rxe flush a userspace queue pair's queues when it enters the
+/// error state and never see a request written into them afterwards; the verbs
+/// provider completes those itself after a grace (`fabric/verbs/cq.rs`, FLUSH_GRACE),
+/// or a connection draining after its peer's close waits for them for ever.
+pub fn posts_racing_the_peers_close_complete_once<F: Fixture>() {
+    let mut p = pair::<F>();
+    let early = [p.s.sge(0, 64)];
+    let late_send = [p.s.sge(64, 64)];
+    let late_recv = [p.s.sge(128, 64)];
+    p.s.qp
+        .post_recv(&[RecvWr {
+            wr_id: 1,
+            sgl: &early,
+        }])
+        .unwrap();
+    let conn = p.c.qp.conn_id();
+    p.c.cm.disconnect(conn).expect("disconnect");
+    // Only the client is polled, for a while: the server's side learns nothing until
+    // it polls. A kernel device takes the close in meanwhile without being polled (the
+    // client's Disconnected may wait for the server's side on iWARP); a userspace one
+    // only when polled, so there the requests below are simply flushed later.
+    let end = Instant::now() + Duration::from_millis(300);
+    while Instant::now() < end {
+        p.c.h.pump();
+        std::thread::yield_now();
+    }
+    let mut expected = vec![1];
+    if p.s.qp.post_send(&[SendWr::send(2, &late_send)]).is_ok() {
+        expected.push(2);
+    }
+    if p.s
+        .qp
+        .post_recv(&[RecvWr {
+            wr_id: 3,
+            sgl: &late_recv,
+        }])
+        .is_ok()
+    {
+        expected.push(3);
+    }
+    p.wait("a completion for every request posted", |p| {
+        p.s.done.len() >= expected.len()
+    });
+    // Anything reported twice would arrive by now.
+    let settle = Instant::now() + Duration::from_millis(300);
+    while Instant::now() < settle {
+        p.pump();
+        std::thread::yield_now();
+    }
+    let mut got: Vec<u64> = p.s.done.iter().map(|c| c.wr_id).collect();
+    got.sort_unstable();
+    assert_eq!(got, expected, "one completion per request: {:?}", p.s.done);
+    for c in &p.s.done {
+        assert_eq!(c.status, WcStatus::WrFlushed, "{c:?}");
+    }
+    assert!(p.c.done.is_empty(), "{:?}", p.c.done);
+}
+
 // ---------------------------------------------------------------------------------
 // Data integrity
 // ---------------------------------------------------------------------------------
@@ -1960,6 +2020,7 @@ macro_rules! conformance_tests {
             cm_unreachable,
             cm_reports_the_peer,
             cm_disconnect_flushes_both_sides,
+            posts_racing_the_peers_close_complete_once,
             send_recv_integrity,
             scattered_receive_splits_at_entry_boundaries,
             rdma_write_integrity,

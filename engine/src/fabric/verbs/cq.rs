@@ -2,8 +2,9 @@
 //! owning queue pair's request records.
 
 use std::mem::MaybeUninit;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use crossbeam_queue::ArrayQueue;
 use rdma_sys::{ibv_cq, ibv_create_cq, ibv_destroy_cq, ibv_poll_cq, ibv_wc};
@@ -19,6 +20,21 @@ use super::status::wc_status;
 
 /// Most completions taken from the device per `ibv_poll_cq`.
 pub const POLL_BATCH: usize = 32;
+
+/// How long after a queue pair is found in error its completion queues wait before
+/// completing, as flushed, the requests the device has still not reported.
+///
+/// Why: kernel siw and rxe flush what a userspace queue pair's queues hold at the moment
+/// it enters the error state (the peer closed, a request failed). A request the
+/// provider writes into the queue after that moment, because it had not yet polled the
+/// completion or event that says so, is never processed and never reported: siw's
+/// doorbell for a queue pair in error flushes only the kernel's own requests, and a
+/// receive needs no doorbell at all. A connection draining after its peer's close then
+/// waited for ever for those (`engine_verbs_disconnect::requester_closes_mid_flight` on
+/// siw0, a responder stuck in `Draining` holding two send-queue slots per reply). The
+/// device's own flushes are written when the state changes, long before the grace
+/// ends; a report arriving after the sweep anyway is refused by the request ring.
+const FLUSH_GRACE: Duration = Duration::from_millis(200);
 
 /// How many device completion entries back one fabric entry: an RDMA Read split for a
 /// device with few read scatter entries can fail piece by piece.
@@ -39,6 +55,9 @@ pub(crate) struct CqShared {
     pub(crate) synthetic: ArrayQueue<Completion>,
     /// Shared receive queues reporting here; changes bump `generation` too.
     srqs: Mutex<Vec<Arc<SrqShared>>>,
+    /// A queue pair reporting here is in error and may hold requests its device will
+    /// never report ([`FLUSH_GRACE`]): polls that empty the device queue sweep.
+    pub(crate) sweep_due: AtomicBool,
 }
 
 // SAFETY: a verbs CQ may be used from any thread; only the VerbsCq owner polls it.
@@ -166,6 +185,7 @@ impl VerbsCq {
                 generation: AtomicU64::new(0),
                 synthetic: ArrayQueue::new(depth as usize),
                 srqs: Mutex::new(Vec::new()),
+                sweep_due: AtomicBool::new(false),
             }),
             cache: Vec::new(),
             srq_cache: Vec::new(),
@@ -266,14 +286,10 @@ impl VerbsCq {
                 // SAFETY: every member of the union is a plain u32; it holds the
                 // invalidated key when the flag is set (and is only used then).
                 .then_some(unsafe { wc.imm_data_invalidated_rkey_union.invalidated_rkey });
-            return Some(Completion {
-                wr_id: entry.wr_id,
-                opcode: WcOpcode::Recv,
-                status,
-                byte_len: if ok { wc.byte_len } else { 0 },
-                qp_num: wc.qp_num,
-                invalidated_rkey: inv,
-            });
+            let mut c = recv_completion(entry, status, qp.qp_num);
+            c.byte_len = if ok { wc.byte_len } else { 0 };
+            c.invalidated_rkey = inv;
+            return Some(c);
         }
         qp.sq.record(seq, status);
         qp.sq.pop().map(|(e, st)| send_completion(e, st, qp.qp_num))
@@ -292,6 +308,70 @@ impl VerbsCq {
                 }
             }
         }
+    }
+}
+
+impl VerbsCq {
+    /// Completes, as flushed, what queue pairs in error for longer than [`FLUSH_GRACE`]
+    /// still hold of the queues reporting here, into `out[*produced..]`; keeps the
+    /// sweep due while any such queue pair has requests outstanding.
+    #[cold]
+    #[inline(never)]
+    fn sweep_errored(&mut self, out: &mut [Completion], produced: &mut usize) {
+        self.shared.sweep_due.store(false, Ordering::Release);
+        let me = Arc::as_ptr(&self.shared);
+        let now = Instant::now();
+        for qp in &self.cache {
+            let Some(at) = qp.errored_at.get() else {
+                continue;
+            };
+            if now.duration_since(*at) < FLUSH_GRACE {
+                continue;
+            }
+            let (sends, recvs) = queues_here(qp, me);
+            if sends {
+                qp.sq.flush_unreported();
+            }
+            if recvs {
+                qp.rq.flush_unreported();
+                while *produced < out.len() {
+                    let Some((e, st)) = qp.rq.pop() else { break };
+                    out[*produced] = recv_completion(e, st, qp.qp_num);
+                    *produced += 1;
+                }
+            }
+        }
+        self.drain_parked(out, produced);
+        // Still within the grace, or more than `out` had room for.
+        let again = self.cache.iter().any(|qp| {
+            let (sends, recvs) = queues_here(qp, me);
+            qp.errored_at.get().is_some()
+                && ((sends && qp.sq.outstanding()) || (recvs && qp.rq.outstanding()))
+        });
+        if again {
+            self.shared.sweep_due.store(true, Ordering::Release);
+        }
+    }
+}
+
+/// Which of `qp`'s queues report to the completion queue at `cq`: (sends, receives);
+/// receives only when the queue pair has its own receive queue.
+fn queues_here(qp: &QpShared, cq: *const CqShared) -> (bool, bool) {
+    (
+        std::ptr::eq(Arc::as_ptr(&qp.send_cq), cq),
+        std::ptr::eq(Arc::as_ptr(&qp.recv_cq), cq) && qp.srq.is_none(),
+    )
+}
+
+/// A receive's completion as its record says (no octets, no invalidated key).
+fn recv_completion(e: Entry, status: WcStatus, qp_num: u32) -> Completion {
+    Completion {
+        wr_id: e.wr_id,
+        opcode: WcOpcode::Recv,
+        status,
+        byte_len: 0,
+        qp_num,
+        invalidated_rkey: None,
     }
 }
 
@@ -330,6 +410,11 @@ impl CompletionQueue for VerbsCq {
                 }
             }
             self.drain_parked(out, &mut produced);
+            // The device queue is empty: what an errored queue pair still holds may
+            // never be reported.
+            if (n.max(0) as usize) < want && self.shared.sweep_due.load(Ordering::Acquire) {
+                self.sweep_errored(out, &mut produced);
+            }
         }
         while produced < out.len() {
             match self.shared.synthetic.pop() {

@@ -8,7 +8,8 @@
 
 use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
 
 use rdma_sys::{
     ibv_access_flags, ibv_create_qp, ibv_destroy_qp, ibv_modify_qp, ibv_mr, ibv_mw, ibv_post_recv,
@@ -75,6 +76,10 @@ pub(crate) struct QpShared {
     pub(crate) alarm: Arc<AtomicBool>,
     /// The owner dropped the queue pair.
     pub(crate) orphaned: AtomicBool,
+    /// When this side first found the queue pair in error (a failed completion or the
+    /// connection manager's disconnect): the start of the grace after which its
+    /// completion queues flush what the device never reports (`VerbsCq::sweep_errored`).
+    pub(crate) errored_at: OnceLock<Instant>,
     pub(crate) send_cq: Arc<CqShared>,
     pub(crate) recv_cq: Arc<CqShared>,
     pub(crate) pd: Arc<PdShared>,
@@ -189,6 +194,15 @@ impl QpShared {
         if changed {
             self.alarm.store(true, Ordering::Release);
         }
+        self.mark_errored();
+    }
+
+    /// Starts the flush grace (once) and has both completion queues sweep for it.
+    fn mark_errored(&self) {
+        if self.errored_at.set(Instant::now()).is_ok() {
+            self.send_cq.sweep_due.store(true, Ordering::Release);
+            self.recv_cq.sweep_due.store(true, Ordering::Release);
+        }
     }
 
     /// The connection ended: final state, and the device flushes everything.
@@ -196,6 +210,7 @@ impl QpShared {
         self.state
             .store(state_code(QpState::Disconnected), Ordering::Release);
         self.to_error();
+        self.mark_errored();
     }
 
     /// Moves the verbs QP to ERR, which flushes every outstanding request.
@@ -406,6 +421,7 @@ impl VerbsQp {
             wake_slot,
             alarm,
             orphaned: AtomicBool::new(false),
+            errored_at: OnceLock::new(),
             send_cq: send_cq.clone(),
             recv_cq: recv_cq.clone(),
             pd: pd.clone(),

@@ -181,6 +181,29 @@ impl WrRing {
         true
     }
 
+    /// Consumer: whether a request is posted and not yet handed out.
+    pub(crate) fn outstanding(&self) -> bool {
+        self.tail.load(Ordering::Relaxed) < self.head.load(Ordering::Acquire)
+    }
+
+    /// Consumer: records every posted request the device has not reported as flushed
+    /// (the queue pair is in error and the device will never report them: see
+    /// `VerbsCq::sweep_errored`); [`WrRing::pop`] then hands them out in order. A late
+    /// report of one of them is refused by [`WrRing::record`] (`done` set, or released).
+    pub(crate) fn flush_unreported(&self) {
+        let head = self.head.load(Ordering::Acquire);
+        let flushed = 1 + status_code(WcStatus::WrFlushed);
+        for seq in self.tail.load(Ordering::Relaxed)..head {
+            let s = self.slot(seq);
+            if s.done.load(Ordering::Relaxed) == 0 {
+                s.done.store(flushed, Ordering::Relaxed);
+            }
+        }
+        if head > self.reported.load(Ordering::Relaxed) {
+            self.reported.store(head, Ordering::Relaxed);
+        }
+    }
+
     /// Consumer: the next completion to hand out in posting order, releasing slots on
     /// the way; `None` when the oldest outstanding request has not been reported.
     pub(crate) fn pop(&self) -> Option<(Entry, WcStatus)> {
@@ -259,6 +282,39 @@ mod tests {
         );
         assert_eq!(r.pop(), Some((e(103, true), WcStatus::WrFlushed)));
         assert_eq!(r.room(), 4);
+    }
+
+    #[test]
+    fn flushing_the_unreported_hands_each_out_once_and_refuses_late_reports() {
+        let r = WrRing::new(8, 0);
+        for seq in 0..4 {
+            r.write(seq, e(200 + seq, seq != 1));
+        }
+        r.publish(4);
+        assert!(r.record(0, WcStatus::Success));
+        assert!(r.record(3, WcStatus::Success), "reported out of order");
+        r.flush_unreported();
+        assert!(r.outstanding());
+        assert_eq!(r.pop(), Some((e(200, true), WcStatus::Success)));
+        assert_eq!(
+            r.pop(),
+            Some((e(201, false), WcStatus::WrFlushed)),
+            "an unsignaled request never executed is reported failed"
+        );
+        assert_eq!(r.pop(), Some((e(202, true), WcStatus::WrFlushed)));
+        assert!(
+            !r.record(3, WcStatus::WrFlushed),
+            "the device's own report kept"
+        );
+        assert_eq!(r.pop(), Some((e(203, true), WcStatus::Success)));
+        assert!(
+            !r.record(2, WcStatus::WrFlushed),
+            "a late report is refused"
+        );
+        assert_eq!(r.pop(), None);
+        assert!(!r.outstanding());
+        r.flush_unreported();
+        assert_eq!(r.pop(), None, "nothing left to flush");
     }
 
     #[test]
