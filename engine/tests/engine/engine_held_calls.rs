@@ -316,6 +316,84 @@ mod by_hand {
         held_in_order(&[18, 19, 23]);
     }
 
+    /// The answer to a broken call group (ROPT_XMTERR) needs a context of its own:
+    /// with none free it waits like the call it answers, and goes out once a reply's
+    /// Send completes (it used to be dropped and counted as an overrun, leaving the
+    /// requester to its timeout).
+    #[test]
+    fn a_transmit_error_waits_for_a_context() {
+        use rpcrdma::wire::private_data::{Advertisement, Extensions};
+        use rpcrdma::wire::rtr::{
+            OptxInfo, RtrBody, RtrView, RDMA_OPTIONAL, ROPT_XMTCONT, ROPT_XMTREQ,
+        };
+        const CREDITS: u32 = 8;
+        let cfg = ConnConfig {
+            credits: CREDITS,
+            large_buf_size: 65536,
+            large_bufs: 8,
+            send_bufs: 128,
+            queue_len: 8,
+            hugepages: HugePages::Never,
+            ..ConnConfig::default()
+        };
+        let pools = pools();
+        let policy = Arc::new(GrantPolicy::new(CREDITS, CREDITS));
+        let mut core =
+            ResponderCore::responder(&cfg, &pools, Ok0 { silent: &[] }, policy).expect("core");
+        let now = Instant::now();
+        let mut qp = Wire::new([&pools.recv, &pools.send, &pools.large]);
+        let adv = Advertisement::new(&PrivateData::new(4096, 4096, true), Extensions::ALL)
+            .expect("encodes");
+        core.on_established(adv.as_bytes(), now);
+        qp.pump(&mut core, now);
+        let contexts = 2 * CREDITS;
+        for xid in 1..=contexts {
+            let wc = qp.deliver(&call(xid));
+            core.handle_completion(&wc, now);
+            qp.pump(&mut core, now);
+        }
+        assert_eq!(qp.sends.len(), contexts as usize, "every context replying");
+        // A continuation with no group before it: broken, answered ROPT_XMTERR.
+        let words = [
+            0x77u32,
+            1,
+            8,
+            RDMA_OPTIONAL,
+            ROPT_XMTCONT,
+            12,
+            1,
+            ROPT_XMTREQ,
+            8,
+            0,
+            0,
+        ];
+        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_be_bytes()).collect();
+        let wc = qp.deliver(&bytes);
+        core.handle_completion(&wc, now);
+        qp.pump(&mut core, now);
+        let s = core.responder_stats();
+        assert_eq!(s.broken_call_groups, 1);
+        assert_eq!(
+            (s.held, s.holding, s.overruns, s.transmit_errors_sent),
+            (1, 1, 0, 0),
+            "{s:?}"
+        );
+        assert_eq!(qp.sends.len(), contexts as usize, "nothing sent yet");
+        let wc = qp
+            .complete_send(rpcrdma::fabric::WcStatus::Success)
+            .expect("a reply to complete");
+        core.handle_completion(&wc, now);
+        qp.pump(&mut core, now);
+        let s = core.responder_stats();
+        assert_eq!((s.holding, s.overruns, s.transmit_errors_sent), (0, 0, 1));
+        let sent = qp.sends.back().expect("the error went out");
+        let view = RtrView::parse(&sent.bytes).expect("an RDMA_OPTIONAL message");
+        let RtrBody::XmtErr(e) = view.body else {
+            panic!("not a transmission error: {:?}", view.body);
+        };
+        assert_eq!((e.bad.xid, e.info), (0x77, OptxInfo::BadCont));
+    }
+
     fn held_in_order(silent: &'static [u32]) {
         const CREDITS: u32 = 8;
         let cfg = ConnConfig {

@@ -395,26 +395,45 @@ impl<S: Service> ResponderHalf<S> {
             }),
             info,
         };
-        // The error goes to the group's call (its lead) when there is one. Sent at
-        // once or not at all (like a full send queue): a transmission error is no
-        // call, so it does not wait for a header buffer.
-        match self.stage_optional(t, lead.unwrap_or(xid), RtrOp::XmtErr(err)) {
-            Optional::NoContext => self.stats.overruns += 1,
-            Optional::NotStaged => {}
-            Optional::Staged => self.stats.transmit_errors_sent += 1,
+        // The error goes to the group's call (its lead) when there is one. With no
+        // context free it waits its turn like the call it answers (`hold`); then it
+        // is sent at once or not at all (like a full send queue): a transmission
+        // error is no call, so it does not wait for a header buffer.
+        let answer = ErrorAnswer::XmtErr {
+            xid: lead.unwrap_or(xid),
+            err,
+        };
+        match self.take_ctx() {
+            Some(i) => self.answer_in(t, i, answer),
+            None => self.hold(t, super::Held::Answer(answer)),
         }
     }
 
-    /// RDMA_ERROR ERR_CHUNK for `xid`, through a context of its own.
+    /// RDMA_ERROR ERR_CHUNK for `xid`, through a context of its own (held for one
+    /// when none is free).
     fn error_reply(&mut self, t: &mut Transport, xid: u32) {
-        let Some(i) = self.take_ctx() else {
-            self.stats.overruns += 1;
-            return;
-        };
-        let c = &mut self.ctxs[i as usize];
-        c.xid = xid;
-        c.step = Step::Error(crate::wire::header::RdmaError::Chunk);
-        self.run_in_order(t, i);
+        let answer = ErrorAnswer::ErrChunk { xid };
+        match self.take_ctx() {
+            Some(i) => self.answer_in(t, i, answer),
+            None => self.hold(t, super::Held::Answer(answer)),
+        }
+    }
+
+    /// Sends `answer` with context `i`, just taken.
+    pub(super) fn answer_in(&mut self, t: &mut Transport, i: u32, answer: ErrorAnswer) {
+        match answer {
+            ErrorAnswer::ErrChunk { xid } => {
+                let c = &mut self.ctxs[i as usize];
+                c.xid = xid;
+                c.step = Step::Error(crate::wire::header::RdmaError::Chunk);
+                self.run_in_order(t, i);
+            }
+            ErrorAnswer::XmtErr { xid, err } => {
+                if self.stage_optional_in(t, i, xid, RtrOp::XmtErr(err)) == Optional::Staged {
+                    self.stats.transmit_errors_sent += 1;
+                }
+            }
+        }
     }
 
     /// A whole call group: its first receive becomes an RDMA_NOMSG header with one
@@ -612,6 +631,12 @@ impl<S: Service> ResponderHalf<S> {
         let Some(i) = self.take_ctx() else {
             return Optional::NoContext;
         };
+        self.stage_optional_in(t, i, xid, op)
+    }
+
+    /// [`stage_optional`](Self::stage_optional) with context `i`, just taken (given
+    /// back when nothing is staged).
+    fn stage_optional_in(&mut self, t: &mut Transport, i: u32, xid: u32, op: RtrOp) -> Optional {
         if !t.is_open() || !self.has_header(i) || !t.sq.take(1) {
             self.put_ctx(i);
             return Optional::NotStaged;
@@ -651,6 +676,23 @@ impl<S: Service> ResponderHalf<S> {
             }
         }
     }
+}
+
+/// An answer to a call that cannot be served, sent through a reply context of its
+/// own (held for one like a call when none is free).
+pub(super) enum ErrorAnswer {
+    /// RDMA_ERROR ERR_CHUNK for the call `xid`.
+    ErrChunk {
+        /// The call's XID.
+        xid: u32,
+    },
+    /// ROPT_XMTERR for a broken call group, to the group's call `xid`.
+    XmtErr {
+        /// The XID the error goes to.
+        xid: u32,
+        /// What was wrong.
+        err: XmtErr,
+    },
 }
 
 /// What [`ResponderHalf::stage_optional`] did.

@@ -158,6 +158,11 @@ enum Held {
     Call(RegBuf),
     /// A whole message-continuation call group, assembled (`cont.rs`).
     Group(cont::CallAsm),
+    /// The answer to a call that cannot be served, which needs a context of its own
+    /// to be sent: RDMA_ERROR ERR_CHUNK, or ROPT_XMTERR for a broken call group
+    /// (`cont.rs`). Held like the call it answers, so it is never dropped for want
+    /// of a context while the requester stays within its credits.
+    Answer(cont::ErrorAnswer),
 }
 
 /// The credits a reply grants now: `policy`'s choice within what the connection's
@@ -592,6 +597,7 @@ impl<S: Service> ResponderHalf<S> {
         match call {
             Held::Call(buf) => t.recvs.recycle(buf),
             Held::Group(asm) => self.let_go_group(t, asm),
+            Held::Answer(_) => {}
         }
     }
 
@@ -616,6 +622,7 @@ impl<S: Service> ResponderHalf<S> {
             match self.held.pop_front() {
                 Some(Held::Call(buf)) => self.serve(t, i, buf, None),
                 Some(Held::Group(asm)) => self.complete_in(t, i, asm),
+                Some(Held::Answer(a)) => self.answer_in(t, i, a),
                 None => {
                     self.put_ctx(i);
                     break;
