@@ -203,8 +203,9 @@ fn measured_rate(p: &mut P, data: &[u8], st: &mut InFlight, n: u64) -> bool {
 /// (the echo comes back intact), then `WARMUP` calls; leaves `RATE_DEPTH` in flight.
 #[inline(never)]
 fn warm_up_rate(p: &mut P, data: &[u8], st: &mut InFlight) -> bool {
-    call(p, echo_proc::ECHO, &EchoData { data }, 0, |o| echoed(o, data))
-        && rate_until(p, data, st, WARMUP, true)
+    call(p, echo_proc::ECHO, &EchoData { data }, 0, |o| {
+        echoed(o, data)
+    }) && rate_until(p, data, st, WARMUP, true)
 }
 
 /// Warm-up through separate copies of the loops, so callgrind's toggles see only the

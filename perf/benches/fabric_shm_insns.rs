@@ -291,8 +291,11 @@ fn req_resp_turn(c: &mut End, s: &mut End, st: &mut ReqResp, refill: bool) -> Op
         if w.opcode == WcOpcode::Recv {
             let slot = w.wr_id as usize;
             let rb = [s.sge(slot * RATE_MSG, RATE_MSG)];
-            s.qp.post_recv(&[RecvWr { wr_id: w.wr_id, sgl: &rb }])
-                .ok()?;
+            s.qp.post_recv(&[RecvWr {
+                wr_id: w.wr_id,
+                sgl: &rb,
+            }])
+            .ok()?;
             st.owed += 1;
         } else {
             st.server_sends -= 1;
@@ -313,8 +316,11 @@ fn req_resp_turn(c: &mut End, s: &mut End, st: &mut ReqResp, refill: bool) -> Op
         if w.opcode == WcOpcode::Recv {
             let slot = w.wr_id as usize;
             let rb = [c.sge(slot * RATE_MSG, RATE_MSG)];
-            c.qp.post_recv(&[RecvWr { wr_id: w.wr_id, sgl: &rb }])
-                .ok()?;
+            c.qp.post_recv(&[RecvWr {
+                wr_id: w.wr_id,
+                sgl: &rb,
+            }])
+            .ok()?;
             st.awaiting = st.awaiting.checked_sub(1)?;
             answers += 1;
         } else {
