@@ -41,6 +41,13 @@
 #        look (-> 6300), a short call message copied behind its transport header, one
 #        gather entry instead of two (-> 6222), and the same for a short reply body
 #        written in a large buffer (-> 6134)
+# The rate region: inline ECHO calls of 64 octets with 32 in flight (`rpcrdma-perf rate
+# --size 64 --depth 32`'s loop and configuration, both ends polled in turn from one
+# thread), instructions per finished call, beside the fabric request/response at depth 32
+# counted the same way (`rpcrdma-perf rate --baseline`'s req/resp loop: each request a
+# signaled Send answered by a signaled Send, per answer). INSNS_BUDGET_RATE fails above it:
+# 5270, 2% over the 5166 measured after a CQ batch went to the core in one call and post
+# chains were built without blank-filling (5292 before; the req/resp baseline 1292).
 # The second shm baseline is like-for-like with the engine's default: every Send
 # signaled and its completion reaped (the first signals one Send in 16).
 set -euo pipefail
@@ -48,6 +55,7 @@ cd "$(dirname "$0")/.."
 command -v valgrind >/dev/null || { echo "perf/insns.sh: valgrind is missing (apt-get install valgrind)"; exit 1; }
 BUDGET_SHM=${INSNS_BUDGET_SHM:-1900}
 BUDGET_RPC=${INSNS_BUDGET_RPC:-6225}
+BUDGET_RATE=${INSNS_BUDGET_RATE:-5270}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
@@ -74,26 +82,41 @@ valgrind -q --tool=callgrind --toggle-collect='*measured_signaled*' \
   --callgrind-out-file="$out/shm_sig.cg" "$shm" >/dev/null
 valgrind -q --tool=callgrind --toggle-collect='*measured_null*' --toggle-collect='*measured_echo*' \
   --callgrind-out-file="$out/rpc.cg" "$rpc" >/dev/null
+valgrind -q --tool=callgrind --toggle-collect='*measured_req_resp*' \
+  --callgrind-out-file="$out/req_resp.cg" "$shm" >/dev/null
+valgrind -q --tool=callgrind --toggle-collect='*measured_rate*' \
+  --callgrind-out-file="$out/rate.cg" "$rpc" >/dev/null
 
 rounds=$(grep -Eo 'const ROUNDS: u64 = [0-9_]+' perf/benches/fabric_shm_insns.rs | grep -Eo '[0-9_]+$' | tr -d _)
 calls=$(grep -Eo 'const CALLS: u64 = [0-9_]+' perf/benches/engine_rpc_insns.rs | grep -Eo '[0-9_]+$' | tr -d _)
+rate_ops=$(grep -Eo 'const RATE_OPS: u64 = [0-9_]+' perf/benches/fabric_shm_insns.rs | grep -Eo '[0-9_]+$' | tr -d _)
+rate_calls=$(grep -Eo 'const RATE_CALLS: u64 = [0-9_]+' perf/benches/engine_rpc_insns.rs | grep -Eo '[0-9_]+$' | tr -d _)
 shm_ir=$(inclusive "$out/shm.cg" 'measured_round_trips')
 sig_ir=$(inclusive "$out/shm_sig.cg" 'measured_signaled')
 null_ir=$(inclusive "$out/rpc.cg" 'measured_null')
 echo_ir=$(inclusive "$out/rpc.cg" 'measured_echo')
-[ -n "$shm_ir" ] && [ -n "$sig_ir" ] && [ -n "$null_ir" ] && [ -n "$echo_ir" ] || { echo "perf/insns.sh: could not read callgrind totals"; exit 1; }
+rr_ir=$(inclusive "$out/req_resp.cg" 'measured_req_resp')
+rate_ir=$(inclusive "$out/rate.cg" 'measured_rate')
+[ -n "$shm_ir" ] && [ -n "$sig_ir" ] && [ -n "$null_ir" ] && [ -n "$echo_ir" ] &&
+  [ -n "$rr_ir" ] && [ -n "$rate_ir" ] || { echo "perf/insns.sh: could not read callgrind totals"; exit 1; }
 
-python3 - "$shm_ir" "$sig_ir" "$rounds" "$null_ir" "$echo_ir" "$calls" "$BUDGET_SHM" "$BUDGET_RPC" <<'PY'
+python3 - "$shm_ir" "$sig_ir" "$rounds" "$null_ir" "$echo_ir" "$calls" "$BUDGET_SHM" "$BUDGET_RPC" \
+  "$rr_ir" "$rate_ops" "$rate_ir" "$rate_calls" "$BUDGET_RATE" <<'PY'
 import sys
-shm_ir, sig_ir, rounds, null_ir, echo_ir, calls, bshm, brpc = map(int, sys.argv[1:])
+(shm_ir, sig_ir, rounds, null_ir, echo_ir, calls, bshm, brpc,
+ rr_ir, rate_ops, rate_ir, rate_calls, brate) = map(int, sys.argv[1:])
 shm, sig, null, echo = shm_ir / rounds, sig_ir / rounds, null_ir / calls, echo_ir / calls
+rr, rate = rr_ir / rate_ops, rate_ir / rate_calls
 print(f"instructions per round trip: shm 32 B send/recv {shm:8.0f}   (one Send in 16 signaled)")
 print(f"                             shm like-for-like {sig:8.0f}   (every Send signaled and reaped, as the engine)")
 print(f"                             rpc NULL          {null:8.0f}   x{null/shm:.2f} of shm, x{null/sig:.2f} like-for-like")
 print(f"                             rpc ECHO 64 B     {echo:8.0f}   x{echo/shm:.2f} of shm, x{echo/sig:.2f} like-for-like")
+print(f"at depth 32, per operation:  shm req/resp 64 B {rr:8.0f}   (each request and answer a signaled Send)")
+print(f"                             rpc ECHO 64 B     {rate:8.0f}   x{rate/rr:.2f} of req/resp")
 bad = []
 if shm > bshm: bad.append(f"shm round trip {shm:.0f} > budget {bshm}")
 if null > brpc: bad.append(f"rpc NULL {null:.0f} > budget {brpc}")
+if rate > brate: bad.append(f"rpc ECHO at depth 32 {rate:.0f} > budget {brate}")
 if bad:
     print("instruction budget exceeded: " + "; ".join(bad)); sys.exit(1)
 PY

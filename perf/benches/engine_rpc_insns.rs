@@ -37,6 +37,10 @@ use rpcrdma_ulp::rpc::{CallHeader, OpaqueAuth};
 
 /// Calls of each kind inside the measured functions.
 const CALLS: u64 = 2_000;
+/// ECHO calls inside the depth-32 rate region (`measured_rate`).
+const RATE_CALLS: u64 = 20_000;
+/// Calls in flight in that region: the `rpcrdma-perf rate --depth 32` row's.
+const RATE_DEPTH: usize = 32;
 /// Calls of each kind before them (first-touch faults, pool caches, lazy mappings).
 const WARMUP: u64 = 500;
 /// Polls of both ends one call may take before the run is declared broken.
@@ -119,6 +123,91 @@ fn measured_echo(p: &mut P, data: &[u8], first: u64, n: u64) -> bool {
     (first..first + n).all(|t| call(p, echo_proc::ECHO, &EchoData { data }, t, |_| true))
 }
 
+/// The configuration `rpcrdma-perf rate --size 64 --depth 32` gives both ends (its
+/// `conn_config`: credits one above the depth, four large buffers per call in flight
+/// and eight spare), pages never huge so the count does not depend on the host.
+fn rate_config() -> ConnConfig {
+    let credits = RATE_DEPTH as u32 + 1;
+    ConnConfig {
+        credits,
+        large_buf_size: 64 << 10,
+        large_bufs: 4 * credits + 8,
+        hugepages: HugePages::Never,
+        ..ConnConfig::default()
+    }
+}
+
+/// Calls in flight, carried from the warm-up into the measured region so that it runs
+/// in steady state (`RATE_DEPTH` in flight when it starts and when it ends).
+struct InFlight {
+    calls: usize,
+    next_tag: u64,
+}
+
+/// One turn of the rate loop, as `rpcrdma-perf rate`'s measuring thread makes it with
+/// the server's poll beside it: one clock read; ECHO calls built and submitted until
+/// `RATE_DEPTH` are in flight (while `refill`); both ends polled; every outcome read
+/// where it lies (a failed call fails the run) and its buffers given back. Returns the
+/// calls that finished, None on a failure.
+#[inline(always)]
+fn rate_turn(p: &mut P, data: &[u8], st: &mut InFlight, refill: bool) -> Option<u64> {
+    let now = Instant::now();
+    while refill && st.calls < RATE_DEPTH {
+        let msg = p.requester.take_msg().ok()?;
+        let req = inline_call(msg, &header(echo_proc::ECHO), &EchoData { data }, 256).ok()?;
+        p.requester.submit_at(req, st.next_tag, now).ok()?;
+        st.next_tag += 1;
+        st.calls += 1;
+    }
+    p.poll(now);
+    let mut done = 0;
+    while let Some(ok) = p
+        .requester
+        .poll_outcome_with(|o| o.status == CallStatus::Success)
+    {
+        if !ok {
+            return None;
+        }
+        done += 1;
+    }
+    st.calls = st.calls.checked_sub(done as usize)?;
+    Some(done)
+}
+
+/// Rate turns until `n` calls finished; false on a failure or `MAX_POLLS` turns in a
+/// row with none.
+#[inline(always)]
+fn rate_until(p: &mut P, data: &[u8], st: &mut InFlight, n: u64, refill: bool) -> bool {
+    let (mut done, mut idle) = (0, 0);
+    while done < n {
+        let Some(got) = rate_turn(p, data, st, refill) else {
+            return false;
+        };
+        done += got;
+        idle = if got == 0 { idle + 1 } else { 0 };
+        if idle == MAX_POLLS {
+            return false;
+        }
+    }
+    true
+}
+
+/// The depth-32 rate region (`--toggle-collect='*measured_rate*'`): `n` inline ECHO
+/// calls of 64 octets finished with `RATE_DEPTH` in flight throughout.
+#[inline(never)]
+fn measured_rate(p: &mut P, data: &[u8], st: &mut InFlight, n: u64) -> bool {
+    rate_until(p, data, st, n, true)
+}
+
+/// Warm-up of the rate region through a separate copy of the loop: one checked call
+/// (the echo comes back intact), then `WARMUP` calls; leaves `RATE_DEPTH` in flight.
+#[inline(never)]
+fn warm_up_rate(p: &mut P, data: &[u8], st: &mut InFlight) -> bool {
+    call(p, echo_proc::ECHO, &EchoData { data }, 0, |o| {
+        echoed(o, data)
+    }) && rate_until(p, data, st, WARMUP, true)
+}
+
 /// Warm-up through separate copies of the loops, so callgrind's toggles see only the
 /// measured calls.
 #[inline(never)]
@@ -152,8 +241,25 @@ fn main() {
     let ok = measured_echo(black_box(&mut p), black_box(&data), 2 << 20, CALLS);
     let echo_ns = start.elapsed().as_nanos() as f64 / CALLS as f64;
     assert!(ok, "measured ECHO calls failed");
+    drop(p);
+    let mut p = support::echo_pair("rpcrdma-rate-insns", &rate_config());
+    let mut st = InFlight {
+        calls: 0,
+        next_tag: 1,
+    };
+    assert!(warm_up_rate(&mut p, &data, &mut st), "rate warm-up failed");
+    let start = Instant::now();
+    let ok = measured_rate(black_box(&mut p), black_box(&data), &mut st, RATE_CALLS);
+    let rate_ns = start.elapsed().as_nanos() as f64 / RATE_CALLS as f64;
+    assert!(ok, "measured rate calls failed");
+    let left = st.calls as u64;
+    assert!(
+        rate_until(&mut p, &data, &mut st, left, false),
+        "draining the rate calls failed"
+    );
     println!(
         "engine_rpc_insns: {CALLS} NULL calls {null_ns:.0} ns each, {CALLS} ECHO-{ECHO_LEN} \
-         calls {echo_ns:.0} ns each (one thread)"
+         calls {echo_ns:.0} ns each, {RATE_CALLS} ECHO-{ECHO_LEN} calls at depth \
+         {RATE_DEPTH} {rate_ns:.0} ns each (one thread)"
     );
 }

@@ -47,6 +47,15 @@ use rpcrdma_pools::{Arena, ArenaOptions, HugePages};
 
 /// Round trips inside the measured function.
 const ROUNDS: u64 = 10_000;
+/// Request/response pairs inside the depth-32 region (`measured_req_resp`).
+const RATE_OPS: u64 = 20_000;
+/// Requests in flight in that region: the `rpcrdma-perf rate --depth 32` row's.
+const RATE_DEPTH: usize = 32;
+/// Receives the request/response server keeps posted and sends either side may have
+/// queued: `rpcrdma-perf`'s `queue_depth` for a rate row (twice the depth, plus one).
+const RATE_QUEUE: usize = 2 * RATE_DEPTH + 1;
+/// Octets of each request and answer there: the RPC rate row's ECHO payload.
+const RATE_MSG: usize = 64;
 /// Round trips before it (first-touch page faults, lazy mappings).
 const WARMUP: u64 = 1_000;
 /// Polls a hop may take before the run is declared broken (one poll suffices).
@@ -103,8 +112,8 @@ fn half() -> Half {
     (dev, pd, cq, cm, arena, mr)
 }
 
-fn connected_pair() -> (End, End) {
-    let addr = ShmAddr::abstract_name(format!("rpcrdma-insns-{}", std::process::id()));
+fn connected_pair(tag: &str) -> (End, End) {
+    let addr = ShmAddr::abstract_name(format!("rpcrdma-insns-{tag}-{}", std::process::id()));
     let mut s = half();
     let mut c = half();
     s.3.listen(&addr).expect("listen");
@@ -247,8 +256,133 @@ fn measured_signaled(a: &mut End, b: &mut End, first: u64, n: u64) -> bool {
     true
 }
 
+/// The request/response state of the depth-32 region, carried from the warm-up into the
+/// measured region so that the region runs in steady state (32 requests in flight
+/// when it starts and when it ends).
+struct ReqResp {
+    /// Requests sent and not yet answered (the client's view).
+    awaiting: usize,
+    /// Sends not yet completed, client and server.
+    client_sends: usize,
+    server_sends: usize,
+    /// Answers the server owes (requests received while its send queue was full).
+    owed: usize,
+}
+
+/// One turn of the request/response loop `rpcrdma-perf rate --baseline` runs as its
+/// `fabric req/resp` row, both ends in this thread: the client tops its requests up to
+/// `RATE_DEPTH` (one signaled Send posted per request, as the row does), the server
+/// polls its CQ (reposting each receive, answering each request with a signaled Send of
+/// the same size), the client polls its CQ (reposting each receive; an answer ends an
+/// operation). Returns the answers the client received, or None on any failure.
+#[inline(always)]
+fn req_resp_turn(c: &mut End, s: &mut End, st: &mut ReqResp, refill: bool) -> Option<u64> {
+    let send = [c.sge(8192, RATE_MSG)];
+    while refill && st.awaiting < RATE_DEPTH && st.client_sends < RATE_QUEUE {
+        c.qp.post_send(&[SendWr::send(0, &send)]).ok()?;
+        st.awaiting += 1;
+        st.client_sends += 1;
+    }
+    let n = s.cq.poll(&mut s.buf);
+    for w in &s.buf[..n] {
+        if w.status != WcStatus::Success {
+            return None;
+        }
+        if w.opcode == WcOpcode::Recv {
+            let slot = w.wr_id as usize;
+            let rb = [s.sge(slot * RATE_MSG, RATE_MSG)];
+            s.qp.post_recv(&[RecvWr {
+                wr_id: w.wr_id,
+                sgl: &rb,
+            }])
+            .ok()?;
+            st.owed += 1;
+        } else {
+            st.server_sends -= 1;
+        }
+    }
+    let reply = [s.sge(8192, RATE_MSG)];
+    while st.owed > 0 && st.server_sends < RATE_QUEUE {
+        s.qp.post_send(&[SendWr::send(0, &reply)]).ok()?;
+        st.server_sends += 1;
+        st.owed -= 1;
+    }
+    let n = c.cq.poll(&mut c.buf);
+    let mut answers = 0;
+    for w in &c.buf[..n] {
+        if w.status != WcStatus::Success {
+            return None;
+        }
+        if w.opcode == WcOpcode::Recv {
+            let slot = w.wr_id as usize;
+            let rb = [c.sge(slot * RATE_MSG, RATE_MSG)];
+            c.qp.post_recv(&[RecvWr {
+                wr_id: w.wr_id,
+                sgl: &rb,
+            }])
+            .ok()?;
+            st.awaiting = st.awaiting.checked_sub(1)?;
+            answers += 1;
+        } else {
+            st.client_sends -= 1;
+        }
+    }
+    Some(answers)
+}
+
+/// Runs request/response turns until `n` answers came (refilling to the depth while
+/// `refill`); false on a failure or `MAX_POLLS` turns in a row without an answer.
+#[inline(always)]
+fn req_resp_until(c: &mut End, s: &mut End, st: &mut ReqResp, n: u64, refill: bool) -> bool {
+    let (mut done, mut idle) = (0, 0);
+    while done < n {
+        let Some(got) = req_resp_turn(c, s, st, refill) else {
+            return false;
+        };
+        done += got;
+        idle = if got == 0 { idle + 1 } else { 0 };
+        if idle == MAX_POLLS {
+            return false;
+        }
+    }
+    true
+}
+
+/// The depth-32 request/response region (`--toggle-collect='*measured_req_resp*'`):
+/// `n` answers with `RATE_DEPTH` requests in flight throughout (the warm-up left them
+/// in flight; the region ends with as many).
+#[inline(never)]
+fn measured_req_resp(c: &mut End, s: &mut End, st: &mut ReqResp, n: u64) -> bool {
+    req_resp_until(c, s, st, n, true)
+}
+
+/// A fresh connected pair for the request/response region, its receives posted as the
+/// `rpcrdma-perf` row posts them: `RATE_QUEUE` on the server, `RATE_DEPTH` on the
+/// client, one buffer per slot.
+fn req_resp_pair() -> (End, End) {
+    let (mut c, mut s) = connected_pair("req-resp");
+    for (e, slots) in [(&mut c, RATE_DEPTH), (&mut s, RATE_QUEUE)] {
+        for slot in 0..slots {
+            let rb = [e.sge(slot * RATE_MSG, RATE_MSG)];
+            e.qp.post_recv(&[RecvWr {
+                wr_id: slot as u64,
+                sgl: &rb,
+            }])
+            .expect("recv");
+        }
+    }
+    (c, s)
+}
+
+/// Warm-up of the request/response region through a separate copy of the loop; leaves
+/// `RATE_DEPTH` requests in flight.
+#[inline(never)]
+fn warm_up_req_resp(c: &mut End, s: &mut End, st: &mut ReqResp) -> bool {
+    req_resp_until(c, s, st, WARMUP, true)
+}
+
 fn main() {
-    let (mut a, mut b) = connected_pair();
+    let (mut a, mut b) = connected_pair("round-trip");
     for e in [&mut a, &mut b] {
         let rb = [e.sge(0, MSG)];
         for _ in 0..64 {
@@ -268,7 +402,32 @@ fn main() {
         ROUNDS,
     );
     assert!(ok, "measured signaled round trips failed");
-    println!("fabric_shm_insns: {ROUNDS} round trips, {ns:.0} ns each (one thread)");
+    drop((a, b));
+    let (mut c, mut s) = req_resp_pair();
+    let mut st = ReqResp {
+        awaiting: 0,
+        client_sends: 0,
+        server_sends: 0,
+        owed: 0,
+    };
+    assert!(
+        warm_up_req_resp(&mut c, &mut s, &mut st),
+        "warm-up request/response failed"
+    );
+    let start = Instant::now();
+    let ok = measured_req_resp(black_box(&mut c), black_box(&mut s), &mut st, RATE_OPS);
+    let rr_ns = start.elapsed().as_nanos() as f64 / RATE_OPS as f64;
+    assert!(ok, "measured request/response failed");
+    // The requests still in flight are answered before the pair goes.
+    let left = st.awaiting as u64;
+    assert!(
+        req_resp_until(&mut c, &mut s, &mut st, left, false),
+        "draining request/response failed"
+    );
+    println!(
+        "fabric_shm_insns: {ROUNDS} round trips, {ns:.0} ns each; {RATE_OPS} \
+         request/response at depth {RATE_DEPTH}, {rr_ns:.0} ns each (one thread)"
+    );
 }
 
 /// Warm-up through a separate copy of the loop, so callgrind's toggle sees only the

@@ -46,7 +46,7 @@ pub use responder::{
 };
 
 use crate::core::{ConfigError, CoreError};
-use crate::fabric::{Completion, CompletionQueue, FabricError};
+use crate::fabric::FabricError;
 use rpcrdma_pools::PoolError;
 
 /// Completions reaped per poll.
@@ -80,20 +80,4 @@ pub enum ConnError {
     /// The connection was not established within this time.
     #[error("connection not established within {0:?}")]
     ConnectTimeout(core::time::Duration),
-}
-
-/// Reaps one batch of completions from `cq` into `f`; returns how many. `wcs` is the
-/// driver's reusable batch array: filling a fresh one on every poll would cost more
-/// than an idle poll itself.
-#[inline]
-pub(crate) fn poll_cq<C: CompletionQueue, F: FnMut(&Completion)>(
-    cq: &mut C,
-    wcs: &mut [Completion; CQ_BATCH],
-    mut f: F,
-) -> usize {
-    let n = cq.poll(wcs).min(CQ_BATCH);
-    for wc in &wcs[..n] {
-        f(wc);
-    }
-    n
 }

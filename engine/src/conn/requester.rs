@@ -224,15 +224,16 @@ impl<P: Provider, B: ResponderRole> Requester<P, B> {
         }
         let core = &mut self.core;
         let qp = &self.qp;
-        work += self.res.poll_own_cq(&mut self.wcs, |wc| {
+        let wcs = self.res.reap_own_cq(&mut self.wcs);
+        work += wcs.len();
+        if !wcs.is_empty() {
             // Only a failure can follow a Terminate, so the fast path never asks.
-            if !wc.status.is_success() {
+            core.handle_completions(wcs, now, |core| {
                 if let Some(why) = qp.peer_abort() {
                     core.on_peer_abort(why);
                 }
-            }
-            core.handle_completion(wc, now)
-        });
+            });
+        }
         if core.next_timeout().is_some_and(|t| t <= now) {
             core.handle_timeout(now);
         }

@@ -316,17 +316,20 @@ impl<P: Provider> ConnResources<P> {
         }
     }
 
-    /// Reaps one batch from the connection's own completion queue into `f` (none when
-    /// it has none: a poll group reaps for it).
+    /// Reaps one batch of completions from the connection's own CQ into `wcs` and
+    /// returns them (none for a connection on a shared queue), for a core that takes
+    /// the whole batch in one call.
     #[inline]
-    pub(crate) fn poll_own_cq<F: FnMut(&crate::fabric::Completion)>(
+    pub(crate) fn reap_own_cq<'w>(
         &mut self,
-        wcs: &mut [crate::fabric::Completion; super::CQ_BATCH],
-        f: F,
-    ) -> usize {
+        wcs: &'w mut [crate::fabric::Completion; super::CQ_BATCH],
+    ) -> &'w [crate::fabric::Completion] {
         match self.cq.as_mut() {
-            Some(cq) => super::poll_cq(cq, wcs, f),
-            None => 0,
+            Some(cq) => {
+                let n = crate::fabric::CompletionQueue::poll(cq, wcs).min(super::CQ_BATCH);
+                &wcs[..n]
+            }
+            None => &[],
         }
     }
 

@@ -368,9 +368,16 @@ impl<P: Provider, S: Service, B: RequesterRole> ResponderConn<P, S, B> {
     pub fn poll(&mut self, now: Instant) -> usize {
         let core = &mut self.core;
         let qp = &self.qp;
-        let work = self
-            .res
-            .poll_own_cq(&mut self.wcs, |wc| complete(core, qp, wc, now));
+        let wcs = self.res.reap_own_cq(&mut self.wcs);
+        let work = wcs.len();
+        if !wcs.is_empty() {
+            // Only a failure can follow a Terminate, so the fast path never asks.
+            core.handle_completions(wcs, now, |core| {
+                if let Some(why) = qp.peer_abort() {
+                    core.on_peer_abort(why);
+                }
+            });
+        }
         self.after_completions(now);
         work
     }
