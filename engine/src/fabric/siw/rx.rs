@@ -260,7 +260,11 @@ impl Engine {
     #[inline]
     pub(crate) fn buffered_read_limit(&self, cap: usize, tail: usize) -> usize {
         if self.expects_bulk() {
-            self.rx.reader.payload_remaining().saturating_add(tail).min(cap)
+            self.rx
+                .reader
+                .payload_remaining()
+                .saturating_add(tail)
+                .min(cap)
         } else {
             cap
         }
