@@ -8,14 +8,19 @@
 # polls each operation takes.
 #
 # usage: perf/syscalls.sh [N]        # default N=2000; release build of rpcrdma-perf
+#        RPCRDMA_PERF=/path/to/rpcrdma-perf perf/syscalls.sh [N]   # another build, as is
 # prints: row, calls per operation in total and those that moved data (sends, and
 # receives that returned data), and the calls that make it up (>= 0.01 per op)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v strace >/dev/null || { echo "perf/syscalls.sh: strace is missing (apt-get install strace)"; exit 1; }
 N=${1:-2000}
-cargo build -q --release -p rpcrdma-perf
-bin=target/release/rpcrdma-perf
+if [ -n "${RPCRDMA_PERF:-}" ]; then
+  bin=$RPCRDMA_PERF
+else
+  cargo build -q --release -p rpcrdma-perf
+  bin=target/release/rpcrdma-perf
+fi
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
@@ -59,7 +64,8 @@ PY
 }
 
 echo "system calls per operation (strace -f -c, difference of ${N} and $((2 * N)) operations)"
-row "shm lat echo 64 B (per RTT)" 1 lat --provider shm --size 64
+[ -n "${SIW_ONLY:-}" ] || row "shm lat echo 64 B (per RTT)" 1 lat --provider shm --size 64
 row "siw lat echo 64 B (per RTT)" 1 lat --provider siw --size 64
-row "siw lat echo 4 KiB (per RTT)" 1 lat --provider siw --size 4k
-row "siw bw read+write chunk 1 MiB (per MiB)" 2 bw --provider siw --size 1m --depth 2
+# At 4 KiB the lat run has seven RPC rows (echo, long calls, bulk arguments and results): the mean per round trip.
+row "siw lat 4 KiB, 7 RPC rows (per RTT)" 7 lat --provider siw --size 4k
+[ -n "${SIW_ONLY:-}" ] || row "siw bw read+write chunk 1 MiB (per MiB)" 2 bw --provider siw --size 1m --depth 2

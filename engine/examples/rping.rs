@@ -129,7 +129,8 @@ impl Side {
     fn new(a: &Args) -> Result<Side, String> {
         let dev = SiwDevice::with_config(SiwConfig {
             crc: a.crc,
-            ..SiwConfig::default()
+            // rping's protocol as first checked against kernel siw: strict completions.
+            ..SiwConfig::strict()
         })
         .map_err(|e| format!("open siw: {e}"))?;
         let pd = dev.alloc_pd().map_err(|e| format!("pd: {e}"))?;

@@ -49,7 +49,7 @@ impl Fixture for Siw {
     type P = SiwProvider;
 
     fn open_device() -> SiwDevice {
-        SiwDevice::new().expect("device")
+        SiwDevice::with_config(rpcrdma::fabric::siw::SiwConfig::strict()).expect("device")
     }
 
     fn unique_addr() -> SocketAddr {

@@ -38,12 +38,13 @@ pub enum ModeCmd {
 #[serde(rename_all = "kebab-case")]
 pub enum SiwCompletions {
     /// Once a zero-length Read, in a TCP segment of its own, proves the peer executed
-    /// it (the provider's default: strict, one FPDU per segment on the wire).
-    #[default]
+    /// it (`SiwConfig::strict`: one FPDU per segment on the wire).
     Strict,
     /// The same proof, the Read sharing the segment of the FPDU it confirms.
     SharedSegment,
-    /// Once written to the socket, as Linux siw does (no confirmation Reads).
+    /// Once written to the socket, as Linux siw does (no confirmation Reads; the
+    /// provider's default).
+    #[default]
     OnTransmit,
 }
 
@@ -134,7 +135,7 @@ pub struct Opts {
     pub credits: u32,
     /// siw only: when Sends and Writes complete (what strict completions cost is the
     /// difference between the rows).
-    #[arg(long, global = true, value_enum, default_value = "strict")]
+    #[arg(long, global = true, value_enum, default_value = "on-transmit")]
     pub siw_completions: SiwCompletions,
     /// Also measure the raw-fabric and physical baselines (default in the suite).
     #[arg(long, global = true, overrides_with = "no_baseline")]

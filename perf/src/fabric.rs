@@ -90,8 +90,11 @@ impl FabricKind for Siw {
     fn open() -> Result<SiwDevice, BenchError> {
         let mut cfg = rpcrdma::fabric::siw::SiwConfig::default();
         match siw_completions() {
-            SiwCompletions::Strict => {}
-            SiwCompletions::SharedSegment => cfg.confirmation_own_segment = false,
+            SiwCompletions::Strict => cfg.confirm_completions = true,
+            SiwCompletions::SharedSegment => {
+                cfg.confirm_completions = true;
+                cfg.confirmation_own_segment = false;
+            }
             SiwCompletions::OnTransmit => cfg.confirm_completions = false,
         }
         Ok(SiwDevice::with_config(cfg)?)

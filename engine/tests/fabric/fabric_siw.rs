@@ -309,7 +309,7 @@ fn expect_terminate(
 
 #[test]
 fn write_to_an_unknown_stag_is_terminated_with_the_segment_copied() {
-    let (mut s, mut raw) = raw_pair(SiwConfig::default(), true);
+    let (mut s, mut raw) = raw_pair(SiwConfig::strict(), true);
     s.fill(0, &[0xAA; 64]);
     let h = SegmentHeader::tagged(Opcode::RdmaWrite, true, s.mr.rkey() ^ 0x100, s.addr_of(0));
     raw.send(h, &[1, 2, 3, 4, 5, 6, 7, 8]);
@@ -326,7 +326,7 @@ fn write_to_an_unknown_stag_is_terminated_with_the_segment_copied() {
 
 #[test]
 fn write_past_the_registration_is_a_bounds_violation() {
-    let (mut s, mut raw) = raw_pair(SiwConfig::default(), false);
+    let (mut s, mut raw) = raw_pair(SiwConfig::strict(), false);
     let end = s.addr_of(s.arena.len() - 4);
     let h = SegmentHeader::tagged(Opcode::RdmaWrite, true, s.mr.rkey(), end);
     raw.send(h, &[9; 8]);
@@ -343,7 +343,7 @@ fn write_past_the_registration_is_a_bounds_violation() {
 
 #[test]
 fn send_without_a_receive_is_a_no_buffer_terminate() {
-    let (mut s, mut raw) = raw_pair(SiwConfig::default(), true);
+    let (mut s, mut raw) = raw_pair(SiwConfig::strict(), true);
     let h = SegmentHeader::untagged(Opcode::Send, true, 0, raw.msn.take(QueueNumber::Send), 0);
     raw.send(h, b"nobody listens");
     expect_terminate(
@@ -358,7 +358,7 @@ fn send_without_a_receive_is_a_no_buffer_terminate() {
 
 #[test]
 fn read_request_out_of_bounds_copies_the_request() {
-    let (mut s, mut raw) = raw_pair(SiwConfig::default(), true);
+    let (mut s, mut raw) = raw_pair(SiwConfig::strict(), true);
     let rr = ReadRequest {
         sink_stag: 0x4242,
         sink_to: 0x1000,
@@ -388,7 +388,7 @@ fn read_request_out_of_bounds_copies_the_request() {
 fn read_requests_are_answered_in_fpdus_of_the_mulpdu() {
     let cfg = SiwConfig {
         mss: Some(536),
-        ..SiwConfig::default()
+        ..SiwConfig::strict()
     };
     let (mut s, mut raw) = raw_pair(cfg, true);
     let data = pattern(7, 5000);
@@ -453,7 +453,7 @@ fn read_requests_are_answered_in_fpdus_of_the_mulpdu() {
 /// them is an MPA CRC Terminate.
 #[test]
 fn large_writes_placed_from_the_socket_are_whole_and_crc_checked() {
-    let (mut s, mut raw) = raw_pair(SiwConfig::default(), true);
+    let (mut s, mut raw) = raw_pair(SiwConfig::strict(), true);
     let data: Vec<u8> = (0..40_000u32).map(|i| (i % 251) as u8).collect();
     for corrupt in [false, true] {
         let off = if corrupt { 100_000 } else { 0 };
@@ -492,7 +492,7 @@ fn large_writes_placed_from_the_socket_are_whole_and_crc_checked() {
 
 #[test]
 fn a_bad_crc_is_an_mpa_terminate() {
-    let (mut s, mut raw) = raw_pair(SiwConfig::default(), true);
+    let (mut s, mut raw) = raw_pair(SiwConfig::strict(), true);
     // A receive is posted, so the header passes and only the CRC is wrong (payload is
     // placed as it arrives; the CRC is checked at the end of the FPDU).
     let rb = [s.sge(0, 64)];
@@ -523,7 +523,7 @@ fn a_bad_crc_is_an_mpa_terminate() {
 fn crcs_are_used_when_only_the_peer_asks() {
     let cfg = SiwConfig {
         crc: false,
-        ..SiwConfig::default()
+        ..SiwConfig::strict()
     };
     let (mut s, mut raw) = raw_pair(cfg, true);
     assert!(raw.crc, "the reply sets C because the initiator asked");
@@ -549,7 +549,7 @@ fn crcs_are_used_when_only_the_peer_asks() {
 
 #[test]
 fn revision_1_initiators_are_answered_in_revision_1() {
-    let mut s = Server::new(SiwConfig::default());
+    let mut s = Server::new(SiwConfig::strict());
     let mut raw = Raw::connect(s.addr);
     raw.request(Revision::V1, false, false, b"v1 peer");
     let pd = s.accept(&mut raw, b"v1 ok");
@@ -581,7 +581,7 @@ fn revision_1_initiators_are_answered_in_revision_1() {
 
 #[test]
 fn the_rfc8797_message_follows_the_ird_ord_words() {
-    let mut s = Server::new(SiwConfig::default());
+    let mut s = Server::new(SiwConfig::strict());
     let mut raw = Raw::connect(s.addr);
     let rfc8797 = [0xf6, 0xab, 0x0e, 0x18, 0x01, 0x01, 0x03, 0x03];
     raw.request(Revision::V2, false, false, &rfc8797);
@@ -598,7 +598,7 @@ fn the_rfc8797_message_follows_the_ird_ord_words() {
 
 #[test]
 fn peers_requiring_markers_are_rejected() {
-    let mut s = Server::new(SiwConfig::default());
+    let mut s = Server::new(SiwConfig::strict());
     let mut raw = Raw::connect(s.addr);
     raw.request(Revision::V2, false, true, b"markers please");
     s.wait(&mut raw, "a rejecting reply and close", |_, r| r.eof);
@@ -618,7 +618,7 @@ fn peers_requiring_markers_are_rejected() {
 /// application whole: the fabric buffers hold 512 octets.
 #[test]
 fn a_request_filling_the_mpa_field_reaches_the_application() {
-    let mut s = Server::new(SiwConfig::default());
+    let mut s = Server::new(SiwConfig::strict());
     let mut raw = Raw::connect(s.addr);
     let pd = pattern(13, 508);
     raw.request(Revision::V2, false, false, &pd);
@@ -633,7 +633,7 @@ fn a_request_filling_the_mpa_field_reaches_the_application() {
 
 #[test]
 fn dropping_a_connect_request_rejects_it() {
-    let mut s = Server::new(SiwConfig::default());
+    let mut s = Server::new(SiwConfig::strict());
     let mut raw = Raw::connect(s.addr);
     raw.request(Revision::V2, false, false, b"hi");
     s.wait(&mut raw, "the request", |s, _| !s.events.is_empty());
@@ -650,7 +650,7 @@ fn dropping_a_connect_request_rejects_it() {
 thread_local! {
     /// Settings for devices `Custom` opens on this thread (each test has its own).
     static CUSTOM_CFG: std::cell::RefCell<SiwConfig> =
-        std::cell::RefCell::new(SiwConfig::default());
+        std::cell::RefCell::new(SiwConfig::strict());
 }
 
 /// Devices take the settings the test put in `CUSTOM_CFG`.
@@ -684,7 +684,7 @@ fn private_data_fills_the_mpa_field_in_both_revisions() {
         CUSTOM_CFG.with(|c| {
             *c.borrow_mut() = SiwConfig {
                 revision,
-                ..SiwConfig::default()
+                ..SiwConfig::strict()
             }
         });
         let limits = Custom::open_device().caps().private_data;
@@ -731,7 +731,7 @@ fn private_data_fills_the_mpa_field_in_both_revisions() {
 /// offset of the segment it refused.
 #[test]
 fn the_initiator_learns_why_the_target_terminated() {
-    let mut p = custom_pair(SiwConfig::default(), &Opts::default());
+    let mut p = custom_pair(SiwConfig::strict(), &Opts::default());
     let remote = RemoteAddr {
         rkey: p.s.mr.rkey() ^ 0x100,
         ..p.s.remote(64)
@@ -787,7 +787,7 @@ fn send_without_receive_fails_at_once_even_with_infinite_rnr_retry() {
         },
         ..Opts::default()
     };
-    let mut p = custom_pair(SiwConfig::default(), &o);
+    let mut p = custom_pair(SiwConfig::strict(), &o);
     let b = [p.c.sge(0, 100)];
     p.c.qp.post_send(&[SendWr::send(1, &b)]).expect("post");
     let (_, c) = p.completions(0, 1);
@@ -803,7 +803,7 @@ fn send_without_receive_fails_at_once_even_with_infinite_rnr_retry() {
 fn small_mss_segments_large_messages_without_losing_a_byte() {
     let cfg = SiwConfig {
         mss: Some(600),
-        ..SiwConfig::default()
+        ..SiwConfig::strict()
     };
     let mut p = custom_pair(
         cfg,
@@ -870,7 +870,7 @@ fn crc_off_on_both_sides_still_works_and_revision_1_initiators_connect() {
         let cfg = SiwConfig {
             crc,
             revision,
-            ..SiwConfig::default()
+            ..SiwConfig::strict()
         };
         let mut p = custom_pair(cfg, &Opts::default());
         // Reads need IRD/ORD: revision 1 falls back to our own ORD.
@@ -907,7 +907,7 @@ fn without_confirmation_sends_complete_at_transmit_like_linux_siw() {
     let cfg = SiwConfig {
         confirm_completions: false,
         tap: Some(dyn_tap),
-        ..SiwConfig::default()
+        ..SiwConfig::strict()
     };
     let mut p = custom_pair(cfg, &Opts::default());
     let rb = [p.s.sge(0, 64)];
@@ -948,7 +948,7 @@ fn without_confirmation_sends_complete_at_transmit_like_linux_siw() {
 
 #[test]
 fn a_send_confirmed_in_the_poll_that_sees_the_close_still_succeeds() {
-    let mut p = custom_pair(SiwConfig::default(), &Opts::default());
+    let mut p = custom_pair(SiwConfig::strict(), &Opts::default());
     let rb = [p.s.sge(0, 64)];
     p.s.qp
         .post_recv(&[RecvWr { wr_id: 1, sgl: &rb }])
@@ -976,7 +976,7 @@ fn a_send_confirmed_in_the_poll_that_sees_the_close_still_succeeds() {
 /// A Write confirmed by a zero-length Read (CRCs as `crc`); returns the raw peer with
 /// the Read Request it must answer.
 fn write_awaiting_confirmation(crc: bool) -> (Server, Raw, ReadRequest) {
-    let (mut s, mut raw) = raw_pair(SiwConfig::default(), crc);
+    let (mut s, mut raw) = raw_pair(SiwConfig::strict(), crc);
     s.fill(0, b"confirm me");
     let b = [s.sge(0, 10)];
     let remote = RemoteAddr {
@@ -1056,7 +1056,7 @@ fn an_empty_response_to_a_zero_length_read_is_held_to_its_crc() {
 
 #[test]
 fn a_peer_silent_since_the_reply_is_woken_by_another_zero_length_read() {
-    let (mut s, mut raw) = raw_pair(SiwConfig::default(), false);
+    let (mut s, mut raw) = raw_pair(SiwConfig::strict(), false);
     s.fill(0, b"hello?");
     let b = [s.sge(0, 6)];
     s.qp().post_send(&[SendWr::send(1, &b)]).expect("post");
@@ -1137,7 +1137,7 @@ fn send_then_read_back(p: &mut Pair<SiwProvider>, msg: &[u8], data: &[u8], ctx: 
 #[test]
 fn a_write_dripped_across_a_local_invalidation_places_nothing_after_it() {
     use rpcrdma::fabric::{Access, ProtectionDomain, SendFlags, SendOp};
-    let (mut s, mut raw) = raw_pair(SiwConfig::default(), true);
+    let (mut s, mut raw) = raw_pair(SiwConfig::strict(), true);
     let (off, len) = (200_000usize, 40_000usize);
     s.fill(off, &vec![0xAA; len]);
     let mut fast = s.pd.alloc_fast_mr(len).expect("fast slot");
@@ -1212,7 +1212,7 @@ fn silent_tcp_connectors_are_dropped_at_the_handshake_timeout_and_past_the_cap()
     let cfg = SiwConfig {
         handshake_timeout: timeout,
         max_pending_handshakes: 2,
-        ..SiwConfig::default()
+        ..SiwConfig::strict()
     };
     let mut l = siw_support::listening(cfg, 1 << 16, "siw-handshake");
     let start = Instant::now();
@@ -1269,7 +1269,7 @@ fn siw_sockets_carry_the_configured_keepalive() {
     };
     let cfg = SiwConfig {
         keepalive: Some(k),
-        ..SiwConfig::default()
+        ..SiwConfig::strict()
     };
     let p = custom_pair(cfg, &Opts::default());
     let get = |fd: RawFd, level: libc::c_int, name: libc::c_int| -> Option<libc::c_int> {
@@ -1320,7 +1320,7 @@ fn siw_sockets_carry_the_configured_keepalive() {
 /// reports a message longer than its receive), never as a delivered message.
 #[test]
 fn an_endless_message_is_terminated_at_the_receive_buffers_end() {
-    let (mut s, mut raw) = raw_pair(SiwConfig::default(), true);
+    let (mut s, mut raw) = raw_pair(SiwConfig::strict(), true);
     let rb = [s.sge(0, 4096)];
     s.qp()
         .post_recv(&[RecvWr { wr_id: 1, sgl: &rb }])
@@ -1388,7 +1388,7 @@ fn consecutive_sends_leave_in_one_segment_only_when_coalescing() {
         let cfg = SiwConfig {
             confirm_completions: false,
             coalesce_sends: coalesce,
-            ..SiwConfig::default()
+            ..SiwConfig::strict()
         };
         let (mut s, mut raw) = raw_pair(cfg, true);
         let msgs: Vec<Vec<u8>> = (0..5).map(|i| pattern(i, 3000)).collect();
@@ -1425,7 +1425,7 @@ fn a_zero_length_write_is_taken_without_checking_its_stag() {
     // call (DESIGN.md, "Kernel siw: a first message left unread"), and siw's own RTR:
     // a zero-length RDMA Write under STag 1, which names nothing here. It places
     // nothing and ends nothing; a Send after it is received as usual.
-    let (mut s, mut raw) = raw_pair(SiwConfig::default(), false);
+    let (mut s, mut raw) = raw_pair(SiwConfig::strict(), false);
     let rb = [s.sge(0, 64)];
     s.qp()
         .post_recv(&[RecvWr { wr_id: 3, sgl: &rb }])

@@ -6,7 +6,7 @@ use crate::conformance;
 use std::net::{SocketAddr, TcpListener};
 
 use conformance::Fixture;
-use rpcrdma::fabric::siw::{SiwDevice, SiwProvider};
+use rpcrdma::fabric::siw::{SiwConfig, SiwDevice, SiwProvider};
 
 /// siw: one device per simulated host; addresses are loopback ports the kernel just
 /// handed out (and that nobody listens on any more).
@@ -16,7 +16,7 @@ impl Fixture for SiwFixture {
     type P = SiwProvider;
 
     fn open_device() -> SiwDevice {
-        SiwDevice::new().expect("open siw device")
+        SiwDevice::with_config(SiwConfig::strict()).expect("open siw device")
     }
 
     fn unique_addr() -> SocketAddr {

@@ -58,7 +58,7 @@ const TCP_FIN_WAIT2: u8 = 5;
 
 #[test]
 fn a_close_arriving_with_the_last_message_ends_the_connection() {
-    let mut l = siw_support::listening(SiwConfig::default(), 1 << 20, "siw-eof");
+    let mut l = siw_support::listening(SiwConfig::strict(), 1 << 20, "siw-eof");
     let mut raws = Vec::new();
     let mut qps: Vec<(ConnId, SiwQp)> = Vec::new();
     let mut done: Vec<Completion> = Vec::new();

@@ -103,7 +103,7 @@ struct Responder {
 
 impl Responder {
     fn new() -> Responder {
-        let l = siw_support::listening(SiwConfig::default(), 1 << 16, "siw-kernel-compat");
+        let l = siw_support::listening(SiwConfig::strict(), 1 << 16, "siw-kernel-compat");
         Responder {
             cm: l.cm,
             cq: l.cq,

@@ -123,7 +123,7 @@ impl Net for Tapped {
         let tap: Arc<dyn WireTap> = self.log.clone();
         SiwDevice::with_config(SiwConfig {
             tap: Some(tap),
-            ..SiwConfig::default()
+            ..SiwConfig::strict()
         })
         .expect("open siw device")
     }

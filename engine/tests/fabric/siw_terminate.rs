@@ -154,7 +154,7 @@ fn a_kernel_terminate_is_the_calls_error_and_the_close_reason() {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     listener.set_nonblocking(true).expect("non-blocking");
     let addr: SocketAddr = listener.local_addr().expect("address");
-    let dev = SiwDevice::with_config(SiwConfig::default()).expect("siw device");
+    let dev = SiwDevice::with_config(SiwConfig::strict()).expect("siw device");
     let mut conn =
         Requester::<SiwProvider>::connect_with(&dev, &addr, &test_config()).expect("connect");
     let end = Instant::now() + DEADLINE;
@@ -256,7 +256,7 @@ fn a_kernel_terminate_is_the_calls_error_and_the_close_reason() {
 
 #[test]
 fn a_requesters_terminate_is_the_servers_close_reason() {
-    let dev = SiwDevice::with_config(SiwConfig::default()).expect("siw device");
+    let dev = SiwDevice::with_config(SiwConfig::strict()).expect("siw device");
     let addr: SocketAddr = {
         let l = TcpListener::bind("127.0.0.1:0").expect("bind");
         l.local_addr().expect("address")

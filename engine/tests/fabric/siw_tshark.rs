@@ -330,7 +330,7 @@ impl Fixture for Live {
             mss: Some(1460),
             confirmation_own_segment: true,
             tap: Some(tap),
-            ..SiwConfig::default()
+            ..SiwConfig::strict()
         })
         .expect("open siw device")
     }

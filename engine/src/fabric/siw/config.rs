@@ -44,16 +44,30 @@ pub struct SiwConfig {
     /// Clamp the TCP maximum segment size of our sockets (`TCP_MAXSEG`, set before
     /// connecting or listening), which also shrinks the MULPDU. `None` keeps the route's.
     pub mss: Option<u32>,
-    /// Report Send and RDMA Write completions only once the peer has provably executed
-    /// them, as RC hardware does, so that a remote failure (a bad STag, no receive, a
-    /// receive too short) reaches the request it belongs to. iWARP has no
+    /// When a Send or RDMA Write completes. With `false` (the default, as Linux siw) a
+    /// Send or Write completes once its last FPDU is written to the socket: TCP has
+    /// copied the octets, so the buffer is the application's again, and the stream
+    /// delivers them in order or the connection fails. A remote failure (a bad STag, no
+    /// receive, a receive too short) then moves the queue pair to the error state with
+    /// the peer's Terminate (`QueuePair::peer_abort`), and what was posted after the
+    /// failing message flushes, but the request it belongs to has already completed
+    /// successfully. See [`SiwConfig::strict`] for the other answer.
+    ///
+    /// With `true` (strict RC semantics, [`SiwConfig::strict`]) a signaled Send or Write
+    /// completes only once the peer has provably executed it, as RC hardware reports
+    /// it, so that a remote failure reaches the request it belongs to. iWARP has no
     /// acknowledgements, so after signaled Sends and Writes the device issues a
     /// zero-length RDMA Read (legal per RFC 5040; RFC 6581 uses one as its RTR message):
-    /// its response proves that everything before it was executed. With `false`, as Linux
-    /// siw, a Send or Write completes once written to the socket, and a remote failure
-    /// only moves the queue pair to the error state.
+    /// its response proves that everything before it was executed. It costs a message
+    /// each way per signaled request, most of siw's round-trip latency (issue 14), and a
+    /// userspace peer answers the Read only while it polls.
+    ///
+    /// Why the RPC engine does not need it (engine/DESIGN.md, "siw: what a completion
+    /// means"): a reply proves the call's Send was executed, a lost connection is
+    /// covered by the requester's retransmission, and a reply context or registration
+    /// released on a Send's completion only needs the octets out of its buffer.
     pub confirm_completions: bool,
-    /// Write a confirmation Read with its own `sendmsg`, so it travels in a TCP segment
+    /// With strict completions: write a confirmation Read with its own `sendmsg`, so it travels in a TCP segment
     /// of its own and a capture shows exactly one FPDU per segment (the default; the
     /// wire rule of issue 7). With `false` it shares the write, and so the segment, of
     /// the FPDU it confirms.
@@ -138,7 +152,7 @@ impl Default for SiwConfig {
             ird: 16,
             ord: 16,
             mss: None,
-            confirm_completions: true,
+            confirm_completions: false,
             confirmation_own_segment: true,
             coalesce_sends: true,
             max_mr: 16 * 1024,
@@ -179,6 +193,17 @@ impl fmt::Debug for SiwConfig {
 }
 
 impl SiwConfig {
+    /// The default settings with strict completions ([`SiwConfig::confirm_completions`]
+    /// `true`): a signaled Send or Write completes once a zero-length Read proves the
+    /// peer executed it, so a remote failure is reported on the request it belongs to,
+    /// as the fabric conformance suite checks. Wire-compatible with Linux siw either way.
+    pub fn strict() -> SiwConfig {
+        SiwConfig {
+            confirm_completions: true,
+            ..SiwConfig::default()
+        }
+    }
+
     /// Private data this configuration carries per connection message.
     ///
     /// The MPA private-data field holds at most 512 octets (RFC 5044 §7.1), and in

@@ -675,6 +675,18 @@ impl Conn {
         let Some(e) = self.engine.as_mut() else {
             return;
         };
+        // What was posted since the last poll goes out before the socket is read
+        // (issue 14): an application posts a Send and then polls, and a read first
+        // (most often an empty one, EAGAIN) would hold the message back by a system
+        // call on each side of every round trip. What the read brings (Read Requests to
+        // answer, a Terminate, a Read Response that lets a fenced request start) is
+        // transmitted below, in the same poll.
+        if e.has_posted() && (self.writable || !e.tx_waiting()) {
+            match e.transmit(ctx.keys, &wire) {
+                Ok(full) => self.writable = !full,
+                Err(_) => return self.lost(ctx),
+            }
+        }
         // Bytes that followed the MPA frame in the same read.
         if self.rx_start < self.rx_end {
             e.receive(ctx.keys, &self.rxbuf[self.rx_start..self.rx_end]);
@@ -684,11 +696,9 @@ impl Conn {
         while self.readable && reads < READ_BUDGET {
             reads += 1;
             let direct = self.engine.as_ref().and_then(|e| e.direct_target(ctx.keys));
-            let limit = if self.engine.as_ref().is_some_and(Engine::expects_bulk) {
-                DIRECT_TAIL
-            } else {
-                self.rxbuf.len()
-            };
+            let limit = self.engine.as_ref().map_or(self.rxbuf.len(), |e| {
+                e.buffered_read_limit(self.rxbuf.len(), DIRECT_TAIL)
+            });
             let got = match direct {
                 Some((at, len)) => self.fill_direct(at, len),
                 None => self.fill_upto(limit).map(|n| (0, n)),

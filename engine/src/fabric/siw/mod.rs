@@ -32,11 +32,15 @@
 //!
 //! # Completions and confirmation Reads
 //!
-//! iWARP has no acknowledgements, yet an RC consumer expects a Send's or Write's
-//! completion to carry the remote outcome. With [`SiwConfig::confirm_completions`] (the
-//! default) a signaled Send or Write completes once a later RDMA Read Response proves
-//! the peer executed it: the device writes a zero-length RDMA Read Request right after
-//! the request's last FPDU, in the same poll (its own segment by default, see
+//! iWARP has no acknowledgements. By default, as Linux siw, a Send or Write completes
+//! once its last FPDU is written to the socket, and a remote failure only moves the
+//! queue pair to the error state (the peer's Terminate is kept for
+//! `QueuePair::peer_abort`). An RC consumer that needs a Send's or Write's completion
+//! to carry the remote outcome asks for strict completions
+//! ([`SiwConfig::confirm_completions`], [`SiwConfig::strict`]): a signaled Send or Write
+//! then completes once a later RDMA Read Response proves the peer executed it: the
+//! device writes a zero-length RDMA Read Request right after the request's last FPDU,
+//! in the same poll (its own segment by default, see
 //! [`SiwConfig::confirmation_own_segment`]). The Terminate a failing peer sends instead
 //! copies the failing segment's header, which names the request that gets the error
 //! status. A capture shows one FPDU per TCP segment, except that consecutive posted

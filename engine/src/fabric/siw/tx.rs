@@ -353,6 +353,15 @@ impl Engine {
         matches!(self.start_request(keys), Started::Message)
     }
 
+    /// The application posted send-queue requests not started yet, or an FPDU waits
+    /// to be written.
+    #[inline]
+    pub(crate) fn has_posted(&self) -> bool {
+        self.tx.busy
+            || self.tx.msg.is_some()
+            || self.sq.next < self.qp.sq_posted.load(std::sync::atomic::Ordering::Acquire)
+    }
+
     /// An FPDU is waiting for room in the socket.
     #[inline]
     pub(crate) fn tx_waiting(&self) -> bool {
