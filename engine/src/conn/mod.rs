@@ -76,7 +76,8 @@ const CM_MAX_SKIPS: u32 = 15;
 pub(crate) struct CmPacer {
     polls: u32,
     skips: u32,
-    last: Option<std::time::Instant>,
+    /// When the CM is next due by time: [`CM_POLL_PERIOD`] after it last was.
+    next: Option<std::time::Instant>,
 }
 
 impl CmPacer {
@@ -92,16 +93,14 @@ impl CmPacer {
 
     #[inline(never)]
     fn due_by_time(&mut self, now: std::time::Instant) -> bool {
-        if self.skips < CM_MAX_SKIPS
-            && self
-                .last
-                .is_some_and(|t| now.saturating_duration_since(t) < CM_POLL_PERIOD)
-        {
+        // Compared with the time it is next due, set when it was last due: a comparison
+        // of two instants per check, not a subtraction.
+        if self.skips < CM_MAX_SKIPS && self.next.is_some_and(|t| now < t) {
             self.skips += 1;
             return false;
         }
         self.skips = 0;
-        self.last = Some(now);
+        self.next = now.checked_add(CM_POLL_PERIOD);
         true
     }
 }
