@@ -57,6 +57,54 @@ pub(crate) const CQ_BATCH: usize = 32;
 /// on the data path anyway (every posted request is flushed).
 pub(crate) const CM_POLL_INTERVAL: u32 = 64;
 
+/// ... and, by [`CmPacer`], at most once per this much time: on shm a CM poll reads a
+/// socket (a system call of about a microsecond), and 64 polls of a busy connection take
+/// only a few microseconds, so counting polls alone spent a tenth of a busy loop in
+/// system calls. A disconnect is noticed this much later at most (the data path sees it
+/// sooner: every posted request is flushed).
+pub(crate) const CM_POLL_PERIOD: core::time::Duration = core::time::Duration::from_micros(50);
+
+/// Checks ([`CM_POLL_INTERVAL`] polls apart) that may skip the CM for
+/// [`CM_POLL_PERIOD`] in a row: under a clock that stands still (a simulation, a driver
+/// that passes the same `now`) the CM is still polled every 1024 polls.
+const CM_MAX_SKIPS: u32 = 15;
+
+/// When an established connection's connection manager is due: every
+/// [`CM_POLL_INTERVAL`] polls, once [`CM_POLL_PERIOD`] has passed since the last time
+/// (or after [`CM_MAX_SKIPS`] skips). Reads no clock: the poll's `now` is the driver's.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct CmPacer {
+    polls: u32,
+    skips: u32,
+    /// When the CM is next due by time: [`CM_POLL_PERIOD`] after it last was.
+    next: Option<std::time::Instant>,
+}
+
+impl CmPacer {
+    /// Counts a poll at `now`; true when the CM should be polled in it.
+    #[inline]
+    pub(crate) fn due(&mut self, now: std::time::Instant) -> bool {
+        self.polls = self.polls.wrapping_add(1);
+        if self.polls & (CM_POLL_INTERVAL - 1) != 0 {
+            return false;
+        }
+        self.due_by_time(now)
+    }
+
+    #[inline(never)]
+    fn due_by_time(&mut self, now: std::time::Instant) -> bool {
+        // Compared with the time it is next due, set when it was last due: a comparison
+        // of two instants per check, not a subtraction.
+        if self.skips < CM_MAX_SKIPS && self.next.is_some_and(|t| now < t) {
+            self.skips += 1;
+            return false;
+        }
+        self.skips = 0;
+        self.next = now.checked_add(CM_POLL_PERIOD);
+        true
+    }
+}
+
 const _: () = assert!(CM_POLL_INTERVAL.is_power_of_two());
 
 /// Why a connection could not be set up.
@@ -80,4 +128,38 @@ pub enum ConnError {
     /// The connection was not established within this time.
     #[error("connection not established within {0:?}")]
     ConnectTimeout(core::time::Duration),
+}
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    /// Polls (1-based) among `polls` in which the pacer says the CM is due, the clock
+    /// advancing `step` per poll.
+    fn due_polls(polls: u32, step: Duration) -> Vec<u32> {
+        let mut p = CmPacer::default();
+        let t0 = Instant::now();
+        (1..=polls).filter(|&i| p.due(t0 + step * i)).collect()
+    }
+
+    #[test]
+    fn a_slow_loop_polls_the_cm_every_interval() {
+        // 64 polls of 1 us each are more than the period: every 64th poll is due.
+        let due = due_polls(256, Duration::from_micros(1));
+        assert_eq!(due, vec![64, 128, 192, 256]);
+    }
+
+    #[test]
+    fn a_fast_loop_polls_the_cm_once_per_period() {
+        // 64 polls of 100 ns are 6.4 us: only every 8th check (51.2 us) is due.
+        let due = due_polls(2048, Duration::from_nanos(100));
+        assert_eq!(due, vec![64, 576, 1088, 1600]);
+    }
+
+    #[test]
+    fn a_still_clock_still_polls_the_cm() {
+        // A simulation's clock that does not move: every (CM_MAX_SKIPS + 1)th check.
+        let due = due_polls(4096, Duration::ZERO);
+        assert_eq!(due, vec![64, 1088, 2112, 3136]);
+    }
 }

@@ -34,7 +34,8 @@ pub struct Requester<P: Provider, B: ResponderRole = NoResponder> {
     cm: P::Cm,
     conn: ConnId,
     events: FixedQueue<ConnEvent>,
-    polls: u32,
+    /// When the connection manager is polled next.
+    cm_pacer: super::CmPacer,
     /// Send buffers for [`take_msg`](Self::take_msg), restocked by
     /// [`recycle`](Self::recycle).
     msg_cache: PoolCache,
@@ -170,7 +171,7 @@ impl<P: Provider, B: ResponderRole> Requester<P, B> {
             cm,
             conn,
             events: FixedQueue::with_capacity(32),
-            polls: 0,
+            cm_pacer: super::CmPacer::default(),
             msg_cache: res.pools.send.cache(),
             wcs: [Completion::EMPTY; CQ_BATCH],
             res,
@@ -216,9 +217,8 @@ impl<P: Provider, B: ResponderRole> Requester<P, B> {
     /// posting. Returns the work done (events and completions handled).
     pub fn poll(&mut self, now: Instant) -> usize {
         let mut work = 0;
-        self.polls = self.polls.wrapping_add(1);
-        let cm_due = self.core.state() != ConnState::Established
-            || self.polls & (super::CM_POLL_INTERVAL - 1) == 0;
+        let paced = self.cm_pacer.due(now);
+        let cm_due = self.core.state() != ConnState::Established || paced;
         if cm_due {
             work += self.poll_cm(now);
         }

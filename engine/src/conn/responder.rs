@@ -543,7 +543,8 @@ pub struct Responder<P: Provider, S, F, B: RequesterRole = NoRequester> {
     conns: Vec<ResponderConn<P, S, B>>,
     keep_closed: bool,
     refused: u64,
-    polls: u32,
+    /// When the connection manager is polled next.
+    cm_pacer: super::CmPacer,
     limits: ResponderLimits,
     counters: ResponderCounters,
     /// When the limits were last checked (they are checked on CM polls only).
@@ -668,7 +669,7 @@ where
             conns: Vec::new(),
             keep_closed: false,
             refused: 0,
-            polls: 0,
+            cm_pacer: super::CmPacer::default(),
             limits: ResponderLimits::default(),
             counters: ResponderCounters::default(),
             last_check: None,
@@ -714,8 +715,7 @@ where
     /// connection. Returns the work done.
     pub fn poll(&mut self, now: Instant) -> usize {
         let mut work = 0;
-        self.polls = self.polls.wrapping_add(1);
-        let cm_due = self.polls & (super::CM_POLL_INTERVAL - 1) == 0
+        let cm_due = self.cm_pacer.due(now)
             || self.conns.is_empty()
             || self
                 .conns
