@@ -97,11 +97,16 @@ struct NfsArgs {
     /// Seconds to wait for the connection and for each reply.
     #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
     timeout: f64,
-    /// siw only: complete Sends and RDMA Writes once written to the socket, as Linux siw
-    /// does, instead of confirming them with a zero-length RDMA Read. For Linux siw
-    /// peers: kernel 6.1's siw answers such a Read that it had to queue with the
-    /// previous request's length and key (stray octets, a bad CRC, or a bad STag).
-    #[arg(long)]
+    /// siw only: confirm each Send and RDMA Write with a zero-length RDMA Read before
+    /// completing it (strict RC completions), instead of completing it once written to
+    /// the socket as Linux siw does (the default). Not against Linux siw peers: kernel
+    /// 6.1's siw answers such a Read that it had to queue with the previous request's
+    /// length and key (stray octets, a bad CRC, or a bad STag).
+    #[arg(long, conflicts_with = "siw_no_confirm")]
+    siw_confirm: bool,
+    /// siw only: complete Sends and Writes once written to the socket. The default
+    /// since siw completes on transmit; accepted so that scripts keep working.
+    #[arg(long, hide = true)]
     siw_no_confirm: bool,
     #[command(subcommand)]
     op: NfsCmd,
@@ -625,7 +630,7 @@ fn run_nfs(a: &NfsArgs) -> Result<(), CliError> {
         mount_port: a.mount_port,
         export: a.export.clone(),
         timeout,
-        siw_confirm: !a.siw_no_confirm,
+        siw_confirm: a.siw_confirm,
         op,
     };
     nfs::run(&ep, &opts)
