@@ -481,6 +481,8 @@ impl<S: Service> ResponderHalf<S> {
             if !ok {
                 break;
             }
+            // Segments after the item's first kept beside the sinks (0: contiguous).
+            let extra = if segmented { pieces.len() - 1 } else { 0 } as u8;
             let sink = if pieces.len() == 1 || segmented {
                 let mut d = pieces.drain();
                 let Some(head) = d.next() else { break };
@@ -496,7 +498,6 @@ impl<S: Service> ResponderHalf<S> {
                 ok = false;
                 break;
             };
-            let extra = (pieces.len().saturating_sub(1) * usize::from(segmented)) as u8;
             seg[n_seg] = ReadSegment {
                 position: it.disp,
                 segment: Segment::new(0, it.len, 0),
