@@ -137,6 +137,18 @@ pub fn plan(cfg: &Config) -> Vec<Planned> {
                                 against,
                             });
                         }
+                        // The same argument over several 64 KiB segments: a group of
+                        // Sends, still one round trip (§6.2).
+                        if rpc::spans_segments(spec.size as u64) {
+                            let b = RpcBench::BulkBySendDdpSegments;
+                            out.push(Planned {
+                                layer: Layer::Rpc,
+                                name: b.name(),
+                                bench: Bench::Rpc(b),
+                                spec,
+                                against: Some("rpc bulk argument by read chunk (2 round trips)"),
+                            });
+                        }
                         // A bulk result: placed by send-based DDP against a Write chunk
                         // (§7.4: no registration, no RDMA Write).
                         let (d, w) = (
