@@ -182,6 +182,13 @@ impl RequesterHalf {
             guess = real;
         }
         let place = planned?;
+        // The payload stream stays in the first transmission's header segment: a
+        // responder reads it from the receive buffer, never from a DDP segment
+        // (DESIGN.md, "Items across segments"). A longer call goes as a group or by
+        // Read chunks.
+        if guess + payload > layout.locate(0).1 {
+            return None;
+        }
         let count = place.count;
         let alone = count > self.credits.available();
         if alone && self.credits.in_flight() != 0 {
