@@ -304,7 +304,10 @@ fn multi_segment_send_ddp_rpcs_do_not_allocate() {
     let st = p.requester.stats();
     assert_eq!(st.send_ddp_items - items, N, "all by send-based DDP");
     assert_eq!(st.call_messages - msgs, 4 * N, "four Sends each");
-    assert_eq!(n, 0, "{n} heap allocations in {N} multi-segment send-based DDP RPCs");
+    assert_eq!(
+        n, 0,
+        "{n} heap allocations in {N} multi-segment send-based DDP RPCs"
+    );
 }
 
 /// Calls whose reply's bulk item comes by send-based DDP (into the requester's receive

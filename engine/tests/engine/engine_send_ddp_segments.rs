@@ -93,7 +93,11 @@ fn sum_items<P: Provider>(p: &mut Pair<P, TestService>, lens: &[usize], seed: u8
         assert_eq!(word(res, 4 + 8 * k) as usize, d.len(), "item {k}: length");
         assert_eq!(word(res, 8 + 8 * k), sum(d), "item {k} arrived intact");
     }
-    assert_eq!(o.ddp_args.len(), lens.len(), "the arguments' buffers come back");
+    assert_eq!(
+        o.ddp_args.len(),
+        lens.len(),
+        "the arguments' buffers come back"
+    );
 }
 
 /// A 256 KiB argument in 64 KiB segments: four transmissions, no Read chunk; the
@@ -101,7 +105,12 @@ fn sum_items<P: Provider>(p: &mut Pair<P, TestService>, lens: &[usize], seed: u8
 fn an_item_across_segments_goes_as_a_group<N: Net>(net: N) {
     for segmented in [true, false] {
         let mut p = pair_with(&net, segmented);
-        let rbs = p.requester.core().peer_chars().recv_buf.expect("advertised");
+        let rbs = p
+            .requester
+            .core()
+            .peer_chars()
+            .recv_buf
+            .expect("advertised");
         assert_eq!(rbs.length, HEAD as u32 + SEG, "the segment size advertised");
         for seed in 0..3 {
             sum_items(&mut p, &[256 * 1024], seed);
@@ -118,7 +127,10 @@ fn an_item_across_segments_goes_as_a_group<N: Net>(net: N) {
         assert_eq!(r.broken_call_groups, 0);
         let seen = &p.responder().expect("responder").service().seen;
         assert_eq!(seen.segmented_items, if segmented { 4 } else { 0 });
-        assert_eq!(seen.items[0], (CALL_HDR as u32 + 4, CALL_HDR + 4, 256 * 1024));
+        assert_eq!(
+            seen.items[0],
+            (CALL_HDR as u32 + 4, CALL_HDR + 4, 256 * 1024)
+        );
         assert_eq!(p.requester.credits().in_flight(), 0);
         // An item of one segment's length still goes in one Send.
         sum_items(&mut p, &[SEG as usize], 3);
@@ -188,7 +200,10 @@ fn inject<P: Provider>(p: &mut Pair<P, TestService>, msgs: &[Vec<u8>]) {
         .zip(msgs)
         .map(|(b, m)| b.sge(0, m.len()).expect("registered"))
         .collect();
-    let wrs: Vec<_> = sges.iter().map(|s| SendWr::send(0, std::slice::from_ref(s))).collect();
+    let wrs: Vec<_> = sges
+        .iter()
+        .map(|s| SendWr::send(0, std::slice::from_ref(s)))
+        .collect();
     let want = p.responder().map_or(0, |r| r.stats().optional_messages) + msgs.len() as u64;
     p.requester.qp_mut().post_send(&wrs).expect("posted");
     let ok = p.run_until(DEADLINE, |p| {
@@ -288,7 +303,10 @@ fn bad_group_placements_get_their_errors<N: Net>(net: N) {
         ),
         // The second Send stops short of its piece.
         (
-            vec![first(0x85, 2, SEG + 1000, 0, &[0, 1], s), cont(0x85, 1, 200)],
+            vec![
+                first(0x85, 2, SEG + 1000, 0, &[0, 1], s),
+                cont(0x85, 1, 200),
+            ],
             OptxInfo::BadOff {
                 value: SEG + 1000,
                 min: 0,

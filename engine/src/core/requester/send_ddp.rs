@@ -95,7 +95,12 @@ fn pieces_of(
     out: &mut [Piece; SGES_PER_SEND],
 ) -> Option<usize> {
     let mut n = 0usize;
-    for (i, a) in req.ddp_args.iter().enumerate().take(usize::from(p.place.items)) {
+    for (i, a) in req
+        .ddp_args
+        .iter()
+        .enumerate()
+        .take(usize::from(p.place.items))
+    {
         let len = a.data.len() as u32;
         let pieces = p.layout.check(p.place.count, len, &p.place.locs[i]).ok()?;
         let mut from = 0u32;
@@ -270,9 +275,12 @@ impl RequesterHalf {
         let items = mitems(req, |i| p.place.locs[i], &mut store);
         let pslen = req.msg.len() as u32;
         let s = &mut self.slots[slot as usize];
-        let Some(hlen) = s.header.storage_mut().get_mut(..).and_then(|b| {
-            place::encode_xmtreq(b, xid, credit, count, 0, pslen, items).ok()
-        }) else {
+        let Some(hlen) = s
+            .header
+            .storage_mut()
+            .get_mut(..)
+            .and_then(|b| place::encode_xmtreq(b, xid, credit, count, 0, pslen, items).ok())
+        else {
             give_back(self);
             return false;
         };
@@ -328,10 +336,7 @@ impl RequesterHalf {
                     break;
                 };
                 ok &= push(a.data.sge(0, pc.filler as usize).ok(), &mut n);
-                ok &= push(
-                    a.data.sge(pc.from as usize, pc.len as usize).ok(),
-                    &mut n,
-                );
+                ok &= push(a.data.sge(pc.from as usize, pc.len as usize).ok(), &mut n);
             }
             lens[k as usize] = n;
         }

@@ -9,6 +9,7 @@ use super::context::{Delivery, Step};
 use super::send_ddp::{self, Placed, GROUP_MAX};
 use super::{grant, ResponderHalf};
 use crate::core::cont_split::Split;
+use crate::core::fixed::FixedVec;
 use crate::core::regbuf::RegBuf;
 use crate::core::transport::Transport;
 use crate::core::wrid::{WrId, WrKind};
@@ -18,7 +19,6 @@ use crate::wire::header::{
     BodyRepr, ChunkListsRepr, HeaderRepr, ReadSegment, Segment, FIXED_HEADER_LEN, WORD_LEN,
 };
 use crate::wire::private_data::CONTINUATION_GROUP_MAX;
-use crate::core::fixed::FixedVec;
 use crate::wire::rtr::place::{DdpLayout, ReplyDirection, MAX_PLACED_ITEMS};
 use crate::wire::rtr::{
     MsgDir, OptxInfo, RtrBody, RtrOp, RtrRepr, RtrView, XmsId, XmtCont, XmtErr, RDMA_OPTIONAL,

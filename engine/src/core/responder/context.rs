@@ -53,7 +53,8 @@ pub(super) struct Context {
     /// An item placed by send-based DDP across several receive segments keeps its
     /// first in `sinks` and the others here, items in order
     /// (`responder/send_ddp.rs`); `ddp_spans[k]` is how many of them follow sink `k`.
-    pub(super) ddp_more: FixedVec<RegBuf, { crate::wire::private_data::CONTINUATION_GROUP_MAX as usize }>,
+    pub(super) ddp_more:
+        FixedVec<RegBuf, { crate::wire::private_data::CONTINUATION_GROUP_MAX as usize }>,
     pub(super) ddp_spans: [u8; 1 + crate::service::MAX_DDP_ITEMS],
     /// The body, when the requester offered a Reply chunk.
     pub(super) body: Option<RegBuf>,

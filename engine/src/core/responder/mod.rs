@@ -910,9 +910,10 @@ impl<S: Service> ResponderHalf<S> {
                 if extra == 0 {
                     continue;
                 }
-                let (Some(first), Some(rest)) =
-                    (sinks.get(k), ddp_more.as_slice().get(more_at..more_at + extra))
-                else {
+                let (Some(first), Some(rest)) = (
+                    sinks.get(k),
+                    ddp_more.as_slice().get(more_at..more_at + extra),
+                ) else {
                     break;
                 };
                 if at + 1 + extra > GROUP_SEGMENTS {
