@@ -69,6 +69,8 @@ impl RespCont {
 }
 
 /// What a received optional message says, out of its view.
+// Built once per received message on the stack; the placement is read in place.
+#[allow(clippy::large_enum_variant)]
 enum Msg {
     Req {
         count: u32,

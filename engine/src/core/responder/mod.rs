@@ -156,6 +156,10 @@ pub struct ResponderStats {
 }
 
 /// A call waiting for a free reply context.
+// A group carries its send-based DDP placement and landed segments (`cont::CallAsm`,
+// some 660 octets): boxing it would allocate on the overload path, and the queue's
+// capacity is the largest grant, its entries untouched until a call is held.
+#[allow(clippy::large_enum_variant)]
 enum Held {
     /// A call in one message: its receive buffer.
     Call(RegBuf),
