@@ -184,6 +184,33 @@ fn over_the_group_limit_it_goes_by_read_chunk<N: Net>(net: N) {
     assert_eq!(st.call_messages, 4 + 1);
 }
 
+/// With `send_ddp_max` left to the device (DESIGN.md, "Items across segments"), only
+/// what one transmission carries goes by send-based DDP where a Read costs a round
+/// trip (sim, siw); an argument needing a group goes by Read chunk; on shm neither.
+fn by_default_only_one_transmission<N: Net>(net: N) {
+    let client = ConnConfig {
+        send_ddp_max: None,
+        ..cfg(false)
+    };
+    let mut p = Pair::<N::P, _>::connect(
+        &net.device(),
+        net.device(),
+        &net.addr(),
+        &client,
+        &cfg(true),
+        TestService::default(),
+        DEADLINE,
+    )
+    .expect("pair connects");
+    sum_items(&mut p, &[SEG as usize], 1);
+    sum_items(&mut p, &[256 * 1024], 2);
+    let st = p.requester.stats();
+    let round_trip = p.requester.core().send_ddp_max().0 > 0;
+    assert_eq!(st.send_ddp_items, u64::from(round_trip), "one segment only");
+    assert_eq!(st.cont_calls, 0, "no group");
+    assert_eq!(st.call_messages, 2);
+}
+
 /// Posts `msgs` from the requester's queue pair in one chain, as a broken peer would,
 /// and waits for the responder to take them all.
 fn inject<P: Provider>(p: &mut Pair<P, TestService>, msgs: &[Vec<u8>]) {
@@ -372,6 +399,7 @@ per_provider!(
     an_item_across_segments_goes_as_a_group,
     several_items_in_one_call,
     over_the_group_limit_it_goes_by_read_chunk,
+    by_default_only_one_transmission,
     bad_group_placements_get_their_errors,
 );
 

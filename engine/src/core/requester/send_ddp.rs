@@ -195,6 +195,14 @@ impl RequesterHalf {
             return None;
         }
         let count = place.count;
+        // A group of Sends measured slower than a Read chunk on shm and siw (DESIGN.md,
+        // "Items across segments": the responder's Sends per segment and, for a
+        // service that takes contiguous items, the gather copy): by the device's
+        // default only what one transmission carries goes by send-based DDP; a group
+        // only with `send_ddp_max` set by hand.
+        if count > 1 && !self.params.send_ddp_max_set {
+            return None;
+        }
         let alone = count > self.credits.available();
         if alone && self.credits.in_flight() != 0 {
             return None;
