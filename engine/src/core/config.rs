@@ -263,10 +263,14 @@ pub struct ConnConfig {
     pub send_ddp_max: Option<u32>,
     /// Octets of each DDP-targetable receive segment when receives are posted with one
     /// ([`ConnConfig::send_ddp`]); `None` (the default): `large_buf_size`. A smaller
-    /// segment makes a bulk item longer than it span the DDP segments of successive
-    /// transmissions of a continuation group (draft-dnoveck-rpcrdma-rtrext §6.2's TBSN
-    /// numbering; `engine/DESIGN.md`, "Items across segments"). At most
-    /// `large_buf_size`; rounded down to a multiple of 64 (the advertised alignment).
+    /// segment lets a requester place a bulk item longer than it across the DDP
+    /// segments of successive transmissions of a continuation group
+    /// (draft-dnoveck-rpcrdma-rtrext §6.2's TBSN numbering), which a requester does
+    /// only with its [`ConnConfig::send_ddp_max`] set (measured slower than a Read
+    /// chunk on shm and siw: `engine/DESIGN.md`, "Items across segments"); by default
+    /// such an item goes by Read chunk. At most `large_buf_size`; rounded down to a
+    /// multiple of 64 (the advertised alignment). Segments are still drawn from the
+    /// large pool, one large buffer each, so a smaller one saves no pinned memory.
     pub send_ddp_segment: Option<u32>,
 }
 
