@@ -81,8 +81,52 @@ pub struct DdpItem<'a> {
     /// Offset in [`CallView::msg`] where the item belongs (the position less the padded
     /// lengths of the items before it).
     pub msg_offset: usize,
-    /// The item's bytes, without XDR roundup.
+    /// The item's bytes, without XDR roundup, when they are contiguous (always, unless
+    /// the service takes segmented items: [`Service::takes_segmented_ddp_items`]);
+    /// empty when the item is [`segments`](Self::segments).
     pub data: &'a [u8],
+    /// An item placed by send-based DDP across several receive segments
+    /// (draft-dnoveck-rpcrdma-rtrext §6.2: successive target buffer segments, one per
+    /// transmission of a continuation group): its bytes are these, in order, handed
+    /// over without a copy. Empty when the item is contiguous in [`data`](Self::data).
+    /// Only a service whose [`Service::takes_segmented_ddp_items`] is true sees one.
+    pub segments: &'a [&'a [u8]],
+}
+
+impl DdpItem<'_> {
+    /// Octets of the item (contiguous or segmented).
+    pub fn len(&self) -> usize {
+        if self.segments.is_empty() {
+            self.data.len()
+        } else {
+            self.segments.iter().map(|s| s.len()).sum()
+        }
+    }
+
+    /// The item has no octets.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The item's pieces in order: [`data`](Self::data) alone when contiguous, else its
+    /// [`segments`](Self::segments).
+    pub fn pieces(&self) -> impl Iterator<Item = &[u8]> + '_ {
+        let one = self.segments.is_empty().then_some(self.data);
+        one.into_iter().chain(self.segments.iter().copied())
+    }
+
+    /// The gather copy: the item's octets into the start of `out`, returning how many
+    /// were copied (fewer than [`len`](Self::len) when `out` is shorter). For a ULP that
+    /// takes segmented items but needs one of them contiguous.
+    pub fn gather_into(&self, out: &mut [u8]) -> usize {
+        let mut at = 0;
+        for p in self.pieces() {
+            let n = p.len().min(out.len() - at);
+            out[at..at + n].copy_from_slice(&p[..n]);
+            at += n;
+        }
+        at
+    }
 }
 
 /// RDMA_MSGP padding parameters (RFC 5666 §3.9): opaque items of at least `thresh`
@@ -229,6 +273,15 @@ pub trait Service {
         call: &CallView<'_>,
         reply: &mut ReplyWriter<'_>,
     ) -> Result<(), ServiceError>;
+
+    /// Whether this service takes a bulk argument placed by send-based DDP across
+    /// several receive segments as a segment list ([`DdpItem::segments`], no copy).
+    /// The default is false: the engine then gathers such an item into one large buffer
+    /// (one copy) so that [`DdpItem::data`] holds it whole, as every service written
+    /// before segmented items expects (`engine/DESIGN.md`, "Items across segments").
+    fn takes_segmented_ddp_items(&self) -> bool {
+        false
+    }
 
     /// Who the connection's peer is, as the provider knows it
     /// ([`QueuePair::peer_addr`](crate::fabric::QueuePair::peer_addr)): told once, when

@@ -264,6 +264,52 @@ fn send_ddp_rpcs_do_not_allocate() {
     assert_eq!(n, 0, "{n} heap allocations in {N} send-based DDP RPCs");
 }
 
+/// Calls whose argument spans four DDP segments (512 octets each) go as a group of four
+/// Sends, the responder keeps each transmission's landed segment and gathers them for a
+/// service that takes contiguous items: no heap allocation either.
+#[test]
+fn multi_segment_send_ddp_rpcs_do_not_allocate() {
+    let cfg = ConnConfig {
+        credits: 8,
+        large_buf_size: 64 * 1024,
+        large_bufs: 32,
+        send_bufs: 64,
+        queue_len: 64,
+        hugepages: HugePages::Never,
+        send_ddp: Some(true),
+        send_ddp_max: Some(u32::MAX),
+        send_ddp_segment: Some(512),
+        ..ConnConfig::default()
+    };
+    let addr = ShmAddr::abstract_name(format!("rpcrdma-engine-alloc-msddp-{}", std::process::id()));
+    let cdev = ShmDevice::new();
+    let mut p =
+        Pair::connect(&cdev, ShmDevice::new(), &addr, &cfg, &cfg, Echo, DEADLINE).expect("pair");
+    let data = [5u8; 2000];
+    for _ in 0..200 {
+        one_call(&mut p, Shape::SendDdp, &data);
+    }
+    const N: u64 = 500;
+    let (items, msgs) = (
+        p.requester.stats().send_ddp_items,
+        p.requester.stats().call_messages,
+    );
+    ALLOCS.store(0, Ordering::Relaxed);
+    COUNTING.with(|c| c.set(true));
+    for _ in 0..N {
+        one_call(&mut p, Shape::SendDdp, &data);
+    }
+    COUNTING.with(|c| c.set(false));
+    let n = ALLOCS.load(Ordering::Relaxed);
+    let st = p.requester.stats();
+    assert_eq!(st.send_ddp_items - items, N, "all by send-based DDP");
+    assert_eq!(st.call_messages - msgs, 4 * N, "four Sends each");
+    assert_eq!(
+        n, 0,
+        "{n} heap allocations in {N} multi-segment send-based DDP RPCs"
+    );
+}
+
 /// Calls whose reply's bulk item comes by send-based DDP (into the requester's receive
 /// segment, handed back as the outcome's sink) allocate nothing either.
 #[test]

@@ -83,6 +83,10 @@ pub enum RpcBench {
     /// DISCARD of a bulk argument placed by send-based DDP into the server's receive
     /// segments (draft-dnoveck-rpcrdma-rtrext §7: one Send, one round trip).
     BulkBySendDdp,
+    /// The same call to a server whose DDP segments are 64 KiB ([`DDP_SEGMENT`]): the
+    /// argument goes as a continuation group, one Send per segment, each placing its
+    /// piece (§6.2; still one round trip).
+    BulkBySendDdpSegments,
     /// The same call to a server that advertises no DDP segment: a Read chunk the
     /// responder pulls (a second round trip).
     BulkByReadChunk,
@@ -105,11 +109,23 @@ impl RpcBench {
             RpcBench::LongByGroup => "long call by group (1 round trip)",
             RpcBench::LongByReadChunk => "long call by read chunk (2 round trips)",
             RpcBench::BulkBySendDdp => "bulk argument by send DDP (1 round trip)",
+            RpcBench::BulkBySendDdpSegments => {
+                "bulk argument by send DDP, 64 KiB segments (1 round trip)"
+            }
             RpcBench::BulkByReadChunk => "bulk argument by read chunk (2 round trips)",
             RpcBench::BulkResultBySendDdp => "bulk result by send DDP",
             RpcBench::BulkResultByWriteChunk => "bulk result by write chunk",
         }
     }
+}
+
+/// The DDP segment of the multi-segment send-DDP row.
+pub const DDP_SEGMENT: u64 = 64 * 1024;
+
+/// Whether the multi-segment send-DDP row runs at `size`: the argument spans more than
+/// one [`DDP_SEGMENT`] and at most a group's worth of them (16).
+pub fn spans_segments(size: u64) -> bool {
+    size > DDP_SEGMENT && size <= LONG_GROUP_SENDS * DDP_SEGMENT
 }
 
 /// Whether a call of `size` octets is too long for `inline` (the long-call rows run).
@@ -200,13 +216,15 @@ impl Shape {
                 send_ddp: None,
                 reply_send_ddp: None,
             },
-            RpcBench::BulkBySendDdp | RpcBench::BulkByReadChunk => Shape {
+            RpcBench::BulkBySendDdp
+            | RpcBench::BulkBySendDdpSegments
+            | RpcBench::BulkByReadChunk => Shape {
                 procedure: echo_proc::DISCARD,
                 read_chunk: true,
                 write_chunk: false,
                 long_msg: false,
                 prebuilt: false,
-                send_ddp: Some(bench == RpcBench::BulkBySendDdp),
+                send_ddp: Some(bench != RpcBench::BulkByReadChunk),
                 reply_send_ddp: None,
             },
             RpcBench::ReadChunk => Shape {
@@ -609,10 +627,16 @@ pub fn run<F: FabricKind>(
     // would otherwise post them by default on siw and take arguments so).
     let send_ddp = matches!(
         bench,
-        RpcBench::BulkBySendDdp | RpcBench::BulkResultBySendDdp
+        RpcBench::BulkBySendDdp | RpcBench::BulkResultBySendDdp | RpcBench::BulkBySendDdpSegments
     );
     cfg.send_ddp = Some(send_ddp);
     cfg.send_ddp_max = send_ddp.then_some(u32::MAX);
+    if bench == RpcBench::BulkBySendDdpSegments {
+        // One Send per segment: the group needs a credit each (a responder accepts
+        // groups of up to its credits, at most 16).
+        cfg.send_ddp_segment = Some(DDP_SEGMENT as u32);
+        cfg.credits = cfg.credits.max(LONG_GROUP_SENDS as u32);
+    }
     cfg.validate()
         .map_err(|e| BenchError::Setup(format!("connection configuration: {e}")))?;
     let shape = Shape::of(bench, spec.size, params.inline);

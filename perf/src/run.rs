@@ -137,6 +137,18 @@ pub fn plan(cfg: &Config) -> Vec<Planned> {
                                 against,
                             });
                         }
+                        // The same argument over several 64 KiB segments: a group of
+                        // Sends, still one round trip (§6.2).
+                        if rpc::spans_segments(spec.size as u64) {
+                            let b = RpcBench::BulkBySendDdpSegments;
+                            out.push(Planned {
+                                layer: Layer::Rpc,
+                                name: b.name(),
+                                bench: Bench::Rpc(b),
+                                spec,
+                                against: Some("rpc bulk argument by read chunk (2 round trips)"),
+                            });
+                        }
                         // A bulk result: placed by send-based DDP against a Write chunk
                         // (§7.4: no registration, no RDMA Write).
                         let (d, w) = (
@@ -305,7 +317,10 @@ pub fn notes(cfg: &Config) -> Vec<String> {
              extensions); bulk argument by send DDP = DISCARD whose SIZE-octet argument is \
              placed into the server's receive segments in the call's one Send \
              (draft-dnoveck-rpcrdma-rtrext §7, one round trip; compared with the same \
-             argument by read chunk, two round trips); bulk result by send DDP = SOURCE \
+             argument by read chunk, two round trips); bulk argument by send DDP, 64 KiB \
+             segments = the same argument to a server whose DDP segments are 64 KiB, sent \
+             as a continuation group of one Send per segment (§6.2, still one round trip; \
+             run where SIZE spans 2 to 16 segments); bulk result by send DDP = SOURCE \
              whose SIZE-octet result the server places into the client's receive segments \
              in the reply's one Send (§7.4; compared with the same result by write chunk); \
              the send-DDP rows force that shape on every provider (the engine's default \

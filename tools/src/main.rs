@@ -210,6 +210,12 @@ struct ConnArgs {
     /// costs a round trip, not on shm; results never: engine/DESIGN.md "Shape choice").
     #[arg(long, value_name = "BYTES")]
     send_ddp_max: Option<u32>,
+    /// Octets of each DDP segment posted behind a receive (with send-based DDP), at most
+    /// the large buffer size (the default). A bulk item longer than a segment goes as a
+    /// continuation group, one Send per segment (engine/DESIGN.md, "Items across
+    /// segments").
+    #[arg(long, value_name = "BYTES")]
+    send_ddp_segment: Option<u32>,
 }
 
 #[derive(Debug, Args)]
@@ -395,6 +401,7 @@ fn conn_config(a: &ConnArgs, largest: usize) -> ConnConfig {
             ConnConfig::default().send_ddp
         },
         send_ddp_max: a.send_ddp_max,
+        send_ddp_segment: a.send_ddp_segment,
         ..ConnConfig::default()
     }
 }

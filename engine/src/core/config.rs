@@ -261,6 +261,17 @@ pub struct ConnConfig {
     /// slower); results never (a Write chunk costs no round trip either, and send-based
     /// DDP measured no faster on shm or siw).
     pub send_ddp_max: Option<u32>,
+    /// Octets of each DDP-targetable receive segment when receives are posted with one
+    /// ([`ConnConfig::send_ddp`]); `None` (the default): `large_buf_size`. A smaller
+    /// segment lets a requester place a bulk item longer than it across the DDP
+    /// segments of successive transmissions of a continuation group
+    /// (draft-dnoveck-rpcrdma-rtrext §6.2's TBSN numbering), which a requester does
+    /// only with its [`ConnConfig::send_ddp_max`] set (measured slower than a Read
+    /// chunk on shm and siw: `engine/DESIGN.md`, "Items across segments"); by default
+    /// such an item goes by Read chunk. At most `large_buf_size`; rounded down to a
+    /// multiple of 64 (the advertised alignment). Segments are still drawn from the
+    /// large pool, one large buffer each, so a smaller one saves no pinned memory.
+    pub send_ddp_segment: Option<u32>,
 }
 
 /// When a requester offers a Reply chunk ([`ConnConfig::reply_chunks`];
@@ -368,6 +379,7 @@ impl Default for ConnConfig {
             backchannel_credits: DEFAULT_BACKCHANNEL_CREDITS,
             send_ddp: None,
             send_ddp_max: None,
+            send_ddp_segment: None,
         }
     }
 }
@@ -552,6 +564,15 @@ impl ConnConfig {
     /// device first ([`resolved_for_responder`](Self::resolved_for_responder)).
     pub fn scatter_receives(&self) -> bool {
         self.send_ddp == Some(true) && self.extensions
+    }
+
+    /// Octets of the DDP segment receives are posted with
+    /// ([`ConnConfig::send_ddp_segment`], at most `large_buf_size`, a multiple of 64,
+    /// at least 64).
+    pub fn ddp_segment_len(&self) -> u32 {
+        let large = self.large_buf_size;
+        let want = self.send_ddp_segment.unwrap_or(large).min(large);
+        (want & !63).max(64).min(large)
     }
 
     /// Whether a responder posts DDP segments when [`ConnConfig::send_ddp`] is `None`,

@@ -583,7 +583,12 @@ impl<R: RequesterRole, P: ResponderRole> Connection<R, P> {
         // structure it advertises.
         if P::PRESENT != R::PRESENT && cfg.scatter_receives() {
             let Transport { recvs, outbox, .. } = &mut t;
-            recvs.scatter(outbox, &pools.large, cfg.advertised_recv());
+            recvs.scatter(
+                outbox,
+                &pools.large,
+                cfg.advertised_recv(),
+                cfg.ddp_segment_len(),
+            );
         }
         Ok(Connection {
             t,

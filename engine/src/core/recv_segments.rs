@@ -27,7 +27,8 @@ pub(crate) struct RecvSegments {
     pool: Pool,
     /// Octets of the header segment (the inline receive size).
     head_len: u32,
-    /// Octets of the DDP segment (the large buffer size).
+    /// Octets of the DDP segment (`ConnConfig::ddp_segment_len`: at most the large
+    /// buffer size; the rest of a smaller segment's buffer is never posted).
     seg_len: u32,
     /// The segment of the last receive whose Send reached into it, `len` set to the
     /// octets that landed there; not taken by the next completion, it goes back.
@@ -37,14 +38,15 @@ pub(crate) struct RecvSegments {
 }
 
 impl RecvSegments {
-    /// Segments for `depth` receive slots from `large`, behind header segments of
-    /// `head_len` octets.
-    pub(crate) fn new(depth: u32, large: &Pool, head_len: u32) -> Self {
+    /// Segments of `seg_len` octets (at most a large buffer) for `depth` receive slots
+    /// from `large`, behind header segments of `head_len` octets.
+    pub(crate) fn new(depth: u32, large: &Pool, head_len: u32, seg_len: u32) -> Self {
+        let whole = large.buf_size().min(u32::MAX as usize) as u32;
         RecvSegments {
             segs: (0..depth).map(|_| None).collect(),
             pool: large.clone(),
             head_len,
-            seg_len: large.buf_size().min(u32::MAX as usize) as u32,
+            seg_len: seg_len.min(whole),
             landed: None,
             starved: 0,
         }
@@ -54,6 +56,12 @@ impl RecvSegments {
     #[inline]
     pub(crate) fn head_len(&self) -> u32 {
         self.head_len
+    }
+
+    /// Octets of the DDP segment.
+    #[inline]
+    pub(crate) fn seg_len(&self) -> u32 {
+        self.seg_len
     }
 
     /// The structure to advertise as XCHAR_RBSTRUCT: the header segment, not

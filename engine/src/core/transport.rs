@@ -173,12 +173,18 @@ impl RecvTable {
     /// Posts every receive as a header segment of `head_len` octets and a DDP segment
     /// from `large` (send-based DDP), before anything was posted: the receives staged
     /// so far are staged again that way.
-    pub(crate) fn scatter(&mut self, outbox: &mut Outbox, large: &Pool, head_len: u32) {
+    pub(crate) fn scatter(
+        &mut self,
+        outbox: &mut Outbox,
+        large: &Pool,
+        head_len: u32,
+        seg_len: u32,
+    ) {
         self.unstage(outbox);
         let depth = self.bufs.len() as u32;
         self.free = IndexStack::full(depth);
         self.segments = Some(super::recv_segments::RecvSegments::new(
-            depth, large, head_len,
+            depth, large, head_len, seg_len,
         ));
         self.refill(outbox);
     }

@@ -280,9 +280,11 @@ fn run_seed_with(
         outcomes.len() as u64 == next
     });
     assert!(done, "seed {seed}: {} of {next} outcomes", outcomes.len());
-    // A call that timed out holds its credit until its late reply: wait for those.
+    // A call that timed out holds its credit until its late reply, and a keepalive
+    // probe may be out (its credit is not counted in flight): wait for those.
     p.run_until(DEADLINE, |p| {
-        p.requester.credits().in_flight() == 0 || p.requester.state() != ConnState::Established
+        (p.requester.credits().in_flight() == 0 && p.requester.active() == 0)
+            || p.requester.state() != ConnState::Established
     });
     let dropped = p.requester.state() != ConnState::Established;
     if !dropped {

@@ -303,6 +303,8 @@ pub struct Seen {
     pub reply_chunk: Option<u64>,
     /// RDMA_DONE messages.
     pub done: u64,
+    /// DDP items handed over as segment lists (`DdpItem::segments`).
+    pub segmented_items: u64,
 }
 
 /// The test program.
@@ -310,6 +312,9 @@ pub struct Seen {
 pub struct TestService {
     /// What it saw.
     pub seen: Seen,
+    /// Takes send-based DDP items across several segments as segment lists
+    /// (`Service::takes_segmented_ddp_items`); otherwise the engine gathers them.
+    pub segmented: bool,
 }
 
 fn reply_header(w: &mut ReplyWriter<'_>, xid: u32) -> Result<(), ServiceError> {
@@ -336,12 +341,11 @@ fn opaque_arg<'a>(call: &CallView<'a>, at: usize) -> Result<&'a [u8], ServiceErr
         .ok_or(ServiceError::GarbageArgs)
 }
 
-fn checksum(d: &[u8]) -> u32 {
-    d.iter()
-        .fold(0u32, |a, &b| a.wrapping_mul(31).wrapping_add(u32::from(b)))
-}
-
 impl Service for TestService {
+    fn takes_segmented_ddp_items(&self) -> bool {
+        self.segmented
+    }
+
     fn handle_call(
         &mut self,
         call: &CallView<'_>,
@@ -352,9 +356,8 @@ impl Service for TestService {
         self.seen.write_chunks = call.write_chunks().to_vec();
         self.seen.reply_chunk = call.reply_chunk();
         for i in call.ddp_items() {
-            self.seen
-                .items
-                .push((i.position, i.msg_offset, i.data.len()));
+            self.seen.items.push((i.position, i.msg_offset, i.len()));
+            self.seen.segmented_items += u64::from(!i.segments.is_empty());
         }
         let msg = call.msg();
         if msg.len() < CALL_HDR {
@@ -403,8 +406,12 @@ impl Service for TestService {
                 reply_header(w, xid)?;
                 w.put_u32(call.ddp_items().len() as u32).map_err(over)?;
                 for i in call.ddp_items() {
-                    w.put_u32(i.data.len() as u32).map_err(over)?;
-                    w.put_u32(checksum(i.data)).map_err(over)?;
+                    w.put_u32(i.len() as u32).map_err(over)?;
+                    let sum = i.pieces().fold(0u32, |a, p| {
+                        p.iter()
+                            .fold(a, |a, &b| a.wrapping_mul(31).wrapping_add(u32::from(b)))
+                    });
+                    w.put_u32(sum).map_err(over)?;
                 }
                 Ok(())
             }

@@ -570,6 +570,37 @@ fn call_shows_send_based_ddp_replies() {
 /// bulk argument, small reply) places its payload by send-based DDP in one Send, no
 /// Read chunk, when `--send-ddp-max` allows it; with `--no-extensions`, or by the shm
 /// device's default (a Read there costs no round trip), it goes by Read chunk.
+/// A 1 MiB argument to a server with 64 KiB DDP segments goes as a continuation group
+/// of sixteen Sends, each placing its piece (engine/DESIGN.md, "Items across
+/// segments"); the server's SINK sees it whole (gathered for the ULP).
+#[test]
+fn call_shows_send_based_ddp_across_segments() {
+    let socket = socket_path("send-ddp-segments");
+    let mut server = start_server_with(
+        &socket,
+        &[
+            "--max-size",
+            "1048576",
+            "--send-ddp",
+            "--send-ddp-segment",
+            "65536",
+        ],
+    );
+    let v = call_json(
+        &socket,
+        &["--sink", "--size", "1048576", "--send-ddp-max", "1048576"],
+    );
+    assert_eq!(v["status"], "SUCCESS", "{v}");
+    assert_eq!(v["shape"]["send_ddp_items"], 1, "{v}");
+    assert_eq!(v["shape"]["call_messages"], 16, "{v}");
+    assert!(
+        v["check"].as_str().unwrap().contains("match"),
+        "the server saw the payload whole: {v}"
+    );
+    let stdout = interrupt(&mut server);
+    assert!(stdout.contains("stopping (signal)"), "{stdout}");
+}
+
 #[test]
 fn call_shows_send_based_ddp() {
     let socket = socket_path("send-ddp");

@@ -14,94 +14,229 @@ use crate::core::wrid::{WrId, WrKind};
 use crate::fabric::{SendOp, Sge};
 use crate::requester::{CallRequest, Reply, MAX_WRITE_SINKS};
 use crate::wire::header::{FIXED_HEADER_LEN, WORD_LEN};
+use crate::wire::private_data::CONTINUATION_GROUP_MAX;
 use crate::wire::rtr::place::{
-    self, DdpLayout, Loc, MItem, ReplyDirection, TbsnLoc, MAX_ITEM_SEGMENTS,
+    self, DdpLayout, Loc, MItem, ReplyDirection, TbsnLoc, MAX_ITEM_SEGMENTS, MAX_PLACED_ITEMS,
 };
-use crate::wire::rtr::OptxInfo;
+use crate::wire::rtr::{OptxInfo, RtrOp, RtrRepr, XmtCont, ROPT_XMTREQ};
 
-/// How a call goes by send-based DDP: one transmission carrying the payload stream, a
-/// filler up to the peer's DDP segment, and the item.
+/// How a call goes by send-based DDP: a group of `place.count` transmissions (one
+/// when the items fit the first's segments), the first carrying the payload stream,
+/// every one a filler up to each DDP segment it fills and that segment's piece of an
+/// item (draft §6.2, §7.2, §9.4: continuations carry bulk only, `pslen` 0).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct DdpPlan {
-    /// Octets of the ROPT_XMTREQ header.
-    header_len: u32,
-    /// Filler between the payload stream and the item (§7.2's padding).
-    filler: u32,
-    /// The item's location to announce.
-    loc: TbsnLoc,
+    /// The peer's layout the placement was made for.
+    layout: DdpLayout,
+    /// Where each item goes, and each transmission's length.
+    place: place::Placement,
+    /// Fewer credits than transmissions are free, but nothing is in flight: the group
+    /// goes alone (as a continuation group does, `cont.rs`).
+    alone: bool,
 }
 
-/// An item of one segment number, at its start (all this planner makes).
-fn one_segment(tbsn: u32) -> TbsnLoc {
-    let mut bsnum = [0; MAX_ITEM_SEGMENTS];
-    bsnum[0] = tbsn;
+/// Most gather entries one transmission of a send-based DDP group takes: header,
+/// payload stream, filler, item piece (the send queue's `max_send_sge` with extensions
+/// on). A peer structure needing more (several DDP segments per buffer with gaps) is
+/// not placed.
+const SGES_PER_SEND: usize = 4;
+
+/// Octets of a continuation's header in a send-based DDP group.
+const CONT_HEADER: u32 = crate::wire::rtr::XMTCONT_HEADER_LEN as u32;
+
+/// An item of no segment, at offset 0 (a probe for header lengths).
+fn probe_loc(n: usize) -> TbsnLoc {
     TbsnLoc {
         offset: 0,
-        n: 1,
-        bsnum,
+        n: n.min(MAX_ITEM_SEGMENTS) as u8,
+        bsnum: [0; MAX_ITEM_SEGMENTS],
     }
+}
+
+/// The `xmddp_mitem`s of `req`'s DDP arguments located by `locs`.
+fn mitems<'a>(
+    req: &CallRequest,
+    locs: impl Fn(usize) -> TbsnLoc,
+    out: &'a mut [MItem<'static>; MAX_PLACED_ITEMS],
+) -> &'a [MItem<'static>] {
+    let n = req.ddp_args.len().min(MAX_PLACED_ITEMS);
+    for (i, (a, m)) in req.ddp_args.iter().zip(out.iter_mut()).enumerate() {
+        *m = MItem {
+            disp: a.position,
+            length: a.data.len() as u32,
+            loc: Loc::Tbsn(locs(i)),
+        };
+    }
+    &out[..n]
+}
+
+/// A transmission's gather list: (argument index or `None` for the header/payload,
+/// offset, length) entries are resolved at staging.
+#[derive(Debug, Clone, Copy, Default)]
+struct Piece {
+    /// The argument whose octets go here.
+    arg: usize,
+    /// Octets of filler before it (gathered from the argument's own buffer).
+    filler: u32,
+    /// Offset in the argument.
+    from: u32,
+    /// Octets.
+    len: u32,
+}
+
+/// The pieces of transmission `k`, in order, after its header (and, for the first,
+/// the payload stream ending at `at`). `None` when one needs more gather entries than
+/// a Send takes, or a filler is longer than the buffer it is gathered from.
+fn pieces_of(
+    p: &DdpPlan,
+    req: &CallRequest,
+    k: u32,
+    mut at: u32,
+    out: &mut [Piece; SGES_PER_SEND],
+) -> Option<usize> {
+    let mut n = 0usize;
+    for (i, a) in req
+        .ddp_args
+        .iter()
+        .enumerate()
+        .take(usize::from(p.place.items))
+    {
+        let len = a.data.len() as u32;
+        let pieces = p.layout.check(p.place.count, len, &p.place.locs[i]).ok()?;
+        let mut from = 0u32;
+        for &(tx, off, plen) in pieces.as_slice() {
+            if tx == k {
+                let filler = off.checked_sub(at)?;
+                if filler as usize > a.data.capacity() {
+                    return None;
+                }
+                *out.get_mut(n)? = Piece {
+                    arg: i,
+                    filler,
+                    from,
+                    len: plen,
+                };
+                n += 1;
+                at = off + plen;
+            }
+            from += plen;
+        }
+    }
+    Some(n)
 }
 
 impl RequesterHalf {
     /// The send-based DDP shape for `req`, when both peers negotiated the round-trip
-    /// extensions, the peer advertised DDP-targetable receive segments, the call has
-    /// exactly one DDP argument and no Write sink (ROPT_XMTREQ carries no version 1
-    /// chunk lists), the argument fits the segment the first transmission reaches
-    /// (`place::plan` with one transmission), and the reply fits inline (no receives
-    /// are lent). Otherwise the call goes as before (a Read chunk).
+    /// extensions, the peer advertised DDP-targetable receive segments, every DDP
+    /// argument is non-empty and no longer than `send_ddp_max` and there is no Write
+    /// sink (ROPT_XMTREQ carries no version 1 chunk lists), the reply fits inline (no
+    /// receives are lent), and the arguments fit the segments of a group the peer takes
+    /// (its XCHAR_REQRXLIM, at most 16) whose credits are free now (§4.3, as for a
+    /// continuation group: else a Read chunk). An argument longer than a segment fills
+    /// successive segments, in later transmissions of the group when the peer's buffers
+    /// have one segment each (§6.2); several arguments each start at a fresh segment.
+    /// Otherwise the call goes as before (Read chunks).
     pub(super) fn plan_send_ddp(&self, t: &Transport, req: &CallRequest) -> Option<DdpPlan> {
         if self.params.inline_only || !t.extensions.continuation || !t.peer_chars.continuation() {
             return None;
         }
         let layout = DdpLayout::of(t.peer_chars.recv_buf.as_ref()?)?;
-        let [arg] = req.ddp_args.as_slice() else {
-            return None;
-        };
-        if !req.write_sinks.is_empty() || arg.data.is_empty() {
+        let args = req.ddp_args.as_slice();
+        if args.is_empty() || args.len() > MAX_PLACED_ITEMS || !req.write_sinks.is_empty() {
             return None;
         }
         let plain_hdr = FIXED_HEADER_LEN + 3 * WORD_LEN;
         if req.max_reply_len as usize + plain_hdr > t.thresholds.recv as usize {
             return None;
         }
-        let len = u32::try_from(arg.data.len()).ok()?;
-        // Only where it pays (DESIGN.md, "Shape choice").
-        if len > self.params.send_ddp_max {
-            return None;
+        let mut lens = [0u32; MAX_PLACED_ITEMS];
+        for (l, a) in lens.iter_mut().zip(args) {
+            let len = u32::try_from(a.data.len()).ok()?;
+            // Only where it pays (DESIGN.md, "Shape choice").
+            if len == 0 || len > self.params.send_ddp_max {
+                return None;
+            }
+            *l = len;
         }
-        let probe = MItem {
-            disp: arg.position,
-            length: len,
-            loc: Loc::Tbsn(one_segment(0)),
-        };
-        let header_len = place::xmtreq_header_len(&[probe]) as u32;
+        let lens = &lens[..args.len()];
+        let max_count = t.peer_chars.req_rx_limit.min(CONTINUATION_GROUP_MAX);
         let payload = u32::try_from(req.msg.len()).ok()?;
-        let p = place::plan(
-            &layout,
-            header_len,
-            payload,
-            crate::wire::rtr::XMTCONT_HEADER_LEN as u32,
-            &[len],
-            1,
-        )
-        .ok()?;
-        let loc = p.locs[0];
-        let (_, seg_off, _) = layout.locate(*loc.segments().first()?);
-        let filler = seg_off.checked_sub(header_len + payload)?;
-        // The filler is gathered from the item's own buffer (octets the peer gets
-        // anyway): it must be that long.
-        if filler as usize > arg.data.capacity() {
+        // The first header's length depends on the segment numbers it lists: planned
+        // with a guess (each item's segments if all were the first's length), then
+        // again with the real length if that was longer. A shorter real header only
+        // lengthens the first filler.
+        let (_, _, seg0) = layout.locate(0);
+        let mut store = [MItem {
+            disp: 0,
+            length: 0,
+            loc: Loc::NoItem,
+        }; MAX_PLACED_ITEMS];
+        let mut guess = place::xmtreq_header_len(mitems(
+            req,
+            |i| probe_loc(lens[i].div_ceil(seg0.max(1)) as usize),
+            &mut store,
+        )) as u32;
+        let mut planned = None;
+        for _ in 0..2 {
+            let p = place::plan(&layout, guess, payload, CONT_HEADER, lens, max_count).ok()?;
+            let real = place::xmtreq_header_len(mitems(req, |i| p.locs[i], &mut store)) as u32;
+            if real <= guess {
+                planned = Some(p);
+                break;
+            }
+            guess = real;
+        }
+        let place = planned?;
+        // The payload stream stays in the first transmission's header segment: a
+        // responder reads it from the receive buffer, never from a DDP segment
+        // (DESIGN.md, "Items across segments"). A longer call goes as a group or by
+        // Read chunks.
+        if guess + payload > layout.locate(0).1 {
             return None;
         }
-        Some(DdpPlan {
-            header_len,
-            filler,
-            loc,
-        })
+        let count = place.count;
+        // A group of Sends measured slower than a Read chunk on shm and siw (DESIGN.md,
+        // "Items across segments": the responder's Sends per segment and, for a
+        // service that takes contiguous items, the gather copy): by the device's
+        // default only what one transmission carries goes by send-based DDP; a group
+        // only with `send_ddp_max` set by hand.
+        if count > 1 && !self.params.send_ddp_max_set {
+            return None;
+        }
+        let alone = count > self.credits.available();
+        if alone && self.credits.in_flight() != 0 {
+            return None;
+        }
+        let header_room = self.slots.first().map_or(0, |s| s.header.capacity());
+        if guess as usize + (count as usize - 1) * CONT_HEADER as usize > header_room {
+            return None;
+        }
+        let plan = DdpPlan {
+            layout,
+            place,
+            alone,
+        };
+        // Every transmission's gather list fits a Send.
+        let mut scratch = [Piece::default(); SGES_PER_SEND];
+        for k in 0..count {
+            let (at, fixed) = if k == 0 {
+                (guess + payload, 2)
+            } else {
+                (CONT_HEADER, 1)
+            };
+            let n = pieces_of(&plan, req, k, at, &mut scratch)?;
+            let fillers = scratch[..n].iter().filter(|p| p.filler > 0).count();
+            if fixed + n + fillers > SGES_PER_SEND {
+                return None;
+            }
+        }
+        Some(plan)
     }
 
-    /// Stages `req` on `slot` as one ROPT_XMTREQ placing its DDP argument by `p`; the
-    /// caller holds the credit. False on any shortage, with nothing staged.
+    /// Stages `req` on `slot` as a group of ROPT_XMTREQ (+ ROPT_XMTCONTs) placing its
+    /// DDP arguments by `p`, all in one chain (§4.2: nothing intervenes); the caller
+    /// holds one credit, the group's others are taken here. False on any shortage,
+    /// with nothing staged or taken.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn stage_send_ddp(
         &mut self,
@@ -114,53 +249,131 @@ impl RequesterHalf {
         deadline: Option<Instant>,
         now: Instant,
     ) -> bool {
-        let Some(arg) = req.ddp_args.as_slice().first() else {
-            return false;
-        };
-        if t.sq.free() < 1 {
+        let count = p.place.count;
+        if t.sq.free() < count {
             return false;
         }
+        let mut extra = 0;
+        while extra + 1 < count {
+            if !self.credits.try_acquire() {
+                if p.alone {
+                    break;
+                }
+                for _ in 0..extra {
+                    self.credits.release();
+                }
+                return false;
+            }
+            extra += 1;
+        }
+        let give_back = |me: &mut Self| {
+            for _ in 0..extra {
+                me.credits.release();
+            }
+        };
         if let Some(x) = req.msg.storage_mut().get_mut(..4) {
             x.copy_from_slice(&xid.to_be_bytes());
         }
-        let item = MItem {
-            disp: arg.position,
-            length: arg.data.len() as u32,
-            loc: Loc::Tbsn(p.loc),
-        };
         let credit = self.params.credits_requested;
+        let mut store = [MItem {
+            disp: 0,
+            length: 0,
+            loc: Loc::NoItem,
+        }; MAX_PLACED_ITEMS];
+        let items = mitems(req, |i| p.place.locs[i], &mut store);
+        let pslen = req.msg.len() as u32;
         let s = &mut self.slots[slot as usize];
         let Some(hlen) = s
             .header
             .storage_mut()
-            .get_mut(..p.header_len as usize)
-            .and_then(|b| {
-                place::encode_xmtreq(b, xid, credit, 1, 0, req.msg.len() as u32, &[item]).ok()
-            })
+            .get_mut(..)
+            .and_then(|b| place::encode_xmtreq(b, xid, credit, count, 0, pslen, items).ok())
         else {
+            give_back(self);
             return false;
         };
-        let sges = (
-            s.header.sge(0, hlen),
-            req.msg.sge(0, req.msg.len()),
-            arg.data.sge(0, p.filler as usize),
-            arg.data.sge(0, arg.data.len()),
-        );
-        let (Ok(h), Ok(m), Ok(f), Ok(d)) = sges else {
-            return false;
-        };
-        let mut sgl = [Sge::default(); 4];
-        let mut n = 0;
-        for e in [h, m, f, d] {
-            if e.length > 0 {
-                sgl[n] = e;
-                n += 1;
+        // Every transmission's gather list, built before anything is staged.
+        let mut sgls = [[Sge::default(); SGES_PER_SEND]; CONTINUATION_GROUP_MAX as usize];
+        let mut lens = [0usize; CONTINUATION_GROUP_MAX as usize];
+        let mut ok = true;
+        for k in 0..count {
+            let s = &mut self.slots[slot as usize];
+            let (at, head) = if k == 0 {
+                (hlen as u32 + pslen, s.header.sge(0, hlen).ok())
+            } else {
+                let off = hlen + (k as usize - 1) * CONT_HEADER as usize;
+                let repr = RtrRepr {
+                    xid,
+                    credit,
+                    op: RtrOp::XmtCont(XmtCont {
+                        xnum: k,
+                        itype: ROPT_XMTREQ,
+                        pslen: 0,
+                    }),
+                };
+                let n = s
+                    .header
+                    .storage_mut()
+                    .get_mut(off..off + CONT_HEADER as usize)
+                    .and_then(|b| repr.encode(b).ok());
+                (CONT_HEADER, n.and_then(|n| s.header.sge(off, n).ok()))
+            };
+            let sgl = &mut sgls[k as usize];
+            let mut n = 0usize;
+            let mut push = |e: Option<Sge>, n: &mut usize| match e {
+                Some(e) if e.length == 0 => true,
+                Some(e) if *n < SGES_PER_SEND => {
+                    sgl[*n] = e;
+                    *n += 1;
+                    true
+                }
+                _ => false,
+            };
+            ok &= push(head, &mut n);
+            if k == 0 {
+                ok &= push(req.msg.sge(0, req.msg.len()).ok(), &mut n);
             }
+            let mut pieces = [Piece::default(); SGES_PER_SEND];
+            let Some(np) = pieces_of(&p, req, k, at, &mut pieces) else {
+                ok = false;
+                break;
+            };
+            for pc in &pieces[..np] {
+                let Some(a) = req.ddp_args.as_slice().get(pc.arg) else {
+                    ok = false;
+                    break;
+                };
+                ok &= push(a.data.sge(0, pc.filler as usize).ok(), &mut n);
+                ok &= push(a.data.sge(pc.from as usize, pc.len as usize).ok(), &mut n);
+            }
+            lens[k as usize] = n;
         }
-        if !self.stage_one_send(t, slot, &sgl[..n], xid, req, tag, deadline, now) {
+        if !ok {
+            give_back(self);
             return false;
         }
-        self.stats.send_ddp_items += 1;
+        t.sq.take(count);
+        let wr_id = WrId::new(WrKind::CallSend, slot).encode();
+        let mut staged = 0u32;
+        for k in 0..count as usize {
+            staged += u32::from(t.stage(wr_id, SendOp::Send, &sgls[k][..lens[k]]));
+        }
+        t.sq.give(count - staged);
+        let s = &mut self.slots[slot as usize];
+        s.sent_without_chunks(
+            xid,
+            tag,
+            staged,
+            deadline,
+            now,
+            crate::requester::Resend::of(req),
+        );
+        s.cont_credits = extra;
+        s.rsbuf = 0;
+        self.stats.calls_sent += 1;
+        self.stats.cont_calls += u64::from(count > 1);
+        self.stats.call_messages += u64::from(count);
+        self.stats.send_ddp_items += u64::from(p.place.items);
         true
     }
 

@@ -6,9 +6,10 @@
 //! See `engine/DESIGN.md`, "Message continuation".
 
 use super::context::{Delivery, Step};
-use super::send_ddp::{self, Placed, PlacedItem};
+use super::send_ddp::{self, Placed, GROUP_MAX};
 use super::{grant, ResponderHalf};
 use crate::core::cont_split::Split;
+use crate::core::fixed::FixedVec;
 use crate::core::regbuf::RegBuf;
 use crate::core::transport::Transport;
 use crate::core::wrid::{WrId, WrKind};
@@ -18,7 +19,7 @@ use crate::wire::header::{
     BodyRepr, ChunkListsRepr, HeaderRepr, ReadSegment, Segment, FIXED_HEADER_LEN, WORD_LEN,
 };
 use crate::wire::private_data::CONTINUATION_GROUP_MAX;
-use crate::wire::rtr::place::{DdpLayout, ReplyDirection};
+use crate::wire::rtr::place::{DdpLayout, ReplyDirection, MAX_PLACED_ITEMS};
 use crate::wire::rtr::{
     MsgDir, OptxInfo, RtrBody, RtrOp, RtrRepr, RtrView, XmsId, XmtCont, XmtErr, RDMA_OPTIONAL,
     ROPT_XMTCONT, ROPT_XMTREQ, ROPT_XMTRESP, XMTRESP_HEADER_LEN,
@@ -37,8 +38,11 @@ pub(super) struct CallAsm {
     /// The first transmission's receive buffer: becomes the call's header.
     first: RegBuf,
     buf: RegBuf,
-    /// A bulk item placed by send-based DDP, in the DDP segment it landed in.
-    ddp: Option<(PlacedItem, RegBuf)>,
+    /// The bulk items placed by send-based DDP (none when `optxrq_ddp` is empty).
+    placed: Placed,
+    /// Per transmission, the DDP segment that landed with a piece of an item in it
+    /// (kept until the group is whole; `responder/send_ddp.rs`).
+    segs: [Option<RegBuf>; GROUP_MAX],
     /// The reply's bulk item is asked for by send-based DDP (`optxrq_rsd`).
     reply_ddp: Option<ReplyDirection>,
 }
@@ -65,6 +69,8 @@ impl RespCont {
 }
 
 /// What a received optional message says, out of its view.
+// Built once per received message on the stack; the placement is read in place.
+#[allow(clippy::large_enum_variant)]
 enum Msg {
     Req {
         count: u32,
@@ -205,46 +211,32 @@ impl<S: Service> ResponderHalf<S> {
                     self.break_group(t, xid, seq, Some(lead), info);
                 }
                 self.cont.abandoned = None;
-                // The segment this transmission reached into, if it did: the item's
-                // when one was placed, else back to the pool.
+                // The segment this transmission reached into, if it did: kept when a
+                // piece of an item is there, else back to the pool.
                 let landed = t.recvs.take_landed();
-                let mut ddp = None;
                 let reply_ddp = rsd.as_ref().ok().copied().flatten();
+                let mut first_seg = None;
                 let bad = if let Err(info) = rsd {
                     // Reply directions other than one TBSN item are not taken
                     // (DESIGN.md, "Send-based DDP replies").
-                    if let Some(seg) = landed {
-                        drop(seg); // back to the pool (`core/recv_segments.rs`)
-                    }
+                    drop(landed); // back to the pool (`core/recv_segments.rs`)
                     Some(info)
-                } else if let Err(info) = placed {
-                    Some(info)
-                } else if let Some(&item) = placed.as_ref().ok().and_then(|p| p.as_slice().first())
-                {
-                    match landed {
-                        Some(mut seg) => match send_ddp::fit(&mut seg, &item) {
-                            Ok(()) => {
-                                ddp = Some((item, seg));
+                } else {
+                    match placed.as_ref() {
+                        Err(info) => {
+                            drop(landed);
+                            Some(*info)
+                        }
+                        Ok(p) => match send_ddp::keep_landed(p, 0, landed) {
+                            Ok(seg) => {
+                                first_seg = seg;
                                 None
                             }
-                            Err(info) => {
-                                drop(seg); // back to the pool (`core/recv_segments.rs`)
-                                Some(info)
-                            }
+                            Err(info) => Some(info),
                         },
-                        // Nothing reached the segment: the item is not there.
-                        None => Some(OptxInfo::BadOff {
-                            value: item.len,
-                            min: 0,
-                            max: 0,
-                        }),
                     }
-                } else {
-                    if let Some(seg) = landed {
-                        drop(seg); // back to the pool (`core/recv_segments.rs`)
-                    }
-                    None
                 };
+                let placed = placed.unwrap_or_default();
                 let bad = if bad.is_some() {
                     bad
                 } else if count == 0 || count > CONTINUATION_GROUP_MAX {
@@ -257,9 +249,7 @@ impl<S: Service> ResponderHalf<S> {
                 };
                 if let Some(info) = bad {
                     t.recvs.recycle(buf);
-                    if let Some((_, seg)) = ddp.take() {
-                        drop(seg); // back to the pool (`core/recv_segments.rs`)
-                    }
+                    drop(first_seg); // back to the pool (`core/recv_segments.rs`)
                     self.break_group(t, xid, 0, None, info);
                     self.cont.abandoned = Some(xid);
                     return;
@@ -269,9 +259,7 @@ impl<S: Service> ResponderHalf<S> {
                     // call's chunks cannot be processed (ERR_CHUNK), and the rest of
                     // its group is dropped.
                     t.recvs.recycle(buf);
-                    if let Some((_, seg)) = ddp.take() {
-                        drop(seg); // back to the pool (`core/recv_segments.rs`)
-                    }
+                    drop(first_seg); // back to the pool (`core/recv_segments.rs`)
                     self.cont.abandoned = Some(xid);
                     self.error_reply(t, xid);
                     return;
@@ -284,19 +272,17 @@ impl<S: Service> ResponderHalf<S> {
                     rsbuf,
                     first: buf,
                     buf: large,
-                    ddp,
+                    placed,
+                    segs: core::array::from_fn(|_| None),
                     reply_ddp,
                 };
+                asm.segs[0] = first_seg;
                 if !asm.append(poff, plen, None) {
                     let cap = asm.buf.capacity() as u32;
-                    let CallAsm {
-                        first, buf, ddp, ..
-                    } = asm;
+                    let CallAsm { first, buf, .. } = asm;
                     t.recvs.recycle(first);
                     buf.release_into(&mut self.large);
-                    if let Some((_, seg)) = ddp {
-                        drop(seg); // back to the pool (`core/recv_segments.rs`)
-                    }
+                    // The segments go back to the pool with `asm`.
                     let info = OptxInfo::BadPl {
                         value: plen as u32,
                         min: 0,
@@ -313,7 +299,10 @@ impl<S: Service> ResponderHalf<S> {
                 }
             }
             Msg::Cont(c) => {
+                // The DDP segment this transmission reached into, if it did.
+                let landed = t.recvs.take_landed();
                 let Some(asm) = self.cont.asm.as_mut() else {
+                    drop(landed); // back to the pool (`core/recv_segments.rs`)
                     t.recvs.recycle(buf);
                     if self.cont.abandoned == Some(xid) {
                         self.stats.dropped += 1;
@@ -344,7 +333,18 @@ impl<S: Service> ResponderHalf<S> {
                         max: (asm.buf.capacity() - asm.buf.len()) as u32,
                     })
                 } else {
-                    None
+                    // A piece of an item that did not land whole (a Send stopping
+                    // short) breaks the group (§9.5 BADOFF).
+                    let k = c.xnum as usize;
+                    match send_ddp::keep_landed(&asm.placed, k, landed) {
+                        Ok(seg) => {
+                            if let Some(slot) = asm.segs.get_mut(k) {
+                                *slot = seg;
+                            }
+                            None
+                        }
+                        Err(info) => Some(info),
+                    }
                 };
                 t.recvs.recycle(buf);
                 let lead = asm.xid;
@@ -377,9 +377,7 @@ impl<S: Service> ResponderHalf<S> {
             self.cont.abandoned = Some(asm.xid);
             t.recvs.recycle(asm.first);
             asm.buf.release_into(&mut self.large);
-            if let Some((_, seg)) = asm.ddp {
-                drop(seg); // back to the pool (`core/recv_segments.rs`)
-            }
+            // Its landed segments go back to the pool with `asm.segs`.
         }
         self.stats.broken_call_groups += 1;
         let err = XmtErr {
@@ -455,9 +453,7 @@ impl<S: Service> ResponderHalf<S> {
     pub(super) fn let_go_group(&mut self, t: &mut Transport, asm: CallAsm) {
         t.recvs.recycle(asm.first);
         asm.buf.release_into(&mut self.large);
-        if let Some((_, seg)) = asm.ddp {
-            drop(seg); // back to the pool (`core/recv_segments.rs`)
-        }
+        // Its landed segments go back to the pool with `asm.segs`.
     }
 
     /// [`complete`](Self::complete) with context `i`, just taken.
@@ -469,21 +465,69 @@ impl<S: Service> ResponderHalf<S> {
             mut first,
             buf,
             count,
-            ddp,
+            placed,
+            mut segs,
             reply_ddp,
             ..
         } = asm;
         let mut seg = [ReadSegment {
             position: 0,
             segment: Segment::new(0, buf.len() as u32, 0),
-        }; 2];
+        }; 1 + MAX_PLACED_ITEMS];
         let mut n_seg = 1;
-        if let Some((item, _)) = ddp.as_ref() {
-            seg[1] = ReadSegment {
-                position: item.disp,
-                segment: Segment::new(0, item.len, 0),
+        // Each item's segments, in order: its first becomes the item's sink, the rest
+        // (an item across several transmissions) are kept beside the sinks, or gathered
+        // into one large buffer for a service that takes only contiguous items.
+        let seg_len = t.recvs.segments.as_ref().map_or(0, |s| s.seg_len());
+        let segmented = self.service.takes_segmented_ddp_items();
+        let mut items: FixedVec<(RegBuf, u8), MAX_PLACED_ITEMS> = FixedVec::new();
+        let mut more: FixedVec<RegBuf, GROUP_MAX> = FixedVec::new();
+        let mut ok = true;
+        for it in placed.as_slice() {
+            let mut left = it.len;
+            let mut off = it.seg_off;
+            let mut pieces: FixedVec<RegBuf, GROUP_MAX> = FixedVec::new();
+            for k in it.transmissions() {
+                let Some(mut s) = segs.get_mut(k).and_then(Option::take) else {
+                    ok = false;
+                    break;
+                };
+                let take = seg_len.saturating_sub(off).min(left);
+                ok &= send_ddp::fit(&mut s, off, take).is_ok();
+                left -= take;
+                off = 0;
+                let _ = pieces.push(s);
+            }
+            ok &= left == 0 && !pieces.is_empty();
+            if !ok {
+                break;
+            }
+            // Segments after the item's first kept beside the sinks (0: contiguous).
+            let extra = if segmented { pieces.len() - 1 } else { 0 } as u8;
+            let sink = if pieces.len() == 1 || segmented {
+                let mut d = pieces.drain();
+                let Some(head) = d.next() else { break };
+                for s in d {
+                    ok &= more.push(s).is_ok();
+                }
+                Some(head)
+            } else {
+                // The gather copy (DESIGN.md, "Items across segments").
+                self.gather(&mut pieces, it.len)
             };
-            n_seg = 2;
+            let Some(sink) = sink else {
+                ok = false;
+                break;
+            };
+            seg[n_seg] = ReadSegment {
+                position: it.disp,
+                segment: Segment::new(0, it.len, 0),
+            };
+            n_seg += 1;
+            if items.push((sink, extra)).is_err() {
+                ok = false;
+                break;
+            }
         }
         // A reply direction becomes one Write chunk naming nothing, as long as the
         // requester's DDP segment: the service hands its result to it as to any Write
@@ -507,7 +551,7 @@ impl<S: Service> ResponderHalf<S> {
                 reply: None,
             }),
         };
-        let ok = repr
+        let encoded = repr
             .encode(first.storage_mut())
             .ok()
             .is_some_and(|n| first.set_len(n).is_ok());
@@ -518,20 +562,50 @@ impl<S: Service> ResponderHalf<S> {
         c.reply_ddp = reply_ddp;
         c.recv = Some(first);
         let _ = c.sinks.push(buf);
-        if let Some((_, s)) = ddp {
+        for (k, (s, extra)) in items.drain().enumerate() {
             self.stats.send_ddp_items += 1;
-            // Room for 1 + MAX_DDP_ITEMS sinks: the second always fits.
+            c.ddp_spans[k + 1] = extra;
+            // Room for 1 + MAX_DDP_ITEMS sinks: every item's fits.
             if let Err(s) = c.sinks.push(s) {
                 drop(s);
             }
         }
-        c.step = if ok {
+        for s in more.drain() {
+            if let Err(s) = c.ddp_more.push(s) {
+                drop(s);
+            }
+        }
+        c.step = if ok && encoded {
             Step::Dispatch
         } else {
             Step::Error(crate::wire::header::RdmaError::Chunk)
         };
         self.stats.cont_calls += u64::from(count > 1);
         self.run_in_order(t, i);
+    }
+
+    /// One item's `pieces` gathered, in order, into one large buffer (one copy) for a
+    /// service that takes only contiguous items
+    /// ([`Service::takes_segmented_ddp_items`](crate::service::Service::takes_segmented_ddp_items));
+    /// the pieces go back to the pool. `None` when no large buffer is free or one is
+    /// shorter than the item.
+    fn gather(&mut self, pieces: &mut FixedVec<RegBuf, GROUP_MAX>, len: u32) -> Option<RegBuf> {
+        let mut out = RegBuf::from_cache(&mut self.large).ok()?;
+        if out.capacity() < len as usize {
+            out.release_into(&mut self.large);
+            return None;
+        }
+        let mut at = 0usize;
+        for p in pieces.drain() {
+            let n = p.len();
+            if let Some(dst) = out.storage_mut().get_mut(at..at + n) {
+                dst.copy_from_slice(p.as_slice());
+            }
+            at += n;
+            // `p` back to the pool (`core/recv_segments.rs`).
+        }
+        let _ = out.set_len(at);
+        Some(out)
     }
 
     /// Stages context `i`'s reply as a continuation group when the call lent receives
@@ -671,9 +745,7 @@ impl<S: Service> ResponderHalf<S> {
         if let Some(asm) = self.cont.asm.take() {
             t.recvs.recycle(asm.first);
             asm.buf.release_into(&mut self.large);
-            if let Some((_, seg)) = asm.ddp {
-                drop(seg); // back to the pool (`core/recv_segments.rs`)
-            }
+            // Its landed segments go back to the pool with `asm.segs`.
         }
     }
 }

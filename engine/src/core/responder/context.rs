@@ -1,6 +1,7 @@
 //! A reply context: what one call holds at the responder, from its arrival to the
 //! completion of its reply's Send. Preallocated; two per credit.
 
+use crate::core::fixed::FixedVec;
 use crate::core::regbuf::RegBuf;
 use crate::service::{DdpResults, Sinks};
 use crate::wire::header::RdmaError;
@@ -49,6 +50,12 @@ pub(super) struct Context {
     pub(super) body_off: usize,
     /// Pulled Read chunks, in Read list order.
     pub(super) sinks: Sinks,
+    /// An item placed by send-based DDP across several receive segments keeps its
+    /// first in `sinks` and the others here, items in order
+    /// (`responder/send_ddp.rs`); `ddp_spans[k]` is how many of them follow sink `k`.
+    pub(super) ddp_more:
+        FixedVec<RegBuf, { crate::wire::private_data::CONTINUATION_GROUP_MAX as usize }>,
+    pub(super) ddp_spans: [u8; 1 + crate::service::MAX_DDP_ITEMS],
     /// The body, when the requester offered a Reply chunk.
     pub(super) body: Option<RegBuf>,
     /// DDP results for the Write chunks.
@@ -79,6 +86,8 @@ impl Context {
             parked: None,
             body_off: 0,
             sinks: Sinks::new(),
+            ddp_more: FixedVec::new(),
+            ddp_spans: [0; 1 + crate::service::MAX_DDP_ITEMS],
             body: None,
             results: DdpResults::new(),
             delivery: Delivery::TooLarge,

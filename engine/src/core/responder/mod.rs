@@ -25,6 +25,9 @@ pub(crate) use inspect::MAX_CHUNK_SEGMENTS;
 mod reply;
 mod send_ddp;
 
+/// Segments a group's send-based DDP items may span (one per transmission).
+const GROUP_SEGMENTS: usize = crate::wire::private_data::CONTINUATION_GROUP_MAX as usize;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -153,6 +156,10 @@ pub struct ResponderStats {
 }
 
 /// A call waiting for a free reply context.
+// A group carries its send-based DDP placement and landed segments (`cont::CallAsm`,
+// some 660 octets): boxing it would allocate on the overload path, and the queue's
+// capacity is the largest grant, its entries untouched until a call is held.
+#[allow(clippy::large_enum_variant)]
 enum Held {
     /// A call in one message: its receive buffer.
     Call(RegBuf),
@@ -847,6 +854,8 @@ impl<S: Service> ResponderHalf<S> {
             send,
             body_off,
             sinks,
+            ddp_more,
+            ddp_spans,
             body,
             results,
             delivery,
@@ -900,6 +909,36 @@ impl<S: Service> ResponderHalf<S> {
         };
         // A list rather than an array of placeholders: most calls have no DDP items,
         // and an empty list costs nothing to make.
+        // A send-based DDP item across several receive segments is handed over as the
+        // list of them (`DdpItem::segments`), from this array: each such item's first
+        // sink, then the segments kept after it.
+        let mut seg_slices: [&[u8]; GROUP_SEGMENTS] = [&[]; GROUP_SEGMENTS];
+        let mut seg_spans = [(0usize, 0usize); 1 + MAX_DDP_ITEMS];
+        {
+            let (mut at, mut more_at) = (0usize, 0usize);
+            for (k, &extra) in ddp_spans.iter().enumerate() {
+                let extra = usize::from(extra);
+                if extra == 0 {
+                    continue;
+                }
+                let (Some(first), Some(rest)) = (
+                    sinks.get(k),
+                    ddp_more.as_slice().get(more_at..more_at + extra),
+                ) else {
+                    break;
+                };
+                if at + 1 + extra > GROUP_SEGMENTS {
+                    break;
+                }
+                seg_slices[at] = first.as_slice();
+                for (d, r) in seg_slices[at + 1..].iter_mut().zip(rest) {
+                    *d = r.as_slice();
+                }
+                seg_spans[k] = (at, 1 + extra);
+                at += 1 + extra;
+                more_at += extra;
+            }
+        }
         let mut items: FixedVec<DdpItem<'_>, MAX_DDP_ITEMS> = FixedVec::new();
         let mut moved = 0usize;
         for (k, chunk) in h.read_chunks().enumerate() {
@@ -910,15 +949,18 @@ impl<S: Service> ResponderHalf<S> {
                 break;
             };
             let position = chunk.position();
+            let (from, n) = seg_spans[k.min(MAX_DDP_ITEMS)];
+            let segments = &seg_slices[from..from + n];
             let item = DdpItem {
                 position,
                 msg_offset: (position as usize).saturating_sub(moved),
-                data: sink.as_slice(),
+                data: if n == 0 { sink.as_slice() } else { &[] },
+                segments,
             };
             if items.push(item).is_err() {
                 break;
             }
-            moved += pad4(sink.len());
+            moved += pad4(item.len());
         }
         let view = CallView {
             xid: h.xid(),
@@ -1064,6 +1106,9 @@ impl<S: Service> ResponderHalf<S> {
                 b.release_into(&mut self.large);
             }
         }
+        // More segments of send-based DDP items: back to the pool, as above.
+        c.ddp_more.clear();
+        c.ddp_spans = [0; 1 + MAX_DDP_ITEMS];
         if let Some(b) = c.body.take() {
             b.release_into(&mut self.large);
         }

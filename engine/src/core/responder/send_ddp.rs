@@ -9,21 +9,36 @@ use crate::wire::rtr::chars::RecvBufStructure;
 use crate::wire::rtr::place::{DdpLayout, Loc, MAX_PLACED_ITEMS};
 use crate::wire::rtr::{DdpArray, OptxInfo};
 
-/// One bulk item a request placed: its position in the XDR stream, its length, and
-/// where it starts in the DDP segment of the group's first transmission.
+/// Transmissions a group may have (`CONTINUATION_GROUP_MAX`).
+pub(super) const GROUP_MAX: usize = crate::wire::private_data::CONTINUATION_GROUP_MAX as usize;
+
+/// One bulk item a request placed: its position in the XDR stream, its length, where
+/// it starts in its first DDP segment, and the transmissions whose DDP segment holds a
+/// piece of it (this end posts one DDP segment per receive, so a segment is a
+/// transmission; bit `k` = transmission `k`, in increasing order).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(super) struct PlacedItem {
     pub(super) disp: u32,
     pub(super) len: u32,
     pub(super) seg_off: u32,
+    pub(super) txs: u16,
 }
 
-/// The items of one request, in order (at most one per DDP segment of its first
-/// transmission).
+impl PlacedItem {
+    /// The transmissions holding its pieces, in order.
+    pub(super) fn transmissions(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..GROUP_MAX).filter(|k| self.txs & (1 << k) != 0)
+    }
+}
+
+/// The items of one request, in order, and per transmission of its group the octets
+/// that must have landed in that transmission's DDP segment (0: none of any item is
+/// there).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(super) struct Placed {
     pub(super) n: u8,
     pub(super) items: [PlacedItem; MAX_PLACED_ITEMS],
+    pub(super) need: [u32; GROUP_MAX],
 }
 
 impl Placed {
@@ -39,13 +54,15 @@ fn bad_tbsn(value: u32, min: u32, max: u32) -> OptxInfo {
 
 /// The receiver's check of a request's `optxrq_ddp` in a group of `count`
 /// transmissions against `rbs` (the structure this end advertised; `None`: it
-/// advertised none). Every item must be XMDTYPE_TBSN and pass
-/// [`DdpLayout::check`]; items come in increasing segment order (an item's first
-/// segment past the last one before it); and, a decision of this engine, every piece
-/// must lie in the first transmission's DDP segments (only the first transmission's
-/// landed segment is kept): a segment of a later transmission is BADTBSN with the range
-/// of the first's. An item whose position is not a positive multiple of 4 is BADOFF
-/// naming it (it could not sit in the XDR stream).
+/// advertised none). Every item must be XMDTYPE_TBSN and pass [`DdpLayout::check`]
+/// (segment numbers in range and strictly increasing, so none listed twice; the offset
+/// inside the first and aligned; the segments long enough); items come in increasing
+/// segment order (an item's first segment past the last one before it: no segment
+/// holds two pieces); an item's position is a positive multiple of 4 (else BADOFF
+/// naming it: it could not sit in the XDR stream). Pieces may lie in any transmission
+/// of the group (§6.2: numbering runs "through all the buffer segments for all the
+/// RPC-over-RDMA transmissions in the group"); `count` is at most [`GROUP_MAX`] (the
+/// caller checks it after this).
 pub(super) fn check(
     rbs: Option<RecvBufStructure>,
     count: u32,
@@ -55,7 +72,7 @@ pub(super) fn check(
         // No DDP-targetable segment advertised: no target buffer number is valid.
         return Err(bad_tbsn(0, 0, 0));
     };
-    let last_first = layout.per_buf.saturating_sub(1);
+    let count = count.min(GROUP_MAX as u32);
     let last = layout.total(count).saturating_sub(1);
     let mut out = Placed::default();
     let mut next_min = 0u32;
@@ -78,47 +95,78 @@ pub(super) fn check(
             });
         }
         let pieces = layout.check(count, item.length, &t)?;
-        for (&b, &(k, _, _)) in t.segments().iter().zip(pieces.as_slice()) {
-            if k != 0 {
-                return Err(bad_tbsn(b, next_min, last_first));
-            }
-        }
         let (Some(&(_, off, _)), Some(&first)) = (pieces.as_slice().first(), t.segments().first())
         else {
             return Err(bad_tbsn(0, next_min, last));
         };
-        if pieces.as_slice().len() != 1 {
-            // One segment per receive here: two pieces in the first transmission
-            // cannot happen; refuse rather than hand on a split item.
-            let second = t.segments().get(1).copied().unwrap_or(first);
-            return Err(bad_tbsn(second, next_min, last_first));
+        let seg_start = layout.locate(first).1;
+        let mut txs = 0u16;
+        for (&b, &(k, poff, plen)) in t.segments().iter().zip(pieces.as_slice()) {
+            // One DDP segment per receive here: each piece is its transmission's.
+            if layout.per_buf != 1 || k as usize >= GROUP_MAX {
+                return Err(bad_tbsn(b, next_min, last));
+            }
+            txs |= 1 << k;
+            out.need[k as usize] = poff - layout.locate(b).1 + plen;
         }
         let slot = out
             .items
             .get_mut(usize::from(out.n))
             .ok_or_else(|| bad_tbsn(0, next_min, last))?;
-        let seg_start = layout.locate(first).1;
         *slot = PlacedItem {
             disp: item.disp,
             len: item.length,
             seg_off: off - seg_start,
+            txs,
         };
         out.n += 1;
+        // Segments listed beyond what the item fills are not its: the next item may
+        // not use them either.
         next_min = t.segments().last().map_or(next_min, |l| l + 1);
     }
     Ok(out)
 }
 
-/// Makes the landed segment `seg` hold exactly `item`: its octets moved to the start
-/// when the sender placed it at an offset (ours never does: a foreign sender's item
-/// then costs one move inside the segment). `Err` with BADOFF when fewer octets
-/// landed than the item needs (the Send was shorter than its placement says).
-pub(super) fn fit(seg: &mut RegBuf, item: &PlacedItem) -> Result<(), OptxInfo> {
-    let (off, len) = (item.seg_off as usize, item.len as usize);
+/// Transmission `k`'s landed DDP segment `landed` against what `placed` put there:
+/// kept (`Ok(Some)`) when a piece of an item is in it and all its octets landed;
+/// `Ok(None)` (and the segment back to the pool) when no piece is; BADOFF when the
+/// Send stopped short of its piece (naming the item's length, range 0..what of it
+/// landed: §9.5 "the actual value together with a range of valid values").
+pub(super) fn keep_landed(
+    placed: &Placed,
+    k: usize,
+    landed: Option<RegBuf>,
+) -> Result<Option<RegBuf>, OptxInfo> {
+    let need = placed.need.get(k).copied().unwrap_or(0);
+    if need == 0 {
+        drop(landed); // back to the pool (`core/recv_segments.rs`)
+        return Ok(None);
+    }
+    let got = landed.as_ref().map_or(0, |s| s.len() as u32);
+    if got < need {
+        let item = placed
+            .as_slice()
+            .iter()
+            .find(|i| i.txs & (1 << k) != 0)
+            .map_or(need, |i| i.len);
+        return Err(OptxInfo::BadOff {
+            value: item,
+            min: 0,
+            max: item.saturating_sub(need - got),
+        });
+    }
+    Ok(landed)
+}
+
+/// Makes the landed segment `seg` hold exactly `len` octets that start `off` octets
+/// into it (moved to its start when a sender placed them at an offset: ours never
+/// does, a foreign sender's item then costs one move inside the segment).
+pub(super) fn fit(seg: &mut RegBuf, off: u32, len: u32) -> Result<(), OptxInfo> {
+    let (off, len) = (off as usize, len as usize);
     let landed = seg.len();
     if off + len > landed {
         return Err(OptxInfo::BadOff {
-            value: item.len,
+            value: len as u32,
             min: 0,
             max: landed.saturating_sub(off) as u32,
         });
@@ -127,7 +175,7 @@ pub(super) fn fit(seg: &mut RegBuf, item: &PlacedItem) -> Result<(), OptxInfo> {
         seg.storage_mut().copy_within(off..off + len, 0);
     }
     seg.set_len(len).map_err(|_| OptxInfo::BadOff {
-        value: item.len,
+        value: len as u32,
         min: 0,
         max: landed as u32,
     })
