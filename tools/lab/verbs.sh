@@ -33,7 +33,8 @@ echo "verbs: test binary $BIN"
 # The engine over verbs: engine_verbs (verbs-specific) and the generic e2e tests, one
 # module (and one run and log per device) each.
 ENGINE_MODULES=(engine_verbs engine_verbs_inline engine_verbs_chunks engine_verbs_read_chunk_replies engine_verbs_errors
-                engine_verbs_credits engine_verbs_disconnect engine_verbs_send_ddp engine_verbs_group_memory)
+                engine_verbs_credits engine_verbs_disconnect engine_verbs_send_ddp engine_verbs_send_ddp_segments
+                engine_verbs_group_memory)
 # Listed once: `--list | grep -q` under pipefail fails when grep stops reading early.
 LISTED=$("$BIN" --list 2>/dev/null)
 for m in "${ENGINE_MODULES[@]}"; do

@@ -38,4 +38,5 @@ mod engine_verbs_group_memory;
 mod engine_verbs_inline;
 mod engine_verbs_read_chunk_replies;
 mod engine_verbs_send_ddp;
+mod engine_verbs_send_ddp_segments;
 mod fabric_verbs_conformance;
