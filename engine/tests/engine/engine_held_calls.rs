@@ -304,6 +304,34 @@ mod by_hand {
         u32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]])
     }
 
+    const CREDITS: u32 = 8;
+
+    /// A responder core granting 8 credits (16 contexts), established with
+    /// `private_data` from the requester, and its wire.
+    fn established(
+        silent: &'static [u32],
+        private_data: &[u8],
+    ) -> (ResponderCore<Ok0>, CorePools, Wire, Instant) {
+        let cfg = ConnConfig {
+            credits: CREDITS,
+            large_buf_size: 65536,
+            large_bufs: 8,
+            send_bufs: 128,
+            queue_len: 8,
+            hugepages: HugePages::Never,
+            ..ConnConfig::default()
+        };
+        let pools = pools();
+        let policy = Arc::new(GrantPolicy::new(CREDITS, CREDITS));
+        let mut core =
+            ResponderCore::responder(&cfg, &pools, Ok0 { silent }, policy).expect("core");
+        let now = Instant::now();
+        let mut qp = Wire::new([&pools.recv, &pools.send, &pools.large]);
+        core.on_established(private_data, now);
+        qp.pump(&mut core, now);
+        (core, pools, qp, now)
+    }
+
     #[test]
     fn calls_past_the_contexts_are_held_and_only_calls_past_the_grant_overrun() {
         held_in_order(&[]);
@@ -326,26 +354,9 @@ mod by_hand {
         use rpcrdma::wire::rtr::{
             OptxInfo, RtrBody, RtrView, RDMA_OPTIONAL, ROPT_XMTCONT, ROPT_XMTREQ,
         };
-        const CREDITS: u32 = 8;
-        let cfg = ConnConfig {
-            credits: CREDITS,
-            large_buf_size: 65536,
-            large_bufs: 8,
-            send_bufs: 128,
-            queue_len: 8,
-            hugepages: HugePages::Never,
-            ..ConnConfig::default()
-        };
-        let pools = pools();
-        let policy = Arc::new(GrantPolicy::new(CREDITS, CREDITS));
-        let mut core =
-            ResponderCore::responder(&cfg, &pools, Ok0 { silent: &[] }, policy).expect("core");
-        let now = Instant::now();
-        let mut qp = Wire::new([&pools.recv, &pools.send, &pools.large]);
         let adv = Advertisement::new(&PrivateData::new(4096, 4096, true), Extensions::ALL)
             .expect("encodes");
-        core.on_established(adv.as_bytes(), now);
-        qp.pump(&mut core, now);
+        let (mut core, _pools, mut qp, now) = established(&[], adv.as_bytes());
         let contexts = 2 * CREDITS;
         for xid in 1..=contexts {
             let wc = qp.deliver(&call(xid));
@@ -395,27 +406,10 @@ mod by_hand {
     }
 
     fn held_in_order(silent: &'static [u32]) {
-        const CREDITS: u32 = 8;
-        let cfg = ConnConfig {
-            credits: CREDITS,
-            large_buf_size: 65536,
-            large_bufs: 8,
-            send_bufs: 128,
-            queue_len: 8,
-            hugepages: HugePages::Never,
-            ..ConnConfig::default()
-        };
-        let pools = pools();
-        let policy = Arc::new(GrantPolicy::new(CREDITS, CREDITS));
-        let mut core =
-            ResponderCore::responder(&cfg, &pools, Ok0 { silent }, policy).expect("core");
-        let now = Instant::now();
-        let mut qp = Wire::new([&pools.recv, &pools.send, &pools.large]);
         let pd = PrivateData::new(4096, 4096, true)
             .to_bytes()
             .expect("encodes");
-        core.on_established(&pd, now);
-        qp.pump(&mut core, now);
+        let (mut core, _pools, mut qp, now) = established(silent, &pd);
         let contexts = 2 * CREDITS;
         let send = |core: &mut ResponderCore<Ok0>, qp: &mut Wire, xid: u32| {
             let wc = qp.deliver(&call(xid));

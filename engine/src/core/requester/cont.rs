@@ -155,6 +155,27 @@ impl RequesterHalf {
         })
     }
 
+    /// Credits for the transmissions of a group of `count` beyond the first (whose
+    /// credit the call already holds): how many were taken, or `None`, nothing taken,
+    /// when they are not all free. A group that goes `alone` (nothing in flight, the
+    /// peer's XCHAR_REQRXLIM taking a group this long) goes with every credit there is.
+    pub(super) fn take_group_credits(&mut self, count: u32, alone: bool) -> Option<u32> {
+        let mut extra = 0;
+        while extra + 1 < count {
+            if !self.credits.try_acquire() {
+                if alone {
+                    break;
+                }
+                for _ in 0..extra {
+                    self.credits.release();
+                }
+                return None;
+            }
+            extra += 1;
+        }
+        Some(extra)
+    }
+
     /// Stages `req` on `slot` as a continuation group of `cp.count` Sends; the caller
     /// holds one credit for it, the rest are taken here. False on any shortage, with
     /// nothing staged or taken.
@@ -175,19 +196,9 @@ impl RequesterHalf {
         {
             return false;
         }
-        let mut extra = 0;
-        while extra + 1 < cp.count {
-            if !self.credits.try_acquire() {
-                if cp.alone {
-                    break;
-                }
-                for _ in 0..extra {
-                    self.credits.release();
-                }
-                return false;
-            }
-            extra += 1;
-        }
+        let Some(extra) = self.take_group_credits(cp.count, cp.alone) else {
+            return false;
+        };
         if let Some(x) = req.msg.storage_mut().get_mut(..4) {
             x.copy_from_slice(&xid.to_be_bytes());
         }

@@ -253,19 +253,9 @@ impl RequesterHalf {
         if t.sq.free() < count {
             return false;
         }
-        let mut extra = 0;
-        while extra + 1 < count {
-            if !self.credits.try_acquire() {
-                if p.alone {
-                    break;
-                }
-                for _ in 0..extra {
-                    self.credits.release();
-                }
-                return false;
-            }
-            extra += 1;
-        }
+        let Some(extra) = self.take_group_credits(count, p.alone) else {
+            return false;
+        };
         let give_back = |me: &mut Self| {
             for _ in 0..extra {
                 me.credits.release();
