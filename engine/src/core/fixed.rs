@@ -362,7 +362,7 @@ impl IndexStack {
     }
 
     /// Takes a free index.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn pop(&mut self) -> Option<u32> {
         if self.len == 0 {
             return None;

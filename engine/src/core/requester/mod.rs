@@ -712,7 +712,8 @@ impl RequesterHalf {
         self.next_seq = seq;
     }
 
-    #[inline]
+    // Always inlined: once per call, and left out of line when its callers grew.
+    #[inline(always)]
     fn make_xid(&mut self, slot: u32) -> u32 {
         loop {
             self.next_seq = self.next_seq.wrapping_add(1);

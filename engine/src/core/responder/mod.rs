@@ -155,6 +155,48 @@ pub struct ResponderStats {
     pub ddp_replies_no_item: u64,
 }
 
+/// The segments of a call's send-based DDP items that span several receive segments
+/// (`DdpItem::segments`): each such item's first sink, then the segments kept after it
+/// (`Context::ddp_more`), and where each item's list is (`(from, n)`, by sink).
+struct SegmentLists<'a> {
+    slices: [&'a [u8]; GROUP_SEGMENTS],
+    spans: [(usize, usize); 1 + MAX_DDP_ITEMS],
+}
+
+impl<'a> SegmentLists<'a> {
+    /// `spans[k]` is how many of `more` follow sink `k`.
+    #[cold]
+    #[inline(never)]
+    fn of(sinks: &'a [RegBuf], more: &'a [RegBuf], spans: &[u8]) -> SegmentLists<'a> {
+        let mut l = SegmentLists {
+            slices: [&[]; GROUP_SEGMENTS],
+            spans: [(0, 0); 1 + MAX_DDP_ITEMS],
+        };
+        let (mut at, mut more_at) = (0usize, 0usize);
+        for (k, &extra) in spans.iter().enumerate() {
+            let extra = usize::from(extra);
+            if extra == 0 {
+                continue;
+            }
+            let (Some(first), Some(rest)) = (sinks.get(k), more.get(more_at..more_at + extra))
+            else {
+                break;
+            };
+            if at + 1 + extra > GROUP_SEGMENTS || k >= l.spans.len() {
+                break;
+            }
+            l.slices[at] = first.as_slice();
+            for (d, r) in l.slices[at + 1..].iter_mut().zip(rest) {
+                *d = r.as_slice();
+            }
+            l.spans[k] = (at, 1 + extra);
+            at += 1 + extra;
+            more_at += extra;
+        }
+        l
+    }
+}
+
 /// A call waiting for a free reply context.
 // A group carries its send-based DDP placement and landed segments (`cont::CallAsm`,
 // some 660 octets): boxing it would allocate on the overload path, and the queue's
@@ -910,35 +952,16 @@ impl<S: Service> ResponderHalf<S> {
         // A list rather than an array of placeholders: most calls have no DDP items,
         // and an empty list costs nothing to make.
         // A send-based DDP item across several receive segments is handed over as the
-        // list of them (`DdpItem::segments`), from this array: each such item's first
-        // sink, then the segments kept after it.
-        let mut seg_slices: [&[u8]; GROUP_SEGMENTS] = [&[]; GROUP_SEGMENTS];
-        let mut seg_spans = [(0usize, 0usize); 1 + MAX_DDP_ITEMS];
-        {
-            let (mut at, mut more_at) = (0usize, 0usize);
-            for (k, &extra) in ddp_spans.iter().enumerate() {
-                let extra = usize::from(extra);
-                if extra == 0 {
-                    continue;
-                }
-                let (Some(first), Some(rest)) = (
-                    sinks.get(k),
-                    ddp_more.as_slice().get(more_at..more_at + extra),
-                ) else {
-                    break;
-                };
-                if at + 1 + extra > GROUP_SEGMENTS {
-                    break;
-                }
-                seg_slices[at] = first.as_slice();
-                for (d, r) in seg_slices[at + 1..].iter_mut().zip(rest) {
-                    *d = r.as_slice();
-                }
-                seg_spans[k] = (at, 1 + extra);
-                at += 1 + extra;
-                more_at += extra;
-            }
-        }
+        // list of them (`DdpItem::segments`). The lists are built only for a call that
+        // has such an item: filling their arrays cost a NULL call more than the rest
+        // of its dispatch.
+        let lists;
+        let (slices, spans): (&[&[u8]], &[(usize, usize)]) = if ddp_more.is_empty() {
+            (&[], &[])
+        } else {
+            lists = SegmentLists::of(sinks.as_slice(), ddp_more.as_slice(), ddp_spans);
+            (&lists.slices, &lists.spans)
+        };
         let mut items: FixedVec<DdpItem<'_>, MAX_DDP_ITEMS> = FixedVec::new();
         let mut moved = 0usize;
         for (k, chunk) in h.read_chunks().enumerate() {
@@ -949,8 +972,8 @@ impl<S: Service> ResponderHalf<S> {
                 break;
             };
             let position = chunk.position();
-            let (from, n) = seg_spans[k.min(MAX_DDP_ITEMS)];
-            let segments = &seg_slices[from..from + n];
+            let (from, n) = spans.get(k).copied().unwrap_or((0, 0));
+            let segments = slices.get(from..from + n).unwrap_or(&[]);
             let item = DdpItem {
                 position,
                 msg_offset: (position as usize).saturating_sub(moved),
