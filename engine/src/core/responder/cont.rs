@@ -570,9 +570,15 @@ impl<S: Service> ResponderHalf<S> {
                 drop(s);
             }
         }
-        for s in more.drain() {
-            if let Err(s) = c.ddp_more.push(s) {
-                drop(s);
+        if !more.is_empty() {
+            // Once per context, the first time it takes such an item (`Context::ddp_more`).
+            let list = c
+                .ddp_more
+                .get_or_insert_with(|| Box::new(super::context::DdpMore::new()));
+            for s in more.drain() {
+                if let Err(s) = list.push(s) {
+                    drop(s);
+                }
             }
         }
         c.step = if ok && encoded {

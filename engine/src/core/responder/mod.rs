@@ -956,11 +956,12 @@ impl<S: Service> ResponderHalf<S> {
         // has such an item: filling their arrays cost a NULL call more than the rest
         // of its dispatch.
         let lists;
-        let (slices, spans): (&[&[u8]], &[(usize, usize)]) = if ddp_more.is_empty() {
-            (&[], &[])
-        } else {
-            lists = SegmentLists::of(sinks.as_slice(), ddp_more.as_slice(), ddp_spans);
-            (&lists.slices, &lists.spans)
+        let (slices, spans): (&[&[u8]], &[(usize, usize)]) = match ddp_more {
+            Some(more) if !more.is_empty() => {
+                lists = SegmentLists::of(sinks.as_slice(), more.as_slice(), ddp_spans);
+                (&lists.slices, &lists.spans)
+            }
+            _ => (&[], &[]),
         };
         let mut items: FixedVec<DdpItem<'_>, MAX_DDP_ITEMS> = FixedVec::new();
         let mut moved = 0usize;
@@ -1130,7 +1131,9 @@ impl<S: Service> ResponderHalf<S> {
             }
         }
         // More segments of send-based DDP items: back to the pool, as above.
-        c.ddp_more.clear();
+        if let Some(more) = c.ddp_more.as_mut() {
+            more.clear();
+        }
         c.ddp_spans = [0; 1 + MAX_DDP_ITEMS];
         if let Some(b) = c.body.take() {
             b.release_into(&mut self.large);
