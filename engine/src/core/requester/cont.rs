@@ -27,6 +27,20 @@ pub(super) const PLAIN_HEADER_LEN: usize = FIXED_HEADER_LEN + 3 * WORD_LEN;
 /// Octets a call's group headers take in the slot's header buffer, per transmission.
 const HEADER_STRIDE: usize = 48;
 
+/// What [`RequesterHalf::group_sent`] records of a group just staged.
+pub(super) struct GroupSent {
+    pub(super) xid: u32,
+    pub(super) tag: u64,
+    /// Transmissions in the group.
+    pub(super) count: u32,
+    /// Of them, staged (the rest the send queue refused).
+    pub(super) staged: u32,
+    /// Credits taken beyond the call's own.
+    pub(super) extra: u32,
+    /// Receives lent for the reply's continuations.
+    pub(super) rsbuf: u32,
+}
+
 /// How a call goes by continuation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct ContPlan {
@@ -231,20 +245,42 @@ impl RequesterHalf {
         let staged = group.stage(t, WrId::new(WrKind::CallSend, slot).encode());
         t.sq.give(cp.count - staged);
         self.cont.reserve_free -= cp.rsbuf;
-        s.sent_without_chunks(
+        let sent = GroupSent {
             xid,
             tag,
+            count: cp.count,
             staged,
+            extra,
+            rsbuf: cp.rsbuf,
+        };
+        self.group_sent(slot, sent, req, deadline, now);
+        true
+    }
+
+    /// Marks `slot` sent as a group (a continuation group, or send-based DDP's group of
+    /// Sends): its state, the group's extra credits and lent receives, the counters.
+    pub(super) fn group_sent(
+        &mut self,
+        slot: u32,
+        g: GroupSent,
+        req: &CallRequest,
+        deadline: Option<Instant>,
+        now: Instant,
+    ) {
+        let s = &mut self.slots[slot as usize];
+        s.sent_without_chunks(
+            g.xid,
+            g.tag,
+            g.staged,
             deadline,
             now,
             crate::requester::Resend::of(req),
         );
-        s.cont_credits = extra;
-        s.rsbuf = cp.rsbuf;
+        s.cont_credits = g.extra;
+        s.rsbuf = g.rsbuf;
         self.stats.calls_sent += 1;
-        self.stats.cont_calls += u64::from(cp.count > 1);
-        self.stats.call_messages += u64::from(cp.count);
-        true
+        self.stats.cont_calls += u64::from(g.count > 1);
+        self.stats.call_messages += u64::from(g.count);
     }
 
     #[cold]

@@ -349,20 +349,15 @@ impl RequesterHalf {
             staged += u32::from(t.stage(wr_id, SendOp::Send, &sgls[k][..lens[k]]));
         }
         t.sq.give(count - staged);
-        let s = &mut self.slots[slot as usize];
-        s.sent_without_chunks(
+        let sent = super::cont::GroupSent {
             xid,
             tag,
+            count,
             staged,
-            deadline,
-            now,
-            crate::requester::Resend::of(req),
-        );
-        s.cont_credits = extra;
-        s.rsbuf = 0;
-        self.stats.calls_sent += 1;
-        self.stats.cont_calls += u64::from(count > 1);
-        self.stats.call_messages += u64::from(count);
+            extra,
+            rsbuf: 0,
+        };
+        self.group_sent(slot, sent, req, deadline, now);
         self.stats.send_ddp_items += u64::from(p.place.items);
         true
     }
