@@ -10,7 +10,7 @@
 use crate::engine_support;
 
 use engine_support::*;
-use rpcrdma::fabric::{Provider, QueuePair, SendWr};
+use rpcrdma::fabric::Provider;
 use rpcrdma::wire::rtr::place::{encode_xmtreq, xmtreq_header_len, Loc, MItem, TbsnLoc};
 use rpcrdma::wire::rtr::{OptxInfo, RtrOp, RtrRepr, XmtCont, ROPT_XMTREQ};
 use rpcrdma::{CallRequest, CallStatus, ConnConfig, Pair};
@@ -209,36 +209,6 @@ fn by_default_only_one_transmission<N: Net>(net: N) {
     assert_eq!(st.send_ddp_items, u64::from(round_trip), "one segment only");
     assert_eq!(st.cont_calls, 0, "no group");
     assert_eq!(st.call_messages, 2);
-}
-
-/// Posts `msgs` from the requester's queue pair in one chain, as a broken peer would,
-/// and waits for the responder to take them all.
-fn inject<P: Provider>(p: &mut Pair<P, TestService>, msgs: &[Vec<u8>]) {
-    let bufs: Vec<_> = msgs
-        .iter()
-        .map(|m| {
-            let mut b = p.requester.alloc_large().expect("buffer");
-            b.fill(m).expect("fits");
-            b
-        })
-        .collect();
-    let sges: Vec<_> = bufs
-        .iter()
-        .zip(msgs)
-        .map(|(b, m)| b.sge(0, m.len()).expect("registered"))
-        .collect();
-    let wrs: Vec<_> = sges
-        .iter()
-        .map(|s| SendWr::send(0, std::slice::from_ref(s)))
-        .collect();
-    let want = p.responder().map_or(0, |r| r.stats().optional_messages) + msgs.len() as u64;
-    p.requester.qp_mut().post_send(&wrs).expect("posted");
-    let ok = p.run_until(DEADLINE, |p| {
-        p.responder()
-            .is_some_and(|r| r.stats().optional_messages >= want)
-    });
-    assert!(ok, "the responder received them");
-    drop(bufs);
 }
 
 /// The first transmission of a group of `count` placing one item of `len` octets at

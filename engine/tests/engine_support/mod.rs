@@ -9,7 +9,7 @@ use std::time::Duration;
 use rpcrdma::fabric::shm::{ShmAddr, ShmDevice, ShmProvider};
 use rpcrdma::fabric::sim::{Sim, SimAddr, SimConfig, SimNet};
 use rpcrdma::fabric::siw::{SiwConfig, SiwDevice, SiwProvider};
-use rpcrdma::fabric::Provider;
+use rpcrdma::fabric::{Provider, QueuePair, SendWr};
 use rpcrdma::Pair;
 use rpcrdma::{CallRequest, Outcome};
 use rpcrdma::{CallView, ReplyWriter, Service, ServiceError};
@@ -518,4 +518,34 @@ macro_rules! per_provider {
             )*
         }
     };
+}
+
+/// Posts `msgs` from the requester's queue pair in one chain, as a broken peer would,
+/// and waits for the responder to take them all (as RDMA_OPTIONAL messages).
+pub fn inject<P: Provider>(p: &mut Pair<P, TestService>, msgs: &[Vec<u8>]) {
+    let bufs: Vec<_> = msgs
+        .iter()
+        .map(|m| {
+            let mut b = p.requester.alloc_large().expect("buffer");
+            b.fill(m).expect("fits");
+            b
+        })
+        .collect();
+    let sges: Vec<_> = bufs
+        .iter()
+        .zip(msgs)
+        .map(|(b, m)| b.sge(0, m.len()).expect("registered"))
+        .collect();
+    let wrs: Vec<_> = sges
+        .iter()
+        .map(|s| SendWr::send(0, std::slice::from_ref(s)))
+        .collect();
+    let want = p.responder().map_or(0, |r| r.stats().optional_messages) + msgs.len() as u64;
+    p.requester.qp_mut().post_send(&wrs).expect("posted");
+    let ok = p.run_until(DEADLINE, |p| {
+        p.responder()
+            .is_some_and(|r| r.stats().optional_messages >= want)
+    });
+    assert!(ok, "the responder received them");
+    drop(bufs);
 }
