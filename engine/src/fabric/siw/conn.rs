@@ -1,7 +1,7 @@
 //! One TCP connection: the MPA start-up exchange, then the FPDU stream of its queue
 //! pair, then the close.
 
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::net::{Shutdown, SocketAddr};
 use std::os::fd::AsRawFd;
 use std::sync::Weak;
@@ -259,24 +259,31 @@ impl Conn {
         }
         self.rx_start = 0;
         self.rx_end = 0;
-        let Some(s) = self.sock.as_mut() else {
+        let Some(fd) = self.sock.as_ref().map(AsRawFd::as_raw_fd) else {
             return Ok(0);
         };
+        let end = limit.min(self.rxbuf.len());
         loop {
-            let end = limit.min(self.rxbuf.len());
-            match s.read(&mut self.rxbuf[..end]) {
-                Ok(n) => {
-                    self.rx_end = n;
-                    self.drained_if_short(n, end);
-                    return Ok(n);
+            // `recv` directly, not through `Read`: an empty poll's EAGAIN is checked as
+            // an errno, without building an `io::Error` and decoding its kind (every
+            // idle poll of a running connection takes this path).
+            // SAFETY: the buffer is ours and `end` is within it; recv writes at most
+            // `end` octets.
+            let r = unsafe { libc::recv(fd, self.rxbuf.as_mut_ptr().cast(), end, 0) };
+            if r >= 0 {
+                let n = r as usize;
+                self.rx_end = n;
+                self.drained_if_short(n, end);
+                return Ok(n);
+            }
+            match io::Error::last_os_error().raw_os_error() {
+                Some(libc::EINTR) => {}
+                Some(e) if e == libc::EAGAIN || e == libc::EWOULDBLOCK => {
+                    self.readable = false;
+                    return Err(io::ErrorKind::WouldBlock.into());
                 }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    if e.kind() == io::ErrorKind::WouldBlock {
-                        self.readable = false;
-                    }
-                    return Err(e);
-                }
+                Some(e) => return Err(io::Error::from_raw_os_error(e)),
+                None => return Err(io::ErrorKind::Other.into()),
             }
         }
     }
