@@ -283,7 +283,10 @@ fn timed(a: &mut End, b: &mut End, first: &mut u64, len: usize) -> (f64, f64) {
     let mut tcp = Vec::new();
     for _ in 0..TRIALS {
         let t = Instant::now();
-        assert!(round_trips(a, b, *first, ROUNDS, len), "siw round trips failed");
+        assert!(
+            round_trips(a, b, *first, ROUNDS, len),
+            "siw round trips failed"
+        );
         siw.push(t.elapsed().as_nanos() as f64 / ROUNDS as f64);
         *first += ROUNDS;
         let t = Instant::now();
