@@ -186,7 +186,7 @@ fn hop(from: &mut End, to: &mut End, i: u64, len: usize) -> bool {
     }
     loop {
         let n = to.cq.poll(&mut to.buf);
-        for c in &to.buf[..n] {
+        if let Some(c) = to.buf[..n].first() {
             if c.status != WcStatus::Success || c.opcode != WcOpcode::Recv {
                 return false;
             }
