@@ -56,6 +56,18 @@ fn samples(counters: &[Arc<GroupCounters>]) -> Vec<GroupSample> {
 
 /// Polls `counters` until `ok` holds for their samples, or fails at the deadline.
 fn wait_until(counters: &[Arc<GroupCounters>], what: &str, ok: impl Fn(&[GroupSample]) -> bool) {
+    wait_polling::<rpcrdma::fabric::shm::ShmProvider>(counters, &mut [], what, ok)
+}
+
+/// As `wait_until`, polling `clients` between samples: a Send that completes only when
+/// its peer answers (strict siw confirms each Send with a Read the peer serves in its
+/// own poll) needs the client polled until the server has counted it.
+fn wait_polling<P: Provider>(
+    counters: &[Arc<GroupCounters>],
+    clients: &mut [Requester<P>],
+    what: &str,
+    ok: impl Fn(&[GroupSample]) -> bool,
+) {
     let end = Instant::now() + DEADLINE;
     loop {
         let s = samples(counters);
@@ -63,6 +75,9 @@ fn wait_until(counters: &[Arc<GroupCounters>], what: &str, ok: impl Fn(&[GroupSa
             return;
         }
         assert!(Instant::now() < end, "{what}: {s:?}");
+        for c in clients.iter_mut() {
+            c.poll(Instant::now());
+        }
         std::thread::sleep(Duration::from_millis(2));
     }
 }
@@ -114,9 +129,11 @@ where
     // Calls are counted when a group checks its limits (ten times a second at most). A
     // call is a receive and a send completion at least, all from the group's one
     // queue; the last reply's send completion may be reaped after the client has the
-    // reply, so both counts are waited for.
-    wait_until(
+    // reply, so both counts are waited for, with the clients polled meanwhile (on
+    // strict siw that completion waits for the client to answer its confirming Read).
+    wait_polling(
         &counters,
+        &mut conns,
         "every call and its completions counted in its group",
         |s| {
             s.iter()
