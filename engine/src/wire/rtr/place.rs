@@ -918,6 +918,55 @@ mod tests {
     }
 
     #[test]
+    fn a_direction_of_several_items_parses_back() {
+        let dir = ReplyDirection {
+            begin: 0,
+            end: 64,
+            minlen: 512,
+            items: 3,
+        };
+        let mut buf = [0u8; 256];
+        let n = encode_xmtreq_rsd(&mut buf, 9, 4, 1, 7, 64, &[], Some(&dir)).expect("fits");
+        assert_eq!(n, xmtreq_rsd_header_len(&[], Some(&dir)));
+        assert_eq!(dir.encoded_len(), REPLY_DIRECTION_LEN + 16);
+        let mut msg = buf[..n].to_vec();
+        msg.extend_from_slice(&[0u8; 64]);
+        let v = crate::wire::rtr::RtrView::parse(&msg).expect("parses");
+        let crate::wire::rtr::RtrBody::XmtReq(q) = v.body else {
+            panic!("not a request");
+        };
+        assert_eq!((q.rsbuf, q.pslen), (7, 64));
+        assert_eq!(ReplyDirection::of(&q.rsd), Ok(Some(dir)));
+        let refuse = Err(OptxInfo::BadTbsn {
+            value: 0,
+            min: 0,
+            max: 0,
+        });
+        // Items of different minimums are not taken.
+        let mut other = q.rsd.xdr.to_vec();
+        other[28..32].copy_from_slice(&100u32.to_be_bytes());
+        let arr = DdpArray {
+            entries: 1,
+            xdr: &other,
+        };
+        assert_eq!(ReplyDirection::of(&arr), refuse);
+        // Nor more items than a call has Write sinks, nor none.
+        for items in [0, MAX_REPLY_ITEMS + 1] {
+            let mut other = q.rsd.xdr[..16].to_vec();
+            other[12..16].copy_from_slice(&items.to_be_bytes());
+            for _ in 0..items {
+                other.extend_from_slice(&512u32.to_be_bytes());
+                other.extend_from_slice(&XMDTYPE_TBSN.to_be_bytes());
+            }
+            let arr = DdpArray {
+                entries: 1,
+                xdr: &other,
+            };
+            assert_eq!(ReplyDirection::of(&arr), refuse, "{items} items");
+        }
+    }
+
+    #[test]
     fn an_encoded_request_with_items_parses_back() {
         let mut loc = TbsnLoc {
             offset: 0,
