@@ -480,7 +480,8 @@ impl RequesterHalf {
         let room = (head as usize)
             .checked_sub(crate::wire::rtr::XMTRESP_HEADER_LEN + items_len)?
             .checked_sub(req.max_reply_len as usize)?;
-        let minlen = REPLY_DDP_MINLEN.min(room as u32) & !3;
+        // Every result may come back inline.
+        let minlen = REPLY_DDP_MINLEN.min((room / sinks.len()) as u32) & !3;
         let msg_len = u32::try_from(req.msg.len()).ok()?;
         let dir = ReplyDirection {
             begin: 0,
