@@ -301,6 +301,8 @@ impl RequesterHalf {
     }
 
     /// A received RDMA_OPTIONAL message.
+    // Out of line: kept out of the receive path of ordinary calls and replies.
+    #[inline(never)]
     pub(super) fn on_optional(
         &mut self,
         t: &mut Transport,

@@ -33,6 +33,7 @@ const ITEMS: usize = MAX_REPLY_ITEMS as usize;
 /// direction item (at most `rsbuf + 1` segments among them all, since no two share
 /// one) and a continuation header per lent receive. The dispatcher leaves this much
 /// room before an inline body.
+#[inline(always)]
 pub(super) fn reply_header_room(dir: Option<ReplyDirection>, rsbuf: u32) -> usize {
     match dir {
         None => 0,

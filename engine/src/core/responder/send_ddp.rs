@@ -197,7 +197,20 @@ impl<S: crate::service::Service> super::ResponderHalf<S> {
     /// Stages context `i`'s reply as one ROPT_XMTRESP answering the call's reply
     /// direction, when it asked for one. `None`: not this way (no direction, or no
     /// body: the usual paths, ERR_CHUNK); `Some(progressed)` otherwise.
+    #[inline(always)]
     pub(super) fn stage_ddp_reply(
+        &mut self,
+        t: &mut crate::core::transport::Transport,
+        i: u32,
+    ) -> Option<bool> {
+        // The common reply asked for nothing: one test, no call (the NULL path).
+        self.ctxs[i as usize].reply_ddp?;
+        self.stage_ddp_reply_asked(t, i)
+    }
+
+    /// [`stage_ddp_reply`](Self::stage_ddp_reply) for a call that asked.
+    #[inline(never)]
+    fn stage_ddp_reply_asked(
         &mut self,
         t: &mut crate::core::transport::Transport,
         i: u32,
