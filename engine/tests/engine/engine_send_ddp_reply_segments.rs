@@ -452,9 +452,9 @@ fn seeded_sim_with_lost_messages_mid_reply_group() {
                 assert!(got == &pattern(n as usize, seed)[..], "result {k} intact");
             }
         };
-        let mut handle = |o: rpcrdma::Outcome,
-                          expect: &std::collections::BTreeMap<u64, (u32, u32, usize)>,
-                          broke: &mut bool| {
+        let handle = |o: rpcrdma::Outcome,
+                      expect: &std::collections::BTreeMap<u64, (u32, u32, usize)>,
+                      broke: &mut bool| {
             match o.status {
                 CallStatus::Success => check(&o, expect[&o.tag]),
                 CallStatus::Transport(TransportError::Disconnected) => *broke = true,

@@ -119,8 +119,6 @@ impl<S: Service> ResponderHalf<S> {
     }
 
     /// A received RDMA_OPTIONAL message (continuation negotiated).
-    // Out of line: kept out of the receive path of ordinary calls and replies.
-    #[inline(never)]
     pub(super) fn on_optional(&mut self, t: &mut Transport, buf: RegBuf) {
         self.stats.optional_messages += 1;
         let view = match RtrView::parse(buf.as_slice()) {
