@@ -120,6 +120,9 @@ enum Shape {
     /// An inline call whose reply's item is placed by send-based DDP (the requester
     /// advertises a segment and asks in `optxrq_rsd`).
     ReplyDdp,
+    /// As `ReplyDdp`, with a sink of four of the requester's segments: the reply comes
+    /// as a group, the result across segments, gathered into the sink.
+    ReplyDdpSegments,
 }
 
 fn one_call(p: &mut Pair<ShmProvider, Echo>, shape: Shape, data: &[u8]) {
@@ -162,11 +165,21 @@ fn one_call(p: &mut Pair<ShmProvider, Echo>, shape: Shape, data: &[u8]) {
                 .expect("room");
             r
         }
+        Shape::ReplyDdpSegments => {
+            let mut m = p.requester.alloc_msg().expect("msg");
+            write_call(&mut m, data, true);
+            let mut r = CallRequest::new(m, 1024);
+            r.push_write_sink(p.requester.alloc_msg().expect("sink"))
+                .expect("room");
+            r
+        }
     };
     let o = p.call(req, DEADLINE).expect("outcome");
     assert_eq!(o.status, CallStatus::Success);
     match shape {
-        Shape::DdpReadAndWrite | Shape::ReplyDdp => assert_eq!(o.write_result(0), Some(data)),
+        Shape::DdpReadAndWrite | Shape::ReplyDdp | Shape::ReplyDdpSegments => {
+            assert_eq!(o.write_result(0), Some(data))
+        }
         _ => {
             let r = o.reply.as_ref().expect("reply");
             assert_eq!(&r.bytes()[28..28 + data.len()], data);
@@ -350,6 +363,53 @@ fn send_ddp_replies_do_not_allocate() {
     assert_eq!(
         n, 0,
         "{n} heap allocations in {N} RPCs with send-based DDP replies"
+    );
+}
+
+/// Send-based DDP replies across segments (draft §7.4, §6.2): a 4 KiB sink over the
+/// requester's 1 KiB segments lends three receives, and the 2000-octet result comes as
+/// a group of two transmissions, checked, kept per transmission and gathered into the
+/// sink: no heap allocation either.
+#[test]
+fn multi_segment_send_ddp_replies_do_not_allocate() {
+    let cfg = ConnConfig {
+        credits: 8,
+        large_buf_size: 64 * 1024,
+        large_bufs: 32,
+        send_bufs: 64,
+        queue_len: 64,
+        hugepages: HugePages::Never,
+        send_ddp: Some(true),
+        send_ddp_max: Some(u32::MAX),
+        send_ddp_segment: Some(1024),
+        ..ConnConfig::default()
+    };
+    let addr = ShmAddr::abstract_name(format!("rpcrdma-engine-alloc-mrddp-{}", std::process::id()));
+    let cdev = ShmDevice::new();
+    let mut p =
+        Pair::connect(&cdev, ShmDevice::new(), &addr, &cfg, &cfg, Echo, DEADLINE).expect("pair");
+    let data = [9u8; 2000];
+    for _ in 0..200 {
+        one_call(&mut p, Shape::ReplyDdpSegments, &data);
+    }
+    const N: u64 = 500;
+    let (items, msgs) = (
+        p.requester.stats().send_ddp_reply_items,
+        p.requester.stats().reply_messages,
+    );
+    ALLOCS.store(0, Ordering::Relaxed);
+    COUNTING.with(|c| c.set(true));
+    for _ in 0..N {
+        one_call(&mut p, Shape::ReplyDdpSegments, &data);
+    }
+    COUNTING.with(|c| c.set(false));
+    let n = ALLOCS.load(Ordering::Relaxed);
+    let st = p.requester.stats();
+    assert_eq!(st.send_ddp_reply_items - items, N, "all by send-based DDP");
+    assert_eq!(st.reply_messages - msgs, 2 * N, "two transmissions each");
+    assert_eq!(
+        n, 0,
+        "{n} heap allocations in {N} RPCs with multi-segment send-based DDP replies"
     );
 }
 

@@ -27,6 +27,7 @@ mod engine_poller;
 mod engine_read_chunk_replies;
 mod engine_registration;
 mod engine_send_ddp;
+mod engine_send_ddp_reply_segments;
 mod engine_send_ddp_segments;
 mod engine_server_limits;
 mod engine_service_api;

@@ -535,7 +535,8 @@ fn a_long_echo_prefers_a_group_to_send_ddp() {
 /// With `call --send-ddp` (the client posts DDP segments and advertises them), a 1 MiB
 /// SOURCE (READ-like: small call, bulk reply) asks for the reply's item by send-based
 /// DDP: the server places it in the client's receive segment with its reply's one
-/// Send, no Write chunk; without the flag it comes by Write chunk.
+/// Send, no Write chunk; with 256 KiB segments as a reply group of four transmissions
+/// (`reply_messages` 4); without the flag it comes by Write chunk.
 #[test]
 fn call_shows_send_based_ddp_replies() {
     let socket = socket_path("send-ddp-reply");
@@ -557,6 +558,27 @@ fn call_shows_send_based_ddp_replies() {
     assert_eq!(shape(&v), ("ROPT_XMTREQ".into(), 0, 0, 0), "{v}");
     assert_eq!(v["shape"]["send_ddp_reply_items"], 1, "{v}");
     assert_eq!(v["shape"]["reply_messages"], 1);
+    // With 256 KiB segments behind the client's receives the 1 MiB result comes as a
+    // reply group of four transmissions, one piece in each (engine/DESIGN.md,
+    // "Send-based DDP replies across segments").
+    let v = call_json(
+        &socket,
+        &[
+            "--source",
+            "--size",
+            "1048576",
+            "--send-ddp",
+            "--send-ddp-segment",
+            "262144",
+            "--send-ddp-max",
+            "2097152",
+        ],
+    );
+    assert_eq!(v["status"], "SUCCESS", "{v}");
+    assert_eq!(v["check"], "1048576 octets of the source pattern", "{v}");
+    assert_eq!(shape(&v), ("ROPT_XMTREQ".into(), 0, 0, 0), "{v}");
+    assert_eq!(v["shape"]["send_ddp_reply_items"], 1, "{v}");
+    assert_eq!(v["shape"]["reply_messages"], 4, "{v}");
     // Without a limit the shape follows the device: results by Write chunk.
     let v = call_json(&socket, &["--source", "--size", "1048576", "--send-ddp"]);
     assert_eq!(v["check"], "1048576 octets of the source pattern", "{v}");

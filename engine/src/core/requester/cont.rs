@@ -55,11 +55,14 @@ pub(super) struct ContPlan {
 }
 
 /// What a received optional message says, out of its view.
+// Built once per received optional message on the stack (the results of a send-based
+// DDP reply are read in place).
+#[allow(clippy::large_enum_variant)]
 enum Msg {
     Resp {
         count: u32,
         /// The results of a send-based DDP reply (`None`: `optxrs_ddp` is empty).
-        ddp: Option<Result<super::send_ddp::ReplyItem, OptxInfo>>,
+        ddp: Option<Result<super::send_ddp::ReplyItems, OptxInfo>>,
     },
     Cont(XmtCont),
     Err(crate::wire::rtr::XmtErr),
@@ -69,13 +72,16 @@ enum Msg {
 
 /// A reply group being received.
 pub(super) struct ReplyAsm {
-    xid: u32,
-    slot: u32,
-    count: u32,
-    next: u32,
-    buf: Option<RegBuf>,
-    len: usize,
-    swi: Option<u32>,
+    pub(super) xid: u32,
+    pub(super) slot: u32,
+    pub(super) count: u32,
+    pub(super) next: u32,
+    pub(super) buf: Option<RegBuf>,
+    pub(super) len: usize,
+    pub(super) swi: Option<u32>,
+    /// The results of a send-based DDP reply group and the segments landed so far
+    /// (`requester/ddp_reply.rs`); `None` for a plain reply group.
+    pub(super) ddp: Option<super::ddp_reply::DdpReplyAsm>,
 }
 
 /// Continuation state of a requester.
@@ -83,8 +89,8 @@ pub(super) struct ReqCont {
     /// Reserved receives not lent to any call.
     pub(super) reserve_free: u32,
     /// Receives lent to reply groups in progress, returned one per continuation.
-    lent_to_asm: u32,
-    asm: Option<ReplyAsm>,
+    pub(super) lent_to_asm: u32,
+    pub(super) asm: Option<ReplyAsm>,
     /// The last ROPT_XMTERR received (tests read it).
     pub(super) last_err: Option<crate::wire::rtr::XmtErr>,
 }
@@ -101,7 +107,7 @@ impl ReqCont {
 }
 
 /// The payload section of a received message, by its place.
-fn payload_of(b: &RegBuf, off: usize, len: usize) -> &[u8] {
+pub(super) fn payload_of(b: &RegBuf, off: usize, len: usize) -> &[u8] {
     b.as_slice().get(off..off + len).unwrap_or(&[])
 }
 
@@ -323,7 +329,7 @@ impl RequesterHalf {
         let body = match view.body {
             RtrBody::XmtResp(r) => Msg::Resp {
                 count: r.count,
-                ddp: (!r.ddp.is_empty()).then(|| super::send_ddp::ReplyItem::of(&r.ddp)),
+                ddp: (!r.ddp.is_empty()).then(|| super::send_ddp::ReplyItems::of(&r.ddp)),
             },
             RtrBody::XmtCont(c) => Msg::Cont(c),
             RtrBody::XmtErr(e) => Msg::Err(e),
@@ -350,9 +356,29 @@ impl RequesterHalf {
                     return;
                 }
                 self.credits.set_granted(credit);
-                if let Some(item) = ddp {
-                    // A send-based DDP reply (`requester/send_ddp.rs`): one
-                    // transmission, since such a call lends no receives.
+                if let Some(items) = ddp {
+                    let one = match &items {
+                        Ok(i) => i.single().filter(|_| count == 1),
+                        Err(_) => None,
+                    };
+                    if one.is_none() || self.slots[slot as usize].sinks.len() > 1 {
+                        // Several results, or a result across transmissions
+                        // (`requester/ddp_reply.rs`).
+                        self.on_ddp_reply_first(
+                            t,
+                            slot,
+                            (xid, count),
+                            buf,
+                            (poff, plen),
+                            items,
+                            swi,
+                        );
+                        return;
+                    }
+                    let item =
+                        items.map(|i| i.single().unwrap_or(super::send_ddp::ReplyItem::NoItem));
+                    // A send-based DDP reply (`requester/send_ddp.rs`) of one result in
+                    // one transmission.
                     self.release_cont(slot);
                     self.release_credit(slot);
                     if self.slots[slot as usize].state.answered() {
@@ -408,6 +434,7 @@ impl RequesterHalf {
                     buf: large,
                     len: 0,
                     swi,
+                    ddp: None,
                 };
                 let copied = asm.append(payload_of(&buf, poff, plen));
                 t.recvs.recycle(buf);
@@ -435,6 +462,9 @@ impl RequesterHalf {
                 }
             }
             Msg::Cont(c) => {
+                // The DDP segment this transmission reached into, if it did (a send-based
+                // DDP reply group's piece; anything else goes back to the pool).
+                let landed = t.recvs.take_landed();
                 let Some(asm) = self.cont.asm.as_mut() else {
                     self.stats.bad_continuations += 1;
                     t.recvs.recycle(buf);
@@ -472,6 +502,10 @@ impl RequesterHalf {
                     if asm.next == asm.count {
                         self.cont.asm = None;
                     }
+                    return;
+                }
+                if asm.ddp.is_some() {
+                    self.on_ddp_cont(t, c, buf, landed);
                     return;
                 }
                 let copied = asm.append(payload_of(&buf, poff, plen));
@@ -580,7 +614,7 @@ impl RequesterHalf {
     /// extensions are on (DESIGN.md, "The credit problem"), and nothing answers it.
     /// Diagnostic only (§5.4), so it is simply not sent when no DONE buffer or
     /// send-queue entry is free.
-    fn send_transmit_error(
+    pub(super) fn send_transmit_error(
         &mut self,
         t: &mut Transport,
         bad: (u32, u32),
@@ -622,7 +656,13 @@ impl RequesterHalf {
         self.cont.asm.is_some()
     }
 
-    fn fail_call(&mut self, t: &mut Transport, slot: u32, why: BadReply, swi: Option<u32>) {
+    pub(super) fn fail_call(
+        &mut self,
+        t: &mut Transport,
+        slot: u32,
+        why: BadReply,
+        swi: Option<u32>,
+    ) {
         if matches!(self.slots[slot as usize].state, SlotState::Sent) {
             let st = CallStatus::Transport(TransportError::BadReply(why));
             self.answer(t, slot, st, None, [0; MAX_WRITE_SINKS], swi);
@@ -665,7 +705,7 @@ impl RequesterHalf {
 impl ReplyAsm {
     /// Appends a payload section; false when the buffer cannot hold it (or there is
     /// none: the group is being swallowed).
-    fn append(&mut self, payload: &[u8]) -> bool {
+    pub(super) fn append(&mut self, payload: &[u8]) -> bool {
         let Some(b) = self.buf.as_mut() else {
             return false;
         };

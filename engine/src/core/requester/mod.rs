@@ -48,6 +48,7 @@ macro_rules! adopt {
 }
 
 mod cont;
+mod ddp_reply;
 mod pull;
 mod reply;
 mod send_ddp;

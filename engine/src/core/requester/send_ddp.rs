@@ -17,6 +17,7 @@ use crate::wire::header::{FIXED_HEADER_LEN, WORD_LEN};
 use crate::wire::private_data::CONTINUATION_GROUP_MAX;
 use crate::wire::rtr::place::{
     self, DdpLayout, Loc, MItem, ReplyDirection, TbsnLoc, MAX_ITEM_SEGMENTS, MAX_PLACED_ITEMS,
+    MAX_REPLY_ITEMS,
 };
 use crate::wire::rtr::{OptxInfo, RtrOp, RtrRepr, XmtCont, ROPT_XMTREQ};
 
@@ -415,15 +416,23 @@ pub(super) struct ReplyDdpPlan {
     header_len: u32,
     /// The direction to send.
     dir: ReplyDirection,
+    /// Receives lent for the reply's continuations (`optxrq_rsbuf`).
+    rsbuf: u32,
 }
 
 impl RequesterHalf {
     /// The send-based DDP shape for `req`'s reply (draft §7.4), when the round-trip
     /// extensions are negotiated, the peer sends such replies (`RTRS_SDDP_REPLY`), this
-    /// end posts DDP segments and advertised them, the call has exactly one Write sink
-    /// and no DDP argument, the sink fits one segment (the expected item fits), the call
-    /// fits inline as a ROPT_XMTREQ, and the reply's payload fits the header segment.
-    /// Otherwise the call goes as before (a Write chunk).
+    /// end posts DDP segments and advertised them, the call has Write sinks (at most
+    /// [`MAX_REPLY_ITEMS`], one direction item each) and no DDP argument, every sink is
+    /// within `send_ddp_max`, the call fits inline as a ROPT_XMTREQ, and the reply's
+    /// payload fits the header segment beside the result items. When the sinks need
+    /// more than the first transmission's one segment (a result longer than a segment,
+    /// or several results), the reply is asked for as a group (§6.2: TBSNs through all
+    /// its transmissions) for which receives are lent (`optxrq_rsbuf`): only with
+    /// `send_ddp_max` set by hand, within the peer's XCHAR_RESPSXLIM and the reserve of
+    /// lent receives (DESIGN.md, "Send-based DDP replies across segments"). Otherwise
+    /// the call goes as before (Write chunks).
     pub(super) fn plan_reply_ddp(&self, t: &Transport, req: &CallRequest) -> Option<ReplyDdpPlan> {
         if self.params.inline_only
             || !t.extensions.continuation
@@ -437,26 +446,48 @@ impl RequesterHalf {
         }
         let own = t.recvs.segments.as_ref()?.structure();
         let layout = DdpLayout::of(&own)?;
-        let [sink] = req.write_sinks.as_slice() else {
+        let sinks = req.write_sinks.as_slice();
+        if sinks.is_empty() || sinks.len() > MAX_REPLY_ITEMS as usize {
             return None;
-        };
+        }
         let (_, head, seg_len) = layout.locate(0);
-        if sink.capacity() > seg_len as usize
-            || sink.capacity() > self.params.send_ddp_reply_max as usize
-        {
-            return None;
+        // Segments the results may fill, and the reply header's items naming them.
+        let (mut segs, mut items_len) = (0u32, 0usize);
+        for sink in sinks {
+            let cap = u32::try_from(sink.capacity()).ok()?;
+            if cap > self.params.send_ddp_reply_max {
+                return None;
+            }
+            let n = cap.div_ceil(seg_len.max(1)).max(1);
+            segs = segs.checked_add(n)?;
+            items_len += 20 + 4 * n as usize;
+        }
+        let count = segs.div_ceil(layout.per_buf.max(1));
+        if count > 1 {
+            // A group of Sends for one reply: only by hand, as for arguments (DESIGN.md,
+            // "Shape choice"), and within what the peer sends and we can lend.
+            let limit = t.peer_chars.resp_sx_limit.min(CONTINUATION_GROUP_MAX);
+            if !self.params.send_ddp_max_set
+                || count > limit
+                || count - 1 > self.cont.reserve_free
+                || segs as usize > MAX_ITEM_SEGMENTS
+            {
+                return None;
+            }
         }
         // The reply's header and payload land before the segment; what room is left
         // bounds the item that may come back inline (TOOSHORT).
         let room = (head as usize)
-            .checked_sub(crate::wire::rtr::XMTRESP_HEADER_LEN + 24)?
+            .checked_sub(crate::wire::rtr::XMTRESP_HEADER_LEN + items_len)?
             .checked_sub(req.max_reply_len as usize)?;
-        let minlen = REPLY_DDP_MINLEN.min(room as u32) & !3;
+        // Every result may come back inline.
+        let minlen = REPLY_DDP_MINLEN.min((room / sinks.len()) as u32) & !3;
         let msg_len = u32::try_from(req.msg.len()).ok()?;
         let dir = ReplyDirection {
             begin: 0,
             end: msg_len,
             minlen,
+            items: sinks.len() as u32,
         };
         let header_len = place::xmtreq_rsd_header_len(&[], Some(&dir));
         if header_len + req.msg.len() > t.thresholds.send as usize {
@@ -465,6 +496,7 @@ impl RequesterHalf {
         Some(ReplyDdpPlan {
             header_len: header_len as u32,
             dir,
+            rsbuf: count - 1,
         })
     }
 
@@ -498,7 +530,7 @@ impl RequesterHalf {
             .get_mut(..p.header_len as usize)
             .and_then(|b| {
                 let pslen = req.msg.len() as u32;
-                place::encode_xmtreq_rsd(b, xid, credit, 1, 0, pslen, &[], Some(&p.dir)).ok()
+                place::encode_xmtreq_rsd(b, xid, credit, 1, p.rsbuf, pslen, &[], Some(&p.dir)).ok()
             })
         else {
             return false;
@@ -509,7 +541,10 @@ impl RequesterHalf {
         if !self.stage_one_send(t, slot, &[h, m], xid, req, tag, deadline, now) {
             return false;
         }
-        self.slots[slot as usize].reply_ddp = true;
+        let s = &mut self.slots[slot as usize];
+        s.reply_ddp = true;
+        s.rsbuf = p.rsbuf;
+        self.cont.reserve_free -= p.rsbuf;
         self.stats.send_ddp_reply_asks += 1;
         true
     }
@@ -637,28 +672,58 @@ pub(super) enum ReplyItem {
     NoItem,
 }
 
-impl ReplyItem {
-    /// The one result of an `optxrs_ddp` (the requester sends one direction, and
-    /// §7.4 gives "for each xmddp_rsditem ... a corresponding xmddp_mitem"): more or
-    /// fewer, or an explicit-RDMA result it never asked for, is BADTBSN 0..0.
+/// The results of an `optxrs_ddp`, in order (§7.4: "For each xmddp_rsditem, there
+/// will be a corresponding xmddp_mitem").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct ReplyItems {
+    /// Results.
+    pub(super) n: u8,
+    /// The first `n`.
+    pub(super) items: [ReplyItem; MAX_REPLY_ITEMS as usize],
+}
+
+impl ReplyItems {
+    /// The results.
+    pub(super) fn as_slice(&self) -> &[ReplyItem] {
+        &self.items[..usize::from(self.n)]
+    }
+
+    /// The results of an `optxrs_ddp` (at most [`MAX_REPLY_ITEMS`]: a requester sends
+    /// no more direction items): more, or an explicit-RDMA result it never asked for,
+    /// is BADTBSN 0..0. Whether their number is the number asked for is the caller's
+    /// check.
     pub(super) fn of(ddp: &crate::wire::rtr::DdpArray<'_>) -> Result<Self, OptxInfo> {
         let refuse = OptxInfo::BadTbsn {
             value: 0,
             min: 0,
             max: 0,
         };
-        let mut items = ddp.mitems();
-        let (Some(Ok(m)), None) = (items.next(), items.next()) else {
-            return Err(refuse);
+        let mut out = ReplyItems {
+            n: 0,
+            items: [ReplyItem::NoItem; MAX_REPLY_ITEMS as usize],
         };
-        match m.loc {
-            Loc::Tbsn(loc) => Ok(ReplyItem::Placed {
-                length: m.length,
-                loc,
-            }),
-            Loc::TooShort => Ok(ReplyItem::TooShort),
-            Loc::NoItem => Ok(ReplyItem::NoItem),
-            Loc::Exrw { .. } => Err(refuse),
+        for m in ddp.mitems() {
+            let m = m.map_err(|_| refuse)?;
+            let item = match m.loc {
+                Loc::Tbsn(loc) => ReplyItem::Placed {
+                    length: m.length,
+                    loc,
+                },
+                Loc::TooShort => ReplyItem::TooShort,
+                Loc::NoItem => ReplyItem::NoItem,
+                Loc::Exrw { .. } => return Err(refuse),
+            };
+            *out.items.get_mut(usize::from(out.n)).ok_or(refuse)? = item;
+            out.n += 1;
+        }
+        Ok(out)
+    }
+
+    /// The one result, when there is exactly one.
+    pub(super) fn single(&self) -> Option<ReplyItem> {
+        match self.as_slice() {
+            [one] => Some(*one),
+            _ => None,
         }
     }
 }

@@ -19,7 +19,7 @@ use crate::wire::header::{
     BodyRepr, ChunkListsRepr, HeaderRepr, ReadSegment, Segment, FIXED_HEADER_LEN, WORD_LEN,
 };
 use crate::wire::private_data::CONTINUATION_GROUP_MAX;
-use crate::wire::rtr::place::{DdpLayout, ReplyDirection, MAX_PLACED_ITEMS};
+use crate::wire::rtr::place::{DdpLayout, ReplyDirection, MAX_PLACED_ITEMS, MAX_REPLY_ITEMS};
 use crate::wire::rtr::{
     MsgDir, OptxInfo, RtrBody, RtrOp, RtrRepr, RtrView, XmsId, XmtCont, XmtErr, RDMA_OPTIONAL,
     ROPT_XMTCONT, ROPT_XMTREQ, ROPT_XMTRESP, XMTRESP_HEADER_LEN,
@@ -532,22 +532,26 @@ impl<S: Service> ResponderHalf<S> {
         // A reply direction becomes one Write chunk naming nothing, as long as the
         // requester's DDP segment: the service hands its result to it as to any Write
         // chunk, and `stage_ddp_reply` places it in the requester's segment instead.
+        // With receives lent (`optxrq_rsbuf`), as long as the segments of the whole
+        // group, one chunk per direction item (`responder/ddp_reply.rs`).
         let reply_seg = [Segment::new(
             0,
             t.peer_chars
                 .recv_buf
                 .as_ref()
                 .and_then(DdpLayout::of)
-                .map_or(0, |l| l.locate(0).2),
+                .map_or(0, |l| l.locate(0).2)
+                .saturating_mul(rsbuf.min(CONTINUATION_GROUP_MAX - 1) + 1),
             0,
         )];
-        let writes: [&[Segment]; 1] = [&reply_seg];
+        let writes: [&[Segment]; MAX_REPLY_ITEMS as usize] = [&reply_seg; MAX_REPLY_ITEMS as usize];
+        let n_writes = reply_ddp.map_or(0, |d| d.items.clamp(1, MAX_REPLY_ITEMS) as usize);
         let repr = HeaderRepr {
             xid,
             credit,
             body: BodyRepr::Nomsg(ChunkListsRepr {
                 reads: &seg[..n_seg],
-                writes: if reply_ddp.is_some() { &writes } else { &[] },
+                writes: &writes[..n_writes],
                 reply: None,
             }),
         };

@@ -78,9 +78,9 @@ pub(super) struct Context {
     /// The call asked for its reply's bulk item by send-based DDP
     /// (`optxrq_rsd`, `responder/send_ddp.rs`).
     pub(super) reply_ddp: Option<crate::wire::rtr::place::ReplyDirection>,
-    /// Where the first DDP result belongs in the reply body
-    /// (`ReplyWriter::ddp_result_position`).
-    pub(super) result_at: u32,
+    /// Where each DDP result belongs in the reply body
+    /// (`ReplyWriter::ddp_result_position`), for a reply by send-based DDP.
+    pub(super) result_at: [u32; crate::wire::rtr::place::MAX_REPLY_ITEMS as usize],
 }
 
 impl Context {
@@ -102,7 +102,7 @@ impl Context {
             rsbuf: 0,
             assembled: false,
             reply_ddp: None,
-            result_at: 0,
+            result_at: [0; crate::wire::rtr::place::MAX_REPLY_ITEMS as usize],
         }
     }
 }

@@ -19,6 +19,7 @@
 
 mod cont;
 mod context;
+mod ddp_reply;
 mod exposed;
 mod inspect;
 pub(crate) use inspect::MAX_CHUNK_SEGMENTS;
@@ -887,11 +888,7 @@ impl<S: Service> ResponderHalf<S> {
         };
         // A send-based DDP reply's header (one result item) may be longer than the
         // version 1 header the body is placed behind.
-        let ddp_reply_hdr = if c.reply_ddp.is_some() {
-            send_ddp::REPLY_HEADER_MAX
-        } else {
-            0
-        };
+        let ddp_reply_hdr = ddp_reply::reply_header_room(c.reply_ddp, c.rsbuf);
         let Context {
             send,
             body_off,
@@ -1025,7 +1022,9 @@ impl<S: Service> ResponderHalf<S> {
         let result = self.service.handle_call(&view, &mut writer);
         // The items borrow the context's buffers; done with them before it is released.
         drop(items);
-        *result_at = writer.result_position(0).unwrap_or(0);
+        if ddp_reply_hdr > 0 {
+            ddp_reply::note_positions(result_at, &writer);
+        }
         let len = writer.len();
         let overflow = writer.overflow();
         let no_reply = writer.is_no_reply();

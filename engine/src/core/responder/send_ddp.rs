@@ -181,10 +181,6 @@ pub(super) fn fit(seg: &mut RegBuf, off: u32, len: u32) -> Result<(), OptxInfo> 
     })
 }
 
-/// Octets of the longest ROPT_XMTRESP this responder sends for a send-based DDP reply:
-/// one `xmddp_mitem` of XMDTYPE_TBSN naming one segment.
-pub(super) const REPLY_HEADER_MAX: usize = crate::wire::rtr::XMTRESP_HEADER_LEN + 24;
-
 /// What a reply direction gets (draft §7.4: "For each xmddp_rsditem, there will be a
 /// corresponding xmddp_mitem").
 enum ReplyShape {
@@ -201,7 +197,20 @@ impl<S: crate::service::Service> super::ResponderHalf<S> {
     /// Stages context `i`'s reply as one ROPT_XMTRESP answering the call's reply
     /// direction, when it asked for one. `None`: not this way (no direction, or no
     /// body: the usual paths, ERR_CHUNK); `Some(progressed)` otherwise.
+    #[inline(always)]
     pub(super) fn stage_ddp_reply(
+        &mut self,
+        t: &mut crate::core::transport::Transport,
+        i: u32,
+    ) -> Option<bool> {
+        // The common reply asked for nothing: one test, no call (the NULL path).
+        self.ctxs[i as usize].reply_ddp?;
+        self.stage_ddp_reply_asked(t, i)
+    }
+
+    /// [`stage_ddp_reply`](Self::stage_ddp_reply) for a call that asked.
+    #[inline(never)]
+    fn stage_ddp_reply_asked(
         &mut self,
         t: &mut crate::core::transport::Transport,
         i: u32,
@@ -215,6 +224,10 @@ impl<S: crate::service::Service> super::ResponderHalf<S> {
         let super::context::Delivery::Body { len } = c.delivery else {
             return None;
         };
+        if dir.items > 1 || c.rsbuf > 0 {
+            // Several results, or receives lent for a group (`responder/ddp_reply.rs`).
+            return self.stage_ddp_reply_group(t, i, dir);
+        }
         let Some(layout) = t.peer_chars.recv_buf.as_ref().and_then(DdpLayout::of) else {
             // The requester's segments went away (a characteristics update): the call's
             // Write chunk is this engine's fiction, so nothing else can carry the item.
@@ -230,13 +243,13 @@ impl<S: crate::service::Service> super::ResponderHalf<S> {
             Some(Some(d)) => Some(d.len() as u32),
             _ => None,
         };
-        let at = c.result_at as usize;
+        let at = c.result_at[0] as usize;
         let shape = match item {
             None | Some(0) => ReplyShape::NoItem,
             Some(n) if n < dir.minlen => ReplyShape::TooShort { len: n },
             Some(n) => {
                 let probe = MItem {
-                    disp: c.result_at,
+                    disp: c.result_at[0],
                     length: n,
                     loc: Loc::Tbsn(TbsnLoc {
                         offset: 0,

@@ -447,14 +447,20 @@ pub fn xmtreq_header_len(items: &[MItem<'_>]) -> usize {
     super::XMTREQ_HEADER_LEN + items.iter().map(MItem::encoded_len).sum::<usize>()
 }
 
-/// Octets one [`ReplyDirection`] adds to an `optxrq_rsd` (an `xmddp_rsdset` of one
-/// XMDTYPE_TBSN `xmddp_rsditem`: range, item count, `minlen`, type).
+/// Octets one [`ReplyDirection`] of one item adds to an `optxrq_rsd` (an
+/// `xmddp_rsdset` of one XMDTYPE_TBSN `xmddp_rsditem`: range, item count, `minlen`,
+/// type); each further item adds 8 ([`ReplyDirection::encoded_len`]).
 pub const REPLY_DIRECTION_LEN: usize = 20;
 
+/// Most `xmddp_rsditem`s one [`ReplyDirection`] holds: one per Write sink a call may
+/// offer (`MAX_WRITE_SINKS`).
+pub const MAX_REPLY_ITEMS: u32 = crate::limits::MAX_WRITE_SINKS as u32;
+
 /// The one shape of `optxrq_rsd` this engine sends and takes (draft §7.4): one
-/// `xmddp_rsdset` whose range covers the request, holding one `xmddp_rsditem` of type
-/// XMDTYPE_TBSN: "place the reply's first DDP-eligible item of at least `minlen`
-/// octets by send-based DDP into my receive segments".
+/// `xmddp_rsdset` whose range covers the request, holding `items` `xmddp_rsditem`s of
+/// type XMDTYPE_TBSN with the same `minlen`: "place each of the reply's first `items`
+/// DDP-eligible items of at least `minlen` octets by send-based DDP into my receive
+/// segments", in order (one per Write sink of the call).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct ReplyDirection {
@@ -465,15 +471,25 @@ pub struct ReplyDirection {
     /// `xmdrsdi_minlen`: an item shorter than this stays in the payload stream
     /// (answered XMDTYPE_TOOSHORT).
     pub minlen: u32,
+    /// `xmddp_rsditem`s in the set (1..=[`MAX_REPLY_ITEMS`]), each answered by one
+    /// `xmddp_mitem` of the reply, in order.
+    #[cfg_attr(feature = "serde", serde(default = "one_item"))]
+    pub items: u32,
+}
+
+#[cfg(feature = "serde")]
+fn one_item() -> u32 {
+    1
 }
 
 impl ReplyDirection {
     /// The direction in a received `optxrq_rsd`: `Ok(None)` when it is empty, `Ok(Some)`
-    /// for exactly one set of exactly one XMDTYPE_TBSN item whose range is not
-    /// reversed. Anything else (explicit-RDMA, CHOOSE or BYSIZE directions, several
-    /// items or sets) is not taken by this engine and is answered OPTXERR_BADTBSN with
-    /// the empty range 0..0, as a receiver without DDP segments answers any placement
-    /// (`engine/DESIGN.md`, "Send-based DDP replies").
+    /// for exactly one set of 1..=[`MAX_REPLY_ITEMS`] XMDTYPE_TBSN items with one
+    /// `minlen`, whose range is not reversed. Anything else (explicit-RDMA, CHOOSE or
+    /// BYSIZE directions, several sets, items of different minimums) is not taken by
+    /// this engine and is answered OPTXERR_BADTBSN with the empty range 0..0, as a
+    /// receiver without DDP segments answers any placement (`engine/DESIGN.md`,
+    /// "Send-based DDP replies").
     ///
     /// # Errors
     /// The BADTBSN to answer with.
@@ -487,36 +503,54 @@ impl ReplyDirection {
             max: 0,
         };
         let mut cur = XdrCursor::new(rsd.xdr);
-        let words = (|| -> Result<[u32; 6], crate::wire::xdr::XdrError> {
-            let mut w = [0u32; 6];
-            for x in w.iter_mut() {
-                *x = cur.u32()?;
-            }
-            Ok(w)
-        })()
-        .map_err(|_| refuse)?;
-        // sets, begin, end, items, minlen, type
-        let [sets, begin, end, items, minlen, kind] = words;
-        if sets != 1 || items != 1 || kind != XMDTYPE_TBSN || end < begin || cur.remaining() != 0 {
+        let mut word = || cur.u32().map_err(|_| refuse);
+        // sets, begin, end, items, then (minlen, type) per item
+        let (sets, begin, end, items) = (word()?, word()?, word()?, word()?);
+        if sets != 1 || items == 0 || items > MAX_REPLY_ITEMS || end < begin {
             return Err(refuse);
         }
-        Ok(Some(ReplyDirection { begin, end, minlen }))
+        let mut minlen = None;
+        for _ in 0..items {
+            let (m, kind) = (word()?, word()?);
+            if kind != XMDTYPE_TBSN || minlen.is_some_and(|x| x != m) {
+                return Err(refuse);
+            }
+            minlen = Some(m);
+        }
+        if cur.remaining() != 0 {
+            return Err(refuse);
+        }
+        Ok(Some(ReplyDirection {
+            begin,
+            end,
+            minlen: minlen.unwrap_or(0),
+            items,
+        }))
+    }
+
+    /// Octets this direction adds to an `optxrq_rsd` beyond its empty count word.
+    pub fn encoded_len(&self) -> usize {
+        REPLY_DIRECTION_LEN + 8 * (self.items.clamp(1, MAX_REPLY_ITEMS) as usize - 1)
     }
 
     fn encode(&self, enc: &mut XdrEncoder<'_>) -> Result<(), BufferTooSmall> {
+        let items = self.items.clamp(1, MAX_REPLY_ITEMS);
         enc.u32(1)?;
         enc.u32(self.begin)?;
         enc.u32(self.end)?;
-        enc.u32(1)?;
-        enc.u32(self.minlen)?;
-        enc.u32(XMDTYPE_TBSN)
+        enc.u32(items)?;
+        for _ in 0..items {
+            enc.u32(self.minlen)?;
+            enc.u32(XMDTYPE_TBSN)?;
+        }
+        Ok(())
     }
 }
 
 /// Octets of an ROPT_XMTREQ header whose `optxrq_ddp` holds `items` and whose
 /// `optxrq_rsd` holds `rsd`.
 pub fn xmtreq_rsd_header_len(items: &[MItem<'_>], rsd: Option<&ReplyDirection>) -> usize {
-    xmtreq_header_len(items) + rsd.map_or(0, |_| REPLY_DIRECTION_LEN)
+    xmtreq_header_len(items) + rsd.map_or(0, ReplyDirection::encoded_len)
 }
 
 /// [`encode_xmtreq`] with a reply direction in `optxrq_rsd` (send-based DDP of the
@@ -834,6 +868,7 @@ mod tests {
             begin: 0,
             end: 96,
             minlen: 1024,
+            items: 1,
         };
         let mut buf = [0u8; 256];
         let n = encode_xmtreq_rsd(&mut buf, 9, 4, 1, 0, 96, &[], Some(&dir)).expect("fits");
@@ -880,6 +915,55 @@ mod tests {
         assert_eq!((r.count, r.pslen), (1, 132));
         let got: Vec<_> = r.ddp.mitems().map(|m| m.expect("decodes")).collect();
         assert_eq!(got, items.to_vec());
+    }
+
+    #[test]
+    fn a_direction_of_several_items_parses_back() {
+        let dir = ReplyDirection {
+            begin: 0,
+            end: 64,
+            minlen: 512,
+            items: 3,
+        };
+        let mut buf = [0u8; 256];
+        let n = encode_xmtreq_rsd(&mut buf, 9, 4, 1, 7, 64, &[], Some(&dir)).expect("fits");
+        assert_eq!(n, xmtreq_rsd_header_len(&[], Some(&dir)));
+        assert_eq!(dir.encoded_len(), REPLY_DIRECTION_LEN + 16);
+        let mut msg = buf[..n].to_vec();
+        msg.extend_from_slice(&[0u8; 64]);
+        let v = crate::wire::rtr::RtrView::parse(&msg).expect("parses");
+        let crate::wire::rtr::RtrBody::XmtReq(q) = v.body else {
+            panic!("not a request");
+        };
+        assert_eq!((q.rsbuf, q.pslen), (7, 64));
+        assert_eq!(ReplyDirection::of(&q.rsd), Ok(Some(dir)));
+        let refuse = Err(OptxInfo::BadTbsn {
+            value: 0,
+            min: 0,
+            max: 0,
+        });
+        // Items of different minimums are not taken.
+        let mut other = q.rsd.xdr.to_vec();
+        other[28..32].copy_from_slice(&100u32.to_be_bytes());
+        let arr = DdpArray {
+            entries: 1,
+            xdr: &other,
+        };
+        assert_eq!(ReplyDirection::of(&arr), refuse);
+        // Nor more items than a call has Write sinks, nor none.
+        for items in [0, MAX_REPLY_ITEMS + 1] {
+            let mut other = q.rsd.xdr[..16].to_vec();
+            other[12..16].copy_from_slice(&items.to_be_bytes());
+            for _ in 0..items {
+                other.extend_from_slice(&512u32.to_be_bytes());
+                other.extend_from_slice(&XMDTYPE_TBSN.to_be_bytes());
+            }
+            let arr = DdpArray {
+                entries: 1,
+                xdr: &other,
+            };
+            assert_eq!(ReplyDirection::of(&arr), refuse, "{items} items");
+        }
     }
 
     #[test]
