@@ -49,6 +49,7 @@ macro_rules! adopt {
 
 mod cont;
 mod ddp_reply;
+mod plain;
 mod pull;
 mod reply;
 mod send_ddp;
@@ -261,6 +262,9 @@ pub struct RequesterHalf {
     mode: RegMode,
     /// Largest chunk one registration covers.
     max_chunk: usize,
+    /// Largest `CallRequest::max_reply_len` allowed: a large buffer, within one
+    /// registration.
+    reply_limit: usize,
     mrs: MrTable,
     large: PoolCache,
     send_pool: Pool,
@@ -405,6 +409,7 @@ impl RequesterHalf {
             own_xids: xidmap::XidMap::new(sizes.slots as usize),
             mode,
             max_chunk,
+            reply_limit: pools.large.buf_size().min(max_chunk),
             mrs,
             large: pools.large.cache(),
             send_pool: pools.send.clone(),
@@ -570,6 +575,10 @@ impl RequesterHalf {
         tag: u64,
         now: Instant,
     ) -> Result<(), SubmitError> {
+        if let Some(slot) = self.start_plain(t, &mut req, tag, now) {
+            adopt!(self, slot, req);
+            return Ok(());
+        }
         if !t.is_open() {
             return Err(refuse(SubmitRefusal::NotConnected, req));
         }
@@ -643,7 +652,7 @@ impl RequesterHalf {
                 return Err(SubmitRefusal::ChunkTooLarge);
             }
         }
-        if req.max_reply_len as usize > self.large.pool().buf_size().min(max) {
+        if req.max_reply_len as usize > self.reply_limit {
             return Err(SubmitRefusal::ReplyTooLarge);
         }
         Ok(())
@@ -1031,6 +1040,10 @@ impl RequesterHalf {
                 }
                 s.wrs -= 1;
                 t.sq.give(1);
+                // A call still waiting for its reply has nothing to deliver or retire.
+                if matches!(s.state, SlotState::Sent) && id.kind == WrKind::CallSend {
+                    return;
+                }
                 if id.kind == WrKind::LocalInv && wc.status.is_success() {
                     if let Some(m) = s.mrs.get_mut(id.aux as usize) {
                         if m.state == MrState::Invalidating {
@@ -1071,6 +1084,15 @@ impl RequesterHalf {
             }
         }
         self.last_rx = Some(now);
+        if swi.is_none() {
+            if let Some((xid, credit)) = plain::plain_reply(buf.as_slice(), &self.params.limits) {
+                let slot = self.slot_for_reply(xid);
+                if self.awaits_plain(slot, xid) {
+                    self.finish_plain(slot, credit, buf);
+                    return;
+                }
+            }
+        }
         let hdr = match HeaderView::parse(buf.as_slice(), &self.params.limits) {
             Ok(h) => h,
             Err(_)

@@ -94,8 +94,13 @@ pub(super) struct CallSlot {
     pub(super) is_probe: bool,
     /// The XID was chosen by the caller and is mapped in the requester's `XidMap`.
     pub(super) own_xid: bool,
-    /// What sending the call again would need (see `Outcome::resend`).
+    /// What sending the call again would need (see `Outcome::resend`); set only when
+    /// the connection sends lost calls again.
     pub(super) resend: Resend,
+    /// The call went the plain way (inline, no chunk, not the probe, no continuation
+    /// or send-based DDP, no lists to hand back): its reply may take the plain path
+    /// (`plain.rs`).
+    pub(super) plain: bool,
     /// The reply is being pulled from a responder-provided Read chunk.
     pub(super) pull: Option<super::pull::PullState>,
     /// Where the pull lands.
@@ -139,6 +144,7 @@ impl CallSlot {
                 prefers_read_chunk_reply: false,
                 pad_inline_ddp: false,
             },
+            plain: false,
             pull: None,
             pull_buf: None,
             cont_credits: 0,
@@ -173,6 +179,7 @@ impl CallSlot {
         self.started = Some(now);
         self.resend = resend;
         self.reply_ddp = false;
+        self.plain = false;
     }
 
     /// True when every registration of the call is dead.

@@ -429,6 +429,7 @@ impl RequesterHalf {
         s.deadline = deadline;
         s.started = Some(now);
         s.resend = Resend::of(req);
+        s.plain = false;
         self.stats.calls_sent += 1;
         self.stats.call_messages += 1;
         self.stats.long_calls += u64::from(plan.long);
@@ -454,42 +455,36 @@ impl RequesterHalf {
         deadline: Option<Instant>,
         now: Instant,
     ) -> bool {
-        let s = &mut self.slots[slot as usize];
-        let Some(hlen) =
-            encode_plain_msg(s.header.storage_mut(), xid, self.params.credits_requested)
-        else {
-            return false;
-        };
         let msg = req.msg.as_slice();
         // A short message is copied behind its header, and the Send gathers one piece
         // instead of two: a copy of a few dozen octets costs less than a second gather
         // entry (another key lookup and copy on shm, a longer work request on a NIC).
-        let behind = hlen + msg.len();
-        let sgl: [Sge; 2] = match s.header.storage_mut().get_mut(hlen..behind) {
-            Some(room) if msg.len() <= COPY_BEHIND_HEADER_MAX => {
-                room.copy_from_slice(msg);
-                let Ok(one) = s.header.sge(0, behind) else {
-                    return false;
-                };
-                [one, Sge::default()]
+        if msg.len() > COPY_BEHIND_HEADER_MAX || !self.stage_plain_msg(t, slot, xid, msg) {
+            let s = &mut self.slots[slot as usize];
+            let Some(hlen) =
+                encode_plain_msg(s.header.storage_mut(), xid, self.params.credits_requested)
+            else {
+                return false;
+            };
+            let (Ok(hdr_sge), Ok(msg_sge)) = (s.header.sge(0, hlen), req.msg.sge(0, msg.len()))
+            else {
+                return false;
+            };
+            if !t.sq.take(1) {
+                return false;
             }
-            _ => {
-                let (Ok(hdr_sge), Ok(msg_sge)) = (s.header.sge(0, hlen), req.msg.sge(0, msg.len()))
-                else {
-                    return false;
-                };
-                [hdr_sge, msg_sge]
-            }
-        };
-        let pieces = 1 + usize::from(sgl[1].length > 0);
-        if !t.sq.take(1) {
-            return false;
+            let wr_id = WrId::new(WrKind::CallSend, slot).encode();
+            let staged = t.stage(wr_id, SendOp::Send, &[hdr_sge, msg_sge]);
+            // Room for a Send that was not staged (never, see `Transport::stage`) goes
+            // back.
+            t.sq.give(u32::from(!staged));
+            s.wrs = u32::from(staged);
         }
-        let wr_id = WrId::new(WrKind::CallSend, slot).encode();
-        let staged = u32::from(t.stage(wr_id, SendOp::Send, &sgl[..pieces]));
-        // Room for a Send that was not staged (never, see `Transport::stage`) goes back.
-        t.sq.give(1 - staged);
-        s.sent_without_chunks(xid, tag, staged, deadline, now, Resend::of(req));
+        let s = &mut self.slots[slot as usize];
+        s.sent_without_chunks(xid, tag, s.wrs, deadline, now, Resend::of(req));
+        // Its reply may take the plain path, unless it is the probe (whose answer is an
+        // event) or has (empty) DDP arguments to hand back.
+        s.plain = !s.is_probe && req.ddp_args.is_empty() && req.write_sinks.is_empty();
         self.stats.calls_sent += 1;
         self.stats.call_messages += 1;
         true
