@@ -41,6 +41,9 @@ pub struct Requester<P: Provider, B: ResponderRole = NoResponder> {
     msg_cache: PoolCache,
     /// Completion batch, reused by every poll.
     wcs: [Completion; CQ_BATCH],
+    /// The last call submitted found no other started or waiting (see
+    /// [`submit_at`](Self::submit_at)).
+    solo: bool,
     res: ConnResources<P>,
     /// The device's clock: the system's, or a simulation's virtual one.
     pub(super) clock: Clock,
@@ -174,6 +177,7 @@ impl<P: Provider, B: ResponderRole> Requester<P, B> {
             cm_pacer: super::CmPacer::default(),
             msg_cache: res.pools.send.cache(),
             wcs: [Completion::EMPTY; CQ_BATCH],
+            solo: false,
             res,
             clock,
             again,
@@ -298,7 +302,8 @@ impl<P: Provider, B: ResponderRole> Requester<P, B> {
     /// with `tag`.
     #[inline]
     pub fn submit(&mut self, req: CallRequest, tag: u64) -> Result<(), SubmitError> {
-        self.core.submit(req, tag, self.clock.now())
+        let now = self.clock.now();
+        self.submit_at(req, tag, now)
     }
 
     /// [`submit`](Self::submit) at `now`, a time the caller read from this
@@ -306,6 +311,13 @@ impl<P: Provider, B: ResponderRole> Requester<P, B> {
     /// [`poll`](Self::poll)): a driver loop that submits many calls per turn reads the
     /// clock once per turn instead of once per call. The call's deadline counts from
     /// `now`, so a stale `now` shortens it.
+    ///
+    /// A caller making one call at a time has its calls posted at once: a call
+    /// submitted while no other is started or waiting, as the one before it was, goes
+    /// alone (nothing would batch with it, and the next poll would only find the
+    /// completion queue empty before posting it). Other calls are staged and posted
+    /// together by the next [`poll`](Self::poll): a burst of calls (the first of which
+    /// may find the connection idle) takes one post.
     #[inline]
     pub fn submit_at(
         &mut self,
@@ -313,7 +325,15 @@ impl<P: Provider, B: ResponderRole> Requester<P, B> {
         tag: u64,
         now: Instant,
     ) -> Result<(), SubmitError> {
-        self.core.submit(req, tag, now)
+        // One call at a time: this one and the one before found nothing in flight.
+        let idle = self.core.requester_idle();
+        let solo = idle && self.solo;
+        self.solo = idle;
+        self.core.submit(req, tag, now)?;
+        if solo {
+            super::post::transmit(&mut self.core, &mut self.qp, now);
+        }
+        Ok(())
     }
 
     /// The next finished call.

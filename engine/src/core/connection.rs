@@ -1115,6 +1115,13 @@ impl<P: ResponderRole> Connection<RequesterHalf, P> {
         self.req.poll_outcome()
     }
 
+    /// True when the requester has no call started or waiting (see
+    /// `conn::Requester::submit_at`, which posts a call submitted then at once).
+    #[inline]
+    pub(crate) fn requester_idle(&self) -> bool {
+        self.req.idle()
+    }
+
     /// The next finished call, handed to `f` where it lies; then its reply buffer goes
     /// back to the receive table's cache (as [`recycle_recv`](Self::recycle_recv)) and
     /// the outcome is dropped in place. Returns what `f` returned and the call message

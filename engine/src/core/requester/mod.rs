@@ -508,6 +508,13 @@ impl RequesterHalf {
         self.fail(t, reason);
     }
 
+    /// True when no call is started or waiting: one submitted now goes alone, with
+    /// nothing to batch with it (the driver then posts it at once).
+    #[inline]
+    pub(crate) fn idle(&self) -> bool {
+        self.queue.is_empty() && self.free_slots.len() == self.probe_slot as usize
+    }
+
     /// Calls queued for resources.
     pub fn queued(&self) -> usize {
         self.queue.len()
