@@ -709,6 +709,7 @@ impl<S: Service> ResponderHalf<S> {
     /// waiting for its Send's completion holds no receive: the receive buffers a
     /// connection holds stay within those posted and its unanswered calls, held ones
     /// included).
+    #[inline(always)]
     fn put_back_recv(&mut self, t: &mut Transport, i: u32, recv: RegBuf) {
         let c = &mut self.ctxs[i as usize];
         if matches!(c.step, Step::Free | Step::Sent) {
@@ -1148,6 +1149,32 @@ impl<S: Service> ResponderHalf<S> {
         if let Some(b) = c.recv.take() {
             t.recvs.recycle(b);
         }
+        // Pulled Read chunks and send-based DDP segments: none for nearly every call.
+        if c.assembled || !c.sinks.is_empty() {
+            self.release_sinks(i);
+        }
+        let c = &mut self.ctxs[i as usize];
+        if let Some(b) = c.body.take() {
+            b.release_into(&mut self.large);
+        }
+        c.results.clear();
+        c.wrs = 0;
+        c.rsbuf = 0;
+        c.reply_ddp = None;
+        c.step = Step::Free;
+        // Held calls are not admitted here: a release can happen in the middle of a
+        // step of context `i` (an unanswered call, a failed encode), whose caller
+        // still names `i`; they are admitted where a completion or a poll is done
+        // with its context (`on_send_completion`, `prepare`).
+        self.put_ctx(i);
+    }
+
+    /// [`release`](Self::release) of context `i`'s pulled Read chunks and send-based
+    /// DDP segments.
+    #[cold]
+    #[inline(never)]
+    fn release_sinks(&mut self, i: u32) {
+        let c = &mut self.ctxs[i as usize];
         let assembled = c.assembled;
         for (k, b) in c.sinks.drain().enumerate() {
             if assembled && k > 0 {
@@ -1160,25 +1187,13 @@ impl<S: Service> ResponderHalf<S> {
                 b.release_into(&mut self.large);
             }
         }
-        // More segments of send-based DDP items: back to the pool, as above.
+        // More segments of send-based DDP items (only an assembled call has them, and
+        // its `ddp_spans`): back to the pool, as above.
         if let Some(more) = c.ddp_more.as_mut() {
             more.clear();
         }
         c.ddp_spans = [0; 1 + MAX_DDP_ITEMS];
-        if let Some(b) = c.body.take() {
-            b.release_into(&mut self.large);
-        }
-        c.results.clear();
-        c.wrs = 0;
-        c.rsbuf = 0;
         c.assembled = false;
-        c.reply_ddp = None;
-        c.step = Step::Free;
-        // Held calls are not admitted here: a release can happen in the middle of a
-        // step of context `i` (an unanswered call, a failed encode), whose caller
-        // still names `i`; they are admitted where a completion or a poll is done
-        // with its context (`on_send_completion`, `prepare`).
-        self.put_ctx(i);
     }
 
     /// The connection failed (here or in the other half): stalled contexts stop, and
