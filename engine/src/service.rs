@@ -457,6 +457,10 @@ impl fmt::Debug for ReplyWriter<'_> {
 }
 
 impl<'a> ReplyWriter<'a> {
+    // Always inlined: its two callers (the general and the chunkless dispatch) each
+    // build the writer once per call, and a call of its own costs about as much as
+    // filling it.
+    #[inline(always)]
     pub(crate) fn new(
         body: &'a mut [u8],
         write_chunks: &'a [u64],

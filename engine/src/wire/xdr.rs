@@ -321,8 +321,13 @@ impl<'a> XdrEncoder<'a> {
     pub fn opaque_fixed(&mut self, data: &[u8]) -> Result<(), BufferTooSmall> {
         let padded = pad4(data.len());
         let out = self.reserve(padded)?;
+        // The padding (at most three octets) zeroed as the last word, before the data
+        // goes over it: a store, where filling the padding's slice called `memset`
+        // even when there was none (about 13 instructions per opaque).
+        if let Some(last) = out.last_chunk_mut::<4>() {
+            *last = [0; 4];
+        }
         out[..data.len()].copy_from_slice(data);
-        out[data.len()..].fill(0);
         Ok(())
     }
 

@@ -143,6 +143,11 @@ impl<'b, 'd> DdpEncoder<'b, 'd> {
         base: usize,
         capacities: &[u64],
     ) -> Result<Self, DdpEncodeError> {
+        // No Write chunk offered (nearly every call): every item goes inline, as in
+        // `inline`, without a table of capacities to clear and carry.
+        if capacities.is_empty() {
+            return Ok(Self::with_mode(buf, base, Mode::Inline));
+        }
         let mut caps = [0u64; MAX_DDP_ITEMS];
         caps.get_mut(..capacities.len())
             .ok_or(DdpEncodeError::TooManyChunks {
@@ -278,9 +283,10 @@ impl<'b, 'd> DdpEncoder<'b, 'd> {
     pub fn opaque_ddp(&mut self, data: &'d [u8]) -> Result<(), DdpEncodeError> {
         let len =
             u32::try_from(data.len()).map_err(|_| DdpEncodeError::TooLong { value: data.len() })?;
-        match self.mode {
+        // Matched in place: the Write mode's capacity table is not copied out.
+        match &self.mode {
             Mode::Inline => self.opaque(data),
-            Mode::Read { min_len } => {
+            &Mode::Read { min_len } => {
                 if data.len() < min_len || data.is_empty() {
                     return self.opaque(data);
                 }
@@ -302,7 +308,8 @@ impl<'b, 'd> DdpEncoder<'b, 'd> {
                 offered,
                 next,
             } => {
-                let capacity = if next < offered { capacities[next] } else { 0 };
+                let next = *next;
+                let capacity = if next < *offered { capacities[next] } else { 0 };
                 // An empty item has nothing to place: its length word goes inline and its
                 // chunk comes back empty, which the requester reads as inline.
                 if capacity == 0 || data.is_empty() {

@@ -32,6 +32,9 @@ pub struct CallHeader<'a> {
 }
 
 impl<'a> CallHeader<'a> {
+    /// Octets of the plain call header ([`decode_plain`](Self::decode_plain)): ten words.
+    pub(crate) const PLAIN_LEN: usize = PLAIN_CALL_LEN;
+
     /// Decodes a call header from the start of `buf`, returning it with the offset at which
     /// the procedure arguments begin. A well-formed reply is an
     /// [`UnexpectedMsgType`](RpcErrorKind::UnexpectedMsgType) error.
@@ -48,7 +51,7 @@ impl<'a> CallHeader<'a> {
     /// [`decode_general`](Self::decode_general) takes. Yields what the general decode
     /// yields for the same octets.
     #[inline(always)]
-    fn decode_plain(buf: &'a [u8]) -> Option<Self> {
+    pub(crate) fn decode_plain(buf: &'a [u8]) -> Option<Self> {
         let w = buf.first_chunk::<PLAIN_CALL_LEN>()?;
         let word =
             |i: usize| u32::from_be_bytes([w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]]);

@@ -23,6 +23,7 @@ mod ddp_reply;
 mod exposed;
 mod inspect;
 pub(crate) use inspect::MAX_CHUNK_SEGMENTS;
+mod plain;
 mod reply;
 mod send_ddp;
 
@@ -48,7 +49,7 @@ use super::{CoreError, CorePools};
 use crate::credits::GrantPolicy;
 use crate::fabric::{Completion, RemoteAddr, SendOp};
 use crate::service::{
-    CallView, DdpItem, Padding, ReplyWriter, Service, MAX_DDP_ITEMS, MAX_WRITE_CHUNKS,
+    CallView, DdpItem, Padding, ReplyWriter, Service, ServiceError, MAX_DDP_ITEMS, MAX_WRITE_CHUNKS,
 };
 use crate::wire::header::{
     BodyView, HeaderView, Limits, Procedure, RdmaError, ResponderAction, FIXED_HEADER_LEN,
@@ -610,7 +611,11 @@ impl<S: Service> ResponderHalf<S> {
                     // The common case: an inline call with nobody waiting ahead of it
                     // is served with the header just parsed, not parsed again.
                     Ok(h) if !reads && self.stalled.is_empty() => {
-                        let done = self.advance_with(t, i, Some(h));
+                        let done = if self.is_plain(t, i, h) {
+                            self.serve_plain(t, i, h)
+                        } else {
+                            self.advance_with(t, i, Some(h))
+                        };
                         self.put_back_recv(t, i, buf);
                         if !done {
                             self.stats.stalls += 1;
@@ -705,6 +710,7 @@ impl<S: Service> ResponderHalf<S> {
     /// waiting for its Send's completion holds no receive: the receive buffers a
     /// connection holds stay within those posted and its unanswered calls, held ones
     /// included).
+    #[inline(always)]
     fn put_back_recv(&mut self, t: &mut Transport, i: u32, recv: RegBuf) {
         let c = &mut self.ctxs[i as usize];
         if matches!(c.step, Step::Free | Step::Sent) {
@@ -897,9 +903,7 @@ impl<S: Service> ResponderHalf<S> {
             ddp_spans,
             body,
             results,
-            delivery,
             step,
-            xid,
             result_at,
             ..
         } = c;
@@ -1025,44 +1029,71 @@ impl<S: Service> ResponderHalf<S> {
         if ddp_reply_hdr > 0 {
             ddp_reply::note_positions(result_at, &writer);
         }
-        let len = writer.len();
-        let overflow = writer.overflow();
-        let no_reply = writer.is_no_reply();
+        let (len, overflow, no_reply) = (writer.len(), writer.overflow(), writer.is_no_reply());
+        self.dispatched(
+            t,
+            i,
+            result,
+            len,
+            overflow.is_some(),
+            no_reply,
+            (inline_hdr_max, send_limit),
+        );
+        true
+    }
+
+    /// What the service made of context `i`'s call: a reply of `len` octets, or its
+    /// error (`result`), a reply too large for anything the requester offered
+    /// (`overflowed`), or none (`no_reply`). An error's reply is written where the
+    /// service wrote: in the body buffer, or in the send buffer's `inline_area`.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn dispatched(
+        &mut self,
+        t: &mut Transport,
+        i: u32,
+        result: Result<(), ServiceError>,
+        len: usize,
+        overflowed: bool,
+        no_reply: bool,
+        inline_area: (usize, usize),
+    ) {
         self.stats.calls += 1;
         if no_reply {
             // Nothing goes out: the receive was reposted on arrival, so the grant stays
             // backed; the context and its buffers go back now.
             self.stats.no_reply += 1;
-            results.clear();
+            self.ctxs[i as usize].results.clear();
             self.release(t, i);
-            return true;
+            return;
         }
-        *delivery = match result {
+        let c = &mut self.ctxs[i as usize];
+        c.delivery = match result {
             // An overflow means the reply fits nothing the requester offered, whatever
             // the handler made of it (RFC 8166 §3.5.4: ERR_CHUNK).
-            _ if overflow.is_some() => {
-                results.clear();
+            _ if overflowed => {
+                c.results.clear();
                 Delivery::TooLarge
             }
             Ok(()) => Delivery::Body { len },
             Err(e) => {
                 self.stats.service_errors += 1;
-                results.clear();
-                let out: &mut [u8] = match body.as_mut() {
+                c.results.clear();
+                let out: &mut [u8] = match c.body.as_mut() {
                     Some(b) => b.storage_mut(),
-                    None => send
+                    None => c
+                        .send
                         .storage_mut()
-                        .get_mut(inline_hdr_max..send_limit)
+                        .get_mut(inline_area.0..inline_area.1)
                         .unwrap_or(&mut []),
                 };
-                match encode_accepted_error(*xid, e, out) {
+                match encode_accepted_error(c.xid, e, out) {
                     Ok(n) => Delivery::Body { len: n },
                     Err(_) => Delivery::TooLarge,
                 }
             }
         };
-        *step = Step::Reply;
-        true
+        c.step = Step::Reply;
     }
 
     /// Stages RDMA_ERROR for context `i`.
@@ -1117,6 +1148,32 @@ impl<S: Service> ResponderHalf<S> {
         if let Some(b) = c.recv.take() {
             t.recvs.recycle(b);
         }
+        // Pulled Read chunks and send-based DDP segments: none for nearly every call.
+        if c.assembled || !c.sinks.is_empty() {
+            self.release_sinks(i);
+        }
+        let c = &mut self.ctxs[i as usize];
+        if let Some(b) = c.body.take() {
+            b.release_into(&mut self.large);
+        }
+        c.results.clear();
+        c.wrs = 0;
+        c.rsbuf = 0;
+        c.reply_ddp = None;
+        c.step = Step::Free;
+        // Held calls are not admitted here: a release can happen in the middle of a
+        // step of context `i` (an unanswered call, a failed encode), whose caller
+        // still names `i`; they are admitted where a completion or a poll is done
+        // with its context (`on_send_completion`, `prepare`).
+        self.put_ctx(i);
+    }
+
+    /// [`release`](Self::release) of context `i`'s pulled Read chunks and send-based
+    /// DDP segments.
+    #[cold]
+    #[inline(never)]
+    fn release_sinks(&mut self, i: u32) {
+        let c = &mut self.ctxs[i as usize];
         let assembled = c.assembled;
         for (k, b) in c.sinks.drain().enumerate() {
             if assembled && k > 0 {
@@ -1129,25 +1186,13 @@ impl<S: Service> ResponderHalf<S> {
                 b.release_into(&mut self.large);
             }
         }
-        // More segments of send-based DDP items: back to the pool, as above.
+        // More segments of send-based DDP items (only an assembled call has them, and
+        // its `ddp_spans`): back to the pool, as above.
         if let Some(more) = c.ddp_more.as_mut() {
             more.clear();
         }
         c.ddp_spans = [0; 1 + MAX_DDP_ITEMS];
-        if let Some(b) = c.body.take() {
-            b.release_into(&mut self.large);
-        }
-        c.results.clear();
-        c.wrs = 0;
-        c.rsbuf = 0;
         c.assembled = false;
-        c.reply_ddp = None;
-        c.step = Step::Free;
-        // Held calls are not admitted here: a release can happen in the middle of a
-        // step of context `i` (an unanswered call, a failed encode), whose caller
-        // still names `i`; they are admitted where a completion or a poll is done
-        // with its context (`on_send_completion`, `prepare`).
-        self.put_ctx(i);
     }
 
     /// The connection failed (here or in the other half): stalled contexts stop, and

@@ -61,7 +61,12 @@ impl<S: Service> ResponderHalf<S> {
     /// (no Write list to echo, no Reply chunk, no key to invalidate). `None` for any
     /// other shape.
     #[inline(always)]
-    fn stage_plain_reply(&mut self, t: &mut Transport, i: u32, h: &HeaderView<'_>) -> Option<bool> {
+    pub(super) fn stage_plain_reply(
+        &mut self,
+        t: &mut Transport,
+        i: u32,
+        h: &HeaderView<'_>,
+    ) -> Option<bool> {
         let th = t.thresholds;
         let c = &self.ctxs[i as usize];
         let Delivery::Body { len } = c.delivery else {

@@ -1,0 +1,111 @@
+//! The chunkless fast path: an inline RDMA_MSG call with empty chunk lists, on an
+//! established connection, in a context that needs nothing of message continuation or
+//! send-based DDP. Nearly every call has this shape. It is served in one pass with the
+//! header parsed on arrival: the service runs on a call view with nothing to fill in
+//! (no DDP items, no Write chunks, no Reply chunk, no padding), and the reply's Send is
+//! staged right after ([`stage_plain_reply`](ResponderHalf::stage_plain_reply)), without
+//! the step loop of `advance_with` and the chunk walks of the general `dispatch`. Any
+//! other outcome (no large buffer, a reply too large, no send-queue room) leaves the
+//! context where the general path picks it up.
+
+use super::context::{Context, Step};
+use super::ResponderHalf;
+use crate::core::regbuf::RegBuf;
+use crate::core::transport::{ConnState, Transport};
+use crate::service::{CallView, ReplyWriter, Service};
+use crate::wire::header::{BodyView, HeaderView, MIN_MSG_HEADER_LEN};
+
+impl<S: Service> ResponderHalf<S> {
+    /// Whether context `i`, just taken for the call with header `h` (parsed and
+    /// inspected), can be served by [`serve_plain`](Self::serve_plain).
+    #[inline(always)]
+    pub(super) fn is_plain(&self, t: &Transport, i: u32, h: &HeaderView<'_>) -> bool {
+        let c = &self.ctxs[i as usize];
+        t.state == ConnState::Established
+            && self.header_waits == 0
+            && c.rsbuf == 0
+            && c.reply_ddp.is_none()
+            && matches!(h.body(), BodyView::Msg(l) if l.is_empty())
+    }
+
+    /// Serves context `i`'s chunkless call (see [`is_plain`](Self::is_plain)): the
+    /// service, then the reply's Send. False when the context must wait for resources
+    /// (its step says for what; the general path resumes it).
+    #[inline(always)]
+    pub(super) fn serve_plain(&mut self, t: &mut Transport, i: u32, h: &HeaderView<'_>) -> bool {
+        if !self.dispatch_plain(t, i, h) {
+            return false;
+        }
+        match self.ctxs[i as usize].step {
+            Step::Reply => match self.stage_plain_reply(t, i, h) {
+                Some(progressed) => progressed,
+                // A reply that is not plain (too large to go inline, or none: ERR_CHUNK).
+                None => self.advance_with(t, i, Some(h)),
+            },
+            Step::Free | Step::Sent => true,
+            _ => self.advance_with(t, i, Some(h)),
+        }
+    }
+
+    /// [`dispatch`](Self::dispatch) of a chunkless call: the reply is written behind the
+    /// room for its fixed header in the context's send buffer or, when replies may be
+    /// exposed in responder-provided Read chunks, in a large buffer (as the general path
+    /// does: its size is not known before the service runs).
+    #[inline(always)]
+    fn dispatch_plain(&mut self, t: &mut Transport, i: u32, h: &HeaderView<'_>) -> bool {
+        let send_th = t.thresholds.send as usize;
+        let expose = t.extensions.reply_read_chunks && self.exposed.enabled();
+        let Context {
+            send,
+            body_off,
+            sinks,
+            body,
+            results,
+            ..
+        } = &mut self.ctxs[i as usize];
+        let send_limit = send_th.min(send.capacity());
+        let body_slice: &mut [u8] = if expose {
+            let b = match body {
+                Some(b) => b,
+                None => match RegBuf::from_cache(&mut self.large) {
+                    Ok(b) => body.insert(b),
+                    Err(_) => return false,
+                },
+            };
+            let all = b.storage_mut();
+            let n = self.exposed.max_len().min(all.len());
+            &mut all[..n]
+        } else {
+            *body_off = MIN_MSG_HEADER_LEN;
+            send.storage_mut()
+                .get_mut(MIN_MSG_HEADER_LEN..send_limit)
+                .unwrap_or(&mut [])
+        };
+        let view = CallView {
+            xid: h.xid(),
+            credit: h.credit(),
+            msg: h.after_header(),
+            ddp: &[],
+            write_chunks: &[],
+            reply_chunk: None,
+            padding: None,
+            long: false,
+        };
+        let mut writer =
+            ReplyWriter::new(body_slice, &[], results, Some(&mut self.large), Some(sinks));
+        let result = self.service.handle_call(&view, &mut writer);
+        // No reply direction on a plain call: no result positions to note
+        // (`Context::result_at` is read only for send-based DDP replies).
+        let (len, overflow, no_reply) = (writer.len(), writer.overflow(), writer.is_no_reply());
+        self.dispatched(
+            t,
+            i,
+            result,
+            len,
+            overflow.is_some(),
+            no_reply,
+            (MIN_MSG_HEADER_LEN, send_limit),
+        );
+        true
+    }
+}
