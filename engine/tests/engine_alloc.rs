@@ -235,11 +235,10 @@ fn steady_state_rpcs_do_not_allocate() {
     eprintln!("{}", report.join("; "));
 }
 
-/// Calls whose DDP argument goes by send-based DDP into the responder's scatter
-/// receives: the requester's placement, the responder's check and the segment's trip
-/// through the service and back to the pool allocate nothing either.
-#[test]
-fn send_ddp_rpcs_do_not_allocate() {
+/// A shm pair with send-based DDP on both ends, chosen for every size (on shm the
+/// device default is never: DESIGN.md, "Shape choice"), DDP segments of `segment`
+/// octets (the default when `None`).
+fn send_ddp_pair(name: &str, segment: Option<u32>) -> Pair<ShmProvider, Echo> {
     let cfg = ConnConfig {
         credits: 8,
         large_buf_size: 64 * 1024,
@@ -248,33 +247,56 @@ fn send_ddp_rpcs_do_not_allocate() {
         queue_len: 64,
         hugepages: HugePages::Never,
         send_ddp: Some(true),
-        // On shm the device default is never (DESIGN.md, "Shape choice").
         send_ddp_max: Some(u32::MAX),
+        send_ddp_segment: segment,
         ..ConnConfig::default()
     };
-    let addr = ShmAddr::abstract_name(format!("rpcrdma-engine-alloc-sddp-{}", std::process::id()));
+    let addr = ShmAddr::abstract_name(format!(
+        "rpcrdma-engine-alloc-{name}-{}",
+        std::process::id()
+    ));
     let cdev = ShmDevice::new();
-    let mut p =
-        Pair::connect(&cdev, ShmDevice::new(), &addr, &cfg, &cfg, Echo, DEADLINE).expect("pair");
-    let data = [9u8; 900];
+    Pair::connect(&cdev, ShmDevice::new(), &addr, &cfg, &cfg, Echo, DEADLINE).expect("pair")
+}
+
+/// Calls of a send-based DDP shape counted: 200 to warm up, then [`COUNTED`].
+const COUNTED: u64 = 500;
+
+/// Runs `shape` calls of `data` on `p` (see [`COUNTED`]) and returns the heap
+/// allocations of the counted ones and `stat`'s growth over them.
+fn allocs_in(
+    p: &mut Pair<ShmProvider, Echo>,
+    shape: Shape,
+    data: &[u8],
+    stat: impl Fn(&Pair<ShmProvider, Echo>) -> u64,
+) -> (u64, u64) {
     for _ in 0..200 {
-        one_call(&mut p, Shape::SendDdp, &data);
+        one_call(p, shape, data);
     }
-    const N: u64 = 500;
-    let before = p.requester.stats().send_ddp_items;
+    let before = stat(p);
     ALLOCS.store(0, Ordering::Relaxed);
     COUNTING.with(|c| c.set(true));
-    for _ in 0..N {
-        one_call(&mut p, Shape::SendDdp, &data);
+    for _ in 0..COUNTED {
+        one_call(p, shape, data);
     }
     COUNTING.with(|c| c.set(false));
-    let n = ALLOCS.load(Ordering::Relaxed);
+    (ALLOCS.load(Ordering::Relaxed), stat(p) - before)
+}
+
+/// Calls whose DDP argument goes by send-based DDP into the responder's scatter
+/// receives: the requester's placement, the responder's check and the segment's trip
+/// through the service and back to the pool allocate nothing either.
+#[test]
+fn send_ddp_rpcs_do_not_allocate() {
+    let mut p = send_ddp_pair("sddp", None);
+    let (n, items) = allocs_in(&mut p, Shape::SendDdp, &[9u8; 900], |p| {
+        p.requester.stats().send_ddp_items
+    });
+    assert_eq!(items, COUNTED, "all by send-based DDP");
     assert_eq!(
-        p.requester.stats().send_ddp_items - before,
-        N,
-        "all by send-based DDP"
+        n, 0,
+        "{n} heap allocations in {COUNTED} send-based DDP RPCs"
     );
-    assert_eq!(n, 0, "{n} heap allocations in {N} send-based DDP RPCs");
 }
 
 /// Calls whose argument spans four DDP segments (512 octets each) go as a group of four
@@ -282,44 +304,19 @@ fn send_ddp_rpcs_do_not_allocate() {
 /// service that takes contiguous items: no heap allocation either.
 #[test]
 fn multi_segment_send_ddp_rpcs_do_not_allocate() {
-    let cfg = ConnConfig {
-        credits: 8,
-        large_buf_size: 64 * 1024,
-        large_bufs: 32,
-        send_bufs: 64,
-        queue_len: 64,
-        hugepages: HugePages::Never,
-        send_ddp: Some(true),
-        send_ddp_max: Some(u32::MAX),
-        send_ddp_segment: Some(512),
-        ..ConnConfig::default()
-    };
-    let addr = ShmAddr::abstract_name(format!("rpcrdma-engine-alloc-msddp-{}", std::process::id()));
-    let cdev = ShmDevice::new();
-    let mut p =
-        Pair::connect(&cdev, ShmDevice::new(), &addr, &cfg, &cfg, Echo, DEADLINE).expect("pair");
-    let data = [5u8; 2000];
-    for _ in 0..200 {
-        one_call(&mut p, Shape::SendDdp, &data);
-    }
-    const N: u64 = 500;
-    let (items, msgs) = (
+    let mut p = send_ddp_pair("msddp", Some(512));
+    let (n, msgs) = allocs_in(&mut p, Shape::SendDdp, &[5u8; 2000], |p| {
+        p.requester.stats().call_messages
+    });
+    assert_eq!(msgs, 4 * COUNTED, "four Sends each");
+    assert_eq!(
         p.requester.stats().send_ddp_items,
-        p.requester.stats().call_messages,
+        200 + COUNTED,
+        "all by send-based DDP"
     );
-    ALLOCS.store(0, Ordering::Relaxed);
-    COUNTING.with(|c| c.set(true));
-    for _ in 0..N {
-        one_call(&mut p, Shape::SendDdp, &data);
-    }
-    COUNTING.with(|c| c.set(false));
-    let n = ALLOCS.load(Ordering::Relaxed);
-    let st = p.requester.stats();
-    assert_eq!(st.send_ddp_items - items, N, "all by send-based DDP");
-    assert_eq!(st.call_messages - msgs, 4 * N, "four Sends each");
     assert_eq!(
         n, 0,
-        "{n} heap allocations in {N} multi-segment send-based DDP RPCs"
+        "{n} heap allocations in {COUNTED} multi-segment send-based DDP RPCs"
     );
 }
 
@@ -327,42 +324,14 @@ fn multi_segment_send_ddp_rpcs_do_not_allocate() {
 /// segment, handed back as the outcome's sink) allocate nothing either.
 #[test]
 fn send_ddp_replies_do_not_allocate() {
-    let cfg = ConnConfig {
-        credits: 8,
-        large_buf_size: 64 * 1024,
-        large_bufs: 32,
-        send_bufs: 64,
-        queue_len: 64,
-        hugepages: HugePages::Never,
-        send_ddp: Some(true),
-        send_ddp_max: Some(u32::MAX),
-        ..ConnConfig::default()
-    };
-    let addr = ShmAddr::abstract_name(format!("rpcrdma-engine-alloc-rddp-{}", std::process::id()));
-    let cdev = ShmDevice::new();
-    let mut p =
-        Pair::connect(&cdev, ShmDevice::new(), &addr, &cfg, &cfg, Echo, DEADLINE).expect("pair");
-    let data = [7u8; 2000];
-    for _ in 0..200 {
-        one_call(&mut p, Shape::ReplyDdp, &data);
-    }
-    const N: u64 = 500;
-    let before = p.requester.stats().send_ddp_reply_items;
-    ALLOCS.store(0, Ordering::Relaxed);
-    COUNTING.with(|c| c.set(true));
-    for _ in 0..N {
-        one_call(&mut p, Shape::ReplyDdp, &data);
-    }
-    COUNTING.with(|c| c.set(false));
-    let n = ALLOCS.load(Ordering::Relaxed);
-    assert_eq!(
-        p.requester.stats().send_ddp_reply_items - before,
-        N,
-        "all by send-based DDP"
-    );
+    let mut p = send_ddp_pair("rddp", None);
+    let (n, items) = allocs_in(&mut p, Shape::ReplyDdp, &[7u8; 2000], |p| {
+        p.requester.stats().send_ddp_reply_items
+    });
+    assert_eq!(items, COUNTED, "all by send-based DDP");
     assert_eq!(
         n, 0,
-        "{n} heap allocations in {N} RPCs with send-based DDP replies"
+        "{n} heap allocations in {COUNTED} RPCs with send-based DDP replies"
     );
 }
 
@@ -372,44 +341,19 @@ fn send_ddp_replies_do_not_allocate() {
 /// sink: no heap allocation either.
 #[test]
 fn multi_segment_send_ddp_replies_do_not_allocate() {
-    let cfg = ConnConfig {
-        credits: 8,
-        large_buf_size: 64 * 1024,
-        large_bufs: 32,
-        send_bufs: 64,
-        queue_len: 64,
-        hugepages: HugePages::Never,
-        send_ddp: Some(true),
-        send_ddp_max: Some(u32::MAX),
-        send_ddp_segment: Some(1024),
-        ..ConnConfig::default()
-    };
-    let addr = ShmAddr::abstract_name(format!("rpcrdma-engine-alloc-mrddp-{}", std::process::id()));
-    let cdev = ShmDevice::new();
-    let mut p =
-        Pair::connect(&cdev, ShmDevice::new(), &addr, &cfg, &cfg, Echo, DEADLINE).expect("pair");
-    let data = [9u8; 2000];
-    for _ in 0..200 {
-        one_call(&mut p, Shape::ReplyDdpSegments, &data);
-    }
-    const N: u64 = 500;
-    let (items, msgs) = (
+    let mut p = send_ddp_pair("mrddp", Some(1024));
+    let (n, msgs) = allocs_in(&mut p, Shape::ReplyDdpSegments, &[9u8; 2000], |p| {
+        p.requester.stats().reply_messages
+    });
+    assert_eq!(msgs, 2 * COUNTED, "two transmissions each");
+    assert_eq!(
         p.requester.stats().send_ddp_reply_items,
-        p.requester.stats().reply_messages,
+        200 + COUNTED,
+        "all by send-based DDP"
     );
-    ALLOCS.store(0, Ordering::Relaxed);
-    COUNTING.with(|c| c.set(true));
-    for _ in 0..N {
-        one_call(&mut p, Shape::ReplyDdpSegments, &data);
-    }
-    COUNTING.with(|c| c.set(false));
-    let n = ALLOCS.load(Ordering::Relaxed);
-    let st = p.requester.stats();
-    assert_eq!(st.send_ddp_reply_items - items, N, "all by send-based DDP");
-    assert_eq!(st.reply_messages - msgs, 2 * N, "two transmissions each");
     assert_eq!(
         n, 0,
-        "{n} heap allocations in {N} RPCs with multi-segment send-based DDP replies"
+        "{n} heap allocations in {COUNTED} RPCs with multi-segment send-based DDP replies"
     );
 }
 
