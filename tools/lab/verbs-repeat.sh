@@ -10,6 +10,8 @@ set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 . "$HERE/lib.sh"
+# The guest's clock on the TSC, as production hosts read it (lib.sh, lab_clock_args).
+export LAB_GUEST_TSC=${LAB_GUEST_TSC:-1}
 MODULE=${1:?usage: verbs-repeat.sh MODULE RUNS [DEVICE...]}
 RUNS=${2:?usage: verbs-repeat.sh MODULE RUNS [DEVICE...]}
 shift 2
