@@ -242,6 +242,11 @@ pub struct ResponderHalf<S> {
     /// [`Self::admit_held`] is running (a context it frees is taken by its own loop).
     admitting: bool,
     large: PoolCache,
+    /// A large buffer a plain reply's body was written in and copied out of behind its
+    /// header (`stage_plain_send`): the next plain call writes its body there, without
+    /// a get from and a put into `large` per call (one buffer at most, given back with
+    /// the cache's).
+    spare_body: Option<RegBuf>,
     /// Where contexts draw their header buffers while in use (`CorePools::headers`).
     headers: Option<PoolCache>,
     /// Contexts taken that still wait for a header buffer from `headers`.
@@ -311,6 +316,7 @@ impl<S: Service> ResponderHalf<S> {
             max_chunk: pools.large.buf_size() as u64,
             max_chunks: cfg.max_chunks as usize,
             large: pools.large.cache(),
+            spare_body: None,
             headers: pools.headers.as_ref().map(Pool::cache),
             header_waits: 0,
             sq_depth: sizes.sq_depth,
@@ -362,6 +368,9 @@ impl<S: Service> ResponderHalf<S> {
 
     /// Returns the large buffers parked in this half's cache to the pool's ring.
     pub(crate) fn flush_cache(&mut self) {
+        if let Some(b) = self.spare_body.take() {
+            b.release_into(&mut self.large);
+        }
         self.large.flush();
         if let Some(h) = &mut self.headers {
             h.flush();
@@ -1279,6 +1288,9 @@ impl<S: Service> ResponderHalf<S> {
         self.exposed.live = 0;
         self.exposed.next_deadline = None;
         self.exposed.mrs.destroy();
+        if let Some(b) = self.spare_body.take() {
+            b.release_into(&mut self.large);
+        }
         self.large.flush();
     }
 

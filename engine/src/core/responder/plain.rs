@@ -71,9 +71,12 @@ impl<S: Service> ResponderHalf<S> {
         let body_slice: &mut [u8] = if expose {
             let b = match body {
                 Some(b) => b,
-                None => match RegBuf::from_cache(&mut self.large) {
-                    Ok(b) => body.insert(b),
-                    Err(_) => return false,
+                None => match self.spare_body.take() {
+                    Some(b) => body.insert(b),
+                    None => match RegBuf::from_cache(&mut self.large) {
+                        Ok(b) => body.insert(b),
+                        Err(_) => return false,
+                    },
                 },
             };
             let all = b.storage_mut();

@@ -112,6 +112,14 @@ impl<S: Service> ResponderHalf<S> {
                     Some(room) if len <= COPY_BEHIND_HEADER_MAX && body.len() == len => {
                         room.copy_from_slice(body);
                         sgl[0] = c.send.sge(0, hlen + len).unwrap_or_default();
+                        // Nothing of the Send points into the body buffer: it is the
+                        // next plain call's (`spare_body`), or goes back now.
+                        if let Some(b) = c.body.take() {
+                            match &self.spare_body {
+                                None => self.spare_body = Some(b),
+                                Some(_) => b.release_into(&mut self.large),
+                            }
+                        }
                         1
                     }
                     _ => {
