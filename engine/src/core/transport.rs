@@ -329,6 +329,42 @@ impl RecvTable {
         }
     }
 
+    /// Whether a completed receive's buffer may be staged again as it is
+    /// ([`repost`](Self::repost)): the connection's own receives, one buffer each (not a
+    /// shared receive queue's, nor scattered over DDP segments).
+    #[inline(always)]
+    pub(crate) fn reposts_in_place(&self) -> bool {
+        self.segments.is_none() && self.shared.is_none()
+    }
+
+    /// Stages `buf`, the buffer of a completed receive of this table's whose message
+    /// was read, as a receive again (then any other free slot, as
+    /// [`refill`](Self::refill)): the restock of a served call without taking a buffer
+    /// from the cache and giving this one back. With no slot free it goes back to the
+    /// cache. Only when [`reposts_in_place`](Self::reposts_in_place).
+    #[inline(always)]
+    pub(crate) fn repost(&mut self, outbox: &mut Outbox, mut buf: RegBuf) {
+        let Some(slot) = self.free.pop() else {
+            buf.release_into(&mut self.cache);
+            return;
+        };
+        let staged = match buf.sge(0, buf.capacity()) {
+            Ok(sge) => outbox
+                .push_recv(WrId::new(WrKind::Recv, slot).encode(), sge)
+                .is_ok(),
+            Err(_) => false,
+        };
+        if !staged {
+            let _ = self.free.push(slot);
+            buf.release_into(&mut self.cache);
+            return;
+        }
+        let _ = buf.set_len(0);
+        self.bufs[slot as usize] = Some(buf);
+        self.posted += 1;
+        self.refill(outbox);
+    }
+
     /// Takes the buffer of a completed receive, `byte_len` of it valid.
     #[inline]
     pub(crate) fn complete(&mut self, slot: u32, byte_len: u32) -> Option<RegBuf> {

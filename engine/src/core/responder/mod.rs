@@ -242,6 +242,11 @@ pub struct ResponderHalf<S> {
     /// [`Self::admit_held`] is running (a context it frees is taken by its own loop).
     admitting: bool,
     large: PoolCache,
+    /// A large buffer a plain reply's body was written in and copied out of behind its
+    /// header (`stage_plain_send`): the next plain call writes its body there, without
+    /// a get from and a put into `large` per call (one buffer at most, given back with
+    /// the cache's).
+    spare_body: Option<RegBuf>,
     /// Where contexts draw their header buffers while in use (`CorePools::headers`).
     headers: Option<PoolCache>,
     /// Contexts taken that still wait for a header buffer from `headers`.
@@ -311,6 +316,7 @@ impl<S: Service> ResponderHalf<S> {
             max_chunk: pools.large.buf_size() as u64,
             max_chunks: cfg.max_chunks as usize,
             large: pools.large.cache(),
+            spare_body: None,
             headers: pools.headers.as_ref().map(Pool::cache),
             header_waits: 0,
             sq_depth: sizes.sq_depth,
@@ -362,6 +368,9 @@ impl<S: Service> ResponderHalf<S> {
 
     /// Returns the large buffers parked in this half's cache to the pool's ring.
     pub(crate) fn flush_cache(&mut self) {
+        if let Some(b) = self.spare_body.take() {
+            b.release_into(&mut self.large);
+        }
         self.large.flush();
         if let Some(h) = &mut self.headers {
             h.flush();
@@ -496,7 +505,13 @@ impl<S: Service> ResponderHalf<S> {
 
     fn on_receive(&mut self, t: &mut Transport, buf: RegBuf, swi: Option<u32>) {
         // Restock first: the grant in the reply this call gets counts posted receives.
-        t.recvs.refill(&mut t.outbox);
+        // Where receives can be staged again in place, a call served at once restocks
+        // with its own buffer instead, once read and before its reply's grant (`serve`);
+        // every other path restocks before it may grant.
+        let in_place = t.recvs.reposts_in_place();
+        if !in_place {
+            t.recvs.refill(&mut t.outbox);
+        }
         // Send-based DDP: only an RDMA_OPTIONAL request may run into the DDP segment;
         // a version 1 message that did was longer than the receive size advertised
         // (RFC 8166 §3.3.2) and is dropped (DESIGN.md, "Send-based DDP").
@@ -509,6 +524,7 @@ impl<S: Service> ResponderHalf<S> {
         // version 1 parse below and is taken there; only a group in progress needs a
         // look at every message (§4.2: no intervening message).
         if self.cont_group_open() {
+            t.recvs.refill(&mut t.outbox);
             if self.takes_optional(t, buf.as_slice()) {
                 self.on_optional(t, buf);
                 return;
@@ -516,6 +532,7 @@ impl<S: Service> ResponderHalf<S> {
             self.intervening(t, buf.as_slice());
         }
         let Some(i) = self.take_ctx() else {
+            t.recvs.refill(&mut t.outbox);
             // Continuation transmissions need no context until their group completes.
             if self.takes_optional(t, buf.as_slice()) {
                 self.on_optional(t, buf);
@@ -551,6 +568,12 @@ impl<S: Service> ResponderHalf<S> {
             Call(u32, bool),
         }
         let parsed = HeaderView::parse(buf.as_slice(), &self.limits);
+        // A chunkless inline call served at once restocks with its own receive buffer
+        // (`RecvTable::repost`, below); anything else restocks now, before it may grant.
+        let plain = matches!(&parsed, Ok(h) if self.stalled.is_empty() && self.is_plain(t, i, h));
+        if !plain || !t.recvs.reposts_in_place() {
+            t.recvs.refill(&mut t.outbox);
+        }
         if parsed.is_err() && self.takes_optional(t, buf.as_slice()) {
             self.put_ctx(i);
             self.on_optional(t, buf);
@@ -579,6 +602,11 @@ impl<S: Service> ResponderHalf<S> {
                 }
             },
         };
+        if plain && !matches!(next, Next::Call(_, false)) {
+            // Not reached for a chunkless RDMA_MSG (always a call); kept so that no
+            // path can skip the restock.
+            t.recvs.refill(&mut t.outbox);
+        }
         let c = &mut self.ctxs[i as usize];
         match next {
             Next::Drop => {
@@ -611,12 +639,34 @@ impl<S: Service> ResponderHalf<S> {
                     // The common case: an inline call with nobody waiting ahead of it
                     // is served with the header just parsed, not parsed again.
                     Ok(h) if !reads && self.stalled.is_empty() => {
-                        let done = if self.is_plain(t, i, h) {
-                            self.serve_plain(t, i, h)
+                        let (done, recv) = if !plain {
+                            (self.advance_with(t, i, Some(h)), Some(buf))
+                        } else if !t.recvs.reposts_in_place() {
+                            (self.serve_plain(t, i, h), Some(buf))
+                        } else if !self.dispatch_plain(t, i, h) {
+                            t.recvs.refill(&mut t.outbox);
+                            (false, Some(buf))
                         } else {
-                            self.advance_with(t, i, Some(h))
+                            match self.plain_reply_len(t, i) {
+                                // The call is read and its reply goes in a plain Send that
+                                // has room: the receive buffer is staged again before the
+                                // reply's grant counts the receives posted.
+                                Some(len)
+                                    if matches!(self.ctxs[i as usize].step, Step::Reply)
+                                        && t.sq.free() >= 1 =>
+                                {
+                                    t.recvs.repost(&mut t.outbox, buf);
+                                    (self.stage_plain_send(t, i, len), None)
+                                }
+                                _ => {
+                                    t.recvs.refill(&mut t.outbox);
+                                    (self.reply_plain(t, i, h), Some(buf))
+                                }
+                            }
                         };
-                        self.put_back_recv(t, i, buf);
+                        if let Some(buf) = recv {
+                            self.put_back_recv(t, i, buf);
+                        }
                         if !done {
                             self.stats.stalls += 1;
                             let _ = self.stalled.push_back(i);
@@ -1238,6 +1288,9 @@ impl<S: Service> ResponderHalf<S> {
         self.exposed.live = 0;
         self.exposed.next_deadline = None;
         self.exposed.mrs.destroy();
+        if let Some(b) = self.spare_body.take() {
+            b.release_into(&mut self.large);
+        }
         self.large.flush();
     }
 

@@ -33,9 +33,13 @@ impl<S: Service> ResponderHalf<S> {
     /// (its step says for what; the general path resumes it).
     #[inline(always)]
     pub(super) fn serve_plain(&mut self, t: &mut Transport, i: u32, h: &HeaderView<'_>) -> bool {
-        if !self.dispatch_plain(t, i, h) {
-            return false;
-        }
+        self.dispatch_plain(t, i, h) && self.reply_plain(t, i, h)
+    }
+
+    /// [`serve_plain`](Self::serve_plain) after the service ran: the reply's Send, or
+    /// whatever the general path makes of the context.
+    #[inline(always)]
+    pub(super) fn reply_plain(&mut self, t: &mut Transport, i: u32, h: &HeaderView<'_>) -> bool {
         match self.ctxs[i as usize].step {
             Step::Reply => match self.stage_plain_reply(t, i, h) {
                 Some(progressed) => progressed,
@@ -52,7 +56,7 @@ impl<S: Service> ResponderHalf<S> {
     /// exposed in responder-provided Read chunks, in a large buffer (as the general path
     /// does: its size is not known before the service runs).
     #[inline(always)]
-    fn dispatch_plain(&mut self, t: &mut Transport, i: u32, h: &HeaderView<'_>) -> bool {
+    pub(super) fn dispatch_plain(&mut self, t: &mut Transport, i: u32, h: &HeaderView<'_>) -> bool {
         let send_th = t.thresholds.send as usize;
         let expose = t.extensions.reply_read_chunks && self.exposed.enabled();
         let Context {
@@ -67,9 +71,12 @@ impl<S: Service> ResponderHalf<S> {
         let body_slice: &mut [u8] = if expose {
             let b = match body {
                 Some(b) => b,
-                None => match RegBuf::from_cache(&mut self.large) {
-                    Ok(b) => body.insert(b),
-                    Err(_) => return false,
+                None => match self.spare_body.take() {
+                    Some(b) => body.insert(b),
+                    None => match RegBuf::from_cache(&mut self.large) {
+                        Ok(b) => body.insert(b),
+                        Err(_) => return false,
+                    },
                 },
             };
             let all = b.storage_mut();

@@ -67,19 +67,37 @@ impl<S: Service> ResponderHalf<S> {
         i: u32,
         h: &HeaderView<'_>,
     ) -> Option<bool> {
-        let th = t.thresholds;
+        if !h.chunk_lists().is_some_and(|l| l.is_empty()) {
+            return None;
+        }
+        let len = self.plain_reply_len(t, i)?;
+        Some(self.stage_plain_send(t, i, len))
+    }
+
+    /// The length of context `i`'s reply body when it goes in a plain Send (see
+    /// [`stage_plain_reply`](Self::stage_plain_reply); the call's chunk lists, checked
+    /// there, are the caller's to know empty).
+    #[inline(always)]
+    pub(super) fn plain_reply_len(&self, t: &Transport, i: u32) -> Option<usize> {
         let c = &self.ctxs[i as usize];
         let Delivery::Body { len } = c.delivery else {
             return None;
         };
-        if !h.chunk_lists().is_some_and(|l| l.is_empty())
-            || MIN_MSG_HEADER_LEN + len > th.send as usize
+        if MIN_MSG_HEADER_LEN + len > t.thresholds.send as usize
             || (c.body.is_none() && c.body_off < MIN_MSG_HEADER_LEN)
         {
             return None;
         }
+        Some(len)
+    }
+
+    /// Stages context `i`'s plain reply of `len` octets (as
+    /// [`plain_reply_len`](Self::plain_reply_len) found); false when the send queue
+    /// lacks room.
+    #[inline(always)]
+    pub(super) fn stage_plain_send(&mut self, t: &mut Transport, i: u32, len: usize) -> bool {
         if !t.sq.take(1) {
-            return Some(false);
+            return false;
         }
         let credit = grant(&self.policy, t);
         let c = &mut self.ctxs[i as usize];
@@ -94,6 +112,14 @@ impl<S: Service> ResponderHalf<S> {
                     Some(room) if len <= COPY_BEHIND_HEADER_MAX && body.len() == len => {
                         room.copy_from_slice(body);
                         sgl[0] = c.send.sge(0, hlen + len).unwrap_or_default();
+                        // Nothing of the Send points into the body buffer: it is the
+                        // next plain call's (`spare_body`), or goes back now.
+                        if let Some(b) = c.body.take() {
+                            match &self.spare_body {
+                                None => self.spare_body = Some(b),
+                                Some(_) => b.release_into(&mut self.large),
+                            }
+                        }
                         1
                     }
                     _ => {
@@ -121,7 +147,7 @@ impl<S: Service> ResponderHalf<S> {
         t.sq.give(1 - staged);
         c.wrs += staged;
         c.step = Step::Sent;
-        Some(true)
+        true
     }
 
     /// [`stage_reply`](Self::stage_reply) for every shape: Write chunks, a Reply
