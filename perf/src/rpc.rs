@@ -326,15 +326,25 @@ pub fn busy_serve<P: Provider, F: FnMut() -> Option<Dispatcher>>(
 ) {
     let clock = server.clock();
     let mut idle = 0u32;
+    // The clock is read after a poll that did work and every 64 empty polls, not per
+    // poll, as the fabric rows' echo server reads it: the engine's timers (CM pacing,
+    // keepalive, retransmission) run in microseconds to seconds, and an empty poll
+    // takes tens of nanoseconds (a clock read on a guest without a TSC clocksource is a
+    // system call: tools/lab, engine/DESIGN.md "Lab: what a verbs round trip costs").
+    let mut now = clock.now();
     while !stop.load(Ordering::Relaxed) {
-        if server.poll(clock.now()) == 0 {
+        if server.poll(now) == 0 {
             idle = idle.wrapping_add(1);
-            if idle & 1023 == 0 && deadline.is_some_and(|d| Instant::now() >= d) {
-                return;
+            if idle & 63 == 0 {
+                now = clock.now();
+                if idle & 1023 == 0 && deadline.is_some_and(|d| now >= d) {
+                    return;
+                }
             }
             std::hint::spin_loop();
         } else {
             idle = 0;
+            now = clock.now();
         }
     }
 }
@@ -826,8 +836,11 @@ fn measure<P: Provider>(
     let mut next = 0usize;
     let mut total_in_flight = 0usize;
     let mut idle = 0u32;
+    // Clock reads as in the fabric rows: one per batch of outcomes (its instant is also
+    // the send time of the calls submitted right after it), and every 64 empty turns
+    // for the engine's timers; none per empty poll.
+    let mut now = Instant::now();
     loop {
-        let now = Instant::now();
         if lat {
             if total_in_flight == 0 {
                 let n = conns.len();
@@ -844,14 +857,16 @@ fn measure<P: Provider>(
             }
         }
         let mut got = 0;
-        // One clock read for the calls submitted above and this turn's polls, one for
-        // the outcomes a poll brings (as the fabric rows read once per post and once
-        // per completion batch).
+        // The polls take the last instant read; the outcomes a poll brings read the
+        // clock once (their completion time, and the next calls' send time).
         for c in conns.iter_mut() {
             c.conn.poll(now);
             let mut done_at = None;
             while let Some((tag, status)) = caller.next_done(c) {
-                let done = *done_at.get_or_insert_with(Instant::now);
+                let done = *done_at.get_or_insert_with(|| {
+                    now = Instant::now();
+                    now
+                });
                 got += 1;
                 total_in_flight = total_in_flight.saturating_sub(1);
                 if status != CallStatus::Success {
@@ -865,13 +880,17 @@ fn measure<P: Provider>(
         }
         if got == 0 {
             idle = idle.wrapping_add(1);
-            if idle & 1023 == 0 && meter.expired(Instant::now()) {
-                return Ok(());
+            if idle & 63 == 0 {
+                now = Instant::now();
+                if idle & 1023 == 0 && meter.expired(now) {
+                    return Ok(());
+                }
             }
             match park {
                 Some(d) if idle >= CLIENT_IDLE_SPINS => {
                     thread::sleep(d);
-                    if meter.expired(Instant::now()) {
+                    now = Instant::now();
+                    if meter.expired(now) {
                         return Ok(());
                     }
                 }
