@@ -346,8 +346,8 @@ mod tests {
             }
             for (i, op) in script.into_iter().enumerate() {
                 match op {
-                    0 | 1 | 2 => assert_eq!(a.try_acquire(), b.acquire_owned(), "step {i}"),
-                    3 | 4 => {
+                    0..=2 => assert_eq!(a.try_acquire(), b.acquire_owned(), "step {i}"),
+                    3..=4 => {
                         a.release();
                         b.release_owned();
                     }
