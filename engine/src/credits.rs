@@ -86,6 +86,7 @@ impl CreditTable {
         (self.flight.load(Ordering::Acquire) & CALLS_MASK) as u32
     }
 
+    #[inline]
     fn usable_for_calls(&self, granted: u32) -> u32 {
         if self.reserve_probe && granted >= 2 {
             granted - 1
@@ -149,6 +150,55 @@ impl CreditTable {
             });
     }
 
+    /// [`try_acquire`](Self::try_acquire) for the table's one writer: the requester
+    /// core of the connection that owns it, on the thread that polls it.
+    ///
+    /// Single writer: the call counts (`flight`) and the acquired/denied counters are
+    /// written only by the owning core; other threads only read them ([`snapshot`],
+    /// [`available`], [`in_flight`]). The writer therefore sees its own last store
+    /// when it loads, and may replace each read-modify-write (a compare-and-swap loop,
+    /// a locked add) by a load and a store: a reader sees either the value before or
+    /// the value after, exactly as with the atomic update, and the `Release` store
+    /// publishes the same state. The public mutators ([`try_acquire`],
+    /// [`release`]) stay atomic read-modify-writes, but calling them from elsewhere
+    /// while the connection runs is a misuse in any case (a credit taken behind the
+    /// core's back is one it accounts for nowhere); at worst such a call and an owner's
+    /// update overwrite each other's count, never memory, and the owner corrects the
+    /// count with its next update.
+    ///
+    /// [`snapshot`]: Self::snapshot
+    /// [`available`]: Self::available
+    /// [`in_flight`]: Self::in_flight
+    /// [`try_acquire`]: Self::try_acquire
+    /// [`release`]: Self::release
+    #[inline]
+    pub(crate) fn acquire_owned(&self) -> bool {
+        let granted = self.granted();
+        let usable = self.usable_for_calls(granted);
+        // Relaxed: the only stores to `flight` are this thread's own.
+        let f = self.flight.load(Ordering::Relaxed);
+        let calls = (f & CALLS_MASK) as u32;
+        let probe = u32::from(f & PROBE_BIT != 0);
+        let ok = calls < usable && calls + probe < granted;
+        if ok {
+            self.flight.store(f + 1, Ordering::Release);
+            bump_owned(&self.acquired);
+        } else {
+            bump_owned(&self.denied);
+        }
+        ok
+    }
+
+    /// [`release`](Self::release) for the table's one writer (see
+    /// [`acquire_owned`](Self::acquire_owned) for why a load and a store suffice).
+    #[inline]
+    pub(crate) fn release_owned(&self) {
+        let f = self.flight.load(Ordering::Relaxed);
+        if f & CALLS_MASK > 0 {
+            self.flight.store(f - 1, Ordering::Release);
+        }
+    }
+
     /// Returns the probe's credit.
     pub fn release_probe(&self) {
         self.flight.fetch_and(!PROBE_BIT, Ordering::AcqRel);
@@ -186,6 +236,13 @@ impl CreditTable {
             denied: self.denied.load(Ordering::Relaxed),
         }
     }
+}
+
+/// Adds one to a counter only its owner's thread writes (see
+/// [`CreditTable::acquire_owned`]): a load and a store, no locked add.
+#[inline]
+fn bump_owned(c: &AtomicU64) {
+    c.store(c.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
 }
 
 /// A responder's grant policy for one connection.
@@ -275,6 +332,79 @@ mod tests {
         assert_eq!(t.granted(), 4);
         t.release();
         assert_eq!(t.in_flight(), 0, "release below zero is ignored");
+    }
+
+    /// The owner's load-and-store operations give what the atomic read-modify-writes
+    /// give, step by step, the probe's reserve and the counters included.
+    #[test]
+    fn owned_updates_match_the_atomic_ones() {
+        for reserve in [false, true] {
+            let (a, b) = (CreditTable::new(8, reserve), CreditTable::new(8, reserve));
+            let mut script = Vec::new();
+            for i in 0..200u32 {
+                script.push(i % 7);
+            }
+            for (i, op) in script.into_iter().enumerate() {
+                match op {
+                    0..=2 => assert_eq!(a.try_acquire(), b.acquire_owned(), "step {i}"),
+                    3..=4 => {
+                        a.release();
+                        b.release_owned();
+                    }
+                    5 => {
+                        let g = (i as u32 * 5) % 11;
+                        a.set_granted(g);
+                        b.set_granted(g);
+                    }
+                    _ => assert_eq!(a.try_acquire_probe(), b.try_acquire_probe(), "step {i}"),
+                }
+                assert_eq!(a.snapshot(), b.snapshot(), "step {i}");
+            }
+            // Releasing below zero is ignored by both.
+            for _ in 0..20 {
+                a.release();
+                b.release_owned();
+            }
+            assert_eq!(a.snapshot(), b.snapshot());
+            assert_eq!(b.in_flight(), 0);
+        }
+    }
+
+    /// Readers on other threads see only states the single writer stored: never more
+    /// calls in flight than granted, the acquired count never going back, and the
+    /// final counts exact.
+    #[test]
+    fn readers_see_the_owners_updates_whole() {
+        use std::sync::atomic::AtomicBool;
+        use std::sync::Arc;
+        let t = Arc::new(CreditTable::new(4, false));
+        t.set_granted(4);
+        let stop = Arc::new(AtomicBool::new(false));
+        let reader = {
+            let (t, stop) = (t.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut last = 0;
+                let mut seen = 0u64;
+                while !stop.load(Ordering::Acquire) || seen == 0 {
+                    let s = t.snapshot();
+                    assert!(s.in_flight <= s.granted, "{s:?}");
+                    assert!(s.acquired >= last, "{s:?}");
+                    last = s.acquired;
+                    seen += 1;
+                }
+            })
+        };
+        const ROUNDS: u64 = 20_000;
+        for _ in 0..ROUNDS {
+            assert!(t.acquire_owned());
+            assert!(t.acquire_owned());
+            t.release_owned();
+            t.release_owned();
+        }
+        stop.store(true, Ordering::Release);
+        reader.join().expect("reader");
+        let s = t.snapshot();
+        assert_eq!((s.in_flight, s.acquired, s.denied), (0, 2 * ROUNDS, 0));
     }
 
     #[test]

@@ -1197,6 +1197,14 @@ impl<P: ResponderRole> Connection<RequesterHalf, P> {
         self.req.send_ddp_max()
     }
 
+    /// Test hook (feature `testing`): replies the requester's plain path took (a
+    /// chunkless reply to an inline chunkless call, `core/requester/plain.rs`).
+    #[cfg(feature = "testing")]
+    #[doc(hidden)]
+    pub fn plain_replies(&self) -> u64 {
+        self.req.plain_replies
+    }
+
     /// Test hook (feature `testing`): the last ROPT_XMTERR the requester received.
     #[cfg(feature = "testing")]
     #[doc(hidden)]

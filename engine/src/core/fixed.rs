@@ -307,6 +307,19 @@ impl<T> FixedQueue<T> {
         unsafe { self.slots[at].assume_init_drop() }
     }
 
+    /// Removes the front value without running its destructor (nothing when empty).
+    /// Safe (a value not dropped is only leaked): for a caller that has already taken
+    /// everything with a destructor out of the value, so that the drop glue's walk over
+    /// its fields would free nothing.
+    #[inline]
+    pub(crate) fn forget_front(&mut self) {
+        if self.len == 0 {
+            return;
+        }
+        self.head = self.wrap(1);
+        self.len -= 1;
+    }
+
     /// The value at the front.
     pub(crate) fn front(&self) -> Option<&T> {
         if self.len == 0 {

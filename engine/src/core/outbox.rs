@@ -220,6 +220,53 @@ impl Outbox {
         Ok(())
     }
 
+    /// Stages a send-queue request gathering the one entry `sge`: what
+    /// [`push_send`](Self::push_send) does for a one-entry list, without the slice
+    /// copy (a call to `memcpy` of run-time length) and its length bookkeeping. The
+    /// common Send (a call's or a reply's, header and message in one buffer) takes
+    /// this way.
+    #[inline(always)]
+    pub(crate) fn push_send_one(
+        &mut self,
+        wr_id: u64,
+        op: SendOp,
+        sge: Sge,
+        flags: SendFlags,
+    ) -> Result<(), OutboxFull> {
+        if self.sends.len() == self.sends.capacity() || self.sges.len() == self.sges.capacity() {
+            return Err(self.full_for_one());
+        }
+        let sge_start = self.sges.len() as u32;
+        self.sges.push(sge);
+        self.sends.push(StagedSend {
+            wr_id,
+            op,
+            sge_start,
+            sge_len: 1,
+            flags,
+        });
+        if self.keys.len != 0 {
+            self.map_last_send();
+        }
+        Ok(())
+    }
+
+    /// Which part [`push_send_one`](Self::push_send_one) found full.
+    #[cold]
+    fn full_for_one(&self) -> OutboxFull {
+        if self.sends.len() == self.sends.capacity() {
+            OutboxFull {
+                what: OutboxPart::SendChain,
+                capacity: self.sends.capacity(),
+            }
+        } else {
+            OutboxFull {
+                what: OutboxPart::SgeStorage,
+                capacity: self.sges.capacity(),
+            }
+        }
+    }
+
     /// Stages a receive of one buffer.
     pub(crate) fn push_recv(&mut self, wr_id: u64, sge: Sge) -> Result<(), OutboxFull> {
         if self.recvs.len() == self.recvs.capacity() {

@@ -528,7 +528,30 @@ impl Transport {
         } else {
             SendFlags::SIGNALED
         };
-        let ok = self.outbox.push_send(wr_id, op, sgl, flags).is_ok();
+        let ok = match sgl {
+            [sge] => self.outbox.push_send_one(wr_id, op, *sge, flags),
+            _ => self.outbox.push_send(wr_id, op, sgl, flags),
+        }
+        .is_ok();
+        debug_assert!(ok, "outbox smaller than the send queue");
+        if !ok {
+            self.overflowed();
+        }
+        ok
+    }
+
+    /// [`stage`](Self::stage) for a request gathering the one entry `sge`, inlined
+    /// into its caller: the plain call's Send (`core/requester/plain.rs`), staged
+    /// once per call, spares the out-of-line call's register saves and the list-length
+    /// dispatch.
+    #[inline(always)]
+    pub(crate) fn stage_one(&mut self, wr_id: u64, op: SendOp, sge: Sge) -> bool {
+        let flags = if self.ledger.enabled() {
+            self.ledger_flags(wr_id, &op)
+        } else {
+            SendFlags::SIGNALED
+        };
+        let ok = self.outbox.push_send_one(wr_id, op, sge, flags).is_ok();
         debug_assert!(ok, "outbox smaller than the send queue");
         if !ok {
             self.overflowed();

@@ -7,8 +7,9 @@ use crate::engine_support;
 use engine_support::*;
 use std::time::Duration;
 
-use rpcrdma::{CallRequest, CallStatus, TransportError};
-use rpcrdma::{CloseReason, ConnEvent};
+use rpcrdma::fabric::faulty::{FaultConfig, Faulty, FaultyDevice};
+use rpcrdma::{CallRequest, CallStatus, Pair, Registration, TransportError};
+use rpcrdma::{CloseReason, ConnEvent, ConnState};
 
 fn more_calls_than_credits_queue_in_order<N: Net>(net: N) {
     let client = test_config();
@@ -148,8 +149,143 @@ fn credits_held_by_dropped_calls_end_the_connection<N: Net>(net: N) {
     assert_eq!(p.responder().map_or(2, |r| r.stats().no_reply), 2);
 }
 
+/// A plain call (inline, chunkless, engine-chosen XID: `core/requester/plain.rs`)
+/// whose reply arrives before its Send completion is reported. Deterministic: the
+/// requester's device holds back its send-queue completions (a closed
+/// `SendCompletionGate`) until the outcome is out. The plain path then leaves the slot
+/// `Delivered` holding its work request, and the completion retires it through the
+/// general `progress`: the credit comes back exactly once (a second call still in
+/// flight when the late completion lands keeps its credit), one outcome per call, and
+/// the pools are full once the connection is gone.
+fn plain_reply_before_its_send_completion_retires_once<N: Net>(net: N) {
+    let mut client = test_config();
+    if net.registration() != Registration::Auto {
+        client.registration = net.registration();
+    }
+    let server = test_config();
+    let cdev = FaultyDevice::<N::P>::new(net.device(), FaultConfig::default());
+    let gate = cdev.send_completion_gate();
+    // The server's device is wrapped too (both ends share a provider type); its gate
+    // stays open.
+    let sdev = FaultyDevice::<N::P>::new(net.device(), FaultConfig::default());
+    let mut p: Pair<Faulty<N::P>, TestService> = Pair::connect(
+        &cdev,
+        sdev,
+        &net.addr(),
+        &client,
+        &server,
+        TestService::default(),
+        DEADLINE,
+    )
+    .expect("pair connects");
+    let pools = p.requester.resources().pools().clone();
+    let send_queue_idle = p.requester.core().outstanding().send_queue;
+    gate.close();
+
+    // Call 1: answered while its Send completion is held back.
+    let req = CallRequest::new(msg(&p, PROC_NULL, &[]), 256);
+    p.requester.submit(req, 1).expect("submitted");
+    let mut outcomes = Vec::new();
+    let answered = p.run_until(DEADLINE, |p| {
+        while let Some(o) = p.next_outcome() {
+            outcomes.push(o);
+        }
+        !outcomes.is_empty()
+    });
+    assert!(answered, "call 1 answered with its Send completion held");
+    assert_eq!(outcomes.len(), 1);
+    assert_eq!(
+        (outcomes[0].tag, outcomes[0].status),
+        (1, CallStatus::Success)
+    );
+    assert!(outcomes[0].msg.is_some(), "the message buffer comes back");
+    // The order really was reply first: the Send is still outstanding, the slot still
+    // held for it, and the reply went the plain way.
+    assert_eq!(
+        p.requester.core().outstanding().send_queue,
+        send_queue_idle + 1,
+        "the call's Send has not completed"
+    );
+    assert_eq!(p.requester.active(), 1, "its slot waits for the completion");
+    assert_eq!(
+        p.requester.core().plain_replies(),
+        1,
+        "the plain path took it"
+    );
+    let c = p.requester.credits().snapshot();
+    assert_eq!(
+        (c.in_flight, c.acquired),
+        (0, 1),
+        "credit back at the reply: {c:?}"
+    );
+
+    // Call 2 takes a credit; the server is not polled, so it stays in flight while the
+    // held completion of call 1 arrives.
+    let req = CallRequest::new(msg(&p, PROC_NULL, &[]), 256);
+    p.requester.submit(req, 2).expect("submitted");
+    gate.open();
+    let end = std::time::Instant::now() + DEADLINE;
+    // Only the requester is polled: call 1's completion, released by the open gate,
+    // retires its slot (call 2's Send may or may not complete meanwhile).
+    assert_eq!(p.requester.active(), 2);
+    while p.requester.active() > 1 {
+        p.requester.poll(p.requester.clock().now());
+        assert!(std::time::Instant::now() < end, "call 1's Send completes");
+    }
+    let c = p.requester.credits().snapshot();
+    assert_eq!(
+        (c.in_flight, c.acquired),
+        (1, 2),
+        "call 1's completion gave no second credit back: {c:?}"
+    );
+    assert_eq!(
+        p.requester.active(),
+        1,
+        "call 1's slot retired, call 2's in use"
+    );
+    assert!(p.next_outcome().is_none(), "call 1 has one outcome");
+
+    let done = p.run_until(DEADLINE, |p| {
+        while let Some(o) = p.next_outcome() {
+            outcomes.push(o);
+        }
+        outcomes.len() == 2
+    });
+    assert!(done, "call 2 answered");
+    assert_eq!(
+        (outcomes[1].tag, outcomes[1].status),
+        (2, CallStatus::Success)
+    );
+    for _ in 0..50 {
+        p.poll(p.requester.clock().now());
+        assert!(p.next_outcome().is_none(), "an outcome arrived twice");
+    }
+    let c = p.requester.credits().snapshot();
+    assert_eq!((c.in_flight, c.acquired), (0, 2), "{c:?}");
+    assert_eq!(p.requester.active(), 0);
+    assert_eq!(p.requester.core().plain_replies(), 2);
+    assert_eq!(p.requester.stats().outcomes, 2);
+
+    p.requester.close();
+    let closed = p.run_until(DEADLINE, |p| {
+        assert!(
+            p.next_outcome().is_none(),
+            "no outcome after the last call's"
+        );
+        p.requester.state() == ConnState::Closed
+    });
+    assert!(closed, "the requester closes");
+    drop(outcomes);
+    drop(p);
+    assert!(
+        pools.recv.is_full() && pools.send.is_full() && pools.large.is_full(),
+        "requester pools full after close"
+    );
+}
+
 per_provider!(
     more_calls_than_credits_queue_in_order,
     grant_follows_the_responder_policy,
     credits_held_by_dropped_calls_end_the_connection,
+    plain_reply_before_its_send_completion_retires_once,
 );

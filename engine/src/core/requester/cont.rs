@@ -182,12 +182,12 @@ impl RequesterHalf {
     pub(super) fn take_group_credits(&mut self, count: u32, alone: bool) -> Option<u32> {
         let mut extra = 0;
         while extra + 1 < count {
-            if !self.credits.try_acquire() {
+            if !self.credits.acquire_owned() {
                 if alone {
                     break;
                 }
                 for _ in 0..extra {
-                    self.credits.release();
+                    self.credits.release_owned();
                 }
                 return None;
             }
@@ -243,7 +243,7 @@ impl RequesterHalf {
         };
         let Some(group) = split.cut(ROPT_XMTREQ, lead) else {
             for _ in 0..extra {
-                self.credits.release();
+                self.credits.release_owned();
             }
             return false;
         };
@@ -296,7 +296,7 @@ impl RequesterHalf {
     pub(super) fn release_cont(&mut self, slot: u32) {
         let s = &mut self.slots[slot as usize];
         for _ in 0..s.cont_credits {
-            self.credits.release();
+            self.credits.release_owned();
         }
         s.cont_credits = 0;
         self.cont.reserve_free += s.rsbuf;

@@ -78,7 +78,7 @@ fn stage_plain_send(
         return false;
     }
     let wr_id = WrId::new(WrKind::CallSend, slot).encode();
-    let staged = t.stage(wr_id, SendOp::Send, core::slice::from_ref(&sge));
+    let staged = t.stage_one(wr_id, SendOp::Send, sge);
     // Room for a Send that was not staged (never, see `Transport::stage`) goes back.
     t.sq.give(u32::from(!staged));
     s.wrs = u32::from(staged);
@@ -118,7 +118,7 @@ impl RequesterHalf {
             && !self.free_slots.is_empty()
             && t.sq.free() >= 1
             && req.msg.lkey().is_ok();
-        if !plain || !self.credits.try_acquire() {
+        if !plain || !self.credits.acquire_owned() {
             return None;
         }
         let slot = self.free_slots.pop()?;
@@ -130,7 +130,7 @@ impl RequesterHalf {
         let s = &mut self.slots[slot as usize];
         if !stage_plain_send(t, s, slot, xid, credit, req.msg.as_slice()) {
             let _ = self.free_slots.push(slot);
-            self.credits.release();
+            self.credits.release_owned();
             return None;
         }
         // A free slot holds no registration, buffer or list (`progress` emptied it when
@@ -187,6 +187,10 @@ impl RequesterHalf {
     pub(super) fn finish_plain(&mut self, slot: u32, credit: u32, buf: RegBuf) {
         self.credits.set_granted(credit);
         self.stats.reply_messages += 1;
+        #[cfg(feature = "testing")]
+        {
+            self.plain_replies += 1;
+        }
         let s = &mut self.slots[slot as usize];
         s.holds_credit = false;
         s.plain = false;
@@ -195,7 +199,7 @@ impl RequesterHalf {
             s.own_xid = false;
             self.own_xids.remove(xid);
         }
-        self.credits.release();
+        self.credits.release_owned();
         let len = buf.len().saturating_sub(MIN_MSG_HEADER_LEN);
         let status = status_of(buf.as_slice().get(MIN_MSG_HEADER_LEN..).unwrap_or(&[]));
         let msg = s.msg.take();

@@ -259,7 +259,7 @@ impl RequesterHalf {
         };
         let give_back = |me: &mut Self| {
             for _ in 0..extra {
-                me.credits.release();
+                me.credits.release_owned();
             }
         };
         if let Some(x) = req.msg.storage_mut().get_mut(..4) {
