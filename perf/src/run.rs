@@ -27,6 +27,8 @@ pub enum Bench {
     PhysMemcpyCrc,
     /// [`tcp::pingpong`].
     TcpPingpong,
+    /// [`tcp::pingpong_copy`].
+    TcpPingpongCopy,
     /// [`tcp::stream`].
     TcpStream,
     /// [`fabric::run_op`] on the configured provider (`op` for bandwidth rows).
@@ -98,10 +100,22 @@ pub fn plan(cfg: &Config) -> Vec<Planned> {
                         Bench::Fabric(BwOp::Write),
                         tcp.then_some("tcp pingpong"),
                     );
-                    push(rpc, Layer::Rpc, RpcBench::Echo.name(), echo, None);
+                    // A chunked echo (both directions placed directly) beside an RPC
+                    // over TCP's floor: the same octets each way plus one copy on each
+                    // receiving side.
+                    let size = spec.size as u64;
+                    let copy = tcp && rpc && rpc::is_long(size, cfg.inline_threshold);
+                    push(
+                        copy,
+                        Layer::Physical,
+                        "tcp pingpong+copy",
+                        Bench::TcpPingpongCopy,
+                        None,
+                    );
+                    let echo_against = copy.then_some("physical tcp pingpong+copy");
+                    push(rpc, Layer::Rpc, RpcBench::Echo.name(), echo, echo_against);
                     // A call too long for inline: by continuation against the same call
                     // by Position-Zero Read chunk (the round trip the draft saves).
-                    let size = spec.size as u64;
                     if rpc
                         && rpc::is_long(size, cfg.inline_threshold)
                         && rpc::fits_a_group(size, cfg.inline_threshold)
@@ -246,6 +260,7 @@ fn run_on<F: FabricKind>(
         Bench::PhysMemcpy => physical::memcpy(&p.spec, meter),
         Bench::PhysMemcpyCrc => physical::memcpy_crc(&p.spec, meter),
         Bench::TcpPingpong => tcp::pingpong(&p.spec, meter),
+        Bench::TcpPingpongCopy => tcp::pingpong_copy(&p.spec, meter),
         Bench::TcpStream => tcp::stream(&p.spec, meter),
         Bench::Fabric(op) => fabric::run_op::<F>(&p.spec, op, meter),
         Bench::FabricRequestResponse => fabric::run_request_response::<F>(&p.spec, meter),

@@ -6,6 +6,11 @@
 //!   other (non-blocking, busy-polled: `read` until it has them all), answered with a
 //!   reply of `size` octets the same way. Two `write`s and at least two `read`s per
 //!   round trip, no copies beyond the kernel's; `TCP_NODELAY` on both ends.
+//! - `tcp pingpong+copy` (lat, sizes an RPC moves in chunks): the same ping-pong with one
+//!   more copy of each message at the side that received it (the request into the
+//!   responder's second buffer, the reply into the client's), as an RPC over TCP (ONC
+//!   RPC's record marking) copies arguments and results out of its receive buffer: the
+//!   floor a chunked siw RPC echo, which places both directly, has to beat.
 //! - `tcp stream` (bw): one thread writes `size`-octet messages back to back, the other
 //!   reads them (busy-polled); an operation is one message read whole, its time the gap
 //!   since the one before (as the memcpy row's).
@@ -166,6 +171,33 @@ pub fn pingpong(spec: &RowSpec, meter: Meter) -> Result<Measurement, BenchError>
     let mut resp = vec![0u8; size];
     measure(spec, meter, responder, |c, stop, deadline| {
         Ok(write_all(c, &req, stop, deadline)? && read_all(c, &mut resp, stop, deadline)?)
+    })
+}
+
+/// Runs the `tcp pingpong+copy` latency baseline: [`pingpong`] with each received
+/// message copied once more before it is answered (responder) or the next request goes
+/// (client).
+pub fn pingpong_copy(spec: &RowSpec, meter: Meter) -> Result<Measurement, BenchError> {
+    let size = spec.size.max(1);
+    let responder = move |mut s: TcpStream, stop: &AtomicBool, deadline: Instant| {
+        let mut buf = vec![0x5au8; size];
+        let mut arg = vec![0u8; size];
+        while read_all(&mut s, &mut buf, stop, deadline)? {
+            arg.copy_from_slice(std::hint::black_box(&buf));
+            if !write_all(&mut s, std::hint::black_box(&arg), stop, deadline)? {
+                break;
+            }
+        }
+        Ok(())
+    };
+    let req = vec![0xa5u8; size];
+    let mut resp = vec![0u8; size];
+    let mut res = vec![0u8; size];
+    measure(spec, meter, responder, |c, stop, deadline| {
+        let ok = write_all(c, &req, stop, deadline)? && read_all(c, &mut resp, stop, deadline)?;
+        res.copy_from_slice(std::hint::black_box(&resp));
+        std::hint::black_box(&res);
+        Ok(ok)
     })
 }
 

@@ -3,7 +3,7 @@
 
 use proptest::prelude::*;
 
-use rpcrdma::iwarp::crc32c::{crc32c, Crc32c, INTERLEAVE_FROM};
+use rpcrdma::iwarp::crc32c::{crc32c, Crc32c, FOLD_FROM};
 use rpcrdma::iwarp::fpdu::{decode_fpdu, encode_fpdu, fpdu_len, MAX_ULPDU_LEN};
 use rpcrdma::iwarp::handshake::{Initiator, InitiatorConfig, Responder, ResponderConfig};
 use rpcrdma::iwarp::mpa::{
@@ -96,13 +96,15 @@ fn crc32c_bitwise(data: &[u8]) -> u32 {
 }
 
 /// Lengths that matter to the CRC's implementations: short pieces (the hand-written
-/// path), either side of the switch to the crate, either side of the crate's long
+/// path), either side of the switch to the fold (or the crate, on CPUs without
+/// VPCLMULQDQ), either side of the crate's switch to three chains (768) and of its long
 /// interleaved block (3 x 8 KiB), and anything up to 64 KiB.
 fn crc_len() -> impl Strategy<Value = usize> {
-    let t = INTERLEAVE_FROM;
+    let t = FOLD_FROM;
     prop_oneof![
         0usize..64,
         (t - 16)..(t + 16),
+        (768 - 16usize)..(768 + 16),
         (3 * 8192 - 16usize)..(3 * 8192 + 16),
         0usize..(64 << 10),
     ]

@@ -347,6 +347,42 @@ fn rpc_rows_of_every_mode_are_in_the_json() {
 }
 
 #[test]
+fn siw_chunked_echo_is_compared_with_a_tcp_ping_pong_plus_a_copy() {
+    // 8 KiB does not fit the 4 KiB inline threshold: the echo moves by chunks, and its
+    // floor is an RPC over TCP's, the same octets each way plus one copy on each side.
+    let out = perf(&[
+        "lat",
+        "--provider",
+        "siw",
+        "--size",
+        "8k",
+        "--iters",
+        "50",
+        "--baseline",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+    let rows = v["rows"].as_array().unwrap();
+    let find = |name: &str| {
+        rows.iter()
+            .find(|r| r["bench"] == name)
+            .unwrap_or_else(|| panic!("no {name} row in {rows:?}"))
+    };
+    let copy = find("tcp pingpong+copy");
+    assert_eq!(copy["layer"], "physical");
+    assert_eq!(copy["figures"]["ops"], 50, "{copy}");
+    assert_eq!(
+        find("echo")["ratio"]["against"],
+        "physical tcp pingpong+copy"
+    );
+}
+
+#[test]
 fn siw_runs_rpc_and_fabric_rows_over_loopback() {
     let out = perf(&[
         "lat",

@@ -79,6 +79,9 @@ pub(crate) struct Conn {
     pub(crate) peer: SocketAddr,
     pub(crate) phase: Phase,
     pub(crate) readable: bool,
+    /// `readable` was set by the driver's speculative round only (no readiness event,
+    /// no earlier read left it set): a read now is a guess (see `step_running`).
+    pub(crate) speculative: bool,
     pub(crate) writable: bool,
     /// epoll reported the read side closed (the peer's FIN) or an error: the stream's
     /// end is coming, and no further readiness event will announce it, so a short read
@@ -152,6 +155,7 @@ impl Conn {
             peer,
             phase,
             readable: false,
+            speculative: false,
             writable: false,
             read_closed: false,
             out: Vec::new(),
@@ -688,18 +692,30 @@ impl Conn {
         // call on each side of every round trip. What the read brings (Read Requests to
         // answer, a Terminate, a Read Response that lets a fenced request start) is
         // transmitted below, in the same poll.
+        let mut sent = false;
         if e.has_posted() && (self.writable || !e.tx_waiting()) {
             match e.transmit(ctx.keys, &wire) {
                 Ok(full) => self.writable = !full,
                 Err(_) => return self.lost(ctx),
             }
+            sent = true;
         }
         // Bytes that followed the MPA frame in the same read.
         if self.rx_start < self.rx_end {
             e.receive(ctx.keys, &self.rxbuf[self.rx_start..self.rx_end]);
             self.rx_start = self.rx_end;
         }
-        let mut reads = 0;
+        // A guessed read right after this poll sent a message is skipped, once: what
+        // the message asked for cannot be back yet (the peer has to read it first), so
+        // on a ping-pong that `recv` is EAGAIN on every message, a third system call per
+        // message where one `sendmsg` and one `recv` move it. `readable` stays set, so
+        // the next poll reads whatever there is; a readiness event or data a read left
+        // behind is no guess and is read now.
+        let mut reads = if sent && self.speculative {
+            READ_BUDGET
+        } else {
+            0
+        };
         while self.readable && reads < READ_BUDGET {
             reads += 1;
             let direct = self.engine.as_ref().and_then(|e| e.direct_target(ctx.keys));

@@ -151,7 +151,9 @@ impl Driver {
             if !data && matches!(c.phase, Phase::Running | Phase::Closed) {
                 continue;
             }
-            if direct && matches!(c.phase, Phase::Running) {
+            let guess = direct && matches!(c.phase, Phase::Running);
+            c.speculative = guess && !c.readable;
+            if guess {
                 c.readable = true;
             }
             let mut ctx = Ctx {
