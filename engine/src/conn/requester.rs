@@ -224,7 +224,11 @@ impl<P: Provider, B: ResponderRole> Requester<P, B> {
         let paced = self.cm_pacer.due(now);
         let cm_due = self.core.state() != ConnState::Established || paced;
         if cm_due {
-            work += self.poll_cm(now);
+            let events = self.poll_cm(now);
+            if paced {
+                self.cm_pacer.found(events);
+            }
+            work += events;
         }
         let core = &mut self.core;
         let qp = &self.qp;

@@ -715,14 +715,19 @@ where
     /// connection. Returns the work done.
     pub fn poll(&mut self, now: Instant) -> usize {
         let mut work = 0;
-        let cm_due = self.cm_pacer.due(now)
+        let paced = self.cm_pacer.due(now);
+        let cm_due = paced
             || self.conns.is_empty()
             || self
                 .conns
                 .iter()
                 .any(|c| c.state() == ConnState::Connecting);
         if cm_due {
-            work += self.poll_cm(now);
+            let events = self.poll_cm(now);
+            if paced {
+                self.cm_pacer.found(events);
+            }
+            work += events;
             self.enforce_limits(now);
         }
         for c in &mut self.conns {
