@@ -942,10 +942,19 @@ impl RequesterHalf {
                 && !core::mem::needs_drop::<Option<crate::requester::Resend>>()
         );
         let owns_nothing = self.outcomes.front().is_some_and(|o| {
-            o.msg.is_none()
-                && o.reply.is_none()
-                && o.ddp_args.is_empty()
-                && o.write_sinks.is_empty()
+            // Every field named (no `..`): a field added to `Outcome` fails to compile
+            // here until it is checked or proven to own nothing above.
+            let crate::requester::Outcome {
+                tag: _,
+                xid: _,
+                status: _,
+                resend: _,
+                msg,
+                reply,
+                ddp_args,
+                write_sinks,
+            } = o;
+            msg.is_none() && reply.is_none() && ddp_args.is_empty() && write_sinks.is_empty()
         });
         if owns_nothing {
             self.outcomes.forget_front();
