@@ -350,7 +350,7 @@ fn rpc_rows_of_every_mode_are_in_the_json() {
 fn siw_chunked_echo_is_compared_with_a_tcp_ping_pong_plus_a_copy() {
     // 8 KiB does not fit the 4 KiB inline threshold: the echo moves by chunks, and its
     // floor is an RPC over TCP's, the same octets each way plus one copy on each side.
-    let out = perf(&[
+    let rows = perf_rows(&[
         "lat",
         "--provider",
         "siw",
@@ -361,25 +361,32 @@ fn siw_chunked_echo_is_compared_with_a_tcp_ping_pong_plus_a_copy() {
         "--baseline",
         "--json",
     ]);
+    let copy = row(&rows, "tcp pingpong+copy");
+    assert_eq!(copy["layer"], "physical");
+    assert_eq!(copy["figures"]["ops"], 50, "{copy}");
+    assert_eq!(
+        row(&rows, "echo")["ratio"]["against"],
+        "physical tcp pingpong+copy"
+    );
+}
+
+/// Runs `rpcrdma-perf ARGS` (with `--json`), checks it succeeded, returns its rows.
+fn perf_rows(args: &[&str]) -> Vec<Value> {
+    let out = perf(args);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
     let v: Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
-    let rows = v["rows"].as_array().unwrap();
-    let find = |name: &str| {
-        rows.iter()
-            .find(|r| r["bench"] == name)
-            .unwrap_or_else(|| panic!("no {name} row in {rows:?}"))
-    };
-    let copy = find("tcp pingpong+copy");
-    assert_eq!(copy["layer"], "physical");
-    assert_eq!(copy["figures"]["ops"], 50, "{copy}");
-    assert_eq!(
-        find("echo")["ratio"]["against"],
-        "physical tcp pingpong+copy"
-    );
+    v["rows"].as_array().expect("a rows array").clone()
+}
+
+/// The row named `bench` among `rows`.
+fn row<'a>(rows: &'a [Value], bench: &str) -> &'a Value {
+    rows.iter()
+        .find(|r| r["bench"] == bench)
+        .unwrap_or_else(|| panic!("no {bench} row in {rows:?}"))
 }
 
 #[test]
@@ -413,7 +420,7 @@ fn siw_runs_rpc_and_fabric_rows_over_loopback() {
 
 #[test]
 fn siw_bandwidth_is_compared_with_a_tcp_stream() {
-    let out = perf(&[
+    let rows = perf_rows(&[
         "bw",
         "--provider",
         "siw",
@@ -427,20 +434,19 @@ fn siw_bandwidth_is_compared_with_a_tcp_stream() {
         "--json",
     ]);
     assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        row(&rows, "tcp stream")["figures"]["gb_per_s"]
+            .as_f64()
+            .unwrap()
+            > 0.0
     );
-    let v: Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
-    let rows = v["rows"].as_array().unwrap();
-    let find = |name: &str| {
-        rows.iter()
-            .find(|r| r["bench"] == name)
-            .unwrap_or_else(|| panic!("{name} in {rows:?}"))
-    };
-    assert!(find("tcp stream")["figures"]["gb_per_s"].as_f64().unwrap() > 0.0);
-    assert_eq!(find("write")["ratio"]["against"], "physical tcp stream");
-    assert_eq!(find("read")["ratio"]["against"], "physical tcp stream");
+    assert_eq!(
+        row(&rows, "write")["ratio"]["against"],
+        "physical tcp stream"
+    );
+    assert_eq!(
+        row(&rows, "read")["ratio"]["against"],
+        "physical tcp stream"
+    );
 }
 
 /// `--siw-completions` reaches the provider: without confirmation Reads a Send completes
