@@ -523,16 +523,15 @@ impl Transport {
     /// counted in `outbox_overflows` instead of being lost silently.
     #[inline]
     pub(crate) fn stage(&mut self, wr_id: u64, op: SendOp, sgl: &[Sge]) -> bool {
+        if let [sge] = sgl {
+            return self.stage_one(wr_id, op, *sge);
+        }
         let flags = if self.ledger.enabled() {
             self.ledger_flags(wr_id, &op)
         } else {
             SendFlags::SIGNALED
         };
-        let ok = match sgl {
-            [sge] => self.outbox.push_send_one(wr_id, op, *sge, flags),
-            _ => self.outbox.push_send(wr_id, op, sgl, flags),
-        }
-        .is_ok();
+        let ok = self.outbox.push_send(wr_id, op, sgl, flags).is_ok();
         debug_assert!(ok, "outbox smaller than the send queue");
         if !ok {
             self.overflowed();
