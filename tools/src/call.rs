@@ -548,11 +548,36 @@ fn call_once<P: Provider>(
         }
         if Instant::now() >= end {
             return Err(call_err(format!(
-                "no {what} within {:.1}s",
-                timeout.as_secs_f64()
+                "no {what} within {:.1}s ({})",
+                timeout.as_secs_f64(),
+                stall_report(conn)
             )));
         }
     }
+}
+
+/// What the requester holds when a call stalls: enough to tell a call that never
+/// left (queued, no credit, no Send posted) from one whose reply never came.
+fn stall_report<P: Provider>(conn: &Requester<P>) -> String {
+    let s = conn.stats();
+    let c = conn.credits().snapshot();
+    format!(
+        "state {:?}, calls sent {}, messages {}, queued {}, active {}, credits granted {} \
+         in flight {}, outcomes {}, unmatched {}, stray completions {}, receive starved {}, \
+         outbox overflows {}",
+        conn.state(),
+        s.calls_sent,
+        s.call_messages,
+        conn.queued(),
+        conn.active(),
+        c.granted,
+        c.in_flight,
+        s.outcomes,
+        s.unmatched,
+        s.stray_completions,
+        s.recv_starved,
+        s.outbox_overflows
+    )
 }
 
 /// Runs CONF_RDMA (RFC 5666 §6) on `conn` and applies the server's answer.
