@@ -48,6 +48,18 @@ pub enum SiwCompletions {
     OnTransmit,
 }
 
+/// Whether siw asks for MPA CRCs (the `siw` provider's `SiwConfig::crc`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SiwCrc {
+    /// Ask for CRCs: every FPDU carries one (the provider's default).
+    #[default]
+    On,
+    /// Do not ask, as Linux siw by default: no CRCs unless the peer asks for them
+    /// (RFC 5044 §7.1: either side asking puts CRCs on both directions).
+    Off,
+}
+
 /// Fabric providers by name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -137,6 +149,10 @@ pub struct Opts {
     /// difference between the rows).
     #[arg(long, global = true, value_enum, default_value = "on-transmit")]
     pub siw_completions: SiwCompletions,
+    /// siw only: whether to ask for MPA CRCs (what they cost is the difference
+    /// between the rows; TCP baselines carry none).
+    #[arg(long, global = true, value_enum, default_value = "on")]
+    pub siw_crc: SiwCrc,
     /// Also measure the raw-fabric and physical baselines (default in the suite).
     #[arg(long, global = true, overrides_with = "no_baseline")]
     pub baseline: bool,

@@ -49,6 +49,8 @@ pub struct Config {
     pub credits: u32,
     /// When siw Sends and Writes complete.
     pub siw_completions: crate::cli::SiwCompletions,
+    /// Whether siw asks for MPA CRCs.
+    pub siw_crc: crate::cli::SiwCrc,
     /// Baseline rows are measured.
     pub baseline: bool,
     /// RPC rows go to this remote responder instead of one in this process.
@@ -252,6 +254,7 @@ impl Config {
             inline_threshold: o.inline,
             credits: o.credits,
             siw_completions: o.siw_completions,
+            siw_crc: o.siw_crc,
             // Baselines need both ends in this process.
             baseline: o.connect.is_none() && o.baseline_choice().unwrap_or(suite),
             connect: o.connect.clone(),

@@ -29,7 +29,7 @@ use rpcrdma::fabric::{
 };
 use rpcrdma_pools::{Arena, ArenaOptions, HugePages};
 
-use crate::cli::SiwCompletions;
+use crate::cli::{SiwCompletions, SiwCrc};
 use crate::measure::{Measurement, Meter};
 use crate::spec::{pin, BenchError, Mode, RowSpec};
 
@@ -88,15 +88,10 @@ impl FabricKind for Siw {
     type P = SiwProvider;
 
     fn open() -> Result<SiwDevice, BenchError> {
-        let mut cfg = rpcrdma::fabric::siw::SiwConfig::default();
-        match siw_completions() {
-            SiwCompletions::Strict => cfg.confirm_completions = true,
-            SiwCompletions::SharedSegment => {
-                cfg.confirm_completions = true;
-                cfg.confirmation_own_segment = false;
-            }
-            SiwCompletions::OnTransmit => cfg.confirm_completions = false,
-        }
+        let cfg = siw_config(
+            siw_completions(),
+            SIW_CRC.get().copied().unwrap_or_default(),
+        );
         Ok(SiwDevice::with_config(cfg)?)
     }
 
@@ -164,6 +159,29 @@ pub fn set_siw_completions(c: SiwCompletions) {
 
 fn siw_completions() -> SiwCompletions {
     SIW_COMPLETIONS.get().copied().unwrap_or_default()
+}
+
+/// The siw device settings a run's `--siw-completions` and `--siw-crc` choose.
+fn siw_config(completions: SiwCompletions, crc: SiwCrc) -> rpcrdma::fabric::siw::SiwConfig {
+    let mut cfg = rpcrdma::fabric::siw::SiwConfig::default();
+    match completions {
+        SiwCompletions::Strict => cfg.confirm_completions = true,
+        SiwCompletions::SharedSegment => {
+            cfg.confirm_completions = true;
+            cfg.confirmation_own_segment = false;
+        }
+        SiwCompletions::OnTransmit => cfg.confirm_completions = false,
+    }
+    cfg.crc = crc == SiwCrc::On;
+    cfg
+}
+
+/// The process's choice of siw CRCs (set once, as [`SIW_COMPLETIONS`]).
+static SIW_CRC: std::sync::OnceLock<SiwCrc> = std::sync::OnceLock::new();
+
+/// Sets whether siw devices opened afterwards ask for MPA CRCs (the first call wins).
+pub fn set_siw_crc(c: SiwCrc) {
+    let _ = SIW_CRC.set(c);
 }
 
 /// What a bandwidth row's client posts.
@@ -752,5 +770,21 @@ fn client_stream<P: Provider>(
                 return Ok(());
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `--siw-crc` and `--siw-completions` set exactly the settings they name.
+    #[test]
+    fn siw_options_choose_the_device_settings() {
+        let on = siw_config(SiwCompletions::OnTransmit, SiwCrc::On);
+        assert!(on.crc && !on.confirm_completions);
+        let off = siw_config(SiwCompletions::Strict, SiwCrc::Off);
+        assert!(!off.crc && off.confirm_completions && off.confirmation_own_segment);
+        let shared = siw_config(SiwCompletions::SharedSegment, SiwCrc::On);
+        assert!(shared.crc && shared.confirm_completions && !shared.confirmation_own_segment);
     }
 }

@@ -305,6 +305,7 @@ pub fn run_one(cfg: &Config, p: &Planned, index: usize, total: usize) -> Row {
 /// Runs every planned row and computes the ratios.
 pub fn run_all(cfg: &Config, planned: &[Planned]) -> Vec<Row> {
     fabric::set_siw_completions(cfg.siw_completions);
+    fabric::set_siw_crc(cfg.siw_crc);
     let mut rows: Vec<Row> = planned
         .iter()
         .enumerate()
@@ -363,6 +364,14 @@ pub fn notes(cfg: &Config) -> Vec<String> {
                 crate::cli::SiwCompletions::OnTransmit => "on-transmit",
             }
         ));
+        n.push(match cfg.siw_crc {
+            crate::cli::SiwCrc::On => "siw CRCs: on (every FPDU carries an MPA CRC32c; \
+                                       --siw-crc off measures without, as Linux siw's default)."
+                .to_string(),
+            crate::cli::SiwCrc::Off => "siw CRCs: off (neither end asks for MPA CRCs, as \
+                                        Linux siw's default; a peer that asks still gets them)."
+                .to_string(),
+        });
     }
     if let Some(addr) = &cfg.connect {
         n.push(format!(

@@ -475,3 +475,27 @@ fn siw_completions_are_chosen_and_reported() {
     let out = perf(&["lat", "--siw-completions", "sometimes"]);
     assert!(!out.status.success());
 }
+
+/// `--siw-crc off` runs siw without MPA CRCs (as Linux siw's default) and says so;
+/// anything but `on` or `off` is refused.
+#[test]
+fn siw_crc_is_chosen_and_reported() {
+    for mode in ["on", "off"] {
+        let out = perf(&[
+            "lat",
+            "--provider",
+            "siw",
+            "--iters",
+            "100",
+            "--baseline",
+            "--siw-crc",
+            mode,
+        ]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{mode}: {text}");
+        assert!(text.contains(&format!("note: siw CRCs: {mode} ")), "{text}");
+        assert!(text.contains("lat  rpc      echo"), "{text}");
+    }
+    let out = perf(&["lat", "--siw-crc", "sometimes"]);
+    assert!(!out.status.success());
+}
