@@ -123,8 +123,15 @@ impl<'a> DdpCursor<'a> {
         if reads.len() > MAX_DDP_ITEMS {
             return Err(DdpDecodeError::TooManyChunks { count: reads.len() });
         }
+        // No Read chunks (nearly every call) decodes as all inline: the same answers,
+        // without a search of an empty list per DDP-eligible item and in `finish`.
+        let chunks = if reads.is_empty() {
+            Chunks::None
+        } else {
+            Chunks::Read(reads)
+        };
         Ok(DdpCursor {
-            chunks: Chunks::Read(reads),
+            chunks,
             ..Self::inline(msg, at)
         })
     }
@@ -296,6 +303,19 @@ impl<'a> DdpCursor<'a> {
     ///
     /// On error the cursor has not moved.
     pub fn opaque_ddp(&mut self, max: u32) -> Result<&'a [u8], DdpDecodeError> {
+        // All inline and no RDMA_MSGP padding (nearly every call): the length word and
+        // the data, without the chunk search and the padding arithmetic.
+        if let (Chunks::None, None) = (&self.chunks, self.padding) {
+            let start = self.xdr.clone();
+            let data = self
+                .xdr
+                .count(max)
+                .and_then(|len| self.xdr.opaque_fixed(len as usize));
+            if data.is_err() {
+                self.xdr = start;
+            }
+            return Ok(data?);
+        }
         let start = (self.xdr.clone(), self.used);
         let len_at = self.xdr.position();
         let len = match self.xdr.count(max) {
