@@ -396,8 +396,8 @@ impl Dispatcher {
         if call.vers < low || call.vers > high {
             return header_only(ReplyHeader::prog_mismatch(xid, low, high), reply);
         }
-        let mut args = match DdpCursor::with_read_chunks(msg, args_at, reads) {
-            Ok(args) => args.with_padding(padding),
+        let mut args = match DdpCursor::call_args(msg, args_at, reads, padding) {
+            Ok(args) => args,
             Err(_) => return header_only(ReplyHeader::garbage_args(xid), reply),
         };
         if call.procedure == 0 {
