@@ -123,9 +123,44 @@ impl<'a> DdpCursor<'a> {
         if reads.len() > MAX_DDP_ITEMS {
             return Err(DdpDecodeError::TooManyChunks { count: reads.len() });
         }
+        // No Read chunks (nearly every call) decodes as all inline: the same answers,
+        // without a search of an empty list per DDP-eligible item and in `finish`.
+        let chunks = if reads.is_empty() {
+            Chunks::None
+        } else {
+            Chunks::Read(reads)
+        };
         Ok(DdpCursor {
-            chunks: Chunks::Read(reads),
+            chunks,
             ..Self::inline(msg, at)
+        })
+    }
+
+    /// [`with_read_chunks`](Self::with_read_chunks) then
+    /// [`with_padding`](Self::with_padding), built in place: a dispatcher makes one per
+    /// call, and moving the cursor through `with_padding` costs about ten instructions.
+    #[inline(always)]
+    pub(crate) fn call_args(
+        msg: &'a [u8],
+        at: usize,
+        reads: &'a [ReadItem<'a>],
+        padding: Option<Padding>,
+    ) -> Result<Self, DdpDecodeError> {
+        if reads.len() > MAX_DDP_ITEMS {
+            return Err(DdpDecodeError::TooManyChunks { count: reads.len() });
+        }
+        let chunks = if reads.is_empty() {
+            Chunks::None
+        } else {
+            Chunks::Read(reads)
+        };
+        Ok(DdpCursor {
+            xdr: XdrCursor::at(msg, at),
+            gap: 0,
+            padded: 0,
+            padding,
+            chunks,
+            used: 0,
         })
     }
 
@@ -296,6 +331,19 @@ impl<'a> DdpCursor<'a> {
     ///
     /// On error the cursor has not moved.
     pub fn opaque_ddp(&mut self, max: u32) -> Result<&'a [u8], DdpDecodeError> {
+        // All inline and no RDMA_MSGP padding (nearly every call): the length word and
+        // the data, without the chunk search and the padding arithmetic.
+        if let (Chunks::None, None) = (&self.chunks, self.padding) {
+            let start = self.xdr.clone();
+            let data = self
+                .xdr
+                .count(max)
+                .and_then(|len| self.xdr.opaque_fixed(len as usize));
+            if data.is_err() {
+                self.xdr = start;
+            }
+            return Ok(data?);
+        }
         let start = (self.xdr.clone(), self.used);
         let len_at = self.xdr.position();
         let len = match self.xdr.count(max) {
@@ -365,6 +413,7 @@ impl<'a> DdpCursor<'a> {
 
     /// Checks that the whole message was consumed: no inline octets left, every Read
     /// chunk used, and no later Write chunk carrying data.
+    #[inline]
     pub fn finish(&self) -> Result<(), DdpDecodeError> {
         if self.xdr.remaining() != 0 {
             return Err(DdpDecodeError::TrailingBytes {
@@ -391,5 +440,80 @@ impl<'a> DdpCursor<'a> {
     fn rewind(&mut self, (xdr, used): (XdrCursor<'a>, u32)) {
         self.xdr = xdr;
         self.used = used;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The all-inline fast path of `opaque_ddp` (no chunks, no padding) answers as the
+    /// general path does (forced here by padding that never pads): the same data or
+    /// error, and on error a cursor that has not moved.
+    #[test]
+    fn inline_opaque_ddp_matches_the_general_path() {
+        let never_pads = Some(Padding {
+            align: 1,
+            thresh: u32::MAX,
+            base: 0,
+        });
+        let word = |v: u32| v.to_be_bytes().to_vec();
+        let cases: Vec<(Vec<u8>, u32)> = vec![
+            ([word(3), vec![1, 2, 3, 0]].concat(), 8),
+            ([word(4), vec![1, 2, 3, 4]].concat(), 8),
+            ([word(0)].concat(), 8),
+            // Longer than the bound.
+            ([word(9), vec![0; 12]].concat(), 8),
+            // Truncated data, truncated padding, no length word at all.
+            ([word(8), vec![1; 4]].concat(), 8),
+            ([word(3), vec![1, 2, 3]].concat(), 8),
+            (vec![0, 0], 8),
+            // Non-zero padding.
+            ([word(1), vec![7, 0, 1, 0]].concat(), 8),
+        ];
+        for (msg, max) in cases {
+            let mut fast = DdpCursor::inline(&msg, 0);
+            let mut general = DdpCursor::call_args(&msg, 0, &[], never_pads).unwrap();
+            let (f, g) = (fast.opaque_ddp(max), general.opaque_ddp(max));
+            assert_eq!(f, g, "{msg:?}");
+            assert_eq!(fast.position(), general.position(), "{msg:?}");
+            if f.is_err() {
+                assert_eq!(fast.position(), 0, "moved on error: {msg:?}");
+            }
+            assert_eq!(fast.finish(), general.finish(), "{msg:?}");
+        }
+    }
+
+    /// A cursor built by `call_args` is the one `with_read_chunks` and `with_padding`
+    /// build, with and without Read chunks.
+    #[test]
+    fn call_args_is_with_read_chunks_and_padding() {
+        let msg = [0, 0, 0, 4, 0, 0, 0, 0];
+        let data = [9u8; 4];
+        let reads = [ReadItem {
+            position: 4,
+            data: &data,
+        }];
+        let pad = Some(Padding {
+            align: 8,
+            thresh: 1,
+            base: 0,
+        });
+        for r in [&reads[..], &[]] {
+            for p in [None, pad] {
+                let mut a = DdpCursor::call_args(&msg, 0, r, p).unwrap();
+                let mut b = DdpCursor::with_read_chunks(&msg, 0, r)
+                    .unwrap()
+                    .with_padding(p);
+                assert_eq!(a.opaque_ddp(16), b.opaque_ddp(16));
+                assert_eq!(a.xdr_position(), b.xdr_position());
+                assert_eq!(a.finish(), b.finish());
+            }
+        }
+        let too_many = [ReadItem::default(); MAX_DDP_ITEMS + 1];
+        assert_eq!(
+            DdpCursor::call_args(&msg, 0, &too_many, None).err(),
+            DdpCursor::with_read_chunks(&msg, 0, &too_many).err()
+        );
     }
 }

@@ -204,6 +204,11 @@ impl<'b, 'd> DdpEncoder<'b, 'd> {
     /// chunks, which [`finish`](Self::finish) would copy out too.
     #[inline]
     pub(crate) fn into_writes(self) -> DdpList<WriteItem<'d>> {
+        // Nearly every reply fills no Write chunk: a fresh empty list is one store,
+        // where moving this one out copies its eight (uninitialised) places.
+        if self.writes.is_empty() {
+            return DdpList::new();
+        }
         self.writes
     }
 

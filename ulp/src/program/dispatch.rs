@@ -322,6 +322,18 @@ impl Dispatcher {
         call: &InboundCall<'d>,
         reply: &mut [u8],
     ) -> Result<Dispatched<'d>, DispatchError> {
+        self.answer(call, reply)
+    }
+
+    /// [`dispatch`](Self::dispatch), its answer handed back as `A`: a [`Dispatched`], or
+    /// for a call that offered no Write chunks (whose reply has no Write list to carry)
+    /// an [`Answered`] of two words.
+    #[inline(always)]
+    pub(super) fn answer<'d, A: Answer<'d>>(
+        &'d mut self,
+        call: &InboundCall<'d>,
+        reply: &mut [u8],
+    ) -> Result<A, DispatchError> {
         // Nearly every call has the plain header (RPC version 2, AUTH_NONE twice):
         // decoded where it is used, not returned through a `Result` and moved out of
         // it (a call header is some two hundred octets, for AUTH_SYS's groups).
@@ -331,18 +343,18 @@ impl Dispatcher {
         self.dispatch_general(call, reply)
     }
 
-    /// [`dispatch`](Self::dispatch) of a call whose header is not the plain one.
+    /// [`answer`](Self::answer) of a call whose header is not the plain one.
     #[inline(never)]
-    fn dispatch_general<'d>(
+    fn dispatch_general<'d, A: Answer<'d>>(
         &'d mut self,
         call: &InboundCall<'d>,
         reply: &mut [u8],
-    ) -> Result<Dispatched<'d>, DispatchError> {
+    ) -> Result<A, DispatchError> {
         let (header, args_at) = match CallHeader::decode(call.msg) {
             Ok(decoded) => decoded,
             Err(e) => {
                 return match e.server_reply() {
-                    ServerReply::Drop => Ok(Dispatched::Drop(e)),
+                    ServerReply::Drop => Ok(A::drop(e)),
                     ServerReply::Send(h) => header_only(h, reply),
                 }
             }
@@ -353,13 +365,13 @@ impl Dispatcher {
     /// [`dispatch`](Self::dispatch) of a call whose header `call` decoded, its
     /// arguments starting `args_at` octets into `inbound`'s message.
     #[inline(always)]
-    fn dispatch_decoded<'d>(
+    fn dispatch_decoded<'d, A: Answer<'d>>(
         &'d mut self,
         call: &CallHeader<'d>,
         args_at: usize,
         inbound: &InboundCall<'d>,
         reply: &mut [u8],
-    ) -> Result<Dispatched<'d>, DispatchError> {
+    ) -> Result<A, DispatchError> {
         let InboundCall {
             msg,
             reads,
@@ -384,8 +396,8 @@ impl Dispatcher {
         if call.vers < low || call.vers > high {
             return header_only(ReplyHeader::prog_mismatch(xid, low, high), reply);
         }
-        let mut args = match DdpCursor::with_read_chunks(msg, args_at, reads) {
-            Ok(args) => args.with_padding(padding),
+        let mut args = match DdpCursor::call_args(msg, args_at, reads, padding) {
+            Ok(args) => args,
             Err(_) => return header_only(ReplyHeader::garbage_args(xid), reply),
         };
         if call.procedure == 0 {
@@ -393,7 +405,7 @@ impl Dispatcher {
             return match args.finish() {
                 Ok(()) => {
                     self.stats.nulls += 1;
-                    header_only(ReplyHeader::success(xid), reply)
+                    success_only(xid, reply)
                 }
                 Err(_) => header_only(ReplyHeader::garbage_args(xid), reply),
             };
@@ -404,8 +416,8 @@ impl Dispatcher {
         let Some(drc) = drc.as_deref().filter(|_| !info.idempotent) else {
             // No reply cache to consult (none, or the procedure is idempotent), which is
             // the common case: the reply is built and returned in place.
-            let success = ReplyHeader::success(xid);
-            let results_at = success.encode(reply).map_err(|e| too_small(xid, e))?;
+            let results_at =
+                ReplyHeader::encode_success(xid, reply).map_err(|e| too_small(xid, e))?;
             let (_, rest) = reply.split_at_mut(results_at);
             let mut results = DdpEncoder::write_chunks(rest, results_at, write_chunks)
                 .map_err(|error| DispatchError::ReplyOverrun { xid, error })?;
@@ -413,12 +425,12 @@ impl Dispatcher {
                 .call(call, &mut args, &mut results)
                 .and_then(|()| args.finish().map_err(ProcError::GarbageArgs));
             return match ran {
-                Ok(()) => Ok(Dispatched::Reply(WrittenReply {
-                    xid,
-                    header: success,
-                    len: results.position(),
-                    write_chunks: results.into_writes(),
-                })),
+                Ok(()) => {
+                    let len = results.position();
+                    Ok(A::reply(xid, ReplyHeader::success(xid), len, || {
+                        results.into_writes()
+                    }))
+                }
                 Err(e) => failed(e, xid, reply, &mut self.stats),
             };
         };
@@ -429,14 +441,9 @@ impl Dispatcher {
         let key = DrcKey::of_call(call, self.client, inline_args, reads);
         match drc.lookup(&key, reply) {
             DrcLookup::New(p) => pending = Some(p),
-            DrcLookup::InProgress => return Ok(Dispatched::NoReply { xid }),
+            DrcLookup::InProgress => return Ok(A::no_reply(xid)),
             DrcLookup::Replayed { len } => {
-                return Ok(Dispatched::Reply(WrittenReply {
-                    xid,
-                    header: ReplyHeader::success(xid),
-                    len,
-                    write_chunks: DdpList::new(),
-                }))
+                return Ok(A::reply(xid, ReplyHeader::success(xid), len, DdpList::new))
             }
             // As the original reply would have overrun this call's buffer.
             DrcLookup::ReplayOverrun { len } => {
@@ -468,12 +475,7 @@ impl Dispatcher {
                 if let Some(p) = pending.filter(|_| done.writes.is_empty()) {
                     p.complete(reply.get(..done.len).unwrap_or(&[]));
                 }
-                Ok(Dispatched::Reply(WrittenReply {
-                    xid,
-                    header: success,
-                    len: done.len,
-                    write_chunks: done.writes,
-                }))
+                Ok(A::reply(xid, success, done.len, || done.writes))
             }
             Err(e) => failed(e, xid, reply, &mut self.stats),
         }
@@ -482,12 +484,12 @@ impl Dispatcher {
 
 /// The reply to a call whose procedure failed with `e`: a header-only RPC error, a reply
 /// overrun for the transport to report, or no reply at all.
-fn failed<'d>(
+fn failed<'d, A: Answer<'d>>(
     e: ProcError,
     xid: u32,
     reply: &mut [u8],
     stats: &mut DispatchStats,
-) -> Result<Dispatched<'d>, DispatchError> {
+) -> Result<A, DispatchError> {
     match e {
         ProcError::GarbageArgs(_) => header_only(ReplyHeader::garbage_args(xid), reply),
         ProcError::ProcUnavail => header_only(ReplyHeader::proc_unavail(xid), reply),
@@ -496,7 +498,7 @@ fn failed<'d>(
         ProcError::Results(error) => Err(DispatchError::ReplyOverrun { xid, error }),
         ProcError::NoReply => {
             stats.no_reply += 1;
-            Ok(Dispatched::NoReply { xid })
+            Ok(A::no_reply(xid))
         }
     }
 }
@@ -517,15 +519,103 @@ fn too_small(xid: u32, e: EncodeError) -> DispatchError {
     }
 }
 
-fn header_only<'d>(
+/// [`header_only`] of the SUCCESS header (a NULL call's whole reply), its encoding
+/// inlined.
+#[inline(always)]
+fn success_only<'d, A: Answer<'d>>(xid: u32, reply: &mut [u8]) -> Result<A, DispatchError> {
+    let len = ReplyHeader::encode_success(xid, reply).map_err(|e| too_small(xid, e))?;
+    Ok(A::reply(xid, ReplyHeader::success(xid), len, DdpList::new))
+}
+
+fn header_only<'d, A: Answer<'d>>(
     h: ReplyHeader<'static>,
     reply: &mut [u8],
-) -> Result<Dispatched<'d>, DispatchError> {
+) -> Result<A, DispatchError> {
     let len = h.encode(reply).map_err(|e| too_small(h.xid, e))?;
-    Ok(Dispatched::Reply(WrittenReply {
-        xid: h.xid,
-        header: h,
-        len,
-        write_chunks: DdpList::new(),
-    }))
+    Ok(A::reply(h.xid, h, len, DdpList::new))
+}
+
+/// How [`Dispatcher::answer`] hands its answer back (sealed: the dispatcher's own two).
+pub(super) trait Answer<'d>: Sized {
+    /// A reply of `len` octets with header `header`; `writes` yields its Write list
+    /// (called only by an answer that carries one).
+    fn reply(
+        xid: u32,
+        header: ReplyHeader<'static>,
+        len: usize,
+        writes: impl FnOnce() -> DdpList<WriteItem<'d>>,
+    ) -> Self;
+    /// No reply: the message is not an answerable call.
+    fn drop(e: RpcError) -> Self;
+    /// No reply: the program chose not to answer.
+    fn no_reply(xid: u32) -> Self;
+}
+
+impl<'d> Answer<'d> for Dispatched<'d> {
+    #[inline(always)]
+    fn reply(
+        xid: u32,
+        header: ReplyHeader<'static>,
+        len: usize,
+        writes: impl FnOnce() -> DdpList<WriteItem<'d>>,
+    ) -> Self {
+        Dispatched::Reply(WrittenReply {
+            xid,
+            header,
+            len,
+            write_chunks: writes(),
+        })
+    }
+
+    #[inline(always)]
+    fn drop(e: RpcError) -> Self {
+        Dispatched::Drop(e)
+    }
+
+    #[inline(always)]
+    fn no_reply(xid: u32) -> Self {
+        Dispatched::NoReply { xid }
+    }
+}
+
+/// [`Dispatched`] without the reply's header and Write list: what the engine's
+/// responder upcall needs of a call that offered no Write chunks (so that the reply
+/// has no Write list), handed back in two words instead of some three hundred octets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Answered {
+    /// Send the reply of `len` octets written at the start of the buffer.
+    Reply {
+        /// Octets of the reply message.
+        len: usize,
+    },
+    /// Send nothing: not an answerable call ([`Dispatched::Drop`]).
+    Drop,
+    /// Send nothing: the program chose not to answer ([`Dispatched::NoReply`]).
+    NoReply,
+}
+
+impl<'d> Answer<'d> for Answered {
+    #[inline(always)]
+    fn reply(
+        _xid: u32,
+        _header: ReplyHeader<'static>,
+        len: usize,
+        writes: impl FnOnce() -> DdpList<WriteItem<'d>>,
+    ) -> Self {
+        // Used only for calls without Write chunks, whose results all go inline.
+        debug_assert!(writes().is_empty(), "a Write list dropped");
+        #[cfg(not(debug_assertions))]
+        let _ = writes;
+        Answered::Reply { len }
+    }
+
+    #[inline(always)]
+    fn drop(_e: RpcError) -> Self {
+        Answered::Drop
+    }
+
+    #[inline(always)]
+    fn no_reply(_xid: u32) -> Self {
+        Answered::NoReply
+    }
 }

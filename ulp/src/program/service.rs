@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use rpcrdma::{CallView, DdpRefusal, RegBuf, ReplyWriter, Service, ServiceError};
 
-use super::dispatch::{DispatchError, Dispatched, Dispatcher, InboundCall};
+use super::dispatch::{Answered, DispatchError, Dispatched, Dispatcher, InboundCall};
 use crate::ddp::{DdpList, ReadItem};
 
 impl Service for Dispatcher {
@@ -64,20 +64,40 @@ impl Service for Dispatcher {
             write_chunks: call.write_chunks(),
             padding: call.padding(),
         };
-        // Programs get their registered buffers on the first call that can use them.
-        if !self.is_attached() && !call.write_chunks().is_empty() {
-            self.attach_registered(&mut || reply.alloc_buf());
+        // No Write chunks offered (nearly every call): the reply has no Write list, so
+        // no DDP result to place, and the dispatcher hands back only its length.
+        if call.write_chunks().is_empty() {
+            return answer_inline(self, &inbound, reply);
         }
-        // A dispatcher never attached (no call had Write chunks yet: every inline
-        // call) has no registered results to look in, and skips taking the list out
-        // and putting it back (dropping the empty one it replaces).
+        // Programs get their registered buffers on the first call that can use them.
         if !self.is_attached() {
-            return reply_to(self, &inbound, reply, &[]);
+            self.attach_registered(&mut || reply.alloc_buf());
         }
         let registered = self.take_registered();
         let done = reply_to(self, &inbound, reply, &registered);
         self.put_registered(registered);
         done
+    }
+}
+
+/// Dispatches `inbound`, a call that offered no Write chunks, into `reply`.
+#[inline(always)]
+fn answer_inline(
+    d: &mut Dispatcher,
+    inbound: &InboundCall<'_>,
+    reply: &mut ReplyWriter<'_>,
+) -> Result<(), ServiceError> {
+    match d.answer::<Answered>(inbound, reply.spare_mut()) {
+        Ok(Answered::Reply { len }) => reply.advance(len).map_err(|_| ServiceError::SystemErr),
+        Ok(Answered::Drop) => Err(ServiceError::GarbageArgs),
+        Ok(Answered::NoReply) => {
+            reply.no_reply();
+            Ok(())
+        }
+        Err(DispatchError::ReplyOverrun { .. } | DispatchError::ReplyBufferTooSmall { .. }) => {
+            overflow(reply);
+            Ok(())
+        }
     }
 }
 
@@ -95,9 +115,6 @@ fn within<'r>(registered: &'r [Arc<RegBuf>], data: &[u8]) -> Option<(&'r Arc<Reg
 /// Dispatches `inbound` into `reply` and hands its DDP results to the engine: without
 /// a copy when they lie in the call's pulled Read chunks or in `registered`, else
 /// copied once into a large buffer.
-// Always inlined: `handle_call` calls it from two places, and a call of its own
-// would cost more than the take-and-put the first place saves.
-#[inline(always)]
 fn reply_to(
     d: &mut Dispatcher,
     inbound: &InboundCall<'_>,
