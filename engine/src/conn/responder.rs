@@ -220,6 +220,11 @@ impl<P: Provider, S: Service, B: RequesterRole> ResponderConn<P, S, B> {
                 on_srq = true;
             }
         }
+        // What the connect request negotiates holds for calls that arrive before the CM
+        // reports establishment (on shm the executor runs them into our receives as
+        // soon as the requester has our accept; DESIGN.md, "Calls before
+        // establishment"). After the reply slots: they decide what this end offers.
+        core.on_connect_request(peer_private_data.as_bytes());
         let private_data = core.local_private_data();
         let now = dev.clock().now();
         // Receives go in before the peer hears of the acceptance: an iWARP peer may send

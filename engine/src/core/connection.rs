@@ -123,6 +123,8 @@ pub trait ResponderRole: roles::Sealed {
     #[doc(hidden)]
     fn close_drained(&mut self, t: &mut Transport);
     #[doc(hidden)]
+    fn on_established(&mut self, t: &mut Transport);
+    #[doc(hidden)]
     fn prepare(&mut self, t: &mut Transport, now: Instant);
     #[doc(hidden)]
     fn active(&self) -> usize;
@@ -274,6 +276,9 @@ impl<S: Service> ResponderRole for ResponderHalf<S> {
     fn close_drained(&mut self, t: &mut Transport) {
         ResponderHalf::close_drained(self, t)
     }
+    fn on_established(&mut self, t: &mut Transport) {
+        ResponderHalf::on_established(self, t)
+    }
     #[inline(always)]
     fn prepare(&mut self, t: &mut Transport, now: Instant) {
         ResponderHalf::prepare(self, t, now)
@@ -304,6 +309,7 @@ impl ResponderRole for NoResponder {
     }
     fn on_fail(&mut self, _t: &mut Transport) {}
     fn close_drained(&mut self, _t: &mut Transport) {}
+    fn on_established(&mut self, _t: &mut Transport) {}
     #[inline(always)]
     fn prepare(&mut self, _t: &mut Transport, _now: Instant) {}
     fn active(&self) -> usize {
@@ -652,13 +658,16 @@ impl<R: RequesterRole, P: ResponderRole> Connection<R, P> {
         }
     }
 
-    /// The extensions both peers offered (none before the connection is established).
+    /// The extensions both peers offered (none before the connection is established,
+    /// or, on the passive side, before [`on_connect_request`](Self::on_connect_request)).
     pub fn extensions(&self) -> Extensions {
         self.t.extensions
     }
 
     /// The peer's round-trip-reduction transport characteristics, fixed at
-    /// establishment (defaults unless both peers negotiated continuation).
+    /// establishment (on the passive side already at
+    /// [`on_connect_request`](Self::on_connect_request)); defaults unless both peers
+    /// negotiated continuation.
     pub fn peer_chars(&self) -> TransportChars {
         self.t.peer_chars
     }
@@ -691,7 +700,8 @@ impl<R: RequesterRole, P: ResponderRole> Connection<R, P> {
         self.t.state
     }
 
-    /// The negotiated inline thresholds (RFC 8166 defaults until established).
+    /// The negotiated inline thresholds (RFC 8166 defaults until established, or on the
+    /// passive side until [`on_connect_request`](Self::on_connect_request)).
     pub fn thresholds(&self) -> InlineThresholds {
         self.t.thresholds
     }
@@ -718,16 +728,27 @@ impl<R: RequesterRole, P: ResponderRole> Connection<R, P> {
         self.t.peer_align
     }
 
-    /// The connection manager reported the connection established; `peer_private_data`
-    /// is what the peer sent with its connect request or accept (RFC 8797 §5: absent
-    /// or foreign data means RFC 8166 defaults). Calls that arrived before this wait
-    /// for it.
-    pub fn on_established(&mut self, peer_private_data: &[u8], now: Instant) {
+    /// The passive side accepts a connect request that carried `peer_private_data`:
+    /// what the connection negotiates from it (inline thresholds, extensions, the peer's
+    /// characteristics) is in force from now on for what arrives, while the connection
+    /// is still connecting. The requester may send as soon as it has the accept, and
+    /// its calls can reach this end before the CM reports establishment (the shm
+    /// executor runs in the completion-queue poll, a verbs ESTABLISHED event can come
+    /// after the first Sends): a call that asks for its reply by send-based DDP must be
+    /// judged by the requester's receive buffer structure, not by the defaults
+    /// (DESIGN.md, "Calls before establishment"). Nothing is sent before
+    /// [`on_established`](Self::on_established), which negotiates the same again.
+    pub fn on_connect_request(&mut self, peer_private_data: &[u8]) {
+        if self.t.state == ConnState::Connecting {
+            self.negotiate(peer_private_data);
+        }
+    }
+
+    /// Sets what `peer_private_data` and this end's offer negotiate (RFC 8797 §5:
+    /// absent or foreign data means RFC 8166 defaults).
+    fn negotiate(&mut self, peer_private_data: &[u8]) {
         let local_ext = self.offered_extensions();
         let t = &mut self.t;
-        if t.state != ConnState::Connecting {
-            return;
-        }
         t.thresholds = InlineThresholds::from_received(Some(&self.local_pd), peer_private_data);
         // Extensions only ride along with a valid version 1 message (they extend it).
         let peer_v1 = matches!(find_private_data(peer_private_data), Ok(Some(_)));
@@ -739,17 +760,30 @@ impl<R: RequesterRole, P: ResponderRole> Connection<R, P> {
         t.extensions = Extensions::negotiate(local_ext, peer_ext);
         // The peer's characteristics (draft-dnoveck-rpcrdma-rtrext §8): what it sent
         // with continuation, else the defaults (one transmission each way).
-        // An update that came before this (ROPT_XCHUPD) supersedes them.
+        // An update that came before establishment (ROPT_XCHUPD) supersedes them; it is
+        // kept until then, as this runs again at establishment.
         t.peer_chars = if t.extensions.continuation {
             t.early_chars
-                .take()
                 .unwrap_or_else(|| Extensions::find_chars(peer_private_data))
         } else {
-            t.early_chars = None;
             TransportChars::DEFAULT
         };
+    }
+
+    /// The connection manager reported the connection established; `peer_private_data`
+    /// is what the peer sent with its connect request or accept (RFC 8797 §5: absent
+    /// or foreign data means RFC 8166 defaults). Calls that arrived before this wait
+    /// for it.
+    pub fn on_established(&mut self, peer_private_data: &[u8], now: Instant) {
+        if self.t.state != ConnState::Connecting {
+            return;
+        }
+        self.negotiate(peer_private_data);
+        let t = &mut self.t;
+        t.early_chars = None;
         t.state = ConnState::Established;
         self.req.on_established(t, now);
+        self.resp.on_established(t);
         let _ = t.events.push_back(ConnEvent::Established(t.thresholds));
     }
 

@@ -451,15 +451,19 @@ pub struct Transport {
 }
 
 impl Transport {
-    /// The peer's characteristics from an update (ROPT_XCHUPD): in force now, or, when
-    /// it came before the connection was reported established, once it is (the
-    /// connect-time characteristics must not replace it then).
+    /// The peer's characteristics from an update (ROPT_XCHUPD): in force now, and, when
+    /// it came before the connection was reported established, kept for then too (the
+    /// connect-time characteristics must not replace it). Before establishment it is
+    /// in force at once only once continuation is known negotiated (a passive side told
+    /// the connect request: `Connection::on_connect_request`), for the calls behind it.
     pub(crate) fn update_peer_chars(&mut self, c: TransportChars) {
         if self.state == ConnState::Connecting {
             self.early_chars = Some(c);
-        } else {
-            self.peer_chars = c;
+            if !self.extensions.continuation {
+                return;
+            }
         }
+        self.peer_chars = c;
     }
     pub(crate) fn new(
         sq_depth: u32,

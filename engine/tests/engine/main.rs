@@ -16,6 +16,7 @@ mod engine_core;
 mod engine_core_boundary;
 mod engine_credits;
 mod engine_disconnect;
+mod engine_early_calls;
 mod engine_errors;
 mod engine_faults;
 mod engine_groups;

@@ -427,6 +427,14 @@ impl<S: Service> ResponderHalf<S> {
                 self.run_in_order(t, i);
             }
             ErrorAnswer::XmtErr { xid, err } => {
+                if t.state == crate::core::transport::ConnState::Connecting {
+                    // A group broken before the CM reported establishment: nothing may be
+                    // sent yet, so the error waits for it like a held call
+                    // (`ResponderHalf::on_established` admits it) instead of being lost.
+                    self.put_ctx(i);
+                    self.hold(t, super::Held::Answer(ErrorAnswer::XmtErr { xid, err }));
+                    return;
+                }
                 if self.stage_optional_in(t, i, xid, RtrOp::XmtErr(err)) == Optional::Staged {
                     self.stats.transmit_errors_sent += 1;
                 }

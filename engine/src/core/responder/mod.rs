@@ -721,6 +721,11 @@ impl<S: Service> ResponderHalf<S> {
                 self.let_go_held(t);
                 break;
             }
+            // Answers held while connecting would only be held again: they wait for
+            // `on_established`.
+            if t.state == ConnState::Connecting {
+                break;
+            }
             let Some(i) = self.take_ctx() else {
                 break;
             };
@@ -1292,6 +1297,14 @@ impl<S: Service> ResponderHalf<S> {
             b.release_into(&mut self.large);
         }
         self.large.flush();
+    }
+
+    /// The connection is established: what had to wait for it goes now (the
+    /// ROPT_XMTERR of a group broken while connecting, held: `answer_in`).
+    pub(crate) fn on_established(&mut self, t: &mut Transport) {
+        if !self.held.is_empty() {
+            self.admit_held(t);
+        }
     }
 
     /// Per-poll work before posting: resume contexts that waited for resources.

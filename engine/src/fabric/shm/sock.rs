@@ -75,8 +75,53 @@ fn new_socket() -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// Binds and listens on `addr`.
+/// Binds and listens on `addr`. A socket file appears only once its socket listens:
+/// bound in place, the path would exist between `bind` and `listen`, and a client that
+/// connects as soon as it sees the file (a script, the `tools` tests) would be refused
+/// there (seen under load: a server that accepted nothing, the client told "connection
+/// refused"). So a path is bound at a temporary name beside it, listens, and is then
+/// hard-linked to the path, which fails as `bind` would (address in use) when the path
+/// exists. Where the link cannot be made (a file system without hard links, a
+/// temporary name too long) the path is bound in place.
 pub(crate) fn listen(addr: &ShmAddr) -> Result<OwnedFd, FabricError> {
+    let ShmAddr::Path(path) = addr else {
+        return listen_at(addr);
+    };
+    let Some(tmp) = staging_path(path) else {
+        return listen_at(addr);
+    };
+    let Ok(fd) = listen_at(&ShmAddr::Path(tmp.clone())) else {
+        return listen_at(addr);
+    };
+    let linked = std::fs::hard_link(&tmp, path);
+    // The socket stays bound to its inode; the temporary name goes either way.
+    let _ = std::fs::remove_file(&tmp);
+    match linked {
+        Ok(()) => Ok(fd),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Err(FabricError::Os {
+            op: "bind",
+            err: io::Error::from_raw_os_error(libc::EADDRINUSE),
+        }),
+        Err(_) => listen_at(addr),
+    }
+}
+
+/// A temporary name in `path`'s directory to bind at before linking to `path`, if one
+/// fits a socket address.
+fn staging_path(path: &std::path::Path) -> Option<PathBuf> {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let name = format!(".rpcrdma-listen-{}-{n}", std::process::id());
+    let tmp = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir.join(name),
+        _ => PathBuf::from(name),
+    };
+    // Room for the terminating NUL in `sun_path` (108 octets).
+    (tmp.as_os_str().len() < 108).then_some(tmp)
+}
+
+/// Binds `addr` in place and listens.
+fn listen_at(addr: &ShmAddr) -> Result<OwnedFd, FabricError> {
     let (sa, len) = sockaddr(addr)?;
     let fd = new_socket().map_err(|err| FabricError::Os { op: "socket", err })?;
     // SAFETY: sa is a valid sockaddr_un of length len.
@@ -338,6 +383,38 @@ pub(crate) fn unlink(addr: &ShmAddr) {
 mod tests {
     use super::*;
     use std::os::fd::AsFd;
+
+    /// A listener's socket file appears listening (bound at a temporary name, then
+    /// linked), leaves nothing else behind, and a second listener on the same path is
+    /// refused as `bind` refuses it.
+    #[test]
+    fn a_socket_file_appears_listening_and_only_once() {
+        let dir = std::env::temp_dir().join(format!("rpcrdma-sock-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let addr = ShmAddr::Path(dir.join("l.sock"));
+        let names = || {
+            let mut v: Vec<_> = std::fs::read_dir(&dir)
+                .unwrap()
+                .map(|e| e.unwrap().file_name())
+                .collect();
+            v.sort();
+            v
+        };
+        let l = listen(&addr).unwrap();
+        let c = connect(&addr).unwrap().unwrap();
+        assert!(accept(&l).unwrap().is_some(), "connected at once");
+        assert_eq!(names(), vec![std::ffi::OsString::from("l.sock")]);
+        match listen(&addr) {
+            Err(FabricError::Os { op: "bind", err }) => {
+                assert_eq!(err.raw_os_error(), Some(libc::EADDRINUSE));
+            }
+            other => panic!("expected address in use, got {other:?}"),
+        }
+        assert_eq!(names(), vec![std::ffi::OsString::from("l.sock")]);
+        drop((c, l));
+        unlink(&addr);
+        std::fs::remove_dir(&dir).unwrap();
+    }
 
     #[test]
     fn pair_passes_bytes_and_descriptors() {
