@@ -531,11 +531,19 @@ impl Backchannel<'_> {
 
 impl<P: ResponderRole> Connection<RequesterHalf, P> {
     /// Takes back a received buffer the application is done with (an outcome's reply):
-    /// through the receive table's cache, which restocks the receives from it, rather
-    /// than through the pool's shared ring. A buffer of another pool (a Reply chunk's)
-    /// goes to its own pool.
+    /// staged again as a receive where it lies when its slot is still free (the slot a
+    /// requester leaves for it: `RecvTable::one_short`), else through the receive
+    /// table's cache, which restocks the receives from it, rather than through the
+    /// pool's shared ring. A buffer of another pool (a Reply chunk's) goes to its own
+    /// pool.
+    #[inline(always)]
     pub(crate) fn recycle_recv(&mut self, buf: RegBuf) {
-        self.t.recvs.recycle(buf);
+        if self.t.state == ConnState::Established {
+            // A receive buffer may go straight back into the slot its reply left.
+            self.t.recvs.give_back(&mut self.t.outbox, buf);
+        } else {
+            self.t.recvs.recycle(buf);
+        }
     }
 
     /// A forward requester (fast registration with `mrs`, persistent without) beside
@@ -1075,7 +1083,15 @@ impl<R: RequesterRole, P: ResponderRole> Connection<R, P> {
                 self.req.prepare(&mut self.t, now);
                 self.resp.prepare(&mut self.t, now);
                 self.t.barrier_if_due(now);
-                self.t.recvs.refill(&mut self.t.outbox);
+                // A connection that only makes calls leaves the slot of the reply it
+                // just handed out for that reply's buffer, which the caller gives back
+                // (`poll_outcome_with`) and which is staged again as it is, instead of
+                // one taken from the cache now and that one cached after; it restocks
+                // before it next sends, so every Send goes out with every receive
+                // posted (`RecvTable::one_short`).
+                if P::PRESENT || self.t.outbox.send_len() != 0 || !self.t.recvs.one_short() {
+                    self.t.recvs.refill(&mut self.t.outbox);
+                }
             }
             ConnState::Connecting => self.t.recvs.refill(&mut self.t.outbox),
             ConnState::Draining => {
@@ -1157,7 +1173,8 @@ impl<P: ResponderRole> Connection<RequesterHalf, P> {
     }
 
     /// The next finished call, handed to `f` where it lies; then its reply buffer goes
-    /// back to the receive table's cache (as [`recycle_recv`](Self::recycle_recv)) and
+    /// back to the receive table, staged again as a receive when its slot is free (as
+    /// [`recycle_recv`](Self::recycle_recv)), and
     /// the outcome is dropped in place. Returns what `f` returned and the call message
     /// buffer, for the driver's send-buffer cache.
     #[inline]
@@ -1171,7 +1188,7 @@ impl<P: ResponderRole> Connection<RequesterHalf, P> {
         let reply = o.reply.take();
         self.req.drop_outcome();
         if let Some(reply) = reply {
-            self.t.recvs.recycle(reply.buf);
+            self.recycle_recv(reply.buf);
         }
         Some((r, msg))
     }

@@ -208,6 +208,12 @@ impl RegBuf {
         Pool::of_buf(&self.buf)
     }
 
+    /// True when the buffer belongs to the pool `cache` serves.
+    #[inline(always)]
+    pub(crate) fn is_from(&self, cache: &PoolCache) -> bool {
+        cache.pool().owns(&self.buf)
+    }
+
     /// Gives the buffer back through `cache` when it serves the same pool (cheaper than
     /// the shared ring); otherwise it goes to its own pool as on drop.
     #[inline(always)]

@@ -365,6 +365,32 @@ impl RecvTable {
         self.refill(outbox);
     }
 
+    /// True when [`refill`](Self::refill) may wait, on a connection that only makes
+    /// calls, until it next sends (`Connection::prepare`): one receive short, its slot
+    /// kept for the reply buffer the caller is about to give back
+    /// ([`give_back`](Self::give_back)), the receives this table's own, one buffer each.
+    /// One receive short of a table sized for a reply to every call slot plus strays
+    /// (`Sizes::rq_depth`) still holds one for every reply that can come: the receive
+    /// missing is the one a reply took, so its call needs none any more.
+    #[inline(always)]
+    pub(crate) fn one_short(&self) -> bool {
+        self.free.len() == 1 && self.reposts_in_place()
+    }
+
+    /// Gives back `buf`, a reply's buffer the caller has read: staged again as a receive
+    /// where it lies ([`repost`](Self::repost)) when it is one of this table's receive
+    /// buffers and a slot is free (a requester leaves the slot of the reply it handed
+    /// out free: [`one_short`](Self::one_short)), else through the cache, as
+    /// [`recycle`](Self::recycle). Only while the connection is open.
+    #[inline(always)]
+    pub(crate) fn give_back(&mut self, outbox: &mut Outbox, buf: RegBuf) {
+        if !self.free.is_empty() && self.reposts_in_place() && buf.is_from(&self.cache) {
+            self.repost(outbox, buf);
+        } else {
+            self.recycle(buf);
+        }
+    }
+
     /// Takes the buffer of a completed receive, `byte_len` of it valid.
     #[inline]
     pub(crate) fn complete(&mut self, slot: u32, byte_len: u32) -> Option<RegBuf> {
