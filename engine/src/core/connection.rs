@@ -1248,6 +1248,15 @@ impl<P: ResponderRole> Connection<RequesterHalf, P> {
         self.req.send_ddp_max()
     }
 
+    /// Test hook (feature `testing`): receives this connection staged again with the
+    /// buffer their message came in (`RecvTable::repost`: a served call's on a
+    /// responder, a reply's given back on a requester), rather than one from the cache.
+    #[cfg(feature = "testing")]
+    #[doc(hidden)]
+    pub fn recvs_reposted_in_place(&self) -> u64 {
+        self.t.recvs.reposted_in_place
+    }
+
     /// Test hook (feature `testing`): replies the requester's plain path took (a
     /// chunkless reply to an inline chunkless call, `core/requester/plain.rs`).
     #[cfg(feature = "testing")]

@@ -155,6 +155,11 @@ pub(crate) struct RecvTable {
     /// Send-based DDP: every receive also takes a DDP segment from the large pool
     /// (`core/recv_segments.rs`).
     pub(crate) segments: Option<super::recv_segments::RecvSegments>,
+    /// Test hook (feature `testing`): receives staged again with the buffer their
+    /// message came in ([`repost`](Self::repost)), so a test can tell the in-place
+    /// restock from one through the cache.
+    #[cfg(feature = "testing")]
+    pub(crate) reposted_in_place: u64,
 }
 
 impl RecvTable {
@@ -167,6 +172,8 @@ impl RecvTable {
             starved: 0,
             shared: None,
             segments: None,
+            #[cfg(feature = "testing")]
+            reposted_in_place: 0,
         }
     }
 
@@ -362,6 +369,10 @@ impl RecvTable {
         let _ = buf.set_len(0);
         self.bufs[slot as usize] = Some(buf);
         self.posted += 1;
+        #[cfg(feature = "testing")]
+        {
+            self.reposted_in_place += 1;
+        }
         self.refill(outbox);
     }
 

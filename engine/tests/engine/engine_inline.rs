@@ -82,6 +82,14 @@ fn recycled_buffers_serve_call_after_call<N: Net>(net: N) {
         p.requester.recycle(o);
     }
     assert_eq!(p.requester.stats().calls_sent, 200);
+    // Each reply's buffer, given back, went straight into the slot it left (all but
+    // what a poll restocked first, e.g. where a call's Send went before the reply's
+    // buffer came back), not through the cache (`RecvTable::give_back`).
+    let in_place = p.requester.core().recvs_reposted_in_place();
+    assert!(
+        in_place >= 190,
+        "{in_place} of 200 reply buffers reposted in place"
+    );
     drop(p);
     assert!(pools.send.is_full(), "send buffers all back");
     assert!(pools.recv.is_full(), "receive buffers all back");
