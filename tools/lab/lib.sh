@@ -58,3 +58,67 @@ lab_qemu_args() {
     -netdev "$net" -device virtio-net-pci,netdev=n0,mac=52:54:00:12:34:56
     ${LAB_QEMU_EXTRA:-})
 }
+
+# Host binaries the lab runs, built once per lab run and shared by every step (a step run
+# on its own builds what it needs through the same functions). Each function sets its
+# variables and exports them, so the steps ci.sh starts find them set and build nothing.
+# The guest reads these files live (9p cache=loose): build before booting, never during.
+#
+# lab_build_debug: LAB_BIN (the rpcrdma tool), LAB_RPING (engine/examples/rping.rs) from
+# `cargo test --workspace --all-features --no-run`: the very command, features (verbs,
+# serde, testing) and profile (test: opt-level 1 with debug assertions) of CI's test
+# stage, so after it this compiles nothing; and LAB_VERBS_TEST (the verbs test binary,
+# engine/tests/verbs/: `test = false`, so that stage leaves it out) with the same
+# features and profile, so only that target compiles.
+lab_build_debug() {
+  [ -n "${LAB_BIN:-}" ] && [ -n "${LAB_RPING:-}" ] && [ -n "${LAB_VERBS_TEST:-}" ] && return 0
+  local out
+  out=$(lab_cargo_exes debug test --workspace --all-features --no-run) || return 5
+  LAB_BIN=$(lab_exe "$out" bin rpcrdma) && LAB_RPING=$(lab_exe "$out" example rping) || return 5
+  out=$(lab_cargo_exes debug-verbs test --workspace --all-features --no-run --test verbs) || return 5
+  LAB_VERBS_TEST=$(lab_exe "$out" test verbs) || return 5
+  export LAB_BIN LAB_RPING LAB_VERBS_TEST
+}
+
+# lab_build_release: LAB_BIN_REL and LAB_PERF_REL, the release rpcrdma tool and
+# rpcrdma-perf with the verbs provider, in one cargo run (they share the release
+# rpcrdma crates; the nfs-compare step's server and the verbs steps' benchmarks).
+lab_build_release() {
+  [ -n "${LAB_BIN_REL:-}" ] && [ -n "${LAB_PERF_REL:-}" ] && return 0
+  local out
+  out=$(lab_cargo_exes release build --release -p rpcrdma-tools -p rpcrdma-perf \
+          --features rpcrdma-tools/verbs,rpcrdma-perf/verbs) || return 5
+  LAB_BIN_REL=$(lab_exe "$out" bin rpcrdma) && LAB_PERF_REL=$(lab_exe "$out" bin rpcrdma-perf) || return 5
+  export LAB_BIN_REL LAB_PERF_REL
+}
+
+# lab_cargo_exes NAME CARGO-ARGS...: runs cargo in the checkout, its log in
+# $LAB/build-NAME.log; prints "KIND NAME PATH" for every executable it made (cargo's JSON
+# messages are the one reliable source of a test binary's path).
+lab_cargo_exes() {
+  local name=$1 log=$LAB/build-$1.log; shift
+  mkdir -p "$LAB"
+  if ! (cd "$LAB_TOOLS/../.." && cargo "$@" --message-format=json 2>"$log") > "$log.json"; then
+    tail -n 40 "$log" >&2; echo "lab: host build ($name: cargo $*) failed; log $log" >&2; return 5
+  fi
+  python3 -c '
+import json, sys
+for line in open(sys.argv[1]):
+    try:
+        m = json.loads(line)
+    except ValueError:
+        continue
+    if m.get("reason") == "compiler-artifact" and m.get("executable"):
+        # The unit-test harness of a bin or example is a "test" here, not the program.
+        kind = "test" if m["profile"]["test"] else m["target"]["kind"][0]
+        print(kind, m["target"]["name"], m["executable"])
+' "$log.json"
+}
+
+# lab_exe LIST KIND NAME: the path of executable NAME of KIND in lab_cargo_exes' LIST.
+lab_exe() {
+  local p
+  p=$(awk -v k="$2" -v n="$3" '$1 == k && $2 == n {print $3}' <<<"$1" | tail -n 1)
+  [ -n "$p" ] && [ -x "$p" ] || { echo "lab: the host build made no $2 executable $3" >&2; return 5; }
+  echo "$p"
+}
