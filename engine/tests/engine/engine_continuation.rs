@@ -440,28 +440,14 @@ mod by_hand {
         BadReply, CallRequest, CallStatus, ConnConfig, CorePools, CreditTable, RegBuf,
         RequesterCore, TransportError,
     };
-    use rpcrdma_pools::{HugePages, Pool, PoolConfig, RegKeys};
+    use rpcrdma_pools::HugePages;
 
     fn pools() -> CorePools {
-        let mk = |name, size, count, key| {
-            let p = Pool::new(
-                &PoolConfig::new(name, size, count)
-                    .cache_size(4)
-                    .hugepages(HugePages::Never),
-            )
-            .expect("pool");
-            p.arena().set_keys(RegKeys {
-                lkey: key,
-                rkey: key,
-            });
-            p
-        };
-        CorePools {
-            recv: mk("recv", 4096, 64, 0x10),
-            send: mk("send", 4096, 256, 0x20),
-            large: mk("large", 65536, 32, 0x30),
-            headers: None,
-        }
+        crate::engine_support::hand_pools(
+            ["recv", "send", "large"],
+            [64, 256, 32],
+            [0x10, 0x20, 0x30],
+        )
     }
 
     fn setup() -> (RequesterCore, CorePools, Wire, Instant, Arc<CreditTable>) {

@@ -18,28 +18,14 @@ use rpcrdma::{
     CloseReason, ConnConfig, ConnEvent, ConnState, CorePools, RegBuf, RequesterCore, ResponderCore,
 };
 use rpcrdma::{CreditTable, GrantPolicy};
-use rpcrdma_pools::{HugePages, Pool, PoolConfig, RegKeys};
+use rpcrdma_pools::HugePages;
 
 fn pools() -> CorePools {
-    let mk = |name, size, count, key| {
-        let p = Pool::new(
-            &PoolConfig::new(name, size, count)
-                .cache_size(4)
-                .hugepages(HugePages::Never),
-        )
-        .expect("pool");
-        p.arena().set_keys(RegKeys {
-            lkey: key,
-            rkey: key,
-        });
-        p
-    };
-    CorePools {
-        recv: mk("t-recv", 4096, 128, 0x11),
-        send: mk("t-send", 4096, 128, 0x22),
-        large: mk("t-large", 65536, 8, 0x33),
-        headers: None,
-    }
+    crate::engine_support::hand_pools(
+        ["t-recv", "t-send", "t-large"],
+        [128, 128, 8],
+        [0x11, 0x22, 0x33],
+    )
 }
 
 fn cfg() -> ConnConfig {

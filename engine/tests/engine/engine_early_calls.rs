@@ -217,28 +217,14 @@ mod by_hand {
     use rpcrdma::wire::rtr::{OptxInfo, RtrBody, RtrOp, RtrRepr, RtrView, XmtCont, ROPT_XMTREQ};
     use rpcrdma::{CallView, ConnConfig, CorePools, GrantPolicy, ReplyWriter, ResponderCore};
     use rpcrdma::{Service, ServiceError};
-    use rpcrdma_pools::{HugePages, Pool, PoolConfig, RegKeys};
+    use rpcrdma_pools::HugePages;
 
     fn pools() -> CorePools {
-        let mk = |name, size, count, key| {
-            let p = Pool::new(
-                &PoolConfig::new(name, size, count)
-                    .cache_size(4)
-                    .hugepages(HugePages::Never),
-            )
-            .expect("pool");
-            p.arena().set_keys(RegKeys {
-                lkey: key,
-                rkey: key,
-            });
-            p
-        };
-        CorePools {
-            recv: mk("e-recv", 4096, 128, 0x11),
-            send: mk("e-send", 4096, 128, 0x22),
-            large: mk("e-large", 65536, 8, 0x33),
-            headers: None,
-        }
+        crate::engine_support::hand_pools(
+            ["e-recv", "e-send", "e-large"],
+            [128, 128, 8],
+            [0x11, 0x22, 0x33],
+        )
     }
 
     /// Answers nothing: no call reaches it here.

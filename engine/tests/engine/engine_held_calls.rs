@@ -246,7 +246,7 @@ mod by_hand {
     use rpcrdma::wire::private_data::PrivateData;
     use rpcrdma::{CallView, ReplyWriter, Service, ServiceError};
     use rpcrdma::{ConnConfig, CorePools, GrantPolicy, ResponderCore};
-    use rpcrdma_pools::{HugePages, Pool, PoolConfig, RegKeys};
+    use rpcrdma_pools::HugePages;
 
     /// Answers NULL, except the calls it leaves unanswered (`ReplyWriter::no_reply`).
     struct Ok0 {
@@ -271,25 +271,11 @@ mod by_hand {
     }
 
     fn pools() -> CorePools {
-        let mk = |name, size, count, key| {
-            let p = Pool::new(
-                &PoolConfig::new(name, size, count)
-                    .cache_size(4)
-                    .hugepages(HugePages::Never),
-            )
-            .expect("pool");
-            p.arena().set_keys(RegKeys {
-                lkey: key,
-                rkey: key,
-            });
-            p
-        };
-        CorePools {
-            recv: mk("h-recv", 4096, 128, 0x11),
-            send: mk("h-send", 4096, 128, 0x22),
-            large: mk("h-large", 65536, 8, 0x33),
-            headers: None,
-        }
+        crate::engine_support::hand_pools(
+            ["h-recv", "h-send", "h-large"],
+            [128, 128, 8],
+            [0x11, 0x22, 0x33],
+        )
     }
 
     /// A NULL call (program 7) with three empty chunk lists.

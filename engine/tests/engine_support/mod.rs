@@ -549,3 +549,34 @@ pub fn inject<P: Provider>(p: &mut Pair<P, TestService>, msgs: &[Vec<u8>]) {
     assert!(ok, "the responder received them");
     drop(bufs);
 }
+
+/// Core pools for tests that drive a protocol core by hand (no provider): 4 KiB
+/// receive and send buffers, 64 KiB large ones (`counts` of each), never on hugepages,
+/// each arena given a fixed key of `keys` as both its lkey and rkey (what the core puts
+/// in chunks and gather lists, which those tests check). `names` name the three pools.
+pub fn hand_pools(
+    names: [&'static str; 3],
+    counts: [u32; 3],
+    keys: [u32; 3],
+) -> rpcrdma::CorePools {
+    use rpcrdma_pools::{Pool, PoolConfig, RegKeys};
+    let mk = |name, size, count, key| {
+        let p = Pool::new(
+            &PoolConfig::new(name, size, count)
+                .cache_size(4)
+                .hugepages(HugePages::Never),
+        )
+        .expect("pool");
+        p.arena().set_keys(RegKeys {
+            lkey: key,
+            rkey: key,
+        });
+        p
+    };
+    rpcrdma::CorePools {
+        recv: mk(names[0], 4096, counts[0], keys[0]),
+        send: mk(names[1], 4096, counts[1], keys[1]),
+        large: mk(names[2], 65536, counts[2], keys[2]),
+        headers: None,
+    }
+}
