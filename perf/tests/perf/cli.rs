@@ -449,11 +449,10 @@ fn siw_bandwidth_is_compared_with_a_tcp_stream() {
     );
 }
 
-/// `--siw-completions` reaches the provider: without confirmation Reads a Send completes
-/// on transmit, and the note says which was measured.
-#[test]
-fn siw_completions_are_chosen_and_reported() {
-    for mode in ["strict", "shared-segment", "on-transmit"] {
+/// Runs a siw latency run with `flag` at each of `modes`: each succeeds, its notes say
+/// `note: {note} {mode} `, and it has the row `row`; an unknown mode is refused.
+fn siw_option_is_chosen_and_reported(flag: &str, modes: &[&str], note: &str, row: &str) {
+    for mode in modes {
         let out = perf(&[
             "lat",
             "--provider",
@@ -461,41 +460,38 @@ fn siw_completions_are_chosen_and_reported() {
             "--iters",
             "100",
             "--baseline",
-            "--siw-completions",
+            flag,
             mode,
         ]);
         let text = String::from_utf8_lossy(&out.stdout);
-        assert!(out.status.success(), "{mode}: {text}");
-        assert!(
-            text.contains(&format!("note: siw completions: {mode} ")),
-            "{text}"
-        );
-        assert!(text.contains("lat  fabric   send/recv"), "{text}");
+        assert!(out.status.success(), "{flag} {mode}: {text}");
+        assert!(text.contains(&format!("note: {note} {mode} ")), "{text}");
+        assert!(text.contains(row), "{text}");
     }
-    let out = perf(&["lat", "--siw-completions", "sometimes"]);
+    let out = perf(&["lat", flag, "sometimes"]);
     assert!(!out.status.success());
+}
+
+/// `--siw-completions` reaches the provider: without confirmation Reads a Send completes
+/// on transmit, and the note says which was measured.
+#[test]
+fn siw_completions_are_chosen_and_reported() {
+    siw_option_is_chosen_and_reported(
+        "--siw-completions",
+        &["strict", "shared-segment", "on-transmit"],
+        "siw completions:",
+        "lat  fabric   send/recv",
+    );
 }
 
 /// `--siw-crc off` runs siw without MPA CRCs (as Linux siw's default) and says so;
 /// anything but `on` or `off` is refused.
 #[test]
 fn siw_crc_is_chosen_and_reported() {
-    for mode in ["on", "off"] {
-        let out = perf(&[
-            "lat",
-            "--provider",
-            "siw",
-            "--iters",
-            "100",
-            "--baseline",
-            "--siw-crc",
-            mode,
-        ]);
-        let text = String::from_utf8_lossy(&out.stdout);
-        assert!(out.status.success(), "{mode}: {text}");
-        assert!(text.contains(&format!("note: siw CRCs: {mode} ")), "{text}");
-        assert!(text.contains("lat  rpc      echo"), "{text}");
-    }
-    let out = perf(&["lat", "--siw-crc", "sometimes"]);
-    assert!(!out.status.success());
+    siw_option_is_chosen_and_reported(
+        "--siw-crc",
+        &["on", "off"],
+        "siw CRCs:",
+        "lat  rpc      echo",
+    );
 }
