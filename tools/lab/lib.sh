@@ -64,19 +64,17 @@ lab_qemu_args() {
 # variables and exports them, so the steps ci.sh starts find them set and build nothing.
 # The guest reads these files live (9p cache=loose): build before booting, never during.
 #
-# lab_build_debug: LAB_BIN (the rpcrdma tool), LAB_RPING (engine/examples/rping.rs) from
+# lab_build_debug: LAB_BIN (the rpcrdma tool), LAB_RPING (engine/examples/rping.rs) and
+# LAB_VERBS_TEST (the verbs test binary, engine/tests/verbs/), all from one
 # `cargo test --workspace --all-features --no-run`: the very command, features (verbs,
 # serde, testing) and profile (test: opt-level 1 with debug assertions) of CI's test
-# stage, so after it this compiles nothing; and LAB_VERBS_TEST (the verbs test binary,
-# engine/tests/verbs/: `test = false`, so that stage leaves it out) with the same
-# features and profile, so only that target compiles.
+# stage, so after it this compiles nothing.
 lab_build_debug() {
   [ -n "${LAB_BIN:-}" ] && [ -n "${LAB_RPING:-}" ] && [ -n "${LAB_VERBS_TEST:-}" ] && return 0
   local out
   out=$(lab_cargo_exes debug test --workspace --all-features --no-run) || return 5
-  LAB_BIN=$(lab_exe "$out" bin rpcrdma) && LAB_RPING=$(lab_exe "$out" example rping) || return 5
-  out=$(lab_cargo_exes debug-verbs test --workspace --all-features --no-run --test verbs) || return 5
-  LAB_VERBS_TEST=$(lab_exe "$out" test verbs) || return 5
+  LAB_BIN=$(lab_exe "$out" bin rpcrdma) && LAB_RPING=$(lab_exe "$out" example rping) &&
+    LAB_VERBS_TEST=$(lab_exe "$out" test verbs) || return 5
   export LAB_BIN LAB_RPING LAB_VERBS_TEST
 }
 
@@ -109,7 +107,7 @@ for line in open(sys.argv[1]):
     except ValueError:
         continue
     if m.get("reason") == "compiler-artifact" and m.get("executable"):
-        # The unit-test harness of a bin or example is a "test" here, not the program.
+        # A bin's or example's own unit-test harness is a "test" here, not the program.
         kind = "test" if m["profile"]["test"] else m["target"]["kind"][0]
         print(kind, m["target"]["name"], m["executable"])
 ' "$log.json"
