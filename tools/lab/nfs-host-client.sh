@@ -21,8 +21,9 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 . "$HERE/lib.sh"
 cd "$ROOT" || exit 4
-lab_build_debug || { echo "nfs-host-client: host build failed"; exit 5; }
-BIN=$LAB_BIN
+cargo build -q -p rpcrdma-tools 2>"$LAB/nfs-host-client-build.log" ||
+  { tail -n 30 "$LAB/nfs-host-client-build.log"; echo "nfs-host-client: host build failed"; exit 5; }
+BIN=$ROOT/target/debug/rpcrdma
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 NPORT=$(free_port); MPORT=$(free_port)
 RUN=$LAB/runs/nfs-host-client-$(date +%Y%m%d-%H%M%S)-$$; mkdir -p "$RUN"

@@ -7,12 +7,13 @@
 #   2. guest `rping -c -V` -> host server (rping.rs -s) on 127.0.0.1: the kernel's Sends,
 #      our RDMA Read and RDMA Write of its buffers, validated by the kernel's rping.
 # env: SIW_PINGS (10), SIW_SIZE (100), SIW_CRC=0 to not ask for MPA CRCs (the kernel's
-#      siw then decides), SIW_TIMEOUT (whole run, 600 s), SIW_CAPTURE=1 to
+#      siw then decides), SIW_TIMEOUT (whole run, 600 s), CARGO (cargo), SIW_CAPTURE=1 to
 #      record the host side of both connections in RUN_DIR/host.pcap (needs tshark).
 # exit: 0 pass, 1 check failed, 2/3/4 as run.sh (boot failed / timed out / lab error)
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/lib.sh"
+ROOT=$(cd "$HERE/../.." && pwd)
 PINGS=${SIW_PINGS:-10}
 SIZE=${SIW_SIZE:-100}
 CRC=(); [ "${SIW_CRC:-1}" = 0 ] && CRC=(--no-crc)
@@ -22,10 +23,10 @@ HOST_PORT=$(free_port)
 RUN=$LAB/runs/siw-interop-$(date +%Y%m%d-%H%M%S)-$$
 mkdir -p "$RUN"
 
-# Build before booting (lib.sh; nothing when ci.sh built it): the guest may see stale
-# host files (9p cache=loose).
-lab_build_debug || { echo "siw-interop: host build failed"; exit 4; }
-RPING=$LAB_RPING
+# Build before booting: the guest may see stale host files (9p cache=loose).
+(cd "$ROOT" && "${CARGO:-cargo}" build -q -p rpcrdma --example rping) || { echo "siw-interop: build failed"; exit 4; }
+RPING=$ROOT/target/debug/examples/rping
+[ -x "$RPING" ] || { echo "siw-interop: $RPING missing"; exit 4; }
 
 CAP=
 if [ "${SIW_CAPTURE:-0}" = 1 ]; then

@@ -16,12 +16,13 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 . "$HERE/lib.sh"
 cd "$ROOT" || exit 4
-# The tool (lib.sh; nothing to build when ci.sh built it) and the two-host benchmark's
-# client (release).
-lab_build_debug || { echo "verbs-interop: host build failed"; exit 5; }
-lab_build_release || { echo "verbs-interop: host perf build failed"; exit 5; }
-BIN=$LAB_BIN
-PERF=$LAB_PERF_REL
+cargo build -q -p rpcrdma-tools --features verbs 2>"$LAB/verbs-interop-build.log" ||
+  { tail -n 30 "$LAB/verbs-interop-build.log"; echo "verbs-interop: host build failed"; exit 5; }
+# The two-host benchmark's client (release: CI built it already for the main job).
+cargo build -q --release -p rpcrdma-perf 2>>"$LAB/verbs-interop-build.log" ||
+  { tail -n 30 "$LAB/verbs-interop-build.log"; echo "verbs-interop: host perf build failed"; exit 5; }
+BIN=$ROOT/target/debug/rpcrdma
+PERF=$ROOT/target/release/rpcrdma-perf
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 HPORT=$(free_port); FPORT=$(free_port); GPORT=5555
 RUN=$LAB/runs/verbs-interop-$(date +%Y%m%d-%H%M%S)-$$; mkdir -p "$RUN"

@@ -16,12 +16,14 @@ RUNS=${1:?usage: verbs-lat.sh RUNS [DEVICE...]}
 shift
 DEVS=("$@"); [ ${#DEVS[@]} -gt 0 ] || DEVS=(rxe0 siw0)
 cd "$ROOT" || exit 4
-lab_build_release || exit 5
+if ! cargo build -q --release -p rpcrdma-perf --features verbs 2>"$LAB/verbs-perf-build.log"; then
+  tail -n 40 "$LAB/verbs-perf-build.log"; exit 5
+fi
 RUN=$LAB/runs/verbs-lat-$(date +%Y%m%d-%H%M%S)-$$
 QOPT=(-q); [ -n "${LAB_VERBOSE:-}" ] && QOPT=()
 "$HERE/run.sh" "${QOPT[@]}" -t $((240 + RUNS * 120 * ${#DEVS[@]} + ${LAT_STRACE:+300} + 0)) -o "$RUN" \
   -e LAT_STRACE="${LAT_STRACE:-}" -e LAT_PROBE="${LAT_PROBE:-}" \
-  "$HERE/guest/verbs-lat.sh" "$LAB_PERF_REL" "$RUNS" "${DEVS[@]}"
+  "$HERE/guest/verbs-lat.sh" "$ROOT/target/release/rpcrdma-perf" "$RUNS" "${DEVS[@]}"
 RC=$?
 grep -E '^clocksource|ns/call|ns/iter|LAB_METRIC verbs_lat' "$RUN/guest.log" 2>/dev/null
 [ "$RC" = 0 ] || { echo "verbs-lat: the lab run failed (run.sh exit $RC, $RUN)"; exit "$RC"; }

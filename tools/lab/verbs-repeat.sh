@@ -17,8 +17,10 @@ RUNS=${2:?usage: verbs-repeat.sh MODULE RUNS [DEVICE...]}
 shift 2
 DEVS=("$@"); [ ${#DEVS[@]} -gt 0 ] || DEVS=(siw0)
 cd "$ROOT" || exit 4
-lab_build_debug || exit 5
-BIN=$LAB_VERBS_TEST
+BIN=$(cargo test -p rpcrdma --features verbs --test verbs --no-run \
+        --message-format=json 2>"$LAB/verbs-build.log" |
+      sed -n 's/.*"executable":"\([^"]*\/verbs-[0-9a-f]*\)".*/\1/p' | tail -n 1)
+[ -n "$BIN" ] && [ -x "$BIN" ] || { tail -n 40 "$LAB/verbs-build.log"; exit 5; }
 RUN=$LAB/runs/verbs-repeat-$(date +%Y%m%d-%H%M%S)-$$
 QOPT=(-q); [ -n "${LAB_VERBOSE:-}" ] && QOPT=()
 "$HERE/run.sh" "${QOPT[@]}" -t $((240 + RUNS * 150 * ${#DEVS[@]})) -o "$RUN" \

@@ -1,7 +1,6 @@
 #!/bin/bash
 # Host driver for the verbs provider's lab proof: builds the fabric conformance suite's
-# verbs instantiation on the host (once; lib.sh's lab_build_debug, nothing when ci.sh
-# built it), then boots the lab guest once and runs it there
+# verbs instantiation on the host (once), then boots the lab guest once and runs it there
 # on each device (guest/verbs-conformance.sh: rxe0, then siw0, each alone on eth0).
 #
 #   usage: verbs.sh [DEVICE...]        (default: rxe0 siw0)
@@ -22,9 +21,16 @@ cd "$ROOT" || exit 4
 # Everything that needs a device is one test binary (engine/tests/verbs/): the fabric
 # conformance suite (module fabric_verbs_conformance) and the engine over verbs (modules
 # engine_verbs, engine_verbs_*). The guest runs it once per device and module, each run
-# filtered to one module.
-lab_build_debug || { echo "verbs: host build of the verbs test binary failed"; exit 5; }
-BIN=$LAB_VERBS_TEST
+# filtered to one module. The executable's path comes from cargo's JSON messages;
+# nothing else names it reliably.
+BIN=$(cargo test -p rpcrdma --features verbs --test verbs --no-run \
+        --message-format=json 2>"$LAB/verbs-build.log" |
+      sed -n 's/.*"executable":"\([^"]*\/verbs-[0-9a-f]*\)".*/\1/p' | tail -n 1)
+if [ -z "$BIN" ] || [ ! -x "$BIN" ]; then
+  tail -n 40 "$LAB/verbs-build.log"
+  echo "verbs: host build of the verbs test binary failed (log: $LAB/verbs-build.log)"
+  exit 5
+fi
 echo "verbs: test binary $BIN"
 # The engine over verbs: engine_verbs (verbs-specific) and the generic e2e tests, one
 # module (and one run and log per device) each.
@@ -41,8 +47,12 @@ for m in "${ENGINE_MODULES[@]}"; do
 done
 
 # rpcrdma-perf with the verbs provider, for the latency rows beside ib_send_lat.
-lab_build_release || { echo "verbs: host build of rpcrdma-perf --features verbs failed"; exit 5; }
-PERF_BIN=$LAB_PERF_REL
+if ! cargo build -q --release -p rpcrdma-perf --features verbs 2>"$LAB/verbs-perf-build.log"; then
+  tail -n 40 "$LAB/verbs-perf-build.log"
+  echo "verbs: host build of rpcrdma-perf --features verbs failed (log: $LAB/verbs-perf-build.log)"
+  exit 5
+fi
+PERF_BIN=$ROOT/target/release/rpcrdma-perf
 
 # Where a device genuinely cannot do what a rule demands, the rule stays as it is and the
 # failure is listed here, with the reason, so CI shows it on every run and fails on any
