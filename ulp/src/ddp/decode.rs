@@ -120,19 +120,24 @@ impl<'a> DdpCursor<'a> {
         at: usize,
         reads: &'a [ReadItem<'a>],
     ) -> Result<Self, DdpDecodeError> {
+        Ok(DdpCursor {
+            chunks: Self::read_chunks(reads)?,
+            ..Self::inline(msg, at)
+        })
+    }
+
+    /// The chunks of a call with Read chunks `reads`, checked for their number. No Read
+    /// chunks (nearly every call) decodes as all inline: the same answers, without a
+    /// search of an empty list per DDP-eligible item and in `finish`.
+    #[inline(always)]
+    fn read_chunks(reads: &'a [ReadItem<'a>]) -> Result<Chunks<'a>, DdpDecodeError> {
         if reads.len() > MAX_DDP_ITEMS {
             return Err(DdpDecodeError::TooManyChunks { count: reads.len() });
         }
-        // No Read chunks (nearly every call) decodes as all inline: the same answers,
-        // without a search of an empty list per DDP-eligible item and in `finish`.
-        let chunks = if reads.is_empty() {
+        Ok(if reads.is_empty() {
             Chunks::None
         } else {
             Chunks::Read(reads)
-        };
-        Ok(DdpCursor {
-            chunks,
-            ..Self::inline(msg, at)
         })
     }
 
@@ -146,14 +151,7 @@ impl<'a> DdpCursor<'a> {
         reads: &'a [ReadItem<'a>],
         padding: Option<Padding>,
     ) -> Result<Self, DdpDecodeError> {
-        if reads.len() > MAX_DDP_ITEMS {
-            return Err(DdpDecodeError::TooManyChunks { count: reads.len() });
-        }
-        let chunks = if reads.is_empty() {
-            Chunks::None
-        } else {
-            Chunks::Read(reads)
-        };
+        let chunks = Self::read_chunks(reads)?;
         Ok(DdpCursor {
             xdr: XdrCursor::at(msg, at),
             gap: 0,
