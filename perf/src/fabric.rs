@@ -187,8 +187,13 @@ pub fn set_siw_crc(c: SiwCrc) {
 /// What a bandwidth row's client posts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BwOp {
-    /// RDMA Write into the server's memory.
+    /// RDMA Write into the server's memory, each in flight from its own source slot.
     Write,
+    /// RDMA Write into the server's memory, every one from the same source slot: the
+    /// memory pattern of the RPC `write chunk` row, whose SOURCE writes its result from
+    /// one registered copy per connection into a sink per call in flight (`Write` reads
+    /// `depth` sources, which at 1 MiB no longer fit the caches the one source does).
+    WriteOneSource,
     /// RDMA Read from the server's memory.
     Read,
 }
@@ -724,7 +729,12 @@ fn client_stream<P: Provider>(
                 let slot = next_slot[conn];
                 next_slot[conn] = (slot + 1) % depth;
                 let off = slot_off(spec, conn, slot);
-                let sge = [h.sge(off, spec.size)];
+                let src = if op == BwOp::WriteOneSource {
+                    slot_off(spec, conn, 0)
+                } else {
+                    off
+                };
+                let sge = [h.sge(src, spec.size)];
                 let id = wr_id(conn, slot);
                 let wr = if rdma {
                     let peer = RemoteAddr {
@@ -732,7 +742,7 @@ fn client_stream<P: Provider>(
                         rkey: remote.rkey,
                     };
                     match op {
-                        BwOp::Write => SendWr::write(id, &sge, peer),
+                        BwOp::Write | BwOp::WriteOneSource => SendWr::write(id, &sge, peer),
                         BwOp::Read => SendWr::read(id, &sge, peer),
                     }
                 } else {

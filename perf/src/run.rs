@@ -228,15 +228,32 @@ pub fn plan(cfg: &Config) -> Vec<Planned> {
                     push(
                         base,
                         Layer::Fabric,
+                        "write, one source",
+                        Bench::Fabric(BwOp::WriteOneSource),
+                        floor,
+                    );
+                    push(
+                        base,
+                        Layer::Fabric,
                         "read",
                         Bench::Fabric(BwOp::Read),
                         floor,
                     );
                     // A Read chunk is pulled with RDMA Reads, a Write chunk pushed with
-                    // RDMA Writes: each is compared with that raw operation.
+                    // RDMA Writes: each is compared with that raw operation, done with
+                    // the same memory: the Read chunk's arguments and the responder's
+                    // sinks are one buffer per call in flight on each side, as the read
+                    // row's slots; SOURCE writes from one registered copy into a sink
+                    // per call, as the one-source write row.
                     let (rd, wr) = (RpcBench::ReadChunk, RpcBench::WriteChunk);
                     push(rpc, Layer::Rpc, rd.name(), Bench::Rpc(rd), Some("read"));
-                    push(rpc, Layer::Rpc, wr.name(), Bench::Rpc(wr), Some("write"));
+                    push(
+                        rpc,
+                        Layer::Rpc,
+                        wr.name(),
+                        Bench::Rpc(wr),
+                        Some("write, one source"),
+                    );
                     // The sink that CRCs what it pulled, beside its floor: a copy and a
                     // CRC (the Read is the copy).
                     let crc = RpcBench::ReadChunkCrc;
@@ -325,8 +342,9 @@ pub fn notes(cfg: &Config) -> Vec<String> {
              of SIZE octets, inline when it fits the {} octet inline threshold, else Read \
              chunk in and Write chunk out; read chunk = DISCARD with a Read chunk, the data \
              pulled and not read (compared with fabric read); read chunk+crc = SINK, which \
-             CRCs every octet pulled (compared with physical memcpy+crc); write chunk = SOURCE into a Write chunk (compared with \
-             fabric write); long call by group = DISCARD of SIZE octets too long for inline, \
+             CRCs every octet pulled (compared with physical memcpy+crc); write chunk = SOURCE into a Write chunk, written from one \
+             registered copy into a sink per call (compared with fabric write, one source: \
+             the same memory pattern; fabric write reads a source per Write in flight); long call by group = DISCARD of SIZE octets too long for inline, \
              sent as a continuation group of Sends (draft-dnoveck-rpcrdma-rtrext, one round \
              trip; compared with the same call by read chunk = RDMA_NOMSG and a Position-Zero \
              Read chunk the responder pulls, two round trips, between peers without \
