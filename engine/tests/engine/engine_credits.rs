@@ -87,17 +87,37 @@ fn credits_held_by_dropped_calls_end_the_connection<N: Net>(net: N) {
     let mut server = test_config();
     server.credits = 3;
     let mut p = pair(&net, &client, &server);
+    // On a hand-moved clock: the 100 ms call timeout fires only when the test moves the
+    // clock, never on the NULL call because the thread was descheduled (on the real
+    // clock a 100 ms stall under load would have timed it out).
+    let mut clock = HandClock::at_pair(&p);
     // The first reply grants 3: two for calls, one kept back for the probe.
     let null = CallRequest::new(msg(&p, PROC_NULL, &[]), 256);
-    assert_eq!(call(&mut p, null).status, CallStatus::Success);
+    assert_eq!(
+        clock.call(&mut p, null, |_, _| {}).status,
+        CallStatus::Success
+    );
     assert_eq!(p.requester.credits().available(), 2);
     for tag in 0..2 {
         let req = CallRequest::new(msg(&p, PROC_DROP, &[]), 256);
-        p.requester.submit(req, tag).expect("accepted");
+        p.requester
+            .submit_at(req, tag, clock.now())
+            .expect("accepted");
     }
+    assert!(
+        clock.run_until(&mut p, |p| p
+            .responder()
+            .is_some_and(|r| r.stats().no_reply == 2)),
+        "the responder dropped both"
+    );
+    assert!(
+        p.next_outcome().is_none(),
+        "no timeout before the clock moves"
+    );
+    clock.advance(client.call_timeout + Duration::from_millis(1));
     let mut timed_out = 0;
     assert!(
-        p.run_until(DEADLINE, |p| {
+        clock.run_until(&mut p, |p| {
             while let Some(o) = p.next_outcome() {
                 assert_eq!(o.status, CallStatus::Timeout, "dropped call {}", o.tag);
                 timed_out += 1;
@@ -114,10 +134,13 @@ fn credits_held_by_dropped_calls_end_the_connection<N: Net>(net: N) {
     );
     // A call that needs a credit now waits behind them.
     let queued = CallRequest::new(msg(&p, PROC_NULL, &[]), 256).with_timeout(DEADLINE * 10);
-    p.requester.submit(queued, 99).expect("accepted (queued)");
+    p.requester
+        .submit_at(queued, 99, clock.now())
+        .expect("accepted (queued)");
+    clock.advance(client.credit_reclaim.expect("set") + Duration::from_millis(1));
     let mut reason = None;
     let mut outcome = None;
-    let done = p.run_until(DEADLINE, |p| {
+    let done = clock.run_until(&mut p, |p| {
         while let Some(ev) = p.requester.poll_event() {
             if let ConnEvent::Closed(r) = ev {
                 reason = Some(r);

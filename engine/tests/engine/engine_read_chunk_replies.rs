@@ -185,10 +185,16 @@ fn concurrent_pulls_leak_no_credit<N: Net>(net: N) {
 
 /// The requester neglects DONE: the responder invalidates the reply after its timeout,
 /// counts it, and serves on.
+///
+/// On a [`HandClock`]: the timeout cannot fire before the reply was read however long
+/// the thread is descheduled (on the real clock it once did under load, and the Read
+/// then met a revoked key, as §4.1.3 says it should), and it must fire once the clock
+/// has passed it.
 fn lost_done_times_out<N: Net>(net: N) {
     let cfg = test_config();
+    let timeout = Duration::from_millis(50);
     let server = ConnConfig {
-        done_timeout: Duration::from_millis(50),
+        done_timeout: timeout,
         ..test_config()
     };
     let mut p = pair(&net, &cfg, &server);
@@ -196,17 +202,31 @@ fn lost_done_times_out<N: Net>(net: N) {
         return;
     }
     p.requester.core_mut().set_drop_dones(true);
-    let o = call_big(&mut p, 30_000, 512);
+    let mut clock = HandClock::at_pair(&p);
+    let req = big(&p, 30_000, 512);
+    let o = clock.call(&mut p, req, |_, _| {});
     assert_eq!(o.status, CallStatus::Success);
     assert_eq!(p.requester.stats().dones_sent, 0);
-    until_nothing_exposed(&mut p);
+    let r = p.responder().expect("responder").stats();
+    assert_eq!((r.exposed, r.done_timeouts), (1, 0), "not timed out yet");
+    clock.advance(timeout + Duration::from_millis(1));
+    let ok = clock.run_until(&mut p, |p| {
+        p.responder().is_some_and(|r| r.stats().exposed == 0)
+    });
+    assert!(ok, "the timeout freed the exposed reply");
     let r = p.responder().expect("responder").stats();
     assert_eq!((r.done_timeouts, r.done_received), (1, 0));
     p.requester.core_mut().set_drop_dones(false);
-    let o = call_big(&mut p, 30_000, 512);
+    let req = big(&p, 30_000, 512);
+    let o = clock.call(&mut p, req, |_, _| {});
     assert_eq!(o.status, CallStatus::Success);
-    until_nothing_exposed(&mut p);
-    assert_eq!(p.responder().expect("responder").stats().done_received, 1);
+    // The clock stands still: only the DONE can free this one.
+    let ok = clock.run_until(&mut p, |p| {
+        p.responder().is_some_and(|r| r.stats().exposed == 0)
+    });
+    assert!(ok, "the DONE freed the exposed reply");
+    let r = p.responder().expect("responder").stats();
+    assert_eq!((r.done_received, r.done_timeouts), (1, 1));
 }
 
 /// The requester leaves with replies exposed: the responder lets go of everything.
@@ -386,11 +406,19 @@ per_provider!(
 
 /// Every reply MR slot holds a reply whose DONE does not come: the next large reply
 /// waits for one to time out, then goes out; nothing hangs and nothing is refused.
+///
+/// On a [`HandClock`], moved past the DONE timeout only while the call in flight has its
+/// reply waiting for a slot (the responder stalled and has not exposed it): then every
+/// exposed reply has been read (each earlier call has its outcome), so timing them out
+/// races no Read. On the real clock a thread descheduled for longer than the 30 ms
+/// timeout between a reply's arrival and its Read met a revoked key (a Protection
+/// Terminate, as §4.1.3 says), and the test failed under load.
 fn exhausted_slots_wait_for_a_timeout<N: Net>(net: N) {
     let cfg = test_config();
+    let timeout = Duration::from_millis(30);
     let server = ConnConfig {
         credits: 2,
-        done_timeout: Duration::from_millis(30),
+        done_timeout: timeout,
         ..test_config()
     };
     let mut p = pair(&net, &cfg, &server);
@@ -398,13 +426,33 @@ fn exhausted_slots_wait_for_a_timeout<N: Net>(net: N) {
         return;
     }
     p.requester.core_mut().set_drop_dones(true);
+    let mut clock = HandClock::at_pair(&p);
+    let mut moved = 0;
     for n in [10_000u32, 11_000, 12_000, 13_000, 14_000] {
-        let o = call_big(&mut p, n, 512);
+        let before = p.responder().expect("responder").stats();
+        let mut waited = false;
+        let req = big(&p, n, 512);
+        let o = clock.call(&mut p, req, |p, clock| {
+            let r = p.responder().expect("responder").stats();
+            if !waited
+                && r.stalls > before.stalls
+                && r.read_chunk_replies == before.read_chunk_replies
+            {
+                waited = true;
+                clock.advance(timeout + Duration::from_millis(1));
+            }
+        });
+        moved += u32::from(waited);
         assert_eq!(o.status, CallStatus::Success, "size {n}");
         assert_eq!(results(&o), &opaque(&pattern(n as usize, 7))[..]);
         assert!(p.responder().expect("responder").stats().exposed <= 2);
     }
-    until_nothing_exposed(&mut p);
+    assert!(moved > 0, "a reply waited for a slot");
+    clock.advance(timeout + Duration::from_millis(1));
+    let ok = clock.run_until(&mut p, |p| {
+        p.responder().is_some_and(|r| r.stats().exposed == 0)
+    });
+    assert!(ok, "every exposed reply is freed");
     let r = p.responder().expect("responder").stats();
     assert_eq!((r.read_chunk_replies, r.done_timeouts), (5, 5));
     assert!(r.stalls > 0, "a reply waited for a slot");

@@ -51,12 +51,24 @@ fn drive<P: Provider>(
 }
 
 fn null_call<P: Provider>(server: &mut TestServer<P>, c: &mut Requester<P>) {
+    null_call_at(server, c, None);
+}
+
+/// A NULL call polled at `at` (a hand-held `now` the test moves itself), or at the real
+/// time when `None`.
+fn null_call_at<P: Provider>(
+    server: &mut TestServer<P>,
+    c: &mut Requester<P>,
+    at: Option<Instant>,
+) {
     let mut m = c.alloc_msg().expect("message buffer");
     write_call(&mut m, PROC_NULL, &[]);
-    c.submit(CallRequest::new(m, 256), 1).expect("submitted");
+    let now = at.unwrap_or_else(Instant::now);
+    c.submit_at(CallRequest::new(m, 256), 1, now)
+        .expect("submitted");
     let end = Instant::now() + DEADLINE;
     loop {
-        let now = Instant::now();
+        let now = at.unwrap_or_else(Instant::now);
         server.poll(now);
         c.poll(now);
         if let Some(o) = c.poll_outcome() {
@@ -111,8 +123,13 @@ fn connections_past_the_cap_are_rejected<N: Net>(net: N) {
     assert_eq!(s.counters().accepted, 2);
 }
 
+/// The idle timer runs on a hand-held `now` (the responder reads no clock: every poll
+/// carries it), so the busy connection's 100 ms between calls are 100 ms however long
+/// the thread is descheduled; on the real clock a stall of 300 ms under load closed the
+/// busy connection too.
 fn a_silent_connection_is_closed_after_the_idle_timeout<N: Net>(net: N) {
     let idle = Duration::from_millis(400);
+    let step = Duration::from_millis(100);
     let limits = ResponderLimits {
         idle_timeout: Some(idle),
         ..ResponderLimits::default()
@@ -123,33 +140,52 @@ fn a_silent_connection_is_closed_after_the_idle_timeout<N: Net>(net: N) {
     drive(&mut s, &mut [&mut busy, &mut quiet], "both up", |_, c| {
         c.iter().all(|c| c.state() == ConnState::Established)
     });
+    // Every `now` the quiet call is polled at comes after this: its activity is noted
+    // no earlier.
+    let quiet_sent = Instant::now();
     null_call(&mut s, &mut quiet);
-    // The busy one calls every 100 ms, well inside the timeout, for three timeouts.
     let start = Instant::now();
-    while start.elapsed() < 3 * idle {
-        null_call(&mut s, &mut busy);
-        let pause = Instant::now() + Duration::from_millis(100);
-        while Instant::now() < pause {
-            let now = Instant::now();
-            s.poll(now);
-            busy.poll(now);
-            quiet.poll(now);
-            std::thread::yield_now();
+    let mut clock = start;
+    let mut closed_at = None;
+    // The busy one calls every 100 ms of the hand clock, well inside the timeout, for
+    // three timeouts.
+    while clock < start + 3 * idle {
+        null_call_at(&mut s, &mut busy, Some(clock));
+        clock += step;
+        // The server checks its limits with its CM polls (every 64 polls once the clock
+        // moved, every 1024 while it stands still) and at most once per 100 ms of
+        // `now`: these polls run exactly one check at this step's time, counted in
+        // polls, not in time.
+        for _ in 0..2048 {
+            s.poll(clock);
+            busy.poll(clock);
+            quiet.poll(clock);
         }
+        if closed_at.is_none() && s.counters().idle_closed > 0 {
+            closed_at = Some(clock);
+        }
+        assert_eq!(busy.state(), ConnState::Established, "the busy one stays");
     }
-    drive(
-        &mut s,
-        &mut [&mut busy, &mut quiet],
-        "quiet closed",
-        |_, c| c[1].state() == ConnState::Closed,
-    );
+    let closed_at = closed_at.expect("the quiet one was closed");
     assert!(
-        start.elapsed() >= idle,
+        closed_at >= quiet_sent + idle,
         "closed before the idle timeout could pass"
     );
+    assert!(
+        closed_at <= start + idle + 2 * step,
+        "closed within two checks of the timeout: {:?}",
+        closed_at - start
+    );
+    let end = Instant::now() + DEADLINE;
+    while quiet.state() != ConnState::Closed {
+        s.poll(clock);
+        busy.poll(clock);
+        quiet.poll(clock);
+        assert!(Instant::now() < end, "the quiet requester saw its close");
+    }
     assert_eq!(busy.state(), ConnState::Established, "the busy one stays");
     assert_eq!(s.counters().idle_closed, 1);
-    null_call(&mut s, &mut busy);
+    null_call_at(&mut s, &mut busy, Some(clock));
 }
 
 /// A long ECHO of `data` (a Read chunk out, a Reply chunk back), checked byte for byte.

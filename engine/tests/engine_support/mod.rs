@@ -4,7 +4,7 @@
 
 use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rpcrdma::fabric::shm::{ShmAddr, ShmDevice, ShmProvider};
 use rpcrdma::fabric::sim::{Sim, SimAddr, SimConfig, SimNet};
@@ -286,6 +286,81 @@ pub fn word(b: &[u8], off: usize) -> u32 {
 pub fn call<P: Provider>(pair: &mut Pair<P, TestService>, req: CallRequest) -> Outcome {
     pair.call(req, DEADLINE)
         .expect("outcome before the deadline")
+}
+
+/// A clock the test moves by hand, for tests about the engine's own timers (a DONE or
+/// reply timeout of a few milliseconds). The cores read no clock: every poll carries its
+/// `now`. Polled with this clock's `now`, a timer fires only when the test advances it,
+/// never because the machine descheduled the test thread between two steps (under
+/// load a 30 ms timer on the real clock could revoke a reply before the requester read
+/// it). Real time still bounds every wait ([`DEADLINE`]).
+#[derive(Debug, Clone, Copy)]
+pub struct HandClock {
+    now: Instant,
+}
+
+impl HandClock {
+    /// Stands at the requester's clock's present time (so the instants compare with
+    /// those the pair was set up with, the sim's virtual ones included).
+    pub fn at_pair<P: Provider, S: Service + Send + 'static>(p: &Pair<P, S>) -> Self {
+        HandClock {
+            now: p.requester.clock().now(),
+        }
+    }
+
+    /// The time it shows.
+    pub fn now(&self) -> Instant {
+        self.now
+    }
+
+    /// Moves it forward by `d`.
+    pub fn advance(&mut self, d: Duration) {
+        self.now += d;
+    }
+
+    /// Polls both sides of `p` at this clock's `now` until `done` holds; false if
+    /// [`DEADLINE`] of real time passes first.
+    pub fn run_until<P: Provider, S: Service + Send + 'static>(
+        &self,
+        p: &mut Pair<P, S>,
+        mut done: impl FnMut(&mut Pair<P, S>) -> bool,
+    ) -> bool {
+        let end = Instant::now() + DEADLINE;
+        loop {
+            p.poll(self.now);
+            if done(p) {
+                return true;
+            }
+            if Instant::now() > end {
+                return false;
+            }
+        }
+    }
+
+    /// Submits `req` at this clock's `now` and polls (at that `now`) until its outcome
+    /// comes; `between` runs after every poll and may advance the clock (it gets the
+    /// pair and the clock), e.g. once the responder has shown it waits for a timer.
+    pub fn call<P: Provider, S: Service + Send + 'static>(
+        &mut self,
+        p: &mut Pair<P, S>,
+        req: CallRequest,
+        mut between: impl FnMut(&mut Pair<P, S>, &mut HandClock),
+    ) -> Outcome {
+        let tag = unique();
+        p.requester
+            .submit_at(req, tag, self.now)
+            .expect("call submitted");
+        let end = Instant::now() + DEADLINE;
+        loop {
+            p.poll(self.now);
+            if let Some(o) = p.requester.poll_outcome() {
+                assert_eq!(o.tag, tag, "one call at a time");
+                return o;
+            }
+            between(p, self);
+            assert!(Instant::now() <= end, "outcome before the deadline");
+        }
+    }
 }
 
 /// What the test service saw, for assertions.
