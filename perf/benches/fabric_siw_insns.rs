@@ -16,7 +16,9 @@
 //! callgrind_annotate /tmp/siw.cg | head -30    # total Ir / ROUNDS = per round trip
 //! ```
 //!
-//! `measured_4k` counts 4 KiB messages the same way. `SIW_INSNS_TIMED=1` (without
+//! `measured_4k` counts 4 KiB messages the same way, `measured_1m` 50 round trips of
+//! 1 MiB (both ends polled in turn until each message is through, since it does not
+//! fit the socket buffers). `SIW_INSNS_TIMED=1` (without
 //! valgrind) then times siw and a kernel TCP ping-pong the same way, one thread driving
 //! both ends (each round trip costs both ends' CPU, system calls included, with no
 //! wake-up across cores), taking turns, and prints the medians and their ratio.
@@ -44,10 +46,14 @@ const WARMUP: u64 = 500;
 /// Polls a hop may take before the run is declared broken (loopback delivers within the
 /// sender's `sendmsg`, so one or two suffice).
 const MAX_POLLS: u32 = 10_000;
-const ARENA: usize = 1 << 20;
+const ARENA: usize = 4 << 20;
+/// Each receive's length: room for the largest message measured.
+const RECV_LEN: usize = 1 << 20;
+/// Round trips of the 1 MiB region (`measured_1m`).
+const ROUNDS_1M: u64 = 50;
 const SETUP_LIMIT: Duration = Duration::from_secs(5);
 /// Where each side's Sends come from (receives use the front of the arena).
-const SEND_OFF: usize = 64 << 10;
+const SEND_OFF: usize = 2 << 20;
 
 struct End {
     qp: SiwQp,
@@ -190,7 +196,7 @@ fn hop(from: &mut End, to: &mut End, i: u64, len: usize) -> bool {
             if c.status != WcStatus::Success || c.opcode != WcOpcode::Recv {
                 return false;
             }
-            let rb = [to.sge(0, 64 << 10)];
+            let rb = [to.sge(0, RECV_LEN)];
             return to.qp.post_recv(&[RecvWr { wr_id: i, sgl: &rb }]).is_ok();
         }
         polls += 1;
@@ -198,6 +204,47 @@ fn hop(from: &mut End, to: &mut End, i: u64, len: usize) -> bool {
             return false;
         }
     }
+}
+
+/// One message too large for the socket buffers: the sender cannot write it all
+/// before the receiver reads, so both ends are polled in turn until the Send completed
+/// and the receive arrived.
+#[inline(always)]
+fn hop_bulk(from: &mut End, to: &mut End, i: u64, len: usize) -> bool {
+    let sb = [from.sge(SEND_OFF, len)];
+    if from.qp.post_send(&[SendWr::send(i, &sb)]).is_err() {
+        return false;
+    }
+    let (mut sent, mut got) = (false, false);
+    let mut polls = 0;
+    while !(sent && got) {
+        let n = from.cq.poll(&mut from.buf);
+        for c in &from.buf[..n] {
+            if c.status != WcStatus::Success {
+                return false;
+            }
+            sent |= c.opcode == WcOpcode::Send;
+        }
+        let n = to.cq.poll(&mut to.buf);
+        for c in &to.buf[..n] {
+            if c.status != WcStatus::Success
+                || c.opcode != WcOpcode::Recv
+                || c.byte_len as usize != len
+            {
+                return false;
+            }
+            let rb = [to.sge(0, RECV_LEN)];
+            if to.qp.post_recv(&[RecvWr { wr_id: i, sgl: &rb }]).is_err() {
+                return false;
+            }
+            got = true;
+        }
+        polls += 1;
+        if polls == MAX_POLLS {
+            return false;
+        }
+    }
+    true
 }
 
 /// A plain loop (no iterator adapter the compiler would outline and tail-call: a tail
@@ -224,6 +271,25 @@ fn measured_64(a: &mut End, b: &mut End, first: u64) -> bool {
 #[inline(never)]
 fn measured_4k(a: &mut End, b: &mut End, first: u64) -> bool {
     round_trips(a, b, first, ROUNDS, 4096)
+}
+
+/// The 1 MiB region (`--toggle-collect='*measured_1m*'`): `ROUNDS_1M` round trips.
+#[inline(never)]
+fn measured_1m(a: &mut End, b: &mut End, first: u64) -> bool {
+    let mut ok = true;
+    for i in first..first + ROUNDS_1M {
+        ok &= hop_bulk(a, b, i, 1 << 20) && hop_bulk(b, a, i, 1 << 20);
+        if !ok {
+            break;
+        }
+    }
+    black_box(ok)
+}
+
+/// One 1 MiB round trip outside the measured region.
+#[inline(never)]
+fn warm_up_1m(a: &mut End, b: &mut End, i: u64) -> bool {
+    hop_bulk(a, b, i, 1 << 20) && hop_bulk(b, a, i, 1 << 20)
 }
 
 /// Warm-up through a separate copy of the loop, so callgrind's toggle sees only the
@@ -275,6 +341,63 @@ fn tcp_hop(from: &mut TcpStream, to: &mut TcpStream, buf: &mut [u8]) -> bool {
     true
 }
 
+/// One TCP message of `buf.len()` octets, written and read in turns (a message larger
+/// than the socket buffers cannot be written whole before the other end reads).
+#[inline(always)]
+fn tcp_hop_bulk(from: &mut TcpStream, to: &mut TcpStream, buf: &mut [u8], tmp: &mut [u8]) -> bool {
+    let len = buf.len();
+    let (mut done, mut got, mut polls) = (0, 0, 0);
+    while got < len {
+        if done < len {
+            match from.write(&buf[done..]) {
+                Ok(n) if n > 0 => done += n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                _ => return false,
+            }
+        }
+        match to.read(&mut tmp[got..]) {
+            Ok(n) if n > 0 => got += n,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                polls += 1;
+                if polls == MAX_POLLS {
+                    return false;
+                }
+            }
+            _ => return false,
+        }
+    }
+    true
+}
+
+/// Median ns per 1 MiB round trip over `TRIALS` runs of `ROUNDS_1M`, siw and TCP
+/// taking turns.
+fn timed_1m(a: &mut End, b: &mut End, first: &mut u64) -> (f64, f64) {
+    let (mut ta, mut tb) = tcp_pair();
+    let mut buf = vec![0x5au8; 1 << 20];
+    let mut tmp = vec![0u8; 1 << 20];
+    let (mut siw, mut tcp) = (Vec::new(), Vec::new());
+    for _ in 0..TRIALS {
+        let t = Instant::now();
+        assert!(measured_1m(a, b, *first), "siw 1 MiB round trips failed");
+        siw.push(t.elapsed().as_nanos() as f64 / ROUNDS_1M as f64);
+        *first += ROUNDS_1M;
+        let t = Instant::now();
+        for _ in 0..ROUNDS_1M {
+            assert!(
+                tcp_hop_bulk(&mut ta, &mut tb, &mut buf, &mut tmp)
+                    && tcp_hop_bulk(&mut tb, &mut ta, &mut buf, &mut tmp),
+                "tcp 1 MiB round trips failed"
+            );
+        }
+        tcp.push(t.elapsed().as_nanos() as f64 / ROUNDS_1M as f64);
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    (median(&mut siw), median(&mut tcp))
+}
+
 /// Median ns per round trip over `TRIALS` runs of `ROUNDS`, siw and TCP taking turns.
 fn timed(a: &mut End, b: &mut End, first: &mut u64, len: usize) -> (f64, f64) {
     let (mut ta, mut tb) = tcp_pair();
@@ -308,7 +431,7 @@ fn timed(a: &mut End, b: &mut End, first: &mut u64, len: usize) -> (f64, f64) {
 fn main() {
     let (mut a, mut b) = connected_pair();
     for e in [&mut a, &mut b] {
-        let rb = [e.sge(0, 64 << 10)];
+        let rb = [e.sge(0, RECV_LEN)];
         for _ in 0..8 {
             e.qp.post_recv(&[RecvWr { wr_id: 0, sgl: &rb }])
                 .expect("recv");
@@ -323,14 +446,26 @@ fn main() {
         measured_4k(black_box(&mut a), black_box(&mut b), 2 * WARMUP + ROUNDS),
         "4 KiB round trips failed"
     );
+    let mut next = 2 * WARMUP + 2 * ROUNDS;
+    // One 1 MiB round trip first: the receives' pages are touched once, outside the
+    // measured region.
+    assert!(warm_up_1m(&mut a, &mut b, next), "1 MiB warm-up failed");
+    next += 1;
+    assert!(
+        measured_1m(black_box(&mut a), black_box(&mut b), next),
+        "1 MiB round trips failed"
+    );
+    next += ROUNDS_1M;
     if std::env::var_os("SIW_INSNS_TIMED").is_none() {
-        println!("fabric_siw_insns: {ROUNDS} round trips each of 64 B and 4 KiB");
+        println!(
+            "fabric_siw_insns: {ROUNDS} round trips each of 64 B and 4 KiB, {ROUNDS_1M} of 1 MiB"
+        );
         return;
     }
     // Both ends in this thread, so a round trip costs what both ends' CPU does (system
     // calls included) and no wake-up across cores: the per-message cost the two-thread
     // `rpcrdma-perf lat` rows add up, measured where a loaded machine blurs them least.
-    let mut first = 2 * WARMUP + 2 * ROUNDS;
+    let mut first = next;
     for len in [64, 4096] {
         let (siw, tcp) = timed(&mut a, &mut b, &mut first, len);
         println!(
@@ -339,4 +474,12 @@ fn main() {
             siw / tcp
         );
     }
+    let (siw, tcp) = timed_1m(&mut a, &mut b, &mut first);
+    println!(
+        "fabric_siw_insns: 1 MiB round trip, one thread: siw {:.0} us, tcp {:.0} us, x{:.2} \
+         (median of {TRIALS})",
+        siw / 1e3,
+        tcp / 1e3,
+        siw / tcp
+    );
 }

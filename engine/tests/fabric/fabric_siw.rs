@@ -1448,3 +1448,132 @@ fn a_zero_length_write_is_taken_without_checking_its_stag() {
     raw.fill();
     assert!(raw.inbox.is_empty(), "no Terminate");
 }
+
+/// Reads at most `max` octets of what has arrived into the raw peer's inbox.
+fn sip(raw: &mut Raw, max: usize) {
+    use std::io::Read;
+    let mut buf = vec![0u8; max];
+    match raw.sock.read(&mut buf) {
+        Ok(0) => raw.eof = true,
+        Ok(n) => raw.inbox.extend_from_slice(&buf[..n]),
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+        Err(e) => panic!("raw read: {e}"),
+    }
+}
+
+/// Collects one whole message of `opcode` from siw, the raw peer reading 4 KiB at a
+/// time (so siw's writes of several FPDUs keep finding the socket full and resume where
+/// they stopped): its payload, the largest FPDU payload and the number of FPDUs.
+fn slow_message(s: &mut Server, raw: &mut Raw, opcode: Opcode) -> (Vec<u8>, usize, usize) {
+    let end = Instant::now() + DEADLINE;
+    let (mut got, mut largest, mut fpdus) = (Vec::new(), 0, 0);
+    loop {
+        while let Some((h, p)) = raw.take_fpdu() {
+            if h.opcode == Opcode::ReadRequest && opcode != Opcode::ReadRequest {
+                // A wake-up Read: this peer has been silent since the Reply.
+                continue;
+            }
+            assert_eq!(h.opcode, opcode);
+            let at = match h.placement {
+                Placement::Untagged { mo, .. } => u64::from(mo),
+                Placement::Tagged { to, .. } => to - 0x10_0000,
+            };
+            assert_eq!(at, got.len() as u64, "FPDUs in order, none lost");
+            largest = largest.max(p.len());
+            fpdus += 1;
+            got.extend_from_slice(&p);
+            if h.last {
+                return (got, largest, fpdus);
+            }
+        }
+        assert!(!raw.eof, "connection closed mid-message");
+        assert!(
+            Instant::now() < end,
+            "message incomplete: {} octets",
+            got.len()
+        );
+        s.pump();
+        sip(raw, 4096);
+    }
+}
+
+/// Long Sends, Writes and Read Responses leave several FPDUs to a write
+/// (`batch_message_fpdus`, the default) or one per write, and either way reach a peer
+/// that reads slowly whole, in order, in FPDUs no larger than the MSS allows.
+#[test]
+fn long_messages_arrive_whole_across_partial_writes_batched_or_not() {
+    for batch in [true, false] {
+        let cfg = SiwConfig {
+            mss: Some(1460),
+            batch_message_fpdus: batch,
+            ..SiwConfig::default()
+        };
+        let (mut s, mut raw) = raw_pair(cfg, true);
+        let rcvbuf: libc::c_int = 8192;
+        // SAFETY: a valid c_int option value for the duration of the call.
+        let r = unsafe {
+            libc::setsockopt(
+                std::os::fd::AsRawFd::as_raw_fd(&raw.sock),
+                libc::SOL_SOCKET,
+                libc::SO_RCVBUF,
+                (&rcvbuf as *const libc::c_int).cast(),
+                core::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        assert_eq!(r, 0, "SO_RCVBUF");
+        let data = pattern(11, 600 * 1024);
+        s.fill(0, &data);
+        let max_payload = 1460 - 6 - 14;
+
+        // A Send.
+        let sgl = [s.sge(0, data.len())];
+        s.qp().post_send(&[SendWr::send(1, &sgl)]).expect("send");
+        let (got, largest, fpdus) = slow_message(&mut s, &mut raw, Opcode::Send);
+        assert!(got == data, "the Send arrives whole (batch {batch})");
+        assert!(largest <= max_payload, "{largest} octets in one FPDU");
+        assert!(fpdus >= data.len() / max_payload, "{fpdus} FPDUs");
+
+        // A Write.
+        let remote = RemoteAddr {
+            addr: 0x10_0000,
+            rkey: 0x55,
+        };
+        s.qp()
+            .post_send(&[SendWr::write(2, &sgl, remote)])
+            .expect("write");
+        let (got, largest, _) = slow_message(&mut s, &mut raw, Opcode::RdmaWrite);
+        assert!(got == data, "the Write arrives whole (batch {batch})");
+        assert!(largest <= max_payload + 4, "{largest} octets in one FPDU");
+
+        // A Read Response.
+        let rr = ReadRequest {
+            sink_stag: 0x66,
+            sink_to: 0x10_0000,
+            size: data.len() as u32,
+            source_stag: s.mr.rkey(),
+            source_to: s.addr_of(0),
+        };
+        let h = SegmentHeader::untagged(
+            Opcode::ReadRequest,
+            true,
+            0,
+            raw.msn.take(QueueNumber::ReadRequest),
+            0,
+        );
+        raw.send(h, &rr.to_bytes());
+        let (got, largest, _) = slow_message(&mut s, &mut raw, Opcode::ReadResponse);
+        assert!(
+            got == data,
+            "the Read Response arrives whole (batch {batch})"
+        );
+        assert!(largest <= max_payload + 4, "{largest} octets in one FPDU");
+
+        s.wait(&mut raw, "both completions", |s, _| {
+            s.done
+                .iter()
+                .filter(|c| c.status == WcStatus::Success)
+                .count()
+                >= 2
+        });
+    }
+}

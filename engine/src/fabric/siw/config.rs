@@ -88,6 +88,16 @@ pub struct SiwConfig {
     /// per segment even for back-to-back Sends (Wireshark's MPA dissector hands only
     /// the first FPDU of a segment on).
     pub coalesce_sends: bool,
+    /// Write up to eight consecutive FPDUs of one long message (a Send, Write or Read
+    /// Response longer than a segment) with one `sendmsg` (the default; off in
+    /// [`strict`](Self::strict)). Each FPDU is still sized to the EMSS, and TCP cuts the
+    /// write into segments of that size, so they mostly stay one FPDU per segment, but
+    /// a write no longer ends each FPDU with `MSG_EOR`. One system call per FPDU
+    /// (33 per MiB on loopback, whose MSS is 32741) was most of what a 1 MiB Send cost
+    /// beyond a TCP stream's (issue 14; engine/DESIGN.md, "siw: a long message's FPDUs
+    /// in one write"). With `false` every FPDU of a long message is a write of its own,
+    /// so a capture shows exactly one FPDU per segment.
+    pub batch_message_fpdus: bool,
     /// Registrations plus fast-registration slots.
     pub max_mr: u32,
     /// Largest queue depth.
@@ -155,6 +165,7 @@ impl Default for SiwConfig {
             confirm_completions: false,
             confirmation_own_segment: true,
             coalesce_sends: true,
+            batch_message_fpdus: true,
             max_mr: 16 * 1024,
             max_qp_wr: 4096,
             max_cq_depth: 1 << 20,
@@ -179,6 +190,7 @@ impl fmt::Debug for SiwConfig {
             .field("confirm_completions", &self.confirm_completions)
             .field("confirmation_own_segment", &self.confirmation_own_segment)
             .field("coalesce_sends", &self.coalesce_sends)
+            .field("batch_message_fpdus", &self.batch_message_fpdus)
             .field("max_mr", &self.max_mr)
             .field("max_qp_wr", &self.max_qp_wr)
             .field("max_cq_depth", &self.max_cq_depth)
@@ -200,6 +212,7 @@ impl SiwConfig {
     pub fn strict() -> SiwConfig {
         SiwConfig {
             confirm_completions: true,
+            batch_message_fpdus: false,
             ..SiwConfig::default()
         }
     }

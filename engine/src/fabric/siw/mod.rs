@@ -9,7 +9,8 @@
 //! [`ConnectionManager::poll_event`] of its objects, on the caller's thread, polling a
 //! mio `Poll` with a zero timeout and then every connection: reading what arrived
 //! (placing payload straight from the receive buffer into registered memory),
-//! writing what was posted (one `sendmsg` per FPDU, gathering from registered memory),
+//! writing what was posted (`sendmsg` gathering from registered memory: one per FPDU,
+//! or up to eight FPDUs of one long message, [`SiwConfig::batch_message_fpdus`]),
 //! and reporting completions. Posting only fills preallocated slots. Sockets are
 //! non-blocking with `TCP_NODELAY`; a partial write resumes at the next poll; nothing
 //! is allocated per operation once a connection is up.
@@ -45,7 +46,9 @@
 //! copies the failing segment's header, which names the request that gets the error
 //! status. A capture shows one FPDU per TCP segment, except that consecutive posted
 //! Sends small enough to share one are coalesced into it
-//! ([`SiwConfig::coalesce_sends`], on by default).
+//! ([`SiwConfig::coalesce_sends`], on by default), and that a long message's FPDUs
+//! share writes ([`SiwConfig::batch_message_fpdus`], on by default, off in
+//! [`SiwConfig::strict`]), which TCP cuts at its MSS, the FPDUs' size.
 //!
 //! # Interoperability with Linux siw
 //!

@@ -1,7 +1,10 @@
-//! Transmission: send-queue requests, Read Responses and Terminates become FPDUs, each
-//! written with its own `sendmsg` (head, payload pieces straight from registered
-//! memory, pad and CRC), so a capture shows one FPDU per TCP segment; a confirmation
-//! Read too, unless
+//! Transmission: send-queue requests, Read Responses and Terminates become FPDUs,
+//! written with `sendmsg` (head, payload pieces straight from registered memory, pad
+//! and CRC). A long message's FPDUs, each sized to the EMSS, go up to eight to a write
+//! ([`SiwConfig::batch_message_fpdus`](super::SiwConfig::batch_message_fpdus), on by
+//! default): TCP cuts the write at the MSS, so they still mostly travel one per
+//! segment. Otherwise each FPDU is written with its own `sendmsg`, so a capture shows
+//! one FPDU per TCP segment; a confirmation Read too, unless
 //! [`SiwConfig::confirmation_own_segment`](super::SiwConfig::confirmation_own_segment) is
 //! off (see there for the trade-off). The exception: consecutive posted Sends whose
 //! FPDUs, whole, fit one TCP segment together go in one `sendmsg`, so in one segment
@@ -151,6 +154,8 @@ pub(crate) struct TxState {
     pub(crate) confirmation_own_write: bool,
     /// [`SiwConfig::coalesce_sends`](super::SiwConfig::coalesce_sends).
     pub(crate) coalesce: bool,
+    /// [`SiwConfig::batch_message_fpdus`](super::SiwConfig::batch_message_fpdus).
+    pub(crate) batch_message: bool,
 }
 
 impl TxState {
@@ -167,6 +172,7 @@ impl TxState {
             term_state: TermState::None,
             confirmation_own_write: false,
             coalesce: true,
+            batch_message: true,
         }
     }
 
@@ -287,7 +293,10 @@ impl Engine {
     }
 
     /// Frames the next write: the current message's next FPDU, or the next message's
-    /// first; then, while the write stays within one TCP segment, further FPDUs of
+    /// first; then that message's further FPDUs, up to [`BATCH`], when
+    /// `batch_message` (one system call per FPDU was most of a long message's cost:
+    /// 33 `sendmsg` per MiB on loopback); then, while the write stays within one TCP
+    /// segment, further FPDUs of
     /// Sends already posted, so that a group of Sends posted together (a continuation
     /// group, a call and its continuations) leaves in one `sendmsg` and reaches the
     /// peer in one read (the receiver's cost per system call and per wake-up is what
@@ -298,9 +307,13 @@ impl Engine {
         loop {
             let framing = self.tx.msg.as_ref().is_some_and(|m| !m.last_framed);
             let more = if self.tx.nbatch > 0 {
-                // Only whole one-FPDU Sends join a write (a longer message's FPDUs each
-                // fill a segment of their own).
-                !framing && self.next_send_fits(keys)
+                // A long message's next FPDUs join its write (`batch_message`); else
+                // only whole one-FPDU Sends join one.
+                if framing {
+                    self.tx.batch_message
+                } else {
+                    self.next_send_fits(keys)
+                }
             } else {
                 framing || self.next_message(keys)
             };
@@ -310,11 +323,12 @@ impl Engine {
             self.frame_next(wire);
             let i = self.tx.nbatch - 1;
             let framing = self.tx.msg.as_ref().is_some_and(|m| !m.last_framed);
-            if !self.tx.coalesce
-                || framing
-                || self.tx.nbatch == BATCH
-                || self.tx.batch[i].tail_len > 0
-            {
+            let go_on = if framing {
+                self.tx.batch_message
+            } else {
+                self.tx.coalesce
+            };
+            if !go_on || self.tx.nbatch == BATCH || self.tx.batch[i].tail_len > 0 {
                 return;
             }
         }
