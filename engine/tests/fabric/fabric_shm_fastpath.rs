@@ -12,8 +12,8 @@ use crate::conformance;
 use conformance::{connect, pattern, Fixture, Opts, Pair};
 use rpcrdma::fabric::shm::{ShmAddr, ShmDevice, ShmProvider};
 use rpcrdma::fabric::{
-    MemoryRegion, QpCaps, QpConfig, QueuePair, RecvWr, RemoteAddr, SendFlags, SendWr, Sge,
-    WcOpcode, WcStatus,
+    MemoryRegion, PostErrorKind, QpCaps, QpConfig, QueuePair, RecvWr, RemoteAddr, SendFlags,
+    SendWr, Sge, WcOpcode, WcStatus,
 };
 
 struct ShmFixture;
@@ -208,4 +208,95 @@ fn unsignaled_successes_stay_silent_until_a_signaled_one() {
     p.c.qp.post_send(&[SendWr::write(9, &local, ok)]).unwrap();
     let (_, c) = p.completions(0, 1);
     assert_eq!((c[0].wr_id, c[0].status), (9, WcStatus::Success));
+}
+
+/// `post_send` takes leading inline one-entry Sends by a fast path and hands the rest
+/// of the chain to the general path: a refusal there counts the fast-path Sends as
+/// posted, and they arrive, in order, with their data; a Send the fast path declines
+/// (its key is bad) completes in error as before.
+#[test]
+fn a_refusal_after_inline_sends_counts_them_as_posted() {
+    let cfg = QpConfig {
+        caps: QpCaps {
+            max_send_wr: 4,
+            max_recv_wr: 8,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+        },
+        ..QpConfig::default()
+    };
+    let mut p = connect::<ShmFixture>(&Opts {
+        server: cfg,
+        client: cfg,
+        ..Opts::default()
+    });
+    // Exactly the receives the Sends below consume: none is left to flush (at a
+    // moment of the server's choosing) when the last one fails the queue pairs.
+    let rb: Vec<[Sge; 1]> = (0..6).map(|i| [p.s.sge(40_000 + 64 * i, 64)]).collect();
+    let recvs: Vec<RecvWr<'_>> = rb
+        .iter()
+        .enumerate()
+        .map(|(i, sgl)| RecvWr {
+            wr_id: i as u64,
+            sgl,
+        })
+        .collect();
+    p.s.qp.post_recv(&recvs).unwrap();
+    for i in 0..6 {
+        p.c.fill(64 * i, &pattern(300 + i as u64, 24));
+    }
+    let sb: Vec<[Sge; 1]> = (0..6).map(|i| [p.c.sge(64 * i, 24)]).collect();
+    let two = [p.c.sge(0, 8), p.c.sge(8, 8)];
+
+    // Two inline Sends, then one with more entries than allowed.
+    let chain = [
+        SendWr::send(10, &sb[0]),
+        SendWr::send(11, &sb[1]),
+        SendWr::send(12, &two),
+    ];
+    let err = p.c.qp.post_send(&chain).unwrap_err();
+    assert_eq!(
+        (err.posted, err.kind),
+        (2, PostErrorKind::TooManySge { given: 2, max: 1 })
+    );
+    let (s, c) = p.completions(2, 2);
+    assert_eq!(c.iter().map(|c| c.wr_id).collect::<Vec<_>>(), vec![10, 11]);
+    assert!(s.iter().chain(&c).all(|w| w.status == WcStatus::Success));
+    assert!(p.s.read(40_000, 24) == pattern(300, 24));
+    assert!(p.s.read(40_064, 24) == pattern(301, 24));
+
+    // Six inline Sends on a send queue of four: four go, the refusal says so.
+    let chain: Vec<SendWr<'_>> = (0..6)
+        .map(|i| SendWr::send(20 + i, &sb[i as usize]))
+        .collect();
+    let err = p.c.qp.post_send(&chain).unwrap_err();
+    assert_eq!(
+        (err.posted, err.kind),
+        (4, PostErrorKind::QueueFull { depth: 4 })
+    );
+    let (s, c) = p.completions(4, 4);
+    assert_eq!(
+        c.iter().map(|c| c.wr_id).collect::<Vec<_>>(),
+        vec![20, 21, 22, 23]
+    );
+    assert_eq!(
+        s.iter().map(|c| c.wr_id).collect::<Vec<_>>(),
+        vec![2, 3, 4, 5]
+    );
+    for i in 0..4 {
+        assert!(
+            p.s.read(40_000 + 64 * (2 + i), 24) == pattern(300 + i as u64, 24),
+            "Send {i} of the second chain"
+        );
+    }
+
+    // A Send whose key is wrong completes in error, with nothing sent.
+    let mut bad = sb[4];
+    bad[0].lkey = rpcrdma::fabric::mr::next_key(p.c.mr.lkey());
+    p.c.qp.post_send(&[SendWr::send(30, &bad)]).unwrap();
+    let (_, c) = p.completions(0, 1);
+    assert_eq!(
+        (c[0].wr_id, c[0].status),
+        (30, WcStatus::LocalProtectionError)
+    );
 }

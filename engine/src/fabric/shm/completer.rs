@@ -76,14 +76,17 @@ impl Completer {
 
     /// Reports up to `out.len()` send-queue completions.
     pub(crate) fn step(&mut self, qp: &QpShared, out: &mut [Completion]) -> usize {
-        if !qp.is_error() && qp.peer.get().is_some_and(|p| p.has_failed()) {
+        // The state is read once per poll: a failure set after this read is seen by
+        // the next poll.
+        let mut failed = qp.is_error();
+        if !failed && qp.peer.get().is_some_and(|p| p.has_failed()) {
             qp.set_error();
+            failed = true;
         }
         let posted = qp.posted.sq_posted.load(Ordering::Acquire);
         if self.retired == posted {
             return 0;
         }
-        let mut failed = qp.is_error();
         // Acked unsignaled requests report nothing, and a NAK always brings the peer's
         // failed flag (checked above): until a signaled request is outstanding, the
         // acks need not be read at all. Retiring later frees no slot later either:

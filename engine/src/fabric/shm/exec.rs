@@ -164,11 +164,9 @@ impl Executor {
 
     /// Executes what the peer posted, writing receive completions into `out`.
     pub(crate) fn step(&mut self, qp: &QpShared, out: &mut [Completion]) -> usize {
-        if !qp.is_error() && self.peer.has_failed() {
-            qp.set_error();
-        }
-        if qp.is_error() {
-            return qp.flush_recvs(out);
+        // One read of our state per poll (a failure set after it is seen by the next).
+        if qp.is_error() || self.peer.has_failed() {
+            return self.failed_step(qp, out);
         }
         let mut n = 0;
         for _ in 0..BUDGET {
@@ -206,6 +204,17 @@ impl Executor {
         // One release store acknowledges everything executed in this poll.
         self.req.release();
         n
+    }
+
+    /// Our queue pair, or the peer, has failed: ours goes to the error state (if not
+    /// there already) and the posted receives are flushed.
+    #[cold]
+    #[inline(never)]
+    fn failed_step(&mut self, qp: &QpShared, out: &mut [Completion]) -> usize {
+        if !qp.is_error() {
+            qp.set_error();
+        }
+        qp.flush_recvs(out)
     }
 
     #[inline(never)]

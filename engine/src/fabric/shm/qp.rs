@@ -714,8 +714,95 @@ impl ShmQp {
     }
 }
 
-impl QueuePair for ShmQp {
-    fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<(), PostError> {
+impl ShmQp {
+    /// Posts `wr` when it is the common request, a Send of one gather entry short
+    /// enough to go inline, on a queue pair ready to send with room in its send queue
+    /// and ring and no RDMA Read in flight, and its key checks out; false, with
+    /// nothing published, for anything else (the general path then posts it, or
+    /// refuses it or completes it in error, with the same checks in the same order).
+    /// The general path's per-request tests (local operation, entry count, length
+    /// sum, opcode) are settled here by the shape alone, and nothing is built for an
+    /// error: about 97 instructions less per Send (`perf/insns.sh`: like-for-like shm
+    /// round trip 2012 -> 1818, RPC NULL 4160 -> 3966, both by two Sends).
+    #[inline(always)]
+    fn post_inline_send(&mut self, wr: &SendWr<'_>) -> bool {
+        let (SendOp::Send, [sge]) = (wr.op, wr.sgl) else {
+            return false;
+        };
+        let sh = &*self.shared;
+        if sge.length > INLINE_MAX
+            || sh.caps.max_send_sge == 0
+            || self.reads_until != 0
+            || sh.state.load(Ordering::Acquire) != ST_RTS
+        {
+            return false;
+        }
+        let depth = u64::from(sh.caps.max_send_wr);
+        if self.sq_head - self.sq_freed_seen >= depth {
+            self.sq_freed_seen = sh.polled.sq_freed.load(Ordering::Acquire);
+            if self.sq_head - self.sq_freed_seen >= depth {
+                return false;
+            }
+        }
+        let len = u64::from(sge.length);
+        let Some(src) = sh
+            .dev
+            .table
+            .lookup(sge.lkey, sh.pd, Access::NONE, sge.addr, len)
+            .ok()
+            .and_then(|place| sh.pdt.arenas.local_ptr(place, len))
+        else {
+            return false;
+        };
+        if !matches!(self.req.room(), Ok(r) if r > 0) {
+            return false;
+        }
+        let slot = self.req.slot();
+        // SAFETY: the ring has room, so the slot is free and unpublished, and we are its
+        // only producer; src is inside one of our registered arenas for `len` octets
+        // (checked by local_ptr), len <= INLINE_MAX, the body's size; arena and ring
+        // are separate mappings.
+        unsafe {
+            copy_small(src, ReqSlot::body(slot), sge.length as usize);
+            ReqSlot::set_header(
+                slot,
+                ReqHeader {
+                    op: op::SEND | op::INLINE,
+                    num_sge: 0,
+                    remote_addr: 0,
+                    total_len: sge.length,
+                    key: 0,
+                },
+            );
+        }
+        let ssn = self.commit();
+        let signaled = wr.flags.contains(SendFlags::SIGNALED);
+        let entry = SqEntry {
+            wr_id: wr.wr_id,
+            opcode: WcOpcode::Send,
+            signaled,
+            byte_len: sge.length,
+            remote: true,
+            ssn,
+            local: WcStatus::Success,
+        };
+        // SAFETY: sq_head - freed < depth, so the completer is done with this slot; we
+        // are the only producer.
+        unsafe { self.shared.sq.write(self.sq_head, entry) };
+        self.sq_head += 1;
+        if signaled {
+            self.sq_signaled = self.sq_head;
+        }
+        self.publish_send();
+        true
+    }
+}
+
+impl ShmQp {
+    /// [`QueuePair::post_send`] of any chain: every request checked, then posted (or
+    /// completed in error); the send queue is published once at the end.
+    #[inline(never)]
+    fn post_send_general(&mut self, wrs: &[SendWr<'_>]) -> Result<(), PostError> {
         let st = self.shared.state();
         let mut flushing = st.is_error();
         if !flushing && st != QpState::ReadyToSend {
@@ -808,6 +895,28 @@ impl QueuePair for ShmQp {
             }
         }
         self.publish_send();
+        Ok(())
+    }
+}
+
+impl QueuePair for ShmQp {
+    fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<(), PostError> {
+        // Leading common requests one by one (each published as it is posted, as its
+        // ring slot is anyway), the rest the general way.
+        if wrs.is_empty() {
+            // The state check alone.
+            return self.post_send_general(wrs);
+        }
+        let mut done = 0;
+        while let Some(wr) = wrs.get(done) {
+            if !self.post_inline_send(wr) {
+                return self.post_send_general(&wrs[done..]).map_err(|mut e| {
+                    e.posted += done;
+                    e
+                });
+            }
+            done += 1;
+        }
         Ok(())
     }
 
