@@ -568,6 +568,53 @@ impl<S: Service> ResponderHalf<S> {
             Call(u32, bool),
         }
         let parsed = HeaderView::parse(buf.as_slice(), &self.limits);
+        // The common case first: a chunkless inline call, nobody waiting ahead of it,
+        // on receives staged again in place. What the general steps below would make
+        // of it is known without them (a call without reads, as `inspect` finds a
+        // chunkless RDMA_MSG whenever the send queue has any depth; no ledger to count
+        // it in, as in-place reposts exclude a shared receive queue), so it goes
+        // straight to the service and its reply's Send: fewer instructions between the
+        // receive completion and the reply's post (DESIGN.md, "the plain path").
+        if let Ok(h) = &parsed {
+            if t.recvs.reposts_in_place()
+                && self.sq_depth != 0
+                && self.stalled.is_empty()
+                && self.is_plain(t, i, h)
+            {
+                let c = &mut self.ctxs[i as usize];
+                c.xid = h.xid();
+                c.step = Step::Dispatch;
+                let (done, recv) = if !self.dispatch_plain(t, i, h) {
+                    t.recvs.refill(&mut t.outbox);
+                    (false, Some(buf))
+                } else {
+                    match self.plain_reply_len(t, i) {
+                        // The call is read and its reply goes in a plain Send that has
+                        // room: the receive buffer is staged again before the reply's
+                        // grant counts the receives posted.
+                        Some(len)
+                            if matches!(self.ctxs[i as usize].step, Step::Reply)
+                                && t.sq.free() >= 1 =>
+                        {
+                            t.recvs.repost(&mut t.outbox, buf);
+                            (self.stage_plain_send(t, i, len), None)
+                        }
+                        _ => {
+                            t.recvs.refill(&mut t.outbox);
+                            (self.reply_plain(t, i, h), Some(buf))
+                        }
+                    }
+                };
+                if let Some(recv) = recv {
+                    self.put_back_recv(t, i, recv);
+                }
+                if !done {
+                    self.stats.stalls += 1;
+                    let _ = self.stalled.push_back(i);
+                }
+                return;
+            }
+        }
         // A chunkless inline call served at once restocks with its own receive buffer
         // (`RecvTable::repost`, below); anything else restocks now, before it may grant.
         let plain = matches!(&parsed, Ok(h) if self.stalled.is_empty() && self.is_plain(t, i, h));
@@ -643,26 +690,11 @@ impl<S: Service> ResponderHalf<S> {
                             (self.advance_with(t, i, Some(h)), Some(buf))
                         } else if !t.recvs.reposts_in_place() {
                             (self.serve_plain(t, i, h), Some(buf))
-                        } else if !self.dispatch_plain(t, i, h) {
-                            t.recvs.refill(&mut t.outbox);
-                            (false, Some(buf))
                         } else {
-                            match self.plain_reply_len(t, i) {
-                                // The call is read and its reply goes in a plain Send that
-                                // has room: the receive buffer is staged again before the
-                                // reply's grant counts the receives posted.
-                                Some(len)
-                                    if matches!(self.ctxs[i as usize].step, Step::Reply)
-                                        && t.sq.free() >= 1 =>
-                                {
-                                    t.recvs.repost(&mut t.outbox, buf);
-                                    (self.stage_plain_send(t, i, len), None)
-                                }
-                                _ => {
-                                    t.recvs.refill(&mut t.outbox);
-                                    (self.reply_plain(t, i, h), Some(buf))
-                                }
-                            }
+                            // Served at the start (the plain path); should it ever get
+                            // here, the general path, restocked first.
+                            t.recvs.refill(&mut t.outbox);
+                            (self.advance_with(t, i, Some(h)), Some(buf))
                         };
                         if let Some(buf) = recv {
                             self.put_back_recv(t, i, buf);
