@@ -327,18 +327,26 @@ fn tcp_hop(from: &mut TcpStream, to: &mut TcpStream, buf: &mut [u8]) -> bool {
     let mut got = 0;
     let mut polls = 0;
     while got < len {
-        match to.read(&mut buf[got..]) {
-            Ok(n) if n > 0 => got += n,
-            Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                polls += 1;
-                if polls == MAX_POLLS {
-                    return false;
-                }
-            }
-            _ => return false,
+        match hop_read(to, &mut buf[got..], &mut polls) {
+            Some(n) => got += n,
+            None => return false,
         }
     }
     true
+}
+
+/// One read of a hop: `Some(n)` octets (0 when nothing had arrived yet, an empty poll
+/// counted in `polls`), `None` on an error, the peer's close or `MAX_POLLS` empty polls.
+#[inline(always)]
+fn hop_read(to: &mut TcpStream, buf: &mut [u8], polls: &mut u32) -> Option<usize> {
+    match to.read(buf) {
+        Ok(n) if n > 0 => Some(n),
+        Err(e) if e.kind() == ErrorKind::WouldBlock => {
+            *polls += 1;
+            (*polls < MAX_POLLS).then_some(0)
+        }
+        _ => None,
+    }
 }
 
 /// One TCP message of `buf.len()` octets, written and read in turns (a message larger
@@ -355,15 +363,9 @@ fn tcp_hop_bulk(from: &mut TcpStream, to: &mut TcpStream, buf: &mut [u8], tmp: &
                 _ => return false,
             }
         }
-        match to.read(&mut tmp[got..]) {
-            Ok(n) if n > 0 => got += n,
-            Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                polls += 1;
-                if polls == MAX_POLLS {
-                    return false;
-                }
-            }
-            _ => return false,
+        match hop_read(to, &mut tmp[got..], &mut polls) {
+            Some(n) => got += n,
+            None => return false,
         }
     }
     true
