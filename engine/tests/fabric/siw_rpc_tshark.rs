@@ -222,11 +222,38 @@ fn le32(b: &[u8], at: usize) -> Option<u32> {
     Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
 }
 
-/// TCP payload octets per source port in a classic (little-endian) pcap of loopback
-/// frames, which Linux captures with a 14-octet Ethernet header. A record still being
-/// written ends the walk.
-fn tcp_payload_per_port(path: &Path) -> BTreeMap<u16, usize> {
-    let mut out = BTreeMap::new();
+/// TCP stream octets per source port in a classic (little-endian) pcap of loopback
+/// frames, which Linux captures with a 14-octet Ethernet header: the span of sequence
+/// numbers the payload covered, so a segment sent again (a loaded loopback receiver may
+/// drop one) is not counted twice. A record still being written ends the walk.
+pub(crate) fn tcp_payload_per_port(path: &Path) -> BTreeMap<u16, usize> {
+    tcp_streams(path)
+        .into_iter()
+        .map(|(port, s)| (port, s.span))
+        .collect()
+}
+
+/// What one direction of a capture carried.
+#[derive(Debug, Default, Clone, Copy)]
+struct StreamSpan {
+    /// Sequence number of the first payload octet.
+    base: u32,
+    /// Octets from `base` to the end of the furthest payload.
+    span: usize,
+    /// Payload octets in all frames, retransmissions included.
+    carried: usize,
+}
+
+impl StreamSpan {
+    /// Payload octets captured more than once (segments sent again).
+    fn resent(&self) -> usize {
+        self.carried.saturating_sub(self.span)
+    }
+}
+
+/// [`StreamSpan`] per source port of the capture at `path`.
+fn tcp_streams(path: &Path) -> BTreeMap<u16, StreamSpan> {
+    let mut out: BTreeMap<u16, StreamSpan> = BTreeMap::new();
     let Ok(b) = fs::read(path) else {
         return out;
     };
@@ -249,8 +276,19 @@ fn tcp_payload_per_port(path: &Path) -> BTreeMap<u16, usize> {
             continue;
         };
         let sport = u16::from_be_bytes([tcp[0], tcp[1]]);
+        let seq = u32::from_be_bytes([tcp[4], tcp[5], tcp[6], tcp[7]]);
         let doff = usize::from(tcp[12] >> 4) * 4;
-        *out.entry(sport).or_insert(0) += total.saturating_sub(ihl + doff);
+        let len = total.saturating_sub(ihl + doff);
+        if len == 0 {
+            continue;
+        }
+        let s = out.entry(sport).or_insert(StreamSpan {
+            base: seq,
+            ..StreamSpan::default()
+        });
+        let end = seq.wrapping_sub(s.base) as usize + len;
+        s.span = s.span.max(end);
+        s.carried += len;
     }
     out
 }
@@ -695,8 +733,26 @@ fn check_sent(o: &Outcome, e: &Expect, call: &(SentMsg, Header), reply: &(SentMs
     }
 }
 
+/// Captures made before one without a segment sent twice is taken: a loaded loopback
+/// receiver may drop a segment, and TCP may send it again cut differently (several
+/// FPDUs in one segment, of which Wireshark's MPA dissector decodes only the first, and
+/// the decode filter leaves retransmissions out). The last attempt is checked whatever
+/// its capture holds.
+const CAPTURE_ATTEMPTS: u32 = 3;
+
 #[test]
 fn tshark_decodes_engine_rpc_over_siw_field_by_field() {
+    for attempt in 1..=CAPTURE_ATTEMPTS {
+        if capture_and_check(attempt == CAPTURE_ATTEMPTS) {
+            return;
+        }
+    }
+}
+
+/// One run of the RPCs under capture, every check made; false, before the tshark
+/// checks, when the capture holds a segment sent twice and this is not the `last`
+/// attempt.
+fn capture_and_check(last: bool) -> bool {
     let port = free_port();
     let net = Tapped {
         log: Arc::new(Log::default()),
@@ -733,15 +789,25 @@ fn tshark_decodes_engine_rpc_over_siw_field_by_field() {
         .count();
     assert_eq!(swi, 3, "the three replies to calls with chunks invalidate");
 
+    let streams = tcp_streams(&path);
+    let resent: usize = streams.values().map(StreamSpan::resent).sum();
+    if resent > 0 && !last {
+        eprintln!("the capture holds {resent} octets sent twice ({streams:?}): capturing again");
+        let _ = fs::remove_file(&path);
+        return false;
+    }
+
     // tshark shows each of those Sends, in order each way, field by field.
     for (is_call, from, sent) in [(true, client_port, &calls), (false, port, &replies)] {
         let shown: Vec<&Row> = rows.iter().filter(|r| r.sport == from).collect();
         assert_eq!(
             shown.len(),
             sent.len(),
-            "port {from}: rpcordma decoded {} messages, the engine sent {}: {shown:#?}",
+            "port {from}: rpcordma decoded {} messages, the engine sent {} (streams \
+             {streams:?}, {}): {shown:#?}",
             shown.len(),
-            sent.len()
+            sent.len(),
+            path.display()
         );
         for (k, (row, (m, h))) in shown.iter().zip(sent.iter()).enumerate() {
             let ctx = format!(
@@ -756,4 +822,5 @@ fn tshark_decodes_engine_rpc_over_siw_field_by_field() {
     }
     // Left behind only when an assertion above fails, for inspection.
     let _ = fs::remove_file(&path);
+    true
 }

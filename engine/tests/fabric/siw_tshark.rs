@@ -206,42 +206,7 @@ impl Drop for Capture {
 /// counted by sequence number: a loaded loopback receiver may drop a segment whose
 /// retransmission the capture then holds twice, and the stream carries it once.
 fn payload_per_port(path: &Path) -> BTreeMap<u16, usize> {
-    // Per port: the first payload's sequence number and the stream's end beyond it.
-    let mut span: BTreeMap<u16, (u32, usize)> = BTreeMap::new();
-    let Ok(b) = fs::read(path) else {
-        return BTreeMap::new();
-    };
-    let mut at = 24;
-    while at + 16 <= b.len() {
-        let incl = u32::from_le_bytes(b[at + 8..at + 12].try_into().unwrap()) as usize;
-        let p = at + 16;
-        if p + incl > b.len() {
-            break;
-        }
-        let pkt = &b[p..p + incl];
-        at = p + incl;
-        if pkt.len() < 14 + 20 || pkt[12..14] != [0x08, 0x00] {
-            continue;
-        }
-        let ip = &pkt[14..];
-        let ihl = usize::from(ip[0] & 0x0f) * 4;
-        let total = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
-        if ip[9] != 6 || ip.len() < ihl + 20 {
-            continue;
-        }
-        let tcp = &ip[ihl..];
-        let sport = u16::from_be_bytes([tcp[0], tcp[1]]);
-        let doff = usize::from(tcp[12] >> 4) * 4;
-        let len = total.saturating_sub(ihl + doff);
-        if len == 0 {
-            continue;
-        }
-        let seq = u32::from_be_bytes([tcp[4], tcp[5], tcp[6], tcp[7]]);
-        let (first, end) = span.entry(sport).or_insert((seq, 0));
-        let at = seq.wrapping_sub(*first) as usize;
-        *end = (*end).max(at + len);
-    }
-    span.into_iter().map(|(p, (_, end))| (p, end)).collect()
+    crate::siw_rpc_tshark::tcp_payload_per_port(path)
 }
 
 // ---------------------------------------------------------------------------------------
