@@ -393,11 +393,13 @@ fn timed_1m(a: &mut End, b: &mut End, first: &mut u64) -> (f64, f64) {
         }
         tcp.push(t.elapsed().as_nanos() as f64 / ROUNDS_1M as f64);
     }
-    let median = |v: &mut Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
     (median(&mut siw), median(&mut tcp))
+}
+
+/// The median of `v` (sorted in place; `v` is never empty: `TRIALS` entries).
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
 }
 
 /// Median ns per round trip over `TRIALS` runs of `ROUNDS`, siw and TCP taking turns.
@@ -423,10 +425,6 @@ fn timed(a: &mut End, b: &mut End, first: &mut u64, len: usize) -> (f64, f64) {
         }
         tcp.push(t.elapsed().as_nanos() as f64 / ROUNDS as f64);
     }
-    let median = |v: &mut Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
     (median(&mut siw), median(&mut tcp))
 }
 
