@@ -9,5 +9,6 @@ mod ulp_ddp;
 mod ulp_dispatch;
 mod ulp_echo_prop;
 mod ulp_nfs_binding;
+mod ulp_null_fast;
 mod ulp_service_api;
 mod ulp_service_e2e;

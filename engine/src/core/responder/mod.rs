@@ -219,7 +219,7 @@ enum Held {
 /// The credits a reply grants now: `policy`'s choice within what the connection's
 /// receives allow (on a shared receive queue, within the room its ledger leaves; the
 /// grant is then counted there, see `core/srq_ledger.rs`).
-#[inline]
+#[inline(always)]
 fn grant(policy: &GrantPolicy, t: &mut Transport) -> u32 {
     let credit = policy.grant(t.recvs.grant_room());
     t.recvs.granted(credit);
@@ -487,7 +487,9 @@ impl<S: Service> ResponderHalf<S> {
                     if matches!(t.state, ConnState::Draining | ConnState::Closed)
                         || matches!(c.step, Step::Sent)
                     {
-                        self.release(t, i as u32);
+                        // Inlined here: a reply's Send completion frees nearly every
+                        // context, so it spares the out-of-line call.
+                        self.release_inline(t, i as u32);
                     } else if matches!(c.step, Step::Reading) {
                         c.step = Step::Dispatch;
                         self.run(t, i as u32);
@@ -1228,8 +1230,14 @@ impl<S: Service> ResponderHalf<S> {
 
     /// Returns context `i`'s buffers and frees it.
     fn release(&mut self, t: &mut Transport, i: u32) {
+        self.release_inline(t, i);
+    }
+
+    /// [`release`](Self::release), inlined into its caller.
+    #[inline(always)]
+    fn release_inline(&mut self, t: &mut Transport, i: u32) {
         let c = &mut self.ctxs[i as usize];
-        if c.step == Step::Free {
+        if matches!(c.step, Step::Free) {
             return;
         }
         if let Some(b) = c.recv.take() {

@@ -11,7 +11,7 @@
 use super::context::{Context, Step};
 use super::ResponderHalf;
 use crate::core::regbuf::RegBuf;
-use crate::core::transport::{ConnState, Transport};
+use crate::core::transport::{ConnState, Transport, COPY_BEHIND_HEADER_MAX};
 use crate::service::{CallView, ReplyWriter, Service};
 use crate::wire::header::{BodyView, HeaderView, MIN_MSG_HEADER_LEN};
 
@@ -68,13 +68,18 @@ impl<S: Service> ResponderHalf<S> {
             ..
         } = &mut self.ctxs[i as usize];
         let send_limit = send_th.min(send.capacity());
+        // With replies exposable, the service writes in the responder's spare large buffer
+        // where it lies (not moved into the context and back): a short reply is copied
+        // behind its header's room in the send buffer below and the spare stays for the
+        // next call; only a reply that needs its own buffer takes it.
+        let in_spare = expose && body.is_none();
         let body_slice: &mut [u8] = if expose {
             let b = match body {
                 Some(b) => b,
-                None => match self.spare_body.take() {
-                    Some(b) => body.insert(b),
+                None => match &mut self.spare_body {
+                    Some(b) => b,
                     None => match RegBuf::from_cache(&mut self.large) {
-                        Ok(b) => body.insert(b),
+                        Ok(b) => self.spare_body.insert(b),
                         Err(_) => return false,
                     },
                 },
@@ -104,6 +109,31 @@ impl<S: Service> ResponderHalf<S> {
         // No reply direction on a plain call: no result positions to note
         // (`Context::result_at` is read only for send-based DDP replies).
         let (len, overflow, no_reply) = (writer.len(), writer.overflow(), writer.is_no_reply());
+        if in_spare {
+            // An error's reply is written in the send buffer's inline area, as without
+            // exposure; a reply too long to copy, or not fitting inline, keeps the spare.
+            *body_off = MIN_MSG_HEADER_LEN;
+            if result.is_ok() && overflow.is_none() && !no_reply {
+                let copied = len <= COPY_BEHIND_HEADER_MAX
+                    && match (
+                        self.spare_body
+                            .as_ref()
+                            .and_then(|b| b.storage().get(..len)),
+                        send.storage_mut()
+                            .get_mut(MIN_MSG_HEADER_LEN..send_limit)
+                            .and_then(|room| room.get_mut(..len)),
+                    ) {
+                        (Some(src), Some(dst)) => {
+                            dst.copy_from_slice(src);
+                            true
+                        }
+                        _ => false,
+                    };
+                if !copied {
+                    *body = self.spare_body.take();
+                }
+            }
+        }
         self.dispatched(
             t,
             i,
