@@ -328,9 +328,11 @@ impl<'a> DdpCursor<'a> {
     ///   inline, as RFC 8267 §6.4.1 prescribes when the requester offered an empty chunk.
     ///
     /// On error the cursor has not moved.
+    // Inlined: all inline and no RDMA_MSGP padding (nearly every call) decodes the length
+    // word and the data where it is called, without the chunk search and the padding
+    // arithmetic, nor the out-of-line call's register saves (`opaque_ddp_chunked`).
+    #[inline]
     pub fn opaque_ddp(&mut self, max: u32) -> Result<&'a [u8], DdpDecodeError> {
-        // All inline and no RDMA_MSGP padding (nearly every call): the length word and
-        // the data, without the chunk search and the padding arithmetic.
         if let (Chunks::None, None) = (&self.chunks, self.padding) {
             let start = self.xdr.clone();
             let data = self
@@ -342,6 +344,12 @@ impl<'a> DdpCursor<'a> {
             }
             return Ok(data?);
         }
+        self.opaque_ddp_chunked(max)
+    }
+
+    /// [`opaque_ddp`](Self::opaque_ddp) with chunks or padding.
+    #[inline(never)]
+    fn opaque_ddp_chunked(&mut self, max: u32) -> Result<&'a [u8], DdpDecodeError> {
         let start = (self.xdr.clone(), self.used);
         let len_at = self.xdr.position();
         let len = match self.xdr.count(max) {

@@ -41,43 +41,66 @@ impl Service for Dispatcher {
     /// - A message that is not an answerable call (a REPLY, a bad `msg_type`) has no RPC
     ///   answer; staying silent would keep one of the requester's credits spent (RFC
     ///   8166 returns credits only with replies), so it gets GARBAGE_ARGS for its XID.
+    // Inlined into the engine's dispatch: a call without DDP items or Write chunks
+    // (nearly every call) is answered there, its call view read where it was built; any
+    // other call goes to `handle_ddp_call`.
+    #[inline]
     fn handle_call(
         &mut self,
         call: &CallView<'_>,
         reply: &mut ReplyWriter<'_>,
     ) -> Result<(), ServiceError> {
-        // A list rather than an array of defaults: most calls have no DDP items, and
-        // an empty list costs nothing to make.
-        let mut reads = DdpList::new();
-        for i in call.ddp_items() {
-            let item = ReadItem {
-                position: i.position,
-                data: i.data,
+        if call.ddp_items().is_empty() && call.write_chunks().is_empty() {
+            let inbound = InboundCall {
+                msg: call.msg(),
+                reads: &[],
+                write_chunks: &[],
+                padding: call.padding(),
             };
-            if reads.push(item).is_err() {
-                return Err(ServiceError::GarbageArgs);
-            }
-        }
-        let inbound = InboundCall {
-            msg: call.msg(),
-            reads: reads.as_slice(),
-            write_chunks: call.write_chunks(),
-            padding: call.padding(),
-        };
-        // No Write chunks offered (nearly every call): the reply has no Write list, so
-        // no DDP result to place, and the dispatcher hands back only its length.
-        if call.write_chunks().is_empty() {
             return answer_inline(self, &inbound, reply);
         }
-        // Programs get their registered buffers on the first call that can use them.
-        if !self.is_attached() {
-            self.attach_registered(&mut || reply.alloc_buf());
-        }
-        let registered = self.take_registered();
-        let done = reply_to(self, &inbound, reply, &registered);
-        self.put_registered(registered);
-        done
+        handle_ddp_call(self, call, reply)
     }
+}
+
+/// [`Service::handle_call`] of a call with DDP items or Write chunks.
+#[inline(never)]
+fn handle_ddp_call(
+    d: &mut Dispatcher,
+    call: &CallView<'_>,
+    reply: &mut ReplyWriter<'_>,
+) -> Result<(), ServiceError> {
+    // A list rather than an array of defaults: most calls have no DDP items, and
+    // an empty list costs nothing to make.
+    let mut reads = DdpList::new();
+    for i in call.ddp_items() {
+        let item = ReadItem {
+            position: i.position,
+            data: i.data,
+        };
+        if reads.push(item).is_err() {
+            return Err(ServiceError::GarbageArgs);
+        }
+    }
+    let inbound = InboundCall {
+        msg: call.msg(),
+        reads: reads.as_slice(),
+        write_chunks: call.write_chunks(),
+        padding: call.padding(),
+    };
+    // No Write chunks offered (nearly every call): the reply has no Write list, so
+    // no DDP result to place, and the dispatcher hands back only its length.
+    if call.write_chunks().is_empty() {
+        return answer_inline(d, &inbound, reply);
+    }
+    // Programs get their registered buffers on the first call that can use them.
+    if !d.is_attached() {
+        d.attach_registered(&mut || reply.alloc_buf());
+    }
+    let registered = d.take_registered();
+    let done = reply_to(d, &inbound, reply, &registered);
+    d.put_registered(registered);
+    done
 }
 
 /// Dispatches `inbound`, a call that offered no Write chunks, into `reply`.
