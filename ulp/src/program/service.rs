@@ -44,7 +44,7 @@ impl Service for Dispatcher {
     // Inlined into the engine's dispatch: a call without DDP items or Write chunks
     // (nearly every call) is answered there, its call view read where it was built; any
     // other call goes to `handle_ddp_call`.
-    #[inline]
+    #[inline(always)]
     fn handle_call(
         &mut self,
         call: &CallView<'_>,
