@@ -1787,3 +1787,83 @@ fn a_wrong_message_offset_in_the_middle_of_a_long_send_is_terminated() {
         TerminateCode::DdpUntagged(DdpUntaggedError::InvalidMo),
     );
 }
+
+/// The FPDUs of a Read Response of `data` to sink `stag`/`to`, cut as `send_fpdus` cuts.
+fn read_response_fpdus(data: &[u8], stag: u32, to: u64, cuts: &[usize], crc: bool) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut off = 0;
+    let mut i = 0;
+    while off < data.len() {
+        let n = cuts[i % cuts.len()].min(data.len() - off);
+        i += 1;
+        let last = off + n == data.len();
+        let h = SegmentHeader::tagged(Opcode::ReadResponse, last, stag, to + off as u64);
+        let mut b = vec![0u8; fpdu_len(h.encoded_len() + n)];
+        let len = encode_fpdu(&mut b, &h, &data[off..off + n], crc).expect("fpdu");
+        out.extend_from_slice(&b[..len]);
+        off += n;
+    }
+    out
+}
+
+#[test]
+fn a_long_read_response_in_awkward_pieces_is_placed_whole() {
+    // (FPDU payload sizes, split every this many octets of the stream, or 0 for none).
+    let cases: [(&[usize], usize); 4] = [
+        (&[20_000], 20_037),
+        (&[16_384, 5_000, 24_000, 16_400], 0),
+        (&[8_192, 30_000, 12_000], 7_777),
+        (&[32_000], 0),
+    ];
+    for crc in [true, false] {
+        for (case, (sizes, step)) in cases.iter().enumerate() {
+            let (mut s, mut raw, guard) = predicted_pair(crc);
+            let data = pattern(case as u64 + 40, 250 * 1024 + 2);
+            // Two entries, so the response also crosses an entry boundary.
+            let sgl = [
+                s.sge(PRED_RECV, 100_000),
+                s.sge(PRED_RECV + 100_000, data.len() - 100_000),
+            ];
+            let remote = RemoteAddr {
+                addr: 0x4000,
+                rkey: 0x77,
+            };
+            s.qp()
+                .post_send(&[SendWr::read(7, &sgl, remote)])
+                .expect("read");
+            let (h, body) = next_fpdu(&mut s, &mut raw);
+            assert_eq!(h.opcode, Opcode::ReadRequest);
+            let rr = ReadRequest::decode(&body).expect("read request");
+            assert_eq!(rr.size as usize, data.len());
+            let wire = read_response_fpdus(&data, rr.sink_stag, rr.sink_to, sizes, raw.crc);
+            let cuts: Vec<usize> = if *step == 0 {
+                Vec::new()
+            } else {
+                (1..wire.len() / step + 1).map(|i| i * step).collect()
+            };
+            write_in_pieces(&mut s, &mut raw, &wire, &cuts);
+            let ctx = format!("case {case}, crc {crc}");
+            s.wait(&mut raw, "the Read's completion", |s, _| {
+                s.done.iter().any(|c| c.wr_id == 7)
+            });
+            let c = s.done.iter().find(|c| c.wr_id == 7).copied().expect("done");
+            assert_eq!(c.status, WcStatus::Success, "{ctx}");
+            assert!(
+                s.read(PRED_RECV, data.len()) == data,
+                "{ctx}: response whole"
+            );
+            assert!(
+                s.read(PRED_RECV + PRED_RECV_LEN, PRED_GUARD) == guard,
+                "{ctx}: nothing written past the sink"
+            );
+            for _ in 0..50 {
+                s.pump();
+            }
+            raw.fill();
+            while let Some((h, _)) = raw.take_fpdu() {
+                assert_ne!(h.opcode, Opcode::Terminate, "{ctx}: no Terminate");
+            }
+            assert!(s.qp.as_ref().is_some_and(|q| !q.state().is_error()));
+        }
+    }
+}

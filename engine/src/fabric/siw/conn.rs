@@ -864,14 +864,13 @@ impl Conn {
                 e.buffered_read_limit(self.rxbuf.len(), DIRECT_TAIL)
             });
             let mut chain = [Predicted::EMPTY; PREDICT_MAX];
-            let k = match (direct, self.engine.as_ref()) {
-                (Some((_, len)), Some(e)) => e.predict(
-                    len,
-                    self.rxbuf.len().saturating_sub(DIRECT_TAIL),
-                    &mut chain,
-                ),
-                _ => 0,
-            };
+            let budget = self.rxbuf.len().saturating_sub(DIRECT_TAIL);
+            let k = self.engine.as_ref().map_or(0, |e| {
+                e.predict(ctx.keys, direct.map_or(0, |d| d.1), budget, &mut chain)
+            });
+            // Between FPDUs of a long message (the last read ended with one) a
+            // predicted read starts at the next header: no payload before it.
+            let direct = direct.or_else(|| (k > 0).then_some((self.rxbuf.as_mut_ptr(), 0)));
             let got = match direct {
                 Some((at, len)) => self.fill_direct(at, len, &chain[..k]).map(|n| {
                     if n > 0 {

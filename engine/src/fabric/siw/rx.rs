@@ -12,7 +12,7 @@ use super::term::TermOut;
 use super::MAX_SGE;
 use crate::fabric::mr::Access;
 use crate::fabric::{Sge, WcStatus};
-use crate::iwarp::ddp::{QueueNumber, UNTAGGED_HEADER_LEN};
+use crate::iwarp::ddp::{QueueNumber, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
 use crate::iwarp::fpdu::{pad_len, FpduError, CRC_LEN, LENGTH_FIELD_LEN};
 use crate::iwarp::rdmap::{Opcode, Placement, ReadRequest, SegmentHeader, READ_REQUEST_LEN};
 use crate::iwarp::reader::{FpduEvent, FpduReader};
@@ -274,6 +274,17 @@ impl Engine {
                 let n = left.min(usize::try_from(room).unwrap_or(usize::MAX));
                 (n >= DIRECT_MIN).then_some((at as *mut u8, n))
             }
+            Dest::ReadResponse { offset: base } => {
+                // The Read's scatter list at this offset, checked again for local
+                // write now (the registration may have died since the header), as the
+                // buffered path checks every piece.
+                let sink = &self.rx.sink[..self.rx.sink_len];
+                let off = base + self.rx.reader.payload_offset() as u64;
+                let (at, room) = entry_at(sink, off)?;
+                let n = left.min(usize::try_from(room).unwrap_or(usize::MAX));
+                (n >= DIRECT_MIN && check_sink(keys, self.qp.pd, sink, off, n as u64))
+                    .then_some((at as *mut u8, n))
+            }
             _ => None,
         }
     }
@@ -333,6 +344,7 @@ impl Engine {
     /// `first` does not finish its payload.
     pub(crate) fn predict(
         &self,
+        keys: &KeyTable,
         first: usize,
         mut budget: usize,
         out: &mut [Predicted; PREDICT_MAX],
@@ -340,26 +352,72 @@ impl Engine {
         if !self.rx.predict || self.rx.dead || self.rx.header.last {
             return 0;
         }
-        let (Dest::Recv { mo }, Some(s)) = (self.rx.dest, self.rx.send.as_ref()) else {
-            return 0;
-        };
         let plen = self.rx.payload_len;
-        if plen < DIRECT_MIN || first != self.rx.reader.payload_remaining() {
+        let at_boundary = self.rx.reader.at_boundary();
+        if plen < DIRECT_MIN
+            || (!at_boundary && (first == 0 || first != self.rx.reader.payload_remaining()))
+        {
             return 0;
         }
-        let hlen = LENGTH_FIELD_LEN + UNTAGGED_HEADER_LEN;
-        let mut gap = pad_len(self.rx.header.encoded_len() + plen) + CRC_LEN + hlen;
-        let next_gap = pad_len(UNTAGGED_HEADER_LEN + plen) + CRC_LEN + hlen;
-        let mut next_mo = mo + plen as u64;
+        // Where the next segment's payload starts (message offset, or offset in the
+        // Read's sink), how far predictions may go, the scatter list, the header's
+        // length, and the octets before the first predicted payload: from inside a
+        // payload the current FPDU's pad and CRC and the next length field and header;
+        // from between FPDUs (the last read ended with an FPDU) the header alone.
+        let send = self.rx.send.as_ref();
+        let (next, end, sgl, hdr) = match (at_boundary, self.rx.dest, send) {
+            (false, Dest::Recv { mo }, Some(s)) => (
+                mo + plen as u64,
+                s.wqe.len,
+                s.wqe.sgl(),
+                UNTAGGED_HEADER_LEN,
+            ),
+            (true, _, Some(s)) if self.rx.header.opcode.queue() == Some(QueueNumber::Send) => {
+                (s.next_mo, s.wqe.len, s.wqe.sgl(), UNTAGGED_HEADER_LEN)
+            }
+            (false, Dest::ReadResponse { .. }, _) | (true, _, _)
+                if self.rx.header.opcode == Opcode::ReadResponse =>
+            {
+                // A Read Response fills exactly the Read's size: nothing past it.
+                let Some(o) = self.orq.front() else {
+                    return 0;
+                };
+                let next = match self.rx.dest {
+                    Dest::ReadResponse { offset } if !at_boundary => offset + plen as u64,
+                    _ => o.placed,
+                };
+                (
+                    next,
+                    o.size,
+                    &self.rx.sink[..self.rx.sink_len],
+                    TAGGED_HEADER_LEN,
+                )
+            }
+            _ => return 0,
+        };
+        let mut next = next;
+        let mut gap = if at_boundary {
+            LENGTH_FIELD_LEN + hdr
+        } else {
+            pad_len(self.rx.header.encoded_len() + plen) + CRC_LEN + LENGTH_FIELD_LEN + hdr
+        };
+        let next_gap = pad_len(hdr + plen) + CRC_LEN + LENGTH_FIELD_LEN + hdr;
+        let read_response = self.rx.header.opcode == Opcode::ReadResponse;
         let mut k = 0;
-        while k < PREDICT_MAX && next_mo < s.wqe.len {
-            let Some((at, room)) = entry_at(s.wqe.sgl(), next_mo) else {
+        while k < PREDICT_MAX && next < end {
+            let Some((at, room)) = entry_at(sgl, next) else {
                 break;
             };
             let len = plen
                 .min(usize::try_from(room).unwrap_or(usize::MAX))
+                .min(usize::try_from(end - next).unwrap_or(usize::MAX))
                 .min(budget.saturating_sub(gap));
             if len < DIRECT_MIN.min(plen) {
+                break;
+            }
+            // A Read's sink is checked now, as `direct_target` checks it (a receive's
+            // whole list was checked at the Send's first segment).
+            if read_response && !check_sink(keys, self.qp.pd, sgl, next, len as u64) {
                 break;
             }
             out[k] = Predicted {
@@ -374,7 +432,7 @@ impl Engine {
                 // where a prediction would put it.
                 break;
             }
-            next_mo += plen as u64;
+            next += plen as u64;
             gap = next_gap;
         }
         k
@@ -430,10 +488,15 @@ impl Engine {
             return 0;
         }
         let left = self.rx.reader.payload_remaining();
-        let (Dest::Recv { mo }, Some(s)) = (self.rx.dest, self.rx.send.as_ref()) else {
-            return 0;
+        let found = match (self.rx.dest, self.rx.send.as_ref()) {
+            (Dest::Recv { mo }, Some(s)) => entry_at(s.wqe.sgl(), mo),
+            // Its sink range was checked before the read (`predict`).
+            (Dest::ReadResponse { offset }, _) => {
+                entry_at(&self.rx.sink[..self.rx.sink_len], offset)
+            }
+            _ => None,
         };
-        match entry_at(s.wqe.sgl(), mo) {
+        match found {
             Some((addr, room)) if addr as *const u8 == at => {
                 n.min(left).min(usize::try_from(room).unwrap_or(usize::MAX))
             }
@@ -577,6 +640,9 @@ impl Engine {
             self.rx.sink_len = 0;
         }
         self.rx.dest = Dest::ReadResponse { offset };
+        // A large response: stop buffered reads short so the rest, and the next
+        // segment's payload, are read straight into the sink.
+        self.rx.bulk = plen >= BULK_MIN as u64;
     }
 
     fn send_header(
