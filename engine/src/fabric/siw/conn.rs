@@ -31,6 +31,59 @@ const READ_BUDGET: usize = 8;
 /// CRC, the next FPDU's header and the start of its payload.
 const DIRECT_TAIL: usize = 256;
 
+/// Octets a predicted read may take after the current payload (`Engine::predict`):
+/// what a misprediction may have to copy back, in `Spill`. Eight loopback FPDUs (32 KiB
+/// each) and their gaps.
+const SPILL: usize = 264 * 1024;
+
+/// Anonymous memory that takes back, on a misprediction, the octets a predicted read
+/// put where they did not belong, to be parsed again. Mapped once per connection that
+/// predicts and never touched until a misprediction copies into it (most reads copy
+/// nothing, or a few octets at a message's end), so it costs no resident memory until
+/// then; an idle connection gives its pages back (`Conn::trim_rx`).
+struct Spill {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the mapping is owned by the connection alone, like a `Box<[u8]>`.
+unsafe impl Send for Spill {}
+
+impl Spill {
+    fn new(len: usize) -> Option<Spill> {
+        // SAFETY: a fresh private anonymous mapping; no address hint.
+        let p = unsafe {
+            libc::mmap(
+                core::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        (p != libc::MAP_FAILED).then(|| Spill { ptr: p.cast(), len })
+    }
+
+    /// Gives the pages back (they read as zero again). Returns the octets released.
+    fn release(&mut self) -> usize {
+        // SAFETY: the whole mapping, which holds nothing that matters between reads.
+        let rc = unsafe { libc::madvise(self.ptr.cast(), self.len, libc::MADV_DONTNEED) };
+        if rc == 0 {
+            self.len
+        } else {
+            0
+        }
+    }
+}
+
+impl Drop for Spill {
+    fn drop(&mut self) {
+        // SAFETY: our own mapping, unmapped once.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
 /// Smallest MULPDU we work with, whatever the MSS says.
 const MIN_MULPDU: usize = 128;
 
@@ -95,6 +148,8 @@ pub(crate) struct Conn {
     /// Where a predicted read puts the octets between payloads (pad, CRC, the next
     /// header), one `GAP_MAX` slot per predicted FPDU.
     gaps: [u8; GAP_MAX * PREDICT_MAX],
+    /// Where mispredicted octets are copied back to (`None`: no predictions).
+    spill: Option<Spill>,
     rx_start: usize,
     rx_end: usize,
     pub(crate) engine: Option<Engine>,
@@ -119,12 +174,13 @@ impl Conn {
         }
         self.rx_start = 0;
         self.rx_end = 0;
+        let spilled = self.spill.as_mut().map_or(0, Spill::release);
         let page = 4096usize;
         let base = self.rxbuf.as_mut_ptr() as usize;
         let start = base.next_multiple_of(page);
         let end = (base + self.rxbuf.len()) & !(page - 1);
         if end <= start {
-            return 0;
+            return spilled;
         }
         // SAFETY: [start, end) lies inside `rxbuf`, which this connection owns and
         // nothing reads until the next socket read fills it again; MADV_DONTNEED on
@@ -132,9 +188,9 @@ impl Conn {
         let rc =
             unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED) };
         if rc == 0 {
-            end - start
+            end - start + spilled
         } else {
-            0
+            spilled
         }
     }
 
@@ -166,6 +222,11 @@ impl Conn {
             out_at: 0,
             rxbuf: vec![0u8; cfg.rx_buffer].into_boxed_slice(),
             gaps: [0; GAP_MAX * PREDICT_MAX],
+            spill: if cfg.predict_fpdus {
+                Spill::new(SPILL)
+            } else {
+                None
+            },
             rx_start: 0,
             rx_end: 0,
             engine: None,
@@ -324,8 +385,7 @@ impl Conn {
     /// little of the next payload go to the front of the buffer, so that the next
     /// segment's payload is placed directly too. With predictions (`Engine::predict`)
     /// each predicted FPDU's gap goes to its `gaps` slot and its payload to where it
-    /// was predicted, and the tail to the end of the buffer (the front is where
-    /// mispredicted octets are copied back to, see `deliver_direct`). Returns the
+    /// was predicted, before that tail (see `deliver_direct`). Returns the
     /// octets read in all; 0 is the end of the stream. Only called with every buffered
     /// octet parsed (`step_running` parses each read before the next).
     fn fill_direct(&mut self, at: *mut u8, len: usize, chain: &[Predicted]) -> io::Result<usize> {
@@ -339,11 +399,6 @@ impl Conn {
             return Ok(0);
         };
         let tail_len = self.rxbuf.len().min(DIRECT_TAIL);
-        let tail_at = if chain.is_empty() {
-            0
-        } else {
-            self.rxbuf.len() - tail_len
-        };
         let mut iov = [libc::iovec {
             iov_base: core::ptr::null_mut(),
             iov_len: 0,
@@ -365,8 +420,7 @@ impl Conn {
             cnt += 2;
         }
         iov[cnt] = libc::iovec {
-            // SAFETY: `tail_at + tail_len` is the buffer's length at most.
-            iov_base: unsafe { self.rxbuf.as_mut_ptr().add(tail_at) }.cast(),
+            iov_base: self.rxbuf.as_mut_ptr().cast(),
             iov_len: tail_len,
         };
         cnt += 1;
@@ -427,7 +481,6 @@ impl Conn {
             return;
         }
         let tail_len = self.rxbuf.len().min(DIRECT_TAIL);
-        let tail_at = self.rxbuf.len() - tail_len;
         // Octets read into each piece, in stream order: gap i, payload i, ..., tail.
         let mut got = [0usize; 2 * PREDICT_MAX];
         for (i, p) in chain.iter().enumerate() {
@@ -436,7 +489,7 @@ impl Conn {
             got[2 * i + 1] = left.min(p.len);
             left -= got[2 * i + 1];
         }
-        let tail = left.min(tail_len);
+        self.rx_end = left.min(tail_len);
         // The first piece (and the octet in it) not taken as predicted.
         let mut miss: Option<(usize, usize)> = None;
         for (i, p) in chain.iter().enumerate() {
@@ -460,8 +513,8 @@ impl Conn {
             }
             let ok = e.accept_predicted(p.at, r);
             if ok > 0 {
-                // SAFETY: the read put `r >= ok` octets at `p.at`, inside the receive's
-                // checked scatter entry, and they are this segment's next payload.
+                // SAFETY: the read put `r >= ok` octets at `p.at`, inside the checked
+                // destination, and they are this segment's next payload.
                 unsafe { e.placed_direct(p.at, ok) };
             }
             if ok < r {
@@ -470,11 +523,15 @@ impl Conn {
             }
         }
         let Some((first, skip)) = miss else {
-            self.rx_start = tail_at;
-            self.rx_end = tail_at + tail;
             return;
         };
-        // Copy back, in stream order, what was read from the missed octet on.
+        let Some(spill) = self.spill.as_ref() else {
+            // Predictions are planned only with a spill area (`predict_budget`).
+            e.stream_lost();
+            return;
+        };
+        // Copy back, in stream order, what was read from the missed octet on, and
+        // parse it; the tail (still in the receive buffer) follows it.
         let mut m = 0;
         for piece in first..2 * chain.len() {
             let from = if piece == first { skip } else { 0 };
@@ -490,17 +547,25 @@ impl Conn {
                 // SAFETY: `from < have <= chain[i].len`: inside the predicted range.
                 unsafe { chain[i].at.add(from) }.cast_const()
             };
-            // SAFETY: `src` holds `c` octets just read (our gap slot, or the receive's
-            // checked memory, which nothing has written since the read); the
-            // destination is our buffer, disjoint from both, and `m + c` stays within
-            // what the read took after the first payload, which `Engine::predict` kept
-            // to the buffer's length less the tail.
-            unsafe { core::ptr::copy_nonoverlapping(src, self.rxbuf.as_mut_ptr().add(m), c) };
+            if m + c > spill.len {
+                // Cannot happen: `predict` kept the read within the spill's length.
+                e.stream_lost();
+                return;
+            }
+            // SAFETY: `src` holds `c` octets just read (our gap slot, or the checked
+            // destination, which nothing has written since the read); the spill is our
+            // own mapping, disjoint from both, and `m + c` is within it.
+            unsafe { core::ptr::copy_nonoverlapping(src, spill.ptr.add(m), c) };
             m += c;
         }
-        self.rxbuf.copy_within(tail_at..tail_at + tail, m);
-        self.rx_start = 0;
-        self.rx_end = m + tail;
+        // SAFETY: the first `m` octets of the spill were just written.
+        let spilled = unsafe { core::slice::from_raw_parts(spill.ptr.cast_const(), m) };
+        e.receive(keys, spilled);
+    }
+
+    /// The budget of a predicted read: what the spill area can take back.
+    fn predict_budget(&self) -> usize {
+        self.spill.as_ref().map_or(0, |s| s.len)
     }
 
     fn report(&mut self, ctx: &mut Ctx<'_>, e: CmEvent<SiwConnRequest>) {
@@ -864,7 +929,7 @@ impl Conn {
                 e.buffered_read_limit(self.rxbuf.len(), DIRECT_TAIL)
             });
             let mut chain = [Predicted::EMPTY; PREDICT_MAX];
-            let budget = self.rxbuf.len().saturating_sub(DIRECT_TAIL);
+            let budget = self.predict_budget();
             let k = self.engine.as_ref().map_or(0, |e| {
                 e.predict(ctx.keys, direct.map_or(0, |d| d.1), budget, &mut chain)
             });

@@ -330,18 +330,20 @@ impl Engine {
 
     /// Plans a read that takes, after the rest of the current segment's payload
     /// (`first` octets, read straight to where [`direct_target`](Self::direct_target)
-    /// said), the next FPDUs of the same Send too: each one's gap (pad and CRC, the next
-    /// length field and untagged header) to a scratch area and its payload straight into
-    /// the receive, at the message offset it would carry. A sender cuts a long message
-    /// into FPDUs of one size (ours and Linux siw alike size them to the segment), so the
-    /// next segment is predicted to carry as much as this one. Nothing here is trusted:
-    /// [`accept_predicted`](Self::accept_predicted) checks each header after the read,
-    /// and octets that turn out not to be the predicted payload are parsed again from a
-    /// copy. Only within the receive's current scatter entry (checked for local write at
-    /// the Send's first segment) and within `budget` octets in all (what the receive
+    /// said; or, `first` 0 between two FPDUs of a message, from the next header on) the
+    /// next FPDUs of the same Send or Read Response too: each one's gap (pad and CRC,
+    /// the next length field and header) to a scratch area and its payload straight
+    /// into the destination, where the next segment would put it. A sender cuts a long
+    /// message into FPDUs of one size (ours and Linux siw alike size them to the
+    /// segment), so the next segment is predicted to carry as much as this one. Nothing
+    /// here is trusted: [`accept_predicted`](Self::accept_predicted) checks each header
+    /// after the read, and octets that turn out not to be the predicted payload are
+    /// parsed again from a copy. Only within the receive's current scatter entry
+    /// (checked for local write at the Send's first segment) or the Read's sink up to
+    /// its size (checked here), and within `budget` octets in all (what the receive
     /// buffer can take back on a misprediction). Returns how many FPDUs were planned
-    /// into `out`; 0 when the current segment is the Send's last, or not a Send, or
-    /// `first` does not finish its payload.
+    /// into `out`; 0 when the current segment is its message's last, or neither a Send
+    /// nor a Read Response, or `first` does not finish its payload.
     pub(crate) fn predict(
         &self,
         keys: &KeyTable,
@@ -502,6 +504,16 @@ impl Engine {
             }
             _ => 0,
         }
+    }
+
+    /// Ends the stream on a local failure the peer did not cause (a Terminate saying
+    /// so); nothing more is executed.
+    pub(crate) fn stream_lost(&mut self) {
+        self.terminate(TermOut::new(
+            TerminateCode::RdmapOperation(RdmapOperationError::CatastrophicStream),
+            None,
+            None,
+        ));
     }
 
     fn stream_error(&mut self, e: FpduError) {
