@@ -533,9 +533,8 @@ impl Conn {
         // Copy back, in stream order, what was read from the missed octet on, and
         // parse it; the tail (still in the receive buffer) follows it.
         let mut m = 0;
-        for piece in first..2 * chain.len() {
+        for (piece, &have) in got.iter().enumerate().take(2 * chain.len()).skip(first) {
             let from = if piece == first { skip } else { 0 };
-            let have = got[piece];
             if have <= from {
                 continue;
             }
@@ -937,11 +936,10 @@ impl Conn {
             // predicted read starts at the next header: no payload before it.
             let direct = direct.or_else(|| (k > 0).then_some((self.rxbuf.as_mut_ptr(), 0)));
             let got = match direct {
-                Some((at, len)) => self.fill_direct(at, len, &chain[..k]).map(|n| {
+                Some((at, len)) => self.fill_direct(at, len, &chain[..k]).inspect(|&n| {
                     if n > 0 {
                         self.deliver_direct(ctx.keys, at, len, &chain[..k], n);
                     }
-                    n
                 }),
                 None => self.fill_upto(limit),
             };
