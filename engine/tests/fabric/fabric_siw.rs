@@ -1577,3 +1577,293 @@ fn long_messages_arrive_whole_across_partial_writes_batched_or_not() {
         });
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// Reading several FPDUs of a long Send at once (`SiwConfig::predict_fpdus`): a raw peer
+// writes a long Send in awkward pieces, in FPDUs of changing sizes, with another
+// message right behind it; siw must place it whole wherever its reads fall, and a
+// broken FPDU in the middle must end the stream with a Terminate, nothing written
+// outside the receive.
+
+/// Where the long Send's receive starts, its length, and the guard octets after it.
+const PRED_RECV: usize = 0;
+const PRED_RECV_LEN: usize = 300 * 1024;
+const PRED_GUARD: usize = 64 * 1024;
+/// Where the short Send behind it lands.
+const PRED_SMALL: usize = 512 * 1024;
+
+/// The FPDUs (wire octets, each whole) of a Send of `data` with MSN `msn`, cut into
+/// payloads of the sizes `cuts` cycles through: around the size siw predicts from, and
+/// shorter and longer ones, so its predictions miss both ways.
+fn send_fpdus(data: &[u8], msn: u32, cuts: &[usize], crc: bool) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut mo = 0;
+    let mut i = 0;
+    while mo < data.len() {
+        let n = cuts[i % cuts.len()].min(data.len() - mo);
+        i += 1;
+        let last = mo + n == data.len();
+        let h = SegmentHeader::untagged(Opcode::Send, last, 0, msn, mo as u32);
+        let mut b = vec![0u8; fpdu_len(h.encoded_len() + n)];
+        let len = encode_fpdu(&mut b, &h, &data[mo..mo + n], crc).expect("fpdu");
+        b.truncate(len);
+        out.push(b);
+        mo += n;
+    }
+    out
+}
+
+/// A raw peer and a siw server with the two receives posted and the guard written.
+fn predicted_pair(crc: bool) -> (Server, Raw, Vec<u8>) {
+    let (mut s, raw) = raw_pair(
+        SiwConfig {
+            crc,
+            ..SiwConfig::default()
+        },
+        crc,
+    );
+    assert_eq!(raw.crc, crc, "CRCs as asked");
+    let guard = pattern(99, PRED_GUARD);
+    s.fill(PRED_RECV + PRED_RECV_LEN, &guard);
+    let big = [s.sge(PRED_RECV, PRED_RECV_LEN)];
+    let small = [s.sge(PRED_SMALL, 4096)];
+    s.qp()
+        .post_recv(&[
+            RecvWr {
+                wr_id: 1,
+                sgl: &big,
+            },
+            RecvWr {
+                wr_id: 2,
+                sgl: &small,
+            },
+        ])
+        .expect("post_recv");
+    (s, raw, guard)
+}
+
+/// Writes `wire` to siw in the pieces `cuts` says (offsets into it), polling siw
+/// between pieces so its reads meet each split (what a read then sees is up to the
+/// scheduler; the outcome must not depend on it).
+fn write_in_pieces(s: &mut Server, raw: &mut Raw, wire: &[u8], cuts: &[usize]) {
+    let mut at = 0;
+    for &c in cuts.iter().chain(std::iter::once(&wire.len())) {
+        let c = c.min(wire.len());
+        if c <= at {
+            continue;
+        }
+        raw.write_all(&wire[at..c]);
+        at = c;
+        for _ in 0..20 {
+            s.pump();
+            std::thread::yield_now();
+        }
+    }
+}
+
+#[test]
+fn a_long_send_in_awkward_pieces_is_placed_whole_with_the_next_message_behind_it() {
+    // (FPDU payload sizes, message length, how the stream is cut): one size
+    // throughout, cut in the headers; a shorter and a longer FPDU mid-message (the
+    // prediction misses both ways), cut in the CRCs; sizes changing every FPDU, and
+    // growing after a small one, written whole; several FPDUs per piece; and a message
+    // of whole FPDUs, so the next message's header sits where the next FPDU's was
+    // predicted.
+    type Cutter = fn(&[usize]) -> Vec<usize>;
+    let cases: [(&[usize], usize, Cutter); 6] = [
+        (&[20_000], 250 * 1024 + 3, |starts| {
+            starts.iter().map(|s| s + 7).collect()
+        }),
+        (
+            &[20_000, 20_000, 9_000, 20_000, 31_000],
+            250 * 1024 + 3,
+            |starts| starts.iter().filter(|&&s| s >= 2).map(|s| s - 2).collect(),
+        ),
+        (&[16_384, 5_000, 24_000, 16_400], 250 * 1024 + 3, |_| {
+            Vec::new()
+        }),
+        (&[8_192, 30_000, 12_000], 250 * 1024 + 1, |_| Vec::new()),
+        (&[20_000], 250 * 1024 + 3, |starts| {
+            starts.iter().step_by(3).map(|s| s + 1).collect()
+        }),
+        (&[20_000], 200_000, |_| Vec::new()),
+    ];
+    for crc in [true, false] {
+        for (case, (sizes, len, cutter)) in cases.iter().enumerate() {
+            let (mut s, mut raw, guard) = predicted_pair(crc);
+            let data = pattern(case as u64 + 3, *len);
+            let msg = pattern(7, 100);
+            let mut fpdus = send_fpdus(&data, 1, sizes, crc);
+            // The next message right behind the last FPDU, in the same stream.
+            fpdus.extend(send_fpdus(&msg, 2, &[4096], crc));
+            let mut wire = Vec::new();
+            let mut starts = Vec::new();
+            for f in &fpdus {
+                starts.push(wire.len());
+                wire.extend_from_slice(f);
+            }
+            write_in_pieces(&mut s, &mut raw, &wire, &cutter(&starts));
+            s.wait(&mut raw, "both receives", |s, _| s.done.len() >= 2);
+            let ctx = format!("case {case}, crc {crc}");
+            assert_eq!(s.done[0].wr_id, 1, "{ctx}");
+            assert_eq!(s.done[0].status, WcStatus::Success, "{ctx}");
+            assert_eq!(s.done[0].byte_len as usize, data.len(), "{ctx}");
+            assert!(s.read(PRED_RECV, data.len()) == data, "{ctx}: Send whole");
+            assert_eq!(s.done[1].wr_id, 2, "{ctx}");
+            assert_eq!(s.done[1].status, WcStatus::Success, "{ctx}");
+            assert_eq!(s.done[1].byte_len as usize, msg.len(), "{ctx}");
+            assert!(s.read(PRED_SMALL, msg.len()) == msg, "{ctx}: next Send");
+            assert!(
+                s.read(PRED_RECV + PRED_RECV_LEN, PRED_GUARD) == guard,
+                "{ctx}: nothing written past the receive"
+            );
+            for _ in 0..50 {
+                s.pump();
+            }
+            raw.fill();
+            assert!(raw.inbox.is_empty(), "{ctx}: no Terminate");
+            assert!(s.qp.as_ref().is_some_and(|q| !q.state().is_error()));
+        }
+    }
+}
+
+/// A long Send with one FPDU broken in its middle (`spoil` changes that FPDU's
+/// octets), written at once so siw's reads run across it: siw must answer with the
+/// Terminate `code`, flush the receive and write nothing past it.
+fn broken_mid_send(spoil: fn(&mut Vec<u8>), code: TerminateCode) {
+    let (mut s, mut raw, guard) = predicted_pair(true);
+    let data = pattern(5, 250 * 1024);
+    let mut fpdus = send_fpdus(&data, 1, &[20_000], true);
+    spoil(&mut fpdus[5]);
+    let wire: Vec<u8> = fpdus.concat();
+    raw.write_all(&wire);
+    let (th, body) = next_fpdu(&mut s, &mut raw);
+    assert_eq!(th.opcode, Opcode::Terminate);
+    let t = Terminate::decode(&body).expect("decodes");
+    assert_eq!(t.code, code);
+    s.wait(&mut raw, "error and close", |s, r| {
+        s.qp.as_ref().is_some_and(|q| q.state().is_error()) && r.eof
+    });
+    s.wait(&mut raw, "the receives flushed", |s, _| s.done.len() >= 2);
+    assert_eq!(s.done[0].wr_id, 1);
+    assert_eq!(
+        s.done[0].status,
+        WcStatus::WrFlushed,
+        "a broken Send is not delivered"
+    );
+    assert!(
+        s.read(PRED_RECV + PRED_RECV_LEN, PRED_GUARD) == guard,
+        "nothing written past the receive"
+    );
+}
+
+#[test]
+fn a_corrupt_crc_in_the_middle_of_a_long_send_is_an_mpa_terminate() {
+    broken_mid_send(
+        |f| {
+            let n = f.len();
+            f[n - 3] ^= 0x40;
+        },
+        TerminateCode::Mpa(MpaLlpError::CrcError),
+    );
+    // A payload octet instead of the CRC: the same.
+    broken_mid_send(
+        |f| f[1000] ^= 0x01,
+        TerminateCode::Mpa(MpaLlpError::CrcError),
+    );
+}
+
+#[test]
+fn a_wrong_message_offset_in_the_middle_of_a_long_send_is_terminated() {
+    broken_mid_send(
+        |f| {
+            // MO is the header's last four octets (after the length field); the CRC is
+            // recomputed so only the offset is wrong.
+            f[2 + 14 + 3] ^= 0x10;
+            let n = f.len();
+            let crc = rpcrdma::iwarp::crc32c::crc32c(&f[..n - 4]);
+            f[n - 4..].copy_from_slice(&rpcrdma::iwarp::fpdu::crc_to_wire(crc));
+        },
+        TerminateCode::DdpUntagged(DdpUntaggedError::InvalidMo),
+    );
+}
+
+/// The FPDUs of a Read Response of `data` to sink `stag`/`to`, cut as `send_fpdus` cuts.
+fn read_response_fpdus(data: &[u8], stag: u32, to: u64, cuts: &[usize], crc: bool) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut off = 0;
+    let mut i = 0;
+    while off < data.len() {
+        let n = cuts[i % cuts.len()].min(data.len() - off);
+        i += 1;
+        let last = off + n == data.len();
+        let h = SegmentHeader::tagged(Opcode::ReadResponse, last, stag, to + off as u64);
+        let mut b = vec![0u8; fpdu_len(h.encoded_len() + n)];
+        let len = encode_fpdu(&mut b, &h, &data[off..off + n], crc).expect("fpdu");
+        out.extend_from_slice(&b[..len]);
+        off += n;
+    }
+    out
+}
+
+#[test]
+fn a_long_read_response_in_awkward_pieces_is_placed_whole() {
+    // (FPDU payload sizes, split every this many octets of the stream, or 0 for none).
+    let cases: [(&[usize], usize); 4] = [
+        (&[20_000], 20_037),
+        (&[16_384, 5_000, 24_000, 16_400], 0),
+        (&[8_192, 30_000, 12_000], 7_777),
+        (&[32_000], 0),
+    ];
+    for crc in [true, false] {
+        for (case, (sizes, step)) in cases.iter().enumerate() {
+            let (mut s, mut raw, guard) = predicted_pair(crc);
+            let data = pattern(case as u64 + 40, 250 * 1024 + 2);
+            // Two entries, so the response also crosses an entry boundary.
+            let sgl = [
+                s.sge(PRED_RECV, 100_000),
+                s.sge(PRED_RECV + 100_000, data.len() - 100_000),
+            ];
+            let remote = RemoteAddr {
+                addr: 0x4000,
+                rkey: 0x77,
+            };
+            s.qp()
+                .post_send(&[SendWr::read(7, &sgl, remote)])
+                .expect("read");
+            let (h, body) = next_fpdu(&mut s, &mut raw);
+            assert_eq!(h.opcode, Opcode::ReadRequest);
+            let rr = ReadRequest::decode(&body).expect("read request");
+            assert_eq!(rr.size as usize, data.len());
+            let wire = read_response_fpdus(&data, rr.sink_stag, rr.sink_to, sizes, raw.crc);
+            let cuts: Vec<usize> = if *step == 0 {
+                Vec::new()
+            } else {
+                (1..wire.len() / step + 1).map(|i| i * step).collect()
+            };
+            write_in_pieces(&mut s, &mut raw, &wire, &cuts);
+            let ctx = format!("case {case}, crc {crc}");
+            s.wait(&mut raw, "the Read's completion", |s, _| {
+                s.done.iter().any(|c| c.wr_id == 7)
+            });
+            let c = s.done.iter().find(|c| c.wr_id == 7).copied().expect("done");
+            assert_eq!(c.status, WcStatus::Success, "{ctx}");
+            assert!(
+                s.read(PRED_RECV, data.len()) == data,
+                "{ctx}: response whole"
+            );
+            assert!(
+                s.read(PRED_RECV + PRED_RECV_LEN, PRED_GUARD) == guard,
+                "{ctx}: nothing written past the sink"
+            );
+            for _ in 0..50 {
+                s.pump();
+            }
+            raw.fill();
+            while let Some((h, _)) = raw.take_fpdu() {
+                assert_ne!(h.opcode, Opcode::Terminate, "{ctx}: no Terminate");
+            }
+            assert!(s.qp.as_ref().is_some_and(|q| !q.state().is_error()));
+        }
+    }
+}

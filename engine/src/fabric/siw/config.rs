@@ -98,6 +98,21 @@ pub struct SiwConfig {
     /// in one write"). With `false` every FPDU of a long message is a write of its own,
     /// so a capture shows exactly one FPDU per segment.
     pub batch_message_fpdus: bool,
+    /// Read several FPDUs of one long Send or Read Response with one `readv` (the
+    /// default; off in [`strict`](Self::strict)): after the rest of the current
+    /// segment's payload, the read also takes the next FPDUs' headers into a scratch
+    /// area and their payloads straight into the receive (or the Read's sink), where
+    /// the next segments would put them if they are the size of the current one
+    /// (engine/DESIGN.md, "siw: reading several FPDUs of a Send at once"). Every header
+    /// is still parsed and checked, with its CRC, before the payload behind it counts;
+    /// octets that were not where predicted are parsed again from a copy. What it
+    /// changes for the application: a receive's octets past the received length (its
+    /// completion's `byte_len`), up to one FPDU's worth in the scatter entry the message
+    /// ended in, may be overwritten with stream octets (pad, CRC, the next message's
+    /// header) instead of keeping what they held; a Read's sink is never written past
+    /// the Read's size. With `false` each FPDU's payload is one read, and nothing past a
+    /// message is written.
+    pub predict_fpdus: bool,
     /// Registrations plus fast-registration slots.
     pub max_mr: u32,
     /// Largest queue depth.
@@ -166,6 +181,7 @@ impl Default for SiwConfig {
             confirmation_own_segment: true,
             coalesce_sends: true,
             batch_message_fpdus: true,
+            predict_fpdus: true,
             max_mr: 16 * 1024,
             max_qp_wr: 4096,
             max_cq_depth: 1 << 20,
@@ -191,6 +207,7 @@ impl fmt::Debug for SiwConfig {
             .field("confirmation_own_segment", &self.confirmation_own_segment)
             .field("coalesce_sends", &self.coalesce_sends)
             .field("batch_message_fpdus", &self.batch_message_fpdus)
+            .field("predict_fpdus", &self.predict_fpdus)
             .field("max_mr", &self.max_mr)
             .field("max_qp_wr", &self.max_qp_wr)
             .field("max_cq_depth", &self.max_cq_depth)
@@ -213,6 +230,7 @@ impl SiwConfig {
         SiwConfig {
             confirm_completions: true,
             batch_message_fpdus: false,
+            predict_fpdus: false,
             ..SiwConfig::default()
         }
     }

@@ -14,6 +14,7 @@ use super::cq::CqTable;
 use super::device::DeviceShared;
 use super::engine::{Engine, Link};
 use super::keys::KeyTable;
+use super::rx::{Predicted, GAP_MAX, PREDICT_MAX};
 use super::sock;
 use super::tx::{TermState, Wire};
 use crate::fabric::QpState;
@@ -29,6 +30,59 @@ const READ_BUDGET: usize = 8;
 /// Receive-buffer octets a direct read takes after the target range: room for pad,
 /// CRC, the next FPDU's header and the start of its payload.
 const DIRECT_TAIL: usize = 256;
+
+/// Octets a predicted read may take after the current payload (`Engine::predict`):
+/// what a misprediction may have to copy back, in `Spill`. Eight loopback FPDUs (32 KiB
+/// each) and their gaps.
+const SPILL: usize = 264 * 1024;
+
+/// Anonymous memory that takes back, on a misprediction, the octets a predicted read
+/// put where they did not belong, to be parsed again. Mapped once per connection that
+/// predicts and never touched until a misprediction copies into it (most reads copy
+/// nothing, or a few octets at a message's end), so it costs no resident memory until
+/// then; an idle connection gives its pages back (`Conn::trim_rx`).
+struct Spill {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the mapping is owned by the connection alone, like a `Box<[u8]>`.
+unsafe impl Send for Spill {}
+
+impl Spill {
+    fn new(len: usize) -> Option<Spill> {
+        // SAFETY: a fresh private anonymous mapping; no address hint.
+        let p = unsafe {
+            libc::mmap(
+                core::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        (p != libc::MAP_FAILED).then(|| Spill { ptr: p.cast(), len })
+    }
+
+    /// Gives the pages back (they read as zero again). Returns the octets released.
+    fn release(&mut self) -> usize {
+        // SAFETY: the whole mapping, which holds nothing that matters between reads.
+        let rc = unsafe { libc::madvise(self.ptr.cast(), self.len, libc::MADV_DONTNEED) };
+        if rc == 0 {
+            self.len
+        } else {
+            0
+        }
+    }
+}
+
+impl Drop for Spill {
+    fn drop(&mut self) {
+        // SAFETY: our own mapping, unmapped once.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
 
 /// Smallest MULPDU we work with, whatever the MSS says.
 const MIN_MULPDU: usize = 128;
@@ -91,6 +145,11 @@ pub(crate) struct Conn {
     pub(crate) out: Vec<u8>,
     out_at: usize,
     rxbuf: Box<[u8]>,
+    /// Where a predicted read puts the octets between payloads (pad, CRC, the next
+    /// header), one `GAP_MAX` slot per predicted FPDU.
+    gaps: [u8; GAP_MAX * PREDICT_MAX],
+    /// Where mispredicted octets are copied back to (`None`: no predictions).
+    spill: Option<Spill>,
     rx_start: usize,
     rx_end: usize,
     pub(crate) engine: Option<Engine>,
@@ -115,12 +174,13 @@ impl Conn {
         }
         self.rx_start = 0;
         self.rx_end = 0;
+        let spilled = self.spill.as_mut().map_or(0, Spill::release);
         let page = 4096usize;
         let base = self.rxbuf.as_mut_ptr() as usize;
         let start = base.next_multiple_of(page);
         let end = (base + self.rxbuf.len()) & !(page - 1);
         if end <= start {
-            return 0;
+            return spilled;
         }
         // SAFETY: [start, end) lies inside `rxbuf`, which this connection owns and
         // nothing reads until the next socket read fills it again; MADV_DONTNEED on
@@ -128,9 +188,9 @@ impl Conn {
         let rc =
             unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED) };
         if rc == 0 {
-            end - start
+            end - start + spilled
         } else {
-            0
+            spilled
         }
     }
 
@@ -161,6 +221,12 @@ impl Conn {
             out: Vec::new(),
             out_at: 0,
             rxbuf: vec![0u8; cfg.rx_buffer].into_boxed_slice(),
+            gaps: [0; GAP_MAX * PREDICT_MAX],
+            spill: if cfg.predict_fpdus {
+                Spill::new(SPILL)
+            } else {
+                None
+            },
             rx_start: 0,
             rx_end: 0,
             engine: None,
@@ -313,42 +379,62 @@ impl Conn {
         }
     }
 
-    /// Reads the rest of a Write segment's payload straight into its target (`at`,
-    /// `len` octets, from `Engine::direct_target`) and what follows into the front of
-    /// the receive buffer, with one `readv`. Only the trailer, the next header and a
-    /// little of the next payload go to the buffer, so that the next segment's payload
-    /// is placed directly too. Returns (octets placed, octets buffered); (0, 0) is the
-    /// end of the stream.
-    fn fill_direct(&mut self, at: *mut u8, len: usize) -> io::Result<(usize, usize)> {
-        if self.rx_start < self.rx_end {
-            return Ok((0, self.rx_end - self.rx_start));
-        }
+    /// Reads the rest of a segment's payload straight into its target (`at`, `len`
+    /// octets, from `Engine::direct_target`) and what follows into the receive buffer,
+    /// with one `readv`. Without predictions only the trailer, the next header and a
+    /// little of the next payload go to the front of the buffer, so that the next
+    /// segment's payload is placed directly too. With predictions (`Engine::predict`)
+    /// each predicted FPDU's gap goes to its `gaps` slot and its payload to where it
+    /// was predicted, before that tail (see `deliver_direct`). Returns the
+    /// octets read in all; 0 is the end of the stream. Only called with every buffered
+    /// octet parsed (`step_running` parses each read before the next).
+    fn fill_direct(&mut self, at: *mut u8, len: usize, chain: &[Predicted]) -> io::Result<usize> {
+        debug_assert!(
+            self.rx_start >= self.rx_end,
+            "buffered octets left unparsed"
+        );
         self.rx_start = 0;
         self.rx_end = 0;
         let Some(s) = self.sock.as_ref() else {
-            return Ok((0, 0));
+            return Ok(0);
         };
-        let iov = [
-            libc::iovec {
-                iov_base: at.cast(),
-                iov_len: len,
-            },
-            libc::iovec {
-                iov_base: self.rxbuf.as_mut_ptr().cast(),
-                iov_len: self.rxbuf.len().min(DIRECT_TAIL),
-            },
-        ];
+        let tail_len = self.rxbuf.len().min(DIRECT_TAIL);
+        let mut iov = [libc::iovec {
+            iov_base: core::ptr::null_mut(),
+            iov_len: 0,
+        }; 2 + 2 * PREDICT_MAX];
+        iov[0] = libc::iovec {
+            iov_base: at.cast(),
+            iov_len: len,
+        };
+        let mut cnt = 1;
+        for (i, p) in chain.iter().enumerate() {
+            iov[cnt] = libc::iovec {
+                iov_base: self.gaps[i * GAP_MAX..].as_mut_ptr().cast(),
+                iov_len: p.gap.min(GAP_MAX),
+            };
+            iov[cnt + 1] = libc::iovec {
+                iov_base: p.at.cast(),
+                iov_len: p.len,
+            };
+            cnt += 2;
+        }
+        iov[cnt] = libc::iovec {
+            iov_base: self.rxbuf.as_mut_ptr().cast(),
+            iov_len: tail_len,
+        };
+        cnt += 1;
+        let asked: usize = iov[..cnt].iter().map(|v| v.iov_len).sum();
         loop {
             // SAFETY: the first entry is checked target memory the engine offered (kept
-            // mapped by its registration), the second our own buffer; readv writes at
-            // most their lengths.
-            let n = unsafe { libc::readv(s.as_raw_fd(), iov.as_ptr(), 2) };
+            // mapped by its registration), the predicted payloads lie in the receive's
+            // checked scatter entries (`Engine::predict`), the rest are our own buffers;
+            // readv writes at most their lengths.
+            let n = unsafe { libc::readv(s.as_raw_fd(), iov.as_ptr(), cnt as libc::c_int) };
             if n >= 0 {
                 let n = n as usize;
-                let placed = n.min(len);
-                self.rx_end = n - placed;
-                self.drained_if_short(n, len + iov[1].iov_len);
-                return Ok((placed, self.rx_end));
+                self.drained_if_short(n, asked);
+                return Ok(n);
             }
             let e = io::Error::last_os_error();
             match e.kind() {
@@ -360,6 +446,125 @@ impl Conn {
                 _ => return Err(e),
             }
         }
+    }
+
+    /// Hands `n` octets a `fill_direct` read to the engine: the first `len` were placed
+    /// at `at` as `direct_target` offered; then, for each predicted FPDU in turn, its
+    /// gap is parsed up to the next header and the octets read to its predicted place
+    /// count as payload only as far as `Engine::accept_predicted` confirms them. At the
+    /// first octet that was not what was predicted (a shorter or longer segment, another
+    /// message, a failed check), that octet and everything read after it are copied, in
+    /// stream order, to the front of the receive buffer and parsed from there like any
+    /// buffered read (nothing has written to the receive since the read, so the copy
+    /// sees exactly what arrived). Leaves the octets still to parse in
+    /// `rxbuf[rx_start..rx_end]`.
+    fn deliver_direct(
+        &mut self,
+        keys: &KeyTable,
+        at: *mut u8,
+        len: usize,
+        chain: &[Predicted],
+        n: usize,
+    ) {
+        let Some(e) = self.engine.as_mut() else {
+            return;
+        };
+        let placed = n.min(len);
+        if placed > 0 {
+            // SAFETY: `fill_direct` read `placed` octets to `at`, within what
+            // `direct_target` offered, with nothing received since.
+            unsafe { e.placed_direct(at, placed) };
+        }
+        let mut left = n - placed;
+        if chain.is_empty() {
+            self.rx_end = left;
+            return;
+        }
+        let tail_len = self.rxbuf.len().min(DIRECT_TAIL);
+        // Octets read into each piece, in stream order: gap i, payload i, ..., tail.
+        let mut got = [0usize; 2 * PREDICT_MAX];
+        for (i, p) in chain.iter().enumerate() {
+            got[2 * i] = left.min(p.gap);
+            left -= got[2 * i];
+            got[2 * i + 1] = left.min(p.len);
+            left -= got[2 * i + 1];
+        }
+        self.rx_end = left.min(tail_len);
+        // The first piece (and the octet in it) not taken as predicted.
+        let mut miss: Option<(usize, usize)> = None;
+        for (i, p) in chain.iter().enumerate() {
+            let g = got[2 * i];
+            if g == 0 {
+                break;
+            }
+            if !e.payload_complete() {
+                // The segment is longer than predicted: the gap is its payload.
+                miss = Some((2 * i, 0));
+                break;
+            }
+            let used = e.receive_through_header(keys, &self.gaps[i * GAP_MAX..i * GAP_MAX + g]);
+            if used < g {
+                miss = Some((2 * i, used));
+                break;
+            }
+            let r = got[2 * i + 1];
+            if r == 0 {
+                break;
+            }
+            let ok = e.accept_predicted(p.at, r);
+            if ok > 0 {
+                // SAFETY: the read put `r >= ok` octets at `p.at`, inside the checked
+                // destination, and they are this segment's next payload.
+                unsafe { e.placed_direct(p.at, ok) };
+            }
+            if ok < r {
+                miss = Some((2 * i + 1, ok));
+                break;
+            }
+        }
+        let Some((first, skip)) = miss else {
+            return;
+        };
+        let Some(spill) = self.spill.as_ref() else {
+            // Predictions are planned only with a spill area (`predict_budget`).
+            e.stream_lost();
+            return;
+        };
+        // Copy back, in stream order, what was read from the missed octet on, and
+        // parse it; the tail (still in the receive buffer) follows it.
+        let mut m = 0;
+        for (piece, &have) in got.iter().enumerate().take(2 * chain.len()).skip(first) {
+            let from = if piece == first { skip } else { 0 };
+            if have <= from {
+                continue;
+            }
+            let c = have - from;
+            let i = piece / 2;
+            let src = if piece % 2 == 0 {
+                self.gaps[i * GAP_MAX + from..].as_ptr()
+            } else {
+                // SAFETY: `from < have <= chain[i].len`: inside the predicted range.
+                unsafe { chain[i].at.add(from) }.cast_const()
+            };
+            if m + c > spill.len {
+                // Cannot happen: `predict` kept the read within the spill's length.
+                e.stream_lost();
+                return;
+            }
+            // SAFETY: `src` holds `c` octets just read (our gap slot, or the checked
+            // destination, which nothing has written since the read); the spill is our
+            // own mapping, disjoint from both, and `m + c` is within it.
+            unsafe { core::ptr::copy_nonoverlapping(src, spill.ptr.add(m), c) };
+            m += c;
+        }
+        // SAFETY: the first `m` octets of the spill were just written.
+        let spilled = unsafe { core::slice::from_raw_parts(spill.ptr.cast_const(), m) };
+        e.receive(keys, spilled);
+    }
+
+    /// The budget of a predicted read: what the spill area can take back.
+    fn predict_budget(&self) -> usize {
+        self.spill.as_ref().map_or(0, |s| s.len)
     }
 
     fn report(&mut self, ctx: &mut Ctx<'_>, e: CmEvent<SiwConnRequest>) {
@@ -722,21 +927,28 @@ impl Conn {
             let limit = self.engine.as_ref().map_or(self.rxbuf.len(), |e| {
                 e.buffered_read_limit(self.rxbuf.len(), DIRECT_TAIL)
             });
+            let mut chain = [Predicted::EMPTY; PREDICT_MAX];
+            let budget = self.predict_budget();
+            let k = self.engine.as_ref().map_or(0, |e| {
+                e.predict(ctx.keys, direct.map_or(0, |d| d.1), budget, &mut chain)
+            });
+            // Between FPDUs of a long message (the last read ended with one) a
+            // predicted read starts at the next header: no payload before it.
+            let direct = direct.or_else(|| (k > 0).then_some((self.rxbuf.as_mut_ptr(), 0)));
             let got = match direct {
-                Some((at, len)) => self.fill_direct(at, len),
-                None => self.fill_upto(limit).map(|n| (0, n)),
+                Some((at, len)) => self.fill_direct(at, len, &chain[..k]).inspect(|&n| {
+                    if n > 0 {
+                        self.deliver_direct(ctx.keys, at, len, &chain[..k], n);
+                    }
+                }),
+                None => self.fill_upto(limit),
             };
             match got {
-                Ok((0, 0)) => return self.lost(ctx),
-                Ok((placed, _)) => {
+                Ok(0) => return self.lost(ctx),
+                Ok(_) => {
                     let Some(e) = self.engine.as_mut() else {
                         return;
                     };
-                    if let Some((at, _)) = direct.filter(|_| placed > 0) {
-                        // SAFETY: `fill_direct` read `placed` octets to `at`, within
-                        // what `direct_target` offered, with nothing received since.
-                        unsafe { e.placed_direct(at, placed) };
-                    }
                     e.receive(ctx.keys, &self.rxbuf[self.rx_start..self.rx_end]);
                     self.rx_start = self.rx_end;
                 }

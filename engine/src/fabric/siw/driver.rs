@@ -461,6 +461,7 @@ impl Driver {
         engine.tx.confirmation_own_write = self.cfg.confirmation_own_segment;
         engine.tx.coalesce = self.cfg.coalesce_sends;
         engine.tx.batch_message = self.cfg.batch_message_fpdus;
+        engine.rx.predict = self.cfg.predict_fpdus;
         engine.memory = Some(init.pd.memory.clone());
         Ok((qp, engine))
     }

@@ -379,7 +379,9 @@ impl Engine {
             ird: link.ird.min(self.irq_capacity()),
             ..link
         };
+        let predict = self.rx.predict;
         self.rx = RxState::new(link.crc);
+        self.rx.predict = predict;
     }
 
     fn orq_capacity(&self) -> usize {

@@ -12,8 +12,8 @@ use super::term::TermOut;
 use super::MAX_SGE;
 use crate::fabric::mr::Access;
 use crate::fabric::{Sge, WcStatus};
-use crate::iwarp::ddp::QueueNumber;
-use crate::iwarp::fpdu::FpduError;
+use crate::iwarp::ddp::{QueueNumber, TAGGED_HEADER_LEN, UNTAGGED_HEADER_LEN};
+use crate::iwarp::fpdu::{pad_len, FpduError, CRC_LEN, LENGTH_FIELD_LEN};
 use crate::iwarp::rdmap::{Opcode, Placement, ReadRequest, SegmentHeader, READ_REQUEST_LEN};
 use crate::iwarp::reader::{FpduEvent, FpduReader};
 use crate::iwarp::terminate::{
@@ -32,6 +32,37 @@ const DIRECT_MIN: usize = 4096;
 /// more than copying a few KiB (issue 14: a 4 KiB Send took seventeen reads, one for
 /// the header and then 256 octets at a time, before the read limit below).
 const BULK_MIN: usize = 16 * 1024;
+
+/// FPDUs of one Send predicted after the current one for a single read
+/// ([`Engine::predict`]).
+pub(crate) const PREDICT_MAX: usize = 8;
+
+/// Longest stretch between two payloads of one Send: pad (up to 3), CRC, the next
+/// FPDU's length field and its untagged header.
+pub(crate) const GAP_MAX: usize = 3 + CRC_LEN + LENGTH_FIELD_LEN + UNTAGGED_HEADER_LEN;
+
+/// One FPDU of the current Send predicted to follow the current segment: `gap` octets
+/// (the previous FPDU's pad and CRC, this one's length field and header) go to a
+/// scratch area, then `len` octets of payload straight to `at` in the receive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Predicted {
+    /// Octets between the previous payload and this one.
+    pub(crate) gap: usize,
+    /// Where this FPDU's payload would go (inside the receive's scatter list).
+    pub(crate) at: *mut u8,
+    /// Payload octets read there (the predicted segment's, or less at the end of the
+    /// receive's scatter entry or of the read's budget).
+    pub(crate) len: usize,
+}
+
+impl Predicted {
+    /// An unused slot.
+    pub(crate) const EMPTY: Predicted = Predicted {
+        gap: 0,
+        at: core::ptr::null_mut(),
+        len: 0,
+    };
+}
 
 /// Largest untagged control message body we collect (Terminate; Read Requests are 28).
 const SMALL: usize = MAX_TERMINATE_LEN;
@@ -84,6 +115,8 @@ pub(crate) struct RxState {
     /// The last segment was a Write large enough to be placed straight from the
     /// socket: expect another, and read only up to its header.
     bulk: bool,
+    /// Predict a long Send's next FPDUs ([`Engine::predict`]).
+    pub(crate) predict: bool,
 }
 
 impl RxState {
@@ -100,6 +133,7 @@ impl RxState {
             sink_len: 0,
             dead: false,
             bulk: false,
+            predict: false,
         }
     }
 
@@ -240,6 +274,17 @@ impl Engine {
                 let n = left.min(usize::try_from(room).unwrap_or(usize::MAX));
                 (n >= DIRECT_MIN).then_some((at as *mut u8, n))
             }
+            Dest::ReadResponse { offset: base } => {
+                // The Read's scatter list at this offset, checked again for local
+                // write now (the registration may have died since the header), as the
+                // buffered path checks every piece.
+                let sink = &self.rx.sink[..self.rx.sink_len];
+                let off = base + self.rx.reader.payload_offset() as u64;
+                let (at, room) = entry_at(sink, off)?;
+                let n = left.min(usize::try_from(room).unwrap_or(usize::MAX));
+                (n >= DIRECT_MIN && check_sink(keys, self.qp.pd, sink, off, n as u64))
+                    .then_some((at as *mut u8, n))
+            }
             _ => None,
         }
     }
@@ -281,6 +326,194 @@ impl Engine {
         // keeps mapped, just written by the read.
         let data = unsafe { core::slice::from_raw_parts(at, n) };
         self.rx.reader.take_payload(data);
+    }
+
+    /// Plans a read that takes, after the rest of the current segment's payload
+    /// (`first` octets, read straight to where [`direct_target`](Self::direct_target)
+    /// said; or, `first` 0 between two FPDUs of a message, from the next header on) the
+    /// next FPDUs of the same Send or Read Response too: each one's gap (pad and CRC,
+    /// the next length field and header) to a scratch area and its payload straight
+    /// into the destination, where the next segment would put it. A sender cuts a long
+    /// message into FPDUs of one size (ours and Linux siw alike size them to the
+    /// segment), so the next segment is predicted to carry as much as this one. Nothing
+    /// here is trusted: [`accept_predicted`](Self::accept_predicted) checks each header
+    /// after the read, and octets that turn out not to be the predicted payload are
+    /// parsed again from a copy. Only within the receive's current scatter entry
+    /// (checked for local write at the Send's first segment) or the Read's sink up to
+    /// its size (checked here), and within `budget` octets in all (what the receive
+    /// buffer can take back on a misprediction). Returns how many FPDUs were planned
+    /// into `out`; 0 when the current segment is its message's last, or neither a Send
+    /// nor a Read Response, or `first` does not finish its payload.
+    pub(crate) fn predict(
+        &self,
+        keys: &KeyTable,
+        first: usize,
+        mut budget: usize,
+        out: &mut [Predicted; PREDICT_MAX],
+    ) -> usize {
+        if !self.rx.predict || self.rx.dead || self.rx.header.last {
+            return 0;
+        }
+        let plen = self.rx.payload_len;
+        let at_boundary = self.rx.reader.at_boundary();
+        if plen < DIRECT_MIN
+            || (!at_boundary && (first == 0 || first != self.rx.reader.payload_remaining()))
+        {
+            return 0;
+        }
+        // Where the next segment's payload starts (message offset, or offset in the
+        // Read's sink), how far predictions may go, the scatter list, the header's
+        // length, and the octets before the first predicted payload: from inside a
+        // payload the current FPDU's pad and CRC and the next length field and header;
+        // from between FPDUs (the last read ended with an FPDU) the header alone.
+        let send = self.rx.send.as_ref();
+        let (next, end, sgl, hdr) = match (at_boundary, self.rx.dest, send) {
+            (false, Dest::Recv { mo }, Some(s)) => (
+                mo + plen as u64,
+                s.wqe.len,
+                s.wqe.sgl(),
+                UNTAGGED_HEADER_LEN,
+            ),
+            (true, _, Some(s)) if self.rx.header.opcode.queue() == Some(QueueNumber::Send) => {
+                (s.next_mo, s.wqe.len, s.wqe.sgl(), UNTAGGED_HEADER_LEN)
+            }
+            (false, Dest::ReadResponse { .. }, _) | (true, _, _)
+                if self.rx.header.opcode == Opcode::ReadResponse =>
+            {
+                // A Read Response fills exactly the Read's size: nothing past it.
+                let Some(o) = self.orq.front() else {
+                    return 0;
+                };
+                let next = match self.rx.dest {
+                    Dest::ReadResponse { offset } if !at_boundary => offset + plen as u64,
+                    _ => o.placed,
+                };
+                (
+                    next,
+                    o.size,
+                    &self.rx.sink[..self.rx.sink_len],
+                    TAGGED_HEADER_LEN,
+                )
+            }
+            _ => return 0,
+        };
+        let mut next = next;
+        let mut gap = if at_boundary {
+            LENGTH_FIELD_LEN + hdr
+        } else {
+            pad_len(self.rx.header.encoded_len() + plen) + CRC_LEN + LENGTH_FIELD_LEN + hdr
+        };
+        let next_gap = pad_len(hdr + plen) + CRC_LEN + LENGTH_FIELD_LEN + hdr;
+        let read_response = self.rx.header.opcode == Opcode::ReadResponse;
+        let mut k = 0;
+        while k < PREDICT_MAX && next < end {
+            let Some((at, room)) = entry_at(sgl, next) else {
+                break;
+            };
+            let len = plen
+                .min(usize::try_from(room).unwrap_or(usize::MAX))
+                .min(usize::try_from(end - next).unwrap_or(usize::MAX))
+                .min(budget.saturating_sub(gap));
+            if len < DIRECT_MIN.min(plen) {
+                break;
+            }
+            // A Read's sink is checked now, as `direct_target` checks it (a receive's
+            // whole list was checked at the Send's first segment).
+            if read_response && !check_sink(keys, self.qp.pd, sgl, next, len as u64) {
+                break;
+            }
+            out[k] = Predicted {
+                gap,
+                at: at as *mut u8,
+                len,
+            };
+            k += 1;
+            budget -= gap + len;
+            if len < plen {
+                // The FPDU goes on past what this read places: nothing after it is
+                // where a prediction would put it.
+                break;
+            }
+            next += plen as u64;
+            gap = next_gap;
+        }
+        k
+    }
+
+    /// Whether the current segment's payload is all taken (the reader is at its pad
+    /// and CRC, or outside any payload).
+    #[inline]
+    pub(crate) fn payload_complete(&self) -> bool {
+        self.rx.dead || self.rx.reader.payload_remaining() == 0
+    }
+
+    /// Parses `data` (a predicted gap: pad, CRC, next header) up to and including the
+    /// first segment header in it, and no further: the octets after a header may be
+    /// payload that goes elsewhere than predicted. Returns the octets used (all of
+    /// them once the stream is dead: they are discarded).
+    pub(crate) fn receive_through_header(&mut self, keys: &KeyTable, mut data: &[u8]) -> usize {
+        let all = data.len();
+        while !data.is_empty() && !self.rx.dead {
+            let step = match self.rx.reader.step(data) {
+                Ok(s) => s,
+                Err(e) => {
+                    self.stream_error(e);
+                    return all;
+                }
+            };
+            data = &data[step.consumed..];
+            match step.event {
+                None => {}
+                Some(FpduEvent::Header {
+                    header,
+                    payload_len,
+                }) => {
+                    self.on_header(keys, header, payload_len);
+                    return all - data.len();
+                }
+                Some(FpduEvent::Payload { offset, data }) => {
+                    self.on_payload(keys, offset as u64, data)
+                }
+                Some(FpduEvent::End) => self.on_end(keys),
+            }
+        }
+        all
+    }
+
+    /// How many of the `n` octets a predicted read put at `at` are indeed the payload
+    /// of the segment whose header was just parsed: its first octets, for a Send
+    /// segment whose message offset falls at `at` in the receive (the same Send, its
+    /// receive checked at the first segment), up to the segment's end and the end of
+    /// the scatter entry. 0 for anything else; those octets are then parsed again.
+    pub(crate) fn accept_predicted(&self, at: *const u8, n: usize) -> usize {
+        if self.rx.dead || self.rx.reader.payload_offset() != 0 {
+            return 0;
+        }
+        let left = self.rx.reader.payload_remaining();
+        let found = match (self.rx.dest, self.rx.send.as_ref()) {
+            (Dest::Recv { mo }, Some(s)) => entry_at(s.wqe.sgl(), mo),
+            // Its sink range was checked before the read (`predict`).
+            (Dest::ReadResponse { offset }, _) => {
+                entry_at(&self.rx.sink[..self.rx.sink_len], offset)
+            }
+            _ => None,
+        };
+        match found {
+            Some((addr, room)) if addr as *const u8 == at => {
+                n.min(left).min(usize::try_from(room).unwrap_or(usize::MAX))
+            }
+            _ => 0,
+        }
+    }
+
+    /// Ends the stream on a local failure the peer did not cause (a Terminate saying
+    /// so); nothing more is executed.
+    pub(crate) fn stream_lost(&mut self) {
+        self.terminate(TermOut::new(
+            TerminateCode::RdmapOperation(RdmapOperationError::CatastrophicStream),
+            None,
+            None,
+        ));
     }
 
     fn stream_error(&mut self, e: FpduError) {
@@ -419,6 +652,9 @@ impl Engine {
             self.rx.sink_len = 0;
         }
         self.rx.dest = Dest::ReadResponse { offset };
+        // A large response: stop buffered reads short so the rest, and the next
+        // segment's payload, are read straight into the sink.
+        self.rx.bulk = plen >= BULK_MIN as u64;
     }
 
     fn send_header(
