@@ -42,45 +42,28 @@ const SPILL: usize = 264 * 1024;
 /// nothing, or a few octets at a message's end), so it costs no resident memory until
 /// then; an idle connection gives its pages back (`Conn::trim_rx`).
 struct Spill {
-    ptr: *mut u8,
-    len: usize,
+    map: memmap2::MmapMut,
 }
-
-// SAFETY: the mapping is owned by the connection alone, like a `Box<[u8]>`.
-unsafe impl Send for Spill {}
 
 impl Spill {
     fn new(len: usize) -> Option<Spill> {
-        // SAFETY: a fresh private anonymous mapping; no address hint.
-        let p = unsafe {
-            libc::mmap(
-                core::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        (p != libc::MAP_FAILED).then(|| Spill { ptr: p.cast(), len })
+        memmap2::MmapMut::map_anon(len)
+            .ok()
+            .map(|map| Spill { map })
     }
 
     /// Gives the pages back (they read as zero again). Returns the octets released.
     fn release(&mut self) -> usize {
-        // SAFETY: the whole mapping, which holds nothing that matters between reads.
-        let rc = unsafe { libc::madvise(self.ptr.cast(), self.len, libc::MADV_DONTNEED) };
-        if rc == 0 {
-            self.len
-        } else {
-            0
+        // SAFETY: DontNeed on a private anonymous mapping only makes its pages read as
+        // zero; the spill holds nothing that matters between reads, and no slice of it
+        // is alive here (`&mut self`).
+        match unsafe {
+            self.map
+                .unchecked_advise(memmap2::UncheckedAdvice::DontNeed)
+        } {
+            Ok(()) => self.map.len(),
+            Err(_) => 0,
         }
-    }
-}
-
-impl Drop for Spill {
-    fn drop(&mut self) {
-        // SAFETY: our own mapping, unmapped once.
-        unsafe { libc::munmap(self.ptr.cast(), self.len) };
     }
 }
 
@@ -525,7 +508,7 @@ impl Conn {
         let Some((first, skip)) = miss else {
             return;
         };
-        let Some(spill) = self.spill.as_ref() else {
+        let Some(spill) = self.spill.as_mut() else {
             // Predictions are planned only with a spill area (`predict_budget`).
             e.stream_lost();
             return;
@@ -546,25 +529,24 @@ impl Conn {
                 // SAFETY: `from < have <= chain[i].len`: inside the predicted range.
                 unsafe { chain[i].at.add(from) }.cast_const()
             };
-            if m + c > spill.len {
+            let Some(dst) = spill.map.get_mut(m..m + c) else {
                 // Cannot happen: `predict` kept the read within the spill's length.
                 e.stream_lost();
                 return;
-            }
+            };
             // SAFETY: `src` holds `c` octets just read (our gap slot, or the checked
             // destination, which nothing has written since the read); the spill is our
-            // own mapping, disjoint from both, and `m + c` is within it.
-            unsafe { core::ptr::copy_nonoverlapping(src, spill.ptr.add(m), c) };
+            // own mapping, disjoint from both.
+            dst.copy_from_slice(unsafe { core::slice::from_raw_parts(src, c) });
             m += c;
         }
-        // SAFETY: the first `m` octets of the spill were just written.
-        let spilled = unsafe { core::slice::from_raw_parts(spill.ptr.cast_const(), m) };
+        let spilled = &spill.map[..m];
         e.receive(keys, spilled);
     }
 
     /// The budget of a predicted read: what the spill area can take back.
     fn predict_budget(&self) -> usize {
-        self.spill.as_ref().map_or(0, |s| s.len)
+        self.spill.as_ref().map_or(0, |s| s.map.len())
     }
 
     fn report(&mut self, ctx: &mut Ctx<'_>, e: CmEvent<SiwConnRequest>) {
