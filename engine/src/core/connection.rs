@@ -1149,9 +1149,9 @@ impl<R: RequesterRole, P: ResponderRole> Connection<R, P> {
 impl<P: ResponderRole> Connection<RequesterHalf, P> {
     /// Submits a call tagged `tag` (returned in its outcome). It starts at once if
     /// resources allow, else waits in order.
-    // Never inlined, like `RequesterHalf::submit`: a by-value request is handed on as a
-    // pointer to the caller's copy, where inlining would copy it (a few hundred octets)
-    // into a local of the inlined body first.
+    // Never inlined (and `RequesterHalf::submit` inlined into it): a by-value request
+    // is handed on as a pointer to the caller's copy, where inlining would copy it (a
+    // few hundred octets) into a local of the inlined body first.
     #[inline(never)]
     pub fn submit(&mut self, req: CallRequest, tag: u64, now: Instant) -> Result<(), SubmitError> {
         let r = self.req.submit(&mut self.t, req, tag, now);

@@ -576,11 +576,12 @@ impl RequesterHalf {
 
     /// Submits a call tagged `tag` (returned in its outcome). It starts at once if
     /// resources allow, else waits in order.
-    // Never inlined: the request is passed by reference to the caller's copy, and
-    // nothing here moves it whole, so it is not copied on the way in (an inlined call
-    // takes its by-value argument into a local of its own, a copy of a few hundred
-    // octets).
-    #[inline(never)]
+    // Inlined into its one caller, `Connection::submit`, which is never inlined: the
+    // request reaches that one as a pointer to the driver's copy and is used there
+    // in place, so it is still not copied on the way in, and the call no longer pays
+    // a second frame's entry, exit and argument moves (`perf/insns.sh`: NULL 3920 ->
+    // 3890, ECHO 4366 -> 4336, rate 3588 -> 3558).
+    #[inline(always)]
     pub fn submit(
         &mut self,
         t: &mut Transport,

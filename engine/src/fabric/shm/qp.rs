@@ -297,10 +297,8 @@ pub struct ShmQp {
     /// Sequence number after our latest RDMA Read: a Send posted before the target
     /// has finished it must not capture its payload early (see `push_remote`).
     reads_until: u64,
-    sq_head: u64,
-    /// Send-queue position after the latest signaled request.
-    sq_signaled: u64,
-    sq_freed_seen: u64,
+    /// The send queue's posting-side counters.
+    sq: SqPoster,
     rq_head: u64,
     rq_consumed_seen: u64,
     /// Receives this queue pair may have posted: its `max_recv_wr`, or 0 when its
@@ -457,9 +455,7 @@ impl ShmQp {
             peer_addr: PeerAddr::Unknown,
             #[cfg(any(test, feature = "testing"))]
             forge: None,
-            sq_head: 0,
-            sq_signaled: 0,
-            sq_freed_seen: 0,
+            sq: SqPoster::default(),
             rq_head: 0,
             rq_consumed_seen: 0,
             rq_depth,
@@ -606,10 +602,60 @@ impl ShmQp {
     }
 
     fn publish_send(&mut self) {
-        let p = &self.shared.posted;
+        self.sq.publish(&self.shared.posted);
+    }
+}
+
+/// The send queue's counters on the posting side, and the three steps every post
+/// makes with them (room check, entry write, publication), shared by the inline fast
+/// path and the general path so that the two cannot drift apart.
+#[derive(Debug, Default)]
+struct SqPoster {
+    /// Send-queue entries written.
+    head: u64,
+    /// Send-queue position after the latest signaled request (0: none yet).
+    signaled: u64,
+    /// The completer's `sq_freed` as last read.
+    freed_seen: u64,
+}
+
+impl SqPoster {
+    /// True when the send queue has a free slot: checked against the cached
+    /// `sq_freed`, which is reloaded only when that copy says the queue is full.
+    #[inline(always)]
+    fn has_room(&mut self, polled: &PollerLine, depth: u64) -> bool {
+        if self.head - self.freed_seen >= depth {
+            self.freed_seen = polled.sq_freed.load(Ordering::Acquire);
+            if self.head - self.freed_seen >= depth {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Writes `entry` at the head and advances it, remembering the position after it
+    /// when it is signaled; published later by [`SqPoster::publish`].
+    ///
+    /// # Safety
+    /// [`SqPoster::has_room`] returned true since the last push, and the caller is the
+    /// queue's only producer.
+    #[inline(always)]
+    unsafe fn push(&mut self, sq: &Slots<SqEntry>, entry: SqEntry) {
+        // SAFETY: head - freed < depth (the caller checked room), so the completer is
+        // done with this slot; we are the only producer.
+        unsafe { sq.write(self.head, entry) };
+        self.head += 1;
+        if entry.signaled {
+            self.signaled = self.head;
+        }
+    }
+
+    /// Makes the entries written so far visible to the completer.
+    #[inline(always)]
+    fn publish(&self, p: &PosterLine) {
         // Before sq_posted, whose release the completer acquires first.
-        p.sq_signaled.store(self.sq_signaled, Ordering::Relaxed);
-        p.sq_posted.store(self.sq_head, Ordering::Release);
+        p.sq_signaled.store(self.signaled, Ordering::Relaxed);
+        p.sq_posted.store(self.head, Ordering::Release);
     }
 }
 
@@ -737,12 +783,8 @@ impl ShmQp {
         {
             return false;
         }
-        let depth = u64::from(sh.caps.max_send_wr);
-        if self.sq_head - self.sq_freed_seen >= depth {
-            self.sq_freed_seen = sh.polled.sq_freed.load(Ordering::Acquire);
-            if self.sq_head - self.sq_freed_seen >= depth {
-                return false;
-            }
+        if !self.sq.has_room(&sh.polled, u64::from(sh.caps.max_send_wr)) {
+            return false;
         }
         let len = u64::from(sge.length);
         let Some(src) = sh
@@ -776,23 +818,21 @@ impl ShmQp {
             );
         }
         let ssn = self.commit();
-        let signaled = wr.flags.contains(SendFlags::SIGNALED);
-        let entry = SqEntry {
-            wr_id: wr.wr_id,
-            opcode: WcOpcode::Send,
-            signaled,
-            byte_len: sge.length,
-            remote: true,
-            ssn,
-            local: WcStatus::Success,
+        // SAFETY: has_room returned true above; we are the only producer.
+        unsafe {
+            self.sq.push(
+                &self.shared.sq,
+                SqEntry {
+                    wr_id: wr.wr_id,
+                    opcode: WcOpcode::Send,
+                    signaled: wr.flags.contains(SendFlags::SIGNALED),
+                    byte_len: sge.length,
+                    remote: true,
+                    ssn,
+                    local: WcStatus::Success,
+                },
+            )
         };
-        // SAFETY: sq_head - freed < depth, so the completer is done with this slot; we
-        // are the only producer.
-        unsafe { self.shared.sq.write(self.sq_head, entry) };
-        self.sq_head += 1;
-        if signaled {
-            self.sq_signaled = self.sq_head;
-        }
         self.publish_send();
         true
     }
@@ -815,14 +855,11 @@ impl ShmQp {
         let max_sge = self.shared.caps.max_send_sge;
         for (i, wr) in wrs.iter().enumerate() {
             let refuse = |kind| PostError { posted: i, kind };
-            if self.sq_head - self.sq_freed_seen >= depth {
-                self.sq_freed_seen = self.shared.polled.sq_freed.load(Ordering::Acquire);
-                if self.sq_head - self.sq_freed_seen >= depth {
-                    self.publish_send();
-                    return Err(refuse(PostErrorKind::QueueFull {
-                        depth: depth as u32,
-                    }));
-                }
+            if !self.sq.has_room(&self.shared.polled, depth) {
+                self.publish_send();
+                return Err(refuse(PostErrorKind::QueueFull {
+                    depth: depth as u32,
+                }));
             }
             let local = matches!(
                 wr.op,
@@ -886,13 +923,8 @@ impl ShmQp {
                     flushing = true;
                 }
             }
-            // SAFETY: sq_head - freed < depth, so the completer is done with this slot;
-            // we are the only producer.
-            unsafe { self.shared.sq.write(self.sq_head, entry) };
-            self.sq_head += 1;
-            if entry.signaled {
-                self.sq_signaled = self.sq_head;
-            }
+            // SAFETY: has_room returned true above; we are the only producer.
+            unsafe { self.sq.push(&self.shared.sq, entry) };
         }
         self.publish_send();
         Ok(())
