@@ -57,7 +57,12 @@
 #        the responder serving a chunkless inline call straight after its parse (4211 ->
 #        4166 alone) and the shm provider's one-queue-pair CQ poll and inline-Send post
 #        fast path (-> 3966 alone; the like-for-like baseline 2096 -> 1818, so the ratio
-#        rose to x2.16: the provider is what the baselines run too), merged 3920.
+#        rose to x2.16: the provider is what the baselines run too), merged 3920; lowered to 3795 (1.6%
+#        over 3736) after the responder's plain reply written in its spare buffer where
+#        it lies, one-entry reply Sends staged inline, the release and grant inlined into
+#        the reply's completion, the ULP dispatcher's bare NULL and its handle_call
+#        inlined (3920 -> 3766 alone), and the requester's submit inlined into the
+#        connection's (-> 3890 alone); merged 3736 (x2.05 like-for-like).
 # The rate region: inline ECHO calls of 64 octets with 32 in flight (`rpcrdma-perf rate
 # --size 64 --depth 32`'s loop and configuration, both ends polled in turn from one
 # thread), instructions per finished call, beside the fabric request/response at depth 32
@@ -70,7 +75,8 @@
 # to 4040 (1.5% over 3979) after the same steps as the NULL budget's last (4125 -> 3979);
 # lowered to 3865 (1.5% over 3807) after the same steps as the NULL budget's last;
 # lowered to 3645 (1.6% over 3588) after the same steps as the NULL budget's last (the
-# req/resp baseline 1278 -> 1067). INSNS_BUDGET_SHM lowered from 1900 to 1380 (1.7% over
+# req/resp baseline 1278 -> 1067); lowered to 3465 (1.5% over 3413) after the same
+# steps as the NULL budget's last. INSNS_BUDGET_SHM lowered from 1900 to 1380 (1.7% over
 # the 1357 of the shm provider's fast paths), so the baseline's own cost is guarded too.
 # The second shm baseline is like-for-like with the engine's default: every Send
 # signaled and its completion reaped (the first signals one Send in 16).
@@ -78,8 +84,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v valgrind >/dev/null || { echo "perf/insns.sh: valgrind is missing (apt-get install valgrind)"; exit 1; }
 BUDGET_SHM=${INSNS_BUDGET_SHM:-1380}
-BUDGET_RPC=${INSNS_BUDGET_RPC:-3980}
-BUDGET_RATE=${INSNS_BUDGET_RATE:-3645}
+BUDGET_RPC=${INSNS_BUDGET_RPC:-3795}
+BUDGET_RATE=${INSNS_BUDGET_RATE:-3465}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
