@@ -214,28 +214,8 @@ fn check_sink(keys: &KeyTable, pd: u32, sgl: &[Sge], mut off: u64, mut len: u64)
 impl Engine {
     /// Executes received bytes, all of them (once the stream is dead they are discarded:
     /// after a Terminate nothing more is executed).
-    pub(crate) fn receive(&mut self, keys: &KeyTable, mut data: &[u8]) {
-        while !data.is_empty() && !self.rx.dead {
-            let step = match self.rx.reader.step(data) {
-                Ok(s) => s,
-                Err(e) => {
-                    self.stream_error(e);
-                    return;
-                }
-            };
-            data = &data[step.consumed..];
-            match step.event {
-                None => {}
-                Some(FpduEvent::Header {
-                    header,
-                    payload_len,
-                }) => self.on_header(keys, header, payload_len),
-                Some(FpduEvent::Payload { offset, data }) => {
-                    self.on_payload(keys, offset as u64, data)
-                }
-                Some(FpduEvent::End) => self.on_end(keys),
-            }
-        }
+    pub(crate) fn receive(&mut self, keys: &KeyTable, data: &[u8]) {
+        self.receive_until(keys, data, false);
     }
 
     /// Where the rest of the current segment's payload may be read from the socket
@@ -451,7 +431,15 @@ impl Engine {
     /// first segment header in it, and no further: the octets after a header may be
     /// payload that goes elsewhere than predicted. Returns the octets used (all of
     /// them once the stream is dead: they are discarded).
-    pub(crate) fn receive_through_header(&mut self, keys: &KeyTable, mut data: &[u8]) -> usize {
+    pub(crate) fn receive_through_header(&mut self, keys: &KeyTable, data: &[u8]) -> usize {
+        self.receive_until(keys, data, true)
+    }
+
+    /// [`receive`](Self::receive)'s loop; with `stop_at_header` it returns right after
+    /// the first segment header. Returns the octets used (all of them once the stream is
+    /// dead).
+    #[inline(always)]
+    fn receive_until(&mut self, keys: &KeyTable, mut data: &[u8], stop_at_header: bool) -> usize {
         let all = data.len();
         while !data.is_empty() && !self.rx.dead {
             let step = match self.rx.reader.step(data) {
@@ -469,7 +457,9 @@ impl Engine {
                     payload_len,
                 }) => {
                     self.on_header(keys, header, payload_len);
-                    return all - data.len();
+                    if stop_at_header {
+                        return all - data.len();
+                    }
                 }
                 Some(FpduEvent::Payload { offset, data }) => {
                     self.on_payload(keys, offset as u64, data)
