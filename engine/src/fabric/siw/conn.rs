@@ -437,9 +437,9 @@ impl Conn {
     /// count as payload only as far as `Engine::accept_predicted` confirms them. At the
     /// first octet that was not what was predicted (a shorter or longer segment, another
     /// message, a failed check), that octet and everything read after it are copied, in
-    /// stream order, to the front of the receive buffer and parsed from there like any
-    /// buffered read (nothing has written to the receive since the read, so the copy
-    /// sees exactly what arrived). Leaves the octets still to parse in
+    /// stream order, to the spill area and parsed from there like any buffered read
+    /// (nothing has written to the receive since the read, so the copy sees exactly
+    /// what arrived). Leaves the octets still to parse (the read's tail) in
     /// `rxbuf[rx_start..rx_end]`.
     fn deliver_direct(
         &mut self,
@@ -467,7 +467,8 @@ impl Conn {
         // Octets read into each piece, in stream order: gap i, payload i, ..., tail.
         let mut got = [0usize; 2 * PREDICT_MAX];
         for (i, p) in chain.iter().enumerate() {
-            got[2 * i] = left.min(p.gap);
+            // The gap's iovec length, as `fill_direct` gave it.
+            got[2 * i] = left.min(p.gap.min(GAP_MAX));
             left -= got[2 * i];
             got[2 * i + 1] = left.min(p.len);
             left -= got[2 * i + 1];

@@ -320,8 +320,8 @@ impl Engine {
     /// after the read, and octets that turn out not to be the predicted payload are
     /// parsed again from a copy. Only within the receive's current scatter entry
     /// (checked for local write at the Send's first segment) or the Read's sink up to
-    /// its size (checked here), and within `budget` octets in all (what the receive
-    /// buffer can take back on a misprediction). Returns how many FPDUs were planned
+    /// its size (checked here), and within `budget` octets in all (what the spill
+    /// area can take back on a misprediction). Returns how many FPDUs were planned
     /// into `out`; 0 when the current segment is its message's last, or neither a Send
     /// nor a Read Response, or `first` does not finish its payload.
     pub(crate) fn predict(
