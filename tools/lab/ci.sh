@@ -8,7 +8,7 @@
 # kernel NFSv3 and NFSv4.1 clients against our `rpcrdma serve --nfs`, and `rpcrdma nfs`
 # against kernel nfsd, on siw0 and rxe0).
 # env: LAB, LAB_CI_BUDGET (seconds, default 2100: printed, and exceeded is reported loudly;
-#      35 of CI's 90 minutes, where the rest took about 25 in the last runs),
+#      35 of CI's 90 minutes; the other stages took about 33 in the last green run),
 #      LAB_VERBOSE=1 streams the guest consoles.
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
