@@ -1867,3 +1867,165 @@ fn a_long_read_response_in_awkward_pieces_is_placed_whole() {
         }
     }
 }
+
+/// Records the longest ULPDU a device wrote (the MPA length field).
+#[derive(Default)]
+struct LongestTap {
+    ulpdu: Mutex<usize>,
+}
+
+impl WireTap for LongestTap {
+    fn mpa_frame(&self, _: SocketAddr, _: SocketAddr, _: &[u8]) {}
+    fn fpdu(&self, _: SocketAddr, _: SocketAddr, head: &[u8], _: &[&[u8]], _: &[u8]) {
+        let n = usize::from(u16::from_be_bytes([head[0], head[1]]));
+        let mut m = self.ulpdu.lock().unwrap();
+        *m = (*m).max(n);
+    }
+}
+
+/// Writes 1 MiB `rounds` times from the client to the server, each checked whole, and
+/// returns the longest ULPDU the client wrote.
+fn longest_ulpdu_over_writes(cfg: SiwConfig, rounds: usize) -> usize {
+    let tap = Arc::new(LongestTap::default());
+    let dyn_tap: Arc<dyn WireTap> = tap.clone();
+    let cfg = SiwConfig {
+        tap: Some(dyn_tap),
+        ..cfg
+    };
+    let mut p = custom_pair(
+        cfg,
+        &Opts {
+            arena_len: 4 << 20,
+            ..Opts::default()
+        },
+    );
+    let len = 1 << 20;
+    for round in 0..rounds {
+        let data = pattern(200 + round as u64, len);
+        p.c.fill(0, &data);
+        let w = [p.c.sge(0, len)];
+        p.c.qp
+            .post_send(&[SendWr::write(round as u64, &w, p.s.remote(2 << 20))])
+            .expect("post");
+        let (_, c) = p.completions(0, 1);
+        assert_eq!(c[0].status, WcStatus::Success, "round {round}");
+        // On-transmit completions: the last octets may still be on their way.
+        let end = Instant::now() + DEADLINE;
+        while p.s.read(2 << 20, len) != data {
+            assert!(Instant::now() < end, "round {round}: 1 MiB write differs");
+            let mut buf = [Completion::EMPTY; 4];
+            p.s.h.cq.poll(&mut buf);
+        }
+    }
+    let n = *tap.ulpdu.lock().unwrap();
+    n
+}
+
+/// Linux bounds a connection's MSS by half the largest window the peer has offered, so
+/// on loopback (MTU 65536) it reads 32741 when the connection is set up and 65483 once
+/// the receive window has opened; a long message looks the MSS up again, so FPDUs grow
+/// with it (half as many per MiB). A configured MSS clamp (`TCP_MAXSEG`) still bounds
+/// them however often it is looked up.
+#[test]
+fn fpdus_follow_the_mss_as_the_window_opens_and_stay_within_a_clamp() {
+    let lo_mtu: usize = std::fs::read_to_string("/sys/class/net/lo/mtu")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0);
+    let longest = longest_ulpdu_over_writes(SiwConfig::default(), 8);
+    if lo_mtu >= 65536 {
+        assert!(
+            longest > 40_000,
+            "FPDUs stayed at {longest} octets, the MSS of an unopened window"
+        );
+    }
+    assert!(longest <= 65535);
+    let clamped = longest_ulpdu_over_writes(
+        SiwConfig {
+            mss: Some(1460),
+            ..SiwConfig::default()
+        },
+        4,
+    );
+    assert!(
+        clamped <= 1460 - 6,
+        "a {clamped}-octet ULPDU with the MSS clamped to 1460"
+    );
+}
+
+/// FPDUs of the largest size the length field allows (65535 octets of ULPDU, as a peer
+/// sizing them to a 64 KiB loopback segment or to GSO sends), as a Send and as a Write,
+/// cut in awkward places: placed whole; and one flipped payload octet in the middle of
+/// the Write is an MPA CRC Terminate.
+#[test]
+fn largest_fpdus_in_awkward_pieces_are_placed_whole_and_crc_checked() {
+    // A Send of 65517-octet FPDUs (18-octet untagged header), cut 5 octets into each.
+    let (mut s, mut raw, guard) = predicted_pair(true);
+    let data = pattern(31, 250 * 1024 + 3);
+    let msg = pattern(32, 100);
+    let mut fpdus = send_fpdus(&data, 1, &[65_517], true);
+    assert!(fpdus.iter().any(|f| f.len() == fpdu_len(65_535)));
+    fpdus.extend(send_fpdus(&msg, 2, &[4096], true));
+    let mut wire = Vec::new();
+    let mut cuts = Vec::new();
+    for f in &fpdus {
+        cuts.push(wire.len() + 5);
+        wire.extend_from_slice(f);
+    }
+    write_in_pieces(&mut s, &mut raw, &wire, &cuts);
+    s.wait(&mut raw, "both receives", |s, _| s.done.len() >= 2);
+    assert_eq!(
+        (s.done[0].status, s.done[0].byte_len as usize),
+        (WcStatus::Success, data.len())
+    );
+    assert!(s.read(PRED_RECV, data.len()) == data, "Send whole");
+    assert_eq!(
+        (s.done[1].status, s.done[1].byte_len as usize),
+        (WcStatus::Success, msg.len())
+    );
+    assert!(s.read(PRED_SMALL, msg.len()) == msg, "next Send");
+    assert!(s.read(PRED_RECV + PRED_RECV_LEN, PRED_GUARD) == guard);
+    // A Write of 65521-octet FPDUs (14-octet tagged header) into the same registration,
+    // cut in the middle of each CRC; then the same with one payload octet flipped.
+    let wdata = pattern(33, 200_000);
+    let at = PRED_SMALL + 8192;
+    for corrupt in [false, true] {
+        let mut wire = Vec::new();
+        let mut cuts = Vec::new();
+        let mut off = 0;
+        while off < wdata.len() {
+            let n = 65_521.min(wdata.len() - off);
+            let last = off + n == wdata.len();
+            let h =
+                SegmentHeader::tagged(Opcode::RdmaWrite, last, s.mr.rkey(), s.addr_of(at + off));
+            let mut b = vec![0u8; fpdu_len(h.encoded_len() + n)];
+            let len = encode_fpdu(&mut b, &h, &wdata[off..off + n], true).expect("fpdu");
+            assert!(n < 65_521 || len == fpdu_len(65_535));
+            if corrupt && off == 65_521 {
+                b[40_000] ^= 0x01;
+            }
+            wire.extend_from_slice(&b[..len]);
+            cuts.push(wire.len() - 2);
+            off += n;
+        }
+        write_in_pieces(&mut s, &mut raw, &wire, &cuts);
+        if corrupt {
+            let (th, body) = next_fpdu(&mut s, &mut raw);
+            assert_eq!(th.opcode, Opcode::Terminate);
+            let t = Terminate::decode(&body).expect("decodes");
+            assert_eq!(t.code, TerminateCode::Mpa(MpaLlpError::CrcError));
+            s.wait(&mut raw, "error and close", |s, r| {
+                s.qp.as_ref().is_some_and(|q| q.state().is_error()) && r.eof
+            });
+        } else {
+            s.wait(&mut raw, "the whole Write placed", |s, _| {
+                s.read(at, wdata.len()) == wdata
+            });
+            for _ in 0..50 {
+                s.pump();
+            }
+            raw.fill();
+            assert!(raw.inbox.is_empty(), "no Terminate for a good Write");
+        }
+    }
+}

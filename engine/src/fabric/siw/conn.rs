@@ -68,7 +68,12 @@ impl Spill {
 }
 
 /// Smallest MULPDU we work with, whatever the MSS says.
-const MIN_MULPDU: usize = 128;
+pub(crate) const MIN_MULPDU: usize = 128;
+
+/// Long messages that may look the MSS up again ([`Engine::refresh_mulpdu`]): enough
+/// for a loopback window to open, few enough that a path whose MSS never grows pays a
+/// handful of `getsockopt` calls in the connection's life.
+pub(crate) const MSS_CHECKS: u16 = 64;
 
 /// Where a connection stands.
 pub(crate) enum Phase {
@@ -264,6 +269,7 @@ impl Conn {
         Link {
             crc: est.crc,
             mulpdu: m,
+            mss_checks: MSS_CHECKS,
             ord: usize::from(cfg.ord.min(peer_ird)),
             ird: usize::from(cfg.ird),
         }

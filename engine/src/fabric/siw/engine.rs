@@ -253,6 +253,9 @@ pub(crate) struct Link {
     pub(crate) crc: bool,
     /// Largest ULPDU we send.
     pub(crate) mulpdu: usize,
+    /// Times a long message may still look the MSS up again before its first FPDU
+    /// ([`Engine::refresh_mulpdu`]).
+    pub(crate) mss_checks: u16,
     /// Outbound Reads we may have outstanding (ours, capped by the peer's IRD).
     pub(crate) ord: usize,
     /// Inbound Reads we accept outstanding.
@@ -353,6 +356,7 @@ impl Engine {
             link: Link {
                 crc: false,
                 mulpdu: 1024,
+                mss_checks: 0,
                 ord: usize::from(max_ord),
                 ird: usize::from(max_ird),
             },

@@ -31,7 +31,8 @@ use crate::fabric::{SendOp, Sge, WcStatus};
 use crate::iwarp::crc32c::Crc32c;
 use crate::iwarp::ddp::QueueNumber;
 use crate::iwarp::fpdu::{
-    crc_to_wire, encode_fpdu, pad_len, CRC_LEN, LENGTH_FIELD_LEN, MAX_HEAD_LEN, MAX_TRAILER_LEN,
+    crc_to_wire, encode_fpdu, mulpdu, pad_len, CRC_LEN, LENGTH_FIELD_LEN, MAX_HEAD_LEN,
+    MAX_TRAILER_LEN,
 };
 use crate::iwarp::rdmap::{Opcode, ReadRequest, SegmentHeader, READ_REQUEST_LEN};
 use crate::iwarp::segmenter::MessageTarget;
@@ -407,6 +408,10 @@ impl Engine {
         let Some(mut m) = self.tx.msg else {
             return;
         };
+        if m.framed == 0 && m.len > m.max_payload && self.refresh_mulpdu(wire.fd) {
+            let hlen = if m.opcode.is_tagged() { 14 } else { 18 };
+            m.max_payload = ((self.link.mulpdu - hlen) & !3) as u64;
+        }
         let chunk = (m.len - m.framed).min(m.max_payload);
         let last = m.framed + chunk == m.len;
         let header = match m.target {
@@ -488,6 +493,34 @@ impl Engine {
         self.tx.nbatch = idx + 1;
         self.tx.ends[idx] = last.then_some(m);
         self.tx.msg = if last { None } else { Some(m) };
+    }
+
+    /// Looks the connection's MSS up again before the first FPDU of a long message, and
+    /// sizes FPDUs to it; true if the MULPDU changed. The MSS read when the connection
+    /// was established can be far below what the path carries: Linux bounds it by half
+    /// the largest window the peer has offered so far, so on loopback it starts at 32741
+    /// and grows to 65483 as soon as the receive window opens. FPDUs of half the segment
+    /// size doubled the FPDUs (and the receiver's reads) per MiB (issue 14). Linux siw
+    /// reads the MSS before every message for the same reason. A `getsockopt` is a
+    /// system call, so only long messages look, each connection at most
+    /// [`MSS_CHECKS`](super::conn::MSS_CHECKS) times, and none once FPDUs reach the
+    /// largest size MPA's length field allows.
+    fn refresh_mulpdu(&mut self, fd: RawFd) -> bool {
+        const CAP: usize = match mulpdu(u32::MAX) {
+            Some(m) => m as usize,
+            None => 0,
+        };
+        if self.link.mss_checks == 0 || self.link.mulpdu >= CAP {
+            return false;
+        }
+        self.link.mss_checks -= 1;
+        let Some(m) = super::sock::mss(fd).and_then(mulpdu) else {
+            return false;
+        };
+        let m = usize::from(m).max(super::conn::MIN_MULPDU);
+        let changed = m != self.link.mulpdu;
+        self.link.mulpdu = m;
+        changed
     }
 
     /// Whether the message about to be finished will need a confirmation Read right
