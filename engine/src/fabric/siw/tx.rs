@@ -409,8 +409,7 @@ impl Engine {
             return;
         };
         if m.framed == 0 && m.len > m.max_payload && self.refresh_mulpdu(wire.fd) {
-            let hlen = if m.opcode.is_tagged() { 14 } else { 18 };
-            m.max_payload = ((self.link.mulpdu - hlen) & !3) as u64;
+            m.max_payload = max_payload(self.link.mulpdu, m.opcode);
         }
         let chunk = (m.len - m.framed).min(m.max_payload);
         let last = m.framed + chunk == m.len;
@@ -617,8 +616,7 @@ impl Engine {
         source: Source,
         len: u64,
     ) {
-        let hlen = if opcode.is_tagged() { 14 } else { 18 };
-        let max_payload = ((self.link.mulpdu - hlen) & !3) as u64;
+        let max_payload = max_payload(self.link.mulpdu, opcode);
         self.tx.msg = Some(Message {
             kind,
             opcode,
@@ -952,4 +950,12 @@ fn advance(written: &mut usize, r: isize) -> io::Result<bool> {
     }
     *written += r as usize;
     Ok(true)
+}
+
+/// The payload octets an FPDU of a message with `opcode` carries when ULPDUs are at most
+/// `mulpdu` octets: what is left after its DDP/RDMAP header (14 octets tagged, 18
+/// untagged), rounded down to whole words.
+fn max_payload(mulpdu: usize, opcode: Opcode) -> u64 {
+    let hlen = if opcode.is_tagged() { 14 } else { 18 };
+    ((mulpdu - hlen) & !3) as u64
 }
