@@ -49,9 +49,21 @@ where
     R: FnMut(&mut Q, &[RecvWr<'_>]) -> Result<(), PostError>,
     S: FnMut(&mut Q, &[SendWr<'_>]) -> Result<(), PostError>,
 {
-    let blank_recv = RecvWr { wr_id: 0, sgl: &[] };
-    let recvs = post_chunks(q, t.recvs(), blank_recv, &mut post_recv);
-    let sends = post_chunks(q, t.sends(), SendWr::send(0, &[]), &mut post_send);
+    let (recvs, sends) = if t.recv_count() <= 1 && t.send_count() <= 1 {
+        // The usual poll (a call's Send and the receive its reply's buffer left, a
+        // reply's Send, one of them alone): each request posted from where it lies,
+        // without the chunk loop's bookkeeping.
+        (
+            post_at_most_one(q, t.recvs(), &mut post_recv),
+            post_at_most_one(q, t.sends(), &mut post_send),
+        )
+    } else {
+        let blank_recv = RecvWr { wr_id: 0, sgl: &[] };
+        (
+            post_chunks(q, t.recvs(), blank_recv, &mut post_recv),
+            post_chunks(q, t.sends(), SendWr::send(0, &[]), &mut post_send),
+        )
+    };
     match (recvs, sends) {
         (Ok(()), Ok(())) => Ok(()),
         (r, s) => {
@@ -69,6 +81,25 @@ where
                 error,
             })
         }
+    }
+}
+
+/// Posts the one request of `it` (which yields at most one) as a chain of one, or
+/// nothing when it is empty; on a refusal, how many went out before it (none), as
+/// [`post_chunks`] reports it.
+#[inline(always)]
+fn post_at_most_one<Q, W, I, P>(
+    q: &mut Q,
+    mut it: I,
+    post: &mut P,
+) -> Result<(), (usize, PostError)>
+where
+    I: Iterator<Item = W>,
+    P: FnMut(&mut Q, &[W]) -> Result<(), PostError>,
+{
+    match it.next() {
+        None => Ok(()),
+        Some(w) => post(q, core::slice::from_ref(&w)).map_err(|e| (e.posted.min(1), e)),
     }
 }
 
@@ -182,6 +213,72 @@ mod tests {
         assert_eq!(log.0, vec![64, 64, 22]);
         assert_eq!(log.1, (0..150).collect::<Vec<_>>());
         assert_eq!(log.2, vec![1000, 1001, 1002]);
+    }
+
+    #[test]
+    fn a_short_transmit_posts_one_receive_and_one_send_as_chains_of_one() {
+        // The fast path (at most one of each) and the general one (two sends) post the
+        // same requests in the same order.
+        for (sends, recvs) in [(1, 1), (1, 0), (0, 1), (2, 1)] {
+            let o = staged(sends, recvs);
+            let t = Transmit::of(&o).expect("staged");
+            let mut log: (Vec<usize>, Vec<u64>, Vec<u64>) = Default::default();
+            post_transmit(
+                &t,
+                &mut log,
+                |l, r| {
+                    l.0.push(r.len());
+                    l.2.extend(r.iter().map(|w| w.wr_id));
+                    assert!(r
+                        .iter()
+                        .all(|w| w.sgl.len() == 1 && w.sgl[0].addr == 0x9000));
+                    Ok(())
+                },
+                |l, s| {
+                    l.0.push(s.len());
+                    l.1.extend(s.iter().map(|w| w.wr_id));
+                    assert!(s
+                        .iter()
+                        .all(|w| w.sgl.len() == 1 && w.sgl[0].addr == 0x1000 + w.wr_id));
+                    Ok(())
+                },
+            )
+            .expect("all posted");
+            let doorbells = usize::from(recvs > 0) + usize::from(sends > 0);
+            assert_eq!(log.0.len(), doorbells, "{sends} sends, {recvs} receives");
+            assert_eq!(log.1, (0..sends).collect::<Vec<_>>());
+            assert_eq!(log.2, (1000..1000 + recvs).collect::<Vec<_>>());
+        }
+    }
+
+    #[test]
+    fn a_short_transmit_reports_a_refused_receive_or_send() {
+        let o = staged(1, 1);
+        let t = Transmit::of(&o).expect("staged");
+        let refuse = |posted| PostError {
+            posted,
+            kind: PostErrorKind::QueueFull { depth: 0 },
+        };
+        // A refused receive does not stop the Send.
+        let mut sent = 0;
+        let f = post_transmit(
+            &t,
+            &mut sent,
+            |_, _| Err(refuse(0)),
+            |s, w| {
+                *s += w.len();
+                Ok(())
+            },
+        )
+        .unwrap_err();
+        assert_eq!((f.recvs_posted, f.sends_posted, sent), (0, 1, 1));
+        // A refused Send after a posted receive; a provider's count past the chain's
+        // length is clamped to it.
+        let f = post_transmit(&t, &mut (), |_, _| Ok(()), |_, _| Err(refuse(3))).unwrap_err();
+        assert_eq!((f.recvs_posted, f.sends_posted), (1, 1));
+        let f = post_transmit(&t, &mut (), |_, _| Ok(()), |_, _| Err(refuse(0))).unwrap_err();
+        assert_eq!((f.recvs_posted, f.sends_posted), (1, 0));
+        assert_eq!(f.error.kind, PostErrorKind::QueueFull { depth: 0 });
     }
 
     #[test]
