@@ -556,13 +556,14 @@ impl<S: Service> ResponderHalf<S> {
             self.hold(t, Held::Call(buf));
             return;
         };
-        self.serve(t, i, buf, swi);
+        self.serve(t, i, buf, swi, in_place);
     }
 
     /// Serves the message in `buf` (a call, or something to answer or drop) with
-    /// context `i`, just taken.
+    /// context `i`, just taken; `in_place` is `t.recvs.reposts_in_place()` (fixed
+    /// once the connection is set up; the caller has it at hand).
     #[inline(always)]
-    fn serve(&mut self, t: &mut Transport, i: u32, buf: RegBuf, swi: Option<u32>) {
+    fn serve(&mut self, t: &mut Transport, i: u32, buf: RegBuf, swi: Option<u32>, in_place: bool) {
         enum Next {
             Drop,
             Done(u32),
@@ -578,11 +579,7 @@ impl<S: Service> ResponderHalf<S> {
         // straight to the service and its reply's Send: fewer instructions between the
         // receive completion and the reply's post (DESIGN.md, "the plain path").
         if let Ok(h) = &parsed {
-            if t.recvs.reposts_in_place()
-                && self.sq_depth != 0
-                && self.stalled.is_empty()
-                && self.is_plain(t, i, h)
-            {
+            if in_place && self.sq_depth != 0 && self.stalled.is_empty() && self.is_plain(t, i, h) {
                 let c = &mut self.ctxs[i as usize];
                 c.xid = h.xid();
                 c.step = Step::Dispatch;
@@ -764,7 +761,10 @@ impl<S: Service> ResponderHalf<S> {
                 break;
             };
             match self.held.pop_front() {
-                Some(Held::Call(buf)) => self.serve(t, i, buf, None),
+                Some(Held::Call(buf)) => {
+                    let in_place = t.recvs.reposts_in_place();
+                    self.serve(t, i, buf, None, in_place)
+                }
                 Some(Held::Group(asm)) => self.complete_in(t, i, asm),
                 Some(Held::Answer(a)) => self.answer_in(t, i, a),
                 None => {
