@@ -8,7 +8,7 @@
 //! other outcome (no large buffer, a reply too large, no send-queue room) leaves the
 //! context where the general path picks it up.
 
-use super::context::{Context, Step};
+use super::context::{Context, Delivery, Step};
 use super::ResponderHalf;
 use crate::core::regbuf::RegBuf;
 use crate::core::transport::{ConnState, Transport, COPY_BEHIND_HEADER_MAX};
@@ -33,7 +33,10 @@ impl<S: Service> ResponderHalf<S> {
     /// (its step says for what; the general path resumes it).
     #[inline(always)]
     pub(super) fn serve_plain(&mut self, t: &mut Transport, i: u32, h: &HeaderView<'_>) -> bool {
-        self.dispatch_plain(t, i, h) && self.reply_plain(t, i, h)
+        match self.dispatch_plain(t, i, h) {
+            PlainAnswer::Waits => false,
+            PlainAnswer::Inline(_) | PlainAnswer::Other => self.reply_plain(t, i, h),
+        }
     }
 
     /// [`serve_plain`](Self::serve_plain) after the service ran: the reply's Send, or
@@ -56,7 +59,12 @@ impl<S: Service> ResponderHalf<S> {
     /// exposed in responder-provided Read chunks, in a large buffer (as the general path
     /// does: its size is not known before the service runs).
     #[inline(always)]
-    pub(super) fn dispatch_plain(&mut self, t: &mut Transport, i: u32, h: &HeaderView<'_>) -> bool {
+    pub(super) fn dispatch_plain(
+        &mut self,
+        t: &mut Transport,
+        i: u32,
+        h: &HeaderView<'_>,
+    ) -> PlainAnswer {
         let send_th = t.thresholds.send as usize;
         let expose = t.extensions.reply_read_chunks && self.exposed.enabled();
         let Context {
@@ -65,6 +73,8 @@ impl<S: Service> ResponderHalf<S> {
             sinks,
             body,
             results,
+            delivery,
+            step,
             ..
         } = &mut self.ctxs[i as usize];
         let send_limit = send_th.min(send.capacity());
@@ -80,7 +90,7 @@ impl<S: Service> ResponderHalf<S> {
                     Some(b) => b,
                     None => match RegBuf::from_cache(&mut self.large) {
                         Ok(b) => self.spare_body.insert(b),
-                        Err(_) => return false,
+                        Err(_) => return PlainAnswer::Waits,
                     },
                 },
             };
@@ -109,11 +119,12 @@ impl<S: Service> ResponderHalf<S> {
         // No reply direction on a plain call: no result positions to note
         // (`Context::result_at` is read only for send-based DDP replies).
         let (len, overflow, no_reply) = (writer.len(), writer.overflow(), writer.is_no_reply());
+        let answered = result.is_ok() && overflow.is_none() && !no_reply;
         if in_spare {
             // An error's reply is written in the send buffer's inline area, as without
             // exposure; a reply too long to copy, or not fitting inline, keeps the spare.
             *body_off = MIN_MSG_HEADER_LEN;
-            if result.is_ok() && overflow.is_none() && !no_reply {
+            if answered {
                 let copied = len <= COPY_BEHIND_HEADER_MAX
                     && match (
                         self.spare_body
@@ -134,6 +145,18 @@ impl<S: Service> ResponderHalf<S> {
                 }
             }
         }
+        // The common answer: what `dispatched` would record, without looking the
+        // context up again, and the length `plain_reply_len` would find (within the
+        // inline threshold, behind its header's room or in a buffer of its own).
+        if answered
+            && MIN_MSG_HEADER_LEN + len <= send_th
+            && (body.is_some() || *body_off >= MIN_MSG_HEADER_LEN)
+        {
+            self.stats.calls += 1;
+            *delivery = Delivery::Body { len };
+            *step = Step::Reply;
+            return PlainAnswer::Inline(len);
+        }
         self.dispatched(
             t,
             i,
@@ -143,8 +166,22 @@ impl<S: Service> ResponderHalf<S> {
             no_reply,
             (MIN_MSG_HEADER_LEN, send_limit),
         );
-        true
+        PlainAnswer::Other
     }
+}
+
+/// What [`dispatch_plain`](ResponderHalf::dispatch_plain) made of a call.
+pub(super) enum PlainAnswer {
+    /// No large buffer for the body: the context waits in `Step::Dispatch`.
+    Waits,
+    /// The service answered with a body of this many octets that goes inline (what
+    /// [`plain_reply_len`](ResponderHalf::plain_reply_len) would find): the context is
+    /// in `Step::Reply` with that delivery, its reply ready for
+    /// [`stage_plain_taken`](ResponderHalf::stage_plain_taken).
+    Inline(usize),
+    /// Anything else (an error, an overflow, no reply, a body in its own buffer): the
+    /// context's step says what follows, as after the general dispatch.
+    Other,
 }
 
 /// Copies `src` into `dst`, of the same length (a reply body of at most

@@ -99,6 +99,13 @@ impl<S: Service> ResponderHalf<S> {
         if !t.sq.take(1) {
             return false;
         }
+        self.stage_plain_taken(t, i, len);
+        true
+    }
+
+    /// [`stage_plain_send`](Self::stage_plain_send) once its send-queue slot is taken.
+    #[inline(always)]
+    pub(super) fn stage_plain_taken(&mut self, t: &mut Transport, i: u32, len: usize) {
         let credit = grant(&self.policy, t);
         let c = &mut self.ctxs[i as usize];
         let mut sgl = [Sge::default(); 2];
@@ -153,7 +160,6 @@ impl<S: Service> ResponderHalf<S> {
         t.sq.give(1 - staged);
         c.wrs += staged;
         c.step = Step::Sent;
-        true
     }
 
     /// [`stage_reply`](Self::stage_reply) for every shape: Write chunks, a Reply
