@@ -585,9 +585,8 @@ impl<S: Service> ResponderHalf<S> {
         // receive completion and the reply's post (DESIGN.md, "the plain path").
         if let Ok(h) = &parsed {
             if in_place && self.sq_depth != 0 && self.stalled.is_empty() && self.is_plain(t, i, h) {
-                let c = &mut self.ctxs[i as usize];
-                c.xid = h.xid();
-                c.step = Step::Dispatch;
+                // (`dispatch_plain` records the XID and the step: nothing is written
+                // between `is_plain`'s look at the context and its own.)
                 let (done, recv) = match self.dispatch_plain(t, i, h) {
                     PlainAnswer::Waits => {
                         t.recvs.refill(&mut t.outbox);

@@ -54,7 +54,8 @@ impl<S: Service> ResponderHalf<S> {
         }
     }
 
-    /// [`dispatch`](Self::dispatch) of a chunkless call: the reply is written behind the
+    /// [`dispatch`](Self::dispatch) of a chunkless call (the context's XID and step,
+    /// `Dispatch`, recorded first): the reply is written behind the
     /// room for its fixed header in the context's send buffer or, when replies may be
     /// exposed in responder-provided Read chunks, in a large buffer (as the general path
     /// does: its size is not known before the service runs).
@@ -75,8 +76,11 @@ impl<S: Service> ResponderHalf<S> {
             results,
             delivery,
             step,
+            xid,
             ..
         } = &mut self.ctxs[i as usize];
+        *xid = h.xid();
+        *step = Step::Dispatch;
         let send_limit = send_th.min(send.capacity());
         // With replies exposable, the service writes in the responder's spare large buffer
         // where it lies (not moved into the context and back): a short reply is copied
