@@ -466,7 +466,9 @@ impl<S: Service> ResponderHalf<S> {
     }
 
     /// A send-queue request of this half completed (or was flushed).
-    #[inline]
+    // Always inlined into the completion loop: a reply's Send completion is one per
+    // call, and the call's register saves cost about a quarter of its work.
+    #[inline(always)]
     pub(crate) fn on_send_completion(&mut self, t: &mut Transport, id: WrId, wc: &Completion) {
         match id.kind {
             WrKind::ReplyReg | WrKind::ReplyInv => self.on_exposed_completion(t, id, wc),
