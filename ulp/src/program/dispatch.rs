@@ -343,6 +343,18 @@ impl Dispatcher {
         self.dispatch_general(call, reply)
     }
 
+    /// [`answer`](Self::answer) of a call whose plain header (RPC version 2, AUTH_NONE
+    /// twice) the caller decoded: `header`, the arguments right after it.
+    #[inline(always)]
+    pub(super) fn answer_plain<'d, A: Answer<'d>>(
+        &'d mut self,
+        header: &CallHeader<'d>,
+        call: &InboundCall<'d>,
+        reply: &mut [u8],
+    ) -> Result<A, DispatchError> {
+        self.dispatch_decoded(header, CallHeader::PLAIN_LEN, call, reply)
+    }
+
     /// [`answer`](Self::answer) of a call whose header is not the plain one.
     #[inline(never)]
     fn dispatch_general<'d, A: Answer<'d>>(

@@ -6,6 +6,7 @@ use rpcrdma::{CallView, DdpRefusal, RegBuf, ReplyWriter, Service, ServiceError};
 
 use super::dispatch::{Answered, DispatchError, Dispatched, Dispatcher, InboundCall};
 use crate::ddp::{DdpList, ReadItem};
+use crate::rpc::CallHeader;
 
 impl Service for Dispatcher {
     /// Keys the duplicate request cache on the peer
@@ -104,13 +105,45 @@ fn handle_ddp_call(
 }
 
 /// Dispatches `inbound`, a call that offered no Write chunks, into `reply`.
+// The plain call header here, anything else out of line (`answer_general`): the call
+// and its answer then stay in registers on the common path rather than being built
+// in memory that either path could read.
 #[inline(always)]
 fn answer_inline(
     d: &mut Dispatcher,
     inbound: &InboundCall<'_>,
     reply: &mut ReplyWriter<'_>,
 ) -> Result<(), ServiceError> {
-    match d.answer::<Answered>(inbound, reply.spare_mut()) {
+    match CallHeader::decode_plain(inbound.msg) {
+        Some(header) => {
+            let answer = d.answer_plain::<Answered>(&header, inbound, reply.spare_mut());
+            answered(answer, reply)
+        }
+        None => {
+            let answer = answer_general(d, *inbound, reply.spare_mut());
+            answered(answer, reply)
+        }
+    }
+}
+
+/// [`answer_inline`] of a call whose header is not the plain one (the writer's spare
+/// room only: the writer itself stays out of memory the call could reach).
+#[inline(never)]
+fn answer_general(
+    d: &mut Dispatcher,
+    inbound: InboundCall<'_>,
+    spare: &mut [u8],
+) -> Result<Answered, DispatchError> {
+    d.answer::<Answered>(&inbound, spare)
+}
+
+/// Records the dispatcher's `answer` in `reply`.
+#[inline(always)]
+fn answered(
+    answer: Result<Answered, DispatchError>,
+    reply: &mut ReplyWriter<'_>,
+) -> Result<(), ServiceError> {
+    match answer {
         Ok(Answered::Reply { len }) => reply.advance(len).map_err(|_| ServiceError::SystemErr),
         Ok(Answered::Drop) => Err(ServiceError::GarbageArgs),
         Ok(Answered::NoReply) => {

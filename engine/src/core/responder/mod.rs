@@ -38,6 +38,7 @@ use rpcrdma_pools::{Pool, PoolCache};
 use self::context::{Context, Delivery, Step};
 use self::exposed::{ExpState, ExposedTable};
 use self::inspect::inspect;
+use self::plain::PlainAnswer;
 use super::config::{ConnConfig, Role};
 use super::fixed::{FixedQueue, FixedVec, IndexStack};
 use super::mrs::FastRegSlot;
@@ -465,7 +466,9 @@ impl<S: Service> ResponderHalf<S> {
     }
 
     /// A send-queue request of this half completed (or was flushed).
-    #[inline]
+    // Always inlined into the completion loop: a reply's Send completion is one per
+    // call, and the call's register saves cost about a quarter of its work.
+    #[inline(always)]
     pub(crate) fn on_send_completion(&mut self, t: &mut Transport, id: WrId, wc: &Completion) {
         match id.kind {
             WrKind::ReplyReg | WrKind::ReplyInv => self.on_exposed_completion(t, id, wc),
@@ -488,8 +491,12 @@ impl<S: Service> ResponderHalf<S> {
                         || matches!(c.step, Step::Sent)
                     {
                         // Inlined here: a reply's Send completion frees nearly every
-                        // context, so it spares the out-of-line call.
-                        self.release_inline(t, i as u32);
+                        // context, so it spares the out-of-line call (and the context's
+                        // second look-up: `release_inline`'s body on `c`).
+                        if Self::empty_context(c, t, &mut self.large) {
+                            self.release_sinks(i as u32);
+                        }
+                        self.put_ctx(i as u32);
                     } else if matches!(c.step, Step::Reading) {
                         c.step = Step::Dispatch;
                         self.run(t, i as u32);
@@ -556,13 +563,14 @@ impl<S: Service> ResponderHalf<S> {
             self.hold(t, Held::Call(buf));
             return;
         };
-        self.serve(t, i, buf, swi);
+        self.serve(t, i, buf, swi, in_place);
     }
 
     /// Serves the message in `buf` (a call, or something to answer or drop) with
-    /// context `i`, just taken.
+    /// context `i`, just taken; `in_place` is `t.recvs.reposts_in_place()` (fixed
+    /// once the connection is set up; the caller has it at hand).
     #[inline(always)]
-    fn serve(&mut self, t: &mut Transport, i: u32, buf: RegBuf, swi: Option<u32>) {
+    fn serve(&mut self, t: &mut Transport, i: u32, buf: RegBuf, swi: Option<u32>, in_place: bool) {
         enum Next {
             Drop,
             Done(u32),
@@ -578,33 +586,27 @@ impl<S: Service> ResponderHalf<S> {
         // straight to the service and its reply's Send: fewer instructions between the
         // receive completion and the reply's post (DESIGN.md, "the plain path").
         if let Ok(h) = &parsed {
-            if t.recvs.reposts_in_place()
-                && self.sq_depth != 0
-                && self.stalled.is_empty()
-                && self.is_plain(t, i, h)
-            {
-                let c = &mut self.ctxs[i as usize];
-                c.xid = h.xid();
-                c.step = Step::Dispatch;
-                let (done, recv) = if !self.dispatch_plain(t, i, h) {
-                    t.recvs.refill(&mut t.outbox);
-                    (false, Some(buf))
-                } else {
-                    match self.plain_reply_len(t, i) {
-                        // The call is read and its reply goes in a plain Send that has
-                        // room: the receive buffer is staged again before the reply's
-                        // grant counts the receives posted.
-                        Some(len)
-                            if matches!(self.ctxs[i as usize].step, Step::Reply)
-                                && t.sq.free() >= 1 =>
-                        {
-                            t.recvs.repost(&mut t.outbox, buf);
-                            (self.stage_plain_send(t, i, len), None)
-                        }
-                        _ => {
-                            t.recvs.refill(&mut t.outbox);
-                            (self.reply_plain(t, i, h), Some(buf))
-                        }
+            if in_place && self.sq_depth != 0 && self.stalled.is_empty() && self.is_plain(t, i, h) {
+                // (`dispatch_plain` records the XID and the step: nothing is written
+                // between `is_plain`'s look at the context and its own.)
+                let (done, recv) = match self.dispatch_plain(t, i, h) {
+                    PlainAnswer::Waits => {
+                        t.recvs.refill(&mut t.outbox);
+                        (false, Some(buf))
+                    }
+                    // The call is read and its reply, behind the room for its header,
+                    // goes in a plain Send that has room: the receive buffer is staged
+                    // again before the reply's grant counts the receives posted.
+                    PlainAnswer::Inline(len) if t.sq.take(1) => {
+                        t.recvs.repost(&mut t.outbox, buf);
+                        self.stage_plain_taken(t, i, len);
+                        (true, None)
+                    }
+                    // Anything else (no send-queue room included): as the general
+                    // path would, restocked first.
+                    PlainAnswer::Inline(_) | PlainAnswer::Other => {
+                        t.recvs.refill(&mut t.outbox);
+                        (self.reply_plain(t, i, h), Some(buf))
                     }
                 };
                 if let Some(recv) = recv {
@@ -764,7 +766,10 @@ impl<S: Service> ResponderHalf<S> {
                 break;
             };
             match self.held.pop_front() {
-                Some(Held::Call(buf)) => self.serve(t, i, buf, None),
+                Some(Held::Call(buf)) => {
+                    let in_place = t.recvs.reposts_in_place();
+                    self.serve(t, i, buf, None, in_place)
+                }
                 Some(Held::Group(asm)) => self.complete_in(t, i, asm),
                 Some(Held::Answer(a)) => self.answer_in(t, i, a),
                 None => {
@@ -1236,31 +1241,41 @@ impl<S: Service> ResponderHalf<S> {
     /// [`release`](Self::release), inlined into its caller.
     #[inline(always)]
     fn release_inline(&mut self, t: &mut Transport, i: u32) {
-        let c = &mut self.ctxs[i as usize];
+        let Some(c) = self.ctxs.get_mut(i as usize) else {
+            return;
+        };
         if matches!(c.step, Step::Free) {
             return;
         }
+        if Self::empty_context(c, t, &mut self.large) {
+            self.release_sinks(i);
+        }
+        // Held calls are not admitted here: a release can happen in the middle of a
+        // step of context `i` (an unanswered call, a failed encode), whose caller
+        // still names `i`; they are admitted where a completion or a poll is done
+        // with its context (`on_send_completion`, `prepare`).
+        self.put_ctx(i);
+    }
+
+    /// [`release`](Self::release)'s work on context `c` (in use) itself: its receive
+    /// and body buffers given back, its fields reset and its step `Free`. True when it
+    /// also holds pulled Read chunks or send-based DDP segments, for
+    /// [`release_sinks`](Self::release_sinks) (none for nearly every call); the caller
+    /// then frees the context (`put_ctx`).
+    #[inline(always)]
+    fn empty_context(c: &mut Context, t: &mut Transport, large: &mut PoolCache) -> bool {
         if let Some(b) = c.recv.take() {
             t.recvs.recycle(b);
         }
-        // Pulled Read chunks and send-based DDP segments: none for nearly every call.
-        if c.assembled || !c.sinks.is_empty() {
-            self.release_sinks(i);
-        }
-        let c = &mut self.ctxs[i as usize];
         if let Some(b) = c.body.take() {
-            b.release_into(&mut self.large);
+            b.release_into(large);
         }
         c.results.clear();
         c.wrs = 0;
         c.rsbuf = 0;
         c.reply_ddp = None;
         c.step = Step::Free;
-        // Held calls are not admitted here: a release can happen in the middle of a
-        // step of context `i` (an unanswered call, a failed encode), whose caller
-        // still names `i`; they are admitted where a completion or a poll is done
-        // with its context (`on_send_completion`, `prepare`).
-        self.put_ctx(i);
+        c.assembled || !c.sinks.is_empty()
     }
 
     /// [`release`](Self::release) of context `i`'s pulled Read chunks and send-based

@@ -8,7 +8,7 @@
 //! other outcome (no large buffer, a reply too large, no send-queue room) leaves the
 //! context where the general path picks it up.
 
-use super::context::{Context, Step};
+use super::context::{Context, Delivery, Step};
 use super::ResponderHalf;
 use crate::core::regbuf::RegBuf;
 use crate::core::transport::{ConnState, Transport, COPY_BEHIND_HEADER_MAX};
@@ -33,7 +33,10 @@ impl<S: Service> ResponderHalf<S> {
     /// (its step says for what; the general path resumes it).
     #[inline(always)]
     pub(super) fn serve_plain(&mut self, t: &mut Transport, i: u32, h: &HeaderView<'_>) -> bool {
-        self.dispatch_plain(t, i, h) && self.reply_plain(t, i, h)
+        match self.dispatch_plain(t, i, h) {
+            PlainAnswer::Waits => false,
+            PlainAnswer::Inline(_) | PlainAnswer::Other => self.reply_plain(t, i, h),
+        }
     }
 
     /// [`serve_plain`](Self::serve_plain) after the service ran: the reply's Send, or
@@ -51,12 +54,18 @@ impl<S: Service> ResponderHalf<S> {
         }
     }
 
-    /// [`dispatch`](Self::dispatch) of a chunkless call: the reply is written behind the
+    /// [`dispatch`](Self::dispatch) of a chunkless call (the context's XID and step,
+    /// `Dispatch`, recorded first): the reply is written behind the
     /// room for its fixed header in the context's send buffer or, when replies may be
     /// exposed in responder-provided Read chunks, in a large buffer (as the general path
     /// does: its size is not known before the service runs).
     #[inline(always)]
-    pub(super) fn dispatch_plain(&mut self, t: &mut Transport, i: u32, h: &HeaderView<'_>) -> bool {
+    pub(super) fn dispatch_plain(
+        &mut self,
+        t: &mut Transport,
+        i: u32,
+        h: &HeaderView<'_>,
+    ) -> PlainAnswer {
         let send_th = t.thresholds.send as usize;
         let expose = t.extensions.reply_read_chunks && self.exposed.enabled();
         let Context {
@@ -65,8 +74,13 @@ impl<S: Service> ResponderHalf<S> {
             sinks,
             body,
             results,
+            delivery,
+            step,
+            xid,
             ..
         } = &mut self.ctxs[i as usize];
+        *xid = h.xid();
+        *step = Step::Dispatch;
         let send_limit = send_th.min(send.capacity());
         // With replies exposable, the service writes in the responder's spare large buffer
         // where it lies (not moved into the context and back): a short reply is copied
@@ -80,7 +94,7 @@ impl<S: Service> ResponderHalf<S> {
                     Some(b) => b,
                     None => match RegBuf::from_cache(&mut self.large) {
                         Ok(b) => self.spare_body.insert(b),
-                        Err(_) => return false,
+                        Err(_) => return PlainAnswer::Waits,
                     },
                 },
             };
@@ -109,11 +123,12 @@ impl<S: Service> ResponderHalf<S> {
         // No reply direction on a plain call: no result positions to note
         // (`Context::result_at` is read only for send-based DDP replies).
         let (len, overflow, no_reply) = (writer.len(), writer.overflow(), writer.is_no_reply());
+        let answered = result.is_ok() && overflow.is_none() && !no_reply;
         if in_spare {
             // An error's reply is written in the send buffer's inline area, as without
             // exposure; a reply too long to copy, or not fitting inline, keeps the spare.
             *body_off = MIN_MSG_HEADER_LEN;
-            if result.is_ok() && overflow.is_none() && !no_reply {
+            if answered {
                 let copied = len <= COPY_BEHIND_HEADER_MAX
                     && match (
                         self.spare_body
@@ -124,7 +139,7 @@ impl<S: Service> ResponderHalf<S> {
                             .and_then(|room| room.get_mut(..len)),
                     ) {
                         (Some(src), Some(dst)) => {
-                            dst.copy_from_slice(src);
+                            copy_short(dst, src);
                             true
                         }
                         _ => false,
@@ -133,6 +148,18 @@ impl<S: Service> ResponderHalf<S> {
                     *body = self.spare_body.take();
                 }
             }
+        }
+        // The common answer: what `dispatched` would record, without looking the
+        // context up again, and the length `plain_reply_len` would find (within the
+        // inline threshold, behind its header's room or in a buffer of its own).
+        if answered
+            && MIN_MSG_HEADER_LEN + len <= send_th
+            && (body.is_some() || *body_off >= MIN_MSG_HEADER_LEN)
+        {
+            self.stats.calls += 1;
+            *delivery = Delivery::Body { len };
+            *step = Step::Reply;
+            return PlainAnswer::Inline(len);
         }
         self.dispatched(
             t,
@@ -143,6 +170,72 @@ impl<S: Service> ResponderHalf<S> {
             no_reply,
             (MIN_MSG_HEADER_LEN, send_limit),
         );
-        true
+        PlainAnswer::Other
+    }
+}
+
+/// What [`dispatch_plain`](ResponderHalf::dispatch_plain) made of a call.
+pub(super) enum PlainAnswer {
+    /// No large buffer for the body: the context waits in `Step::Dispatch`.
+    Waits,
+    /// The service answered with a body of this many octets that goes inline (what
+    /// [`plain_reply_len`](ResponderHalf::plain_reply_len) would find): the context is
+    /// in `Step::Reply` with that delivery, its reply ready for
+    /// [`stage_plain_taken`](ResponderHalf::stage_plain_taken).
+    Inline(usize),
+    /// Anything else (an error, an overflow, no reply, a body in its own buffer): the
+    /// context's step says what follows, as after the general dispatch.
+    Other,
+}
+
+/// Copies `src` into `dst`, of the same length (a reply body of at most
+/// `COPY_BEHIND_HEADER_MAX` octets behind its header): up to 128 octets as two
+/// overlapping moves of a fixed size each, inlined, rather than a call to `memcpy` of
+/// run-time length for a few dozen octets (a NULL reply is 24). Longer, or of unequal
+/// lengths, as `copy_from_slice` (which checks the lengths).
+#[inline(always)]
+pub(super) fn copy_short(dst: &mut [u8], src: &[u8]) {
+    /// The first and the last `N` octets (`N <= len <= 2N`).
+    #[inline(always)]
+    fn ends<const N: usize>(dst: &mut [u8], src: &[u8]) {
+        let n = src.len();
+        if let (Some(d), Some(s)) = (dst.get_mut(..N), src.get(..N)) {
+            d.copy_from_slice(s);
+        }
+        if let (Some(d), Some(s)) = (dst.get_mut(n - N..), src.get(n - N..)) {
+            d.copy_from_slice(s);
+        }
+    }
+    let n = src.len();
+    if dst.len() != n {
+        dst.copy_from_slice(src);
+        return;
+    }
+    match n {
+        0 => {}
+        1..=3 => dst.copy_from_slice(src),
+        4..=7 => ends::<4>(dst, src),
+        8..=15 => ends::<8>(dst, src),
+        16..=31 => ends::<16>(dst, src),
+        32..=63 => ends::<32>(dst, src),
+        64..=128 => ends::<64>(dst, src),
+        _ => dst.copy_from_slice(src),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::copy_short;
+
+    #[test]
+    fn copy_short_copies_every_length_exactly() {
+        let src: Vec<u8> = (0..300u32).map(|v| (v * 7 + 1) as u8).collect();
+        for n in 0..=300 {
+            // Guard octets either side: nothing outside `dst` may be written.
+            let mut buf = vec![0xEEu8; n + 2];
+            copy_short(&mut buf[1..=n], &src[..n]);
+            assert_eq!(&buf[1..=n], &src[..n], "length {n}");
+            assert_eq!((buf[0], buf[n + 1]), (0xEE, 0xEE), "length {n}");
+        }
     }
 }

@@ -99,6 +99,13 @@ impl<S: Service> ResponderHalf<S> {
         if !t.sq.take(1) {
             return false;
         }
+        self.stage_plain_taken(t, i, len);
+        true
+    }
+
+    /// [`stage_plain_send`](Self::stage_plain_send) once its send-queue slot is taken.
+    #[inline(always)]
+    pub(super) fn stage_plain_taken(&mut self, t: &mut Transport, i: u32, len: usize) {
         let credit = grant(&self.policy, t);
         let c = &mut self.ctxs[i as usize];
         let mut sgl = [Sge::default(); 2];
@@ -110,7 +117,7 @@ impl<S: Service> ResponderHalf<S> {
                 let body = b.storage().get(..len).unwrap_or(&[]);
                 match c.send.storage_mut().get_mut(hlen..hlen + len) {
                     Some(room) if len <= COPY_BEHIND_HEADER_MAX && body.len() == len => {
-                        room.copy_from_slice(body);
+                        super::plain::copy_short(room, body);
                         sgl[0] = c.send.sge(0, hlen + len).unwrap_or_default();
                         // Nothing of the Send points into the body buffer: it is the
                         // next plain call's (`spare_body`), or goes back now.
@@ -153,7 +160,6 @@ impl<S: Service> ResponderHalf<S> {
         t.sq.give(1 - staged);
         c.wrs += staged;
         c.step = Step::Sent;
-        true
     }
 
     /// [`stage_reply`](Self::stage_reply) for every shape: Write chunks, a Reply
