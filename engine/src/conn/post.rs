@@ -188,21 +188,33 @@ mod tests {
         o
     }
 
-    #[test]
-    fn long_chains_take_one_doorbell_per_chunk_in_order() {
-        let o = staged(150, 3);
-        let t = Transmit::of(&o).expect("staged");
-        let mut log: (Vec<usize>, Vec<u64>, Vec<u64>) = Default::default();
+    /// What [`post_logged`] saw posted: each chain's length, and the requests' ids.
+    #[derive(Default)]
+    struct Posted {
+        recv_chains: Vec<usize>,
+        send_chains: Vec<usize>,
+        recvs: Vec<u64>,
+        sends: Vec<u64>,
+    }
+
+    /// Posts `t` with providers that accept everything and log it, checking that each
+    /// request carries the one buffer `staged` gave it.
+    fn post_logged(t: &Transmit<'_>) -> Posted {
+        let mut log = Posted::default();
         post_transmit(
-            &t,
+            t,
             &mut log,
             |l, r| {
-                l.2.extend(r.iter().map(|w| w.wr_id));
+                l.recv_chains.push(r.len());
+                l.recvs.extend(r.iter().map(|w| w.wr_id));
+                assert!(r
+                    .iter()
+                    .all(|w| w.sgl.len() == 1 && w.sgl[0].addr == 0x9000));
                 Ok(())
             },
             |l, s| {
-                l.0.push(s.len());
-                l.1.extend(s.iter().map(|w| w.wr_id));
+                l.send_chains.push(s.len());
+                l.sends.extend(s.iter().map(|w| w.wr_id));
                 assert!(s
                     .iter()
                     .all(|w| w.sgl.len() == 1 && w.sgl[0].addr == 0x1000 + w.wr_id));
@@ -210,9 +222,16 @@ mod tests {
             },
         )
         .expect("all posted");
-        assert_eq!(log.0, vec![64, 64, 22]);
-        assert_eq!(log.1, (0..150).collect::<Vec<_>>());
-        assert_eq!(log.2, vec![1000, 1001, 1002]);
+        log
+    }
+
+    #[test]
+    fn long_chains_take_one_doorbell_per_chunk_in_order() {
+        let o = staged(150, 3);
+        let log = post_logged(&Transmit::of(&o).expect("staged"));
+        assert_eq!(log.send_chains, vec![64, 64, 22]);
+        assert_eq!(log.sends, (0..150).collect::<Vec<_>>());
+        assert_eq!(log.recvs, vec![1000, 1001, 1002]);
     }
 
     #[test]
@@ -221,33 +240,15 @@ mod tests {
         // same requests in the same order.
         for (sends, recvs) in [(1, 1), (1, 0), (0, 1), (2, 1)] {
             let o = staged(sends, recvs);
-            let t = Transmit::of(&o).expect("staged");
-            let mut log: (Vec<usize>, Vec<u64>, Vec<u64>) = Default::default();
-            post_transmit(
-                &t,
-                &mut log,
-                |l, r| {
-                    l.0.push(r.len());
-                    l.2.extend(r.iter().map(|w| w.wr_id));
-                    assert!(r
-                        .iter()
-                        .all(|w| w.sgl.len() == 1 && w.sgl[0].addr == 0x9000));
-                    Ok(())
-                },
-                |l, s| {
-                    l.0.push(s.len());
-                    l.1.extend(s.iter().map(|w| w.wr_id));
-                    assert!(s
-                        .iter()
-                        .all(|w| w.sgl.len() == 1 && w.sgl[0].addr == 0x1000 + w.wr_id));
-                    Ok(())
-                },
-            )
-            .expect("all posted");
+            let log = post_logged(&Transmit::of(&o).expect("staged"));
             let doorbells = usize::from(recvs > 0) + usize::from(sends > 0);
-            assert_eq!(log.0.len(), doorbells, "{sends} sends, {recvs} receives");
-            assert_eq!(log.1, (0..sends).collect::<Vec<_>>());
-            assert_eq!(log.2, (1000..1000 + recvs).collect::<Vec<_>>());
+            assert_eq!(
+                log.recv_chains.len() + log.send_chains.len(),
+                doorbells,
+                "{sends} sends, {recvs} receives"
+            );
+            assert_eq!(log.sends, (0..sends).collect::<Vec<_>>());
+            assert_eq!(log.recvs, (1000..1000 + recvs).collect::<Vec<_>>());
         }
     }
 
