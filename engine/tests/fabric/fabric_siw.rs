@@ -250,6 +250,24 @@ fn raw_pair(cfg: SiwConfig, crc: bool) -> (Server, Raw) {
 }
 
 /// Waits for the next FPDU the raw peer gets.
+/// The next FPDU `s` sends is a Terminate with `code` (its other fields unchecked; see
+/// [`expect_terminate`] for the whole Terminate).
+fn expect_terminate_code(s: &mut Server, raw: &mut Raw, code: TerminateCode) {
+    let (th, body) = next_fpdu(s, raw);
+    assert_eq!(th.opcode, Opcode::Terminate);
+    let t = Terminate::decode(&body).expect("decodes");
+    assert_eq!(t.code, code);
+}
+
+/// After `polls` more polls of `s`, it has sent nothing back (no Terminate) for `what`.
+fn expect_no_answer(s: &mut Server, raw: &mut Raw, polls: usize, what: &str) {
+    for _ in 0..polls {
+        s.pump();
+    }
+    raw.fill();
+    assert!(raw.inbox.is_empty(), "no Terminate for {what}");
+}
+
 fn next_fpdu(s: &mut Server, raw: &mut Raw) -> (SegmentHeader, Vec<u8>) {
     let end = Instant::now() + DEADLINE;
     loop {
@@ -472,19 +490,12 @@ fn large_writes_placed_from_the_socket_are_whole_and_crc_checked() {
         });
         raw.write_all(&b[head..n]);
         if corrupt {
-            let (th, body) = next_fpdu(&mut s, &mut raw);
-            assert_eq!(th.opcode, Opcode::Terminate);
-            let t = Terminate::decode(&body).expect("decodes");
-            assert_eq!(t.code, TerminateCode::Mpa(MpaLlpError::CrcError));
+            expect_terminate_code(&mut s, &mut raw, TerminateCode::Mpa(MpaLlpError::CrcError));
         } else {
             s.wait(&mut raw, "the whole Write placed", |s, _| {
                 s.read(off, data.len()) == data
             });
-            for _ in 0..100 {
-                s.pump();
-            }
-            raw.fill();
-            assert!(raw.inbox.is_empty(), "no Terminate for a good Write");
+            expect_no_answer(&mut s, &mut raw, 100, "a good Write");
             assert!(s.qp.as_ref().is_some_and(|q| !q.state().is_error()));
         }
     }
@@ -504,10 +515,7 @@ fn a_bad_crc_is_an_mpa_terminate() {
     let n = encode_fpdu(&mut b, &h, b"oops", true).expect("fpdu");
     b[n - 1] ^= 0xff;
     raw.write_all(&b[..n]);
-    let (th, body) = next_fpdu(&mut s, &mut raw);
-    assert_eq!(th.opcode, Opcode::Terminate);
-    let t = Terminate::decode(&body).expect("decodes");
-    assert_eq!(t.code, TerminateCode::Mpa(MpaLlpError::CrcError));
+    expect_terminate_code(&mut s, &mut raw, TerminateCode::Mpa(MpaLlpError::CrcError));
     s.wait(&mut raw, "error and close", |s, r| {
         s.qp.as_ref().is_some_and(|q| q.state().is_error()) && r.eof
     });
@@ -1046,10 +1054,7 @@ fn an_empty_response_to_a_zero_length_read_is_held_to_its_crc() {
     let n = encode_fpdu(&mut b, &resp, &[], true).expect("fpdu");
     b[n - 1] ^= 0xff;
     raw.write_all(&b[..n]);
-    let (th, body) = next_fpdu(&mut s, &mut raw);
-    assert_eq!(th.opcode, Opcode::Terminate);
-    let t = Terminate::decode(&body).expect("decodes");
-    assert_eq!(t.code, TerminateCode::Mpa(MpaLlpError::CrcError));
+    expect_terminate_code(&mut s, &mut raw, TerminateCode::Mpa(MpaLlpError::CrcError));
     s.wait(&mut raw, "the Write failed", |s, _| !s.done.is_empty());
     assert_ne!(s.done[0].status, WcStatus::Success);
 }
@@ -2010,10 +2015,7 @@ fn largest_fpdus_in_awkward_pieces_are_placed_whole_and_crc_checked() {
         }
         write_in_pieces(&mut s, &mut raw, &wire, &cuts);
         if corrupt {
-            let (th, body) = next_fpdu(&mut s, &mut raw);
-            assert_eq!(th.opcode, Opcode::Terminate);
-            let t = Terminate::decode(&body).expect("decodes");
-            assert_eq!(t.code, TerminateCode::Mpa(MpaLlpError::CrcError));
+            expect_terminate_code(&mut s, &mut raw, TerminateCode::Mpa(MpaLlpError::CrcError));
             s.wait(&mut raw, "error and close", |s, r| {
                 s.qp.as_ref().is_some_and(|q| q.state().is_error()) && r.eof
             });
@@ -2021,11 +2023,7 @@ fn largest_fpdus_in_awkward_pieces_are_placed_whole_and_crc_checked() {
             s.wait(&mut raw, "the whole Write placed", |s, _| {
                 s.read(at, wdata.len()) == wdata
             });
-            for _ in 0..50 {
-                s.pump();
-            }
-            raw.fill();
-            assert!(raw.inbox.is_empty(), "no Terminate for a good Write");
+            expect_no_answer(&mut s, &mut raw, 50, "a good Write");
         }
     }
 }
