@@ -152,10 +152,7 @@ impl<S: Service> ResponderHalf<S> {
         // The common answer: what `dispatched` would record, without looking the
         // context up again, and the length `plain_reply_len` would find (within the
         // inline threshold, behind its header's room or in a buffer of its own).
-        if answered
-            && MIN_MSG_HEADER_LEN + len <= send_th
-            && (body.is_some() || *body_off >= MIN_MSG_HEADER_LEN)
-        {
+        if answered && super::reply::plain_send_fits(len, send_th, body.is_some(), *body_off) {
             self.stats.calls += 1;
             *delivery = Delivery::Body { len };
             *step = Step::Reply;

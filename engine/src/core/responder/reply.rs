@@ -83,12 +83,13 @@ impl<S: Service> ResponderHalf<S> {
         let Delivery::Body { len } = c.delivery else {
             return None;
         };
-        if MIN_MSG_HEADER_LEN + len > t.thresholds.send as usize
-            || (c.body.is_none() && c.body_off < MIN_MSG_HEADER_LEN)
-        {
-            return None;
-        }
-        Some(len)
+        plain_send_fits(
+            len,
+            t.thresholds.send as usize,
+            c.body.is_some(),
+            c.body_off,
+        )
+        .then_some(len)
     }
 
     /// Stages context `i`'s plain reply of `len` octets (as
@@ -418,4 +419,14 @@ impl<S: Service> ResponderHalf<S> {
         *step = Step::Sent;
         true
     }
+}
+
+/// Whether a reply body of `len` octets goes in one plain Send under a send threshold of
+/// `send_th`: within the threshold with its header, and either in a body buffer of its
+/// own (`has_body`) or written at `body_off` behind the room for its header in the send
+/// buffer. What [`plain_reply_len`](ResponderHalf::plain_reply_len) asks of a context,
+/// and `dispatch_plain` of an answer it has at hand.
+#[inline(always)]
+pub(super) fn plain_send_fits(len: usize, send_th: usize, has_body: bool, body_off: usize) -> bool {
+    MIN_MSG_HEADER_LEN + len <= send_th && (has_body || body_off >= MIN_MSG_HEADER_LEN)
 }
