@@ -312,7 +312,12 @@ fn call<P: Provider>(
                     o.timeout.as_secs_f64()
                 )))
             }
-            _ => return Err(unreachable("connection refused or closed".into())),
+            _ => {
+                let why = conn
+                    .close_reason()
+                    .map_or_else(|| "closed".to_string(), |r| r.to_string());
+                return Err(unreachable(format!("connection failed: {why}")));
+            }
         }
     }
     let connect_us = t0.elapsed().as_secs_f64() * 1e6;

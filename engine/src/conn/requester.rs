@@ -10,8 +10,9 @@ use super::{ConnError, CQ_BATCH};
 use crate::core::config::{ConnConfig, RegMode, Role};
 use crate::core::fixed::FixedQueue;
 use crate::core::{
-    CharsUpdateError, ConnEvent, ConnState, Connection, NoResponder, ProbeError, RegBuf,
-    RegBufError, RequesterHalf, RequesterStats, ResponderHalf, ResponderRole, ResponderStats,
+    CharsUpdateError, CloseReason, ConnEvent, ConnState, Connection, NoResponder, ProbeError,
+    RegBuf, RegBufError, RequesterHalf, RequesterStats, ResponderHalf, ResponderRole,
+    ResponderStats,
 };
 use crate::credits::{CreditTable, GrantPolicy};
 use crate::fabric::{
@@ -286,11 +287,13 @@ impl<P: Provider, B: ResponderRole> Requester<P, B> {
                 CmEvent::Established { conn, private_data } if conn == self.conn => {
                     self.core.on_established(private_data.as_bytes(), now);
                 }
-                CmEvent::Rejected { conn, .. }
-                | CmEvent::Unreachable { conn }
-                | CmEvent::Disconnected { conn }
-                    if conn == self.conn =>
-                {
+                CmEvent::Rejected { conn, .. } if conn == self.conn => {
+                    self.core.on_cm_close(CloseReason::Rejected);
+                }
+                CmEvent::Unreachable { conn } if conn == self.conn => {
+                    self.core.on_cm_close(CloseReason::Unreachable);
+                }
+                CmEvent::Disconnected { conn } if conn == self.conn => {
                     if let Some(why) = self.qp.peer_abort() {
                         self.core.on_peer_abort(why);
                     }
@@ -443,6 +446,12 @@ impl<P: Provider, B: ResponderRole> Requester<P, B> {
     /// The connection state.
     pub fn state(&self) -> ConnState {
         self.core.state()
+    }
+
+    /// Why the connection is closing or closed (`None` while it is up or being made):
+    /// e.g. [`CloseReason::Rejected`] for a connect request the peer refused.
+    pub fn close_reason(&self) -> Option<CloseReason> {
+        self.core.close_reason()
     }
 
     /// The negotiated thresholds.

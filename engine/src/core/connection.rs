@@ -795,9 +795,23 @@ impl<R: RequesterRole, P: ResponderRole> Connection<R, P> {
         let _ = t.events.push_back(ConnEvent::Established(t.thresholds));
     }
 
-    /// The connection ended (CM disconnect, reject, unreachable).
+    /// The connection ended (a CM disconnect, or a failure the driver cannot name).
     pub fn on_disconnected(&mut self) {
         self.fail(CloseReason::Disconnected);
+    }
+
+    /// The connect request was rejected ([`CloseReason::Rejected`]) or got no answer
+    /// ([`CloseReason::Unreachable`]), or the connection ended for `reason`: the
+    /// connection drains as for [`on_disconnected`](Self::on_disconnected), with the
+    /// reason the connection manager gave, so a client can tell a refused connect from
+    /// a lost connection.
+    pub fn on_cm_close(&mut self, reason: CloseReason) {
+        self.fail(reason);
+    }
+
+    /// Why the connection is closing or closed (`None` while it is up or being made).
+    pub fn close_reason(&self) -> Option<CloseReason> {
+        self.t.close_reason
     }
 
     /// The provider saw the peer's abort

@@ -45,6 +45,12 @@ pub enum ConnState {
 pub enum CloseReason {
     /// The connection manager reported a disconnect (either side).
     Disconnected,
+    /// The peer rejected the connect request (a server refusing it, or no listener at
+    /// the port): the connection never came up. A client may try again.
+    Rejected,
+    /// The connect request got no answer: the address or route did not resolve, or the
+    /// attempt timed out or failed before the connection was set up.
+    Unreachable,
     /// A work request failed with this status, which puts the queue pair in error.
     WorkRequestFailed(crate::fabric::WcStatus),
     /// The provider refused a post.
@@ -86,6 +92,8 @@ impl fmt::Display for CloseReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             CloseReason::Disconnected => write!(f, "disconnected"),
+            CloseReason::Rejected => write!(f, "the peer rejected the connect request"),
+            CloseReason::Unreachable => write!(f, "no peer answered the connect request"),
             CloseReason::WorkRequestFailed(s) => write!(f, "work request failed: {s}"),
             CloseReason::PostRefused => write!(f, "provider refused a post"),
             CloseReason::PeerDead => write!(f, "peer did not answer the keepalive probe"),

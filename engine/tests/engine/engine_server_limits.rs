@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use engine_support::*;
 use rpcrdma::fabric::Provider;
-use rpcrdma::ConnState;
 use rpcrdma::{CallRequest, CallStatus};
+use rpcrdma::{CloseReason, ConnState};
 use rpcrdma::{Requester, Responder, ResponderLimits};
 
 type TestServer<P> = Responder<P, TestService, fn() -> Option<TestService>>;
@@ -104,6 +104,8 @@ fn connections_past_the_cap_are_rejected<N: Net>(net: N) {
     });
     assert_eq!(s.counters().over_limit, 1);
     assert_eq!(s.counters().accepted, 1);
+    // The requester knows it was refused, not cut off.
+    assert_eq!(b.close_reason(), Some(CloseReason::Rejected));
     assert_eq!(
         a.state(),
         ConnState::Established,
@@ -260,7 +262,24 @@ fn an_idle_connection_gives_its_free_buffers_back_and_still_works<N: Net>(net: N
     long_echo(&mut s, &mut c, &pattern(1000, 3));
 }
 
+/// A connect request to an address nobody listens on closes the requester with
+/// `CloseReason::Unreachable` (shm: no socket at the name; sim: no listener; siw: the
+/// TCP connect is refused).
+fn a_connect_to_nobody_is_unreachable<N: Net>(net: N) {
+    let (s, addr) = server(&net, ResponderLimits::default());
+    drop(s);
+    let mut c = connect(&net, &addr);
+    let end = Instant::now() + DEADLINE;
+    while c.state() != ConnState::Closed {
+        c.poll(Instant::now());
+        assert!(Instant::now() < end, "still {:?}", c.state());
+        std::thread::yield_now();
+    }
+    assert_eq!(c.close_reason(), Some(CloseReason::Unreachable));
+}
+
 per_provider!(
+    a_connect_to_nobody_is_unreachable,
     connections_past_the_cap_are_rejected,
     a_silent_connection_is_closed_after_the_idle_timeout,
     an_idle_connection_gives_its_free_buffers_back_and_still_works,

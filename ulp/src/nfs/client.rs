@@ -255,43 +255,79 @@ pub fn mount(mountd: SocketAddr, path: &str, timeout: Duration) -> Result<Vec<u8
 }
 
 /// Opens an RPC-over-RDMA connection to `addr` and waits, up to `timeout`, until it is
-/// established.
+/// established, connecting again while a connect is refused ([`establish_retrying`]).
 pub(crate) fn establish<P: Provider>(
     dev: &P::Device,
     addr: &P::Addr,
     cfg: &ConnConfig,
     timeout: Duration,
 ) -> Result<Requester<P>> {
-    let conn = Requester::<P>::connect_with(dev, addr, cfg)
-        .map_err(|e| NfsClientError::Connect(e.to_string()))?;
-    wait_established(conn, timeout)
+    establish_retrying(|| Requester::<P>::connect_with(dev, addr, cfg), timeout)
 }
 
-/// Polls a connection being made until it is established, for at most `timeout`.
-pub(crate) fn wait_established<P: Provider, B: ResponderRole>(
-    mut conn: Requester<P, B>,
+/// The first wait before a refused connect is made again; it doubles per attempt up to
+/// [`CONNECT_RETRY_MAX`].
+const CONNECT_RETRY_FIRST: Duration = Duration::from_millis(50);
+/// The longest wait between two connect attempts.
+const CONNECT_RETRY_MAX: Duration = Duration::from_secs(1);
+
+/// Makes a connection with `open` and polls it until it is established, for at most
+/// `timeout` in all. A connection that closes before it is handed back (the peer
+/// rejected the connect request, nobody answered it, or the peer closed it at once) is
+/// made again after a backoff of 50 ms doubling to 1 s while time remains, as the Linux
+/// client reconnects: a server still tearing down this client's previous connection may
+/// refuse the next one for a moment. No call has been sent on such a connection, so
+/// trying again cannot run anything twice. The error names the last close reason and
+/// the attempts made.
+pub(crate) fn establish_retrying<P: Provider, B: ResponderRole>(
+    mut open: impl FnMut() -> core::result::Result<Requester<P, B>, rpcrdma::ConnError>,
     timeout: Duration,
 ) -> Result<Requester<P, B>> {
-    let end = Instant::now() + timeout;
+    let start = Instant::now();
+    let end = start + timeout;
+    let mut backoff = CONNECT_RETRY_FIRST;
+    let mut attempts = 0u32;
+    loop {
+        attempts += 1;
+        let conn = open().map_err(|e| NfsClientError::Connect(e.to_string()))?;
+        let reason = match wait_established(conn, end)? {
+            Ok(conn) => return Ok(conn),
+            Err(reason) => reason,
+        };
+        if Instant::now() + backoff >= end {
+            let why = reason.map_or_else(|| "closed".to_string(), |r| r.to_string());
+            return Err(NfsClientError::Connect(format!(
+                "{why} ({attempts} attempt(s) in {:.1}s)",
+                start.elapsed().as_secs_f64()
+            )));
+        }
+        std::thread::sleep(backoff);
+        backoff = (backoff * 2).min(CONNECT_RETRY_MAX);
+    }
+}
+
+/// Polls a connection being made until it is established (`Ok(Ok(conn))`) or closes
+/// (`Ok(Err(reason))`, the reason if the engine gave one), or until `end` (an error
+/// naming the wait).
+pub(crate) fn wait_established<P: Provider, B: ResponderRole>(
+    mut conn: Requester<P, B>,
+    end: Instant,
+) -> Result<core::result::Result<Requester<P, B>, Option<rpcrdma::CloseReason>>> {
+    let start = Instant::now();
     loop {
         conn.poll(Instant::now());
         match conn.state() {
-            ConnState::Established => break,
+            ConnState::Established => return Ok(Ok(conn)),
             ConnState::Connecting if Instant::now() < end => std::thread::yield_now(),
             ConnState::Connecting => {
                 return Err(NfsClientError::Connect(format!(
                     "no answer within {:.1}s",
-                    timeout.as_secs_f64()
+                    start.elapsed().as_secs_f64()
                 )))
             }
-            s => {
-                return Err(NfsClientError::Connect(format!(
-                    "connection refused or closed ({s:?})"
-                )))
-            }
+            ConnState::Draining | ConnState::Closed => return Ok(Err(conn.close_reason())),
         }
     }
-    Ok(conn)
 }
 
 /// One directory entry from [`Nfs3Client::list`].

@@ -597,3 +597,80 @@ fn a_read_delegation_is_recalled_when_another_client_opens_for_write() {
     b.shutdown().unwrap();
     a.shutdown().unwrap();
 }
+
+/// The address `Server::start_as` binds for `tag` (it derives it the same way).
+fn server_addr(tag: &str) -> ShmAddr {
+    ShmAddr::abstract_name(format!("rpcrdma-nfs41-srv-{tag}-{}", std::process::id()))
+}
+
+#[test]
+fn a_client_connects_to_a_server_that_starts_late() {
+    // The lab once saw Linux nfsd refuse one connect right after the client's previous
+    // connection closed: the client connects again with a backoff until its timeout,
+    // as the Linux client does, instead of failing on the first refusal. Here the first
+    // attempts find nobody listening (shm reports them unreachable).
+    let dir = TempDir::new("v41-late");
+    std::fs::write(dir.0.join("seen.txt"), b"late").unwrap();
+    let shared = shared_on(&dir.0);
+    let (started_tx, started_rx) = std::sync::mpsc::channel();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let late = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        let srv = Server::start(shared, "late");
+        started_tx.send(()).unwrap();
+        // The server lives until the client is done with it.
+        let _ = done_rx.recv_timeout(DEADLINE);
+        drop(srv);
+    });
+    let t0 = Instant::now();
+    let mut c = Nfs41Client::<ShmProvider>::connect(
+        &ShmDevice::new(),
+        &server_addr("late"),
+        &cfg(),
+        DEADLINE,
+    )
+    .expect("connected once the server came up");
+    started_rx.recv_timeout(DEADLINE).unwrap();
+    assert!(
+        t0.elapsed() >= Duration::from_millis(300),
+        "the server was not up before"
+    );
+    let root = c.set_export("/").unwrap();
+    let names: Vec<Vec<u8>> = c.list(&root).unwrap().into_iter().map(|e| e.name).collect();
+    assert_eq!(names, vec![b"seen.txt".to_vec()]);
+    drop(c);
+    done_tx.send(()).unwrap();
+    late.join().unwrap();
+}
+
+#[test]
+fn a_connect_nobody_answers_fails_naming_the_reason_and_the_attempts() {
+    let t0 = Instant::now();
+    let err = Nfs41Client::<ShmProvider>::connect(
+        &ShmDevice::new(),
+        &server_addr("nobody"),
+        &cfg(),
+        Duration::from_secs(2),
+    )
+    .map(|_| ())
+    .unwrap_err();
+    let elapsed = t0.elapsed();
+    let NfsClientError::Connect(msg) = &err else {
+        panic!("not a connect error: {err}");
+    };
+    assert!(
+        msg.starts_with("no peer answered the connect request ("),
+        "{msg}"
+    );
+    // 50 ms doubling to 1 s: attempts at 0, 50, 150, 350, 750 ms and 1.75 s.
+    let attempts: u32 = msg
+        .split_once(" (")
+        .and_then(|(_, rest)| rest.split_once(' '))
+        .and_then(|(n, _)| n.parse().ok())
+        .unwrap_or_else(|| panic!("no attempt count in {msg}"));
+    assert!(attempts >= 2, "{msg}");
+    assert!(
+        elapsed < Duration::from_secs(4),
+        "gave up after {elapsed:?}"
+    );
+}

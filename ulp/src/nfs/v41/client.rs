@@ -36,7 +36,7 @@ use super::{attrs_request, Attrs, ChannelAttrs4, Fattr4, Nfsstat4, SessionId, St
 use crate::client::{CallPlan, DdpBufs, OutcomeResults};
 use crate::ddp::encode_call;
 use crate::nfs::client::{
-    header, settled, submit_next, wait_established, wait_outcome, NfsClientError,
+    establish_retrying, header, settled, submit_next, wait_outcome, NfsClientError,
 };
 use crate::nfs::v4::{ops, procs};
 use crate::nfs::NFS_PROGRAM;
@@ -206,9 +206,10 @@ impl<P: Provider> Nfs41Client<P> {
         cfg: &ConnConfig,
         timeout: Duration,
     ) -> Result<Self> {
-        let conn = Requester::connect_serving(dev, addr, cfg, CallbackService::new(CB_PROGRAM))
-            .map_err(|e| NfsClientError::Connect(e.to_string()))?;
-        let conn = wait_established(conn, timeout)?;
+        let conn = establish_retrying(
+            || Requester::connect_serving(dev, addr, cfg, CallbackService::new(CB_PROGRAM)),
+            timeout,
+        )?;
         let thresholds = conn.thresholds();
         let transfer = (cfg.large_buf_size & !4095).clamp(4096, MAX_TRANSFER);
         let now = SystemTime::now()
