@@ -36,11 +36,24 @@ for dev in "${DEVICES[@]}"; do
       cat "${LAB_OUT:-/tmp}/strace-$dev-$rows.log"
     done
   fi
+  runs_log=${LAB_OUT:-/tmp}/verbs-lat-$dev.log
+  : > "$runs_log"
   for n in $(seq 1 "$RUNS"); do
     step "verbs_lat on $dev, run $n of $RUNS"
-    ENGINE_MODULES='' PERF_BIN=$PERF_BIN bash "$(dirname "$0")/verbs-engine.sh" "$dev" ||
-      fail "verbs_lat on $dev, run $n"
+    ENGINE_MODULES='' PERF_BIN=$PERF_BIN bash "$(dirname "$0")/verbs-engine.sh" "$dev" \
+      | tee -a "$runs_log" || fail "verbs_lat on $dev, run $n"
   done
+  # Under TCG ib_send_lat itself moves by 2-3x between runs of one boot: each run's
+  # ratio is taken within the run, and the median over the runs is the figure to track.
+  grep '^LAB_METRIC verbs_lat ' "$runs_log" | awk -v dev="$dev" '
+    function val(k,   i, f) { for (i = 1; i <= NF; i++) { split($i, f, "="); if (f[1] == k) { sub(/^x/, "", f[2]); return f[2] } } return "" }
+    function median(a, n,   i, j, t) {
+      for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j + 1] = a[j]; a[j + 1] = t }
+      return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+    }
+    { f[++n] = val("fabric_vs_ib_send_lat_rtt") + 0; r[n] = val("rpc_vs_ib_send_lat_rtt") + 0
+      q[n] = val("rpc_echo_p50_us") / val("fabric_p50_us") }
+    END { if (n) printf "LAB_METRIC verbs_lat_median dev=%s runs=%d fabric_vs_ib_send_lat_rtt=x%.2f rpc_vs_ib_send_lat_rtt=x%.2f rpc_vs_fabric=x%.2f\n", dev, n, median(f, n), median(r, n), median(q, n) }'
   rdma link delete "$dev" || fail "rdma link delete $dev"
 done
 step "verbs_lat ran $RUNS times on ${DEVICES[*]}"
