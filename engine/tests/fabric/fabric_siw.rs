@@ -918,6 +918,18 @@ fn without_confirmation_sends_complete_at_transmit_like_linux_siw() {
         ..SiwConfig::strict()
     };
     let mut p = custom_pair(cfg, &Opts::default());
+    // Each side hears the other first. Until a side has received an FPDU from its peer
+    // it sends zero-length wake-up Reads (for Linux siw's unread first message) 10 ms,
+    // 50 ms, ... after its own first FPDU: those look exactly like confirmation Reads,
+    // and a loaded machine can take 10 ms between the Send and its receive. Once each
+    // side has heard the other none can follow, so the count is taken from there on.
+    let crb = [p.c.sge(100, 64)];
+    p.c.qp
+        .post_recv(&[RecvWr {
+            wr_id: 10,
+            sgl: &crb,
+        }])
+        .expect("post");
     let rb = [p.s.sge(0, 64)];
     p.s.qp
         .post_recv(&[RecvWr { wr_id: 1, sgl: &rb }])
@@ -929,9 +941,34 @@ fn without_confirmation_sends_complete_at_transmit_like_linux_siw() {
         (s[0].status, c[0].status),
         (WcStatus::Success, WcStatus::Success)
     );
+    let ssb = [p.s.sge(200, 8)];
+    p.s.qp.post_send(&[SendWr::send(11, &ssb)]).expect("post");
+    let (s, c) = p.completions(1, 1);
+    assert_eq!(
+        (s[0].status, c[0].status),
+        (WcStatus::Success, WcStatus::Success)
+    );
+    let heard = *tap.read_requests.lock().unwrap();
+    // Both sides have heard each other: a signaled Send each way.
+    p.s.qp
+        .post_recv(&[RecvWr { wr_id: 4, sgl: &rb }])
+        .expect("post");
+    p.c.qp
+        .post_recv(&[RecvWr {
+            wr_id: 12,
+            sgl: &crb,
+        }])
+        .expect("post");
+    p.c.qp.post_send(&[SendWr::send(5, &sb)]).expect("post");
+    p.s.qp.post_send(&[SendWr::send(13, &ssb)]).expect("post");
+    let (s, c) = p.completions(2, 2);
+    assert!(
+        s.iter().chain(&c).all(|w| w.status == WcStatus::Success),
+        "{s:?} {c:?}"
+    );
     assert_eq!(
         *tap.read_requests.lock().unwrap(),
-        0,
+        heard,
         "no confirmation Reads"
     );
     // A Write through a dead key completes at transmit; the Terminate then fails both

@@ -44,6 +44,17 @@ pub struct SiwConfig {
     /// Clamp the TCP maximum segment size of our sockets (`TCP_MAXSEG`, set before
     /// connecting or listening), which also shrinks the MULPDU. `None` keeps the route's.
     pub mss: Option<u32>,
+    /// `SO_SNDBUF` and `SO_RCVBUF` of every siw socket, in octets, set before connecting
+    /// or listening (an accepted socket inherits its listener's, and TCP picks its
+    /// window scale from the receive buffer at that point). The kernel caps them at
+    /// `net.core.wmem_max` / `rmem_max` and doubles them for its bookkeeping; a set size
+    /// also turns that socket's buffer autotuning off. They are limits, not allocations:
+    /// an idle connection holds nothing. The default, 4 MiB, lets a long message's
+    /// writes and reads run a whole MiB or more ahead of the other side from the first
+    /// message on, where autotuning starts at 16 KiB (send) and 128 KiB (receive) and
+    /// grows with what was read (engine/DESIGN.md, "siw: socket buffers"). `None`
+    /// leaves the kernel's autotuning. Not on the wire beyond the advertised window.
+    pub socket_buffers: Option<u32>,
     /// When a Send or RDMA Write completes. With `false` (the default, as Linux siw) a
     /// Send or Write completes once its last FPDU is written to the socket: TCP has
     /// copied the octets, so the buffer is the application's again, and the stream
@@ -169,6 +180,9 @@ impl Default for TcpKeepalive {
     }
 }
 
+/// The default [`SiwConfig::socket_buffers`]: 4 MiB, the usual `net.core.rmem_max`.
+pub const SOCKET_BUFFERS: u32 = 4 * 1024 * 1024;
+
 impl Default for SiwConfig {
     fn default() -> Self {
         SiwConfig {
@@ -177,6 +191,7 @@ impl Default for SiwConfig {
             ird: 16,
             ord: 16,
             mss: None,
+            socket_buffers: Some(SOCKET_BUFFERS),
             confirm_completions: false,
             confirmation_own_segment: true,
             coalesce_sends: true,
@@ -203,6 +218,7 @@ impl fmt::Debug for SiwConfig {
             .field("ird", &self.ird)
             .field("ord", &self.ord)
             .field("mss", &self.mss)
+            .field("socket_buffers", &self.socket_buffers)
             .field("confirm_completions", &self.confirm_completions)
             .field("confirmation_own_segment", &self.confirmation_own_segment)
             .field("coalesce_sends", &self.coalesce_sends)
@@ -232,6 +248,14 @@ impl SiwConfig {
             batch_message_fpdus: false,
             predict_fpdus: false,
             ..SiwConfig::default()
+        }
+    }
+
+    /// What the driver sets on a socket before connecting or listening.
+    pub(crate) fn sock_opts(&self) -> super::sock::SockOpts {
+        super::sock::SockOpts {
+            mss: self.mss,
+            buffers: self.socket_buffers,
         }
     }
 

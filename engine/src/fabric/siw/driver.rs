@@ -340,7 +340,7 @@ impl Driver {
     }
 
     pub(crate) fn listen(&mut self, cm: usize, addr: &SocketAddr) -> Result<(), FabricError> {
-        let mut sock = sock::listen(addr, self.cfg.mss).map_err(os("listen"))?;
+        let mut sock = sock::listen(addr, self.cfg.sock_opts()).map_err(os("listen"))?;
         let slot = self
             .listeners
             .iter()
@@ -489,7 +489,7 @@ impl Driver {
         })?;
         let id = ConnId(NEXT_CONN.fetch_add(1, Ordering::Relaxed));
         let (qp, engine) = self.new_qp(dev, id, init, QpState::Init)?;
-        let sock = sock::connect(addr, self.cfg.mss);
+        let sock = sock::connect(addr, self.cfg.sock_opts());
         if let (Ok(s), Some(k)) = (&sock, &self.cfg.keepalive) {
             let _ = sock::set_keepalive(s.as_raw_fd(), k);
         }

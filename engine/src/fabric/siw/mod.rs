@@ -82,7 +82,7 @@ mod tx;
 mod watch;
 
 pub use cm::{SiwCm, SiwConnRequest};
-pub use config::{SiwConfig, TcpKeepalive, WireTap};
+pub use config::{SiwConfig, TcpKeepalive, WireTap, SOCKET_BUFFERS};
 pub use cq::SiwCq;
 pub use device::SiwDevice;
 pub use mr::{SiwMr, SiwPd};
