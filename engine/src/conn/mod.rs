@@ -49,8 +49,15 @@ use crate::core::{ConfigError, CoreError};
 use crate::fabric::FabricError;
 use rpcrdma_pools::PoolError;
 
-/// Completions reaped per poll.
-pub(crate) const CQ_BATCH: usize = 32;
+/// Completions reaped per poll. Two per call in flight (its Send's and its reply's
+/// receive on a requester; the call's receive and its reply's Send on a responder), so
+/// 64 takes a whole depth-32 window in one poll: a batch of 32 held 16 calls' worth
+/// (the send side is reaped first), and a driver loop at depth 32 made twice the polls,
+/// each with its fixed cost (`perf/insns.sh` rate region 3262 -> 3232 instructions per
+/// call, 11 -> 16 calls per turn; `engine_credits::one_poll_takes_a_full_depth_of_replies_shm`).
+/// A [`Completion`](crate::fabric::Completion) is a few dozen octets: 64 of them are a
+/// few KiB per driver.
+pub(crate) const CQ_BATCH: usize = 64;
 
 /// Once a connection is up, its connection manager is polled every this many polls:
 /// CM progress can cost a system call (shm reads a socket), and a disconnect shows up

@@ -312,3 +312,59 @@ per_provider!(
     credits_held_by_dropped_calls_end_the_connection,
     plain_reply_before_its_send_completion_retires_once,
 );
+
+/// One requester poll takes a full depth's replies: 32 calls in flight answered
+/// together leave 64 completions on the requester's queue (each call's Send and its
+/// reply's receive), and the driver reaps them in one batch (`conn::CQ_BATCH`), so a
+/// driver loop at depth 32 hands back all 32 outcomes per turn instead of the 16 a
+/// batch of 32 completions holds (the send side is reaped first).
+#[test]
+fn one_poll_takes_a_full_depth_of_replies_shm() {
+    const DEPTH: u64 = 32;
+    let mut cfg = test_config();
+    cfg.credits = DEPTH as u32 + 1;
+    cfg.large_bufs = 4 * cfg.credits + 8;
+    let mut p = pair(&ShmNet, &cfg, &cfg);
+    // The first reply grants the credits.
+    let req = CallRequest::new(msg(&p, PROC_NULL, &[]), 256);
+    assert_eq!(call(&mut p, req).status, CallStatus::Success);
+    assert_eq!(p.requester.credits().granted(), DEPTH as u32 + 1);
+    for tag in 0..DEPTH {
+        let req = CallRequest::new(msg(&p, PROC_NULL, &[]), 256);
+        p.requester.submit(req, tag).expect("accepted");
+    }
+    // Posts the staged calls; nothing has come back yet.
+    let now = p.requester.clock().now();
+    p.requester.poll(now);
+    assert!(p.next_outcome().is_none());
+    // The server alone takes every call and posts every reply.
+    let end = std::time::Instant::now() + DEADLINE;
+    let mut served = 0;
+    while served < DEPTH as usize {
+        served += p.server.poll(p.requester.clock().now());
+        assert!(std::time::Instant::now() < end, "{served} calls served");
+    }
+    // (The count may include the first call's reply completion: a few more polls take
+    // whatever call is left; none of them can complete a reply the requester has not
+    // executed.)
+    for _ in 0..100 {
+        p.server.poll(p.requester.clock().now());
+    }
+    let now = p.requester.clock().now();
+    let reaped = p.requester.poll(now);
+    assert!(
+        reaped >= 2 * DEPTH as usize,
+        "{reaped} completions reaped in one poll"
+    );
+    let mut tags = Vec::new();
+    while let Some(o) = p.next_outcome() {
+        assert_eq!(o.status, CallStatus::Success);
+        tags.push(o.tag);
+    }
+    tags.sort_unstable();
+    assert_eq!(
+        tags,
+        (0..DEPTH).collect::<Vec<_>>(),
+        "every outcome after one poll"
+    );
+}
