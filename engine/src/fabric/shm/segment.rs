@@ -550,6 +550,59 @@ mod tests {
     }
 
     #[test]
+    fn the_prefetching_peek_sees_exactly_what_peek_sees() {
+        let a = Segment::create(4).unwrap();
+        let fd = a.fd().unwrap().try_clone_to_owned().unwrap();
+        let b = Segment::open(fd, a.len() as u64).unwrap();
+        let mut p = a.req_producer();
+        let mut c = b.req_consumer();
+        // Three laps over every slot, the last one included (its later lines end the
+        // mapping's ring): unpublished, then published with a full body that reads
+        // back whole after the prefetching peek.
+        for n in 0..12u32 {
+            assert!(c.peek_prefetching().is_none());
+            assert_eq!(c.peek_prefetching(), c.peek());
+            let s = p.slot();
+            // SAFETY: an unpublished slot; we are its only writer.
+            unsafe {
+                ReqSlot::set_header(
+                    s,
+                    ReqHeader {
+                        key: n,
+                        total_len: INLINE_MAX,
+                        ..ReqHeader::default()
+                    },
+                );
+                for i in 0..INLINE_MAX as usize {
+                    *ReqSlot::body(s).add(i) = (n as usize + i) as u8;
+                }
+            }
+            assert!(c.peek_prefetching().is_none(), "filled is not published");
+            p.commit();
+            let got = c.peek_prefetching().expect("published slot");
+            assert_eq!(Some(got), c.peek());
+            // SAFETY: a published slot of a live ring.
+            unsafe {
+                assert_eq!(ReqSlot::header(got).key, n);
+                for i in 0..INLINE_MAX as usize {
+                    let b = *ReqSlot::body(got.cast_mut()).add(i);
+                    assert_eq!(b, (n as usize + i) as u8, "slot {n} octet {i}");
+                }
+            }
+            c.advance();
+            c.release();
+        }
+        // A forged word (not the next sequence number) is "not yet" for both.
+        // SAFETY: test-only poke at the next slot's sequence word.
+        unsafe {
+            let slot = b.req_mem().slots.cast::<ReqSlot>().add(12 % 4);
+            (*slot.cast::<AtomicU64>()).store(99, Ordering::Release);
+        }
+        assert!(c.peek_prefetching().is_none());
+        assert!(c.peek().is_none());
+    }
+
+    #[test]
     fn corrupt_counters_are_detected() {
         let a = Segment::create(2).unwrap();
         let mut p = a.req_producer();
