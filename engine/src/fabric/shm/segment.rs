@@ -86,7 +86,7 @@ const BODY_LEN: usize = 160;
 pub(crate) const INLINE_MAX: u32 = BODY_LEN as u32;
 
 /// Copies `len` bytes from `src` to `dst`, with two fixed-size (possibly overlapping)
-/// moves when `len` is at most 128: for the small payloads that travel inline, a libc
+/// moves when `len` is at most [`INLINE_MAX`] (160): for the small payloads that travel inline, a libc
 /// `memcpy` call costs more than the copy (14 instructions per NULL round trip, whose
 /// 68-octet call and 52-octet reply are each copied twice; `perf/insns.sh`, with the
 /// fabric's own 32-octet round trip unchanged). Longer copies go to `memcpy`.
@@ -123,6 +123,9 @@ pub(crate) unsafe fn copy_small(src: *const u8, dst: *mut u8, len: usize) {
             both(32)
         } else if len <= 128 {
             both(64)
+        } else if len <= INLINE_MAX as usize {
+            // Up to a full inline body: an ECHO of 64 octets is a 132-octet call.
+            both(128)
         } else {
             std::ptr::copy_nonoverlapping(src, dst, len)
         }
