@@ -170,7 +170,7 @@ impl Executor {
         }
         let mut n = 0;
         for _ in 0..BUDGET {
-            let Some(slot) = self.req.peek() else {
+            let Some(slot) = self.req.peek_prefetching() else {
                 break;
             };
             // SAFETY: a published slot of the peer's live ring.
