@@ -510,6 +510,14 @@ mod tests {
         p.commit();
     }
 
+    /// A 4-slot segment and a second mapping of it, as the peer process would open it.
+    fn two_mappings() -> (Segment, Segment) {
+        let a = Segment::create(4).unwrap();
+        let fd = a.fd().unwrap().try_clone_to_owned().unwrap();
+        let b = Segment::open(fd, a.len() as u64).unwrap();
+        (a, b)
+    }
+
     fn take(c: &mut Consumer<ReqSlot>) -> Option<(ReqHeader, WireSge)> {
         let s = c.peek()?;
         // SAFETY: a published slot of a live ring.
@@ -520,9 +528,7 @@ mod tests {
 
     #[test]
     fn rings_pass_slots_between_two_mappings() {
-        let a = Segment::create(4).unwrap();
-        let fd = a.fd().unwrap().try_clone_to_owned().unwrap();
-        let b = Segment::open(fd, a.len() as u64).unwrap();
+        let (a, b) = two_mappings();
         let mut p = a.req_producer();
         let mut c = b.req_consumer();
         assert!(c.peek().is_none());
@@ -554,9 +560,7 @@ mod tests {
 
     #[test]
     fn the_prefetching_peek_sees_exactly_what_peek_sees() {
-        let a = Segment::create(4).unwrap();
-        let fd = a.fd().unwrap().try_clone_to_owned().unwrap();
-        let b = Segment::open(fd, a.len() as u64).unwrap();
+        let (a, b) = two_mappings();
         let mut p = a.req_producer();
         let mut c = b.req_consumer();
         // Three laps over every slot, the last one included (its later lines end the
@@ -626,9 +630,7 @@ mod tests {
 
     #[test]
     fn tail_acknowledges_and_the_nak_record_names_the_failure() {
-        let a = Segment::create(4).unwrap();
-        let fd = a.fd().unwrap().try_clone_to_owned().unwrap();
-        let b = Segment::open(fd, a.len() as u64).unwrap();
+        let (a, b) = two_mappings();
         let mut p = a.req_producer();
         let mut c = b.req_consumer();
         let acks = a.acks();

@@ -180,7 +180,9 @@ impl Default for TcpKeepalive {
     }
 }
 
-/// The default [`SiwConfig::socket_buffers`]: 4 MiB, the usual `net.core.rmem_max`.
+/// The default [`SiwConfig::socket_buffers`]: 4 MiB. The kernel caps it at
+/// `net.core.wmem_max`/`rmem_max` (212992 octets on a stock kernel; raise them for the
+/// full size).
 pub const SOCKET_BUFFERS: u32 = 4 * 1024 * 1024;
 
 impl Default for SiwConfig {
