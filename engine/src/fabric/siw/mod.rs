@@ -10,7 +10,8 @@
 //! mio `Poll` with a zero timeout and then every connection: reading what arrived
 //! (placing payload straight from the receive buffer into registered memory),
 //! writing what was posted (`sendmsg` gathering from registered memory: one per FPDU,
-//! or up to eight FPDUs of one long message, [`SiwConfig::batch_message_fpdus`]),
+//! or up to eight FPDUs of one long message, [`SiwConfig::batch_message_fpdus`]; a
+//! write of at most 1 KiB is copied into one buffer and goes by `send`),
 //! and reporting completions. Posting only fills preallocated slots. Sockets are
 //! non-blocking with `TCP_NODELAY`; a partial write resumes at the next poll; nothing
 //! is allocated per operation once a connection is up.

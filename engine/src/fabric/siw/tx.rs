@@ -11,7 +11,9 @@
 //! ([`SiwConfig::coalesce_sends`](super::SiwConfig::coalesce_sends), on by default; a
 //! continuation group then costs the peer one read). Every write carries `MSG_EOR`, so
 //! TCP never appends the next write to a segment still queued (under congestion or a
-//! full window). A partial write resumes where it stopped at the next poll.
+//! full window). A partial write resumes where it stopped at the next poll. A write of
+//! at most [`FLAT_MAX`] octets (a small Send) is gathered into one buffer and goes by
+//! `send`: the same octets in the same segment, for a cheaper system call.
 //!
 //! Between messages the order is: a queued Terminate, then Read Responses we owe (the
 //! peer's Reads are answered before our own new work, as RDMAP orders them on the
