@@ -1186,6 +1186,13 @@ impl<P: ResponderRole> Connection<RequesterHalf, P> {
         self.req.idle()
     }
 
+    /// True when Sends are staged and not yet handed to the driver (see
+    /// `conn::Requester::poll`, which posts them before it handles a completion batch).
+    #[inline(always)]
+    pub(crate) fn sends_staged(&self) -> bool {
+        self.t.outbox.send_len() != 0
+    }
+
     /// The next finished call, handed to `f` where it lies; then its reply buffer goes
     /// back to the receive table, staged again as a receive when its slot is free (as
     /// [`recycle_recv`](Self::recycle_recv)), and
