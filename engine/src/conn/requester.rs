@@ -232,6 +232,14 @@ impl<P: Provider, B: ResponderRole> Requester<P, B> {
             work += events;
         }
         let core = &mut self.core;
+        // The calls submitted since the last poll go out first (their receives posted
+        // before them, as ever): the completion batch's replies and Send completions
+        // are bookkeeping that can wait, the calls' Sends are the next round trips'
+        // critical path. What the batch stages (receives restocked, RDMA_DONE, calls
+        // that waited for a credit) goes out in the post after it.
+        if core.sends_staged() {
+            super::post::transmit(core, &mut self.qp, now);
+        }
         let qp = &self.qp;
         let wcs = self.res.reap_own_cq(&mut self.wcs);
         work += wcs.len();

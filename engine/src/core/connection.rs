@@ -88,6 +88,12 @@ pub trait RequesterRole: roles::Sealed {
     fn awaits_reply(&self, xid: u32) -> bool;
     #[doc(hidden)]
     fn forward(&self) -> bool;
+    /// Outcomes waiting for the driver to take them (none without a requester).
+    #[doc(hidden)]
+    #[inline(always)]
+    fn outcomes_waiting(&self) -> usize {
+        0
+    }
     /// A forward responder's core with this requester slot (none, or the backward
     /// direction's: RFC 8167).
     #[doc(hidden)]
@@ -191,6 +197,10 @@ impl RequesterRole for RequesterHalf {
     }
     fn forward(&self) -> bool {
         !self.is_backchannel()
+    }
+    #[inline(always)]
+    fn outcomes_waiting(&self) -> usize {
+        RequesterHalf::outcomes_waiting(self)
     }
     fn responder_core<S: Service>(
         cfg: &ConnConfig,
@@ -532,7 +542,7 @@ impl Backchannel<'_> {
 impl<P: ResponderRole> Connection<RequesterHalf, P> {
     /// Takes back a received buffer the application is done with (an outcome's reply):
     /// staged again as a receive where it lies when its slot is still free (the slot a
-    /// requester leaves for it: `RecvTable::one_short`), else through the receive
+    /// requester leaves for it: `RecvTable::short_by_at_most`), else through the receive
     /// table's cache, which restocks the receives from it, rather than through the
     /// pool's shared ring. A buffer of another pool (a Reply chunk's) goes to its own
     /// pool.
@@ -1097,13 +1107,16 @@ impl<R: RequesterRole, P: ResponderRole> Connection<R, P> {
                 self.req.prepare(&mut self.t, now);
                 self.resp.prepare(&mut self.t, now);
                 self.t.barrier_if_due(now);
-                // A connection that only makes calls leaves the slot of the reply it
-                // just handed out for that reply's buffer, which the caller gives back
-                // (`poll_outcome_with`) and which is staged again as it is, instead of
-                // one taken from the cache now and that one cached after; it restocks
+                // A connection that only makes calls leaves the slots of the replies
+                // it handed out for those replies' buffers, which the caller gives back
+                // (`poll_outcome_with`) and which are staged again as they are, instead
+                // of ones taken from the cache now and those cached after; it restocks
                 // before it next sends, so every Send goes out with every receive
-                // posted (`RecvTable::one_short`).
-                if P::PRESENT || self.t.outbox.send_len() != 0 || !self.t.recvs.one_short() {
+                // posted (`RecvTable::short_by_at_most`).
+                if P::PRESENT
+                    || self.t.outbox.send_len() != 0
+                    || !self.t.recvs.short_by_at_most(self.req.outcomes_waiting())
+                {
                     self.t.recvs.refill(&mut self.t.outbox);
                 }
             }
@@ -1184,6 +1197,13 @@ impl<P: ResponderRole> Connection<RequesterHalf, P> {
     #[inline]
     pub(crate) fn requester_idle(&self) -> bool {
         self.req.idle()
+    }
+
+    /// True when Sends are staged and not yet handed to the driver (see
+    /// `conn::Requester::poll`, which posts them before it handles a completion batch).
+    #[inline(always)]
+    pub(crate) fn sends_staged(&self) -> bool {
+        self.t.outbox.send_len() != 0
     }
 
     /// The next finished call, handed to `f` where it lies; then its reply buffer goes

@@ -358,10 +358,20 @@ impl RecvTable {
     /// from the cache and giving this one back. With no slot free it goes back to the
     /// cache. Only when [`reposts_in_place`](Self::reposts_in_place).
     #[inline(always)]
-    pub(crate) fn repost(&mut self, outbox: &mut Outbox, mut buf: RegBuf) {
+    pub(crate) fn repost(&mut self, outbox: &mut Outbox, buf: RegBuf) {
+        if self.repost_only(outbox, buf) {
+            self.refill(outbox);
+        }
+    }
+
+    /// [`repost`](Self::repost) without the refill of the other free slots after it
+    /// (which the next `Connection::prepare` makes before anything is sent): true when
+    /// `buf` was staged.
+    #[inline(always)]
+    fn repost_only(&mut self, outbox: &mut Outbox, mut buf: RegBuf) -> bool {
         let Some(slot) = self.free.pop() else {
             buf.release_into(&mut self.cache);
-            return;
+            return false;
         };
         let staged = match buf.sge(0, buf.capacity()) {
             Ok(sge) => outbox
@@ -372,7 +382,7 @@ impl RecvTable {
         if !staged {
             let _ = self.free.push(slot);
             buf.release_into(&mut self.cache);
-            return;
+            return false;
         }
         let _ = buf.set_len(0);
         self.bufs[slot as usize] = Some(buf);
@@ -381,30 +391,35 @@ impl RecvTable {
         {
             self.reposted_in_place += 1;
         }
-        self.refill(outbox);
+        true
     }
 
     /// True when [`refill`](Self::refill) may wait, on a connection that only makes
-    /// calls, until it next sends (`Connection::prepare`): one receive short, its slot
-    /// kept for the reply buffer the caller is about to give back
-    /// ([`give_back`](Self::give_back)), the receives this table's own, one buffer each.
-    /// One receive short of a table sized for a reply to every call slot plus strays
-    /// (`Sizes::rq_depth`) still holds one for every reply that can come: the receive
-    /// missing is the one a reply took, so its call needs none any more.
+    /// calls, until it next sends (`Connection::prepare`): at most `lent` receives short
+    /// (at most one when `lent` is 0), `lent` being the outcomes the caller has yet to
+    /// take, each holding the buffer of the reply that ended its call, which
+    /// [`give_back`](Self::give_back) stages again where it lies; the receives this
+    /// table's own, one buffer each. Short by that many, a table sized for a reply to
+    /// every call slot plus strays (`Sizes::rq_depth`) still holds one for every reply
+    /// that can come: each receive missing is one a reply took, so its call needs none
+    /// any more. A batch of replies (calls at depth) is restocked with its own buffers
+    /// as the caller gives them back, none taken from the cache and none cached.
     #[inline(always)]
-    pub(crate) fn one_short(&self) -> bool {
-        self.free.len() == 1 && self.reposts_in_place()
+    pub(crate) fn short_by_at_most(&self, lent: usize) -> bool {
+        self.free.len() <= lent.max(1) && self.reposts_in_place()
     }
 
     /// Gives back `buf`, a reply's buffer the caller has read: staged again as a receive
     /// where it lies ([`repost`](Self::repost)) when it is one of this table's receive
     /// buffers and a slot is free (a requester leaves the slot of the reply it handed
-    /// out free: [`one_short`](Self::one_short)), else through the cache, as
+    /// out free: [`short_by_at_most`](Self::short_by_at_most)), else through the cache, as
     /// [`recycle`](Self::recycle). Only while the connection is open.
     #[inline(always)]
     pub(crate) fn give_back(&mut self, outbox: &mut Outbox, buf: RegBuf) {
         if !self.free.is_empty() && self.reposts_in_place() && buf.is_from(&self.cache) {
-            self.repost(outbox, buf);
+            // The other free slots wait for the buffers of the other outcomes, or for
+            // the refill before the next Send.
+            self.repost_only(outbox, buf);
         } else {
             self.recycle(buf);
         }

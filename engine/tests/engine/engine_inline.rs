@@ -137,6 +137,73 @@ fn outcomes_read_in_place_give_their_buffers_back<N: Net>(net: N) {
     assert!(pools.recv.is_full(), "receive buffers all back");
 }
 
+/// Calls at depth: a batch of replies handed out together leaves its receive slots for
+/// the replies' own buffers (`RecvTable::short_by_at_most`), so each buffer the driver
+/// gives back (`Requester::poll_outcome_with`) is staged again where it lies, none
+/// taken from the cache and none cached; the receives are all posted again after, the
+/// next batch works, and the pools are full once the connection is gone.
+fn a_batch_of_replies_is_restocked_with_its_own_buffers<N: Net>(net: N) {
+    const BATCH: u64 = 6;
+    let cfg = test_config();
+    let mut p = pair(&net, &cfg, &cfg);
+    let pools = p.requester.resources().pools().clone();
+    let depth = p.requester.core().recvs_posted();
+    let deadline = std::time::Instant::now() + DEADLINE;
+    for round in 0..4u64 {
+        let now = p.requester.clock().now();
+        for i in 0..BATCH {
+            let data = pattern(i as usize + 1, i as u8);
+            let mut m = p.requester.take_msg().expect("send buffer from the cache");
+            write_call(&mut m, PROC_ECHO, &opaque(&data));
+            p.requester
+                .submit_at(CallRequest::new(m, 4000), round * BATCH + i, now)
+                .expect("submitted");
+        }
+        // Every reply arrives before any is taken.
+        let want = (round + 1) * BATCH;
+        while p.requester.stats().outcomes < want {
+            p.poll(p.requester.clock().now());
+            assert!(
+                std::time::Instant::now() < deadline,
+                "round {round} answered before the deadline"
+            );
+        }
+        let in_place = p.requester.core().recvs_reposted_in_place();
+        let mut tags = Vec::new();
+        while let Some((tag, ok)) = p
+            .requester
+            .poll_outcome_with(|o| (o.tag, o.status == CallStatus::Success))
+        {
+            assert!(ok, "call {tag} succeeded");
+            tags.push(tag);
+        }
+        tags.sort_unstable();
+        let expected: Vec<u64> = (round * BATCH..want).collect();
+        assert_eq!(tags, expected, "round {round}: each call one outcome");
+        // The first batch starts on the one credit a new connection has and the rest
+        // of it when the first reply grants more: those calls' Sends, staged in the
+        // poll that reaps that reply, restock its slot from the cache first.
+        let reposted = p.requester.core().recvs_reposted_in_place() - in_place;
+        let want_in_place = if round == 0 {
+            BATCH - 1..=BATCH
+        } else {
+            BATCH..=BATCH
+        };
+        assert!(
+            want_in_place.contains(&reposted),
+            "round {round}: {reposted} of {BATCH} reply buffers staged again where they lie"
+        );
+        assert_eq!(
+            p.requester.core().recvs_posted(),
+            depth,
+            "round {round}: every receive staged again"
+        );
+    }
+    drop(p);
+    assert!(pools.send.is_full(), "send buffers all back");
+    assert!(pools.recv.is_full(), "receive buffers all back");
+}
+
 fn service_errors_become_rpc_errors<N: Net>(net: N) {
     let cfg = test_config();
     let mut p = pair(&net, &cfg, &cfg);
@@ -189,6 +256,7 @@ per_provider!(
     echo_is_exact_for_many_sizes,
     recycled_buffers_serve_call_after_call,
     outcomes_read_in_place_give_their_buffers_back,
+    a_batch_of_replies_is_restocked_with_its_own_buffers,
     service_errors_become_rpc_errors,
     thresholds_come_from_private_data,
 );

@@ -922,6 +922,13 @@ impl RequesterHalf {
         self.outcomes.pop_front()
     }
 
+    /// Outcomes finished and not yet taken by the driver (each may hold the buffer of
+    /// the receive its reply came in: `RecvTable::short_by_at_most`).
+    #[inline(always)]
+    pub(crate) fn outcomes_waiting(&self) -> usize {
+        self.outcomes.len()
+    }
+
     /// The next finished call where it lies in the outcome queue, to be read (and
     /// emptied) in place and then dropped with [`drop_outcome`](Self::drop_outcome):
     /// an outcome is a few hundred octets, which `poll_outcome` moves out.
