@@ -427,7 +427,13 @@ impl<P: Provider, S: Service, B: RequesterRole> ResponderConn<P, S, B> {
             core.handle_timeout(now);
         }
         core.run_backchannel(now);
-        super::post::transmit(core, &mut self.qp, now);
+        // Replies' Sends before the receives that restock their grants where only this
+        // thread's polls place messages (shm): the doorbell first on the critical path.
+        if P::RECVS_PLACED_BY_OWN_POLL {
+            super::post::transmit_sends_first(core, &mut self.qp, now);
+        } else {
+            super::post::transmit(core, &mut self.qp, now);
+        }
         while let Some(ev) = self.core.poll_event() {
             if let ConnEvent::DisconnectRequested(_) = ev {
                 self.wants_disconnect = true;
