@@ -15,6 +15,15 @@ use super::types::{Completion, DeviceCaps, QpCaps, QpConfig, QpState, RecvWr, Se
 pub trait Provider: Sized + 'static {
     /// Short name for logs ("shm", "siw", "verbs").
     const NAME: &'static str;
+    /// Whether a peer's Send is placed into a posted receive only by a poll of the
+    /// receiving queue pair's own completion queue (shm: the receiver's poll executes
+    /// the peer's requests), never behind the poster's back. A driver that polls and
+    /// posts from one thread may then post a chain of Sends before the receives staged
+    /// with them (a reply's Send first, its receive restock after: the doorbell earlier
+    /// on a round trip's critical path) without a peer's Send ever finding the receive
+    /// missing. False (the default) where the device places messages on its own
+    /// (verbs hardware).
+    const RECVS_PLACED_BY_OWN_POLL: bool = false;
     /// An opened device (verbs context).
     type Device: Device<P = Self> + Send + Sync;
     /// A protection domain.

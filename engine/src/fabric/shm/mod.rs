@@ -212,6 +212,8 @@ pub struct ShmProvider;
 
 impl Provider for ShmProvider {
     const NAME: &'static str = "shm";
+    // The receiver's CQ poll executes the peer's requests (`QpShared::recv_step`).
+    const RECVS_PLACED_BY_OWN_POLL: bool = true;
     type Device = ShmDevice;
     type Pd = ShmPd;
     type Mr = ShmMr;
