@@ -86,6 +86,23 @@ where
     post_transmit_in::<false, _, _, _>(t, q, post_recv, post_send)
 }
 
+/// Runs `recvs` and `sends` on `q`, receives first or, when `SENDS_FIRST`, sends first;
+/// their results in (receives, sends) order either way.
+#[inline(always)]
+fn in_order<const SENDS_FIRST: bool, Q, T, U>(
+    q: &mut Q,
+    recvs: impl FnOnce(&mut Q) -> T,
+    sends: impl FnOnce(&mut Q) -> U,
+) -> (T, U) {
+    if SENDS_FIRST {
+        let s = sends(q);
+        (recvs(q), s)
+    } else {
+        let r = recvs(q);
+        (r, sends(q))
+    }
+}
+
 /// [`post_transmit`], the send chain first when `SENDS_FIRST`. Either way a refused
 /// chain does not stop the other.
 #[inline(always)]
@@ -103,26 +120,18 @@ where
         // The usual poll (a call's Send and the receive its reply's buffer left, a
         // reply's Send, one of them alone): each request posted from where it lies,
         // without the chunk loop's bookkeeping.
-        if SENDS_FIRST {
-            let sends = post_at_most_one(q, t.sends(), &mut post_send);
-            (post_at_most_one(q, t.recvs(), &mut post_recv), sends)
-        } else {
-            (
-                post_at_most_one(q, t.recvs(), &mut post_recv),
-                post_at_most_one(q, t.sends(), &mut post_send),
-            )
-        }
+        in_order::<SENDS_FIRST, _, _, _>(
+            q,
+            |q| post_at_most_one(q, t.recvs(), &mut post_recv),
+            |q| post_at_most_one(q, t.sends(), &mut post_send),
+        )
     } else {
         let blank_recv = RecvWr { wr_id: 0, sgl: &[] };
-        if SENDS_FIRST {
-            let sends = post_chunks(q, t.sends(), SendWr::send(0, &[]), &mut post_send);
-            (post_chunks(q, t.recvs(), blank_recv, &mut post_recv), sends)
-        } else {
-            (
-                post_chunks(q, t.recvs(), blank_recv, &mut post_recv),
-                post_chunks(q, t.sends(), SendWr::send(0, &[]), &mut post_send),
-            )
-        }
+        in_order::<SENDS_FIRST, _, _, _>(
+            q,
+            |q| post_chunks(q, t.recvs(), blank_recv, &mut post_recv),
+            |q| post_chunks(q, t.sends(), SendWr::send(0, &[]), &mut post_send),
+        )
     };
     match (recvs, sends) {
         (Ok(()), Ok(())) => Ok(()),
