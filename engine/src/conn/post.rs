@@ -118,19 +118,18 @@ where
 {
     let (recvs, sends) = if t.recv_count() <= 1 && t.send_count() <= 1 {
         // The usual poll (a call's Send and the receive its reply's buffer left, a
-        // reply's Send, one of them alone): each request posted from where it lies,
+        // reply's Send, one of them alone): each request posted as a chain of one,
         // without the chunk loop's bookkeeping.
         in_order::<SENDS_FIRST, _, _, _>(
             q,
-            |q| post_at_most_one(q, t.recvs(), &mut post_recv),
-            |q| post_at_most_one(q, t.sends(), &mut post_send),
+            |q| post_at_most_one(q, &Recvs(t), &mut post_recv),
+            |q| post_at_most_one(q, &Sends(t), &mut post_send),
         )
     } else {
-        let blank_recv = RecvWr { wr_id: 0, sgl: &[] };
         in_order::<SENDS_FIRST, _, _, _>(
             q,
-            |q| post_chunks(q, t.recvs(), blank_recv, &mut post_recv),
-            |q| post_chunks(q, t.sends(), SendWr::send(0, &[]), &mut post_send),
+            |q| post_chunks(q, &Recvs(t), &mut post_recv),
+            |q| post_chunks(q, &Sends(t), &mut post_send),
         )
     };
     match (recvs, sends) {
@@ -153,53 +152,82 @@ where
     }
 }
 
-/// Posts the one request of `it` (which yields at most one) as a chain of one, or
-/// nothing when it is empty; on a refusal, how many went out before it (none), as
-/// [`post_chunks`] reports it.
-#[inline(always)]
-fn post_at_most_one<Q, W, I, P>(
-    q: &mut Q,
-    mut it: I,
-    post: &mut P,
-) -> Result<(), (usize, PostError)>
-where
-    I: Iterator<Item = W>,
-    P: FnMut(&mut Q, &[W]) -> Result<(), PostError>,
-{
-    match it.next() {
-        None => Ok(()),
-        Some(w) => post(q, core::slice::from_ref(&w)).map_err(|e| (e.posted.min(1), e)),
+/// One of a [`Transmit`]'s two chains, written into chain arrays as the provider
+/// takes them (`Transmit::fill_recvs`, `fill_sends`).
+trait Chain<W> {
+    /// Requests staged in this chain.
+    fn count(&self) -> usize;
+    /// Writes the requests from the `from`-th on into `chain`, as many as fit, and
+    /// returns them.
+    fn fill<'c>(&self, from: usize, chain: &'c mut [MaybeUninit<W>]) -> &'c [W];
+}
+
+/// The receive chain of a [`Transmit`].
+struct Recvs<'t, 'a>(&'t Transmit<'a>);
+
+impl<'a> Chain<RecvWr<'a>> for Recvs<'_, 'a> {
+    #[inline(always)]
+    fn count(&self) -> usize {
+        self.0.recv_count()
+    }
+    #[inline(always)]
+    fn fill<'c>(&self, from: usize, chain: &'c mut [MaybeUninit<RecvWr<'a>>]) -> &'c [RecvWr<'a>] {
+        self.0.fill_recvs(from, chain)
     }
 }
 
-/// Posts every request of `it` in chains of at most [`POST_CHUNK`]; on a refusal, how
-/// many went out before it.
+/// The send chain of a [`Transmit`].
+struct Sends<'t, 'a>(&'t Transmit<'a>);
+
+impl<'a> Chain<SendWr<'a>> for Sends<'_, 'a> {
+    #[inline(always)]
+    fn count(&self) -> usize {
+        self.0.send_count()
+    }
+    #[inline(always)]
+    fn fill<'c>(&self, from: usize, chain: &'c mut [MaybeUninit<SendWr<'a>>]) -> &'c [SendWr<'a>] {
+        self.0.fill_sends(from, chain)
+    }
+}
+
+/// Posts the one request of `chain` (which holds at most one) as a chain of one, or
+/// nothing when it is empty; on a refusal, how many went out before it (none), as
+/// [`post_chunks`] reports it.
 #[inline(always)]
-fn post_chunks<'a, Q, W, I, P>(
+fn post_at_most_one<Q, W, C, P>(
     q: &mut Q,
-    mut it: I,
-    blank: W,
+    chain: &C,
     post: &mut P,
 ) -> Result<(), (usize, PostError)>
 where
-    W: Copy + 'a,
-    I: ExactSizeIterator<Item = W>,
+    C: Chain<W>,
     P: FnMut(&mut Q, &[W]) -> Result<(), PostError>,
 {
-    let total = it.len();
+    if chain.count() == 0 {
+        return Ok(());
+    }
+    post_one_chunk::<1, _, _, _, _>(q, chain, 0, post).map_err(|e| (e.posted.min(1), e))
+}
+
+/// Posts every request of `chain` in chains of at most [`POST_CHUNK`]; on a refusal,
+/// how many went out before it.
+#[inline(always)]
+fn post_chunks<Q, W, C, P>(q: &mut Q, chain: &C, post: &mut P) -> Result<(), (usize, PostError)>
+where
+    C: Chain<W>,
+    P: FnMut(&mut Q, &[W]) -> Result<(), PostError>,
+{
+    let total = chain.count();
     let mut done = 0;
     while done < total {
         let n = (total - done).min(POST_CHUNK);
-        // One request (the usual poll: a Send, a receive) needs no chain array at all.
+        // One request (the usual poll: a Send, a receive) needs only a one-place array.
         let r = if n == 1 {
-            // As `post_one_chunk` does, a place the iterator leaves unfilled (it never
-            // does: its length is exact) stays `blank`.
-            let w = it.next().unwrap_or(blank);
-            post(q, core::slice::from_ref(&w))
+            post_one_chunk::<1, _, _, _, _>(q, chain, done, post)
         } else if n <= SHORT_CHAIN {
-            post_one_chunk::<SHORT_CHAIN, _, _, _>(q, &mut it, n, blank, post)
+            post_one_chunk::<SHORT_CHAIN, _, _, _, _>(q, chain, done, post)
         } else {
-            post_one_chunk::<POST_CHUNK, _, _, _>(q, &mut it, n, blank, post)
+            post_one_chunk::<POST_CHUNK, _, _, _, _>(q, chain, done, post)
         };
         if let Err(e) = r {
             return Err((done + e.posted.min(n), e));
@@ -209,33 +237,24 @@ where
     Ok(())
 }
 
-/// Posts the next `n <= N` requests of `it` as one chain. The chain array is left
-/// uninitialised beyond the `n` requests written into it: at depth a poll posts chains
-/// of 32 and more, and filling all `N` places with a blank request first cost more than
-/// writing the chain (about 120 instructions per call at depth 32, `perf/insns.sh`'s
-/// rate region).
+/// Posts the requests of `chain` from the `from`-th on, at most `N` of them, as one
+/// chain. The chain array is left uninitialised beyond the requests written into it:
+/// at depth a poll posts chains of 32 and more, and filling all `N` places with a
+/// blank request first cost more than writing the chain (about 120 instructions per
+/// call at depth 32, `perf/insns.sh`'s rate region).
 #[inline(always)]
-fn post_one_chunk<const N: usize, Q, W: Copy, P>(
+fn post_one_chunk<const N: usize, Q, W, C, P>(
     q: &mut Q,
-    it: &mut impl Iterator<Item = W>,
-    n: usize,
-    blank: W,
+    chain: &C,
+    from: usize,
     post: &mut P,
 ) -> Result<(), PostError>
 where
+    C: Chain<W>,
     P: FnMut(&mut Q, &[W]) -> Result<(), PostError>,
 {
-    let mut chain = [const { MaybeUninit::<W>::uninit() }; N];
-    let n = n.min(N);
-    for slot in chain.iter_mut().take(n) {
-        // The iterator's length is exact, so `blank` never goes out; were it short,
-        // the chain would still be fully written.
-        slot.write(it.next().unwrap_or(blank));
-    }
-    // SAFETY: the first `n` places were written above (`n <= N`), and `MaybeUninit<W>`
-    // has the layout of `W`.
-    let written = unsafe { core::slice::from_raw_parts(chain.as_ptr().cast::<W>(), n) };
-    post(q, written)
+    let mut places = [const { MaybeUninit::<W>::uninit() }; N];
+    post(q, chain.fill(from, &mut places))
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@
 //! [`OutboxFull`] rather than a panic).
 
 use core::fmt;
+use core::mem::MaybeUninit;
 use std::time::Instant;
 
 use crate::fabric::{PostError, RecvWr, SendFlags, SendOp, SendWr, Sge};
@@ -424,6 +425,46 @@ impl<'a> Transmit<'a> {
     #[inline]
     pub fn send_count(&self) -> usize {
         self.outbox.sends.len()
+    }
+
+    /// Writes the staged receives from the `from`-th on into `chain`, as many as fit,
+    /// and returns them: a chain of work requests as a provider takes it, built by one
+    /// loop over the staged entries (no iterator adapters, no blank request for places
+    /// an iterator might leave unfilled).
+    #[inline(always)]
+    pub(crate) fn fill_recvs<'c>(
+        &self,
+        from: usize,
+        chain: &'c mut [MaybeUninit<RecvWr<'a>>],
+    ) -> &'c [RecvWr<'a>] {
+        let staged: &'a [(u64, [Sge; 2])] = self.outbox.recvs.get(from..).unwrap_or(&[]);
+        let n = staged.len().min(chain.len());
+        for (slot, (wr_id, sgl)) in chain.iter_mut().zip(staged) {
+            slot.write(RecvWr {
+                wr_id: *wr_id,
+                sgl: &sgl[..1 + usize::from(sgl[1].length > 0)],
+            });
+        }
+        // SAFETY: the loop wrote the first `n` places (the shorter of the two lengths),
+        // and `MaybeUninit<RecvWr>` has the layout of `RecvWr`.
+        unsafe { core::slice::from_raw_parts(chain.as_ptr().cast::<RecvWr<'a>>(), n) }
+    }
+
+    /// [`fill_recvs`](Self::fill_recvs) for the staged send-queue requests.
+    #[inline(always)]
+    pub(crate) fn fill_sends<'c>(
+        &self,
+        from: usize,
+        chain: &'c mut [MaybeUninit<SendWr<'a>>],
+    ) -> &'c [SendWr<'a>] {
+        let o: &'a Outbox = self.outbox;
+        let staged = o.sends.get(from..).unwrap_or(&[]);
+        let n = staged.len().min(chain.len());
+        for (slot, s) in chain.iter_mut().zip(staged) {
+            slot.write(o.wr(s));
+        }
+        // SAFETY: as in `fill_recvs`.
+        unsafe { core::slice::from_raw_parts(chain.as_ptr().cast::<SendWr<'a>>(), n) }
     }
 }
 
