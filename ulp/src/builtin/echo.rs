@@ -214,8 +214,9 @@ impl Program for EchoProgram {
         results: &mut DdpEncoder<'_, 'd>,
     ) -> Result<(), ProcError> {
         if call.procedure == echo_proc::ECHO {
+            // No `args.finish()` first: ECHO acts on nothing, and the dispatcher checks
+            // for leftovers after every procedure (GARBAGE_ARGS, the same answer).
             let a = EchoData::decode(args)?;
-            args.finish()?;
             a.encode(results)?;
             return Ok(());
         }
