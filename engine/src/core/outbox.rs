@@ -609,4 +609,57 @@ mod tests {
         o.push_recv(3, s).unwrap();
         assert!(o.push_recv(4, s).is_err());
     }
+
+    #[test]
+    fn chains_are_filled_from_any_place_as_the_iterators_show_them() {
+        let mut o = Outbox::with_capacity(8, 16, 8);
+        let a = Sge::new(0x1000, 16, 7);
+        let b = Sge::new(0x2000, 32, 9);
+        o.push_send(1, SendOp::Send, &[a], SendFlags::SIGNALED)
+            .unwrap();
+        o.push_send(2, SendOp::Send, &[a, b], SendFlags::NONE)
+            .unwrap();
+        o.push_send_one(3, SendOp::SendWithInvalidate { rkey: 5 }, b, SendFlags::SIGNALED)
+            .unwrap();
+        o.push_send(4, SendOp::LocalInvalidate { key: 6 }, &[], SendFlags::NONE)
+            .unwrap();
+        o.push_recv(10, a).unwrap();
+        o.push_recv2(11, [a, b]).unwrap();
+        o.push_recv(12, b).unwrap();
+        let t = Transmit::of(&o).expect("staged");
+        let sends: Vec<SendWr<'_>> = t.sends().collect();
+        let recvs: Vec<RecvWr<'_>> = t.recvs().collect();
+        let same_send = |x: &SendWr<'_>, y: &SendWr<'_>| {
+            x.wr_id == y.wr_id && x.op == y.op && x.sgl == y.sgl && x.flags == y.flags
+        };
+        for from in 0..=5 {
+            for places in 0..=5 {
+                let mut chain = vec![MaybeUninit::<SendWr<'_>>::uninit(); places];
+                let got = t.fill_sends(from, &mut chain);
+                let want = sends.get(from..).unwrap_or(&[]);
+                let want = &want[..want.len().min(places)];
+                assert_eq!(got.len(), want.len(), "sends from {from}, {places} places");
+                assert!(got.iter().zip(want).all(|(x, y)| same_send(x, y)));
+                let mut chain = vec![MaybeUninit::<RecvWr<'_>>::uninit(); places];
+                let got = t.fill_recvs(from, &mut chain);
+                let want = recvs.get(from..).unwrap_or(&[]);
+                let want = &want[..want.len().min(places)];
+                assert_eq!(got.len(), want.len(), "recvs from {from}, {places} places");
+                assert!(got
+                    .iter()
+                    .zip(want)
+                    .all(|(x, y)| x.wr_id == y.wr_id && x.sgl == y.sgl));
+            }
+        }
+        // What the chains hold, spelled out: the two-entry receive keeps both entries.
+        let mut chain = [MaybeUninit::<RecvWr<'_>>::uninit(); 4];
+        let got = t.fill_recvs(1, &mut chain);
+        assert_eq!(got.len(), 2);
+        assert_eq!((got[0].wr_id, got[0].sgl), (11, &[a, b][..]));
+        assert_eq!((got[1].wr_id, got[1].sgl), (12, &[b][..]));
+        let mut chain = [MaybeUninit::<SendWr<'_>>::uninit(); 2];
+        let got = t.fill_sends(1, &mut chain);
+        assert_eq!((got[0].wr_id, got[0].sgl), (2, &[a, b][..]));
+        assert_eq!((got[1].wr_id, got[1].op), (3, SendOp::SendWithInvalidate { rkey: 5 }));
+    }
 }

@@ -109,8 +109,9 @@ impl<S: Service> ResponderHalf<S> {
     pub(super) fn stage_plain_taken(&mut self, t: &mut Transport, i: u32, len: usize) {
         let credit = grant(&self.policy, t);
         let c = &mut self.ctxs[i as usize];
-        let mut sgl = [Sge::default(); 2];
-        let n_sge = match c.body.as_ref() {
+        // The gather list: one entry, or (a body in its own buffer) a second one, kept
+        // apart so that the common one-entry Send builds no two-entry array.
+        let (first, second) = match c.body.as_ref() {
             Some(b) => {
                 let hlen = encode_plain_msg(c.send.storage_mut(), c.xid, credit).unwrap_or(0);
                 // A short body is copied behind the header: one gather entry instead of
@@ -119,7 +120,7 @@ impl<S: Service> ResponderHalf<S> {
                 match c.send.storage_mut().get_mut(hlen..hlen + len) {
                     Some(room) if len <= COPY_BEHIND_HEADER_MAX && body.len() == len => {
                         super::plain::copy_short(room, body);
-                        sgl[0] = c.send.sge(0, hlen + len).unwrap_or_default();
+                        let first = c.send.sge(0, hlen + len).unwrap_or_default();
                         // Nothing of the Send points into the body buffer: it is the
                         // next plain call's (`spare_body`), or goes back now.
                         if let Some(b) = c.body.take() {
@@ -128,13 +129,12 @@ impl<S: Service> ResponderHalf<S> {
                                 Some(_) => b.release_into(&mut self.large),
                             }
                         }
-                        1
+                        (first, None)
                     }
-                    _ => {
-                        sgl[0] = c.send.sge(0, hlen).unwrap_or_default();
-                        sgl[1] = b.sge(0, len).unwrap_or_default();
-                        2
-                    }
+                    _ => (
+                        c.send.sge(0, hlen).unwrap_or_default(),
+                        Some(b.sge(0, len).unwrap_or_default()),
+                    ),
                 }
             }
             None => {
@@ -145,21 +145,24 @@ impl<S: Service> ResponderHalf<S> {
                     .get_mut(start..c.body_off)
                     .unwrap_or(&mut []);
                 let hlen = encode_plain_msg(dst, c.xid, credit).unwrap_or(0);
-                sgl[0] = c.send.sge(start, hlen + len).unwrap_or_default();
-                1
+                (c.send.sge(start, hlen + len).unwrap_or_default(), None)
             }
         };
         self.stats.inline_replies += 1;
         let wr_id = WrId::new(WrKind::ReplySend, i).encode();
         // One gather entry (nearly every reply) straight to `stage_one`, inlined here:
         // no out-of-line `stage` call and list-length dispatch per reply.
-        let staged = u32::from(if n_sge == 1 {
-            t.stage_one(wr_id, SendOp::Send, sgl[0])
+        let staged = match second {
+            None => t.stage_one(wr_id, SendOp::Send, first),
+            Some(second) => t.stage(wr_id, SendOp::Send, &[first, second]),
+        };
+        // Staged (always, but for an outbox bookkeeping bug): the slot taken is the
+        // Send's; else it goes back. A branch rather than arithmetic on the flag.
+        if staged {
+            c.wrs += 1;
         } else {
-            t.stage(wr_id, SendOp::Send, &sgl[..n_sge])
-        });
-        t.sq.give(1 - staged);
-        c.wrs += staged;
+            t.sq.give(1);
+        }
         c.step = Step::Sent;
     }
 
