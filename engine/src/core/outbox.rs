@@ -619,8 +619,13 @@ mod tests {
             .unwrap();
         o.push_send(2, SendOp::Send, &[a, b], SendFlags::NONE)
             .unwrap();
-        o.push_send_one(3, SendOp::SendWithInvalidate { rkey: 5 }, b, SendFlags::SIGNALED)
-            .unwrap();
+        o.push_send_one(
+            3,
+            SendOp::SendWithInvalidate { rkey: 5 },
+            b,
+            SendFlags::SIGNALED,
+        )
+        .unwrap();
         o.push_send(4, SendOp::LocalInvalidate { key: 6 }, &[], SendFlags::NONE)
             .unwrap();
         o.push_recv(10, a).unwrap();
@@ -660,6 +665,9 @@ mod tests {
         let mut chain = [MaybeUninit::<SendWr<'_>>::uninit(); 2];
         let got = t.fill_sends(1, &mut chain);
         assert_eq!((got[0].wr_id, got[0].sgl), (2, &[a, b][..]));
-        assert_eq!((got[1].wr_id, got[1].op), (3, SendOp::SendWithInvalidate { rkey: 5 }));
+        assert_eq!(
+            (got[1].wr_id, got[1].op),
+            (3, SendOp::SendWithInvalidate { rkey: 5 })
+        );
     }
 }
