@@ -548,11 +548,7 @@ impl RequesterHalf {
     /// Calls started whose outcome is not yet delivered, plus timed-out calls still
     /// holding a credit.
     pub fn active(&self) -> usize {
-        // A parked slot's call has its outcome: it waits only for its Send.
-        self.slots
-            .iter()
-            .filter(|s| s.state.in_use() && !s.parked)
-            .count()
+        self.slots.iter().filter(|s| s.state.in_use()).count()
     }
 
     /// The connection is established: silence counts for the keepalive from `now`,
