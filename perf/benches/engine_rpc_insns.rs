@@ -18,6 +18,8 @@
 //! ```
 //!
 //! Without valgrind it runs and prints ns per call as a sanity check.
+//! `RPCRDMA_SIGNAL_EVERY=n` sets `ConnConfig::signal_every` on both ends (selective
+//! signaling of the calls' Sends; unset, the default).
 
 mod support;
 
@@ -60,11 +62,21 @@ fn header(procedure: u32) -> CallHeader<'static> {
     }
 }
 
+/// `ConnConfig::signal_every` for both ends: the default, or `RPCRDMA_SIGNAL_EVERY`
+/// when set (to compare selective signaling's intervals under callgrind).
+fn signal_every() -> u32 {
+    std::env::var("RPCRDMA_SIGNAL_EVERY")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(ConnConfig::default().signal_every)
+}
+
 fn connect() -> P {
     let cfg = ConnConfig {
         credits: 32,
         large_bufs: 16,
         hugepages: HugePages::Never,
+        signal_every: signal_every(),
         ..ConnConfig::default()
     };
     support::echo_pair("rpcrdma-rpc-insns", &cfg)
@@ -133,6 +145,7 @@ fn rate_config() -> ConnConfig {
         large_buf_size: 64 << 10,
         large_bufs: 4 * credits + 8,
         hugepages: HugePages::Never,
+        signal_every: signal_every(),
         ..ConnConfig::default()
     }
 }

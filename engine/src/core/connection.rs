@@ -68,6 +68,11 @@ pub trait RequesterRole: roles::Sealed {
     fn on_recv(&mut self, t: &mut Transport, buf: RegBuf, swi: Option<u32>, now: Instant);
     #[doc(hidden)]
     fn on_send_completion(&mut self, t: &mut Transport, id: WrId, wc: &Completion);
+    /// An unsignaled Send of the call in `slot` executed (a later completion retired
+    /// it: `core/signal.rs`); true when it was the slot's, so its send-queue room
+    /// comes back.
+    #[doc(hidden)]
+    fn retire_call_send(&mut self, slot: u32) -> bool;
     #[doc(hidden)]
     fn on_fail(&mut self, t: &mut Transport);
     #[doc(hidden)]
@@ -164,6 +169,10 @@ impl RequesterRole for RequesterHalf {
     fn on_send_completion(&mut self, t: &mut Transport, id: WrId, wc: &Completion) {
         RequesterHalf::on_send_completion(self, t, id, wc)
     }
+    #[inline(always)]
+    fn retire_call_send(&mut self, slot: u32) -> bool {
+        RequesterHalf::retire_call_send(self, slot)
+    }
     fn on_fail(&mut self, t: &mut Transport) {
         RequesterHalf::on_fail(self, t)
     }
@@ -232,6 +241,9 @@ impl RequesterRole for NoRequester {
     #[inline(always)]
     fn on_send_completion(&mut self, t: &mut Transport, _id: WrId, _wc: &Completion) {
         t.stray_completions += 1;
+    }
+    fn retire_call_send(&mut self, _slot: u32) -> bool {
+        false
     }
     fn on_fail(&mut self, _t: &mut Transport) {}
     fn close_drained(&mut self, _t: &mut Transport) {}
@@ -946,19 +958,38 @@ impl<R: RequesterRole, P: ResponderRole> Connection<R, P> {
         }
     }
 
-    /// Takes `wc`'s request off the send ledger, first feeding the unsignaled ones
-    /// before it as successes. Out of line: with selective signaling off (the default)
-    /// the hot path keeps only the branch.
+    /// Takes `wc`'s request off the send ledger, first retiring the unsignaled ones
+    /// before it as successes. Those are calls' Sends (nothing else goes unsignaled),
+    /// each retired by the requester directly (its slot's count of work requests and
+    /// the send-queue room), without a completion made up for it and fed through the
+    /// dispatch; anything else found there (never) takes the general way. Out of line:
+    /// one send-queue completion in `signal_every` comes here.
     #[inline(never)]
     fn retire_implied(&mut self, wc: &Completion, now: Instant) {
-        if let Some(before) = self.t.ledger.position(wc.wr_id) {
-            for _ in 0..before {
-                if let Some(earlier) = self.t.ledger.pop() {
-                    self.handle_one_outlined(&implied_success(earlier, wc.qp_num), now);
-                }
+        let Some(before) = self.t.ledger.position(wc.wr_id, wc.status.is_success()) else {
+            return;
+        };
+        let mut given = 0;
+        let Connection { t, req, .. } = self;
+        let calls = t.ledger.each_front(before, |id| {
+            let call = id >> 60 == WrKind::CallSend as u64;
+            if call {
+                given += u32::from(req.retire_call_send(id as u32));
             }
-            self.t.ledger.pop();
+            call
+        });
+        t.sq.give(given);
+        // Anything else (never): fed as the success it reported nothing for.
+        for i in calls..before {
+            let earlier = self.t.ledger.peek(i);
+            if earlier >> 60 == WrKind::CallSend as u64 {
+                let given = self.req.retire_call_send(earlier as u32);
+                self.t.sq.give(u32::from(given));
+            } else {
+                self.handle_one_outlined(&implied_success(earlier, wc.qp_num), now);
+            }
         }
+        self.t.ledger.drop_front(before + 1);
     }
 
     /// [`handle_one`](Self::handle_one) as a call, for the rare paths.

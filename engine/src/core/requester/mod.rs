@@ -255,6 +255,10 @@ pub struct RequesterHalf {
     slots: Box<[CallSlot]>,
     free_slots: IndexStack,
     probe_slot: u32,
+    /// Slots whose call has its outcome and which wait only for their Send to be
+    /// retired (`plain::finish_plain`; with selective signaling, until a later
+    /// completion): no call of theirs is in flight.
+    parked: u32,
     slot_bits: u32,
     next_seq: u32,
     /// Caller-chosen XIDs of calls in flight (see [`CallRequest::xid`]).
@@ -365,13 +369,26 @@ impl RequesterHalf {
             RegMode::FastReg => mrs.max_len(),
             RegMode::Persistent => cfg.large_buf_size as usize,
         };
-        let mut slots = Vec::with_capacity(sizes.slots as usize);
-        for i in 0..sizes.slots {
+        // With selective signaling (`core/signal.rs`) a call whose reply came before its
+        // unsignaled Send was retired keeps its slot (whose header buffer the Send
+        // gathers from: the provider's until the Send is retired) until a later
+        // completion retires it: up to `interval - 1` such slots beside the credits'
+        // own, so that no call waits for a slot on their account. Within the send
+        // buffers beyond two per slot (headers and call messages).
+        let every = crate::core::signal::interval(
+            sizes.sq_depth,
+            sizes.slots.min(sizes.send_bufs),
+            cfg.signal_every,
+        );
+        let spare = (every - 1).min(sizes.send_bufs.saturating_sub(2 * sizes.slots));
+        let n_slots = sizes.slots + spare;
+        let mut slots = Vec::with_capacity(n_slots as usize);
+        for i in 0..n_slots {
             let header = RegBuf::from_pool(&pools.send).map_err(CoreError::Buffers)?;
             header.lkey().map_err(CoreError::Buffers)?;
-            slots.push(CallSlot::new(header, i == sizes.slots - 1));
+            slots.push(CallSlot::new(header, i == n_slots - 1));
         }
-        let probe_slot = sizes.slots - 1;
+        let probe_slot = n_slots - 1;
         let mut done_bufs = Vec::new();
         if cfg.extensions {
             for _ in 0..DONE_BUFS {
@@ -380,7 +397,7 @@ impl RequesterHalf {
                 done_bufs.push(b);
             }
         }
-        let slot_bits = 32 - (sizes.slots.max(2) - 1).leading_zeros();
+        let slot_bits = 32 - (n_slots.max(2) - 1).leading_zeros();
         credits.reset();
         // XIDs start at a point drawn from the configured seed (reproducible runs) or
         // the OS's random source, so a restarted client does not reuse its
@@ -408,9 +425,10 @@ impl RequesterHalf {
             free_slots: IndexStack::full(probe_slot),
             slots: slots.into_boxed_slice(),
             probe_slot,
+            parked: 0,
             slot_bits,
             next_seq: seed,
-            own_xids: xidmap::XidMap::new(sizes.slots as usize),
+            own_xids: xidmap::XidMap::new(n_slots as usize),
             mode,
             max_chunk,
             reply_limit: pools.large.buf_size().min(max_chunk),
@@ -418,12 +436,12 @@ impl RequesterHalf {
             large: pools.large.cache(),
             send_pool: pools.send.clone(),
             queue: FixedQueue::with_capacity(cfg.queue_len),
-            outcomes: FixedQueue::with_capacity(sizes.slots as usize + cfg.queue_len),
+            outcomes: FixedQueue::with_capacity(n_slots as usize + cfg.queue_len),
             failed: false,
             hand_back: cfg.reconnect.is_some(),
             next_deadline: None,
             last_rx: None,
-            dones: Dones::new(done_bufs, 2 * sizes.slots as usize),
+            dones: Dones::new(done_bufs, 2 * n_slots as usize),
             max_pull: cfg.large_buf_size,
             last_pull: None,
             drop_dones: false,
@@ -518,7 +536,8 @@ impl RequesterHalf {
     /// nothing to batch with it (the driver then posts it at once).
     #[inline]
     pub(crate) fn idle(&self) -> bool {
-        self.queue.is_empty() && self.free_slots.len() == self.probe_slot as usize
+        self.queue.is_empty()
+            && self.free_slots.len() + self.parked as usize == self.probe_slot as usize
     }
 
     /// Calls queued for resources.
@@ -1074,6 +1093,35 @@ impl RequesterHalf {
         }
     }
 
+    /// An unsignaled Send of the call in `slot` executed: retired by a later completion
+    /// (`core/signal.rs`), as [`on_send_completion`](Self::on_send_completion) takes a
+    /// successful one; true when it was counted in the slot (its send-queue room then
+    /// comes back, given by the caller for the whole run). A slot parked by
+    /// `finish_plain` is freed here as that function would have freed it.
+    #[inline(always)]
+    pub(crate) fn retire_call_send(&mut self, slot: u32) -> bool {
+        // A free slot has no work request out (`progress` and `finish_plain` free
+        // only those with none).
+        let Some(s) = self.slots.get_mut(slot as usize).filter(|s| s.wrs != 0) else {
+            self.stats.stray_completions += 1;
+            return false;
+        };
+        s.wrs -= 1;
+        // A call still waiting for its reply has nothing to deliver or retire.
+        if matches!(s.state, SlotState::Sent) {
+            return true;
+        }
+        if s.parked && s.wrs == 0 && s.reserved == 0 && !s.holds_credit {
+            s.parked = false;
+            s.state = SlotState::Free;
+            self.parked = self.parked.saturating_sub(1);
+            let _ = self.free_slots.push(slot);
+        } else {
+            self.progress(slot);
+        }
+        true
+    }
+
     /// A send-queue request of this half completed (or was flushed).
     #[inline]
     pub(crate) fn on_send_completion(&mut self, t: &mut Transport, id: WrId, wc: &Completion) {
@@ -1544,6 +1592,11 @@ impl RequesterHalf {
         let s = &mut self.slots[slot as usize];
         if s.retirable() {
             s.state = SlotState::Free;
+            if s.parked {
+                s.parked = false;
+                debug_assert!(self.parked > 0);
+                self.parked = self.parked.saturating_sub(1);
+            }
             s.reply_ddp = false;
             if s.own_xid {
                 s.own_xid = false;

@@ -220,6 +220,8 @@ impl RequesterHalf {
             let _ = self.free_slots.push(slot);
         } else {
             s.state = SlotState::Delivered;
+            s.parked = true;
+            self.parked += 1;
         }
         self.stats.outcomes += 1;
         // Capacity is slots plus queue length, and each call has one outcome in it at

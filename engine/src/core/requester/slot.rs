@@ -85,6 +85,8 @@ pub(super) struct CallSlot {
     pub(super) mrs: FixedVec<MrUse, MAX_MRS_PER_CALL>,
     /// Work requests posted for this slot and not yet completed.
     pub(super) wrs: u32,
+    /// Counted in the requester's `parked`: delivered, waiting only for its Send.
+    pub(super) parked: bool,
     /// Send-queue slots reserved for invalidations not yet staged.
     pub(super) reserved: u32,
     /// Whether the slot holds a credit (an ordinary one, or the probe's).
@@ -130,6 +132,7 @@ impl CallSlot {
             reply_cap: 0,
             mrs: FixedVec::new(),
             wrs: 0,
+            parked: false,
             reserved: 0,
             holds_credit: false,
             deadline: None,
