@@ -46,15 +46,20 @@ const INLINE: usize = MAX_TERMINATE_LEN;
 /// A zero-length Read Request FPDU: length field, 18-octet header, 28-octet body, CRC.
 const TAIL: usize = 64;
 
-/// Where a message's payload comes from.
+/// Where a message's payload comes from. Small, so that a message is copied cheaply
+/// (issue 14: the gather list and inline bytes once made it ~250 octets, copied by
+/// `memcpy` four times per message).
 #[derive(Debug, Clone, Copy)]
 enum Source {
-    /// A gather list in registered memory (checked when the message started).
-    Gather { sge: [Sge; MAX_SGE], n: u8 },
+    /// The gather list of send-queue request `seq`, read in place from its slot
+    /// (checked when the message started). The slot stays the engine's until the
+    /// request is retired, which needs it sent (its last FPDU framed and written) or the
+    /// queue pair failed (which abandons the message first).
+    Gather { seq: u64 },
     /// Contiguous registered memory (a Read Response; checked at the Read Request).
     Contiguous(u64),
-    /// Bytes held by the transmitter.
-    Inline { bytes: [u8; INLINE] },
+    /// The transmitter's own bytes (`TxState::inline`).
+    Inline,
 }
 
 /// What finishing a message means.
@@ -66,6 +71,15 @@ enum Kind {
     Confirmation,
     ReadResponse,
     Terminate,
+}
+
+/// What finishing a written message needs to know of it (kept per FPDU of a batch).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Finish {
+    kind: Kind,
+    opcode: Opcode,
+    /// A confirmation Read went out in the same write as the last FPDU.
+    confirmed_inline: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -143,7 +157,7 @@ pub(crate) struct TxState {
     /// FPDUs framed in `batch`.
     nbatch: usize,
     /// Per FPDU of `batch`: the message whose Last FPDU it is (finished once written).
-    ends: [Option<Message>; BATCH],
+    ends: [Option<Finish>; BATCH],
     /// Octets of `batch` already written, of `total`.
     written: usize,
     total: usize,
@@ -151,6 +165,9 @@ pub(crate) struct TxState {
     busy: bool,
     /// The message being framed (not all its FPDUs are in a batch yet).
     msg: Option<Message>,
+    /// The payload of the message being framed when it is [`Source::Inline`] (a Read
+    /// Request or Terminate body): one message is framed at a time.
+    inline: [u8; INLINE],
     term: Option<TermOut>,
     pub(crate) term_state: TermState,
     /// [`SiwConfig::confirmation_own_segment`](super::SiwConfig::confirmation_own_segment).
@@ -171,6 +188,7 @@ impl TxState {
             total: 0,
             busy: false,
             msg: None,
+            inline: [0; INLINE],
             term: None,
             term_state: TermState::None,
             confirmation_own_write: false,
@@ -358,7 +376,7 @@ impl Engine {
             return false;
         }
         // SAFETY: published (below `posted`) and not retired (at or past `head`).
-        let w = unsafe { self.qp.sq.read(self.sq.next) };
+        let w = unsafe { self.qp.sq.get(self.sq.next) };
         if !matches!(w.op, SendOp::Send | SendOp::SendWithInvalidate { .. }) || w.fence {
             return false;
         }
@@ -433,9 +451,12 @@ impl Engine {
         f.head_len = LENGTH_FIELD_LEN + hlen;
         f.inline_len = 0;
         f.npieces = 0;
-        match &m.source {
-            Source::Gather { sge, n } => {
-                f.npieces = gather(&sge[..usize::from(*n)], m.framed, chunk, &mut f.pieces);
+        match m.source {
+            Source::Gather { seq } => {
+                // SAFETY: request `seq` is started and not retired (see `Source::Gather`),
+                // so its slot is published and the engine's to read.
+                let w = unsafe { self.qp.sq.get(seq) };
+                f.npieces = gather(w.sgl(), m.framed, chunk, &mut f.pieces);
             }
             Source::Contiguous(addr) => {
                 if chunk > 0 {
@@ -443,10 +464,10 @@ impl Engine {
                     f.npieces = 1;
                 }
             }
-            Source::Inline { bytes, .. } => {
+            Source::Inline => {
                 let from = m.framed as usize;
                 let n = chunk as usize;
-                f.inline[..n].copy_from_slice(&bytes[from..from + n]);
+                f.inline[..n].copy_from_slice(&self.tx.inline[from..from + n]);
                 f.inline_len = n;
             }
         }
@@ -492,7 +513,11 @@ impl Engine {
         }
         self.tx.total += self.tx.batch[idx].total;
         self.tx.nbatch = idx + 1;
-        self.tx.ends[idx] = last.then_some(m);
+        self.tx.ends[idx] = last.then_some(Finish {
+            kind: m.kind,
+            opcode: m.opcode,
+            confirmed_inline: m.confirmed_inline,
+        });
         self.tx.msg = if last { None } else { Some(m) };
     }
 
@@ -586,7 +611,7 @@ impl Engine {
     }
 
     /// The Last FPDU of `m` is fully written: the message is finished.
-    fn message_written(&mut self, m: Message) {
+    fn message_written(&mut self, m: Finish) {
         match m.kind {
             Kind::Request(seq) => {
                 if m.opcode != Opcode::ReadRequest {
@@ -632,11 +657,11 @@ impl Engine {
         });
     }
 
-    fn inline(bytes: &[u8]) -> Source {
-        let mut b = [0u8; INLINE];
+    /// Makes `bytes` the payload of the next message (`Source::Inline`).
+    fn inline(&mut self, bytes: &[u8]) -> Source {
         let n = bytes.len().min(INLINE);
-        b[..n].copy_from_slice(&bytes[..n]);
-        Source::Inline { bytes: b }
+        self.tx.inline[..n].copy_from_slice(&bytes[..n]);
+        Source::Inline
     }
 
     /// Picks the next message; `false` when there is nothing to send now.
@@ -645,11 +670,12 @@ impl Engine {
             if let Some(t) = self.tx.term {
                 self.tx.term_state = TermState::Sending;
                 let msn = self.msn_out.take(QueueNumber::Terminate);
+                let source = self.inline(t.bytes());
                 self.start(
                     Kind::Terminate,
                     Opcode::Terminate,
                     MessageTarget::Untagged { msn, inval_stag: 0 },
-                    Self::inline(t.bytes()),
+                    source,
                     t.len as u64,
                 );
                 return true;
@@ -695,11 +721,12 @@ impl Engine {
                 ..Outstanding::EMPTY
             });
             self.sq.uncovered = None;
+            let source = self.inline(&body);
             self.start(
                 Kind::Confirmation,
                 Opcode::ReadRequest,
                 MessageTarget::Untagged { msn, inval_stag: 0 },
-                Self::inline(&body),
+                source,
                 READ_REQUEST_LEN as u64,
             );
             return true;
@@ -725,18 +752,24 @@ impl Engine {
     }
 
     /// Starts the next posted request.
+    ///
+    /// The request is read in place from its slot, field by field, not copied whole
+    /// (a ~200-octet `memcpy` per message, issue 14): the slot stays the engine's from
+    /// the moment it is published until it is retired.
     fn start_request(&mut self, keys: &KeyTable) -> Started {
         let posted = self.qp.sq_posted.load(std::sync::atomic::Ordering::Acquire);
         if self.failed || self.sq.next >= posted {
             return Started::Nothing;
         }
         let seq = self.sq.next;
-        // SAFETY: published (below `posted`) and not retired (at or past `head`).
-        let w = unsafe { self.qp.sq.read(seq) };
+        // SAFETY: published (below `posted`) and not retired (at or past `head`); only
+        // the engine reads it until it is retired.
+        let w = unsafe { self.qp.sq.get(seq) };
+        let (op, signaled, len) = (w.op, w.signaled, w.len);
         if w.fence && !self.orq.is_empty() {
             return Started::Nothing;
         }
-        if matches!(w.op, SendOp::RdmaRead { .. }) && self.orq.len() >= self.link.ord {
+        if matches!(op, SendOp::RdmaRead { .. }) && self.orq.len() >= self.link.ord {
             return Started::Nothing;
         }
         let pd = self.qp.pd;
@@ -744,10 +777,10 @@ impl Engine {
             state: SqState::Busy,
             msn: 0,
         };
-        if w.signaled {
+        if signaled {
             self.sq.signaled = Some(seq);
         }
-        match w.op {
+        match op {
             SendOp::FastReg {
                 key,
                 region,
@@ -771,29 +804,29 @@ impl Engine {
             }
             _ => {}
         }
-        let need = if matches!(w.op, SendOp::RdmaRead { .. }) {
+        let need = if matches!(op, SendOp::RdmaRead { .. }) {
             Access::LOCAL_WRITE
         } else {
             Access::NONE
         };
-        let bad = w.sgl().iter().any(|s| {
+        // SAFETY: as above.
+        let sgl = unsafe { self.qp.sq.get(seq) }.sgl();
+        let bad = sgl.iter().any(|s| {
             s.length > 0
                 && keys
                     .check(s.lkey, pd, need, s.addr, u64::from(s.length))
                     .is_err()
         });
+        let sink = sgl.first().map_or((0, 0), |s| (s.lkey, s.addr));
         if bad {
             self.local_failure(seq, WcStatus::LocalProtectionError);
             return Started::Local;
         }
         self.sq.next = seq + 1;
-        let gather = Source::Gather {
-            sge: w.sge,
-            n: w.num_sge,
-        };
-        match w.op {
+        let gather = Source::Gather { seq };
+        match op {
             SendOp::Send | SendOp::SendWithInvalidate { .. } => {
-                let (opcode, inval_stag) = match w.op {
+                let (opcode, inval_stag) = match op {
                     SendOp::SendWithInvalidate { rkey } => (Opcode::SendInvalidate, rkey),
                     _ => (Opcode::Send, 0),
                 };
@@ -804,7 +837,7 @@ impl Engine {
                     opcode,
                     MessageTarget::Untagged { msn, inval_stag },
                     gather,
-                    w.len,
+                    len,
                 );
             }
             SendOp::RdmaWrite { remote } => self.start(
@@ -815,16 +848,16 @@ impl Engine {
                     to: remote.addr,
                 },
                 gather,
-                w.len,
+                len,
             ),
             SendOp::RdmaRead { remote } => {
                 let msn = self.msn_out.take(QueueNumber::ReadRequest);
                 self.sq.entry(seq).msn = msn;
-                let (sink_stag, sink_to) = w.sgl().first().map_or((0, 0), |s| (s.lkey, s.addr));
+                let (sink_stag, sink_to) = sink;
                 let body = ReadRequest {
                     sink_stag,
                     sink_to,
-                    size: w.len as u32,
+                    size: len as u32,
                     source_stag: remote.rkey,
                     source_to: remote.addr,
                 }
@@ -834,17 +867,18 @@ impl Engine {
                     covers: seq,
                     sink_stag,
                     sink_to,
-                    size: w.len,
+                    size: len,
                     placed: 0,
                     msn,
                 });
                 // The Read confirms everything sent before it.
                 self.sq.uncovered = None;
+                let source = self.inline(&body);
                 self.start(
                     Kind::Request(seq),
                     Opcode::ReadRequest,
                     MessageTarget::Untagged { msn, inval_stag: 0 },
-                    Self::inline(&body),
+                    source,
                     READ_REQUEST_LEN as u64,
                 );
             }
