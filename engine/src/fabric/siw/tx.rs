@@ -243,9 +243,17 @@ impl TxState {
 /// Where FPDUs go.
 pub(crate) struct Wire<'a> {
     pub(crate) fd: RawFd,
+    /// The tap that sees every FPDU, with the connection's local and peer addresses
+    /// (copied only when there is a tap: a `Wire` is built on every poll).
+    pub(crate) tap: Option<Tap<'a>>,
+}
+
+/// A [`WireTap`] and the addresses it is told.
+#[derive(Clone, Copy)]
+pub(crate) struct Tap<'a> {
+    pub(crate) tap: &'a dyn WireTap,
     pub(crate) local: std::net::SocketAddr,
     pub(crate) peer: std::net::SocketAddr,
-    pub(crate) tap: Option<&'a dyn WireTap>,
 }
 
 /// Appends `len` octets of `sgl` starting at message offset `off` to `pieces`.
@@ -490,7 +498,7 @@ impl Engine {
             + f.inline_len
             + f.pieces[..f.npieces].iter().map(|p| p.1).sum::<usize>()
             + f.trailer_len;
-        if let Some(tap) = wire.tap {
+        if let Some(Tap { tap, local, peer }) = wire.tap {
             let mut parts: [&[u8]; MAX_SGE + 1] = [&[]; MAX_SGE + 1];
             parts[0] = &f.inline[..f.inline_len];
             for (i, &(addr, len)) in f.pieces[..f.npieces].iter().enumerate() {
@@ -498,8 +506,8 @@ impl Engine {
                 parts[i + 1] = unsafe { registered(addr, len) };
             }
             tap.fpdu(
-                wire.local,
-                wire.peer,
+                local,
+                peer,
                 &f.head[..f.head_len],
                 &parts[..=f.npieces],
                 &f.trailer[..f.trailer_len],
@@ -597,12 +605,12 @@ impl Engine {
             msn,
             ..Outstanding::EMPTY
         });
-        if let Some(tap) = wire.tap {
+        if let Some(Tap { tap, local, peer }) = wire.tap {
             let hl = LENGTH_FIELD_LEN + header.encoded_len();
             let tl = n - hl - READ_REQUEST_LEN;
             tap.fpdu(
-                wire.local,
-                wire.peer,
+                local,
+                peer,
                 &f.tail[..hl],
                 &[&f.tail[hl..hl + READ_REQUEST_LEN]],
                 &f.tail[n - tl..n],
