@@ -515,7 +515,7 @@ impl Engine {
         }
         m.framed += chunk;
         m.last_framed = last;
-        if last && self.confirmation_follows(&m) {
+        if last && self.confirmation_follows(m.kind, m.opcode) {
             self.attach_confirmation(idx, wire);
             m.confirmed_inline = true;
         }
@@ -526,7 +526,14 @@ impl Engine {
             opcode: m.opcode,
             confirmed_inline: m.confirmed_inline,
         });
-        self.tx.msg = if last { None } else { Some(m) };
+        // Only what framing moved is written back (the message is not stored whole
+        // again: issue 14).
+        if last {
+            self.tx.msg = None;
+        } else if let Some(cur) = self.tx.msg.as_mut() {
+            cur.framed = m.framed;
+            cur.max_payload = m.max_payload;
+        }
     }
 
     /// Looks the connection's MSS up again before the first FPDU of a long message, and
@@ -557,15 +564,15 @@ impl Engine {
         changed
     }
 
-    /// Whether the message about to be finished will need a confirmation Read right
-    /// after it (see [`Engine::needs_confirmation`]).
-    fn confirmation_follows(&self, m: &Message) -> bool {
-        let Kind::Request(seq) = m.kind else {
+    /// Whether the message about to be finished (`kind`, `opcode`) will need a
+    /// confirmation Read right after it (see [`Engine::needs_confirmation`]).
+    fn confirmation_follows(&self, kind: Kind, opcode: Opcode) -> bool {
+        let Kind::Request(seq) = kind else {
             return false;
         };
         if !self.confirm
             || self.failed
-            || m.opcode == Opcode::ReadRequest
+            || opcode == Opcode::ReadRequest
             || self.orq.len() >= self.link.ord
         {
             return false;
