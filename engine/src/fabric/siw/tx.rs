@@ -311,6 +311,11 @@ impl Engine {
                         self.message_written(m);
                     }
                 }
+                // The common end of a message's poll: nothing more posted, so the walk
+                // of `fill_batch` to that answer is skipped, as at entry.
+                if self.tx_idle() {
+                    return Ok(false);
+                }
                 continue;
             }
             self.fill_batch(keys, wire);
