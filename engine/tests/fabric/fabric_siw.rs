@@ -2089,8 +2089,8 @@ fn reused_slots_carry_only_their_own_entries() {
         let mut p = custom_pair(
             cfg,
             &Opts {
-                server: small.clone(),
-                client: small.clone(),
+                server: small,
+                client: small,
                 ..Opts::default()
             },
         );
