@@ -499,10 +499,13 @@ impl Engine {
         }
         f.trailer_len = pad + CRC_LEN;
         f.tail_len = 0;
-        f.total = f.head_len
-            + f.inline_len
-            + f.pieces[..f.npieces].iter().map(|p| p.1).sum::<usize>()
-            + f.trailer_len;
+        // The payload octets are `chunk` whatever their source: a gather list covers
+        // the message's length (checked at posting), so its pieces sum to `chunk`.
+        debug_assert_eq!(
+            f.inline_len + f.pieces[..f.npieces].iter().map(|p| p.1).sum::<usize>(),
+            chunk as usize
+        );
+        f.total = f.head_len + chunk as usize + f.trailer_len;
         if let Some(Tap { tap, local, peer }) = wire.tap {
             let mut parts: [&[u8]; MAX_SGE + 1] = [&[]; MAX_SGE + 1];
             parts[0] = &f.inline[..f.inline_len];
