@@ -3,12 +3,14 @@
 //! Callers check the slice length once per header, so these helpers index directly; an
 //! out-of-range index here is a bug in the caller's length check, not bad input.
 
-#[inline]
+// `always`: a header decoder reads a handful of fields, and a call per field cost more
+// than the loads (issue 14: `be32` was left out of line in `SegmentHeader::decode`).
+#[inline(always)]
 pub(crate) fn be16(b: &[u8], at: usize) -> u16 {
     u16::from_be_bytes([b[at], b[at + 1]])
 }
 
-#[inline]
+#[inline(always)]
 pub(crate) fn be32(b: &[u8], at: usize) -> u32 {
     u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }

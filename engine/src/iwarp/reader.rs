@@ -83,6 +83,10 @@ pub struct FpduReader {
     trailer: [u8; MAX_TRAILER_LEN],
     trailer_have: usize,
     crc: Crc32c,
+    /// `crc` already covers the current FPDU up to its CRC field (payload and pad
+    /// included): the FPDU was whole in the input its header came in, so it was fed in
+    /// one piece (issue 14: one call instead of one each for header, payload and pad).
+    crc_ahead: bool,
     /// The consumer excused a CRC mismatch of the current FPDU ([`FpduReader::waive_crc`]).
     crc_waived: bool,
     /// CRC mismatches excused so far.
@@ -112,6 +116,7 @@ impl FpduReader {
             trailer: [0; MAX_TRAILER_LEN],
             trailer_have: 0,
             crc: Crc32c::new(),
+            crc_ahead: false,
             crc_waived: false,
             waived_mismatches: 0,
             failed: None,
@@ -163,7 +168,7 @@ impl FpduReader {
     /// Returns the offset of `data[0]` within the payload.
     pub fn take_payload(&mut self, data: &[u8]) -> usize {
         let n = data.len().min(self.payload_remaining());
-        if self.crc_enabled {
+        if self.crc_enabled && !self.crc_ahead {
             self.crc.update(&data[..n]);
         }
         let offset = self.payload_done;
@@ -175,6 +180,9 @@ impl FpduReader {
     }
 
     /// Consumes input up to the next event.
+    // `always`: the consumer's loop calls this three times per FPDU, and the event it
+    // returns is matched right there (issue 14).
+    #[inline(always)]
     pub fn step<'a>(&mut self, input: &'a [u8]) -> Result<Step<'a>, FpduError> {
         if let Some(e) = self.failed {
             return Err(e);
@@ -234,7 +242,7 @@ impl FpduReader {
             // Header complete (checked again there, as the gathering went).
             let (head, need) = (self.head, self.head_need);
             return self
-                .head_decoded(&head[..need], need - LENGTH_FIELD_LEN)
+                .head_decoded(&head[..need], need - LENGTH_FIELD_LEN, &[])
                 .map(|s| Step {
                     consumed: used,
                     ..s
@@ -253,10 +261,18 @@ impl FpduReader {
         let hlen = DdpControl::from_octet(control).header_len();
         let need = LENGTH_FIELD_LEN + hlen;
         let head = input.get(..need)?;
-        Some(self.head_decoded(head, hlen))
+        Some(self.head_decoded(head, hlen, input))
     }
 
-    fn head_decoded<'a>(&mut self, head: &[u8], hlen: usize) -> Result<Step<'a>, FpduError> {
+    /// Takes a complete length field and header (`head`, `hlen` octets of header).
+    /// `input` is where `head` lies at the front of (empty if it was gathered): when it
+    /// holds the FPDU up to its CRC field, the CRC is fed all of that at once.
+    fn head_decoded<'a>(
+        &mut self,
+        head: &[u8],
+        hlen: usize,
+        input: &[u8],
+    ) -> Result<Step<'a>, FpduError> {
         let ulpdu_len = usize::from(be16(head, 0));
         check_ulpdu_len(ulpdu_len, self.max_ulpdu)?;
         if ulpdu_len < hlen {
@@ -270,8 +286,17 @@ impl FpduReader {
         self.ulpdu_len = ulpdu_len;
         self.crc = Crc32c::new();
         self.crc_waived = false;
+        self.crc_ahead = false;
         if self.crc_enabled {
-            self.crc.update(head);
+            // The octets the CRC covers: length field, header, payload and pad.
+            let covered = LENGTH_FIELD_LEN + ulpdu_len + pad_len(ulpdu_len);
+            match input.get(..covered) {
+                Some(all) => {
+                    self.crc.update(all);
+                    self.crc_ahead = true;
+                }
+                None => self.crc.update(head),
+            }
         }
         self.payload_len = ulpdu_len - hlen;
         self.payload_done = 0;
@@ -298,7 +323,7 @@ impl FpduReader {
             };
         }
         let data = &input[..n];
-        if self.crc_enabled {
+        if self.crc_enabled && !self.crc_ahead {
             self.crc.update(data);
         }
         let offset = self.payload_done;
@@ -325,7 +350,9 @@ impl FpduReader {
             });
         }
         if self.crc_enabled {
-            self.crc.update(&self.trailer[..pad]);
+            if !self.crc_ahead {
+                self.crc.update(&self.trailer[..pad]);
+            }
             let received = crc_from_wire([
                 self.trailer[pad],
                 self.trailer[pad + 1],
@@ -349,5 +376,61 @@ impl FpduReader {
             consumed: n,
             event: Some(FpduEvent::End),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::iwarp::fpdu::encode_fpdu;
+    use crate::iwarp::rdmap::Opcode;
+
+    /// Steps `input` (fed `chunk` octets at a time) to the end or the first error;
+    /// returns the payload and whether an End was seen.
+    fn run(r: &mut FpduReader, input: &[u8], chunk: usize) -> Result<(Vec<u8>, usize), FpduError> {
+        let mut payload = Vec::new();
+        let mut ends = 0;
+        for piece in input.chunks(chunk) {
+            let mut off = 0;
+            while off < piece.len() {
+                let s = r.step(&piece[off..])?;
+                off += s.consumed;
+                match s.event {
+                    Some(FpduEvent::Payload { data, .. }) => payload.extend_from_slice(data),
+                    Some(FpduEvent::End) => ends += 1,
+                    _ => {}
+                }
+            }
+        }
+        Ok((payload, ends))
+    }
+
+    /// Two FPDUs with pad, fed whole (the CRC fed the FPDU in one piece: `crc_ahead`)
+    /// and an octet at a time (fed piece by piece): both parse, and a flipped octet in
+    /// either FPDU's payload, pad or CRC is a CRC mismatch either way.
+    #[test]
+    fn a_whole_fpdu_is_crc_checked_in_one_piece_as_when_split() {
+        let mut stream = [0u8; 128];
+        let h1 = SegmentHeader::untagged(Opcode::Send, true, 0, 1, 0);
+        let h2 = SegmentHeader::untagged(Opcode::Send, true, 0, 2, 0);
+        let n1 = encode_fpdu(&mut stream, &h1, b"hello", true).expect("fits");
+        let n2 = encode_fpdu(&mut stream[n1..], &h2, b"worlds!", true).expect("fits");
+        let all = &stream[..n1 + n2];
+        for chunk in [all.len(), 1] {
+            let got = run(&mut FpduReader::new(true), all, chunk).expect("valid");
+            assert_eq!(got, (b"helloworlds!".to_vec(), 2), "chunk {chunk}");
+        }
+        // Past the 20-octet length field and header of each FPDU: payload, pad, CRC.
+        let covered: Vec<usize> = (20..n1).chain(n1 + 20..n1 + n2).collect();
+        for at in covered {
+            let mut bad = all.to_vec();
+            bad[at] ^= 0x01;
+            for chunk in [bad.len(), 1] {
+                match run(&mut FpduReader::new(true), &bad, chunk) {
+                    Err(FpduError::CrcMismatch { .. }) => {}
+                    other => panic!("octet {at}, chunk {chunk}: {other:?}"),
+                }
+            }
+        }
     }
 }

@@ -2064,3 +2064,136 @@ fn largest_fpdus_in_awkward_pieces_are_placed_whole_and_crc_checked() {
         }
     }
 }
+
+/// siw reads work requests in place from their slots (issue 14: a message names its
+/// send-queue slot, a Send its receive's slot; posting fills only the entries given). A
+/// slot reused by a request with fewer gather or scatter entries than the one before
+/// must carry exactly its own: Sends alternate three gather entries and one, receives
+/// three scatter entries and one, through queues of four slots, with an RDMA Read (whose
+/// body is the transmitter's own bytes) and a Write between them; every octet, length
+/// and completion is checked. The second and third entries of each three-entry list
+/// are under a registration dropped after its round, so an entry left over in a reused
+/// slot fails a later request's key check.
+#[test]
+fn reused_slots_carry_only_their_own_entries() {
+    use rpcrdma::fabric::{Access, ProtectionDomain};
+    let small = QpConfig {
+        caps: rpcrdma::fabric::QpCaps {
+            max_send_wr: 4,
+            max_recv_wr: 4,
+            ..rpcrdma::fabric::QpCaps::default()
+        },
+        ..QpConfig::default()
+    };
+    for cfg in [SiwConfig::default(), SiwConfig::strict()] {
+        let mut p = custom_pair(
+            cfg,
+            &Opts {
+                server: small,
+                client: small,
+                ..Opts::default()
+            },
+        );
+        for round in 0..12u64 {
+            let wide = round % 2 == 0;
+            let len = if wide { 300 } else { 100 + round as usize };
+            let data = pattern(round, len);
+            p.c.fill(0x1000, &data);
+            let s_mr =
+                p.s.pd
+                    .reg_arena(&p.s.arena, Access::ALL)
+                    .expect("server mr");
+            let c_mr =
+                p.c.pd
+                    .reg_arena(&p.c.arena, Access::ALL)
+                    .expect("client mr");
+            let other = |sge: Sge, mr: &<SiwProvider as rpcrdma::fabric::Provider>::Mr| {
+                Sge::new(sge.addr, sge.length, mr.lkey())
+            };
+            // The receive: three entries of 120 octets or one of 512.
+            let rb3 = [
+                p.s.sge(0, 120),
+                other(p.s.sge(4096, 120), &s_mr),
+                other(p.s.sge(8192, 120), &s_mr),
+            ];
+            let rb1 = [p.s.sge(16384, 512)];
+            let rb: &[Sge] = if round % 3 == 0 { &rb3 } else { &rb1 };
+            p.s.qp
+                .post_recv(&[RecvWr {
+                    wr_id: 100 + round,
+                    sgl: rb,
+                }])
+                .expect("post recv");
+            // The Send: three pieces, or one.
+            let sb3 = [
+                p.c.sge(0x1000, len / 3),
+                other(p.c.sge(0x1000 + len / 3, len / 3), &c_mr),
+                other(p.c.sge(0x1000 + 2 * (len / 3), len - 2 * (len / 3)), &c_mr),
+            ];
+            let sb1 = [p.c.sge(0x1000, len)];
+            let sb: &[Sge] = if wide { &sb3 } else { &sb1 };
+            p.c.qp
+                .post_send(&[SendWr::send(200 + round, sb)])
+                .expect("post send");
+            let (s, c) = p.completions(1, 1);
+            assert_eq!(
+                (s[0].wr_id, s[0].status, s[0].byte_len as usize),
+                (100 + round, WcStatus::Success, len),
+                "round {round}: receive"
+            );
+            assert_eq!(
+                (c[0].wr_id, c[0].status, c[0].byte_len as usize),
+                (200 + round, WcStatus::Success, len),
+                "round {round}: send"
+            );
+            let got = if rb.len() == 3 {
+                let mut g = p.s.read(0, 120.min(len));
+                g.extend(p.s.read(4096, 120.min(len.saturating_sub(120))));
+                g.extend(p.s.read(8192, len.saturating_sub(240)));
+                g
+            } else {
+                p.s.read(16384, len)
+            };
+            assert!(got == data, "round {round}: received octets differ");
+            // A Read back into the client (inline Read Request body) and a Write to the
+            // server, through the same small send queue.
+            let rd = [p.c.sge(0x8000, 64), p.c.sge(0x9000, 36)];
+            p.c.qp
+                .post_send(&[SendWr::read(
+                    300 + round,
+                    &rd[..if wide { 2 } else { 1 }],
+                    p.s.remote(16384),
+                )])
+                .expect("post read");
+            let (_, c) = p.completions(0, 1);
+            let want = if wide { 100 } else { 64 };
+            assert_eq!(
+                (c[0].wr_id, c[0].status, c[0].byte_len as usize),
+                (300 + round, WcStatus::Success, want),
+                "round {round}: read"
+            );
+            let mut back = p.c.read(0x8000, 64);
+            if wide {
+                back.extend(p.c.read(0x9000, 36));
+            }
+            assert!(
+                back == p.s.read(16384, want),
+                "round {round}: read octets differ"
+            );
+            let wb = [p.c.sge(0x1000, 40)];
+            p.c.qp
+                .post_send(&[SendWr::write(400 + round, &wb, p.s.remote(0x20000))])
+                .expect("post write");
+            let (_, c) = p.completions(0, 1);
+            assert_eq!(
+                (c[0].wr_id, c[0].status),
+                (400 + round, WcStatus::Success),
+                "round {round}: write"
+            );
+            drop((s_mr, c_mr));
+        }
+        // On-transmit completions say nothing of the peer: wait for the octets there.
+        let want = p.c.read(0x1000, 40);
+        p.wait("the last Write placed", |p| p.s.read(0x20000, 40) == want);
+    }
+}

@@ -16,7 +16,7 @@ use super::engine::{Engine, Link};
 use super::keys::KeyTable;
 use super::rx::{Predicted, GAP_MAX, PREDICT_MAX};
 use super::sock;
-use super::tx::{TermState, Wire};
+use super::tx::{Tap, TermState, Wire};
 use crate::fabric::QpState;
 use crate::fabric::{CmEvent, CmPrivateData, ConnId};
 use crate::iwarp::fpdu::mulpdu;
@@ -873,9 +873,11 @@ impl Conn {
         };
         let wire = Wire {
             fd: sock.as_raw_fd(),
-            local: self.local,
-            peer: self.peer,
-            tap: ctx.cfg.tap.as_deref(),
+            tap: ctx.cfg.tap.as_deref().map(|tap| Tap {
+                tap,
+                local: self.local,
+                peer: self.peer,
+            }),
         };
         let Some(e) = self.engine.as_mut() else {
             return;

@@ -59,6 +59,9 @@ pub(crate) struct DeviceShared {
     next_qp: AtomicU32,
     pub(crate) driver: Claim<Driver>,
     retired: SegQueue<Retire>,
+    /// Objects pushed onto `retired` and not yet taken: every poll looks, and one load
+    /// of this is cheaper than popping an empty `SegQueue` (issue 14).
+    retired_count: AtomicUsize,
 }
 
 impl std::fmt::Debug for DeviceShared {
@@ -82,11 +85,20 @@ impl DeviceShared {
     /// Hands a dropped object to the engine.
     pub(crate) fn retire(&self, r: Retire) {
         self.retired.push(r);
+        // After the push: whoever sees the count sees the object (a poll that misses
+        // a count not yet raised takes the object at its next look).
+        self.retired_count.fetch_add(1, Ordering::Release);
     }
 
     /// Takes the next dropped object, if any.
+    #[inline]
     pub(crate) fn next_retired(&self) -> Option<Retire> {
-        self.retired.pop()
+        if self.retired_count.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        let r = self.retired.pop()?;
+        self.retired_count.fetch_sub(1, Ordering::Relaxed);
+        Some(r)
     }
 
     /// Runs the engine once (`data`: also the running FPDU streams), then `f` on it;
@@ -156,6 +168,7 @@ impl SiwDevice {
                 next_pd: AtomicU32::new(1),
                 next_qp: AtomicU32::new(1),
                 retired: SegQueue::new(),
+                retired_count: AtomicUsize::new(0),
             }),
         })
     }

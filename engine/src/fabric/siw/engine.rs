@@ -21,7 +21,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::cq::CqTable;
-use super::qp::{QpShared, RqWqe};
+use super::qp::QpShared;
 use super::rx::RxState;
 use super::term::{blames_a_message, status_for, TermOut};
 use super::tx::TxState;
@@ -396,8 +396,9 @@ impl Engine {
         self.irq.items.len()
     }
 
-    /// The receive an inbound Send may take, if one is posted.
-    pub(crate) fn take_receive(&mut self) -> Option<(u64, RqWqe)> {
+    /// The receive an inbound Send may take, if one is posted: its sequence number (its
+    /// slot is read in place, and stays the engine's until the receive is retired).
+    pub(crate) fn take_receive(&mut self) -> Option<u64> {
         if let Some(srq) = &self.qp.srq {
             // Taken receives wait in our own ring until reported; a full ring (its
             // completion queue not polled) is as good as no receive.
@@ -418,16 +419,13 @@ impl Engine {
                 byte_len: 0,
                 inval: None,
             };
-            return Some((seq, w));
+            return Some(seq);
         }
         let posted = self.qp.rq_posted.load(Ordering::Acquire);
         if self.rq.next >= posted {
             return None;
         }
         let seq = self.rq.next;
-        // SAFETY: `seq` is published (below `posted`) and not retired (at or past
-        // `head`), and only the engine reads receive slots.
-        let w = unsafe { self.qp.rq.read(seq) };
         self.rq.next += 1;
         *self.rq.entry(seq) = RqEntry {
             done: false,
@@ -435,7 +433,7 @@ impl Engine {
             byte_len: 0,
             inval: None,
         };
-        Some((seq, w))
+        Some(seq)
     }
 
     /// Gives back the pages of the receives posted and not yet taken: an idle
@@ -646,8 +644,9 @@ impl Engine {
                 SqState::Sent if confirmed => WcStatus::Success,
                 _ => break,
             };
-            // SAFETY: started and not yet retired.
-            let w = unsafe { self.qp.sq.read(seq) };
+            // SAFETY: started and not yet retired. Read in place: only the fields of the
+            // completion, not the whole request (issue 14).
+            let w = unsafe { self.qp.sq.get(seq) };
             if w.signaled || status != WcStatus::Success {
                 if let Some(cq) = cqs.get(self.send_cq) {
                     if !cq.has_room() {
@@ -680,7 +679,7 @@ impl Engine {
                     break;
                 }
                 // SAFETY: taken by an inbound Send (or flushed) and not yet retired.
-                let w = unsafe { self.qp.rq.read(seq) };
+                let w = unsafe { self.qp.rq.get(seq) };
                 cq.push(Completion {
                     wr_id: w.wr_id,
                     opcode: WcOpcode::Recv,

@@ -228,8 +228,26 @@ impl std::fmt::Debug for SiwQp {
     }
 }
 
+/// The sum of the entries' lengths. One entry (the common post) is read directly: the
+/// general sum is vectorised, and its set-up cost more than the loop on one entry.
+#[inline]
 fn gather_len(sgl: &[Sge]) -> u64 {
-    sgl.iter().map(|s| u64::from(s.length)).sum()
+    match sgl {
+        [] => 0,
+        [one] => u64::from(one.length),
+        _ => sgl.iter().map(|s| u64::from(s.length)).sum(),
+    }
+}
+
+/// Copies `sgl` into the front of `to` (`sgl` is at most `to`'s length, checked by the
+/// caller); one entry is a plain store rather than a `memcpy` call.
+#[inline]
+fn copy_sgl(to: &mut [Sge; MAX_SGE], sgl: &[Sge]) {
+    match sgl {
+        [] => {}
+        [one] => to[0] = *one,
+        _ => to[..sgl.len()].copy_from_slice(sgl),
+    }
 }
 
 /// Posts `wrs` into a receive ring of `depth` entries of at most `max_sge` gather
@@ -266,16 +284,15 @@ pub(crate) unsafe fn post_recv_ring(
             refused = Some(PostError { posted: i, kind });
             break;
         }
-        let mut w = RqWqe {
-            wr_id: wr.wr_id,
-            num_sge: wr.sgl.len() as u8,
-            sge: [Sge::default(); MAX_SGE],
-            len: gather_len(wr.sgl),
-        };
-        w.sge[..wr.sgl.len()].copy_from_slice(wr.sgl);
         // SAFETY: `tail - consumed < depth`, so the consumer is done with this slot, and
-        // the caller is the only producer.
-        unsafe { rq.write(tail, w) };
+        // the caller is the only producer; the reference ends before the release store.
+        let w = unsafe { rq.cell_mut(tail) };
+        // Filled in place, only the entries given: the rest of `sge` is never read
+        // (`sgl()` stops at `num_sge`).
+        w.wr_id = wr.wr_id;
+        w.num_sge = wr.sgl.len() as u8;
+        w.len = gather_len(wr.sgl);
+        copy_sgl(&mut w.sge, wr.sgl);
         tail += 1;
     }
     if tail != start {
@@ -308,6 +325,7 @@ impl QueuePair for SiwQp {
         let mut tail = start;
         let mut refused = None;
         for (i, wr) in wrs.iter().enumerate() {
+            let len = gather_len(wr.sgl);
             let kind = if matches!(
                 wr.op,
                 SendOp::FastReg { .. } | SendOp::LocalInvalidate { .. }
@@ -321,9 +339,9 @@ impl QueuePair for SiwQp {
                     given: wr.sgl.len(),
                     max: sh.caps.max_send_sge,
                 })
-            } else if gather_len(wr.sgl) > u64::from(MAX_MSG_SIZE) {
+            } else if len > u64::from(MAX_MSG_SIZE) {
                 Some(PostErrorKind::TooLong {
-                    len: gather_len(wr.sgl),
+                    len,
                     max: MAX_MSG_SIZE,
                 })
             } else if tail - retired >= depth {
@@ -337,19 +355,19 @@ impl QueuePair for SiwQp {
                 refused = Some(PostError { posted: i, kind });
                 break;
             }
-            let mut w = SqWqe {
-                wr_id: wr.wr_id,
-                op: wr.op,
-                signaled: wr.flags.contains(SendFlags::SIGNALED),
-                fence: wr.flags.contains(SendFlags::FENCE),
-                num_sge: wr.sgl.len() as u8,
-                sge: [Sge::default(); MAX_SGE],
-                len: gather_len(wr.sgl),
-            };
-            w.sge[..wr.sgl.len()].copy_from_slice(wr.sgl);
             // SAFETY: `tail - retired < depth`, so the engine is done with this slot;
-            // we are the only producer (`&mut self`).
-            unsafe { sh.sq.write(tail, w) };
+            // we are the only producer (`&mut self`); the reference ends before the
+            // release store below.
+            let w = unsafe { sh.sq.cell_mut(tail) };
+            // Filled in place, only the entries given: the rest of `sge` is never read
+            // (`sgl()` stops at `num_sge`), so it is neither zeroed nor copied.
+            w.wr_id = wr.wr_id;
+            w.op = wr.op;
+            w.signaled = wr.flags.contains(SendFlags::SIGNALED);
+            w.fence = wr.flags.contains(SendFlags::FENCE);
+            w.num_sge = wr.sgl.len() as u8;
+            w.len = len;
+            copy_sgl(&mut w.sge, wr.sgl);
             tail += 1;
         }
         if tail != start {

@@ -7,7 +7,6 @@
 
 use super::engine::{Engine, InboundRead, SqState};
 use super::keys::{Fault, KeyTable};
-use super::qp::RqWqe;
 use super::term::TermOut;
 use super::MAX_SGE;
 use crate::fabric::mr::Access;
@@ -88,11 +87,14 @@ enum Dest {
     Small,
 }
 
-/// A Send being received (it may span segments).
+/// A Send being received (it may span segments). Its receive's scatter list is read
+/// in place from the receive's slot ([`Engine::recv_sgl`]), not copied (issue 14: the
+/// ~200-octet receive request was copied several times per message).
 #[derive(Debug, Clone, Copy)]
 struct InSend {
     rq_seq: u64,
-    wqe: RqWqe,
+    /// The receive's length (sum of its scatter entries).
+    len: u64,
     msn: u32,
     next_mo: u64,
     inval: Option<u32>,
@@ -218,6 +220,16 @@ impl Engine {
         self.receive_until(keys, data, false);
     }
 
+    /// The scatter list of the receive a Send is being received into, read in place.
+    #[inline]
+    fn recv_sgl(&self, s: &InSend) -> &[Sge] {
+        // SAFETY: a receive taken by an inbound Send stays the engine's (not retired,
+        // so its slot is not reused) until `finish_receive` marks it done, and every
+        // path that marks it done (`on_end`, a rejected segment, `fail` through
+        // `RxState::abandon`) drops `rx.send` first or with it.
+        unsafe { self.qp.rq.get(s.rq_seq) }.sgl()
+    }
+
     /// Where the rest of the current segment's payload may be read from the socket
     /// straight to: the target range of an RDMA Write, whose whole extent passed the key
     /// check when its header arrived (`on_header`). `None` for anything else, or when
@@ -250,7 +262,7 @@ impl Engine {
             Dest::Recv { mo } => {
                 let s = self.rx.send.as_ref()?;
                 let off = mo + self.rx.reader.payload_offset() as u64;
-                let (at, room) = entry_at(s.wqe.sgl(), off)?;
+                let (at, room) = entry_at(self.recv_sgl(s), off)?;
                 let n = left.min(usize::try_from(room).unwrap_or(usize::MAX));
                 (n >= DIRECT_MIN).then_some((at as *mut u8, n))
             }
@@ -350,12 +362,12 @@ impl Engine {
         let (next, end, sgl, hdr) = match (at_boundary, self.rx.dest, send) {
             (false, Dest::Recv { mo }, Some(s)) => (
                 mo + plen as u64,
-                s.wqe.len,
-                s.wqe.sgl(),
+                s.len,
+                self.recv_sgl(s),
                 UNTAGGED_HEADER_LEN,
             ),
             (true, _, Some(s)) if self.rx.header.opcode.queue() == Some(QueueNumber::Send) => {
-                (s.next_mo, s.wqe.len, s.wqe.sgl(), UNTAGGED_HEADER_LEN)
+                (s.next_mo, s.len, self.recv_sgl(s), UNTAGGED_HEADER_LEN)
             }
             (false, Dest::ReadResponse { .. }, _) | (true, _, _)
                 if self.rx.header.opcode == Opcode::ReadResponse =>
@@ -481,7 +493,7 @@ impl Engine {
         }
         let left = self.rx.reader.payload_remaining();
         let found = match (self.rx.dest, self.rx.send.as_ref()) {
-            (Dest::Recv { mo }, Some(s)) => entry_at(s.wqe.sgl(), mo),
+            (Dest::Recv { mo }, Some(s)) => entry_at(self.recv_sgl(s), mo),
             // Its sink range was checked before the read (`predict`).
             (Dest::ReadResponse { offset }, _) => {
                 entry_at(&self.rx.sink[..self.rx.sink_len], offset)
@@ -625,13 +637,13 @@ impl Engine {
         }
         if let Some(seq) = o.seq {
             // SAFETY: an outstanding Read is started and not retired.
-            let w = unsafe { self.qp.sq.read(seq) };
-            let n = usize::from(w.num_sge);
-            self.rx.sink[..n].copy_from_slice(w.sgl());
+            let sgl = unsafe { self.qp.sq.get(seq) }.sgl();
+            let n = sgl.len();
+            self.rx.sink[..n].copy_from_slice(sgl);
             self.rx.sink_len = n;
             // Checked when the Read was started; checked again because a registration
             // may have died since.
-            if !check_sink(keys, self.qp.pd, w.sgl(), offset, plen) {
+            if !check_sink(keys, self.qp.pd, sgl, offset, plen) {
                 self.sq.entry(seq).state = SqState::Done(WcStatus::LocalProtectionError);
                 return self.reject_segment(
                     TerminateCode::RdmapOperation(RdmapOperationError::CatastrophicStream),
@@ -686,14 +698,17 @@ impl Engine {
                     );
                 }
                 // iWARP has no receiver-not-ready retry: no receive is fatal.
-                let Some((rq_seq, wqe)) = self.take_receive() else {
+                let Some(rq_seq) = self.take_receive() else {
                     return self.reject_segment(
                         TerminateCode::DdpUntagged(DdpUntaggedError::NoBufferAvailable),
                         None,
                     );
                 };
+                // SAFETY: just taken, so published and the engine's until retired.
+                let wqe = unsafe { self.qp.rq.get(rq_seq) };
+                let len = wqe.len;
                 let recv_pd = self.qp.srq.as_ref().map_or(self.qp.pd, |q| q.pd);
-                if !check_sink(keys, recv_pd, wqe.sgl(), 0, wqe.len) {
+                if !check_sink(keys, recv_pd, wqe.sgl(), 0, len) {
                     self.finish_receive(rq_seq, WcStatus::LocalProtectionError, 0, None);
                     return self.reject_segment(
                         TerminateCode::RdmapOperation(RdmapOperationError::CatastrophicStream),
@@ -710,7 +725,7 @@ impl Engine {
                 };
                 let s = InSend {
                     rq_seq,
-                    wqe,
+                    len,
                     msn,
                     next_mo: 0,
                     inval,
@@ -719,7 +734,7 @@ impl Engine {
                 s
             }
         };
-        if mo + plen > s.wqe.len {
+        if mo + plen > s.len {
             self.rx.send = None;
             self.finish_receive(s.rq_seq, WcStatus::LocalLengthError, 0, None);
             return self.reject_segment(
@@ -767,7 +782,7 @@ impl Engine {
                 if let Some(s) = &self.rx.send {
                     // SAFETY: the receive's scatter list passed the local-write check
                     // and `mo + payload` fits in it (`send_header`).
-                    unsafe { scatter(s.wqe.sgl(), mo + offset, data) };
+                    unsafe { scatter(self.recv_sgl(s), mo + offset, data) };
                 }
             }
             Dest::ReadResponse { offset: base } => {
