@@ -331,18 +331,11 @@ impl<'a> DdpCursor<'a> {
     // Inlined: all inline and no RDMA_MSGP padding (nearly every call) decodes the length
     // word and the data where it is called, without the chunk search and the padding
     // arithmetic, nor the out-of-line call's register saves (`opaque_ddp_chunked`).
-    #[inline]
+    #[inline(always)]
     pub fn opaque_ddp(&mut self, max: u32) -> Result<&'a [u8], DdpDecodeError> {
         if let (Chunks::None, None) = (&self.chunks, self.padding) {
-            let start = self.xdr.clone();
-            let data = self
-                .xdr
-                .count(max)
-                .and_then(|len| self.xdr.opaque_fixed(len as usize));
-            if data.is_err() {
-                self.xdr = start;
-            }
-            return Ok(data?);
+            // `XdrCursor::opaque` does not move on error.
+            return Ok(self.xdr.opaque(max)?);
         }
         self.opaque_ddp_chunked(max)
     }
