@@ -405,6 +405,9 @@ pub struct Encoded<'d> {
 mod tests {
     use super::*;
 
+    /// Builds an encoder in one of the modes over a buffer.
+    type MakeEncoder = dyn Fn(&mut [u8]) -> DdpEncoder<'_, '_>;
+
     /// The one-compare inline test of `opaque_ddp` (`inline_below`) places every item as
     /// the mode-by-mode path (`opaque_ddp_placed`) does: the same result, inline octets,
     /// positions, Read chunks and Write chunks, in every mode, for items on both sides
@@ -416,7 +419,7 @@ mod tests {
         for len in 0..=40 {
             let data = &src[..len];
             for size in [0, 3, 8, 24, 64] {
-                let mut encoders: Vec<Box<dyn Fn(&mut [u8]) -> DdpEncoder<'_, '_>>> = vec![
+                let mut encoders: Vec<Box<MakeEncoder>> = vec![
                     Box::new(|b| DdpEncoder::inline(b, 40)),
                     Box::new(|b| DdpEncoder::read_chunks(b, 40, 1)),
                     Box::new(|b| DdpEncoder::read_chunks(b, 40, 9)),
