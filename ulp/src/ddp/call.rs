@@ -46,6 +46,9 @@ impl<'b, 'd> CallEncoder<'b, 'd> {
     }
 
     /// Starts a call; DDP-eligible arguments shorter than `min_len` octets stay inline.
+    // Inlined: the encoder (a few hundred octets with its chunk lists) is built where
+    // the caller keeps it, not returned and copied.
+    #[inline(always)]
     pub fn with_ddp_threshold(
         buf: &'b mut [u8],
         header: &CallHeader<'_>,

@@ -331,18 +331,11 @@ impl<'a> DdpCursor<'a> {
     // Inlined: all inline and no RDMA_MSGP padding (nearly every call) decodes the length
     // word and the data where it is called, without the chunk search and the padding
     // arithmetic, nor the out-of-line call's register saves (`opaque_ddp_chunked`).
-    #[inline]
+    #[inline(always)]
     pub fn opaque_ddp(&mut self, max: u32) -> Result<&'a [u8], DdpDecodeError> {
         if let (Chunks::None, None) = (&self.chunks, self.padding) {
-            let start = self.xdr.clone();
-            let data = self
-                .xdr
-                .count(max)
-                .and_then(|len| self.xdr.opaque_fixed(len as usize));
-            if data.is_err() {
-                self.xdr = start;
-            }
-            return Ok(data?);
+            // `XdrCursor::opaque` does not move on error.
+            return Ok(self.xdr.opaque(max)?);
         }
         self.opaque_ddp_chunked(max)
     }
@@ -419,8 +412,19 @@ impl<'a> DdpCursor<'a> {
 
     /// Checks that the whole message was consumed: no inline octets left, every Read
     /// chunk used, and no later Write chunk carrying data.
-    #[inline]
+    // Inlined: all inline and all read (nearly every call) is two compares where it is
+    // called; anything else goes to `finish_general`.
+    #[inline(always)]
     pub fn finish(&self) -> Result<(), DdpDecodeError> {
+        if let (0, Chunks::None) = (self.xdr.remaining(), self.chunks) {
+            return Ok(());
+        }
+        self.finish_general()
+    }
+
+    /// [`finish`](Self::finish) of any cursor.
+    #[inline(never)]
+    fn finish_general(&self) -> Result<(), DdpDecodeError> {
         if self.xdr.remaining() != 0 {
             return Err(DdpDecodeError::TrailingBytes {
                 offset: self.xdr.position(),
@@ -488,6 +492,33 @@ mod tests {
             }
             assert_eq!(fast.finish(), general.finish(), "{msg:?}");
         }
+    }
+
+    /// The two-compare `finish` answers as the general one, with and without octets
+    /// left and with each kind of chunks, used or not.
+    #[test]
+    fn finish_fast_path_matches_the_general_one() {
+        let msg = [0u8; 8];
+        let data = [1u8; 4];
+        let reads = [ReadItem {
+            position: 4,
+            data: &data,
+        }];
+        let written: [&[u8]; 2] = [&[], &data];
+        for at in [0, 4, 8, 9] {
+            let cursors = [
+                DdpCursor::inline(&msg, at),
+                DdpCursor::with_read_chunks(&msg, at, &reads).unwrap(),
+                DdpCursor::with_read_chunks(&msg, at, &[]).unwrap(),
+                DdpCursor::with_write_chunks(&msg, at, &written).unwrap(),
+                DdpCursor::with_write_chunks(&msg, at, &written[..1]).unwrap(),
+            ];
+            for c in cursors {
+                assert_eq!(c.finish(), c.finish_general(), "{c:?}");
+            }
+        }
+        assert_eq!(DdpCursor::inline(&msg, 8).finish(), Ok(()));
+        assert!(DdpCursor::inline(&msg, 4).finish().is_err());
     }
 
     /// A cursor built by `call_args` is the one `with_read_chunks` and `with_padding`

@@ -102,6 +102,10 @@ pub struct DdpEncoder<'b, 'd> {
     available: usize,
     gap: usize,
     mode: Mode,
+    /// DDP-eligible items shorter than this go inline without a look at `mode`: every
+    /// item when all is inline, a call's items under its Read chunk threshold, none for
+    /// results with Write chunks.
+    inline_below: usize,
     reads: DdpList<ReadItem<'d>>,
     writes: DdpList<WriteItem<'d>>,
 }
@@ -110,12 +114,18 @@ impl<'b, 'd> DdpEncoder<'b, 'd> {
     #[inline]
     fn with_mode(buf: &'b mut [u8], base: usize, mode: Mode) -> Self {
         let available = base.saturating_add(buf.len());
+        let inline_below = match mode {
+            Mode::Inline => usize::MAX,
+            Mode::Read { min_len } => min_len,
+            Mode::Write { .. } => 0,
+        };
         DdpEncoder {
             xdr: XdrEncoder::new(buf),
             base,
             available,
             gap: 0,
             mode,
+            inline_below,
             reads: DdpList::new(),
             writes: DdpList::new(),
         }
@@ -288,9 +298,12 @@ impl<'b, 'd> DdpEncoder<'b, 'd> {
     // Inlined: an item that goes inline anyway (no Write chunk offered, nearly every
     // reply) is encoded where it is called, without the out-of-line call's register saves
     // (about twenty instructions per item); any other mode goes to `opaque_ddp_placed`.
-    #[inline]
+    #[inline(always)]
     pub fn opaque_ddp(&mut self, data: &'d [u8]) -> Result<(), DdpEncodeError> {
-        if let Mode::Inline = self.mode {
+        // Inline, or a call's argument under its Read chunk threshold (an inline call's
+        // every argument): the data goes inline, as `opaque_ddp_placed` would put it,
+        // told by one compare.
+        if data.len() < self.inline_below {
             if u32::try_from(data.len()).is_err() {
                 return Err(DdpEncodeError::TooLong { value: data.len() });
             }
@@ -386,4 +399,50 @@ pub struct Encoded<'d> {
     pub reads: DdpList<ReadItem<'d>>,
     /// Filled Write chunks of a reply, in Write list order.
     pub writes: DdpList<WriteItem<'d>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Builds an encoder in one of the modes over a buffer.
+    type MakeEncoder = dyn Fn(&mut [u8]) -> DdpEncoder<'_, '_>;
+
+    /// The one-compare inline test of `opaque_ddp` (`inline_below`) places every item as
+    /// the mode-by-mode path (`opaque_ddp_placed`) does: the same result, inline octets,
+    /// positions, Read chunks and Write chunks, in every mode, for items on both sides
+    /// of the thresholds and buffers too short for them.
+    #[test]
+    fn inline_test_matches_the_placed_path() {
+        let src: Vec<u8> = (0..40u8).collect();
+        let caps: [&[u64]; 3] = [&[], &[0], &[16, 64]];
+        for len in 0..=40 {
+            let data = &src[..len];
+            for size in [0, 3, 8, 24, 64] {
+                let mut encoders: Vec<Box<MakeEncoder>> = vec![
+                    Box::new(|b| DdpEncoder::inline(b, 40)),
+                    Box::new(|b| DdpEncoder::read_chunks(b, 40, 1)),
+                    Box::new(|b| DdpEncoder::read_chunks(b, 40, 9)),
+                    Box::new(|b| DdpEncoder::read_chunks(b, 40, usize::MAX)),
+                ];
+                for c in caps {
+                    encoders.push(Box::new(move |b| {
+                        DdpEncoder::write_chunks(b, 40, c).unwrap()
+                    }));
+                }
+                for make in &encoders {
+                    let (mut a, mut b) = (vec![0xEEu8; size], vec![0xEEu8; size]);
+                    let mut fast = make(&mut a);
+                    let mut placed = make(&mut b);
+                    let (f, p) = (fast.opaque_ddp(data), placed.opaque_ddp_placed(data));
+                    assert_eq!(f, p, "length {len} into {size}");
+                    assert_eq!(fast.xdr_position(), placed.xdr_position(), "{len}");
+                    assert_eq!(fast.read_items(), placed.read_items(), "{len}");
+                    assert_eq!(fast.write_items(), placed.write_items(), "{len}");
+                    assert_eq!(fast.finish(), placed.finish(), "{len}");
+                    assert_eq!(a, b, "length {len} into {size}");
+                }
+            }
+        }
+    }
 }

@@ -115,14 +115,18 @@ impl<'a> CallHeader<'a> {
 
     /// Encodes the header at the start of `buf` and returns its length, which is where the
     /// arguments go. Nothing is written on error.
+    // Inlined: the common header (AUTH_NONE both ways) is ten words at fixed offsets,
+    // stored where the call is built; any other goes to `encode_general`.
+    #[inline]
     pub fn encode(&self, buf: &mut [u8]) -> Result<usize, EncodeError> {
         if let (OpaqueAuth::None, OpaqueAuth::None) = (&self.cred, &self.verf) {
-            // The common header (AUTH_NONE both ways): ten words, written in one go.
             let available = buf.len();
-            let out = buf.get_mut(..40).ok_or(EncodeError::BufferTooSmall {
-                needed: 40,
-                available,
-            })?;
+            let Some(out) = buf.first_chunk_mut::<PLAIN_CALL_LEN>() else {
+                return Err(EncodeError::BufferTooSmall {
+                    needed: PLAIN_CALL_LEN,
+                    available,
+                });
+            };
             let words = [
                 self.xid,
                 MsgType::Call as u32,
@@ -131,12 +135,19 @@ impl<'a> CallHeader<'a> {
                 self.vers,
                 self.procedure,
             ];
-            for (w, v) in out.chunks_exact_mut(4).zip(words) {
-                w.copy_from_slice(&v.to_be_bytes());
+            let mut h = [0u8; PLAIN_CALL_LEN];
+            for (i, v) in words.into_iter().enumerate() {
+                h[4 * i..4 * i + 4].copy_from_slice(&v.to_be_bytes());
             }
-            out[24..].fill(0);
-            return Ok(40);
+            *out = h;
+            return Ok(PLAIN_CALL_LEN);
         }
+        self.encode_general(buf)
+    }
+
+    /// [`encode`](Self::encode) of any header.
+    #[inline(never)]
+    fn encode_general(&self, buf: &mut [u8]) -> Result<usize, EncodeError> {
         self.cred.check(AuthField::Cred)?;
         self.verf.check(AuthField::Verf)?;
         let needed = self.encoded_len();
@@ -165,6 +176,36 @@ mod plain_tests {
 
     fn words(ws: &[u32]) -> Vec<u8> {
         ws.iter().flat_map(|w| w.to_be_bytes()).collect()
+    }
+
+    /// The fixed-offset AUTH_NONE encode writes what the general encoder writes, into
+    /// buffers of every size around its length, and fails as it does (nothing written).
+    #[test]
+    fn the_fixed_encode_matches_the_general_one() {
+        let h = CallHeader {
+            xid: 0x0102_0304,
+            prog: 100_003,
+            vers: 3,
+            procedure: 0xfedc_ba98,
+            cred: OpaqueAuth::None,
+            verf: OpaqueAuth::None,
+        };
+        for size in 0..=48 {
+            let (mut a, mut b) = (vec![0xEEu8; size], vec![0xEEu8; size]);
+            let (fa, gb) = (h.encode(&mut a), h.encode_general(&mut b));
+            assert_eq!(fa, gb, "buffer of {size}");
+            assert_eq!(a, b, "buffer of {size}");
+            if size >= PLAIN_CALL_LEN {
+                assert_eq!(fa, Ok(PLAIN_CALL_LEN));
+                assert_eq!(
+                    a[..PLAIN_CALL_LEN],
+                    words(&[0x0102_0304, 0, 2, 100_003, 3, 0xfedc_ba98, 0, 0, 0, 0])[..]
+                );
+                assert_eq!(CallHeader::decode(&a), Ok((h, PLAIN_CALL_LEN)));
+            } else {
+                assert!(a.iter().all(|&o| o == 0xEE), "wrote into {size}");
+            }
+        }
     }
 
     /// The one-look decode and the general one agree on every header the former takes,
