@@ -1176,15 +1176,33 @@ mod tests {
             want.extend_from_slice(&payload);
             want.extend_from_slice(&[5; MAX_TRAILER_LEN]);
             want.extend_from_slice(&[6; 20]);
-            assert!(
-                write_batch(&mut tx, a.as_raw_fd()).expect("write"),
-                "all written"
+            write_all_and_compare(
+                &mut tx,
+                &a,
+                &mut b,
+                &want,
+                &format!("own_write {own_write}"),
             );
-            assert_eq!(tx.written, want.len());
-            let mut got = vec![0u8; want.len()];
-            b.read_exact(&mut got).expect("read");
-            assert_eq!(got, want, "own_write {own_write}");
         }
+    }
+
+    /// Writes `tx`'s batch in one `write_batch` on `a` and checks that `b` reads exactly
+    /// `want`.
+    fn write_all_and_compare(
+        tx: &mut TxState,
+        a: &UnixStream,
+        b: &mut UnixStream,
+        want: &[u8],
+        what: &str,
+    ) {
+        assert!(
+            write_batch(tx, a.as_raw_fd()).expect("write"),
+            "all written: {what}"
+        );
+        assert_eq!(tx.written, want.len(), "{what}");
+        let mut got = vec![0u8; want.len()];
+        b.read_exact(&mut got).expect("read");
+        assert_eq!(got, want, "{what}");
     }
 
     /// A batch of small FPDUs (gathered into one buffer, `send`) and one of large ones
@@ -1203,14 +1221,13 @@ mod tests {
             want.extend_from_slice(&[9, 9, 9, 9, 7, 8]);
             want.extend_from_slice(&p2);
             want.extend_from_slice(&[5, 6, 7, 8]);
-            assert!(
-                write_batch(&mut tx, a.as_raw_fd()).expect("write"),
-                "all written"
+            write_all_and_compare(
+                &mut tx,
+                &a,
+                &mut b,
+                &want,
+                &format!("payload {payload_len}"),
             );
-            assert_eq!(tx.written, want.len());
-            let mut got = vec![0u8; want.len()];
-            b.read_exact(&mut got).expect("read");
-            assert_eq!(got, want, "payload {payload_len}");
         }
     }
 }
