@@ -970,25 +970,16 @@ impl<R: RequesterRole, P: ResponderRole> Connection<R, P> {
             return;
         };
         let mut given = 0;
-        let Connection { t, req, .. } = self;
-        let calls = t.ledger.each_front(before, |id| {
-            let call = id >> 60 == WrKind::CallSend as u64;
-            if call {
-                given += u32::from(req.retire_call_send(id as u32));
-            }
-            call
-        });
-        t.sq.give(given);
-        // Anything else (never): fed as the success it reported nothing for.
-        for i in calls..before {
+        for i in 0..before {
             let earlier = self.t.ledger.peek(i);
             if earlier >> 60 == WrKind::CallSend as u64 {
-                let given = self.req.retire_call_send(earlier as u32);
-                self.t.sq.give(u32::from(given));
+                given += u32::from(self.req.retire_call_send(earlier as u32));
             } else {
+                // Anything else (never): fed as the success it reported nothing for.
                 self.handle_one_outlined(&implied_success(earlier, wc.qp_num), now);
             }
         }
+        self.t.sq.give(given);
         self.t.ledger.drop_front(before + 1);
     }
 

@@ -212,23 +212,6 @@ impl SendLedger {
         }
     }
 
-    /// Hands the `n` oldest requests to `f`, oldest first, while it accepts them
-    /// (true); returns how many it took, which stay on the ledger (take them with
-    /// [`drop_front`](Self::drop_front)).
-    #[inline(always)]
-    pub(crate) fn each_front(&self, n: usize, mut f: impl FnMut(u64) -> bool) -> usize {
-        let n = n.min(self.len);
-        let mut at = self.head;
-        for i in 0..n {
-            let id = self.ring.get(at).map_or(0, |e| e.wr_id);
-            if !f(id) {
-                return i;
-            }
-            at = (at + 1) & self.mask;
-        }
-        n
-    }
-
     /// Takes the oldest request off the ledger.
     #[inline]
     pub(crate) fn pop(&mut self) -> Option<u64> {

@@ -4,6 +4,7 @@
 //! buffers. Nothing here allocates.
 
 pub mod ccp;
+pub(crate) mod copy;
 pub mod header;
 pub mod private_data;
 pub mod rtr;

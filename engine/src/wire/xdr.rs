@@ -381,7 +381,7 @@ impl<'a> XdrEncoder<'a> {
             *last = [0; 4];
         }
         if let Some(d) = out.get_mut(..data.len()) {
-            copy_short(d, data);
+            super::copy::copy_short(d, data);
         }
         Ok(())
     }
@@ -414,7 +414,7 @@ impl<'a> XdrEncoder<'a> {
                     *last = [0; 4];
                 }
                 if let Some(d) = body.get_mut(..n) {
-                    copy_short(d, data);
+                    super::copy::copy_short(d, data);
                 }
                 self.pos = end;
                 return Ok(());
@@ -443,45 +443,7 @@ impl<'a> XdrEncoder<'a> {
 }
 
 /// Longest opaque data [`XdrEncoder::opaque`] writes by fixed moves.
-const SHORT_OPAQUE: usize = 128;
-
-/// Copies `src` into `dst` (of the same length; otherwise a plain copy). Up to 128
-/// octets by two fixed moves, overlapping in the middle, instead of a call into the
-/// library's memcpy: the opaque data of a short call or reply (an ECHO of 64 octets)
-/// costs about a dozen instructions less each time it is encoded.
-#[inline(always)]
-fn copy_short(dst: &mut [u8], src: &[u8]) {
-    /// The first and the last `N` octets (`N <= len <= 2N`).
-    #[inline(always)]
-    fn ends<const N: usize>(dst: &mut [u8], src: &[u8]) {
-        let n = src.len();
-        if let (Some(d), Some(s)) = (dst.first_chunk_mut::<N>(), src.first_chunk::<N>()) {
-            *d = *s;
-        }
-        if let (Some(d), Some(s)) = (dst.get_mut(n - N..), src.get(n - N..)) {
-            d.copy_from_slice(s);
-        }
-    }
-    let n = src.len();
-    if dst.len() != n || n > SHORT_OPAQUE {
-        dst.copy_from_slice(src);
-    } else if n > 64 {
-        ends::<64>(dst, src);
-    } else if n > 32 {
-        ends::<32>(dst, src);
-    } else if n > 16 {
-        ends::<16>(dst, src);
-    } else if n > 8 {
-        ends::<8>(dst, src);
-    } else if n >= 4 {
-        ends::<4>(dst, src);
-    } else if let (Some(d), Some(&s)) = (dst.first_mut(), src.first()) {
-        // One to three octets: the first, the middle and the last.
-        *d = s;
-        dst[n / 2] = src[n / 2];
-        dst[n - 1] = src[n - 1];
-    }
-}
+const SHORT_OPAQUE: usize = super::copy::SHORT_COPY_MAX;
 
 /// Encoded size of variable-length opaque data of `len` octets.
 #[inline]

@@ -139,7 +139,7 @@ impl<S: Service> ResponderHalf<S> {
                             .and_then(|room| room.get_mut(..len)),
                     ) {
                         (Some(src), Some(dst)) => {
-                            copy_short(dst, src);
+                            crate::wire::copy::copy_short(dst, src);
                             true
                         }
                         _ => false,
@@ -183,64 +183,4 @@ pub(super) enum PlainAnswer {
     /// Anything else (an error, an overflow, no reply, a body in its own buffer): the
     /// context's step says what follows, as after the general dispatch.
     Other,
-}
-
-/// Copies `src` into `dst`, of the same length (a reply body of at most
-/// `COPY_BEHIND_HEADER_MAX` octets behind its header): up to 128 octets as two
-/// overlapping moves of a fixed size each, inlined, rather than a call to `memcpy` of
-/// run-time length for a few dozen octets (a NULL reply is 24). Longer, or of unequal
-/// lengths, as `copy_from_slice` (which checks the lengths).
-#[inline(always)]
-pub(super) fn copy_short(dst: &mut [u8], src: &[u8]) {
-    /// The first and the last `N` octets (`N <= len <= 2N`).
-    #[inline(always)]
-    fn ends<const N: usize>(dst: &mut [u8], src: &[u8]) {
-        let n = src.len();
-        if let (Some(d), Some(s)) = (dst.get_mut(..N), src.get(..N)) {
-            d.copy_from_slice(s);
-        }
-        if let (Some(d), Some(s)) = (dst.get_mut(n - N..), src.get(n - N..)) {
-            d.copy_from_slice(s);
-        }
-    }
-    let n = src.len();
-    if dst.len() != n {
-        dst.copy_from_slice(src);
-        return;
-    }
-    // Tested from the top: an RPC reply is at least its 24-octet header, so the
-    // lengths met are 16 and up, and each test passed costs a compare and a branch
-    // (an ECHO of 64 octets, a 92-octet reply, takes two; a NULL reply four).
-    if n > 128 {
-        dst.copy_from_slice(src);
-    } else if n >= 64 {
-        ends::<64>(dst, src);
-    } else if n >= 32 {
-        ends::<32>(dst, src);
-    } else if n >= 16 {
-        ends::<16>(dst, src);
-    } else if n >= 8 {
-        ends::<8>(dst, src);
-    } else if n >= 4 {
-        ends::<4>(dst, src);
-    } else {
-        dst.copy_from_slice(src);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::copy_short;
-
-    #[test]
-    fn copy_short_copies_every_length_exactly() {
-        let src: Vec<u8> = (0..300u32).map(|v| (v * 7 + 1) as u8).collect();
-        for n in 0..=300 {
-            // Guard octets either side: nothing outside `dst` may be written.
-            let mut buf = vec![0xEEu8; n + 2];
-            copy_short(&mut buf[1..=n], &src[..n]);
-            assert_eq!(&buf[1..=n], &src[..n], "length {n}");
-            assert_eq!((buf[0], buf[n + 1]), (0xEE, 0xEE), "length {n}");
-        }
-    }
 }

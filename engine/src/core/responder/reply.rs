@@ -119,7 +119,7 @@ impl<S: Service> ResponderHalf<S> {
                 let body = b.storage().get(..len).unwrap_or(&[]);
                 match c.send.storage_mut().get_mut(hlen..hlen + len) {
                     Some(room) if len <= COPY_BEHIND_HEADER_MAX && body.len() == len => {
-                        super::plain::copy_short(room, body);
+                        crate::wire::copy::copy_short(room, body);
                         let first = c.send.sge(0, hlen + len).unwrap_or_default();
                         // Nothing of the Send points into the body buffer: it is the
                         // next plain call's (`spare_body`), or goes back now.
