@@ -171,7 +171,9 @@ impl CreditTable {
     /// [`in_flight`]: Self::in_flight
     /// [`try_acquire`]: Self::try_acquire
     /// [`release`]: Self::release
-    #[inline]
+    // Always inlined: once per call on the plain path, where the call's entry and exit
+    // cost about as much as the body.
+    #[inline(always)]
     pub(crate) fn acquire_owned(&self) -> bool {
         let granted = self.granted();
         let usable = self.usable_for_calls(granted);
@@ -191,7 +193,7 @@ impl CreditTable {
 
     /// [`release`](Self::release) for the table's one writer (see
     /// [`acquire_owned`](Self::acquire_owned) for why a load and a store suffice).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn release_owned(&self) {
         let f = self.flight.load(Ordering::Relaxed);
         if f & CALLS_MASK > 0 {
@@ -207,9 +209,13 @@ impl CreditTable {
     /// Records the grant carried by a reply. Zero is a protocol violation when nothing
     /// else is outstanding (RFC 8166 §3.3.1) and would deadlock, so it counts as one; a
     /// grant above our own ceiling counts as the ceiling.
+    // Inlined, and bounded by `max`/`min` rather than `clamp` (which checks its bounds
+    // and was left out of line): once per reply. `limit` is at least 1 (`new`), so this
+    // is `clamp(1, limit)`.
+    #[inline]
     pub fn set_granted(&self, credit: u32) {
         self.granted
-            .store(credit.clamp(1, self.limit), Ordering::Release);
+            .store(credit.max(1).min(self.limit), Ordering::Release);
     }
 
     /// Starts over for a new connection: grant one, nothing in flight.
@@ -286,7 +292,9 @@ impl GrantPolicy {
     // Inlined: every reply asks once, and the call costs about as much as the body.
     #[inline]
     pub fn grant(&self, posted_recvs: u32) -> u32 {
-        self.target().min(posted_recvs).clamp(1, self.max)
+        // `max` is at least 1 (`new`): this is `clamp(1, max)` without the bounds check
+        // `clamp` makes (and the out-of-line call it was compiled to).
+        self.target().min(posted_recvs).max(1).min(self.max)
     }
 }
 

@@ -1122,9 +1122,30 @@ impl RequesterHalf {
         true
     }
 
-    /// A send-queue request of this half completed (or was flushed).
-    #[inline]
+    /// A send-queue request of this half completed (or was flushed). The common one,
+    /// a call's Send done while the call waits for its reply, only counts its request
+    /// and gives back its send-queue room, here in the completion loop; everything
+    /// else goes out of line ([`on_send_completion_general`]), which would do the same
+    /// for it: the call's entry and exit cost that Send about as much as its work.
+    ///
+    /// [`on_send_completion_general`]: Self::on_send_completion_general
+    #[inline(always)]
     pub(crate) fn on_send_completion(&mut self, t: &mut Transport, id: WrId, wc: &Completion) {
+        if id.kind == WrKind::CallSend {
+            if let Some(s) = self.slots.get_mut(id.slot as usize) {
+                if matches!(s.state, SlotState::Sent) && s.wrs != 0 {
+                    s.wrs -= 1;
+                    t.sq.give(1);
+                    return;
+                }
+            }
+        }
+        self.on_send_completion_general(t, id, wc);
+    }
+
+    /// [`on_send_completion`](Self::on_send_completion) of any request.
+    #[inline(never)]
+    fn on_send_completion_general(&mut self, t: &mut Transport, id: WrId, wc: &Completion) {
         match id.kind {
             WrKind::CallSend | WrKind::FastReg | WrKind::LocalInv => {
                 let Some(s) = self.slots.get_mut(id.slot as usize) else {
