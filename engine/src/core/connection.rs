@@ -990,12 +990,33 @@ impl<R: RequesterRole, P: ResponderRole> Connection<R, P> {
     }
 
     /// [`handle_completion`](Self::handle_completion) of one request.
+    ///
+    /// The kinds every call completes (a receive, a call's Send on a requester, a
+    /// reply's Send on a responder) are told apart by their four bits first, each then
+    /// dispatched with its kind known where it is compiled: the general decode checks
+    /// the kind against every value and builds a `WrId` that the dispatch matches on
+    /// again (about 16 instructions a completion, four completions an RPC). Anything
+    /// else is decoded and dispatched as before; the same handler runs either way.
     #[inline(always)]
     fn handle_one(&mut self, wc: &Completion, now: Instant) {
-        let Ok(id) = WrId::decode(wc.wr_id) else {
+        let raw = wc.wr_id;
+        let kind = raw >> 60;
+        if kind == WrKind::Recv as u64 {
+            self.handle_id(WrId::of_raw(WrKind::Recv, raw), wc, now);
+        } else if R::PRESENT && kind == WrKind::CallSend as u64 {
+            self.handle_id(WrId::of_raw(WrKind::CallSend, raw), wc, now);
+        } else if P::PRESENT && kind == WrKind::ReplySend as u64 {
+            self.handle_id(WrId::of_raw(WrKind::ReplySend, raw), wc, now);
+        } else if let Ok(id) = WrId::decode(raw) {
+            self.handle_id(id, wc, now);
+        } else {
             self.t.stray_completions += 1;
-            return;
-        };
+        }
+    }
+
+    /// [`handle_one`](Self::handle_one) of a request whose id decoded as `id`.
+    #[inline(always)]
+    fn handle_id(&mut self, id: WrId, wc: &Completion, now: Instant) {
         if !wc.status.is_success() {
             self.fail(CloseReason::WorkRequestFailed(wc.status));
         }
@@ -1233,7 +1254,10 @@ impl<P: ResponderRole> Connection<RequesterHalf, P> {
     /// [`recycle_recv`](Self::recycle_recv)), and
     /// the outcome is dropped in place. Returns what `f` returned and the call message
     /// buffer, for the driver's send-buffer cache.
-    #[inline]
+    // Always inlined into the driver's `poll_outcome_with` (itself inlined into the
+    // caller's loop): once per outcome, and the call's register saves cost about 10
+    // instructions an outcome.
+    #[inline(always)]
     pub(crate) fn poll_outcome_with<T>(
         &mut self,
         f: impl FnOnce(&mut Outcome) -> T,
