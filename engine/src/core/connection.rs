@@ -1266,7 +1266,9 @@ impl<P: ResponderRole> Connection<RequesterHalf, P> {
         let r = f(o);
         let msg = o.msg.take();
         let reply = o.reply.take();
-        self.req.drop_outcome();
+        // Asked of the outcome in hand, not of the front looked up again.
+        let bare = super::requester::owns_nothing(o);
+        self.req.drop_front_outcome(bare);
         if let Some(reply) = reply {
             self.recycle_recv(reply.buf);
         }
