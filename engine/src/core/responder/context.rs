@@ -11,7 +11,10 @@ pub(super) type DdpMore =
     FixedVec<RegBuf, { crate::wire::private_data::CONTINUATION_GROUP_MAX as usize }>;
 
 /// What a context waits for or does next.
+// A tag byte of its own rather than a niche in `RdmaError`'s: the completion loop and
+// the plain path test the step per call, a byte compare each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
 pub(super) enum Step {
     /// Unused.
     Free,
