@@ -30,7 +30,7 @@ use super::term::TermOut;
 use super::MAX_SGE;
 use crate::fabric::mr::Access;
 use crate::fabric::{SendOp, Sge, WcStatus};
-use crate::iwarp::crc32c::Crc32c;
+use crate::iwarp::crc32c::{crc32c, Crc32c};
 use crate::iwarp::ddp::QueueNumber;
 use crate::iwarp::fpdu::{
     crc_to_wire, encode_fpdu, mulpdu, pad_len, CRC_LEN, LENGTH_FIELD_LEN, MAX_HEAD_LEN,
@@ -110,6 +110,10 @@ struct Fpdu {
     npieces: usize,
     trailer: [u8; MAX_TRAILER_LEN],
     trailer_len: usize,
+    /// The MPA CRC is not in `trailer` yet: it is computed when the FPDU is written
+    /// ([`Fpdu::finish_crc`], or over the gathered copy of a short write), so a small
+    /// Send is CRC'd in one pass over contiguous octets instead of piece by piece.
+    crc_pending: bool,
     /// A whole second FPDU (a confirmation Read) written right after this one, in the
     /// same poll: by the same `sendmsg`, or by its own when `own_write`.
     tail: [u8; TAIL],
@@ -129,11 +133,31 @@ impl Fpdu {
         npieces: 0,
         trailer: [0; MAX_TRAILER_LEN],
         trailer_len: 0,
+        crc_pending: false,
         tail: [0; TAIL],
         tail_len: 0,
         own_write: false,
         total: 0,
     };
+
+    /// Puts the MPA CRC into the trailer if it was left for the write: over the
+    /// length field and header, the inline bytes, the payload pieces and the pad.
+    fn finish_crc(&mut self) {
+        if !self.crc_pending {
+            return;
+        }
+        let pad = self.trailer_len - CRC_LEN;
+        let mut c = Crc32c::new();
+        c.update(&self.head[..self.head_len]);
+        c.update(&self.inline[..self.inline_len]);
+        for &(addr, len) in &self.pieces[..self.npieces] {
+            // SAFETY: pieces come from checked gather lists or a checked Read source.
+            c.update(unsafe { registered(addr, len) });
+        }
+        c.update(&self.trailer[..pad]);
+        self.trailer[pad..pad + CRC_LEN].copy_from_slice(&crc_to_wire(c.value()));
+        self.crc_pending = false;
+    }
 }
 
 /// Most FPDUs one `sendmsg` carries (consecutive Sends coalesced: see
@@ -486,18 +510,13 @@ impl Engine {
         }
         let pad = pad_len(ulpdu);
         f.trailer = [0; MAX_TRAILER_LEN];
-        if self.link.crc {
-            let mut c = Crc32c::new();
-            c.update(&f.head[..f.head_len]);
-            c.update(&f.inline[..f.inline_len]);
-            for &(addr, len) in &f.pieces[..f.npieces] {
-                // SAFETY: pieces come from checked gather lists or a checked Read source.
-                c.update(unsafe { registered(addr, len) });
-            }
-            c.update(&f.trailer[..pad]);
-            f.trailer[pad..pad + CRC_LEN].copy_from_slice(&crc_to_wire(c.value()));
-        }
         f.trailer_len = pad + CRC_LEN;
+        // The CRC waits for the write (`write_batch`), where a short write computes it
+        // in one pass over the gathered octets; a tap sees every FPDU whole here.
+        f.crc_pending = self.link.crc;
+        if wire.tap.is_some() {
+            f.finish_crc();
+        }
         f.tail_len = 0;
         // The payload octets are `chunk` whatever their source: a gather list covers
         // the message's length (checked at posting), so its pieces sum to `chunk`.
@@ -928,8 +947,7 @@ enum Started {
 /// held FPDUs when the peer's acknowledgements make room (a held segment is then pushed
 /// under the socket's own `TCP_NODELAY`).
 fn write_batch(tx: &mut TxState, fd: RawFd) -> io::Result<bool> {
-    let fpdus = &tx.batch[..tx.nbatch];
-    let Some(last) = fpdus.last() else {
+    let Some(last) = tx.batch[..tx.nbatch].last() else {
         return Ok(true);
     };
     let split = last.tail_len > 0 && last.own_write;
@@ -939,7 +957,14 @@ fn write_batch(tx: &mut TxState, fd: RawFd) -> io::Result<bool> {
         tx.total
     };
     let more = if split { libc::MSG_MORE } else { 0 };
-    if tx.written == 0 && first <= FLAT_MAX {
+    let flat_write = tx.written == 0 && first <= FLAT_MAX;
+    if !flat_write {
+        // Written from the pieces themselves: every CRC goes into its trailer first.
+        for f in &mut tx.batch[..tx.nbatch] {
+            f.finish_crc();
+        }
+    }
+    if flat_write {
         // A short write from the start (a small Send, its header, pad and CRC, issue
         // 14): gathered straight into one buffer and written with `send` (the kernel's
         // `sendmsg` path, the message header and the iovec array copied in, a
@@ -950,7 +975,8 @@ fn write_batch(tx: &mut TxState, fd: RawFd) -> io::Result<bool> {
         let mut flat = [core::mem::MaybeUninit::<u8>::uninit(); FLAT_MAX + FLAT_SLACK];
         let base = flat.as_mut_ptr().cast::<u8>();
         let mut at = 0;
-        for f in fpdus {
+        for f in &mut tx.batch[..tx.nbatch] {
+            let start = at;
             // SAFETY: `at` never exceeds the octets of the FPDUs before this one, which
             // with this one's are at most `first <= FLAT_MAX`, and a whole-array copy
             // overruns a piece by less than `FLAT_SLACK`; every source is our own
@@ -968,6 +994,21 @@ fn write_batch(tx: &mut TxState, fd: RawFd) -> io::Result<bool> {
                     at += len;
                 }
                 core::ptr::copy_nonoverlapping(f.trailer.as_ptr(), base.add(at), MAX_TRAILER_LEN);
+                if f.crc_pending {
+                    // One pass over the FPDU's octets up to its CRC field (length
+                    // field, header, payload, pad), gathered contiguously just above;
+                    // kept in the trailer too, for a write the socket takes only part
+                    // of (resumed from the pieces).
+                    let pad = f.trailer_len - CRC_LEN;
+                    let covered = at - start + pad;
+                    let wire = crc_to_wire(crc32c(core::slice::from_raw_parts(
+                        base.add(start),
+                        covered,
+                    )));
+                    f.trailer[pad..pad + CRC_LEN].copy_from_slice(&wire);
+                    core::ptr::copy_nonoverlapping(wire.as_ptr(), base.add(at + pad), CRC_LEN);
+                    f.crc_pending = false;
+                }
                 at += f.trailer_len;
                 if !split && f.tail_len > 0 {
                     core::ptr::copy_nonoverlapping(f.tail.as_ptr(), base.add(at), f.tail_len);
@@ -982,6 +1023,7 @@ fn write_batch(tx: &mut TxState, fd: RawFd) -> io::Result<bool> {
             return Ok(false);
         }
     }
+    let fpdus = &tx.batch[..tx.nbatch];
     while tx.written < first {
         // Filled entry by entry below (at most BATCH * (MAX_SGE + 4) of them), not
         // zeroed first: 1.5 KiB of stores per write otherwise.
@@ -1052,6 +1094,9 @@ fn write_batch(tx: &mut TxState, fd: RawFd) -> io::Result<bool> {
             return Ok(false);
         }
     }
+    let Some(last) = fpdus.last() else {
+        return Ok(true);
+    };
     while tx.written < tx.total {
         let from = tx.written - first;
         let rest = &last.tail[from..last.tail_len];
@@ -1203,6 +1248,56 @@ mod tests {
         let mut got = vec![0u8; want.len()];
         b.read_exact(&mut got).expect("read");
         assert_eq!(got, want, "{what}");
+    }
+
+    /// CRCs left for the write (`crc_pending`) are the CRC32c of each FPDU's octets up
+    /// to its CRC field, whichever way the batch goes: gathered into one buffer (a short
+    /// write, CRC'd over the copy, and kept in the trailer for a resumed write) or from
+    /// the pieces (`sendmsg`, `finish_crc`); inline bytes, a piece and pad included.
+    #[test]
+    fn pending_crcs_cover_each_fpdus_octets_short_and_long() {
+        for payload_len in [61usize, 64, 4001] {
+            let (a, mut b) = UnixStream::pair().expect("socket pair");
+            let payload: Vec<u8> = (0..payload_len).map(|i| (i * 13 + 1) as u8).collect();
+            let mut tx = TxState::new();
+            let mut want = Vec::new();
+            for (k, inline) in [(0u8, 0usize), (1, 7)] {
+                let pad = pad_len(20 + inline + payload_len);
+                let f = &mut tx.batch[tx.nbatch];
+                f.head = [0x40 + k; MAX_HEAD_LEN];
+                f.head_len = MAX_HEAD_LEN;
+                f.inline[..inline].fill(0x70 + k);
+                f.inline_len = inline;
+                f.pieces[0] = (payload.as_ptr() as u64, payload_len);
+                f.npieces = 1;
+                f.trailer = [0; MAX_TRAILER_LEN];
+                f.trailer_len = pad + CRC_LEN;
+                f.crc_pending = true;
+                f.tail_len = 0;
+                f.total = MAX_HEAD_LEN + inline + payload_len + pad + CRC_LEN;
+                tx.total += f.total;
+                tx.nbatch += 1;
+                let start = want.len();
+                want.extend_from_slice(&[0x40 + k; MAX_HEAD_LEN]);
+                want.extend(std::iter::repeat_n(0x70 + k, inline));
+                want.extend_from_slice(&payload);
+                want.extend(std::iter::repeat_n(0, pad));
+                let crc = crc_to_wire(crc32c(&want[start..]));
+                want.extend_from_slice(&crc);
+            }
+            write_all_and_compare(&mut tx, &a, &mut b, &want, &format!("{payload_len}"));
+            let mut at = 0;
+            for f in &tx.batch[..2] {
+                at += f.total;
+                assert!(!f.crc_pending, "{payload_len}: CRC left pending");
+                let pad = f.trailer_len - CRC_LEN;
+                assert_eq!(
+                    f.trailer[pad..pad + CRC_LEN],
+                    want[at - CRC_LEN..at],
+                    "{payload_len}: the trailer keeps the CRC sent"
+                );
+            }
+        }
     }
 
     /// A batch of small FPDUs (gathered into one buffer, `send`) and one of large ones
