@@ -295,13 +295,13 @@ unsafe fn append_by(path: Path, crc: u32, data: &[u8]) -> u32 {
         // SAFETY (all three): every path but the crate's runs only where the CPU has
         // SSE4.2 (the caller's contract), the folds where it has their multiplies, and
         // the thresholds are at least the folds' minimum lengths (asserted below).
-        return !unsafe {
+        !unsafe {
             match (long, path) {
                 (true, Path::Fold256) => fold::wide(!crc, data),
                 (true, _) => fold::narrow(!crc, data),
                 (false, _) => short_sse42(!crc, data),
             }
-        };
+        }
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
