@@ -2,12 +2,14 @@
 //!
 //! Run: `cargo bench -p rpcrdma-perf --bench iwarp` (a few seconds). Prints GB/s for:
 //! - CRC32c over 16 B to 1 MiB (64 B, 4 KiB, 64 KiB and 1 MiB among them), in the same
-//!   process, samples interleaved: the engine's path (what every FPDU uses: from
-//!   `FOLD_FROM` octets the 256-bit carry-less fold where the CPU has VPCLMULQDQ), the
-//!   `crc32c` crate called directly (three interleaved `crc32` chains), and a
+//!   process, samples interleaved: the engine's path (what every FPDU uses: the path
+//!   `rpcrdma::iwarp::crc32c::path()` chose for this CPU, or `RPCRDMA_CRC32C` forced),
+//!   the `crc32c` crate called directly (three interleaved `crc32` chains), a
 //!   hand-written single chain of SSE4.2 `crc32` instructions (kept in this file, below,
-//!   so the comparison can be rerun). `engine/crate` divides the engine's figure by the
-//!   crate's, `x/chain` by the single chain's;
+//!   so the comparison can be rerun), the 128-bit PCLMULQDQ fold with 4 and with 8
+//!   lanes, and the 256-bit VPCLMULQDQ fold (a fold column reads as the crate's where
+//!   the CPU lacks it or the piece is shorter than the fold takes). `engine/crate`
+//!   divides the engine's figure by the crate's, `engine/chain` by the single chain's;
 //! - segmenting a 64 KiB Send into FPDUs for a 1460-octet MSS (`Segmenter::next_into`,
 //!   i.e. header encode plus payload copy) with CRC off and on;
 //! - parsing that FPDU stream with `FpduReader` in 64 KiB reads, copying payload out as

@@ -1,24 +1,29 @@
 //! CRC32c (Castagnoli, polynomial 0x1EDC6F41, reflected 0x82F63B78), the MPA FPDU
 //! checksum (RFC 5044 §4.1, defined by reference to iSCSI, RFC 3720 §12.1 and B.4).
 //!
-//! Every FPDU is CRC'd, so this sits on the data path of every siw transfer. Three
-//! implementations share the work, picked by the length of each piece fed and the CPU:
+//! Every FPDU is CRC'd, so this sits on the data path of every siw transfer. Four
+//! implementations share the work; which one takes long pieces is chosen once per
+//! process ([`path`], [`choose`]), and pieces shorter than that path's threshold go to
+//! the single chain:
 //!
-//! - From [`FOLD_FROM`] octets up, on x86-64 with VPCLMULQDQ and AVX2, a carry-less
-//!   multiplication fold written here ([`fold`]), finished with two `crc32`
-//!   instructions: each 32 octets cost two 256-bit multiplies and two XORs in one of
-//!   four independent lanes, where a `crc32` instruction covers 8 octets.
-//! - Below it, on x86-64 with SSE4.2, one chain of `crc32` instructions written here,
-//!   cheaper on the short pieces an FPDU is fed in (a 2-octet length field and a 14- or
-//!   18-octet DDP header, a small payload, 0-3 octets of pad) than any set-up.
-//! - From [`FOLD_FROM`] up elsewhere (other CPUs, x86-64 without VPCLMULQDQ, valgrind),
-//!   the `crc32c` crate: three interleaved SSE4.2 chains, the ARM CRC instructions, or a
-//!   slicing-by-8 table.
+//! - [`Path::Fold256`] (x86-64 with VPCLMULQDQ and AVX2), from [`FOLD_FROM`] octets: a
+//!   carry-less multiplication fold written here ([`fold::wide`]), finished with two
+//!   `crc32` instructions: each 32 octets cost two 256-bit multiplies and two XORs in
+//!   one of four independent lanes, where a `crc32` instruction covers 8 octets.
+//! - [`Path::Fold128`] (x86-64 with PCLMULQDQ but not VPCLMULQDQ, on AMD family
+//!   0x17/0x18, whose `crc32` issues once per three cycles), from [`FOLD128_FROM`]
+//!   octets: the same fold in 128-bit registers ([`fold::narrow`]), four lanes.
+//! - [`Path::Crate`] (everything else), from [`FOLD_FROM`] octets: the `crc32c` crate,
+//!   three interleaved SSE4.2 chains, the ARM CRC instructions, or a slicing-by-8 table.
+//! - Below those thresholds, on x86-64 with SSE4.2, one chain of `crc32` instructions
+//!   written here, cheaper on the short pieces an FPDU is fed in (a 2-octet length field
+//!   and a 14- or 18-octet DDP header, a small payload, 0-3 octets of pad) than any
+//!   set-up. [`Path::Chain`] uses it at every length (for measurement).
 //!
-//! `perf/benches/iwarp.rs` measures the engine's path against the crate and the single
-//! chain at each size in one process; [`FOLD_FROM`] is where the fold starts to win. All
-//! give identical results (tested against the crate at every length to 9000 and nine
-//! alignments, against a bit-at-a-time definition either side of the threshold).
+//! `RPCRDMA_CRC32C=chain|crate|fold128|fold256` forces a path where the CPU runs it.
+//! `perf/benches/iwarp.rs` measures every implementation at each size in one process.
+//! All give identical results (each path tested against the crate at every length to
+//! 1100 and 16 alignments, with seeds, and on 1 MiB buffers; the folds directly to 9000).
 //!
 //! The value returned by [`Crc32c::value`] is the conventional CRC-32C (the RFC 3720 B.4
 //! value, e.g. `0x8A9136AA` for 32 zero octets). How it is laid out in an FPDU is decided

@@ -2,7 +2,7 @@
 //! lane, into a few independent accumulators, which are then folded into one 128-bit
 //! value and finished with two `crc32` instructions. Written from the algebra below
 //! (the method of Gopal et al., "Fast CRC Computation for Generic Polynomials Using
-//! PCLMULQDQ", Intel, 2009); used from [`super::FOLD_FROM`] octets up.
+//! PCLMULQDQ", Intel, 2009); see [`super`] for where each width is used.
 //!
 //! # The algebra
 //!
@@ -31,13 +31,19 @@
 //! lane's width (bit k holds x^(126-k)), which read as a lane is the product times x.
 //! The constants absorb that: H's is x^(D+63) mod P and L's is x^(D-1) mod P.
 //!
-//! # Why 256-bit only
+//! # Two widths
 //!
-//! The same fold with 128-bit `pclmulqdq` (four lanes of one 128-bit register each, 64
-//! octets a step) ran at 12 GB/s on that CPU at 4 KiB to 1 MiB, below the `crc32c` crate's
-//! three `crc32` chains (15-19 GB/s): it issues half the work per multiply. CPUs
-//! without VPCLMULQDQ therefore keep the crate (see [`super`]), and so does valgrind,
-//! whose CPU model has none and which cannot decode the 256-bit form.
+//! The 128-bit form ([`narrow`], `pclmulqdq`, four lanes of one register each, 64
+//! octets a step) issues half the work per multiply of the 256-bit one ([`wide`]). On
+//! Zen 3 (fast `crc32`) it ran at 12 GB/s, below the `crc32c` crate's three `crc32`
+//! chains (15-19 GB/s), so CPUs like it keep the crate. On AMD family 0x17 (Zen to Zen
+//! 2), whose `crc32` issues once every three cycles so that three chains run no faster
+//! than one, it is about 1.5x one chain from 64 octets up: the multiplier's issue rate
+//! (one `pclmulqdq` per two cycles, eight per 64 octets) is the limit there, which is
+//! why eight lanes ran no faster than four. Valgrind decodes the 128-bit form but not
+//! the 256-bit one. (Running a `crc32` chain over the front of a buffer interleaved with
+//! the 128-bit fold over the rest, and combining the two by a multiply, measured no
+//! faster on that CPU than the fold alone: the two do not overlap there.)
 //!
 //! # Start and finish
 //!
