@@ -2,12 +2,14 @@
 //!
 //! Run: `cargo bench -p rpcrdma-perf --bench iwarp` (a few seconds). Prints GB/s for:
 //! - CRC32c over 16 B to 1 MiB (64 B, 4 KiB, 64 KiB and 1 MiB among them), in the same
-//!   process, samples interleaved: the engine's path (what every FPDU uses: from
-//!   `FOLD_FROM` octets the 256-bit carry-less fold where the CPU has VPCLMULQDQ), the
-//!   `crc32c` crate called directly (three interleaved `crc32` chains), and a
+//!   process, samples interleaved: the engine's path (what every FPDU uses: the path
+//!   `rpcrdma::iwarp::crc32c::path()` chose for this CPU, or `RPCRDMA_CRC32C` forced),
+//!   the `crc32c` crate called directly (three interleaved `crc32` chains), a
 //!   hand-written single chain of SSE4.2 `crc32` instructions (kept in this file, below,
-//!   so the comparison can be rerun). `engine/crate` divides the engine's figure by the
-//!   crate's, `x/chain` by the single chain's;
+//!   so the comparison can be rerun), the 128-bit PCLMULQDQ fold with 4 and with 8
+//!   lanes, and the 256-bit VPCLMULQDQ fold (a fold column reads as the crate's where
+//!   the CPU lacks it or the piece is shorter than the fold takes). `engine/crate`
+//!   divides the engine's figure by the crate's, `engine/chain` by the single chain's;
 //! - segmenting a 64 KiB Send into FPDUs for a 1460-octet MSS (`Segmenter::next_into`,
 //!   i.e. header encode plus payload copy) with CRC off and on;
 //! - parsing that FPDU stream with `FpduReader` in 64 KiB reads, copying payload out as
@@ -20,7 +22,7 @@
 use std::hint::black_box;
 use std::time::Instant;
 
-use rpcrdma::iwarp::crc32c::{crc32c, hardware_accelerated, FOLD_FROM};
+use rpcrdma::iwarp::crc32c::{crc32c, hardware_accelerated};
 use rpcrdma::iwarp::fpdu::mulpdu;
 use rpcrdma::iwarp::rdmap::Opcode;
 use rpcrdma::iwarp::reader::{FpduEvent, FpduReader};
@@ -103,29 +105,69 @@ mod handwritten {
     }
 }
 
+/// The 128-bit carry-less fold with `LANES` lanes, one-shot, where the CPU has it (else
+/// the crate, so the column reads as the crate's).
+fn fold128<const LANES: usize>(data: &[u8]) -> u32 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use rpcrdma::iwarp::crc32c::fold;
+        if fold::narrow_available() && data.len() >= 16 * LANES {
+            // SAFETY: the CPU has PCLMULQDQ and SSE4.2 (checked); the length is enough.
+            return !unsafe { fold::narrow_lanes::<LANES>(!0, data) };
+        }
+    }
+    ::crc32c::crc32c(data)
+}
+
+/// The 256-bit carry-less fold where the CPU has it (else the crate).
+fn fold256(data: &[u8]) -> u32 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use rpcrdma::iwarp::crc32c::fold;
+        if fold::wide_available() && data.len() >= fold::WIDE_MIN {
+            // SAFETY: the CPU has VPCLMULQDQ and AVX2 (checked); the length is enough.
+            return !unsafe { fold::wide(!0, data) };
+        }
+    }
+    ::crc32c::crc32c(data)
+}
+
 /// The CRC rows: each implementation over each size, same buffers, same process.
 fn crc_rows() {
     #[cfg(target_arch = "x86_64")]
-    let wide = rpcrdma::iwarp::crc32c::fold::wide_available();
+    let (wide, narrow) = {
+        use rpcrdma::iwarp::crc32c::fold;
+        (fold::wide_available(), fold::narrow_available())
+    };
     #[cfg(not(target_arch = "x86_64"))]
-    let wide = false;
+    let (wide, narrow) = (false, false);
     println!(
         "CRC32c GB/s (median of {CRC_RUNS} interleaved runs of {} MiB each); SSE4.2: {}; \
-         VPCLMULQDQ fold: {wide}; the engine folds from {FOLD_FROM} B",
+         PCLMULQDQ fold: {narrow}; VPCLMULQDQ fold: {wide}; the engine's path: {:?}",
         CRC_OCTETS_PER_SAMPLE >> 20,
-        hardware_accelerated()
+        hardware_accelerated(),
+        rpcrdma::iwarp::crc32c::path(),
     );
     println!(
-        "{:>8} {:>8} {:>8} {:>8} {:>12} {:>12} {:>12} {:>12} {:>11}",
-        "size",
-        "engine",
-        "crate",
-        "chain",
-        "engine/crate",
-        "crate/chain",
-        "engine/chain",
-        "best engine",
-        "best crate"
+        "(fold128x4/x8: the 128-bit fold with 4 or 8 lanes, from 64/128 B; below that and \
+         where the CPU lacks a fold the column is the crate's)"
+    );
+    type Impl = (&'static str, fn(&[u8]) -> u32);
+    let impls: [Impl; 6] = [
+        ("engine", crc32c),
+        ("crate", ::crc32c::crc32c),
+        ("chain", handwritten::crc32c),
+        ("fold128x4", fold128::<4>),
+        ("fold128x8", fold128::<8>),
+        ("fold256", fold256),
+    ];
+    print!("{:>8}", "size");
+    for (name, _) in &impls {
+        print!(" {name:>9}");
+    }
+    println!(
+        " {:>12} {:>12} {:>11}",
+        "engine/crate", "engine/chain", "best engine"
     );
     let data: Vec<u8> = (0..*CRC_SIZES.iter().max().unwrap_or(&0))
         .map(|i| (i * 13 + (i >> 9)) as u8)
@@ -134,34 +176,31 @@ fn crc_rows() {
         let buf = &data[..len];
         let want = handwritten::crc32c(buf);
         // Same results first: a faster CRC that disagrees is no CRC.
-        assert_eq!(
-            ::crc32c::crc32c(buf),
-            want,
-            "crate vs hand-written, {len} octets"
-        );
-        assert_eq!(crc32c(buf), want, "engine vs hand-written, {len} octets");
+        for (name, f) in &impls {
+            assert_eq!(f(buf), want, "{name} vs hand-written, {len} octets");
+        }
         let iters = (CRC_OCTETS_PER_SAMPLE / len).max(1);
-        // Samples of the three alternate, so load from other work on the machine falls on
-        // all of them alike and the ratios stay meaningful when the absolute figures move.
-        let mut samples = [[0f64; CRC_RUNS]; 3];
+        // Samples of all alternate, so load from other work on the machine falls on all
+        // of them alike and the ratios stay meaningful when the absolute figures move.
+        let mut samples = vec![[0f64; CRC_RUNS]; impls.len()];
         for run in 0..=CRC_RUNS {
-            let e = sample(len, iters, || crc32c(black_box(buf)));
-            let k = sample(len, iters, || ::crc32c::crc32c(black_box(buf)));
-            let o = sample(len, iters, || handwritten::crc32c(black_box(buf)));
-            // The first round warms caches and branch predictors and is dropped.
-            if run > 0 {
-                for (i, v) in [e, k, o].into_iter().enumerate() {
+            for (i, (_, f)) in impls.iter().enumerate() {
+                let v = sample(len, iters, || f(black_box(buf)));
+                // The first round warms caches and branch predictors and is dropped.
+                if run > 0 {
                     samples[i][run - 1] = v;
                 }
             }
         }
         // The median, and the best sample: on a machine shared with other work the
         // fastest run is the one least disturbed.
-        let [engine, krate, ours] = samples.map(|mut v| {
-            v.sort_by(f64::total_cmp);
-            (v[CRC_RUNS / 2], v[CRC_RUNS - 1])
-        });
-        let ((engine, engine_best), (krate, krate_best), (ours, _)) = (engine, krate, ours);
+        let stats: Vec<(f64, f64)> = samples
+            .into_iter()
+            .map(|mut v| {
+                v.sort_by(f64::total_cmp);
+                (v[CRC_RUNS / 2], v[CRC_RUNS - 1])
+            })
+            .collect();
         let size = if len % (1 << 20) == 0 {
             format!("{} MiB", len >> 20)
         } else if len % (1 << 10) == 0 {
@@ -169,12 +208,15 @@ fn crc_rows() {
         } else {
             format!("{len} B")
         };
+        print!("{size:>8}");
+        for (median, _) in &stats {
+            print!(" {median:>9.2}");
+        }
         println!(
-            "{size:>8} {engine:>8.2} {krate:>8.2} {ours:>8.2} {:>11.2}x {:>11.2}x {:>11.2}x \
-             {engine_best:>12.2} {krate_best:>11.2}",
-            engine / krate,
-            krate / ours,
-            engine / ours
+            " {:>11.2}x {:>11.2}x {:>11.2}",
+            stats[0].0 / stats[1].0,
+            stats[0].0 / stats[2].0,
+            stats[0].1
         );
     }
     println!();

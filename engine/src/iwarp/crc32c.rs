@@ -1,35 +1,46 @@
 //! CRC32c (Castagnoli, polynomial 0x1EDC6F41, reflected 0x82F63B78), the MPA FPDU
 //! checksum (RFC 5044 §4.1, defined by reference to iSCSI, RFC 3720 §12.1 and B.4).
 //!
-//! Every FPDU is CRC'd, so this sits on the data path of every siw transfer. Three
-//! implementations share the work, picked by the length of each piece fed and the CPU:
+//! Every FPDU is CRC'd, so this sits on the data path of every siw transfer. Four
+//! implementations share the work; which one takes long pieces is chosen once per
+//! process ([`path`], [`choose`]), and pieces shorter than that path's threshold go to
+//! the single chain:
 //!
-//! - From [`FOLD_FROM`] octets up, on x86-64 with VPCLMULQDQ and AVX2, a carry-less
-//!   multiplication fold written here ([`fold`]), finished with two `crc32`
-//!   instructions: each 32 octets cost two 256-bit multiplies and two XORs in one of
-//!   four independent lanes, where a `crc32` instruction covers 8 octets.
-//! - Below it, on x86-64 with SSE4.2, one chain of `crc32` instructions written here,
-//!   cheaper on the short pieces an FPDU is fed in (a 2-octet length field and a 14- or
-//!   18-octet DDP header, a small payload, 0-3 octets of pad) than any set-up.
-//! - From [`FOLD_FROM`] up elsewhere (other CPUs, x86-64 without VPCLMULQDQ, valgrind),
-//!   the `crc32c` crate: three interleaved SSE4.2 chains, the ARM CRC instructions, or a
-//!   slicing-by-8 table.
+//! - [`Path::Fold256`] (x86-64 with VPCLMULQDQ and AVX2), from [`FOLD_FROM`] octets: a
+//!   carry-less multiplication fold written here ([`fold::wide`]), finished with two
+//!   `crc32` instructions: each 32 octets cost two 256-bit multiplies and two XORs in
+//!   one of four independent lanes, where a `crc32` instruction covers 8 octets.
+//! - [`Path::Fold128`] (x86-64 with PCLMULQDQ but not VPCLMULQDQ, on AMD family
+//!   0x17/0x18, whose `crc32` issues once per three cycles), from [`FOLD128_FROM`]
+//!   octets: the same fold in 128-bit registers ([`fold::narrow`]), four lanes.
+//! - [`Path::Crate`] (everything else), from [`FOLD_FROM`] octets: the `crc32c` crate,
+//!   three interleaved SSE4.2 chains, the ARM CRC instructions, or a slicing-by-8 table.
+//! - Below those thresholds, on x86-64 with SSE4.2, one chain of `crc32` instructions
+//!   written here, cheaper on the short pieces an FPDU is fed in (a 2-octet length field
+//!   and a 14- or 18-octet DDP header, a small payload, 0-3 octets of pad) than any
+//!   set-up. [`Path::Chain`] uses it at every length (for measurement).
 //!
-//! `perf/benches/iwarp.rs` measures the engine's path against the crate and the single
-//! chain at each size in one process; [`FOLD_FROM`] is where the fold starts to win. All
-//! give identical results (tested against the crate at every length to 9000 and nine
-//! alignments, against a bit-at-a-time definition either side of the threshold).
+//! `RPCRDMA_CRC32C=chain|crate|fold128|fold256` forces a path where the CPU runs it.
+//! `perf/benches/iwarp.rs` measures every implementation at each size in one process.
+//! All give identical results (each path tested against the crate at every length to
+//! 1100 and 16 alignments, with seeds, and on 1 MiB buffers; the folds directly to 9000).
 //!
 //! The value returned by [`Crc32c::value`] is the conventional CRC-32C (the RFC 3720 B.4
 //! value, e.g. `0x8A9136AA` for 32 zero octets). How it is laid out in an FPDU is decided
 //! in [`crate::iwarp::fpdu`].
 
-/// Pieces of at least this many octets go to the carry-less fold ([`fold`]) where the CPU
-/// has it. Measured in `perf/benches/iwarp.rs` on the 2-core AMD EPYC VM this was
-/// written on: at 128 octets the fold and one `crc32` chain take about as long (the
-/// fold's set-up and final folds against 16 dependent `crc32`s), from 256 up the fold
-/// wins.
+/// Pieces of at least this many octets go to the 256-bit carry-less fold
+/// ([`fold::wide`]) on [`Path::Fold256`], and to the crate on [`Path::Crate`]. Measured
+/// in `perf/benches/iwarp.rs` on the 2-core AMD EPYC (Zen 3) VM the fold was written on:
+/// at 128 octets the fold and one `crc32` chain take about as long (the fold's set-up
+/// and final folds against 16 dependent `crc32`s), from 256 up the fold wins.
 pub const FOLD_FROM: usize = 256;
+
+/// Pieces of at least this many octets go to the 128-bit carry-less fold
+/// ([`fold::narrow`]) on [`Path::Fold128`]; shorter ones to the single chain.
+pub const FOLD128_FROM: usize = 64;
+
+use core::sync::atomic::{AtomicU8, Ordering};
 
 #[cfg(target_arch = "x86_64")]
 pub mod fold;
@@ -93,28 +104,219 @@ pub fn hardware_accelerated() -> bool {
     }
 }
 
-/// Extends the finished CRC `crc` over `data`, choosing the implementation by length.
-#[inline]
-fn append(crc: u32, data: &[u8]) -> u32 {
-    #[cfg(target_arch = "x86_64")]
-    {
-        // `is_x86_feature_detected!` is cached by std: one relaxed load per feature.
-        if data.len() < FOLD_FROM {
-            if std::is_x86_feature_detected!("sse4.2") {
-                // SAFETY: the CPU supports SSE4.2, checked just above.
-                return !unsafe { short_sse42(!crc, data) };
-            }
-        } else if fold::wide_available() {
-            // SAFETY: the CPU has what `wide` needs (checked just above), and
-            // FOLD_FROM >= WIDE_MIN.
-            return !unsafe { fold::wide(!crc, data) };
+/// How long pieces are CRC'd on this machine: chosen once per process (see [`path`]);
+/// pieces shorter than the path's threshold go to the single `crc32` chain wherever the
+/// CPU has SSE4.2.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Path {
+    /// One chain of `crc32` instructions at every length (x86-64 with SSE4.2).
+    Chain = 1,
+    /// The `crc32c` crate from [`FOLD_FROM`] octets (three interleaved `crc32` chains on
+    /// x86-64, the ARM CRC instructions, or a table), the chain below it.
+    Crate = 2,
+    /// The 128-bit PCLMULQDQ fold from [`FOLD128_FROM`] octets, the chain below it.
+    Fold128 = 3,
+    /// The 256-bit VPCLMULQDQ fold from [`FOLD_FROM`] octets, the chain below it.
+    Fold256 = 4,
+}
+
+impl Path {
+    /// Every path, in the order of [`Path::name`]s accepted by the override.
+    pub const ALL: [Path; 4] = [Path::Chain, Path::Crate, Path::Fold128, Path::Fold256];
+
+    /// The name `RPCRDMA_CRC32C` takes for this path.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Path::Chain => "chain",
+            Path::Crate => "crate",
+            Path::Fold128 => "fold128",
+            Path::Fold256 => "fold256",
         }
     }
-    ::crc32c::crc32c_append(crc, data)
+
+    /// The path `name` names, if any.
+    pub fn from_name(name: &str) -> Option<Path> {
+        Path::ALL.into_iter().find(|p| p.name() == name.trim())
+    }
+
+    /// Whether this path can run on `cpu`.
+    pub const fn runs_on(self, cpu: Cpu) -> bool {
+        match self {
+            Path::Crate => true,
+            Path::Chain => cpu.sse42,
+            Path::Fold128 => cpu.sse42 && cpu.pclmulqdq,
+            Path::Fold256 => cpu.sse42 && cpu.pclmulqdq && cpu.vpclmulqdq,
+        }
+    }
+}
+
+/// What the path choice depends on, read from the CPU by [`Cpu::here`] (or made up in
+/// tests).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Cpu {
+    /// SSE4.2 (`crc32`) and SSE4.1.
+    pub sse42: bool,
+    /// PCLMULQDQ.
+    pub pclmulqdq: bool,
+    /// VPCLMULQDQ with AVX2.
+    pub vpclmulqdq: bool,
+    /// An AMD or Hygon CPU of family 0x17 or 0x18 (Zen, Zen+, Zen 2, Dhyana), whose
+    /// `crc32` issues once every three cycles, so that the crate's three interleaved
+    /// chains run no faster than one.
+    pub slow_crc32: bool,
+}
+
+impl Cpu {
+    /// This machine's CPU.
+    pub fn here() -> Cpu {
+        #[cfg(target_arch = "x86_64")]
+        {
+            Cpu {
+                sse42: std::is_x86_feature_detected!("sse4.2")
+                    && std::is_x86_feature_detected!("sse4.1"),
+                pclmulqdq: std::is_x86_feature_detected!("pclmulqdq"),
+                vpclmulqdq: fold::wide_available(),
+                slow_crc32: amd_family_17h_or_18h(),
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            Cpu::default()
+        }
+    }
+}
+
+/// Whether CPUID names an AMD or Hygon CPU of family 0x17 or 0x18.
+#[cfg(target_arch = "x86_64")]
+fn amd_family_17h_or_18h() -> bool {
+    use core::arch::x86_64::__cpuid;
+    // SAFETY: CPUID leaves 0 and 1 exist on every x86-64 CPU.
+    #[allow(unused_unsafe)]
+    let (v, f) = unsafe { (__cpuid(0), __cpuid(1)) };
+    let mut vendor = [0u8; 12];
+    vendor[..4].copy_from_slice(&v.ebx.to_le_bytes());
+    vendor[4..8].copy_from_slice(&v.edx.to_le_bytes());
+    vendor[8..].copy_from_slice(&v.ecx.to_le_bytes());
+    let base = (f.eax >> 8) & 0xF;
+    let family = if base == 0xF {
+        base + ((f.eax >> 20) & 0xFF)
+    } else {
+        base
+    };
+    matches!(&vendor, b"AuthenticAMD" | b"HygonGenuine") && matches!(family, 0x17 | 0x18)
+}
+
+/// The path for `cpu`, or the one `wanted` names (the `RPCRDMA_CRC32C` override) if it
+/// runs there; an unknown name or a path the CPU cannot run is ignored. The rule, from
+/// `perf/benches/iwarp.rs`:
+///
+/// - VPCLMULQDQ: the 256-bit fold (2x the crate on Zen 3, where the crate is fastest
+///   among the rest);
+/// - no VPCLMULQDQ, PCLMULQDQ and a slow `crc32` (AMD family 0x17/0x18): the 128-bit
+///   fold, about 2x one `crc32` chain there and the crate no faster than one chain;
+/// - otherwise the crate from [`FOLD_FROM`] up: where `crc32` issues every cycle
+///   (Intel, AMD from Zen 3) its three chains were measured above the 128-bit fold.
+pub fn choose(wanted: Option<&str>, cpu: Cpu) -> Path {
+    if let Some(p) = wanted.and_then(Path::from_name) {
+        if p.runs_on(cpu) {
+            return p;
+        }
+    }
+    if Path::Fold256.runs_on(cpu) {
+        Path::Fold256
+    } else if cpu.slow_crc32 && Path::Fold128.runs_on(cpu) {
+        Path::Fold128
+    } else {
+        Path::Crate
+    }
+}
+
+/// The chosen path, `Path as u8`, or 0 before the first CRC.
+static PATH: AtomicU8 = AtomicU8::new(0);
+
+/// The path this process CRCs long pieces by: [`choose`] for this CPU and the
+/// `RPCRDMA_CRC32C` environment variable (`chain`, `crate`, `fold128`, `fold256`),
+/// resolved on the first call; later calls cost one relaxed load, as std's cached
+/// feature detection does.
+#[inline]
+pub fn path() -> Path {
+    match PATH.load(Ordering::Relaxed) {
+        1 => Path::Chain,
+        2 => Path::Crate,
+        3 => Path::Fold128,
+        4 => Path::Fold256,
+        _ => resolve(),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn resolve() -> Path {
+    let wanted = std::env::var("RPCRDMA_CRC32C").ok();
+    let p = choose(wanted.as_deref(), Cpu::here());
+    // Racing first calls compute the same value.
+    PATH.store(p as u8, Ordering::Relaxed);
+    p
+}
+
+/// Extends the finished CRC `crc` over `data` by `path`, or `None` if this CPU cannot run
+/// `path`: for tests and benches that compare paths in one process.
+pub fn append_with(path: Path, crc: u32, data: &[u8]) -> Option<u32> {
+    if !path.runs_on(Cpu::here()) {
+        return None;
+    }
+    // SAFETY: the CPU runs `path`, checked just above.
+    Some(unsafe { append_by(path, crc, data) })
+}
+
+/// Extends the finished CRC `crc` over `data` by this process's path.
+#[inline]
+fn append(crc: u32, data: &[u8]) -> u32 {
+    // SAFETY: `path` only resolves to paths this CPU runs.
+    unsafe { append_by(path(), crc, data) }
+}
+
+/// Extends the finished CRC `crc` over `data` by `path`, choosing by length.
+///
+/// # Safety
+/// The CPU must run `path` ([`Path::runs_on`]).
+#[inline]
+unsafe fn append_by(path: Path, crc: u32, data: &[u8]) -> u32 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let long = match path {
+            Path::Chain => false,
+            Path::Crate => {
+                // `is_x86_feature_detected!` is cached by std: one relaxed load.
+                if data.len() >= FOLD_FROM || !std::is_x86_feature_detected!("sse4.2") {
+                    return ::crc32c::crc32c_append(crc, data);
+                }
+                false
+            }
+            Path::Fold128 => data.len() >= FOLD128_FROM,
+            Path::Fold256 => data.len() >= FOLD_FROM,
+        };
+        // SAFETY (all three): every path but the crate's runs only where the CPU has
+        // SSE4.2 (the caller's contract), the folds where it has their multiplies, and
+        // the thresholds are at least the folds' minimum lengths (asserted below).
+        !unsafe {
+            match (long, path) {
+                (true, Path::Fold256) => fold::wide(!crc, data),
+                (true, _) => fold::narrow(!crc, data),
+                (false, _) => short_sse42(!crc, data),
+            }
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = path;
+        ::crc32c::crc32c_append(crc, data)
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
-const _: () = assert!(FOLD_FROM >= fold::WIDE_MIN);
+const _: () = assert!(FOLD_FROM >= fold::WIDE_MIN && FOLD128_FROM >= fold::NARROW_MIN);
 
 /// One chain of SSE4.2 `crc32` instructions, eight octets at a time, over the raw
 /// (inverted) shift register: the instruction implements exactly the reflected
@@ -322,6 +524,162 @@ mod tests {
             }
             assert_eq!(c.value(), reference(0, &data), "len {}", data.len());
         }
+    }
+
+    /// The paths this CPU runs (the others are reported, not tested).
+    fn paths_here() -> Vec<Path> {
+        let cpu = Cpu::here();
+        Path::ALL
+            .into_iter()
+            .filter(|p| {
+                let here = p.runs_on(cpu);
+                if !here {
+                    eprintln!("{p:?} does not run on this CPU: not tested here");
+                }
+                here
+            })
+            .collect()
+    }
+
+    /// `append_with` where the path runs (callers only pass those).
+    fn by(path: Path, crc: u32, data: &[u8]) -> u32 {
+        match append_with(path, crc, data) {
+            Some(v) => v,
+            None => panic!("{path:?} does not run here"),
+        }
+    }
+
+    #[test]
+    fn every_path_matches_the_crate_and_the_chain_at_every_length_to_1100_and_16_alignments() {
+        let data = random_bytes(&mut Rng(0x3C6E_F372_FE94_F82B), 1100 + 16);
+        let paths = paths_here();
+        for start in 0..16 {
+            for len in 0..=1100 {
+                let d = &data[start..start + len];
+                for seed in [0, 0xA54F_F53A] {
+                    let want = reference(seed, d);
+                    for &p in &paths {
+                        assert_eq!(by(p, seed, d), want, "{p:?} start {start} len {len}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn every_path_continues_a_seeded_crc() {
+        let data = random_bytes(&mut Rng(0xBB67_AE85_84CA_A73B), 3000);
+        let mut rng = Rng(0x510E_527F_ADE6_82D1);
+        for p in paths_here() {
+            for _ in 0..400 {
+                let len = rng.below(data.len() + 1);
+                let split = rng.below(len + 1);
+                let (a, b) = data[..len].split_at(split);
+                let whole = by(p, 0, &data[..len]);
+                assert_eq!(by(p, by(p, 0, a), b), whole, "{p:?} {split}+{}", b.len());
+                assert_eq!(whole, reference(0, &data[..len]), "{p:?} len {len}");
+            }
+        }
+    }
+
+    #[test]
+    fn every_path_matches_the_crate_on_random_1_mib_buffers() {
+        let mut rng = Rng(0x9B05_688C_2B3E_6C1F);
+        for round in 0..3 {
+            let data = random_bytes(&mut rng, (1 << 20) + round);
+            let crc = rng.next() as u32;
+            let want = reference(crc, &data[round..]);
+            for p in paths_here() {
+                assert_eq!(by(p, crc, &data[round..]), want, "{p:?} round {round}");
+            }
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn fold128_matches_the_crate_at_every_length_to_9000_and_nine_alignments() {
+        if !fold::narrow_available() {
+            eprintln!("no PCLMULQDQ on this CPU: the 128-bit fold is not tested directly");
+            return;
+        }
+        let data = random_bytes(&mut Rng(0x1F83_D9AB_FB41_BD6B), 9000 + 8);
+        for start in 0..9 {
+            for len in fold::NARROW_MIN..=(data.len() - start).min(9000) {
+                let d = &data[start..start + len];
+                // SAFETY: the CPU has PCLMULQDQ and SSE4.2; `len >= NARROW_MIN`.
+                let got = !unsafe { fold::narrow(!0x8765_4321, d) };
+                assert_eq!(got, reference(0x8765_4321, d), "start {start} len {len}");
+                // SAFETY: as above, with eight lanes' minimum checked.
+                if len >= 128 {
+                    let got = !unsafe { fold::narrow_lanes::<8>(!0x8765_4321, d) };
+                    assert_eq!(got, reference(0x8765_4321, d), "x8 start {start} len {len}");
+                }
+            }
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    #[should_panic]
+    fn fold128_refuses_input_shorter_than_its_lanes() {
+        if !fold::narrow_available() {
+            panic!("nothing to test on this CPU");
+        }
+        let d = [0u8; fold::NARROW_MIN - 1];
+        // SAFETY: the CPU has what `narrow` needs; the length is what is under test.
+        unsafe { fold::narrow(0, &d) };
+    }
+
+    const ZEN2: Cpu = Cpu {
+        sse42: true,
+        pclmulqdq: true,
+        vpclmulqdq: false,
+        slow_crc32: true,
+    };
+    const SKYLAKE: Cpu = Cpu {
+        slow_crc32: false,
+        ..ZEN2
+    };
+    const ZEN3: Cpu = Cpu {
+        vpclmulqdq: true,
+        ..SKYLAKE
+    };
+
+    #[test]
+    fn the_rule_takes_the_fastest_path_measured_for_each_cpu() {
+        assert_eq!(choose(None, ZEN3), Path::Fold256);
+        assert_eq!(choose(None, ZEN2), Path::Fold128);
+        assert_eq!(choose(None, SKYLAKE), Path::Crate);
+        assert_eq!(choose(None, Cpu::default()), Path::Crate);
+        // A slow `crc32` without PCLMULQDQ has no fold to take.
+        let no_clmul = Cpu {
+            pclmulqdq: false,
+            ..ZEN2
+        };
+        assert_eq!(choose(None, no_clmul), Path::Crate);
+    }
+
+    #[test]
+    fn the_override_is_taken_where_it_runs_and_ignored_elsewhere() {
+        for p in Path::ALL {
+            assert_eq!(Path::from_name(p.name()), Some(p));
+            assert_eq!(choose(Some(p.name()), ZEN3), p);
+        }
+        assert_eq!(choose(Some(" chain\n"), ZEN2), Path::Chain);
+        assert_eq!(choose(Some("fold256"), ZEN2), Path::Fold128);
+        assert_eq!(choose(Some("fold128"), Cpu::default()), Path::Crate);
+        assert_eq!(choose(Some("chain"), Cpu::default()), Path::Crate);
+        assert_eq!(choose(Some("fast"), ZEN2), Path::Fold128);
+        assert_eq!(choose(Some(""), SKYLAKE), Path::Crate);
+    }
+
+    #[test]
+    fn the_process_path_is_the_rule_for_this_cpu_and_runs_here() {
+        let wanted = std::env::var("RPCRDMA_CRC32C").ok();
+        let p = path();
+        assert_eq!(p, choose(wanted.as_deref(), Cpu::here()));
+        assert!(p.runs_on(Cpu::here()));
+        assert_eq!(path(), p, "resolved once");
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! lane, into a few independent accumulators, which are then folded into one 128-bit
 //! value and finished with two `crc32` instructions. Written from the algebra below
 //! (the method of Gopal et al., "Fast CRC Computation for Generic Polynomials Using
-//! PCLMULQDQ", Intel, 2009); used from [`super::FOLD_FROM`] octets up.
+//! PCLMULQDQ", Intel, 2009); see [`super`] for where each width is used.
 //!
 //! # The algebra
 //!
@@ -31,13 +31,19 @@
 //! lane's width (bit k holds x^(126-k)), which read as a lane is the product times x.
 //! The constants absorb that: H's is x^(D+63) mod P and L's is x^(D-1) mod P.
 //!
-//! # Why 256-bit only
+//! # Two widths
 //!
-//! The same fold with 128-bit `pclmulqdq` (four lanes of one 128-bit register each, 64
-//! octets a step) ran at 12 GB/s on that CPU at 4 KiB to 1 MiB, below the `crc32c` crate's
-//! three `crc32` chains (15-19 GB/s): it issues half the work per multiply. CPUs
-//! without VPCLMULQDQ therefore keep the crate (see [`super`]), and so does valgrind,
-//! whose CPU model has none and which cannot decode the 256-bit form.
+//! The 128-bit form ([`narrow`], `pclmulqdq`, four lanes of one register each, 64
+//! octets a step) issues half the work per multiply of the 256-bit one ([`wide`]). On
+//! Zen 3 (fast `crc32`) it ran at 12 GB/s, below the `crc32c` crate's three `crc32`
+//! chains (15-19 GB/s), so CPUs like it keep the crate. On AMD family 0x17 (Zen to Zen
+//! 2), whose `crc32` issues once every three cycles so that three chains run no faster
+//! than one, it is about 1.5x one chain from 64 octets up: the multiplier's issue rate
+//! (one `pclmulqdq` per two cycles, eight per 64 octets) is the limit there, which is
+//! why eight lanes ran no faster than four. Valgrind decodes the 128-bit form but not
+//! the 256-bit one. (Running a `crc32` chain over the front of a buffer interleaved with
+//! the 128-bit fold over the rest, and combining the two by a multiply, measured no
+//! faster on that CPU than the fold alone: the two do not overlap there.)
 //!
 //! # Start and finish
 //!
@@ -113,7 +119,7 @@ fn step256(x: __m256i, k: __m256i, next: __m256i) -> __m256i {
 
 /// `x` moved on by the distance `k` was made for, plus `next`.
 #[inline]
-#[target_feature(enable = "avx,pclmulqdq")]
+#[target_feature(enable = "pclmulqdq")]
 fn step128(x: __m128i, k: __m128i, next: __m128i) -> __m128i {
     let h = _mm_clmulepi64_si128::<0x00>(x, k);
     let l = _mm_clmulepi64_si128::<0x11>(x, k);
@@ -183,6 +189,79 @@ pub unsafe fn wide(reg: u32, data: &[u8]) -> u32 {
     if data.len() - off >= 16 {
         // SAFETY: 16 octets at `off` are inside `data`.
         y = step128(y, k, unsafe { _mm_loadu_si128(p.add(off).cast()) });
+        off += 16;
+    }
+    finish(y, &data[off..])
+}
+
+/// Lanes of the 128-bit fold: four registers, 64 octets a step. On the AMD EPYC (family
+/// 0x17) this was measured on, a `pclmulqdq` issues every two cycles, so a step's eight
+/// take 16 cycles, longer than one lane's multiply and XORs: four lanes already keep the
+/// multiplier busy (4 GB/s per GHz-ish, 1.5x one `crc32` chain). Eight ran no faster
+/// from 256 octets and slower below (longer set-up and final folds); `perf/benches/
+/// iwarp.rs` measures both.
+pub const NARROW_LANES: usize = 4;
+/// The shortest input [`narrow`] takes: one load of every lane.
+pub const NARROW_MIN: usize = 16 * NARROW_LANES;
+
+/// Whether [`narrow`] may run on this CPU (std caches the detection: a load per feature).
+/// Valgrind 3.19 models and decodes these instructions, unlike the 256-bit form.
+#[inline]
+pub fn narrow_available() -> bool {
+    std::is_x86_feature_detected!("pclmulqdq")
+        && std::is_x86_feature_detected!("sse4.2")
+        && std::is_x86_feature_detected!("sse4.1")
+}
+
+/// The raw CRC register after `data` from `reg`, by 128-bit `pclmulqdq` folds in
+/// [`NARROW_LANES`] independent lanes.
+///
+/// # Safety
+/// The CPU must have what [`narrow_available`] checks; `data` must be at least
+/// [`NARROW_MIN`] octets (checked: shorter input panics rather than reading past it).
+#[target_feature(enable = "pclmulqdq,sse4.2,sse4.1")]
+pub unsafe fn narrow(reg: u32, data: &[u8]) -> u32 {
+    // SAFETY: the caller's contract is this function's.
+    unsafe { narrow_lanes::<NARROW_LANES>(reg, data) }
+}
+
+/// [`narrow`] with `LANES` lanes (4 and 8 are measured by the bench; 8 is used).
+///
+/// # Safety
+/// As [`narrow`], with `16 * LANES` for [`NARROW_MIN`]; `LANES` must be at least 1.
+#[target_feature(enable = "pclmulqdq,sse4.2,sse4.1")]
+#[inline]
+pub unsafe fn narrow_lanes<const LANES: usize>(reg: u32, data: &[u8]) -> u32 {
+    let stride = 16 * LANES;
+    assert!(LANES >= 1 && data.len() >= stride);
+    let p = data.as_ptr();
+    let load = |off: usize| {
+        debug_assert!(off + 16 <= data.len());
+        // SAFETY: every caller below keeps `off + 16 <= data.len()`.
+        unsafe { _mm_loadu_si128(p.add(off).cast()) }
+    };
+    let mut x: [__m128i; LANES] = core::array::from_fn(|i| load(16 * i));
+    // Starting from `reg` is XORing it into the first 32 bits.
+    x[0] = _mm_xor_si128(x[0], _mm_set_epi64x(0, i64::from(reg)));
+    let mut off = stride;
+
+    let k = k128(const { fold_by(128 * LANES as u32) });
+    while data.len() - off >= stride {
+        for (i, xi) in x.iter_mut().enumerate() {
+            *xi = step128(*xi, k, load(off + 16 * i));
+        }
+        off += stride;
+    }
+
+    // The lanes into one: lane i is followed by the LANES - 1 - i after it, so folding
+    // each into the next moves it on by 128 bits per lane, as the stride loop does.
+    let k = k128(const { fold_by(128) });
+    let mut y = x[0];
+    for xi in &x[1..] {
+        y = step128(y, k, *xi);
+    }
+    while data.len() - off >= 16 {
+        y = step128(y, k, load(off));
         off += 16;
     }
     finish(y, &data[off..])
