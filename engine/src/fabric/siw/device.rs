@@ -131,6 +131,9 @@ impl SiwDevice {
 
     /// Opens a device with `cfg`.
     pub fn with_config(cfg: SiwConfig) -> Result<SiwDevice, FabricError> {
+        // Resolve the CRC32c path now: its first use reads `RPCRDMA_CRC32C` (an
+        // allocation), which must not fall in a connection's first FPDU.
+        crate::iwarp::crc32c::path();
         let checks: [(&'static str, u32, u32); 5] = [
             ("max_mr", cfg.max_mr, MAX_KEY_INDEX + 1),
             ("max_qp_wr", cfg.max_qp_wr, 1 << 20),
