@@ -225,7 +225,7 @@ pub unsafe fn narrow(reg: u32, data: &[u8]) -> u32 {
     unsafe { narrow_lanes::<NARROW_LANES>(reg, data) }
 }
 
-/// [`narrow`] with `LANES` lanes (4 and 8 are measured by the bench; 8 is used).
+/// [`narrow`] with `LANES` lanes (the bench measures 4 and 8; [`NARROW_LANES`] is used).
 ///
 /// # Safety
 /// As [`narrow`], with `16 * LANES` for [`NARROW_MIN`]; `LANES` must be at least 1.
