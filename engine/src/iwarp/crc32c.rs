@@ -465,13 +465,33 @@ mod tests {
         if !wide_here() {
             return;
         }
-        let data = random_bytes(&mut Rng(0x2545_F491_4F6C_DD1D), 9000 + 8);
+        // SAFETY: the CPU has VPCLMULQDQ and AVX2; `len >= WIDE_MIN`.
+        let wide = |reg, d: &[u8]| unsafe { fold::wide(reg, d) };
+        fold_matches_the_crate_to_9000(
+            0x2545_F491_4F6C_DD1D,
+            0x1234_5678,
+            fold::WIDE_MIN,
+            "wide",
+            wide,
+        );
+    }
+
+    /// `fold` (a raw-register fold taking at least `min` octets) against the crate at
+    /// every length from `min` to 9000 at nine alignments, from the start value `crc`.
+    #[cfg(target_arch = "x86_64")]
+    fn fold_matches_the_crate_to_9000(
+        seed: u64,
+        crc: u32,
+        min: usize,
+        what: &str,
+        fold: impl Fn(u32, &[u8]) -> u32,
+    ) {
+        let data = random_bytes(&mut Rng(seed), 9000 + 8);
         for start in 0..9 {
-            for len in fold::WIDE_MIN..=(data.len() - start).min(9000) {
+            for len in min..=(data.len() - start).min(9000) {
                 let d = &data[start..start + len];
-                // SAFETY: the CPU has VPCLMULQDQ and AVX2; `len >= WIDE_MIN`.
-                let got = !unsafe { fold::wide(!0x1234_5678, d) };
-                assert_eq!(got, reference(0x1234_5678, d), "start {start} len {len}");
+                let got = !fold(!crc, d);
+                assert_eq!(got, reference(crc, d), "{what} start {start} len {len}");
             }
         }
     }
@@ -602,20 +622,18 @@ mod tests {
             eprintln!("no PCLMULQDQ on this CPU: the 128-bit fold is not tested directly");
             return;
         }
-        let data = random_bytes(&mut Rng(0x1F83_D9AB_FB41_BD6B), 9000 + 8);
-        for start in 0..9 {
-            for len in fold::NARROW_MIN..=(data.len() - start).min(9000) {
-                let d = &data[start..start + len];
-                // SAFETY: the CPU has PCLMULQDQ and SSE4.2; `len >= NARROW_MIN`.
-                let got = !unsafe { fold::narrow(!0x8765_4321, d) };
-                assert_eq!(got, reference(0x8765_4321, d), "start {start} len {len}");
-                // SAFETY: as above, with eight lanes' minimum checked.
-                if len >= 128 {
-                    let got = !unsafe { fold::narrow_lanes::<8>(!0x8765_4321, d) };
-                    assert_eq!(got, reference(0x8765_4321, d), "x8 start {start} len {len}");
-                }
-            }
-        }
+        // SAFETY (both): the CPU has PCLMULQDQ and SSE4.2; the helper passes at least
+        // each one's minimum (`NARROW_MIN`, eight lanes' 128).
+        let four = |reg, d: &[u8]| unsafe { fold::narrow(reg, d) };
+        let eight = |reg, d: &[u8]| unsafe { fold::narrow_lanes::<8>(reg, d) };
+        fold_matches_the_crate_to_9000(
+            0x1F83_D9AB_FB41_BD6B,
+            0x8765_4321,
+            fold::NARROW_MIN,
+            "x4",
+            four,
+        );
+        fold_matches_the_crate_to_9000(0x1F83_D9AB_FB41_BD6B, 0x8765_4321, 128, "x8", eight);
     }
 
     #[cfg(target_arch = "x86_64")]

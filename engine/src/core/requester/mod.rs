@@ -1138,10 +1138,8 @@ impl RequesterHalf {
                 }
                 s.wrs -= 1;
                 t.sq.give(1);
-                // A call still waiting for its reply has nothing to deliver or retire.
-                if matches!(s.state, SlotState::Sent) && id.kind == WrKind::CallSend {
-                    return;
-                }
+                // A call's Send done while the call still waits for its reply never gets
+                // here: `on_send_completion` took it (it has nothing to deliver or retire).
                 if id.kind == WrKind::LocalInv && wc.status.is_success() {
                     if let Some(m) = s.mrs.get_mut(id.aux as usize) {
                         if m.state == MrState::Invalidating {
