@@ -12,7 +12,7 @@ use core::mem::MaybeUninit;
 use std::time::Instant;
 
 use crate::core::{PostFailure, Transmit, Transmitter};
-use crate::fabric::{PostError, QueuePair, RecvWr, SendWr};
+use crate::fabric::{PostError, Provider, QueuePair, RecvWr, SendWr};
 
 /// Requests handed to one `post_send` or `post_recv` call at most. Longer chains (rare:
 /// one poll staging more than this) take more than one doorbell.
@@ -51,11 +51,31 @@ fn transmit_in<const SENDS_FIRST: bool, C: Transmitter, Q: QueuePair>(
     }
 }
 
-/// [`transmit`] with the send chain posted before the receive chain: a responder's
-/// poll on a provider whose receives are placed only by its own polls
+/// One poll's posting for a connection on provider `P`: [`transmit_sends_first`] where
+/// `P`'s receives are placed only by this thread's own polls
+/// ([`Provider::RECVS_PLACED_BY_OWN_POLL`](crate::fabric::Provider::RECVS_PLACED_BY_OWN_POLL),
+/// shm), else [`transmit`] (verbs, iWARP: a Send that finds no receive is an RNR,
+/// fatal on iWARP, so the receives go first). Every posting of a requester or a
+/// responder connection goes through here.
+#[inline(always)]
+pub(super) fn transmit_staged<P: Provider, C: Transmitter, Q: QueuePair>(
+    core: &mut C,
+    qp: &mut Q,
+    now: Instant,
+) {
+    if P::RECVS_PLACED_BY_OWN_POLL {
+        transmit_sends_first(core, qp, now);
+    } else {
+        transmit(core, qp, now);
+    }
+}
+
+/// [`transmit`] with the send chain posted before the receive chain: a requester's or
+/// a responder's poll on a provider whose receives are placed only by its own polls
 /// ([`Provider::RECVS_PLACED_BY_OWN_POLL`](crate::fabric::Provider::RECVS_PLACED_BY_OWN_POLL)),
-/// where the receive restocks the replies' grants count can follow their Sends (the
-/// next poll, on this thread, is the first that can place a call in them). The replies'
+/// where a receive staged with a Send can follow it (the next poll, on this thread, is
+/// the first that can place a message in it: a call in the receive that restocks a
+/// reply's grant, a reply in the receive a call's reply buffer left). The Sends'
 /// doorbell then comes before the receives' post on a round trip's critical path.
 // Out of line, as `transmit` is in practice (called from the accept and the poll): the
 // core's `poll_transmit` then has this one caller and is inlined into it (inlined into
@@ -385,6 +405,73 @@ mod tests {
         .unwrap_err();
         assert_eq!((f.recvs_posted, f.sends_posted, recvs), (1, 0, 1));
         assert_eq!(f.error.kind, PostErrorKind::QueueFull { depth: 0 });
+    }
+
+    /// A core whose transmit is one outbox, posted once.
+    struct Staged(Outbox, bool);
+
+    impl Transmitter for Staged {
+        fn poll_transmit(&mut self, _: Instant) -> Option<Transmit<'_>> {
+            Transmit::of(&self.0).filter(|_| !self.1)
+        }
+        fn on_posted(&mut self) {
+            self.1 = true;
+        }
+        fn on_post_failed(&mut self, f: PostFailure, _: Instant) {
+            panic!("refused: {f:?}");
+        }
+    }
+
+    /// A queue pair that takes everything and logs the requests' ids in post order.
+    #[derive(Default)]
+    struct LogQp(Vec<u64>);
+
+    impl QueuePair for LogQp {
+        fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<(), PostError> {
+            self.0.extend(wrs.iter().map(|w| w.wr_id));
+            Ok(())
+        }
+        fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostError> {
+            self.0.extend(wrs.iter().map(|w| w.wr_id));
+            Ok(())
+        }
+        fn qp_num(&self) -> u32 {
+            1
+        }
+        fn conn_id(&self) -> crate::fabric::ConnId {
+            crate::fabric::ConnId(1)
+        }
+        fn state(&self) -> QpState {
+            QpState::ReadyToSend
+        }
+        fn caps(&self) -> crate::fabric::QpCaps {
+            crate::fabric::QpCaps::default()
+        }
+    }
+
+    /// The order `transmit_staged` for provider `P` posts a call's Send (id 0) and the
+    /// receive staged with it (id 1000) in, one of each and (two-request chains) two
+    /// of each.
+    fn staged_order<P: Provider>(sends: u64, recvs: u64) -> Vec<u64> {
+        let mut core = Staged(staged(sends, recvs), false);
+        let mut qp = LogQp::default();
+        transmit_staged::<P, _, _>(&mut core, &mut qp, Instant::now());
+        assert!(core.1, "posted and reported");
+        qp.0
+    }
+
+    #[test]
+    fn the_posting_order_follows_the_provider() {
+        use crate::fabric::{faulty::Faulty, shm::ShmProvider, sim::Sim, siw::SiwProvider};
+        // shm: only this thread's polls place messages, so the Sends go first (a
+        // requester's call and a responder's reply alike).
+        assert_eq!(staged_order::<ShmProvider>(1, 1), vec![0, 1000]);
+        assert_eq!(staged_order::<ShmProvider>(2, 2), vec![0, 1, 1000, 1001]);
+        // Everywhere else the receives go first: siw (an RNR is fatal on iWARP), sim,
+        // and shm behind fault injection (which does not claim the property).
+        assert_eq!(staged_order::<SiwProvider>(1, 1), vec![1000, 0]);
+        assert_eq!(staged_order::<Sim>(2, 2), vec![1000, 1001, 0, 1]);
+        assert_eq!(staged_order::<Faulty<ShmProvider>>(1, 1), vec![1000, 0]);
     }
 
     #[test]

@@ -867,9 +867,5 @@ where
 /// core's `poll_transmit` keeps one caller (and stays inlined into it).
 #[inline(always)]
 fn post_staged<P: Provider, C: Transmitter>(core: &mut C, qp: &mut P::Qp, now: Instant) {
-    if P::RECVS_PLACED_BY_OWN_POLL {
-        super::post::transmit_sends_first(core, qp, now);
-    } else {
-        super::post::transmit(core, qp, now);
-    }
+    super::post::transmit_staged::<P, _, _>(core, qp, now);
 }
