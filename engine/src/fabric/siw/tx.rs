@@ -362,6 +362,7 @@ impl Engine {
     fn fill_batch(&mut self, keys: &KeyTable, wire: &Wire<'_>) {
         self.tx.written = 0;
         self.tx.total = 0;
+        let mut burst = BATCH;
         loop {
             let framing = self.tx.msg.as_ref().is_some_and(|m| !m.last_framed);
             let more = if self.tx.nbatch > 0 {
@@ -389,7 +390,36 @@ impl Engine {
             if !go_on || self.tx.nbatch == BATCH || self.tx.batch[i].tail_len > 0 {
                 return;
             }
+            if framing {
+                if i == 0 {
+                    burst = self.even_burst();
+                }
+                if self.tx.nbatch >= burst {
+                    return;
+                }
+            }
         }
+    }
+
+    /// How many FPDUs the write being filled takes of the long message whose FPDU it
+    /// starts with (just framed): its FPDUs from that one on, spread evenly over the
+    /// fewest writes of at most [`BATCH`]. A 1 MiB message in 17 FPDUs (64 KiB
+    /// segments) goes as 6, 6 and 5 rather than 8, 8 and 1: as many `sendmsg`, but the
+    /// largest write is smaller. Each write's CRCs are made before it, and its peer,
+    /// reading as the write arrives, falls behind by about the CRC of what that write
+    /// carries (it copies and CRCs where the sender only copies); what it has left when
+    /// the last write is out is the tail of the message's time, set by the largest write.
+    fn even_burst(&self) -> usize {
+        let Some(m) = self.tx.msg.as_ref() else {
+            return BATCH;
+        };
+        let per = m.max_payload.max(1);
+        let rest = (m.len - m.framed).div_ceil(per);
+        let fpdus = usize::try_from(rest)
+            .unwrap_or(usize::MAX)
+            .saturating_add(1);
+        let writes = fpdus.div_ceil(BATCH);
+        fpdus.div_ceil(writes.max(1)).min(BATCH)
     }
 
     /// Starts the next posted request if it is a Send whose (single) FPDU still fits,
@@ -1297,6 +1327,130 @@ mod tests {
                     "{payload_len}: the trailer keeps the CRC sent"
                 );
             }
+        }
+    }
+
+    /// A long message's FPDUs are spread evenly over the fewest writes of at most
+    /// `BATCH` (17 FPDUs as 6, 6, 5, not 8, 8, 1), and every FPDU carries the same
+    /// octets (header, payload, CRC) whatever write it went in. A `SOCK_SEQPACKET` pair
+    /// keeps each write one record, so the reader sees where the writes were cut.
+    #[test]
+    fn a_long_messages_fpdus_are_spread_evenly_over_its_writes() {
+        use crate::iwarp::fpdu::fpdu_len;
+        let mut fds = [0; 2];
+        // SAFETY: `fds` has room for the two descriptors socketpair writes.
+        let r =
+            unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_SEQPACKET, 0, fds.as_mut_ptr()) };
+        assert_eq!(r, 0, "socketpair");
+        // SAFETY: both descriptors were just created and are owned only here.
+        let (a, b) = unsafe {
+            use std::os::fd::FromRawFd;
+            (
+                std::os::fd::OwnedFd::from_raw_fd(fds[0]),
+                std::os::fd::OwnedFd::from_raw_fd(fds[1]),
+            )
+        };
+        for fd in [a.as_raw_fd(), b.as_raw_fd()] {
+            let size: libc::c_int = 4 << 20;
+            for opt in [libc::SO_SNDBUF, libc::SO_RCVBUF] {
+                // SAFETY: a valid c_int option value for the duration of the call.
+                unsafe {
+                    libc::setsockopt(
+                        fd,
+                        libc::SOL_SOCKET,
+                        opt,
+                        (&size as *const libc::c_int).cast(),
+                        core::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                    )
+                };
+            }
+        }
+        let caps = crate::fabric::QpCaps {
+            max_send_wr: 4,
+            max_recv_wr: 4,
+            max_send_sge: MAX_SGE as u32,
+            max_recv_sge: MAX_SGE as u32,
+        };
+        let qp = std::sync::Arc::new(super::super::qp::QpShared::new(
+            1,
+            crate::fabric::ConnId(1),
+            1,
+            caps,
+            crate::fabric::QpState::ReadyToSend,
+        ));
+        let mut e = Engine::new(qp, 0, 0, false, 4, 4);
+        e.link.crc = true;
+        e.link.mulpdu = 1024;
+        e.wake.heard = true;
+        let keys = KeyTable::new(4);
+        let wire = Wire {
+            fd: a.as_raw_fd(),
+            tap: None,
+        };
+        let per = max_payload(1024, Opcode::RdmaWrite) as usize;
+        for (fpdus, want) in [
+            (17usize, &[6usize, 6, 5][..]),
+            (20, &[7, 7, 6][..]),
+            (9, &[5, 4][..]),
+            (8, &[8][..]),
+            (3, &[3][..]),
+            (25, &[7, 6, 6, 6][..]),
+        ] {
+            let data: Vec<u8> = (0..per * fpdus - 100)
+                .map(|i| (i * 31 + fpdus) as u8)
+                .collect();
+            e.start(
+                Kind::Confirmation,
+                Opcode::RdmaWrite,
+                MessageTarget::Tagged {
+                    stag: 0x77,
+                    to: 0x1000,
+                },
+                Source::Contiguous(data.as_ptr() as u64),
+                data.len() as u64,
+            );
+            assert!(!e.transmit(&keys, &wire).expect("transmit"), "all written");
+            let mut got = Vec::new();
+            let mut stream = Vec::new();
+            let mut rec = vec![0u8; 16 * 1024];
+            loop {
+                // SAFETY: `rec` is writable for its length.
+                let n = unsafe {
+                    libc::recv(
+                        b.as_raw_fd(),
+                        rec.as_mut_ptr().cast(),
+                        rec.len(),
+                        libc::MSG_DONTWAIT,
+                    )
+                };
+                if n <= 0 {
+                    break;
+                }
+                let rec = &rec[..n as usize];
+                let mut k = 0;
+                let mut at = 0;
+                while at < rec.len() {
+                    let len = usize::from(u16::from_be_bytes([rec[at], rec[at + 1]]));
+                    at += fpdu_len(len);
+                    k += 1;
+                }
+                assert_eq!(at, rec.len(), "whole FPDUs per write");
+                got.push(k);
+                stream.extend_from_slice(rec);
+            }
+            assert_eq!(got, want, "FPDUs per write for {fpdus}");
+            let mut expect = Vec::new();
+            let mut off = 0;
+            while off < data.len() {
+                let n = per.min(data.len() - off);
+                let last = off + n == data.len();
+                let h = SegmentHeader::tagged(Opcode::RdmaWrite, last, 0x77, 0x1000 + off as u64);
+                let mut buf = vec![0u8; fpdu_len(h.encoded_len() + n)];
+                let w = encode_fpdu(&mut buf, &h, &data[off..off + n], true).expect("fpdu");
+                expect.extend_from_slice(&buf[..w]);
+                off += n;
+            }
+            assert!(stream == expect, "the same octets for {fpdus}");
         }
     }
 
