@@ -340,7 +340,7 @@ pub fn table(rows: &[Row]) -> String {
             );
         }
         if let Some(p) = &r.paired {
-            paired_lines(&mut s, r.bench, p);
+            paired_lines(&mut s, &r.layer.to_string(), p);
         }
     }
     s
@@ -348,7 +348,7 @@ pub fn table(rows: &[Row]) -> String {
 
 /// A paired row's lines under its ratio: both sides' medians, the per-pair ratios'
 /// median and range, the TCP side's system calls, then every pair.
-fn paired_lines(s: &mut String, bench: &str, p: &Paired) {
+fn paired_lines(s: &mut String, side: &str, p: &Paired) {
     let slices = match p.slice_ops {
         Some(n) => format!("{n} operations"),
         None => format!("{:.0} ms", p.slice_ms),
@@ -356,7 +356,7 @@ fn paired_lines(s: &mut String, bench: &str, p: &Paired) {
     let _ = writeln!(
         s,
         "  paired with {}: {} pairs of {slices} slices, alternated; medians {:.3} GB/s \
-         (tcp) and {:.3} GB/s ({bench})",
+         (tcp) and {:.3} GB/s ({side})",
         p.against,
         p.pairs.len(),
         p.base_median_gb_per_s,
@@ -384,7 +384,7 @@ fn paired_lines(s: &mut String, bench: &str, p: &Paired) {
             let _ = writeln!(s);
         }
     }
-    let _ = write!(s, "  pairs (tcp/{bench} GB/s):");
+    let _ = write!(s, "  pairs (tcp/{side} GB/s=ratio):");
     for (i, q) in p.pairs.iter().enumerate() {
         if i > 0 && i % 6 == 0 {
             let _ = write!(s, "\n   ");
@@ -454,6 +454,46 @@ mod tests {
         assert_eq!(
             rows[0].figures.as_ref().unwrap().gb_per_s,
             10.0 * 64.0 / 1e9
+        );
+    }
+
+    /// A paired row keeps the median of its own pairs as its ratio (compute_ratios
+    /// does not replace it with the ratio to the separate row) and prints its pairs.
+    #[test]
+    fn paired_rows_keep_their_own_ratio() {
+        use crate::paired::{pair, Paired};
+        let pairs = [(2.0, 1.8), (5.0, 2.0), (4.0, 2.4)]
+            .iter()
+            .filter_map(|&(b, s)| pair(Some(b), Some(s), true))
+            .collect();
+        let paired = Paired::of(
+            "physical b".into(),
+            None,
+            Some(50),
+            pairs,
+            Some((20.0, 8.0)),
+        );
+        let mut rows = vec![
+            measured(Layer::Physical, &[100; 10], 1.0),
+            measured(Layer::Fabric, &[300; 10], 2.0).with_paired(paired),
+        ];
+        compute_ratios(&mut rows);
+        let r = rows[1].ratio.as_ref().unwrap();
+        assert_eq!(r.against, "physical b, paired");
+        assert!((r.gb_per_s - 0.6).abs() < 1e-12, "{r:?}");
+        assert!(r.p50.is_nan());
+        let t = table(&rows);
+        assert!(
+            t.contains("paired ratio: median x0.60, min x0.40, max x0.90"),
+            "{t}"
+        );
+        assert!(
+            t.contains("2.00/1.80=x0.90 5.00/2.00=x0.40 4.00/2.40=x0.60"),
+            "{t}"
+        );
+        assert!(
+            t.contains("tcp 20.0 system calls per MiB (12.0 moved data)"),
+            "{t}"
         );
     }
 
