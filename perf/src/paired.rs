@@ -169,6 +169,11 @@ pub struct Paired {
     pub pairs: Vec<PairFigures>,
     /// The ratios' median and range.
     pub ratio: Option<RatioSpread>,
+    /// The mean of the measured side's slices over the mean of the baseline's: with
+    /// slices of one length, the ratio of the octets each side moved in its slices.
+    /// Steadier than the median of the ratios where the baseline's slices scatter
+    /// widely (a ratio divides by each one), but the pairing does less for it.
+    pub ratio_of_means: Option<f64>,
     /// Median of the baseline's slices, GB/s.
     pub base_median_gb_per_s: f64,
     /// Median of the measured side's slices, GB/s.
@@ -190,7 +195,9 @@ impl Paired {
     ) -> Paired {
         let mut b: Vec<f64> = pairs.iter().map(|p| p.base_gb_per_s).collect();
         let mut s: Vec<f64> = pairs.iter().map(|p| p.gb_per_s).collect();
+        let (sb, ss) = (b.iter().sum::<f64>(), s.iter().sum::<f64>());
         Paired {
+            ratio_of_means: (sb > 0.0).then(|| ss / sb),
             against,
             slice_ms: slice.map_or(0.0, |d| d.as_secs_f64() * 1e3),
             slice_ops,
@@ -445,6 +452,7 @@ mod tests {
         assert!((p.base_median_gb_per_s - 4.0).abs() < 1e-12);
         assert!((p.median_gb_per_s - 2.0).abs() < 1e-12);
         assert_eq!(p.ratio, Some(s));
+        assert!((p.ratio_of_means.unwrap() - 6.2 / 11.0).abs() < 1e-12);
         // A machine that halves both sides in some pairs leaves every ratio alone.
         let swinging = [pf(3.0, 1.5), pf(6.0, 3.0), pf(3.0, 1.5), pf(6.0, 3.0)];
         let s = spread(&swinging).unwrap();

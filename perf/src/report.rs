@@ -365,11 +365,13 @@ fn paired_lines(s: &mut String, side: &str, p: &Paired) {
     if let Some(r) = &p.ratio {
         let _ = write!(
             s,
-            "  paired ratio: median {}, min {}, max {} (spread {:.1}% of the median)",
+            "  paired ratio: median {}, min {}, max {} (spread {:.1}% of the median); \
+             ratio of the means {}",
             x(r.median),
             x(r.min),
             x(r.max),
-            r.relative_spread() * 100.0
+            r.relative_spread() * 100.0,
+            x(p.ratio_of_means.unwrap_or(f64::NAN))
         );
     }
     match p.base_syscalls_per_mib {
