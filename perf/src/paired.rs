@@ -43,9 +43,9 @@ use crate::tcp::{self, SliceEnd, StreamReader, StreamWriter};
 use crate::units::Amount;
 
 /// How long one side's slice measures (when the row is measured by time).
-pub const SLICE: Duration = Duration::from_millis(100);
+pub const SLICE: Duration = Duration::from_millis(200);
 /// Fewest pairs a row takes: a median and a spread of fewer say little.
-pub const MIN_PAIRS: usize = 16;
+pub const MIN_PAIRS: usize = 8;
 
 /// One slice's tally: operations completed after the first one, and the time from the
 /// first to the last.
@@ -507,7 +507,7 @@ mod tests {
         assert_eq!((c.ops(), c.span()), (4, Duration::from_millis(40)));
     }
 
-    /// A timed budget gives 100 ms slices and at least [`MIN_PAIRS`] pairs; a longer
+    /// A timed budget gives 200 ms slices and at least [`MIN_PAIRS`] pairs; a longer
     /// one more pairs.
     #[test]
     fn budgets_become_slices() {
@@ -516,7 +516,7 @@ mod tests {
             stop: Amount::Time(Duration::from_secs(s)),
         };
         assert_eq!(plan(b(1)).pairs, MIN_PAIRS);
-        assert_eq!(plan(b(6)).pairs, 30);
+        assert_eq!(plan(b(6)).pairs, 15);
         assert_eq!(plan(b(1)).slice, Some(SLICE));
         let it = plan(Budget {
             warmup: Amount::Iters(0),
