@@ -419,7 +419,9 @@ pub fn notes(cfg: &Config) -> Vec<String> {
                 "fabric {PAIRED_WRITE}: the write row and the tcp stream in alternating \
                  slices of one run ({} ms each, at least {} pairs, A B then B A; same \
                  sockets, connection and settings as those rows, set up once, untimed), \
-                 each slice timed from its first operation to its last; its ratio is the \
+                 each slice timed from its start to its last operation (a fabric slice \
+                 waits for what it has in flight, a TCP slice reads all that was written); \
+                 its ratio is the \
                  median of the per-pair ratios (the bulk ratio of record: the separate \
                  rows, seconds apart, swing with the machine). The TCP side's system calls \
                  per MiB are counted as made (each read or write is one); siw's are not \
