@@ -21,12 +21,14 @@
 //! the last completion); what those completions left in the connection's socket
 //! buffers (siw completes a Write once its octets are in the socket) the server reads
 //! at the start of the next fabric slice, inside that slice's time, as a continuous
-//! stream would. A TCP slice ends with the writer finishing its message and the reader
-//! reading all that was written, so the next one starts with nothing left over. (Timing
-//! from each slice's first completion instead, as tried first, left that leftover's
-//! time out of every fabric slice: siw x1.18 of its own separate row at 100 ms
-//! slices.) The result is each pair's ratio (fabric
-//! over TCP) and the median, minimum and maximum of those ratios ([`spread`]).
+//! stream would. A TCP slice pauses the stream as it stands: the reader stops
+//! (mid-message if need be), the writer at its next write, and what the socket buffers hold is read
+//! in the next TCP slice, in its time; both sides keep their buffers' slack across the
+//! pause, as they have it in a continuous stream. (Draining the stream at each slice's
+//! end instead, as tried, took that slack from TCP alone: on a loaded VM its slices ran
+//! x0.7-0.9 of its separate row while siw's ran x1.05-1.2 of its own.) The result is
+//! each pair's ratio (fabric over TCP) and the median, minimum and maximum of those
+//! ratios ([`spread`]).
 
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
@@ -228,13 +230,8 @@ impl Paired {
 /// What the server thread is doing.
 const IDLE: u8 = 0;
 const TCP: u8 = 1;
-/// The end of a TCP slice: the writer finishes its message and says how many octets
-/// it wrote in all; the reader reads up to there.
-const TCP_END: u8 = 2;
-const FABRIC: u8 = 3;
-const STOP: u8 = 4;
-/// `stopped_at` while the writer has not stopped.
-const NOT_YET: u64 = u64::MAX;
+const FABRIC: u8 = 2;
+const STOP: u8 = 3;
 
 /// How a row's budget becomes slices: (warm-up per side, pairs, slice length or
 /// operations per slice, hard limit).
@@ -291,9 +288,8 @@ pub fn run<F: FabricKind>(
     let p = plan(budget);
     let deadline = Instant::now() + p.limit;
     let phase = Arc::new(AtomicU8::new(IDLE));
-    let stopped_at = Arc::new(AtomicU64::new(NOT_YET));
     let server = {
-        let (phase, core, stopped) = (phase.clone(), spec.server_core, stopped_at.clone());
+        let (phase, core) = (phase.clone(), spec.server_core);
         thread::spawn(move || -> Result<(u64, u64), BenchError> {
             pin(core);
             let mut spins = 0u32;
@@ -303,13 +299,6 @@ pub fn run<F: FabricKind>(
                         let go = || phase.load(Ordering::Relaxed) == TCP;
                         if writer.run_while(deadline, go)? == SliceEnd::Over {
                             break;
-                        }
-                        if phase.load(Ordering::Acquire) == TCP_END {
-                            let go = || phase.load(Ordering::Relaxed) == TCP_END;
-                            match writer.finish_message(deadline, go)? {
-                                Some(octets) => stopped.store(octets, Ordering::Release),
-                                None => break,
-                            }
                         }
                     }
                     FABRIC => {
@@ -350,16 +339,8 @@ pub fn run<F: FabricKind>(
         let mut clock = SliceClock::started_at(start);
         let end = start + time.unwrap_or_default();
         let went_on = if side == TCP {
-            stopped_at.store(NOT_YET, Ordering::Relaxed);
             phase.store(TCP, Ordering::Release);
-            reader.slice(end, count, deadline, |t| clock.tick(t))? == SliceEnd::Done && {
-                phase.store(TCP_END, Ordering::Release);
-                let target = || {
-                    let at = stopped_at.load(Ordering::Acquire);
-                    (at != NOT_YET).then_some(at)
-                };
-                reader.drain(deadline, target, |t| clock.tick(t))? == SliceEnd::Done
-            }
+            reader.slice(end, count, deadline, |t| clock.tick(t))? == SliceEnd::Done
         } else {
             phase.store(side, Ordering::Release);
             match hist {

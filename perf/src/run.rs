@@ -420,7 +420,8 @@ pub fn notes(cfg: &Config) -> Vec<String> {
                  slices of one run ({} ms each, at least {} pairs, A B then B A; same \
                  sockets, connection and settings as those rows, set up once, untimed), \
                  each slice timed from its start to its last operation (a fabric slice \
-                 waits for what it has in flight, a TCP slice reads all that was written); \
+                 waits for what it has in flight, a TCP slice pauses the stream as it \
+                 stands); \
                  its ratio is the \
                  median of the per-pair ratios (the bulk ratio of record: the separate \
                  rows, seconds apart, swing with the machine). The TCP side's system calls \

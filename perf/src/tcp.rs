@@ -274,23 +274,6 @@ impl StreamReader {
         })
     }
 
-    /// Reads until the stream has given `target()` octets in all (`None` while the
-    /// writer has not said how many it wrote), calling `on_msg` as [`Self::slice`]: the
-    /// end of a slice, after the writer stopped at a message's end, which empties the
-    /// socket buffers so the next slice starts with nothing written before it.
-    pub(crate) fn drain(
-        &mut self,
-        deadline: Instant,
-        target: impl Fn() -> Option<u64>,
-        mut on_msg: impl FnMut(Instant),
-    ) -> Result<SliceEnd, BenchError> {
-        let done = |octets: u64| target().is_some_and(|t| octets >= t);
-        if done(self.octets) {
-            return Ok(SliceEnd::Done);
-        }
-        self.read_loop(deadline, &mut on_msg, &mut |_, _, octets| done(octets))
-    }
-
     /// Reads, calling `on_msg` per whole message, until `stop(now, whole message?)`
     /// (asked after every read that moved data, and every 1024 that would block, with
     /// the instant when one was read).
@@ -303,8 +286,8 @@ impl StreamReader {
         self.read_loop(deadline, &mut on_msg, &mut |now, whole, _| stop(now, whole))
     }
 
-    /// The read loop of [`Self::slice`] and [`Self::drain`]: `stop(instant, whole
-    /// message?, octets read in all)`.
+    /// The read loop of [`Self::slice`]: `stop(instant, whole message?, octets read
+    /// in all)`.
     fn read_loop(
         &mut self,
         deadline: Instant,
@@ -380,28 +363,6 @@ impl StreamWriter {
             full: 0,
             octets: 0,
         }
-    }
-
-    /// Writes the rest of a message a [`Self::run_while`] left cut, so the stream stops
-    /// at a message's end (the reader is still reading); returns the octets written in
-    /// all, or `None` if the peer closed, `go` turned false or the deadline passed first.
-    pub(crate) fn finish_message(
-        &mut self,
-        deadline: Instant,
-        go: impl Fn() -> bool,
-    ) -> Result<Option<u64>, BenchError> {
-        if self.at == 0 {
-            return Ok(Some(self.octets));
-        }
-        // Each call makes one write, or polls 64 times while there is no room.
-        let mut r = SliceEnd::Done;
-        while r == SliceEnd::Done && self.at != 0 {
-            if !go() || Instant::now() >= deadline {
-                return Ok(None);
-            }
-            r = self.run_while(deadline, || false)?;
-        }
-        Ok((r == SliceEnd::Done).then_some(self.octets))
     }
 
     /// Writes messages back to back while `go` says so (asked after every `write` and
