@@ -783,6 +783,165 @@ fn client_stream<P: Provider>(
     }
 }
 
+/// The client side of a paired row's fabric bandwidth ([`crate::paired`]): its
+/// connection kept across slices, each slice posting `op`s as the bandwidth rows do and
+/// ending with nothing in flight (so the server may turn to the other side's work).
+pub(crate) struct PairClient<P: Provider> {
+    h: Host<P>,
+    spec: RowSpec,
+    op: BwOp,
+    remote: RemoteAddr,
+    outstanding: Vec<usize>,
+    next_slot: Vec<usize>,
+    posted_at: Vec<Instant>,
+}
+
+/// The server side of a paired row's fabric bandwidth: polls its completion queue (a
+/// software provider executes the peer's Writes and Reads there) while asked to.
+pub(crate) struct PairServer<P: Provider> {
+    h: Host<P>,
+}
+
+/// Connects a paired row's fabric side: `spec.connections` queue pairs, as the
+/// bandwidth rows (same queue depths, memory and provider settings).
+#[allow(clippy::type_complexity)]
+pub(crate) fn pair_connect<F: FabricKind>(
+    spec: &RowSpec,
+    op: BwOp,
+) -> Result<(PairClient<F::P>, PairServer<F::P>), BenchError> {
+    let (client, server, remote) = connect::<F>(spec)?;
+    let conns = client.qps.len();
+    let depth = spec.depth.max(1) as usize;
+    Ok((
+        PairClient {
+            h: client,
+            spec: *spec,
+            op,
+            remote,
+            outstanding: vec![0; conns],
+            next_slot: vec![0; conns],
+            posted_at: vec![Instant::now(); conns * depth],
+        },
+        PairServer { h: server },
+    ))
+}
+
+impl<P: Provider> PairClient<P> {
+    /// Keeps `depth` operations in flight per connection until `end` (or, with
+    /// `max_ops`, until that many completed), then stops posting and waits for the rest;
+    /// `on_done(instant, latency ns)` is called for every completion, the waited-for
+    /// ones included (the wire stays busy until the last). False if the hard deadline
+    /// passed first.
+    pub(crate) fn slice(
+        &mut self,
+        end: Instant,
+        max_ops: Option<u64>,
+        deadline: Instant,
+        mut on_done: impl FnMut(Instant, u64),
+    ) -> Result<bool, BenchError> {
+        let h = &mut self.h;
+        let spec = &self.spec;
+        let conns = h.qps.len();
+        let depth = spec.depth.max(1) as usize;
+        let mut wc = [Completion::EMPTY; POLL_BATCH];
+        let mut done = 0u64;
+        let mut posting = true;
+        loop {
+            let now = Instant::now();
+            if posting && (max_ops.is_some_and(|m| done >= m) || (max_ops.is_none() && now >= end))
+            {
+                posting = false;
+            }
+            if !posting && self.outstanding.iter().all(|&o| o == 0) {
+                return Ok(true);
+            }
+            if now >= deadline {
+                return Ok(false);
+            }
+            for conn in 0..conns {
+                while posting && self.outstanding[conn] < depth {
+                    let slot = self.next_slot[conn];
+                    self.next_slot[conn] = (slot + 1) % depth;
+                    let off = slot_off(spec, conn, slot);
+                    let src = if self.op == BwOp::WriteOneSource {
+                        slot_off(spec, conn, 0)
+                    } else {
+                        off
+                    };
+                    let sge = [h.sge(src, spec.size)];
+                    let id = wr_id(conn, slot);
+                    let peer = RemoteAddr {
+                        addr: self.remote.addr + off as u64,
+                        rkey: self.remote.rkey,
+                    };
+                    let wr = match self.op {
+                        BwOp::Write | BwOp::WriteOneSource => SendWr::write(id, &sge, peer),
+                        BwOp::Read => SendWr::read(id, &sge, peer),
+                    };
+                    h.qps[conn].post_send(&[wr])?;
+                    self.posted_at[conn * depth + slot] = now;
+                    self.outstanding[conn] += 1;
+                }
+            }
+            let n = h.cq.poll(&mut wc);
+            if n == 0 {
+                std::hint::spin_loop();
+                continue;
+            }
+            let done_at = Instant::now();
+            for c in &wc[..n] {
+                check(c)?;
+                let (conn, slot) = split_wr_id(c.wr_id);
+                let (Some(out), Some(at)) = (
+                    self.outstanding.get_mut(conn),
+                    self.posted_at.get(conn * depth + slot),
+                ) else {
+                    return Err(BenchError::Setup(format!(
+                        "unknown work request id {:#x}",
+                        c.wr_id
+                    )));
+                };
+                *out = out.saturating_sub(1);
+                done += 1;
+                on_done(done_at, (done_at - *at).as_nanos() as u64);
+            }
+        }
+    }
+}
+
+impl<P: Provider> PairServer<P> {
+    /// Polls while `go` says so (asked every 64 polls that find nothing); false if the
+    /// hard deadline passed first.
+    pub(crate) fn serve_while(
+        &mut self,
+        deadline: Instant,
+        go: impl Fn() -> bool,
+    ) -> Result<bool, BenchError> {
+        let mut wc = [Completion::EMPTY; POLL_BATCH];
+        let mut idle = 0u32;
+        loop {
+            let n = self.h.cq.poll(&mut wc);
+            for c in &wc[..n] {
+                check(c)?;
+            }
+            if n == 0 {
+                idle = idle.wrapping_add(1);
+                if idle & 63 == 0 {
+                    if !go() {
+                        return Ok(true);
+                    }
+                    if idle & 1023 == 0 && Instant::now() >= deadline {
+                        return Ok(false);
+                    }
+                }
+                std::hint::spin_loop();
+            } else {
+                idle = 0;
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -21,6 +21,7 @@ pub mod fabric;
 pub mod groups;
 pub mod histogram;
 pub mod measure;
+pub mod paired;
 pub mod physical;
 pub mod plot;
 pub mod report;

@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use crate::histogram::Histogram;
 use crate::measure::Measurement;
+use crate::paired::Paired;
 use crate::spec::{Layer, Mode, RowSpec};
 use crate::units::fmt_size;
 
@@ -126,6 +127,10 @@ pub struct Row {
     pub error: Option<String>,
     /// Comparison with the layer below.
     pub ratio: Option<Ratio>,
+    /// A paired row's slices against its baseline ([`crate::paired`]); its `ratio` is
+    /// then the median of the per-pair ratios.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub paired: Option<Paired>,
     /// Latency distribution, for plots.
     #[serde(skip)]
     pub hist: Option<Histogram>,
@@ -166,9 +171,27 @@ impl Row {
             figures: None,
             error: None,
             ratio: None,
+            paired: None,
             hist: None,
             against: None,
         }
+    }
+
+    /// The same row with its paired comparison: its ratio is the median of the per-pair
+    /// ratios (bandwidth and operation rate; the latency ratios are not paired).
+    pub fn with_paired(mut self, paired: Paired) -> Row {
+        self.ratio = paired.ratio.map(|r| Ratio {
+            against: format!("{}, paired", paired.against),
+            p50: f64::NAN,
+            p90: f64::NAN,
+            p99: f64::NAN,
+            p999: f64::NAN,
+            max: f64::NAN,
+            ops_per_s: r.median,
+            gb_per_s: r.median,
+        });
+        self.paired = Some(paired);
+        self
     }
 
     /// The same row, compared with bench `against` of the layer below (if given).
@@ -208,6 +231,10 @@ fn against_of(row: &Row) -> (Option<Layer>, Option<&'static str>) {
 /// `against` names) with the same mode, size, depth and connections.
 pub fn compute_ratios(rows: &mut [Row]) {
     for i in 0..rows.len() {
+        // A paired row's ratio comes from its own pairs.
+        if rows[i].paired.is_some() {
+            continue;
+        }
         let (Some(want), bench) = against_of(&rows[i]) else {
             continue;
         };
@@ -312,8 +339,67 @@ pub fn table(rows: &[Row]) -> String {
                 x(q.gb_per_s)
             );
         }
+        if let Some(p) = &r.paired {
+            paired_lines(&mut s, &r.layer.to_string(), p);
+        }
     }
     s
+}
+
+/// A paired row's lines under its ratio: both sides' medians, the per-pair ratios'
+/// median and range, the TCP side's system calls, then every pair.
+fn paired_lines(s: &mut String, side: &str, p: &Paired) {
+    let slices = match p.slice_ops {
+        Some(n) => format!("{n} operations"),
+        None => format!("{:.0} ms", p.slice_ms),
+    };
+    let _ = writeln!(
+        s,
+        "  paired with {}: {} pairs of {slices} slices, alternated; medians {:.3} GB/s \
+         (tcp) and {:.3} GB/s ({side})",
+        p.against,
+        p.pairs.len(),
+        p.base_median_gb_per_s,
+        p.median_gb_per_s
+    );
+    if let Some(r) = &p.ratio {
+        let _ = write!(
+            s,
+            "  paired ratio: median {}, min {}, max {} (spread {:.1}% of the median); \
+             ratio of the means {}",
+            x(r.median),
+            x(r.min),
+            x(r.max),
+            r.relative_spread() * 100.0,
+            x(p.ratio_of_means.unwrap_or(f64::NAN))
+        );
+    }
+    match p.base_syscalls_per_mib {
+        Some((c, idle)) => {
+            let _ = writeln!(
+                s,
+                "; tcp {c:.1} system calls per MiB ({:.1} moved data)",
+                c - idle
+            );
+        }
+        None => {
+            let _ = writeln!(s);
+        }
+    }
+    let _ = write!(s, "  pairs (tcp/{side} GB/s=ratio):");
+    for (i, q) in p.pairs.iter().enumerate() {
+        if i > 0 && i % 6 == 0 {
+            let _ = write!(s, "\n   ");
+        }
+        let _ = write!(
+            s,
+            " {:.2}/{:.2}={}",
+            q.base_gb_per_s,
+            q.gb_per_s,
+            x(q.ratio)
+        );
+    }
+    let _ = writeln!(s);
 }
 
 #[cfg(test)]
@@ -370,6 +456,46 @@ mod tests {
         assert_eq!(
             rows[0].figures.as_ref().unwrap().gb_per_s,
             10.0 * 64.0 / 1e9
+        );
+    }
+
+    /// A paired row keeps the median of its own pairs as its ratio (compute_ratios
+    /// does not replace it with the ratio to the separate row) and prints its pairs.
+    #[test]
+    fn paired_rows_keep_their_own_ratio() {
+        use crate::paired::{pair, Paired};
+        let pairs = [(2.0, 1.8), (5.0, 2.0), (4.0, 2.4)]
+            .iter()
+            .filter_map(|&(b, s)| pair(Some(b), Some(s), true))
+            .collect();
+        let paired = Paired::of(
+            "physical b".into(),
+            None,
+            Some(50),
+            pairs,
+            Some((20.0, 8.0)),
+        );
+        let mut rows = vec![
+            measured(Layer::Physical, &[100; 10], 1.0),
+            measured(Layer::Fabric, &[300; 10], 2.0).with_paired(paired),
+        ];
+        compute_ratios(&mut rows);
+        let r = rows[1].ratio.as_ref().unwrap();
+        assert_eq!(r.against, "physical b, paired");
+        assert!((r.gb_per_s - 0.6).abs() < 1e-12, "{r:?}");
+        assert!(r.p50.is_nan());
+        let t = table(&rows);
+        assert!(
+            t.contains("paired ratio: median x0.60, min x0.40, max x0.90"),
+            "{t}"
+        );
+        assert!(
+            t.contains("2.00/1.80=x0.90 5.00/2.00=x0.40 4.00/2.40=x0.60"),
+            "{t}"
+        );
+        assert!(
+            t.contains("tcp 20.0 system calls per MiB (12.0 moved data)"),
+            "{t}"
         );
     }
 

@@ -8,6 +8,7 @@ use crate::cli::ProviderName;
 use crate::config::Config;
 use crate::fabric::{self, BwOp, FabricKind, Shm, Siw};
 use crate::measure::{Meter, Progress};
+use crate::paired;
 use crate::physical;
 use crate::report::{compute_ratios, Row};
 use crate::rpc::{self, RpcBench, RpcParams};
@@ -37,7 +38,12 @@ pub enum Bench {
     FabricRequestResponse,
     /// [`rpc::run`] on the configured provider.
     Rpc(RpcBench),
+    /// [`paired::run`]: fabric bandwidth `op` and the TCP stream in alternating slices.
+    Paired(BwOp),
 }
+
+/// The paired fabric write row's name.
+pub const PAIRED_WRITE: &str = "write, paired with tcp stream";
 
 /// A row to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -239,6 +245,16 @@ pub fn plan(cfg: &Config) -> Vec<Planned> {
                         Bench::Fabric(BwOp::Read),
                         floor,
                     );
+                    // The rows above and the TCP stream, each measured on its own, swing
+                    // apart on a loaded machine: the bulk comparison is made in
+                    // alternating slices of one run (the ratio of record).
+                    push(
+                        tcp,
+                        Layer::Fabric,
+                        PAIRED_WRITE,
+                        Bench::Paired(BwOp::Write),
+                        None,
+                    );
                     // A Read chunk is pulled with RDMA Reads, a Write chunk pushed with
                     // RDMA Writes: each is compared with that raw operation, done with
                     // the same memory: the Read chunk's arguments and the responder's
@@ -281,6 +297,10 @@ fn run_on<F: FabricKind>(
         Bench::TcpStream => tcp::stream(&p.spec, meter),
         Bench::Fabric(op) => fabric::run_op::<F>(&p.spec, op, meter),
         Bench::FabricRequestResponse => fabric::run_request_response::<F>(&p.spec, meter),
+        // Run by [`run_one`], which keeps the pairs.
+        Bench::Paired(op) => {
+            paired::run::<F>(&p.spec, op, cfg.budget, Arc::new(AtomicU64::new(0))).map(|(m, _)| m)
+        }
         Bench::Rpc(b) => {
             let params = RpcParams {
                 inline: u32::try_from(cfg.inline_threshold).unwrap_or(u32::MAX),
@@ -304,6 +324,18 @@ pub fn run_one(cfg: &Config, p: &Planned, index: usize, total: usize) -> Row {
         crate::units::fmt_size(p.spec.size as u64)
     );
     let _progress = Progress::start(cfg.progress, label, counter.clone());
+    if let Bench::Paired(op) = p.bench {
+        let result = match cfg.provider {
+            ProviderName::Siw => paired::run::<Siw>(&p.spec, op, cfg.budget, counter),
+            #[cfg(feature = "verbs")]
+            ProviderName::Verbs => paired::run::<fabric::Verbs>(&p.spec, op, cfg.budget, counter),
+            _ => paired::run::<Shm>(&p.spec, op, cfg.budget, counter),
+        };
+        return match result {
+            Ok((m, pairs)) => Row::measured(p.layer, p.name, &p.spec, m).with_paired(pairs),
+            Err(e) => Row::failed(p.layer, p.name, &p.spec, e.to_string()),
+        };
+    }
     let meter = Meter::new(cfg.budget, counter);
     let result = match cfg.provider {
         ProviderName::Siw => run_on::<Siw>(cfg, p, meter),
@@ -382,6 +414,23 @@ pub fn notes(cfg: &Config) -> Vec<String> {
                 crate::cli::SiwCompletions::OnTransmit => "on-transmit",
             }
         ));
+        if cfg.baseline && cfg.modes.iter().any(|m| m.mode == Mode::Bw) {
+            n.push(format!(
+                "fabric {PAIRED_WRITE}: the write row and the tcp stream in alternating \
+                 slices of one run ({} ms each, at least {} pairs, A B then B A; same \
+                 sockets, connection and settings as those rows, set up once, untimed), \
+                 each slice timed from its start to its last operation (a fabric slice \
+                 waits for what it has in flight, a TCP slice pauses the stream as it \
+                 stands); \
+                 its ratio is the \
+                 median of the per-pair ratios (the bulk ratio of record: the separate \
+                 rows, seconds apart, swing with the machine). The TCP side's system calls \
+                 per MiB are counted as made (each read or write is one); siw's are not \
+                 counted in process (strace -f -c the row, as perf/syscalls.sh does).",
+                paired::SLICE.as_millis(),
+                paired::MIN_PAIRS
+            ));
+        }
         n.push(match cfg.siw_crc {
             crate::cli::SiwCrc::On => "siw CRCs: on (every FPDU carries an MPA CRC32c; \
                                        --siw-crc off measures without, as Linux siw's default)."

@@ -33,7 +33,7 @@ fn io(what: &str, e: std::io::Error) -> BenchError {
 }
 
 /// A connected, non-blocking, `TCP_NODELAY` pair of loopback sockets.
-fn socket_pair() -> Result<(TcpStream, TcpStream), BenchError> {
+pub(crate) fn socket_pair() -> Result<(TcpStream, TcpStream), BenchError> {
     let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| io("bind", e))?;
     let addr = listener.local_addr().map_err(|e| io("bind", e))?;
     let client = TcpStream::connect(addr).map_err(|e| io("connect", e))?;
@@ -213,4 +213,198 @@ pub fn stream(spec: &RowSpec, meter: Meter) -> Result<Measurement, BenchError> {
     measure(spec, meter, writer, |c, stop, deadline| {
         read_all(c, &mut buf, stop, deadline)
     })
+}
+
+/// The reading end of a `tcp stream` kept across the slices of a paired row
+/// ([`crate::paired`]): a message cut by a slice's end is finished in the next one, so
+/// the stream stays the one the `tcp stream` row measures, paused between slices.
+pub(crate) struct StreamReader {
+    s: TcpStream,
+    buf: Vec<u8>,
+    at: usize,
+    /// `read` calls made (each one system call, would-block answers included).
+    pub calls: u64,
+    /// Of those, the ones that found nothing (would block).
+    pub empty: u64,
+    /// Octets read.
+    pub octets: u64,
+}
+
+/// What ended a [`StreamReader::slice`] or a [`StreamWriter::run_while`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SliceEnd {
+    /// The slice's end (or the caller's condition) came.
+    Done,
+    /// The peer closed the stream, or the hard deadline passed.
+    Over,
+}
+
+impl StreamReader {
+    /// The reader of messages of `size` octets on `s`.
+    pub(crate) fn new(s: TcpStream, size: usize) -> StreamReader {
+        StreamReader {
+            s,
+            buf: vec![0u8; size.max(1)],
+            at: 0,
+            calls: 0,
+            empty: 0,
+            octets: 0,
+        }
+    }
+
+    /// Reads until `end` (or, with `max_msgs`, that many whole messages), calling
+    /// `on_msg` with the instant each whole message was in; busy-polls while the socket
+    /// would block.
+    pub(crate) fn slice(
+        &mut self,
+        end: Instant,
+        max_msgs: Option<u64>,
+        deadline: Instant,
+        on_msg: impl FnMut(Instant),
+    ) -> Result<SliceEnd, BenchError> {
+        let mut msgs = 0u64;
+        self.read_until(deadline, on_msg, |now, whole| {
+            if whole {
+                msgs += 1;
+            }
+            match max_msgs {
+                Some(m) => msgs >= m,
+                None => now.is_some_and(|t| t >= end),
+            }
+        })
+    }
+
+    /// Reads, calling `on_msg` per whole message, until `stop(now, whole message?)`
+    /// (asked after every read that moved data, and every 1024 that would block, with
+    /// the instant when one was read).
+    fn read_until(
+        &mut self,
+        deadline: Instant,
+        mut on_msg: impl FnMut(Instant),
+        mut stop: impl FnMut(Option<Instant>, bool) -> bool,
+    ) -> Result<SliceEnd, BenchError> {
+        self.read_loop(deadline, &mut on_msg, &mut |now, whole, _| stop(now, whole))
+    }
+
+    /// The read loop of [`Self::slice`]: `stop(instant, whole message?, octets read
+    /// in all)`.
+    fn read_loop(
+        &mut self,
+        deadline: Instant,
+        on_msg: &mut dyn FnMut(Instant),
+        stop: &mut dyn FnMut(Option<Instant>, bool, u64) -> bool,
+    ) -> Result<SliceEnd, BenchError> {
+        let mut spins = 0u32;
+        loop {
+            self.calls += 1;
+            match self.s.read(&mut self.buf[self.at..]) {
+                Ok(0) => return Ok(SliceEnd::Over),
+                Ok(n) => {
+                    self.octets += n as u64;
+                    self.at += n;
+                    let whole = self.at == self.buf.len();
+                    let mut now = None;
+                    if whole {
+                        self.at = 0;
+                        let t = Instant::now();
+                        on_msg(t);
+                        if t >= deadline {
+                            return Ok(SliceEnd::Over);
+                        }
+                        now = Some(t);
+                    }
+                    if stop(now, whole, self.octets) {
+                        return Ok(SliceEnd::Done);
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    self.empty += 1;
+                    spins = spins.wrapping_add(1);
+                    if spins & 1023 == 0 {
+                        let now = Instant::now();
+                        if now >= deadline {
+                            return Ok(SliceEnd::Over);
+                        }
+                        if stop(Some(now), false, self.octets) {
+                            return Ok(SliceEnd::Done);
+                        }
+                    }
+                    std::hint::spin_loop();
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == ErrorKind::ConnectionReset => return Ok(SliceEnd::Over),
+                Err(e) => return Err(io("read", e)),
+            }
+        }
+    }
+}
+
+/// The writing end of a paired row's `tcp stream` ([`StreamReader`]'s peer).
+pub(crate) struct StreamWriter {
+    s: TcpStream,
+    buf: Vec<u8>,
+    at: usize,
+    /// `write` calls made (each one system call, would-block answers included).
+    pub calls: u64,
+    /// Of those, the ones that found no room (would block).
+    pub full: u64,
+    /// Octets written.
+    pub octets: u64,
+}
+
+impl StreamWriter {
+    /// The writer of messages of `size` octets on `s`.
+    pub(crate) fn new(s: TcpStream, size: usize) -> StreamWriter {
+        StreamWriter {
+            s,
+            buf: vec![0xa5u8; size.max(1)],
+            at: 0,
+            calls: 0,
+            full: 0,
+            octets: 0,
+        }
+    }
+
+    /// Writes messages back to back while `go` says so (asked after every `write` and
+    /// every 64 polls that would block), resuming a message a previous call left cut.
+    pub(crate) fn run_while(
+        &mut self,
+        deadline: Instant,
+        go: impl Fn() -> bool,
+    ) -> Result<SliceEnd, BenchError> {
+        let mut spins = 0u32;
+        loop {
+            self.calls += 1;
+            match self.s.write(&self.buf[self.at..]) {
+                Ok(0) => return Ok(SliceEnd::Over),
+                Ok(n) => {
+                    self.octets += n as u64;
+                    self.at = (self.at + n) % self.buf.len();
+                    if !go() {
+                        return Ok(SliceEnd::Done);
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    self.full += 1;
+                    spins = spins.wrapping_add(1);
+                    if spins & 63 == 0 {
+                        if !go() {
+                            return Ok(SliceEnd::Done);
+                        }
+                        if spins & 1023 == 0 && Instant::now() >= deadline {
+                            return Ok(SliceEnd::Over);
+                        }
+                    }
+                    std::hint::spin_loop();
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e)
+                    if matches!(e.kind(), ErrorKind::BrokenPipe | ErrorKind::ConnectionReset) =>
+                {
+                    return Ok(SliceEnd::Over)
+                }
+                Err(e) => return Err(io("write", e)),
+            }
+        }
+    }
 }

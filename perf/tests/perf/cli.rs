@@ -448,6 +448,38 @@ fn siw_bandwidth_is_compared_with_a_tcp_stream() {
         row(&rows, "read")["ratio"]["against"],
         "physical tcp stream"
     );
+    // The bulk ratio of record: the write row and the stream in alternating slices,
+    // its ratio the median of the pairs' own ratios.
+    let p = row(&rows, "write, paired with tcp stream");
+    assert!(p["figures"]["gb_per_s"].as_f64().unwrap() > 0.0, "{p}");
+    assert_eq!(p["ratio"]["against"], "physical tcp stream, paired");
+    let pairs = p["paired"]["pairs"].as_array().expect("the pairs");
+    assert_eq!(pairs.len(), 8, "{p}");
+    assert_eq!(p["paired"]["slice_ops"], 50);
+    let mut ratios: Vec<f64> = pairs
+        .iter()
+        .map(|q| {
+            let (b, s) = (
+                q["base_gb_per_s"].as_f64().unwrap(),
+                q["gb_per_s"].as_f64().unwrap(),
+            );
+            assert!(b > 0.0 && s > 0.0, "{q}");
+            let r = q["ratio"].as_f64().unwrap();
+            assert!((r - s / b).abs() < 1e-9, "{q}");
+            r
+        })
+        .collect();
+    ratios.sort_by(f64::total_cmp);
+    let median = (ratios[3] + ratios[4]) / 2.0;
+    let r = &p["paired"]["ratio"];
+    assert!((r["median"].as_f64().unwrap() - median).abs() < 1e-9, "{r}");
+    assert!((p["ratio"]["gb_per_s"].as_f64().unwrap() - median).abs() < 1e-9);
+    assert_eq!(r["min"].as_f64().unwrap(), ratios[0]);
+    assert_eq!(r["max"].as_f64().unwrap(), ratios[7]);
+    let calls = p["paired"]["base_syscalls_per_mib"]
+        .as_array()
+        .expect("counted");
+    assert!(calls[0].as_f64().unwrap() >= calls[1].as_f64().unwrap());
 }
 
 /// Runs a siw latency run with `flag` at each of `modes`: each succeeds, its notes say
