@@ -8,7 +8,7 @@
 //! allocated, and posting never touches the socket: progress happens in `poll`.
 
 use crate::fabric::slots::Slots;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use super::device::DeviceShared;
@@ -114,6 +114,10 @@ pub(crate) struct QpShared {
     /// The shared receive queue inbound Sends take receives from; then `rq` holds
     /// the engine's copies of the receives this queue pair took (its handle posts none).
     pub(crate) srq: Option<Arc<super::srq::SrqShared>>,
+    /// The driver's slot of this queue pair's connection (`usize::MAX` until it has
+    /// one), so that `post_send` finds the connection without a search; the driver
+    /// checks the connection id there, since a slot is reused after a connection goes.
+    pub(crate) slot: AtomicUsize,
 }
 
 // SAFETY: the slot cells are written only by the handle (`&mut self` posting) for
@@ -157,6 +161,7 @@ impl QpShared {
             rq_retired: AtomicU64::new(0),
             peer_terminate: std::sync::OnceLock::new(),
             srq: None,
+            slot: AtomicUsize::new(usize::MAX),
         }
     }
 
@@ -310,6 +315,27 @@ impl SiwQp {
     }
 }
 
+impl SiwQp {
+    /// Writes the Send just posted if it is a lone small Send to an idle transmitter
+    /// and nobody else is running the device's engine (one compare-and-swap; a busy
+    /// engine is making progress for everyone, and its next poll sends it). Only with
+    /// completions on transmit and without a wire tap: see the module documentation.
+    #[inline]
+    fn send_now(&self) {
+        let dev = &*self.dev;
+        if dev.cfg.confirm_completions || dev.cfg.tap.is_some() {
+            return;
+        }
+        let sh = &*self.shared;
+        let slot = sh.slot.load(Ordering::Relaxed);
+        if slot == usize::MAX {
+            return;
+        }
+        dev.driver
+            .try_with(|d| d.send_now(slot, sh.conn, &dev.keys));
+    }
+}
+
 impl QueuePair for SiwQp {
     fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<(), PostError> {
         let sh = &*self.shared;
@@ -324,8 +350,10 @@ impl QueuePair for SiwQp {
         let start = sh.sq_posted.load(Ordering::Relaxed);
         let mut tail = start;
         let mut refused = None;
+        let mut last_len = 0;
         for (i, wr) in wrs.iter().enumerate() {
             let len = gather_len(wr.sgl);
+            last_len = len;
             let kind = if matches!(
                 wr.op,
                 SendOp::FastReg { .. } | SendOp::LocalInvalidate { .. }
@@ -373,6 +401,11 @@ impl QueuePair for SiwQp {
         if tail != start {
             // The doorbell: one release store publishes the whole chain.
             sh.sq_posted.store(tail, Ordering::Release);
+            // One lone Send to an idle transmitter goes out now, from this thread, if
+            // the device's engine is free (see the module documentation).
+            if tail == start + 1 && last_len <= super::tx::one::ONE_MAX as u64 {
+                self.send_now();
+            }
         }
         refused.map_or(Ok(()), Err)
     }

@@ -40,7 +40,7 @@ use crate::iwarp::rdmap::{Opcode, ReadRequest, SegmentHeader, READ_REQUEST_LEN};
 use crate::iwarp::segmenter::MessageTarget;
 use crate::iwarp::terminate::{TerminateCode, MAX_TERMINATE_LEN};
 
-mod one;
+pub(crate) mod one;
 
 /// Inline payloads: Read Request and Terminate bodies.
 const INLINE: usize = MAX_TERMINATE_LEN;

@@ -41,7 +41,7 @@ const UNTAGGED: usize = MAX_HEAD_LEN - LENGTH_FIELD_LEN;
 
 /// The longest payload whose FPDU (length field, header, payload, pad, CRC) fits one
 /// flat write of [`FLAT_MAX`] octets.
-const ONE_MAX: usize = (FLAT_MAX - MAX_HEAD_LEN - CRC_LEN) & !3;
+pub(crate) const ONE_MAX: usize = (FLAT_MAX - MAX_HEAD_LEN - CRC_LEN) & !3;
 
 impl Engine {
     /// Writes the next posted request in one pass if it is a lone small Send and the
