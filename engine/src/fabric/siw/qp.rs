@@ -5,7 +5,29 @@
 //! preallocated slot and publishes the new tail with one release store; the engine
 //! (inside `poll`) reads slots up to the tail and, when it has finished with a request,
 //! publishes how far it has retired them, which frees the slots. Nothing is locked or
-//! allocated, and posting never touches the socket: progress happens in `poll`.
+//! allocated.
+//!
+//! Posting touches the socket in one case only (issue 14, sixth round): one Send,
+//! short enough for one flat write, posted to a queue pair whose transmitter is idle
+//! (nothing queued, framed or half written, no Read Response or Terminate owed, no
+//! request ahead of it), with completions on transmit and no wire tap, while the
+//! device's engine is free. Then `post_send` takes the device claim (one
+//! compare-and-swap, never waiting) and writes the Send with one `send`, as the next
+//! poll would have done first (`Engine::send_one`); otherwise the request waits for
+//! `poll` as before. The rule used to be "posting never touches the socket: progress
+//! happens in poll", for these reasons, each kept:
+//!
+//! - the engine and the socket belong to whoever holds the device claim: `post_send`
+//!   only writes while holding it, and a poller holding it meanwhile sends the request
+//!   itself (the handle may live on another thread than the poller);
+//! - completion order: only a request with nothing ahead of it is written, and its
+//!   completion is reported by the next poll's `emit`, in order, as always;
+//! - strict completions attach a confirmation Read and a tap sees every FPDU framed:
+//!   both keep the poll's general path (no write from `post_send`);
+//! - the poll's guessed read after a write: the connection notes the write
+//!   (`Conn::send_now`), and its next step skips the guess as after its own write;
+//! - a failed write (the connection lost) is handled by the next step, where the
+//!   driver's tables are at hand; a full socket leaves the usual half-written batch.
 
 use crate::fabric::slots::Slots;
 use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
