@@ -16,6 +16,7 @@ use super::engine::{Engine, Link};
 use super::keys::KeyTable;
 use super::rx::{Predicted, GAP_MAX, PREDICT_MAX};
 use super::sock;
+use super::tx::one::One;
 use super::tx::{Tap, TermState, Wire};
 use crate::fabric::QpState;
 use crate::fabric::{CmEvent, CmPrivateData, ConnId};
@@ -146,6 +147,12 @@ pub(crate) struct Conn {
     /// When the TCP connection was accepted or started: the handshake deadline counts
     /// from here.
     pub(crate) started: std::time::Instant,
+    /// `post_send` wrote a Send since the last step ([`Conn::send_now`]): the step
+    /// counts as having sent (its guessed read is skipped, as after its own write).
+    sent_early: bool,
+    /// `post_send`'s write failed: the next step handles the loss, as if its own write
+    /// had failed.
+    broken: bool,
 }
 
 fn unspecified() -> SocketAddr {
@@ -220,6 +227,8 @@ impl Conn {
             engine: None,
             cm_open: true,
             started: std::time::Instant::now(),
+            sent_early: false,
+            broken: false,
         }
     }
 
@@ -867,7 +876,41 @@ impl Conn {
         Keep::Yes
     }
 
+    /// Writes a lone small Send just posted to an idle transmitter, for `post_send`
+    /// (issue 14, sixth round): what this connection's next step would write first, the
+    /// same way (`Engine::send_one`), one poll earlier. Anything else (a running
+    /// transmitter, several requests, Reads owed, strict completions, a tap) is left
+    /// for the step. A failed write is left for the step too, which handles the loss
+    /// with the driver's tables at hand.
+    pub(crate) fn send_now(&mut self, keys: &KeyTable) {
+        if !matches!(self.phase, Phase::Running) || self.broken {
+            return;
+        }
+        let Some(sock) = self.sock.as_ref() else {
+            return;
+        };
+        let Some(e) = self.engine.as_mut() else {
+            return;
+        };
+        let wire = Wire {
+            fd: sock.as_raw_fd(),
+            tap: None,
+        };
+        match e.send_one(keys, &wire) {
+            Ok(One::NotTaken) => {}
+            Ok(One::Written) => self.sent_early = true,
+            Ok(One::Full) => {
+                self.sent_early = true;
+                self.writable = false;
+            }
+            Err(_) => self.broken = true,
+        }
+    }
+
     fn step_running(&mut self, ctx: &mut Ctx<'_>) {
+        if self.broken {
+            return self.lost(ctx);
+        }
         let Some(sock) = self.sock.as_ref() else {
             return;
         };
@@ -888,7 +931,7 @@ impl Conn {
         // call on each side of every round trip. What the read brings (Read Requests to
         // answer, a Terminate, a Read Response that lets a fenced request start) is
         // transmitted below, in the same poll.
-        let mut sent = false;
+        let mut sent = core::mem::take(&mut self.sent_early);
         if e.has_posted() && (self.writable || !e.tx_waiting()) {
             match e.transmit(ctx.keys, &wire) {
                 Ok(full) => self.writable = !full,

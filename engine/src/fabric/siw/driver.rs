@@ -189,6 +189,16 @@ impl Driver {
         }
     }
 
+    /// `post_send`'s immediate write (see `qp.rs`): the connection in `slot`, if it is
+    /// still `id`'s, writes a lone small Send posted to its idle transmitter.
+    pub(crate) fn send_now(&mut self, slot: usize, id: ConnId, keys: &super::keys::KeyTable) {
+        if let Some(Some(c)) = self.conns.get_mut(slot) {
+            if c.id == id {
+                c.send_now(keys);
+            }
+        }
+    }
+
     fn accept_incoming(&mut self) {
         for li in 0..self.listeners.len() {
             let Some(l) = self.listeners[li].as_mut() else {
@@ -248,6 +258,9 @@ impl Driver {
 
     fn insert_conn(&mut self, c: Conn) -> Result<usize, FabricError> {
         let slot = self.free.pop().unwrap_or(self.conns.len());
+        if let Some(e) = c.engine.as_ref() {
+            e.qp.slot.store(slot, Ordering::Relaxed);
+        }
         if slot == self.conns.len() {
             self.conns.push(None);
         }
@@ -565,6 +578,7 @@ impl Driver {
         };
         let link = c.link(&est, &cfg);
         engine.establish(link);
+        engine.qp.slot.store(slot, Ordering::Relaxed);
         c.engine = Some(engine);
         c.send_frame(&frame, &cfg);
         c.phase = Phase::Replying { accept: true };

@@ -5,10 +5,32 @@
 //! preallocated slot and publishes the new tail with one release store; the engine
 //! (inside `poll`) reads slots up to the tail and, when it has finished with a request,
 //! publishes how far it has retired them, which frees the slots. Nothing is locked or
-//! allocated, and posting never touches the socket: progress happens in `poll`.
+//! allocated.
+//!
+//! Posting touches the socket in one case only (issue 14, sixth round): one Send,
+//! short enough for one flat write, posted to a queue pair whose transmitter is idle
+//! (nothing queued, framed or half written, no Read Response or Terminate owed, no
+//! request ahead of it), with completions on transmit and no wire tap, while the
+//! device's engine is free. Then `post_send` takes the device claim (one
+//! compare-and-swap, never waiting) and writes the Send with one `send`, as the next
+//! poll would have done first (`Engine::send_one`); otherwise the request waits for
+//! `poll` as before. The rule used to be "posting never touches the socket: progress
+//! happens in poll", for these reasons, each kept:
+//!
+//! - the engine and the socket belong to whoever holds the device claim: `post_send`
+//!   only writes while holding it, and a poller holding it meanwhile sends the request
+//!   itself (the handle may live on another thread than the poller);
+//! - completion order: only a request with nothing ahead of it is written, and its
+//!   completion is reported by the next poll's `emit`, in order, as always;
+//! - strict completions attach a confirmation Read and a tap sees every FPDU framed:
+//!   both keep the poll's general path (no write from `post_send`);
+//! - the poll's guessed read after a write: the connection notes the write
+//!   (`Conn::send_now`), and its next step skips the guess as after its own write;
+//! - a failed write (the connection lost) is handled by the next step, where the
+//!   driver's tables are at hand; a full socket leaves the usual half-written batch.
 
 use crate::fabric::slots::Slots;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use super::device::DeviceShared;
@@ -114,6 +136,10 @@ pub(crate) struct QpShared {
     /// The shared receive queue inbound Sends take receives from; then `rq` holds
     /// the engine's copies of the receives this queue pair took (its handle posts none).
     pub(crate) srq: Option<Arc<super::srq::SrqShared>>,
+    /// The driver's slot of this queue pair's connection (`usize::MAX` until it has
+    /// one), so that `post_send` finds the connection without a search; the driver
+    /// checks the connection id there, since a slot is reused after a connection goes.
+    pub(crate) slot: AtomicUsize,
 }
 
 // SAFETY: the slot cells are written only by the handle (`&mut self` posting) for
@@ -157,6 +183,7 @@ impl QpShared {
             rq_retired: AtomicU64::new(0),
             peer_terminate: std::sync::OnceLock::new(),
             srq: None,
+            slot: AtomicUsize::new(usize::MAX),
         }
     }
 
@@ -310,6 +337,27 @@ impl SiwQp {
     }
 }
 
+impl SiwQp {
+    /// Writes the Send just posted if it is a lone small Send to an idle transmitter
+    /// and nobody else is running the device's engine (one compare-and-swap; a busy
+    /// engine is making progress for everyone, and its next poll sends it). Only with
+    /// completions on transmit and without a wire tap: see the module documentation.
+    #[inline]
+    fn send_now(&self) {
+        let dev = &*self.dev;
+        if dev.cfg.confirm_completions || dev.cfg.tap.is_some() {
+            return;
+        }
+        let sh = &*self.shared;
+        let slot = sh.slot.load(Ordering::Relaxed);
+        if slot == usize::MAX {
+            return;
+        }
+        dev.driver
+            .try_with(|d| d.send_now(slot, sh.conn, &dev.keys));
+    }
+}
+
 impl QueuePair for SiwQp {
     fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<(), PostError> {
         let sh = &*self.shared;
@@ -324,8 +372,10 @@ impl QueuePair for SiwQp {
         let start = sh.sq_posted.load(Ordering::Relaxed);
         let mut tail = start;
         let mut refused = None;
+        let mut last_len = 0;
         for (i, wr) in wrs.iter().enumerate() {
             let len = gather_len(wr.sgl);
+            last_len = len;
             let kind = if matches!(
                 wr.op,
                 SendOp::FastReg { .. } | SendOp::LocalInvalidate { .. }
@@ -373,6 +423,11 @@ impl QueuePair for SiwQp {
         if tail != start {
             // The doorbell: one release store publishes the whole chain.
             sh.sq_posted.store(tail, Ordering::Release);
+            // One lone Send to an idle transmitter goes out now, from this thread, if
+            // the device's engine is free (see the module documentation).
+            if tail == start + 1 && last_len <= super::tx::one::ONE_MAX as u64 {
+                self.send_now();
+            }
         }
         refused.map_or(Ok(()), Err)
     }

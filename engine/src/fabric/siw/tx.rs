@@ -40,6 +40,8 @@ use crate::iwarp::rdmap::{Opcode, ReadRequest, SegmentHeader, READ_REQUEST_LEN};
 use crate::iwarp::segmenter::MessageTarget;
 use crate::iwarp::terminate::{TerminateCode, MAX_TERMINATE_LEN};
 
+pub(crate) mod one;
+
 /// Inline payloads: Read Request and Terminate bodies.
 const INLINE: usize = MAX_TERMINATE_LEN;
 
@@ -319,6 +321,12 @@ impl Engine {
     pub(crate) fn transmit(&mut self, keys: &KeyTable, wire: &Wire<'_>) -> io::Result<bool> {
         if self.tx_idle() {
             return Ok(false);
+        }
+        // A lone small Send to an idle transmitter: framed and written in one pass.
+        match self.send_one(keys, wire)? {
+            one::One::Written if self.tx_idle() => return Ok(false),
+            one::One::Full => return Ok(true),
+            _ => {}
         }
         loop {
             if self.tx.busy {
