@@ -2197,3 +2197,67 @@ fn reused_slots_carry_only_their_own_entries() {
         p.wait("the last Write placed", |p| p.s.read(0x20000, 40) == want);
     }
 }
+
+/// A lone small Send posted to an idle transmitter is written by `post_send` itself
+/// (issue 14, sixth round: one poll earlier), so the peer reads it while the server is
+/// not polled at all, and the completion is still the next poll's. A Send too long for
+/// one flat write is left for the poll, as before: nothing leaves until the server is
+/// polled (no thread of the device polls on its own, so the wait below is not a race).
+#[test]
+fn a_lone_small_send_leaves_at_post_and_a_long_one_at_the_next_poll() {
+    let (mut s, mut raw) = raw_pair(SiwConfig::default(), true);
+    // The server hears its peer first: until then it may follow its own first FPDUs
+    // with wake-up Reads (for Linux siw's unread first message), and the early write
+    // is only for a transmitter with nothing of the kind owed.
+    let rb = [s.sge(0, 64)];
+    s.qp()
+        .post_recv(&[RecvWr { wr_id: 1, sgl: &rb }])
+        .expect("post");
+    let h = SegmentHeader::untagged(Opcode::Send, true, 0, raw.msn.take(QueueNumber::Send), 0);
+    raw.send(h, b"hello");
+    s.wait(&mut raw, "the peer's Send", |s, _| {
+        s.done.iter().any(|c| c.wr_id == 1)
+    });
+
+    let small = pattern(7, 40);
+    s.fill(100, &small);
+    let sb = [s.sge(100, small.len())];
+    s.qp().post_send(&[SendWr::send(2, &sb)]).expect("post");
+    let end = Instant::now() + DEADLINE;
+    let (h, body) = loop {
+        raw.fill();
+        if let Some(f) = raw.take_fpdu() {
+            break f;
+        }
+        assert!(!raw.eof, "connection closed");
+        assert!(
+            Instant::now() < end,
+            "post_send wrote nothing: no FPDU without a poll"
+        );
+        std::thread::yield_now();
+    };
+    assert_eq!(h.opcode, Opcode::Send);
+    assert!(h.last);
+    assert_eq!(body, small, "the early write carries the Send's octets");
+    assert!(
+        s.done.iter().all(|c| c.wr_id != 2),
+        "the completion waits for a poll"
+    );
+    s.wait(&mut raw, "the small Send's completion", |s, _| {
+        s.done
+            .iter()
+            .any(|c| c.wr_id == 2 && c.status == WcStatus::Success)
+    });
+
+    let long = pattern(8, 1400);
+    s.fill(1000, &long);
+    let lb = [s.sge(1000, long.len())];
+    s.qp().post_send(&[SendWr::send(3, &lb)]).expect("post");
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    raw.fill();
+    assert!(raw.inbox.is_empty(), "a long Send waits for the poll");
+    let (h, body) = next_fpdu(&mut s, &mut raw);
+    assert_eq!(h.opcode, Opcode::Send);
+    assert!(h.last);
+    assert_eq!(body, long);
+}
