@@ -283,17 +283,6 @@ impl StreamReader {
         mut on_msg: impl FnMut(Instant),
         mut stop: impl FnMut(Option<Instant>, bool) -> bool,
     ) -> Result<SliceEnd, BenchError> {
-        self.read_loop(deadline, &mut on_msg, &mut |now, whole, _| stop(now, whole))
-    }
-
-    /// The read loop of [`Self::slice`]: `stop(instant, whole message?, octets read
-    /// in all)`.
-    fn read_loop(
-        &mut self,
-        deadline: Instant,
-        on_msg: &mut dyn FnMut(Instant),
-        stop: &mut dyn FnMut(Option<Instant>, bool, u64) -> bool,
-    ) -> Result<SliceEnd, BenchError> {
         let mut spins = 0u32;
         loop {
             self.calls += 1;
@@ -313,7 +302,7 @@ impl StreamReader {
                         }
                         now = Some(t);
                     }
-                    if stop(now, whole, self.octets) {
+                    if stop(now, whole) {
                         return Ok(SliceEnd::Done);
                     }
                 }
@@ -325,7 +314,7 @@ impl StreamReader {
                         if now >= deadline {
                             return Ok(SliceEnd::Over);
                         }
-                        if stop(Some(now), false, self.octets) {
+                        if stop(Some(now), false) {
                             return Ok(SliceEnd::Done);
                         }
                     }

@@ -56,7 +56,11 @@ fn transmit_in<const SENDS_FIRST: bool, C: Transmitter, Q: QueuePair>(
 /// ([`Provider::RECVS_PLACED_BY_OWN_POLL`](crate::fabric::Provider::RECVS_PLACED_BY_OWN_POLL),
 /// shm), else [`transmit`] (verbs, iWARP: a Send that finds no receive is an RNR,
 /// fatal on iWARP, so the receives go first). Every posting of a requester or a
-/// responder connection goes through here.
+/// responder connection goes through here, so the core's `poll_transmit` keeps one
+/// caller. On shm a requester's reply (a responder's next call) is placed only by this
+/// connection's own next CQ poll, on this thread and after this post, so a receive
+/// restocked behind a Send is there before a message can land in it; one call at a
+/// time, the next call's doorbell then no longer waits for that receive's post.
 #[inline(always)]
 pub(super) fn transmit_staged<P: Provider, C: Transmitter, Q: QueuePair>(
     core: &mut C,

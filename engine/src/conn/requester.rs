@@ -12,7 +12,7 @@ use crate::core::fixed::FixedQueue;
 use crate::core::{
     CharsUpdateError, CloseReason, ConnEvent, ConnState, Connection, NoResponder, ProbeError,
     RegBuf, RegBufError, RequesterHalf, RequesterStats, ResponderHalf, ResponderRole,
-    ResponderStats, Transmitter,
+    ResponderStats,
 };
 use crate::credits::{CreditTable, GrantPolicy};
 use crate::fabric::{
@@ -91,7 +91,7 @@ fn open<P: Provider, B: ResponderRole>(
             &core.connect_private_data(res.connect_pd_max),
         )
         .map_err(ConnError::Fabric)?;
-    post_staged::<P, _>(&mut core, &mut qp, now);
+    super::post::transmit_staged::<P, _, _>(&mut core, &mut qp, now);
     Ok((fast_regs, core, qp))
 }
 
@@ -238,7 +238,7 @@ impl<P: Provider, B: ResponderRole> Requester<P, B> {
         // critical path. What the batch stages (receives restocked, RDMA_DONE, calls
         // that waited for a credit) goes out in the post after it.
         if core.sends_staged() {
-            post_staged::<P, _>(core, &mut self.qp, now);
+            super::post::transmit_staged::<P, _, _>(core, &mut self.qp, now);
         }
         let qp = &self.qp;
         let wcs = self.res.reap_own_cq(&mut self.wcs);
@@ -254,7 +254,7 @@ impl<P: Provider, B: ResponderRole> Requester<P, B> {
         if core.next_timeout().is_some_and(|t| t <= now) {
             core.handle_timeout(now);
         }
-        post_staged::<P, _>(core, &mut self.qp, now);
+        super::post::transmit_staged::<P, _, _>(core, &mut self.qp, now);
         while let Some(ev) = self.core.poll_event() {
             if let ConnEvent::DisconnectRequested(_) = ev {
                 let _ = self.cm.disconnect(self.conn);
@@ -346,7 +346,7 @@ impl<P: Provider, B: ResponderRole> Requester<P, B> {
         self.solo = idle;
         self.core.submit(req, tag, now)?;
         if solo {
-            post_staged::<P, _>(&mut self.core, &mut self.qp, now);
+            super::post::transmit_staged::<P, _, _>(&mut self.core, &mut self.qp, now);
         }
         Ok(())
     }
@@ -573,17 +573,4 @@ impl<P: Provider, B: ResponderRole> Requester<P, B> {
     pub fn qp_mut(&mut self) -> &mut P::Qp {
         &mut self.qp
     }
-}
-
-/// Posts what a requester connection's core staged (`post::transmit_staged`): on shm
-/// (`Provider::RECVS_PLACED_BY_OWN_POLL`) the calls' Sends before the receives staged
-/// with them. A reply is placed only by a poll of this connection's completion queue,
-/// on this thread and after this post, so the receive restocked behind a Send is there
-/// before the reply can land; the next call's doorbell no longer waits for that
-/// receive's post on a one-at-a-time round trip's critical path (the reply's buffer is
-/// restocked at the next submit, after its outcome is taken). Elsewhere (verbs, iWARP)
-/// the receives go first.
-#[inline(always)]
-fn post_staged<P: Provider, C: Transmitter>(core: &mut C, qp: &mut P::Qp, now: Instant) {
-    super::post::transmit_staged::<P, _, _>(core, qp, now);
 }

@@ -10,7 +10,7 @@ use crate::core::config::{ConnConfig, Role};
 use crate::core::fixed::FixedQueue;
 use crate::core::{
     CharsUpdateError, ConnEvent, ConnState, Connection, NoRequester, ProbeError, RegBuf,
-    RequesterHalf, RequesterRole, RequesterStats, ResponderHalf, ResponderStats, Transmitter,
+    RequesterHalf, RequesterRole, RequesterStats, ResponderHalf, ResponderStats,
 };
 use crate::credits::{CreditTable, GrantPolicy};
 use crate::fabric::{
@@ -232,7 +232,7 @@ impl<P: Provider, S: Service, B: RequesterRole> ResponderConn<P, S, B> {
         let qp = listener
             .cm
             .accept_prepared(request, init, &private_data, &mut |qp| {
-                post_staged::<P, _>(&mut core, qp, now);
+                super::post::transmit_staged::<P, _, _>(&mut core, qp, now);
             })
             .map_err(ConnError::Fabric)?;
         let conn = qp.conn_id();
@@ -427,7 +427,7 @@ impl<P: Provider, S: Service, B: RequesterRole> ResponderConn<P, S, B> {
             core.handle_timeout(now);
         }
         core.run_backchannel(now);
-        post_staged::<P, _>(core, &mut self.qp, now);
+        super::post::transmit_staged::<P, _, _>(core, &mut self.qp, now);
         while let Some(ev) = self.core.poll_event() {
             if let ConnEvent::DisconnectRequested(_) = ev {
                 self.wants_disconnect = true;
@@ -858,14 +858,4 @@ where
     pub fn refused(&self) -> u64 {
         self.refused
     }
-}
-
-/// Posts what a responder connection's core staged: the replies' Sends before the
-/// receives that restock their grants where only this thread's polls place messages
-/// (`Provider::RECVS_PLACED_BY_OWN_POLL`, shm): the doorbell first on a round trip's
-/// critical path. Every posting of a responder connection goes through here, so the
-/// core's `poll_transmit` keeps one caller (and stays inlined into it).
-#[inline(always)]
-fn post_staged<P: Provider, C: Transmitter>(core: &mut C, qp: &mut P::Qp, now: Instant) {
-    super::post::transmit_staged::<P, _, _>(core, qp, now);
 }
